@@ -1,0 +1,99 @@
+// Versions, status strings, last error, and the context handle.
+#include <atomic>
+#include <string>
+
+#include "api/src/guard.hpp"
+#include "api/src/handles.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/log.hpp"
+
+namespace tandem::api {
+namespace {
+thread_local std::string t_last_error;
+
+struct SinkBox {
+  tandem_log_fn fn;
+  void* user;
+};
+SinkBox g_sink_box{nullptr, nullptr};
+
+void sink_trampoline(int level, const char* message, void* user) {
+  auto* box = static_cast<SinkBox*>(user);
+  box->fn(static_cast<tandem_log_level_t>(level), message, box->user);
+}
+}  // namespace
+
+void set_last_error(std::string message) noexcept {
+  try {
+    t_last_error = std::move(message);
+  } catch (...) {
+  }
+}
+void clear_last_error() noexcept { t_last_error.clear(); }
+const std::string& last_error() noexcept { return t_last_error; }
+
+}  // namespace tandem::api
+
+using tandem::api::guarded;
+
+extern "C" {
+
+TANDEM_API uint32_t tandem_version(void) TANDEM_NOEXCEPT { return TANDEM_VERSION; }
+
+TANDEM_API const char* tandem_version_string(void) TANDEM_NOEXCEPT {
+#define TANDEM_STR2(x) #x
+#define TANDEM_STR(x) TANDEM_STR2(x)
+  return TANDEM_STR(TANDEM_VERSION_MAJOR) "." TANDEM_STR(TANDEM_VERSION_MINOR) "." TANDEM_STR(TANDEM_VERSION_PATCH);
+}
+
+TANDEM_API const char* tandem_status_string(tandem_status_t s) TANDEM_NOEXCEPT {
+  if (s < TANDEM_OK || s > TANDEM_ERR_AUTH) return "unknown status";
+  return tandem::status_name(static_cast<tandem::Status>(s));
+}
+
+TANDEM_API const char* tandem_last_error_message(void) TANDEM_NOEXCEPT { return tandem::api::last_error().c_str(); }
+
+TANDEM_API size_t tandem_dtype_size(tandem_dtype_t dtype) TANDEM_NOEXCEPT {
+  if (!tandem::dtype_valid(dtype)) return 0;
+  return tandem::dtype_size(static_cast<tandem::DType>(dtype));
+}
+
+TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, const tandem_context_params_t* params,
+                                                   tandem_context_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    TANDEM_REQUIRE(out != nullptr, "tandem_context_create: out must be non-null");
+    TANDEM_CHECK(header_version / 10000 <= TANDEM_VERSION_MAJOR, tandem::Status::kUnsupported,
+                 "tandem_context_create: header version {} is newer than library version {}", header_version,
+                 TANDEM_VERSION);
+    constexpr uint64_t known = TANDEM_CONTEXT_PARAM_NUM_THREADS | TANDEM_CONTEXT_PARAM_LOG_SINK |
+                               TANDEM_CONTEXT_PARAM_LOG_LEVEL;
+    auto ctx = std::make_unique<tandem_context>();
+    if (params != nullptr) {
+      TANDEM_CHECK((params->field_mask & ~known) == 0, tandem::Status::kUnsupported,
+                   "tandem_context_create: unknown field_mask bits 0x{:x}", params->field_mask & ~known);
+      if (params->field_mask & TANDEM_CONTEXT_PARAM_NUM_THREADS) {
+        TANDEM_REQUIRE(params->num_threads >= 0 && params->num_threads <= 4096,
+                       "tandem_context_create: num_threads {} out of range [0, 4096]", params->num_threads);
+        ctx->num_threads = params->num_threads;
+      }
+      if (params->field_mask & TANDEM_CONTEXT_PARAM_LOG_LEVEL) {
+        TANDEM_REQUIRE(params->log_level >= TANDEM_LOG_TRACE && params->log_level <= TANDEM_LOG_OFF,
+                       "tandem_context_create: log_level {} out of range", static_cast<int>(params->log_level));
+        tandem::log::set_level(static_cast<tandem::log::Level>(params->log_level));
+      }
+      if (params->field_mask & TANDEM_CONTEXT_PARAM_LOG_SINK) {
+        if (params->log_sink == nullptr) {
+          tandem::log::set_sink(nullptr, nullptr);
+        } else {
+          tandem::api::g_sink_box = {params->log_sink, params->log_user_data};
+          tandem::log::set_sink(&tandem::api::sink_trampoline, &tandem::api::g_sink_box);
+        }
+      }
+    }
+    *out = ctx.release();
+  });
+}
+
+TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT { delete ctx; }
+
+}  // extern "C"

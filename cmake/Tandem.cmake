@@ -1,0 +1,41 @@
+# tandem_module(<target> [DEPS <targets>...] [SOURCES_DIRS <dirs>...])
+# Builds a static PIC archive from every .cpp in the listed folders (default: the current one).
+# New files are picked up without editing CMake (CONFIGURE_DEPENDS), so parallel work on
+# one module does not contend on its CMakeLists.txt.
+set_property(GLOBAL PROPERTY TANDEM_MODULES "")
+function(tandem_module target)
+  cmake_parse_arguments(M "" "" "DEPS;SOURCES_DIRS" ${ARGN})
+  if(NOT M_SOURCES_DIRS)
+    set(M_SOURCES_DIRS ${CMAKE_CURRENT_SOURCE_DIR})
+  endif()
+  set(srcs "")
+  foreach(d ${M_SOURCES_DIRS})
+    file(GLOB s CONFIGURE_DEPENDS ${d}/*.cpp ${d}/*.c)
+    list(APPEND srcs ${s})
+  endforeach()
+  if(NOT srcs)  # a module whose sources have not been written yet
+    set(srcs ${CMAKE_CURRENT_BINARY_DIR}/${target}_empty.cpp)
+    file(WRITE ${srcs} "// empty module\n")
+  endif()
+  add_library(${target} STATIC ${srcs})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/api/include)
+  target_compile_definitions(${target} PUBLIC TANDEM_BUILDING_LIBRARY)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  target_link_libraries(${target} PUBLIC ${M_DEPS})
+  set_property(GLOBAL APPEND PROPERTY TANDEM_MODULES ${target})
+endfunction()
+
+# tandem_test(<name> DEPS <targets>... [LABELS ...]) : one Boost.Test executable per module
+# from every .cpp in the current folder, registered with CTest.
+function(tandem_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "DEPS;LABELS" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  add_executable(${name} ${srcs})
+  target_link_libraries(${name} PRIVATE ${T_DEPS} Boost::unit_test_framework)
+  target_compile_definitions(${name} PRIVATE BOOST_TEST_DYN_LINK)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} --log_level=test_suite --report_level=short)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()

@@ -1,0 +1,90 @@
+#pragma once
+// A communicator: a group of ranks over one transport that runs collectives. Collectives are
+// queued in call order and executed by the communicator's progress engine as plans (plan.hpp);
+// the non-blocking forms return a Work handle the caller tests or waits on, so training code can
+// overlap communication with compute.
+//
+// Failure model: every wait has a deadline (CommOptions::timeout). When a peer dies, stalls, sends
+// garbage or calls a different collective, every rank's pending and later operations fail with a
+// tandem::Error naming the operation and the rank(s) involved (kTimeout, kPeerFailure, kMismatch);
+// the communicator is then unusable (is_failed()) and must be destroyed.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/plan.hpp"
+#include "engine/core/dtype.hpp"
+#include "transports/transport.hpp"
+
+namespace tandem::engine::comm {
+
+struct CommOptions {
+  std::string transport = "auto";          // inproc | zmq | ucx | auto (TANDEM_TRANSPORT overrides "auto")
+  std::chrono::milliseconds timeout{60000}; // deadline of every blocking wait (TANDEM_TIMEOUT_MS)
+  Algorithm allreduce_algorithm = Algorithm::kAuto;  // TANDEM_ALLREDUCE_ALGO
+  bool deterministic = false;              // fixed reduction order, bit-identical run to run (TANDEM_DETERMINISTIC=1)
+  uint64_t chunk_bytes = 0;                // pipelining chunk; 0 = default
+};
+
+// Who this process is and where the job meets.
+struct BootstrapInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;   // index among ranks on this host
+  int local_size = 1;
+  std::string host;     // host identity used for hierarchical algorithms (defaults to hostname)
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True when complete; throws the operation's error if it failed.
+  virtual bool test() = 0;
+  // Waits until complete or the deadline passes; throws on failure or timeout.
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  // Collective over `info.size` ranks: connects a transport through `store` (borrowed for the call;
+  // the communicator keeps its own reference only if it needs the store later -- see split).
+  static std::unique_ptr<Communicator> create(const BootstrapInfo& info, std::shared_ptr<transports::KvStore> store,
+                                              const CommOptions& options);
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* transport_name() const = 0;
+  virtual const CommOptions& options() const = 0;
+
+  // Collective: ranks with equal color form a new communicator, ordered by (key, old rank).
+  // color < 0 returns nullptr for that rank (it joins no group).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Non-blocking collectives. Buffers are borrowed until the Work completes. send == recv means
+  // in place. Counts are elements per rank as in MPI: allreduce/broadcast/reduce `count` elements;
+  // reduce_scatter: send has size()*count, recv has count; allgather: send has count, recv
+  // size()*count.
+  virtual std::unique_ptr<Work> allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual std::unique_ptr<Work> broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual std::unique_ptr<Work> reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) = 0;
+  virtual std::unique_ptr<Work> barrier() = 0;
+  virtual std::unique_ptr<Work> send(const void* buf, size_t count, DType dtype, int peer, uint32_t tag) = 0;
+  virtual std::unique_ptr<Work> recv(void* buf, size_t count, DType dtype, int peer, uint32_t tag) = 0;
+
+  // Sticky failure state (after any failed operation, or an abort received from a peer).
+  virtual bool is_failed() const = 0;
+  virtual std::string failure_message() const = 0;
+  // Fails every pending operation here and tells peers (best effort) so they fail fast too.
+  virtual void abort(const std::string& reason) = 0;
+
+  // The algorithm `auto` would choose (or the override), for logs and benchmarks.
+  virtual Algorithm allreduce_algorithm_for(size_t count, DType dtype) const = 0;
+};
+
+}  // namespace tandem::engine::comm

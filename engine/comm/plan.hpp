@@ -1,0 +1,107 @@
+#pragma once
+// Collective algorithms as plans: plain data listing, for every rank, rounds of sends, receives and
+// local reductions over element ranges of the caller's buffers. The runtime's PlanExecutor runs a
+// plan on a Transport; the simulator runs the very same plan on a modelled cluster. Plans carry no
+// transport, timing or dtype-specific logic: regions are in elements; the executor multiplies by
+// the element size.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::engine::comm {
+
+enum class Collective : uint8_t {
+  kAllreduce = 0, kReduceScatter = 1, kAllgather = 2, kBroadcast = 3, kReduce = 4, kBarrier = 5,
+  kSend = 6, kRecv = 7,
+};
+
+enum class Algorithm : uint8_t {
+  kAuto = 0, kRing = 1, kHalvingDoubling = 2, kTree = 3, kHierarchical = 4,
+  kDirect = 5,         // every rank talks to every rank / the root directly (barrier, small gathers)
+  kDeterministic = 6,  // fixed reduction order (rank 0, 1, ..., n-1) whatever the world size
+};
+
+const char* collective_name(Collective c) noexcept;
+const char* algorithm_name(Algorithm a) noexcept;
+Algorithm parse_algorithm(const std::string& s);  // "auto", "ring", "hd", "tree", "hier", ...
+
+// Which buffer a region lives in. kInput is the caller's send buffer (equal to kOutput for in-place
+// calls), kOutput the caller's result buffer, kScratch a plan-sized temporary the executor owns
+// (Plan::scratch_count elements).
+enum class Buffer : uint8_t { kInput = 0, kOutput = 1, kScratch = 2 };
+
+struct Region {
+  Buffer buffer = Buffer::kOutput;
+  uint64_t offset = 0;  // elements
+  uint64_t count = 0;   // elements
+};
+
+enum class OpKind : uint8_t {
+  kSend = 0,    // send `src` to `peer`
+  kRecv = 1,    // receive from `peer` into `dst` (dst.count elements expected)
+  kCopy = 2,    // dst = src (local, same count)
+  kReduce = 3,  // dst = dst (op) src (local, same count) -- applied in list order within a round,
+                // after all of the round's transfers have completed
+};
+
+struct Op {
+  OpKind kind = OpKind::kSend;
+  int32_t peer = -1;  // kSend/kRecv only
+  Region src;         // kSend, kCopy, kReduce
+  Region dst;         // kRecv, kCopy, kReduce
+};
+
+// A round's transfers run concurrently; its local ops (kCopy, kReduce) run in order once every
+// transfer of the round has completed; the next round starts after that. A rank's rounds are
+// independent of other ranks' except through matching sends and receives: the k-th send from a to
+// b in plan order matches the k-th receive on b from a.
+struct Round {
+  std::vector<Op> ops;
+};
+
+struct RankPlan {
+  std::vector<Round> rounds;
+};
+
+struct Plan {
+  Collective collective = Collective::kAllreduce;
+  Algorithm algorithm = Algorithm::kRing;
+  int32_t world = 1;
+  int32_t root = 0;
+  uint64_t count = 0;          // elements per rank in the caller's input (see make_plan)
+  uint64_t scratch_count = 0;  // elements of scratch each rank needs
+  bool finish_avg = false;     // executor divides the output by `world` at the end (ReduceOp avg)
+  std::vector<RankPlan> ranks; // one per rank
+  std::string describe() const;  // one line: collective, algorithm, world, count, rounds
+};
+
+// Per-rank host placement, for hierarchical algorithms: host_of[r] = host index of rank r.
+struct Topology {
+  std::vector<int32_t> host_of;
+  bool multi_rank_hosts() const;
+};
+
+struct PlanRequest {
+  Collective collective = Collective::kAllreduce;
+  Algorithm algorithm = Algorithm::kAuto;
+  int32_t world = 1;
+  int32_t root = 0;
+  uint64_t count = 0;           // allreduce/broadcast/reduce: elements in the buffer;
+                                // reduce-scatter: elements of the full input (world * per-rank);
+                                // allgather: elements of the full output (world * per-rank)
+  uint64_t elem_bytes = 4;      // only for choosing an algorithm and chunk sizes, never for layout
+  uint64_t chunk_bytes = 0;     // pipeline chunk size for large buffers; 0 picks a default
+  Topology topology;            // empty: every rank on its own host
+};
+
+// Builds the plan for every rank. kAuto resolves by size and world (see choose_algorithm).
+// Throws kInvalidArgument for impossible requests (root out of range, count not divisible by world
+// where the collective requires it, ...).
+Plan make_plan(const PlanRequest& request);
+Algorithm choose_algorithm(const PlanRequest& request);
+
+// Checks a plan's internal consistency: every send has a matching receive of equal size, regions in
+// bounds, no rank waits forever. Used by tests and the simulator; throws kInternal describing the flaw.
+void validate_plan(const Plan& plan);
+
+}  // namespace tandem::engine::comm

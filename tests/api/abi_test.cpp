@@ -1,0 +1,61 @@
+#define BOOST_TEST_MODULE tandem_api
+#include <boost/test/unit_test.hpp>
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+#include "tandem/tandem.h"
+
+// Public structs are ABI: their sizes and offsets may only grow at the end.
+static_assert(sizeof(tandem_status_t) == 4);
+static_assert(sizeof(tandem_dtype_t) == 4);
+static_assert(offsetof(tandem_context_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_context_params_t, num_threads) == 8);
+static_assert(offsetof(tandem_context_params_t, log_sink) == 16);
+static_assert(offsetof(tandem_context_params_t, log_user_data) == 24);
+static_assert(offsetof(tandem_context_params_t, log_level) == 32);
+
+BOOST_AUTO_TEST_SUITE(abi_guards)
+
+BOOST_AUTO_TEST_CASE(every_exported_symbol_starts_with_tandem) {
+  const std::string cmd = std::string("nm -D --defined-only ") + TANDEM_LIB_PATH;
+  FILE* p = popen(cmd.c_str(), "r");
+  BOOST_TEST_REQUIRE(p != nullptr);
+  char line[4096];
+  int exported = 0;
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    std::string s(line);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    const auto sp = s.rfind(' ');
+    const std::string type = s.substr(sp - 1, 1);
+    const std::string name = s.substr(sp + 1);
+    if (type != "T" && type != "D" && type != "B" && type != "W" && type != "V" && type != "R") continue;
+    if (name.rfind("_init", 0) == 0 || name.rfind("_fini", 0) == 0) continue;
+    ++exported;
+    BOOST_TEST(name.rfind("tandem_", 0) == 0, "exported symbol without tandem_ prefix: " << name);
+  }
+  pclose(p);
+  BOOST_TEST(exported > 5);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_major_version_is_refused) {
+  tandem_context_t* ctx = nullptr;
+  BOOST_TEST(tandem_context_create_v((TANDEM_VERSION_MAJOR + 1) * 10000, nullptr, &ctx) == TANDEM_ERR_UNSUPPORTED);
+  BOOST_TEST(ctx == nullptr);
+  BOOST_TEST(std::string(tandem_last_error_message()).find("newer") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(create_with_only_known_bits_succeeds) {
+  tandem_context_params_t p = TANDEM_CONTEXT_PARAMS_INIT;
+  p.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
+  p.num_threads = 1;
+  tandem_context_t* ctx = nullptr;
+  BOOST_TEST(tandem_context_create(&p, &ctx) == TANDEM_OK);
+  tandem_context_destroy(ctx);
+  p.num_threads = -3;
+  BOOST_TEST(tandem_context_create(&p, &ctx) == TANDEM_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(std::string(tandem_last_error_message()).find("num_threads") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,95 @@
+#pragma once
+// The transport interface: tagged, non-blocking, two-sided messages between the ranks of one job.
+// Implementations: inproc (threads of one process), zmq (TCP), ucx (UCP tag API).
+//
+// Semantics every implementation guarantees (the conformance suite in tests/transports checks them):
+//  - A message is the concatenation of the parts given to isend; irecv scatters it into its parts in
+//    order. Messages from one peer with one tag are delivered in the order they were sent
+//    (non-overtaking); different tags or peers may complete in any order.
+//  - A receive whose parts are smaller than the message completes with truncated() == true,
+//    bytes() == the full message size, and as much data delivered as fits; it is not an error at
+//    this level (the communicator turns it into a mismatch error naming both sides).
+//  - isend returns once the parts may no longer be modified only after test() has returned true.
+//  - Nothing blocks: progress() drives completions; test() also drives progress.
+//  - A failed request throws tandem::Error (Status::kTransport or kPeerFailure) from test(),
+//    naming the peer.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem::transports {
+
+struct ConstPart {
+  const void* data;
+  size_t bytes;
+};
+struct MutPart {
+  void* data;
+  size_t bytes;
+};
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once the operation is complete. Throws tandem::Error when it failed.
+  virtual bool test() = 0;
+  // For receives: the size of the message as sent (valid once complete).
+  virtual size_t bytes() const = 0;
+  // For receives: the message was larger than the posted parts.
+  virtual bool truncated() const = 0;
+  // Best-effort cancellation of an incomplete request (used on abort and on destruction paths).
+  virtual void cancel() {}
+};
+
+struct Capabilities {
+  bool device_memory = false;  // can send from / receive into GPU memory
+  bool one_sided = false;      // supports RMA
+  bool shared_memory = false;  // uses shared memory between ranks on one host
+};
+
+// The out-of-band channel transports use to exchange addresses while connecting (the rendezvous
+// store in a real job, an in-memory map in tests).
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until the key exists; throws tandem::Error(Status::kTimeout) naming the key after timeout.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+};
+
+struct TransportOptions {
+  std::string name = "auto";     // inproc | zmq | ucx | auto
+  int rank = 0;
+  int size = 1;
+  KvStore* store = nullptr;      // borrowed; must outlive connection setup (create_transport)
+  std::string key_prefix;        // namespaces this transport's keys in the store (unique per communicator)
+  std::string bind_host = "127.0.0.1";  // address to listen on (TANDEM_IFACE_ADDR overrides)
+  std::chrono::milliseconds connect_timeout{30000};
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  virtual std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) = 0;
+  virtual std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) = 0;
+  // Drives completions; never blocks.
+  virtual void progress() = 0;
+};
+
+// Creates and connects a transport for one rank. Collective over the `size` ranks sharing the key
+// prefix: every rank must call it. "auto" picks ucx when built, else zmq (inproc is never automatic
+// across processes). Throws kInvalidArgument for an unknown name, listing the known ones.
+std::unique_ptr<Transport> create_transport(const TransportOptions& options);
+
+// Names of the transports built into this library.
+std::vector<std::string> available_transports();
+
+}  // namespace tandem::transports
