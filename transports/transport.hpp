@@ -10,6 +10,8 @@
 //    bytes() == the full message size, and as much data delivered as fits; it is not an error at
 //    this level (the communicator turns it into a mismatch error naming both sides).
 //  - isend returns once the parts may no longer be modified only after test() has returned true.
+//  - Tags are below 2^40 (UCX packs the source rank into the upper bits of its 64-bit tag).
+//  - Sending to oneself (peer == rank) works like sending to any other peer.
 //  - Nothing blocks: progress() drives completions; test() also drives progress.
 //  - A failed request throws tandem::Error (Status::kTransport or kPeerFailure) from test(),
 //    naming the peer.
