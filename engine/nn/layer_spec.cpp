@@ -1,0 +1,155 @@
+// Shape inference and cost figures of single layers.
+//
+// Elementwise FLOP counts per output element (forward / data gradient / weight gradient):
+//   batchnorm2d 4 / 5 / 2 (mean, variance, normalise + affine; backward needs both reductions),
+//   relu, relu6 1 / 1 / 0, add 1 / 0 / 0 (its gradient is a copy), max pool k*k compares / 1 / 0,
+//   avg pool k*k / k*k / 0, global average pool 1 per input element both ways, flatten 0.
+#include "engine/nn/layer_spec.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::engine::nn {
+
+std::string to_string(const Shape& s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); }
+
+namespace {
+constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
+    "conv2d", "batchnorm2d", "relu", "relu6", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "linear", "add"};
+
+int64_t pooled(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
+}  // namespace
+
+std::string_view layer_kind_name(LayerKind k) noexcept {
+  const auto i = static_cast<size_t>(k);
+  return i < kKindNames.size() ? kKindNames[i] : std::string_view("unknown");
+}
+
+LayerKind parse_layer_kind(std::string_view s) {
+  for (size_t i = 0; i < kKindNames.size(); ++i) {
+    if (kKindNames[i] == s) return static_cast<LayerKind>(i);
+  }
+  TANDEM_THROW(Status::kInvalidArgument, "unknown layer type '{}' (expected one of: {})", s,
+               fmt::join(kKindNames, ", "));
+}
+
+std::vector<std::vector<int64_t>> LayerSpec::param_shapes() const {
+  switch (kind) {
+    case LayerKind::kConv2d: {
+      std::vector<std::vector<int64_t>> p{{out_channels, in_shapes.at(0).c / groups, kernel_h, kernel_w}};
+      if (bias) p.push_back({out_channels});
+      return p;
+    }
+    case LayerKind::kLinear: {
+      std::vector<std::vector<int64_t>> p{{out_features, in_shapes.at(0).numel()}};
+      if (bias) p.push_back({out_features});
+      return p;
+    }
+    case LayerKind::kBatchNorm2d:
+      return {{in_shapes.at(0).c}, {in_shapes.at(0).c}};
+    default:
+      return {};
+  }
+}
+
+void infer(LayerSpec& l, const std::vector<Shape>& in) {
+  const std::string_view kind = layer_kind_name(l.kind);
+  const size_t want_inputs = l.kind == LayerKind::kAdd ? 2 : 1;
+  TANDEM_REQUIRE(in.size() == want_inputs, "layer '{}' ({}): takes {} input(s), got {}", l.name, kind, want_inputs,
+                 in.size());
+  for (const Shape& s : in) {
+    TANDEM_REQUIRE(s.c > 0 && s.h > 0 && s.w > 0, "layer '{}' ({}): input shape {} is empty", l.name, kind,
+                   to_string(s));
+  }
+  const Shape x = in[0];
+  l.in_shapes = in;
+  l.params = l.buffers = l.macs = 0;
+  l.fwd_flops = l.bwd_data_flops = l.bwd_weight_flops = 0;
+  Shape y = x;
+  auto check_window = [&] {
+    TANDEM_REQUIRE(l.kernel_h > 0 && l.kernel_w > 0, "layer '{}' ({}): kernel must be positive (got {}x{})", l.name,
+                   kind, l.kernel_h, l.kernel_w);
+    TANDEM_REQUIRE(l.stride > 0, "layer '{}' ({}): stride must be positive (got {})", l.name, kind, l.stride);
+    TANDEM_REQUIRE(l.padding >= 0, "layer '{}' ({}): padding must be >= 0 (got {})", l.name, kind, l.padding);
+    y.h = pooled(x.h, l.kernel_h, l.stride, l.padding);
+    y.w = pooled(x.w, l.kernel_w, l.stride, l.padding);
+    TANDEM_REQUIRE(x.h + 2 * l.padding >= l.kernel_h && x.w + 2 * l.padding >= l.kernel_w && y.h > 0 && y.w > 0,
+                   "layer '{}' ({}): a {}x{} window (stride {}, padding {}) does not fit input {}", l.name, kind,
+                   l.kernel_h, l.kernel_w, l.stride, l.padding, to_string(x));
+  };
+  switch (l.kind) {
+    case LayerKind::kConv2d: {
+      check_window();
+      TANDEM_REQUIRE(l.out_channels > 0, "layer '{}' (conv2d): out_channels must be positive (got {})", l.name,
+                     l.out_channels);
+      TANDEM_REQUIRE(l.groups > 0 && x.c % l.groups == 0 && l.out_channels % l.groups == 0,
+                     "layer '{}' (conv2d): groups {} must divide input channels {} and out_channels {}", l.name,
+                     l.groups, x.c, l.out_channels);
+      y.c = l.out_channels;
+      const int64_t outputs = y.numel();
+      l.macs = outputs * (x.c / l.groups) * l.kernel_h * l.kernel_w;
+      l.params = l.out_channels * (x.c / l.groups) * l.kernel_h * l.kernel_w + (l.bias ? l.out_channels : 0);
+      l.fwd_flops = 2.0 * l.macs + (l.bias ? outputs : 0);
+      l.bwd_data_flops = 2.0 * l.macs;
+      l.bwd_weight_flops = 2.0 * l.macs + (l.bias ? outputs : 0);
+      break;
+    }
+    case LayerKind::kLinear: {
+      TANDEM_REQUIRE(l.out_features > 0, "layer '{}' (linear): out_features must be positive (got {})", l.name,
+                     l.out_features);
+      y = Shape{l.out_features, 1, 1};
+      l.macs = x.numel() * l.out_features;
+      l.params = l.macs + (l.bias ? l.out_features : 0);
+      l.fwd_flops = 2.0 * l.macs + (l.bias ? l.out_features : 0);
+      l.bwd_data_flops = 2.0 * l.macs;
+      l.bwd_weight_flops = 2.0 * l.macs + (l.bias ? l.out_features : 0);
+      break;
+    }
+    case LayerKind::kBatchNorm2d: {
+      TANDEM_REQUIRE(l.eps > 0, "layer '{}' (batchnorm2d): eps must be positive (got {})", l.name, l.eps);
+      TANDEM_REQUIRE(l.momentum >= 0 && l.momentum <= 1, "layer '{}' (batchnorm2d): momentum must be in [0, 1] (got {})",
+                     l.name, l.momentum);
+      l.params = 2 * x.c;
+      l.buffers = 2 * x.c;
+      l.fwd_flops = 4.0 * x.numel();
+      l.bwd_data_flops = 5.0 * x.numel();
+      l.bwd_weight_flops = 2.0 * x.numel();
+      break;
+    }
+    case LayerKind::kReLU:
+    case LayerKind::kReLU6:
+      l.fwd_flops = l.bwd_data_flops = static_cast<double>(x.numel());
+      break;
+    case LayerKind::kMaxPool2d:
+    case LayerKind::kAvgPool2d: {
+      check_window();
+      const double window = static_cast<double>(l.kernel_h * l.kernel_w);
+      l.fwd_flops = window * y.numel();
+      l.bwd_data_flops = l.kind == LayerKind::kMaxPool2d ? static_cast<double>(y.numel()) : window * y.numel();
+      break;
+    }
+    case LayerKind::kGlobalAvgPool:
+      y = Shape{x.c, 1, 1};
+      l.fwd_flops = l.bwd_data_flops = static_cast<double>(x.numel());
+      break;
+    case LayerKind::kFlatten:
+      y = Shape{x.numel(), 1, 1};
+      break;
+    case LayerKind::kAdd:
+      TANDEM_REQUIRE(in[0] == in[1], "layer '{}' (add): input shapes differ ({} vs {})", l.name, to_string(in[0]),
+                     to_string(in[1]));
+      l.fwd_flops = static_cast<double>(x.numel());
+      break;
+  }
+  l.out_shape = y;
+  l.activation_bytes = y.numel() * 4;
+  l.needs_input_grad = false;
+  for (int32_t p : l.inputs) l.needs_input_grad = l.needs_input_grad || p != kModelInput;
+  if (l.inputs.empty()) l.needs_input_grad = true;  // not wired yet: assume an inner layer
+  if (!l.needs_input_grad) l.bwd_data_flops = 0;
+}
+
+}  // namespace tandem::engine::nn

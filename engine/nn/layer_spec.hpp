@@ -1,0 +1,77 @@
+#pragma once
+// FLOPs are per sample: a multiply-add is 2 FLOPs; backward ~= 2x forward, split into the data gradient (~= forward) and
+// the weight gradient (~= forward); elementwise layers count their arithmetic per element (see layer_spec.cpp).
+//
+// Layer specs are pure data (no compute): shapes, parameter counts, FLOPs and activation bytes. The engine executes
+// them and the simulator prices them, so both see the same workload.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::engine::nn {
+
+// One sample's shape (the batch dimension is implicit). Flat features are {features, 1, 1}.
+struct Shape {
+  int64_t c = 0, h = 1, w = 1;
+  int64_t numel() const noexcept { return c * h * w; }
+  friend bool operator==(const Shape&, const Shape&) = default;
+};
+std::string to_string(const Shape& s);  // "3x32x32"
+
+enum class LayerKind : int32_t {
+  kConv2d = 0,         // groups make it depthwise; optional bias
+  kBatchNorm2d = 1,    // per-channel affine, running statistics
+  kReLU = 2,
+  kReLU6 = 3,
+  kMaxPool2d = 4,
+  kAvgPool2d = 5,
+  kGlobalAvgPool = 6,  // CxHxW -> Cx1x1
+  kFlatten = 7,        // CxHxW -> (C*H*W)x1x1 (a view; no compute)
+  kLinear = 8,         // consumes its input flattened
+  kAdd = 9,            // elementwise sum of two inputs (residual connections)
+};
+constexpr int kNumLayerKinds = 10;
+
+std::string_view layer_kind_name(LayerKind k) noexcept;  // "conv2d", "batchnorm2d", ...
+// Parses a kind name; throws kInvalidArgument listing the valid names.
+LayerKind parse_layer_kind(std::string_view s);
+
+// The model input as a producer index in LayerSpec::inputs.
+constexpr int32_t kModelInput = -1;
+
+struct LayerSpec {
+  // --- given ---
+  std::string name;
+  LayerKind kind = LayerKind::kReLU;
+  std::vector<int32_t> inputs;  // producer layer indices (earlier layers) or kModelInput; kAdd takes two
+  int64_t out_channels = 0;     // conv2d
+  int64_t out_features = 0;     // linear
+  int64_t kernel_h = 1, kernel_w = 1, stride = 1, padding = 0, groups = 1;  // conv2d / pooling
+  bool bias = true;             // conv2d / linear
+  float eps = 1e-5f;            // batchnorm2d
+  float momentum = 0.1f;        // batchnorm2d: running = (1 - momentum) * running + momentum * batch
+
+  // --- derived by infer() ---
+  std::vector<Shape> in_shapes;
+  Shape out_shape;
+  int64_t params = 0;             // learnable scalars
+  int64_t buffers = 0;            // non-learnable state (batch norm running mean and variance)
+  int64_t macs = 0;               // multiply-adds in the forward pass (conv2d / linear only)
+  double fwd_flops = 0;           // per sample
+  double bwd_data_flops = 0;      // per sample; 0 when no input needs a gradient (fed by the model input)
+  double bwd_weight_flops = 0;    // per sample; 0 for layers without parameters
+  int64_t activation_bytes = 0;   // per sample: the f32 output this layer produces
+  bool needs_input_grad = true;   // false when every input is the model input
+
+  double bwd_flops() const noexcept { return bwd_data_flops + bwd_weight_flops; }
+  int64_t param_bytes() const noexcept { return params * 4; }
+  // Learnable tensor shapes in order (weight, then bias; batch norm: gamma, beta); their sizes sum to params.
+  std::vector<std::vector<int64_t>> param_shapes() const;
+};
+
+// Fills the derived fields of `layer` from the shapes of its inputs. Throws kInvalidArgument naming the layer and
+// the reason (bad kernel, output smaller than 1x1, channel mismatch, ...).
+void infer(LayerSpec& layer, const std::vector<Shape>& inputs);
+
+}  // namespace tandem::engine::nn
