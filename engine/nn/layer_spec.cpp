@@ -1,4 +1,4 @@
-// Shape inference and cost figures of single layers.
+// SampleShape inference and cost figures of single layers.
 //
 // Elementwise FLOP counts per output element (forward / data gradient / weight gradient):
 //   batchnorm2d 4 / 5 / 2 (mean, variance, normalise + affine; backward needs both reductions),
@@ -14,7 +14,7 @@
 
 namespace tandem::engine::nn {
 
-std::string to_string(const Shape& s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); }
+std::string to_string(const SampleShape& s) { return fmt::format("{}x{}x{}", s.c, s.h, s.w); }
 
 namespace {
 constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
@@ -55,20 +55,20 @@ std::vector<std::vector<int64_t>> LayerSpec::param_shapes() const {
   }
 }
 
-void infer(LayerSpec& l, const std::vector<Shape>& in) {
+void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
   const std::string_view kind = layer_kind_name(l.kind);
   const size_t want_inputs = l.kind == LayerKind::kAdd ? 2 : 1;
   TANDEM_REQUIRE(in.size() == want_inputs, "layer '{}' ({}): takes {} input(s), got {}", l.name, kind, want_inputs,
                  in.size());
-  for (const Shape& s : in) {
+  for (const SampleShape& s : in) {
     TANDEM_REQUIRE(s.c > 0 && s.h > 0 && s.w > 0, "layer '{}' ({}): input shape {} is empty", l.name, kind,
                    to_string(s));
   }
-  const Shape x = in[0];
+  const SampleShape x = in[0];
   l.in_shapes = in;
   l.params = l.buffers = l.macs = 0;
   l.fwd_flops = l.bwd_data_flops = l.bwd_weight_flops = 0;
-  Shape y = x;
+  SampleShape y = x;
   auto check_window = [&] {
     TANDEM_REQUIRE(l.kernel_h > 0 && l.kernel_w > 0, "layer '{}' ({}): kernel must be positive (got {}x{})", l.name,
                    kind, l.kernel_h, l.kernel_w);
@@ -100,7 +100,7 @@ void infer(LayerSpec& l, const std::vector<Shape>& in) {
     case LayerKind::kLinear: {
       TANDEM_REQUIRE(l.out_features > 0, "layer '{}' (linear): out_features must be positive (got {})", l.name,
                      l.out_features);
-      y = Shape{l.out_features, 1, 1};
+      y = SampleShape{l.out_features, 1, 1};
       l.macs = x.numel() * l.out_features;
       l.params = l.macs + (l.bias ? l.out_features : 0);
       l.fwd_flops = 2.0 * l.macs + (l.bias ? l.out_features : 0);
@@ -132,11 +132,11 @@ void infer(LayerSpec& l, const std::vector<Shape>& in) {
       break;
     }
     case LayerKind::kGlobalAvgPool:
-      y = Shape{x.c, 1, 1};
+      y = SampleShape{x.c, 1, 1};
       l.fwd_flops = l.bwd_data_flops = static_cast<double>(x.numel());
       break;
     case LayerKind::kFlatten:
-      y = Shape{x.numel(), 1, 1};
+      y = SampleShape{x.numel(), 1, 1};
       break;
     case LayerKind::kAdd:
       TANDEM_REQUIRE(in[0] == in[1], "layer '{}' (add): input shapes differ ({} vs {})", l.name, to_string(in[0]),

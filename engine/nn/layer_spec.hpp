@@ -11,13 +11,13 @@
 
 namespace tandem::engine::nn {
 
-// One sample's shape (the batch dimension is implicit). Flat features are {features, 1, 1}.
-struct Shape {
+// One sample's shape (the batch dimension is implicit; tandem::Shape is a tensor's full shape). Flat features are {features, 1, 1}.
+struct SampleShape {
   int64_t c = 0, h = 1, w = 1;
   int64_t numel() const noexcept { return c * h * w; }
-  friend bool operator==(const Shape&, const Shape&) = default;
+  friend bool operator==(const SampleShape&, const SampleShape&) = default;
 };
-std::string to_string(const Shape& s);  // "3x32x32"
+std::string to_string(const SampleShape& s);  // "3x32x32"
 
 enum class LayerKind : int32_t {
   kConv2d = 0,         // groups make it depthwise; optional bias
@@ -53,8 +53,8 @@ struct LayerSpec {
   float momentum = 0.1f;        // batchnorm2d: running = (1 - momentum) * running + momentum * batch
 
   // --- derived by infer() ---
-  std::vector<Shape> in_shapes;
-  Shape out_shape;
+  std::vector<SampleShape> in_shapes;
+  SampleShape out_shape;
   int64_t params = 0;             // learnable scalars
   int64_t buffers = 0;            // non-learnable state (batch norm running mean and variance)
   int64_t macs = 0;               // multiply-adds in the forward pass (conv2d / linear only)
@@ -72,6 +72,6 @@ struct LayerSpec {
 
 // Fills the derived fields of `layer` from the shapes of its inputs. Throws kInvalidArgument naming the layer and
 // the reason (bad kernel, output smaller than 1x1, channel mismatch, ...).
-void infer(LayerSpec& layer, const std::vector<Shape>& inputs);
+void infer(LayerSpec& layer, const std::vector<SampleShape>& inputs);
 
 }  // namespace tandem::engine::nn

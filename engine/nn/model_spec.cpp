@@ -13,7 +13,7 @@ namespace tandem::engine::nn {
 
 using nlohmann::json;
 
-const Shape& ModelSpec::output() const {
+const SampleShape& ModelSpec::output() const {
   return layers.empty() ? input : layers.back().out_shape;
 }
 
@@ -56,7 +56,7 @@ int32_t ModelSpec::find(const std::string& layer_name) const {
 void ModelSpec::infer_all() {
   TANDEM_REQUIRE(input.numel() > 0, "model '{}': input shape {} is empty", name, to_string(input));
   for (size_t i = 0; i < layers.size(); ++i) {
-    std::vector<Shape> in;
+    std::vector<SampleShape> in;
     for (int32_t p : layers[i].inputs) {
       TANDEM_REQUIRE(p == kModelInput || (p >= 0 && static_cast<size_t>(p) < i),
                      "layer '{}' (#{}) reads layer #{}, which does not come before it", layers[i].name, i, p);
@@ -68,7 +68,7 @@ void ModelSpec::infer_all() {
 
 // ---- builder ------------------------------------------------------------------------------------
 
-ModelBuilder::ModelBuilder(std::string name, Shape input) {
+ModelBuilder::ModelBuilder(std::string name, SampleShape input) {
   spec_.name = std::move(name);
   spec_.input = input;
   TANDEM_REQUIRE(input.c > 0 && input.h > 0 && input.w > 0, "model '{}': input shape {} must be positive",
@@ -82,7 +82,7 @@ int32_t ModelBuilder::resolve(int32_t from) const {
   return from;
 }
 
-const Shape& ModelBuilder::shape_of(int32_t index) const {
+const SampleShape& ModelBuilder::shape_of(int32_t index) const {
   return index == kModelInput ? spec_.input : spec_.layers.at(static_cast<size_t>(index)).out_shape;
 }
 
@@ -92,7 +92,7 @@ int32_t ModelBuilder::push(LayerSpec layer) {
   for (const LayerSpec& l : spec_.layers) {
     TANDEM_REQUIRE(l.name != layer.name, "model '{}': layer name '{}' is used twice", spec_.name, layer.name);
   }
-  std::vector<Shape> in;
+  std::vector<SampleShape> in;
   for (int32_t p : layer.inputs) {
     TANDEM_REQUIRE(p == kModelInput || (p >= 0 && p < index), "layer '{}': input #{} does not come before it",
                    layer.name, p);
@@ -230,8 +230,8 @@ ModelSpec model_from_json(const json& j) {
     TANDEM_REQUIRE(d.is_number_integer() && d.get<int64_t>() > 0, "input: dimensions must be positive integers (got {})",
                    in.dump());
   }
-  Shape input = in.size() == 3 ? Shape{in[0].get<int64_t>(), in[1].get<int64_t>(), in[2].get<int64_t>()}
-                               : Shape{in[0].get<int64_t>(), 1, 1};
+  SampleShape input = in.size() == 3 ? SampleShape{in[0].get<int64_t>(), in[1].get<int64_t>(), in[2].get<int64_t>()}
+                               : SampleShape{in[0].get<int64_t>(), 1, 1};
   TANDEM_REQUIRE(j.contains("layers"), "layers: missing");
   const json& layers = j["layers"];
   TANDEM_REQUIRE(layers.is_array() && !layers.empty(), "layers: must be a non-empty array (got {})",

@@ -23,10 +23,10 @@ struct ModelTotals {
 
 struct ModelSpec {
   std::string name;
-  Shape input;
+  SampleShape input;
   std::vector<LayerSpec> layers;
 
-  const Shape& output() const;     // the last layer's output shape
+  const SampleShape& output() const;     // the last layer's output shape
   int64_t num_classes() const;     // output().numel() (a classifier's logits)
   ModelTotals totals() const { return totals(0, layers.size()); }
   ModelTotals totals(size_t begin, size_t end) const;  // a stage [begin, end)
@@ -44,7 +44,7 @@ struct ModelSpec {
 class ModelBuilder {
  public:
   static constexpr int32_t kPrev = -2;
-  ModelBuilder(std::string name, Shape input);
+  ModelBuilder(std::string name, SampleShape input);
 
   int32_t conv(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, int64_t groups = 1,
                bool bias = true, int32_t from = kPrev, std::string name = "");
@@ -61,7 +61,7 @@ class ModelBuilder {
   int32_t push(LayerSpec layer);
 
   int32_t last() const { return static_cast<int32_t>(spec_.layers.size()) - 1; }
-  const Shape& shape_of(int32_t index) const;
+  const SampleShape& shape_of(int32_t index) const;
   const ModelSpec& spec() const { return spec_; }
   ModelSpec build() &&;
 

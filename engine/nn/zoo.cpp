@@ -12,7 +12,7 @@ namespace {
 
 using B = ModelBuilder;
 
-ModelSpec mlp(Shape in, int64_t classes) {
+ModelSpec mlp(SampleShape in, int64_t classes) {
   B b("mlp", in);
   b.flatten();
   b.linear(512, true, B::kPrev, "fc1");
@@ -23,7 +23,7 @@ ModelSpec mlp(Shape in, int64_t classes) {
   return std::move(b).build();
 }
 
-ModelSpec lenet5(Shape in, int64_t classes) {
+ModelSpec lenet5(SampleShape in, int64_t classes) {
   B b("lenet5", in);
   b.conv(6, 5, 1, 2, 1, true, B::kPrev, "conv1");
   b.relu();
@@ -50,7 +50,7 @@ int32_t conv_bn(B& b, const std::string& prefix, int64_t out, int64_t k, int64_t
   return y;
 }
 
-ModelSpec resnet18(Shape in, int64_t classes) {
+ModelSpec resnet18(SampleShape in, int64_t classes) {
   B b("resnet18", in);
   int32_t x = conv_bn(b, "stem", 64, 3, 1, 1, 1, B::kPrev, 1);
   int64_t channels = 64;
@@ -81,7 +81,7 @@ int64_t make_divisible(double v, int64_t divisor = 8) {
   return r;
 }
 
-ModelSpec mobilenetv2(Shape in, int64_t classes, double wm) {
+ModelSpec mobilenetv2(SampleShape in, int64_t classes, double wm) {
   TANDEM_REQUIRE(wm > 0 && wm <= 4, "mobilenetv2: width multiplier {} out of range (0, 4]", wm);
   B b(wm == 1.0 ? std::string("mobilenetv2") : fmt::format("mobilenetv2_x{}", wm), in);
   // CIFAR stem: the first convolution and the 24-channel stage keep stride 1 (ImageNet uses 2 for both).
@@ -112,7 +112,7 @@ ModelSpec mobilenetv2(Shape in, int64_t classes, double wm) {
   return std::move(b).build();
 }
 
-ModelSpec vgg16(Shape in, int64_t classes) {
+ModelSpec vgg16(SampleShape in, int64_t classes) {
   B b("vgg16", in);
   const int64_t cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
   int conv_i = 0, pool_i = 0;
@@ -131,7 +131,7 @@ ModelSpec vgg16(Shape in, int64_t classes) {
   return std::move(b).build();
 }
 
-ModelSpec alexnet(Shape in, int64_t classes) {
+ModelSpec alexnet(SampleShape in, int64_t classes) {
   // The 11x11/4 ImageNet stem becomes 3x3/2 so that 32x32 inputs keep 2x2 maps before the classifier.
   B b("alexnet", in);
   b.conv(64, 3, 2, 1, 1, true, B::kPrev, "conv1");
@@ -168,13 +168,13 @@ bool is_zoo_model(std::string_view name) noexcept {
   return std::find(n.begin(), n.end(), name) != n.end();
 }
 
-Shape zoo_default_input(std::string_view name) {
-  if (name == "mlp" || name == "lenet5") return Shape{1, 28, 28};
+SampleShape zoo_default_input(std::string_view name) {
+  if (name == "mlp" || name == "lenet5") return SampleShape{1, 28, 28};
   TANDEM_REQUIRE(is_zoo_model(name), "unknown model '{}' (zoo: {})", name, fmt::join(zoo_names(), ", "));
-  return Shape{3, 32, 32};
+  return SampleShape{3, 32, 32};
 }
 
-ModelSpec zoo_model(std::string_view name, Shape input, int64_t num_classes, const ZooOptions& options) {
+ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classes, const ZooOptions& options) {
   TANDEM_REQUIRE(num_classes > 0, "model '{}': class count must be positive (got {})", name, num_classes);
   TANDEM_REQUIRE(input.c > 0 && input.h > 0 && input.w > 0, "model '{}': input shape {} must be positive", name,
                  to_string(input));

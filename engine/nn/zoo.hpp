@@ -17,8 +17,8 @@ struct ZooOptions {
 const std::vector<std::string>& zoo_names();
 bool is_zoo_model(std::string_view name) noexcept;
 // The input a zoo model is usually trained on: 1x28x28 (Fashion-MNIST) for mlp and lenet5, 3x32x32 (CIFAR) otherwise.
-Shape zoo_default_input(std::string_view name);
+SampleShape zoo_default_input(std::string_view name);
 // Throws kInvalidArgument for an unknown name (listing the valid ones) or a bad input/class count.
-ModelSpec zoo_model(std::string_view name, Shape input, int64_t num_classes, const ZooOptions& options = {});
+ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classes, const ZooOptions& options = {});
 
 }  // namespace tandem::engine::nn

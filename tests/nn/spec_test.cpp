@@ -19,7 +19,7 @@ using tandem::Error;
 using tandem::Status;
 
 namespace tandem::engine::nn {
-std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << to_string(s); }
+std::ostream& operator<<(std::ostream& os, const SampleShape& s) { return os << to_string(s); }
 }  // namespace tandem::engine::nn
 
 namespace {
@@ -49,8 +49,8 @@ BOOST_AUTO_TEST_CASE(conv_output_shape_params_and_flops) {
   l.kernel_h = l.kernel_w = 3;
   l.stride = 2;
   l.padding = 1;
-  infer(l, {Shape{4, 9, 7}});
-  BOOST_TEST(l.out_shape == (Shape{8, 5, 4}));            // (9+2-3)/2+1 = 5, (7+2-3)/2+1 = 4
+  infer(l, {SampleShape{4, 9, 7}});
+  BOOST_TEST(l.out_shape == (SampleShape{8, 5, 4}));            // (9+2-3)/2+1 = 5, (7+2-3)/2+1 = 4
   BOOST_TEST(l.params == 8 * 4 * 9 + 8);
   BOOST_TEST(l.macs == 8 * 5 * 4 * 4 * 9);
   BOOST_TEST(l.fwd_flops == 2.0 * l.macs + 8 * 5 * 4);      // + one add per output for the bias
@@ -68,7 +68,7 @@ BOOST_AUTO_TEST_CASE(depthwise_conv_divides_by_groups) {
   l.kernel_h = l.kernel_w = 3;
   l.padding = 1;
   l.bias = false;
-  infer(l, {Shape{32, 8, 8}});
+  infer(l, {SampleShape{32, 8, 8}});
   BOOST_TEST(l.params == 32 * 9);
   BOOST_TEST(l.macs == 32 * 64 * 9);
   BOOST_TEST(l.param_shapes().size() == 1u);
@@ -79,7 +79,7 @@ BOOST_AUTO_TEST_CASE(first_layer_has_no_data_gradient) {
   l.kind = LayerKind::kLinear;
   l.inputs = {kModelInput};
   l.out_features = 10;
-  infer(l, {Shape{20, 1, 1}});
+  infer(l, {SampleShape{20, 1, 1}});
   BOOST_TEST(!l.needs_input_grad);
   BOOST_TEST(l.bwd_data_flops == 0.0);
   BOOST_TEST(l.bwd_weight_flops == 2.0 * 200 + 10);
@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(window_that_does_not_fit_is_refused_naming_the_layer) {
   l.inputs = {0};
   l.kernel_h = l.kernel_w = 3;
   l.stride = 2;
-  expect_error([&] { infer(l, {Shape{4, 2, 2}}); }, Status::kInvalidArgument, {"pool9", "does not fit", "4x2x2"});
+  expect_error([&] { infer(l, {SampleShape{4, 2, 2}}); }, Status::kInvalidArgument, {"pool9", "does not fit", "4x2x2"});
 }
 
 BOOST_AUTO_TEST_CASE(add_requires_equal_shapes) {
@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE(add_requires_equal_shapes) {
   l.name = "sum";
   l.kind = LayerKind::kAdd;
   l.inputs = {0, 1};
-  expect_error([&] { infer(l, {Shape{4, 2, 2}, Shape{4, 2, 3}}); }, Status::kInvalidArgument, {"sum", "differ"});
+  expect_error([&] { infer(l, {SampleShape{4, 2, 2}, SampleShape{4, 2, 3}}); }, Status::kInvalidArgument, {"sum", "differ"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -138,28 +138,28 @@ BOOST_AUTO_TEST_CASE(flop_totals_follow_the_convention) {
 }
 
 BOOST_AUTO_TEST_CASE(shapes_follow_any_input_and_class_count) {
-  const ModelSpec r = zoo_model("resnet18", Shape{1, 64, 48}, 100);
-  BOOST_TEST(r.output() == (Shape{100, 1, 1}));
+  const ModelSpec r = zoo_model("resnet18", SampleShape{1, 64, 48}, 100);
+  BOOST_TEST(r.output() == (SampleShape{100, 1, 1}));
   BOOST_TEST(r.num_classes() == 100);
-  BOOST_TEST(r.layers[r.find("layer4.1.relu")].out_shape == (Shape{512, 8, 6}));
-  const ModelSpec l = zoo_model("lenet5", Shape{3, 32, 32}, 10);
-  BOOST_TEST(l.layers[l.find("fc1")].in_shapes[0] == (Shape{576, 1, 1}));  // 16 x 6 x 6
-  const ModelSpec m = zoo_model("mobilenetv2", Shape{3, 32, 32}, 10);
-  BOOST_TEST(m.layers[m.find("head.conv")].out_shape == (Shape{1280, 4, 4}));
+  BOOST_TEST(r.layers[r.find("layer4.1.relu")].out_shape == (SampleShape{512, 8, 6}));
+  const ModelSpec l = zoo_model("lenet5", SampleShape{3, 32, 32}, 10);
+  BOOST_TEST(l.layers[l.find("fc1")].in_shapes[0] == (SampleShape{576, 1, 1}));  // 16 x 6 x 6
+  const ModelSpec m = zoo_model("mobilenetv2", SampleShape{3, 32, 32}, 10);
+  BOOST_TEST(m.layers[m.find("head.conv")].out_shape == (SampleShape{1280, 4, 4}));
 }
 
 BOOST_AUTO_TEST_CASE(width_multiplier_scales_mobilenet) {
   const int64_t full = zoo("mobilenetv2").totals().params;
-  const ModelSpec half = zoo_model("mobilenetv2", Shape{3, 32, 32}, 10, ZooOptions{0.5});
+  const ModelSpec half = zoo_model("mobilenetv2", SampleShape{3, 32, 32}, 10, ZooOptions{0.5});
   BOOST_TEST(half.layers[half.find("stem.conv")].out_shape.c == 16);
   BOOST_TEST(half.layers[half.find("head.conv")].out_shape.c == 1280);  // the head never shrinks below 1280
   BOOST_TEST(half.totals().params < full);
 }
 
 BOOST_AUTO_TEST_CASE(too_small_input_and_unknown_names_are_refused) {
-  expect_error([] { zoo_model("vgg16", Shape{3, 16, 16}, 10); }, Status::kInvalidArgument, {"pool5"});
-  expect_error([] { zoo_model("resnet19", Shape{3, 32, 32}, 10); }, Status::kInvalidArgument, {"resnet19", "resnet18"});
-  expect_error([] { zoo_model("mlp", Shape{1, 28, 28}, 0); }, Status::kInvalidArgument, {"class count"});
+  expect_error([] { zoo_model("vgg16", SampleShape{3, 16, 16}, 10); }, Status::kInvalidArgument, {"pool5"});
+  expect_error([] { zoo_model("resnet19", SampleShape{3, 32, 32}, 10); }, Status::kInvalidArgument, {"resnet19", "resnet18"});
+  expect_error([] { zoo_model("mlp", SampleShape{1, 28, 28}, 0); }, Status::kInvalidArgument, {"class count"});
 }
 
 BOOST_AUTO_TEST_CASE(residual_cuts_report_crossing_tensors) {
@@ -202,8 +202,8 @@ BOOST_AUTO_TEST_CASE(reads_a_residual_custom_model) {
   BOOST_TEST(m.name == "tiny");
   BOOST_TEST(m.layers[3].inputs == (std::vector<int32_t>{2, 1}));
   BOOST_TEST(m.layers[3].name == "add3");
-  BOOST_TEST(m.layers[4].out_shape == (Shape{4, 4, 4}));  // pooling stride defaults to the kernel
-  BOOST_TEST(m.output() == (Shape{3, 1, 1}));
+  BOOST_TEST(m.layers[4].out_shape == (SampleShape{4, 4, 4}));  // pooling stride defaults to the kernel
+  BOOST_TEST(m.output() == (SampleShape{3, 1, 1}));
   BOOST_TEST(m.totals().params == (4 * 9 + 4) + (4 * 4 * 9) + (64 * 3 + 3));
 }
 
