@@ -9,12 +9,25 @@
 //  - A receive whose parts are smaller than the message completes with truncated() == true,
 //    bytes() == the full message size, and as much data delivered as fits; it is not an error at
 //    this level (the communicator turns it into a mismatch error naming both sides).
-//  - isend returns once the parts may no longer be modified only after test() has returned true.
+//  - The parts given to isend may not be modified (nor irecv's read) until test() has returned true.
 //  - Tags are below 2^40 (UCX packs the source rank into the upper bits of its 64-bit tag).
 //  - Sending to oneself (peer == rank) works like sending to any other peer.
 //  - Nothing blocks: progress() drives completions; test() also drives progress.
 //  - A failed request throws tandem::Error (Status::kTransport or kPeerFailure) from test(),
 //    naming the peer.
+//  - A send may not complete before the peer posts the matching receive (large messages use a
+//    rendezvous on inproc and ucx), so post receives before waiting on sends, as with MPI_Send.
+//  - Peer failure: when a peer's transport is destroyed (or, for zmq/ucx, its process dies), every
+//    receive pending from it fails with kPeerFailure naming that rank, and so do later receives
+//    from it and sends to it; messages it finished sending before are still delivered.
+//  - Lifetimes: requests may outlive their transport. Destroying an incomplete request cancels it;
+//    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
+//    Destroying a transport cancels its own incomplete requests (their test() throws kTransport).
+//    The parts of a send must stay valid until it completes or the transport is destroyed, even
+//    if the request is cancelled or destroyed first: a message handed to the wire (zmq's zero-copy
+//    frames) cannot be recalled, only dropped with the transport.
+//  - Threads: one transport may be used from several threads at once (isend, irecv, progress and
+//    the requests' test/cancel are thread-safe); the ranks of one job each own their transport.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

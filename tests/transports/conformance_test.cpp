@@ -1,0 +1,339 @@
+// The one conformance suite every transport passes: each case runs over every built transport and
+// several world sizes, ranks being threads of this process.
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "tests/transports/harness.hpp"
+
+namespace bdata = boost::unit_test::data;
+using namespace tandem;
+using namespace tandem::transports;
+using namespace tandem::transports::testing;
+
+namespace {
+
+std::unique_ptr<Request> send_bytes(Transport& t, int peer, uint64_t tag, const std::vector<unsigned char>& v) {
+  ConstPart p{v.data(), v.size()};
+  return t.isend(peer, tag, std::span<const ConstPart>(&p, 1));
+}
+std::unique_ptr<Request> recv_bytes(Transport& t, int peer, uint64_t tag, std::vector<unsigned char>& v) {
+  MutPart p{v.data(), v.size()};
+  return t.irecv(peer, tag, std::span<const MutPart>(&p, 1));
+}
+
+const auto kTransports = bdata::make(available_transports());
+const auto kWorlds = bdata::make({2, 3, 4});
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(transport_conformance)
+
+BOOST_DATA_TEST_CASE(ping_pong_returns_each_message_intact, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const int partner = r.rank ^ 1;
+    if (partner >= r.size) return;
+    for (int round = 0; round < 20; ++round) {
+      const size_t bytes = size_t{1} << (round % 18);  // 1 B .. 128 KiB
+      if (r.rank % 2 == 0) {
+        auto out = payload(r.rank, partner, round, bytes);
+        std::vector<unsigned char> back(bytes);
+        auto rq = recv_bytes(r.t, partner, 7, back);
+        auto sq = send_bytes(r.t, partner, 7, out);
+        wait(r.t, *sq);
+        wait(r.t, *rq);
+        CHECK_RANK(rq->bytes() == bytes);
+        CHECK_RANK(!rq->truncated());
+        CHECK_RANK((back == payload(partner, r.rank, round, bytes)));
+      } else {
+        std::vector<unsigned char> in(bytes);
+        auto rq = recv_bytes(r.t, partner, 7, in);
+        wait(r.t, *rq);
+        CHECK_RANK((in == payload(partner, r.rank, round, bytes)));
+        auto out = payload(r.rank, partner, round, bytes);
+        auto sq = send_bytes(r.t, partner, 7, out);
+        wait(r.t, *sq);
+      }
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(all_to_all_delivers_every_pair_including_self, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const size_t bytes = 3000 + 17 * r.rank;  // sizes differ by sender
+    std::vector<std::vector<unsigned char>> out(r.size), in(r.size);
+    std::vector<std::unique_ptr<Request>> reqs;
+    for (int p = 0; p < r.size; ++p) {
+      in[p].resize(3000 + 17 * p);
+      reqs.push_back(recv_bytes(r.t, p, 11, in[p]));
+    }
+    for (int p = 0; p < r.size; ++p) {
+      out[p] = payload(r.rank, p, 0, bytes);
+      reqs.push_back(send_bytes(r.t, p, 11, out[p]));
+    }
+    wait_all(r.t, reqs);
+    for (int p = 0; p < r.size; ++p) {
+      CHECK_RANK(reqs[p]->bytes() == in[p].size());
+      CHECK_RANK((in[p] == payload(p, r.rank, 0, in[p].size())), "rank " << r.rank << " from " << p);
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(many_tags_in_flight_match_by_tag, kTransports* kWorlds, name, n) {
+  constexpr int kTags = 64;
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    std::vector<std::vector<unsigned char>> out(kTags), in(kTags);
+    std::vector<std::unique_ptr<Request>> recvs(kTags), sends;
+    for (int i = kTags - 1; i >= 0; --i) {  // posted in the reverse of the sending order
+      in[i].resize(100 + i * 1000);
+      recvs[i] = recv_bytes(r.t, prev, 1000 + i, in[i]);
+    }
+    for (int i = 0; i < kTags; ++i) {
+      out[i] = payload(r.rank, next, i, 100 + i * 1000);
+      sends.push_back(send_bytes(r.t, next, 1000 + i, out[i]));
+    }
+    wait_all(r.t, sends);
+    for (int i = 0; i < kTags; ++i) {
+      wait(r.t, *recvs[i]);
+      CHECK_RANK((in[i] == payload(prev, r.rank, i, in[i].size())), "tag " << 1000 + i);
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(messages_with_one_peer_and_tag_arrive_in_send_order, kTransports* kWorlds, name, n) {
+  constexpr int kMessages = 40;
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    std::vector<std::vector<unsigned char>> out(kMessages);
+    std::vector<std::unique_ptr<Request>> sends;
+    // Alternate small (eager) and large (rendezvous on transports that have one) messages.
+    for (int i = 0; i < kMessages; ++i) {
+      out[i] = payload(r.rank, next, i, i % 2 ? 200000 : 64);
+      sends.push_back(send_bytes(r.t, next, 5, out[i]));
+    }
+    r.sync.arrive_and_wait();  // the sends are queued before any receive is posted
+    for (int i = 0; i < kMessages; ++i) {
+      std::vector<unsigned char> in(200000);
+      auto rq = recv_bytes(r.t, prev, 5, in);
+      wait(r.t, *rq);
+      const size_t expect = i % 2 ? 200000 : 64;
+      CHECK_RANK(rq->bytes() == expect, "message " << i);
+      in.resize(expect);
+      CHECK_RANK((in == payload(prev, r.rank, i, expect)), "message " << i);
+    }
+    wait_all(r.t, sends);
+  });
+}
+
+BOOST_DATA_TEST_CASE(a_later_tag_can_complete_before_an_earlier_one, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    auto a = payload(r.rank, next, 1, 5000), b = payload(r.rank, next, 2, 300000);
+    auto sa = send_bytes(r.t, next, 100, a);
+    auto sb = send_bytes(r.t, next, 200, b);
+    std::vector<unsigned char> ib(300000), ia(5000);
+    auto rb = recv_bytes(r.t, prev, 200, ib);
+    wait(r.t, *rb);  // tag 200 completes while tag 100 has no receive posted
+    CHECK_RANK((ib == payload(prev, r.rank, 2, ib.size())));
+    auto ra = recv_bytes(r.t, prev, 100, ia);
+    wait(r.t, *ra);
+    CHECK_RANK((ia == payload(prev, r.rank, 1, ia.size())));
+    wait(r.t, *sa);
+    wait(r.t, *sb);
+  });
+}
+
+BOOST_DATA_TEST_CASE(self_send_works_before_and_after_the_receive_is_posted, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    for (size_t bytes : {size_t{16}, size_t{1} << 20}) {
+      auto out = payload(r.rank, r.rank, 3, bytes);
+      std::vector<unsigned char> in1(bytes), in2(bytes);
+      auto early = recv_bytes(r.t, r.rank, 9, in1);  // posted first
+      auto s1 = send_bytes(r.t, r.rank, 9, out);
+      auto s2 = send_bytes(r.t, r.rank, 9, out);     // sent first
+      auto late = recv_bytes(r.t, r.rank, 9, in2);
+      wait(r.t, *early);
+      wait(r.t, *late);
+      wait(r.t, *s1);
+      wait(r.t, *s2);
+      CHECK_RANK((in1 == out));
+      CHECK_RANK((in2 == out));
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(multi_part_messages_scatter_across_part_boundaries, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    // Send parts 1 + 0 + 1000 + 70000 bytes; receive into 3 parts with other boundaries.
+    auto whole = payload(r.rank, next, 4, 71001);
+    std::array<ConstPart, 4> sp{ConstPart{whole.data(), 1}, ConstPart{whole.data() + 1, 0},
+                                ConstPart{whole.data() + 1, 1000}, ConstPart{whole.data() + 1001, 70000}};
+    std::vector<unsigned char> a(40000), b(1), c(31000);
+    std::array<MutPart, 3> rp{MutPart{a.data(), a.size()}, MutPart{b.data(), b.size()}, MutPart{c.data(), c.size()}};
+    auto rq = r.t.irecv(prev, 21, rp);
+    auto sq = r.t.isend(next, 21, sp);
+    wait(r.t, *sq);
+    wait(r.t, *rq);
+    CHECK_RANK(rq->bytes() == 71001u);
+    CHECK_RANK(!rq->truncated());
+    std::vector<unsigned char> got(a);
+    got.insert(got.end(), b.begin(), b.end());
+    got.insert(got.end(), c.begin(), c.end());
+    CHECK_RANK((got == payload(prev, r.rank, 4, 71001)));
+  });
+}
+
+BOOST_DATA_TEST_CASE(a_short_receive_reports_truncation_and_keeps_the_prefix, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    for (size_t bytes : {size_t{1000}, size_t{500000}}) {
+      auto out = payload(r.rank, next, 6, bytes);
+      const size_t room = bytes * 6 / 10;
+      std::vector<unsigned char> in(room + 64, 0xAB);  // the last 64 bytes are a canary
+      MutPart p{in.data(), room};
+      auto rq = r.t.irecv(prev, 33, std::span<const MutPart>(&p, 1));
+      auto sq = send_bytes(r.t, next, 33, out);
+      wait(r.t, *sq);
+      wait(r.t, *rq);
+      CHECK_RANK(rq->truncated());
+      CHECK_RANK(rq->bytes() == bytes);
+      const auto expect = payload(prev, r.rank, 6, bytes);
+      CHECK_RANK(std::equal(in.begin(), in.begin() + room, expect.begin()));
+      CHECK_RANK(std::all_of(in.begin() + room, in.end(), [](unsigned char c) { return c == 0xAB; }));
+      // The next message with the same tag is unaffected.
+      auto out2 = payload(r.rank, next, 7, 10);
+      std::vector<unsigned char> in2(10);
+      auto rq2 = recv_bytes(r.t, prev, 33, in2);
+      auto sq2 = send_bytes(r.t, next, 33, out2);
+      wait(r.t, *sq2);
+      wait(r.t, *rq2);
+      CHECK_RANK(!rq2->truncated());
+      CHECK_RANK((in2 == payload(prev, r.rank, 7, 10)));
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(zero_byte_messages_complete, kTransports* kWorlds, name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    const int next = (r.rank + 1) % r.size, prev = (r.rank + r.size - 1) % r.size;
+    // No parts at all, then one empty part; then a zero-capacity receive of a 5-byte message.
+    auto s1 = r.t.isend(next, 40, {});
+    ConstPart empty{nullptr, 0};
+    auto s2 = r.t.isend(next, 40, std::span<const ConstPart>(&empty, 1));
+    auto r1 = r.t.irecv(prev, 40, {});
+    MutPart none{nullptr, 0};
+    auto r2 = r.t.irecv(prev, 40, std::span<const MutPart>(&none, 1));
+    std::vector<unsigned char> five = payload(r.rank, next, 0, 5);
+    auto s3 = send_bytes(r.t, next, 41, five);
+    auto r3 = r.t.irecv(prev, 41, {});
+    for (auto* q : {&s1, &s2, &r1, &r2, &s3, &r3}) wait(r.t, **q);
+    CHECK_RANK(r1->bytes() == 0u);
+    CHECK_RANK(!r1->truncated());
+    CHECK_RANK(r2->bytes() == 0u);
+    CHECK_RANK(!r2->truncated());
+    CHECK_RANK(r3->bytes() == 5u);
+    CHECK_RANK(r3->truncated());
+  });
+}
+
+BOOST_DATA_TEST_CASE(a_64_mib_message_arrives_intact, kTransports* bdata::make({2}), name, n) {
+  run_ranks(name, n, [](Rank& r) {
+    constexpr size_t kBytes = size_t{64} << 20;
+    std::vector<uint64_t> buf(kBytes / 8);
+    if (r.rank == 0) {
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+      ConstPart p{buf.data(), kBytes};
+      auto sq = r.t.isend(1, 77, std::span<const ConstPart>(&p, 1));
+      wait(r.t, *sq);
+    } else {
+      MutPart p{buf.data(), kBytes};
+      auto rq = r.t.irecv(0, 77, std::span<const MutPart>(&p, 1));
+      wait(r.t, *rq);
+      CHECK_RANK(rq->bytes() == kBytes);
+      size_t wrong = 0;
+      for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != i * 0x9E3779B97F4A7C15ull;
+      CHECK_RANK(wrong == 0u);
+    }
+  });
+}
+
+BOOST_DATA_TEST_CASE(a_receive_from_a_peer_that_closes_fails_naming_it, kTransports* kWorlds, name, n) {
+  // Guarantee (transport.hpp): a receive pending on a peer whose transport is destroyed fails with
+  // kPeerFailure naming that rank; messages the peer completed sending before are still delivered.
+  MemoryStore store;
+  const std::string prefix = unique_prefix(name + "-close");
+  std::barrier<> sync(n);
+  std::vector<std::string> errors(n);
+  std::vector<int> delivered(n, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for(name, r, n, store, prefix));
+        if (r == 0) {
+          auto last = payload(0, 1, 9, 100);
+          auto sq = send_bytes(*t, 1, 3, last);
+          wait(*t, *sq);
+          sync.arrive_and_wait();  // receivers have posted
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          t.reset();
+          sync.arrive_and_wait();
+          return;
+        }
+        std::vector<unsigned char> in(100);
+        std::unique_ptr<Request> got;
+        if (r == 1) got = recv_bytes(*t, 0, 3, in);
+        std::vector<unsigned char> never(10);
+        auto rq = recv_bytes(*t, 0, 4, never);
+        sync.arrive_and_wait();
+        if (got) {
+          wait(*t, *got);
+          delivered[r] = in == payload(0, 1, 9, 100);
+        }
+        try {
+          if (poll_for(*t, *rq, std::chrono::milliseconds(15000))) errors[r] = "completed without a message";
+          else errors[r] = "still pending after 15 s";
+        } catch (const Error& e) {
+          errors[r] = std::string(status_name(e.status())) + ": " + e.what();
+        }
+        sync.arrive_and_wait();
+      } catch (const std::exception& e) {
+        errors[r] = std::string("unexpected: ") + e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  BOOST_TEST(delivered[1] == 1);
+  for (int r = 1; r < n; ++r) {
+    BOOST_TEST_INFO("rank " << r << ": " << errors[r]);
+    BOOST_TEST(errors[r].find(status_name(Status::kPeerFailure)) == 0);
+    BOOST_TEST(errors[r].find("rank 0") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_transport_name_lists_the_known_ones) {
+  MemoryStore store;
+  try {
+    create_transport(options_for("carrier-pigeon", 0, 1, store, unique_prefix("unknown")));
+    BOOST_FAIL("create_transport accepted an unknown name");
+  } catch (const Error& e) {
+    BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(Status::kInvalidArgument));
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("carrier-pigeon") != std::string::npos);
+    for (const auto& known : available_transports()) BOOST_TEST(msg.find(known) != std::string::npos, msg);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(available_transports_always_include_inproc_and_zmq) {
+  auto names = available_transports();
+  BOOST_TEST((std::find(names.begin(), names.end(), "inproc") != names.end()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

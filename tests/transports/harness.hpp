@@ -1,0 +1,123 @@
+#pragma once
+// Runs N ranks as threads of this process, each with its own transport, over a shared MemoryStore.
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "transports/memory_store.hpp"
+#include "transports/transport.hpp"
+
+// Boost.Test assertions are not thread-safe: rank threads check with CHECK_RANK, which throws, and
+// run_ranks rethrows the first failure on the test's own thread.
+#define CHECK_RANK(cond, ...)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      std::ostringstream os_;                                                                     \
+      os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond " " __VA_OPT__(<<) __VA_ARGS__; \
+      throw std::runtime_error(os_.str());                                                        \
+    }                                                                                             \
+  } while (0)
+
+namespace tandem::transports::testing {
+
+inline constexpr std::chrono::seconds kWaitDeadline{30};
+
+struct Rank {
+  int rank;
+  int size;
+  Transport& t;
+  std::barrier<>& sync;  // all ranks of the run
+};
+
+inline std::string unique_prefix(const std::string& name) {
+  static std::atomic<int> counter{0};
+  return "test/" + name + "/" + std::to_string(counter.fetch_add(1));
+}
+
+inline TransportOptions options_for(const std::string& name, int rank, int size, KvStore& store,
+                                    const std::string& prefix) {
+  TransportOptions o;
+  o.name = name;
+  o.rank = rank;
+  o.size = size;
+  o.store = &store;
+  o.key_prefix = prefix;
+  o.connect_timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+// Drives `t` until `r` completes; throws kTimeout after `deadline`.
+inline void wait(Transport& t, Request& r, std::chrono::milliseconds deadline = kWaitDeadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!r.test()) {
+    t.progress();
+    if (std::chrono::steady_clock::now() > until)
+      TANDEM_THROW(Status::kTimeout, "rank {}: request not complete after {} ms", t.rank(), deadline.count());
+    std::this_thread::yield();
+  }
+}
+
+// Polls `r` for at most `deadline`; returns whether it completed (does not throw on timeout).
+inline bool poll_for(Transport& t, Request& r, std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    if (r.test()) return true;
+    t.progress();
+    std::this_thread::yield();
+  }
+  return r.test();
+}
+
+inline void wait_all(Transport& t, std::vector<std::unique_ptr<Request>>& rs) {
+  for (auto& r : rs) wait(t, *r);
+}
+
+// Runs fn on `size` threads (one transport each); rethrows the first failure after all joined.
+inline void run_ranks(const std::string& transport, int size, const std::function<void(Rank&)>& fn) {
+  MemoryStore store;
+  const std::string prefix = unique_prefix(transport);
+  std::barrier<> sync(size);
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for(transport, r, size, store, prefix));
+        Rank rk{r, size, *t, sync};
+        fn(rk);
+        sync.arrive_and_wait();  // nobody tears down while a peer still needs it
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  if (first) std::rethrow_exception(first);
+}
+
+// Deterministic payload byte for (src, dst, seq, i).
+inline unsigned char pattern(int src, int dst, int seq, size_t i) {
+  return static_cast<unsigned char>((src * 131 + dst * 31 + seq * 7 + i * 13 + (i >> 9)) & 0xff);
+}
+
+inline std::vector<unsigned char> payload(int src, int dst, int seq, size_t n) {
+  std::vector<unsigned char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern(src, dst, seq, i);
+  return v;
+}
+
+}  // namespace tandem::transports::testing

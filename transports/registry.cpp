@@ -1,0 +1,42 @@
+// The explicit transport registry. Built-ins are listed here rather than self-registering from
+// static initializers: the module archives are linked without --whole-archive, so such
+// registrations would be dropped by the linker.
+#include <functional>
+
+#include "engine/core/error.hpp"
+#include "transports/inproc/inproc_transport.hpp"
+#include "transports/transport.hpp"
+
+namespace tandem::transports {
+namespace {
+
+struct Entry {
+  const char* name;
+  std::unique_ptr<Transport> (*create)(const TransportOptions&);
+};
+
+constexpr Entry kBuiltins[] = {
+    {"inproc", &inproc::create},
+};
+
+}  // namespace
+
+std::vector<std::string> available_transports() {
+  std::vector<std::string> names;
+  for (const auto& e : kBuiltins) names.emplace_back(e.name);
+  return names;
+}
+
+std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
+  TANDEM_REQUIRE(options.size >= 1, "transport: world size must be at least 1, got {}", options.size);
+  TANDEM_REQUIRE(options.rank >= 0 && options.rank < options.size, "transport: rank {} is outside [0, {})",
+                 options.rank, options.size);
+  const std::string name = options.name == "auto" ? "inproc" : options.name;  // TODO(#2): zmq/ucx
+  for (const auto& e : kBuiltins)
+    if (name == e.name) return e.create(options);
+  std::string known;
+  for (const auto& e : kBuiltins) known += fmt::format("{}{}", known.empty() ? "" : ", ", e.name);
+  TANDEM_THROW(Status::kInvalidArgument, "unknown transport '{}' (known: {}, auto)", options.name, known);
+}
+
+}  // namespace tandem::transports
