@@ -15,6 +15,22 @@ static_assert(offsetof(tandem_context_params_t, num_threads) == 8);
 static_assert(offsetof(tandem_context_params_t, log_sink) == 16);
 static_assert(offsetof(tandem_context_params_t, log_user_data) == 24);
 static_assert(offsetof(tandem_context_params_t, log_level) == 32);
+static_assert(sizeof(tandem_algo_t) == 4);
+static_assert(sizeof(tandem_op_t) == 4);
+static_assert(offsetof(tandem_comm_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_comm_params_t, rank) == 8);
+static_assert(offsetof(tandem_comm_params_t, size) == 12);
+static_assert(offsetof(tandem_comm_params_t, master_addr) == 16);
+static_assert(offsetof(tandem_comm_params_t, secret) == 24);
+static_assert(offsetof(tandem_comm_params_t, transport) == 32);
+static_assert(offsetof(tandem_comm_params_t, master_port) == 40);
+static_assert(offsetof(tandem_comm_params_t, allreduce_algo) == 44);
+static_assert(offsetof(tandem_comm_params_t, timeout_ms) == 48);
+static_assert(offsetof(tandem_comm_params_t, deterministic) == 56);
+static_assert(sizeof(tandem_comm_params_t) == 64);
+// Enum values are wire- and ABI-stable.
+static_assert(TANDEM_ALGO_RING == 1 && TANDEM_ALGO_HIERARCHICAL == 4 && TANDEM_ALGO_DETERMINISTIC == 6);
+static_assert(TANDEM_COMM_PARAM_DETERMINISTIC == (UINT64_C(1) << 8));
 
 BOOST_AUTO_TEST_SUITE(abi_guards)
 

@@ -1,0 +1,179 @@
+// C shims for communicator lifetime and queries: create, split, destroy, rank/size, transport,
+// algorithm choice, the sticky async status and abort.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "api/src/comm_handles.hpp"
+#include "api/src/guard.hpp"
+#include "engine/comm/plan.hpp"
+
+namespace tandem::api {
+namespace {
+
+constexpr uint64_t kKnownCommParams = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_MASTER_ADDR |
+                                      TANDEM_COMM_PARAM_MASTER_PORT | TANDEM_COMM_PARAM_SECRET |
+                                      TANDEM_COMM_PARAM_TRANSPORT | TANDEM_COMM_PARAM_TIMEOUT_MS |
+                                      TANDEM_COMM_PARAM_ALLREDUCE_ALGO | TANDEM_COMM_PARAM_DETERMINISTIC;
+constexpr int kNumAlgos = 7;  // TANDEM_ALGO_AUTO .. TANDEM_ALGO_DETERMINISTIC
+
+const char* const kAlgoNames[kNumAlgos] = {"auto", "ring", "hd", "tree", "hier", "direct", "deterministic"};
+
+std::string required_string(const char* what, const char* s) {
+  TANDEM_REQUIRE(s != nullptr, "tandem_comm_create: params->{} is flagged in field_mask but NULL", what);
+  TANDEM_REQUIRE(*s != '\0', "tandem_comm_create: params->{} is flagged in field_mask but empty", what);
+  return s;
+}
+
+CreateParams to_create_params(const tandem_comm_params_t* p) {
+  CreateParams out;
+  if (p == nullptr) return out;
+  const uint64_t m = p->field_mask;
+  TANDEM_CHECK((m & ~kKnownCommParams) == 0, Status::kUnsupported,
+               "tandem_comm_create: unknown field_mask bits 0x{:x} (this library knows 0x{:x})", m & ~kKnownCommParams,
+               kKnownCommParams);
+  if (m & TANDEM_COMM_PARAM_SIZE) {
+    TANDEM_REQUIRE(p->size >= 1, "tandem_comm_create: params->size {} must be >= 1", p->size);
+    out.size = p->size;
+  }
+  if (m & TANDEM_COMM_PARAM_RANK) {
+    TANDEM_REQUIRE(p->rank >= 0, "tandem_comm_create: params->rank {} must be >= 0", p->rank);
+    TANDEM_REQUIRE(!out.size || p->rank < *out.size, "tandem_comm_create: params->rank {} is out of range [0, {})",
+                   p->rank, *out.size);
+    out.rank = p->rank;
+  }
+  if (m & TANDEM_COMM_PARAM_MASTER_ADDR) out.master_addr = required_string("master_addr", p->master_addr);
+  if (m & TANDEM_COMM_PARAM_MASTER_PORT) {
+    TANDEM_REQUIRE(p->master_port >= 1 && p->master_port <= 65535,
+                   "tandem_comm_create: params->master_port {} is out of range [1, 65535]", p->master_port);
+    out.master_port = p->master_port;
+  }
+  if (m & TANDEM_COMM_PARAM_SECRET) out.secret = required_string("secret", p->secret);
+  if (m & TANDEM_COMM_PARAM_TRANSPORT) out.transport = required_string("transport", p->transport);
+  if (m & TANDEM_COMM_PARAM_TIMEOUT_MS) {
+    TANDEM_REQUIRE(p->timeout_ms > 0, "tandem_comm_create: params->timeout_ms {} must be > 0", p->timeout_ms);
+    out.timeout_ms = p->timeout_ms;
+  }
+  if (m & TANDEM_COMM_PARAM_ALLREDUCE_ALGO) {
+    const auto a = static_cast<int32_t>(p->allreduce_algo);
+    TANDEM_REQUIRE(a >= 0 && a < kNumAlgos,
+                   "tandem_comm_create: params->allreduce_algo {} is not a valid tandem_algo_t (expected 0..{})", a,
+                   kNumAlgos - 1);
+    out.allreduce_algorithm = static_cast<engine::comm::Algorithm>(a);
+  }
+  if (m & TANDEM_COMM_PARAM_DETERMINISTIC) out.deterministic = p->deterministic != 0;
+  return out;
+}
+
+tandem_comm* wrap(std::unique_ptr<engine::comm::Communicator> engine_comm) {
+  auto h = std::make_unique<tandem_comm>();
+  h->state = StateRef(new CommState());
+  h->state->transport_name = engine_comm->transport_name();
+  h->state->comm = std::move(engine_comm);
+  register_handle(h.get());
+  return h.release();
+}
+
+}  // namespace
+}  // namespace tandem::api
+
+using namespace tandem::api;  // NOLINT: shim file
+
+extern "C" {
+
+TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tandem_comm_params_t* params,
+                                              tandem_comm_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    checked(ctx, "tandem_comm_create: context");
+    TANDEM_REQUIRE(out != nullptr, "tandem_comm_create: out is NULL");
+    const CreateParams p = to_create_params(params);
+    *out = wrap(create_engine_comm(p));
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color, int32_t key,
+                                             tandem_comm_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = live("tandem_comm_split", "comm", comm);
+    TANDEM_REQUIRE(out != nullptr, "tandem_comm_split: out is NULL");
+    auto sub = recording(*c.state, [&] { return c.state->comm->split(color, key); });
+    *out = sub ? wrap(std::move(sub)) : nullptr;
+  });
+}
+
+TANDEM_API void tandem_comm_destroy(tandem_comm_t* comm) TANDEM_NOEXCEPT {
+  if (comm == nullptr || !unregister_handle(comm)) return;
+  delete comm;  // the engine communicator lives on while requests still reference it
+}
+
+TANDEM_API tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int32_t* rank) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = live("tandem_comm_rank", "comm", comm);
+    TANDEM_REQUIRE(rank != nullptr, "tandem_comm_rank: rank is NULL");
+    *rank = c.state->comm->rank();
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int32_t* size) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = live("tandem_comm_size", "comm", comm);
+    TANDEM_REQUIRE(size != nullptr, "tandem_comm_size: size is NULL");
+    *size = c.state->comm->size();
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_transport_name(const tandem_comm_t* comm, const char** name) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = live("tandem_comm_transport_name", "comm", comm);
+    TANDEM_REQUIRE(name != nullptr, "tandem_comm_transport_name: name is NULL");
+    *name = c.state->transport_name.c_str();
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_allreduce_algo(const tandem_comm_t* comm, size_t count, tandem_dtype_t dtype,
+                                                      tandem_algo_t* algo) TANDEM_NOEXCEPT {
+  constexpr const char* fn = "tandem_comm_allreduce_algo";
+  return guarded([&] {
+    auto& c = live(fn, "comm", comm);
+    checked_bytes(fn, "count", count, 1, dtype);
+    TANDEM_REQUIRE(algo != nullptr, "{}: algo is NULL", fn);
+    *algo = static_cast<tandem_algo_t>(
+        c.state->comm->allreduce_algorithm_for(count, static_cast<tandem::DType>(dtype)));
+  });
+}
+
+TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT {
+  const auto a = static_cast<int32_t>(algo);
+  return a >= 0 && a < kNumAlgos ? kAlgoNames[a] : "unknown";
+}
+
+TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,
+                                                        char* message, size_t* message_bytes) TANDEM_NOEXCEPT {
+  constexpr const char* fn = "tandem_comm_get_async_status";
+  return guarded([&] {
+    auto& c = live(fn, "comm", comm);
+    TANDEM_REQUIRE(status != nullptr, "{}: status is NULL", fn);
+    TANDEM_REQUIRE(message == nullptr || message_bytes != nullptr, "{}: message is set but message_bytes is NULL",
+                   fn);
+    std::string text;
+    const tandem::Status s = c.state->current(&text);
+    if (message != nullptr && *message_bytes > 0) {
+      const size_t n = std::min(text.size(), *message_bytes - 1);
+      std::memcpy(message, text.data(), n);
+      message[n] = '\0';
+    }
+    if (message_bytes != nullptr) *message_bytes = text.size() + 1;
+    *status = static_cast<tandem_status_t>(s);
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = live("tandem_comm_abort", "comm", comm);
+    const std::string why = reason != nullptr ? reason : "aborted by the application";
+    c.state->record_failure(tandem::Status::kPeerFailure, "communicator aborted on this rank: " + why);
+    c.state->comm->abort(why);
+  });
+}
+
+}  // extern "C"

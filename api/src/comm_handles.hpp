@@ -1,0 +1,140 @@
+#pragma once
+// The structs behind tandem_comm_t and tandem_request_t, and the argument checks the collective
+// shims share. A communicator's engine object and its sticky failure state are shared between the
+// handle and its requests, so a request may outlive the tandem_comm_t it came from.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "api/src/handles.hpp"
+#include "engine/comm/communicator.hpp"
+#include "tandem/tandem.h"
+
+namespace tandem::api {
+
+constexpr uint32_t kCommMagic = 0x54434f4d;     // "TCOM"
+constexpr uint32_t kRequestMagic = 0x54524551;  // "TREQ"
+
+// Shared by a communicator handle and every request it created; reference counted by StateRef.
+// (An intrusive count rather than std::shared_ptr: std templates instantiated only over std types
+// would be exported from libtandem.so with default visibility; see tests/api/abi_test.cpp.)
+struct CommState {
+  std::atomic<int> refs{0};
+  std::unique_ptr<engine::comm::Communicator> comm;
+  std::string transport_name;  // stable storage for tandem_comm_transport_name
+
+  // First failure seen through this handle (sticky). Guarded by mu.
+  mutable std::mutex mu;
+  Status status = Status::kOk;
+  std::string message;
+
+  // Records the first failure; later ones are ignored (the first is the cause).
+  void record_failure(Status s, const std::string& what);
+  // The sticky status: the recorded one, else the engine's own failure state.
+  Status current(std::string* message_out) const;
+};
+
+class StateRef {
+ public:
+  StateRef() = default;
+  explicit StateRef(CommState* s) : s_(s) { retain(); }
+  StateRef(const StateRef& o) : s_(o.s_) { retain(); }
+  StateRef& operator=(const StateRef& o) {
+    StateRef copy(o);
+    std::swap(s_, copy.s_);
+    return *this;
+  }
+  ~StateRef() {
+    if (s_ != nullptr && s_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete s_;
+  }
+  CommState& operator*() const { return *s_; }
+  CommState* operator->() const { return s_; }
+
+ private:
+  void retain() {
+    if (s_ != nullptr) s_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  CommState* s_ = nullptr;
+};
+
+// The explicit settings of tandem_comm_create (unset: from the environment).
+struct CreateParams {
+  std::optional<int> rank;
+  std::optional<int> size;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+  std::optional<std::string> secret;
+  std::optional<std::string> transport;
+  std::optional<int64_t> timeout_ms;
+  std::optional<engine::comm::Algorithm> allreduce_algorithm;
+  std::optional<bool> deterministic;
+};
+
+// Bootstraps the engine communicator: explicit settings first, the environment for the rest
+// (comm_create.cpp).
+std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParams& params);
+
+// Runs `body` and, if it throws a tandem::Error, records it as the communicator's failure before
+// rethrowing (argument errors are not failures of the communicator and are not recorded).
+template <typename F>
+decltype(auto) recording(CommState& state, F&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    if (e.status() != Status::kInvalidArgument) state.record_failure(e.status(), e.what());
+    throw;
+  }
+}
+
+}  // namespace tandem::api
+
+struct tandem_comm {
+  static constexpr uint32_t kMagic = tandem::api::kCommMagic;
+  uint32_t magic = kMagic;
+  tandem::api::StateRef state;
+  ~tandem_comm() { magic = 0; }
+};
+
+struct tandem_request {
+  static constexpr uint32_t kMagic = tandem::api::kRequestMagic;
+  uint32_t magic = kMagic;
+  const char* op_name = "";  // static text, for messages
+  tandem::api::StateRef state;
+  std::unique_ptr<tandem::engine::comm::Work> work;
+  std::unique_ptr<std::byte[]> scratch;  // receive space the caller did not provide (reduce off root)
+  bool done = false;
+  tandem::Status status = tandem::Status::kOk;  // sticky failure of this operation
+  std::string message;
+  ~tandem_request() { magic = 0; }
+};
+
+namespace tandem::api {
+
+// Argument checks shared by the collective shims; each throws kInvalidArgument naming `fn` and the
+// offending argument.
+size_t checked_bytes(const char* fn, const char* what, size_t count, size_t multiplier, tandem_dtype_t dtype);
+void check_op(const char* fn, tandem_op_t op);
+void check_buffer(const char* fn, const char* what, const void* p, size_t bytes);
+void check_rank_arg(const char* fn, const char* what, int32_t r, int size);
+// Buffers [a, a+na) and [b, b+nb) must be disjoint, or identical when `same_ok`.
+void check_disjoint(const char* fn, const void* a, size_t na, const void* b, size_t nb, bool same_ok);
+
+// The set of live communicator and request handles (see comm_checks.cpp).
+void register_handle(const void* h);
+bool unregister_handle(const void* h);  // false when h was not live
+bool handle_live(const void* h);
+
+// A live handle of type H, or kInvalidArgument naming `fn` and `what`.
+template <typename H>
+H& live(const char* fn, const char* what, H* h) {
+  TANDEM_REQUIRE(h != nullptr, "{}: {} is NULL", fn, what);
+  TANDEM_REQUIRE(handle_live(h) && h->magic == H::kMagic, "{}: {} is not a live handle (already destroyed?)", fn,
+                 what);
+  return *h;
+}
+
+}  // namespace tandem::api
