@@ -1,0 +1,72 @@
+#pragma once
+// A loader thread that assembles batches (f32 NCHW images, int32 labels) ahead of the consumer. It walks the rest of
+// the sampler's current epoch; the sampler advances only as batches are consumed, so its state always says where to
+// resume. Augmentation draws from (seed, epoch, sample index), so a resumed run sees the same crops and flips.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/data/augment.hpp"
+#include "engine/data/dataset.hpp"
+#include "engine/data/sampler.hpp"
+
+namespace tandem::engine::data {
+
+struct Batch {
+  int64_t size = 0;
+  int64_t channels = 0, height = 0, width = 0;
+  std::vector<float> images;    // size * channels * height * width, NCHW
+  std::vector<int32_t> labels;  // size
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  Augment augment;          // normalisation always; crop and flip only when `train`
+  bool train = true;
+  bool drop_last = false;   // drop the epoch's last partial batch
+  int prefetch = 2;         // batches assembled ahead; 0 assembles on the caller's thread
+  uint64_t seed = 0;        // augmentation randomness
+  int64_t timeout_ms = 120000;  // next() gives up (kTimeout) when no batch arrives in this time
+};
+
+class Loader {
+ public:
+  // `data` and `sampler` must outlive the loader.
+  Loader(const Dataset& data, DistributedSampler& sampler, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch of the sampler's current epoch; false when the epoch is exhausted (the caller then moves the
+  // sampler to the next epoch). Rethrows a failure of the loader thread.
+  bool next(Batch& out);
+  // Stops prefetching; call after changing the sampler's state from outside (restore, set_epoch).
+  void reset();
+  // Batches in a full epoch for this rank.
+  int64_t batches_per_epoch() const;
+  const LoaderOptions& options() const noexcept { return opts_; }
+
+ private:
+  void start();
+  void run(std::vector<int64_t> indices, int64_t epoch);
+  Batch assemble(const int64_t* idx, int64_t n, int64_t epoch) const;
+
+  const Dataset& data_;
+  DistributedSampler& sampler_;
+  LoaderOptions opts_;
+  SampleConverter converter_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr error_;
+  bool running_ = false, stop_ = false, producer_done_ = false;
+  int64_t pending_ = 0;  // batches the current thread will produce (or has), not yet consumed
+  std::thread thread_;
+};
+
+}  // namespace tandem::engine::data

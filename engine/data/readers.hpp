@@ -1,0 +1,31 @@
+#pragma once
+// Readers for real data sets: IDX (MNIST / Fashion-MNIST format, plain or gzip) and CIFAR-10 binary batches.
+// Malformed files (missing, truncated, wrong magic, wrong dimensions) throw kIo naming the file and what is wrong.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.hpp"
+
+namespace tandem::engine::data {
+
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> values;  // unsigned-byte IDX only (type 0x08)
+};
+
+// Reads an unsigned-byte IDX file; gzip-compressed files are recognised by content, not by name.
+IdxArray read_idx(const std::string& path);
+// Images [N, H, W] and labels [N] -> a 1-channel dataset; classes = 1 + the largest label.
+Dataset load_idx(const std::string& images_path, const std::string& labels_path, const std::string& name);
+
+// The Fashion-MNIST directory: `dir` when given, else $TANDEM_DATA_DIR/fashion-mnist, else where Debian's
+// dataset-fashion-mnist installs it (/usr/share/datasets/fashion-mnist). Throws kIo listing the places tried.
+std::string find_fashion_mnist(const std::string& dir = "");
+// train: 60,000 samples, else the 10,000 test samples. Files may be gzipped (*.gz) or plain.
+Dataset load_fashion_mnist(bool train, const std::string& dir = "");
+
+// CIFAR-10 binary version: data_batch_1..5.bin (train) or test_batch.bin in `dir` (or dir/cifar-10-batches-bin).
+Dataset load_cifar10(bool train, const std::string& dir);
+
+}  // namespace tandem::engine::data
