@@ -1,0 +1,77 @@
+#pragma once
+// Bootstrap: who this process is (rank, size, local rank/size), where the job meets (the
+// rendezvous address), and the job's secret -- read from the environment so that `tandem launch`,
+// torchrun-style launchers, `mpirun` and `srun` can all start a job -- then a communicator.
+//
+// Precedence, for each of rank/size (taken together), local rank, local size, address and port:
+//   1. TANDEM_RANK, TANDEM_WORLD_SIZE, TANDEM_LOCAL_RANK, TANDEM_LOCAL_WORLD_SIZE,
+//      TANDEM_MASTER_ADDR, TANDEM_MASTER_PORT
+//   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   3. Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+//   4. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   5. nothing set: a single rank (size 1).
+// The secret is TANDEM_SECRET (`tandem launch` generates a random one per job).
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/comm/rendezvous_client.hpp"
+#include "engine/comm/rendezvous_server.hpp"
+#include "transports/transport.hpp"
+
+namespace tandem::engine::comm {
+
+struct BootstrapConfig {
+  BootstrapInfo info;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;     // 0 only for a single rank
+  std::string secret;
+  std::string source = "default";  // which family gave rank/size: TANDEM, torchrun, Open MPI, Slurm, default
+  std::vector<std::string> notes;  // decisions taken without being told (derived port, default secret), for logs
+};
+
+// Returns the value of an environment variable or nullptr (std::getenv by default; tests pass maps).
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Throws tandem::Error(kInvalidArgument) naming the variable for a malformed or inconsistent value
+// (not an integer, rank outside [0, size), port outside 1..65535, ...).
+BootstrapConfig bootstrap_config_from_env();
+BootstrapConfig bootstrap_config_from_env(const EnvLookup& lookup);
+
+// The job's meeting point for this process: rank 0 owns the server; every rank (rank 0 included)
+// talks to it through `client`. For a single rank there is neither and `store` is in-memory.
+struct Rendezvous {
+  std::shared_ptr<RendezvousServer> server;  // rank 0 only
+  std::shared_ptr<RendezvousClient> client;  // size > 1
+  // The store to hand to transports: forwards to `client` and keeps `server` alive as long as it
+  // is referenced, so rank 0's server outlives everything that may still use it.
+  std::shared_ptr<transports::KvStore> store;
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost" (the job then runs on one host).
+bool is_loopback_address(const std::string& addr);
+// This machine's host name ("localhost" when unknown).
+std::string local_hostname();
+
+// Rank 0 starts the server on master_port (listening on every interface unless master_addr is a
+// loopback address); then every rank connects and authenticates within `timeout`.
+Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::milliseconds timeout);
+
+// Applies TANDEM_TRANSPORT (when base.transport is "auto"), TANDEM_TIMEOUT_MS and
+// TANDEM_DETERMINISTIC to `base`. kInvalidArgument naming the variable when malformed.
+CommOptions comm_options_from_env(CommOptions base);
+CommOptions comm_options_from_env(CommOptions base, const EnvLookup& lookup);
+
+// The environment's job (bootstrap_config_from_env + comm_options_from_env) as a communicator.
+// Rank 0's rendezvous server lives as long as the returned communicator (and any split of it).
+std::unique_ptr<Communicator> create_communicator_from_env(const CommOptions& options = {});
+// Explicit variant: no environment is read for rank/size/address/secret.
+std::unique_ptr<Communicator> create_communicator(int rank, int size, const std::string& master_addr,
+                                                  int master_port, const std::string& secret,
+                                                  const CommOptions& options = {});
+std::unique_ptr<Communicator> create_communicator(const BootstrapConfig& config, const CommOptions& options);
+
+}  // namespace tandem::engine::comm

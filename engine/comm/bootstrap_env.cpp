@@ -1,0 +1,258 @@
+// Environment parsing and the rendezvous start-up (no communicator here: bootstrap.cpp adds that).
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include "engine/comm/bootstrap.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "transports/memory_store.hpp"
+
+namespace tandem::engine::comm {
+
+namespace {
+
+struct Family {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+// In precedence order (bootstrap.hpp).
+constexpr Family kFamilies[] = {
+    {"TANDEM", "TANDEM_RANK", "TANDEM_WORLD_SIZE", "TANDEM_LOCAL_RANK", "TANDEM_LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+constexpr const char* kAddrVars[] = {"TANDEM_MASTER_ADDR", "MASTER_ADDR"};
+constexpr const char* kPortVars[] = {"TANDEM_MASTER_PORT", "MASTER_PORT"};
+constexpr int kDefaultPort = 29500;  // torchrun's default, when nothing better is known
+
+struct Var {
+  const char* name;
+  std::string value;
+};
+
+std::optional<Var> first_set(const EnvLookup& env, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    const char* v = env(n);
+    if (v != nullptr) return Var{n, v};
+  }
+  return std::nullopt;
+}
+
+int64_t parse_int(const Var& v, int64_t lo, int64_t hi) {
+  int64_t out = 0;
+  const char* b = v.value.data();
+  const char* e = b + v.value.size();
+  auto [p, ec] = std::from_chars(b, e, out);
+  TANDEM_REQUIRE(!v.value.empty() && ec == std::errc() && p == e, "{}='{}' is not an integer", v.name, v.value);
+  TANDEM_REQUIRE(out >= lo && out <= hi, "{}={} is outside the allowed range [{}, {}]", v.name, out, lo, hi);
+  return out;
+}
+
+
+// Open MPI and Slurm export a job id; a port derived from it lets every rank agree on one without
+// being told (and keeps two concurrent jobs apart).
+std::optional<std::string> job_id(const EnvLookup& env) {
+  if (auto v = first_set(env, {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})) return v->value;
+  if (auto v = first_set(env, {"SLURM_JOB_ID", "SLURM_JOBID"})) {
+    auto step = first_set(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
+    return v->value + "." + (step ? step->value : std::string("0"));
+  }
+  return std::nullopt;
+}
+
+int port_from_job_id(const std::string& id) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : id) h = (h ^ c) * 16777619u;
+  return 20000 + static_cast<int>(h % 30000);  // clear of the usual ephemeral range (32768+ overlaps a bit)
+}
+
+
+std::string default_secret(const std::optional<std::string>& job) {
+  // Anyone who can reach the port and guess this can join; bootstrap warns about it.
+  return "tandem-default-secret:" + job.value_or("");
+}
+
+// The store every transport gets: forwards to the client and keeps rank 0's server alive.
+class ServingStore final : public transports::KvStore {
+ public:
+  ServingStore(std::shared_ptr<RendezvousServer> server, std::shared_ptr<RendezvousClient> client)
+      : server_(std::move(server)), client_(std::move(client)) {}
+  void set(const std::string& key, const std::string& value) override { client_->set(key, value); }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return client_->get(key, timeout);
+  }
+
+ private:
+  std::shared_ptr<RendezvousServer> server_;  // declared first: destroyed after the client
+  std::shared_ptr<RendezvousClient> client_;
+};
+
+}  // namespace
+
+bool is_loopback_address(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr == "[::1]" || addr.rfind("127.", 0) == 0;
+}
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+BootstrapConfig bootstrap_config_from_env() {
+  return bootstrap_config_from_env([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+BootstrapConfig bootstrap_config_from_env(const EnvLookup& env) {
+  BootstrapConfig c;
+  const Family* fam = nullptr;
+  for (const Family& f : kFamilies) {
+    if (env(f.rank) != nullptr || env(f.size) != nullptr) {
+      fam = &f;
+      break;
+    }
+  }
+  constexpr int64_t kMaxRanks = 1 << 20;
+  if (fam != nullptr) {
+    auto rank = first_set(env, {fam->rank});
+    auto size = first_set(env, {fam->size});
+    TANDEM_REQUIRE(rank && size, "{} is set but {} is not (both are needed to place this process in the job)",
+                   rank ? fam->rank : fam->size, rank ? fam->size : fam->rank);
+    c.info.size = static_cast<int>(parse_int(*size, 1, kMaxRanks));
+    c.info.rank = static_cast<int>(parse_int(*rank, 0, kMaxRanks));
+    TANDEM_REQUIRE(c.info.rank < c.info.size, "{}={} is not below {}={}", fam->rank, c.info.rank, fam->size,
+                   c.info.size);
+    c.source = fam->name;
+  }
+  // Local rank / size: the first family that sets each, from the family that placed us onward.
+  std::optional<Var> local_rank, local_size;
+  for (const Family& f : kFamilies) {
+    if (fam != nullptr && &f < fam) continue;
+    if (!local_rank) local_rank = first_set(env, {f.local_rank});
+    if (!local_size) local_size = first_set(env, {f.local_size});
+  }
+
+  auto addr = first_set(env, {kAddrVars[0], kAddrVars[1]});
+  auto port = first_set(env, {kPortVars[0], kPortVars[1]});
+  if (addr) {
+    TANDEM_REQUIRE(!addr->value.empty() && addr->value.find_first_of(" \t\n/") == std::string::npos,
+                   "{}='{}' is not a host name or address", addr->name, addr->value);
+    c.master_addr = addr->value;
+  }
+  const std::optional<std::string> job = job_id(env);
+  if (port) {
+    c.master_port = static_cast<int>(parse_int(*port, c.info.size == 1 ? 0 : 1, 65535));
+  } else if (c.info.size > 1) {
+    c.master_port = job ? port_from_job_id(*job) : kDefaultPort;
+    c.notes.push_back(job ? fmt::format("no TANDEM_MASTER_PORT/MASTER_PORT: using port {} derived from {} job id {}",
+                                        c.master_port, c.source, *job)
+                          : fmt::format("no TANDEM_MASTER_PORT/MASTER_PORT: using the default port {}", c.master_port));
+  }
+
+  // What we know about where the ranks are: true = all on this host, false = several hosts.
+  std::optional<bool> one_host;
+  if (addr) {
+    if (is_loopback_address(addr->value)) one_host = true;
+  } else if (fam != nullptr && std::string_view(fam->name) == "Slurm") {
+    if (auto n = first_set(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})) {
+      one_host = parse_int(*n, 1, kMaxRanks) == 1;
+    }
+  }
+  if (local_size) {
+    c.info.local_size = static_cast<int>(parse_int(*local_size, 1, kMaxRanks));
+    if (!one_host && !addr) one_host = c.info.local_size == c.info.size;
+  } else if (one_host.value_or(!addr)) {
+    c.info.local_size = c.info.size;
+  }
+  if (local_rank) {
+    c.info.local_rank = static_cast<int>(parse_int(*local_rank, 0, kMaxRanks));
+  } else if (one_host.value_or(!addr)) {
+    c.info.local_rank = c.info.rank;
+  }
+  if (!local_size) c.info.local_size = std::max(c.info.local_size, c.info.local_rank + 1);
+  TANDEM_REQUIRE(c.info.local_rank < c.info.local_size, "local rank {} ({}) is not below local size {} ({})",
+                 c.info.local_rank, local_rank ? local_rank->name : "default", c.info.local_size,
+                 local_size ? local_size->name : "default");
+  TANDEM_REQUIRE(c.info.local_size <= c.info.size, "local size {} ({}) exceeds the world size {}", c.info.local_size,
+                 local_size ? local_size->name : "default", c.info.size);
+
+  if (!addr && c.info.size > 1) {
+    // mpirun / srun give no meeting point. One host: loopback works. Several: we cannot guess.
+    TANDEM_REQUIRE(one_host.value_or(true),
+                   "the job ({} ranks from {} variables, {} on this host) spans several hosts and no "
+                   "TANDEM_MASTER_ADDR/MASTER_ADDR is set: set it to rank 0's host address (and "
+                   "TANDEM_MASTER_PORT/MASTER_PORT)",
+                   c.info.size, c.source, c.info.local_size);
+    c.notes.push_back(fmt::format("no TANDEM_MASTER_ADDR/MASTER_ADDR: all {} ranks are on this host, using {}",
+                                  c.info.size, c.master_addr));
+  }
+
+  if (const char* s = env("TANDEM_SECRET"); s != nullptr && *s != '\0') {
+    c.secret = s;
+  } else {
+    c.secret = default_secret(job);
+    if (c.info.size > 1) {
+      c.notes.push_back(
+          "TANDEM_SECRET is not set: using a predictable default, so anyone who can reach the rendezvous port "
+          "can join (tandem launch sets a random one; export your own for mpirun/srun/torchrun)");
+    }
+  }
+  c.info.host = local_hostname();
+  return c;
+}
+
+Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::milliseconds timeout) {
+  const BootstrapInfo& info = config.info;
+  TANDEM_REQUIRE(info.size >= 1 && info.rank >= 0 && info.rank < info.size, "rank {} is outside a world of size {}",
+                 info.rank, info.size);
+  for (const auto& note : config.notes) {
+    if (info.rank == 0) {
+      log::warn("bootstrap ({} variables): {}", config.source, note);
+    } else {
+      log::info("bootstrap ({} variables): {}", config.source, note);
+    }
+  }
+  Rendezvous r;
+  if (info.size == 1) {
+    r.store = std::make_shared<transports::MemoryStore>();
+    return r;
+  }
+  TANDEM_REQUIRE(config.master_port > 0 && config.master_port <= 65535,
+                 "the rendezvous port must be in 1..65535 for a job of {} ranks, got {}", info.size,
+                 config.master_port);
+  if (info.rank == 0) {
+    RendezvousServerOptions so;
+    so.bind_host = is_loopback_address(config.master_addr) ? (config.master_addr == "localhost" ? "127.0.0.1"
+                                                                                          : config.master_addr)
+                                                   : "*";
+    if (so.bind_host == "[::1]") so.bind_host = "::1";
+    so.port = config.master_port;
+    so.secret = config.secret;
+    so.world_size = info.size;
+    r.server = std::make_shared<RendezvousServer>(so);
+  }
+  RendezvousClientOptions co;
+  co.host = config.master_addr;
+  if (co.host.size() > 2 && co.host.front() == '[' && co.host.back() == ']') co.host = co.host.substr(1, co.host.size() - 2);
+  co.port = config.master_port;
+  co.secret = config.secret;
+  co.rank = info.rank;
+  co.size = info.size;
+  co.name = fmt::format("rank {} on {}", info.rank, info.host);
+  co.timeout = timeout;
+  r.client = std::make_shared<RendezvousClient>(co);
+  r.store = std::make_shared<ServingStore>(r.server, r.client);
+  return r;
+}
+
+}  // namespace tandem::engine::comm

@@ -1,0 +1,56 @@
+#pragma once
+// The rendezvous server: a small key-value store that rank 0 serves over ZeroMQ (ROUTER on TCP)
+// from a background thread, for as long as the object lives. Peers must prove they know the job's
+// shared secret (challenge-response, rendezvous_protocol.hpp) before anything they send is acted
+// on; refused peers are logged with their address and get no data. Garbage on the port, oversized
+// frames and half-open connections never crash, stall or disturb the store.
+//
+// Threads: the public methods are thread-safe. Destruction stops the thread (pending GETs are
+// answered with "shutting down") within a few milliseconds.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace tandem::engine::comm {
+
+struct RendezvousServerOptions {
+  std::string bind_host = "127.0.0.1";  // an IP literal, "*" (every interface) or an interface name
+  int port = 0;                         // 0 = an ephemeral port (see port())
+  std::string secret;                   // the job's shared secret; must be non-empty
+  int world_size = 0;                   // > 0: peers announcing another size (or rank >= size) are refused
+  std::chrono::milliseconds handshake_timeout{10000};  // unauthenticated connections are forgotten after this
+};
+
+struct RendezvousServerStats {
+  uint64_t authenticated = 0;  // successful handshakes
+  uint64_t refused = 0;        // wrong proofs (wrong secret)
+  uint64_t malformed = 0;      // messages dropped as malformed or unauthenticated
+  uint64_t keys = 0;           // keys stored now
+};
+
+class RendezvousServer {
+ public:
+  // Binds and starts serving. Throws tandem::Error: kInvalidArgument (empty secret, bad port),
+  // kTransport (cannot listen, e.g. the port is taken).
+  explicit RendezvousServer(const RendezvousServerOptions& options);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  int port() const { return port_; }
+  // "tcp://host:port" as bound.
+  const std::string& endpoint() const { return endpoint_; }
+  RendezvousServerStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  int port_ = 0;
+  std::string endpoint_;
+};
+
+}  // namespace tandem::engine::comm

@@ -1,0 +1,277 @@
+// Bootstrap from the environment: precedence of the launcher families, malformed values, defaults
+// under mpirun/srun, and a rendezvous started from such a configuration.
+#include <cstdlib>
+#include <thread>
+
+#include <boost/test/unit_test.hpp>
+
+#include "engine/comm/bootstrap.hpp"
+#include "engine/core/error.hpp"
+#include "test_util.hpp"
+
+using namespace tandem;
+using namespace tandem::engine::comm;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+EnvLookup lookup_in(const Env& env) {
+  return [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+}
+
+BootstrapConfig parse(const Env& env) { return bootstrap_config_from_env(lookup_in(env)); }
+
+// Message of the kInvalidArgument error `env` must produce ("" when none).
+std::string invalid(const Env& env) {
+  try {
+    parse(env);
+  } catch (const Error& e) {
+    if (e.status() != Status::kInvalidArgument) return std::string("wrong status: ") + e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// Sets/unsets real environment variables for one scope and restores them afterwards.
+class ScopedEnv {
+ public:
+  void set(const std::string& k, const std::string& v) {
+    save(k);
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  void unset(const std::string& k) {
+    save(k);
+    ::unsetenv(k.c_str());
+  }
+  ~ScopedEnv() {
+    for (auto& [k, v] : saved_) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+  }
+
+ private:
+  void save(const std::string& k) {
+    if (saved_.count(k)) return;
+    const char* v = std::getenv(k.c_str());
+    saved_[k] = v ? std::optional<std::string>(v) : std::nullopt;
+  }
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+const char* kAllVars[] = {"TANDEM_RANK", "TANDEM_WORLD_SIZE", "TANDEM_LOCAL_RANK", "TANDEM_LOCAL_WORLD_SIZE",
+                          "TANDEM_MASTER_ADDR", "TANDEM_MASTER_PORT", "TANDEM_SECRET", "RANK", "WORLD_SIZE",
+                          "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "SLURM_PROCID", "SLURM_NTASKS",
+                          "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID",
+                          "SLURM_NNODES", "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES"};
+
+const Env kAllFamilies = {
+    {"TANDEM_RANK", "1"},       {"TANDEM_WORLD_SIZE", "4"},      {"TANDEM_LOCAL_RANK", "1"},
+    {"TANDEM_LOCAL_WORLD_SIZE", "4"}, {"TANDEM_MASTER_ADDR", "127.0.0.1"}, {"TANDEM_MASTER_PORT", "31000"},
+    {"RANK", "2"},              {"WORLD_SIZE", "5"},             {"LOCAL_RANK", "2"},
+    {"LOCAL_WORLD_SIZE", "5"},  {"MASTER_ADDR", "127.0.0.2"},    {"MASTER_PORT", "32000"},
+    {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "6"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", "6"}, {"SLURM_PROCID", "4"},   {"SLURM_NTASKS", "7"},
+    {"SLURM_LOCALID", "4"},     {"SLURM_NTASKS_PER_NODE", "7"},
+};
+
+Env without(Env env, std::initializer_list<const char*> names) {
+  for (const char* n : names) env.erase(n);
+  return env;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(bootstrap_env)
+
+BOOST_AUTO_TEST_CASE(nothing_set_means_a_single_rank) {
+  const BootstrapConfig c = parse({});
+  BOOST_TEST(c.info.rank == 0);
+  BOOST_TEST(c.info.size == 1);
+  BOOST_TEST(c.info.local_rank == 0);
+  BOOST_TEST(c.info.local_size == 1);
+  BOOST_TEST(c.source == "default");
+  BOOST_TEST(c.master_port == 0);
+  BOOST_TEST(!c.info.host.empty());
+  const Rendezvous r = start_rendezvous(c, 1000ms);  // no server, no client: an in-memory store
+  BOOST_TEST(!r.server);
+  BOOST_TEST(!r.client);
+  r.store->set("k", "v");
+  BOOST_TEST(r.store->get("k", 0ms) == "v");
+}
+
+BOOST_AUTO_TEST_CASE(families_apply_in_precedence_order) {
+  Env env = kAllFamilies;
+  BootstrapConfig c = parse(env);
+  BOOST_TEST(c.source == "TANDEM");
+  BOOST_TEST(c.info.rank == 1);
+  BOOST_TEST(c.info.size == 4);
+  BOOST_TEST(c.info.local_rank == 1);
+  BOOST_TEST(c.master_addr == "127.0.0.1");
+  BOOST_TEST(c.master_port == 31000);
+
+  env = without(env, {"TANDEM_RANK", "TANDEM_WORLD_SIZE", "TANDEM_LOCAL_RANK", "TANDEM_LOCAL_WORLD_SIZE"});
+  c = parse(env);
+  BOOST_TEST(c.source == "torchrun");
+  BOOST_TEST(c.info.rank == 2);
+  BOOST_TEST(c.info.size == 5);
+  BOOST_TEST(c.info.local_rank == 2);
+  BOOST_TEST(c.info.local_size == 5);
+  BOOST_TEST(c.master_port == 31000);  // TANDEM_MASTER_* still wins over MASTER_*
+
+  env = without(env, {"TANDEM_MASTER_ADDR", "TANDEM_MASTER_PORT"});
+  c = parse(env);
+  BOOST_TEST(c.master_addr == "127.0.0.2");
+  BOOST_TEST(c.master_port == 32000);
+
+  env = without(env, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+  c = parse(env);
+  BOOST_TEST(c.source == "Open MPI");
+  BOOST_TEST(c.info.rank == 3);
+  BOOST_TEST(c.info.size == 6);
+  BOOST_TEST(c.info.local_rank == 3);
+  BOOST_TEST(c.info.local_size == 6);
+
+  env = without(env, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                      "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  c = parse(env);
+  BOOST_TEST(c.source == "Slurm");
+  BOOST_TEST(c.info.rank == 4);
+  BOOST_TEST(c.info.size == 7);
+  BOOST_TEST(c.info.local_rank == 4);
+  BOOST_TEST(c.info.local_size == 7);
+}
+
+BOOST_AUTO_TEST_CASE(local_values_fall_back_to_the_next_family) {
+  // torchrun without LOCAL_WORLD_SIZE under mpirun: the local size comes from Open MPI.
+  const BootstrapConfig c = parse({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                                   {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "1234"},
+                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  BOOST_TEST(c.info.local_rank == 1);
+  BOOST_TEST(c.info.local_size == 2);
+  BOOST_TEST(c.master_addr == "10.1.2.3");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_values_name_the_variable) {
+  const Env base = {{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "2"}, {"TANDEM_MASTER_PORT", "4000"}};
+  struct Case {
+    const char* var;
+    const char* value;
+  };
+  const Case cases[] = {{"TANDEM_RANK", "abc"},        {"TANDEM_RANK", ""},          {"TANDEM_RANK", "1x"},
+                        {"TANDEM_RANK", " 1"},         {"TANDEM_RANK", "-1"},        {"TANDEM_RANK", "2"},
+                        {"TANDEM_WORLD_SIZE", "0"},    {"TANDEM_WORLD_SIZE", "two"}, {"TANDEM_MASTER_PORT", "0"},
+                        {"TANDEM_MASTER_PORT", "70000"}, {"TANDEM_MASTER_PORT", "80a"},
+                        {"TANDEM_LOCAL_RANK", "x"},    {"TANDEM_LOCAL_WORLD_SIZE", "-3"},
+                        {"TANDEM_MASTER_ADDR", "bad host"}, {"TANDEM_RANK", "99999999999999999999"}};
+  for (const Case& k : cases) {
+    Env env = base;
+    env[k.var] = k.value;
+    const std::string msg = invalid(env);
+    BOOST_TEST(msg.find(k.var) != std::string::npos, k.var << "='" << k.value << "' gave: '" << msg << "'");
+  }
+  // Half a pair is an error naming the missing half.
+  BOOST_TEST(invalid({{"TANDEM_RANK", "0"}}).find("TANDEM_WORLD_SIZE") != std::string::npos);
+  BOOST_TEST(invalid({{"WORLD_SIZE", "3"}}).find("RANK") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(mpirun_without_master_uses_loopback_and_a_port_from_the_job_id) {
+  Env env = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "1437925377"}};
+  const BootstrapConfig a = parse(env);
+  BOOST_TEST(a.master_addr == "127.0.0.1");
+  BOOST_TEST(a.master_port >= 20000);
+  BOOST_TEST(a.master_port < 50000);
+  bool said_so = false;
+  for (const auto& n : a.notes) said_so = said_so || n.find("1437925377") != std::string::npos;
+  BOOST_TEST(said_so);
+  env["OMPI_COMM_WORLD_RANK"] = "0";
+  BOOST_TEST(parse(env).master_port == a.master_port);  // every rank of the job agrees
+  env["OMPI_MCA_ess_base_jobid"] = "1437925378";
+  BOOST_TEST(parse(env).master_port != a.master_port);  // another job, another port
+  // No secret given: a predictable default, and a note that says so.
+  bool warned = false;
+  for (const auto& n : a.notes) warned = warned || n.find("TANDEM_SECRET") != std::string::npos;
+  BOOST_TEST(warned);
+}
+
+BOOST_AUTO_TEST_CASE(multi_host_jobs_without_an_address_are_refused) {
+  const std::string msg = invalid({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  BOOST_TEST(msg.find("MASTER_ADDR") != std::string::npos, msg);
+  const std::string slurm = invalid({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"}});
+  BOOST_TEST(slurm.find("MASTER_ADDR") != std::string::npos, slurm);
+  const BootstrapConfig one_node =
+      parse({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_ID", "77"}});
+  BOOST_TEST(one_node.master_addr == "127.0.0.1");
+  BOOST_TEST(one_node.info.local_rank == 3);
+  BOOST_TEST(one_node.info.local_size == 4);
+}
+
+BOOST_AUTO_TEST_CASE(real_environment_is_read_with_the_same_precedence) {
+  ScopedEnv guard;
+  for (const char* v : kAllVars) guard.unset(v);
+  BOOST_TEST(bootstrap_config_from_env().info.size == 1);
+  guard.set("RANK", "1");
+  guard.set("WORLD_SIZE", "3");
+  guard.set("MASTER_PORT", "4567");
+  guard.set("TANDEM_SECRET", "s3cret");
+  BootstrapConfig c = bootstrap_config_from_env();
+  BOOST_TEST(c.source == "torchrun");
+  BOOST_TEST(c.info.rank == 1);
+  BOOST_TEST(c.secret == "s3cret");
+  BOOST_TEST(c.master_port == 4567);
+  guard.set("TANDEM_RANK", "2");
+  guard.set("TANDEM_WORLD_SIZE", "3");
+  c = bootstrap_config_from_env();
+  BOOST_TEST(c.source == "TANDEM");
+  BOOST_TEST(c.info.rank == 2);
+  guard.set("TANDEM_RANK", "x");
+  BOOST_CHECK_THROW(bootstrap_config_from_env(), Error);
+}
+
+BOOST_AUTO_TEST_CASE(rendezvous_from_env_connects_every_rank) {
+  const int port = rdv_test::free_port();
+  constexpr int kRanks = 3;
+  std::vector<Env> envs(kRanks);
+  std::vector<std::string> seen(kRanks);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < kRanks; ++r) {
+    envs[r] = {{"TANDEM_RANK", std::to_string(r)}, {"TANDEM_WORLD_SIZE", std::to_string(kRanks)},
+               {"TANDEM_MASTER_ADDR", "127.0.0.1"}, {"TANDEM_MASTER_PORT", std::to_string(port)},
+               {"TANDEM_SECRET", "env-secret"}};
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        // Rank 0 starts last: the others must wait for its server rather than fail.
+        if (r == 0) std::this_thread::sleep_for(200ms);
+        Rendezvous rdv = start_rendezvous(parse(envs[r]), 5000ms);
+        if ((r == 0) != static_cast<bool>(rdv.server)) return;
+        rdv.store->set("hello/" + std::to_string(r), "from " + std::to_string(r));
+        for (int p = 0; p < kRanks; ++p) seen[r] += rdv.store->get("hello/" + std::to_string(p), 5000ms) + ";";
+        rdv.client->barrier("done", kRanks, 5000ms);  // rank 0 keeps its server until all have read
+      } catch (const std::exception& e) {
+        seen[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < kRanks; ++r) BOOST_TEST(seen[r] == "from 0;from 1;from 2;", "rank " << r);
+  // A port of 0 cannot work for several ranks: a clear error, not a hang.
+  Env bad = envs[1];
+  bad["TANDEM_MASTER_PORT"] = "0";
+  BOOST_TEST(invalid(bad).find("TANDEM_MASTER_PORT") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
