@@ -6,6 +6,7 @@
 #include "engine/core/error.hpp"
 #include "transports/inproc/inproc_transport.hpp"
 #include "transports/transport.hpp"
+#include "transports/zmq/zmq_transport.hpp"
 
 namespace tandem::transports {
 namespace {
@@ -17,6 +18,7 @@ struct Entry {
 
 constexpr Entry kBuiltins[] = {
     {"inproc", &inproc::create},
+    {"zmq", &zmq::create},
 };
 
 }  // namespace
@@ -31,7 +33,7 @@ std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
   TANDEM_REQUIRE(options.size >= 1, "transport: world size must be at least 1, got {}", options.size);
   TANDEM_REQUIRE(options.rank >= 0 && options.rank < options.size, "transport: rank {} is outside [0, {})",
                  options.rank, options.size);
-  const std::string name = options.name == "auto" ? "inproc" : options.name;  // TODO(#2): zmq/ucx
+  const std::string name = options.name == "auto" ? "zmq" : options.name;
   for (const auto& e : kBuiltins)
     if (name == e.name) return e.create(options);
   std::string known;

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <boost/test/unit_test.hpp>
+
 #include "engine/core/error.hpp"
 #include "transports/memory_store.hpp"
 #include "transports/transport.hpp"
@@ -83,13 +85,13 @@ inline void wait_all(Transport& t, std::vector<std::unique_ptr<Request>>& rs) {
   for (auto& r : rs) wait(t, *r);
 }
 
-// Runs fn on `size` threads (one transport each); rethrows the first failure after all joined.
+// Runs fn on `size` threads (one transport each); the test fails with every rank's error.
 inline void run_ranks(const std::string& transport, int size, const std::function<void(Rank&)>& fn) {
   MemoryStore store;
   const std::string prefix = unique_prefix(transport);
   std::barrier<> sync(size);
   std::mutex mu;
-  std::exception_ptr first;
+  std::string failures;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
@@ -98,15 +100,15 @@ inline void run_ranks(const std::string& transport, int size, const std::functio
         Rank rk{r, size, *t, sync};
         fn(rk);
         sync.arrive_and_wait();  // nobody tears down while a peer still needs it
-      } catch (...) {
+      } catch (const std::exception& e) {
         std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
+        failures += "\n  rank " + std::to_string(r) + ": " + e.what();
         sync.arrive_and_drop();
       }
     });
   }
   for (auto& th : threads) th.join();
-  if (first) std::rethrow_exception(first);
+  BOOST_TEST(failures.empty(), transport << " with " << size << " ranks failed:" << failures);
 }
 
 // Deterministic payload byte for (src, dst, seq, i).

@@ -10,21 +10,14 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
+#include "transports/match_key.hpp"
 #include "transports/parts.hpp"
 
 namespace tandem::transports::inproc {
 namespace {
 
-struct Key {
-  int peer;
-  uint64_t tag;
-  bool operator==(const Key&) const = default;
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const noexcept {
-    return std::hash<uint64_t>()(k.tag * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(k.peer));
-  }
-};
+using Key = MatchKey;
+using KeyHash = MatchKeyHash;
 
 struct RecvOp {
   std::vector<MutPart> parts;

@@ -1,0 +1,695 @@
+#include "transports/zmq/zmq_transport.hpp"
+
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "transports/completion.hpp"
+#include "transports/match_key.hpp"
+#include "transports/parts.hpp"
+#include "transports/zmq/wire.hpp"
+
+namespace tandem::transports::zmq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kIdentityBytes = 13;           // 'T', rank (4), nonce (8)
+constexpr size_t kMaxSlicesPerSegment = 64;     // more slices than this are gathered into one copy
+constexpr size_t kMaxFramesPerSegment = kMaxSlicesPerSegment + 1;
+constexpr int kMaxSegmentsPerPoll = 16;         // per peer and progress() call
+constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
+
+struct RecvOp {
+  std::vector<MutPart> parts;
+  size_t capacity = 0;
+  int peer = 0;
+  uint64_t tag = 0;
+  Completion done;
+};
+
+struct SendOp {
+  int peer = 0;
+  uint64_t tag = 0;
+  size_t bytes = 0;
+  std::atomic<size_t> frames_left{1};  // zero-copy frames ZeroMQ still holds, plus the sender's guard
+  Completion done;
+
+  void release_one() noexcept {
+    if (frames_left.fetch_sub(1, std::memory_order_acq_rel) == 1) done.complete(bytes, false);
+  }
+};
+
+// ZeroMQ's free callback for a zero-copy frame: runs on an IO thread once the frame is written
+// to the kernel (or dropped with its connection).
+void release_frame(void* /*data*/, void* hint) noexcept {
+  std::unique_ptr<std::shared_ptr<SendOp>> ref(static_cast<std::shared_ptr<SendOp>*>(hint));
+  (*ref)->release_one();
+}
+
+// A message being received (or fully received but not yet matched).
+struct Incoming {
+  int src = 0;
+  uint64_t tag = 0;
+  uint64_t total = 0;
+  uint64_t received = 0;
+  std::vector<std::pair<uint64_t, ::zmq::message_t>> stored;  // (offset, frame) while unmatched
+  std::shared_ptr<RecvOp> matched;
+  bool discard = false;  // its receive was cancelled mid-message: drop the rest
+  bool complete() const { return received == total; }
+};
+
+enum class PeerState { kAlive, kClosed, kLost };
+
+struct Peer {
+  std::string identity;                      // its DEALER's routing id, as our ROUTER addresses it
+  std::unique_ptr<::zmq::socket_t> rx;       // our DEALER, connected to its ROUTER: data from it
+  std::unique_ptr<::zmq::socket_t> monitor;  // PAIR receiving rx's connection events
+  bool hello = false;
+  PeerState state = PeerState::kAlive;
+  std::string why;  // why it is no longer alive
+  std::shared_ptr<Incoming> current;
+  std::vector<std::weak_ptr<SendOp>> in_flight;
+};
+
+std::string make_identity(int rank, uint64_t nonce) {
+  std::string id(kIdentityBytes, '\0');
+  id[0] = 'T';
+  const uint32_t r = static_cast<uint32_t>(rank);
+  std::memcpy(id.data() + 1, &r, 4);
+  std::memcpy(id.data() + 5, &nonce, 8);
+  return id;
+}
+
+uint64_t random_nonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+std::string bind_address(const TransportOptions& o, bool& ipv6) {
+  std::string host = o.bind_host;
+  if (const char* env = std::getenv("TANDEM_IFACE_ADDR"); env && *env) host = env;
+  ipv6 = host.find(':') != std::string::npos;
+  return ipv6 ? fmt::format("tcp://[{}]:*", host) : fmt::format("tcp://{}:*", host);
+}
+
+int io_threads_from_env() {
+  const char* env = std::getenv("TANDEM_ZMQ_IO_THREADS");
+  if (!env || !*env) return 1;
+  const int n = std::atoi(env);
+  TANDEM_REQUIRE(n >= 1 && n <= 64, "TANDEM_ZMQ_IO_THREADS must be in [1, 64], got '{}'", env);
+  return n;
+}
+
+::zmq::message_t header_frame(Kind kind, int src, uint64_t tag, uint64_t total, uint64_t offset, uint64_t seg) {
+  WireHeader h;
+  h.kind = static_cast<uint16_t>(kind);
+  h.src = src;
+  h.tag = tag;
+  h.total = total;
+  h.offset = offset;
+  h.seg_bytes = seg;
+  return ::zmq::message_t(&h, sizeof h);
+}
+
+// Receives the remaining frames of a multipart message (all of it is already queued locally).
+// Keeps at most `keep` frames; returns false when there were more (they are read and dropped).
+bool recv_rest(::zmq::socket_t& s, const ::zmq::message_t& first, std::vector<::zmq::message_t>& out, size_t keep) {
+  bool more = first.more(), fits = true;
+  while (more) {
+    ::zmq::message_t m;
+    if (!s.recv(m, ::zmq::recv_flags::dontwait)) break;
+    more = m.more();
+    if (out.size() < keep) out.push_back(std::move(m));
+    else fits = false;
+  }
+  return fits;
+}
+
+class Core {
+ public:
+  explicit Core(const TransportOptions& o);
+  ~Core() { shutdown(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  std::shared_ptr<SendOp> send(int peer, uint64_t tag, std::span<const ConstPart> parts);
+  std::shared_ptr<RecvOp> recv(int peer, uint64_t tag, std::span<const MutPart> parts);
+  void progress();
+  void cancel(const std::shared_ptr<RecvOp>& op);
+  void cancel(const std::shared_ptr<SendOp>& op);
+  void shutdown() noexcept;
+
+ private:
+  void connect(const TransportOptions& o);
+  void send_segments(Peer& p, SendOp& op, const std::shared_ptr<SendOp>& ref, std::span<const ConstPart> parts);
+  void send_frames(const std::string& identity, std::vector<::zmq::message_t>& frames);
+  void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
+  void drain_peer(int peer, int max_segments);
+  void handle_segment(int peer, std::vector<::zmq::message_t>& frames);
+  void start_incoming(int peer, const WireHeader& h);
+  void peer_gone(int peer, PeerState state, const std::string& why);
+  void check_monitors();
+  // Reads what arrived on our ROUTER: hellos during connection, only strays afterwards.
+  void drain_router();
+  void log_stray(const std::string& what);
+
+  std::mutex mu_;
+  const int rank_, size_;
+  bool closed_ = false;
+  ::zmq::context_t ctx_;
+  std::unique_ptr<::zmq::socket_t> tx_;  // ROUTER: every send leaves through it
+  std::vector<Peer> peers_;
+  std::unordered_map<MatchKey, std::deque<std::shared_ptr<RecvOp>>, MatchKeyHash> posted_;
+  std::unordered_map<MatchKey, std::deque<std::shared_ptr<Incoming>>, MatchKeyHash> unexpected_;
+  Clock::time_point next_monitor_check_{};
+  size_t strays_ = 0;
+  int rr_ = 0;
+};
+
+Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), ctx_(io_threads_from_env()), peers_(o.size) {
+  TANDEM_REQUIRE(o.store != nullptr, "zmq: rank {} needs a KvStore to exchange addresses", o.rank);
+  try {
+    connect(o);
+  } catch (const ::zmq::error_t& e) {
+    shutdown();
+    TANDEM_THROW(Status::kTransport, "zmq: rank {} could not connect (key prefix '{}'): {}", rank_, o.key_prefix,
+                 e.what());
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+void Core::connect(const TransportOptions& o) {
+  const auto deadline = Clock::now() + o.connect_timeout;
+  bool ipv6 = false;
+  const std::string bind = bind_address(o, ipv6);
+  tx_ = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::router);
+  tx_->set(::zmq::sockopt::router_mandatory, 1);
+  tx_->set(::zmq::sockopt::sndhwm, 0);
+  tx_->set(::zmq::sockopt::maxmsgsize, int64_t{1024});  // only hellos arrive here
+  tx_->set(::zmq::sockopt::linger, kLingerMs);
+  if (ipv6) tx_->set(::zmq::sockopt::ipv6, 1);
+  try {
+    tx_->bind(bind);
+  } catch (const ::zmq::error_t& e) {
+    TANDEM_THROW(Status::kTransport, "zmq: rank {} cannot bind {}: {}", rank_, bind, e.what());
+  }
+  const std::string endpoint = tx_->get(::zmq::sockopt::last_endpoint);
+  const uint64_t nonce = random_nonce();
+  const std::string key_base = o.key_prefix + "/zmq/";
+  o.store->set(key_base + std::to_string(rank_), fmt::format("{} {:016x}", endpoint, nonce));
+  const std::string my_identity = make_identity(rank_, nonce);
+
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const std::string value = o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
+    const size_t space = value.rfind(' ');
+    TANDEM_CHECK(space != std::string::npos && space + 17 == value.size(), Status::kTransport,
+                 "zmq: rank {} read a malformed address for rank {} from the store: '{}'", rank_, p, value);
+    const uint64_t peer_nonce = std::stoull(value.substr(space + 1), nullptr, 16);
+    Peer& peer = peers_[p];
+    peer.identity = make_identity(p, peer_nonce);
+    peer.rx = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::dealer);
+    peer.rx->set(::zmq::sockopt::routing_id, my_identity);
+    peer.rx->set(::zmq::sockopt::rcvhwm, 0);
+    peer.rx->set(::zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::max(kSegmentBytes, sizeof(WireHeader))));
+    // Reconnection stays on: with it off, ZeroMQ terminates the endpoint on disconnect and drops
+    // the frames not yet read. The socket is closed instead once the peer is known to be gone.
+    peer.rx->set(::zmq::sockopt::reconnect_ivl, 200);
+    peer.rx->set(::zmq::sockopt::linger, 0);
+    if (ipv6) peer.rx->set(::zmq::sockopt::ipv6, 1);
+    const std::string mon = fmt::format("inproc://tandem-zmq-monitor-{}", p);
+    TANDEM_CHECK(zmq_socket_monitor(peer.rx->handle(), mon.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED) == 0,
+                 Status::kTransport, "zmq: rank {} cannot monitor its connection to rank {}: {}", rank_, p,
+                 zmq_strerror(zmq_errno()));
+    peer.monitor = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::pair);
+    peer.monitor->connect(mon);
+    peer.rx->connect(value.substr(0, space));
+    ::zmq::message_t hello = header_frame(Kind::kHello, rank_, 0, 0, 0, 0);
+    peer.rx->send(hello, ::zmq::send_flags::dontwait);
+  }
+
+  // Every peer's DEALER announces itself; only then can our ROUTER address it.
+  for (;;) {
+    drain_router();
+    std::string missing;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !peers_[p].hello) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", p);
+    if (missing.empty()) break;
+    TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
+                 "zmq: rank {} did not hear from rank(s) {} within {} ms (key prefix '{}')", rank_, missing,
+                 o.connect_timeout.count(), o.key_prefix);
+    ::zmq::pollitem_t item{tx_->handle(), 0, ZMQ_POLLIN, 0};
+    ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
+  }
+  log::debug("zmq: rank {} of {} connected, sending from {}", rank_, size_, endpoint);
+}
+
+void Core::log_stray(const std::string& what) {
+  ++strays_;
+  if (strays_ <= 10 || strays_ % 1000 == 0)
+    log::warn("zmq: rank {} dropped a message from an unknown connection ({} so far): {}", rank_, strays_, what);
+}
+
+void Core::drain_router() {
+  for (int n = 0; n < 1024; ++n) {
+    ::zmq::message_t id;
+    if (!tx_->recv(id, ::zmq::recv_flags::dontwait)) return;
+    std::vector<::zmq::message_t> frames;
+    const bool fits = recv_rest(*tx_, id, frames, 2);
+    WireHeader h;
+    std::string why = !fits || frames.size() != 1 ? "not a single header frame"
+                      : check_header(frames[0].data(), frames[0].size(), size_, h);
+    if (why.empty() && h.kind != static_cast<uint16_t>(Kind::kHello)) why = "not a hello";
+    if (why.empty() && (h.src == rank_ || id.to_string() != peers_[h.src].identity))
+      why = fmt::format("routing id does not match rank {}'s", h.src);
+    if (!why.empty()) {
+      log_stray(why);
+      continue;
+    }
+    peers_[h.src].hello = true;
+  }
+}
+
+void Core::send_frames(const std::string& identity, std::vector<::zmq::message_t>& frames) {
+  // The high-water mark is off, so would-block (a null result) cannot happen short of a bug.
+  if (!tx_->send(::zmq::buffer(identity), ::zmq::send_flags::sndmore | ::zmq::send_flags::dontwait))
+    throw ::zmq::error_t();
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto more = i + 1 < frames.size() ? ::zmq::send_flags::sndmore : ::zmq::send_flags::none;
+    if (!tx_->send(frames[i], more | ::zmq::send_flags::dontwait)) throw ::zmq::error_t();
+  }
+}
+
+void Core::send_segments(Peer& p, SendOp& op, const std::shared_ptr<SendOp>& ref, std::span<const ConstPart> parts) {
+  const size_t total = op.bytes;
+  if (total <= kCopyBytes) {  // one segment, copied: the send is complete once queued
+    std::vector<::zmq::message_t> frames;
+    frames.push_back(header_frame(Kind::kData, rank_, op.tag, total, 0, total));
+    if (total > 0) {
+      frames.emplace_back(total);
+      scatter_copy(parts, std::span<const MutPart>(std::array{MutPart{frames.back().data(), total}}));
+    }
+    send_frames(p.identity, frames);
+    return;
+  }
+  size_t pi = 0, poff = 0;  // position in parts
+  for (size_t off = 0; off < total; off += kSegmentBytes) {
+    const size_t seg = std::min(kSegmentBytes, total - off);
+    // The slices of the parts that cover [off, off + seg).
+    std::vector<ConstPart> slices;
+    for (size_t left = seg; left > 0;) {
+      while (poff == parts[pi].bytes) {
+        ++pi;
+        poff = 0;
+      }
+      const size_t n = std::min(left, parts[pi].bytes - poff);
+      slices.push_back({static_cast<const char*>(parts[pi].data) + poff, n});
+      poff += n;
+      left -= n;
+    }
+    std::vector<::zmq::message_t> frames;
+    frames.push_back(header_frame(Kind::kData, rank_, op.tag, total, off, seg));
+    if (slices.size() > kMaxSlicesPerSegment) {
+      frames.emplace_back(seg);
+      scatter_copy(slices, std::span<const MutPart>(std::array{MutPart{frames.back().data(), seg}}));
+    } else {
+      for (const auto& s : slices) {
+        auto hint = std::make_unique<std::shared_ptr<SendOp>>(ref);
+        op.frames_left.fetch_add(1, std::memory_order_relaxed);
+        frames.emplace_back(const_cast<void*>(s.data), s.bytes, &release_frame, hint.release());
+      }
+    }
+    send_frames(p.identity, frames);
+  }
+}
+
+void Core::deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total) {
+  auto it = posted_.find({rank_, tag});
+  if (it != posted_.end()) {
+    std::shared_ptr<RecvOp> r = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) posted_.erase(it);
+    scatter_copy(parts, r->parts);
+    r->done.complete(total, total > r->capacity);
+    return;
+  }
+  auto inc = std::make_shared<Incoming>();
+  inc->src = rank_;
+  inc->tag = tag;
+  inc->total = inc->received = total;
+  if (total > 0) {
+    ::zmq::message_t copy(total);
+    scatter_copy(parts, std::span<const MutPart>(std::array{MutPart{copy.data(), total}}));
+    inc->stored.emplace_back(0, std::move(copy));
+  }
+  unexpected_[{rank_, tag}].push_back(std::move(inc));
+}
+
+std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
+  auto op = std::make_shared<SendOp>();
+  op->peer = peer;
+  op->tag = tag;
+  op->bytes = total_bytes(parts);
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    op->done.fail(Status::kTransport, fmt::format("zmq: rank {} sends to rank {} on a destroyed transport", rank_, peer));
+    return op;
+  }
+  if (peer == rank_) {
+    deliver_self(tag, parts, op->bytes);
+    op->done.complete(op->bytes, false);
+    return op;
+  }
+  Peer& p = peers_[peer];
+  if (p.state != PeerState::kAlive) {
+    op->done.fail(Status::kPeerFailure, fmt::format("zmq: send to rank {} tag {}: {}", peer, tag, p.why));
+    return op;
+  }
+  try {
+    send_segments(p, *op, op, parts);
+  } catch (const ::zmq::error_t& e) {
+    const bool gone = e.num() == EHOSTUNREACH;
+    op->done.fail(gone ? Status::kPeerFailure : Status::kTransport,
+                  fmt::format("zmq: send to rank {} tag {} failed: {}", peer, tag,
+                              gone ? fmt::format("rank {} is no longer connected", peer) : std::string(e.what())));
+  }
+  op->release_one();  // the sender's guard: completes now unless frames are still in flight
+  if (op->done.pending()) {
+    std::erase_if(p.in_flight, [](const std::weak_ptr<SendOp>& w) { return w.expired(); });
+    p.in_flight.push_back(op);
+  }
+  return op;
+}
+
+std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPart> parts) {
+  auto op = std::make_shared<RecvOp>();
+  op->parts.assign(parts.begin(), parts.end());
+  op->capacity = total_bytes(parts);
+  op->peer = peer;
+  op->tag = tag;
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    op->done.fail(Status::kTransport,
+                  fmt::format("zmq: rank {} receives from rank {} on a destroyed transport", rank_, peer));
+    return op;
+  }
+  auto it = unexpected_.find({peer, tag});
+  if (it != unexpected_.end()) {
+    std::shared_ptr<Incoming> inc = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) unexpected_.erase(it);
+    for (auto& [off, frame] : inc->stored) copy_into_at(op->parts, off, frame.data(), frame.size());
+    inc->stored.clear();
+    if (inc->complete()) op->done.complete(inc->total, inc->total > op->capacity);
+    else inc->matched = op;  // the rest is copied straight into our parts as it arrives
+  } else if (peer != rank_ && peers_[peer].state != PeerState::kAlive) {
+    op->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, tag, peers_[peer].why));
+  } else {
+    posted_[{peer, tag}].push_back(op);
+  }
+  return op;
+}
+
+void Core::start_incoming(int peer, const WireHeader& h) {
+  auto inc = std::make_shared<Incoming>();
+  inc->src = peer;
+  inc->tag = h.tag;
+  inc->total = h.total;
+  auto it = posted_.find({peer, h.tag});
+  if (it != posted_.end()) {
+    inc->matched = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) posted_.erase(it);
+  } else {
+    unexpected_[{peer, h.tag}].push_back(inc);
+  }
+  peers_[peer].current = std::move(inc);
+}
+
+void Core::handle_segment(int peer, std::vector<::zmq::message_t>& frames) {
+  Peer& p = peers_[peer];
+  WireHeader h;
+  std::string why = check_header(frames[0].data(), frames[0].size(), size_, h);
+  if (why.empty() && h.src != peer) why = fmt::format("claims to come from rank {}", h.src);
+  if (why.empty() && h.kind == static_cast<uint16_t>(Kind::kGoodbye)) {
+    peer_gone(peer, PeerState::kClosed, fmt::format("rank {} closed its transport", peer));
+    return;
+  }
+  if (why.empty() && h.kind != static_cast<uint16_t>(Kind::kData)) why = "unexpected segment kind";
+  if (why.empty()) {
+    uint64_t sum = 0;
+    for (size_t i = 1; i < frames.size(); ++i) sum += frames[i].size();
+    if (sum != h.seg_bytes) why = fmt::format("segment declares {} bytes but carries {}", h.seg_bytes, sum);
+  }
+  if (why.empty()) {
+    if (h.offset == 0 && !p.current) start_incoming(peer, h);
+    else if (!p.current || p.current->tag != h.tag || p.current->total != h.total || p.current->received != h.offset)
+      why = fmt::format("segment at offset {} of tag {} does not continue the message in progress", h.offset, h.tag);
+  }
+  if (!why.empty()) {
+    // Our connections reach only the ranks named in the store; a malformed stream from one of
+    // them cannot be resynchronised, so the peer is failed rather than trusted further.
+    log::error("zmq: rank {} got a malformed segment from rank {}: {}", rank_, peer, why);
+    peer_gone(peer, PeerState::kLost, fmt::format("rank {} sent a malformed segment ({})", peer, why));
+    return;
+  }
+  Incoming& inc = *p.current;
+  uint64_t off = h.offset;
+  for (size_t i = 1; i < frames.size(); ++i) {
+    const size_t n = frames[i].size();
+    if (inc.matched) copy_into_at(inc.matched->parts, off, frames[i].data(), n);
+    else if (!inc.discard) inc.stored.emplace_back(off, std::move(frames[i]));
+    off += n;
+  }
+  inc.received += h.seg_bytes;
+  if (inc.complete()) {
+    if (inc.matched) inc.matched->done.complete(inc.total, inc.total > inc.matched->capacity);
+    inc.matched.reset();
+    p.current.reset();
+  }
+}
+
+void Core::drain_peer(int peer, int max_segments) {
+  Peer& p = peers_[peer];
+  for (int n = 0; n < max_segments && p.rx && p.state == PeerState::kAlive; ++n) {
+    ::zmq::message_t head;
+    if (!p.rx->recv(head, ::zmq::recv_flags::dontwait)) return;
+    std::vector<::zmq::message_t> frames;
+    frames.push_back(std::move(head));
+    if (!recv_rest(*p.rx, frames[0], frames, kMaxFramesPerSegment)) {
+      log::error("zmq: rank {} got a segment with more than {} frames from rank {}", rank_, kMaxFramesPerSegment, peer);
+      peer_gone(peer, PeerState::kLost, fmt::format("rank {} sent a segment with too many frames", peer));
+      return;
+    }
+    handle_segment(peer, frames);
+  }
+}
+
+void Core::peer_gone(int peer, PeerState state, const std::string& why) {
+  Peer& p = peers_[peer];
+  if (p.state != PeerState::kAlive) return;
+  p.state = state;
+  p.why = why;
+  if (p.current) {
+    if (p.current->matched)
+      p.current->matched->done.fail(Status::kPeerFailure,
+                                    fmt::format("zmq: receive from rank {} tag {}: {} mid-message", peer,
+                                                p.current->tag, why));
+    auto it = unexpected_.find({peer, p.current->tag});
+    if (it != unexpected_.end()) {
+      std::erase(it->second, p.current);
+      if (it->second.empty()) unexpected_.erase(it);
+    }
+    p.current.reset();
+  }
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if (it->first.peer != peer) {
+      ++it;
+      continue;
+    }
+    for (auto& r : it->second)
+      r->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, r->tag, why));
+    it = posted_.erase(it);
+  }
+  for (auto& w : p.in_flight)
+    if (auto s = w.lock()) s->done.fail(Status::kPeerFailure, fmt::format("zmq: send to rank {} tag {}: {}", peer, s->tag, why));
+  p.in_flight.clear();
+  if (p.rx) zmq_socket_monitor(p.rx->handle(), nullptr, 0);
+  p.monitor.reset();
+  p.rx.reset();
+  if (state == PeerState::kLost) log::warn("zmq: rank {}: {}", rank_, why);
+}
+
+void Core::check_monitors() {
+  for (int peer = 0; peer < size_; ++peer) {
+    Peer& p = peers_[peer];
+    while (p.monitor) {  // peer_gone closes it
+      ::zmq::message_t event;
+      if (!p.monitor->recv(event, ::zmq::recv_flags::dontwait)) break;
+      std::vector<::zmq::message_t> rest;
+      recv_rest(*p.monitor, event, rest, 1);
+      uint16_t id = 0;
+      if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+      if ((id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CLOSED) && p.state == PeerState::kAlive) {
+        drain_peer(peer, std::numeric_limits<int>::max());  // what it sent before it went
+        peer_gone(peer, PeerState::kLost,
+                  fmt::format("rank {} disconnected (its process died or its connection failed)", peer));
+      }
+    }
+  }
+}
+
+void Core::progress() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
+  try {
+    for (int i = 0; i < size_; ++i) {
+      const int peer = (rr_ + i) % size_;
+      if (peer != rank_) drain_peer(peer, kMaxSegmentsPerPoll);
+    }
+    rr_ = (rr_ + 1) % size_;
+    const auto now = Clock::now();
+    if (now >= next_monitor_check_) {
+      next_monitor_check_ = now + kMonitorInterval;
+      check_monitors();
+      drain_router();
+    }
+  } catch (const ::zmq::error_t& e) {
+    TANDEM_THROW(Status::kTransport, "zmq: rank {} progress failed: {}", rank_, e.what());
+  }
+}
+
+void Core::cancel(const std::shared_ptr<RecvOp>& op) {
+  std::lock_guard lock(mu_);
+  if (!op->done.pending()) return;
+  auto it = posted_.find({op->peer, op->tag});
+  if (it != posted_.end()) {
+    std::erase(it->second, op);
+    if (it->second.empty()) posted_.erase(it);
+  }
+  if (op->peer != rank_) {
+    auto& cur = peers_[op->peer].current;
+    if (cur && cur->matched == op) {
+      cur->matched.reset();
+      cur->discard = true;
+    }
+  }
+  op->done.fail(Status::kTransport, fmt::format("zmq: receive from rank {} tag {} was cancelled", op->peer, op->tag));
+}
+
+void Core::cancel(const std::shared_ptr<SendOp>& op) {
+  std::lock_guard lock(mu_);
+  op->done.fail(Status::kTransport, fmt::format("zmq: send to rank {} tag {} was cancelled", op->peer, op->tag));
+}
+
+void Core::shutdown() noexcept {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  try {
+    for (int peer = 0; peer < size_; ++peer) {
+      Peer& p = peers_[peer];
+      if (peer == rank_ || !p.hello || p.state != PeerState::kAlive) continue;
+      std::vector<::zmq::message_t> bye;
+      bye.push_back(header_frame(Kind::kGoodbye, rank_, 0, 0, 0, 0));
+      try {
+        send_frames(p.identity, bye);
+      } catch (const ::zmq::error_t&) {
+        // already disconnected: nothing to tell
+      }
+    }
+    const std::string gone = fmt::format("zmq: rank {} destroyed its transport", rank_);
+    for (auto& [key, q] : posted_)
+      for (auto& r : q) r->done.fail(Status::kTransport, fmt::format("{}; receive from rank {} tag {} cancelled", gone, key.peer, key.tag));
+    posted_.clear();
+    for (auto& p : peers_) {
+      for (auto& w : p.in_flight)
+        if (auto s = w.lock()) s->done.fail(Status::kTransport, fmt::format("{}; send to rank {} tag {} cancelled", gone, s->peer, s->tag));
+      if (p.current && p.current->matched) p.current->matched->done.fail(Status::kTransport, gone);
+      p.current.reset();
+      if (p.rx) zmq_socket_monitor(p.rx->handle(), nullptr, 0);
+      p.monitor.reset();
+      p.rx.reset();
+    }
+  } catch (const std::exception& e) {
+    log::error("zmq: rank {} shutdown: {}", rank_, e.what());
+  }
+  tx_.reset();   // lingers at most kLingerMs for queued segments (the goodbyes included)
+  ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
+}
+
+// A send or receive request: SendOp and RecvOp share the completion protocol.
+template <typename Op>
+class ZmqRequest final : public Request {
+ public:
+  ZmqRequest(std::shared_ptr<Core> core, std::shared_ptr<Op> op) : core_(std::move(core)), op_(std::move(op)) {}
+  ~ZmqRequest() override { cancel(); }
+  bool test() override {
+    if (op_->done.pending()) core_->progress();
+    return op_->done.test();
+  }
+  size_t bytes() const override { return op_->done.bytes(); }
+  bool truncated() const override { return op_->done.truncated(); }
+  void cancel() override {
+    if (op_->done.pending()) core_->cancel(op_);
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  std::shared_ptr<Op> op_;
+};
+
+class ZmqTransport final : public Transport {
+ public:
+  explicit ZmqTransport(const TransportOptions& o) : core_(std::make_shared<Core>(o)) {}
+  ~ZmqTransport() override { core_->shutdown(); }
+
+  const char* name() const override { return "zmq"; }
+  int rank() const override { return core_->rank(); }
+  int size() const override { return core_->size(); }
+  Capabilities capabilities() const override { return {}; }
+  void progress() override { core_->progress(); }
+
+  std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
+    check(peer, tag, "send to");
+    return std::make_unique<ZmqRequest<SendOp>>(core_, core_->send(peer, tag, parts));
+  }
+  std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) override {
+    check(peer, tag, "receive from");
+    return std::make_unique<ZmqRequest<RecvOp>>(core_, core_->recv(peer, tag, parts));
+  }
+
+ private:
+  void check(int peer, uint64_t tag, const char* what) const {
+    TANDEM_REQUIRE(peer >= 0 && peer < size(), "zmq: rank {} cannot {} rank {}: the world has {} ranks", rank(), what,
+                   peer, size());
+    TANDEM_REQUIRE(tag < (uint64_t{1} << 40), "zmq: tag {} is not below 2^40", tag);
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> create(const TransportOptions& options) {
+  return std::make_unique<ZmqTransport>(options);
+}
+
+}  // namespace tandem::transports::zmq

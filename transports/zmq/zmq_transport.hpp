@@ -1,0 +1,28 @@
+#pragma once
+// zmq: TCP through ZeroMQ. Each rank binds one ROUTER (its sending socket) and connects one DEALER
+// to every peer's ROUTER (its receiving socket for that peer), so the data from a peer and the
+// disconnect event of that peer travel on the same TCP connection: when a peer dies, everything it
+// sent before is drained first and only then do receives from it fail (kPeerFailure).
+//  - Endpoints and per-rank nonces are exchanged through the KvStore under
+//    "<key_prefix>/zmq/<rank>"; a DEALER's routing id carries its rank and its secret nonce, and a
+//    ROUTER routes only to the ids it learned from the store, so a stray connection can neither
+//    receive data nor inject any (what it sends is dropped and logged).
+//  - Messages above kCopyBytes are sent zero-copy (frames point into the caller's parts; the send
+//    completes when ZeroMQ releases the last frame) in segments of kSegmentBytes, so the receiver
+//    copies segment k while k+1 is on the wire; every frame is bounded (ZMQ_MAXMSGSIZE).
+//  - On destruction a goodbye segment tells every peer that this rank closed; sockets linger at
+//    most kLingerMs for queued data.
+// Environment: TANDEM_IFACE_ADDR (address to bind), TANDEM_ZMQ_IO_THREADS (default 1).
+#include <memory>
+
+#include "transports/transport.hpp"
+
+namespace tandem::transports::zmq {
+
+inline constexpr size_t kCopyBytes = 32 * 1024;
+inline constexpr size_t kSegmentBytes = 1024 * 1024;
+inline constexpr int kLingerMs = 2000;
+
+std::unique_ptr<Transport> create(const TransportOptions& options);
+
+}  // namespace tandem::transports::zmq
