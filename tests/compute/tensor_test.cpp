@@ -7,8 +7,10 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
+#include "tests/compute/test_util.hpp"
 
 using namespace tandem;
+using tandem::engine::compute::testing::status_of;
 
 namespace {
 
@@ -26,15 +28,6 @@ struct CountingRaw final : RawAllocator {
     std::free(p);
   }
 };
-
-template <typename F> Status status_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.status();
-  }
-  return Status::kOk;
-}
 
 }  // namespace
 

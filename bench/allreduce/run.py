@@ -1,0 +1,219 @@
+#!/usr/bin/python3
+"""Allreduce against the peers, in one run: Tandem (zmq, ucx) vs PyTorch gloo and Open MPI's
+MPI_Allreduce (TCP and shared memory), float32 sum, the same sizes at world sizes 2 and 4, on
+loopback. Every runner uses one method (barrier, timed call, slowest rank per iteration, median
+over iterations; busbw = algbw * 2(n-1)/n) and checks its results.
+
+    bench/allreduce/run.py [--tandem build/default/bin/tandem] [--sizes 4K,64K,1M,16M]
+                           [--worlds 2,4] [--iters 20] [--json results.json]
+
+Needs python3-torch and openmpi-bin/libopenmpi-dev (TANDEM_BENCH_DEPS=1 tools/install-deps); a
+missing peer is reported and its columns left empty. Run it with Debian's /usr/bin/python3."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def parse_size(s):
+    s = s.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    return int(s[:-1] if s[-1:] in "KMG" else s) * mult
+
+
+def human(b):
+    for unit, m in (("M", 1 << 20), ("K", 1 << 10)):
+        if b >= m and b % m == 0:
+            return "%d%s" % (b // m, unit)
+    return str(b)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        # `tandem launch` prefixes rank output; keep whatever JSON object a line carries.
+        if "{" in line:
+            try:
+                out.append(json.loads(line[line.index("{"):]))
+            except ValueError:
+                pass
+    return out
+
+
+def run(cmd, env=None, timeout=900):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s%s" % (" ".join(cmd[:6]), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    return json_lines(p.stdout)
+
+
+def find_tandem(arg):
+    if arg:
+        return arg
+    built = glob.glob(os.path.join(REPO, "build", "*", "bin", "tandem"))
+    if not built:
+        sys.exit("run.py: no tandem executable under build/*/bin; pass --tandem")
+    return max(built, key=os.path.getmtime)
+
+
+def tandem_runner(exe, transport):
+    def go(world, sizes, iters, warmup):
+        return run([exe, "bench", "allreduce", "-n", str(world), "--transport", transport, "--sizes",
+                    ",".join(map(str, sizes)), "--iters", str(iters), "--warmup", str(warmup), "--json"])
+    return go
+
+
+def gloo_runner(world, sizes, iters, warmup):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
+               OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    procs = []
+    args = [str(iters), str(warmup)] + [str(s) for s in sizes]
+    for r in range(world):
+        procs.append(subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "gloo_allreduce.py")] + args,
+                                      env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=900))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (o, e) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError("gloo rank exited %d: %s" % (p.returncode, e[-2000:]))
+    return json_lines(outs[0][0])
+
+
+def mpi_runner(binary, btl):
+    def go(world, sizes, iters, warmup):
+        cmd = ["mpirun", "-np", str(world), "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
+               "--mca", "btl", btl]
+        if "tcp" in btl:
+            cmd += ["--mca", "btl_tcp_if_include", "lo"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += [binary, str(iters), str(warmup)] + [str(s) for s in sizes]
+        return run(cmd, env=dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1"))
+    return go
+
+
+def build_mpi(tmp):
+    if not shutil.which("mpicc") or not shutil.which("mpirun"):
+        return None, "mpicc/mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+    out = os.path.join(tmp, "mpi_allreduce")
+    p = subprocess.run(["mpicc", "-O2", "-o", out, os.path.join(HERE, "mpi_allreduce.c")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        return None, "mpicc failed: " + p.stdout
+    return out, None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tandem", help="the tandem executable (default: newest build/*/bin/tandem)")
+    ap.add_argument("--sizes", default="4K,64K,1M,16M")
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--only", help="comma-separated subset of runners (tandem-zmq, tandem-ucx, gloo, mpi-tcp, mpi-shm)")
+    ap.add_argument("--json", help="also write every result to this file")
+    a = ap.parse_args()
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    worlds = [int(w) for w in a.worlds.split(",")]
+    exe = find_tandem(a.tandem)
+
+    tmp = tempfile.mkdtemp(prefix="tandem-bench-")
+    runners = {"tandem-zmq": tandem_runner(exe, "zmq"), "tandem-ucx": tandem_runner(exe, "ucx")}
+    notes = []
+    try:
+        import torch  # noqa: F401
+        runners["gloo"] = gloo_runner
+    except ImportError:
+        notes.append("gloo: python3-torch is not installed for %s" % sys.executable)
+    mpi, why = build_mpi(tmp)
+    if mpi:
+        runners["mpi-tcp"] = mpi_runner(mpi, "tcp,self")
+        runners["mpi-shm"] = mpi_runner(mpi, "vader,self")
+    else:
+        notes.append("Open MPI: " + why)
+    if a.only:
+        keep = set(a.only.split(","))
+        runners = {k: v for k, v in runners.items() if k in keep}
+
+    results = {}  # (runner, world) -> {bytes: row}
+    for world in worlds:
+        for name, go in runners.items():
+            print("running %s on %d ranks ..." % (name, world), file=sys.stderr, flush=True)
+            try:
+                rows = go(world, sizes, a.iters, a.warmup)
+                results[(name, world)] = {r["bytes"]: r for r in rows}
+                bad = [r for r in rows if r.get("wrong")]
+                if bad:
+                    notes.append("%s world %d: WRONG results at %s" % (name, world, [r["bytes"] for r in bad]))
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                notes.append("%s world %d failed: %s" % (name, world, str(e).strip().splitlines()[0]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def busbw(name, world, b):
+        r = results.get((name, world), {}).get(b)
+        return r["busbw_gbps"] if r else None
+
+    def time_us(name, world, b):
+        r = results.get((name, world), {}).get(b)
+        return r["time_us"] if r else None
+
+    def fmt(v, spec="%7.2f"):
+        return spec % v if v is not None else "%7s" % "-"
+
+    def ratio(x, y):
+        return "%6.2fx" % (x / y) if x is not None and y else "%7s" % "-"
+
+    cols = list(runners)
+    print("# allreduce float32 sum on loopback, busbw GB/s (median of %d iterations; time_us for 4K)" % a.iters)
+    print("# ratios: zmq/gloo, zmq/mpi-tcp, ucx/mpi-shm (busbw, higher is better); "
+          "lat = mpi/tandem time (higher is better)")
+    header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + \
+        "  %8s %8s %8s %9s %9s" % ("zmq/gloo", "zmq/mpiT", "ucx/mpiS", "lat zmq", "lat ucx")
+    print(header)
+    for world in worlds:
+        for b in sizes:
+            line = "%5d %6s " % (world, human(b))
+            line += " ".join("%10s" % fmt(busbw(c, world, b)).strip() for c in cols)
+            line += "  %8s %8s %8s %9s %9s" % (
+                ratio(busbw("tandem-zmq", world, b), busbw("gloo", world, b)),
+                ratio(busbw("tandem-zmq", world, b), busbw("mpi-tcp", world, b)),
+                ratio(busbw("tandem-ucx", world, b), busbw("mpi-shm", world, b)),
+                ratio(time_us("mpi-tcp", world, b), time_us("tandem-zmq", world, b)),
+                ratio(time_us("mpi-shm", world, b), time_us("tandem-ucx", world, b)))
+            print(line)
+        small = min(sizes)
+        print("%5d %6s " % (world, "t_us@" + human(small)) +
+              " ".join("%10s" % fmt(time_us(c, world, small), "%7.1f").strip() for c in cols))
+    for n in notes:
+        print("# note: " + n)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([dict(r, runner=k[0]) for k, rows in results.items() for r in rows.values()], f, indent=1)
+    return 1 if any("WRONG" in n for n in notes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+#pragma once
+// The oneDNN CPU backend (internal header shared by the cpu/*.cpp files).
+//
+// Layouts: primitives are created with format_tag::any, so oneDNN picks its preferred blocked
+// layout (nChw16c on AVX-512) and activations stay in it from layer to layer; such tensors carry
+// a DnnlLayout. Inputs in another layout are reordered on entry, outputs that must be plain
+// (parameter gradients, linear outputs, pooled [N, C]) are reordered on exit. Parameters stay
+// plain: weights are reordered into a per-plan buffer at each call.
+//
+// Plans: every primitive descriptor is created once per shape (and input layout) and kept in
+// per-instance maps; backward primitives use the forward descriptor as their hint.
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/compute/backend.hpp"
+
+namespace tandem::engine::compute::cpu {
+
+using dnnl::memory;
+
+class DnnlLayout final : public Layout {
+ public:
+  explicit DnnlLayout(const memory::desc& md) : md_(md) {}
+  std::string describe() const override;
+  size_t size_bytes() const override { return md_.get_size(); }
+  bool same_as(const Layout& other) const override;
+  const memory::desc& md() const { return md_; }
+
+ private:
+  memory::desc md_;
+};
+
+// A short, unique text for a memory descriptor: dims, strides and inner blocks (plan keys).
+std::string md_key(const memory::desc& md);
+memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::f32);
+
+struct ConvPlan;
+struct NormPlan;
+struct EltwisePlan;
+struct PoolPlan;
+struct MatmulPlan;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+  ~CpuBackend() override;
+
+  std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::cpu(); }
+  void set_num_threads(int n) override;
+  int num_threads() const override { return threads_; }
+  void synchronize() override {}
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor zeros(const Shape& shape, DType dtype) override;
+  Tensor to_plain(const Tensor& x) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  Tensor to_host(const Tensor& x) override { return to_plain(x); }
+
+  Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p) override;
+  Tensor conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p) override;
+  void conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
+                             bool accumulate) override;
+
+  BatchNormForward batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                               Tensor& running_mean, Tensor& running_var,
+                                               const BatchNormParams& p) override;
+  Tensor batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                      const Tensor& running_mean, const Tensor& running_var, float eps) override;
+  Tensor batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                             const Tensor& var, float eps, Tensor& dgamma, Tensor& dbeta, bool accumulate) override;
+
+  Tensor activation_forward(Activation a, const Tensor& x, bool in_place) override;
+  Tensor activation_backward(Activation a, const Tensor& dy, const Tensor& y) override;
+
+  PoolForward pool_forward(PoolKind kind, const Tensor& x, const PoolParams& p) override;
+  Tensor pool_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, const Shape& x_shape,
+                       const PoolParams& p) override;
+  Tensor global_avg_pool_forward(const Tensor& x) override;
+  Tensor global_avg_pool_backward(const Tensor& dy, const Shape& x_shape) override;
+
+  Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  Tensor linear_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape) override;
+  void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, bool accumulate) override;
+
+  DropoutForward dropout_forward(const Tensor& x, float p, uint64_t seed) override;
+  Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) override;
+
+  LossOutput softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad,
+                                   int64_t normalizer) override;
+
+  Tensor add(const Tensor& a, const Tensor& b) override;
+  void add_inplace(Tensor& a, const Tensor& b) override;
+  void scale(Tensor& x, float alpha) override;
+  void axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void fill(Tensor& x, float value) override;
+  double sum_squares(const Tensor& x) override;
+
+  void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p) override;
+  void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& p) override;
+
+  // ---- helpers for the cpu/*.cpp files ----
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+  // The descriptor of t's storage: its DnnlLayout, or the plain one for its shape.
+  memory::desc md_of(const Tensor& t) const;
+  memory mem(const Tensor& t, const memory::desc& md) { return memory(md, engine_, t.raw_data()); }
+  memory mem(const Tensor& t) { return mem(t, md_of(t)); }
+  // A new tensor of `shape` stored as `md` (plain when md is the plain layout).
+  Tensor alloc(const memory::desc& md, const Shape& shape, DType dtype = DType::kF32);
+  // t itself when already stored as `md`, else a reordered copy.
+  Tensor as_layout(const Tensor& t, const memory::desc& md);
+  void reorder(const Tensor& src, const memory::desc& src_md, const Tensor& dst, const memory::desc& dst_md);
+  // dst = src or dst += src, where src is stored as src_md and dst (plain) as dst_md (same dims).
+  void store_param_grad(const Tensor& src, const memory::desc& src_md, Tensor& dst, const memory::desc& dst_md,
+                        bool accumulate);
+  // Elementwise kernels over n floats, parallel above a size threshold.
+  void add_raw(float* out, const float* a, const float* b, int64_t n);
+
+ private:
+  ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
+  PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
+  MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);
+  NormPlan& norm_plan(const memory::desc& md, float eps);
+  EltwisePlan& eltwise_plan(Activation a, const memory::desc& md);
+
+  int threads_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans_;
+  std::unordered_map<std::string, std::unique_ptr<PoolPlan>> pool_plans_;
+  std::unordered_map<std::string, PoolPlan*> last_pool_plan_;  // by shape and params, for backward
+  std::unordered_map<std::string, std::unique_ptr<MatmulPlan>> matmul_plans_;
+  std::unordered_map<std::string, std::unique_ptr<NormPlan>> norm_plans_;
+  std::unordered_map<std::string, std::unique_ptr<EltwisePlan>> eltwise_plans_;
+  std::unordered_map<std::string, std::unique_ptr<dnnl::reorder>> reorders_;
+};
+
+}  // namespace tandem::engine::compute::cpu

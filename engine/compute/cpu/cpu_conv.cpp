@@ -1,0 +1,223 @@
+// oneDNN convolution (forward, backward data, backward weights) and linear layers (matmul on
+// plain [N, features] tensors: the weights' transpose is a stride view, so nothing is reordered).
+#include <optional>
+
+#include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_plans.hpp"
+#include "engine/compute/cpu/dnnl_exec.hpp"
+#include "engine/compute/validate.hpp"
+#include "engine/core/error.hpp"
+
+namespace tandem::engine::compute::cpu {
+
+using dt = memory::data_type;
+using tag = memory::format_tag;
+
+
+ConvPlan& CpuBackend::conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p) {
+  const std::string key = fmt::format("{}{}{}|{},{},{},{},{},{},{}", x.str(), w.str(), bias, p.stride_h, p.stride_w,
+                                      p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+  auto it = conv_plans_.find(key);
+  if (it != conv_plans_.end()) return *it->second;
+  const Shape y = conv_output_shape(x, w, p);
+  auto plan = std::make_unique<ConvPlan>();
+  const int64_t G = p.groups;
+  memory::dims wd = G == 1 ? memory::dims{w[0], w[1], w[2], w[3]} : memory::dims{G, w[0] / G, w[1], w[2], w[3]};
+  plan->user_w = plain_md(Shape(std::span<const int64_t>(wd.data(), wd.size())));
+  plan->strides = {p.stride_h, p.stride_w};
+  plan->dilates = {p.dilation_h - 1, p.dilation_w - 1};
+  plan->pad_l = {p.pad_h, p.pad_w};
+  plan->pad_r = {p.pad_h, p.pad_w};
+  plan->x_any = memory::desc({x[0], x[1], x[2], x[3]}, dt::f32, tag::any);
+  plan->w_any = memory::desc(wd, dt::f32, tag::any);
+  plan->y_any = memory::desc({y[0], y[1], y[2], y[3]}, dt::f32, tag::any);
+  plan->b_md = memory::desc({w[0]}, dt::f32, tag::x);
+  dnnl_try("convolution forward for " + key, [&] {
+    auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                    plan->x_any, plan->w_any, plan->b_md, plan->y_any, plan->strides,
+                                                    plan->dilates, plan->pad_l, plan->pad_r)
+                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                    plan->x_any, plan->w_any, plan->y_any, plan->strides, plan->dilates,
+                                                    plan->pad_l, plan->pad_r);
+    plan->fwd_pd = dnnl::convolution_forward::primitive_desc(d, engine_);
+    plan->fwd = dnnl::convolution_forward(plan->fwd_pd);
+  });
+  return *conv_plans_.emplace(key, std::move(plan)).first->second;
+}
+
+Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p) {
+  const Shape ys = validate::conv(x, w, bias, p, device());
+  TANDEM_REQUIRE(x.dtype() == DType::kF32, "conv_forward (cpu): f32 only, got {}", x.str());
+  TANDEM_REQUIRE(w.is_plain(), "conv_forward: weights {} must be plain", w.str());
+  ConvPlan& plan = conv_plan(x.shape(), w.shape(), bias.defined(), p);
+  const auto& pd = plan.fwd_pd;
+  Tensor xs = as_layout(x, pd.src_desc());
+  Tensor ws = w;
+  if (!(pd.weights_desc() == plan.user_w)) {
+    ws = alloc(pd.weights_desc(), w.shape());
+    reorder(w, plan.user_w, ws, pd.weights_desc());
+  }
+  Tensor y = alloc(pd.dst_desc(), ys);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(xs, pd.src_desc())},
+                                       {DNNL_ARG_WEIGHTS, mem(ws, pd.weights_desc())},
+                                       {DNNL_ARG_DST, mem(y, pd.dst_desc())}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(bias, plan.b_md));
+  exec(plan.fwd, stream_, args, "convolution forward");
+  return y;
+}
+
+Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p) {
+  validate::tensor(dy, "conv_backward_data", "dy", device(), 4);
+  validate::tensor(w, "conv_backward_data", "weights", device(), 4);
+  TANDEM_REQUIRE(w.is_plain(), "conv_backward_data: weights {} must be plain", w.str());
+  const Shape ys = conv_output_shape(x_shape, w.shape(), p);
+  TANDEM_REQUIRE(dy.shape() == ys, "conv_backward_data: dy must be {}, got {}", ys.str(), dy.shape().str());
+  // The forward plan (created here if backward comes first) is the hint for the backward one.
+  ConvPlan& plan = conv_plan(x_shape, w.shape(), false, p);
+  if (!plan.bwd_data) {
+    dnnl_try("convolution backward data", [&] {
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, plan.x_any, plan.w_any, plan.y_any,
+                                              plan.strides, plan.dilates, plan.pad_l, plan.pad_r);
+      plan.bwd_data_pd.emplace(d, engine_, plan.fwd_pd);
+      plan.bwd_data.emplace(*plan.bwd_data_pd);
+    });
+  }
+  const auto& pd = *plan.bwd_data_pd;
+  Tensor dys = as_layout(dy, pd.diff_dst_desc());
+  Tensor ws = w;
+  if (!(pd.weights_desc() == plan.user_w)) {
+    ws = alloc(pd.weights_desc(), w.shape());
+    reorder(w, plan.user_w, ws, pd.weights_desc());
+  }
+  Tensor dx = alloc(pd.diff_src_desc(), x_shape);
+  exec(*plan.bwd_data, stream_,
+       {{DNNL_ARG_DIFF_DST, mem(dys, pd.diff_dst_desc())},
+        {DNNL_ARG_WEIGHTS, mem(ws, pd.weights_desc())},
+        {DNNL_ARG_DIFF_SRC, mem(dx, pd.diff_src_desc())}},
+       "convolution backward data");
+  return dx;
+}
+
+void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
+                                       const ConvParams& p, bool accumulate) {
+  validate::tensor(x, "conv_backward_weights", "input", device(), 4);
+  validate::tensor(dy, "conv_backward_weights", "dy", device(), 4);
+  validate::plain(dw, "conv_backward_weights", "dw", device(), dw.shape(), DType::kF32);
+  TANDEM_REQUIRE(dw.rank() == 4, "conv_backward_weights: dw must be [O, C/groups, KH, KW], got {}", dw.shape().str());
+  const Shape ys = conv_output_shape(x.shape(), dw.shape(), p);
+  TANDEM_REQUIRE(dy.shape() == ys, "conv_backward_weights: dy must be {}, got {}", ys.str(), dy.shape().str());
+  const bool want_bias = dbias.defined();
+  if (want_bias) validate::plain(dbias, "conv_backward_weights", "dbias", device(), Shape{ys[1]}, DType::kF32);
+  ConvPlan& plan = conv_plan(x.shape(), dw.shape(), false, p);
+  const int v = want_bias ? 1 : 0;
+  if (!plan.bwd_w[v]) {
+    dnnl_try("convolution backward weights", [&] {
+      auto d = want_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, plan.x_any,
+                                                                     plan.w_any, plan.b_md, plan.y_any, plan.strides,
+                                                                     plan.dilates, plan.pad_l, plan.pad_r)
+                         : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, plan.x_any,
+                                                                     plan.w_any, plan.y_any, plan.strides,
+                                                                     plan.dilates, plan.pad_l, plan.pad_r);
+      plan.bwd_w_pd[v].emplace(d, engine_, plan.fwd_pd);
+      plan.bwd_w[v].emplace(*plan.bwd_w_pd[v]);
+    });
+  }
+  const auto& pd = *plan.bwd_w_pd[v];
+  Tensor xs = as_layout(x, pd.src_desc());
+  Tensor dys = as_layout(dy, pd.diff_dst_desc());
+  const bool direct_w = !accumulate && pd.diff_weights_desc() == plan.user_w;
+  Tensor dws = direct_w ? dw : alloc(pd.diff_weights_desc(), dw.shape());
+  Tensor dbs = want_bias ? (accumulate ? Tensor::empty(dbias.shape()) : dbias) : Tensor();
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(xs, pd.src_desc())},
+                                       {DNNL_ARG_DIFF_DST, mem(dys, pd.diff_dst_desc())},
+                                       {DNNL_ARG_DIFF_WEIGHTS, mem(dws, pd.diff_weights_desc())}};
+  if (want_bias) args.emplace(DNNL_ARG_DIFF_BIAS, mem(dbs, plan.b_md));
+  exec(*plan.bwd_w[v], stream_, args, "convolution backward weights");
+  if (!direct_w) store_param_grad(dws, pd.diff_weights_desc(), dw, plan.user_w, accumulate);
+  if (want_bias && accumulate) store_param_grad(dbs, plan.b_md, dbias, plan.b_md, true);
+}
+
+// ---------------------------------------------------------------- linear (matmul)
+
+
+// which: 0 forward  y[N,Out] = x[N,In] . W^T         (m=N, k=In, n=Out)
+//        1 data     dx[N,In] = dy[N,Out] . W          (m=N, k=Out, n=In)
+//        2 weights  dW[Out,In] = dy^T[Out,N] . x      (m=Out, k=N, n=In), optionally += (sum post-op)
+MatmulPlan& CpuBackend::matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate) {
+  const std::string key = fmt::format("{}:{}x{}x{}:{}{}", which, m, k, n, bias, accumulate);
+  auto it = matmul_plans_.find(key);
+  if (it != matmul_plans_.end()) return *it->second;
+  auto plan = std::make_unique<MatmulPlan>();
+  plan->a = which == 2 ? memory::desc({m, k}, dt::f32, memory::dims{1, m}) : memory::desc({m, k}, dt::f32, tag::ab);
+  plan->b = which == 0 ? memory::desc({k, n}, dt::f32, memory::dims{1, k}) : memory::desc({k, n}, dt::f32, tag::ab);
+  plan->c = memory::desc({m, n}, dt::f32, tag::ab);
+  plan->bias = memory::desc({1, n}, dt::f32, tag::ab);
+  dnnl_try("matmul " + key, [&] {
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    auto d = bias ? dnnl::matmul::desc(plan->a, plan->b, plan->bias, plan->c) : dnnl::matmul::desc(plan->a, plan->b, plan->c);
+    plan->prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine_));
+  });
+  return *matmul_plans_.emplace(key, std::move(plan)).first->second;
+}
+
+Tensor CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const auto [N, In] = validate::linear(x, w, bias, device());
+  TANDEM_REQUIRE(x.dtype() == DType::kF32 && w.is_plain(), "linear_forward (cpu): f32 input and plain weights, got {} and {}",
+                 x.str(), w.str());
+  const int64_t Out = w.dim(0);
+  Tensor xp = to_plain(x);
+  Tensor y = Tensor::empty({N, Out});
+  MatmulPlan& plan = matmul_plan(N, In, Out, 0, bias.defined(), false);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(xp, plan.a)}, {DNNL_ARG_WEIGHTS, mem(w, plan.b)}, {DNNL_ARG_DST, mem(y, plan.c)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(bias, plan.bias));
+  exec(plan.prim, stream_, args, "linear forward");
+  return y;
+}
+
+Tensor CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape) {
+  validate::tensor(dy, "linear_backward_data", "dy", device(), 2);
+  validate::tensor(w, "linear_backward_data", "weights", device(), 2);
+  const int64_t N = dy.dim(0), Out = w.dim(0), In = w.dim(1);
+  TANDEM_REQUIRE(dy.dim(1) == Out && x_shape.rank() >= 2 && x_shape[0] == N && x_shape.numel() == N * In,
+                 "linear_backward_data: dy {} and weights {} do not match input shape {}", dy.shape().str(),
+                 w.shape().str(), x_shape.str());
+  Tensor d = to_plain(dy);
+  Tensor dx = Tensor::empty(x_shape);
+  MatmulPlan& plan = matmul_plan(N, Out, In, 1, false, false);
+  exec(plan.prim, stream_,
+       {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(w, plan.b)}, {DNNL_ARG_DST, mem(dx, plan.c)}},
+       "linear backward data");
+  return dx;
+}
+
+void CpuBackend::linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
+                                         bool accumulate) {
+  const auto [N, In] = validate::linear(x, dw, dbias, device());
+  validate::plain(dw, "linear_backward_weights", "dw", device(), dw.shape(), DType::kF32);
+  const int64_t Out = dw.dim(0);
+  TANDEM_REQUIRE(dy.rank() == 2 && dy.dim(0) == N && dy.dim(1) == Out,
+                 "linear_backward_weights: dy must be [{}, {}], got {}", N, Out, dy.shape().str());
+  Tensor xp = to_plain(x);
+  Tensor d = to_plain(dy);
+  MatmulPlan& plan = matmul_plan(Out, N, In, 2, false, accumulate);
+  exec(plan.prim, stream_,
+       {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(xp, plan.b)}, {DNNL_ARG_DST, mem(dw, plan.c)}},
+       "linear backward weights");
+  if (dbias.defined()) {
+    const float* g = static_cast<const float*>(d.raw_data());
+    float* b = static_cast<float*>(dbias.raw_data());
+    for (int64_t o = 0; o < Out; ++o) {
+      float s = 0;
+      for (int64_t n = 0; n < N; ++n) s += g[n * Out + o];
+      b[o] = accumulate ? b[o] + s : s;
+    }
+  }
+}
+
+}  // namespace tandem::engine::compute::cpu

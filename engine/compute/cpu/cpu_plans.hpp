@@ -1,0 +1,52 @@
+#pragma once
+// Cached oneDNN primitives of the CPU backend, one per shape (and input layout).
+#include <optional>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace tandem::engine::compute::cpu {
+
+using dnnl::memory;
+
+struct ConvPlan {
+  memory::desc user_w;  // plain weights, 5-D (goihw) when grouped
+  memory::dims strides, dilates, pad_l, pad_r;
+  memory::desc x_any, w_any, y_any, b_md;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  std::optional<dnnl::convolution_backward_data::primitive_desc> bwd_data_pd;
+  std::optional<dnnl::convolution_backward_data> bwd_data;
+  std::optional<dnnl::convolution_backward_weights::primitive_desc> bwd_w_pd[2];  // [without, with] bias
+  std::optional<dnnl::convolution_backward_weights> bwd_w[2];
+};
+
+struct MatmulPlan {
+  memory::desc a, b, bias, c;
+  dnnl::matmul prim;
+};
+
+struct NormPlan {
+  memory::desc md, stat_md;
+  dnnl::batch_normalization_forward::primitive_desc train_pd;
+  dnnl::batch_normalization_forward train;
+  std::optional<dnnl::batch_normalization_forward> infer;
+  std::optional<dnnl::batch_normalization_backward::primitive_desc> bwd_pd;
+  std::optional<dnnl::batch_normalization_backward> bwd;
+};
+
+struct EltwisePlan {
+  dnnl::eltwise_forward::primitive_desc fwd_pd;
+  dnnl::eltwise_forward fwd;
+  std::optional<dnnl::eltwise_backward> bwd;
+};
+
+struct PoolPlan {
+  dnnl::pooling_forward::primitive_desc fwd_pd;
+  dnnl::pooling_forward fwd;
+  std::optional<dnnl::pooling_backward::primitive_desc> bwd_pd;
+  std::optional<dnnl::pooling_backward> bwd;
+  memory::dims strides, kernel, pad;
+  dnnl::algorithm algo;
+};
+
+}  // namespace tandem::engine::compute::cpu
