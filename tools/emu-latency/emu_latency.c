@@ -2,8 +2,14 @@
  *
  * This kernel has no netem, so the emulated cluster (tools/emu-cluster) delays packets in user space:
  * inside each host's network namespace an iptables rule
- *   iptables -t mangle -A POSTROUTING -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
- * hands every outgoing packet to this program, which holds it for --delay-us and then accepts it.
+ *   iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0 --queue-bypass
+ * hands every packet the host receives to this program, which holds it for --delay-us and then accepts
+ * it; with every host doing so, each direction of each path gets the delay once.
+ *
+ * Why on receive and not on send (POSTROUTING): a packet held on the sending side still belongs to the
+ * sending socket, and TCP Small Queues then limits the socket to ~1 ms of data below it, so a delayed
+ * TCP flow collapsed (33 Mbit/s through a 100 Mbit/s link with 2 ms). netem avoids this by orphaning
+ * the packet; user space cannot. On receive, ip_rcv has already orphaned it before PREROUTING.
  *
  * Every packet gets the same delay, so release order is arrival order: a FIFO of (packet id, due time)
  * is enough, and one batch verdict ("accept every id up to N") releases all packets that are due.
