@@ -31,43 +31,24 @@ struct Captured {
   std::string out;
 };
 
-// Runs argv with stdout captured (stderr passes through, so failures stay visible).
-Captured run_capture(std::vector<std::string> args) {
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs the command with stdout captured (stderr passes through, so failures stay visible).
+Captured run_capture(const std::vector<std::string>& args) {
   Captured c;
-  int fds[2];
-  if (::pipe(fds) != 0) return c;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::string cmd;
+  for (const auto& a : args) cmd += shell_quote(a) + " ";
   std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return c;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "tandem demo: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return c;
   char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) != 0) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    c.out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) c.out.append(buf, n);
+  const int status = ::pclose(p);
   c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return c;
 }
