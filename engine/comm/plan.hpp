@@ -68,12 +68,25 @@ struct Plan {
   Algorithm algorithm = Algorithm::kRing;
   int32_t world = 1;
   int32_t root = 0;
-  uint64_t count = 0;          // elements per rank in the caller's input (see make_plan)
+  uint64_t count = 0;          // PlanRequest::count as given (see there: per collective)
   uint64_t scratch_count = 0;  // elements of scratch each rank needs
   bool finish_avg = false;     // executor divides the output by `world` at the end (ReduceOp avg)
   std::vector<RankPlan> ranks; // one per rank
   std::string describe() const;  // one line: collective, algorithm, world, count, rounds
+
+  // Added by comm (see PlanRequest): the receiving rank of kSend/kRecv, the in-place layout the
+  // plan was built for, and the chunk (elements) large transfers were cut into.
+  int32_t peer = -1;
+  bool in_place = false;
+  uint64_t chunk_count = 0;
+  // Messages and payload elements over all ranks (for describe(), logs and the simulator).
+  uint64_t message_count() const;
+  uint64_t payload_count() const;
 };
+
+// Elements of the caller's buffer `b` at `rank` (kScratch: scratch_count). reduce: non-roots have
+// no output (0); kSend/kRecv: only the sender has input and only the receiver output.
+uint64_t plan_buffer_count(const Plan& plan, Buffer b, int32_t rank);
 
 // Per-rank host placement, for hierarchical algorithms: host_of[r] = host index of rank r.
 struct Topology {
@@ -92,13 +105,38 @@ struct PlanRequest {
   uint64_t elem_bytes = 4;      // only for choosing an algorithm and chunk sizes, never for layout
   uint64_t chunk_bytes = 0;     // pipeline chunk size for large buffers; 0 picks a default
   Topology topology;            // empty: every rank on its own host
+  // kSend/kRecv: `root` sends `count` elements to `peer` (both plans are the same transfer).
+  int32_t peer = -1;
+  // The caller's input lives inside its output (allreduce/reduce: same buffer; reduce-scatter: the
+  // output is input + rank * count/world; allgather: the input is output + rank * count/world).
+  // In-place plans never read a region after overwriting the caller's contribution in it.
+  bool in_place = false;
 };
 
 // Builds the plan for every rank. kAuto resolves by size and world (see choose_algorithm).
 // Throws kInvalidArgument for impossible requests (root out of range, count not divisible by world
 // where the collective requires it, ...).
+//
+// Algorithms per collective (kAuto picks; kDeterministic on a collective without a reduction is the
+// same as kAuto):
+//   allreduce       ring (reduce-scatter + allgather, chunked and pipelined), halving-doubling
+//                   (recursive doubling for small buffers, Rabenseifner for large; extra ranks of a
+//                   non-power-of-two world are folded in first), tree (binomial reduce + broadcast),
+//                   hierarchical (tree to a host leader, ring across leaders, tree back), deterministic
+//                   (each segment's owner folds all contributions in rank order 0..n-1, then ring allgather)
+//   reduce-scatter  ring, deterministic
+//   allgather       ring
+//   broadcast       tree (binomial), ring (pipelined chain root -> root+1 -> ...)
+//   reduce          tree (binomial), ring (ring reduce-scatter then gather to root), deterministic
+//   barrier         direct (dissemination: ceil(log2 n) rounds of empty messages)
+//   send/recv       direct
+// Rounds are a valid sequential schedule; an executor may start an op earlier when its regions do not
+// conflict with unfinished earlier ops and sends/receives to one peer keep plan order.
 Plan make_plan(const PlanRequest& request);
 Algorithm choose_algorithm(const PlanRequest& request);
+// Pipeline chunk in elements that make_plan uses for `request` (chunk_bytes or the default).
+uint64_t plan_chunk_count(const PlanRequest& request);
+constexpr uint64_t kDefaultChunkBytes = 512 * 1024;
 
 // Checks a plan's internal consistency: every send has a matching receive of equal size, regions in
 // bounds, no rank waits forever. Used by tests and the simulator; throws kInternal describing the flaw.
