@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "engine/core/error.hpp"
+#include "tests/nn/expect_error.hpp"
 #include "engine/data/augment.hpp"
 #include "engine/data/loader.hpp"
 #include "engine/data/readers.hpp"
@@ -22,20 +23,10 @@
 using namespace tandem::engine::data;
 using tandem::Error;
 using tandem::Status;
+using tandem::testing::expect_error;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <typename F>
-void expect_error(F&& f, Status status, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    BOOST_FAIL("expected an error");
-  } catch (const Error& e) {
-    BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(status), e.what());
-    for (const auto& n : needles) BOOST_TEST(std::string(e.what()).find(n) != std::string::npos, e.what() << " lacks " << n);
-  }
-}
 
 // A scratch directory removed at the end of the test.
 struct TempDir {

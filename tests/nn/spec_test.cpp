@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.hpp"
+#include "tests/nn/expect_error.hpp"
 #include "engine/nn/model_spec.hpp"
 #include "engine/nn/zoo.hpp"
 
 using namespace tandem::engine::nn;
 using tandem::Error;
 using tandem::Status;
+using tandem::testing::expect_error;
 
 namespace tandem::engine::nn {
 std::ostream& operator<<(std::ostream& os, const SampleShape& s) { return os << to_string(s); }
@@ -25,17 +27,6 @@ std::ostream& operator<<(std::ostream& os, const SampleShape& s) { return os << 
 namespace {
 ModelSpec zoo(const std::string& n) { return zoo_model(n, zoo_default_input(n), 10); }
 
-// Runs f, expects a tandem::Error with `status` whose message contains every needle.
-template <typename F>
-void expect_error(F&& f, Status status, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    BOOST_FAIL("expected an error");
-  } catch (const Error& e) {
-    BOOST_TEST(static_cast<int>(e.status()) == static_cast<int>(status));
-    for (const auto& n : needles) BOOST_TEST(std::string(e.what()).find(n) != std::string::npos, e.what() << " lacks " << n);
-  }
-}
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(layer_spec)

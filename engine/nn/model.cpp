@@ -1,0 +1,395 @@
+#include "engine/nn/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
+
+namespace tandem::engine::nn {
+
+using compute::Activation;
+using compute::ConvParams;
+using compute::PoolKind;
+using compute::PoolParams;
+
+InitScheme parse_init(std::string_view s) {
+  if (s == "kaiming") return InitScheme::kKaiming;
+  if (s == "xavier") return InitScheme::kXavier;
+  if (s == "uniform") return InitScheme::kUniformFanIn;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown initialisation '{}' (expected kaiming, xavier or uniform)", s);
+}
+
+void Activations::clear() {
+  out.clear();
+  extra1.clear();
+  extra2.clear();
+  external.clear();
+  external_ids.clear();
+  grad.clear();
+  begin = end = 0;
+  batch = 0;
+}
+
+namespace {
+
+ConvParams conv_params(const LayerSpec& l) {
+  ConvParams p;
+  p.stride_h = p.stride_w = l.stride;
+  p.pad_h = p.pad_w = l.padding;
+  p.groups = l.groups;
+  return p;
+}
+
+PoolParams pool_params(const LayerSpec& l) {
+  PoolParams p;
+  p.kernel_h = l.kernel_h;
+  p.kernel_w = l.kernel_w;
+  p.stride_h = p.stride_w = l.stride;
+  p.pad_h = p.pad_w = l.padding;
+  p.count_include_pad = true;
+  return p;
+}
+
+bool is_relu(LayerKind k) { return k == LayerKind::kReLU || k == LayerKind::kReLU6; }
+Activation activation_of(LayerKind k) { return k == LayerKind::kReLU ? Activation::kRelu : Activation::kRelu6; }
+
+}  // namespace
+
+Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitScheme init_scheme)
+    : spec_(std::move(spec)), backend_(backend) {
+  TANDEM_REQUIRE(!spec_.layers.empty(), "model '{}' has no layers", spec_.name);
+  const size_t n = spec_.layers.size();
+  param_off_.assign(n + 1, 0);
+  buffer_off_.assign(n + 1, 0);
+  consumers_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    param_off_[i + 1] = param_off_[i] + spec_.layers[i].params;
+    buffer_off_[i + 1] = buffer_off_[i] + spec_.layers[i].buffers;
+    for (int32_t p : spec_.layers[i].inputs) {
+      if (p >= 0) ++consumers_[static_cast<size_t>(p)];
+    }
+  }
+  inplace_relu_.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerSpec& l = spec_.layers[i];
+    if (!is_relu(l.kind) || l.inputs[0] < 0) continue;
+    const auto p = static_cast<size_t>(l.inputs[0]);
+    // The producer's output may be overwritten when nothing else reads it and its own backward does not need it
+    // (relu needs its output; flatten's output aliases its input).
+    const LayerKind pk = spec_.layers[p].kind;
+    inplace_relu_[i] = consumers_[p] == 1 && !is_relu(pk) && pk != LayerKind::kFlatten;
+  }
+  params_ = backend_.zeros(Shape{param_off_[n]});
+  grads_ = backend_.zeros(Shape{param_off_[n]});
+  buffers_ = backend_.zeros(Shape{buffer_off_[n]});
+  init(seed, init_scheme);
+}
+
+Tensor Model::layer_params(size_t layer) const { return range_params(layer, layer + 1); }
+Tensor Model::layer_grads(size_t layer) const { return range_grads(layer, layer + 1); }
+
+Tensor Model::range_params(size_t begin, size_t end) const {
+  TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
+                 begin, end);
+  return params_.slice(param_off_[begin], Shape{param_off_[end] - param_off_[begin]});
+}
+
+Tensor Model::range_grads(size_t begin, size_t end) const {
+  TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
+                 begin, end);
+  return grads_.slice(param_off_[begin], Shape{param_off_[end] - param_off_[begin]});
+}
+
+void Model::zero_grads() {
+  if (grads_.numel() > 0) backend_.fill(grads_, 0.0f);
+}
+
+void Model::init(uint64_t seed, InitScheme scheme) {
+  for (size_t i = 0; i < num_layers(); ++i) {
+    const LayerSpec& l = spec_.layers[i];
+    if (l.params == 0) continue;
+    Rng rng(mix64(seed, i));
+    std::vector<float> host(static_cast<size_t>(l.params));
+    if (l.kind == LayerKind::kBatchNorm2d) {
+      std::fill(host.begin(), host.begin() + l.params / 2, 1.0f);  // gamma 1, beta 0
+    } else {
+      const auto shapes = l.param_shapes();
+      const auto& w = shapes[0];
+      int64_t receptive = 1;
+      for (size_t d = 2; d < w.size(); ++d) receptive *= w[d];
+      const double fan_in = static_cast<double>(w[1] * receptive), fan_out = static_cast<double>(w[0] * receptive);
+      const int64_t wn = fan_in > 0 ? w[0] * w[1] * receptive : 0;
+      for (int64_t k = 0; k < wn; ++k) {
+        double v = 0;
+        switch (scheme) {
+          case InitScheme::kKaiming: v = rng.normal() * std::sqrt(2.0 / fan_in); break;
+          case InitScheme::kXavier: v = (2 * rng.uniform() - 1) * std::sqrt(6.0 / (fan_in + fan_out)); break;
+          case InitScheme::kUniformFanIn: v = (2 * rng.uniform() - 1) / std::sqrt(fan_in); break;
+        }
+        host[static_cast<size_t>(k)] = static_cast<float>(v);
+      }
+      if (scheme == InitScheme::kUniformFanIn) {
+        for (int64_t k = wn; k < l.params; ++k) host[k] = static_cast<float>((2 * rng.uniform() - 1) / std::sqrt(fan_in));
+      }
+    }
+    Tensor dst = layer_params(i);
+    backend_.copy(Tensor::wrap(host.data(), Shape{l.params}, DType::kF32), dst);
+  }
+  // Running statistics: mean 0, variance 1.
+  for (size_t i = 0; i < num_layers(); ++i) {
+    const LayerSpec& l = spec_.layers[i];
+    if (l.buffers == 0) continue;
+    std::vector<float> host(static_cast<size_t>(l.buffers), 0.0f);
+    std::fill(host.begin() + l.buffers / 2, host.end(), 1.0f);
+    Tensor dst = buffers_.slice(buffer_off_[i], Shape{l.buffers});
+    backend_.copy(Tensor::wrap(host.data(), Shape{l.buffers}, DType::kF32), dst);
+  }
+  zero_grads();
+}
+
+// ---- execution ------------------------------------------------------------------------------------
+
+namespace {
+// Views a 2-D [N, C] activation as [N, C, 1, 1] for the ops that need 4-D input.
+Tensor as4d(compute::Backend& be, const Tensor& t) {
+  if (t.rank() == 4) return t;
+  return be.to_plain(t).view(Shape{t.dim(0), t.numel() / t.dim(0), 1, 1});
+}
+// `g` reshaped to `shape` when only the view differs ([N, C] vs [N, C, 1, 1]).
+Tensor conform(compute::Backend& be, const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  TANDEM_CHECK(g.numel() == shape.numel(), Status::kInternal, "gradient {} cannot take the shape {}", g.str(),
+               shape.str());
+  return be.to_plain(g).view(shape);
+}
+}  // namespace
+
+Tensor Model::input_of(const Activations& a, int32_t producer) const {
+  if (producer >= static_cast<int32_t>(a.begin)) return a.out[static_cast<size_t>(producer)];
+  const auto it = std::find(a.external_ids.begin(), a.external_ids.end(), producer);
+  TANDEM_CHECK(it != a.external_ids.end(), Status::kInternal, "layer input #{} is neither in the range nor given",
+               producer);
+  return a.external[static_cast<size_t>(it - a.external_ids.begin())];
+}
+
+Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in) {
+  const LayerSpec& l = spec_.layers[i];
+  const Tensor& x = in[0];
+  const int64_t po = param_off_[i];
+  switch (l.kind) {
+    case LayerKind::kConv2d: {
+      const auto shapes = l.param_shapes();
+      const Tensor w = params_.slice(po, Shape(shapes[0]));
+      const Tensor b = l.bias ? params_.slice(po + Shape(shapes[0]).numel(), Shape{l.out_channels}) : Tensor();
+      return backend_.conv_forward(as4d(backend_, x), w, b, conv_params(l));
+    }
+    case LayerKind::kLinear: {
+      const int64_t in_features = l.in_shapes[0].numel();
+      const Tensor w = params_.slice(po, Shape{l.out_features, in_features});
+      const Tensor b = l.bias ? params_.slice(po + l.out_features * in_features, Shape{l.out_features}) : Tensor();
+      return backend_.linear_forward(x, w, b);
+    }
+    case LayerKind::kBatchNorm2d: {
+      const int64_t c = l.in_shapes[0].c;
+      const Tensor gamma = params_.slice(po, Shape{c}), beta = params_.slice(po + c, Shape{c});
+      Tensor mean = buffers_.slice(buffer_off_[i], Shape{c}), var = buffers_.slice(buffer_off_[i] + c, Shape{c});
+      if (!a.training) return backend_.batch_norm_forward_inference(x, gamma, beta, mean, var, l.eps);
+      compute::BatchNormParams bp;
+      bp.eps = l.eps;
+      bp.momentum = l.momentum;
+      auto r = backend_.batch_norm_forward_training(x, gamma, beta, mean, var, bp);
+      a.extra1[i] = std::move(r.mean);
+      a.extra2[i] = std::move(r.var);
+      return std::move(r.y);
+    }
+    case LayerKind::kReLU:
+    case LayerKind::kReLU6: {
+      const bool inplace = inplace_relu_[i] && l.inputs[0] >= static_cast<int32_t>(a.begin);
+      return backend_.activation_forward(activation_of(l.kind), x, inplace);
+    }
+    case LayerKind::kMaxPool2d:
+    case LayerKind::kAvgPool2d: {
+      auto r = backend_.pool_forward(l.kind == LayerKind::kMaxPool2d ? PoolKind::kMax : PoolKind::kAvg,
+                                     as4d(backend_, x), pool_params(l));
+      if (a.training) a.extra1[i] = std::move(r.workspace);
+      return std::move(r.y);
+    }
+    case LayerKind::kGlobalAvgPool:
+      return backend_.global_avg_pool_forward(as4d(backend_, x));
+    case LayerKind::kFlatten:
+      return backend_.to_plain(x).view(Shape{x.dim(0), x.numel() / x.dim(0)});
+    case LayerKind::kAdd:
+      return backend_.add(x, conform(backend_, in[1], x.shape()));
+  }
+  TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
+}
+
+std::vector<Tensor> Model::forward_range(size_t begin, size_t end, const std::vector<Tensor>& inputs,
+                                         Activations& a, bool training) {
+  TANDEM_REQUIRE(begin < end && end <= num_layers(), "model '{}': forward over layers [{}, {}) of {}", spec_.name,
+                 begin, end, num_layers());
+  a.clear();
+  a.begin = begin;
+  a.end = end;
+  a.training = training;
+  a.external_ids = spec_.crossing(begin);
+  TANDEM_REQUIRE(inputs.size() == a.external_ids.size(), "model '{}': layers [{}, {}) take {} input tensor(s), got {}",
+                 spec_.name, begin, end, a.external_ids.size(), inputs.size());
+  a.external = inputs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    TANDEM_REQUIRE(inputs[k].defined() && inputs[k].rank() >= 2, "model '{}': input {} of layer {} must be [N, ...]",
+                   spec_.name, k, begin);
+  }
+  a.batch = inputs[0].dim(0);
+  const size_t n = num_layers();
+  a.out.assign(n, Tensor());
+  a.extra1.assign(n, Tensor());
+  a.extra2.assign(n, Tensor());
+  const std::vector<int32_t> outputs = end == n ? std::vector<int32_t>{static_cast<int32_t>(n - 1)} : spec_.crossing(end);
+  // In inference, outputs are released once every reader in the range has run.
+  std::vector<int> pending(n, 0);
+  if (!training) {
+    for (size_t i = begin; i < end; ++i) {
+      for (int32_t p : spec_.layers[i].inputs) {
+        if (p >= static_cast<int32_t>(begin)) ++pending[static_cast<size_t>(p)];
+      }
+    }
+  }
+  std::vector<Tensor> in;
+  for (size_t i = begin; i < end; ++i) {
+    in.clear();
+    for (int32_t p : spec_.layers[i].inputs) in.push_back(input_of(a, p));
+    a.out[i] = run_layer(i, a, in);
+    if (training) continue;
+    for (int32_t p : spec_.layers[i].inputs) {
+      if (p < static_cast<int32_t>(begin) || --pending[static_cast<size_t>(p)] > 0) continue;
+      if (std::find(outputs.begin(), outputs.end(), p) == outputs.end()) a.out[static_cast<size_t>(p)] = Tensor();
+    }
+  }
+  std::vector<Tensor> result;
+  for (int32_t id : outputs) result.push_back(input_of(a, id));
+  if (end == n) {
+    Tensor y = backend_.to_plain(result[0]);
+    result[0] = y.view(Shape{y.dim(0), y.numel() / y.dim(0)});
+  }
+  return result;
+}
+
+void Model::add_grad(Activations& a, int32_t producer, Tensor g) {
+  if (producer == kModelInput) return;  // nobody needs the gradient of the data
+  Tensor* slot;
+  Shape shape;
+  if (producer >= static_cast<int32_t>(a.begin)) {
+    slot = &a.grad[static_cast<size_t>(producer)];
+    shape = a.out[static_cast<size_t>(producer)].shape();
+  } else {
+    const auto k = static_cast<size_t>(
+        std::find(a.external_ids.begin(), a.external_ids.end(), producer) - a.external_ids.begin());
+    slot = &a.grad[num_layers() + k];
+    shape = a.external[k].shape();
+  }
+  g = conform(backend_, g, shape);
+  // A fresh sum, never in place: the existing gradient may share storage with another branch's.
+  *slot = slot->defined() ? backend_.add(*slot, g) : std::move(g);
+}
+
+void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
+  const LayerSpec& l = spec_.layers[i];
+  Tensor dy = a.grad[i];
+  if (!dy.defined()) dy = backend_.zeros(a.out[i].shape());  // output unused downstream
+  const Tensor x = input_of(a, l.inputs[0]);
+  const bool want_dx = l.inputs[0] != kModelInput;
+  const int64_t po = param_off_[i];
+  switch (l.kind) {
+    case LayerKind::kConv2d: {
+      const auto shapes = l.param_shapes();
+      const Shape ws(shapes[0]);
+      const Tensor w = params_.slice(po, ws);
+      const Tensor x4 = as4d(backend_, x);
+      Tensor dw = grads_.slice(po, ws);
+      Tensor db = l.bias ? grads_.slice(po + ws.numel(), Shape{l.out_channels}) : Tensor();
+      backend_.conv_backward_weights(x4, dy, dw, db, conv_params(l), accumulate);
+      if (want_dx) add_grad(a, l.inputs[0], backend_.conv_backward_data(dy, w, x4.shape(), conv_params(l)));
+      break;
+    }
+    case LayerKind::kLinear: {
+      const int64_t in_features = l.in_shapes[0].numel();
+      const Shape ws{l.out_features, in_features};
+      dy = conform(backend_, dy, Shape{a.batch, l.out_features});
+      Tensor dw = grads_.slice(po, ws);
+      Tensor db = l.bias ? grads_.slice(po + ws.numel(), Shape{l.out_features}) : Tensor();
+      backend_.linear_backward_weights(x, dy, dw, db, accumulate);
+      if (want_dx) add_grad(a, l.inputs[0], backend_.linear_backward_data(dy, params_.slice(po, ws), x.shape()));
+      break;
+    }
+    case LayerKind::kBatchNorm2d: {
+      const int64_t c = l.in_shapes[0].c;
+      Tensor dgamma = grads_.slice(po, Shape{c}), dbeta = grads_.slice(po + c, Shape{c});
+      Tensor dx = backend_.batch_norm_backward(dy, x, params_.slice(po, Shape{c}), a.extra1[i], a.extra2[i], l.eps,
+                                               dgamma, dbeta, accumulate);
+      if (want_dx) add_grad(a, l.inputs[0], std::move(dx));
+      break;
+    }
+    case LayerKind::kReLU:
+    case LayerKind::kReLU6:
+      if (want_dx) add_grad(a, l.inputs[0], backend_.activation_backward(activation_of(l.kind), dy, a.out[i]));
+      break;
+    case LayerKind::kMaxPool2d:
+    case LayerKind::kAvgPool2d:
+      if (want_dx) {
+        add_grad(a, l.inputs[0],
+                 backend_.pool_backward(l.kind == LayerKind::kMaxPool2d ? PoolKind::kMax : PoolKind::kAvg, dy,
+                                        a.extra1[i], as4d(backend_, x).shape(), pool_params(l)));
+      }
+      break;
+    case LayerKind::kGlobalAvgPool:
+      if (want_dx) {
+        const Tensor x4 = as4d(backend_, x);
+        add_grad(a, l.inputs[0],
+                 backend_.global_avg_pool_backward(conform(backend_, dy, Shape{a.batch, x4.dim(1)}), x4.shape()));
+      }
+      break;
+    case LayerKind::kFlatten:
+      if (want_dx) add_grad(a, l.inputs[0], conform(backend_, dy, x.shape()));
+      break;
+    case LayerKind::kAdd:
+      add_grad(a, l.inputs[0], dy);
+      add_grad(a, l.inputs[1], dy);
+      break;
+  }
+  a.out[i] = Tensor();
+  a.grad[i] = Tensor();
+  a.extra1[i] = Tensor();
+  a.extra2[i] = Tensor();
+  if (l.params > 0 && grad_ready_) grad_ready_(i);
+}
+
+std::vector<Tensor> Model::backward_range(const std::vector<Tensor>& grads, Activations& a, bool accumulate) {
+  TANDEM_REQUIRE(a.training && a.end > a.begin && !a.out.empty(),
+                 "model '{}': backward needs the activations of a training forward pass", spec_.name);
+  const size_t n = num_layers();
+  const std::vector<int32_t> outputs =
+      a.end == n ? std::vector<int32_t>{static_cast<int32_t>(n - 1)} : spec_.crossing(a.end);
+  TANDEM_REQUIRE(grads.size() == outputs.size(), "model '{}': backward over [{}, {}) takes {} gradient(s), got {}",
+                 spec_.name, a.begin, a.end, outputs.size(), grads.size());
+  a.grad.assign(n + a.external_ids.size(), Tensor());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    TANDEM_REQUIRE(grads[k].defined() && grads[k].dim(0) == a.batch,
+                   "model '{}': gradient {} must be defined with batch {}", spec_.name, k, a.batch);
+    add_grad(a, outputs[k], grads[k]);
+  }
+  for (size_t i = a.end; i-- > a.begin;) backward_layer(i, a, accumulate);
+  std::vector<Tensor> result(a.external_ids.size());
+  for (size_t k = 0; k < result.size(); ++k) result[k] = a.grad[n + k];
+  a.clear();
+  return result;
+}
+
+Tensor Model::forward(const Tensor& x, bool training) {
+  return forward_range(0, num_layers(), {x}, acts_, training)[0];
+}
+
+void Model::backward(const Tensor& dlogits, bool accumulate) { backward_range({dlogits}, acts_, accumulate); }
+
+}  // namespace tandem::engine::nn

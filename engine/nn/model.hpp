@@ -1,0 +1,100 @@
+#pragma once
+// A ModelSpec executed on a compute backend. Parameters and their gradients live in one flat plain f32 buffer each,
+// layer after layer, so a layer's (or a stage's, or a DDP bucket's) parameters are a contiguous slice. Batch-norm
+// running statistics live in a third flat buffer.
+//
+// Forward and backward run over any layer range [begin, end) with an explicit Activations context, so a pipeline
+// stage can keep several micro-batches in flight; forward()/backward() are the whole-model shorthands.
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "engine/compute/backend.hpp"
+#include "engine/nn/model_spec.hpp"
+
+namespace tandem::engine::nn {
+
+enum class InitScheme : int32_t {
+  kKaiming = 0,      // weights N(0, 2 / fan_in) (He et al., for ReLU nets); biases 0
+  kXavier = 1,       // weights U(+-sqrt(6 / (fan_in + fan_out))) (Glorot); biases 0
+  kUniformFanIn = 2, // weights and biases U(+-1 / sqrt(fan_in)) (PyTorch's default for conv and linear)
+};
+InitScheme parse_init(std::string_view s);  // "kaiming", "xavier", "uniform"
+
+// What one forward pass keeps for backward: every layer's output plus per-layer extras.
+struct Activations {
+  std::vector<Tensor> out;        // per layer (index = layer); released by backward as it passes
+  std::vector<Tensor> extra1;     // pool workspace or batch-norm mean
+  std::vector<Tensor> extra2;     // batch-norm variance
+  std::vector<Tensor> external;   // inputs from before the range (by crossing(begin) order)
+  std::vector<int32_t> external_ids;
+  std::vector<Tensor> grad;       // backward scratch: gradient w.r.t. each layer's output
+  size_t begin = 0, end = 0;
+  int64_t batch = 0;
+  bool training = true;
+  void clear();
+};
+
+class Model {
+ public:
+  Model(ModelSpec spec, compute::Backend& backend, uint64_t seed = 0, InitScheme init = InitScheme::kKaiming);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelSpec& spec() const noexcept { return spec_; }
+  compute::Backend& backend() const noexcept { return backend_; }
+  size_t num_layers() const noexcept { return spec_.layers.size(); }
+
+  // ---- parameters, gradients, buffers ----
+  Tensor& params() noexcept { return params_; }   // [P] plain f32, every learnable scalar
+  Tensor& grads() noexcept { return grads_; }     // [P], same layout
+  Tensor& buffers() noexcept { return buffers_; } // [B], batch-norm running mean then variance per layer
+  int64_t param_offset(size_t layer) const { return param_off_.at(layer); }  // param_offset(num_layers()) == P
+  int64_t buffer_offset(size_t layer) const { return buffer_off_.at(layer); }
+  Tensor layer_params(size_t layer) const;  // [params of the layer] view (may be empty)
+  Tensor layer_grads(size_t layer) const;
+  // Contiguous views over layers [begin, end) (a pipeline stage's or a DDP bucket's share).
+  Tensor range_params(size_t begin, size_t end) const;
+  Tensor range_grads(size_t begin, size_t end) const;
+  void zero_grads();
+  // Re-initialises every parameter from (seed, layer index), so a stage built alone gets the same weights as the
+  // whole model; batch-norm gamma 1, beta 0, running mean 0, variance 1.
+  void init(uint64_t seed, InitScheme scheme);
+
+  // ---- execution ----
+  // Whole model: x [N, C, H, W] (or [N, features]) -> logits [N, K] (plain).
+  Tensor forward(const Tensor& x, bool training = true);
+  // dlogits [N, K] -> parameter gradients (overwritten, or added when accumulate) in grads().
+  void backward(const Tensor& dlogits, bool accumulate = false);
+  Activations& activations() noexcept { return acts_; }
+
+  // Layers [begin, end): inputs are the tensors named by spec().crossing(begin), in that order (the model input for
+  // kModelInput); returns the tensors named by spec().crossing(end) (for end == num_layers(): the last layer's
+  // output, plain).
+  std::vector<Tensor> forward_range(size_t begin, size_t end, const std::vector<Tensor>& inputs, Activations& acts,
+                                    bool training = true);
+  // grads: gradients of the tensors forward_range returned, same order. Returns gradients of its inputs (undefined
+  // for the model input). `acts` is consumed (released as backward passes).
+  std::vector<Tensor> backward_range(const std::vector<Tensor>& grads, Activations& acts, bool accumulate = false);
+
+  // Called during backward right after a layer's parameter gradients are final (DDP starts all-reduces there).
+  void set_grad_ready_hook(std::function<void(size_t layer)> hook) { grad_ready_ = std::move(hook); }
+
+ private:
+  Tensor run_layer(size_t i, Activations& a, const std::vector<Tensor>& in);
+  void backward_layer(size_t i, Activations& a, bool accumulate);
+  Tensor input_of(const Activations& a, int32_t producer) const;
+  void add_grad(Activations& a, int32_t producer, Tensor g);
+
+  ModelSpec spec_;
+  compute::Backend& backend_;
+  Tensor params_, grads_, buffers_;
+  std::vector<int64_t> param_off_, buffer_off_;
+  std::vector<int> consumers_;        // per layer: how many layers read its output
+  std::vector<bool> inplace_relu_;    // per layer: relu may overwrite its input
+  Activations acts_;
+  std::function<void(size_t)> grad_ready_;
+};
+
+}  // namespace tandem::engine::nn

@@ -1,0 +1,187 @@
+// Model execution on the reference backend: gradients through the whole graph (every layer kind, a residual add, a
+// shared input) against finite differences, stage-by-stage execution against the whole model, seeded initialisation.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/compute/backend.hpp"
+#include "engine/core/rng.hpp"
+#include "engine/nn/model.hpp"
+#include "engine/nn/zoo.hpp"
+#include "tests/nn/expect_error.hpp"
+
+using namespace tandem;
+using namespace tandem::engine;
+using namespace tandem::engine::nn;
+namespace tt = boost::test_tools;
+
+namespace {
+
+std::unique_ptr<compute::Backend> reference() { return compute::make_backend("reference"); }
+
+Tensor random_tensor(const Shape& s, uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (auto& x : v) x = static_cast<float>(rng.normal() * scale);
+  return Tensor::from_vector(s, v);
+}
+
+// Every layer kind once, with a residual add whose branches share an input.
+ModelSpec every_layer_kind() {
+  ModelBuilder b("all", SampleShape{2, 6, 6});
+  b.conv(4, 3, 1, 1, 1, true, ModelBuilder::kPrev, "c1");
+  const int32_t bn = b.batchnorm(ModelBuilder::kPrev, "bn");
+  const int32_t r = b.relu(bn, "r");
+  b.conv(4, 3, 1, 1, 4, false, r, "dw");  // depthwise
+  const int32_t r6 = b.relu6(ModelBuilder::kPrev, "r6");
+  const int32_t sum = b.add(r6, r, "sum");
+  const int32_t mp = b.maxpool(2, 2, 0, sum, "mp");           // 4x3x3
+  b.avgpool(3, 1, 1, mp, "ap");                               // 4x3x3
+  const int32_t g = b.global_avgpool(ModelBuilder::kPrev, "gap");
+  const int32_t f = b.flatten(mp, "flat");                    // 36
+  const int32_t l1 = b.linear(4, true, f, "fc1");
+  b.add(l1, g, "join");
+  b.linear(3, true, ModelBuilder::kPrev, "fc2");
+  return std::move(b).build();
+}
+
+// loss = sum(logits * R): its gradient w.r.t. the logits is R.
+double loss_of(Model& m, const Tensor& x, const Tensor& r) {
+  Tensor y = m.forward(x, true);
+  double s = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) s += static_cast<double>(y.data<float>()[i]) * r.data<float>()[i];
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(model_execution)
+
+BOOST_AUTO_TEST_CASE(gradients_match_finite_differences_for_every_layer_kind) {
+  auto be = reference();
+  Model m(every_layer_kind(), *be, 3);
+  const Tensor x = random_tensor(Shape{3, 2, 6, 6}, 10);
+  const Tensor r = random_tensor(Shape{3, 3}, 11);
+  Tensor y = m.forward(x, true);
+  BOOST_TEST((y.shape() == Shape{3, 3}));
+  m.backward(r);
+  const Tensor analytic = m.grads().clone();
+  float* p = m.params().data<float>();
+  const double h = 2e-3;
+  int checked = 0, close = 0;
+  for (size_t layer = 0; layer < m.num_layers(); ++layer) {
+    const int64_t n = m.spec().layers[layer].params;
+    for (int64_t k = 0; k < n; k += std::max<int64_t>(1, n / 12)) {
+      const int64_t idx = m.param_offset(layer) + k;
+      const float saved = p[idx];
+      p[idx] = saved + static_cast<float>(h);
+      const double up = loss_of(m, x, r);
+      p[idx] = saved - static_cast<float>(h);
+      const double down = loss_of(m, x, r);
+      p[idx] = saved;
+      const double numeric = (up - down) / (2 * h), got = analytic.data<float>()[idx];
+      ++checked;
+      const bool ok = std::abs(numeric - got) <= 2e-2 * std::max(1.0, std::abs(numeric));
+      close += ok;
+      BOOST_TEST_MESSAGE(m.spec().layers[layer].name << "[" << k << "] numeric " << numeric << " analytic " << got);
+      BOOST_WARN(ok);
+    }
+  }
+  BOOST_TEST(checked > 60);
+  // Max-pool and ReLU kinks can flip under a finite step; allow a couple of such points, no more.
+  BOOST_TEST(close >= checked - 2, close << " of " << checked << " gradients agree");
+}
+
+BOOST_AUTO_TEST_CASE(stages_compose_to_the_whole_model) {
+  auto be = reference();
+  Model whole(zoo_model("resnet18", SampleShape{3, 8, 8}, 5), *be, 7);
+  const Tensor x = random_tensor(Shape{2, 3, 8, 8}, 1);
+  const Tensor r = random_tensor(Shape{2, 5}, 2);
+  const Tensor y = whole.forward(x, true).clone();
+  whole.backward(r);
+  const Tensor g_whole = whole.grads().clone();
+
+  // Cut inside a residual block, so two tensors cross the boundary (the branch and the skip).
+  Model staged(zoo_model("resnet18", SampleShape{3, 8, 8}, 5), *be, 7);
+  const size_t cut = static_cast<size_t>(staged.spec().find("layer2.0.b.conv"));
+  BOOST_TEST(staged.spec().crossing(cut).size() == 2u);
+  Activations a1, a2;
+  const auto mid = staged.forward_range(0, cut, {x}, a1);
+  BOOST_TEST(mid.size() == 2u);
+  const auto out = staged.forward_range(cut, staged.num_layers(), mid, a2);
+  const Tensor y2 = out[0];
+  for (int64_t i = 0; i < y.numel(); ++i) BOOST_TEST(y.data<float>()[i] == y2.data<float>()[i]);
+  const auto back = staged.backward_range({r}, a2);
+  BOOST_TEST(back.size() == 2u);
+  const auto front = staged.backward_range(back, a1);
+  BOOST_TEST(front.size() == 1u);
+  BOOST_TEST(!front[0].defined());  // the model input needs no gradient
+  const Tensor g = staged.grads();
+  double worst = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    worst = std::max(worst, std::abs(double(g.data<float>()[i]) - g_whole.data<float>()[i]));
+  }
+  BOOST_TEST(worst == 0.0);  // the same operations in the same order
+  // Accumulation: a second backward with accumulate doubles the gradients.
+  staged.forward(x, true);
+  staged.backward(r, true);
+  worst = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    worst = std::max(worst, std::abs(double(g.data<float>()[i]) - 2.0 * g_whole.data<float>()[i]));
+  }
+  BOOST_TEST(worst < 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(inference_uses_running_statistics_and_keeps_nothing) {
+  auto be = reference();
+  Model m(every_layer_kind(), *be, 4);
+  const Tensor x = random_tensor(Shape{4, 2, 6, 6}, 5, 3.0);
+  const Tensor before = m.buffers().clone();
+  const Tensor eval1 = m.forward(x, false).clone();
+  for (int64_t i = 0; i < before.numel(); ++i) BOOST_TEST(m.buffers().data<float>()[i] == before.data<float>()[i]);
+  m.forward(x, true);  // updates the running statistics
+  bool moved = false;
+  for (int64_t i = 0; i < before.numel(); ++i) moved |= m.buffers().data<float>()[i] != before.data<float>()[i];
+  BOOST_TEST(moved);
+  const Tensor eval2 = m.forward(x, false);
+  bool differs = false;
+  for (int64_t i = 0; i < eval1.numel(); ++i) differs |= eval1.data<float>()[i] != eval2.data<float>()[i];
+  BOOST_TEST(differs);
+  int kept = 0;
+  for (const Tensor& t : m.activations().out) kept += t.defined();
+  BOOST_TEST(kept == 1);  // only the logits
+}
+
+BOOST_AUTO_TEST_CASE(same_seed_same_weights_and_stage_views) {
+  auto be = reference();
+  Model a(zoo_model("lenet5", SampleShape{1, 28, 28}, 10), *be, 42);
+  Model b(zoo_model("lenet5", SampleShape{1, 28, 28}, 10), *be, 42);
+  Model c(zoo_model("lenet5", SampleShape{1, 28, 28}, 10), *be, 43);
+  BOOST_TEST(a.params().numel() == 61706);
+  int same = 0, diff = 0;
+  for (int64_t i = 0; i < a.params().numel(); ++i) {
+    same += a.params().data<float>()[i] == b.params().data<float>()[i];
+    diff += a.params().data<float>()[i] != c.params().data<float>()[i];
+  }
+  BOOST_TEST(same == 61706);
+  BOOST_TEST(diff > 60000);
+  // Kaiming: conv1 weights have variance 2 / fan_in = 2 / 25.
+  const Tensor w = a.layer_params(0);
+  double ss = 0;
+  for (int64_t i = 0; i < 150; ++i) ss += std::pow(w.data<float>()[i], 2);
+  BOOST_TEST(ss / 150 == 2.0 / 25, tt::tolerance(0.35));
+  BOOST_TEST(a.range_params(0, 3).numel() == 156);
+  BOOST_TEST(a.param_offset(a.num_layers()) == 61706);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_inputs_are_refused) {
+  auto be = reference();
+  Model m(zoo_model("mlp", SampleShape{1, 28, 28}, 10), *be, 1);
+  Activations a;
+  tandem::testing::expect_error([&] { m.forward_range(0, 3, {}, a); }, Status::kInvalidArgument, {"1 input"});
+  tandem::testing::expect_error([&] { m.backward(Tensor::zeros(Shape{2, 10})); }, Status::kInvalidArgument,
+                                {"training forward"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
