@@ -1,0 +1,274 @@
+#include "simulator/network/network.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::simulator::network {
+
+Network::Network(des::Simulator& sim, Sharing sharing) : sim_(sim), sharing_(sharing) { sim_.add_instant_hook(this); }
+
+LinkId Network::add_link(double bandwidth_bytes_per_s, double latency_s) {
+  TANDEM_REQUIRE(bandwidth_bytes_per_s > 0 && !std::isnan(bandwidth_bytes_per_s),
+                 "link {}: bandwidth must be > 0 bytes/s, got {}", links_.size(), bandwidth_bytes_per_s);
+  TANDEM_REQUIRE(latency_s >= 0 && std::isfinite(latency_s), "link {}: latency must be >= 0 s, got {}", links_.size(),
+                 latency_s);
+  Link l;
+  l.capacity = bandwidth_bytes_per_s;
+  l.latency_ns = des::to_ns(latency_s);
+  links_.push_back(std::move(l));
+  return static_cast<LinkId>(links_.size() - 1);
+}
+
+RouteId Network::add_route(const std::vector<LinkId>& links) {
+  Route r{static_cast<uint32_t>(route_links_.size()), static_cast<uint32_t>(links.size()), 0, 1.0};
+  for (LinkId l : links) {
+    TANDEM_REQUIRE(l < links_.size(), "route {}: link {} does not exist ({} links)", routes_.size(), l, links_.size());
+    r.latency_ns += links_[l].latency_ns;
+    route_links_.push_back(l);
+  }
+  if (sharing_ == Sharing::kRttWeighted && r.latency_ns > 0) r.weight = 1.0 / des::to_seconds(r.latency_ns);
+  routes_.push_back(r);
+  return static_cast<RouteId>(routes_.size() - 1);
+}
+
+const std::vector<LinkId> Network::route_links(RouteId r) const {
+  const Route& rt = routes_.at(r);
+  return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length};
+}
+
+std::vector<double> Network::current_rates() const {
+  std::vector<double> out;
+  for (const Flow& f : flows_)
+    if (f.state == State::kActive) out.push_back(f.rate);
+  return out;
+}
+
+void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag) {
+  TANDEM_REQUIRE(r < routes_.size(), "flow on route {}: no such route ({} routes)", r, routes_.size());
+  TANDEM_REQUIRE(bytes >= 0 && std::isfinite(bytes), "flow of {} bytes: size must be finite and >= 0", bytes);
+  FlowId f;
+  if (!free_flows_.empty()) {
+    f = free_flows_.back();
+    free_flows_.pop_back();
+  } else {
+    f = static_cast<FlowId>(flows_.size());
+    TANDEM_CHECK(flows_.size() < (uint64_t{1} << 32) - 1, Status::kOutOfMemory, "too many concurrent flows");
+    flows_.emplace_back();
+  }
+  Flow& fl = flows_[f];
+  fl.state = State::kLatency;
+  fl.route = r;
+  fl.bytes = bytes;
+  fl.observer = observer;
+  fl.tag = tag;
+  ++flows_started_;
+  const Route& rt = routes_[r];
+  if (rt.latency_ns == 0 && bytes > 0 && rt.length > 0) {
+    activate(f);
+  } else {
+    sim_.schedule_in(rt.latency_ns, this, pack(f, fl.gen, true));
+  }
+}
+
+void Network::on_event(uint64_t arg) {
+  const FlowId f = static_cast<FlowId>((arg >> 1) & 0xffffffffu);
+  const uint32_t gen = static_cast<uint32_t>(arg >> 33);
+  Flow& fl = flows_[f];
+  if ((fl.gen & 0x7fffffffu) != gen) return;  // stale: rescheduled or finished since
+  if (arg & 1u) {
+    activate(f);
+  } else if (fl.state == State::kActive) {
+    finish(f);
+  }
+}
+
+void Network::activate(FlowId f) {
+  Flow& fl = flows_[f];
+  const Route& rt = routes_[fl.route];
+  if (fl.bytes <= 0 || rt.length == 0) {
+    fl.state = State::kActive;  // nothing to send: done at the end of its latency
+    fl.pos.clear();
+    finish(f);
+    return;
+  }
+  fl.state = State::kActive;
+  fl.last = sim_.now();
+  fl.remaining = fl.bytes;
+  fl.rate = 0;
+  fl.pos.resize(rt.length);
+  ++active_count_;
+  // Fast path: when every link of the route is idle, the flow is a component of its own and its
+  // rate is the route's narrowest link; later changes on these links recompute it with the rest.
+  bool idle = true;
+  double rate = kUnlimited;
+  for (uint32_t i = 0; i < rt.length; ++i) {
+    const Link& l = links_[route_links_[rt.offset + i]];
+    idle = idle && l.flows.empty();
+    rate = std::min(rate, l.capacity);
+  }
+  for (uint32_t i = 0; i < rt.length; ++i) {
+    LinkId lid = route_links_[rt.offset + i];
+    Link& l = links_[lid];
+    fl.pos[i] = static_cast<uint32_t>(l.flows.size());
+    l.flows.push_back(f);
+    ++l.stats.flows;
+    if (!idle) mark_dirty(lid);
+  }
+  if (idle) {
+    fl.rate = rate;
+    schedule_completion(f);
+  }
+}
+
+void Network::finish(FlowId f) {
+  Flow& fl = flows_[f];
+  const Route& rt = routes_[fl.route];
+  if (!fl.pos.empty()) {
+    for (uint32_t i = 0; i < rt.length; ++i) {
+      LinkId lid = route_links_[rt.offset + i];
+      Link& l = links_[lid];
+      uint32_t p = fl.pos[i];
+      FlowId moved = l.flows.back();
+      l.flows[p] = moved;
+      l.flows.pop_back();
+      if (moved != f) {
+        // find which route position of `moved` refers to this link (routes are short)
+        Flow& m = flows_[moved];
+        const Route& mr = routes_[m.route];
+        for (uint32_t j = 0; j < mr.length; ++j) {
+          if (route_links_[mr.offset + j] == lid && m.pos[j] == l.flows.size()) {
+            m.pos[j] = p;
+            break;
+          }
+        }
+      }
+      l.stats.bytes += fl.bytes;
+      if (!l.flows.empty()) mark_dirty(lid);
+    }
+    --active_count_;
+  }
+  FlowObserver* obs = fl.observer;
+  uint64_t tag = fl.tag;
+  fl.state = State::kFree;
+  fl.gen = (fl.gen + 1) & 0x7fffffffu;
+  fl.pos.clear();
+  free_flows_.push_back(f);
+  obs->on_flow_done(tag);
+}
+
+void Network::mark_dirty(LinkId l) {
+  if (!links_[l].dirty) {
+    links_[l].dirty = true;
+    dirty_.push_back(l);
+  }
+}
+
+void Network::on_instant_end() {
+  if (!dirty_.empty()) recompute();
+}
+
+void Network::recompute() {
+  ++epoch_;
+  for (size_t d = 0; d < dirty_.size(); ++d) {
+    LinkId start = dirty_[d];
+    links_[start].dirty = false;
+    if (links_[start].mark == epoch_) continue;  // already solved with an earlier dirty link
+    comp_links_.clear();
+    comp_flows_.clear();
+    links_[start].mark = epoch_;
+    comp_links_.push_back(start);
+    for (size_t i = 0; i < comp_links_.size(); ++i) {
+      const Link& l = links_[comp_links_[i]];
+      for (FlowId f : l.flows) {
+        Flow& fl = flows_[f];
+        if (fl.mark == epoch_) continue;
+        fl.mark = epoch_;
+        comp_flows_.push_back(f);
+        const Route& rt = routes_[fl.route];
+        for (uint32_t k = 0; k < rt.length; ++k) {
+          LinkId l2 = route_links_[rt.offset + k];
+          if (links_[l2].mark != epoch_) {
+            links_[l2].mark = epoch_;
+            comp_links_.push_back(l2);
+          }
+        }
+      }
+    }
+    if (!comp_flows_.empty()) solve_component();
+  }
+  dirty_.clear();
+}
+
+// Weighted progressive filling over the component in comp_links_/comp_flows_: a link's level is its
+// capacity left per unit of unfixed weight; the lowest level fixes its flows at weight * level.
+// Levels of the remaining links only grow as bottlenecks are removed, so a lazy min-heap with stale
+// entries skipped is exact.
+void Network::solve_component() {
+  heap_.clear();
+  for (LinkId lid : comp_links_) {
+    Link& l = links_[lid];
+    l.rem = l.capacity;
+    l.unfixed = static_cast<uint32_t>(l.flows.size());
+    l.wsum = 0;
+    for (FlowId f : l.flows) l.wsum += routes_[flows_[f].route].weight;
+    if (l.unfixed > 0) heap_.emplace_back(l.rem / l.wsum, lid);
+  }
+  for (FlowId f : comp_flows_) flows_[f].fixed = false;
+  auto cmp = std::greater<std::pair<double, LinkId>>();
+  std::make_heap(heap_.begin(), heap_.end(), cmp);
+  const des::TimeNs now = sim_.now();
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), cmp);
+    auto [level, lid] = heap_.back();
+    heap_.pop_back();
+    Link& l = links_[lid];
+    if (l.unfixed == 0 || level != l.rem / l.wsum) continue;  // stale entry
+    for (FlowId f : l.flows) {
+      Flow& fl = flows_[f];
+      if (fl.fixed) continue;
+      fl.fixed = true;
+      const Route& rt = routes_[fl.route];
+      const double rate = level * rt.weight;
+      for (uint32_t k = 0; k < rt.length; ++k) {
+        LinkId l2id = route_links_[rt.offset + k];
+        Link& l2 = links_[l2id];
+        --l2.unfixed;
+        l2.wsum = l2.unfixed == 0 ? 0.0 : std::max(l2.wsum - rt.weight, 1e-300);
+        if (!std::isinf(rate)) l2.rem = std::max(0.0, l2.rem - rate);
+        if (l2id != lid && l2.unfixed > 0) {
+          heap_.emplace_back(l2.rem / l2.wsum, l2id);
+          std::push_heap(heap_.begin(), heap_.end(), cmp);
+        }
+      }
+      if (fl.rate != rate) {
+        settle(fl, now);
+        fl.rate = rate;
+        ++rate_updates_;
+        schedule_completion(f);
+      }
+    }
+  }
+}
+
+void Network::settle(Flow& fl, des::TimeNs now) {
+  if (now > fl.last) {
+    fl.remaining = std::max(0.0, fl.remaining - fl.rate * des::to_seconds(now - fl.last));
+    fl.last = now;
+  }
+}
+
+void Network::schedule_completion(FlowId f) {
+  Flow& fl = flows_[f];
+  fl.gen = (fl.gen + 1) & 0x7fffffffu;  // older completion events become stale
+  des::TimeNs at = fl.last;
+  if (!std::isinf(fl.rate) && fl.remaining > 0) {
+    TANDEM_CHECK(fl.rate > 0, Status::kInternal, "flow {} has rate 0 on a finite route", f);
+    at += des::ceil_ns(fl.remaining / fl.rate);
+  }
+  sim_.schedule_at(std::max(at, sim_.now()), this, pack(f, fl.gen, false));
+}
+
+}  // namespace tandem::simulator::network

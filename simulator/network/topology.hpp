@@ -1,0 +1,89 @@
+#pragma once
+// Cluster topologies built as links of a Network. Endpoints are devices (ranks): a host with g
+// devices has g endpoints. Devices of one host talk over intra-host links (NVLink, PCIe or shared
+// memory: one up and one down link per device); devices of different hosts go through the hosts'
+// NICs, shared by the host's devices, and the inter-host fabric:
+//   star / two-level  NIC up -> (optional switch backplane) -> NIC down; non-blocking by default
+//   fat-tree          k-ary fat-tree (k pods, k^3/4 host ports), deterministic D-mod-k up-routing
+//   ring              hosts wired in a ring, shortest direction (clockwise on ties)
+//   graph             explicit switches and links from JSON, shortest hop path (lowest index on ties)
+// All links are unidirectional: a full-duplex cable is two links.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "simulator/network/network.hpp"
+
+namespace tandem::simulator::network {
+
+enum class TopologyKind : uint8_t { kStar = 0, kTwoLevel = 1, kFatTree = 2, kRing = 3, kGraph = 4 };
+const char* topology_kind_name(TopologyKind k) noexcept;
+TopologyKind parse_topology_kind(const std::string& s);  // star, two-level, fat-tree, ring, graph
+
+struct HostNet {
+  std::string name;
+  int32_t devices = 1;
+  double nic_bytes_per_s = 0;     // each direction
+  double nic_latency_s = 0;       // one-way host-to-host latency through a star (split over up/down)
+  double intra_bytes_per_s = 0;   // per device link to the host fabric (devices > 1)
+  double intra_latency_s = 0;     // one-way device-to-device inside the host
+};
+
+struct TopologySpec {
+  TopologyKind kind = TopologyKind::kStar;
+  double switch_bytes_per_s = kUnlimited;  // star: shared backplane capacity (unlimited = non-blocking)
+  int32_t fat_tree_k = 0;                  // 0: the smallest even k that has a port for every host
+  double fabric_bytes_per_s = 0;           // fat-tree/ring links; 0: the first host's NIC bandwidth
+  double fabric_latency_s = 0;             // per fabric hop (fat-tree, ring)
+  nlohmann::json graph;                    // kGraph: {"switches": [...], "links": [...]} (see topology.cpp)
+};
+
+// Parses {"kind": "...", ...}; errors name the field ("topology.k: ...").
+TopologySpec topology_from_json(const nlohmann::json& j, const std::string& where = "topology");
+
+class Topology {
+ public:
+  Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, Network& net);
+
+  int32_t endpoints() const noexcept { return static_cast<int32_t>(host_of_.size()); }
+  int32_t hosts() const noexcept { return static_cast<int32_t>(hosts_.size()); }
+  int32_t host_of(int32_t endpoint) const { return host_of_.at(endpoint); }
+  const std::vector<int32_t>& host_of_all() const noexcept { return host_of_; }
+  // The route from src to dst (endpoints), built once and cached.
+  RouteId route(int32_t src, int32_t dst);
+  std::vector<LinkId> path(int32_t src, int32_t dst) const;  // the links route() uses
+  std::string describe() const;
+  Network& network() noexcept { return net_; }
+
+ private:
+  std::vector<LinkId> host_path(int32_t hs, int32_t hd) const;
+  void build_star();
+  void build_fat_tree();
+  void build_ring();
+  void build_graph();
+
+  TopologySpec spec_;
+  std::vector<HostNet> hosts_;
+  Network& net_;
+  std::vector<int32_t> host_of_;
+  std::vector<LinkId> dev_up_, dev_down_;   // per endpoint (devices > 1 only; else unused)
+  std::vector<LinkId> nic_up_, nic_down_;   // per host
+  LinkId backplane_ = 0;
+  bool has_backplane_ = false;
+  // fat-tree
+  int32_t k_ = 0;
+  std::vector<LinkId> edge_up_, edge_down_;  // [pod][edge][agg]: edge->agg, agg->edge
+  std::vector<LinkId> agg_up_, agg_down_;    // [pod][agg][j]: agg->core(agg,j), core->agg
+  // ring: cw_[h] = h -> h+1, ccw_[h] = h -> h-1
+  std::vector<LinkId> cw_, ccw_;
+  // graph: next hop tables over nodes (hosts first, then switches)
+  std::vector<std::vector<std::pair<int32_t, LinkId>>> adj_;
+  std::vector<std::vector<LinkId>> graph_paths_;  // [hs * hosts + hd]
+  std::unordered_map<uint64_t, RouteId> routes_;
+};
+
+}  // namespace tandem::simulator::network
