@@ -7,6 +7,9 @@
 #include "transports/inproc/inproc_transport.hpp"
 #include "transports/transport.hpp"
 #include "transports/zmq/zmq_transport.hpp"
+#ifdef TANDEM_HAVE_UCX
+#include "transports/ucx/ucx_transport.hpp"
+#endif
 
 namespace tandem::transports {
 namespace {
@@ -19,6 +22,9 @@ struct Entry {
 constexpr Entry kBuiltins[] = {
     {"inproc", &inproc::create},
     {"zmq", &zmq::create},
+#ifdef TANDEM_HAVE_UCX
+    {"ucx", &ucx::create},
+#endif
 };
 
 }  // namespace
@@ -33,7 +39,11 @@ std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
   TANDEM_REQUIRE(options.size >= 1, "transport: world size must be at least 1, got {}", options.size);
   TANDEM_REQUIRE(options.rank >= 0 && options.rank < options.size, "transport: rank {} is outside [0, {})",
                  options.rank, options.size);
+#ifdef TANDEM_HAVE_UCX
+  const std::string name = options.name == "auto" ? "ucx" : options.name;
+#else
   const std::string name = options.name == "auto" ? "zmq" : options.name;
+#endif
   for (const auto& e : kBuiltins)
     if (name == e.name) return e.create(options);
   std::string known;

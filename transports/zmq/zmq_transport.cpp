@@ -18,6 +18,7 @@
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_key.hpp"
+#include "transports/op_request.hpp"
 #include "transports/parts.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -635,27 +636,6 @@ void Core::shutdown() noexcept {
   ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
 }
 
-// A send or receive request: SendOp and RecvOp share the completion protocol.
-template <typename Op>
-class ZmqRequest final : public Request {
- public:
-  ZmqRequest(std::shared_ptr<Core> core, std::shared_ptr<Op> op) : core_(std::move(core)), op_(std::move(op)) {}
-  ~ZmqRequest() override { cancel(); }
-  bool test() override {
-    if (op_->done.pending()) core_->progress();
-    return op_->done.test();
-  }
-  size_t bytes() const override { return op_->done.bytes(); }
-  bool truncated() const override { return op_->done.truncated(); }
-  void cancel() override {
-    if (op_->done.pending()) core_->cancel(op_);
-  }
-
- private:
-  std::shared_ptr<Core> core_;
-  std::shared_ptr<Op> op_;
-};
-
 class ZmqTransport final : public Transport {
  public:
   explicit ZmqTransport(const TransportOptions& o) : core_(std::make_shared<Core>(o)) {}
@@ -669,11 +649,11 @@ class ZmqTransport final : public Transport {
 
   std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
     check(peer, tag, "send to");
-    return std::make_unique<ZmqRequest<SendOp>>(core_, core_->send(peer, tag, parts));
+    return std::make_unique<OpRequest<Core, SendOp>>(core_, core_->send(peer, tag, parts));
   }
   std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) override {
     check(peer, tag, "receive from");
-    return std::make_unique<ZmqRequest<RecvOp>>(core_, core_->recv(peer, tag, parts));
+    return std::make_unique<OpRequest<Core, RecvOp>>(core_, core_->recv(peer, tag, parts));
   }
 
  private:

@@ -1,0 +1,602 @@
+#include "transports/ucx/ucx_transport.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "transports/completion.hpp"
+#include "transports/match_key.hpp"
+#include "transports/op_request.hpp"
+#include "transports/parts.hpp"
+
+namespace tandem::transports::ucx {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kRankShift = 40;
+constexpr int kMaxRank = (1 << 23) - 1;
+constexpr uint64_t kControlBit = uint64_t{1} << 63;
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr uint64_t kHello = 1;
+constexpr uint64_t kGoodbye = 2;
+constexpr auto kShutdownDeadline = std::chrono::seconds(2);
+// A receive shorter than its message gets the prefix through a bounce buffer of the message's
+// size; a length from the wire above this is consumed without data (size and truncation only).
+constexpr size_t kMaxBounceBytes = size_t{1} << 30;
+
+uint64_t wire_tag(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << kRankShift) | tag; }
+uint64_t control_tag(int src, uint64_t kind) { return kControlBit | wire_tag(src, kind); }
+int tag_source(uint64_t wire) { return static_cast<int>((wire >> kRankShift) & kMaxRank); }
+
+class Core;
+
+struct ErrArg {  // what UCX hands back to the endpoint error handler
+  Core* core;
+  int peer;
+};
+
+// One send or receive. Alive while a UCX request references it (Core::inflight_) or a Request does.
+struct Op {
+  Core* core = nullptr;
+  bool is_send = false;
+  bool control = false;  // a hello or goodbye: nobody waits on it
+  int peer = 0;
+  uint64_t tag = 0;
+  std::vector<MutPart> parts;
+  size_t capacity = 0;
+  size_t msg_bytes = 0;
+  std::vector<ucp_dt_iov_t> iov;
+  std::vector<char> bounce;  // only for a receive shorter than its message
+  void* req = nullptr;       // the UCX request while in flight
+  Completion done;
+};
+
+enum class PeerState { kAlive, kClosed, kLost };
+
+struct Peer {
+  ucp_ep_h ep = nullptr;
+  PeerState state = PeerState::kAlive;
+  bool ep_failed = false;
+  bool hello = false;
+  std::string why;
+};
+
+bool is_peer_error(ucs_status_t s) {
+  return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_UNREACHABLE ||
+         s == UCS_ERR_REJECTED || s == UCS_ERR_IO_ERROR;
+}
+
+std::string to_hex(const void* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = digits[p[i] >> 4];
+    s[2 * i + 1] = digits[p[i] & 15];
+  }
+  return s;
+}
+
+bool from_hex(const std::string& s, std::vector<unsigned char>& out) {
+  if (s.size() % 2) return false;
+  out.resize(s.size() / 2);
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+class Core {
+ public:
+  explicit Core(const TransportOptions& o);
+  ~Core() { shutdown(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  std::shared_ptr<Op> send(int peer, uint64_t tag, std::span<const ConstPart> parts);
+  std::shared_ptr<Op> recv(int peer, uint64_t tag, std::span<const MutPart> parts);
+  void progress();
+  void cancel(const std::shared_ptr<Op>& op);
+  void shutdown() noexcept;
+
+  // Called by UCX from inside ucp_worker_progress / ucp_request_cancel (mu_ held).
+  void on_complete(Op* op, void* request, ucs_status_t status);
+  void on_ep_error(int peer, ucs_status_t status);
+
+ private:
+  void connect(const TransportOptions& o);
+  std::shared_ptr<Op> post_send(int peer, uint64_t wire, std::span<const ConstPart> parts, bool control);
+  void start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length);
+  void finish_recv(Op& op, ucs_status_t status);
+  void drive(int rounds);
+  void handle_control();
+  void match_posted();
+  // Consumes every message still queued unmatched (at shutdown, so UCX has none to complain about).
+  void discard_unexpected();
+  void peer_gone(int peer, PeerState state, std::string why);
+  std::string failure(const Op& op, ucs_status_t status) const;
+
+  std::mutex mu_;
+  const int rank_, size_;
+  bool closed_ = false;
+  ucp_context_h ctx_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<Peer> peers_;
+  std::vector<ErrArg> err_args_;  // sized once: UCX keeps pointers to its elements
+  std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
+  std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
+};
+
+void send_cb(void* request, ucs_status_t status, void* user) {
+  auto* op = static_cast<Op*>(user);
+  op->core->on_complete(op, request, status);
+}
+void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/, void* user) {
+  auto* op = static_cast<Op*>(user);
+  op->core->on_complete(op, request, status);
+}
+void ep_error_cb(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* a = static_cast<ErrArg*>(arg);
+  a->core->on_ep_error(a->peer, status);
+}
+
+Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), peers_(o.size) {
+  TANDEM_REQUIRE(o.store != nullptr, "ucx: rank {} needs a KvStore to exchange worker addresses", o.rank);
+  TANDEM_REQUIRE(o.size - 1 <= kMaxRank, "ucx: {} ranks do not fit the 23 rank bits of the UCX tag", o.size);
+  try {
+    connect(o);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+void Core::connect(const TransportOptions& o) {
+  const auto deadline = Clock::now() + o.connect_timeout;
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot read the UCX configuration: {}", rank_,
+               ucs_status_string(st));
+  if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG;
+  st = ucp_init(&params, config, &ctx_);
+  ucp_config_release(config);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} ucp_init failed: {}", rank_, ucs_status_string(st));
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // mu_ serializes every call
+  st = ucp_worker_create(ctx_, &wp, &worker_);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create a worker: {}", rank_, ucs_status_string(st));
+
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  st = ucp_worker_get_address(worker_, &address, &address_bytes);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot get its worker address: {}", rank_,
+               ucs_status_string(st));
+  const std::string mine = to_hex(address, address_bytes);
+  ucp_worker_release_address(worker_, address);
+  const std::string key_base = o.key_prefix + "/ucx/";
+  o.store->set(key_base + std::to_string(rank_), mine);
+
+  err_args_.reserve(size_);
+  for (int p = 0; p < size_; ++p) err_args_.push_back({this, p});
+  std::vector<unsigned char> remote;
+  for (int p = 0; p < size_; ++p) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const std::string hex = p == rank_ ? mine : o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
+    TANDEM_CHECK(from_hex(hex, remote) && !remote.empty(), Status::kTransport,
+                 "ucx: rank {} read a malformed worker address for rank {} from the store", rank_, p);
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &ep_error_cb;
+    ep.err_handler.arg = &err_args_[p];
+    st = ucp_ep_create(worker_, &ep, &peers_[p].ep);
+    TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create an endpoint to rank {}: {}", rank_, p,
+                 ucs_status_string(st));
+  }
+
+  // Hellos wire up every endpoint now, so a peer that cannot be reached fails here, in time.
+  std::vector<std::shared_ptr<Op>> hellos;
+  {
+    std::lock_guard lock(mu_);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) hellos.push_back(post_send(p, control_tag(rank_, kHello), {}, true));
+  }
+  for (;;) {
+    std::string missing;
+    {
+      std::lock_guard lock(mu_);
+      drive(64);
+      handle_control();
+      for (int p = 0; p < size_; ++p) {
+        const bool sent = p == rank_ || !hellos[p < rank_ ? p : p - 1]->done.pending();
+        if (p != rank_ && (!peers_[p].hello || !sent)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", p);
+      }
+      for (const auto& h : hellos) h->done.test();  // a failed hello throws, naming the rank
+    }
+    if (missing.empty()) break;
+    TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
+                 "ucx: rank {} did not connect to rank(s) {} within {} ms (key prefix '{}')", rank_, missing,
+                 o.connect_timeout.count(), o.key_prefix);
+  }
+  log::debug("ucx: rank {} of {} connected", rank_, size_);
+}
+
+std::string Core::failure(const Op& op, ucs_status_t status) const {
+  const Peer& p = peers_[op.peer];
+  return fmt::format("ucx: {} rank {} tag {} failed: {}{}{}", op.is_send ? "send to" : "receive from", op.peer, op.tag,
+                     ucs_status_string(status), p.why.empty() ? "" : "; ", p.why);
+}
+
+void Core::on_complete(Op* op, void* request, ucs_status_t status) {
+  op->req = nullptr;
+  ucp_request_free(request);
+  if (op->is_send) {
+    if (status == UCS_OK) op->done.complete(op->msg_bytes, false);
+    else op->done.fail(is_peer_error(status) || peers_[op->peer].state != PeerState::kAlive ? Status::kPeerFailure
+                                                                                             : Status::kTransport,
+                       failure(*op, status));
+  } else {
+    finish_recv(*op, status);
+  }
+  inflight_.erase(op);  // may destroy *op: last
+}
+
+void Core::on_ep_error(int peer, ucs_status_t status) {
+  peers_[peer].ep_failed = true;
+  peer_gone(peer, PeerState::kLost, fmt::format("rank {} failed ({})", peer, ucs_status_string(status)));
+}
+
+void Core::peer_gone(int peer, PeerState state, std::string why) {
+  Peer& p = peers_[peer];
+  if (p.state != PeerState::kAlive) return;
+  p.state = state;
+  p.why = std::move(why);
+  // Sends UCX still holds for that peer fail now; their buffers stay with UCX until it lets go.
+  for (auto& [raw, op] : inflight_)
+    if (op->is_send && !op->control && op->peer == peer)
+      op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, op->tag, p.why));
+  if (state == PeerState::kLost) log::warn("ucx: rank {}: {}", rank_, p.why);
+  // Receives from it are failed by match_posted once nothing that arrived before matches them.
+}
+
+std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const ConstPart> parts, bool control) {
+  auto op = std::make_shared<Op>();
+  op->core = this;
+  op->is_send = true;
+  op->control = control;
+  op->peer = peer;
+  op->tag = wire & ((uint64_t{1} << kRankShift) - 1);
+  op->msg_bytes = total_bytes(parts);
+  for (const auto& p : parts)
+    if (p.bytes > 0) op->iov.push_back({const_cast<void*>(p.data), p.bytes});
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  prm.cb.send = &send_cb;
+  prm.user_data = op.get();
+  const void* buf = nullptr;
+  size_t count = 0;
+  if (op->iov.size() == 1) {
+    prm.datatype = ucp_dt_make_contig(1);
+    buf = op->iov[0].buffer;
+    count = op->iov[0].length;
+  } else if (op->iov.size() > 1) {
+    prm.datatype = ucp_dt_make_iov();
+    buf = op->iov.data();
+    count = op->iov.size();
+  } else {
+    prm.datatype = ucp_dt_make_contig(1);
+  }
+  ucs_status_ptr_t s = ucp_tag_send_nbx(peers_[peer].ep, buf, count, wire, &prm);
+  if (s == nullptr) op->done.complete(op->msg_bytes, false);
+  else if (UCS_PTR_IS_ERR(s)) op->done.fail(Status::kTransport, failure(*op, UCS_PTR_STATUS(s)));
+  else {
+    op->req = s;
+    inflight_[op.get()] = op;
+  }
+  return op;
+}
+
+std::shared_ptr<Op> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
+  std::lock_guard lock(mu_);
+  if (closed_ || peers_[peer].state != PeerState::kAlive) {
+    auto op = std::make_shared<Op>();
+    op->is_send = true;
+    op->peer = peer;
+    op->tag = tag;
+    if (closed_) op->done.fail(Status::kTransport, fmt::format("ucx: rank {} sends to rank {} on a destroyed transport", rank_, peer));
+    else op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, tag, peers_[peer].why));
+    return op;
+  }
+  return post_send(peer, wire_tag(rank_, tag), parts, false);
+}
+
+std::shared_ptr<Op> Core::recv(int peer, uint64_t tag, std::span<const MutPart> parts) {
+  auto op = std::make_shared<Op>();
+  op->core = this;
+  op->peer = peer;
+  op->tag = tag;
+  op->parts.assign(parts.begin(), parts.end());
+  op->capacity = total_bytes(parts);
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    op->done.fail(Status::kTransport, fmt::format("ucx: rank {} receives from rank {} on a destroyed transport", rank_, peer));
+    return op;
+  }
+  posted_[{peer, tag}].push_back(op);
+  match_posted();
+  return op;
+}
+
+void Core::start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length) {
+  op->msg_bytes = length;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  prm.cb.recv = &recv_cb;
+  prm.user_data = op.get();
+  prm.datatype = ucp_dt_make_contig(1);
+  void* buf = nullptr;
+  size_t count = 0;
+  if (op->control || (length > op->capacity && length > kMaxBounceBytes)) {
+    // nothing to deliver: UCX consumes the message and reports truncation, handled below
+  } else if (length > op->capacity) {
+    try {
+      op->bounce.resize(length);  // the prefix is copied out on completion
+      buf = op->bounce.data();
+      count = length;
+    } catch (const std::bad_alloc&) {
+      // Consume the message without data: the receive still reports its size and truncation.
+      log::error("ucx: rank {} cannot buffer a {}-byte message from rank {} for a {}-byte receive", rank_, length,
+                 op->peer, op->capacity);
+    }
+  } else {
+    for (const auto& p : op->parts)
+      if (p.bytes > 0) op->iov.push_back({p.data, p.bytes});
+    if (op->iov.size() == 1) {
+      buf = op->iov[0].buffer;
+      count = op->iov[0].length;
+    } else if (op->iov.size() > 1) {
+      prm.datatype = ucp_dt_make_iov();
+      buf = op->iov.data();
+      count = op->iov.size();
+    }
+  }
+  ucs_status_ptr_t s = ucp_tag_msg_recv_nbx(worker_, buf, count, msg, &prm);
+  if (s == nullptr) finish_recv(*op, UCS_OK);
+  else if (UCS_PTR_IS_ERR(s)) finish_recv(*op, UCS_PTR_STATUS(s));
+  else {
+    op->req = s;
+    inflight_[op.get()] = op;
+  }
+}
+
+void Core::finish_recv(Op& op, ucs_status_t status) {
+  // Received without a buffer (a control message, or no bounce buffer): size and truncation only.
+  if (status == UCS_ERR_MESSAGE_TRUNCATED && op.bounce.empty()) status = UCS_OK;
+  if (status != UCS_OK) {
+    op.done.fail(is_peer_error(status) || peers_[op.peer].state != PeerState::kAlive ? Status::kPeerFailure
+                                                                                     : Status::kTransport,
+                 failure(op, status));
+    return;
+  }
+  if (!op.bounce.empty()) {
+    copy_into_at(op.parts, 0, op.bounce.data(), op.bounce.size());
+    std::vector<char>().swap(op.bounce);
+  }
+  op.done.complete(op.msg_bytes, op.msg_bytes > op.capacity);
+}
+
+void Core::drive(int rounds) {
+  for (int i = 0; i < rounds && ucp_worker_progress(worker_) != 0; ++i) {
+  }
+}
+
+void Core::handle_control() {
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, kControlBit, kControlBit, 1, &info);
+    if (!msg) return;
+    const int src = tag_source(info.sender_tag);
+    const uint64_t kind = info.sender_tag & ((uint64_t{1} << kRankShift) - 1);
+    auto op = std::make_shared<Op>();
+    op->core = this;
+    op->control = true;
+    op->peer = src < size_ ? src : rank_;
+    start_recv(op, msg, info.length);  // zero bytes: consumes it
+    if (src >= size_ || info.length != 0 || (kind != kHello && kind != kGoodbye)) {
+      log::warn("ucx: rank {} dropped a malformed control message (tag 0x{:016x}, {} bytes)", rank_, info.sender_tag,
+                info.length);
+      continue;
+    }
+    if (kind == kHello) peers_[src].hello = true;
+    else peer_gone(src, PeerState::kClosed, fmt::format("rank {} closed its transport", src));
+  }
+}
+
+void Core::discard_unexpected() {
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+    if (!msg) return;
+    auto op = std::make_shared<Op>();
+    op->core = this;
+    op->control = true;  // received without a buffer
+    op->peer = tag_source(info.sender_tag) < size_ ? tag_source(info.sender_tag) : rank_;
+    start_recv(op, msg, info.length);
+  }
+}
+
+void Core::match_posted() {
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    auto& q = it->second;
+    const MatchKey key = it->first;
+    while (!q.empty()) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, wire_tag(key.peer, key.tag), kFullMask, 1, &info);
+      if (!msg) break;
+      std::shared_ptr<Op> op = std::move(q.front());
+      q.pop_front();
+      start_recv(op, msg, info.length);
+    }
+    const Peer& p = peers_[key.peer];
+    if (!q.empty() && p.state != PeerState::kAlive) {
+      for (auto& op : q)
+        op->done.fail(Status::kPeerFailure, fmt::format("ucx: receive from rank {} tag {}: {}", key.peer, key.tag, p.why));
+      q.clear();
+    }
+    it = q.empty() ? posted_.erase(it) : std::next(it);
+  }
+}
+
+void Core::progress() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
+  drive(64);
+  handle_control();
+  match_posted();
+}
+
+void Core::cancel(const std::shared_ptr<Op>& op) {
+  std::lock_guard lock(mu_);
+  if (!op->done.pending()) return;
+  auto it = posted_.find({op->peer, op->tag});
+  if (it != posted_.end()) {
+    std::erase(it->second, op);
+    if (it->second.empty()) posted_.erase(it);
+  }
+  if (!op->is_send && op->req && !closed_) {
+    // A matched receive cannot be withdrawn from UCX: let it finish (or fail) so that nothing
+    // writes into the caller's parts after cancel returns.
+    ucp_request_cancel(worker_, op->req);
+    const auto until = Clock::now() + kShutdownDeadline;
+    while (op->req && Clock::now() < until) drive(16);
+    if (op->req) log::error("ucx: rank {}: a cancelled receive from rank {} is still in flight", rank_, op->peer);
+  }
+  op->done.fail(Status::kTransport, fmt::format("ucx: {} rank {} tag {} was cancelled", op->is_send ? "send to" : "receive from",
+                                                op->peer, op->tag));
+}
+
+void Core::shutdown() noexcept {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  try {
+    if (worker_) {
+      const auto until = Clock::now() + kShutdownDeadline;
+      std::vector<std::shared_ptr<Op>> byes;
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_ && peers_[p].ep && peers_[p].state == PeerState::kAlive && peers_[p].hello)
+          byes.push_back(post_send(p, control_tag(rank_, kGoodbye), {}, true));
+      auto pending = [&] {
+        return std::any_of(byes.begin(), byes.end(), [](const auto& b) { return b->done.pending(); });
+      };
+      while (pending() && Clock::now() < until) drive(16);
+      discard_unexpected();
+
+      const std::string gone = fmt::format("ucx: rank {} destroyed its transport", rank_);
+      for (auto& [key, q] : posted_)
+        for (auto& op : q) op->done.fail(Status::kTransport, fmt::format("{}; receive from rank {} tag {} cancelled", gone, key.peer, key.tag));
+      posted_.clear();
+      std::vector<std::shared_ptr<Op>> live;
+      for (auto& [raw, op] : inflight_) live.push_back(op);
+      for (auto& op : live) {
+        op->done.fail(Status::kTransport, fmt::format("{}; {} rank {} tag {} cancelled", gone,
+                                                      op->is_send ? "send to" : "receive from", op->peer, op->tag));
+        if (op->req) ucp_request_cancel(worker_, op->req);
+      }
+      std::vector<void*> closing;
+      for (auto& p : peers_) {
+        if (!p.ep) continue;
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        // Flush only towards live peers: a closed or failed one would never acknowledge.
+        prm.flags = p.ep_failed || p.state != PeerState::kAlive ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        ucs_status_ptr_t s = ucp_ep_close_nbx(p.ep, &prm);
+        if (s != nullptr && !UCS_PTR_IS_ERR(s)) closing.push_back(s);
+        p.ep = nullptr;
+      }
+      while (Clock::now() < until) {
+        drive(16);
+        std::erase_if(closing, [](void* r) {
+          if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+          ucp_request_free(r);
+          return true;
+        });
+        if (closing.empty() && inflight_.empty()) break;
+      }
+      if (!closing.empty() || !inflight_.empty())
+        log::warn("ucx: rank {}: {} endpoint(s) and {} operation(s) did not finish within {} s of shutdown", rank_,
+                  closing.size(), inflight_.size(), kShutdownDeadline.count());
+      for (void* r : closing) ucp_request_free(r);  // released: the worker reclaims them
+      discard_unexpected();
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+      inflight_.clear();
+    }
+    if (ctx_) ucp_cleanup(ctx_);
+    ctx_ = nullptr;
+  } catch (const std::exception& e) {
+    log::error("ucx: rank {} shutdown: {}", rank_, e.what());
+  }
+}
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(const TransportOptions& o) : core_(std::make_shared<Core>(o)) {}
+  ~UcxTransport() override { core_->shutdown(); }
+
+  const char* name() const override { return "ucx"; }
+  int rank() const override { return core_->rank(); }
+  int size() const override { return core_->size(); }
+  Capabilities capabilities() const override { return Capabilities{.shared_memory = true}; }
+  void progress() override { core_->progress(); }
+
+  std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
+    check(peer, tag, "send to");
+    return std::make_unique<OpRequest<Core, Op>>(core_, core_->send(peer, tag, parts));
+  }
+  std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) override {
+    check(peer, tag, "receive from");
+    return std::make_unique<OpRequest<Core, Op>>(core_, core_->recv(peer, tag, parts));
+  }
+
+ private:
+  void check(int peer, uint64_t tag, const char* what) const {
+    TANDEM_REQUIRE(peer >= 0 && peer < size(), "ucx: rank {} cannot {} rank {}: the world has {} ranks", rank(), what,
+                   peer, size());
+    TANDEM_REQUIRE(tag < (uint64_t{1} << kRankShift), "ucx: tag {} is not below 2^40", tag);
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> create(const TransportOptions& options) {
+  return std::make_unique<UcxTransport>(options);
+}
+
+}  // namespace tandem::transports::ucx
