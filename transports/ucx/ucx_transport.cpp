@@ -14,7 +14,7 @@
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_key.hpp"
-#include "transports/op_request.hpp"
+#include "transports/core_transport.hpp"
 #include "transports/parts.hpp"
 
 namespace tandem::transports::ucx {
@@ -563,40 +563,10 @@ void Core::shutdown() noexcept {
   }
 }
 
-class UcxTransport final : public Transport {
- public:
-  explicit UcxTransport(const TransportOptions& o) : core_(std::make_shared<Core>(o)) {}
-  ~UcxTransport() override { core_->shutdown(); }
-
-  const char* name() const override { return "ucx"; }
-  int rank() const override { return core_->rank(); }
-  int size() const override { return core_->size(); }
-  Capabilities capabilities() const override { return Capabilities{.shared_memory = true}; }
-  void progress() override { core_->progress(); }
-
-  std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
-    check(peer, tag, "send to");
-    return std::make_unique<OpRequest<Core, Op>>(core_, core_->send(peer, tag, parts));
-  }
-  std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) override {
-    check(peer, tag, "receive from");
-    return std::make_unique<OpRequest<Core, Op>>(core_, core_->recv(peer, tag, parts));
-  }
-
- private:
-  void check(int peer, uint64_t tag, const char* what) const {
-    TANDEM_REQUIRE(peer >= 0 && peer < size(), "ucx: rank {} cannot {} rank {}: the world has {} ranks", rank(), what,
-                   peer, size());
-    TANDEM_REQUIRE(tag < (uint64_t{1} << kRankShift), "ucx: tag {} is not below 2^40", tag);
-  }
-
-  std::shared_ptr<Core> core_;
-};
-
 }  // namespace
 
 std::unique_ptr<Transport> create(const TransportOptions& options) {
-  return std::make_unique<UcxTransport>(options);
+  return std::make_unique<CoreTransport<Core, Op, Op>>("ucx", Capabilities{.shared_memory = true}, options);
 }
 
 }  // namespace tandem::transports::ucx

@@ -18,7 +18,7 @@
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_key.hpp"
-#include "transports/op_request.hpp"
+#include "transports/core_transport.hpp"
 #include "transports/parts.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -636,40 +636,10 @@ void Core::shutdown() noexcept {
   ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
 }
 
-class ZmqTransport final : public Transport {
- public:
-  explicit ZmqTransport(const TransportOptions& o) : core_(std::make_shared<Core>(o)) {}
-  ~ZmqTransport() override { core_->shutdown(); }
-
-  const char* name() const override { return "zmq"; }
-  int rank() const override { return core_->rank(); }
-  int size() const override { return core_->size(); }
-  Capabilities capabilities() const override { return {}; }
-  void progress() override { core_->progress(); }
-
-  std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
-    check(peer, tag, "send to");
-    return std::make_unique<OpRequest<Core, SendOp>>(core_, core_->send(peer, tag, parts));
-  }
-  std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) override {
-    check(peer, tag, "receive from");
-    return std::make_unique<OpRequest<Core, RecvOp>>(core_, core_->recv(peer, tag, parts));
-  }
-
- private:
-  void check(int peer, uint64_t tag, const char* what) const {
-    TANDEM_REQUIRE(peer >= 0 && peer < size(), "zmq: rank {} cannot {} rank {}: the world has {} ranks", rank(), what,
-                   peer, size());
-    TANDEM_REQUIRE(tag < (uint64_t{1} << 40), "zmq: tag {} is not below 2^40", tag);
-  }
-
-  std::shared_ptr<Core> core_;
-};
-
 }  // namespace
 
 std::unique_ptr<Transport> create(const TransportOptions& options) {
-  return std::make_unique<ZmqTransport>(options);
+  return std::make_unique<CoreTransport<Core, SendOp, RecvOp>>("zmq", Capabilities{}, options);
 }
 
 }  // namespace tandem::transports::zmq
