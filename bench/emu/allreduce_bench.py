@@ -8,7 +8,8 @@
 Brings up the cluster (tools/emu-cluster, name emub<pid>), then:
   1. link check: TCP goodput host 0 -> host 1 (bench/../tests/emu/netprobe.py);
   2. ring: a plain Python/numpy ring allreduce over TCP, one process per host (bench/emu/ring_allreduce.py):
-     what the emulated links allow, independent of Tandem;
+     what the emulated links allow, independent of Tandem's library (placed by `tandem launch
+     --host-exec` when a tandem binary with `launch` exists, else by one `emu-cluster exec` per host);
   3. tandem: `tandem launch --host-exec 'tools/emu-cluster exec --name NAME {rank} --' --master-addr
      <host 0> -n N -- tandem bench allreduce --json ...`, rank i on emulated host i;
   4. with `-- CMD...`: CMD instead of `tandem bench allreduce`, through the same launcher (output streamed).
@@ -42,6 +43,7 @@ def parse_size(s):
 
 
 def find_tandem(explicit):
+    """(path, has `bench`, why not found): the newest tandem binary that has `launch`."""
     cands = [explicit] if explicit else []
     if os.environ.get("TANDEM_BIN"):
         cands.append(os.environ["TANDEM_BIN"])
@@ -50,9 +52,9 @@ def find_tandem(explicit):
         if not (os.path.isfile(c) and os.access(c, os.X_OK)):
             continue
         h = subprocess.run([c, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if re.search(r"^\s+launch\s", h.stdout, re.M) and re.search(r"^\s+bench\s", h.stdout, re.M):
-            return os.path.realpath(c), None
-    return None, "no tandem binary with `launch` and `bench` (looked at --tandem, $TANDEM_BIN, build/*/bin/tandem)"
+        if re.search(r"^\s+launch\s", h.stdout, re.M):
+            return os.path.realpath(c), bool(re.search(r"^\s+bench\s", h.stdout, re.M)), None
+    return None, False, "no tandem binary with `launch` (looked at --tandem, $TANDEM_BIN, build/*/bin/tandem)"
 
 
 def emu(args, check=True, timeout=120):
@@ -79,27 +81,50 @@ def link_check(name, addrs):
         return None
 
 
-def run_ring(name, addrs, sizes, iters):
-    procs = [subprocess.Popen(exec_cmd(name, i, [PY, RING, "--rank", str(i), "--addrs", ",".join(addrs),
-                                                 "--sizes", sizes, "--iters", str(iters)]),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(len(addrs))]
-    per_rank = []
-    for i, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"ring allreduce rank {i} timed out")
-        if p.returncode != 0:
-            raise RuntimeError(f"ring allreduce rank {i} failed (exit {p.returncode}): {err.strip()[-2000:]}")
-        per_rank.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+def ring_rows(outputs):
+    """Rows from every rank's JSON lines: per iteration the slowest rank, then the median."""
+    per_rank = [[json.loads(line) for line in out] for out in outputs]
     rows = []
     for k in range(len(per_rank[0])):
         times = [max(r[k]["times_s"][j] for r in per_rank) for j in range(len(per_rank[0][k]["times_s"]))]
         rows.append({"bytes": per_rank[0][k]["bytes"], "time_s": statistics.median(times),
-                     "wrong": sum(r[k]["wrong"] for r in per_rank), "what": "ring (python)"})
+                     "wrong": sum(r[k]["wrong"] for r in per_rank)})
     return rows
+
+
+def run_ring(name, addrs, sizes, iters, tandem=None):
+    """The Python ring on every host: through `tandem launch --host-exec` when a launcher is there (the
+    same placement Tandem's own runs get), else one `emu-cluster exec` per host."""
+    ring = [PY, RING, "--addrs", ",".join(addrs), "--sizes", sizes, "--iters", str(iters)]
+    if tandem:
+        p = subprocess.run(launcher_cmd(tandem, name, addrs[0], len(addrs), ring), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=900)
+        if p.returncode != 0:
+            raise RuntimeError(f"ring allreduce through tandem launch failed (exit {p.returncode}):\n{p.stdout[-3000:]}")
+        outs = [[] for _ in addrs]
+        for line in p.stdout.splitlines():
+            m = re.match(r"^\[rank (\d+)\] (\{.*\})\s*$", line)
+            if m:
+                outs[int(m.group(1))].append(m.group(2))
+        what = "ring (python, launch)"
+    else:
+        procs = [subprocess.Popen(exec_cmd(name, i, ring + ["--rank", str(i)]), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(len(addrs))]
+        outs = []
+        for i, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=600)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise RuntimeError(f"ring allreduce rank {i} timed out")
+            if p.returncode != 0:
+                raise RuntimeError(f"ring allreduce rank {i} failed (exit {p.returncode}): {err.strip()[-2000:]}")
+            outs.append([line for line in out.splitlines() if line.startswith("{")])
+        what = "ring (python, exec)"
+    if any(not o for o in outs):
+        raise RuntimeError(f"ring allreduce: no result from ranks {[i for i, o in enumerate(outs) if not o]}")
+    return [dict(r, what=what) for r in ring_rows(outs)]
 
 
 def launcher_cmd(tandem, name, addr0, n, cmd):
@@ -146,7 +171,7 @@ def main():
     if os.geteuid() != 0:
         print("allreduce_bench: needs root (network namespaces); not run", file=sys.stderr)
         return 77
-    tandem, why_not = (None, "--no-tandem") if a.no_tandem else find_tandem(a.tandem)
+    tandem, has_bench, why_not = (None, False, "--no-tandem") if a.no_tandem else find_tandem(a.tandem)
     if user_cmd and tandem is None:
         print(f"allreduce_bench: a command was given but {why_not}", file=sys.stderr)
         return 2
@@ -174,15 +199,15 @@ def main():
                       f"({g / bw * 100:.1f}%; payload ceiling {PAYLOAD_FRACTION * 100:.1f}%)")
         rows = []
         if not a.no_ring:
-            rows += run_ring(a.name, addrs, a.sizes, a.iters)
-        if tandem:
+            rows += run_ring(a.name, addrs, a.sizes, a.iters, tandem)
+        if tandem and has_bench:
             try:
                 rows += run_tandem(tandem, a.name, addrs, a.sizes, a.iters, a.transport)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"# tandem: FAILED: {e}")
                 rc = 1
         else:
-            print(f"# tandem: not run: {why_not}")
+            print(f"# tandem bench allreduce: not run: {why_not or f'{tandem} has no `bench` subcommand yet'}")
         print(f"# link-bound time = 2(n-1)/n * S / B with B = {bw} Mbit/s; efficiency = bound / measured "
               f"(median of {a.iters}, slowest rank)")
         print(f"{'what':<24} {'bytes':>10} {'measured_s':>11} {'bound_s':>9} {'efficiency':>10} {'wrong':>6}")

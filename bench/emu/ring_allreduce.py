@@ -2,7 +2,9 @@
 """A plain ring allreduce over TCP, one process per emulated host: the reference for what the emulated
 links allow, independent of Tandem (bench/emu/allreduce_bench.py runs it beside `tandem bench allreduce`).
 
-  ring_allreduce.py --rank R --addrs A0,A1,... [--port P] [--sizes 1M,4M] [--iters 3] [--warmup 1]
+  ring_allreduce.py [--rank R] --addrs A0,A1,... [--port P] [--sizes 1M,4M] [--iters 3] [--warmup 1]
+
+The rank defaults to $TANDEM_RANK (set by `tandem launch`), else $TANDEM_EMU_HOST (set by emu-cluster exec).
 
 Reduce-scatter then allgather over n chunks; every step sends one chunk to the next rank while receiving
 one from the previous, so each link carries 2(n-1)/n * S per allreduce. Prints one JSON line per size with
@@ -11,6 +13,7 @@ result; every connect and receive has a deadline.
 """
 import argparse
 import json
+import os
 import queue
 import socket
 import sys
@@ -102,13 +105,18 @@ class Ring:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--addrs", required=True)
     ap.add_argument("--port", type=int, default=29700)
     ap.add_argument("--sizes", default="1M,4M")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args()
+    if a.rank is None:
+        env = os.environ.get("TANDEM_RANK", os.environ.get("TANDEM_EMU_HOST"))
+        if env is None:
+            ap.error("--rank not given and neither TANDEM_RANK nor TANDEM_EMU_HOST is set")
+        a.rank = int(env)
     addrs = a.addrs.split(",")
     ring = Ring(a.rank, addrs, a.port)
     n = len(addrs)
