@@ -123,6 +123,25 @@ std::pair<int64_t, int64_t> linear(const Tensor& x, const Tensor& w, const Tenso
   return {n, in};
 }
 
+LinearDims linear_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, Device device, bool allow_f64) {
+  tensor(dy, "linear_backward_data", "dy", device, 2, allow_f64);
+  tensor(w, "linear_backward_data", "weights", device, 2, allow_f64);
+  const int64_t N = dy.dim(0), Out = w.dim(0), In = w.dim(1);
+  TANDEM_REQUIRE(dy.dim(1) == Out && x_shape.rank() >= 2 && x_shape[0] == N && x_shape.numel() == N * In,
+                 "linear_backward_data: dy {} and weights {} do not match input shape {}", dy.shape().str(),
+                 w.shape().str(), x_shape.str());
+  return {N, In, Out};
+}
+
+LinearDims linear_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias, Device device) {
+  const auto [N, In] = linear(x, dw, dbias, device);
+  plain(dw, "linear_backward_weights", "dw", device, dw.shape(), x.dtype());
+  const int64_t Out = dw.dim(0);
+  TANDEM_REQUIRE(dy.rank() == 2 && dy.dim(0) == N && dy.dim(1) == Out,
+                 "linear_backward_weights: dy must be [{}, {}], got {}", N, Out, dy.shape().str());
+  return {N, In, Out};
+}
+
 std::pair<int64_t, int64_t> loss(const Tensor& logits, const Tensor& labels, Device device) {
   tensor(logits, "softmax_cross_entropy", "logits", device, 2, true);
   TANDEM_REQUIRE(labels.defined(), "softmax_cross_entropy: labels are undefined");

@@ -22,6 +22,13 @@ Shape pool(const Tensor& x, const PoolParams& p, Device device);
 int64_t batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Device device);
 // Returns {N, in} for x flattened against w [out, in].
 std::pair<int64_t, int64_t> linear(const Tensor& x, const Tensor& w, const Tensor& bias, Device device);
+struct LinearDims {
+  int64_t n, in, out;
+};
+// linear_backward_data: dy [N, out] and w [out, in] against x_shape.
+LinearDims linear_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, Device device, bool allow_f64);
+// linear_backward_weights: x, dy and the plain gradient outputs dw [out, in], dbias [out] (optional).
+LinearDims linear_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& dbias, Device device);
 // Returns {N, K}; checks label dtype and that the batch sizes agree (label range is checked by the kernels).
 std::pair<int64_t, int64_t> loss(const Tensor& logits, const Tensor& labels, Device device);
 void optimizer_buffers(const Tensor& param, const Tensor& grad, const Tensor* state1, const Tensor* state2,

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "tests/compute/test_util.hpp"
+#include "tests/compute/conformance.hpp"
 
 using namespace tandem;
 using namespace tandem::engine::compute;
@@ -102,23 +102,8 @@ BOOST_AUTO_TEST_CASE(adamw_decouples_weight_decay_and_adam_adds_l2) {
 }
 
 BOOST_AUTO_TEST_CASE(cpu_matches_reference_on_random_state) {
-  auto cpu = make_backend("cpu");
-  auto ref = make_backend("reference");
-  Tensor w = random_tensor({kN}, 10), g = random_tensor({kN}, 11), b = random_tensor({kN}, 12);
-  Tensor wc = w.clone(), bc = b.clone(), wr = w.clone(), br = b.clone();
-  const SgdParams sp{0.03f, 0.9f, 0.1f, 5e-4f, false, 3};
-  cpu->sgd_update(wc, g, bc, sp);
-  ref->sgd_update(wr, g, br, sp);
-  expect_close(values(wc), values(wr), 1e-6, 1e-7, "sgd w");
-  expect_close(values(bc), values(br), 1e-6, 1e-7, "sgd buf");
-  Tensor m = random_tensor({kN}, 13), v = random_tensor({kN}, 14, 0, 1);
-  Tensor mc = m.clone(), vc = v.clone(), mr = m.clone(), vr = v.clone();
-  const AdamParams ap{1e-3f, 0.9f, 0.99f, 1e-8f, 0.01f, true, 7};
-  cpu->adam_update(wc, g, mc, vc, ap);
-  ref->adam_update(wr, g, mr, vr, ap);
-  expect_close(values(wc), values(wr), 1e-5, 1e-6, "adam w");
-  expect_close(values(mc), values(mr), 1e-6, 1e-7, "adam m");
-  expect_close(values(vc), values(vr), 1e-6, 1e-7, "adam v");
+  conformance::Pair b("cpu");
+  conformance::optimizers_match_reference(b);
 }
 
 BOOST_AUTO_TEST_CASE(bad_arguments_are_rejected_with_names) {

@@ -181,12 +181,7 @@ Tensor CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor
 }
 
 Tensor CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape) {
-  validate::tensor(dy, "linear_backward_data", "dy", device(), 2);
-  validate::tensor(w, "linear_backward_data", "weights", device(), 2);
-  const int64_t N = dy.dim(0), Out = w.dim(0), In = w.dim(1);
-  TANDEM_REQUIRE(dy.dim(1) == Out && x_shape.rank() >= 2 && x_shape[0] == N && x_shape.numel() == N * In,
-                 "linear_backward_data: dy {} and weights {} do not match input shape {}", dy.shape().str(),
-                 w.shape().str(), x_shape.str());
+  const auto [N, In, Out] = validate::linear_data(dy, w, x_shape, device(), false);
   Tensor d = to_plain(dy);
   Tensor dx = Tensor::empty(x_shape);
   MatmulPlan& plan = matmul_plan(N, Out, In, 1, false, false);
@@ -198,11 +193,8 @@ Tensor CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const
 
 void CpuBackend::linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
                                          bool accumulate) {
-  const auto [N, In] = validate::linear(x, dw, dbias, device());
-  validate::plain(dw, "linear_backward_weights", "dw", device(), dw.shape(), DType::kF32);
-  const int64_t Out = dw.dim(0);
-  TANDEM_REQUIRE(dy.rank() == 2 && dy.dim(0) == N && dy.dim(1) == Out,
-                 "linear_backward_weights: dy must be [{}, {}], got {}", N, Out, dy.shape().str());
+  const auto [N, In, Out] = validate::linear_weights(x, dy, dw, dbias, device());
+  TANDEM_REQUIRE(x.dtype() == DType::kF32, "linear_backward_weights (cpu): f32 only, got {}", x.str());
   Tensor xp = to_plain(x);
   Tensor d = to_plain(dy);
   MatmulPlan& plan = matmul_plan(Out, N, In, 2, false, accumulate);

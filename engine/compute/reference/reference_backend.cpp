@@ -383,12 +383,7 @@ class ReferenceBackend final : public Backend {
 
   Tensor linear_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape) override {
     require_plain(dy, "linear_backward_data", "dy");
-    validate::tensor(dy, "linear_backward_data", "dy", device(), 2, true);
-    validate::tensor(w, "linear_backward_data", "weights", device(), 2, true);
-    const int64_t N = dy.dim(0), Out = w.dim(0), In = w.dim(1);
-    TANDEM_REQUIRE(dy.dim(1) == Out && x_shape.rank() >= 2 && x_shape[0] == N && x_shape.numel() == N * In,
-                   "linear_backward_data: dy {} and weights {} do not match input shape {}", dy.shape().str(),
-                   w.shape().str(), x_shape.str());
+    const auto [N, In, Out] = validate::linear_data(dy, w, x_shape, device(), true);
     Tensor dx = Tensor::empty(x_shape, dy.dtype());
     dispatch(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -406,11 +401,7 @@ class ReferenceBackend final : public Backend {
   void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, bool accumulate) override {
     require_plain(x, "linear_backward_weights", "input");
     require_plain(dy, "linear_backward_weights", "dy");
-    const auto [N, In] = validate::linear(x, dw, dbias, device());
-    validate::plain(dw, "linear_backward_weights", "dw", device(), dw.shape(), x.dtype());
-    const int64_t Out = dw.dim(0);
-    TANDEM_REQUIRE(dy.rank() == 2 && dy.dim(0) == N && dy.dim(1) == Out, "linear_backward_weights: dy must be [{}, {}], got {}",
-                   N, Out, dy.shape().str());
+    const auto [N, In, Out] = validate::linear_weights(x, dy, dw, dbias, device());
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       std::vector<double> g(static_cast<size_t>(Out * In), 0.0), b(static_cast<size_t>(Out), 0.0);
