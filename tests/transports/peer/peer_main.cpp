@@ -1,0 +1,32 @@
+// A rank in a separate process, for the transport tests that need a peer to die for real.
+//   transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE
+// Connects, sends 100 bytes (payload(rank, 1, 9, 100)) with tag 3 to rank 1, waits until the
+// send completes, then kills itself with SIGKILL: no goodbye, no destructor.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "tests/transports/file_store.hpp"
+#include "tests/transports/harness.hpp"
+
+using namespace tandem::transports;
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE\n");
+    return 2;
+  }
+  try {
+    testing::FileStore store(argv[2]);
+    const int rank = std::stoi(argv[4]), size = std::stoi(argv[5]);
+    auto t = create_transport(testing::options_for(argv[1], rank, size, store, argv[3]));
+    auto data = testing::payload(rank, 1, 9, 100);
+    ConstPart p{data.data(), data.size()};
+    auto rq = t->isend(1, 3, std::span<const ConstPart>(&p, 1));
+    testing::wait(*t, *rq);
+    std::raise(SIGKILL);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "transport_peer: %s\n", e.what());
+  }
+  return 1;
+}

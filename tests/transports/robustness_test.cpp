@@ -1,0 +1,250 @@
+// Faults the conformance suite cannot stage with threads: garbage on the wire, a peer process
+// killed with SIGKILL, malformed zmq headers.
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <zmq.hpp>
+
+#include "tests/transports/file_store.hpp"
+#include "tests/transports/harness.hpp"
+#include "transports/zmq/wire.hpp"
+
+extern char** environ;
+
+namespace bdata = boost::unit_test::data;
+using namespace tandem;
+using namespace tandem::transports;
+using namespace tandem::transports::testing;
+
+namespace {
+
+std::vector<std::string> networked_transports() {
+  std::vector<std::string> out;
+  for (const auto& n : available_transports())
+    if (n != "inproc") out.push_back(n);
+  return out;
+}
+
+// Throws unless the exchange of one message each way between ranks 0 and 1 is intact.
+void exchange_intact(Rank& r, int seq) {
+  if (r.rank > 1) return;
+  const int peer = 1 - r.rank;
+  auto out = payload(r.rank, peer, seq, 70000);
+  std::vector<unsigned char> in(70000);
+  MutPart rp{in.data(), in.size()};
+  ConstPart sp{out.data(), out.size()};
+  auto rq = r.t.irecv(peer, 1, std::span<const MutPart>(&rp, 1));
+  auto sq = r.t.isend(peer, 1, std::span<const ConstPart>(&sp, 1));
+  wait(r.t, *sq);
+  wait(r.t, *rq);
+  CHECK_RANK(in == payload(peer, r.rank, seq, 70000), "exchange " << seq);
+}
+
+// Raw TCP: connect to host:port and write `bytes`, then close.
+void spray_tcp(const std::string& endpoint, const std::vector<unsigned char>& bytes) {
+  // endpoint is "tcp://127.0.0.1:PORT"
+  const size_t colon = endpoint.rfind(':');
+  const int port = std::stoi(endpoint.substr(colon + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_RANK(fd >= 0, "socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    [[maybe_unused]] auto n = ::write(fd, bytes.data(), bytes.size());
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(zmq_wire)
+
+BOOST_AUTO_TEST_CASE(check_header_accepts_a_valid_header_and_rejects_each_defect) {
+  using namespace tandem::transports::zmq;
+  WireHeader good;
+  good.kind = static_cast<uint16_t>(Kind::kData);
+  good.src = 2;
+  good.tag = 5;
+  good.total = 100;
+  good.offset = 60;
+  good.seg_bytes = 40;
+  WireHeader out;
+  BOOST_TEST(check_header(&good, sizeof good, 4, out).empty());
+  BOOST_TEST(out.seg_bytes == 40u);
+
+  auto rejects = [&](WireHeader h, size_t bytes = sizeof(WireHeader)) { return !check_header(&h, bytes, 4, out).empty(); };
+  BOOST_TEST(rejects(good, sizeof good - 1));
+  WireHeader h = good;
+  h.magic ^= 1;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.version = 99;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.kind = 0;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.src = 4;  // world of 4
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.src = -1;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.tag = uint64_t{1} << 40;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.seg_bytes = 41;  // past the end
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.offset = ~uint64_t{0} - 10;  // offset + seg_bytes would wrap
+  BOOST_TEST(rejects(h));
+  std::mt19937_64 rng(7);
+  int accepted = 0;
+  for (int i = 0; i < 10000; ++i) {  // random bytes essentially never pass
+    unsigned char junk[sizeof(WireHeader)];
+    for (auto& c : junk) c = static_cast<unsigned char>(rng());
+    accepted += check_header(junk, sizeof junk, 4, out).empty();
+  }
+  BOOST_TEST(accepted == 0);
+}
+
+BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
+  MemoryStore store;
+  const std::string prefix = unique_prefix("zmq-stray");
+  std::barrier<> sync(2);
+  std::mutex mu;
+  std::string failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for("zmq", r, 2, store, prefix));
+        Rank rk{r, 2, *t, sync};
+        exchange_intact(rk, 0);
+        sync.arrive_and_wait();
+        if (r == 1) {
+          // Attack rank 0's ROUTER while rank 0 keeps progressing.
+          const std::string value = store.get(prefix + "/zmq/0", std::chrono::milliseconds(1000));
+          const std::string endpoint = value.substr(0, value.find(' '));
+          std::mt19937 rng(11);
+          std::vector<unsigned char> junk(100000);
+          for (auto& c : junk) c = static_cast<unsigned char>(rng());
+          spray_tcp(endpoint, junk);
+          std::vector<unsigned char> greeting = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // ZMTP-looking start
+          greeting.insert(greeting.end(), junk.begin(), junk.begin() + 1000);
+          spray_tcp(endpoint, greeting);
+          ::zmq::context_t ctx;
+          for (int kind = 0; kind < 3; ++kind) {
+            ::zmq::socket_t d(ctx, ::zmq::socket_type::dealer);
+            d.set(::zmq::sockopt::linger, 200);
+            if (kind == 1) {  // guesses rank 1's routing id shape with a wrong nonce
+              std::string id(13, '\x01');
+              id[0] = 'T';
+              d.set(::zmq::sockopt::routing_id, id);
+            }
+            d.connect(endpoint);
+            transports::zmq::WireHeader h;
+            h.kind = static_cast<uint16_t>(kind == 2 ? transports::zmq::Kind::kData : transports::zmq::Kind::kHello);
+            h.src = 1;
+            h.total = h.seg_bytes = 4;
+            if (kind == 2) {  // a data segment where only hellos are accepted
+              d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::sndmore);
+              d.send(::zmq::str_buffer("evil"), ::zmq::send_flags::none);
+            } else {  // a well-formed hello from a routing id that is not rank 1's
+              d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::none);
+            }
+            d.send(::zmq::buffer(junk.data(), 5000), ::zmq::send_flags::none);  // over the ROUTER's 1 KiB limit
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        } else {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+          while (std::chrono::steady_clock::now() < until) t->progress();
+        }
+        sync.arrive_and_wait();
+        for (int seq = 1; seq < 4; ++seq) exchange_intact(rk, seq);
+        sync.arrive_and_wait();
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu);
+        failures += "\n  rank " + std::to_string(r) + ": " + e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  BOOST_TEST(failures.empty(), failures);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(peer_death)
+
+BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it,
+                     bdata::make(networked_transports()), name) {
+  // Rank 0 is another process: it sends one message, then SIGKILLs itself (no goodbye). Rank 1
+  // (this process) still gets that message, and its pending receive fails with kPeerFailure.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("tandem-transport-test-{}-{}", ::getpid(), unique_prefix("kill").substr(5));
+  std::filesystem::remove_all(dir);
+  FileStore store(dir);
+  const std::string prefix = "killed";
+  std::vector<std::string> args = {TANDEM_TRANSPORT_PEER_EXE, name, dir.string(), prefix, "0", "2"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  BOOST_REQUIRE(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+
+  std::string outcome;
+  bool delivered = false;
+  try {
+    auto t = create_transport(options_for(name, 1, 2, store, prefix));
+    std::vector<unsigned char> in(100), never(10);
+    MutPart a{in.data(), in.size()}, b{never.data(), never.size()};
+    auto got = t->irecv(0, 3, std::span<const MutPart>(&a, 1));
+    auto pending = t->irecv(0, 4, std::span<const MutPart>(&b, 1));
+    wait(*t, *got);
+    delivered = in == payload(0, 1, 9, 100);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      outcome = poll_for(*t, *pending, std::chrono::milliseconds(30000)) ? "completed" : "still pending after 30 s";
+    } catch (const Error& e) {
+      outcome = std::string(status_name(e.status())) + ": " + e.what();
+    }
+    BOOST_TEST_MESSAGE(name << ": detected in "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
+                            << " ms: " << outcome);
+  } catch (const std::exception& e) {
+    outcome = std::string("unexpected: ") + e.what();
+  }
+  // Reap the child by PID (it should already be dead); never leave it behind.
+  int status = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::filesystem::remove_all(dir);
+  BOOST_TEST(WIFSIGNALED(status));
+  BOOST_TEST(delivered);
+  BOOST_TEST(outcome.find(status_name(Status::kPeerFailure)) == 0, outcome);
+  BOOST_TEST(outcome.find("rank 0") != std::string::npos, outcome);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
