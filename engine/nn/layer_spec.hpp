@@ -18,6 +18,8 @@ struct SampleShape {
   friend bool operator==(const SampleShape&, const SampleShape&) = default;
 };
 std::string to_string(const SampleShape& s);  // "3x32x32"
+// The first commit called it Shape, which clashes with tandem::Shape under using-directives.
+using Shape [[deprecated("use engine::nn::SampleShape (tandem::Shape is a tensor's shape)")]] = SampleShape;
 
 enum class LayerKind : int32_t {
   kConv2d = 0,         // groups make it depthwise; optional bias

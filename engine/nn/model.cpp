@@ -80,9 +80,9 @@ Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitSchem
     const LayerKind pk = spec_.layers[p].kind;
     inplace_relu_[i] = consumers_[p] == 1 && !is_relu(pk) && pk != LayerKind::kFlatten;
   }
-  params_ = backend_.zeros(Shape{param_off_[n]});
-  grads_ = backend_.zeros(Shape{param_off_[n]});
-  buffers_ = backend_.zeros(Shape{buffer_off_[n]});
+  params_ = backend_.zeros(tandem::Shape{param_off_[n]});
+  grads_ = backend_.zeros(tandem::Shape{param_off_[n]});
+  buffers_ = backend_.zeros(tandem::Shape{buffer_off_[n]});
   init(seed, init_scheme);
 }
 
@@ -92,13 +92,13 @@ Tensor Model::layer_grads(size_t layer) const { return range_grads(layer, layer 
 Tensor Model::range_params(size_t begin, size_t end) const {
   TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
                  begin, end);
-  return params_.slice(param_off_[begin], Shape{param_off_[end] - param_off_[begin]});
+  return params_.slice(param_off_[begin], tandem::Shape{param_off_[end] - param_off_[begin]});
 }
 
 Tensor Model::range_grads(size_t begin, size_t end) const {
   TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
                  begin, end);
-  return grads_.slice(param_off_[begin], Shape{param_off_[end] - param_off_[begin]});
+  return grads_.slice(param_off_[begin], tandem::Shape{param_off_[end] - param_off_[begin]});
 }
 
 void Model::zero_grads() {
@@ -134,7 +134,7 @@ void Model::init(uint64_t seed, InitScheme scheme) {
       }
     }
     Tensor dst = layer_params(i);
-    backend_.copy(Tensor::wrap(host.data(), Shape{l.params}, DType::kF32), dst);
+    backend_.copy(Tensor::wrap(host.data(), tandem::Shape{l.params}, DType::kF32), dst);
   }
   // Running statistics: mean 0, variance 1.
   for (size_t i = 0; i < num_layers(); ++i) {
@@ -142,8 +142,8 @@ void Model::init(uint64_t seed, InitScheme scheme) {
     if (l.buffers == 0) continue;
     std::vector<float> host(static_cast<size_t>(l.buffers), 0.0f);
     std::fill(host.begin() + l.buffers / 2, host.end(), 1.0f);
-    Tensor dst = buffers_.slice(buffer_off_[i], Shape{l.buffers});
-    backend_.copy(Tensor::wrap(host.data(), Shape{l.buffers}, DType::kF32), dst);
+    Tensor dst = buffers_.slice(buffer_off_[i], tandem::Shape{l.buffers});
+    backend_.copy(Tensor::wrap(host.data(), tandem::Shape{l.buffers}, DType::kF32), dst);
   }
   zero_grads();
 }
@@ -154,10 +154,10 @@ namespace {
 // Views a 2-D [N, C] activation as [N, C, 1, 1] for the ops that need 4-D input.
 Tensor as4d(compute::Backend& be, const Tensor& t) {
   if (t.rank() == 4) return t;
-  return be.to_plain(t).view(Shape{t.dim(0), t.numel() / t.dim(0), 1, 1});
+  return be.to_plain(t).view(tandem::Shape{t.dim(0), t.numel() / t.dim(0), 1, 1});
 }
 // `g` reshaped to `shape` when only the view differs ([N, C] vs [N, C, 1, 1]).
-Tensor conform(compute::Backend& be, const Tensor& g, const Shape& shape) {
+Tensor conform(compute::Backend& be, const Tensor& g, const tandem::Shape& shape) {
   if (g.shape() == shape) return g;
   TANDEM_CHECK(g.numel() == shape.numel(), Status::kInternal, "gradient {} cannot take the shape {}", g.str(),
                shape.str());
@@ -180,20 +180,20 @@ Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in)
   switch (l.kind) {
     case LayerKind::kConv2d: {
       const auto shapes = l.param_shapes();
-      const Tensor w = params_.slice(po, Shape(shapes[0]));
-      const Tensor b = l.bias ? params_.slice(po + Shape(shapes[0]).numel(), Shape{l.out_channels}) : Tensor();
+      const Tensor w = params_.slice(po, tandem::Shape(shapes[0]));
+      const Tensor b = l.bias ? params_.slice(po + tandem::Shape(shapes[0]).numel(), tandem::Shape{l.out_channels}) : Tensor();
       return backend_.conv_forward(as4d(backend_, x), w, b, conv_params(l));
     }
     case LayerKind::kLinear: {
       const int64_t in_features = l.in_shapes[0].numel();
-      const Tensor w = params_.slice(po, Shape{l.out_features, in_features});
-      const Tensor b = l.bias ? params_.slice(po + l.out_features * in_features, Shape{l.out_features}) : Tensor();
+      const Tensor w = params_.slice(po, tandem::Shape{l.out_features, in_features});
+      const Tensor b = l.bias ? params_.slice(po + l.out_features * in_features, tandem::Shape{l.out_features}) : Tensor();
       return backend_.linear_forward(x, w, b);
     }
     case LayerKind::kBatchNorm2d: {
       const int64_t c = l.in_shapes[0].c;
-      const Tensor gamma = params_.slice(po, Shape{c}), beta = params_.slice(po + c, Shape{c});
-      Tensor mean = buffers_.slice(buffer_off_[i], Shape{c}), var = buffers_.slice(buffer_off_[i] + c, Shape{c});
+      const Tensor gamma = params_.slice(po, tandem::Shape{c}), beta = params_.slice(po + c, tandem::Shape{c});
+      Tensor mean = buffers_.slice(buffer_off_[i], tandem::Shape{c}), var = buffers_.slice(buffer_off_[i] + c, tandem::Shape{c});
       if (!a.training) return backend_.batch_norm_forward_inference(x, gamma, beta, mean, var, l.eps);
       compute::BatchNormParams bp;
       bp.eps = l.eps;
@@ -218,7 +218,7 @@ Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in)
     case LayerKind::kGlobalAvgPool:
       return backend_.global_avg_pool_forward(as4d(backend_, x));
     case LayerKind::kFlatten:
-      return backend_.to_plain(x).view(Shape{x.dim(0), x.numel() / x.dim(0)});
+      return backend_.to_plain(x).view(tandem::Shape{x.dim(0), x.numel() / x.dim(0)});
     case LayerKind::kAdd:
       return backend_.add(x, conform(backend_, in[1], x.shape()));
   }
@@ -271,7 +271,7 @@ std::vector<Tensor> Model::forward_range(size_t begin, size_t end, const std::ve
   for (int32_t id : outputs) result.push_back(input_of(a, id));
   if (end == n) {
     Tensor y = backend_.to_plain(result[0]);
-    result[0] = y.view(Shape{y.dim(0), y.numel() / y.dim(0)});
+    result[0] = y.view(tandem::Shape{y.dim(0), y.numel() / y.dim(0)});
   }
   return result;
 }
@@ -279,7 +279,7 @@ std::vector<Tensor> Model::forward_range(size_t begin, size_t end, const std::ve
 void Model::add_grad(Activations& a, int32_t producer, Tensor g) {
   if (producer == kModelInput) return;  // nobody needs the gradient of the data
   Tensor* slot;
-  Shape shape;
+  tandem::Shape shape;
   if (producer >= static_cast<int32_t>(a.begin)) {
     slot = &a.grad[static_cast<size_t>(producer)];
     shape = a.out[static_cast<size_t>(producer)].shape();
@@ -304,29 +304,29 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
   switch (l.kind) {
     case LayerKind::kConv2d: {
       const auto shapes = l.param_shapes();
-      const Shape ws(shapes[0]);
+      const tandem::Shape ws(shapes[0]);
       const Tensor w = params_.slice(po, ws);
       const Tensor x4 = as4d(backend_, x);
       Tensor dw = grads_.slice(po, ws);
-      Tensor db = l.bias ? grads_.slice(po + ws.numel(), Shape{l.out_channels}) : Tensor();
+      Tensor db = l.bias ? grads_.slice(po + ws.numel(), tandem::Shape{l.out_channels}) : Tensor();
       backend_.conv_backward_weights(x4, dy, dw, db, conv_params(l), accumulate);
       if (want_dx) add_grad(a, l.inputs[0], backend_.conv_backward_data(dy, w, x4.shape(), conv_params(l)));
       break;
     }
     case LayerKind::kLinear: {
       const int64_t in_features = l.in_shapes[0].numel();
-      const Shape ws{l.out_features, in_features};
-      dy = conform(backend_, dy, Shape{a.batch, l.out_features});
+      const tandem::Shape ws{l.out_features, in_features};
+      dy = conform(backend_, dy, tandem::Shape{a.batch, l.out_features});
       Tensor dw = grads_.slice(po, ws);
-      Tensor db = l.bias ? grads_.slice(po + ws.numel(), Shape{l.out_features}) : Tensor();
+      Tensor db = l.bias ? grads_.slice(po + ws.numel(), tandem::Shape{l.out_features}) : Tensor();
       backend_.linear_backward_weights(x, dy, dw, db, accumulate);
       if (want_dx) add_grad(a, l.inputs[0], backend_.linear_backward_data(dy, params_.slice(po, ws), x.shape()));
       break;
     }
     case LayerKind::kBatchNorm2d: {
       const int64_t c = l.in_shapes[0].c;
-      Tensor dgamma = grads_.slice(po, Shape{c}), dbeta = grads_.slice(po + c, Shape{c});
-      Tensor dx = backend_.batch_norm_backward(dy, x, params_.slice(po, Shape{c}), a.extra1[i], a.extra2[i], l.eps,
+      Tensor dgamma = grads_.slice(po, tandem::Shape{c}), dbeta = grads_.slice(po + c, tandem::Shape{c});
+      Tensor dx = backend_.batch_norm_backward(dy, x, params_.slice(po, tandem::Shape{c}), a.extra1[i], a.extra2[i], l.eps,
                                                dgamma, dbeta, accumulate);
       if (want_dx) add_grad(a, l.inputs[0], std::move(dx));
       break;
@@ -347,7 +347,7 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
       if (want_dx) {
         const Tensor x4 = as4d(backend_, x);
         add_grad(a, l.inputs[0],
-                 backend_.global_avg_pool_backward(conform(backend_, dy, Shape{a.batch, x4.dim(1)}), x4.shape()));
+                 backend_.global_avg_pool_backward(conform(backend_, dy, tandem::Shape{a.batch, x4.dim(1)}), x4.shape()));
       }
       break;
     case LayerKind::kFlatten:

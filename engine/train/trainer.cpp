@@ -276,8 +276,14 @@ void Trainer::load_checkpoint(const std::string& path) {
                    "its tensors have {} parameters and {} buffers, the model {} and {}", params.size(), buffers.size(),
                    model_.params().numel(), model_.buffers().numel());
     data::SamplerState st{s.at("seed").get<uint64_t>(), s.at("epoch").get<int64_t>(), s.at("position").get<int64_t>()};
+    const data::SamplerState before = sampler_.state();
     sampler_.restore(st);
-    optimizer_->restore(o.at("steps").get<int64_t>(), opt_state);
+    try {
+      optimizer_->restore(o.at("steps").get<int64_t>(), opt_state);  // validates every size before copying
+    } catch (...) {
+      sampler_.restore(before);
+      throw;
+    }
     copy_into(be, params, model_.params(), "model.params");
     copy_into(be, buffers, model_.buffers(), "model.buffers");
     const auto& r = m.at("rng");

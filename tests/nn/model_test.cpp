@@ -20,7 +20,7 @@ namespace {
 
 std::unique_ptr<compute::Backend> reference() { return compute::make_backend("reference"); }
 
-Tensor random_tensor(const Shape& s, uint64_t seed, double scale = 1.0) {
+Tensor random_tensor(const tandem::Shape& s, uint64_t seed, double scale = 1.0) {
   Rng rng(seed);
   std::vector<float> v(static_cast<size_t>(s.numel()));
   for (auto& x : v) x = static_cast<float>(rng.normal() * scale);
@@ -61,10 +61,10 @@ BOOST_AUTO_TEST_SUITE(model_execution)
 BOOST_AUTO_TEST_CASE(gradients_match_finite_differences_for_every_layer_kind) {
   auto be = reference();
   Model m(every_layer_kind(), *be, 3);
-  const Tensor x = random_tensor(Shape{3, 2, 6, 6}, 10);
-  const Tensor r = random_tensor(Shape{3, 3}, 11);
+  const Tensor x = random_tensor(tandem::Shape{3, 2, 6, 6}, 10);
+  const Tensor r = random_tensor(tandem::Shape{3, 3}, 11);
   Tensor y = m.forward(x, true);
-  BOOST_TEST((y.shape() == Shape{3, 3}));
+  BOOST_TEST((y.shape() == tandem::Shape{3, 3}));
   m.backward(r);
   const Tensor analytic = m.grads().clone();
   float* p = m.params().data<float>();
@@ -96,8 +96,8 @@ BOOST_AUTO_TEST_CASE(gradients_match_finite_differences_for_every_layer_kind) {
 BOOST_AUTO_TEST_CASE(stages_compose_to_the_whole_model) {
   auto be = reference();
   Model whole(zoo_model("resnet18", SampleShape{3, 8, 8}, 5), *be, 7);
-  const Tensor x = random_tensor(Shape{2, 3, 8, 8}, 1);
-  const Tensor r = random_tensor(Shape{2, 5}, 2);
+  const Tensor x = random_tensor(tandem::Shape{2, 3, 8, 8}, 1);
+  const Tensor r = random_tensor(tandem::Shape{2, 5}, 2);
   const Tensor y = whole.forward(x, true).clone();
   whole.backward(r);
   const Tensor g_whole = whole.grads().clone();
@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(stages_compose_to_the_whole_model) {
 BOOST_AUTO_TEST_CASE(inference_uses_running_statistics_and_keeps_nothing) {
   auto be = reference();
   Model m(every_layer_kind(), *be, 4);
-  const Tensor x = random_tensor(Shape{4, 2, 6, 6}, 5, 3.0);
+  const Tensor x = random_tensor(tandem::Shape{4, 2, 6, 6}, 5, 3.0);
   const Tensor before = m.buffers().clone();
   const Tensor eval1 = m.forward(x, false).clone();
   for (int64_t i = 0; i < before.numel(); ++i) BOOST_TEST(m.buffers().data<float>()[i] == before.data<float>()[i]);
@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(wrong_inputs_are_refused) {
   Model m(zoo_model("mlp", SampleShape{1, 28, 28}, 10), *be, 1);
   Activations a;
   tandem::testing::expect_error([&] { m.forward_range(0, 3, {}, a); }, Status::kInvalidArgument, {"1 input"});
-  tandem::testing::expect_error([&] { m.backward(Tensor::zeros(Shape{2, 10})); }, Status::kInvalidArgument,
+  tandem::testing::expect_error([&] { m.backward(Tensor::zeros(tandem::Shape{2, 10})); }, Status::kInvalidArgument,
                                 {"training forward"});
 }
 

@@ -309,6 +309,294 @@ TANDEM_API tandem_status_t tandem_request_wait(tandem_request_t* req) TANDEM_NOE
  * tandem_comm_get_async_status. NULL is a no-op. Threads: per handle. */
 TANDEM_API void tandem_request_destroy(tandem_request_t* req) TANDEM_NOEXCEPT;
 
+/* ---- Training ----------------------------------------------------------------------------- *
+ * Single-process training: a model (a zoo network or a JSON spec) on a compute backend, datasets
+ * held in memory, an optimizer configuration and a trainer that runs steps, epochs, evaluation and
+ * checkpoints. Handles are independent objects; a trainer retains its model and datasets (they must
+ * outlive it) and copies the optimizer configuration. Results and attributes use query structs:
+ * set field_mask to the fields wanted; the library fills only those (unknown bits:
+ * TANDEM_ERR_UNSUPPORTED). */
+typedef struct tandem_model tandem_model_t;
+typedef struct tandem_dataset tandem_dataset_t;
+typedef struct tandem_optimizer tandem_optimizer_t;
+typedef struct tandem_trainer tandem_trainer_t;
+
+#define TANDEM_MODEL_PARAM_NAME        (UINT64_C(1) << 0) /* zoo model name */
+#define TANDEM_MODEL_PARAM_SPEC_PATH   (UINT64_C(1) << 1) /* JSON spec file */
+#define TANDEM_MODEL_PARAM_SPEC_JSON   (UINT64_C(1) << 2) /* JSON spec text */
+#define TANDEM_MODEL_PARAM_INPUT_SHAPE (UINT64_C(1) << 3) /* covers input_channels, input_height, input_width */
+#define TANDEM_MODEL_PARAM_NUM_CLASSES (UINT64_C(1) << 4)
+#define TANDEM_MODEL_PARAM_WIDTH_MULT  (UINT64_C(1) << 5)
+#define TANDEM_MODEL_PARAM_BACKEND     (UINT64_C(1) << 6)
+#define TANDEM_MODEL_PARAM_SEED        (UINT64_C(1) << 7)
+#define TANDEM_MODEL_PARAM_INIT        (UINT64_C(1) << 8)
+typedef struct tandem_model_params {
+  uint64_t field_mask;
+  const char* name;        /* "mlp", "lenet5", "resnet18", "mobilenetv2", "vgg16", "alexnet" */
+  const char* spec_path;   /* a JSON model spec file (instead of name) */
+  const char* spec_json;   /* a JSON model spec as text (instead of name) */
+  int64_t input_channels;  /* zoo only; default 1x28x28 for mlp and lenet5, else 3x32x32 */
+  int64_t input_height;
+  int64_t input_width;
+  int64_t num_classes;     /* zoo only; default 10 */
+  double width_mult;       /* mobilenetv2 only; default 1.0 */
+  const char* backend;     /* "cpu" (oneDNN, default), "reference", "cuda", or "none" (spec only:
+                              summaries, no parameters, no training) */
+  uint64_t seed;           /* weight initialisation; default 0 */
+  const char* init;        /* "kaiming" (default), "xavier", "uniform" */
+} tandem_model_params_t;
+#define TANDEM_MODEL_PARAMS_INIT {0}
+
+/* Creates a model: exactly one of NAME, SPEC_PATH, SPEC_JSON must be set. The backend uses the
+ * context's num_threads. [in] ctx: must outlive the model. [in] params: strings are copied.
+ * [out] out: the new model. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (unknown
+ * model, a malformed spec -- the message names the field --, a bad shape or class count),
+ * TANDEM_ERR_IO (unreadable spec file), TANDEM_ERR_UNSUPPORTED (unknown field_mask bit, a backend
+ * not available here), TANDEM_ERR_OUT_OF_MEMORY, TANDEM_ERR_BACKEND. */
+TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tandem_model_params_t* params,
+                                               tandem_model_t** out) TANDEM_NOEXCEPT;
+/* Destroys a model; trainers using it must be destroyed first. NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_model_destroy(tandem_model_t* model) TANDEM_NOEXCEPT;
+
+#define TANDEM_MODEL_ATTR_NAME        (UINT64_C(1) << 0) /* name, backend */
+#define TANDEM_MODEL_ATTR_SHAPE       (UINT64_C(1) << 1) /* input_*, num_classes, num_layers */
+#define TANDEM_MODEL_ATTR_COST        (UINT64_C(1) << 2) /* params .. activation_bytes */
+typedef struct tandem_model_attr {
+  uint64_t field_mask;
+  const char* name;           /* owned by the model */
+  const char* backend;        /* static */
+  int64_t input_channels, input_height, input_width;
+  int64_t num_classes;
+  size_t num_layers;
+  int64_t params;             /* learnable scalars */
+  int64_t buffers;            /* non-learnable state (batch-norm running statistics) */
+  int64_t macs;               /* multiply-adds per sample, forward */
+  double fwd_flops;           /* per sample (a multiply-add is 2 FLOPs) */
+  double bwd_flops;           /* per sample, data + weight gradients */
+  int64_t activation_bytes;   /* per sample, f32 outputs of every layer */
+} tandem_model_attr_t;
+#define TANDEM_MODEL_ATTR_INIT {0}
+/* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any.
+ * Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown bit). */
+TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tandem_model_attr_t* attr) TANDEM_NOEXCEPT;
+
+#define TANDEM_LAYER_ATTR_NAME  (UINT64_C(1) << 0) /* name, kind, num_inputs, inputs */
+#define TANDEM_LAYER_ATTR_SHAPE (UINT64_C(1) << 1) /* out_channels, out_height, out_width */
+#define TANDEM_LAYER_ATTR_COST  (UINT64_C(1) << 2) /* params .. activation_bytes */
+typedef struct tandem_layer_attr {
+  uint64_t field_mask;
+  const char* name;           /* owned by the model */
+  const char* kind;           /* static: "conv2d", "batchnorm2d", "relu", "linear", "add", ... */
+  int32_t num_inputs;         /* 1, or 2 for add */
+  int32_t inputs[2];          /* producer layer indices; -1 is the model input */
+  int64_t out_channels, out_height, out_width;
+  int64_t params;
+  int64_t macs;
+  double fwd_flops;           /* per sample */
+  double bwd_flops;           /* per sample */
+  int64_t activation_bytes;   /* per sample */
+} tandem_layer_attr_t;
+#define TANDEM_LAYER_ATTR_INIT {0}
+/* [in] index: 0 <= index < num_layers. [in,out] attr: as tandem_model_query. Threads: any.
+ * Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (index out of range), TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_model_layer_query(const tandem_model_t* model, size_t index,
+                                                    tandem_layer_attr_t* attr) TANDEM_NOEXCEPT;
+
+/* Copies the model's parameters (f32, layer after layer: weights then biases; batch norm gamma then
+ * beta) into dst. [in] count: must equal the model's params. Threads: per handle. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT (wrong count, NULL dst, a "none"-backend model). */
+TANDEM_API tandem_status_t tandem_model_get_params(const tandem_model_t* model, float* dst,
+                                                   size_t count) TANDEM_NOEXCEPT;
+/* Replaces the model's parameters with src (layout as tandem_model_get_params). Threads: per handle.
+ * Returns as tandem_model_get_params. */
+TANDEM_API tandem_status_t tandem_model_set_params(tandem_model_t* model, const float* src,
+                                                   size_t count) TANDEM_NOEXCEPT;
+/* Inference: logits for `batch` samples. [in] input: batch * C*H*W f32 values, NCHW, already
+ * normalised. [out] logits: batch * num_classes values. [in] logits_count: its capacity.
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_BACKEND. */
+TANDEM_API tandem_status_t tandem_model_forward(tandem_model_t* model, const float* input, int64_t batch,
+                                                float* logits, size_t logits_count) TANDEM_NOEXCEPT;
+
+#define TANDEM_DATASET_PARAM_KIND        (UINT64_C(1) << 0)
+#define TANDEM_DATASET_PARAM_PATH        (UINT64_C(1) << 1)
+#define TANDEM_DATASET_PARAM_LABELS_PATH (UINT64_C(1) << 2)
+#define TANDEM_DATASET_PARAM_TRAIN       (UINT64_C(1) << 3)
+#define TANDEM_DATASET_PARAM_LIMIT       (UINT64_C(1) << 4)
+#define TANDEM_DATASET_PARAM_SHAPE       (UINT64_C(1) << 5) /* covers channels, height, width */
+#define TANDEM_DATASET_PARAM_NUM_CLASSES (UINT64_C(1) << 6)
+#define TANDEM_DATASET_PARAM_COUNT       (UINT64_C(1) << 7)
+#define TANDEM_DATASET_PARAM_SEED        (UINT64_C(1) << 8)
+typedef struct tandem_dataset_params {
+  uint64_t field_mask;
+  const char* kind;         /* "fashion-mnist" (default), "cifar10", "idx", "synthetic" */
+  const char* path;         /* fashion-mnist: directory (default: found automatically);
+                               cifar10: directory of the binary batches (required);
+                               idx: the images file (plain or gzip) */
+  const char* labels_path;  /* idx: the labels file */
+  int32_t train;            /* non-zero: the training split (default); 0: the test split */
+  int64_t limit;            /* > 0: keep only the first `limit` samples */
+  int64_t channels, height, width; /* synthetic: sample shape (default 1x28x28) */
+  int64_t num_classes;      /* synthetic: default 10 */
+  int64_t count;            /* synthetic: samples (default 1024) */
+  uint64_t seed;            /* synthetic: default 0 */
+} tandem_dataset_params_t;
+#define TANDEM_DATASET_PARAMS_INIT {0}
+/* Loads (or generates) a dataset into memory. [out] out: the new dataset. Threads: any.
+ * Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_IO (missing, truncated or malformed
+ * files; the message names the file and the fault), TANDEM_ERR_UNSUPPORTED, TANDEM_ERR_OUT_OF_MEMORY. */
+TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const tandem_dataset_params_t* params,
+                                                 tandem_dataset_t** out) TANDEM_NOEXCEPT;
+/* NULL is a no-op; trainers using the dataset must be destroyed first. Threads: per handle. */
+TANDEM_API void tandem_dataset_destroy(tandem_dataset_t* dataset) TANDEM_NOEXCEPT;
+/* [out] size, channels, height, width, num_classes: any may be NULL. Threads: any.
+ * Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_dataset_info(const tandem_dataset_t* dataset, int64_t* size, int64_t* channels,
+                                               int64_t* height, int64_t* width,
+                                               int64_t* num_classes) TANDEM_NOEXCEPT;
+
+typedef enum tandem_optimizer_kind {
+  TANDEM_OPTIMIZER_SGD = 0, TANDEM_OPTIMIZER_ADAM = 1, TANDEM_OPTIMIZER_ADAMW = 2,
+  TANDEM_OPTIMIZER_FORCE_INT32_ = 0x7fffffff
+} tandem_optimizer_kind_t;
+#define TANDEM_OPTIMIZER_PARAM_KIND         (UINT64_C(1) << 0)
+#define TANDEM_OPTIMIZER_PARAM_LR           (UINT64_C(1) << 1)
+#define TANDEM_OPTIMIZER_PARAM_MOMENTUM     (UINT64_C(1) << 2)
+#define TANDEM_OPTIMIZER_PARAM_DAMPENING    (UINT64_C(1) << 3)
+#define TANDEM_OPTIMIZER_PARAM_NESTEROV     (UINT64_C(1) << 4)
+#define TANDEM_OPTIMIZER_PARAM_WEIGHT_DECAY (UINT64_C(1) << 5)
+#define TANDEM_OPTIMIZER_PARAM_BETAS        (UINT64_C(1) << 6) /* covers beta1, beta2 */
+#define TANDEM_OPTIMIZER_PARAM_EPS          (UINT64_C(1) << 7)
+#define TANDEM_OPTIMIZER_PARAM_SCHEDULE     (UINT64_C(1) << 8)
+#define TANDEM_OPTIMIZER_PARAM_CLIP_NORM    (UINT64_C(1) << 9)
+typedef struct tandem_optimizer_params {
+  uint64_t field_mask;
+  tandem_optimizer_kind_t kind; /* default SGD */
+  float lr;                     /* default 0.01 */
+  float momentum;               /* SGD; default 0 */
+  float dampening;              /* SGD; default 0 */
+  int32_t nesterov;             /* SGD; non-zero: Nesterov momentum */
+  float weight_decay;           /* default 0 (AdamW: decoupled) */
+  float beta1, beta2;           /* Adam/AdamW; default 0.9, 0.999 */
+  float eps;                    /* Adam/AdamW; default 1e-8 */
+  const char* schedule;         /* "constant" (default), "step:EPOCHS:GAMMA", "cosine", each optionally
+                                   followed by ",warmup:EPOCHS" */
+  double clip_norm;             /* > 0: clip gradients to this global L2 norm; default 0 (off) */
+} tandem_optimizer_params_t;
+#define TANDEM_OPTIMIZER_PARAMS_INIT {0}
+/* An optimizer configuration (validated here; trainers copy it). Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT (names the field), TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_optimizer_create(tandem_context_t* ctx, const tandem_optimizer_params_t* params,
+                                                   tandem_optimizer_t** out) TANDEM_NOEXCEPT;
+/* NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_optimizer_destroy(tandem_optimizer_t* optimizer) TANDEM_NOEXCEPT;
+
+/* Progress of an epoch, passed to a tandem_progress_fn after every batch. */
+typedef struct tandem_progress {
+  int64_t epoch;          /* 1-based */
+  int64_t batch;          /* batches done in this epoch */
+  int64_t batches;        /* batches in this epoch */
+  double loss;            /* running mean training loss */
+  double images_per_sec;
+  double elapsed_s;
+} tandem_progress_t;
+/* Called on the thread running tandem_trainer_epoch; must not call back into the trainer. */
+typedef void (*tandem_progress_fn)(const tandem_progress_t* progress, void* user_data);
+
+#define TANDEM_TRAINER_PARAM_BATCH_SIZE         (UINT64_C(1) << 0)
+#define TANDEM_TRAINER_PARAM_EPOCHS             (UINT64_C(1) << 1)
+#define TANDEM_TRAINER_PARAM_SEED               (UINT64_C(1) << 2)
+#define TANDEM_TRAINER_PARAM_LIMIT_BATCHES      (UINT64_C(1) << 3)
+#define TANDEM_TRAINER_PARAM_EVAL_LIMIT_BATCHES (UINT64_C(1) << 4)
+#define TANDEM_TRAINER_PARAM_AUGMENT            (UINT64_C(1) << 5)
+#define TANDEM_TRAINER_PARAM_PREFETCH           (UINT64_C(1) << 6)
+#define TANDEM_TRAINER_PARAM_PROGRESS           (UINT64_C(1) << 7) /* covers progress + progress_user_data */
+#define TANDEM_TRAINER_PARAM_NORMALIZE          (UINT64_C(1) << 8)
+typedef struct tandem_trainer_params {
+  uint64_t field_mask;
+  int64_t batch_size;         /* default 64 */
+  int64_t epochs;             /* the run's planned length (for cosine schedules); default 1 */
+  uint64_t seed;              /* shuffling and augmentation; default 0 */
+  int64_t limit_batches;      /* > 0: an epoch ends after this many batches */
+  int64_t eval_limit_batches; /* > 0: evaluation stops after this many batches */
+  int32_t augment;            /* non-zero: random crop with padding (+ flips for 3 channels) */
+  int32_t prefetch;           /* batches the loader thread prepares ahead; default 2 */
+  tandem_progress_fn progress;
+  void* progress_user_data;
+  int32_t normalize;          /* default 1: per-channel normalisation with the data set's statistics */
+} tandem_trainer_params_t;
+#define TANDEM_TRAINER_PARAMS_INIT {0}
+/* Creates a trainer. [in] model, train: retained until the trainer is destroyed. [in] test: may be
+ * NULL (no evaluation after epochs); retained likewise. [in] optimizer: copied.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL handles, a dataset whose
+ * samples or classes do not fit the model, a "none"-backend model, bad params),
+ * TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const tandem_dataset_t* train,
+                                                 const tandem_dataset_t* test, const tandem_optimizer_t* optimizer,
+                                                 const tandem_trainer_params_t* params,
+                                                 tandem_trainer_t** out) TANDEM_NOEXCEPT;
+/* NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_trainer_destroy(tandem_trainer_t* trainer) TANDEM_NOEXCEPT;
+
+#define TANDEM_STEP_RESULT_LOSS      (UINT64_C(1) << 0) /* loss, correct, samples */
+#define TANDEM_STEP_RESULT_LR        (UINT64_C(1) << 1)
+#define TANDEM_STEP_RESULT_EPOCH_END (UINT64_C(1) << 2)
+typedef struct tandem_step_result {
+  uint64_t field_mask;
+  double loss;        /* mean over the batch */
+  int64_t correct;    /* top-1 hits in the batch */
+  int64_t samples;    /* 0 when the epoch had no batch left */
+  float lr;           /* the learning rate used */
+  int32_t epoch_end;  /* non-zero when this call ended the epoch */
+} tandem_step_result_t;
+#define TANDEM_STEP_RESULT_INIT {0}
+/* Trains on one batch (the next epoch starts when the last one ended). [in,out] result: may be NULL.
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_BACKEND, TANDEM_ERR_TIMEOUT (the loader thread
+ * stalled), TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer,
+                                               tandem_step_result_t* result) TANDEM_NOEXCEPT;
+
+#define TANDEM_EPOCH_RESULT_TRAIN (UINT64_C(1) << 0) /* epoch, train_loss, train_accuracy, train_samples */
+#define TANDEM_EPOCH_RESULT_TEST  (UINT64_C(1) << 1) /* test_loss, test_accuracy (NaN without a test set) */
+#define TANDEM_EPOCH_RESULT_TIME  (UINT64_C(1) << 2) /* images_per_sec, train_s, wall_s */
+typedef struct tandem_epoch_result {
+  uint64_t field_mask;
+  int64_t epoch;            /* 1-based */
+  double train_loss;
+  double train_accuracy;    /* in [0, 1] */
+  int64_t train_samples;
+  double test_loss;
+  double test_accuracy;     /* in [0, 1] */
+  double images_per_sec;    /* training only */
+  double train_s;
+  double wall_s;            /* training + evaluation */
+} tandem_epoch_result_t;
+#define TANDEM_EPOCH_RESULT_INIT {0}
+/* Trains the rest of the current epoch (or the next whole one), then evaluates on the test set.
+ * [in,out] result: may be NULL. Threads: per handle. Returns as tandem_trainer_step. */
+TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
+                                                tandem_epoch_result_t* result) TANDEM_NOEXCEPT;
+
+/* Evaluates the model on a dataset (no training).
+ * [out] loss: mean cross-entropy; [out] accuracy: top-1 in [0, 1]; either may be NULL.
+ * [in] limit_batches: > 0 stops after that many batches; 0 uses the whole dataset.
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_BACKEND. */
+TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, const tandem_dataset_t* dataset,
+                                                   int64_t limit_batches, double* loss,
+                                                   double* accuracy) TANDEM_NOEXCEPT;
+/* Writes a checkpoint (model, optimizer state, schedule position, sampler and RNG state) atomically:
+ * a temporary file, fsync, rename. Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_IO,
+ * TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT;
+/* Restores a checkpoint written by a trainer of the same model and optimizer kind; training then
+ * continues exactly as the saving run would have. Threads: per handle. Returns TANDEM_OK,
+ * TANDEM_ERR_IO (missing, corrupted -- CRC --, truncated or foreign file), TANDEM_ERR_INVALID_ARGUMENT
+ * (another model or optimizer kind); on failure the trainer is unchanged. */
+TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT;
+/* [out] epochs: completed epochs; [out] steps: optimizer steps taken; either may be NULL.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* trainer, int64_t* epochs,
+                                                   int64_t* steps) TANDEM_NOEXCEPT;
+
 /* TANDEM_API_SECTIONS: later sections (communicator, training, simulation) follow. */
 
 #ifdef __cplusplus

@@ -1,0 +1,205 @@
+// C shims: optimizer configurations and trainers.
+#include <cmath>
+
+#include "api/src/guard.hpp"
+#include "api/src/train_handles.hpp"
+
+using tandem::Status;
+using tandem::api::checked;
+using tandem::api::guarded;
+namespace optim = tandem::engine::optim;
+namespace train = tandem::engine::train;
+
+static_assert(offsetof(tandem_optimizer_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_trainer_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_step_result_t, field_mask) == 0);
+static_assert(offsetof(tandem_epoch_result_t, field_mask) == 0);
+static_assert(sizeof(tandem_progress_t) == 48);
+
+namespace {
+void check_mask(uint64_t mask, uint64_t known, const char* what) {
+  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
+}
+}  // namespace
+
+extern "C" {
+
+TANDEM_API tandem_status_t tandem_optimizer_create(tandem_context_t* ctx, const tandem_optimizer_params_t* params,
+                                                   tandem_optimizer_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    checked(ctx, "context");
+    TANDEM_REQUIRE(out != nullptr, "tandem_optimizer_create: out must be non-null");
+    auto h = std::make_unique<tandem_optimizer>();
+    if (params != nullptr) {
+      const uint64_t m = params->field_mask;
+      check_mask(m, (TANDEM_OPTIMIZER_PARAM_CLIP_NORM << 1) - 1, "tandem_optimizer_create");
+      optim::OptimizerConfig& c = h->config;
+      if (m & TANDEM_OPTIMIZER_PARAM_KIND) {
+        TANDEM_REQUIRE(params->kind >= TANDEM_OPTIMIZER_SGD && params->kind <= TANDEM_OPTIMIZER_ADAMW,
+                       "tandem_optimizer_create: kind {} is not a tandem_optimizer_kind_t", static_cast<int>(params->kind));
+        c.kind = static_cast<optim::OptimizerKind>(params->kind);
+      }
+      if (m & TANDEM_OPTIMIZER_PARAM_LR) c.lr = params->lr;
+      if (m & TANDEM_OPTIMIZER_PARAM_MOMENTUM) c.momentum = params->momentum;
+      if (m & TANDEM_OPTIMIZER_PARAM_DAMPENING) c.dampening = params->dampening;
+      if (m & TANDEM_OPTIMIZER_PARAM_NESTEROV) c.nesterov = params->nesterov != 0;
+      if (m & TANDEM_OPTIMIZER_PARAM_WEIGHT_DECAY) c.weight_decay = params->weight_decay;
+      if (m & TANDEM_OPTIMIZER_PARAM_BETAS) {
+        c.beta1 = params->beta1;
+        c.beta2 = params->beta2;
+      }
+      if (m & TANDEM_OPTIMIZER_PARAM_EPS) c.eps = params->eps;
+      if (m & TANDEM_OPTIMIZER_PARAM_SCHEDULE) {
+        TANDEM_REQUIRE(params->schedule != nullptr, "tandem_optimizer_create: schedule is NULL");
+        h->schedule = params->schedule;
+        optim::parse_schedule(h->schedule, c.lr, 1, 1);  // validates the text now
+      }
+      if (m & TANDEM_OPTIMIZER_PARAM_CLIP_NORM) {
+        TANDEM_REQUIRE(params->clip_norm >= 0 && std::isfinite(params->clip_norm),
+                       "tandem_optimizer_create: clip_norm must be >= 0 (got {})", params->clip_norm);
+        h->clip_norm = params->clip_norm;
+      }
+    }
+    h->config.validate();
+    *out = h.release();
+  });
+}
+
+TANDEM_API void tandem_optimizer_destroy(tandem_optimizer_t* optimizer) TANDEM_NOEXCEPT {
+  if (optimizer != nullptr && optimizer->magic == tandem_optimizer::kMagic) delete optimizer;
+}
+
+TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const tandem_dataset_t* train_set,
+                                                 const tandem_dataset_t* test_set, const tandem_optimizer_t* optimizer,
+                                                 const tandem_trainer_params_t* params,
+                                                 tandem_trainer_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& mh = checked(model, "model");
+    const auto& tr = checked(train_set, "train dataset");
+    const tandem_dataset* te = test_set != nullptr ? &checked(test_set, "test dataset") : nullptr;
+    const auto& oh = checked(optimizer, "optimizer");
+    TANDEM_REQUIRE(out != nullptr, "tandem_trainer_create: out must be non-null");
+    TANDEM_REQUIRE(mh.model != nullptr, "tandem_trainer_create: model '{}' was created with backend 'none'",
+                   mh.spec.name);
+    train::TrainerConfig c;
+    c.optimizer = oh.config;
+    c.schedule = oh.schedule;
+    c.clip_norm = oh.clip_norm;
+    auto h = std::make_unique<tandem_trainer>();
+    if (params != nullptr) {
+      const uint64_t m = params->field_mask;
+      check_mask(m, (TANDEM_TRAINER_PARAM_NORMALIZE << 1) - 1, "tandem_trainer_create");
+      if (m & TANDEM_TRAINER_PARAM_BATCH_SIZE) c.batch_size = params->batch_size;
+      if (m & TANDEM_TRAINER_PARAM_EPOCHS) c.epochs = params->epochs;
+      if (m & TANDEM_TRAINER_PARAM_SEED) c.seed = params->seed;
+      if (m & TANDEM_TRAINER_PARAM_LIMIT_BATCHES) c.limit_batches = params->limit_batches;
+      if (m & TANDEM_TRAINER_PARAM_EVAL_LIMIT_BATCHES) c.eval_limit_batches = params->eval_limit_batches;
+      if (m & TANDEM_TRAINER_PARAM_AUGMENT) c.augment = params->augment != 0;
+      if (m & TANDEM_TRAINER_PARAM_NORMALIZE) c.normalize = params->normalize != 0;
+      if (m & TANDEM_TRAINER_PARAM_PREFETCH) c.prefetch = params->prefetch;
+      if (m & TANDEM_TRAINER_PARAM_PROGRESS) {
+        h->progress = params->progress;
+        h->progress_user_data = params->progress_user_data;
+      }
+    }
+    h->model = &mh;
+    h->trainer = std::make_unique<train::Trainer>(*mh.model, tr.data, te != nullptr ? &te->data : nullptr, c);
+    *out = h.release();
+  });
+}
+
+TANDEM_API void tandem_trainer_destroy(tandem_trainer_t* trainer) TANDEM_NOEXCEPT {
+  if (trainer != nullptr && trainer->magic == tandem_trainer::kMagic) delete trainer;
+}
+
+TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer, tandem_step_result_t* result) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    if (result != nullptr) {
+      check_mask(result->field_mask, (TANDEM_STEP_RESULT_EPOCH_END << 1) - 1, "tandem_trainer_step");
+    }
+    const train::StepResult r = h.trainer->step();
+    if (result == nullptr) return;
+    if (result->field_mask & TANDEM_STEP_RESULT_LOSS) {
+      result->loss = r.loss;
+      result->correct = r.correct;
+      result->samples = r.samples;
+    }
+    if (result->field_mask & TANDEM_STEP_RESULT_LR) result->lr = r.lr;
+    if (result->field_mask & TANDEM_STEP_RESULT_EPOCH_END) result->epoch_end = r.epoch_end ? 1 : 0;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
+                                                tandem_epoch_result_t* result) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    if (result != nullptr) {
+      check_mask(result->field_mask, (TANDEM_EPOCH_RESULT_TIME << 1) - 1, "tandem_trainer_epoch");
+    }
+    train::ProgressFn progress;
+    if (h.progress != nullptr) {
+      progress = [&h](const train::Progress& p) {
+        const tandem_progress_t cp{p.epoch, p.batch, p.batches, p.loss, p.images_per_sec, p.elapsed_s};
+        h.progress(&cp, h.progress_user_data);
+      };
+    }
+    const train::EpochResult e = h.trainer->train_epoch(progress);
+    if (result == nullptr) return;
+    if (result->field_mask & TANDEM_EPOCH_RESULT_TRAIN) {
+      result->epoch = e.epoch;
+      result->train_loss = e.train_loss;
+      result->train_accuracy = e.train_accuracy;
+      result->train_samples = e.train_samples;
+    }
+    if (result->field_mask & TANDEM_EPOCH_RESULT_TEST) {
+      result->test_loss = e.test_loss;
+      result->test_accuracy = e.test_accuracy;
+    }
+    if (result->field_mask & TANDEM_EPOCH_RESULT_TIME) {
+      result->images_per_sec = e.images_per_sec;
+      result->train_s = e.train_s;
+      result->wall_s = e.wall_s;
+    }
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, const tandem_dataset_t* dataset,
+                                                   int64_t limit_batches, double* loss,
+                                                   double* accuracy) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    const auto& d = checked(dataset, "dataset");
+    TANDEM_REQUIRE(limit_batches >= 0, "tandem_trainer_evaluate: limit_batches {} must be >= 0", limit_batches);
+    const train::EvalResult r = h.trainer->evaluate(d.data, limit_batches);
+    if (loss != nullptr) *loss = r.loss;
+    if (accuracy != nullptr) *accuracy = r.accuracy;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_save_checkpoint: path must be a non-empty string");
+    h.trainer->save_checkpoint(path);
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_load_checkpoint: path must be a non-empty string");
+    h.trainer->load_checkpoint(path);
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* trainer, int64_t* epochs,
+                                                   int64_t* steps) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(trainer, "trainer");
+    if (epochs != nullptr) *epochs = h.trainer->completed_epochs();
+    if (steps != nullptr) *steps = h.trainer->global_step();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,56 @@
+#pragma once
+// The structs behind tandem_model_t, tandem_dataset_t, tandem_optimizer_t and tandem_trainer_t.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "api/src/handles.hpp"
+#include "engine/compute/backend.hpp"
+#include "engine/data/dataset.hpp"
+#include "engine/nn/model.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/train/trainer.hpp"
+#include "tandem/tandem.h"
+
+namespace tandem::api {
+constexpr uint32_t kModelMagic = 0x544d444c;      // "TMDL"
+constexpr uint32_t kDatasetMagic = 0x54445354;    // "TDST"
+constexpr uint32_t kOptimizerMagic = 0x544f5054;  // "TOPT"
+constexpr uint32_t kTrainerMagic = 0x54545252;    // "TTRR"
+}  // namespace tandem::api
+
+struct tandem_model {
+  static constexpr uint32_t kMagic = tandem::api::kModelMagic;
+  uint32_t magic = kMagic;
+  std::string backend_name;  // "none" when the model is a spec only
+  tandem::engine::nn::ModelSpec spec;
+  std::unique_ptr<tandem::engine::compute::Backend> backend;  // null for "none"
+  std::unique_ptr<tandem::engine::nn::Model> model;           // null for "none"
+  ~tandem_model() { magic = 0; }
+};
+
+struct tandem_dataset {
+  static constexpr uint32_t kMagic = tandem::api::kDatasetMagic;
+  uint32_t magic = kMagic;
+  tandem::engine::data::Dataset data;
+  ~tandem_dataset() { magic = 0; }
+};
+
+struct tandem_optimizer {
+  static constexpr uint32_t kMagic = tandem::api::kOptimizerMagic;
+  uint32_t magic = kMagic;
+  tandem::engine::optim::OptimizerConfig config;
+  std::string schedule = "constant";
+  double clip_norm = 0;
+  ~tandem_optimizer() { magic = 0; }
+};
+
+struct tandem_trainer {
+  static constexpr uint32_t kMagic = tandem::api::kTrainerMagic;
+  uint32_t magic = kMagic;
+  tandem_model* model = nullptr;
+  std::unique_ptr<tandem::engine::train::Trainer> trainer;
+  tandem_progress_fn progress = nullptr;
+  void* progress_user_data = nullptr;
+  ~tandem_trainer() { magic = 0; }
+};
