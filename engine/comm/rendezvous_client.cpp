@@ -63,7 +63,16 @@ RendezvousClient::RendezvousClient(const RendezvousClientOptions& options) : opt
   handshake();
 }
 
-RendezvousClient::~RendezvousClient() = default;
+RendezvousClient::~RendezvousClient() {
+  // Say goodbye so a stopping server need not wait for us; best effort, bounded by the linger.
+  try {
+    auto& d = socket_->dealer;
+    d.set(zmq::sockopt::linger, 200);
+    const std::string hdr = rdv::encode_header({rdv::Op::kBye, static_cast<rdv::Code>(rdv::kProtocolVersion), 0});
+    (void)d.send(zmq::buffer(hdr), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+  }
+}
 
 void RendezvousClient::handshake() {
   const auto deadline = Clock::now() + options_.timeout;

@@ -20,6 +20,8 @@
 //   GET   [hdr][key][timeout_ms u64]   -> OK [value] | TIMEOUT   (the server holds the request)
 //   ADD   [hdr][key][delta i64]        -> OK [new value i64]     (value stored as decimal text)
 //   ERASE [hdr][key]                   -> OK [existed u8]
+//   BYE   [hdr]                        -> (no reply) the client is closing; a stopping server waits for
+//                                         every joined client's BYE (bounded by its shutdown grace)
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +33,7 @@
 
 namespace tandem::engine::comm::rendezvous {
 
-enum class Op : uint8_t { kHello = 1, kAuth = 2, kSet = 3, kGet = 4, kAdd = 5, kErase = 6, kReply = 0x80 };
+enum class Op : uint8_t { kHello = 1, kAuth = 2, kSet = 3, kGet = 4, kAdd = 5, kErase = 6, kBye = 7, kReply = 0x80 };
 
 enum class Code : uint8_t {
   kOk = 0,

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <limits>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
@@ -143,14 +144,32 @@ RendezvousServerStats RendezvousServer::stats() const {
 }
 
 void RendezvousServer::Impl::run() {
-  while (!stop.load()) {
+  std::optional<Clock::time_point> drain_until;  // set once stopping: serve until peers said BYE
+  for (;;) {
     const auto now = Clock::now();
+    if (stop.load() && !drain_until) drain_until = now + options.shutdown_grace;
+    if (drain_until) {
+      size_t joined = 0;
+      for (const auto& [id, s] : sessions) joined += s.authenticated ? 1 : 0;
+      if (joined == 0 || now >= *drain_until) {
+        if (joined > 0) {
+          log::info("rendezvous server: stopping with {} peer(s) that never closed (crashed or still running)",
+                    joined);
+        }
+        break;
+      }
+    }
     auto wake_at = std::min(next_sweep, waiters.empty() ? next_sweep : waiters.begin()->first);
+    if (drain_until) wake_at = std::min(wake_at, *drain_until);
     const auto wait_ms = std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now).count() + 1, 0, 1000);
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_rx.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
-    if (stop.load()) break;
+    if (items[1].revents & ZMQ_POLLIN) {
+      zmq::message_t m;
+      while (wake_rx.recv(m, zmq::recv_flags::dontwait)) {
+      }
+    }
     for (int n = 0; n < kMessagesPerWakeup; ++n) {
       std::vector<zmq::message_t> frames;
       zmq::message_t first;
@@ -205,6 +224,11 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
   }
   if (h.op == rdv::Op::kAuth) {
     handle_auth(rid, it->second, h, frames);
+    return;
+  }
+  if (h.op == rdv::Op::kBye) {
+    log::debug("rendezvous server: '{}' ({}) left", it->second.name, it->second.peer);
+    sessions.erase(it);
     return;
   }
   if (!it->second.authenticated) {

@@ -5,8 +5,8 @@
 // on; refused peers are logged with their address and get no data. Garbage on the port, oversized
 // frames and half-open connections never crash, stall or disturb the store.
 //
-// Threads: the public methods are thread-safe. Destruction stops the thread (pending GETs are
-// answered with "shutting down") within a few milliseconds.
+// Threads: the public methods are thread-safe. Destruction waits until every joined client has
+// closed (at most shutdown_grace), then answers pending GETs with "shutting down" and stops.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +22,10 @@ struct RendezvousServerOptions {
   std::string secret;                   // the job's shared secret; must be non-empty
   int world_size = 0;                   // > 0: peers announcing another size (or rank >= size) are refused
   std::chrono::milliseconds handshake_timeout{10000};  // unauthenticated connections are forgotten after this
+  // On destruction the server keeps serving until every client that joined has said goodbye (a
+  // client does when destroyed), at most this long: rank 0 may finish first while other ranks still
+  // wait on the store (e.g. in a final barrier).
+  std::chrono::milliseconds shutdown_grace{3000};
 };
 
 struct RendezvousServerStats {

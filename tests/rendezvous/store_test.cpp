@@ -277,8 +277,33 @@ BOOST_AUTO_TEST_CASE(port_in_use_is_a_transport_error_naming_the_port) {
              static_cast<int>(Status::kTransport));
 }
 
-BOOST_AUTO_TEST_CASE(server_shutdown_fails_waiters_fast_and_later_calls_by_deadline) {
+BOOST_AUTO_TEST_CASE(stopping_server_serves_joined_clients_until_they_close) {
+  // Rank 0 finishes first: its server must still answer a rank that asks a moment later, and stop
+  // as soon as that rank has closed its client (not after the whole grace period).
   auto server = std::make_unique<RendezvousServer>(server_options());
+  auto owner = std::make_unique<RendezvousClient>(client_options(*server, 0));
+  std::string got;
+  auto late = std::make_unique<RendezvousClient>(client_options(*server, 1));
+  std::thread t([&] {
+    std::this_thread::sleep_for(200ms);
+    got = late->get("done", 2000ms);
+    late.reset();  // says goodbye
+  });
+  owner->set("done", "yes");
+  owner.reset();
+  const auto start = Clock::now();
+  server.reset();
+  const auto took = ms_since(start);
+  t.join();
+  BOOST_TEST(got == "yes");
+  BOOST_TEST(took >= 150);
+  BOOST_TEST(took < 2500);  // well before the 3000 ms grace
+}
+
+BOOST_AUTO_TEST_CASE(server_shutdown_fails_waiters_fast_and_later_calls_by_deadline) {
+  auto so = server_options();
+  so.shutdown_grace = 300ms;  // the waiting client never closes: the grace bounds the wait
+  auto server = std::make_unique<RendezvousServer>(so);
   auto o = client_options(*server);
   o.timeout = 400ms;
   RendezvousClient c(o);

@@ -1,0 +1,498 @@
+// `tandem launch -n N [options] -- PROGRAM ARGS...`: starts N local ranks of one job (POSIX; no
+// library calls needed). Each rank gets TANDEM_RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/
+// MASTER_ADDR/MASTER_PORT and a fresh random TANDEM_SECRET; its stdout/stderr lines come out
+// prefixed "[rank i] ". The first rank to fail decides the exit status (its code, or 128+signal)
+// and the others are stopped (SIGTERM, then SIGKILL after --grace-ms). SIGINT/SIGTERM/SIGHUP are
+// forwarded. Every rank runs in its own process group, and the launcher kills and reaps all of it.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.hpp"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxLineBytes = 64 * 1024;  // a longer line is cut (bounded memory per stream)
+
+struct LaunchOptions {
+  int nprocs = 0;
+  std::string transport;
+  int64_t timeout_ms = 0;
+  int port = 0;
+  std::string master_addr;
+  std::string host_exec;
+  int64_t grace_ms = 3000;
+  std::vector<std::string> command;
+};
+
+// ---- small POSIX helpers -------------------------------------------------------------------
+
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+void say(const std::string& msg) {
+  const std::string line = "tandem launch: " + msg + "\n";
+  write_all(2, line.data(), line.size());
+}
+
+std::optional<std::string> random_secret() {
+  unsigned char bytes[32];
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::read(fd, bytes + got, sizeof(bytes) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got != sizeof(bytes)) return std::nullopt;
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : bytes) {
+    s += hex[b >> 4];
+    s += hex[b & 15];
+  }
+  return s;
+}
+
+// A TCP port free right now (the kernel's choice); 0 on failure.
+int pick_free_port(bool loopback) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+bool is_loopback(const std::string& a) { return a == "localhost" || a == "::1" || a.rfind("127.", 0) == 0; }
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")";
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
+
+// ---- the ranks -----------------------------------------------------------------------------
+
+struct Stream {
+  int fd = -1;      // read end of the rank's pipe; -1 once closed
+  int out_fd = 1;   // where prefixed lines go
+  std::string partial;
+};
+
+struct Rank {
+  int index = 0;
+  pid_t pid = -1;   // also its process group id
+  bool running = false;
+  int status = 0;
+  Stream out, err;
+};
+
+class Launcher {
+ public:
+  explicit Launcher(LaunchOptions o) : o_(std::move(o)) {}
+  int run();
+
+ private:
+  bool spawn(Rank& r, const std::vector<std::string>& env);
+  void pump(Rank& r, Stream& s);
+  void emit(const Rank& r, Stream& s, const char* data, size_t n);
+  void reap();
+  void signal_all(int sig);
+  void sweep_orphans();
+
+  LaunchOptions o_;
+  std::vector<Rank> ranks_;
+  std::optional<int> first_failure_;       // exit code to return
+  int forwarded_signal_ = 0;               // a signal we received and passed on
+  std::optional<Clock::time_point> kill_at_;  // SIGKILL stragglers at this time
+};
+
+bool Launcher::spawn(Rank& r, const std::vector<std::string>& env) {
+  std::vector<std::string> argv;
+  if (!o_.host_exec.empty()) {
+    for (const auto& w : split_words(o_.host_exec)) argv.push_back(replace_all(w, "{rank}", std::to_string(r.index)));
+  }
+  argv.insert(argv.end(), o_.command.begin(), o_.command.end());
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2], exec_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    say("cannot create pipes: " + std::string(std::strerror(errno)));
+    return false;
+  }
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    say("fork failed: " + std::string(std::strerror(errno)));
+    return false;
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher was SIGKILLed: do not outlive it
+    if (::getppid() != parent) ::_exit(127);
+#endif
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    environ = cenv.data();
+    ::execvp(cargv[0], cargv.data());
+    const int e = errno;
+    (void)!::write(exec_pipe[1], &e, sizeof(e));
+    ::_exit(127);
+  }
+  (void)parent;
+  ::setpgid(pid, pid);  // also here, so the group exists before we might signal it
+  if (null_fd >= 0) ::close(null_fd);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  ::close(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  r.pid = pid;
+  r.running = true;
+  r.out.fd = out_pipe[0];
+  r.out.out_fd = 1;
+  r.err.fd = err_pipe[0];
+  r.err.out_fd = 2;
+  if (n == sizeof(exec_errno)) {
+    say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno));
+  }
+  return true;
+}
+
+void Launcher::emit(const Rank& r, Stream& s, const char* data, size_t n) {
+  // One write per line: lines of different ranks never interleave.
+  std::string line = "[rank " + std::to_string(r.index) + "] ";
+  line.append(data, n);
+  line += '\n';
+  write_all(s.out_fd, line.data(), line.size());
+}
+
+void Launcher::pump(Rank& r, Stream& s) {
+  char buf[65536];
+  ssize_t n = ::read(s.fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    if (!s.partial.empty()) emit(r, s, s.partial.data(), s.partial.size());
+    s.partial.clear();
+    ::close(s.fd);
+    s.fd = -1;
+    return;
+  }
+  s.partial.append(buf, static_cast<size_t>(n));
+  size_t start = 0;
+  for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    emit(r, s, s.partial.data() + start, nl - start);
+  }
+  s.partial.erase(0, start);
+  while (s.partial.size() > kMaxLineBytes) {
+    emit(r, s, s.partial.data(), kMaxLineBytes);
+    s.partial.erase(0, kMaxLineBytes);
+  }
+}
+
+void Launcher::signal_all(int sig) {
+  for (auto& r : ranks_) {
+    if (r.running) ::kill(-r.pid, sig);  // the group: the rank and whatever it started
+  }
+}
+
+void Launcher::reap() {
+  for (auto& r : ranks_) {
+    if (!r.running) continue;
+    siginfo_t info{};
+    // Look without reaping: while the leader is a zombie its group id cannot be reused, so killing
+    // the group (leftover children of a finished rank) cannot hit an unrelated process.
+    if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) {
+      continue;
+    }
+    ::kill(-r.pid, SIGKILL);
+    ::waitpid(r.pid, &r.status, 0);
+    r.running = false;
+    if (exit_code_of(r.status) != 0 && !first_failure_ && forwarded_signal_ == 0) {
+      first_failure_ = exit_code_of(r.status);
+      bool others = false;
+      for (const auto& q : ranks_) others = others || q.running;
+      say("rank " + std::to_string(r.index) + " " + describe_status(r.status) +
+          (others ? "; stopping the other ranks" : ""));
+      if (others) {
+        signal_all(SIGTERM);
+        kill_at_ = Clock::now() + std::chrono::milliseconds(o_.grace_ms);
+      }
+    }
+  }
+  // Orphans re-parented to us (we are a subreaper): reap them so none stays a zombie.
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+    bool is_rank = false;
+    for (const auto& r : ranks_) is_rank = is_rank || (r.running && r.pid == info.si_pid);
+    if (is_rank) break;  // handled by the loop above on the next pass
+    ::waitpid(info.si_pid, nullptr, 0);
+  }
+}
+
+void Launcher::sweep_orphans() {
+#ifdef __linux__
+  // Descendants that left their rank's process group (setsid, double fork) were re-parented to us.
+  for (int round = 0; round < 10; ++round) {
+    std::ifstream f("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+    std::vector<pid_t> kids;
+    for (long p; f >> p;) kids.push_back(static_cast<pid_t>(p));
+    if (kids.empty()) return;
+    for (pid_t p : kids) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+  }
+#endif
+}
+
+int Launcher::run() {
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    say("cannot create a pipe: " + std::string(std::strerror(errno)));
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+#ifdef __linux__
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
+
+  const auto secret = random_secret();
+  if (!secret) {
+    say("cannot read 32 random bytes from /dev/urandom for the job secret");
+    return 1;
+  }
+  const bool loopback = is_loopback(o_.master_addr);
+  const int port = o_.port != 0 ? o_.port : pick_free_port(loopback);
+  if (port == 0) {
+    say("cannot find a free TCP port; give one with --port");
+    return 1;
+  }
+  // Children get our environment with the job's variables replaced.
+  std::map<std::string, std::string> common = {
+      {"TANDEM_WORLD_SIZE", std::to_string(o_.nprocs)},
+      {"TANDEM_MASTER_ADDR", o_.master_addr},
+      {"TANDEM_MASTER_PORT", std::to_string(port)},
+      {"TANDEM_SECRET", *secret},
+      {"TANDEM_LOCAL_WORLD_SIZE", std::to_string(o_.host_exec.empty() ? o_.nprocs : 1)},
+  };
+  if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
+  if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string s(*e);
+    const std::string k = s.substr(0, s.find('='));
+    if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK") base_env.push_back(s);
+  }
+  for (const auto& [k, v] : common) base_env.push_back(k + "=" + v);
+
+  ranks_.resize(static_cast<size_t>(o_.nprocs));
+  for (int i = 0; i < o_.nprocs; ++i) {
+    ranks_[i].index = i;
+    auto env = base_env;
+    env.push_back("TANDEM_RANK=" + std::to_string(i));
+    env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(o_.host_exec.empty() ? i : 0));
+    if (!spawn(ranks_[i], env)) {
+      first_failure_ = 1;
+      signal_all(SIGTERM);
+      kill_at_ = Clock::now() + std::chrono::milliseconds(o_.grace_ms);
+      ranks_.resize(static_cast<size_t>(i));
+      break;
+    }
+  }
+
+  std::optional<Clock::time_point> drain_until;  // after the last rank: how long to wait for output
+  for (;;) {
+    reap();
+    bool any_running = false;
+    for (const auto& r : ranks_) any_running = any_running || r.running;
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, Stream*>> owners;
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    owners.emplace_back(nullptr, nullptr);
+    for (auto& r : ranks_) {
+      for (Stream* s : {&r.out, &r.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        owners.emplace_back(&r, s);
+      }
+    }
+    const auto now = Clock::now();
+    if (!any_running) {
+      if (fds.size() == 1) break;
+      // Every rank is gone but something still holds a pipe: give it a moment, then clean up.
+      if (!drain_until) drain_until = now + std::chrono::milliseconds(500);
+      if (now >= *drain_until) {
+        sweep_orphans();
+        for (auto& [r, s] : owners) {
+          if (s == nullptr) continue;
+          if (!s->partial.empty()) emit(*r, *s, s->partial.data(), s->partial.size());
+          ::close(s->fd);
+          s->fd = -1;
+        }
+        break;
+      }
+    }
+    if (kill_at_ && now >= *kill_at_) {
+      for (const auto& r : ranks_) {
+        if (r.running) say("rank " + std::to_string(r.index) + " did not stop within " + std::to_string(o_.grace_ms) +
+                           " ms; killing it");
+      }
+      signal_all(SIGKILL);
+      kill_at_.reset();
+    }
+    int wait_ms = 1000;
+    auto until = [&](Clock::time_point t) {
+      wait_ms = std::min<int>(wait_ms, static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count() + 1)));
+    };
+    if (kill_at_) until(*kill_at_);
+    if (drain_until) until(*drain_until);
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      if (i == 0) {
+        unsigned char sigs[64];
+        ssize_t n = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
+        for (ssize_t k = 0; k < n; ++k) {
+          const int sig = sigs[k];
+          if (sig == SIGCHLD) continue;  // reap() runs every pass
+          if (forwarded_signal_ != 0 && sig == SIGINT) {
+            say("second interrupt: killing all ranks");
+            signal_all(SIGKILL);
+            continue;
+          }
+          if (forwarded_signal_ == 0) {
+            forwarded_signal_ = sig;
+            signal_all(sig);
+            kill_at_ = Clock::now() + std::chrono::milliseconds(o_.grace_ms);
+          }
+        }
+        continue;
+      }
+      pump(*owners[i].first, *owners[i].second);
+    }
+  }
+  sweep_orphans();
+  if (first_failure_) return *first_failure_;
+  if (forwarded_signal_ != 0) return 128 + forwarded_signal_;
+  return 0;
+}
+
+tandem::cli::Registration reg{
+    "launch", "start N local ranks of one job (tandem launch -n N -- PROGRAM ARGS...)",
+    [](CLI::App& sub) -> tandem::cli::Runner {
+      auto o = std::make_shared<LaunchOptions>();
+      sub.add_option("-n,--nprocs", o->nprocs, "number of ranks")->required()->check(CLI::Range(1, 4096));
+      sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, zmq, ucx, auto)");
+      sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
+          ->check(CLI::PositiveNumber);
+      sub.add_option("--port", o->port, "rendezvous port (default: a free one)")->check(CLI::Range(0, 65535));
+      sub.add_option("--master-addr", o->master_addr,
+                     "rank 0's address as the other ranks reach it (default 127.0.0.1; needed with --host-exec)");
+      sub.add_option("--host-exec", o->host_exec,
+                     "wrap each rank's command, '{rank}' replaced by its index "
+                     "(e.g. 'tools/emu-cluster exec {rank} --')");
+      sub.add_option("--grace-ms", o->grace_ms, "after SIGTERM, how long ranks get before SIGKILL (default 3000)")
+          ->check(CLI::NonNegativeNumber);
+      // After `--` every word is the rank's command, option-looking ones included.
+      sub.add_option("command", o->command, "PROGRAM ARGS... (after --)")->required();
+      return [o] {
+        if (!o->host_exec.empty() && o->master_addr.empty()) {
+          say("--host-exec places ranks on other hosts: give --master-addr (rank 0's host address, e.g. "
+              "$(tools/emu-cluster addr 0))");
+          return 2;
+        }
+        if (o->master_addr.empty()) o->master_addr = "127.0.0.1";
+        return Launcher(*o).run();
+      };
+    }};
+
+}  // namespace
