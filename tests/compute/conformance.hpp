@@ -42,6 +42,13 @@ inline void convolution_forward_and_backward(Pair& b) {
       {3, 4, 11, 11, 6, 5, 2, 2, 1, 2, true},    // groups 2, 5x5
       {2, 3, 9, 9, 4, 3, 1, 2, 2, 1, false},     // dilation 2
       {4, 16, 8, 8, 32, 3, 2, 1, 1, 1, true},    // blocked channels, stride 2
+      // tiny output planes (the cpu backend's im2col + matmul path)
+      {2, 16, 1, 1, 24, 3, 1, 1, 1, 1, true},    // 1x1 plane, 3x3 kernel, padding 1
+      {3, 8, 2, 2, 12, 3, 1, 1, 1, 1, false},    // 2x2 plane
+      {2, 8, 4, 4, 16, 3, 2, 1, 1, 1, true},     // 4x4 -> 2x2, stride 2
+      {1, 5, 3, 3, 7, 3, 1, 0, 1, 1, true},      // 3x3 -> 1x1 without padding, batch 1
+      {2, 4, 5, 5, 6, 3, 1, 0, 2, 1, false},     // dilated 3x3 on 5x5 -> 1x1
+      {2, 6, 3, 3, 4, 1, 2, 0, 1, 1, false},     // 1x1 kernel, stride 2 -> 2x2
   };
   uint32_t seed = 1;
   for (const ConvCase& k : cases) {

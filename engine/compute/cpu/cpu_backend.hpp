@@ -117,10 +117,20 @@ class CpuBackend final : public Backend {
   // dst = src or dst += src, where src is stored as src_md and dst (plain) as dst_md (same dims).
   void store_param_grad(const Tensor& src, const memory::desc& src_md, Tensor& dst, const memory::desc& dst_md,
                         bool accumulate);
+  // A matmul primitive for these descriptors (c = a . b, or c += a . b), cached by descriptors.
+  MatmulPlan& matmul_md(const memory::desc& a, const memory::desc& b, const memory::desc& bias,
+                        const memory::desc& c, bool accumulate);
   // Elementwise kernels over n floats, parallel above a size threshold.
   void add_raw(float* out, const float* a, const float* b, int64_t n);
 
  private:
+  // Convolutions with tiny output planes run as im2col + matmul (cpu_gemm_conv.cpp): oneDNN's
+  // direct kernels are slow there and the matmul needs no weight reorders.
+  static bool gemm_conv(const Shape& y, const ConvParams& p);
+  Tensor gemm_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, const Shape& ys);
+  Tensor gemm_conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
+  void gemm_conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
+                                  bool accumulate);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);

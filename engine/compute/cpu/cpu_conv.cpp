@@ -49,6 +49,7 @@ Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& 
   const Shape ys = validate::conv(x, w, bias, p, device());
   TANDEM_REQUIRE(x.dtype() == DType::kF32, "conv_forward (cpu): f32 only, got {}", x.str());
   TANDEM_REQUIRE(w.is_plain(), "conv_forward: weights {} must be plain", w.str());
+  if (gemm_conv(ys, p)) return gemm_conv_forward(x, w, bias, p, ys);
   ConvPlan& plan = conv_plan(x.shape(), w.shape(), bias.defined(), p);
   const auto& pd = plan.fwd_pd;
   Tensor xs = as_layout(x, pd.src_desc());
@@ -72,6 +73,7 @@ Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const S
   TANDEM_REQUIRE(w.is_plain(), "conv_backward_data: weights {} must be plain", w.str());
   const Shape ys = conv_output_shape(x_shape, w.shape(), p);
   TANDEM_REQUIRE(dy.shape() == ys, "conv_backward_data: dy must be {}, got {}", ys.str(), dy.shape().str());
+  if (gemm_conv(ys, p)) return gemm_conv_backward_data(dy, w, x_shape, p);
   // The forward plan (created here if backward comes first) is the hint for the backward one.
   ConvPlan& plan = conv_plan(x_shape, w.shape(), false, p);
   if (!plan.bwd_data) {
@@ -108,6 +110,7 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
   TANDEM_REQUIRE(dy.shape() == ys, "conv_backward_weights: dy must be {}, got {}", ys.str(), dy.shape().str());
   const bool want_bias = dbias.defined();
   if (want_bias) validate::plain(dbias, "conv_backward_weights", "dbias", device(), Shape{ys[1]}, DType::kF32);
+  if (gemm_conv(ys, p)) return gemm_conv_backward_weights(x, dy, dw, dbias, p, accumulate);
   ConvPlan& plan = conv_plan(x.shape(), dw.shape(), false, p);
   const int v = want_bias ? 1 : 0;
   if (!plan.bwd_w[v]) {
@@ -143,15 +146,16 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
 // which: 0 forward  y[N,Out] = x[N,In] . W^T         (m=N, k=In, n=Out)
 //        1 data     dx[N,In] = dy[N,Out] . W          (m=N, k=Out, n=In)
 //        2 weights  dW[Out,In] = dy^T[Out,N] . x      (m=Out, k=N, n=In), optionally += (sum post-op)
-MatmulPlan& CpuBackend::matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate) {
-  const std::string key = fmt::format("{}:{}x{}x{}:{}{}", which, m, k, n, bias, accumulate);
+MatmulPlan& CpuBackend::matmul_md(const memory::desc& a, const memory::desc& b, const memory::desc& bias,
+                                  const memory::desc& c, bool accumulate) {
+  const std::string key = md_key(a) + "|" + md_key(b) + "|" + md_key(bias) + "|" + md_key(c) + (accumulate ? "+" : "");
   auto it = matmul_plans_.find(key);
   if (it != matmul_plans_.end()) return *it->second;
   auto plan = std::make_unique<MatmulPlan>();
-  plan->a = which == 2 ? memory::desc({m, k}, dt::f32, memory::dims{1, m}) : memory::desc({m, k}, dt::f32, tag::ab);
-  plan->b = which == 0 ? memory::desc({k, n}, dt::f32, memory::dims{1, k}) : memory::desc({k, n}, dt::f32, tag::ab);
-  plan->c = memory::desc({m, n}, dt::f32, tag::ab);
-  plan->bias = memory::desc({1, n}, dt::f32, tag::ab);
+  plan->a = a;
+  plan->b = b;
+  plan->bias = bias;
+  plan->c = c;
   dnnl_try("matmul " + key, [&] {
     dnnl::primitive_attr attr;
     if (accumulate) {
@@ -159,10 +163,19 @@ MatmulPlan& CpuBackend::matmul_plan(int64_t m, int64_t k, int64_t n, int which, 
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    auto d = bias ? dnnl::matmul::desc(plan->a, plan->b, plan->bias, plan->c) : dnnl::matmul::desc(plan->a, plan->b, plan->c);
+    auto d = bias.data.ndims > 0 ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
     plan->prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine_));
   });
   return *matmul_plans_.emplace(key, std::move(plan)).first->second;
+}
+
+MatmulPlan& CpuBackend::matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate) {
+  const memory::desc a =
+      which == 2 ? memory::desc({m, k}, dt::f32, memory::dims{1, m}) : memory::desc({m, k}, dt::f32, tag::ab);
+  const memory::desc b =
+      which == 0 ? memory::desc({k, n}, dt::f32, memory::dims{1, k}) : memory::desc({k, n}, dt::f32, tag::ab);
+  const memory::desc bias_md = bias ? memory::desc({1, n}, dt::f32, tag::ab) : memory::desc();
+  return matmul_md(a, b, bias_md, memory::desc({m, n}, dt::f32, tag::ab), accumulate);
 }
 
 Tensor CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
