@@ -100,7 +100,8 @@ RendezvousServer::RendezvousServer(const RendezvousServerOptions& options) : imp
   m.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(rdv::kMaxFrameBytes));
   m.router.set(zmq::sockopt::linger, 200);
   m.router.set(zmq::sockopt::handshake_ivl, 5000);  // drop connections that never finish ZMTP's greeting
-  m.router.set(zmq::sockopt::ipv6, 1);
+  // IPv6 sockets only where needed ("*" listens on both): an IPv4 bind then reports a plain address.
+  m.router.set(zmq::sockopt::ipv6, options.bind_host == "*" || options.bind_host.find(':') != std::string::npos);
   m.router.set(zmq::sockopt::sndhwm, 100000);
   const std::string want =
       format_endpoint(options.bind_host, options.port == 0 ? std::string("*") : std::to_string(options.port));
