@@ -142,7 +142,12 @@ BOOST_AUTO_TEST_CASE(lists_builtins_and_rejects_unknown_names) {
     BOOST_TEST((e.status() == Status::kInvalidArgument));
     BOOST_TEST(std::string(e.what()).find("known: ") != std::string::npos, e.what());
   }
-  BOOST_TEST(make_backend("cpu", BackendOptions{1, 0})->num_threads() == 1);
+  auto cpu = make_backend("cpu", BackendOptions{1, 0});
+  BOOST_TEST(cpu->num_threads() == 1);
+  cpu->set_num_threads(2);
+  BOOST_TEST(cpu->num_threads() == 2);
+  BOOST_TEST((status_of([&] { cpu->set_num_threads(0); }) == Status::kInvalidArgument));
+  BOOST_TEST((status_of([] { make_backend("cpu", BackendOptions{-1, 0}); }) == Status::kInvalidArgument));
 }
 
 BOOST_AUTO_TEST_CASE(registered_factories_replace_and_extend) {

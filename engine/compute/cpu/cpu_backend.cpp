@@ -106,7 +106,12 @@ void CpuBackend::reorder(const Tensor& src, const memory::desc& src_md, const Te
     });
     it = reorders_.emplace(key, std::move(r)).first;
   }
-  exec(*it->second, stream_, {{DNNL_ARG_FROM, mem(src, src_md)}, {DNNL_ARG_TO, mem(dst, dst_md)}}, "reorder");
+  run(*it->second, {{DNNL_ARG_FROM, mem(src, src_md)}, {DNNL_ARG_TO, mem(dst, dst_md)}}, "reorder");
+}
+
+void CpuBackend::run(const dnnl::primitive& p, const std::unordered_map<int, memory>& args, const char* what) {
+  if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+  exec(p, stream_, args, what);
 }
 
 Tensor CpuBackend::as_layout(const Tensor& t, const memory::desc& md) {

@@ -120,6 +120,9 @@ class CpuBackend final : public Backend {
   // A matmul primitive for these descriptors (c = a . b, or c += a . b), cached by descriptors.
   MatmulPlan& matmul_md(const memory::desc& a, const memory::desc& b, const memory::desc& bias,
                         const memory::desc& c, bool accumulate);
+  // Executes a primitive on the calling thread with this backend's thread count (OpenMP's
+  // setting is per thread, and the caller may not be the thread that created the backend).
+  void run(const dnnl::primitive& p, const std::unordered_map<int, memory>& args, const char* what);
   // Elementwise kernels over n floats, parallel above a size threshold.
   void add_raw(float* out, const float* a, const float* b, int64_t n);
 

@@ -63,7 +63,7 @@ Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& 
                                        {DNNL_ARG_WEIGHTS, mem(ws, pd.weights_desc())},
                                        {DNNL_ARG_DST, mem(y, pd.dst_desc())}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(bias, plan.b_md));
-  exec(plan.fwd, stream_, args, "convolution forward");
+  run(plan.fwd, args, "convolution forward");
   return y;
 }
 
@@ -92,7 +92,7 @@ Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const S
     reorder(w, plan.user_w, ws, pd.weights_desc());
   }
   Tensor dx = alloc(pd.diff_src_desc(), x_shape);
-  exec(*plan.bwd_data, stream_,
+  run(*plan.bwd_data,
        {{DNNL_ARG_DIFF_DST, mem(dys, pd.diff_dst_desc())},
         {DNNL_ARG_WEIGHTS, mem(ws, pd.weights_desc())},
         {DNNL_ARG_DIFF_SRC, mem(dx, pd.diff_src_desc())}},
@@ -135,7 +135,7 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
                                        {DNNL_ARG_DIFF_DST, mem(dys, pd.diff_dst_desc())},
                                        {DNNL_ARG_DIFF_WEIGHTS, mem(dws, pd.diff_weights_desc())}};
   if (want_bias) args.emplace(DNNL_ARG_DIFF_BIAS, mem(dbs, plan.b_md));
-  exec(*plan.bwd_w[v], stream_, args, "convolution backward weights");
+  run(*plan.bwd_w[v], args, "convolution backward weights");
   if (!direct_w) store_param_grad(dws, pd.diff_weights_desc(), dw, plan.user_w, accumulate);
   if (want_bias && accumulate) store_param_grad(dbs, plan.b_md, dbias, plan.b_md, true);
 }
@@ -189,7 +189,7 @@ Tensor CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, mem(xp, plan.a)}, {DNNL_ARG_WEIGHTS, mem(w, plan.b)}, {DNNL_ARG_DST, mem(y, plan.c)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(bias, plan.bias));
-  exec(plan.prim, stream_, args, "linear forward");
+  run(plan.prim, args, "linear forward");
   return y;
 }
 
@@ -198,7 +198,7 @@ Tensor CpuBackend::linear_backward_data(const Tensor& dy, const Tensor& w, const
   Tensor d = to_plain(dy);
   Tensor dx = Tensor::empty(x_shape);
   MatmulPlan& plan = matmul_plan(N, Out, In, 1, false, false);
-  exec(plan.prim, stream_,
+  run(plan.prim,
        {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(w, plan.b)}, {DNNL_ARG_DST, mem(dx, plan.c)}},
        "linear backward data");
   return dx;
@@ -211,7 +211,7 @@ void CpuBackend::linear_backward_weights(const Tensor& x, const Tensor& dy, Tens
   Tensor xp = to_plain(x);
   Tensor d = to_plain(dy);
   MatmulPlan& plan = matmul_plan(Out, N, In, 2, false, accumulate);
-  exec(plan.prim, stream_,
+  run(plan.prim,
        {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(xp, plan.b)}, {DNNL_ARG_DST, mem(dw, plan.c)}},
        "linear backward weights");
   if (dbias.defined()) {

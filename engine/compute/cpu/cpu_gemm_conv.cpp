@@ -142,7 +142,7 @@ Tensor CpuBackend::gemm_conv_forward(const Tensor& x, const Tensor& w, const Ten
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, mem(col, a)}, {DNNL_ARG_WEIGHTS, mem(wl, b)}, {DNNL_ARG_DST, mem(rows, c)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(bias, bmd));
-  exec(plan.prim, stream_, args, "convolution forward (gemm)");
+  run(plan.prim, args, "convolution forward (gemm)");
   if (S > 1) rows_to_nchw(static_cast<const float*>(rows.raw_data()), static_cast<float*>(y.raw_data()), g.N, g.O, S);
   return y;
 }
@@ -162,7 +162,7 @@ Tensor CpuBackend::gemm_conv_backward_data(const Tensor& dy, const Tensor& w, co
   const memory::desc a({M, g.O}, dt::f32, tag::ab), b({g.O, K}, dt::f32, tag::ab), c({M, K}, dt::f32, tag::ab);
   MatmulPlan& plan = matmul_md(a, b, memory::desc(), c, false);
   Tensor wl = live_weights(w, g);
-  exec(plan.prim, stream_, {{DNNL_ARG_SRC, mem(rows, a)}, {DNNL_ARG_WEIGHTS, mem(wl, b)}, {DNNL_ARG_DST, mem(dcol, c)}},
+  run(plan.prim, {{DNNL_ARG_SRC, mem(rows, a)}, {DNNL_ARG_WEIGHTS, mem(wl, b)}, {DNNL_ARG_DST, mem(dcol, c)}},
        "convolution backward data (gemm)");
   Tensor dx = Tensor::empty(x_shape);
   col2im(static_cast<const float*>(dcol.raw_data()), static_cast<float*>(dx.raw_data()), g, threads_);
@@ -193,7 +193,7 @@ void CpuBackend::gemm_conv_backward_weights(const Tensor& x, const Tensor& dy, T
   const bool direct = g.all_taps();
   Tensor dwl = direct ? dw : Tensor::empty({g.O, K});
   MatmulPlan& plan = matmul_md(a, b, memory::desc(), c, direct && accumulate);
-  exec(plan.prim, stream_, {{DNNL_ARG_SRC, mem(dyt, a)}, {DNNL_ARG_WEIGHTS, mem(col, b)}, {DNNL_ARG_DST, mem(dwl, c)}},
+  run(plan.prim, {{DNNL_ARG_SRC, mem(dyt, a)}, {DNNL_ARG_WEIGHTS, mem(col, b)}, {DNNL_ARG_DST, mem(dwl, c)}},
        "convolution backward weights (gemm)");
   if (!direct) {  // scatter the live taps back; dead taps get zero gradient
     const float* src = static_cast<const float*>(dwl.raw_data());

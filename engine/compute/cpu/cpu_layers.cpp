@@ -47,7 +47,7 @@ BatchNormForward CpuBackend::batch_norm_forward_training(const Tensor& x, const 
   const memory::desc md = md_of(x);
   NormPlan& plan = norm_plan(md, p.eps);
   BatchNormForward out{alloc(md, x.shape()), Tensor::empty({C}), Tensor::empty({C})};
-  exec(plan.train, stream_,
+  run(plan.train,
        {{DNNL_ARG_SRC, mem(x, md)},
         {DNNL_ARG_DST, mem(out.y, md)},
         {DNNL_ARG_SCALE, mem(gamma, plan.stat_md)},
@@ -84,7 +84,7 @@ Tensor CpuBackend::batch_norm_forward_inference(const Tensor& x, const Tensor& g
     });
   }
   Tensor y = alloc(md, x.shape());
-  exec(*plan.infer, stream_,
+  run(*plan.infer,
        {{DNNL_ARG_SRC, mem(x, md)},
         {DNNL_ARG_DST, mem(y, md)},
         {DNNL_ARG_SCALE, mem(gamma, plan.stat_md)},
@@ -115,7 +115,7 @@ Tensor CpuBackend::batch_norm_backward(const Tensor& dy, const Tensor& x, const 
   Tensor dx = alloc(md, x.shape());
   Tensor dg = accumulate ? Tensor::empty({C}) : dgamma;
   Tensor db = accumulate ? Tensor::empty({C}) : dbeta;
-  exec(*plan.bwd, stream_,
+  run(*plan.bwd,
        {{DNNL_ARG_SRC, mem(x, md)},
         {DNNL_ARG_DIFF_DST, mem(dys, md)},
         {DNNL_ARG_MEAN, mem(mean, plan.stat_md)},
@@ -163,7 +163,7 @@ Tensor CpuBackend::activation_forward(Activation a, const Tensor& x, bool in_pla
   const memory::desc md = md_of(x);
   EltwisePlan& plan = eltwise_plan(a, md);
   Tensor y = in_place ? x : alloc(md, x.shape());
-  exec(plan.fwd, stream_, {{DNNL_ARG_SRC, mem(x, md)}, {DNNL_ARG_DST, mem(y, md)}}, "activation forward");
+  run(plan.fwd, {{DNNL_ARG_SRC, mem(x, md)}, {DNNL_ARG_DST, mem(y, md)}}, "activation forward");
   return y;
 }
 
@@ -181,7 +181,7 @@ Tensor CpuBackend::activation_backward(Activation a, const Tensor& dy, const Ten
   }
   Tensor dys = as_layout(dy, md);
   Tensor dx = alloc(md, y.shape());
-  exec(*plan.bwd, stream_,
+  run(*plan.bwd,
        {{DNNL_ARG_DST, mem(y, md)}, {DNNL_ARG_DIFF_DST, mem(dys, md)}, {DNNL_ARG_DIFF_SRC, mem(dx, md)}},
        "activation backward");
   return dx;
@@ -243,7 +243,7 @@ PoolForward CpuBackend::pool_forward(PoolKind kind, const Tensor& x, const PoolP
                                         std::make_shared<DnnlLayout>(ws));
     args.emplace(DNNL_ARG_WORKSPACE, mem(out.workspace, ws));
   }
-  exec(plan.fwd, stream_, args, "pooling forward");
+  run(plan.fwd, args, "pooling forward");
   return out;
 }
 
@@ -272,7 +272,7 @@ Tensor CpuBackend::pool_backward(PoolKind kind, const Tensor& dy, const Tensor& 
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mem(dys, pd.diff_dst_desc())},
                                        {DNNL_ARG_DIFF_SRC, mem(dx, pd.diff_src_desc())}};
   if (kind == PoolKind::kMax) args.emplace(DNNL_ARG_WORKSPACE, mem(workspace, fpd.workspace_desc()));
-  exec(*plan.bwd, stream_, args, "pooling backward");
+  run(*plan.bwd, args, "pooling backward");
   return dx;
 }
 
