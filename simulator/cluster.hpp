@@ -1,0 +1,53 @@
+#pragma once
+// A cluster to simulate: nodes (each a preset, possibly with fields overridden) and the network that
+// joins them. Given as "PRESET:COUNT" (several joined by '+', e.g. "t2.micro:2+c5.large:2"), as a
+// JSON file path, or as JSON text:
+//   {"nodes": [{"preset": "t2.micro", "count": 4, "credit_mode": "standard", "initial_credits": 30,
+//               "nic_mbps": 65, "nic_latency_us": 250, "memory_gib": 1, "swap_gib": 2, "swap_slowdown": 4,
+//               "peak_gflops": 80, "efficiency": 0.25, "mem_gbps": 8, "usd_per_hour": 0.0116,
+//               "vcpus": 1, "gpus": 0, "gpu_memory_gib": 16, "intra_gbps": 100, "intra_latency_us": 2,
+//               "name": "worker"}, ...],
+//    "topology": {"kind": "star"} (see network/topology.hpp), "sharing": "max-min" | "rtt-weighted"}
+// A node without "preset" must give vcpus, memory, peak FLOP/s, memory bandwidth and NIC bandwidth.
+// Errors name the field: "cluster.nodes[1].nic_mbps: expected a finite number >= 0".
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "simulator/network/network.hpp"
+#include "simulator/network/topology.hpp"
+#include "simulator/presets.hpp"
+
+namespace tandem::simulator {
+
+struct NodeSpec {
+  std::string name;
+  Preset hw;                               // the preset with the node's overrides applied
+  CreditMode credit_mode = CreditMode::kNone;
+  std::optional<double> initial_credits;   // default: launch credits in standard mode, else 0
+  double swap_bytes = 0;
+  double swap_slowdown = 4.0;              // compute slowdown of a node that swaps
+  int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : 1; }
+};
+
+struct ClusterSpec {
+  std::vector<NodeSpec> nodes;
+  network::TopologySpec topology;
+  network::Sharing sharing = network::Sharing::kMaxMin;
+  std::string text;                        // as given
+  bool from_presets = false;               // PRESET:COUNT form (sweeps can resize it)
+
+  int32_t endpoints() const;               // ranks the cluster can host
+  int32_t node_of_endpoint(int32_t e) const;
+  std::vector<network::HostNet> host_nets() const;
+  std::string describe() const;            // "4 x t2.micro (star)"
+};
+
+ClusterSpec parse_cluster(const std::string& spec);
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where = "cluster");
+// The same kind of node as the cluster's first, `count` times, same topology kind (sweeps).
+ClusterSpec resize_cluster(const ClusterSpec& c, int32_t count);
+
+}  // namespace tandem::simulator

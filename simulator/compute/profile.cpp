@@ -1,0 +1,102 @@
+#include "simulator/compute/profile.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "simulator/units.hpp"
+
+namespace tandem::simulator {
+
+CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
+  json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
+                      "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created"},
+                  where);
+  TANDEM_REQUIRE(j.value("format", std::string()) == "tandem-calibration",
+                 "{}.format: expected \"tandem-calibration\"", where);
+  TANDEM_REQUIRE(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() == 1,
+                 "{}.version: expected 1", where);
+  CalibrationProfile p;
+  auto str = [&](const char* k, std::string& out) {
+    if (!j.contains(k)) return;
+    TANDEM_REQUIRE(j[k].is_string(), "{}.{}: expected a string", where, k);
+    out = j[k].get<std::string>();
+  };
+  str("machine", p.machine);
+  str("backend", p.backend);
+  str("model", p.model);
+  str("optimizer", p.optimizer);
+  if (j.contains("input")) {
+    TANDEM_REQUIRE(j["input"].is_array() && j["input"].size() == 3, "{}.input: expected [C, H, W]", where);
+    for (const auto& d : j["input"]) {
+      TANDEM_REQUIRE(d.is_number_integer() && d.get<int64_t>() > 0, "{}.input: dimensions must be positive integers",
+                     where);
+      p.input.push_back(d.get<int64_t>());
+    }
+  }
+  TANDEM_REQUIRE(j.contains("batch") && j["batch"].is_number_integer() && j["batch"].get<int64_t>() >= 1,
+                 "{}.batch: required, an integer >= 1 (samples the times were measured for)", where);
+  p.batch = j["batch"].get<int64_t>();
+  TANDEM_REQUIRE(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
+                 "{}.layers: required, a non-empty array", where);
+  for (size_t i = 0; i < j["layers"].size(); ++i) {
+    std::string w = fmt::format("{}.layers[{}]", where, i);
+    const auto& l = j["layers"][i];
+    json_check_keys(l, {"name", "forward_s", "backward_s"}, w);
+    CalibrationProfile::Layer L;
+    TANDEM_REQUIRE(l.contains("name") && l["name"].is_string(), "{}.name: required string", w);
+    L.name = l["name"].get<std::string>();
+    auto f = json_number(l, "forward_s", w);
+    auto b = json_number(l, "backward_s", w);
+    TANDEM_REQUIRE(f && b, "{}: forward_s and backward_s are required", w);
+    L.forward_s = *f;
+    L.backward_s = *b;
+    p.layers.push_back(std::move(L));
+  }
+  auto opt = json_number(j, "optimizer_step_s", where);
+  TANDEM_REQUIRE(opt.has_value(), "{}.optimizer_step_s: required (seconds per optimizer step)", where);
+  p.optimizer_step_s = *opt;
+  if (auto v = json_number(j, "memory_bytes_per_s", where)) p.memory_bytes_per_s = *v;
+  if (j.contains("p2p")) {
+    const auto& q = j["p2p"];
+    json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
+    p.p2p_bytes_per_s = json_number(q, "bandwidth_bytes_per_s", where + ".p2p");
+    p.p2p_latency_s = json_number(q, "latency_s", where + ".p2p");
+  }
+  return p;
+}
+
+CalibrationProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  TANDEM_CHECK(in.good(), Status::kIo, "cannot read calibration profile \"{}\"", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(Status::kInvalidArgument, "calibration profile \"{}\": {}", path, e.what());
+  }
+  return profile_from_json(j, path);
+}
+
+nlohmann::json profile_to_json(const CalibrationProfile& p) {
+  nlohmann::json j = {{"format", "tandem-calibration"}, {"version", 1},    {"machine", p.machine},
+                      {"backend", p.backend},            {"model", p.model}, {"batch", p.batch},
+                      {"optimizer", p.optimizer},        {"optimizer_step_s", p.optimizer_step_s}};
+  if (!p.input.empty()) j["input"] = p.input;
+  j["layers"] = nlohmann::json::array();
+  for (const auto& l : p.layers)
+    j["layers"].push_back({{"name", l.name}, {"forward_s", l.forward_s}, {"backward_s", l.backward_s}});
+  if (p.memory_bytes_per_s) j["memory_bytes_per_s"] = *p.memory_bytes_per_s;
+  if (p.p2p_bytes_per_s || p.p2p_latency_s) {
+    j["p2p"] = nlohmann::json::object();
+    if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;
+    if (p.p2p_latency_s) j["p2p"]["latency_s"] = *p.p2p_latency_s;
+  }
+  return j;
+}
+
+}  // namespace tandem::simulator

@@ -1,0 +1,40 @@
+#pragma once
+// Calibration profile: per-layer times measured on a real machine (`tandem calibrate --model M --out
+// profile.json` writes one), used instead of the roofline. Format (JSON, version 1):
+//   {"format": "tandem-calibration", "version": 1,
+//    "machine": "free text: host, CPU/GPU, threads", "backend": "cpu" | "cuda" | "reference",
+//    "model": "mobilenetv2", "input": [3, 32, 32], "batch": 64,
+//    "layers": [{"name": "conv0", "forward_s": 0.0021, "backward_s": 0.0043}, ...],   // every layer, in order
+//    "optimizer": "sgd", "optimizer_step_s": 0.0031,        // one step over all parameters
+//    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
+//    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5}}   // optional: measured point-to-point
+// Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
+// number of samples. Layer names must match the model's, in order. The p2p figures are recorded
+// for reference; they replace a node's NIC only when the job asks (--profile-network).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::simulator {
+
+struct CalibrationProfile {
+  std::string machine, backend, model, optimizer = "sgd";
+  std::vector<int64_t> input;
+  int64_t batch = 0;
+  struct Layer {
+    std::string name;
+    double forward_s = 0, backward_s = 0;
+  };
+  std::vector<Layer> layers;
+  double optimizer_step_s = 0;
+  std::optional<double> memory_bytes_per_s;
+  std::optional<double> p2p_bytes_per_s, p2p_latency_s;
+};
+
+CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");
+CalibrationProfile load_profile(const std::string& path);  // unreadable: kIo; malformed: kInvalidArgument
+nlohmann::json profile_to_json(const CalibrationProfile& p);
+
+}  // namespace tandem::simulator

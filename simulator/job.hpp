@@ -1,0 +1,59 @@
+#pragma once
+// A training job to simulate: model, data, batch, strategy and its knobs -- the same meanings as for
+// `tandem train`. --batch is per data-parallel replica, as in PyTorch DDP.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/comm/plan.hpp"
+#include "engine/nn/layer_spec.hpp"
+#include "engine/parallel/schedule.hpp"
+#include "simulator/compute/compute_model.hpp"
+#include "simulator/presets.hpp"
+
+namespace tandem::simulator {
+
+enum class Strategy : uint8_t { kSingle = 0, kDdp = 1, kPipeline = 2, kHybrid = 3 };
+const char* strategy_name(Strategy s) noexcept;
+Strategy parse_strategy(const std::string& s);  // single, ddp, pipeline, hybrid
+
+struct DatasetInfo {
+  std::string name;
+  int64_t samples = 0;
+  engine::nn::SampleShape input;
+  int64_t classes = 0;
+};
+// cifar10, cifar100, fashion-mnist, mnist, imagenet; throws listing them for an unknown name.
+DatasetInfo find_dataset(const std::string& name);
+
+struct JobSpec {
+  std::string model = "mobilenetv2";  // zoo name, JSON model file, or JSON text
+  double width_mult = 1.0;            // mobilenetv2
+  std::string dataset = "cifar10";    // or empty with samples + input + classes
+  int64_t samples = 0;                // 0: the dataset's training set
+  std::optional<engine::nn::SampleShape> input;
+  int64_t classes = 0;
+  int64_t batch = 64;                 // per data-parallel replica
+  double epochs = 1;
+  Strategy strategy = Strategy::kSingle;
+  int32_t dp = 0, pp = 0;             // 0: derived from the strategy and the cluster
+  int32_t micro_batches = 1;
+  engine::parallel::ScheduleKind schedule = engine::parallel::ScheduleKind::kOneFOneB;
+  engine::comm::Algorithm algorithm = engine::comm::Algorithm::kAuto;
+  double bucket_mb = 25;              // DDP gradient bucket (MiB)
+  bool overlap = true;                // all-reduce buckets during backward
+  uint64_t chunk_bytes = 0;           // collective pipelining chunk; 0: the runtime's default
+  OptimizerKind optimizer = OptimizerKind::kMomentum;
+  std::string profile;                // calibration profile path (replaces the roofline)
+  bool profile_network = false;       // use the profile's measured p2p bandwidth/latency as every NIC
+  double epoch_time_s = 0;            // > 0: scale compute so one full-speed single-node epoch takes this
+  std::optional<CreditMode> credit_mode;      // override for every burstable node
+  std::optional<double> initial_credits;      // override for every burstable node
+  bool symmetric = true;              // allow symmetric execution of provably identical ranks
+};
+
+// Fills derived fields (dp, pp) for `endpoints` ranks available and checks the job; errors name the
+// field ("job.micro_batches: ...").
+JobSpec resolve_job(const JobSpec& job, int32_t endpoints);
+
+}  // namespace tandem::simulator

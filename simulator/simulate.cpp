@@ -1,0 +1,442 @@
+#include "simulator/simulate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "engine/nn/zoo.hpp"
+#include "simulator/compute/credits.hpp"
+#include "simulator/compute/workload.hpp"
+
+namespace tandem::simulator {
+
+namespace {
+
+using engine::parallel::ScheduleKind;
+
+// Framework and library memory per rank beyond tensors (CPU: a PyTorch-like runtime with oneDNN;
+// GPU: CUDA context, cuDNN/cuBLAS workspaces).
+constexpr double kCpuRuntimeBytes = 150.0 * 1048576;
+constexpr double kGpuRuntimeBytes = 600.0 * 1048576;
+
+engine::nn::ModelSpec build_model(const JobSpec& job, engine::nn::SampleShape input, int64_t classes) {
+  if (engine::nn::is_zoo_model(job.model)) {
+    engine::nn::ZooOptions opt;
+    opt.width_mult = job.width_mult;
+    return engine::nn::zoo_model(job.model, input, classes, opt);
+  }
+  const size_t first = job.model.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && job.model[first] == '{') return engine::nn::model_from_json_text(job.model);
+  if (job.model.find(".json") != std::string::npos || job.model.find('/') != std::string::npos)
+    return engine::nn::load_model_file(job.model);
+  std::string known;
+  for (const auto& n : engine::nn::zoo_names()) known += (known.empty() ? "" : ", ") + n;
+  TANDEM_THROW(Status::kInvalidArgument, "job.model: \"{}\" is neither a zoo model ({}) nor a JSON model file",
+               job.model, known);
+}
+
+struct Prepared {
+  ClusterSpec cluster;
+  JobSpec job;
+  DatasetInfo data;
+  Workload work;
+  std::vector<ComputeModel> models;  // per node
+  std::vector<int32_t> node_of_rank;
+  std::vector<int32_t> bounds;
+  engine::parallel::PipelinePlan pipe;
+  StepSetup setup;  // speeds filled per phase
+  std::vector<double> base_speed;  // per node: 1, or 1/swap_slowdown when swapping
+  std::vector<NodeReport> nodes;
+  int64_t steps_per_epoch = 0;
+  double scale = 1;
+};
+
+double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out = nullptr) {
+  const int32_t stage = rank % p.job.pp;
+  const auto& sp = p.pipe.stage_plans[stage];
+  const size_t a = sp.first_layer, b = sp.end_layer;
+  const double params = p.work.param_bytes(a, b);
+  const auto mbs = engine::parallel::micro_batch_sizes(p.job.batch, p.job.micro_batches);
+  // micro-batches whose activations are alive at once: all of them (GPipe), at most S - s (1F1B)
+  int64_t in_flight = p.job.micro_batches;
+  if (p.job.schedule == ScheduleKind::kOneFOneB) in_flight = std::min<int64_t>(p.job.micro_batches, p.job.pp - stage);
+  double samples = 0;
+  for (int64_t i = 0; i < in_flight; ++i) samples += static_cast<double>(mbs[static_cast<size_t>(i)]);
+  if (stored_samples_out) *stored_samples_out = samples;
+  const double input = stage == 0 ? static_cast<double>(p.work.input.numel()) * 4 : p.work.boundary_bytes(a);
+  const double acts = samples * (p.work.act_bytes(a, b) + input);
+  const double opt = params / 4 * optimizer_state_bytes_per_param(p.job.optimizer);
+  double buffers = 0;
+  if (p.job.dp > 1) buffers += 2 * std::min(params, p.job.bucket_mb * 1048576.0);  // bucket + receive scratch
+  const bool gpu = p.cluster.nodes[p.node_of_rank[rank]].hw.gpus > 0;
+  return 2 * params + opt + acts + buffers + (gpu ? kGpuRuntimeBytes : kCpuRuntimeBytes);
+}
+
+Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache& plans) {
+  Prepared p;
+  p.cluster = cluster_in;
+  TANDEM_REQUIRE(!p.cluster.nodes.empty(), "cluster: no nodes");
+  p.job = resolve_job(job_in, p.cluster.endpoints());
+  const JobSpec& job = p.job;
+  // data
+  if (!job.dataset.empty()) {
+    p.data = find_dataset(job.dataset);
+  } else {
+    TANDEM_REQUIRE(job.samples > 0 && job.input && job.classes > 0,
+                   "job: without --dataset give --samples, --input CxHxW and --classes");
+    p.data.name = "custom";
+  }
+  if (job.samples > 0) p.data.samples = job.samples;
+  if (job.input) p.data.input = *job.input;
+  if (job.classes > 0) p.data.classes = job.classes;
+  p.work = make_workload(build_model(job, p.data.input, p.data.classes));
+  TANDEM_REQUIRE(p.work.input == p.data.input, "job: model {} takes {} inputs but the data has {}", p.work.model,
+                 engine::nn::to_string(p.work.input), engine::nn::to_string(p.data.input));
+  const int32_t L = static_cast<int32_t>(p.work.layers.size());
+  TANDEM_REQUIRE(job.pp <= L, "job.pp: {} stages but model {} has only {} layers", job.pp, p.work.model, L);
+  // compute models
+  std::optional<CalibrationProfile> profile;
+  if (!job.profile.empty()) profile = load_profile(job.profile);
+  if (profile && job.profile_network) {
+    TANDEM_REQUIRE(profile->p2p_bytes_per_s && *profile->p2p_bytes_per_s > 0,
+                   "job.profile_network: profile {} has no p2p.bandwidth_bytes_per_s", job.profile);
+    for (NodeSpec& n : p.cluster.nodes) {
+      n.hw.nic_bytes_per_s = *profile->p2p_bytes_per_s;
+      if (profile->p2p_latency_s) n.hw.nic_latency_s = *profile->p2p_latency_s;
+    }
+  }
+  for (const NodeSpec& n : p.cluster.nodes)
+    p.models.push_back(profile ? ComputeModel::from_profile(p.work, *profile)
+                               : ComputeModel::roofline(p.work, n.hw, job.optimizer));
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (job.epoch_time_s > 0) {
+    const ComputeModel& m0 = p.models[0];
+    const double step = m0.forward_s(0, L, job.batch) + m0.backward_s(0, L, job.batch) + m0.optimizer_s(0, L);
+    const double epoch = step * static_cast<double>(ceil_div(p.data.samples, job.batch));
+    TANDEM_REQUIRE(epoch > 0, "job.epoch_time_s: the model has no compute to scale");
+    p.scale = job.epoch_time_s / epoch;
+    for (ComputeModel& m : p.models) m.set_scale(p.scale);
+  }
+  p.steps_per_epoch = ceil_div(p.data.samples, job.batch * job.dp);
+  // ranks and stages
+  const int32_t world = job.dp * job.pp;
+  for (int32_t r = 0; r < world; ++r) p.node_of_rank.push_back(p.cluster.node_of_endpoint(r));
+  const auto mbs = engine::parallel::micro_batch_sizes(job.batch, job.micro_batches);
+  {
+    const ComputeModel& m0 = p.models[0];
+    std::vector<double> cost(L);
+    for (int32_t i = 0; i < L; ++i) cost[i] = m0.forward_s(i, i + 1, mbs[0]) + m0.backward_s(i, i + 1, mbs[0]);
+    p.bounds = engine::parallel::partition_layers(cost, job.pp);
+  }
+  engine::parallel::ScheduleRequest sr;
+  sr.kind = job.schedule;
+  sr.micro_batches = job.micro_batches;
+  sr.boundaries = p.bounds;
+  sr.data_parallel = job.dp > 1;
+  sr.bucket_bytes = static_cast<uint64_t>(job.bucket_mb * 1048576.0);
+  for (const LayerCost& l : p.work.layers) sr.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes));
+  p.pipe = engine::parallel::make_pipeline_plan(sr);
+  engine::parallel::validate_pipeline_plan(p.pipe);
+  // step setup
+  StepSetup& s = p.setup;
+  s.pipeline = p.pipe;
+  s.dp = job.dp;
+  s.pp = job.pp;
+  s.overlap = job.overlap;
+  s.symmetric = job.symmetric;
+  for (int32_t st = 0; st + 1 < job.pp; ++st) {
+    const double per_sample = p.work.boundary_bytes(static_cast<size_t>(p.bounds[st + 1]));
+    std::vector<double> v;
+    for (int64_t n : mbs) v.push_back(per_sample * static_cast<double>(n));
+    s.boundary_bytes.push_back(std::move(v));
+  }
+  s.bucket_plans.resize(job.pp);
+  for (int32_t st = 0; st < job.pp && job.dp > 1; ++st) {
+    for (const auto& bk : p.pipe.stage_plans[st].buckets) {
+      engine::comm::PlanRequest req;
+      req.collective = engine::comm::Collective::kAllreduce;
+      req.algorithm = job.algorithm;
+      req.world = job.dp;
+      req.count = std::max<uint64_t>(bk.bytes / 4, 1);
+      req.elem_bytes = 4;
+      req.chunk_bytes = job.chunk_bytes;
+      req.in_place = true;
+      for (int32_t d = 0; d < job.dp; ++d) req.topology.host_of.push_back(p.node_of_rank[d * job.pp + st]);
+      s.bucket_plans[st].push_back(&plans.get(req));
+    }
+  }
+  for (int32_t r = 0; r < world; ++r) {
+    const int32_t st = r % job.pp;
+    const auto& sp = p.pipe.stage_plans[st];
+    const ComputeModel& m = p.models[p.node_of_rank[r]];
+    const NodeSpec& node = p.cluster.nodes[p.node_of_rank[r]];
+    RankSetup rs;
+    for (int64_t n : mbs) {
+      rs.forward_s.push_back(m.forward_s(sp.first_layer, sp.end_layer, n));
+      rs.backward_s.push_back(m.backward_s(sp.first_layer, sp.end_layer, n));
+    }
+    for (const auto& bk : sp.buckets)
+      rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, mbs.back()));
+    if (!sp.buckets.empty() && job.micro_batches > 1) {
+      // the last backward op's micro-batch (GPipe: 0, 1F1B: M-1) sets the split; sizes differ by <= 1 sample
+      const int32_t last_mb = sp.ops[sp.last_backward_op].micro_batch;
+      rs.bucket_backward_s.clear();
+      for (const auto& bk : sp.buckets)
+        rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, mbs[last_mb]));
+    }
+    rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
+    rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
+    s.ranks.push_back(std::move(rs));
+  }
+  // memory and node reports
+  p.base_speed.assign(p.cluster.nodes.size(), 1.0);
+  for (size_t i = 0; i < p.cluster.nodes.size(); ++i) {
+    const NodeSpec& n = p.cluster.nodes[i];
+    NodeReport nr;
+    nr.name = n.name;
+    nr.preset = n.hw.name;
+    nr.memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
+    p.nodes.push_back(nr);
+  }
+  for (int32_t r = 0; r < world; ++r) {
+    NodeReport& nr = p.nodes[p.node_of_rank[r]];
+    const double need = memory_need(p, r);
+    const bool gpu = p.cluster.nodes[p.node_of_rank[r]].hw.gpus > 0;
+    nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
+    ++nr.ranks;
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    NodeReport& nr = p.nodes[i];
+    const NodeSpec& n = p.cluster.nodes[i];
+    if (nr.ranks == 0 || nr.memory_bytes <= nr.memory_capacity_bytes) continue;
+    if (n.hw.gpus == 0 && n.swap_bytes > 0 && nr.memory_bytes <= nr.memory_capacity_bytes + n.swap_bytes) {
+      nr.swapping = true;
+      p.base_speed[i] = 1.0 / n.swap_slowdown;
+    } else {
+      nr.fits = false;
+    }
+  }
+  return p;
+}
+
+StepResult run_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
+  des::Simulator sim;
+  network::Network net(sim, p.cluster.sharing);
+  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+  StepSetup s = p.setup;
+  s.record_trace = trace;
+  for (size_t r = 0; r < s.ranks.size(); ++r) s.ranks[r].speed = node_speed[p.node_of_rank[r]];
+  return simulate_step(s, topo, sim);
+}
+
+}  // namespace
+
+SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, const SimOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Prepared p = prepare(cluster, job_in, plans_);
+  const JobSpec& job = p.job;
+  const int32_t world = job.dp * job.pp;
+  const size_t N = p.cluster.nodes.size();
+  SimResult res;
+  res.cluster = p.cluster.describe();
+  res.model = p.work.model;
+  res.dataset = p.data.name;
+  res.strategy = strategy_name(job.strategy);
+  res.schedule = engine::parallel::schedule_name(job.schedule);
+  res.algorithm = job.dp > 1 && !p.setup.bucket_plans.empty() && !p.setup.bucket_plans[0].empty()
+                      ? p.setup.bucket_plans[0][0]->description
+                      : "none";
+  res.optimizer = optimizer_name(job.optimizer);
+  res.compute_source = p.models[0].source();
+  res.compute_scale = p.scale;
+  res.dp = job.dp;
+  res.pp = job.pp;
+  res.micro_batches = job.micro_batches;
+  res.ranks = world;
+  res.batch = job.batch;
+  res.global_batch = job.batch * job.dp;
+  res.samples = p.data.samples;
+  res.epochs = job.epochs;
+  res.steps_per_epoch = p.steps_per_epoch;
+  res.total_steps = static_cast<double>(p.steps_per_epoch) * job.epochs;
+  res.stage_boundaries = p.bounds;
+
+  // credit accounts of the used burstable nodes
+  std::vector<std::optional<CreditAccount>> acct(N);
+  for (size_t i = 0; i < N; ++i) {
+    const NodeSpec& n = p.cluster.nodes[i];
+    if (p.nodes[i].ranks == 0 || n.hw.burst.default_mode == CreditMode::kNone) continue;
+    CreditMode mode = job.credit_mode.value_or(n.credit_mode);
+    std::optional<double> init = job.initial_credits ? job.initial_credits : n.initial_credits;
+    acct[i].emplace(n.hw.burst, n.hw.vcpus, mode, init.value_or(-1));
+    p.nodes[i].credits_start = acct[i]->balance();
+  }
+  std::vector<bool> throttled(N, false);
+  std::map<std::vector<bool>, StepResult> steps;
+  double remaining = res.total_steps, t = 0;
+  std::vector<double> rank_totals(6 * world, 0.0);  // compute, throttled, comm, bubble, idle per rank
+  for (size_t guard = 0; remaining > 1e-9 && guard < N + 2; ++guard) {
+    std::vector<double> speed(N);
+    for (size_t i = 0; i < N; ++i) speed[i] = p.base_speed[i] * (throttled[i] ? acct[i]->baseline_speed() : 1.0);
+    auto it = steps.find(throttled);
+    if (it == steps.end()) it = steps.emplace(throttled, run_step(p, speed, opt.trace && steps.empty())).first;
+    const StepResult& st = it->second;
+    const double T = st.step_s;
+    TANDEM_CHECK(T > 0, Status::kInternal, "simulated step took no time (model without compute?)");
+    std::vector<double> usage(N, 0.0);
+    for (int32_t r = 0; r < world; ++r) {
+      const int32_t n = p.node_of_rank[r];
+      usage[n] += std::min(1.0, st.ranks[r].cpu_busy_s / T);
+    }
+    double dt = remaining * T;
+    std::vector<double> empty_at(N, std::numeric_limits<double>::infinity());
+    for (size_t i = 0; i < N; ++i) {
+      if (!acct[i]) continue;
+      usage[i] = std::min(usage[i], 1.0) * p.cluster.nodes[i].hw.vcpus;
+      if (acct[i]->mode() == CreditMode::kStandard && !throttled[i]) {
+        empty_at[i] = acct[i]->seconds_until_empty(usage[i]);
+        dt = std::min(dt, empty_at[i]);
+      }
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (!acct[i] || throttled[i]) continue;  // a throttled CPU spends what it earns: balance stays 0
+      acct[i]->advance(dt, usage[i]);
+    }
+    const double steps_here = dt / T;
+    PhaseReport ph;
+    ph.start_s = t;
+    ph.duration_s = dt;
+    ph.steps = steps_here;
+    ph.step_s = T;
+    for (size_t i = 0; i < N; ++i)
+      if (throttled[i]) ph.throttled_nodes.push_back(static_cast<int32_t>(i));
+    if (res.phases.empty()) {
+      res.step_time_s = T;
+      res.rank_step = st.ranks;
+      res.trace = st.trace;
+      res.symmetric_used = st.symmetric_used;
+      for (size_t i = 0; i < N; ++i) p.nodes[i].cpu_utilization = acct[i] ? usage[i] / p.cluster.nodes[i].hw.vcpus : 0;
+    }
+    res.events += st.events;
+    res.flows += st.flows;
+    for (int32_t r = 0; r < world; ++r) {
+      const RankBreakdown& b = st.ranks[r];
+      rank_totals[6 * r + 0] += b.compute_s * steps_here;
+      rank_totals[6 * r + 1] += b.throttled_s * steps_here;
+      rank_totals[6 * r + 2] += b.comm_exposed_s * steps_here;
+      rank_totals[6 * r + 3] += b.bubble_s * steps_here;
+      rank_totals[6 * r + 4] += b.idle_s * steps_here;
+    }
+    if (dt > 0 || res.phases.empty()) res.phases.push_back(ph);
+    t += dt;
+    remaining -= steps_here;
+    for (size_t i = 0; i < N; ++i) {
+      if (empty_at[i] <= dt && !throttled[i]) {
+        throttled[i] = true;
+        p.nodes[i].throttle_start_s = t;
+      }
+    }
+  }
+  res.total_time_s = t;
+  res.epoch_time_s = t / job.epochs;
+  res.images_per_sec = static_cast<double>(p.data.samples) * job.epochs / t;
+  for (int32_t r = 0; r < world; ++r) {
+    res.compute_s += rank_totals[6 * r + 0] / world;
+    res.throttled_s += rank_totals[6 * r + 1] / world;
+    res.comm_exposed_s += rank_totals[6 * r + 2] / world;
+    res.bubble_s += rank_totals[6 * r + 3] / world;
+    res.idle_s += rank_totals[6 * r + 4] / world;
+  }
+  for (size_t i = 0; i < N; ++i) {
+    NodeReport& nr = p.nodes[i];
+    if (acct[i]) {
+      nr.credits_end = acct[i]->balance();
+      nr.surplus_usd = acct[i]->surplus_usd();
+      res.surplus_usd += nr.surplus_usd;
+    }
+    if (nr.ranks == 0) continue;
+    ++res.nodes_used;
+    res.cost_usd += p.cluster.nodes[i].hw.usd_per_hour * t / 3600.0 + nr.surplus_usd;
+    res.memory_per_node_bytes = std::max(res.memory_per_node_bytes, nr.memory_bytes);
+    res.fits = res.fits && nr.fits;
+  }
+  res.nodes_used -= 1;  // counted from 1
+  res.nodes = p.nodes;
+  if (opt.baseline) {
+    ClusterSpec one = p.cluster;
+    one.nodes.assign(1, p.cluster.nodes[0]);
+    one.nodes[0].hw.gpus = std::min(one.nodes[0].hw.gpus, 1);
+    one.topology = network::TopologySpec{};
+    JobSpec single = job_in;
+    single.strategy = Strategy::kSingle;
+    single.dp = single.pp = 0;
+    single.micro_batches = 1;
+    SimOptions o;
+    o.baseline = false;
+    SimResult b = run(one, single, o);
+    res.baseline_total_time_s = b.total_time_s;
+    res.speedup = b.total_time_s / res.total_time_s;
+    res.efficiency = res.speedup / world;
+  }
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options) {
+  Simulation s;
+  return s.run(cluster, job, options);
+}
+
+nlohmann::json SimResult::to_json() const {
+  nlohmann::json j = {
+      {"cluster", cluster}, {"model", model}, {"dataset", dataset}, {"strategy", strategy}, {"dp", dp}, {"pp", pp},
+      {"micro_batches", micro_batches}, {"schedule", schedule}, {"allreduce", algorithm}, {"optimizer", optimizer},
+      {"ranks", ranks}, {"nodes_used", nodes_used}, {"batch", batch}, {"global_batch", global_batch},
+      {"samples", samples}, {"epochs", epochs}, {"steps_per_epoch", steps_per_epoch}, {"total_steps", total_steps},
+      {"step_time_s", step_time_s}, {"epoch_time_s", epoch_time_s}, {"total_time_s", total_time_s},
+      {"images_per_sec", images_per_sec}, {"speedup", speedup}, {"efficiency", efficiency},
+      {"baseline_total_time_s", baseline_total_time_s}, {"compute_s", compute_s},
+      {"comm_exposed_s", comm_exposed_s}, {"bubble_s", bubble_s}, {"throttled_s", throttled_s}, {"idle_s", idle_s},
+      {"memory_per_node_bytes", memory_per_node_bytes}, {"fits", fits}, {"cost_usd", cost_usd},
+      {"surplus_usd", surplus_usd}, {"compute_source", compute_source}, {"compute_scale", compute_scale},
+      {"stage_boundaries", stage_boundaries}, {"events", events}, {"flows", flows},
+      {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s}};
+  j["nodes"] = nlohmann::json::array();
+  for (const NodeReport& n : nodes) {
+    nlohmann::json nj = {{"name", n.name},
+                         {"preset", n.preset},
+                         {"ranks", n.ranks},
+                         {"memory_bytes", n.memory_bytes},
+                         {"memory_capacity_bytes", n.memory_capacity_bytes},
+                         {"fits", n.fits},
+                         {"swapping", n.swapping},
+                         {"cpu_utilization", n.cpu_utilization},
+                         {"credits_start", n.credits_start},
+                         {"credits_end", n.credits_end},
+                         {"surplus_usd", n.surplus_usd}};
+    nj["throttle_start_s"] = n.throttle_start_s ? nlohmann::json(*n.throttle_start_s) : nlohmann::json(nullptr);
+    j["nodes"].push_back(std::move(nj));
+  }
+  j["phases"] = nlohmann::json::array();
+  for (const PhaseReport& ph : phases)
+    j["phases"].push_back({{"start_s", ph.start_s},
+                           {"duration_s", ph.duration_s},
+                           {"steps", ph.steps},
+                           {"step_s", ph.step_s},
+                           {"throttled_nodes", ph.throttled_nodes}});
+  j["step_ranks"] = nlohmann::json::array();
+  for (const RankBreakdown& b : rank_step)
+    j["step_ranks"].push_back({{"finish_s", b.finish_s},
+                               {"compute_s", b.compute_s},
+                               {"throttled_s", b.throttled_s},
+                               {"comm_exposed_s", b.comm_exposed_s},
+                               {"bubble_s", b.bubble_s},
+                               {"idle_s", b.idle_s}});
+  return j;
+}
+
+}  // namespace tandem::simulator

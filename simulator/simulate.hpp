@@ -1,0 +1,84 @@
+#pragma once
+// Predicts a training job on a cluster: builds the model's workload from the engine's layer specs,
+// cuts it into pipeline stages, builds the runtime's pipeline schedule and all-reduce plans, and
+// executes one step on the modelled cluster. Burstable CPUs are followed over the whole run: the
+// run is split into phases at the instants a node's CPU credits run out, and each phase's step is
+// simulated again with the throttled nodes slowed to their baseline share.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "simulator/cluster.hpp"
+#include "simulator/compiled_plan.hpp"
+#include "simulator/job.hpp"
+#include "simulator/step.hpp"
+
+namespace tandem::simulator {
+
+struct NodeReport {
+  std::string name, preset;
+  int32_t ranks = 0;                 // ranks of the job on this node (0: unused, not billed)
+  double memory_bytes = 0;           // need: host memory (CPU node) or the largest per-GPU need
+  double memory_capacity_bytes = 0;  // usable: host memory less the OS reserve, or GPU memory
+  bool fits = true;
+  bool swapping = false;             // over capacity but within swap: slowed by swap_slowdown
+  std::optional<double> throttle_start_s;  // standard-mode credits ran out at this time
+  double credits_start = 0, credits_end = 0;
+  double surplus_usd = 0;            // unlimited-mode surplus credits billed
+  double cpu_utilization = 0;        // of the first phase
+};
+
+struct PhaseReport {
+  double start_s = 0, duration_s = 0, steps = 0, step_s = 0;
+  std::vector<int32_t> throttled_nodes;
+};
+
+struct SimResult {
+  std::string cluster, model, dataset, strategy, schedule, algorithm, compute_source, optimizer;
+  int32_t dp = 1, pp = 1, micro_batches = 1, ranks = 1, nodes_used = 1;
+  int64_t batch = 0, global_batch = 0, samples = 0, steps_per_epoch = 0;
+  double epochs = 0, total_steps = 0;
+  double step_time_s = 0;            // full-speed (first phase) step
+  double epoch_time_s = 0;           // total / epochs
+  double total_time_s = 0;
+  double images_per_sec = 0;
+  double speedup = 0, efficiency = 0, baseline_total_time_s = 0;
+  // time split over the run, averaged over ranks; they add up to total_time_s
+  double compute_s = 0, comm_exposed_s = 0, bubble_s = 0, throttled_s = 0, idle_s = 0;
+  double memory_per_node_bytes = 0;  // the largest need of any used node
+  bool fits = true;
+  double cost_usd = 0, surplus_usd = 0;
+  double compute_scale = 1;
+  std::vector<int32_t> stage_boundaries;
+  std::vector<NodeReport> nodes;
+  std::vector<PhaseReport> phases;
+  std::vector<RankBreakdown> rank_step;  // first phase, per rank
+  uint64_t events = 0, flows = 0;
+  bool symmetric_used = false;
+  double wall_s = 0;                 // simulator's own run time
+  std::vector<TraceSpan> trace;      // first phase's step, when asked for
+
+  nlohmann::json to_json() const;
+};
+
+struct SimOptions {
+  bool baseline = true;  // also simulate one device of the first node's kind for speedup/efficiency
+  bool trace = false;    // record the first phase's step as spans
+};
+
+// Shares compiled plans between the simulations of a sweep or a plan search.
+class Simulation {
+ public:
+  SimResult run(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
+  PlanCache& plans() { return plans_; }
+
+ private:
+  PlanCache plans_;
+};
+
+SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
+
+}  // namespace tandem::simulator

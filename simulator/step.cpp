@@ -1,0 +1,406 @@
+#include "simulator/step.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::simulator {
+
+using engine::parallel::StageOpKind;
+using network::FlowObserver;
+
+namespace {
+
+constexpr uint64_t kEvCompute = 0, kEvLocal = 1;
+constexpr uint64_t kTagP2p = 0, kTagColl = 1;
+
+class StepExecutor final : public des::EventHandler, public FlowObserver {
+ public:
+  StepExecutor(const StepSetup& s, network::Topology& topo, des::Simulator& sim)
+      : s_(s), topo_(topo), net_(topo.network()), sim_(sim) {}
+
+  StepResult run();
+  void on_event(uint64_t arg) override;
+  void on_flow_done(uint64_t tag) override;
+
+ private:
+  enum class Wait : uint8_t { kNone, kCompute, kRecvAct, kRecvGrad, kAllreduce, kDone };
+  struct Rank {
+    int32_t stage = 0, replica = 0;
+    size_t pc = 0;
+    Wait wait = Wait::kNone;
+    int32_t wait_mb = -1;
+    des::TimeNs wait_since = 0;
+    int32_t segment = -1;  // >= 0 while running the last backward bucket by bucket
+    double compute_full_s = 0;  // of the running compute op
+    des::TimeNs compute_start = 0;
+    std::string compute_name;
+    // communication stream
+    int32_t next_bucket = 0, buckets_done = 0;
+    bool comm_busy = false;
+    des::TimeNs comm_start = 0;
+    std::vector<uint8_t> bucket_ready;
+    // point-to-point arrivals per micro-batch (-1: not yet) and when the sender posted them
+    std::vector<des::TimeNs> act_arrived, grad_arrived, act_posted, grad_posted;
+    RankBreakdown bd;
+  };
+  struct Member {
+    uint32_t round = 0;
+    uint32_t outstanding = 0;
+    bool active = false;
+  };
+  struct Instance {  // one all-reduce of one bucket of one stage
+    const CompiledPlan* plan;
+    int32_t stage, bucket;
+    std::vector<Member> members;
+    std::vector<uint8_t> arrived;  // per receive
+    const std::vector<network::RouteId>* routes;
+  };
+
+  int32_t rank_of(int32_t replica, int32_t stage) const { return replica * s_.pp + stage; }
+  void advance(int32_t r);
+  void start_compute(int32_t r, double full_s, std::string name);
+  void end_wait(int32_t r, des::TimeNs posted);
+  void try_start_comm(int32_t r);
+  void member_done(int32_t r);
+  void run_member(uint32_t inst, int32_t m);
+  void start_round(uint32_t inst, int32_t m);
+  void p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes);
+  void span(int32_t r, int32_t lane, std::string name, const char* cat, des::TimeNs a, des::TimeNs b) {
+    if (s_.record_trace && b > a)
+      result_.trace.push_back({r, lane, std::move(name), cat, des::to_seconds(a), des::to_seconds(b)});
+  }
+  const std::vector<network::RouteId>& routes_for(const CompiledPlan* plan, int32_t stage);
+
+  const StepSetup& s_;
+  network::Topology& topo_;
+  network::Network& net_;
+  des::Simulator& sim_;
+  std::vector<Rank> ranks_;
+  std::vector<Instance> inst_;
+  std::vector<std::vector<uint32_t>> inst_of_;  // [stage][bucket] -> instance
+  std::vector<std::pair<std::pair<const CompiledPlan*, int32_t>, std::vector<network::RouteId>>> route_tables_;
+  int32_t finished_ = 0;
+  StepResult result_;
+};
+
+const std::vector<network::RouteId>& StepExecutor::routes_for(const CompiledPlan* plan, int32_t stage) {
+  for (auto& [key, table] : route_tables_)
+    if (key.first == plan && key.second == stage) return table;
+  std::vector<network::RouteId> table(plan->sends.size());
+  for (int32_t m = 0; m < plan->world; ++m) {
+    for (uint32_t ri = plan->first_round[m]; ri < plan->first_round[m + 1]; ++ri) {
+      const auto& rd = plan->rounds[ri];
+      for (uint32_t k = rd.send_begin; k < rd.send_end; ++k)
+        table[k] = topo_.route(rank_of(m, stage), rank_of(plan->sends[k].dst, stage));
+    }
+  }
+  route_tables_.emplace_back(std::make_pair(plan, stage), std::move(table));
+  return route_tables_.back().second;
+}
+
+StepResult StepExecutor::run() {
+  const int32_t world = s_.dp * s_.pp;
+  TANDEM_REQUIRE(static_cast<int32_t>(s_.ranks.size()) == world, "step setup has {} ranks for dp {} x pp {}",
+                 s_.ranks.size(), s_.dp, s_.pp);
+  TANDEM_REQUIRE(topo_.endpoints() >= world, "the cluster has {} devices but the job needs {} ranks",
+                 topo_.endpoints(), world);
+  TANDEM_REQUIRE(s_.pipeline.stages == s_.pp, "pipeline plan has {} stages, job pp is {}", s_.pipeline.stages, s_.pp);
+  const int32_t M = s_.pipeline.micro_batches;
+  ranks_.resize(world);
+  inst_of_.resize(s_.pp);
+  route_tables_.reserve(64);
+  for (int32_t st = 0; st < s_.pp; ++st) {
+    const auto& sp = s_.pipeline.stage_plans[st];
+    const size_t nb = sp.buckets.size();
+    if (s_.dp > 1) {
+      TANDEM_REQUIRE(s_.bucket_plans.size() == static_cast<size_t>(s_.pp) && s_.bucket_plans[st].size() == nb,
+                     "stage {}: {} buckets but no all-reduce plans for them", st, nb);
+    }
+    for (size_t b = 0; b < nb && s_.dp > 1; ++b) {
+      const CompiledPlan* plan = s_.bucket_plans[st][b];
+      TANDEM_REQUIRE(plan->world == s_.dp, "stage {} bucket {}: plan for {} ranks, data-parallel group has {}", st, b,
+                     plan->world, s_.dp);
+      inst_of_[st].push_back(static_cast<uint32_t>(inst_.size()));
+      Instance in{plan, st, static_cast<int32_t>(b), std::vector<Member>(s_.dp), std::vector<uint8_t>(plan->recvs.size()),
+                  nullptr};
+      in.routes = &routes_for(plan, st);
+      inst_.push_back(std::move(in));
+    }
+  }
+  for (int32_t r = 0; r < world; ++r) {
+    Rank& rk = ranks_[r];
+    rk.stage = r % s_.pp;
+    rk.replica = r / s_.pp;
+    const auto& sp = s_.pipeline.stage_plans[rk.stage];
+    rk.bucket_ready.assign(s_.dp > 1 ? sp.buckets.size() : 0, 0);
+    rk.act_arrived.assign(M, -1);
+    rk.grad_arrived.assign(M, -1);
+    rk.act_posted.assign(M, -1);
+    rk.grad_posted.assign(M, -1);
+    const RankSetup& rs = s_.ranks[r];
+    TANDEM_REQUIRE(rs.speed > 0, "rank {}: speed must be > 0, got {}", r, rs.speed);
+    TANDEM_REQUIRE(static_cast<int32_t>(rs.forward_s.size()) == M && static_cast<int32_t>(rs.backward_s.size()) == M,
+                   "rank {}: compute times for {} / {} micro-batches, expected {}", r, rs.forward_s.size(),
+                   rs.backward_s.size(), M);
+  }
+  for (int32_t r = 0; r < world; ++r) advance(r);
+  sim_.run();
+  if (finished_ != world) {
+    for (int32_t r = 0; r < world; ++r) {
+      const Rank& rk = ranks_[r];
+      if (rk.wait == Wait::kDone) continue;
+      const auto& ops = s_.pipeline.stage_plans[rk.stage].ops;
+      TANDEM_THROW(Status::kInternal, "simulated step deadlocked: rank {} (stage {}, replica {}) waits at op {} ({})",
+                   r, rk.stage, rk.replica, rk.pc,
+                   rk.pc < ops.size() ? engine::parallel::stage_op_name(ops[rk.pc].kind) : "end");
+    }
+  }
+  double step = 0;
+  for (const Rank& rk : ranks_) step = std::max(step, rk.bd.finish_s);
+  result_.step_s = step;
+  for (Rank& rk : ranks_) {
+    double tail = step - rk.bd.finish_s;
+    if (s_.pp > 1) {
+      rk.bd.bubble_s += tail;
+    } else {
+      rk.bd.idle_s += tail;
+    }
+    result_.ranks.push_back(rk.bd);
+  }
+  result_.events = sim_.events_processed();
+  result_.flows = net_.flows_started();
+  return result_;
+}
+
+void StepExecutor::start_compute(int32_t r, double full_s, std::string name) {
+  Rank& rk = ranks_[r];
+  rk.wait = Wait::kCompute;
+  rk.compute_full_s = full_s;
+  rk.compute_start = sim_.now();
+  if (s_.record_trace) rk.compute_name = std::move(name);
+  sim_.schedule_in(des::ceil_ns(full_s / s_.ranks[r].speed), this, (static_cast<uint64_t>(r) << 2) | kEvCompute);
+}
+
+void StepExecutor::advance(int32_t r) {
+  Rank& rk = ranks_[r];
+  const auto& sp = s_.pipeline.stage_plans[rk.stage];
+  const RankSetup& rs = s_.ranks[r];
+  while (rk.pc < sp.ops.size()) {
+    const auto& op = sp.ops[rk.pc];
+    switch (op.kind) {
+      case StageOpKind::kForward:
+        start_compute(r, rs.forward_s[op.micro_batch], fmt::format("forward mb{}", op.micro_batch));
+        return;
+      case StageOpKind::kBackward:
+        if (static_cast<int32_t>(rk.pc) == sp.last_backward_op && !rk.bucket_ready.empty() && s_.overlap) {
+          rk.segment = 0;
+          start_compute(r, rs.bucket_backward_s.at(0), fmt::format("backward mb{} bucket 0", op.micro_batch));
+        } else {
+          start_compute(r, rs.backward_s[op.micro_batch], fmt::format("backward mb{}", op.micro_batch));
+        }
+        return;
+      case StageOpKind::kSendActivation:
+        p2p_send(r, rank_of(rk.replica, rk.stage + 1), true, op.micro_batch,
+                 s_.boundary_bytes[rk.stage][op.micro_batch]);
+        break;
+      case StageOpKind::kSendGradient:
+        p2p_send(r, rank_of(rk.replica, rk.stage - 1), false, op.micro_batch,
+                 s_.boundary_bytes[rk.stage - 1][op.micro_batch]);
+        break;
+      case StageOpKind::kRecvActivation:
+      case StageOpKind::kRecvGradient: {
+        bool act = op.kind == StageOpKind::kRecvActivation;
+        if ((act ? rk.act_arrived : rk.grad_arrived)[op.micro_batch] < 0) {
+          rk.wait = act ? Wait::kRecvAct : Wait::kRecvGrad;
+          rk.wait_mb = op.micro_batch;
+          rk.wait_since = sim_.now();
+          return;
+        }
+        break;
+      }
+      case StageOpKind::kAllreduceBucket:
+        if (!rk.bucket_ready.empty() && !s_.overlap) {
+          rk.bucket_ready[op.bucket] = 1;
+          try_start_comm(r);
+        }
+        break;
+      case StageOpKind::kOptimizerStep:
+        if (rk.buckets_done < static_cast<int32_t>(rk.bucket_ready.size())) {
+          rk.wait = Wait::kAllreduce;
+          rk.wait_since = sim_.now();
+          return;
+        }
+        start_compute(r, rs.optimizer_s, "optimizer");
+        return;
+    }
+    ++rk.pc;
+  }
+  rk.wait = Wait::kDone;
+  rk.bd.finish_s = des::to_seconds(sim_.now());
+  ++finished_;
+}
+
+void StepExecutor::on_event(uint64_t arg) {
+  const uint64_t type = arg & 3;
+  if (type == kEvCompute) {
+    const int32_t r = static_cast<int32_t>(arg >> 2);
+    Rank& rk = ranks_[r];
+    const double actual = des::to_seconds(sim_.now() - rk.compute_start);
+    rk.bd.compute_s += rk.compute_full_s;
+    rk.bd.throttled_s += actual - rk.compute_full_s;
+    rk.bd.cpu_busy_s += actual;
+    span(r, 0, rk.compute_name, "compute", rk.compute_start, sim_.now());
+    rk.wait = Wait::kNone;
+    if (rk.segment >= 0) {
+      rk.bucket_ready[rk.segment] = 1;
+      try_start_comm(r);
+      ++rk.segment;
+      if (rk.segment < static_cast<int32_t>(rk.bucket_ready.size())) {
+        const auto& op = s_.pipeline.stage_plans[rk.stage].ops[rk.pc];
+        start_compute(r, s_.ranks[r].bucket_backward_s.at(rk.segment),
+                      s_.record_trace ? fmt::format("backward mb{} bucket {}", op.micro_batch, rk.segment) : "");
+        return;
+      }
+      rk.segment = -1;
+    }
+    ++rk.pc;
+    advance(r);
+  } else {  // kEvLocal: a collective member finished a round's local reductions
+    const uint32_t inst = static_cast<uint32_t>((arg >> 2) & 0x3fffffu);
+    const int32_t m = static_cast<int32_t>(arg >> 24);
+    Member& mb = inst_[inst].members[m];
+    ++mb.round;
+    start_round(inst, m);
+  }
+}
+
+void StepExecutor::p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes) {
+  Rank& dst = ranks_[to];
+  (activation ? dst.act_posted : dst.grad_posted)[mb] = sim_.now();
+  uint64_t tag = (static_cast<uint64_t>(to) << 34) | (static_cast<uint64_t>(mb) << 2) | (activation ? 2u : 0u) |
+                 kTagP2p;
+  net_.start_flow(topo_.route(from, to), bytes, this, tag);
+}
+
+void StepExecutor::end_wait(int32_t r, des::TimeNs posted) {
+  Rank& rk = ranks_[r];
+  const des::TimeNs now = sim_.now();
+  (void)posted;
+  rk.bd.bubble_s += des::to_seconds(now - rk.wait_since);
+  const bool act = rk.wait == Wait::kRecvAct;
+  span(r, 0, fmt::format("recv {} mb{}", act ? "activation" : "gradient", rk.wait_mb), "bubble", rk.wait_since, now);
+  rk.wait = Wait::kNone;
+  ++rk.pc;
+  advance(r);
+}
+
+void StepExecutor::on_flow_done(uint64_t tag) {
+  if ((tag & 1) == kTagP2p) {
+    const int32_t r = static_cast<int32_t>(tag >> 34);
+    const int32_t mb = static_cast<int32_t>((tag >> 2) & 0xffffffffu);
+    const bool act = tag & 2;
+    Rank& rk = ranks_[r];
+    (act ? rk.act_arrived : rk.grad_arrived)[mb] = sim_.now();
+    if (rk.wait == (act ? Wait::kRecvAct : Wait::kRecvGrad) && rk.wait_mb == mb)
+      end_wait(r, (act ? rk.act_posted : rk.grad_posted)[mb]);
+    return;
+  }
+  const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
+  const uint32_t send = static_cast<uint32_t>(tag >> 23);
+  Instance& in = inst_[inst];
+  const auto& snd = in.plan->sends[send];
+  const int32_t src = in.plan->recvs[snd.recv].src;
+  in.arrived[snd.recv] = 1;
+  // the receiver counts the arrival now if it is in the receive's round
+  Member& dm = in.members[snd.dst];
+  if (dm.active) {
+    const auto& rd = in.plan->rounds[dm.round];
+    if (snd.recv >= rd.recv_begin && snd.recv < rd.recv_end && --dm.outstanding == 0) run_member(inst, snd.dst);
+  }
+  Member& sm = in.members[src];  // the sender is still in the send's round
+  if (--sm.outstanding == 0) run_member(inst, src);
+}
+
+void StepExecutor::try_start_comm(int32_t r) {
+  Rank& rk = ranks_[r];
+  if (rk.comm_busy || rk.next_bucket >= static_cast<int32_t>(rk.bucket_ready.size()) ||
+      !rk.bucket_ready[rk.next_bucket])
+    return;
+  rk.comm_busy = true;
+  rk.comm_start = sim_.now();
+  const uint32_t inst = inst_of_[rk.stage][rk.next_bucket];
+  Member& m = inst_[inst].members[rk.replica];
+  m.active = true;
+  m.round = inst_[inst].plan->first_round[rk.replica];
+  start_round(inst, rk.replica);
+}
+
+// Enters member m's current round: posts its sends and counts what it still waits for; a round with
+// nothing outstanding goes straight on to its local ops.
+void StepExecutor::start_round(uint32_t inst, int32_t m) {
+  Instance& in = inst_[inst];
+  Member& mb = in.members[m];
+  if (mb.round == in.plan->first_round[m + 1]) {
+    mb.active = false;
+    member_done(rank_of(m, in.stage));
+    return;
+  }
+  const auto& rd = in.plan->rounds[mb.round];
+  mb.outstanding = rd.send_end - rd.send_begin;
+  for (uint32_t k = rd.recv_begin; k < rd.recv_end; ++k) mb.outstanding += in.arrived[k] ? 0 : 1;
+  for (uint32_t k = rd.send_begin; k < rd.send_end; ++k) {
+    uint64_t tag = (static_cast<uint64_t>(k) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
+    net_.start_flow((*in.routes)[k], static_cast<double>(in.plan->sends[k].bytes), this, tag);
+  }
+  if (mb.outstanding == 0) run_member(inst, m);
+}
+
+// Member m has completed the transfers of its current round: run the local ops, then the next round.
+void StepExecutor::run_member(uint32_t inst, int32_t m) {
+  Instance& in = inst_[inst];
+  Member& mb = in.members[m];
+  if (mb.round == in.plan->first_round[m + 1]) {
+    start_round(inst, m);
+    return;
+  }
+  const auto& rd = in.plan->rounds[mb.round];
+  const int32_t r = rank_of(m, in.stage);
+  const RankSetup& rs = s_.ranks[r];
+  uint64_t local = rd.local_bytes;
+  if (mb.round + 1 == in.plan->first_round[m + 1]) local += in.plan->finish_bytes;
+  if (local > 0 && rs.local_bytes_per_s > 0) {
+    double t = static_cast<double>(local) / rs.local_bytes_per_s / rs.speed;
+    ranks_[r].bd.cpu_busy_s += t;
+    sim_.schedule_in(des::ceil_ns(t), this, (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | kEvLocal);
+    return;
+  }
+  ++mb.round;
+  start_round(inst, m);
+}
+
+void StepExecutor::member_done(int32_t r) {
+  Rank& rk = ranks_[r];
+  span(r, 1, fmt::format("allreduce bucket {}", rk.next_bucket), "allreduce", rk.comm_start, sim_.now());
+  rk.comm_busy = false;
+  ++rk.buckets_done;
+  ++rk.next_bucket;
+  try_start_comm(r);
+  if (rk.wait == Wait::kAllreduce && rk.buckets_done == static_cast<int32_t>(rk.bucket_ready.size())) {
+    rk.bd.comm_exposed_s += des::to_seconds(sim_.now() - rk.wait_since);
+    span(r, 0, "wait allreduce", "comm", rk.wait_since, sim_.now());
+    rk.wait = Wait::kNone;
+    advance(r);
+  }
+}
+
+}  // namespace
+
+StepResult simulate_step(const StepSetup& setup, network::Topology& topology, des::Simulator& sim) {
+  StepExecutor ex(setup, topology, sim);
+  return ex.run();
+}
+
+}  // namespace tandem::simulator

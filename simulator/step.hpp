@@ -1,0 +1,76 @@
+#pragma once
+// One training step executed on a modelled cluster: every rank runs its stage's pipeline plan
+// (engine/parallel/schedule.hpp) on a compute stream, point-to-point activations and gradients
+// travel as flows, and gradient buckets are all-reduced with the runtime's collective plans
+// (compiled_plan.hpp) on a communication stream that overlaps the rest of backward.
+//
+// Ranks are laid out replica-major: rank = replica * pp + stage, and rank r runs on topology
+// endpoint r. Each rank's step time splits exactly into compute (at full speed), throttled compute
+// (the extra time a slowed CPU takes), exposed communication (waiting for all-reduces), bubble
+// (blocked receiving activations or gradients from a neighbouring stage, the transfer included, and
+// a pipeline stage's time after it finished) and idle (a data-parallel rank done before the step
+// ends). These are the runtime's definitions (engine/parallel/step_trace.hpp), so predicted and
+// measured splits compare directly.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/parallel/schedule.hpp"
+#include "simulator/compiled_plan.hpp"
+#include "simulator/network/topology.hpp"
+
+namespace tandem::simulator {
+
+struct RankSetup {
+  double speed = 1.0;                 // compute speed factor (< 1: throttled CPU, swapping)
+  double local_bytes_per_s = 0;       // memory bandwidth for the plans' local reductions; 0: free
+  std::vector<double> forward_s;      // per micro-batch, at full speed
+  std::vector<double> backward_s;     // per micro-batch, at full speed
+  std::vector<double> bucket_backward_s;  // the last backward split by gradient bucket (bucket order)
+  double optimizer_s = 0;
+};
+
+struct StepSetup {
+  engine::parallel::PipelinePlan pipeline;
+  int32_t dp = 1, pp = 1;
+  std::vector<RankSetup> ranks;                 // dp * pp
+  std::vector<std::vector<double>> boundary_bytes;  // [stage s -> s+1][micro-batch] activation bytes
+  // [stage][bucket]: the all-reduce plan over the stage's data-parallel group (member d = replica d)
+  std::vector<std::vector<const CompiledPlan*>> bucket_plans;
+  bool overlap = true;                          // all-reduce buckets during backward (else after it)
+  bool record_trace = false;
+  bool symmetric = true;                        // allow symmetric execution where provably identical
+};
+
+struct RankBreakdown {
+  double finish_s = 0;
+  double compute_s = 0;
+  double throttled_s = 0;
+  double comm_exposed_s = 0;
+  double bubble_s = 0;
+  double idle_s = 0;
+  double cpu_busy_s = 0;   // compute plus local reductions, at the rank's speed (for CPU credits)
+};
+
+struct TraceSpan {
+  int32_t rank;
+  int32_t lane;  // 0 the training thread, 1 all-reduces (as the runtime's trace)
+  std::string name;
+  const char* category;  // "compute", "bubble", "comm", "allreduce"
+  double start_s, end_s;
+};
+
+struct StepResult {
+  double step_s = 0;
+  std::vector<RankBreakdown> ranks;
+  std::vector<TraceSpan> trace;
+  uint64_t events = 0;
+  uint64_t flows = 0;
+  bool symmetric_used = false;  // the data-parallel all-reduces ran in symmetric (one-rank) mode
+};
+
+// Runs one step on `topology` (whose network and simulator must be fresh). Throws kInternal if the
+// plans deadlock (some rank never finishes).
+StepResult simulate_step(const StepSetup& setup, network::Topology& topology, des::Simulator& sim);
+
+}  // namespace tandem::simulator
