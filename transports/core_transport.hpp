@@ -22,6 +22,7 @@ class CoreTransport final : public Transport {
   int size() const override { return core_->size(); }
   Capabilities capabilities() const override { return caps_; }
   void progress() override { core_->progress(); }
+  void wait_for_progress(std::chrono::microseconds timeout) override { core_->wait_for_progress(timeout); }
 
   std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
     check(peer, tag, "send to");

@@ -19,7 +19,9 @@
 //    rendezvous on inproc and ucx), so post receives before waiting on sends, as with MPI_Send.
 //  - Peer failure: when a peer's transport is destroyed (or, for zmq/ucx, its process dies), every
 //    receive pending from it fails with kPeerFailure naming that rank, and so do later receives
-//    from it and sends to it; messages it finished sending before are still delivered.
+//    from it and sends to it; messages it finished sending before are still delivered (for a
+//    process that dies: those that had left it -- a completed small zmq send may still have been
+//    queued inside the dead process).
 //  - Lifetimes: requests may outlive their transport. Destroying an incomplete request cancels it;
 //    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
 //    Destroying a transport cancels its own incomplete requests (their test() throws kTransport).
@@ -34,6 +36,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tandem::transports {
@@ -97,6 +100,16 @@ class Transport {
   virtual std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) = 0;
   // Drives completions; never blocks.
   virtual void progress() = 0;
+  // Blocks the calling thread for at most `timeout` until this transport may have something new
+  // (a message arrived, a send completed, a peer failed), then drives progress. Returning early or
+  // spuriously is allowed. Use it in waiting loops instead of spinning on test(): on a machine
+  // with few cores a spinning waiter starves the transport's own I/O threads (zmq). The default
+  // drives progress and yields.
+  virtual void wait_for_progress(std::chrono::microseconds timeout) {
+    (void)timeout;
+    progress();
+    std::this_thread::yield();
+  }
 };
 
 // Creates and connects a transport for one rank. Collective over the `size` ranks sharing the key

@@ -325,6 +325,41 @@ BOOST_DATA_TEST_CASE(a_receive_from_a_peer_that_closes_fails_naming_it, kTranspo
   }
 }
 
+BOOST_DATA_TEST_CASE(wait_for_progress_wakes_when_a_message_arrives, kTransports* bdata::make({2}), name, n) {
+  // Waits with a long timeout: a wake-up the transport forgets shows as a wait of the full 500 ms
+  // (a message that is already there must not cost a wait at all).
+  run_ranks(name, n, [](Rank& r) {
+    const int peer = 1 - r.rank;
+    std::chrono::milliseconds longest{0};
+    for (int round = 0; round < 20; ++round) {
+      const size_t bytes = round % 2 ? 200000 : 64;
+      auto out = payload(r.rank, peer, round, bytes);
+      std::vector<unsigned char> in(bytes);
+      auto rq = recv_bytes(r.t, peer, 8, in);
+      if (r.rank == 1) {
+        auto sq = send_bytes(r.t, peer, 8, out);
+        for (auto* q : {&rq, &sq}) {
+          while (!(*q)->test()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            r.t.wait_for_progress(std::chrono::milliseconds(500));
+            longest = std::max(longest, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0));
+          }
+        }
+      } else {
+        while (!rq->test()) {
+          const auto t0 = std::chrono::steady_clock::now();
+          r.t.wait_for_progress(std::chrono::milliseconds(500));
+          longest = std::max(longest, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0));
+        }
+        auto sq = send_bytes(r.t, peer, 8, out);
+        wait(r.t, *sq);
+      }
+      CHECK_RANK(in == payload(peer, r.rank, round, bytes), "round " << round);
+    }
+    CHECK_RANK(longest < std::chrono::milliseconds(400), "a wait took " << longest.count() << " ms");
+  });
+}
+
 BOOST_AUTO_TEST_CASE(an_unknown_transport_name_lists_the_known_ones) {
   MemoryStore store;
   try {

@@ -63,10 +63,9 @@ inline TransportOptions options_for(const std::string& name, int rank, int size,
 inline void wait(Transport& t, Request& r, std::chrono::milliseconds deadline = kWaitDeadline) {
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (!r.test()) {
-    t.progress();
     if (std::chrono::steady_clock::now() > until)
       TANDEM_THROW(Status::kTimeout, "rank {}: request not complete after {} ms", t.rank(), deadline.count());
-    std::this_thread::yield();
+    t.wait_for_progress(std::chrono::milliseconds(1));
   }
 }
 
@@ -75,8 +74,7 @@ inline bool poll_for(Transport& t, Request& r, std::chrono::milliseconds deadlin
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (std::chrono::steady_clock::now() < until) {
     if (r.test()) return true;
-    t.progress();
-    std::this_thread::yield();
+    t.wait_for_progress(std::chrono::milliseconds(1));
   }
   return r.test();
 }

@@ -143,8 +143,9 @@ BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
           std::vector<unsigned char> junk(100000);
           for (auto& c : junk) c = static_cast<unsigned char>(rng());
           spray_tcp(endpoint, junk);
-          std::vector<unsigned char> greeting = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // ZMTP-looking start
-          greeting.insert(greeting.end(), junk.begin(), junk.begin() + 1000);
+          std::vector<unsigned char> greeting(junk.begin(), junk.begin() + 1012);
+          const unsigned char zmtp[] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // a ZMTP-looking start
+          std::copy(std::begin(zmtp), std::end(zmtp), greeting.begin());
           spray_tcp(endpoint, greeting);
           ::zmq::context_t ctx;
           for (int kind = 0; kind < 3; ++kind) {

@@ -66,6 +66,21 @@ struct Fabric {
   const int size;
   std::vector<std::unique_ptr<Mailbox>> boxes;
 
+  // Wakes rank r's wait_for_progress when another thread completes one of its requests.
+  struct Signal {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t seq = 0;
+  };
+  std::vector<Signal> signals = std::vector<Signal>(static_cast<size_t>(size));
+  void notify(int r) {
+    {
+      std::lock_guard l(signals[r].mu);
+      ++signals[r].seq;
+    }
+    signals[r].cv.notify_all();
+  }
+
   // Membership, guarded by members_mu (mailbox locks are taken after it, never before).
   std::mutex members_mu;
   std::condition_variable members_cv;
@@ -195,6 +210,12 @@ class InprocTransport final : public Transport {
   int size() const override { return size_; }
   Capabilities capabilities() const override { return Capabilities{.shared_memory = true}; }
   void progress() override {}
+  void wait_for_progress(std::chrono::microseconds timeout) override {
+    auto& sig = fabric_->signals[rank_];
+    std::unique_lock l(sig.mu);
+    sig.cv.wait_for(l, timeout, [&] { return sig.seq != last_seen_; });
+    last_seen_ = sig.seq;
+  }
 
   std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
     check_peer(peer, tag, "send to");
@@ -214,6 +235,7 @@ class InprocTransport final : public Transport {
         if (it->second.empty()) box.posted.erase(it);
         op->parts.assign(parts.begin(), parts.end());
         deliver(*op, *recv);
+        fabric_->notify(peer);
       } else {
         if (op->bytes <= kEagerBytes) {
           op->owned.resize(op->bytes);
@@ -243,7 +265,9 @@ class InprocTransport final : public Transport {
         std::shared_ptr<SendOp> send = std::move(it->second.front());
         it->second.pop_front();
         if (it->second.empty()) box.unexpected.erase(it);
+        const bool rendezvous = send->done.pending();
         deliver(*send, *op);
+        if (rendezvous) fabric_->notify(peer);
       } else if (fabric_->closed(peer)) {
         op->done.fail(Status::kPeerFailure, fmt::format("inproc: receive from rank {} tag {}: rank {} has closed its transport",
                                                         peer, tag, peer));
@@ -302,11 +326,13 @@ class InprocTransport final : public Transport {
     } catch (const std::exception& e) {
       log::error("inproc: closing rank {}: {}", rank_, e.what());
     }
+    for (int q = 0; q < size_; ++q) f.notify(q);
     fabric_.reset();
   }
 
   int rank_, size_;
   std::shared_ptr<Fabric> fabric_;
+  uint64_t last_seen_ = 0;  // signals[rank_].seq at the last wait_for_progress (guarded by its mutex)
 };
 
 }  // namespace

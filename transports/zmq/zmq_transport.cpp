@@ -1,5 +1,8 @@
 #include "transports/zmq/zmq_transport.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include <algorithm>
@@ -46,10 +49,16 @@ struct SendOp {
   uint64_t tag = 0;
   size_t bytes = 0;
   std::atomic<size_t> frames_left{1};  // zero-copy frames ZeroMQ still holds, plus the sender's guard
+  int notify_fd = -1;                   // the core's eventfd: wakes wait_for_progress
   Completion done;
 
-  void release_one() noexcept {
-    if (frames_left.fetch_sub(1, std::memory_order_acq_rel) == 1) done.complete(bytes, false);
+  void release_one(bool notify) noexcept {
+    if (frames_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    done.complete(bytes, false);
+    if (notify && notify_fd >= 0) {
+      const uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(notify_fd, &one, sizeof one);
+    }
   }
 };
 
@@ -57,7 +66,7 @@ struct SendOp {
 // to the kernel (or dropped with its connection).
 void release_frame(void* /*data*/, void* hint) noexcept {
   std::unique_ptr<std::shared_ptr<SendOp>> ref(static_cast<std::shared_ptr<SendOp>*>(hint));
-  (*ref)->release_one();
+  (*ref)->release_one(true);
 }
 
 // A message being received (or fully received but not yet matched).
@@ -78,6 +87,7 @@ struct Peer {
   std::string identity;                      // its DEALER's routing id, as our ROUTER addresses it
   std::unique_ptr<::zmq::socket_t> rx;       // our DEALER, connected to its ROUTER: data from it
   std::unique_ptr<::zmq::socket_t> monitor;  // PAIR receiving rx's connection events
+  int rx_fd = -1, monitor_fd = -1;           // their ZMQ_FDs, for wait_for_progress
   bool hello = false;
   PeerState state = PeerState::kAlive;
   std::string why;  // why it is no longer alive
@@ -150,6 +160,7 @@ class Core {
   std::shared_ptr<SendOp> send(int peer, uint64_t tag, std::span<const ConstPart> parts);
   std::shared_ptr<RecvOp> recv(int peer, uint64_t tag, std::span<const MutPart> parts);
   void progress();
+  void wait_for_progress(std::chrono::microseconds timeout);
   void cancel(const std::shared_ptr<RecvOp>& op);
   void cancel(const std::shared_ptr<SendOp>& op);
   void shutdown() noexcept;
@@ -159,7 +170,8 @@ class Core {
   void send_segments(Peer& p, SendOp& op, const std::shared_ptr<SendOp>& ref, std::span<const ConstPart> parts);
   void send_frames(const std::string& identity, std::vector<::zmq::message_t>& frames);
   void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
-  void drain_peer(int peer, int max_segments);
+  // Returns false when it stopped at max_segments with more possibly queued.
+  bool drain_peer(int peer, int max_segments);
   void handle_segment(int peer, std::vector<::zmq::message_t>& frames);
   void start_incoming(int peer, const WireHeader& h);
   void peer_gone(int peer, PeerState state, const std::string& why);
@@ -177,12 +189,17 @@ class Core {
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<RecvOp>>, MatchKeyHash> posted_;
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Incoming>>, MatchKeyHash> unexpected_;
   Clock::time_point next_monitor_check_{};
+  int notify_fd_ = -1;   // eventfd written when a zero-copy send completes on an IO thread
+  bool backlog_ = false;  // the last progress() left segments queued
   size_t strays_ = 0;
   int rr_ = 0;
 };
 
 Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), ctx_(io_threads_from_env()), peers_(o.size) {
   TANDEM_REQUIRE(o.store != nullptr, "zmq: rank {} needs a KvStore to exchange addresses", o.rank);
+  notify_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TANDEM_CHECK(notify_fd_ >= 0, Status::kTransport, "zmq: rank {} cannot create an eventfd: {}", rank_,
+               std::strerror(errno));
   try {
     connect(o);
   } catch (const ::zmq::error_t& e) {
@@ -242,6 +259,8 @@ void Core::connect(const TransportOptions& o) {
     peer.monitor = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::pair);
     peer.monitor->connect(mon);
     peer.rx->connect(value.substr(0, space));
+    peer.rx_fd = peer.rx->get(::zmq::sockopt::fd);
+    peer.monitor_fd = peer.monitor->get(::zmq::sockopt::fd);
     ::zmq::message_t hello = header_frame(Kind::kHello, rank_, 0, 0, 0, 0);
     peer.rx->send(hello, ::zmq::send_flags::dontwait);
   }
@@ -368,6 +387,7 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
   op->peer = peer;
   op->tag = tag;
   op->bytes = total_bytes(parts);
+  op->notify_fd = notify_fd_;
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport, fmt::format("zmq: rank {} sends to rank {} on a destroyed transport", rank_, peer));
@@ -391,7 +411,7 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
                   fmt::format("zmq: send to rank {} tag {} failed: {}", peer, tag,
                               gone ? fmt::format("rank {} is no longer connected", peer) : std::string(e.what())));
   }
-  op->release_one();  // the sender's guard: completes now unless frames are still in flight
+  op->release_one(false);  // the sender's guard: completes now unless frames are still in flight
   if (op->done.pending()) {
     std::erase_if(p.in_flight, [](const std::weak_ptr<SendOp>& w) { return w.expired(); });
     p.in_flight.push_back(op);
@@ -487,20 +507,22 @@ void Core::handle_segment(int peer, std::vector<::zmq::message_t>& frames) {
   }
 }
 
-void Core::drain_peer(int peer, int max_segments) {
+bool Core::drain_peer(int peer, int max_segments) {
   Peer& p = peers_[peer];
-  for (int n = 0; n < max_segments && p.rx && p.state == PeerState::kAlive; ++n) {
+  for (int n = 0; n < max_segments; ++n) {
+    if (!p.rx || p.state != PeerState::kAlive) return true;
     ::zmq::message_t head;
-    if (!p.rx->recv(head, ::zmq::recv_flags::dontwait)) return;
+    if (!p.rx->recv(head, ::zmq::recv_flags::dontwait)) return true;
     std::vector<::zmq::message_t> frames;
     frames.push_back(std::move(head));
     if (!recv_rest(*p.rx, frames[0], frames, kMaxFramesPerSegment)) {
       log::error("zmq: rank {} got a segment with more than {} frames from rank {}", rank_, kMaxFramesPerSegment, peer);
       peer_gone(peer, PeerState::kLost, fmt::format("rank {} sent a segment with too many frames", peer));
-      return;
+      return true;
     }
     handle_segment(peer, frames);
   }
+  return false;
 }
 
 void Core::peer_gone(int peer, PeerState state, const std::string& why) {
@@ -535,6 +557,7 @@ void Core::peer_gone(int peer, PeerState state, const std::string& why) {
   if (p.rx) zmq_socket_monitor(p.rx->handle(), nullptr, 0);
   p.monitor.reset();
   p.rx.reset();
+  p.rx_fd = p.monitor_fd = -1;
   if (state == PeerState::kLost) log::warn("zmq: rank {}: {}", rank_, why);
 }
 
@@ -561,9 +584,10 @@ void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
   try {
+    backlog_ = false;
     for (int i = 0; i < size_; ++i) {
       const int peer = (rr_ + i) % size_;
-      if (peer != rank_) drain_peer(peer, kMaxSegmentsPerPoll);
+      if (peer != rank_ && !drain_peer(peer, kMaxSegmentsPerPoll)) backlog_ = true;
     }
     rr_ = (rr_ + 1) % size_;
     const auto now = Clock::now();
@@ -575,6 +599,29 @@ void Core::progress() {
   } catch (const ::zmq::error_t& e) {
     TANDEM_THROW(Status::kTransport, "zmq: rank {} progress failed: {}", rank_, e.what());
   }
+}
+
+void Core::wait_for_progress(std::chrono::microseconds timeout) {
+  progress();
+  std::vector<pollfd> fds;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_ || backlog_) return;
+    fds.push_back({notify_fd_, POLLIN, 0});
+    // A ZMQ_FD is readable while its socket has unprocessed commands (a new message, a
+    // connection event); progress() above consumed them, so anything new wakes the poll.
+    for (const auto& p : peers_) {
+      if (p.rx_fd >= 0) fds.push_back({p.rx_fd, POLLIN, 0});
+      if (p.monitor_fd >= 0) fds.push_back({p.monitor_fd, POLLIN, 0});
+    }
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t count;
+    [[maybe_unused]] auto n = ::read(notify_fd_, &count, sizeof count);
+  }
+  progress();
 }
 
 void Core::cancel(const std::shared_ptr<RecvOp>& op) {
@@ -634,6 +681,8 @@ void Core::shutdown() noexcept {
   }
   tx_.reset();   // lingers at most kLingerMs for queued segments (the goodbyes included)
   ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
+  if (notify_fd_ >= 0) ::close(notify_fd_);  // no frame is left to write to it
+  notify_fd_ = -1;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // A rank in a separate process, for the transport tests that need a peer to die for real.
 //   transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE
 // Connects, sends 100 bytes (payload(rank, 1, 9, 100)) with tag 3 to rank 1, waits until the
-// send completes, then kills itself with SIGKILL: no goodbye, no destructor.
+// send completes and 200 ms more (a completed small zmq send may still sit in ZeroMQ's queue; the
+// test is about what reached the peer), then kills itself with SIGKILL: no goodbye, no destructor.
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
     ConstPart p{data.data(), data.size()};
     auto rq = t->isend(1, 3, std::span<const ConstPart>(&p, 1));
     testing::wait(*t, *rq);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (std::chrono::steady_clock::now() < until) t->wait_for_progress(std::chrono::milliseconds(10));
     std::raise(SIGKILL);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_peer: %s\n", e.what());
