@@ -1,0 +1,136 @@
+#include "engine/parallel/parallel_config.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::engine::parallel {
+
+const char* strategy_name(Strategy s) noexcept {
+  switch (s) {
+    case Strategy::kSingle: return "single";
+    case Strategy::kDdp: return "ddp";
+    case Strategy::kPipeline: return "pipeline";
+    case Strategy::kHybrid: return "hybrid";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(std::string_view s) {
+  if (s == "single") return Strategy::kSingle;
+  if (s == "ddp" || s == "dp") return Strategy::kDdp;
+  if (s == "pipeline" || s == "pp") return Strategy::kPipeline;
+  if (s == "hybrid") return Strategy::kHybrid;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown strategy \"{}\" (single, ddp, pipeline, hybrid)", s);
+}
+
+const char* compression_name(GradCompression c) noexcept {
+  switch (c) {
+    case GradCompression::kNone: return "none";
+    case GradCompression::kF16: return "fp16";
+    case GradCompression::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+GradCompression parse_compression(std::string_view s) {
+  if (s == "none" || s == "f32" || s == "fp32") return GradCompression::kNone;
+  if (s == "fp16" || s == "f16") return GradCompression::kF16;
+  if (s == "bf16") return GradCompression::kBF16;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown gradient compression \"{}\" (none, fp16, bf16)", s);
+}
+
+PartitionCost parse_partition_cost(std::string_view s) {
+  if (s == "flops") return PartitionCost::kFlops;
+  if (s == "measured") return PartitionCost::kMeasured;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown partition cost \"{}\" (flops, measured)", s);
+}
+
+Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, int64_t batch_size) {
+  TANDEM_REQUIRE(world >= 1 && rank >= 0 && rank < world, "rank {} is outside a world of {}", rank, world);
+  TANDEM_REQUIRE(c.dp >= 0 && c.pp >= 0, "--dp and --pp must be >= 1 (got dp={}, pp={})", c.dp, c.pp);
+  const char* name = strategy_name(c.strategy);
+  switch (c.strategy) {
+    case Strategy::kSingle:
+      TANDEM_REQUIRE(world == 1,
+                     "strategy single trains on one rank but the world has {} ranks (use --strategy ddp, pipeline "
+                     "or hybrid, or launch one rank)",
+                     world);
+      TANDEM_REQUIRE(c.dp <= 1 && c.pp <= 1, "strategy single needs dp=1 and pp=1 (got dp={}, pp={})", c.dp, c.pp);
+      c.dp = c.pp = 1;
+      break;
+    case Strategy::kDdp:
+      TANDEM_REQUIRE(c.pp <= 1, "strategy ddp has no pipeline stages (got pp={}; use --strategy hybrid)", c.pp);
+      TANDEM_REQUIRE(c.dp == 0 || c.dp == world, "strategy ddp: dp={} but the world has {} ranks (ddp uses dp = world)",
+                     c.dp, world);
+      c.dp = world;
+      c.pp = 1;
+      break;
+    case Strategy::kPipeline:
+      TANDEM_REQUIRE(c.dp <= 1, "strategy pipeline has no data parallelism (got dp={}; use --strategy hybrid)", c.dp);
+      TANDEM_REQUIRE(c.pp == 0 || c.pp == world,
+                     "strategy pipeline: pp={} but the world has {} ranks (pipeline uses pp = world)", c.pp, world);
+      c.dp = 1;
+      c.pp = world;
+      break;
+    case Strategy::kHybrid:
+      if (c.dp == 0 && c.pp == 0) {
+        TANDEM_THROW(Status::kInvalidArgument, "strategy hybrid needs --dp and/or --pp (world {} = dp x pp)", world);
+      } else if (c.dp == 0) {
+        TANDEM_REQUIRE(world % c.pp == 0, "world size {} is not divisible by pp={} (strategy hybrid, world = dp x pp)",
+                       world, c.pp);
+        c.dp = world / c.pp;
+      } else if (c.pp == 0) {
+        TANDEM_REQUIRE(world % c.dp == 0, "world size {} is not divisible by dp={} (strategy hybrid, world = dp x pp)",
+                       world, c.dp);
+        c.pp = world / c.dp;
+      }
+      TANDEM_REQUIRE(world % (c.dp * c.pp) == 0,
+                     "world size {} is not divisible by dp x pp = {} x {} = {} (strategy hybrid needs world = dp x pp)",
+                     world, c.dp, c.pp, c.dp * c.pp);
+      TANDEM_REQUIRE(world == c.dp * c.pp,
+                     "world size {} is not dp x pp = {} x {} = {} (strategy hybrid needs world = dp x pp; with {} "
+                     "ranks try --dp {} --pp {})",
+                     world, c.dp, c.pp, c.dp * c.pp, world, world / c.pp, c.pp);
+      break;
+  }
+  TANDEM_REQUIRE(c.pp <= num_layers, "{} pipeline stages but the model has only {} layers (strategy {}, pp={})", c.pp,
+                 num_layers, name, c.pp);
+  TANDEM_REQUIRE(batch_size >= 1, "batch size must be >= 1 (got {})", batch_size);
+  TANDEM_REQUIRE(c.micro_batches >= 1, "micro-batches must be >= 1 (got {})", c.micro_batches);
+  TANDEM_REQUIRE(c.micro_batches <= batch_size,
+                 "{} micro-batches are more than the {} samples of a batch (each micro-batch needs at least one; "
+                 "the batch size is per data-parallel rank)",
+                 c.micro_batches, batch_size);
+  TANDEM_REQUIRE(c.accumulation >= 1, "gradient accumulation must be >= 1 batch (got {})", c.accumulation);
+  TANDEM_REQUIRE(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 4096,
+                 "bucket size must be in (0, 4096] MiB (got {})", c.bucket_mb);
+  if (!c.boundaries.empty()) {
+    TANDEM_REQUIRE(static_cast<int>(c.boundaries.size()) == c.pp + 1,
+                   "explicit stage cut has {} boundaries, {} stages need {}", c.boundaries.size(), c.pp, c.pp + 1);
+    TANDEM_REQUIRE(c.boundaries.front() == 0 && c.boundaries.back() == num_layers,
+                   "explicit stage cut must run from layer 0 to {} (got {} .. {})", num_layers, c.boundaries.front(),
+                   c.boundaries.back());
+    for (size_t i = 1; i < c.boundaries.size(); ++i)
+      TANDEM_REQUIRE(c.boundaries[i] > c.boundaries[i - 1], "explicit stage cut: stage {} is empty ({} -> {})", i - 1,
+                     c.boundaries[i - 1], c.boundaries[i]);
+  }
+  Grid g;
+  g.world = world;
+  g.rank = rank;
+  g.dp = c.dp;
+  g.pp = c.pp;
+  g.stage = rank % c.pp;
+  g.dp_rank = rank / c.pp;
+  return g;
+}
+
+std::string describe(const ParallelConfig& c) {
+  return fmt::format("{} dp={} pp={} micro_batches={} schedule={} bucket_mb={} compression={} accumulation={}",
+                     strategy_name(c.strategy), c.dp, c.pp, c.micro_batches, schedule_name(c.schedule), c.bucket_mb,
+                     compression_name(c.compression), c.accumulation);
+}
+
+}  // namespace tandem::engine::parallel

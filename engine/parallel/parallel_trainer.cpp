@@ -1,0 +1,745 @@
+#include "engine/parallel/parallel_trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "engine/train/checkpoint.hpp"
+
+namespace tandem::engine::parallel {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Tags of the world communicator's point-to-point messages (the pipeline's use their own communicator).
+constexpr uint32_t kTagCheckpoint = 11;
+constexpr uint32_t kTagTraceSize = 12;
+constexpr uint32_t kTagTraceBody = 13;
+
+// Blocking helpers over a communicator's host buffers.
+void broadcast_tensor(comm::Communicator& c, compute::Backend& be, Tensor t, int root) {
+  if (t.numel() == 0) return;
+  if (be.device().is_cpu()) {
+    c.broadcast(t.data<float>(), static_cast<size_t>(t.numel()), DType::kF32, root)->wait();
+    return;
+  }
+  Tensor h = be.to_host(t);
+  c.broadcast(h.data<float>(), static_cast<size_t>(h.numel()), DType::kF32, root)->wait();
+  be.copy(h, t);
+}
+
+std::vector<float> host_floats(compute::Backend& be, const Tensor& t) {
+  if (t.numel() == 0) return {};
+  const Tensor h = be.to_host(t);
+  const float* p = h.data<float>();
+  return {p, p + h.numel()};
+}
+
+void copy_floats(compute::Backend& be, const float* src, Tensor dst) {
+  if (dst.numel() == 0) return;
+  be.copy(Tensor::wrap(const_cast<float*>(src), dst.shape(), DType::kF32), dst);
+}
+
+// Samples i with i % parts == part (evaluation shard of one replica; no padding, so every test
+// sample is scored exactly once over the replicas).
+data::Dataset shard_of(const data::Dataset& d, int part, int parts) {
+  data::Dataset s;
+  s.name = d.name;
+  s.channels = d.channels;
+  s.height = d.height;
+  s.width = d.width;
+  s.num_classes = d.num_classes;
+  const int64_t ss = d.sample_size();
+  for (int64_t i = part; i < d.size(); i += parts) {
+    s.pixels.insert(s.pixels.end(), d.sample(i), d.sample(i) + ss);
+    s.labels.push_back(d.labels[static_cast<size_t>(i)]);
+  }
+  return s;
+}
+
+uint64_t hash_bounds(const std::vector<int32_t>& b) {
+  uint64_t h = 0x626f756e6473;
+  for (int32_t v : b) h = mix64(h, static_cast<uint64_t>(v));
+  return h;
+}
+
+}  // namespace
+
+ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, const data::Dataset* test,
+                                 train::TrainerConfig config, ParallelConfig parallel, comm::Communicator* world)
+    : model_(model),
+      train_(train),
+      test_(test),
+      config_(std::move(config)),
+      pc_(std::move(parallel)),
+      world_(world != nullptr && world->size() > 1 ? world : nullptr),
+      grid_(resolve_grid(pc_, world != nullptr ? world->size() : 1, world != nullptr ? world->rank() : 0,
+                         static_cast<int64_t>(model.num_layers()), config_.batch_size)),
+      tracer_(pc_.trace),
+      sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
+      rng_(mix64(config_.seed, 0x747261696e)) {
+  // ---- 1. local checks (the same verdict on every rank) ----
+  config_.world = grid_.dp;
+  config_.rank = grid_.dp_rank;
+  config_.validate();
+  const nn::SampleShape in = model_.spec().input;
+  auto check_data = [&](const data::Dataset& d) {
+    TANDEM_REQUIRE(d.channels * d.height * d.width == in.numel() &&
+                       (in.h * in.w == 1 || (d.channels == in.c && d.height == in.h && d.width == in.w)),
+                   "dataset '{}' has samples {}x{}x{} but model '{}' takes {}", d.name, d.channels, d.height, d.width,
+                   model_.spec().name, nn::to_string(in));
+    TANDEM_REQUIRE(d.num_classes <= model_.spec().num_classes(), "dataset '{}' has {} classes but model '{}' outputs {}",
+                   d.name, d.num_classes, model_.spec().name, model_.spec().num_classes());
+  };
+  check_data(train_);
+  if (test_ != nullptr) check_data(*test_);
+  TANDEM_REQUIRE(static_cast<int64_t>(pc_.micro_batches) * pc_.accumulation <= 0xffff,
+                 "{} micro-batches x {} accumulation steps exceed the 65535 micro-batches a step may have",
+                 pc_.micro_batches, pc_.accumulation);
+  const auto L = static_cast<int32_t>(model_.num_layers());
+  if (!pc_.boundaries.empty()) {
+    bounds_ = pc_.boundaries;
+  } else if (pc_.partition == PartitionCost::kFlops || grid_.pp == 1) {
+    std::vector<double> cost(static_cast<size_t>(L));
+    for (int32_t i = 0; i < L; ++i) {
+      const nn::LayerSpec& l = model_.spec().layers[static_cast<size_t>(i)];
+      cost[static_cast<size_t>(i)] = l.fwd_flops + l.bwd_flops();
+    }
+    bounds_ = partition_layers(cost, grid_.pp);
+  }
+
+  // ---- 2. every rank agrees on the settings (and so on the steps per epoch) ----
+  data::LoaderOptions lo;
+  lo.batch_size = config_.batch_size * pc_.accumulation;
+  lo.augment = train::default_augment(train_, config_.normalize, config_.augment);
+  lo.train = true;
+  lo.prefetch = config_.prefetch;
+  lo.seed = config_.seed;
+  loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
+  agree_on_settings();
+  if (bounds_.empty()) bounds_ = partition_layers(measure_layer_costs(), grid_.pp);
+  first_ = bounds_[static_cast<size_t>(grid_.stage)];
+  end_ = bounds_[static_cast<size_t>(grid_.stage) + 1];
+
+  // ---- 3. groups, replicated state, optimizer, plan ----
+  if (world_ != nullptr) {
+    if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
+    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.stage, grid_.dp_rank);
+  }
+  broadcast_replica_state();
+  optimizer_ = std::make_unique<optim::Optimizer>(
+      model_.backend(), config_.optimizer,
+      std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_))});
+  schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
+  const PipelinePlan& plan = plan_for(pc_.micro_batches * pc_.accumulation);
+  if (dp_comm_) {
+    reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
+                                                 plan.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
+                                                 pc_.compression, tracer_);
+  }
+  executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
+                                              reducer_.get(), tracer_);
+  if (world_ != nullptr) world_->barrier()->wait();
+  tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
+}
+
+ParallelTrainer::~ParallelTrainer() {
+  executor_.reset();
+  reducer_.reset();
+}
+
+void ParallelTrainer::agree_on_settings() {
+  if (world_ == nullptr) return;
+  const optim::OptimizerConfig& oc = config_.optimizer;
+  float lr = oc.lr;
+  uint32_t lr_bits;
+  std::memcpy(&lr_bits, &lr, sizeof lr_bits);
+  const std::vector<std::pair<const char*, int64_t>> mine = {
+      {"strategy", static_cast<int64_t>(pc_.strategy)},
+      {"dp", pc_.dp},
+      {"pp", pc_.pp},
+      {"micro_batches", pc_.micro_batches},
+      {"schedule", static_cast<int64_t>(pc_.schedule)},
+      {"accumulation", pc_.accumulation},
+      {"bucket bytes", static_cast<int64_t>(pc_.bucket_mb * 1048576.0)},
+      {"compression", static_cast<int64_t>(pc_.compression)},
+      {"partition", static_cast<int64_t>(pc_.partition)},
+      {"stage cut", static_cast<int64_t>(hash_bounds(bounds_) >> 1)},
+      {"batch size", config_.batch_size},
+      {"model layers", static_cast<int64_t>(model_.num_layers())},
+      {"model parameters", model_.params().numel()},
+      {"training samples", train_.size()},
+      {"test samples", test_ != nullptr ? test_->size() : -1},
+      {"steps per epoch", batches_per_epoch()},
+      {"seed", static_cast<int64_t>(config_.seed)},
+      {"epochs", config_.epochs},
+      {"optimizer", static_cast<int64_t>(oc.kind)},
+      {"learning rate", static_cast<int64_t>(lr_bits)},
+      {"limit_batches", config_.limit_batches},
+      {"eval_limit_batches", config_.eval_limit_batches},
+      {"augment", config_.augment ? 1 : 0},
+      {"normalize", config_.normalize ? 1 : 0},
+      {"deterministic", world_->options().deterministic ? 1 : 0},
+  };
+  const size_t K = mine.size();
+  std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));
+  for (size_t k = 0; k < K; ++k) send[k] = mine[k].second;
+  world_->allgather(send.data(), all.data(), K, DType::kI64)->wait();
+  for (int r = 1; r < world_->size(); ++r) {
+    for (size_t k = 0; k < K; ++k) {
+      const int64_t theirs = all[static_cast<size_t>(r) * K + k], first = all[k];
+      TANDEM_CHECK(theirs == first, Status::kMismatch,
+                   "ranks disagree on the training configuration: rank {} has {} = {} but rank 0 has {} (every rank "
+                   "must be started with the same settings)",
+                   r, mine[k].first, theirs, first);
+    }
+  }
+}
+
+std::vector<double> ParallelTrainer::measure_layer_costs() {
+  const size_t L = model_.num_layers();
+  std::vector<double> cost(L, 0.0);
+  if (grid_.rank == 0) {
+    compute::Backend& be = model_.backend();
+    const std::vector<float> saved_buffers = host_floats(be, model_.buffers());  // forward updates BN statistics
+    const int64_t n = std::max<int64_t>(1, config_.batch_size / pc_.micro_batches);
+    const nn::SampleShape in = model_.spec().input;
+    Tensor x = be.empty(in.h * in.w == 1 ? Shape{n, in.c} : Shape{n, in.c, in.h, in.w});
+    be.fill(x, 0.5f);
+    const int32_t last = static_cast<int32_t>(L) - 1;
+    for (int rep = 0; rep < 2; ++rep) {  // the first pass creates the backend's primitives
+      std::map<int32_t, Tensor> val{{nn::kModelInput, x}}, grad;
+      std::vector<nn::Activations> acts(L);
+      std::vector<double> t(L, 0.0);
+      for (size_t i = 0; i < L; ++i) {
+        std::vector<Tensor> ins;
+        for (int32_t id : model_.spec().crossing(i)) ins.push_back(val.at(id));
+        const auto t0 = Clock::now();
+        std::vector<Tensor> outs = model_.forward_range(i, i + 1, ins, acts[i], true);
+        be.synchronize();
+        t[i] += seconds_since(t0);
+        const std::vector<int32_t> ids = i + 1 == L ? std::vector<int32_t>{last} : model_.spec().crossing(i + 1);
+        for (size_t k = 0; k < ids.size(); ++k) val[ids[k]] = outs[k];
+      }
+      {
+        Tensor g = be.empty(val.at(last).shape());
+        be.fill(g, 1e-3f);
+        grad[last] = g;
+      }
+      for (size_t i = L; i-- > 0;) {
+        const std::vector<int32_t> ids = i + 1 == L ? std::vector<int32_t>{last} : model_.spec().crossing(i + 1);
+        std::vector<Tensor> gs;
+        for (int32_t id : ids) {
+          auto it = grad.find(id);
+          gs.push_back(it != grad.end() && it->second.defined() ? it->second : be.zeros(be.to_plain(val.at(id)).shape()));
+        }
+        const auto t0 = Clock::now();
+        std::vector<Tensor> back = model_.backward_range(gs, acts[i], false);
+        be.synchronize();
+        t[i] += seconds_since(t0);
+        const std::vector<int32_t> in_ids = model_.spec().crossing(i);
+        for (size_t k = 0; k < in_ids.size(); ++k) grad[in_ids[k]] = back[k];
+      }
+      if (rep == 1) cost = t;
+    }
+    model_.zero_grads();
+    copy_floats(be, saved_buffers.data(), model_.buffers());
+  }
+  if (world_ != nullptr) world_->broadcast(cost.data(), cost.size(), DType::kF64, 0)->wait();
+  return cost;
+}
+
+void ParallelTrainer::broadcast_replica_state() {
+  if (!dp_comm_) return;
+  compute::Backend& be = model_.backend();
+  broadcast_tensor(*dp_comm_, be, model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
+  const int64_t b0 = model_.buffer_offset(static_cast<size_t>(first_)), b1 = model_.buffer_offset(static_cast<size_t>(end_));
+  broadcast_tensor(*dp_comm_, be, model_.buffers().slice(b0, Shape{b1 - b0}), 0);
+}
+
+const PipelinePlan& ParallelTrainer::plan_for(int micro_batches) const {
+  auto it = plans_.find(micro_batches);
+  if (it != plans_.end()) return it->second;
+  ScheduleRequest r;
+  r.kind = pc_.schedule;
+  r.micro_batches = micro_batches;
+  r.boundaries = bounds_;
+  r.data_parallel = grid_.dp > 1;
+  r.bucket_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(pc_.bucket_mb * 1048576.0));
+  for (const nn::LayerSpec& l : model_.spec().layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
+  PipelinePlan plan = make_pipeline_plan(r);
+  validate_pipeline_plan(plan);
+  return plans_.emplace(micro_batches, std::move(plan)).first->second;
+}
+
+std::string ParallelTrainer::describe_partition() const {
+  std::string out;
+  const nn::ModelSpec& spec = model_.spec();
+  for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
+    const auto b = static_cast<size_t>(bounds_[s]), e = static_cast<size_t>(bounds_[s + 1]);
+    const nn::ModelTotals t = spec.totals(b, e);
+    if (!out.empty()) out += " | ";
+    out += fmt::format("stage {}: layers [{}, {}) {}..{} ({:.2f} MFLOP/sample, {} params)", s, b, e,
+                       spec.layers[b].name, spec.layers[e - 1].name, (t.fwd_flops + t.bwd_flops) / 1e6, t.params);
+  }
+  return out;
+}
+
+int64_t ParallelTrainer::batches_per_epoch() const {
+  const int64_t full = loader_->batches_per_epoch();
+  return config_.limit_batches > 0 ? std::min(full, config_.limit_batches) : full;
+}
+
+bool ParallelTrainer::epoch_exhausted() const {
+  if (sampler_.remaining() == 0) return true;
+  const int64_t b = loader_->options().batch_size;
+  const int64_t done = (sampler_.position() + b - 1) / b;
+  return config_.limit_batches > 0 && done >= config_.limit_batches;
+}
+
+void ParallelTrainer::begin_epoch_if_needed() {
+  if (sampler_.epoch() == completed_epochs_) return;
+  sampler_.set_epoch(completed_epochs_);
+  loader_->reset();
+}
+
+std::vector<MicroBatch> ParallelTrainer::make_micro_batches(const data::Batch& b, int count,
+                                                             std::vector<Tensor>& keep) {
+  compute::Backend& be = model_.backend();
+  const nn::SampleShape in = model_.spec().input;
+  const int64_t per = in.numel();
+  const std::vector<int64_t> sizes = micro_batch_sizes(b.size, count);
+  std::vector<MicroBatch> out;
+  int64_t off = 0;
+  const bool need_x = grid_.stage == 0, need_labels = grid_.stage == grid_.pp - 1;
+  for (int64_t n : sizes) {
+    MicroBatch mb;
+    mb.size = n;
+    const Shape xs = in.h * in.w == 1 ? Shape{n, in.c} : Shape{n, in.c, in.h, in.w};
+    if (need_x) {
+      mb.x = Tensor::wrap(const_cast<float*>(b.images.data() + off * per), xs, DType::kF32);
+      if (!be.device().is_cpu()) {
+        Tensor d = be.empty(xs);
+        be.copy(mb.x, d);
+        mb.x = d;
+      }
+      keep.push_back(mb.x);
+    }
+    if (need_labels) {
+      mb.labels = Tensor::wrap(const_cast<int32_t*>(b.labels.data() + off), Shape{n}, DType::kI32);
+      if (!be.device().is_cpu()) {
+        Tensor d = be.empty(Shape{n}, DType::kI32);
+        be.copy(mb.labels, d);
+        mb.labels = d;
+      }
+      keep.push_back(mb.labels);
+    }
+    out.push_back(std::move(mb));
+    off += n;
+  }
+  return out;
+}
+
+std::vector<double> ParallelTrainer::allreduce_sum(std::vector<double> v) {
+  if (world_ != nullptr && !v.empty())
+    world_->allreduce(v.data(), v.data(), v.size(), DType::kF64, ReduceOp::kSum)->wait();
+  return v;
+}
+
+void ParallelTrainer::optimizer_step() {
+  compute::Backend& be = model_.backend();
+  Tensor g = model_.range_grads(static_cast<size_t>(first_), static_cast<size_t>(end_));
+  if (config_.clip_norm > 0) {
+    if (!pipe_comm_) {
+      std::vector<Tensor> gs{g};
+      optim::clip_grad_norm(be, gs, config_.clip_norm);
+    } else {
+      // The norm is global: every stage adds its share (replicas hold identical averaged gradients).
+      double ss = be.sum_squares(g);
+      pipe_comm_->allreduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum)->wait();
+      const double norm = std::sqrt(ss);
+      if (norm > config_.clip_norm) be.scale(g, static_cast<float>(config_.clip_norm / (norm + 1e-6)));
+    }
+  }
+  optimizer_->step({g}, optim::lr_at(schedule_, optimizer_->steps()));
+}
+
+train::StepResult ParallelTrainer::step() {
+  begin_epoch_if_needed();
+  train::StepResult r;
+  const int64_t t0 = tracer_.now_ns();
+  data::Batch batch;
+  if (epoch_exhausted() || !loader_->next(batch)) {
+    r.epoch_end = true;
+    ++completed_epochs_;
+    return r;
+  }
+  TimeSplit t;
+  const int64_t t_data = tracer_.now_ns();
+  t.data_ns = t_data - t0;
+  if (t.data_ns > 20000) tracer_.add("load batch", "data", t0, t_data);
+  // The last batch of an epoch may be short: fewer micro-batches then (the same on every rank).
+  const int count = static_cast<int>(std::min<int64_t>(pc_.micro_batches * pc_.accumulation, batch.size));
+  std::vector<Tensor> keep;
+  const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
+  r.lr = optim::lr_at(schedule_, optimizer_->steps());
+  const StageResult s = executor_->train_step(plan_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+  t.steps = 1;
+  t.step_ns = tracer_.now_ns() - t0;
+  local_ += t;
+  r.samples = batch.size;
+  r.correct = s.correct;
+  r.loss = s.samples > 0 ? s.loss_sum / static_cast<double>(s.samples) : std::numeric_limits<double>::quiet_NaN();
+  if (epoch_exhausted()) {
+    r.epoch_end = true;
+    ++completed_epochs_;
+  }
+  return r;
+}
+
+EpochSplit ParallelTrainer::reduce_split(const TimeSplit& s) {
+  constexpr size_t K = 7;
+  const double mine[K] = {static_cast<double>(s.steps), s.step_ns / 1e9, s.compute_ns / 1e9, s.bubble_ns / 1e9,
+                          s.comm_ns / 1e9, s.data_ns / 1e9, s.allreduce_ns / 1e9};
+  const int n = world_ != nullptr ? world_->size() : 1;
+  std::vector<double> all(K * static_cast<size_t>(n));
+  if (world_ != nullptr) {
+    world_->allgather(mine, all.data(), K, DType::kF64)->wait();
+  } else {
+    std::copy(mine, mine + K, all.begin());
+  }
+  EpochSplit e;
+  for (int r = 0; r < n; ++r) {
+    const double* v = &all[static_cast<size_t>(r) * K];
+    const double steps = std::max(v[0], 1.0);
+    e.steps = std::max<int64_t>(e.steps, static_cast<int64_t>(v[0]));
+    e.step_s += v[1] / steps / n;
+    e.compute_s += v[2] / steps / n;
+    e.bubble_s += v[3] / steps / n;
+    e.comm_s += v[4] / steps / n;
+    e.data_s += v[5] / steps / n;
+    e.allreduce_s += v[6] / steps / n;
+    const double frac = v[1] > 0 ? v[3] / v[1] : 0.0;
+    e.bubble_fraction += frac / n;
+    e.max_bubble_fraction = std::max(e.max_bubble_fraction, frac);
+  }
+  e.other_s = e.step_s - e.compute_s - e.bubble_s - e.comm_s - e.data_s;
+  return e;
+}
+
+train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progress) {
+  begin_epoch_if_needed();
+  const auto t0 = Clock::now();
+  const TimeSplit before = local_;
+  train::EpochResult e;
+  e.epoch = completed_epochs_ + 1;
+  double loss_sum = 0;
+  int64_t correct = 0, scored = 0, samples = 0;
+  const int64_t total = batches_per_epoch();
+  const int64_t b = loader_->options().batch_size;
+  int64_t batch_index = (sampler_.position() + b - 1) / b;
+  for (;;) {
+    const train::StepResult s = step();
+    if (s.samples > 0) {
+      samples += s.samples;
+      if (!std::isnan(s.loss)) {
+        loss_sum += s.loss * static_cast<double>(s.samples);
+        correct += s.correct;
+        scored += s.samples;
+      }
+      ++batch_index;
+      if (progress) {
+        train::Progress p;
+        p.epoch = e.epoch;
+        p.batch = batch_index;
+        p.batches = total;
+        p.loss = scored > 0 ? loss_sum / static_cast<double>(scored) : std::numeric_limits<double>::quiet_NaN();
+        p.elapsed_s = seconds_since(t0);
+        p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
+        progress(p);
+      }
+    }
+    if (s.epoch_end) break;
+  }
+  double train_s = seconds_since(t0);
+  // Global figures: the last stage of every replica scored its samples.
+  const std::vector<double> g = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
+  if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
+  e.train_s = train_s;
+  e.train_samples = static_cast<int64_t>(g[2]);
+  e.train_loss = g[2] > 0 ? g[0] / g[2] : 0.0;
+  e.train_accuracy = g[2] > 0 ? g[1] / g[2] : 0.0;
+  e.images_per_sec = g[2] / std::max(train_s, 1e-9);
+  TimeSplit epoch = local_;
+  epoch.steps -= before.steps;
+  epoch.step_ns -= before.step_ns;
+  epoch.compute_ns -= before.compute_ns;
+  epoch.bubble_ns -= before.bubble_ns;
+  epoch.comm_ns -= before.comm_ns;
+  epoch.data_ns -= before.data_ns;
+  epoch.allreduce_ns -= before.allreduce_ns;
+  last_split_ = reduce_split(epoch);
+  e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  if (test_ != nullptr) {
+    const train::EvalResult ev = evaluate(*test_);
+    e.test_loss = ev.loss;
+    e.test_accuracy = ev.accuracy;
+  }
+  e.wall_s = seconds_since(t0);
+  return e;
+}
+
+train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
+  if (limit_batches < 0) limit_batches = config_.eval_limit_batches;
+  // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
+  // as PyTorch DDP's buffer broadcast does.
+  if (dp_comm_) {
+    const int64_t b0 = model_.buffer_offset(static_cast<size_t>(first_));
+    const int64_t b1 = model_.buffer_offset(static_cast<size_t>(end_));
+    broadcast_tensor(*dp_comm_, model_.backend(), model_.buffers().slice(b0, Shape{b1 - b0}), 0);
+  }
+  data::Dataset shard;
+  if (grid_.dp > 1) shard = shard_of(d, grid_.dp_rank, grid_.dp);
+  const data::Dataset& mine = grid_.dp > 1 ? shard : d;
+  double loss_sum = 0;
+  int64_t correct = 0, samples = 0;
+  TimeSplit t;
+  if (mine.size() > 0) {
+    data::DistributedSampler s(mine.size(), 1, 0, false, 0);
+    data::LoaderOptions lo;
+    lo.batch_size = config_.eval_batch_size > 0 ? config_.eval_batch_size : config_.batch_size;
+    lo.augment = train::default_augment(d, config_.normalize, false);
+    lo.train = false;
+    lo.prefetch = config_.prefetch;
+    data::Loader loader(mine, s, lo);
+    data::Batch b;
+    for (int64_t k = 0; (limit_batches == 0 || k < limit_batches) && loader.next(b); ++k) {
+      std::vector<Tensor> keep;
+      const std::vector<MicroBatch> mbs = make_micro_batches(b, 1, keep);
+      const StageResult r = executor_->eval_batch(mbs[0], k, t);
+      loss_sum += r.loss_sum;
+      correct += r.correct;
+      samples += r.samples;
+    }
+    executor_->drain_sends(t);
+  }
+  const std::vector<double> g = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(samples)});
+  train::EvalResult r;
+  r.samples = static_cast<int64_t>(g[2]);
+  if (g[2] > 0) {
+    r.loss = g[0] / g[2];
+    r.accuracy = g[1] / g[2];
+  }
+  return r;
+}
+
+// ------------------------------------------------------------------------------ checkpoints
+
+void ParallelTrainer::save_checkpoint(const std::string& path) {
+  compute::Backend& be = model_.backend();
+  const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+  std::string error;
+  Status error_status = Status::kOk;
+  if (grid_.dp_rank == 0) {
+    // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
+    std::vector<float> mine = host_floats(be, model_.range_params(first, end));
+    const int64_t b0 = model_.buffer_offset(first), b1 = model_.buffer_offset(end);
+    const std::vector<float> buf = host_floats(be, model_.buffers().slice(b0, Shape{b1 - b0}));
+    mine.insert(mine.end(), buf.begin(), buf.end());
+    const std::vector<Tensor> state = optimizer_->state_tensors();
+    for (const Tensor& st : state) {
+      const std::vector<float> v = host_floats(be, st);
+      mine.insert(mine.end(), v.begin(), v.end());
+    }
+    if (grid_.stage != 0) {
+      pipe_comm_->send(mine.data(), mine.size(), DType::kF32, 0, kTagCheckpoint)->wait();
+    } else {
+      const int64_t P = model_.params().numel(), B = model_.buffers().numel();
+      std::vector<float> params(static_cast<size_t>(P)), buffers(static_cast<size_t>(B));
+      std::vector<std::vector<float>> states(state.size(), std::vector<float>(static_cast<size_t>(P)));
+      for (int s = 0; s < grid_.pp; ++s) {
+        const auto f = static_cast<size_t>(bounds_[static_cast<size_t>(s)]);
+        const auto e = static_cast<size_t>(bounds_[static_cast<size_t>(s) + 1]);
+        const int64_t p0 = model_.param_offset(f), p1 = model_.param_offset(e);
+        const int64_t q0 = model_.buffer_offset(f), q1 = model_.buffer_offset(e);
+        const size_t np = static_cast<size_t>(p1 - p0), nb = static_cast<size_t>(q1 - q0);
+        std::vector<float> theirs;
+        if (s == 0) {
+          theirs = std::move(mine);
+        } else {
+          theirs.resize(np + nb + state.size() * np);
+          pipe_comm_->recv(theirs.data(), theirs.size(), DType::kF32, s, kTagCheckpoint)->wait();
+        }
+        std::copy_n(theirs.begin(), np, params.begin() + p0);
+        std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np), nb, buffers.begin() + q0);
+        for (size_t k = 0; k < state.size(); ++k)
+          std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np, states[k].begin() + p0);
+      }
+      const optim::OptimizerConfig& oc = optimizer_->config();
+      const data::SamplerState ss = sampler_.state();
+      const Rng::State rs = rng_.state();
+      train::Checkpoint ck;
+      ck.meta = {
+          {"format", "tandem-checkpoint"},
+          {"model", nn::model_to_json(model_.spec())},
+          {"params", P},
+          {"optimizer",
+           {{"kind", std::string(optim::optimizer_name(oc.kind))}, {"lr", oc.lr}, {"momentum", oc.momentum},
+            {"dampening", oc.dampening}, {"nesterov", oc.nesterov}, {"weight_decay", oc.weight_decay},
+            {"beta1", oc.beta1}, {"beta2", oc.beta2}, {"eps", oc.eps}, {"steps", optimizer_->steps()}}},
+          {"schedule", config_.schedule},
+          {"completed_epochs", completed_epochs_},
+          {"sampler", {{"seed", ss.seed}, {"epoch", ss.epoch}, {"position", ss.position}, {"world", grid_.dp},
+                       {"rank", 0}}},
+          {"rng", {rs[0], rs[1], rs[2], rs[3]}},
+          {"batch_size", config_.batch_size},
+          {"parallel",
+           {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp}, {"pp", grid_.pp},
+            {"micro_batches", pc_.micro_batches}, {"accumulation", pc_.accumulation}, {"boundaries", bounds_}}},
+      };
+      ck.add("model.params", std::move(params));
+      ck.add("model.buffers", std::move(buffers));
+      for (size_t k = 0; k < states.size(); ++k) ck.add(fmt::format("optimizer.state.{}", k), std::move(states[k]));
+      try {
+        train::save_checkpoint(path, ck);
+      } catch (const Error& e) {
+        error = e.what();
+        error_status = e.status();
+      }
+    }
+  }
+  if (world_ != nullptr) {
+    int64_t failed = error.empty() ? 0 : 1;
+    world_->broadcast(&failed, 1, DType::kI64, 0)->wait();
+    TANDEM_CHECK(failed == 0 || !error.empty(), Status::kIo, "checkpoint '{}': rank 0 could not write it", path);
+  }
+  if (!error.empty()) throw Error(error_status, error);
+}
+
+void ParallelTrainer::load_checkpoint(const std::string& path) {
+  std::string error;
+  int64_t steps = 0;
+  try {
+    const train::Checkpoint ck = train::load_checkpoint(path);
+    const auto& m = ck.meta;
+    try {
+      TANDEM_CHECK(m.value("format", "") == "tandem-checkpoint", Status::kIo, "metadata is not a trainer checkpoint's");
+      TANDEM_REQUIRE(m.at("model") == nn::model_to_json(model_.spec()),
+                     "it was written for model '{}' ({} parameters), this run trains '{}' ({})",
+                     m.at("model").value("name", "?"), m.at("params").get<int64_t>(), model_.spec().name,
+                     model_.params().numel());
+      const auto& o = m.at("optimizer");
+      const std::string kind = o.at("kind").get<std::string>();
+      TANDEM_REQUIRE(kind == optim::optimizer_name(optimizer_->config().kind),
+                     "it holds {} optimizer state, this run uses {}", kind,
+                     optim::optimizer_name(optimizer_->config().kind));
+      const auto& s = m.at("sampler");
+      TANDEM_REQUIRE(s.at("world").get<int>() == grid_.dp,
+                     "it was written with {} data-parallel replica(s), this run has dp={} (the data sharding "
+                     "differs; pp may change, dp may not)",
+                     s.at("world").get<int>(), grid_.dp);
+      const auto& params = ck.tensor("model.params");
+      const auto& buffers = ck.tensor("model.buffers");
+      TANDEM_REQUIRE(static_cast<int64_t>(params.size()) == model_.params().numel() &&
+                         static_cast<int64_t>(buffers.size()) == model_.buffers().numel(),
+                     "its tensors have {} parameters and {} buffers, the model {} and {}", params.size(),
+                     buffers.size(), model_.params().numel(), model_.buffers().numel());
+      // This stage's slice of each optimizer state tensor (stored for the whole model).
+      const int64_t p0 = model_.param_offset(static_cast<size_t>(first_));
+      const int64_t p1 = model_.param_offset(static_cast<size_t>(end_));
+      std::vector<Tensor> state;
+      for (size_t i = 0; ck.has(fmt::format("optimizer.state.{}", i)); ++i) {
+        const auto& v = ck.tensor(fmt::format("optimizer.state.{}", i));
+        TANDEM_REQUIRE(static_cast<int64_t>(v.size()) == model_.params().numel(),
+                       "optimizer.state.{} has {} values, the model {} parameters", i, v.size(),
+                       model_.params().numel());
+        state.push_back(Tensor::wrap(const_cast<float*>(v.data()) + p0, Shape{p1 - p0}, DType::kF32));
+      }
+      steps = o.at("steps").get<int64_t>();
+      const data::SamplerState st{s.at("seed").get<uint64_t>(), s.at("epoch").get<int64_t>(),
+                                  s.at("position").get<int64_t>()};
+      const data::SamplerState before = sampler_.state();
+      sampler_.restore(st);
+      try {
+        optimizer_->restore(steps, state);
+      } catch (...) {
+        sampler_.restore(before);
+        throw;
+      }
+      compute::Backend& be = model_.backend();
+      copy_floats(be, params.data(), model_.params());
+      copy_floats(be, buffers.data(), model_.buffers());
+      const auto& r = m.at("rng");
+      rng_.set_state(
+          {r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>(), r.at(3).get<uint64_t>()});
+      completed_epochs_ = m.at("completed_epochs").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      TANDEM_THROW(Status::kIo, "checkpoint '{}': metadata is incomplete: {}", path, e.what());
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind("checkpoint '", 0) == 0) throw;
+      TANDEM_THROW(e.status(), "checkpoint '{}': {}", path, e.what());
+    }
+    loader_->reset();
+    model_.zero_grads();
+  } catch (const Error& e) {
+    if (world_ == nullptr) throw;
+    error = e.what();
+  }
+  if (world_ == nullptr) return;
+  // Every rank learns whether every other loaded the same state.
+  const int64_t mine[4] = {error.empty() ? 0 : 1, steps, completed_epochs_, sampler_.position()};
+  std::vector<int64_t> all(4 * static_cast<size_t>(world_->size()));
+  world_->allgather(mine, all.data(), 4, DType::kI64)->wait();
+  if (!error.empty()) TANDEM_THROW(Status::kIo, "{}", error);
+  for (int r = 0; r < world_->size(); ++r) {
+    const int64_t* v = &all[static_cast<size_t>(r) * 4];
+    TANDEM_CHECK(v[0] == 0, Status::kIo, "checkpoint '{}': rank {} could not load it (see its error)", path, r);
+    TANDEM_CHECK(v[1] == all[1] && v[2] == all[2] && v[3] == all[3], Status::kMismatch,
+                 "checkpoint '{}': rank {} resumed at step {} (epoch {}, position {}) but rank 0 at step {} (epoch {}, "
+                 "position {})",
+                 path, r, v[1], v[2], v[3], all[1], all[2], all[3]);
+  }
+}
+
+void ParallelTrainer::write_trace(const std::string& path) {
+  TANDEM_REQUIRE(tracer_.enabled(), "write_trace: tracing was not enabled in the parallel configuration");
+  const std::string body = tracer_.to_json(
+      grid_.rank, fmt::format("rank {} (stage {}, replica {})", grid_.rank, grid_.stage, grid_.dp_rank));
+  if (world_ == nullptr) {
+    write_chrome_trace(path, {body});
+    return;
+  }
+  std::string error;
+  if (grid_.rank == 0) {
+    std::vector<std::string> bodies{body};
+    for (int r = 1; r < world_->size(); ++r) {
+      int64_t n = 0;
+      world_->recv(&n, 1, DType::kI64, r, kTagTraceSize)->wait();
+      std::string b(static_cast<size_t>(n), '\0');
+      if (n > 0) world_->recv(b.data(), b.size(), DType::kU8, r, kTagTraceBody)->wait();
+      bodies.push_back(std::move(b));
+    }
+    try {
+      write_chrome_trace(path, bodies);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  } else {
+    const int64_t n = static_cast<int64_t>(body.size());
+    world_->send(&n, 1, DType::kI64, 0, kTagTraceSize)->wait();
+    if (n > 0) world_->send(body.data(), body.size(), DType::kU8, 0, kTagTraceBody)->wait();
+  }
+  int64_t failed = error.empty() ? 0 : 1;
+  world_->broadcast(&failed, 1, DType::kI64, 0)->wait();
+  if (!error.empty()) TANDEM_THROW(Status::kIo, "{}", error);
+  TANDEM_CHECK(failed == 0, Status::kIo, "trace '{}': rank 0 could not write it", path);
+}
+
+}  // namespace tandem::engine::parallel

@@ -1,0 +1,132 @@
+#pragma once
+// Training over many ranks: single, DDP, pipeline and hybrid DP x PP behind one loop.
+//
+// Every strategy runs the same way: the rank's pipeline stage (the whole model when pp = 1)
+// executes its part of a PipelinePlan (schedule.hpp) for each step -- M micro-batches (times the
+// gradient accumulation), GPipe or 1F1B -- with the stage's data-parallel group all-reducing its
+// gradient buckets during the last backward pass; then the optimizer steps. The math is that of
+// single-device training on the global batch (batch size x dp samples): equal up to float
+// rounding, and bit-identical to train::Trainer when nothing regroups the sums (see the tests).
+//
+// Construction is collective over `world` (every rank must construct with the same settings):
+//   1. local checks (resolve_grid: world vs dp x pp, stages vs layers, micro-batches vs batch) --
+//      they depend only on the arguments, so they fail on every rank before any communication;
+//   2. an all-gather of every rank's settings: a rank whose settings differ fails everyone with
+//      kMismatch naming it and the field, before any work; the ranks also agree on the steps per
+//      epoch here (the sampler gives every replica the same count, padding the last batch);
+//   3. the stage and data-parallel communicators (split of `world`), parameters and batch-norm
+//      buffers broadcast from data-parallel rank 0, a barrier that zeroes every rank's trace clock.
+//
+// Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
+// train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/data/loader.hpp"
+#include "engine/nn/model.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/optim/schedule.hpp"
+#include "engine/parallel/grad_reducer.hpp"
+#include "engine/parallel/parallel_config.hpp"
+#include "engine/parallel/schedule.hpp"
+#include "engine/parallel/stage_executor.hpp"
+#include "engine/parallel/step_trace.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace tandem::engine::parallel {
+
+// Time split of an epoch: per step, averaged over the ranks (and the extremes over ranks).
+struct EpochSplit {
+  int64_t steps = 0;
+  double step_s = 0, compute_s = 0, bubble_s = 0, comm_s = 0, data_s = 0, other_s = 0, allreduce_s = 0;
+  double bubble_fraction = 0;      // bubble / step, mean over ranks
+  double max_bubble_fraction = 0;  // the most idle rank's
+};
+
+class ParallelTrainer {
+ public:
+  // `model` (the whole model on every rank; a stage uses its layer range), the datasets and `world`
+  // must outlive the trainer. `world` may be null for a single rank.
+  ParallelTrainer(nn::Model& model, const data::Dataset& train, const data::Dataset* test, train::TrainerConfig config,
+                  ParallelConfig parallel, comm::Communicator* world);
+  ~ParallelTrainer();
+  ParallelTrainer(const ParallelTrainer&) = delete;
+  ParallelTrainer& operator=(const ParallelTrainer&) = delete;
+
+  // One optimizer step on the next batch (every rank calls it the same number of times).
+  train::StepResult step();
+  // The rest of the epoch, then evaluation on the test set; figures are global (reduced over ranks).
+  train::EpochResult train_epoch(const train::ProgressFn& progress = {});
+  // Collective evaluation: each replica scores its share (samples i with i % dp == replica) through
+  // its pipeline; loss and accuracy are over all of them. limit_batches: per replica (-1: config).
+  train::EvalResult evaluate(const data::Dataset& data, int64_t limit_batches = -1);
+
+  // Collective: replica 0's stages send their slices to rank 0, which writes one checkpoint of the
+  // whole model (train::Trainer's format plus a "parallel" record) atomically; every rank learns
+  // whether it worked. A checkpoint can be resumed with any pp but the same dp (data sharding).
+  void save_checkpoint(const std::string& path);
+  // Every rank reads the file and takes its stage's share; then the ranks check they agree.
+  void load_checkpoint(const std::string& path);
+  // Collective: rank 0 writes one Chrome trace with every rank's spans (needs config.trace).
+  void write_trace(const std::string& path);
+
+  const Grid& grid() const noexcept { return grid_; }
+  const ParallelConfig& parallel_config() const noexcept { return pc_; }
+  const train::TrainerConfig& config() const noexcept { return config_; }
+  const std::vector<int32_t>& boundaries() const noexcept { return bounds_; }
+  // "stage 0: layers [0, 6) conv1..relu2 (12.4 MFLOP/sample, 2.6k params) | stage 1: ..."
+  std::string describe_partition() const;
+  const PipelinePlan& plan() const { return plan_for(pc_.micro_batches * pc_.accumulation); }
+  int64_t completed_epochs() const noexcept { return completed_epochs_; }
+  int64_t global_step() const noexcept { return optimizer_->steps(); }
+  int64_t batches_per_epoch() const;
+  // Time split of the last train_epoch (collective figures, the same on every rank).
+  const EpochSplit& last_split() const noexcept { return last_split_; }
+  // This rank's accumulated split since construction (or reset_split()).
+  const TimeSplit& local_split() const noexcept { return local_; }
+  void reset_split() { local_ = TimeSplit{}; }
+  nn::Model& model() noexcept { return model_; }
+  optim::Optimizer& optimizer() noexcept { return *optimizer_; }
+  Tracer& tracer() noexcept { return tracer_; }
+
+ private:
+  void agree_on_settings();
+  std::vector<double> measure_layer_costs();
+  void broadcast_replica_state();
+  const PipelinePlan& plan_for(int micro_batches) const;
+  void begin_epoch_if_needed();
+  bool epoch_exhausted() const;
+  std::vector<MicroBatch> make_micro_batches(const data::Batch& b, int count, std::vector<Tensor>& keep);
+  void optimizer_step();
+  std::vector<double> allreduce_sum(std::vector<double> v);
+  EpochSplit reduce_split(const TimeSplit& s);
+
+  nn::Model& model_;
+  const data::Dataset& train_;
+  const data::Dataset* test_;
+  train::TrainerConfig config_;
+  ParallelConfig pc_;
+  comm::Communicator* world_;
+  Grid grid_;
+  std::vector<int32_t> bounds_;
+  int32_t first_ = 0, end_ = 0;
+  std::unique_ptr<comm::Communicator> pipe_comm_, dp_comm_;
+  Tracer tracer_;
+  data::DistributedSampler sampler_;
+  std::unique_ptr<data::Loader> loader_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::ScheduleConfig schedule_;
+  Rng rng_;
+  mutable std::map<int, PipelinePlan> plans_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<StageExecutor> executor_;
+  int64_t completed_epochs_ = 0;
+  TimeSplit local_;
+  EpochSplit last_split_;
+};
+
+}  // namespace tandem::engine::parallel
