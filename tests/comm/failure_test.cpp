@@ -1,0 +1,190 @@
+// Failures: mismatched calls, a rank that never shows up, abort, a peer that leaves, bad arguments.
+// Every rank must end with a clear error naming what happened -- never corrupted data, never a hang.
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <limits>
+
+#include "tests/comm/comm_harness.hpp"
+
+using namespace tandem;
+using namespace tandem::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+CommOptions with_timeout(int ms) {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Runs `mismatched` and then a barrier; returns the first error (status, message).
+std::pair<Status, std::string> first_error(const std::function<void()>& mismatched, Communicator& c) {
+  std::string msg;
+  Status st = status_of(mismatched, &msg);
+  if (st == Status::kOk) st = status_of([&] { c.barrier()->wait(); }, &msg);
+  return {st, msg};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(failures)
+
+BOOST_AUTO_TEST_CASE(different_collectives_give_a_mismatch_naming_both) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
+      std::vector<float> buf(1024, 1.f), out(1024);
+      auto [st, msg] = first_error(
+          [&] {
+            if (r == 0)
+              c.broadcast(buf.data(), 1024, DType::kF32, 0)->wait();
+            else
+              c.allreduce(buf.data(), out.data(), 1024, DType::kF32, ReduceOp::kSum)->wait();
+          },
+          c);
+      EXPECT(st == Status::kMismatch, "status {} ({})", status_name(st), msg);
+      EXPECT(contains(msg, "allreduce(f32, sum, 1024)") && contains(msg, "broadcast(f32, 1024, root 0)"),
+             "message lacks a description: {}", msg);
+      EXPECT(c.is_failed() && contains(msg, c.failure_message()), "not failed: {}", c.failure_message());
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(different_counts_give_a_mismatch) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
+      std::vector<float> buf(2048, 1.f), out(2048);
+      const size_t count = r == 2 ? 2048 : 1024;
+      auto [st, msg] = first_error(
+          [&] { c.allreduce(buf.data(), out.data(), count, DType::kF32, ReduceOp::kSum)->wait(); }, c);
+      EXPECT(st == Status::kMismatch, "status {} ({})", status_name(st), msg);
+      EXPECT(contains(msg, "allreduce(f32, sum, 1024)") && contains(msg, "allreduce(f32, sum, 2048)"), "{}", msg);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(point_to_point_size_mismatch) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 2, with_timeout(10000), [&](int r, Communicator& c) {
+      std::vector<float> buf(20);
+      auto [st, msg] = first_error(
+          [&] {
+            if (r == 0)
+              c.send(buf.data(), 10, DType::kF32, 1, 4)->wait();
+            else
+              c.recv(buf.data(), 20, DType::kF32, 0, 4)->wait();
+          },
+          c);
+      EXPECT(st == Status::kMismatch, "status {} ({})", status_name(st), msg);
+      EXPECT(contains(msg, "recv(f32, 20, tag 4)") && contains(msg, "send(f32, 10, tag 4)"), "{}", msg);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_never_calls_times_out_everywhere_naming_it) {
+  for (const auto& tr : transports_under_test())
+    for (auto algo : {engine::comm::Algorithm::kAuto, engine::comm::Algorithm::kRing}) {
+      std::atomic<int> finished{0};
+      CommOptions o = with_timeout(500);
+      o.allreduce_algorithm = algo;
+      run_ranks(tr, 3, o, [&](int r, Communicator& c) {
+        if (r == 2) {  // absent: never calls, stays alive until the others have given up
+          const auto until = Clock::now() + std::chrono::seconds(10);
+          while (finished.load() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          // The others' abort reaches this rank too.
+          while (!c.is_failed() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT(c.is_failed(), "the absent rank never learnt of the failure");
+          return;
+        }
+        std::vector<float> in(1000, 1.f), out(1000);
+        const auto t0 = Clock::now();
+        std::string msg;
+        const Status st = status_of([&] { c.allreduce(in.data(), out.data(), 1000, DType::kF32, ReduceOp::kSum)->wait(); },
+                                    &msg);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        ++finished;
+        EXPECT(st == Status::kTimeout, "status {} ({})", status_name(st), msg);
+        EXPECT(ms >= 450 && ms < 3000, "gave up after {} ms with a 500 ms deadline", ms);
+        EXPECT(contains(msg, "rank 2 never took part") && contains(msg, "allreduce(f32, sum, 1000)"), "{}", msg);
+      });
+    }
+}
+
+BOOST_AUTO_TEST_CASE(abort_reaches_every_peer) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
+      std::vector<float> in(100, 1.f), out(100);
+      if (r == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        c.abort("stop now");
+        EXPECT(c.is_failed(), "abort did not fail the communicator");
+        std::string msg;
+        EXPECT(status_of([&] { c.barrier(); }, &msg) == Status::kPeerFailure, "{}", msg);
+        return;
+      }
+      const auto t0 = Clock::now();
+      std::string msg;
+      const Status st =
+          status_of([&] { c.allreduce(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)->wait(); }, &msg);
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      EXPECT(st == Status::kPeerFailure, "status {} ({})", status_name(st), msg);
+      EXPECT(contains(msg, "rank 0") && contains(msg, "stop now"), "{}", msg);
+      EXPECT(ms < 3000, "took {} ms to notice", ms);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_leaves_fails_the_others) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 3, with_timeout(4000), [&](int r, Communicator& c) {
+      if (r == 2) return;  // its communicator is destroyed right away
+      std::vector<float> in(50000, 1.f), out(50000);
+      const auto t0 = Clock::now();
+      std::string msg;
+      const Status st =
+          status_of([&] { c.allreduce(in.data(), out.data(), 50000, DType::kF32, ReduceOp::kSum)->wait(); }, &msg);
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      EXPECT(st == Status::kPeerFailure || st == Status::kTimeout, "status {} ({})", status_name(st), msg);
+      EXPECT(contains(msg, "rank 2"), "{}", msg);
+      EXPECT(ms < 6000, "took {} ms", ms);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(invalid_arguments_are_refused_and_leave_the_communicator_usable) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 2, with_timeout(10000), [&](int r, Communicator& c) {
+      std::vector<float> a(8, 1.f), b(8);
+      const auto bad = static_cast<DType>(42);
+      const auto bad_op = static_cast<ReduceOp>(9);
+      const size_t huge = std::numeric_limits<size_t>::max() / 2;
+      std::string msg;
+      EXPECT(status_of([&] { c.broadcast(a.data(), 8, DType::kF32, 2); }, &msg) == Status::kInvalidArgument, "");
+      EXPECT(contains(msg, "root 2"), "{}", msg);
+      EXPECT(status_of([&] { c.reduce(a.data(), b.data(), 8, DType::kF32, ReduceOp::kSum, -1); }) ==
+                 Status::kInvalidArgument, "");
+      EXPECT(status_of([&] { c.allreduce(a.data(), b.data(), 8, bad, ReduceOp::kSum); }, &msg) ==
+                 Status::kInvalidArgument, "");
+      EXPECT(contains(msg, "dtype value 42"), "{}", msg);
+      EXPECT(status_of([&] { c.allreduce(a.data(), b.data(), 8, DType::kF32, bad_op); }) == Status::kInvalidArgument,
+             "");
+      EXPECT(status_of([&] { c.allreduce(a.data(), b.data(), huge, DType::kF32, ReduceOp::kSum); }, &msg) ==
+                 Status::kInvalidArgument, "");
+      EXPECT(contains(msg, "overflow"), "{}", msg);
+      EXPECT(status_of([&] { c.allgather(a.data(), b.data(), huge / 4, DType::kF64); }) == Status::kInvalidArgument, "");
+      EXPECT(status_of([&] { c.allreduce(nullptr, b.data(), 8, DType::kF32, ReduceOp::kSum); }) ==
+                 Status::kInvalidArgument, "");
+      EXPECT(status_of([&] { c.send(a.data(), 8, DType::kF32, 1 - r, 1u << 24); }) == Status::kInvalidArgument, "");
+      EXPECT(status_of([&] { c.recv(a.data(), 8, DType::kF32, 5, 0); }) == Status::kInvalidArgument, "");
+      EXPECT(!c.is_failed(), "bad arguments must not fail the communicator");
+      c.allreduce(a.data(), b.data(), 8, DType::kF32, ReduceOp::kSum)->wait();
+      EXPECT(b[7] == 2.f, "allreduce after bad calls gave {}", b[7]);
+    });
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
