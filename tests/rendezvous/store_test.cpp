@@ -1,5 +1,6 @@
 // The rendezvous store's behaviour for peers that hold the secret: set/get/add/erase/barrier
 // across threads and processes, deadlines, limits and shutdown.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -161,35 +162,32 @@ BOOST_AUTO_TEST_CASE(one_client_shared_by_threads_multiplexes_waits) {
 }
 
 BOOST_AUTO_TEST_CASE(ranks_as_processes_exchange_values) {
+  // Ranks 1..3 are separate processes (fork + exec of the probe program, so each starts clean);
+  // this process is rank 0 and owns the server.
   RendezvousServer server(server_options(4));
-  constexpr int kChildren = 3;
-  const int port = server.port();
+  constexpr int kRanks = 4;
   std::vector<pid_t> pids;
-  for (int r = 1; r <= kChildren; ++r) {
-    pid_t pid = ::fork();
+  for (int r = 1; r < kRanks; ++r) {
+    const std::vector<std::string> env_strings = {
+        "TANDEM_RANK=" + std::to_string(r), "TANDEM_WORLD_SIZE=" + std::to_string(kRanks),
+        "TANDEM_MASTER_ADDR=127.0.0.1", "TANDEM_MASTER_PORT=" + std::to_string(server.port()),
+        std::string("TANDEM_SECRET=") + kSecret, "TANDEM_LOG_LEVEL=error"};
+    std::vector<char*> env;
+    for (const auto& e : env_strings) env.push_back(const_cast<char*>(e.c_str()));
+    env.push_back(nullptr);
+    char* argv[] = {const_cast<char*>(RENDEZVOUS_PROBE_PATH), const_cast<char*>("exchange"), nullptr};
+    const pid_t pid = ::fork();
     if (pid == 0) {
-      // Child: its own client (own ZeroMQ context); exit code = number of wrong values.
-      int wrong = 0;
-      try {
-        RendezvousClientOptions o;
-        o.port = port;
-        o.secret = kSecret;
-        o.rank = r;
-        o.size = 4;
-        o.timeout = 5000ms;
-        RendezvousClient c(o);
-        c.set("proc/" + std::to_string(r), std::to_string(r * 11));
-        for (int p = 0; p <= kChildren; ++p) wrong += c.get("proc/" + std::to_string(p), 5000ms) != std::to_string(p * 11);
-        c.add("proc/done", 1);
-      } catch (...) {
-        ::_exit(100);
-      }
-      ::_exit(wrong);
+      const int null_fd = ::open("/dev/null", O_WRONLY);
+      ::dup2(null_fd, 1);
+      ::execve(argv[0], argv, env.data());
+      ::_exit(127);
     }
     pids.push_back(pid);
   }
-  RendezvousClient parent(client_options(server, 0, 4));
-  parent.set("proc/0", "0");
+  RendezvousClient parent(client_options(server, 0, kRanks));
+  parent.set("probe/0", "0");
+  parent.barrier("probe/done", kRanks, 10000ms);  // passes only once every process arrived
   const auto start = Clock::now();
   for (pid_t pid : pids) {
     int status = 0;
@@ -202,9 +200,9 @@ BOOST_AUTO_TEST_CASE(ranks_as_processes_exchange_values) {
       ::usleep(5000);
     }
     BOOST_TEST(WIFEXITED(status));
-    BOOST_TEST(WEXITSTATUS(status) == 0);
+    BOOST_TEST(WEXITSTATUS(status) == 0);  // the probe checks every value it read
   }
-  BOOST_TEST(parent.add("proc/done", 0) == kChildren);
+  for (int r = 1; r < kRanks; ++r) BOOST_TEST(parent.get("probe/" + std::to_string(r), 0ms) == std::to_string(r));
 }
 
 BOOST_AUTO_TEST_CASE(add_counts_and_erase_removes) {
