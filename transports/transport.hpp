@@ -12,7 +12,10 @@
 //  - The parts given to isend may not be modified (nor irecv's read) until test() has returned true.
 //  - Tags are below 2^40 (UCX packs the source rank into the upper bits of its 64-bit tag).
 //  - Sending to oneself (peer == rank) works like sending to any other peer.
-//  - Nothing blocks: progress() drives completions; test() also drives progress.
+//  - Nothing blocks: progress() drives completions; test() also drives progress. Progress is only
+//    made inside these calls: a rank whose own requests are all complete may still owe a peer an
+//    acknowledgement (UCX rendezvous), so keep driving progress while peers may wait on you
+//    (any waiting loop does); destroying a transport flushes what it still owes, within a deadline.
 //  - A failed request throws tandem::Error (Status::kTransport or kPeerFailure) from test(),
 //    naming the peer.
 //  - A send may not complete before the peer posts the matching receive (large messages use a

@@ -88,6 +88,7 @@ inline void run_ranks(const std::string& transport, int size, const std::functio
   MemoryStore store;
   const std::string prefix = unique_prefix(transport);
   std::barrier<> sync(size);
+  std::atomic<int> finished{0};
   std::mutex mu;
   std::string failures;
   std::vector<std::thread> threads;
@@ -97,10 +98,16 @@ inline void run_ranks(const std::string& transport, int size, const std::functio
         auto t = create_transport(options_for(transport, r, size, store, prefix));
         Rank rk{r, size, *t, sync};
         fn(rk);
-        sync.arrive_and_wait();  // nobody tears down while a peer still needs it
+        // Keep progressing until every rank is done: a completed receive may still owe its sender
+        // an acknowledgement (UCX rendezvous), and nobody tears down while a peer needs it.
+        finished.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + kWaitDeadline;
+        while (finished.load() < size && std::chrono::steady_clock::now() < until)
+          t->wait_for_progress(std::chrono::milliseconds(1));
       } catch (const std::exception& e) {
         std::lock_guard lock(mu);
         failures += "\n  rank " + std::to_string(r) + ": " + e.what();
+        finished.fetch_add(1);
         sync.arrive_and_drop();
       }
     });

@@ -1,11 +1,15 @@
 #include "transports/ucx/ucx_transport.hpp"
 
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -30,6 +34,7 @@ constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t kHello = 1;
 constexpr uint64_t kGoodbye = 2;
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
+constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
@@ -67,9 +72,29 @@ struct Peer {
   ucp_ep_h ep = nullptr;
   PeerState state = PeerState::kAlive;
   bool ep_failed = false;
+  pid_t watch_pid = 0;  // same host and pid namespace: liveness is checked through /proc
   bool hello = false;
   std::string why;
 };
+
+// Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
+std::string host_key() {
+  std::string boot;
+  if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) std::getline(in, boot);
+  std::error_code ec;
+  const auto ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+  return boot.empty() || ns.empty() ? std::string("unknown") : boot + "/" + ns.substr(ns.find('[') + 1, ns.size());
+}
+
+// False once `pid` has exited (gone, or a zombie nobody reaped yet).
+bool process_alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+  return state != 'Z' && state != 'X';
+}
 
 bool is_peer_error(ucs_status_t s) {
   return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_UNREACHABLE ||
@@ -133,6 +158,8 @@ class Core {
   // Consumes every message still queued unmatched (at shutdown, so UCX has none to complain about).
   void discard_unexpected();
   void peer_gone(int peer, PeerState state, std::string why);
+  // Fails the same-host peers whose process has exited (every kWatchInterval).
+  void watch_processes();
   std::string failure(const Op& op, ucs_status_t status) const;
 
   std::mutex mu_;
@@ -144,6 +171,7 @@ class Core {
   std::vector<ErrArg> err_args_;  // sized once: UCX keeps pointers to its elements
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
+  Clock::time_point next_watch_{};
 };
 
 void send_cb(void* request, ucs_status_t status, void* user) {
@@ -195,26 +223,42 @@ void Core::connect(const TransportOptions& o) {
   st = ucp_worker_get_address(worker_, &address, &address_bytes);
   TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot get its worker address: {}", rank_,
                ucs_status_string(st));
-  const std::string mine = to_hex(address, address_bytes);
+  const std::string my_host = host_key();
+  const std::string mine = fmt::format("{} {} {}", to_hex(address, address_bytes), ::getpid(), my_host);
   ucp_worker_release_address(worker_, address);
   const std::string key_base = o.key_prefix + "/ucx/";
   o.store->set(key_base + std::to_string(rank_), mine);
+  const char* mode_env = std::getenv("TANDEM_UCX_ERR_MODE");
+  const bool peer_mode_everywhere = mode_env && std::string(mode_env) == "peer";
 
   err_args_.reserve(size_);
   for (int p = 0; p < size_; ++p) err_args_.push_back({this, p});
   std::vector<unsigned char> remote;
   for (int p = 0; p < size_; ++p) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    const std::string hex = p == rank_ ? mine : o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
-    TANDEM_CHECK(from_hex(hex, remote) && !remote.empty(), Status::kTransport,
+    const std::string value = p == rank_ ? mine : o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
+    std::istringstream fields(value);
+    std::string hex, host;
+    long pid = 0;
+    fields >> hex >> pid >> host;
+    TANDEM_CHECK(fields && from_hex(hex, remote) && !remote.empty() && pid > 0, Status::kTransport,
                  "ucx: rank {} read a malformed worker address for rank {} from the store", rank_, p);
+    // UCX 1.13's shared-memory transports have no peer-failure support: an endpoint in
+    // UCP_ERR_HANDLING_MODE_PEER would fall back to TCP. Peers that share our kernel and pid
+    // namespace therefore get mode NONE (shared memory) and are watched through /proc instead;
+    // the others get mode PEER, where UCX itself reports their failure.
+    const bool watch = host == my_host && host != "unknown" && !peer_mode_everywhere;
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &ep_error_cb;
-    ep.err_handler.arg = &err_args_[p];
+    ep.err_mode = watch ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    if (!watch) {
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_handler.cb = &ep_error_cb;
+      ep.err_handler.arg = &err_args_[p];
+    } else if (pid != ::getpid()) {
+      peers_[p].watch_pid = static_cast<pid_t>(pid);
+    }
     st = ucp_ep_create(worker_, &ep, &peers_[p].ep);
     TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create an endpoint to rank {}: {}", rank_, p,
                  ucs_status_string(st));
@@ -479,11 +523,23 @@ void Core::wait_for_progress(std::chrono::microseconds /*timeout*/) {
   std::this_thread::yield();
 }
 
+void Core::watch_processes() {
+  const auto now = Clock::now();
+  if (now < next_watch_) return;
+  next_watch_ = now + kWatchInterval;
+  for (int peer = 0; peer < size_; ++peer) {
+    const Peer& p = peers_[peer];
+    if (p.watch_pid > 0 && p.state == PeerState::kAlive && !process_alive(p.watch_pid))
+      peer_gone(peer, PeerState::kLost, fmt::format("rank {} (pid {} on this host) died", peer, p.watch_pid));
+  }
+}
+
 void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
   drive(64);
   handle_control();
+  watch_processes();
   match_posted();
 }
 

@@ -1,7 +1,12 @@
 #pragma once
-// ucx: the UCP tag API. One context and worker per transport; worker addresses are exchanged
-// through the KvStore under "<key_prefix>/ucx/<rank>"; one endpoint per peer (self included) in
-// UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails operations instead of hanging them.
+// ucx: the UCP tag API. One context and worker per transport; worker addresses (with pid and a
+// host key: boot id + pid namespace) are exchanged through the KvStore under
+// "<key_prefix>/ucx/<rank>"; one endpoint per peer, self included. Dead peers fail operations
+// instead of hanging them:
+//  - peers on other hosts: UCP_ERR_HANDLING_MODE_PEER, UCX reports the failure (keepalive);
+//  - peers on this host: UCP_ERR_HANDLING_MODE_NONE, because UCX 1.13's shared-memory transports
+//    have no peer-failure support and PEER mode would push them onto TCP; their process is
+//    watched through /proc every 100 ms instead (TANDEM_UCX_ERR_MODE=peer forces PEER mode).
 //  - 64-bit UCX tag = (source rank << 40) | tag, matched with a full mask; bit 63 marks control
 //    messages (hello while connecting, goodbye on destruction), so ranks are below 2^23.
 //  - Receives are matched by probing (ucp_tag_probe_nb) and then received with
