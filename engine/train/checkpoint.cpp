@@ -129,8 +129,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     TANDEM_THROW(Status::kIo, "checkpoint '{}': rename from '{}' failed: {}", path, tmp, std::strerror(e));
   }
   // Make the rename itself durable.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

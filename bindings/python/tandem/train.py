@@ -1,0 +1,370 @@
+"""Training from Python through the C ABI's training section (tandem.h, "Training").
+
+    import tandem.train as tt
+    model = tt.Model("lenet5", seed=1)                   # or tt.Model(spec_path="net.json") / spec_json=...
+    train = tt.Dataset("fashion-mnist", train=True)
+    test = tt.Dataset("fashion-mnist", train=False)
+    opt = tt.Optimizer("sgd", lr=0.01, momentum=0.9)
+    trainer = tt.Trainer(model, train, test, opt, batch_size=64)
+    print(trainer.epoch())                                # {'epoch': 1, 'train_loss': ..., 'test_accuracy': ...}
+    trainer.save_checkpoint("run.ckpt")
+
+Failures raise tandem.TandemError (status and the library's message).
+"""
+import ctypes
+import math
+
+from . import _LIB, _check, _invalid
+
+try:
+    import numpy as _np
+except ImportError:
+    _np = None
+
+P = ctypes.POINTER
+_u64, _i64, _i32, _f32, _f64 = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_float, ctypes.c_double
+_str, _ptr, _size = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
+
+
+class _ModelParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("name", _str), ("spec_path", _str), ("spec_json", _str),
+                ("input_channels", _i64), ("input_height", _i64), ("input_width", _i64), ("num_classes", _i64),
+                ("width_mult", _f64), ("backend", _str), ("seed", _u64), ("init", _str)]
+
+
+class _ModelAttr(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("name", _str), ("backend", _str), ("input_channels", _i64),
+                ("input_height", _i64), ("input_width", _i64), ("num_classes", _i64), ("num_layers", _size),
+                ("params", _i64), ("buffers", _i64), ("macs", _i64), ("fwd_flops", _f64), ("bwd_flops", _f64),
+                ("activation_bytes", _i64)]
+
+
+class _LayerAttr(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("name", _str), ("kind", _str), ("num_inputs", _i32), ("inputs", _i32 * 2),
+                ("out_channels", _i64), ("out_height", _i64), ("out_width", _i64), ("params", _i64), ("macs", _i64),
+                ("fwd_flops", _f64), ("bwd_flops", _f64), ("activation_bytes", _i64)]
+
+
+class _DatasetParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("kind", _str), ("path", _str), ("labels_path", _str), ("train", _i32),
+                ("limit", _i64), ("channels", _i64), ("height", _i64), ("width", _i64), ("num_classes", _i64),
+                ("count", _i64), ("seed", _u64)]
+
+
+class _OptimizerParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("kind", _i32), ("lr", _f32), ("momentum", _f32), ("dampening", _f32),
+                ("nesterov", _i32), ("weight_decay", _f32), ("beta1", _f32), ("beta2", _f32), ("eps", _f32),
+                ("schedule", _str), ("clip_norm", _f64)]
+
+
+class _Progress(ctypes.Structure):
+    _fields_ = [("epoch", _i64), ("batch", _i64), ("batches", _i64), ("loss", _f64), ("images_per_sec", _f64),
+                ("elapsed_s", _f64)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(None, P(_Progress), _ptr)
+
+
+class _TrainerParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("batch_size", _i64), ("epochs", _i64), ("seed", _u64),
+                ("limit_batches", _i64), ("eval_limit_batches", _i64), ("augment", _i32), ("prefetch", _i32),
+                ("progress", _PROGRESS_FN), ("progress_user_data", _ptr), ("normalize", _i32)]
+
+
+class _StepResult(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("loss", _f64), ("correct", _i64), ("samples", _i64), ("lr", _f32),
+                ("epoch_end", _i32)]
+
+
+class _EpochResult(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("epoch", _i64), ("train_loss", _f64), ("train_accuracy", _f64),
+                ("train_samples", _i64), ("test_loss", _f64), ("test_accuracy", _f64), ("images_per_sec", _f64),
+                ("train_s", _f64), ("wall_s", _f64)]
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(_LIB, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_status = ctypes.c_int32
+_fn("tandem_model_create", _status, _ptr, P(_ModelParams), P(_ptr))
+_fn("tandem_model_destroy", None, _ptr)
+_fn("tandem_model_query", _status, _ptr, P(_ModelAttr))
+_fn("tandem_model_layer_query", _status, _ptr, _size, P(_LayerAttr))
+_fn("tandem_model_get_params", _status, _ptr, P(_f32), _size)
+_fn("tandem_model_set_params", _status, _ptr, P(_f32), _size)
+_fn("tandem_model_forward", _status, _ptr, P(_f32), _i64, P(_f32), _size)
+_fn("tandem_dataset_create", _status, _ptr, P(_DatasetParams), P(_ptr))
+_fn("tandem_dataset_destroy", None, _ptr)
+_fn("tandem_dataset_info", _status, _ptr, P(_i64), P(_i64), P(_i64), P(_i64), P(_i64))
+_fn("tandem_optimizer_create", _status, _ptr, P(_OptimizerParams), P(_ptr))
+_fn("tandem_optimizer_destroy", None, _ptr)
+_fn("tandem_trainer_create", _status, _ptr, _ptr, _ptr, _ptr, P(_TrainerParams), P(_ptr))
+_fn("tandem_trainer_destroy", None, _ptr)
+_fn("tandem_trainer_step", _status, _ptr, P(_StepResult))
+_fn("tandem_trainer_epoch", _status, _ptr, P(_EpochResult))
+_fn("tandem_trainer_evaluate", _status, _ptr, _ptr, _i64, P(_f64), P(_f64))
+_fn("tandem_trainer_save_checkpoint", _status, _ptr, _str)
+_fn("tandem_trainer_load_checkpoint", _status, _ptr, _str)
+_fn("tandem_trainer_progress", _status, _ptr, P(_i64), P(_i64))
+
+ZOO = ("mlp", "lenet5", "resnet18", "mobilenetv2", "vgg16", "alexnet")
+_OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
+
+
+class _Context:
+    """One library context shared by the objects of this module (compute threads: num_threads)."""
+    _handle = None
+
+    @classmethod
+    def get(cls):
+        if cls._handle is None:
+            h = _ptr()
+            _check(_LIB.tandem_context_create_v(100, None, ctypes.byref(h)))
+            cls._handle = h
+        return cls._handle
+
+
+def set_num_threads(n):
+    """Compute threads for models created afterwards (0: all cores). Call before creating models."""
+    if _Context._handle is not None:
+        raise _invalid("set_num_threads must be called before the first model or dataset is created")
+
+    class _ContextParams(ctypes.Structure):
+        _fields_ = [("field_mask", _u64), ("num_threads", _i32), ("log_sink", _ptr), ("log_user_data", _ptr),
+                    ("log_level", _i32)]
+    p = _ContextParams(field_mask=1, num_threads=int(n))
+    h = _ptr()
+    _check(_LIB.tandem_context_create_v(100, ctypes.byref(p), ctypes.byref(h)))
+    _Context._handle = h
+
+
+def _b(s):
+    return None if s is None else str(s).encode()
+
+
+class _Handle:
+    _destroy = None
+
+    def __init__(self):
+        self._h = _ptr()
+
+    def close(self):
+        if self._h:
+            type(self)._destroy(self._h)
+            self._h = _ptr()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model(_Handle):
+    """A zoo model (`name`) or a JSON spec (`spec_path` / `spec_json`) on a compute backend ("cpu", "reference",
+    "cuda", or "none" for a spec only)."""
+    _destroy = _LIB.tandem_model_destroy
+
+    def __init__(self, name=None, *, spec_path=None, spec_json=None, input_shape=None, num_classes=None,
+                 width_mult=None, backend="cpu", seed=0, init="kaiming"):
+        super().__init__()
+        p = _ModelParams()
+        keep = []
+        def s(v):
+            keep.append(_b(v))
+            return keep[-1]
+        if name is not None:
+            p.field_mask |= 1 << 0
+            p.name = s(name)
+        if spec_path is not None:
+            p.field_mask |= 1 << 1
+            p.spec_path = s(spec_path)
+        if spec_json is not None:
+            p.field_mask |= 1 << 2
+            p.spec_json = s(spec_json)
+        if input_shape is not None:
+            p.field_mask |= 1 << 3
+            p.input_channels, p.input_height, p.input_width = (int(v) for v in input_shape)
+        if num_classes is not None:
+            p.field_mask |= 1 << 4
+            p.num_classes = int(num_classes)
+        if width_mult is not None:
+            p.field_mask |= 1 << 5
+            p.width_mult = float(width_mult)
+        p.field_mask |= (1 << 6) | (1 << 7) | (1 << 8)
+        p.backend, p.seed, p.init = s(backend), int(seed), s(init)
+        _check(_LIB.tandem_model_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
+
+    def info(self):
+        a = _ModelAttr(field_mask=7)
+        _check(_LIB.tandem_model_query(self._h, ctypes.byref(a)))
+        return {"name": a.name.decode(), "backend": a.backend.decode(),
+                "input_shape": (a.input_channels, a.input_height, a.input_width), "num_classes": a.num_classes,
+                "num_layers": a.num_layers, "params": a.params, "buffers": a.buffers, "macs": a.macs,
+                "fwd_flops": a.fwd_flops, "bwd_flops": a.bwd_flops, "activation_bytes": a.activation_bytes}
+
+    def layers(self):
+        out = []
+        for i in range(self.info()["num_layers"]):
+            a = _LayerAttr(field_mask=7)
+            _check(_LIB.tandem_model_layer_query(self._h, i, ctypes.byref(a)))
+            out.append({"name": a.name.decode(), "type": a.kind.decode(), "inputs": list(a.inputs[:a.num_inputs]),
+                        "output": (a.out_channels, a.out_height, a.out_width), "params": a.params, "macs": a.macs,
+                        "fwd_flops": a.fwd_flops, "bwd_flops": a.bwd_flops, "activation_bytes": a.activation_bytes})
+        return out
+
+    def get_params(self):
+        """All parameters as a float32 numpy array (a copy)."""
+        n = self.info()["params"]
+        out = _np.empty(n, dtype=_np.float32)
+        _check(_LIB.tandem_model_get_params(self._h, out.ctypes.data_as(P(_f32)), n))
+        return out
+
+    def set_params(self, values):
+        v = _np.ascontiguousarray(values, dtype=_np.float32).reshape(-1)
+        _check(_LIB.tandem_model_set_params(self._h, v.ctypes.data_as(P(_f32)), v.size))
+
+    def forward(self, x):
+        """Logits [N, classes] for normalised float32 inputs [N, C, H, W] (inference mode)."""
+        x = _np.ascontiguousarray(x, dtype=_np.float32)
+        info = self.info()
+        n = int(x.shape[0])
+        out = _np.empty((n, info["num_classes"]), dtype=_np.float32)
+        _check(_LIB.tandem_model_forward(self._h, x.ctypes.data_as(P(_f32)), n, out.ctypes.data_as(P(_f32)),
+                                         out.size))
+        return out
+
+
+class Dataset(_Handle):
+    """"fashion-mnist" (found automatically), "cifar10" (path required), "idx" (path + labels_path) or "synthetic"."""
+    _destroy = _LIB.tandem_dataset_destroy
+
+    def __init__(self, kind="fashion-mnist", *, train=True, path=None, labels_path=None, limit=None, shape=None,
+                 num_classes=None, count=None, seed=None):
+        super().__init__()
+        keep = [_b(kind), _b(path), _b(labels_path)]
+        p = _DatasetParams(field_mask=(1 << 0) | (1 << 3), kind=keep[0], train=1 if train else 0)
+        if path is not None:
+            p.field_mask |= 1 << 1
+            p.path = keep[1]
+        if labels_path is not None:
+            p.field_mask |= 1 << 2
+            p.labels_path = keep[2]
+        if limit is not None:
+            p.field_mask |= 1 << 4
+            p.limit = int(limit)
+        if shape is not None:
+            p.field_mask |= 1 << 5
+            p.channels, p.height, p.width = (int(v) for v in shape)
+        if num_classes is not None:
+            p.field_mask |= 1 << 6
+            p.num_classes = int(num_classes)
+        if count is not None:
+            p.field_mask |= 1 << 7
+            p.count = int(count)
+        if seed is not None:
+            p.field_mask |= 1 << 8
+            p.seed = int(seed)
+        _check(_LIB.tandem_dataset_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
+
+    def __len__(self):
+        n = _i64()
+        _check(_LIB.tandem_dataset_info(self._h, ctypes.byref(n), None, None, None, None))
+        return n.value
+
+    def info(self):
+        v = [_i64() for _ in range(5)]
+        _check(_LIB.tandem_dataset_info(self._h, *(ctypes.byref(x) for x in v)))
+        return {"size": v[0].value, "shape": (v[1].value, v[2].value, v[3].value), "num_classes": v[4].value}
+
+
+class Optimizer(_Handle):
+    """An optimizer configuration: "sgd" (momentum, dampening, nesterov), "adam", "adamw"; weight_decay, a schedule
+    ("constant", "step:E:G", "cosine", optionally ",warmup:E") and gradient clipping by global norm."""
+    _destroy = _LIB.tandem_optimizer_destroy
+
+    def __init__(self, kind="sgd", *, lr=0.01, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0,
+                 betas=(0.9, 0.999), eps=1e-8, schedule="constant", clip_norm=0.0):
+        super().__init__()
+        if kind not in _OPTIMIZERS:
+            raise _invalid("unknown optimizer %r (expected sgd, adam or adamw)" % (kind,))
+        self._schedule = _b(schedule)
+        p = _OptimizerParams(field_mask=(1 << 10) - 1, kind=_OPTIMIZERS[kind], lr=lr, momentum=momentum,
+                             dampening=dampening, nesterov=1 if nesterov else 0, weight_decay=weight_decay,
+                             beta1=betas[0], beta2=betas[1], eps=eps, schedule=self._schedule,
+                             clip_norm=float(clip_norm))
+        _check(_LIB.tandem_optimizer_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
+
+
+class Trainer(_Handle):
+    """Runs steps, epochs, evaluation and checkpoints. Keeps its model and datasets alive. `progress`, if given, is
+    called with a dict after every batch of an epoch."""
+    _destroy = _LIB.tandem_trainer_destroy
+
+    def __init__(self, model, train, test=None, optimizer=None, *, batch_size=64, epochs=1, seed=0,
+                 limit_batches=0, eval_limit_batches=0, augment=False, prefetch=2, normalize=True, progress=None):
+        super().__init__()
+        optimizer = optimizer or Optimizer()
+        self._keep = (model, train, test, optimizer)
+        self._progress_cb = None
+        p = _TrainerParams(field_mask=0x17f, batch_size=batch_size, epochs=epochs, seed=seed,
+                           limit_batches=limit_batches, eval_limit_batches=eval_limit_batches,
+                           augment=1 if augment else 0, prefetch=prefetch, normalize=1 if normalize else 0)
+        if progress is not None:
+            def cb(pp, _user):
+                q = pp.contents
+                progress({"epoch": q.epoch, "batch": q.batch, "batches": q.batches, "loss": q.loss,
+                          "images_per_sec": q.images_per_sec, "elapsed_s": q.elapsed_s})
+            self._progress_cb = _PROGRESS_FN(cb)
+            p.field_mask |= 1 << 7
+            p.progress = self._progress_cb
+        _check(_LIB.tandem_trainer_create(model._h, train._h, test._h if test is not None else None, optimizer._h,
+                                          ctypes.byref(p), ctypes.byref(self._h)))
+
+    def step(self):
+        r = _StepResult(field_mask=7)
+        _check(_LIB.tandem_trainer_step(self._h, ctypes.byref(r)))
+        return {"loss": r.loss, "correct": r.correct, "samples": r.samples, "lr": r.lr, "epoch_end": bool(r.epoch_end)}
+
+    def epoch(self):
+        r = _EpochResult(field_mask=7)
+        _check(_LIB.tandem_trainer_epoch(self._h, ctypes.byref(r)))
+        nan = lambda v: None if math.isnan(v) else v
+        return {"epoch": r.epoch, "train_loss": r.train_loss, "train_accuracy": r.train_accuracy,
+                "train_samples": r.train_samples, "test_loss": nan(r.test_loss),
+                "test_accuracy": nan(r.test_accuracy), "images_per_sec": r.images_per_sec, "train_s": r.train_s,
+                "wall_s": r.wall_s}
+
+    def evaluate(self, dataset, limit_batches=0):
+        loss, acc = _f64(), _f64()
+        _check(_LIB.tandem_trainer_evaluate(self._h, dataset._h, int(limit_batches), ctypes.byref(loss),
+                                            ctypes.byref(acc)))
+        return {"loss": loss.value, "accuracy": acc.value}
+
+    def save_checkpoint(self, path):
+        _check(_LIB.tandem_trainer_save_checkpoint(self._h, _b(path)))
+
+    def load_checkpoint(self, path):
+        _check(_LIB.tandem_trainer_load_checkpoint(self._h, _b(path)))
+
+    @property
+    def completed_epochs(self):
+        e = _i64()
+        _check(_LIB.tandem_trainer_progress(self._h, ctypes.byref(e), None))
+        return e.value
+
+    @property
+    def steps(self):
+        s = _i64()
+        _check(_LIB.tandem_trainer_progress(self._h, None, ctypes.byref(s)))
+        return s.value

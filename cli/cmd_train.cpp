@@ -1,0 +1,280 @@
+// `tandem train --model M --dataset D [options] [--json]`: trains through the C ABI. On a terminal a progress bar
+// (rate, ETA) is drawn on stderr; with --json, stdout gets one JSON object per epoch.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "tandem/tandem.h"
+
+namespace {
+
+struct TrainOptions {
+  std::string model = "lenet5";
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;
+  std::string backend = "cpu";
+  int64_t epochs = 1;
+  int64_t batch = 64;
+  float lr = 0.01f;
+  std::string optimizer = "sgd";
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0;
+  std::string schedule = "constant";
+  double clip_norm = 0;
+  int threads = 0;
+  uint64_t seed = 0;
+  std::string checkpoint;
+  std::string resume;
+  int64_t limit_batches = 0;
+  int64_t eval_limit_batches = 0;
+  int64_t train_limit = 0;
+  int64_t test_limit = 0;
+  bool augment = false;
+  double width_mult = 0;
+  std::string init = "kaiming";
+  bool json = false;
+};
+
+// Releases every handle on scope exit.
+struct Handles {
+  tandem_context_t* ctx = nullptr;
+  tandem_model_t* model = nullptr;
+  tandem_dataset_t* train = nullptr;
+  tandem_dataset_t* test = nullptr;
+  tandem_optimizer_t* opt = nullptr;
+  tandem_trainer_t* trainer = nullptr;
+  ~Handles() {
+    tandem_trainer_destroy(trainer);
+    tandem_optimizer_destroy(opt);
+    tandem_dataset_destroy(test);
+    tandem_dataset_destroy(train);
+    tandem_model_destroy(model);
+    tandem_context_destroy(ctx);
+  }
+};
+
+struct Bar {
+  bool enabled = false;
+  int64_t epochs = 0;
+  std::chrono::steady_clock::time_point last{};
+};
+
+std::string clock_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  const auto t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{:02}:{:02}", t / 60, t % 60);
+}
+
+void draw_bar(const tandem_progress_t* p, void* user) {
+  auto* bar = static_cast<Bar*>(user);
+  const auto now = std::chrono::steady_clock::now();
+  if (p->batch < p->batches && now - bar->last < std::chrono::milliseconds(100)) return;
+  bar->last = now;
+  constexpr int kWidth = 30;
+  const double frac = p->batches > 0 ? static_cast<double>(p->batch) / static_cast<double>(p->batches) : 1.0;
+  const int filled = static_cast<int>(frac * kWidth);
+  const double eta = frac > 0 ? p->elapsed_s * (1 - frac) / frac : NAN;
+  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f img/s ETA %s ", static_cast<long long>(p->epoch),
+               static_cast<long long>(bar->epochs), std::string(static_cast<size_t>(filled), '#').c_str(),
+               std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(p->batch),
+               static_cast<long long>(p->batches), p->loss, p->images_per_sec, clock_text(eta).c_str());
+  std::fflush(stderr);
+}
+
+bool looks_like_file(const std::string& p) {
+  struct stat st{};
+  return p.find(".json") != std::string::npos || (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode));
+}
+
+tandem_status_t make_dataset(const TrainOptions& o, bool train, Handles& h, tandem_dataset_t** out) {
+  tandem_dataset_params_t p = TANDEM_DATASET_PARAMS_INIT;
+  p.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_TRAIN;
+  p.kind = o.dataset.c_str();
+  p.train = train ? 1 : 0;
+  if (!o.data_dir.empty()) {
+    p.field_mask |= TANDEM_DATASET_PARAM_PATH;
+    p.path = o.data_dir.c_str();
+  }
+  const int64_t limit = train ? o.train_limit : o.test_limit;
+  if (limit > 0) {
+    p.field_mask |= TANDEM_DATASET_PARAM_LIMIT;
+    p.limit = limit;
+  }
+  if (o.dataset == "synthetic") {  // a quick stand-in: Fashion-MNIST-shaped, different seeds per split
+    p.field_mask |= TANDEM_DATASET_PARAM_COUNT | TANDEM_DATASET_PARAM_SEED;
+    p.count = train ? 6000 : 1000;
+    p.seed = o.seed;
+  }
+  return tandem_dataset_create(h.ctx, &p, out);
+}
+
+int run_train(const TrainOptions& o) {
+  namespace cli = tandem::cli;
+  Handles h;
+  tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
+  if (o.threads > 0) {
+    cp.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
+    cp.num_threads = o.threads;
+  }
+  if (tandem_context_create(&cp, &h.ctx) != TANDEM_OK) return cli::fail("cannot create a context");
+  if (make_dataset(o, true, h, &h.train) != TANDEM_OK) return cli::fail("cannot load the training data");
+  if (make_dataset(o, false, h, &h.test) != TANDEM_OK) return cli::fail("cannot load the test data");
+  int64_t size = 0, c = 0, hh = 0, w = 0, classes = 0;
+  tandem_dataset_info(h.train, &size, &c, &hh, &w, &classes);
+
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  mp.field_mask = TANDEM_MODEL_PARAM_BACKEND | TANDEM_MODEL_PARAM_SEED | TANDEM_MODEL_PARAM_INIT;
+  mp.backend = o.backend.c_str();
+  mp.seed = o.seed;
+  mp.init = o.init.c_str();
+  if (looks_like_file(o.model)) {
+    mp.field_mask |= TANDEM_MODEL_PARAM_SPEC_PATH;
+    mp.spec_path = o.model.c_str();
+  } else {
+    mp.field_mask |= TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_INPUT_SHAPE | TANDEM_MODEL_PARAM_NUM_CLASSES;
+    mp.name = o.model.c_str();
+    mp.input_channels = c;
+    mp.input_height = hh;
+    mp.input_width = w;
+    mp.num_classes = classes;
+    if (o.width_mult > 0) {
+      mp.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
+      mp.width_mult = o.width_mult;
+    }
+  }
+  if (tandem_model_create(h.ctx, &mp, &h.model) != TANDEM_OK) return cli::fail(fmt::format("cannot create model '{}'", o.model));
+
+  tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
+  op.field_mask = TANDEM_OPTIMIZER_PARAM_KIND | TANDEM_OPTIMIZER_PARAM_LR | TANDEM_OPTIMIZER_PARAM_WEIGHT_DECAY |
+                  TANDEM_OPTIMIZER_PARAM_SCHEDULE | TANDEM_OPTIMIZER_PARAM_CLIP_NORM;
+  if (o.optimizer == "sgd") {
+    op.kind = TANDEM_OPTIMIZER_SGD;
+    op.field_mask |= TANDEM_OPTIMIZER_PARAM_MOMENTUM | TANDEM_OPTIMIZER_PARAM_NESTEROV;
+    op.momentum = o.momentum;
+    op.nesterov = o.nesterov ? 1 : 0;
+  } else if (o.optimizer == "adam") {
+    op.kind = TANDEM_OPTIMIZER_ADAM;
+  } else if (o.optimizer == "adamw") {
+    op.kind = TANDEM_OPTIMIZER_ADAMW;
+  } else {
+    std::fprintf(stderr, "tandem: --optimizer '%s' is not sgd, adam or adamw\n", o.optimizer.c_str());
+    return 2;
+  }
+  op.lr = o.lr;
+  op.weight_decay = o.weight_decay;
+  op.schedule = o.schedule.c_str();
+  op.clip_norm = o.clip_norm;
+  if (tandem_optimizer_create(h.ctx, &op, &h.opt) != TANDEM_OK) return cli::fail("bad optimizer settings");
+
+  Bar bar;
+  bar.enabled = !o.json && ::isatty(2) != 0;
+  bar.epochs = o.epochs;
+  tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
+  tp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_EPOCHS | TANDEM_TRAINER_PARAM_SEED |
+                  TANDEM_TRAINER_PARAM_LIMIT_BATCHES | TANDEM_TRAINER_PARAM_EVAL_LIMIT_BATCHES |
+                  TANDEM_TRAINER_PARAM_AUGMENT;
+  tp.batch_size = o.batch;
+  tp.epochs = o.epochs;
+  tp.seed = o.seed;
+  tp.limit_batches = o.limit_batches;
+  tp.eval_limit_batches = o.eval_limit_batches;
+  tp.augment = o.augment ? 1 : 0;
+  if (bar.enabled) {
+    tp.field_mask |= TANDEM_TRAINER_PARAM_PROGRESS;
+    tp.progress = draw_bar;
+    tp.progress_user_data = &bar;
+  }
+  if (tandem_trainer_create(h.model, h.train, h.test, h.opt, &tp, &h.trainer) != TANDEM_OK) {
+    return cli::fail("cannot create the trainer");
+  }
+  if (!o.resume.empty()) {
+    if (tandem_trainer_load_checkpoint(h.trainer, o.resume.c_str()) != TANDEM_OK) {
+      return cli::fail(fmt::format("cannot resume from '{}'", o.resume));
+    }
+  }
+  int64_t done = 0;
+  tandem_trainer_progress(h.trainer, &done, nullptr);
+  if (!o.json) {
+    tandem_model_attr_t ma = TANDEM_MODEL_ATTR_INIT;
+    ma.field_mask = TANDEM_MODEL_ATTR_NAME | TANDEM_MODEL_ATTR_COST;
+    tandem_model_query(h.model, &ma);
+    std::printf("training %s (%lld parameters, backend %s) on %s: %lld samples of %lldx%lldx%lld, %lld classes%s\n",
+                ma.name, static_cast<long long>(ma.params), ma.backend, o.dataset.c_str(), static_cast<long long>(size),
+                static_cast<long long>(c), static_cast<long long>(hh), static_cast<long long>(w),
+                static_cast<long long>(classes),
+                done > 0 ? fmt::format(", resuming after epoch {}", done).c_str() : "");
+    std::fflush(stdout);
+  }
+  for (int64_t epoch = done; epoch < o.epochs; ++epoch) {
+    tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
+    r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
+    const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);
+    if (bar.enabled) std::fprintf(stderr, "\n");
+    if (st != TANDEM_OK) return cli::fail(fmt::format("epoch {} failed", epoch + 1));
+    if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
+      return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
+    }
+    auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    if (o.json) {
+      const nlohmann::json j = {{"epoch", r.epoch},
+                                {"train_loss", num(r.train_loss)},
+                                {"train_accuracy", num(r.train_accuracy)},
+                                {"test_loss", num(r.test_loss)},
+                                {"test_accuracy", num(r.test_accuracy)},
+                                {"images_per_sec", num(r.images_per_sec)},
+                                {"wall_s", num(r.wall_s)}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",
+                  static_cast<long long>(r.epoch), r.train_loss, 100 * r.train_accuracy, r.test_loss,
+                  100 * r.test_accuracy, r.images_per_sec, r.wall_s);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::App& app) -> tandem::cli::Runner {
+  auto o = std::make_shared<TrainOptions>();
+  app.add_option("--model", o->model, "zoo name (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet) or a JSON spec file")
+      ->capture_default_str();
+  app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
+  app.add_option("--data-dir", o->data_dir, "directory of the data set's files");
+  app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda")->capture_default_str();
+  app.add_option("--epochs", o->epochs, "epochs to train (in total, counting resumed ones)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o->lr, "base learning rate")->capture_default_str();
+  app.add_option("--optimizer", o->optimizer, "sgd, adam or adamw")->capture_default_str();
+  app.add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
+  app.add_flag("--nesterov", o->nesterov, "Nesterov momentum (SGD)");
+  app.add_option("--weight-decay", o->weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
+  app.add_option("--schedule", o->schedule, "constant, step:EPOCHS:GAMMA or cosine, optionally ,warmup:EPOCHS")
+      ->capture_default_str();
+  app.add_option("--clip-norm", o->clip_norm, "clip gradients to this global L2 norm (0: off)");
+  app.add_option("--threads", o->threads, "compute threads (default: all cores)");
+  app.add_option("--seed", o->seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
+  app.add_option("--init", o->init, "weight initialisation: kaiming, xavier or uniform")->capture_default_str();
+  app.add_option("--checkpoint", o->checkpoint, "write a checkpoint here after every epoch");
+  app.add_option("--resume", o->resume, "resume from this checkpoint");
+  app.add_option("--limit-batches", o->limit_batches, "stop each epoch after this many batches (0: all)");
+  app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)");
+  app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)");
+  app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)");
+  app.add_flag("--augment", o->augment, "random crop with padding (and flips for colour images)");
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+  app.add_flag("--json", o->json, "one JSON object per epoch on stdout");
+  return [o] { return run_train(*o); };
+}};
+
+}  // namespace
