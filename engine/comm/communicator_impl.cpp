@@ -116,16 +116,16 @@ namespace {
 
 class WorkImpl final : public Work {
  public:
-  explicit WorkImpl(std::shared_ptr<CommunicatorImpl::OpState> op) : op_(std::move(op)) {}
+  WorkImpl(std::shared_ptr<CommunicatorImpl::OpState> op, CommunicatorImpl* comm) : op_(std::move(op)), comm_(comm) {}
   bool test() override {
     const int s = op_->state.load(std::memory_order_acquire);
     if (s == 2) throw Error(op_->status, op_->message);
     return s == 1;
   }
   void wait() override {
-    // Short spin for low latency, then sleep on the condition variable.
-    const auto spin_until = Clock::now() + std::chrono::microseconds(30);
-    while (op_->state.load(std::memory_order_acquire) == 0 && Clock::now() < spin_until) std::this_thread::yield();
+    // When the progress thread is idle, this thread runs the queue itself up to its operation:
+    // no hand-off between threads on the latency path. Otherwise it sleeps until completion.
+    if (op_->state.load(std::memory_order_acquire) == 0 && comm_->drive_until_done(*op_)) return test_and_return();
     std::unique_lock lock(op_->mu);
     while (op_->state.load(std::memory_order_acquire) == 0) {
       op_->cv.wait_for(lock, std::chrono::milliseconds(100));
@@ -142,7 +142,9 @@ class WorkImpl final : public Work {
   }
 
  private:
+  void test_and_return() { test(); }
   std::shared_ptr<CommunicatorImpl::OpState> op_;
+  CommunicatorImpl* comm_;  // valid while the operation is pending (the communicator drains its queue on destruction)
 };
 
 }  // namespace
@@ -198,6 +200,11 @@ CommunicatorImpl::~CommunicatorImpl() {
   control_sends_.clear();
   for (auto& b : control_bufs_)
     if (b) shared_->bury(b);
+  if (is_failed()) {  // abandoned sends may still read the header and scratch until the transport goes
+    shared_->bury(send_header_);
+    shared_->bury(std::make_shared<AlignedBuffer>(std::move(scratch_)));
+    shared_->bury(std::make_shared<AlignedBuffer>(std::move(staging_)));
+  }
 }
 
 CommOptions apply_comm_env(const CommOptions& in) {
@@ -349,7 +356,7 @@ std::unique_ptr<Work> CommunicatorImpl::enqueue(std::shared_ptr<OpState> op) {
     queue_.push_back(op);
   }
   cv_.notify_one();
-  return std::make_unique<WorkImpl>(std::move(op));
+  return std::make_unique<WorkImpl>(std::move(op), this);
 }
 
 namespace {
@@ -536,71 +543,96 @@ std::string CommunicatorImpl::describe(const OpState& op) const {
 
 void CommunicatorImpl::progress_main() {
   for (;;) {
-    std::shared_ptr<OpState> op;
     {
       std::unique_lock lock(mu_);
       auto abort_pending = [&] { return abort_requested_.load() && !is_failed(); };
-      if (queue_.empty() && p2p_.empty() && !stopping_ && !abort_pending())
-        cv_.wait_for(lock, kIdlePoll, [&] { return !queue_.empty() || stopping_ || abort_pending(); });
-      if (!queue_.empty()) {
-        op = std::move(queue_.front());
-        queue_.pop_front();
-      } else if (stopping_ && p2p_.empty()) {
-        break;
-      }
+      auto work = [&] {
+        const bool pending = !queue_.empty() || p2p_count_.load(std::memory_order_acquire) > 0;
+        return pending && !caller_driving_.load(std::memory_order_acquire);
+      };
+      cv_.wait_for(lock, kIdlePoll, [&] { return stopping_ || abort_pending() || work(); });
+      if (stopping_ && queue_.empty() && p2p_count_.load(std::memory_order_acquire) == 0) break;
     }
-    try {
-      if (abort_requested_.load(std::memory_order_acquire) && !is_failed()) {
-        std::string reason;
-        {
-          std::lock_guard lock(mu_);
-          reason = abort_reason_;
-        }
-        TANDEM_THROW(Status::kPeerFailure, "rank {} aborted the communicator: {}", rank_, reason);
-      }
-      if (op) {
-        if (is_failed()) {
-          fail(Status::kOk, "", false, op.get());
-        } else if (op->kind == WireKind::kSend || op->kind == WireKind::kRecv) {
-          post_p2p(op);
-        } else {
-          current_ = op.get();
-          run_collective(*op);
-          current_ = nullptr;
-        }
-      } else if (!is_failed()) {
-        poll_control();
-        if (!p2p_.empty()) {
-          const auto before = p2p_.size();
-          poll_p2p();
-          if (p2p_.size() == before) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-      }
-    } catch (const Error& e) {
-      executor_.abandon();
-      Status st = e.status();
-      std::string msg = e.what();
-      // A peer that failed first and left: its abort (sent before it closed) says why.
-      if (st == Status::kPeerFailure || st == Status::kTransport) {
-        const auto until = Clock::now() + std::chrono::milliseconds(50);
-        try {
-          while (Clock::now() < until) {
-            poll_control();
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
-          }
-        } catch (const Error& why) {
-          st = why.status();
-          msg = why.what();
-        }
-      }
-      fail(st, msg, true, op.get());
-      current_ = nullptr;
-    } catch (const std::exception& e) {
-      executor_.abandon();
-      fail(Status::kInternal, e.what(), true, op.get());
-      current_ = nullptr;
+    // A caller waiting on its operation may be driving progress itself; it wakes us when done.
+    std::unique_lock engine(engine_mu_, std::try_to_lock);
+    if (engine.owns_lock()) step();
+  }
+}
+
+void CommunicatorImpl::step() {
+  std::shared_ptr<OpState> op;
+  {
+    std::lock_guard lock(mu_);
+    if (!queue_.empty()) {
+      op = std::move(queue_.front());
+      queue_.pop_front();
     }
   }
+  try {
+    if (abort_requested_.load(std::memory_order_acquire) && !is_failed()) {
+      std::string reason;
+      {
+        std::lock_guard lock(mu_);
+        reason = abort_reason_;
+      }
+      TANDEM_THROW(Status::kPeerFailure, "rank {} aborted the communicator: {}", rank_, reason);
+    }
+    if (op) {
+      if (is_failed()) {
+        fail(Status::kOk, "", false, op.get());
+      } else if (op->kind == WireKind::kSend || op->kind == WireKind::kRecv) {
+        post_p2p(op);
+      } else {
+        current_ = op.get();
+        run_collective(*op);
+        current_ = nullptr;
+      }
+    } else if (!is_failed()) {
+      poll_control();
+      if (!p2p_.empty()) {
+        const auto before = p2p_.size();
+        poll_p2p();
+        if (p2p_.size() == before) transport_.wait_for_progress(std::chrono::microseconds(200));
+      }
+    }
+  } catch (const Error& e) {
+    executor_.abandon();
+    Status st = e.status();
+    std::string msg = e.what();
+    // A peer that failed first and left: its abort (sent before it closed) says why.
+    if (st == Status::kPeerFailure || st == Status::kTransport) {
+      const auto until = Clock::now() + std::chrono::milliseconds(50);
+      try {
+        while (Clock::now() < until) {
+          poll_control();
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      } catch (const Error& why) {
+        st = why.status();
+        msg = why.what();
+      }
+    }
+    fail(st, msg, true, op.get());
+    current_ = nullptr;
+  } catch (const std::exception& e) {
+    executor_.abandon();
+    fail(Status::kInternal, e.what(), true, op.get());
+    current_ = nullptr;
+  }
+}
+
+bool CommunicatorImpl::drive_until_done(const OpState& op) {
+  std::unique_lock engine(engine_mu_, std::try_to_lock);
+  if (!engine.owns_lock()) return false;
+  caller_driving_.store(true, std::memory_order_release);
+  while (op.state.load(std::memory_order_acquire) == 0) step();
+  caller_driving_.store(false, std::memory_order_release);
+  engine.unlock();
+  {
+    std::lock_guard lock(mu_);  // the progress thread takes over what is left
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void CommunicatorImpl::run_collective(OpState& op) {
@@ -627,21 +659,21 @@ void CommunicatorImpl::run_collective(OpState& op) {
     std::memcpy(copy, buf.base[0], in_bytes);
     buf.base[0] = copy;
   }
-  send_header_ = WireHeader{};
-  send_header_.comm_id = comm_id_;
-  send_header_.seq = op.seq;
-  send_header_.count = op.count;
-  send_header_.chunk = plan.chunk_count;
-  send_header_.root = req.collective == Collective::kBroadcast || req.collective == Collective::kReduce ? op.root : 0;
-  send_header_.sender = rank_;
-  send_header_.kind = static_cast<uint8_t>(op.kind);
-  send_header_.algorithm = static_cast<uint8_t>(plan.algorithm);
-  send_header_.dtype = static_cast<uint8_t>(op.dtype);
+  *send_header_ = WireHeader{};
+  send_header_->comm_id = comm_id_;
+  send_header_->seq = op.seq;
+  send_header_->count = op.count;
+  send_header_->chunk = plan.chunk_count;
+  send_header_->root = req.collective == Collective::kBroadcast || req.collective == Collective::kReduce ? op.root : 0;
+  send_header_->sender = rank_;
+  send_header_->kind = static_cast<uint8_t>(op.kind);
+  send_header_->algorithm = static_cast<uint8_t>(plan.algorithm);
+  send_header_->dtype = static_cast<uint8_t>(op.dtype);
   const bool reduces = op.kind == WireKind::kAllreduce || op.kind == WireKind::kReduceScatter ||
                        op.kind == WireKind::kReduce;
-  send_header_.op = reduces ? static_cast<uint8_t>(op.op) : 0;
+  send_header_->op = reduces ? static_cast<uint8_t>(op.op) : 0;
   grace_started_ = false;
-  executor_.run(plan, buf, transport_, members_, collective_tag(comm_id_), send_header_, *this);
+  executor_.run(plan, buf, transport_, members_, collective_tag(comm_id_), *send_header_, *this);
   if (reduces && op.op == ReduceOp::kAvg && out_bytes) divide_by(buf.base[1], out_bytes / es, op.dtype, size_);
   activity_->store(now_ns(), std::memory_order_relaxed);
   op.complete(Status::kOk, "");
@@ -670,6 +702,7 @@ void CommunicatorImpl::post_p2p(const std::shared_ptr<OpState>& op) {
   }
   op->posted = Clock::now();
   p2p_.push_back(op);
+  p2p_count_.store(p2p_.size(), std::memory_order_release);
   poll_p2p();
 }
 
@@ -702,6 +735,7 @@ void CommunicatorImpl::poll_p2p() {
     activity_->store(now_ns(), std::memory_order_relaxed);
     auto done = std::move(p2p_[k]);
     p2p_.erase(p2p_.begin() + static_cast<long>(k));
+    p2p_count_.store(p2p_.size(), std::memory_order_release);
     done->complete(Status::kOk, "");
   }
 }
@@ -780,11 +814,11 @@ void CommunicatorImpl::poll() {
 }
 
 void CommunicatorImpl::backoff(Clock::duration idle_for) {
-  if (idle_for < std::chrono::microseconds(20)) return;
-  if (idle_for < std::chrono::milliseconds(2))
-    std::this_thread::yield();
-  else
-    std::this_thread::sleep_for(std::chrono::microseconds(idle_for < std::chrono::milliseconds(100) ? 20 : 200));
+  // Spin briefly (latency), then block in the transport until something may have happened: a
+  // spinning thread would starve the transport's own I/O threads on a small machine.
+  if (idle_for < std::chrono::microseconds(10)) return;
+  transport_.wait_for_progress(idle_for < std::chrono::milliseconds(10) ? std::chrono::microseconds(200)
+                                                                         : std::chrono::microseconds(1000));
 }
 
 void CommunicatorImpl::idle(const PlanExecutor& ex) {
@@ -833,8 +867,8 @@ void CommunicatorImpl::idle(const PlanExecutor& ex) {
 
 void CommunicatorImpl::bad_message(int peer, const WireHeader& got, size_t got_bytes, size_t expected_bytes) {
   const OpState& op = *current_;
-  const bool same = same_operation(got, send_header_);
-  const std::string theirs = describe_header(got, send_header_);
+  const bool same = same_operation(got, *send_header_);
+  const std::string theirs = describe_header(got, *send_header_);
   const std::string their_seq = got.magic == kWireMagic && got.seq != op.seq ? fmt::format(" as op #{}", got.seq) : "";
   TANDEM_THROW(Status::kMismatch, "rank {} called {} as op #{} but rank {} sent {}{}{}", rank_, describe(op), op.seq,
                peer, theirs, their_seq,
@@ -871,6 +905,7 @@ void CommunicatorImpl::fail(Status status, const std::string& message, bool tell
     op->complete(st, msg);
   }
   p2p_.clear();
+  p2p_count_.store(0, std::memory_order_release);
   std::deque<std::shared_ptr<OpState>> queued;
   {
     std::lock_guard lock(mu_);

@@ -94,6 +94,9 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   const Topology& topology() const { return topology_; }
 
   struct OpState;
+  // Runs the queue on the calling thread until `op` completes, if no other thread is driving
+  // progress; false when one is (the caller then waits for it).
+  bool drive_until_done(const OpState& op);
 
  private:
   // ExecHooks
@@ -106,6 +109,9 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
                                        uint32_t tag);
   void check_usable() const;
   void progress_main();
+  // One unit of progress: runs the next queued operation, or polls point-to-point and control
+  // messages. Caller holds engine_mu_.
+  void step();
   void run_collective(OpState& op);
   void post_p2p(const std::shared_ptr<OpState>& op);
   void poll_p2p();
@@ -150,7 +156,11 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   // Last time anything completed (ns of steady_clock), for the callers' stall backstop.
   std::shared_ptr<std::atomic<int64_t>> activity_;
 
-  // Progress thread only.
+  // Held by whichever thread drives progress (the progress thread, or a caller waiting on its
+  // operation); everything below is touched only under it.
+  std::mutex engine_mu_;
+  std::atomic<size_t> p2p_count_{0};
+  std::atomic<bool> caller_driving_{false};
   PlanExecutor executor_;
   AlignedBuffer scratch_, staging_;
   struct PlanKey {
@@ -165,7 +175,7 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   };
   std::unordered_map<PlanKey, std::shared_ptr<const CompiledPlan>, PlanKeyHash> plans_;
   OpState* current_ = nullptr;
-  WireHeader send_header_;
+  std::shared_ptr<WireHeader> send_header_ = std::make_shared<WireHeader>();
   std::vector<std::shared_ptr<OpState>> p2p_;
   std::vector<std::unique_ptr<transports::Request>> control_recvs_;
   std::vector<std::shared_ptr<ControlMessage>> control_bufs_;
