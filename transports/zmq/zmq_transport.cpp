@@ -35,6 +35,7 @@ constexpr size_t kMaxSlicesPerSegment = 64;     // more slices than this are gat
 constexpr size_t kMaxFramesPerSegment = kMaxSlicesPerSegment + 1;
 constexpr int kMaxSegmentsPerPoll = 16;         // per peer and progress() call
 constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
+constexpr auto kSweepInterval = std::chrono::milliseconds(1);
 
 struct RecvOp {
   std::vector<MutPart> parts;
@@ -44,21 +45,33 @@ struct RecvOp {
   Completion done;
 };
 
+// Wakes a thread blocked in wait_for_progress when an IO thread completes a send. The eventfd is
+// written only while someone waits: no syscall per send otherwise.
+struct Waker {
+  int fd = -1;
+  std::atomic<int> waiters{0};
+  std::atomic<uint64_t> events{0};
+  void signal() noexcept {
+    events.fetch_add(1);
+    if (waiters.load() > 0) {
+      const uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+    }
+  }
+};
+
 struct SendOp {
   int peer = 0;
   uint64_t tag = 0;
   size_t bytes = 0;
   std::atomic<size_t> frames_left{1};  // zero-copy frames ZeroMQ still holds, plus the sender's guard
-  int notify_fd = -1;                   // the core's eventfd: wakes wait_for_progress
+  Waker* waker = nullptr;               // the core's: outlives every frame (see Core::shutdown)
   Completion done;
 
   void release_one(bool notify) noexcept {
     if (frames_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     done.complete(bytes, false);
-    if (notify && notify_fd >= 0) {
-      const uint64_t one = 1;
-      [[maybe_unused]] auto n = ::write(notify_fd, &one, sizeof one);
-    }
+    if (notify && waker) waker->signal();
   }
 };
 
@@ -189,16 +202,23 @@ class Core {
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<RecvOp>>, MatchKeyHash> posted_;
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Incoming>>, MatchKeyHash> unexpected_;
   Clock::time_point next_monitor_check_{};
-  int notify_fd_ = -1;   // eventfd written when a zero-copy send completes on an IO thread
-  bool backlog_ = false;  // the last progress() left segments queued
+  Clock::time_point next_sweep_{};
+  Waker waker_;                      // eventfd written when a zero-copy send completes on an IO thread
+  std::atomic<uint64_t> waker_seen_{0};  // waker_.events at the end of the last wait_for_progress
+  bool backlog_ = false;             // the last progress() left segments queued
+  std::vector<char> more_;           // per peer: its drain stopped early, more may be queued
+  std::vector<pollfd> poll_fds_;     // the live peers' rx ZMQ_FDs (rebuilt when one goes)
+  std::vector<int> poll_peers_;
+  bool poll_dirty_ = true;
   size_t strays_ = 0;
   int rr_ = 0;
 };
 
 Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), ctx_(io_threads_from_env()), peers_(o.size) {
   TANDEM_REQUIRE(o.store != nullptr, "zmq: rank {} needs a KvStore to exchange addresses", o.rank);
-  notify_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  TANDEM_CHECK(notify_fd_ >= 0, Status::kTransport, "zmq: rank {} cannot create an eventfd: {}", rank_,
+  more_.assign(size_, 0);
+  waker_.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TANDEM_CHECK(waker_.fd >= 0, Status::kTransport, "zmq: rank {} cannot create an eventfd: {}", rank_,
                std::strerror(errno));
   try {
     connect(o);
@@ -278,6 +298,10 @@ void Core::connect(const TransportOptions& o) {
     ::zmq::pollitem_t item{tx_->handle(), 0, ZMQ_POLLIN, 0};
     ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
   }
+  // Read every DEALER dry once: its pipe's reader is then asleep, so the next message signals
+  // the socket's ZMQ_FD (progress() polls those).
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) drain_peer(p, std::numeric_limits<int>::max());
   log::debug("zmq: rank {} of {} connected, sending from {}", rank_, size_, endpoint);
 }
 
@@ -387,7 +411,7 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
   op->peer = peer;
   op->tag = tag;
   op->bytes = total_bytes(parts);
-  op->notify_fd = notify_fd_;
+  op->waker = &waker_;
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport, fmt::format("zmq: rank {} sends to rank {} on a destroyed transport", rank_, peer));
@@ -558,6 +582,7 @@ void Core::peer_gone(int peer, PeerState state, const std::string& why) {
   p.monitor.reset();
   p.rx.reset();
   p.rx_fd = p.monitor_fd = -1;
+  poll_dirty_ = true;
   if (state == PeerState::kLost) log::warn("zmq: rank {}: {}", rank_, why);
 }
 
@@ -584,13 +609,36 @@ void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
   try {
-    backlog_ = false;
-    for (int i = 0; i < size_; ++i) {
-      const int peer = (rr_ + i) % size_;
-      if (peer != rank_ && !drain_peer(peer, kMaxSegmentsPerPoll)) backlog_ = true;
+    // One poll() over the peers' ZMQ_FDs instead of an empty recv (a syscall each) per peer. A
+    // ZMQ_FD turns readable when its socket gets a command (a message after the pipe ran dry);
+    // a peer whose drain stopped early is read again without waiting for one.
+    if (poll_dirty_) {
+      poll_fds_.clear();
+      poll_peers_.clear();
+      for (int peer = 0; peer < size_; ++peer)
+        if (peers_[peer].rx_fd >= 0) {
+          poll_fds_.push_back({peers_[peer].rx_fd, POLLIN, 0});
+          poll_peers_.push_back(peer);
+        }
+      poll_dirty_ = false;
     }
-    rr_ = (rr_ + 1) % size_;
+    // A ZMQ_FD only signals a message that finds its pipe's reader asleep (it ran dry before):
+    // a sweep of every peer each kSweepInterval covers whatever that misses.
     const auto now = Clock::now();
+    const bool sweep = now >= next_sweep_;
+    if (sweep) next_sweep_ = now + kSweepInterval;
+    const int ready = sweep ? -1 : ::poll(poll_fds_.data(), poll_fds_.size(), 0);  // < 0: read them all
+    backlog_ = false;
+    const size_t n = poll_fds_.size();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = (rr_ + i) % n;
+      const int peer = poll_peers_[k];
+      if (!more_[peer] && ready >= 0 && !(poll_fds_[k].revents & (POLLIN | POLLERR | POLLHUP))) continue;
+      more_[peer] = !drain_peer(peer, kMaxSegmentsPerPoll);
+      backlog_ = backlog_ || more_[peer];
+      if (poll_dirty_) break;  // a peer went: the table changed under us
+    }
+    if (n > 0) rr_ = (rr_ + 1) % static_cast<int>(n);
     if (now >= next_monitor_check_) {
       next_monitor_check_ = now + kMonitorInterval;
       check_monitors();
@@ -607,7 +655,7 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
   {
     std::lock_guard lock(mu_);
     if (closed_ || backlog_) return;
-    fds.push_back({notify_fd_, POLLIN, 0});
+    fds.push_back({waker_.fd, POLLIN, 0});
     // A ZMQ_FD is readable while its socket has unprocessed commands (a new message, a
     // connection event); progress() above consumed them, so anything new wakes the poll.
     for (const auto& p : peers_) {
@@ -617,10 +665,16 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
   }
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
   timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+  // Announce the wait, then look for sends completed since the last one: either the IO thread
+  // sees the waiter and writes the eventfd, or we see its event count (both sequentially consistent).
+  waker_.waiters.fetch_add(1);
+  const uint64_t events = waker_.events.load();
+  if (waker_seen_.exchange(events) == events && ::ppoll(fds.data(), fds.size(), &ts, nullptr) > 0 &&
+      (fds[0].revents & POLLIN)) {
     uint64_t count;
-    [[maybe_unused]] auto n = ::read(notify_fd_, &count, sizeof count);
+    [[maybe_unused]] auto n = ::read(waker_.fd, &count, sizeof count);
   }
+  waker_.waiters.fetch_sub(1);
   progress();
 }
 
@@ -681,8 +735,8 @@ void Core::shutdown() noexcept {
   }
   tx_.reset();   // lingers at most kLingerMs for queued segments (the goodbyes included)
   ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
-  if (notify_fd_ >= 0) ::close(notify_fd_);  // no frame is left to write to it
-  notify_fd_ = -1;
+  if (waker_.fd >= 0) ::close(waker_.fd);  // no frame is left to signal it
+  waker_.fd = -1;
 }
 
 }  // namespace
