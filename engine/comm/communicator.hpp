@@ -64,10 +64,13 @@ class Communicator {
   // color < 0 returns nullptr for that rank (it joins no group).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
-  // Non-blocking collectives. Buffers are borrowed until the Work completes. send == recv means
-  // in place. Counts are elements per rank as in MPI: allreduce/broadcast/reduce `count` elements;
-  // reduce_scatter: send has size()*count, recv has count; allgather: send has count, recv
-  // size()*count.
+  // Non-blocking collectives. Buffers are borrowed until the Work completes (after a failure, until
+  // the communicator is destroyed: a transport may still read an abandoned send). Counts are
+  // elements per rank as in MPI: allreduce/broadcast/reduce `count` elements; reduce_scatter: send
+  // has size()*count, recv has count; allgather: send has count, recv size()*count.
+  // In place (NCCL's layouts): allreduce/reduce send == recv; reduce_scatter recv == send +
+  // rank()*count elements; allgather send == recv + rank()*count elements. Other overlaps work on
+  // a private copy of the input. reduce: recv may be null off the root. send/recv: tag < 2^24.
   virtual std::unique_ptr<Work> allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> allgather(const void* send, void* recv, size_t count, DType dtype) = 0;

@@ -458,8 +458,7 @@ PlanRequest CommunicatorImpl::request_for(const OpState& op) const {
   r.world = size_;
   r.elem_bytes = dtype_size(op.dtype);
   r.root = op.root;
-  r.topology = topology_;
-  r.count = op.count;
+  r.count = op.count;  // r.topology stays empty here (no copy per call); plan_for adds it on a cache miss
   switch (op.kind) {
     case WireKind::kAllreduce:
       r.collective = Collective::kAllreduce;
@@ -505,7 +504,9 @@ Algorithm CommunicatorImpl::allreduce_algorithm_for(size_t count, DType dtype) c
   op.kind = WireKind::kAllreduce;
   op.count = count;
   op.dtype = dtype;
-  return choose_algorithm(request_for(op));
+  PlanRequest r = request_for(op);
+  r.topology = topology_;
+  return choose_algorithm(r);
 }
 
 size_t CommunicatorImpl::PlanKeyHash::operator()(const PlanKey& k) const noexcept {
@@ -518,11 +519,13 @@ size_t CommunicatorImpl::PlanKeyHash::operator()(const PlanKey& k) const noexcep
   return h;
 }
 
-const CompiledPlan& CommunicatorImpl::plan_for(const OpState& op, const PlanRequest& r) {
-  const PlanKey key{static_cast<uint8_t>(r.collective), static_cast<uint8_t>(r.algorithm), r.in_place, r.root,
-                    r.count, r.elem_bytes, r.chunk_bytes};
+const CompiledPlan& CommunicatorImpl::plan_for(const OpState& op, const PlanRequest& request) {
+  const PlanKey key{static_cast<uint8_t>(request.collective), static_cast<uint8_t>(request.algorithm),
+                    request.in_place, request.root, request.count, request.elem_bytes, request.chunk_bytes};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
+  PlanRequest r = request;
+  r.topology = topology_;
   const Plan plan = make_plan(r);
 #ifndef NDEBUG
   validate_plan(plan);
