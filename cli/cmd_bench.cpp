@@ -291,7 +291,7 @@ int run_rank(const BenchOptions& o) {
       if (r.wrong != 0) rc = 3;
       if (rank != 0) continue;
       if (o.json) {
-        nlohmann::json j = {{"bytes", r.bytes},      {"count", r.count},         {"dtype", dtype_name(dtype)},
+        nlohmann::ordered_json j = {{"bytes", r.bytes},      {"count", r.count},         {"dtype", dtype_name(dtype)},
                             {"op", o.op},            {"algo", r.algo},           {"transport", transport},
                             {"world", n},            {"time_us", r.time_us},     {"algbw_gbps", r.algbw},
                             {"busbw_gbps", r.busbw}, {"wrong", r.wrong}};

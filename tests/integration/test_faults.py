@@ -1,0 +1,98 @@
+"""Fault scenarios through `tandem launch` (fault_rank.c is each rank). Run by CTest with
+TANDEM_CLI and FAULT_RANK set; plain unittest, standard library only."""
+import os
+import re
+import subprocess
+import time
+import unittest
+
+CLI = os.environ.get("TANDEM_CLI", "tandem")
+PROG = os.environ.get("FAULT_RANK", "fault_rank")
+DEADLINE_MS = 4000  # every rank's collective deadline in these jobs
+
+
+def launch(n, mode, timeout=90, launch_args=()):
+    env = dict(os.environ, TANDEM_TIMEOUT_MS=str(DEADLINE_MS))
+    t0 = time.monotonic()
+    p = subprocess.run([CLI, "launch", "-n", str(n), *launch_args, "--", PROG, mode], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=timeout, text=True)
+    return p.returncode, p.stdout, time.monotonic() - t0
+
+
+def pids(out):
+    return [int(p) for p in re.findall(r"READY rank \d+ pid (\d+)", out)]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is not running: read its state.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Faults(unittest.TestCase):
+    def assertNoLeftovers(self, out):
+        ps = pids(out)
+        self.assertTrue(ps, out)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(p) for p in ps):
+            time.sleep(0.05)
+        self.assertEqual([p for p in ps if alive(p)], [], "processes left behind:\n" + out)
+
+    def test_rank_killed_mid_allreduce_fails_every_other_rank_in_time(self):
+        n = 4
+        for transport in ("zmq", "ucx"):
+            with self.subTest(transport=transport):
+                # The survivors ignore SIGTERM and get a grace period beyond their deadline, so what
+                # they report is the library's own detection, not the launcher stopping them.
+                rc, out, secs = launch(n, "kill", launch_args=("--transport", transport,
+                                                               "--grace-ms", str(DEADLINE_MS + 10000)))
+                self.assertNotEqual(rc, 0, out)
+                self.assertIn("KILLING rank %d" % (n - 1), out)
+                for r in range(n - 1):
+                    m = re.search(r"EXPECTED rank %d: allreduce with a dead rank -> (.+?) after (\d+) ms: (.*)" % r,
+                                  out)
+                    self.assertIsNotNone(m, "rank %d reported no error:\n%s" % (r, out))
+                    status, ms, message = m.group(1), int(m.group(2)), m.group(3)
+                    self.assertIn(status, ("peer failure", "timeout", "transport error"), out)
+                    self.assertLessEqual(ms, DEADLINE_MS + 3000, out)
+                    self.assertRegex(message, r"rank %d" % (n - 1), "the error does not name the dead rank: " + message)
+                self.assertNotIn("UNEXPECTED", out)
+                self.assertNoLeftovers(out)
+
+    def check_mismatch(self, mode):
+        n = 4
+        rc, out, secs = launch(n, mode)
+        self.assertNotIn("UNEXPECTED", out)
+        for r in range(n):
+            self.assertRegex(out, r"EXPECTED rank %d: .* -> mismatch between ranks after" % r, out)
+        self.assertEqual(rc, 0, out)
+        self.assertNoLeftovers(out)
+
+    def test_mismatched_collective_kinds_are_a_mismatch_on_every_rank(self):
+        self.check_mismatch("mismatch-kind")
+
+    def test_mismatched_counts_are_a_mismatch_on_every_rank(self):
+        self.check_mismatch("mismatch-count")
+
+    def test_peer_with_the_wrong_secret_is_refused_and_the_job_goes_on(self):
+        n = 3
+        rc, out, secs = launch(n, "intruder")
+        self.assertRegex(out, r"EXPECTED rank %d: joining with a wrong secret -> (authentication|auth)" % (n - 1))
+        for r in range(n - 1):
+            self.assertIn("JOB-OK rank %d" % r, out)
+        self.assertNotIn("UNEXPECTED", out)
+        self.assertEqual(rc, 0, out)
+        self.assertNoLeftovers(out)
+
+
+if __name__ == "__main__":
+    unittest.main()
