@@ -6,6 +6,7 @@
 //   avg pool k*k / k*k / 0, global average pool 1 per input element both ways, flatten 0.
 #include "engine/nn/layer_spec.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -126,6 +127,9 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
     case LayerKind::kMaxPool2d:
     case LayerKind::kAvgPool2d: {
       check_window();
+      TANDEM_REQUIRE(2 * l.padding <= std::min(l.kernel_h, l.kernel_w),
+                     "layer '{}' ({}): padding {} must be at most half the {}x{} window", l.name, kind, l.padding,
+                     l.kernel_h, l.kernel_w);
       const double window = static_cast<double>(l.kernel_h * l.kernel_w);
       l.fwd_flops = window * y.numel();
       l.bwd_data_flops = l.kind == LayerKind::kMaxPool2d ? static_cast<double>(y.numel()) : window * y.numel();

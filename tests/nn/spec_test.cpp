@@ -86,6 +86,20 @@ BOOST_AUTO_TEST_CASE(window_that_does_not_fit_is_refused_naming_the_layer) {
   expect_error([&] { infer(l, {SampleShape{4, 2, 2}}); }, Status::kInvalidArgument, {"pool9", "does not fit", "4x2x2"});
 }
 
+BOOST_AUTO_TEST_CASE(pooling_padding_is_at_most_half_the_window) {
+  LayerSpec l;
+  l.name = "p";
+  l.kind = LayerKind::kAvgPool2d;
+  l.inputs = {0};
+  l.kernel_h = l.kernel_w = 2;
+  l.stride = 1;
+  l.padding = 2;
+  expect_error([&] { infer(l, {SampleShape{1, 8, 8}}); }, Status::kInvalidArgument, {"'p'", "half"});
+  l.padding = 1;
+  infer(l, {SampleShape{1, 8, 8}});
+  BOOST_TEST(l.out_shape == (SampleShape{1, 9, 9}));
+}
+
 BOOST_AUTO_TEST_CASE(add_requires_equal_shapes) {
   LayerSpec l;
   l.name = "sum";
