@@ -61,14 +61,14 @@ void check_rank_arg(const char* fn, const char* what, int32_t r, int size) {
   TANDEM_REQUIRE(r >= 0 && r < size, "{}: {} {} is out of range [0, {})", fn, what, r, size);
 }
 
-void check_disjoint(const char* fn, const void* a, size_t na, const void* b, size_t nb, bool same_ok) {
-  if (a == nullptr || b == nullptr || na == 0 || nb == 0) return;
-  const auto pa = reinterpret_cast<uintptr_t>(a);
-  const auto pb = reinterpret_cast<uintptr_t>(b);
-  if (same_ok && pa == pb && na == nb) return;
-  const bool overlap = pa < pb + nb && pb < pa + na;
-  TANDEM_REQUIRE(!overlap, "{}: send and recv buffers overlap ({} bytes at {} and {} bytes at {}){}", fn, na, a, nb,
-                 b, same_ok ? "; pass the same pointer for in-place" : "; this collective has no in-place form");
+void check_overlap(const char* fn, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                   bool in_place, const char* in_place_rule) {
+  if (send == nullptr || recv == nullptr || send_bytes == 0 || recv_bytes == 0 || in_place) return;
+  const auto s = reinterpret_cast<uintptr_t>(send);
+  const auto r = reinterpret_cast<uintptr_t>(recv);
+  const bool overlap = s < r + recv_bytes && r < s + send_bytes;
+  TANDEM_REQUIRE(!overlap, "{}: send ({} bytes at {}) and recv ({} bytes at {}) overlap; the only in-place form is {}",
+                 fn, send_bytes, send, recv_bytes, recv, in_place_rule);
 }
 
 // Live handles. A destroyed or foreign pointer is caught by lookup here before any field is read,

@@ -18,13 +18,13 @@ DType to_dtype(tandem_dtype_t d) { return static_cast<DType>(d); }
 ReduceOp to_op(tandem_op_t o) { return static_cast<ReduceOp>(o); }
 
 // Starts an engine operation on a live communicator and wraps it in a request. `start` receives
-// the engine communicator and the request (for scratch space) and returns the Work.
+// the engine communicator and returns the Work.
 template <typename Start>
 std::unique_ptr<tandem_request> start_request(const char* op_name, tandem_comm& c, Start&& start) {
   auto req = std::make_unique<tandem_request>();
   req->op_name = op_name;
   req->state = c.state;
-  req->work = recording(*c.state, [&] { return start(*c.state->comm, *req); });
+  req->work = recording(*c.state, [&] { return start(*c.state->comm); });
   TANDEM_CHECK(req->work != nullptr, Status::kInternal, "{}: the engine returned no operation", op_name);
   return req;
 }
@@ -90,8 +90,8 @@ auto allreduce_start(const char* fn, tandem_comm& /*c*/, const void* send, void*
   check_op(fn, op);
   check_buffer(fn, "send", send, bytes);
   check_buffer(fn, "recv", recv, bytes);
-  check_disjoint(fn, send, bytes, recv, bytes, /*same_ok=*/true);
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  check_overlap(fn, send, bytes, recv, bytes, send == recv, "send == recv");
+  return [=](engine::comm::Communicator& e) {
     return e.allreduce(send, recv, count, to_dtype(dtype), to_op(op));
   };
 }
@@ -104,8 +104,10 @@ auto reduce_scatter_start(const char* fn, tandem_comm& c, const void* send, void
   check_op(fn, op);
   check_buffer(fn, "send", send, send_bytes);
   check_buffer(fn, "recv", recv, recv_bytes);
-  check_disjoint(fn, send, send_bytes, recv, recv_bytes, /*same_ok=*/false);
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  const size_t offset = static_cast<size_t>(c.state->comm->rank()) * recv_bytes;
+  const bool in_place = send != nullptr && recv == static_cast<const unsigned char*>(send) + offset;
+  check_overlap(fn, send, send_bytes, recv, recv_bytes, in_place, "recv == send + rank * count elements");
+  return [=](engine::comm::Communicator& e) {
     return e.reduce_scatter(send, recv, count, to_dtype(dtype), to_op(op));
   };
 }
@@ -117,8 +119,10 @@ auto allgather_start(const char* fn, tandem_comm& c, const void* send, void* rec
   const size_t recv_bytes = checked_bytes(fn, "count", count, static_cast<size_t>(n), dtype);
   check_buffer(fn, "send", send, send_bytes);
   check_buffer(fn, "recv", recv, recv_bytes);
-  check_disjoint(fn, send, send_bytes, recv, recv_bytes, /*same_ok=*/false);
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  const size_t offset = static_cast<size_t>(c.state->comm->rank()) * send_bytes;
+  const bool in_place = recv != nullptr && send == static_cast<const unsigned char*>(recv) + offset;
+  check_overlap(fn, send, send_bytes, recv, recv_bytes, in_place, "send == recv + rank * count elements");
+  return [=](engine::comm::Communicator& e) {
     return e.allgather(send, recv, count, to_dtype(dtype));
   };
 }
@@ -127,7 +131,7 @@ auto broadcast_start(const char* fn, tandem_comm& c, void* buf, size_t count, ta
   const size_t bytes = checked_bytes(fn, "count", count, 1, dtype);
   check_buffer(fn, "buf", buf, bytes);
   check_rank_arg(fn, "root", root, comm_size(c));
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  return [=](engine::comm::Communicator& e) {
     return e.broadcast(buf, count, to_dtype(dtype), root);
   };
 }
@@ -139,21 +143,10 @@ auto reduce_start(const char* fn, tandem_comm& c, const void* send, void* recv, 
   check_rank_arg(fn, "root", root, comm_size(c));
   check_buffer(fn, "send", send, bytes);
   const bool is_root = root == c.state->comm->rank();
-  if (is_root) {
-    check_buffer(fn, "recv (on the root)", recv, bytes);
-    check_disjoint(fn, send, bytes, recv, bytes, /*same_ok=*/true);
-  } else if (recv != nullptr) {
-    check_disjoint(fn, send, bytes, recv, bytes, /*same_ok=*/true);
-  }
-  return [=](engine::comm::Communicator& e, tandem_request& r) {
-    void* out = recv;
-    if (out == nullptr && bytes > 0) {
-      // Off the root the result is not wanted, but an algorithm may still accumulate partial
-      // results in the output buffer; give it space the request owns.
-      r.scratch = std::make_unique<std::byte[]>(bytes);
-      out = r.scratch.get();
-    }
-    return e.reduce(send, out, count, to_dtype(dtype), to_op(op), root);
+  if (is_root) check_buffer(fn, "recv (on the root)", recv, bytes);
+  check_overlap(fn, send, bytes, recv, bytes, send == recv, "send == recv");
+  return [=](engine::comm::Communicator& e) {
+    return e.reduce(send, recv, count, to_dtype(dtype), to_op(op), root);
   };
 }
 
@@ -164,10 +157,15 @@ auto p2p_check(const char* fn, tandem_comm& c, const void* buf, size_t count, ta
   return bytes;
 }
 
+void check_tag(const char* fn, uint32_t tag) {
+  TANDEM_REQUIRE(tag < TANDEM_TAG_LIMIT, "{}: tag {} is out of range [0, {})", fn, tag, TANDEM_TAG_LIMIT);
+}
+
 auto send_start(const char* fn, tandem_comm& c, const void* buf, size_t count, tandem_dtype_t dtype, int32_t peer,
                 uint32_t tag) {
   p2p_check(fn, c, buf, count, dtype, peer);
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  check_tag(fn, tag);
+  return [=](engine::comm::Communicator& e) {
     return e.send(buf, count, to_dtype(dtype), peer, tag);
   };
 }
@@ -175,13 +173,14 @@ auto send_start(const char* fn, tandem_comm& c, const void* buf, size_t count, t
 auto recv_start(const char* fn, tandem_comm& c, void* buf, size_t count, tandem_dtype_t dtype, int32_t peer,
                 uint32_t tag) {
   p2p_check(fn, c, buf, count, dtype, peer);
-  return [=](engine::comm::Communicator& e, tandem_request&) {
+  check_tag(fn, tag);
+  return [=](engine::comm::Communicator& e) {
     return e.recv(buf, count, to_dtype(dtype), peer, tag);
   };
 }
 
 auto barrier_start() {
-  return [](engine::comm::Communicator& e, tandem_request&) { return e.barrier(); };
+  return [](engine::comm::Communicator& e) { return e.barrier(); };
 }
 
 }  // namespace
@@ -194,16 +193,16 @@ extern "C" {
 TANDEM_API tandem_status_t tandem_comm_allreduce(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                  tandem_dtype_t dtype, tandem_op_t op) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_allreduce";
-  return blocking(fn, "allreduce", comm, [&](auto& e, auto& r) {
-    return allreduce_start(fn, *comm, send, recv, count, dtype, op)(e, r);
+  return blocking(fn, "allreduce", comm, [&](auto& e) {
+    return allreduce_start(fn, *comm, send, recv, count, dtype, op)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_iallreduce(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                   tandem_dtype_t dtype, tandem_op_t op,
                                                   tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_iallreduce";
-  return nonblocking(fn, "allreduce", comm, req, [&](auto& e, auto& r) {
-    return allreduce_start(fn, *comm, send, recv, count, dtype, op)(e, r);
+  return nonblocking(fn, "allreduce", comm, req, [&](auto& e) {
+    return allreduce_start(fn, *comm, send, recv, count, dtype, op)(e);
   });
 }
 
@@ -211,62 +210,62 @@ TANDEM_API tandem_status_t tandem_comm_reduce_scatter(tandem_comm_t* comm, const
                                                       size_t count, tandem_dtype_t dtype,
                                                       tandem_op_t op) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_reduce_scatter";
-  return blocking(fn, "reduce_scatter", comm, [&](auto& e, auto& r) {
-    return reduce_scatter_start(fn, *comm, send, recv, count, dtype, op)(e, r);
+  return blocking(fn, "reduce_scatter", comm, [&](auto& e) {
+    return reduce_scatter_start(fn, *comm, send, recv, count, dtype, op)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_ireduce_scatter(tandem_comm_t* comm, const void* send, void* recv,
                                                        size_t count, tandem_dtype_t dtype, tandem_op_t op,
                                                        tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_ireduce_scatter";
-  return nonblocking(fn, "reduce_scatter", comm, req, [&](auto& e, auto& r) {
-    return reduce_scatter_start(fn, *comm, send, recv, count, dtype, op)(e, r);
+  return nonblocking(fn, "reduce_scatter", comm, req, [&](auto& e) {
+    return reduce_scatter_start(fn, *comm, send, recv, count, dtype, op)(e);
   });
 }
 
 TANDEM_API tandem_status_t tandem_comm_allgather(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                  tandem_dtype_t dtype) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_allgather";
-  return blocking(fn, "allgather", comm, [&](auto& e, auto& r) {
-    return allgather_start(fn, *comm, send, recv, count, dtype)(e, r);
+  return blocking(fn, "allgather", comm, [&](auto& e) {
+    return allgather_start(fn, *comm, send, recv, count, dtype)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_iallgather(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                   tandem_dtype_t dtype, tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_iallgather";
-  return nonblocking(fn, "allgather", comm, req, [&](auto& e, auto& r) {
-    return allgather_start(fn, *comm, send, recv, count, dtype)(e, r);
+  return nonblocking(fn, "allgather", comm, req, [&](auto& e) {
+    return allgather_start(fn, *comm, send, recv, count, dtype)(e);
   });
 }
 
 TANDEM_API tandem_status_t tandem_comm_broadcast(tandem_comm_t* comm, void* buf, size_t count, tandem_dtype_t dtype,
                                                  int32_t root) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_broadcast";
-  return blocking(fn, "broadcast", comm, [&](auto& e, auto& r) {
-    return broadcast_start(fn, *comm, buf, count, dtype, root)(e, r);
+  return blocking(fn, "broadcast", comm, [&](auto& e) {
+    return broadcast_start(fn, *comm, buf, count, dtype, root)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_ibroadcast(tandem_comm_t* comm, void* buf, size_t count, tandem_dtype_t dtype,
                                                   int32_t root, tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_ibroadcast";
-  return nonblocking(fn, "broadcast", comm, req, [&](auto& e, auto& r) {
-    return broadcast_start(fn, *comm, buf, count, dtype, root)(e, r);
+  return nonblocking(fn, "broadcast", comm, req, [&](auto& e) {
+    return broadcast_start(fn, *comm, buf, count, dtype, root)(e);
   });
 }
 
 TANDEM_API tandem_status_t tandem_comm_reduce(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                               tandem_dtype_t dtype, tandem_op_t op, int32_t root) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_reduce";
-  return blocking(fn, "reduce", comm, [&](auto& e, auto& r) {
-    return reduce_start(fn, *comm, send, recv, count, dtype, op, root)(e, r);
+  return blocking(fn, "reduce", comm, [&](auto& e) {
+    return reduce_start(fn, *comm, send, recv, count, dtype, op, root)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_ireduce(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                tandem_dtype_t dtype, tandem_op_t op, int32_t root,
                                                tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_ireduce";
-  return nonblocking(fn, "reduce", comm, req, [&](auto& e, auto& r) {
-    return reduce_start(fn, *comm, send, recv, count, dtype, op, root)(e, r);
+  return nonblocking(fn, "reduce", comm, req, [&](auto& e) {
+    return reduce_start(fn, *comm, send, recv, count, dtype, op, root)(e);
   });
 }
 
@@ -280,30 +279,30 @@ TANDEM_API tandem_status_t tandem_comm_ibarrier(tandem_comm_t* comm, tandem_requ
 TANDEM_API tandem_status_t tandem_comm_send(tandem_comm_t* comm, const void* buf, size_t count, tandem_dtype_t dtype,
                                             int32_t peer, uint32_t tag) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_send";
-  return blocking(fn, "send", comm, [&](auto& e, auto& r) {
-    return send_start(fn, *comm, buf, count, dtype, peer, tag)(e, r);
+  return blocking(fn, "send", comm, [&](auto& e) {
+    return send_start(fn, *comm, buf, count, dtype, peer, tag)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_isend(tandem_comm_t* comm, const void* buf, size_t count,
                                              tandem_dtype_t dtype, int32_t peer, uint32_t tag,
                                              tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_isend";
-  return nonblocking(fn, "send", comm, req, [&](auto& e, auto& r) {
-    return send_start(fn, *comm, buf, count, dtype, peer, tag)(e, r);
+  return nonblocking(fn, "send", comm, req, [&](auto& e) {
+    return send_start(fn, *comm, buf, count, dtype, peer, tag)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_recv(tandem_comm_t* comm, void* buf, size_t count, tandem_dtype_t dtype,
                                             int32_t peer, uint32_t tag) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_recv";
-  return blocking(fn, "recv", comm, [&](auto& e, auto& r) {
-    return recv_start(fn, *comm, buf, count, dtype, peer, tag)(e, r);
+  return blocking(fn, "recv", comm, [&](auto& e) {
+    return recv_start(fn, *comm, buf, count, dtype, peer, tag)(e);
   });
 }
 TANDEM_API tandem_status_t tandem_comm_irecv(tandem_comm_t* comm, void* buf, size_t count, tandem_dtype_t dtype,
                                              int32_t peer, uint32_t tag, tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_irecv";
-  return nonblocking(fn, "recv", comm, req, [&](auto& e, auto& r) {
-    return recv_start(fn, *comm, buf, count, dtype, peer, tag)(e, r);
+  return nonblocking(fn, "recv", comm, req, [&](auto& e) {
+    return recv_start(fn, *comm, buf, count, dtype, peer, tag)(e);
   });
 }
 
@@ -323,7 +322,7 @@ TANDEM_API void tandem_request_destroy(tandem_request_t* req) TANDEM_NOEXCEPT {
   if (req == nullptr || !unregister_handle(req)) return;
   std::unique_ptr<tandem_request> owned(req);
   if (owned->done || owned->status != tandem::Status::kOk) return;
-  // Still in flight: the engine may be using the caller's buffers (and our scratch) until it
+  // Still in flight: the engine may be using the caller's buffers until it
   // completes, so wait before freeing. A failure here is recorded on the communicator.
   try {
     request_wait(*owned);

@@ -105,7 +105,6 @@ struct tandem_request {
   const char* op_name = "";  // static text, for messages
   tandem::api::StateRef state;
   std::unique_ptr<tandem::engine::comm::Work> work;
-  std::unique_ptr<std::byte[]> scratch;  // receive space the caller did not provide (reduce off root)
   bool done = false;
   tandem::Status status = tandem::Status::kOk;  // sticky failure of this operation
   std::string message;
@@ -120,8 +119,10 @@ size_t checked_bytes(const char* fn, const char* what, size_t count, size_t mult
 void check_op(const char* fn, tandem_op_t op);
 void check_buffer(const char* fn, const char* what, const void* p, size_t bytes);
 void check_rank_arg(const char* fn, const char* what, int32_t r, int size);
-// Buffers [a, a+na) and [b, b+nb) must be disjoint, or identical when `same_ok`.
-void check_disjoint(const char* fn, const void* a, size_t na, const void* b, size_t nb, bool same_ok);
+// send and recv must not overlap unless `in_place` (they are in the collective's in-place layout,
+// which `in_place_rule` describes for the message).
+void check_overlap(const char* fn, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                   bool in_place, const char* in_place_rule);
 
 // The set of live communicator and request handles (see comm_checks.cpp).
 void register_handle(const void* h);

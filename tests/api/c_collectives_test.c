@@ -223,6 +223,25 @@ static void test_allgather(tandem_comm_t* comm, int rank, int n, int nonblocking
   free(recv);
 }
 
+/* NCCL's in-place layouts: reduce_scatter into send + rank*count, allgather from recv + rank*count. */
+static void test_in_place_scatter_gather(tandem_comm_t* comm, int rank, int n) {
+  const size_t count = 301;
+  int64_t* buf = (int64_t*)alloc(count * (size_t)n, TANDEM_I64);
+  size_t j;
+  int q;
+  for (j = 0; j < count * (size_t)n; ++j) buf[j] = (int64_t)(j % 13) * (rank + 1);
+  EXPECT_OK(tandem_comm_reduce_scatter(comm, buf, buf + (size_t)rank * count, count, TANDEM_I64, TANDEM_SUM));
+  for (j = 0; j < count; ++j) {
+    const size_t global = (size_t)rank * count + j;
+    EXPECT(buf[global] == (int64_t)(global % 13) * n * (n + 1) / 2);
+  }
+  for (j = 0; j < count; ++j) buf[(size_t)rank * count + j] = rank * 1000 + (int64_t)j;
+  EXPECT_OK(tandem_comm_allgather(comm, buf + (size_t)rank * count, buf, count, TANDEM_I64));
+  for (q = 0; q < n; ++q)
+    for (j = 0; j < count; ++j) EXPECT(buf[(size_t)q * count + j] == q * 1000 + (int64_t)j);
+  free(buf);
+}
+
 static void test_broadcast(tandem_comm_t* comm, int rank, int n, int nonblocking) {
   const size_t count = 70000;
   const int root = n - 1;
@@ -379,7 +398,12 @@ static void test_bad_input(tandem_context_t* ctx, tandem_comm_t* comm, int rank,
   EXPECT_FAIL(tandem_comm_allreduce(comm, buf, NULL, 8, TANDEM_F32, TANDEM_SUM), TANDEM_ERR_INVALID_ARGUMENT, "recv");
   EXPECT_FAIL(tandem_comm_allreduce(comm, buf, buf + 2, 4, TANDEM_F32, TANDEM_SUM), TANDEM_ERR_INVALID_ARGUMENT,
               "overlap");
-  EXPECT_FAIL(tandem_comm_allgather(comm, buf, buf, 1, TANDEM_F32), TANDEM_ERR_INVALID_ARGUMENT, "overlap");
+  /* Overlapping, but not the in-place layout (send == recv + rank*count). */
+  EXPECT_FAIL(tandem_comm_allgather(comm, (char*)buf + 2, buf, 1, TANDEM_F32), TANDEM_ERR_INVALID_ARGUMENT,
+              "in-place form is send == recv + rank");
+  EXPECT_FAIL(tandem_comm_reduce_scatter(comm, buf, (char*)buf + 2, 1, TANDEM_F32, TANDEM_SUM),
+              TANDEM_ERR_INVALID_ARGUMENT, "overlap");
+  EXPECT_FAIL(tandem_comm_send(comm, buf, 1, TANDEM_F32, 0, TANDEM_TAG_LIMIT), TANDEM_ERR_INVALID_ARGUMENT, "tag");
   EXPECT_FAIL(tandem_comm_broadcast(comm, buf, 8, TANDEM_F32, n), TANDEM_ERR_INVALID_ARGUMENT, "root");
   EXPECT_FAIL(tandem_comm_broadcast(comm, buf, 8, TANDEM_F32, -1), TANDEM_ERR_INVALID_ARGUMENT, "root -1");
   EXPECT_FAIL(tandem_comm_reduce(comm, buf, buf, 8, TANDEM_F32, TANDEM_SUM, n + 5), TANDEM_ERR_INVALID_ARGUMENT,
@@ -477,6 +501,7 @@ int main(void) {
   test_reduce_scatter(comm, rank, size, 1);
   test_allgather(comm, rank, size, 0);
   test_allgather(comm, rank, size, 1);
+  test_in_place_scatter_gather(comm, rank, size);
   test_broadcast(comm, rank, size, 0);
   test_broadcast(comm, rank, size, 1);
   test_reduce(comm, rank, size, 0, 0);

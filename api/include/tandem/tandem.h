@@ -235,10 +235,12 @@ TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* re
  *  - Blocking forms return once this rank's part is done (buffers reusable) or the deadline passed.
  *  - Non-blocking forms (tandem_comm_i*) return a request in *req; buffers stay borrowed until the
  *    request completes; requests complete in call order per communicator.
+ *  - After an operation failed, a transport may still read its send buffer until the communicator
+ *    (and every request of it) is destroyed: keep send buffers alive until then.
  *  - Threads: per handle -- calls on one communicator (and tests/waits of its requests) must be
  *    serialized by the caller; different communicators may be used in parallel.
  *  - Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed comm, a NULL buffer, an
- *    overflowing count, unknown dtype/op, root/peer out of range, buffers overlapping where not
+ *    overflowing count, unknown dtype/op, root/peer/tag out of range, buffers overlapping where not
  *    allowed), TANDEM_ERR_MISMATCH (ranks called different collectives or arguments),
  *    TANDEM_ERR_TIMEOUT (the deadline passed; names the missing ranks), TANDEM_ERR_PEER_FAILURE
  *    (a peer died or aborted), TANDEM_ERR_TRANSPORT, TANDEM_ERR_UNSUPPORTED (op/dtype pair not
@@ -253,7 +255,7 @@ TANDEM_API tandem_status_t tandem_comm_iallreduce(tandem_comm_t* comm, const voi
                                                   tandem_dtype_t dtype, tandem_op_t op,
                                                   tandem_request_t** req) TANDEM_NOEXCEPT;
 /* send holds size*count elements; recv (count elements) receives block `rank` of the reduction.
- * The buffers must not overlap. */
+ * In place: recv == send + rank*count elements; otherwise the buffers must not overlap. */
 TANDEM_API tandem_status_t tandem_comm_reduce_scatter(tandem_comm_t* comm, const void* send, void* recv,
                                                       size_t count, tandem_dtype_t dtype,
                                                       tandem_op_t op) TANDEM_NOEXCEPT;
@@ -261,7 +263,7 @@ TANDEM_API tandem_status_t tandem_comm_ireduce_scatter(tandem_comm_t* comm, cons
                                                        size_t count, tandem_dtype_t dtype, tandem_op_t op,
                                                        tandem_request_t** req) TANDEM_NOEXCEPT;
 /* send holds count elements; recv (size*count elements) receives every rank's block in rank
- * order. The buffers must not overlap. */
+ * order. In place: send == recv + rank*count elements; otherwise the buffers must not overlap. */
 TANDEM_API tandem_status_t tandem_comm_allgather(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                  tandem_dtype_t dtype) TANDEM_NOEXCEPT;
 TANDEM_API tandem_status_t tandem_comm_iallgather(tandem_comm_t* comm, const void* send, void* recv, size_t count,
@@ -282,8 +284,9 @@ TANDEM_API tandem_status_t tandem_comm_ireduce(tandem_comm_t* comm, const void* 
 TANDEM_API tandem_status_t tandem_comm_barrier(tandem_comm_t* comm) TANDEM_NOEXCEPT;
 TANDEM_API tandem_status_t tandem_comm_ibarrier(tandem_comm_t* comm, tandem_request_t** req) TANDEM_NOEXCEPT;
 /* Point to point: sends count elements to rank `peer`, matched by the peer's recv with the same
- * tag and this rank as its peer; messages between two ranks with one tag arrive in order. A recv
- * whose count differs from the send's fails with TANDEM_ERR_MISMATCH. */
+ * tag (below TANDEM_TAG_LIMIT) and this rank as its peer; messages between two ranks with one tag
+ * arrive in order. A recv whose count differs from the send's fails with TANDEM_ERR_MISMATCH. */
+#define TANDEM_TAG_LIMIT (UINT32_C(1) << 24)
 TANDEM_API tandem_status_t tandem_comm_send(tandem_comm_t* comm, const void* buf, size_t count, tandem_dtype_t dtype,
                                             int32_t peer, uint32_t tag) TANDEM_NOEXCEPT;
 TANDEM_API tandem_status_t tandem_comm_isend(tandem_comm_t* comm, const void* buf, size_t count,
@@ -596,6 +599,386 @@ TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trai
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* trainer, int64_t* epochs,
                                                    int64_t* steps) TANDEM_NOEXCEPT;
+
+/* ---- Parallel training -------------------------------------------------------------------- *
+ * A trainer whose work is spread over the ranks of a communicator: data parallelism (DDP: gradient
+ * buckets all-reduced while backward runs), pipeline model parallelism (the model cut into balanced
+ * stages; GPipe or 1F1B over micro-batches) or both (hybrid DP x PP: rank r holds stage r % pp of
+ * replica r / pp). The math is single-device training on the global batch (batch_size x dp samples
+ * per step); batch norm uses each micro-batch's (and each replica's) own statistics, as GPipe and
+ * PyTorch DDP do. Every rank of the communicator creates the trainer with the same settings, and
+ * every tandem_trainer_* call on it is then collective: all ranks call the same ones in the same
+ * order. Epoch, evaluation and checkpoint results are global (the same on every rank); a step
+ * result's loss is this rank's view (NaN where the rank does not hold the last stage). While the
+ * trainer lives, the communicator must not be used by anything else. */
+typedef enum tandem_strategy {
+  TANDEM_STRATEGY_SINGLE = 0, TANDEM_STRATEGY_DDP = 1, TANDEM_STRATEGY_PIPELINE = 2, TANDEM_STRATEGY_HYBRID = 3,
+  TANDEM_STRATEGY_FORCE_INT32_ = 0x7fffffff
+} tandem_strategy_t;
+typedef enum tandem_schedule {
+  TANDEM_SCHEDULE_GPIPE = 0, /* all forwards, then all backwards */
+  TANDEM_SCHEDULE_1F1B = 1,  /* one forward, one backward: fewer activations in flight */
+  TANDEM_SCHEDULE_FORCE_INT32_ = 0x7fffffff
+} tandem_schedule_t;
+typedef enum tandem_compression {
+  TANDEM_COMPRESSION_NONE = 0, TANDEM_COMPRESSION_FP16 = 1, TANDEM_COMPRESSION_BF16 = 2,
+  TANDEM_COMPRESSION_FORCE_INT32_ = 0x7fffffff
+} tandem_compression_t;
+typedef enum tandem_partition {
+  TANDEM_PARTITION_FLOPS = 0,    /* balance the layer specs' forward + backward FLOPs */
+  TANDEM_PARTITION_MEASURED = 1, /* balance per-layer times measured on rank 0 at creation */
+  TANDEM_PARTITION_FORCE_INT32_ = 0x7fffffff
+} tandem_partition_t;
+
+#define TANDEM_PARALLEL_PARAM_STRATEGY      (UINT64_C(1) << 0)
+#define TANDEM_PARALLEL_PARAM_GRID          (UINT64_C(1) << 1) /* covers dp, pp */
+#define TANDEM_PARALLEL_PARAM_MICRO_BATCHES (UINT64_C(1) << 2)
+#define TANDEM_PARALLEL_PARAM_SCHEDULE      (UINT64_C(1) << 3)
+#define TANDEM_PARALLEL_PARAM_BUCKET_MB     (UINT64_C(1) << 4)
+#define TANDEM_PARALLEL_PARAM_COMPRESSION   (UINT64_C(1) << 5)
+#define TANDEM_PARALLEL_PARAM_ACCUMULATION  (UINT64_C(1) << 6)
+#define TANDEM_PARALLEL_PARAM_PARTITION     (UINT64_C(1) << 7)
+#define TANDEM_PARALLEL_PARAM_BOUNDARIES    (UINT64_C(1) << 8) /* covers boundaries, num_boundaries */
+#define TANDEM_PARALLEL_PARAM_TRACE         (UINT64_C(1) << 9)
+typedef struct tandem_parallel_params {
+  uint64_t field_mask;
+  tandem_strategy_t strategy;       /* default SINGLE */
+  int32_t dp;                       /* data-parallel replicas; 0 (default): derived from strategy and world */
+  int32_t pp;                       /* pipeline stages; 0 (default): derived likewise */
+  int32_t micro_batches;            /* per step and replica; default 1; at most the batch size */
+  tandem_schedule_t schedule;       /* default 1F1B */
+  double bucket_mb;                 /* gradient bucket size in MiB; default 25 */
+  tandem_compression_t compression; /* gradients on the wire; default NONE */
+  int32_t accumulation;             /* batches per optimizer step (one all-reduce); default 1 */
+  tandem_partition_t partition;     /* how stages are balanced; default FLOPS */
+  const int32_t* boundaries;        /* explicit cut: pp + 1 layer indices 0 = b0 < b1 < ... = num_layers */
+  size_t num_boundaries;
+  int32_t trace;                    /* non-zero: record spans for tandem_trainer_write_trace */
+} tandem_parallel_params_t;
+#define TANDEM_PARALLEL_PARAMS_INIT {0}
+
+/* Creates a parallel trainer on this rank (collective over comm: every rank calls it with the same
+ * settings). Before any communication every rank checks the configuration -- world size not
+ * dp x pp, a strategy contradicting dp/pp, more stages than layers, more micro-batches than the
+ * batch -- and fails with TANDEM_ERR_INVALID_ARGUMENT naming the problem; then the ranks compare
+ * their settings and a rank that differs fails every rank with TANDEM_ERR_MISMATCH naming it and
+ * the field. Parameters are broadcast from data-parallel rank 0.
+ * [in] model: the whole model on every rank (a stage trains its layer range); retained.
+ * [in] train, test: as tandem_trainer_create (every rank loads them). [in] optimizer: copied.
+ * [in] params: as tandem_trainer_create; batch_size is per data-parallel replica.
+ * [in] parallel: may be NULL (single). [in] comm: the job's communicator, retained until the
+ * trainer is destroyed; NULL runs a one-rank job. [out] out: destroy with tandem_trainer_destroy.
+ * Threads: any (one call per rank). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT,
+ * TANDEM_ERR_UNSUPPORTED (unknown field_mask bit), TANDEM_ERR_MISMATCH, TANDEM_ERR_TIMEOUT,
+ * TANDEM_ERR_PEER_FAILURE, TANDEM_ERR_TRANSPORT. */
+TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model, const tandem_dataset_t* train,
+                                                          const tandem_dataset_t* test,
+                                                          const tandem_optimizer_t* optimizer,
+                                                          const tandem_trainer_params_t* params,
+                                                          const tandem_parallel_params_t* parallel,
+                                                          tandem_comm_t* comm, tandem_trainer_t** out) TANDEM_NOEXCEPT;
+
+#define TANDEM_PARALLEL_ATTR_GRID  (UINT64_C(1) << 0) /* world, rank, dp, pp, stage, replica */
+#define TANDEM_PARALLEL_ATTR_PLAN  (UINT64_C(1) << 1) /* strategy .. partition */
+#define TANDEM_PARALLEL_ATTR_SPLIT (UINT64_C(1) << 2) /* steps .. max_bubble_fraction */
+typedef struct tandem_parallel_attr {
+  uint64_t field_mask;
+  int32_t world, rank, dp, pp;
+  int32_t stage;                /* this rank's pipeline stage (rank % pp) */
+  int32_t replica;              /* this rank's data-parallel index (rank / pp) */
+  const char* strategy;         /* static: "single", "ddp", "pipeline", "hybrid" */
+  const char* schedule;         /* static: "gpipe", "1f1b" */
+  int32_t micro_batches;
+  int32_t accumulation;
+  int32_t first_layer, end_layer; /* this rank's layers [first_layer, end_layer) */
+  const char* partition;        /* the cut, one line per stage joined by " | "; owned by the trainer */
+  /* The last tandem_trainer_epoch's time per step, averaged over the ranks (seconds): */
+  int64_t steps;
+  double step_s;
+  double compute_s;             /* forward, backward, optimizer */
+  double bubble_s;              /* waiting for activations / gradients from neighbouring stages */
+  double comm_s;                /* exposed communication: waiting for all-reduces and sends */
+  double data_s;                /* waiting for the data loader */
+  double other_s;
+  double allreduce_s;           /* the all-reduces' own time (comm_s is the part not hidden by backward) */
+  double bubble_fraction;       /* bubble_s / step_s, mean over ranks */
+  double max_bubble_fraction;   /* the most idle rank's */
+} tandem_parallel_attr_t;
+#define TANDEM_PARALLEL_ATTR_INIT {0}
+/* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any (not during a call on
+ * the trainer). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (a NULL handle, or a trainer made by
+ * tandem_trainer_create), TANDEM_ERR_UNSUPPORTED (unknown bit). */
+TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* trainer,
+                                                         tandem_parallel_attr_t* attr) TANDEM_NOEXCEPT;
+/* Writes one Chrome trace (JSON; opens in Perfetto) with every rank's spans -- forward/backward per
+ * micro-batch, sends, receives (bubble), all-reduces per bucket, waits -- on one time line: rank 0
+ * gathers them and writes `path` atomically. Collective; needs TANDEM_PARALLEL_PARAM_TRACE.
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (tracing off, bad path),
+ * TANDEM_ERR_IO, TANDEM_ERR_TIMEOUT, TANDEM_ERR_PEER_FAILURE. */
+TANDEM_API tandem_status_t tandem_trainer_write_trace(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT;
+
+/* ---- Simulation --------------------------------------------------------------------------- *
+ * Predicts a training job on a modelled cluster before anyone rents it: a discrete-event simulator
+ * executes the runtime's own collective and pipeline plans over a flow-level network, with compute
+ * from a roofline or a calibration profile, AWS CPU credits for t2/t3 instances and a memory check.
+ * A cluster is "PRESET:COUNT" (presets: t2.micro, t3.micro, c5.large, c5.xlarge, g4dn.xlarge,
+ * p3.2xlarge, p3.16xlarge, p4d.24xlarge, p5.48xlarge; several joined by '+'), a JSON file path, or
+ * JSON text (format: simulator/cluster.hpp). Results are handles holding a JSON document; the main
+ * figures are also available through a query struct. */
+typedef struct tandem_sim_cluster tandem_sim_cluster_t;
+typedef struct tandem_sim_result tandem_sim_result_t;
+
+/* Parses a cluster. [in] ctx: must outlive the cluster. [in] spec: copied. [out] out: the cluster.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (unknown preset, malformed JSON --
+ * the message names the field and the reason), TANDEM_ERR_IO (unreadable file). */
+TANDEM_API tandem_status_t tandem_sim_cluster_create(tandem_context_t* ctx, const char* spec,
+                                                     tandem_sim_cluster_t** out) TANDEM_NOEXCEPT;
+/* The same kind of node as the cluster's first, `nodes` times (for sweeps). [out] out: a new cluster.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (nodes < 1). */
+TANDEM_API tandem_status_t tandem_sim_cluster_resize(const tandem_sim_cluster_t* cluster, int32_t nodes,
+                                                     tandem_sim_cluster_t** out) TANDEM_NOEXCEPT;
+/* [out] nodes, devices: may be NULL. devices counts ranks the cluster can host (GPUs, or one per
+ * CPU node). Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_sim_cluster_info(const tandem_sim_cluster_t* cluster, int32_t* nodes,
+                                                   int32_t* devices) TANDEM_NOEXCEPT;
+/* NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM_NOEXCEPT;
+
+#define TANDEM_SIM_JOB_MODEL           (UINT64_C(1) << 0)
+#define TANDEM_SIM_JOB_DATASET         (UINT64_C(1) << 1)
+#define TANDEM_SIM_JOB_SAMPLES         (UINT64_C(1) << 2)
+#define TANDEM_SIM_JOB_INPUT_SHAPE     (UINT64_C(1) << 3) /* covers input_channels, input_height, input_width */
+#define TANDEM_SIM_JOB_NUM_CLASSES     (UINT64_C(1) << 4)
+#define TANDEM_SIM_JOB_BATCH           (UINT64_C(1) << 5)
+#define TANDEM_SIM_JOB_EPOCHS          (UINT64_C(1) << 6)
+#define TANDEM_SIM_JOB_STRATEGY        (UINT64_C(1) << 7)
+#define TANDEM_SIM_JOB_DP              (UINT64_C(1) << 8)
+#define TANDEM_SIM_JOB_PP              (UINT64_C(1) << 9)
+#define TANDEM_SIM_JOB_MICRO_BATCHES   (UINT64_C(1) << 10)
+#define TANDEM_SIM_JOB_SCHEDULE        (UINT64_C(1) << 11)
+#define TANDEM_SIM_JOB_ALGORITHM       (UINT64_C(1) << 12)
+#define TANDEM_SIM_JOB_BUCKET_MB       (UINT64_C(1) << 13)
+#define TANDEM_SIM_JOB_OVERLAP         (UINT64_C(1) << 14)
+#define TANDEM_SIM_JOB_OPTIMIZER       (UINT64_C(1) << 15)
+#define TANDEM_SIM_JOB_PROFILE         (UINT64_C(1) << 16) /* covers profile, profile_network */
+#define TANDEM_SIM_JOB_EPOCH_TIME      (UINT64_C(1) << 17)
+#define TANDEM_SIM_JOB_CREDIT_MODE     (UINT64_C(1) << 18)
+#define TANDEM_SIM_JOB_INITIAL_CREDITS (UINT64_C(1) << 19)
+#define TANDEM_SIM_JOB_WIDTH_MULT      (UINT64_C(1) << 20)
+#define TANDEM_SIM_JOB_CHUNK_BYTES     (UINT64_C(1) << 21)
+#define TANDEM_SIM_JOB_TRACE           (UINT64_C(1) << 22)
+#define TANDEM_SIM_JOB_BASELINE        (UINT64_C(1) << 23)
+typedef struct tandem_sim_job_params {
+  uint64_t field_mask;
+  const char* model;        /* zoo name, JSON model file or JSON text; default "mobilenetv2" */
+  const char* dataset;      /* "cifar10" (default), "cifar100", "fashion-mnist", "mnist", "imagenet", or
+                               "" with samples, input shape and num_classes */
+  int64_t samples;          /* training samples per epoch; default: the dataset's */
+  int64_t input_channels;   /* default: the dataset's */
+  int64_t input_height;
+  int64_t input_width;
+  int64_t num_classes;
+  int64_t batch;            /* per data-parallel replica; default 64 */
+  double epochs;            /* default 1 */
+  const char* strategy;     /* "single" (default), "ddp", "pipeline", "hybrid" */
+  int32_t dp;               /* 0 (default): derived from the strategy and the cluster */
+  int32_t pp;
+  int32_t micro_batches;    /* default 1 */
+  const char* schedule;     /* "1f1b" (default), "gpipe" */
+  const char* algorithm;    /* all-reduce: "auto" (default), "ring", "hd", "tree", "hier" */
+  double bucket_mb;         /* gradient bucket; default 25 */
+  int32_t overlap;          /* all-reduce during backward; default 1 */
+  const char* optimizer;    /* "sgd", "momentum" (default), "adam" */
+  const char* profile;      /* calibration profile path (tandem calibrate) instead of the roofline */
+  int32_t profile_network;  /* use the profile's measured p2p bandwidth/latency for every NIC */
+  double epoch_time_s;      /* > 0: scale compute so one full-speed single-node epoch takes this */
+  const char* credit_mode;  /* burstable nodes: "standard" or "unlimited"; default: the preset's */
+  double initial_credits;   /* burstable nodes' starting balance; default: launch credits */
+  double width_mult;        /* mobilenetv2 */
+  uint64_t chunk_bytes;     /* collective pipelining chunk; 0: the runtime's default */
+  int32_t trace;            /* record the first step for tandem_sim_result_write_trace */
+  int32_t baseline;         /* also simulate one device for speedup and efficiency; default 1 */
+} tandem_sim_job_params_t;
+#define TANDEM_SIM_JOB_PARAMS_INIT {0}
+
+/* Simulates a job on a cluster. [in] job: may be NULL (defaults); strings are read during the call.
+ * [out] out: the result. Threads: any (the cluster is only read). Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT (bad job -- the message names the field --, more ranks than devices,
+ * unknown model), TANDEM_ERR_IO (unreadable profile or model file), TANDEM_ERR_UNSUPPORTED (unknown
+ * field_mask bit, an algorithm the collective lacks). */
+TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
+                                           tandem_sim_result_t** out) TANDEM_NOEXCEPT;
+/* Searches DP x PP splits, micro-batches, schedules and all-reduce algorithms for the job on the
+ * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored).
+ * [in] top: configurations to keep (>= 1). [out] out: a result whose JSON has "candidates" (fastest
+ * fitting first) and whose summary is the best candidate's. Threads: any. Returns as tandem_simulate. */
+TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
+                                           int32_t top, tandem_sim_result_t** out) TANDEM_NOEXCEPT;
+
+#define TANDEM_SIM_SUMMARY_TIMES   (UINT64_C(1) << 0) /* step_time_s, epoch_time_s, total_time_s, images_per_sec */
+#define TANDEM_SIM_SUMMARY_SCALING (UINT64_C(1) << 1) /* speedup, efficiency */
+#define TANDEM_SIM_SUMMARY_SPLIT   (UINT64_C(1) << 2) /* compute_s, comm_exposed_s, bubble_s, throttled_s, idle_s */
+#define TANDEM_SIM_SUMMARY_MEMORY  (UINT64_C(1) << 3) /* memory_per_node_bytes, fits */
+#define TANDEM_SIM_SUMMARY_COST    (UINT64_C(1) << 4) /* cost_usd */
+#define TANDEM_SIM_SUMMARY_LAYOUT  (UINT64_C(1) << 5) /* dp, pp, micro_batches, ranks */
+typedef struct tandem_sim_summary {
+  uint64_t field_mask;      /* the groups wanted; the library fills only those */
+  double step_time_s, epoch_time_s, total_time_s, images_per_sec;
+  double speedup, efficiency;  /* against one device of the first node's kind; 0 without baseline */
+  double compute_s, comm_exposed_s, bubble_s, throttled_s, idle_s;  /* over the run, mean over ranks */
+  double memory_per_node_bytes;
+  int32_t fits;
+  double cost_usd;
+  int32_t dp, pp, micro_batches, ranks;
+} tandem_sim_summary_t;
+#define TANDEM_SIM_SUMMARY_INIT {0}
+
+/* Fills the groups of `summary` its field_mask asks for. Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown bit). */
+TANDEM_API tandem_status_t tandem_sim_result_query(const tandem_sim_result_t* result,
+                                                   tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
+/* The whole result as one JSON object (for tandem_simulate: every field of `tandem simulate --json`).
+ * [out] json: may be NULL; receives the text, NUL-terminated, truncated to fit.
+ * [in,out] json_bytes: in: capacity of json; out: bytes needed including the NUL.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_sim_result_json(const tandem_sim_result_t* result, char* json,
+                                                  size_t* json_bytes) TANDEM_NOEXCEPT;
+/* Writes the first simulated step as a Chrome trace (the runtime's trace format) to `path`.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (the job did not ask for a trace),
+ * TANDEM_ERR_IO. */
+TANDEM_API tandem_status_t tandem_sim_result_write_trace(const tandem_sim_result_t* result,
+                                                         const char* path) TANDEM_NOEXCEPT;
+/* NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_sim_result_destroy(tandem_sim_result_t* result) TANDEM_NOEXCEPT;
+
+/* ---- Calibration and prediction ----------------------------------------------------------- *
+ * Calibration measures what a model's training step costs on this machine -- per layer forward and
+ * backward, the optimizer step -- with the real compute backend, plus (given a communicator of two
+ * or more ranks) point-to-point bandwidth and latency between ranks 0 and 1, and writes it as a
+ * calibration profile for the simulator (tandem_sim_job_params_t.profile; format:
+ * simulator/compute/profile.hpp). Prediction sets a parallel trainer's measured figures beside the
+ * simulator's prediction for the same job on a given cluster. */
+typedef struct tandem_calibration tandem_calibration_t;
+
+#define TANDEM_CALIBRATE_PARAM_BATCH     (UINT64_C(1) << 0)
+#define TANDEM_CALIBRATE_PARAM_WARMUP    (UINT64_C(1) << 1)
+#define TANDEM_CALIBRATE_PARAM_ITERS     (UINT64_C(1) << 2)
+#define TANDEM_CALIBRATE_PARAM_OPTIMIZER (UINT64_C(1) << 3)
+#define TANDEM_CALIBRATE_PARAM_MACHINE   (UINT64_C(1) << 4)
+#define TANDEM_CALIBRATE_PARAM_P2P       (UINT64_C(1) << 5) /* covers p2p_bytes, p2p_iters */
+#define TANDEM_CALIBRATE_PARAM_SEED      (UINT64_C(1) << 6)
+typedef struct tandem_calibrate_params {
+  uint64_t field_mask;
+  int64_t batch;                       /* samples per measured pass; default 64 */
+  int32_t warmup;                      /* untimed passes first; default 2 */
+  int32_t iters;                       /* timed passes (medians per layer); default 10 */
+  const tandem_optimizer_t* optimizer; /* the optimizer to time; default SGD with momentum 0.9 */
+  const char* machine;                 /* free text for the profile; default: host name, CPU model, threads */
+  uint64_t p2p_bytes;                  /* bandwidth message size; default 4 MiB */
+  int32_t p2p_iters;                   /* timed round trips (bandwidth; latency uses 10x as many); default 3 */
+  uint64_t seed;                       /* synthetic data; default 0 */
+} tandem_calibrate_params_t;
+#define TANDEM_CALIBRATE_PARAMS_INIT {0}
+
+/* Measures `model` on its backend (with the context's thread count) with synthetic data: each layer
+ * alone, `iters` times after `warmup`, its median kept; then the per-layer medians are scaled so that
+ * they add up to the mean of whole training steps (forward, loss, backward, optimizer) timed alongside,
+ * which is what a quota-limited host sustains. The model's parameters and statistics are restored.
+ * [in] comm: may be NULL. With two or more ranks the call is collective: every rank measures its own
+ * compute at the same time (as a job would run), the times are averaged over the ranks, then ranks 0
+ * and 1 measure point-to-point latency (half the median round trip of 4 bytes) and bandwidth
+ * (p2p_bytes one way, answered by 4 bytes); every rank gets the same result.
+ * [out] out: destroy with tandem_calibration_destroy.
+ * Threads: per model (and per communicator). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL or
+ * "none"-backend model, a bad field -- named), TANDEM_ERR_UNSUPPORTED (unknown field_mask bit),
+ * TANDEM_ERR_BACKEND, TANDEM_ERR_TIMEOUT, TANDEM_ERR_PEER_FAILURE, TANDEM_ERR_MISMATCH (ranks
+ * calibrating different models). */
+TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_calibrate_params_t* params,
+                                            tandem_comm_t* comm, tandem_calibration_t** out) TANDEM_NOEXCEPT;
+/* NULL is a no-op. Threads: per handle. */
+TANDEM_API void tandem_calibration_destroy(tandem_calibration_t* calibration) TANDEM_NOEXCEPT;
+
+#define TANDEM_CALIBRATION_ATTR_SHAPE (UINT64_C(1) << 0) /* batch, num_layers, threads, ranks */
+#define TANDEM_CALIBRATION_ATTR_TIMES (UINT64_C(1) << 1) /* forward_s .. scale */
+#define TANDEM_CALIBRATION_ATTR_P2P   (UINT64_C(1) << 2) /* has_p2p, p2p_bytes_per_s, p2p_latency_s */
+typedef struct tandem_calibration_attr {
+  uint64_t field_mask;
+  int64_t batch;
+  size_t num_layers;
+  int32_t threads;               /* compute threads of the backend */
+  int32_t ranks;                 /* ranks whose compute times were averaged */
+  double forward_s, backward_s;  /* sums over layers, for `batch` samples */
+  double optimizer_step_s;
+  double step_mean_s;            /* whole steps: the mean the layers were scaled to */
+  double step_median_s;
+  double scale;                  /* step_mean_s / (sum of unscaled layer medians + optimizer median) */
+  double memory_bytes_per_s;     /* local reduction bandwidth (dst += src, 3 x 4 bytes per element) */
+  int32_t has_p2p;               /* non-zero when p2p figures were measured */
+  double p2p_bytes_per_s, p2p_latency_s;
+} tandem_calibration_attr_t;
+#define TANDEM_CALIBRATION_ATTR_INIT {0}
+/* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown bit). */
+TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* calibration,
+                                                    tandem_calibration_attr_t* attr) TANDEM_NOEXCEPT;
+/* One layer's times. [in] index: < num_layers. [out] name (owned by the calibration), forward_s,
+ * backward_s: any may be NULL. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* calibration, size_t index,
+                                                    const char** name, double* forward_s,
+                                                    double* backward_s) TANDEM_NOEXCEPT;
+/* The calibration as profile JSON text. [out] json: may be NULL; receives the text, NUL-terminated,
+ * truncated to fit. [in,out] json_bytes: in: capacity; out: bytes needed including the NUL.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_calibration_json(const tandem_calibration_t* calibration, char* json,
+                                                   size_t* json_bytes) TANDEM_NOEXCEPT;
+/* Writes the profile to `path` atomically (a temporary file in the same directory, fsync, rename):
+ * a reader sees the old file or the whole new one. Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_IO (names the path and the reason). */
+TANDEM_API tandem_status_t tandem_calibration_write(const tandem_calibration_t* calibration,
+                                                    const char* path) TANDEM_NOEXCEPT;
+
+#define TANDEM_PREDICT_PARAM_CLUSTER  (UINT64_C(1) << 0)
+#define TANDEM_PREDICT_PARAM_PROFILE  (UINT64_C(1) << 1) /* covers profile, profile_network */
+#define TANDEM_PREDICT_PARAM_MEASURED (UINT64_C(1) << 2) /* covers measured_step_s, measured_steps */
+typedef struct tandem_predict_params {
+  uint64_t field_mask;
+  const char* cluster;        /* as tandem_sim_cluster_create; required */
+  const char* profile;        /* calibration profile for the compute times; default: the roofline */
+  int32_t profile_network;    /* use the profile's p2p figures for every NIC */
+  double measured_step_s;     /* a single-process trainer's measured step time (it keeps no split) */
+  int64_t measured_steps;
+} tandem_predict_params_t;
+#define TANDEM_PREDICT_PARAMS_INIT {0}
+
+typedef struct tandem_prediction {
+  /* measured: the trainer's last tandem_trainer_epoch (per step, mean over ranks); memory: this
+   * process's peak resident size. predicted: the simulator, same job, cluster and strategy; memory:
+   * the need of the node hosting this rank. error: (predicted - measured) / measured (NaN if
+   * measured is 0). */
+  double measured_step_s, predicted_step_s, step_error;
+  double measured_compute_s, predicted_compute_s, compute_error;
+  double measured_comm_s, predicted_comm_s, comm_error;       /* exposed communication */
+  double measured_bubble_s, predicted_bubble_s, bubble_error;
+  double measured_memory_bytes, predicted_memory_bytes, memory_error;
+  double predicted_memory_capacity_bytes;
+  int32_t predicted_fits;
+  int32_t rank, world, dp, pp, micro_batches;
+  int64_t steps;              /* steps the measured figures average over */
+  const char* strategy;       /* static */
+  const char* compute_source; /* static: "profile" or "roofline" */
+} tandem_prediction_t;
+
+/* Predicts the job `trainer` runs -- its model, batch, strategy, grid, micro-batches, schedule,
+ * bucket size and optimizer -- on `cluster` with the simulator, and sets the prediction beside the
+ * figures the trainer measured in its last epoch. Local (not collective); call it after an epoch.
+ * [in] params: cluster required. [out] out: filled entirely. [out] json: may be NULL; the whole
+ * simulator result as JSON, truncated to fit; [in,out] json_bytes: as tandem_sim_result_json (may be
+ * NULL when json is). Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (no cluster,
+ * no epoch trained yet, a single-process trainer without measured figures, a profile of another
+ * model), TANDEM_ERR_IO, TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, const tandem_predict_params_t* params,
+                                                  tandem_prediction_t* out, char* json,
+                                                  size_t* json_bytes) TANDEM_NOEXCEPT;
 
 /* TANDEM_API_SECTIONS: later sections (communicator, training, simulation) follow. */
 
