@@ -1,6 +1,7 @@
 #include "engine/parallel/parallel_trainer.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/train/checkpoint.hpp"
+#include "engine/train/memory_guard.hpp"
 
 namespace tandem::engine::parallel {
 
@@ -127,6 +129,14 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   if (bounds_.empty()) bounds_ = partition_layers(measure_layer_costs(), grid_.pp);
   first_ = bounds_[static_cast<size_t>(grid_.stage)];
   end_ = bounds_[static_cast<size_t>(grid_.stage) + 1];
+  // Memory guard (issue #6): this rank's stage, before its optimizer state and first step allocate.
+  train::check_training_memory(
+      model_,
+      train::pipeline_footprint(static_cast<size_t>(first_), static_cast<size_t>(end_),
+                                config_.batch_size * pc_.accumulation, pc_.micro_batches * pc_.accumulation,
+                                grid_.stage, grid_.pp, pc_.schedule == ScheduleKind::kGPipe,
+                                grid_.dp > 1 ? pc_.bucket_mb * 1048576.0 : 0.0, config_.optimizer, config_.prefetch),
+      fmt::format("rank {} (stage {} of {})", grid_.rank, grid_.stage, grid_.pp));
 
   // ---- 3. groups, replicated state, optimizer, plan ----
   if (world_ != nullptr) {
@@ -371,7 +381,57 @@ void ParallelTrainer::optimizer_step() {
   optimizer_->step({g}, optim::lr_at(schedule_, optimizer_->steps()));
 }
 
+std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
+  std::vector<int> world_of;  // group rank -> world rank of the communicator that failed with `message`
+  if (pipe_comm_ && pipe_comm_->is_failed() && pipe_comm_->failure_message() == message) {
+    for (int s = 0; s < grid_.pp; ++s) world_of.push_back(grid_.rank_of(grid_.dp_rank, s));
+  } else if (dp_comm_ && dp_comm_->is_failed() && dp_comm_->failure_message() == message) {
+    for (int d = 0; d < grid_.dp; ++d) world_of.push_back(grid_.rank_of(d, grid_.stage));
+  } else if (world_ != nullptr && world_->is_failed() && world_->failure_message() == message) {
+    for (int r = 0; r < grid_.world; ++r) world_of.push_back(r);
+  } else {
+    return message;
+  }
+  // "rank N" -> "world rank M", leaving text that already speaks of world ranks alone.
+  std::string out;
+  size_t i = 0;
+  for (size_t k; (k = message.find("rank ", i)) != std::string::npos;) {
+    size_t e = k + 5;
+    while (e < message.size() && std::isdigit(static_cast<unsigned char>(message[e]))) ++e;
+    const bool world = k >= 6 && message.compare(k - 6, 6, "world ") == 0;
+    out.append(message, i, k - i);
+    if (e > k + 5 && !world) {
+      const size_t n = std::stoul(message.substr(k + 5, e - k - 5));
+      out += n < world_of.size() ? fmt::format("world rank {}", world_of[n]) : message.substr(k, e - k);
+    } else {
+      out.append(message, k, e - k);
+    }
+    i = e;
+  }
+  out.append(message, i, std::string::npos);
+  return out;
+}
+
+template <typename F>
+auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.status() == Status::kInvalidArgument) throw;
+    const std::string why = in_world_ranks(e.what());
+    for (comm::Communicator* c : {world_, pipe_comm_.get(), dp_comm_.get()}) {
+      if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", grid_.rank, why));
+    }
+    throw Error(e.status(), fmt::format("world rank {} (stage {}, replica {}): {}", grid_.rank, grid_.stage,
+                                        grid_.dp_rank, why));
+  }
+}
+
 train::StepResult ParallelTrainer::step() {
+  return failing_loudly([&] { return step_impl(); });
+}
+
+train::StepResult ParallelTrainer::step_impl() {
   begin_epoch_if_needed();
   train::StepResult r;
   const int64_t t0 = tracer_.now_ns();
@@ -497,6 +557,10 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
 }
 
 train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
+  return failing_loudly([&] { return evaluate_impl(d, limit_batches); });
+}
+
+train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t limit_batches) {
   if (limit_batches < 0) limit_batches = config_.eval_limit_batches;
   // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
   // as PyTorch DDP's buffer broadcast does.

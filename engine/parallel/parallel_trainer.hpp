@@ -94,6 +94,14 @@ class ParallelTrainer {
   Tracer& tracer() noexcept { return tracer_; }
 
  private:
+  // Runs f; a failure other than a bad argument aborts this rank's communicators with its reason, so
+  // ranks waiting for this one fail at once and name where it started, instead of timing out.
+  template <typename F>
+  auto failing_loudly(F&& f) -> decltype(f());
+  // A communicator's failure text with its group ranks turned into world ranks ("world rank 2").
+  std::string in_world_ranks(const std::string& message) const;
+  train::StepResult step_impl();
+  train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
   std::vector<double> measure_layer_costs();
   void broadcast_replica_state();
