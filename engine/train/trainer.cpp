@@ -5,6 +5,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/train/checkpoint.hpp"
+#include "engine/train/memory_guard.hpp"
 
 namespace tandem::engine::train {
 
@@ -113,6 +114,9 @@ Tensor Trainer::to_device(const data::Batch& b, Tensor& labels) {
 }
 
 StepResult Trainer::step() {
+  // Memory guard (issue #6): before the first step allocates activations, fail with kOutOfMemory if the job
+  // cannot fit under this host's limit, instead of being killed by the kernel.
+  if (optimizer_->steps() == 0) check_training_memory(model_, single_footprint(config_.batch_size, config_.prefetch), "trainer");
   begin_epoch_if_needed();
   StepResult r;
   data::Batch batch;

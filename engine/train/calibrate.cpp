@@ -1,0 +1,226 @@
+#include "engine/train/calibrate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <numeric>
+
+#include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
+
+namespace tandem::engine::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A host copy of a device tensor, and the way back (the calibration must leave the model as it found it).
+Tensor save(compute::Backend& be, const Tensor& t) { return t.numel() > 0 ? be.to_host(be.to_plain(t)).clone() : Tensor(); }
+void restore(compute::Backend& be, const Tensor& saved, Tensor dst) {
+  if (saved.defined()) be.copy(saved, dst);
+}
+
+// Synthetic batch: inputs uniform in [-1, 1), labels uniform over the classes; the values do not change the
+// cost of any layer, only the shapes do.
+struct Batch {
+  Tensor x, labels;
+};
+
+Batch make_batch(compute::Backend& be, const nn::ModelSpec& spec, int64_t n, uint64_t seed) {
+  const nn::SampleShape in = spec.input;
+  const Shape xs = in.h * in.w == 1 ? Shape{n, in.c} : Shape{n, in.c, in.h, in.w};
+  Rng rng(seed);
+  Tensor hx = Tensor::empty(xs, DType::kF32);
+  float* px = hx.data<float>();
+  for (int64_t i = 0; i < hx.numel(); ++i) px[i] = static_cast<float>(rng.uniform() * 2.0 - 1.0);
+  Tensor hl = Tensor::empty(Shape{n}, DType::kI32);
+  int32_t* pl = hl.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) pl[i] = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(spec.num_classes()));
+  Batch b;
+  if (be.device().is_cpu()) {
+    b.x = hx;
+    b.labels = hl;
+  } else {
+    b.x = be.empty(xs);
+    b.labels = be.empty(Shape{n}, DType::kI32);
+    be.copy(hx, b.x);
+    be.copy(hl, b.labels);
+  }
+  return b;
+}
+
+// One pass layer by layer: forward of each layer alone, the loss, backward of each layer alone. Adds each
+// layer's times to fwd/bwd (the loss to the last layer's forward).
+void layerwise_pass(nn::Model& model, const Batch& b, std::vector<double>& fwd, std::vector<double>& bwd) {
+  compute::Backend& be = model.backend();
+  const nn::ModelSpec& spec = model.spec();
+  const size_t L = model.num_layers();
+  const auto last = static_cast<int32_t>(L) - 1;
+  std::map<int32_t, Tensor> val{{nn::kModelInput, b.x}}, grad;
+  std::vector<nn::Activations> acts(L);
+  auto outputs_of = [&](size_t i) { return i + 1 == L ? std::vector<int32_t>{last} : spec.crossing(i + 1); };
+  for (size_t i = 0; i < L; ++i) {
+    std::vector<Tensor> ins;
+    for (int32_t id : spec.crossing(i)) ins.push_back(val.at(id));
+    const auto t0 = Clock::now();
+    std::vector<Tensor> outs = model.forward_range(i, i + 1, ins, acts[i], true);
+    be.synchronize();
+    fwd[i] = seconds_since(t0);
+    const std::vector<int32_t> ids = outputs_of(i);
+    TANDEM_CHECK(outs.size() == ids.size(), Status::kInternal, "calibrate: layer {} returned {} tensors, expected {}", i,
+                 outs.size(), ids.size());
+    for (size_t k = 0; k < ids.size(); ++k) val[ids[k]] = outs[k];
+  }
+  {
+    const auto t0 = Clock::now();
+    compute::LossOutput loss = be.softmax_cross_entropy(val.at(last), b.labels, true, 0);
+    be.synchronize();
+    fwd[L - 1] += seconds_since(t0);
+    grad[last] = loss.dlogits;
+  }
+  for (size_t i = L; i-- > 0;) {
+    std::vector<Tensor> gs;
+    for (int32_t id : outputs_of(i)) {
+      auto it = grad.find(id);
+      gs.push_back(it != grad.end() && it->second.defined() ? it->second : be.zeros(be.to_plain(val.at(id)).shape()));
+    }
+    const auto t0 = Clock::now();
+    std::vector<Tensor> back = model.backward_range(gs, acts[i], false);
+    be.synchronize();
+    bwd[i] = seconds_since(t0);
+    const std::vector<int32_t> in_ids = spec.crossing(i);
+    for (size_t k = 0; k < in_ids.size() && k < back.size(); ++k) grad[in_ids[k]] = back[k];
+    for (int32_t id : outputs_of(i)) grad.erase(id);  // keep only what is still needed, as training does
+  }
+}
+
+// One whole training step as the trainer runs it: forward, loss, backward, then the optimizer.
+void whole_step(nn::Model& model, const Batch& b, optim::Optimizer& opt, float lr, double& fb_s, double& opt_s) {
+  compute::Backend& be = model.backend();
+  auto t0 = Clock::now();
+  const Tensor logits = model.forward(b.x, true);
+  compute::LossOutput loss = be.softmax_cross_entropy(logits, b.labels, true, 0);
+  model.backward(loss.dlogits);
+  be.synchronize();
+  fb_s = seconds_since(t0);
+  t0 = Clock::now();
+  opt.step({model.grads()}, lr);
+  be.synchronize();
+  opt_s = seconds_since(t0);
+}
+
+}  // namespace
+
+void CalibrationOptions::validate() const {
+  TANDEM_REQUIRE(batch >= 1, "calibrate.batch: must be >= 1, got {}", batch);
+  TANDEM_REQUIRE(warmup >= 0, "calibrate.warmup: must be >= 0, got {}", warmup);
+  TANDEM_REQUIRE(iters >= 1, "calibrate.iters: must be >= 1, got {}", iters);
+  optimizer.validate();
+}
+
+double Calibration::forward_s() const {
+  return std::accumulate(layers.begin(), layers.end(), 0.0, [](double a, const LayerTime& l) { return a + l.forward_s; });
+}
+
+double Calibration::backward_s() const {
+  return std::accumulate(layers.begin(), layers.end(), 0.0,
+                         [](double a, const LayerTime& l) { return a + l.backward_s; });
+}
+
+std::string simulator_optimizer_name(const optim::OptimizerConfig& c) {
+  switch (c.kind) {
+    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? "momentum" : "sgd";
+    case optim::OptimizerKind::kAdam:
+    case optim::OptimizerKind::kAdamW: return "adam";
+  }
+  return "sgd";
+}
+
+Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
+  o.validate();
+  compute::Backend& be = model.backend();
+  const nn::ModelSpec& spec = model.spec();
+  const size_t L = model.num_layers();
+  TANDEM_REQUIRE(L > 0, "calibrate: model '{}' has no layers", spec.name);
+
+  // Everything the passes below change, restored at the end (also when a pass throws).
+  const Tensor saved_params = save(be, model.params()), saved_buffers = save(be, model.buffers());
+  struct Restore {
+    compute::Backend& be;
+    nn::Model& model;
+    const Tensor &params, &buffers;
+    ~Restore() {
+      try {
+        restore(be, params, model.params());
+        restore(be, buffers, model.buffers());
+        model.zero_grads();
+        be.synchronize();
+      } catch (...) {  // a destructor must not throw; the pass's own error is the one to report
+      }
+    }
+  } restore_guard{be, model, saved_params, saved_buffers};
+
+  const Batch b = make_batch(be, spec, o.batch, o.seed);
+  // A tiny learning rate: the weights stay near their initial values, so no pass runs into NaNs.
+  optim::Optimizer opt(be, o.optimizer, std::vector<Tensor>{model.params()});
+  constexpr float kLr = 1e-6f;
+
+  std::vector<std::vector<double>> fwd(L), bwd(L);
+  std::vector<double> fb, upd, step;
+  std::vector<double> f(L), g(L);
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    layerwise_pass(model, b, f, g);
+    double fb_s = 0, opt_s = 0;
+    whole_step(model, b, opt, kLr, fb_s, opt_s);
+    if (it < o.warmup) continue;
+    for (size_t i = 0; i < L; ++i) {
+      fwd[i].push_back(f[i]);
+      bwd[i].push_back(g[i]);
+    }
+    fb.push_back(fb_s);
+    upd.push_back(opt_s);
+    step.push_back(fb_s + opt_s);
+  }
+
+  Calibration c;
+  c.model = spec.name;
+  c.backend = std::string(be.name());
+  c.input = spec.input;
+  c.batch = o.batch;
+  c.threads = be.num_threads();
+  c.warmup = o.warmup;
+  c.iters = o.iters;
+  c.optimizer = simulator_optimizer_name(o.optimizer);
+  double sum = 0;
+  for (size_t i = 0; i < L; ++i) {
+    LayerTime t{spec.layers[i].name, median(fwd[i]), median(bwd[i])};
+    sum += t.forward_s + t.backward_s;
+    c.layers.push_back(std::move(t));
+  }
+  c.optimizer_step_s = median(upd);
+  c.unscaled_sum_s = sum + c.optimizer_step_s;
+  c.step_mean_s = std::accumulate(step.begin(), step.end(), 0.0) / static_cast<double>(step.size());
+  c.step_median_s = median(step);
+  c.step_min_s = *std::min_element(step.begin(), step.end());
+  c.step_max_s = *std::max_element(step.begin(), step.end());
+  if (o.scale_to_step && c.unscaled_sum_s > 0) {
+    c.scale = c.step_mean_s / c.unscaled_sum_s;
+    for (LayerTime& t : c.layers) {
+      t.forward_s *= c.scale;
+      t.backward_s *= c.scale;
+    }
+    c.optimizer_step_s *= c.scale;
+  }
+  return c;
+}
+
+}  // namespace tandem::engine::train

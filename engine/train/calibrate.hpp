@@ -1,0 +1,66 @@
+#pragma once
+// Calibration: what one training step of a model costs on this machine, measured with the real compute
+// backend, in the terms the simulator prices a job with (simulator/compute/profile.hpp): per layer the
+// forward and backward time for `batch` samples, and one optimizer step over all parameters.
+//
+// How: each layer runs on its own (Model::forward_range / backward_range over [i, i + 1), chained the way a
+// pipeline of one-layer stages would run them), timed separately, `iters` times after `warmup`; the median of
+// each layer is its share. Per-layer timing misses what a whole step pays between layers, and a CPU quota
+// (a cgroup, an emulated host) throttles a long step but rarely a short layer, so the layer medians are then
+// scaled to the whole step: forward + loss + backward + optimizer of the whole model, timed `iters` times,
+// whose MEAN (the sustained cost, throttling included) is what the scaled layers and optimizer add up to.
+// The loss (softmax cross-entropy) is charged to the last layer's forward, where the trainer runs it.
+// The model's parameters, gradients and batch-norm statistics are restored afterwards.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/nn/model.hpp"
+#include "engine/optim/optimizer.hpp"
+
+namespace tandem::engine::train {
+
+struct CalibrationOptions {
+  int64_t batch = 64;  // samples per pass (the simulator scales linearly from here: calibrate at the
+                       // micro-batch size a pipeline will run for the best figures)
+  int warmup = 2;      // untimed passes first (the backend builds its primitives there)
+  int iters = 10;      // timed passes
+  optim::OptimizerConfig optimizer{optim::OptimizerKind::kSgd, 0.01f, 0.9f};  // `tandem train`'s default
+  bool scale_to_step = true;  // scale layer medians so they add up to the whole step's mean
+  uint64_t seed = 0;          // synthetic inputs and labels
+  void validate() const;      // kInvalidArgument naming the field
+};
+
+struct LayerTime {
+  std::string name;
+  double forward_s = 0, backward_s = 0;  // for `batch` samples
+};
+
+struct Calibration {
+  std::string model, backend;
+  nn::SampleShape input;
+  int64_t batch = 0;
+  int threads = 0;
+  int warmup = 0, iters = 0;
+  std::string optimizer;        // the simulator's names: "sgd", "momentum" or "adam"
+  std::vector<LayerTime> layers;
+  double optimizer_step_s = 0;  // one update of every parameter
+  // Checks on the method, kept for the record: the whole step (mean, and its spread), and the sum of the
+  // unscaled per-layer medians plus the optimizer median it was scaled from (scale = step / that).
+  double step_mean_s = 0, step_median_s = 0, step_min_s = 0, step_max_s = 0;
+  double unscaled_sum_s = 0;
+  double scale = 1;
+
+  double forward_s() const;   // sum over layers
+  double backward_s() const;
+};
+
+// Measures `model` on its backend with synthetic data (the input shape and class count of its spec).
+// Throws kInvalidArgument for bad options, kBackend for backend failures.
+Calibration calibrate_model(nn::Model& model, const CalibrationOptions& options);
+
+// The simulator's optimizer name for an optimizer configuration: sgd without momentum "sgd", with momentum
+// "momentum", adam and adamw "adam" (same state size).
+std::string simulator_optimizer_name(const optim::OptimizerConfig& c);
+
+}  // namespace tandem::engine::train

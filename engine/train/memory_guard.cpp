@@ -1,0 +1,238 @@
+#include "engine/train/memory_guard.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/host_info.hpp"
+#include "engine/core/log.hpp"
+
+namespace tandem::engine::train {
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+// cgroup v1 reports "no limit" as a huge page-rounded number (9223372036854771712); anything above this
+// is treated as unlimited.
+constexpr double kUnlimited = 1e18;
+// The cpu backend keeps 4-D activations in oneDNN's blocked formats, channels padded to a multiple of 16.
+constexpr int64_t kChannelBlock = 16;
+
+// This process's resident size (bytes; 0 when /proc is unavailable).
+double resident_bytes() { return std::max(0.0, proc_kib_field_bytes("/proc/self/status", "VmRSS")); }
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!in.good() || !std::getline(in, s)) return {};
+  return s;
+}
+
+// One memory-controller hierarchy this process belongs to: where it is mounted and the process's cgroup.
+struct MemoryCgroup {
+  int version = 0;          // 1 or 2
+  std::string mount;        // /sys/fs/cgroup/memory (v1) or /sys/fs/cgroup (v2)
+  std::string mount_root;   // the hierarchy path mounted there (usually "/")
+  std::string path;         // the process's cgroup, relative to the hierarchy root
+};
+
+std::optional<MemoryCgroup> find_memory_cgroup() {
+  std::string v1_path, v2_path;
+  bool have_v1 = false, have_v2 = false;
+  for (const CgroupEntry& e : self_cgroups()) {
+    if (e.has("memory")) {
+      have_v1 = true;
+      v1_path = e.path;
+    } else if (e.controllers.empty() && e.hierarchy == "0") {
+      have_v2 = true;
+      v2_path = e.path;
+    }
+  }
+  if (!have_v1 && !have_v2) return std::nullopt;
+  // /proc/self/mountinfo: "id parent maj:min root mountpoint opts ... - fstype source superopts".
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  std::optional<MemoryCgroup> v2;
+  while (std::getline(in, line)) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
+    std::string id, parent, dev, root, mountpoint, fstype, source, superopts;
+    head >> id >> parent >> dev >> root >> mountpoint;
+    tail >> fstype >> source >> superopts;
+    if (fstype == "cgroup" && have_v1) {
+      std::stringstream os(superopts);
+      for (std::string o; std::getline(os, o, ',');)
+        if (o == "memory") return MemoryCgroup{1, mountpoint, root, v1_path};
+    } else if (fstype == "cgroup2" && have_v2 && !v2) {
+      v2 = MemoryCgroup{2, mountpoint, root, v2_path};
+    }
+  }
+  return v2;
+}
+
+// The smallest limit on the way from the process's cgroup up to the mounted root.
+std::optional<MemoryLimit> cgroup_limit() {
+  const auto cg = find_memory_cgroup();
+  if (!cg) return std::nullopt;
+  std::string rel = cg->path;
+  if (cg->mount_root != "/" && rel.rfind(cg->mount_root, 0) == 0) rel = rel.substr(cg->mount_root.size());
+  const char* file = cg->version == 1 ? "memory.limit_in_bytes" : "memory.max";
+  std::optional<MemoryLimit> best;
+  for (;;) {
+    const std::string dir = cg->mount + (rel == "/" ? std::string() : rel);
+    const std::string path = dir + "/" + file;
+    const std::string v = read_first_line(path);
+    if (!v.empty() && v != "max") {
+      char* end = nullptr;
+      const double bytes = std::strtod(v.c_str(), &end);
+      if (end != v.c_str() && bytes > 0 && bytes < kUnlimited && (!best || bytes < best->bytes))
+        best = MemoryLimit{bytes, fmt::format("cgroup v{} {}", cg->version, path)};
+    }
+    if (rel.empty() || rel == "/") break;
+    const size_t slash = rel.find_last_of('/');
+    rel = slash == 0 || slash == std::string::npos ? "/" : rel.substr(0, slash);
+  }
+  return best;
+}
+
+// Per-sample bytes a layer's output takes as the backend keeps it (channels padded to the block size).
+double stored_output_bytes(const nn::LayerSpec& l) {
+  const auto& s = l.out_shape;
+  double bytes = static_cast<double>(l.activation_bytes);
+  if (s.h * s.w > 1 && s.c > 0) {
+    const int64_t padded = (s.c + kChannelBlock - 1) / kChannelBlock * kChannelBlock;
+    bytes *= static_cast<double>(padded) / static_cast<double>(s.c);
+  }
+  // Max pooling also keeps a workspace of the argmax positions (one per output element).
+  if (l.kind == nn::LayerKind::kMaxPool2d) bytes *= 2;
+  return bytes;
+}
+
+}  // namespace
+
+std::string format_bytes(double b) {
+  if (b >= 1024 * kMiB) return fmt::format("{:.2f} GiB", b / (1024 * kMiB));
+  if (b >= kMiB) return fmt::format("{:.1f} MiB", b / kMiB);
+  return fmt::format("{:.0f} KiB", b / 1024);
+}
+
+std::string MemoryEstimate::describe() const {
+  return fmt::format("{} (resident now {}, optimizer state {}, activations of {} samples in flight {}, workspace {})",
+                     format_bytes(total()), format_bytes(resident_bytes), format_bytes(optimizer_bytes),
+                     samples_in_flight, format_bytes(activation_bytes), format_bytes(workspace_bytes));
+}
+
+double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) {
+  switch (c.kind) {
+    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? 4.0 : 0.0;
+    case optim::OptimizerKind::kAdam:
+    case optim::OptimizerKind::kAdamW: return 8.0;
+  }
+  return 0;
+}
+
+TrainingFootprint single_footprint(int64_t batch_size, int prefetch) {
+  TrainingFootprint f;
+  f.samples_in_flight = f.micro_batch = f.loader_batch = batch_size;
+  f.prefetch = prefetch;
+  return f;
+}
+
+TrainingFootprint pipeline_footprint(size_t first, size_t end, int64_t batch, int micro_batches, int stage, int stages,
+                                     bool gpipe, double bucket_bytes, const optim::OptimizerConfig& optimizer,
+                                     int prefetch) {
+  TANDEM_REQUIRE(micro_batches >= 1 && stages >= 1 && stage >= 0 && stage < stages && batch >= 1,
+                 "memory estimate: bad pipeline (batch {}, {} micro-batches, stage {} of {})", batch, micro_batches,
+                 stage, stages);
+  TrainingFootprint f;
+  f.first_layer = first;
+  f.end_layer = end;
+  f.micro_batch = (batch + micro_batches - 1) / micro_batches;  // an even split: the larger micro-batches
+  const int64_t alive = gpipe ? micro_batches : std::min<int64_t>(micro_batches, stages - stage);
+  f.samples_in_flight = std::min(batch, alive * f.micro_batch);
+  f.loader_batch = batch;
+  f.prefetch = prefetch;
+  f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(optimizer);
+  f.bucket_bytes = bucket_bytes;
+  return f;
+}
+
+MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFootprint& f) {
+  const nn::ModelSpec& spec = model.spec();
+  const size_t a = f.first_layer, b = f.end_layer == 0 ? spec.layers.size() : f.end_layer;
+  TANDEM_REQUIRE(a < b && b <= spec.layers.size(), "memory estimate: layers [{}, {}) out of range (model has {})", a,
+                 b, spec.layers.size());
+  MemoryEstimate e;
+  e.samples_in_flight = f.samples_in_flight;
+  e.resident_bytes = resident_bytes();
+  e.optimizer_bytes = static_cast<double>(spec.totals(a, b).params) * f.optimizer_state_bytes_per_param;
+  double per_sample = 0, largest = 0;
+  for (size_t i = a; i < b; ++i) {
+    const double o = stored_output_bytes(spec.layers[i]);
+    per_sample += o;
+    largest = std::max(largest, o);
+  }
+  // The stage's input: the model input on the first stage, else the activations received from the previous one.
+  double input = 0;
+  if (a == 0) {
+    input = static_cast<double>(spec.input.numel()) * 4;
+  } else {
+    for (int32_t id : spec.crossing(a))
+      if (id >= 0) input += static_cast<double>(spec.layers[static_cast<size_t>(id)].activation_bytes);
+  }
+  e.activation_bytes = static_cast<double>(f.samples_in_flight) * (per_sample + input);
+  const int64_t mb = f.micro_batch > 0 ? f.micro_batch : f.samples_in_flight;
+  const double scratch = 2 * largest * static_cast<double>(mb);  // gradient of a layer's output and of its input
+  const double loader = static_cast<double>(std::max(f.prefetch, 0) + 1) * static_cast<double>(f.loader_batch) *
+                        static_cast<double>(spec.input.numel()) * 4;
+  const double stage_param_bytes = static_cast<double>(spec.totals(a, b).params) * 4;
+  const double buckets = f.bucket_bytes > 0 ? 2 * std::min(stage_param_bytes, f.bucket_bytes) : 0.0;
+  e.workspace_bytes = scratch + loader + buckets;
+  return e;
+}
+
+std::optional<MemoryLimit> memory_limit() {
+  std::optional<MemoryLimit> best;
+  auto consider = [&](std::optional<MemoryLimit> l) {
+    if (l && (!best || l->bytes < best->bytes)) best = std::move(l);
+  };
+  if (const char* env = std::getenv("TANDEM_MEMORY_LIMIT_BYTES"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    TANDEM_REQUIRE(end != env && *end == '\0' && errno == 0 && v > 0,
+                   "TANDEM_MEMORY_LIMIT_BYTES: expected a positive integer (bytes), got \"{}\"", env);
+    consider(MemoryLimit{static_cast<double>(v), "TANDEM_MEMORY_LIMIT_BYTES"});
+  }
+  consider(cgroup_limit());
+  const double avail = proc_kib_field_bytes("/proc/meminfo", "MemAvailable");
+  if (avail >= 0) {
+    const double rss = resident_bytes();
+    consider(MemoryLimit{avail + rss, fmt::format("MemAvailable {} plus this process's resident {} (/proc/meminfo)",
+                                                  format_bytes(avail), format_bytes(rss))});
+  }
+  return best;
+}
+
+MemoryEstimate check_training_memory(const nn::Model& model, const TrainingFootprint& f, std::string_view who) {
+  MemoryEstimate e = estimate_training_memory(model, f);
+  const char* guard = std::getenv("TANDEM_MEMORY_GUARD");
+  const bool enabled = guard == nullptr || std::string_view(guard) != "0";
+  const auto limit = memory_limit();
+  log::debug("{}: estimated memory {}; limit {}", who, e.describe(),
+             limit ? fmt::format("{} ({})", format_bytes(limit->bytes), limit->source) : std::string("none found"));
+  if (!enabled || !limit || e.total() <= limit->bytes) return e;
+  TANDEM_THROW(Status::kOutOfMemory,
+               "{}: out of memory: the job needs an estimated {} but the limit is {} ({}); use a smaller batch, more "
+               "micro-batches or pipeline stages, or a host with more memory (TANDEM_MEMORY_GUARD=0 skips this check)",
+               who, e.describe(), format_bytes(limit->bytes), limit->source);
+}
+
+}  // namespace tandem::engine::train

@@ -1,0 +1,89 @@
+#pragma once
+// Memory guard: before a trainer allocates its optimizer state and runs its first step, estimate the
+// process's peak memory and compare it with what the host allows, so that a job that cannot fit fails
+// with Tandem's own out-of-memory error naming both figures -- instead of being killed by the kernel
+// (exit 137, no message) somewhere in its first step.
+//
+// The estimate, for the layers [first, end) this rank trains (the whole model, or a pipeline stage):
+//   resident now  : what the process already holds (libraries, data sets, the model's parameters and
+//                   gradients, which the Model allocated up front), from /proc/self/status VmRSS;
+//   optimizer     : state per parameter of the stage (momentum: 4 bytes, Adam: 8);
+//   activations   : samples in flight x the stage's per-sample outputs (+ its input), times a layout
+//                   factor for the backend's blocked formats and per-layer extras (see the .cpp);
+//   workspace     : backward scratch (two of the largest layer's outputs per micro-batch), the loader's
+//                   prefetched batches, and the data-parallel gradient bucket plus its receive buffer.
+// The same terms as the simulator's memory model (simulator/simulate.cpp memory_need), with the fixed
+// runtime allowance replaced by the process's measured size.
+//
+// The limit, the smallest of:
+//   TANDEM_MEMORY_LIMIT_BYTES (an integer, bytes; for tests and for operators who know better);
+//   the memory cgroup's limit: v1 memory.limit_in_bytes, v2 memory.max, of the process's own cgroup
+//   (/proc/self/cgroup) and its ancestors up to the mount's root (a parent's limit binds the child);
+//   MemAvailable (/proc/meminfo) plus what the process already holds.
+// TANDEM_MEMORY_GUARD=0 turns the check off (the estimate is then only logged at debug level).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "engine/nn/model.hpp"
+#include "engine/optim/optimizer.hpp"
+
+namespace tandem::engine::train {
+
+// What one rank trains, for the estimate.
+struct TrainingFootprint {
+  size_t first_layer = 0, end_layer = 0;  // end 0: the whole model
+  int64_t samples_in_flight = 0;          // whose activations are alive at once (batch; pipeline: per schedule)
+  int64_t micro_batch = 0;                // the largest micro-batch (backward scratch); 0: samples_in_flight
+  int64_t loader_batch = 0;               // samples per loader batch
+  int prefetch = 2;                       // loader batches prepared ahead
+  double optimizer_state_bytes_per_param = 0;
+  double bucket_bytes = 0;                // data-parallel gradient bucket (0 without data parallelism)
+};
+
+struct MemoryEstimate {
+  double resident_bytes = 0;
+  double optimizer_bytes = 0;
+  double activation_bytes = 0;
+  double workspace_bytes = 0;
+  int64_t samples_in_flight = 0;
+  double total() const noexcept { return resident_bytes + optimizer_bytes + activation_bytes + workspace_bytes; }
+  // "1.31 GiB (resident now 212 MiB, optimizer state 8.6 MiB, activations of 128 samples 1.05 GiB, workspace 40 MiB)"
+  std::string describe() const;
+};
+
+struct MemoryLimit {
+  double bytes = 0;
+  std::string source;  // "cgroup v1 memory.limit_in_bytes of /sys/fs/cgroup/memory/...", "MemAvailable ...", ...
+};
+
+// The optimizer's state per parameter (bytes): SGD 0, with momentum 4, Adam/AdamW 8.
+double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c);
+
+// What the single-process trainer holds: the whole model, `batch_size` samples in flight. Its optimizer state
+// is already allocated (resident) when the trainer checks, before its first step.
+TrainingFootprint single_footprint(int64_t batch_size, int prefetch);
+// What rank `stage` of a `stages`-stage pipeline holds (stages 1: data parallelism alone): the layers
+// [first, end), `micro_batches` micro-batches of an even split of `batch` samples, all alive at once under
+// GPipe, at most stages - stage under 1F1B (the simulator's rule); `bucket_bytes` 0 without data parallelism.
+// The optimizer state is not allocated yet (the parallel trainer checks before creating it).
+TrainingFootprint pipeline_footprint(size_t first, size_t end, int64_t batch, int micro_batches, int stage, int stages,
+                                     bool gpipe, double bucket_bytes, const optim::OptimizerConfig& optimizer,
+                                     int prefetch);
+
+// The estimate for `f` on `model` (reads /proc/self/status for the resident size).
+MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFootprint& f);
+
+// The binding limit, or nullopt when nothing limits the process (no cgroup limit, no /proc/meminfo).
+// Throws kInvalidArgument for a malformed TANDEM_MEMORY_LIMIT_BYTES.
+std::optional<MemoryLimit> memory_limit();
+
+// Throws Error{kOutOfMemory} when the estimate exceeds the limit: "<who>: the job needs an estimated
+// <estimate breakdown> but <limit> allows <n>: ...what to do...". Returns the estimate otherwise.
+MemoryEstimate check_training_memory(const nn::Model& model, const TrainingFootprint& f, std::string_view who);
+
+// "1.25 GiB", "840 MiB", "12 KiB".
+std::string format_bytes(double bytes);
+
+}  // namespace tandem::engine::train

@@ -1,0 +1,138 @@
+// calibrate_model: per-layer times for every layer in order, scaled to the measured whole step, the model left
+// exactly as it was, costs that grow with the work, and field-named errors.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/nn/model.hpp"
+#include "engine/nn/zoo.hpp"
+#include "engine/train/calibrate.hpp"
+#include "tests/nn/expect_error.hpp"
+
+using namespace tandem;
+using namespace tandem::engine;
+using tandem::testing::expect_error;
+
+namespace {
+
+std::unique_ptr<compute::Backend> cpu_backend() {
+  compute::BackendOptions o;
+  o.num_threads = 1;
+  return compute::make_backend("cpu", o);
+}
+
+// conv-bn-relu with a residual add and max pooling: every kind of crossing a layer-by-layer pass must carry.
+nn::ModelSpec residual_net() {
+  nn::ModelBuilder b("residual", nn::SampleShape{3, 16, 16});
+  b.conv(8, 3, 1, 1, 1, false, nn::ModelBuilder::kPrev, "conv0");
+  b.batchnorm(nn::ModelBuilder::kPrev, "bn0");
+  const int32_t skip = b.relu(nn::ModelBuilder::kPrev, "relu0");
+  b.conv(8, 3, 1, 1, 1, false, nn::ModelBuilder::kPrev, "conv1");
+  b.batchnorm(nn::ModelBuilder::kPrev, "bn1");
+  const int32_t y = b.relu(nn::ModelBuilder::kPrev, "relu1");
+  b.add(skip, y, "add");
+  b.maxpool(2, 2, 0, nn::ModelBuilder::kPrev, "pool");
+  b.global_avgpool(nn::ModelBuilder::kPrev, "gap");
+  b.flatten(nn::ModelBuilder::kPrev, "flatten");
+  b.linear(10, true, nn::ModelBuilder::kPrev, "fc");
+  return std::move(b).build();
+}
+
+std::vector<float> host(compute::Backend& be, const Tensor& t) {
+  const Tensor h = be.to_host(be.to_plain(t));
+  return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(calibrate_model_suite)
+
+BOOST_AUTO_TEST_CASE(times_every_layer_in_order_and_adds_up_to_the_measured_step) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 7);
+  train::CalibrationOptions o;
+  o.batch = 8;
+  o.warmup = 1;
+  o.iters = 3;
+  const train::Calibration c = train::calibrate_model(model, o);
+  BOOST_TEST(c.model == "residual");
+  BOOST_TEST(c.backend == "cpu");
+  BOOST_TEST(c.batch == 8);
+  BOOST_TEST(c.threads == 1);
+  BOOST_TEST(c.optimizer == "momentum");  // SGD with momentum 0.9 by default, as `tandem train`
+  BOOST_REQUIRE(c.layers.size() == model.num_layers());
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    BOOST_TEST(c.layers[i].name == model.spec().layers[i].name);
+    BOOST_TEST(c.layers[i].forward_s > 0);
+    BOOST_TEST(c.layers[i].backward_s >= 0);
+  }
+  // The scaled layers plus the optimizer step are exactly the whole step's mean (the scale's definition).
+  const double sum = c.forward_s() + c.backward_s() + c.optimizer_step_s;
+  BOOST_TEST(std::abs(sum - c.step_mean_s) <= 1e-9 * c.step_mean_s);
+  BOOST_TEST(c.scale == c.step_mean_s / c.unscaled_sum_s);
+  BOOST_TEST(c.step_min_s <= c.step_median_s);
+  BOOST_TEST(c.step_median_s <= c.step_max_s);
+  BOOST_TEST(c.step_min_s <= c.step_mean_s);
+  BOOST_TEST(c.step_mean_s <= c.step_max_s);
+}
+
+BOOST_AUTO_TEST_CASE(leaves_parameters_gradients_and_statistics_as_they_were) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 3);
+  model.zero_grads();
+  const std::vector<float> p0 = host(*be, model.params()), b0 = host(*be, model.buffers());
+  train::CalibrationOptions o;
+  o.batch = 4;
+  o.warmup = 0;
+  o.iters = 2;
+  o.optimizer.lr = 0.5f;  // the calibration uses its own tiny rate, but a restore must not depend on that
+  train::calibrate_model(model, o);
+  const std::vector<float> p1 = host(*be, model.params()), b1 = host(*be, model.buffers()),
+                           g1 = host(*be, model.grads());
+  BOOST_TEST(std::memcmp(p0.data(), p1.data(), p0.size() * sizeof(float)) == 0);
+  BOOST_TEST(std::memcmp(b0.data(), b1.data(), b0.size() * sizeof(float)) == 0);
+  bool zero = true;
+  for (float g : g1) zero = zero && g == 0.0f;
+  BOOST_TEST(zero);
+}
+
+BOOST_AUTO_TEST_CASE(more_samples_cost_more) {
+  // 16x the samples is 16x the arithmetic; even on a busy machine the mean step grows well beyond 2x.
+  auto be = cpu_backend();
+  nn::Model model(nn::zoo_model("lenet5", nn::SampleShape{1, 28, 28}, 10), *be, 1);
+  train::CalibrationOptions o;
+  o.warmup = 1;
+  o.iters = 3;
+  o.batch = 4;
+  const train::Calibration small = train::calibrate_model(model, o);
+  o.batch = 64;
+  const train::Calibration large = train::calibrate_model(model, o);
+  BOOST_TEST(large.step_mean_s > 2 * small.step_mean_s,
+             "batch 64: " << large.step_mean_s << " s, batch 4: " << small.step_mean_s << " s");
+  BOOST_TEST(large.forward_s() + large.backward_s() > 2 * (small.forward_s() + small.backward_s()));
+}
+
+BOOST_AUTO_TEST_CASE(optimizer_names_follow_the_simulator) {
+  optim::OptimizerConfig c;
+  BOOST_TEST(train::simulator_optimizer_name(c) == "sgd");
+  c.momentum = 0.9f;
+  BOOST_TEST(train::simulator_optimizer_name(c) == "momentum");
+  c.kind = optim::OptimizerKind::kAdamW;
+  BOOST_TEST(train::simulator_optimizer_name(c) == "adam");
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_name_the_field) {
+  auto be = cpu_backend();
+  nn::Model model(nn::zoo_model("lenet5", nn::SampleShape{1, 28, 28}, 10), *be, 1);
+  train::CalibrationOptions o;
+  o.batch = 0;
+  expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.batch", "0"});
+  o.batch = 2;
+  o.iters = 0;
+  expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.iters"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,164 @@
+// The memory guard: the estimate's terms, the pipeline rule for micro-batches in flight, the limit from
+// TANDEM_MEMORY_LIMIT_BYTES, and a trainer that fails with kOutOfMemory naming the estimate and the limit before
+// its first step -- while the same job with a higher limit trains. (The real cgroup limit is exercised on an
+// emulated host by tests/emu.)
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/data/dataset.hpp"
+#include "engine/nn/model.hpp"
+#include "engine/nn/zoo.hpp"
+#include "engine/train/memory_guard.hpp"
+#include "engine/train/trainer.hpp"
+#include "tests/nn/expect_error.hpp"
+
+using namespace tandem;
+using namespace tandem::engine;
+using tandem::testing::expect_error;
+
+namespace {
+
+// Sets (or clears) an environment variable for the scope of a test, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::unique_ptr<compute::Backend> cpu_backend() {
+  compute::BackendOptions o;
+  o.num_threads = 1;
+  return compute::make_backend("cpu", o);
+}
+
+nn::ModelSpec mobilenet() {
+  nn::ZooOptions z;
+  z.width_mult = 0.25;
+  return nn::zoo_model("mobilenetv2", nn::SampleShape{3, 32, 32}, 10, z);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(memory_guard)
+
+BOOST_AUTO_TEST_CASE(estimate_terms_follow_the_footprint) {
+  auto be = cpu_backend();
+  nn::Model model(mobilenet(), *be, 0);
+  train::TrainingFootprint f = train::single_footprint(32, 2);
+  f.optimizer_state_bytes_per_param = 4;  // momentum
+  const train::MemoryEstimate a = train::estimate_training_memory(model, f);
+  const auto params = static_cast<double>(model.spec().totals().params);
+  BOOST_TEST(a.optimizer_bytes == 4 * params);
+  BOOST_TEST(a.resident_bytes > 0);  // this process, read from /proc/self/status
+  // Activations at least the spec's f32 outputs (blocked layouts only pad them).
+  BOOST_TEST(a.activation_bytes >= 32.0 * static_cast<double>(model.spec().totals().activation_bytes));
+  f.samples_in_flight *= 2;
+  const train::MemoryEstimate b = train::estimate_training_memory(model, f);
+  BOOST_TEST(std::abs(b.activation_bytes - 2 * a.activation_bytes) <= 1e-6 * a.activation_bytes);
+  BOOST_TEST(a.describe().find("activations of 32 samples in flight") != std::string::npos, a.describe());
+}
+
+BOOST_AUTO_TEST_CASE(pipeline_stages_keep_what_their_schedule_keeps) {
+  optim::OptimizerConfig sgd;
+  // 1F1B over 4 stages and 8 micro-batches of 8: stage s keeps 4 - s micro-batches; GPipe keeps all 8.
+  for (int s = 0; s < 4; ++s) {
+    const auto f = train::pipeline_footprint(0, 1, 64, 8, s, 4, false, 0, sgd, 2);
+    BOOST_TEST(f.samples_in_flight == 8 * (4 - s));
+    BOOST_TEST(f.micro_batch == 8);
+  }
+  BOOST_TEST(train::pipeline_footprint(0, 1, 64, 8, 3, 4, true, 0, sgd, 2).samples_in_flight == 64);
+  // Fewer micro-batches than stages: never more than the batch.
+  BOOST_TEST(train::pipeline_footprint(0, 1, 64, 2, 0, 4, false, 0, sgd, 2).samples_in_flight == 64);
+
+  // A stage of a 4-way pipeline needs less than the whole model on one host.
+  auto be = cpu_backend();
+  nn::Model model(mobilenet(), *be, 0);
+  const size_t L = model.num_layers();
+  const auto whole = train::estimate_training_memory(model, train::single_footprint(128, 2));
+  const auto stage0 = train::estimate_training_memory(model, train::pipeline_footprint(0, L / 4, 128, 8, 0, 4, false, 0, sgd, 2));
+  BOOST_TEST(stage0.activation_bytes < whole.activation_bytes / 2);
+}
+
+BOOST_AUTO_TEST_CASE(limit_from_the_environment) {
+  {
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", "123456789");
+    const auto l = train::memory_limit();
+    BOOST_REQUIRE(l.has_value());
+    BOOST_TEST(l->bytes == 123456789.0);
+    BOOST_TEST(l->source == "TANDEM_MEMORY_LIMIT_BYTES");
+  }
+  {
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", "12x");
+    expect_error([] { train::memory_limit(); }, Status::kInvalidArgument, {"TANDEM_MEMORY_LIMIT_BYTES", "12x"});
+  }
+  {
+    // Without the variable, this machine's own limit: MemAvailable at least (every Linux has /proc/meminfo).
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", nullptr);
+    const auto l = train::memory_limit();
+    BOOST_REQUIRE(l.has_value());
+    BOOST_TEST(l->bytes > 0);
+    BOOST_TEST(!l->source.empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(check_fails_with_both_figures_and_passes_under_a_higher_limit) {
+  auto be = cpu_backend();
+  nn::Model model(mobilenet(), *be, 0);
+  const auto f = train::single_footprint(64, 2);
+  const double need = train::estimate_training_memory(model, f).total();
+  {
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need / 2)).c_str());
+    expect_error([&] { train::check_training_memory(model, f, "rank 3"); }, Status::kOutOfMemory,
+                 {"rank 3", "out of memory", "needs an estimated", "activations of 64 samples", "TANDEM_MEMORY_LIMIT_BYTES",
+                  train::format_bytes(need / 2)});
+    ScopedEnv off("TANDEM_MEMORY_GUARD", "0");
+    BOOST_CHECK_NO_THROW(train::check_training_memory(model, f, "rank 3"));
+  }
+  {
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need * 4)).c_str());
+    BOOST_CHECK_NO_THROW(train::check_training_memory(model, f, "rank 3"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(trainer_refuses_its_first_step_over_the_limit) {
+  auto be = cpu_backend();
+  nn::Model model(mobilenet(), *be, 0);
+  const data::Dataset ds = data::make_synthetic(3, 32, 32, 10, 256, 1);
+  train::TrainerConfig cfg;
+  cfg.batch_size = 64;
+  cfg.limit_batches = 1;
+  train::Trainer trainer(model, ds, nullptr, cfg);
+  const double need = train::estimate_training_memory(model, train::single_footprint(64, cfg.prefetch)).total();
+  {
+    ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need * 0.6)).c_str());
+    expect_error([&] { trainer.step(); }, Status::kOutOfMemory, {"out of memory", "TANDEM_MEMORY_LIMIT_BYTES"});
+    BOOST_TEST(trainer.global_step() == 0);  // refused before any work
+  }
+  ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need * 3)).c_str());
+  const train::StepResult r = trainer.step();
+  BOOST_TEST(r.samples == 64);
+  BOOST_TEST(trainer.global_step() == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
