@@ -99,10 +99,13 @@ tandem_op_t parse_op(const std::string& s) {
 }
 
 tandem_algo_t parse_algo(const std::string& s) {
-  const std::string name = s == "halving_doubling" ? "hd" : s == "hierarchical" ? "hier" : s;
+  const std::string name = s == "halving_doubling" ? "hd"
+                           : s == "hierarchical"   ? "hier"
+                           : s == "deterministic"  ? "det"
+                                                   : s;
   for (int a = TANDEM_ALGO_AUTO; a <= TANDEM_ALGO_DETERMINISTIC; ++a)
     if (name == tandem_algo_string(static_cast<tandem_algo_t>(a))) return static_cast<tandem_algo_t>(a);
-  throw std::invalid_argument(fmt::format("--algo: unknown '{}' (auto, ring, hd, tree, hier, direct, deterministic)", s));
+  throw std::invalid_argument(fmt::format("--algo: unknown '{}' (auto, ring, hd, tree, hier, direct, det)", s));
 }
 
 const char* dtype_name(tandem_dtype_t t) {
@@ -380,7 +383,8 @@ tandem::cli::Registration reg{
       CLI::App* ar = app.add_subcommand("allreduce", "allreduce bandwidth and latency per message size");
       ar->add_option("--sizes", o->sizes, "message sizes in bytes, comma separated (K, M, G suffixes)")
           ->capture_default_str();
-      ar->add_option("--algo", o->algo, "auto, ring, hd, tree, hier, direct or deterministic")->capture_default_str();
+      ar->add_option("--algo", o->algo, "auto, ring, hd, tree, hier, direct or det (deterministic)")
+          ->capture_default_str();
       ar->add_option("--transport", o->transport, "auto, zmq, ucx or inproc")->capture_default_str();
       ar->add_option("--dtype", o->dtype, "f32, f64, f16, bf16, i32 or i64")->capture_default_str();
       ar->add_option("--op", o->op, "sum, avg, min, max or prod")->capture_default_str();

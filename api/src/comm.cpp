@@ -17,8 +17,6 @@ constexpr uint64_t kKnownCommParams = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM
                                       TANDEM_COMM_PARAM_ALLREDUCE_ALGO | TANDEM_COMM_PARAM_DETERMINISTIC;
 constexpr int kNumAlgos = 7;  // TANDEM_ALGO_AUTO .. TANDEM_ALGO_DETERMINISTIC
 
-const char* const kAlgoNames[kNumAlgos] = {"auto", "ring", "hd", "tree", "hier", "direct", "deterministic"};
-
 std::string required_string(const char* what, const char* s) {
   TANDEM_REQUIRE(s != nullptr, "tandem_comm_create: params->{} is flagged in field_mask but NULL", what);
   TANDEM_REQUIRE(*s != '\0', "tandem_comm_create: params->{} is flagged in field_mask but empty", what);
@@ -144,7 +142,8 @@ TANDEM_API tandem_status_t tandem_comm_allreduce_algo(const tandem_comm_t* comm,
 
 TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT {
   const auto a = static_cast<int32_t>(algo);
-  return a >= 0 && a < kNumAlgos ? kAlgoNames[a] : "unknown";
+  return a >= 0 && a < kNumAlgos ? tandem::engine::comm::algorithm_name(static_cast<tandem::engine::comm::Algorithm>(a))
+                                 : "unknown";
 }
 
 TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,

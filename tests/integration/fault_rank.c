@@ -27,7 +27,8 @@ static double now_ms(void) {
 }
 
 static int fail(const char* what, tandem_status_t s) {
-  printf("UNEXPECTED rank %d: %s returned %s: %s\n", g_rank, what, tandem_status_string(s), tandem_last_error_message());
+  printf("UNEXPECTED rank %d: %s returned %s: %s\n", g_rank, what, tandem_status_string(s),
+         tandem_last_error_message());
   fflush(stdout);
   return 1;
 }

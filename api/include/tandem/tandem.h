@@ -211,7 +211,8 @@ TANDEM_API tandem_status_t tandem_comm_transport_name(const tandem_comm_t* comm,
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_comm_allreduce_algo(const tandem_comm_t* comm, size_t count, tandem_dtype_t dtype,
                                                       tandem_algo_t* algo) TANDEM_NOEXCEPT;
-/* Static lowercase name of an algorithm ("ring", "hd", ...; "unknown" if invalid). Threads: any. */
+/* Static lowercase name of an algorithm, as logs print it: "auto", "ring", "hd", "tree", "hier",
+ * "direct", "det" ("unknown" if invalid). Threads: any. */
 TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT;
 
 /* The communicator's sticky state: TANDEM_OK while healthy, else the status of its first failure

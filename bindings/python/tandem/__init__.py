@@ -42,7 +42,7 @@ _DTYPE_NAMES = {"f32": F32, "float32": F32, "f64": F64, "float64": F64, "f16": F
                 "u8": U8, "uint8": U8}
 _OPS = {"sum": 0, "avg": 1, "mean": 1, "min": 2, "max": 3, "prod": 4}
 _ALGOS = {"auto": 0, "ring": 1, "hd": 2, "halving_doubling": 2, "tree": 3, "hier": 4, "hierarchical": 4,
-          "direct": 5, "deterministic": 6}
+          "direct": 5, "det": 6, "deterministic": 6}
 # (memoryview format character, item size) -> dtype, for buffers that are not numpy arrays
 _FORMATS = {("f", 4): F32, ("d", 8): F64, ("e", 2): F16, ("i", 4): I32, ("l", 4): I32, ("l", 8): I64,
             ("q", 8): I64, ("B", 1): U8, ("b", 1): U8, ("c", 1): U8}
