@@ -158,6 +158,7 @@ def main():
         keep = set(a.only.split(","))
         runners = {k: v for k, v in runners.items() if k in keep}
 
+    load_start = os.getloadavg()
     results = {}  # (runner, world) -> {bytes: row}
     for world in worlds:
         for name, go in runners.items():
@@ -188,6 +189,8 @@ def main():
 
     cols = list(runners)
     print("# allreduce float32 sum on loopback, busbw GB/s (median of %d iterations; time_us for 4K)" % a.iters)
+    print("# %d CPUs; 1-minute load average %.1f at the start, %.1f at the end (other work skews every column)" %
+          (os.cpu_count(), load_start[0], os.getloadavg()[0]))
     print("# ratios: zmq/gloo, zmq/mpi-tcp, ucx/mpi-shm (busbw, higher is better); "
           "lat = mpi/tandem time (higher is better)")
     header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + \
