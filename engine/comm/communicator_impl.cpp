@@ -37,8 +37,6 @@ std::string ranks_phrase(const std::vector<int>& ranks) {
 
 // Idle progress threads look at the control tag this often (aborts from peers).
 constexpr auto kIdlePoll = std::chrono::milliseconds(20);
-// Larger chunks past this many chunks per buffer: fewer messages, and compiled plans stay small.
-constexpr uint64_t kMaxChunksPerBuffer = 512;
 
 }  // namespace
 
@@ -490,10 +488,7 @@ PlanRequest CommunicatorImpl::request_for(const OpState& op) const {
     case WireKind::kRecv: TANDEM_THROW(Status::kInternal, "point-to-point operations have no plan");
   }
   if (op.count == 0) r.in_place = false;
-  // Larger chunks for huge buffers: at most kMaxChunksPerBuffer messages per buffer and rank.
-  const uint64_t base = options_.chunk_bytes ? options_.chunk_bytes : kDefaultChunkBytes;
-  const uint64_t total = r.count * r.elem_bytes;
-  r.chunk_bytes = std::max(base, (total + kMaxChunksPerBuffer - 1) / kMaxChunksPerBuffer);
+  r.chunk_bytes = effective_chunk_bytes(options_.chunk_bytes, r.count * r.elem_bytes);
   return r;
 }
 

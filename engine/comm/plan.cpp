@@ -111,6 +111,12 @@ uint64_t plan_chunk_count(const PlanRequest& request) {
   return std::max<uint64_t>(bytes / elem, 1);
 }
 
+uint64_t effective_chunk_bytes(uint64_t configured, uint64_t buffer_bytes) {
+  constexpr uint64_t kMaxChunksPerBuffer = 512;
+  const uint64_t base = configured ? configured : kDefaultChunkBytes;
+  return std::max(base, (buffer_bytes + kMaxChunksPerBuffer - 1) / kMaxChunksPerBuffer);
+}
+
 namespace {
 
 // Below this many bytes halving-doubling exchanges whole buffers (recursive doubling: fewest rounds).

@@ -137,6 +137,11 @@ Algorithm choose_algorithm(const PlanRequest& request);
 // Pipeline chunk in elements that make_plan uses for `request` (chunk_bytes or the default).
 uint64_t plan_chunk_count(const PlanRequest& request);
 constexpr uint64_t kDefaultChunkBytes = 512 * 1024;
+// The chunk the communicator asks for, for a collective over `buffer_bytes` (the plan's count times
+// the element size) with CommOptions::chunk_bytes `configured` (0: default): larger than configured
+// for huge buffers, so a plan has at most 512 chunks per buffer. The simulator uses it to model
+// the plans the runtime really runs.
+uint64_t effective_chunk_bytes(uint64_t configured, uint64_t buffer_bytes);
 
 // Checks a plan's internal consistency: every send has a matching receive of equal size, regions in
 // bounds, no rank waits forever. Used by tests and the simulator; throws kInternal describing the flaw.

@@ -105,8 +105,9 @@ inline void interpret(const engine::comm::Plan& plan, std::vector<RankMemory>& m
           Match& m = matches.at(match_of.at(&o));
           if (!m.done && cur[m.send.rank] == m.send.round && cur[m.recv.rank] == m.recv.round) {
             if (m.send.op->src.count != m.recv.op->dst.count) throw std::runtime_error("message size mismatch");
-            std::memmove(ptr(m.recv.rank, m.recv.op->dst), ptr(m.send.rank, m.send.op->src),
-                         m.send.op->src.count * esize);
+            if (m.send.op->src.count)
+              std::memmove(ptr(m.recv.rank, m.recv.op->dst), ptr(m.send.rank, m.send.op->src),
+                           m.send.op->src.count * esize);
             m.done = true;
           }
           all &= m.done;

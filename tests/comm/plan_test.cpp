@@ -282,6 +282,10 @@ BOOST_AUTO_TEST_CASE(auto_picks_by_size_world_and_topology) {
     BOOST_TEST(algorithm_name(parse_algorithm(name)) == std::string(name));
   BOOST_TEST((parse_algorithm("halving-doubling") == Algorithm::kHalvingDoubling));
   BOOST_CHECK_THROW(parse_algorithm("bogus"), Error);
+  // Chunks grow for huge buffers so that a plan has at most 512 per buffer.
+  BOOST_TEST(effective_chunk_bytes(0, 1u << 20) == kDefaultChunkBytes);
+  BOOST_TEST(effective_chunk_bytes(4096, 1u << 20) == 4096u);
+  BOOST_TEST(effective_chunk_bytes(0, uint64_t{1} << 30) == (uint64_t{1} << 30) / 512);
   const std::string d = make_plan(large).describe();
   BOOST_TEST(d.find("allreduce ring world=4") != std::string::npos);
 }
