@@ -214,7 +214,7 @@ void Core::connect(const TransportOptions& o) {
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // mu_ serializes every call
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // any thread may call, mu_ serializes them
   st = ucp_worker_create(ctx_, &wp, &worker_);
   TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create a worker: {}", rank_, ucs_status_string(st));
 
