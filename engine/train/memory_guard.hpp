@@ -8,10 +8,13 @@
 //   resident now  : what the process already holds (libraries, data sets, the model's parameters and
 //                   gradients, which the Model allocated up front), from /proc/self/status VmRSS;
 //   optimizer     : state per parameter of the stage (momentum: 4 bytes, Adam: 8);
-//   activations   : samples in flight x the stage's per-sample outputs (+ its input), times a layout
-//                   factor for the backend's blocked formats and per-layer extras (see the .cpp);
+//   activations   : samples in flight x the stage's per-sample outputs (+ its input), channels padded as the
+//                   backend's blocked formats pad them, max-pooling workspaces added, and the outputs that
+//                   share storage left out (in-place ReLUs, flatten views) -- as nn::Model runs them --, plus
+//                   25% for what backward and the allocator hold on top (measured; see the .cpp);
 //   workspace     : backward scratch (two of the largest layer's outputs per micro-batch), the loader's
-//                   prefetched batches, and the data-parallel gradient bucket plus its receive buffer.
+//                   prefetched batches, the data-parallel gradient bucket plus its receive buffer, and the
+//                   backend's JIT code and caches the first step creates.
 // The same terms as the simulator's memory model (simulator/simulate.cpp memory_need), with the fixed
 // runtime allowance replaced by the process's measured size.
 //

@@ -71,8 +71,10 @@ BOOST_AUTO_TEST_CASE(estimate_terms_follow_the_footprint) {
   const auto params = static_cast<double>(model.spec().totals().params);
   BOOST_TEST(a.optimizer_bytes == 4 * params);
   BOOST_TEST(a.resident_bytes > 0);  // this process, read from /proc/self/status
-  // Activations at least the spec's f32 outputs (blocked layouts only pad them).
-  BOOST_TEST(a.activation_bytes >= 32.0 * static_cast<double>(model.spec().totals().activation_bytes));
+  // Activations near the spec's f32 outputs: padding adds, in-place ReLUs and views take some away.
+  const double spec_acts = 32.0 * static_cast<double>(model.spec().totals().activation_bytes);
+  BOOST_TEST(a.activation_bytes > 0.5 * spec_acts);
+  BOOST_TEST(a.activation_bytes < 2.0 * spec_acts);
   f.samples_in_flight *= 2;
   const train::MemoryEstimate b = train::estimate_training_memory(model, f);
   BOOST_TEST(std::abs(b.activation_bytes - 2 * a.activation_bytes) <= 1e-6 * a.activation_bytes);
