@@ -1,0 +1,244 @@
+// C shims: calibration (tandem_calibrate and the tandem_calibration_t queries), written as the simulator's
+// calibration profile (simulator/compute/profile.hpp).
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <memory>
+
+#include "api/src/calibrate_handles.hpp"
+#include "api/src/comm_handles.hpp"
+#include "api/src/guard.hpp"
+#include "api/src/train_handles.hpp"
+#include "engine/core/atomic_file.hpp"
+#include "simulator/compute/profile.hpp"
+
+using tandem::Status;
+using tandem::api::checked;
+using tandem::api::guarded;
+namespace train = tandem::engine::train;
+
+static_assert(offsetof(tandem_calibrate_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_calibration_attr_t, field_mask) == 0);
+
+namespace {
+
+void check_mask(uint64_t mask, uint64_t known, const char* what) {
+  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string profile_text(const tandem_calibration& h) {
+  const train::Calibration& c = h.cal;
+  tandem::simulator::CalibrationProfile p;
+  p.machine = h.machine;
+  p.backend = c.backend;
+  p.model = c.model;
+  p.optimizer = c.optimizer;
+  p.input = {c.input.c, c.input.h, c.input.w};
+  p.batch = c.batch;
+  for (const train::LayerTime& l : c.layers) p.layers.push_back({l.name, l.forward_s, l.backward_s});
+  p.optimizer_step_s = c.optimizer_step_s;
+  if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
+  if (h.p2p) {
+    p.p2p_bytes_per_s = h.p2p->bytes_per_s;
+    p.p2p_latency_s = h.p2p->latency_s;
+  }
+  nlohmann::json j = tandem::simulator::profile_to_json(p);
+  j["threads"] = c.threads;
+  j["created"] = utc_now();
+  return j.dump(1);
+}
+
+// Every rank must calibrate the same thing: compare (layers, batch, a hash of the layer names) over the ranks.
+void agree(tandem::engine::comm::Communicator& c, const tandem::engine::nn::ModelSpec& spec, int64_t batch) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& l : spec.layers)
+    for (char ch : l.name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  const int64_t mine[3] = {static_cast<int64_t>(spec.layers.size()), batch, static_cast<int64_t>(h >> 1)};
+  int64_t lo[3], hi[3];
+  c.allreduce(mine, lo, 3, tandem::DType::kI64, tandem::ReduceOp::kMin)->wait();
+  c.allreduce(mine, hi, 3, tandem::DType::kI64, tandem::ReduceOp::kMax)->wait();
+  TANDEM_CHECK(lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2], Status::kMismatch,
+               "tandem_calibrate: rank {} calibrates model '{}' ({} layers, batch {}) but the ranks disagree on the "
+               "model or batch (layers {}..{}, batch {}..{})",
+               c.rank(), spec.name, mine[0], batch, lo[0], hi[0], lo[1], hi[1]);
+}
+
+// The compute figures averaged over the ranks (each rank measured its own, all at once).
+void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
+  train::Calibration& k = h.cal;
+  std::vector<double> v;
+  for (const auto& l : k.layers) {
+    v.push_back(l.forward_s);
+    v.push_back(l.backward_s);
+  }
+  v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, h.memory_bytes_per_s});
+  c.allreduce(v.data(), v.data(), v.size(), tandem::DType::kF64, tandem::ReduceOp::kAvg)->wait();
+  size_t i = 0;
+  for (auto& l : k.layers) {
+    l.forward_s = v[i++];
+    l.backward_s = v[i++];
+  }
+  k.optimizer_step_s = v[i++];
+  k.step_mean_s = v[i++];
+  k.step_median_s = v[i++];
+  k.unscaled_sum_s = v[i++];
+  h.memory_bytes_per_s = v[i++];
+  k.scale = k.unscaled_sum_s > 0 ? k.step_mean_s / k.unscaled_sum_s : 1.0;
+  double mn = k.step_min_s, mx = k.step_max_s;
+  c.allreduce(&mn, &mn, 1, tandem::DType::kF64, tandem::ReduceOp::kMin)->wait();
+  c.allreduce(&mx, &mx, 1, tandem::DType::kF64, tandem::ReduceOp::kMax)->wait();
+  k.step_min_s = mn;
+  k.step_max_s = mx;
+}
+
+// Runs `body` on the communicator; a failure is recorded on the handle (sticky) before it propagates.
+void on_comm(tandem::api::CommState& s, const std::function<void(tandem::engine::comm::Communicator&)>& body) {
+  try {
+    body(*s.comm);
+  } catch (const tandem::Error& e) {
+    s.record_failure(e.status(), e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_calibrate_params_t* params,
+                                            tandem_comm_t* comm, tandem_calibration_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    constexpr const char* fn = "tandem_calibrate";
+    TANDEM_REQUIRE(out != nullptr, "{}: out must be non-null", fn);
+    auto& m = checked(model, "model");
+    TANDEM_REQUIRE(m.model != nullptr, "{}: model '{}' has no backend (created with backend \"none\")", fn,
+                   m.spec.name);
+    train::CalibrationOptions o;
+    uint64_t p2p_bytes = uint64_t{4} << 20;
+    int p2p_iters = 3;
+    std::string machine;
+    if (params != nullptr) {
+      const uint64_t k = params->field_mask;
+      check_mask(k, (TANDEM_CALIBRATE_PARAM_SEED << 1) - 1, fn);
+      if (k & TANDEM_CALIBRATE_PARAM_BATCH) o.batch = params->batch;
+      if (k & TANDEM_CALIBRATE_PARAM_WARMUP) o.warmup = params->warmup;
+      if (k & TANDEM_CALIBRATE_PARAM_ITERS) o.iters = params->iters;
+      if (k & TANDEM_CALIBRATE_PARAM_OPTIMIZER) o.optimizer = checked(params->optimizer, "optimizer").config;
+      if (k & TANDEM_CALIBRATE_PARAM_MACHINE) {
+        TANDEM_REQUIRE(params->machine != nullptr, "{}: machine flagged but NULL", fn);
+        machine = params->machine;
+      }
+      if (k & TANDEM_CALIBRATE_PARAM_P2P) {
+        TANDEM_REQUIRE(params->p2p_bytes >= 4 && params->p2p_bytes <= (uint64_t{1} << 31),
+                       "{}: p2p_bytes must be in [4, 2 GiB], got {}", fn, params->p2p_bytes);
+        TANDEM_REQUIRE(params->p2p_iters >= 1 && params->p2p_iters <= 1000, "{}: p2p_iters must be in [1, 1000], got {}",
+                       fn, params->p2p_iters);
+        p2p_bytes = params->p2p_bytes;
+        p2p_iters = params->p2p_iters;
+      }
+      if (k & TANDEM_CALIBRATE_PARAM_SEED) o.seed = params->seed;
+    }
+    o.validate();
+    tandem::api::StateRef state;
+    if (comm != nullptr) state = tandem::api::live(fn, "comm", comm).state;
+    const bool multi = comm != nullptr && state->comm->size() >= 2;
+
+    auto h = std::make_unique<tandem_calibration>();
+    if (multi) on_comm(*state, [&](auto& c) {
+      agree(c, m.spec, o.batch);
+      c.barrier()->wait();  // every rank starts measuring at once, as the ranks of a job compute at once
+    });
+    h->cal = train::calibrate_model(*m.model, o);
+    h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
+    if (multi) {
+      on_comm(*state, [&](auto& c) {
+        average(c, *h);
+        h->p2p = tandem::api::measure_p2p(c, p2p_bytes, p2p_iters);
+      });
+      h->ranks = state->comm->size();
+    }
+    h->machine = machine.empty() ? tandem::api::describe_machine(h->cal.threads) : machine;
+    if (h->ranks > 1) h->machine += fmt::format("; compute averaged over {} ranks measuring at once", h->ranks);
+    h->text = profile_text(*h);
+    *out = h.release();
+  });
+}
+
+TANDEM_API void tandem_calibration_destroy(tandem_calibration_t* calibration) TANDEM_NOEXCEPT {
+  if (calibration != nullptr && calibration->magic == tandem_calibration::kMagic) delete calibration;
+}
+
+TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* calibration,
+                                                    tandem_calibration_attr_t* attr) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(calibration, "calibration");
+    TANDEM_REQUIRE(attr != nullptr, "tandem_calibration_query: attr must be non-null");
+    check_mask(attr->field_mask, (TANDEM_CALIBRATION_ATTR_P2P << 1) - 1, "tandem_calibration_query");
+    const train::Calibration& c = h.cal;
+    if (attr->field_mask & TANDEM_CALIBRATION_ATTR_SHAPE) {
+      attr->batch = c.batch;
+      attr->num_layers = c.layers.size();
+      attr->threads = c.threads;
+      attr->ranks = h.ranks;
+    }
+    if (attr->field_mask & TANDEM_CALIBRATION_ATTR_TIMES) {
+      attr->forward_s = c.forward_s();
+      attr->backward_s = c.backward_s();
+      attr->optimizer_step_s = c.optimizer_step_s;
+      attr->step_mean_s = c.step_mean_s;
+      attr->step_median_s = c.step_median_s;
+      attr->scale = c.scale;
+      attr->memory_bytes_per_s = h.memory_bytes_per_s;
+    }
+    if (attr->field_mask & TANDEM_CALIBRATION_ATTR_P2P) {
+      attr->has_p2p = h.p2p ? 1 : 0;
+      attr->p2p_bytes_per_s = h.p2p ? h.p2p->bytes_per_s : 0.0;
+      attr->p2p_latency_s = h.p2p ? h.p2p->latency_s : 0.0;
+    }
+  });
+}
+
+TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* calibration, size_t index,
+                                                    const char** name, double* forward_s,
+                                                    double* backward_s) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(calibration, "calibration");
+    TANDEM_REQUIRE(index < h.cal.layers.size(), "tandem_calibration_layer: index {} out of range (model has {} layers)",
+                   index, h.cal.layers.size());
+    const train::LayerTime& l = h.cal.layers[index];
+    if (name != nullptr) *name = l.name.c_str();
+    if (forward_s != nullptr) *forward_s = l.forward_s;
+    if (backward_s != nullptr) *backward_s = l.backward_s;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_calibration_json(const tandem_calibration_t* calibration, char* json,
+                                                   size_t* json_bytes) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(calibration, "calibration");
+    TANDEM_REQUIRE(json_bytes != nullptr, "tandem_calibration_json: json_bytes must be non-null");
+    TANDEM_REQUIRE(json == nullptr || *json_bytes > 0, "tandem_calibration_json: json given with capacity 0");
+    tandem::api::copy_text_out(h.text, json, json_bytes);
+  });
+}
+
+TANDEM_API tandem_status_t tandem_calibration_write(const tandem_calibration_t* calibration,
+                                                    const char* path) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(calibration, "calibration");
+    TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_calibration_write: path must be a non-empty string");
+    tandem::write_file_atomic(path, h.text + "\n", "calibration profile");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,159 @@
+// Measurements behind tandem_calibrate besides compute: point-to-point figures between two ranks, the local
+// reduction bandwidth, and a description of the machine.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "api/src/calibrate_handles.hpp"
+#include "engine/comm/reduce_kernels.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/host_info.hpp"
+
+namespace tandem::api {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// Tags of the calibration's own point-to-point messages (user tags; the communicator is not shared
+// with anything else during the call).
+constexpr uint32_t kTagPing = 0x7ca1;
+constexpr uint32_t kTagPong = 0x7ca2;
+constexpr uint32_t kTagBulk = 0x7ca3;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string first_line_with(const char* path, const char* key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) return {};
+    const size_t b = line.find_first_not_of(" \t", colon + 1);
+    return b == std::string::npos ? std::string() : line.substr(b);
+  }
+  return {};
+}
+
+// The CPU quota of this process's cgroup as a fraction of a core ("" when unlimited or unknown); v1 then v2.
+std::string cpu_quota_text() {
+  for (const CgroupEntry& e : self_cgroups()) {
+    if (e.has("cpu")) {
+      for (const std::string mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+        std::ifstream q(mount + e.path + "/cpu.cfs_quota_us"), p(mount + e.path + "/cpu.cfs_period_us");
+        long quota = -1, period = 0;
+        if ((q >> quota) && (p >> period) && quota > 0 && period > 0)
+          return fmt::format("cpu quota {:.2f} core", static_cast<double>(quota) / static_cast<double>(period));
+      }
+    } else if (e.controllers.empty()) {
+      std::ifstream m("/sys/fs/cgroup" + e.path + "/cpu.max");
+      std::string quota;
+      long period = 0;
+      if ((m >> quota >> period) && quota != "max" && period > 0)
+        return fmt::format("cpu quota {:.2f} core", std::atof(quota.c_str()) / static_cast<double>(period));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters) {
+  TANDEM_REQUIRE(c.size() >= 2, "calibrate: point-to-point needs 2 ranks, the communicator has {}", c.size());
+  TANDEM_REQUIRE(bytes >= 4 && iters >= 1, "calibrate: p2p_bytes must be >= 4 and p2p_iters >= 1 (got {}, {})", bytes,
+                 iters);
+  const int rank = c.rank();
+  double fig[2] = {0, 0};  // bytes_per_s, latency_s
+  if (rank <= 1) {
+    const int peer = 1 - rank;
+    float word = 0;
+    std::vector<uint8_t> bulk(bytes);
+    auto ping = [&] {  // rank 0 asks, rank 1 answers; returns rank 0's round trip
+      const auto t0 = Clock::now();
+      if (rank == 0) {
+        c.send(&word, 1, DType::kF32, peer, kTagPing)->wait();
+        c.recv(&word, 1, DType::kF32, peer, kTagPong)->wait();
+      } else {
+        c.recv(&word, 1, DType::kF32, peer, kTagPing)->wait();
+        c.send(&word, 1, DType::kF32, peer, kTagPong)->wait();
+      }
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    auto push = [&] {  // rank 0 sends the bulk, rank 1 confirms with 4 bytes
+      const auto t0 = Clock::now();
+      if (rank == 0) {
+        c.send(bulk.data(), bulk.size(), DType::kU8, peer, kTagBulk)->wait();
+        c.recv(&word, 1, DType::kF32, peer, kTagPong)->wait();
+      } else {
+        c.recv(bulk.data(), bulk.size(), DType::kU8, peer, kTagBulk)->wait();
+        c.send(&word, 1, DType::kF32, peer, kTagPong)->wait();
+      }
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    std::vector<double> rtt, bulk_s;
+    const int pings = 10 * iters;
+    for (int i = 0; i < 3 + pings; ++i) {
+      const double t = ping();
+      if (i >= 3) rtt.push_back(t);
+    }
+    for (int i = 0; i < 1 + iters; ++i) {
+      const double t = push();
+      if (i >= 1) bulk_s.push_back(t);
+    }
+    const double r = median(rtt), t = median(bulk_s);
+    fig[1] = r / 2;
+    fig[0] = static_cast<double>(bytes) / (t > 2 * r ? t - r : t);
+  }
+  c.broadcast(fig, 2, DType::kF64, 0)->wait();
+  return P2pFigures{fig[0], fig[1]};
+}
+
+void copy_text_out(const std::string& text, char* dst, size_t* bytes) {
+  if (dst != nullptr) {
+    const size_t n = std::min(text.size(), *bytes - 1);
+    std::memcpy(dst, text.data(), n);
+    dst[n] = '\0';
+  }
+  *bytes = text.size() + 1;
+}
+
+double measure_reduce_bandwidth() {
+  constexpr size_t kElems = size_t{8} << 20;  // 32 MiB per buffer: past the caches, like a gradient bucket
+  std::vector<float> dst(kElems, 1.0f), src(kElems, 1e-7f);
+  std::vector<double> t;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = Clock::now();
+    engine::comm::reduce_kernel(dst.data(), src.data(), kElems, DType::kF32, ReduceOp::kSum);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i > 0) t.push_back(s);  // the first pass also faults the pages in
+  }
+  const double s = median(t);
+  return s > 0 ? 3.0 * 4.0 * static_cast<double>(kElems) / s : 0.0;
+}
+
+std::string describe_machine(int threads) {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string cpu = first_line_with("/proc/cpuinfo", "model name");
+  std::string s = fmt::format("host {}, {}, {} thread{}", host[0] ? host : "?", cpu.empty() ? "unknown CPU" : cpu,
+                              threads, threads == 1 ? "" : "s");
+  if (const std::string q = cpu_quota_text(); !q.empty()) s += ", " + q;
+  const char* emu = std::getenv("TANDEM_EMU_NAME");
+  const char* emu_host = std::getenv("TANDEM_EMU_HOST");
+  if (emu != nullptr && emu_host != nullptr) s += fmt::format(", emulated host {} of cluster {}", emu_host, emu);
+  return s;
+}
+
+}  // namespace tandem::api
