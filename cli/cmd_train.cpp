@@ -1,18 +1,25 @@
 // `tandem train --model M --dataset D [options] [--json]`: trains through the C ABI. On a terminal a progress bar
 // (rate, ETA) is drawn on stderr; with --json, stdout gets one JSON object per epoch.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/predict.hpp"
 #include "tandem/tandem.h"
 
 namespace {
@@ -43,6 +50,16 @@ struct TrainOptions {
   double width_mult = 0;
   std::string init = "kaiming";
   bool json = false;
+  tandem::cli::PredictOptions predict;  // --predict (issue #6; cli/predict.hpp)
+  // Parallel training over the ranks of `tandem launch`, mpirun or srun (any of these options given).
+  bool parallel = false;
+  std::string strategy = "single";
+  int dp = 0, pp = 0, microbatches = 1, accumulate = 1;
+  std::string pipeline_schedule = "1f1b";
+  double bucket_mb = 25;
+  std::string compression = "none";
+  std::string partition = "flops";
+  std::string trace;
 };
 
 // Releases every handle on scope exit.
@@ -53,8 +70,11 @@ struct Handles {
   tandem_dataset_t* test = nullptr;
   tandem_optimizer_t* opt = nullptr;
   tandem_trainer_t* trainer = nullptr;
+  tandem_comm_t* comm = nullptr;  // parallel training only
+  int32_t rank = 0;
   ~Handles() {
     tandem_trainer_destroy(trainer);
+    tandem_comm_destroy(comm);
     tandem_optimizer_destroy(opt);
     tandem_dataset_destroy(test);
     tandem_dataset_destroy(train);
@@ -118,13 +138,138 @@ tandem_status_t make_dataset(const TrainOptions& o, bool train, Handles& h, tand
   return tandem_dataset_create(h.ctx, &p, out);
 }
 
+// ---- Parallel training: DDP, pipeline, hybrid DP x PP ----------------------------------------------
+
+// Compute threads per rank when none are asked for: the cores shared by the ranks on this host.
+int parallel_threads(int asked) {
+  if (asked > 0) return asked;
+  for (const char* v : {"TANDEM_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && std::atoi(s) > 0) {
+      const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+      return static_cast<int>(std::max(1L, cores / std::atoi(s)));
+    }
+  }
+  return 0;
+}
+
+// Joins the job (communicator from the environment) and creates this rank's parallel trainer.
+int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t& tp, Handles& h) {
+  namespace cli = tandem::cli;
+  tandem_parallel_params_t pp = TANDEM_PARALLEL_PARAMS_INIT;
+  pp.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_GRID | TANDEM_PARALLEL_PARAM_MICRO_BATCHES |
+                  TANDEM_PARALLEL_PARAM_SCHEDULE | TANDEM_PARALLEL_PARAM_BUCKET_MB | TANDEM_PARALLEL_PARAM_COMPRESSION |
+                  TANDEM_PARALLEL_PARAM_ACCUMULATION | TANDEM_PARALLEL_PARAM_PARTITION | TANDEM_PARALLEL_PARAM_TRACE;
+  const std::map<std::string, tandem_strategy_t> strategies{{"single", TANDEM_STRATEGY_SINGLE},
+                                                           {"ddp", TANDEM_STRATEGY_DDP},
+                                                           {"pipeline", TANDEM_STRATEGY_PIPELINE},
+                                                           {"hybrid", TANDEM_STRATEGY_HYBRID}};
+  const auto s = strategies.find(o.strategy);
+  if (s == strategies.end()) {
+    std::fprintf(stderr, "tandem: --strategy '%s' is not single, ddp, pipeline or hybrid\n", o.strategy.c_str());
+    return 2;
+  }
+  pp.strategy = s->second;
+  pp.dp = o.dp;
+  pp.pp = o.pp;
+  pp.micro_batches = o.microbatches;
+  pp.schedule = o.pipeline_schedule == "gpipe" ? TANDEM_SCHEDULE_GPIPE : TANDEM_SCHEDULE_1F1B;
+  pp.bucket_mb = o.bucket_mb;
+  pp.compression = o.compression == "fp16" ? TANDEM_COMPRESSION_FP16
+                   : o.compression == "bf16" ? TANDEM_COMPRESSION_BF16 : TANDEM_COMPRESSION_NONE;
+  pp.accumulation = o.accumulate;
+  pp.partition = o.partition == "measured" ? TANDEM_PARTITION_MEASURED : TANDEM_PARTITION_FLOPS;
+  pp.trace = o.trace.empty() ? 0 : 1;
+  if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
+  tandem_comm_rank(h.comm, &h.rank);
+  if (tandem_trainer_create_parallel(h.model, h.train, h.test, h.opt, &tp, &pp, h.comm, &h.trainer) != TANDEM_OK) {
+    return cli::fail(fmt::format("rank {}: cannot create the {} trainer", h.rank, o.strategy));
+  }
+  return 0;
+}
+
+// Under a launcher, SIGTERM arrives as soon as any rank dies. A parallel rank then gets 2 s to fail on its
+// own -- its error names the rank that died -- before it aborts its communicator (peers learn why) and stops.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+class StopWatcher {
+ public:
+  explicit StopWatcher(tandem_comm_t* comm) {
+    struct sigaction sa{};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    thread_ = std::thread([this, comm] {
+      using namespace std::chrono_literals;
+      while (!done_.load()) {
+        const int sig = g_stop_signal.load();
+        if (sig == 0) {
+          std::this_thread::sleep_for(20ms);
+          continue;
+        }
+        const auto until = std::chrono::steady_clock::now() + 2s;
+        while (!done_.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+        if (!done_.load()) tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
+        return;
+      }
+    });
+  }
+  ~StopWatcher() {
+    done_.store(true);
+    thread_.join();
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopWatcher(const StopWatcher&) = delete;
+  StopWatcher& operator=(const StopWatcher&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  struct sigaction old_term_{}, old_int_{};
+  std::thread thread_;
+};
+
+tandem_parallel_attr_t parallel_attr(tandem_trainer_t* t) {
+  tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
+  a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT;
+  tandem_trainer_parallel_query(t, &a);
+  return a;
+}
+
+// world, dp, pp, micro-batches and the epoch's time split per step, for the JSON epoch lines.
+void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
+  const tandem_parallel_attr_t a = parallel_attr(t);
+  j["strategy"] = a.strategy;
+  j["world"] = a.world;
+  j["dp"] = a.dp;
+  j["pp"] = a.pp;
+  j["microbatches"] = a.micro_batches;
+  j["schedule"] = a.schedule;
+  j["partition"] = a.partition;
+  j["time_split"] = {{"step_s", a.step_s},         {"compute_s", a.compute_s},   {"bubble_s", a.bubble_s},
+                     {"exposed_comm_s", a.comm_s}, {"data_s", a.data_s},         {"other_s", a.other_s},
+                     {"allreduce_s", a.allreduce_s}, {"bubble_fraction", a.bubble_fraction},
+                     {"max_bubble_fraction", a.max_bubble_fraction}};
+}
+
+std::string parallel_summary(tandem_trainer_t* t) {
+  const tandem_parallel_attr_t a = parallel_attr(t);
+  return fmt::format(
+      "  {} world {} = dp {} x pp {}, {} micro-batch(es) ({}); per step {:.1f} ms: compute {:.1f}, bubble {:.1f} "
+      "({:.0f}%), exposed comm {:.1f} (all-reduce {:.1f}), data {:.1f}",
+      a.strategy, a.world, a.dp, a.pp, a.micro_batches, a.schedule, 1e3 * a.step_s, 1e3 * a.compute_s, 1e3 * a.bubble_s,
+      100 * a.bubble_fraction, 1e3 * a.comm_s, 1e3 * a.allreduce_s, 1e3 * a.data_s);
+}
+
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
   Handles h;
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
-  if (o.threads > 0) {
+  if (const int threads = o.parallel ? parallel_threads(o.threads) : o.threads; threads > 0) {
     cp.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
-    cp.num_threads = o.threads;
+    cp.num_threads = threads;
   }
   if (tandem_context_create(&cp, &h.ctx) != TANDEM_OK) return cli::fail("cannot create a context");
   if (make_dataset(o, true, h, &h.train) != TANDEM_OK) return cli::fail("cannot load the training data");
@@ -194,7 +339,11 @@ int run_train(const TrainOptions& o) {
     tp.progress = draw_bar;
     tp.progress_user_data = &bar;
   }
-  if (tandem_trainer_create(h.model, h.train, h.test, h.opt, &tp, &h.trainer) != TANDEM_OK) {
+  std::unique_ptr<StopWatcher> stop;  // parallel ranks: see StopWatcher
+  if (o.parallel) {
+    if (const int rc = create_parallel_trainer(o, tp, h); rc != 0) return rc;
+    stop = std::make_unique<StopWatcher>(h.comm);
+  } else if (tandem_trainer_create(h.model, h.train, h.test, h.opt, &tp, &h.trainer) != TANDEM_OK) {
     return cli::fail("cannot create the trainer");
   }
   if (!o.resume.empty()) {
@@ -204,7 +353,7 @@ int run_train(const TrainOptions& o) {
   }
   int64_t done = 0;
   tandem_trainer_progress(h.trainer, &done, nullptr);
-  if (!o.json) {
+  if (!o.json && h.rank == 0) {
     tandem_model_attr_t ma = TANDEM_MODEL_ATTR_INIT;
     ma.field_mask = TANDEM_MODEL_ATTR_NAME | TANDEM_MODEL_ATTR_COST;
     tandem_model_query(h.model, &ma);
@@ -213,33 +362,54 @@ int run_train(const TrainOptions& o) {
                 static_cast<long long>(c), static_cast<long long>(hh), static_cast<long long>(w),
                 static_cast<long long>(classes),
                 done > 0 ? fmt::format(", resuming after epoch {}", done).c_str() : "");
+    if (o.parallel) std::printf("%s\n", parallel_attr(h.trainer).partition);
     std::fflush(stdout);
   }
+  tandem_epoch_result_t last = TANDEM_EPOCH_RESULT_INIT;  // for --predict
   for (int64_t epoch = done; epoch < o.epochs; ++epoch) {
     tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
     r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
     const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);
     if (bar.enabled) std::fprintf(stderr, "\n");
     if (st != TANDEM_OK) return cli::fail(fmt::format("epoch {} failed", epoch + 1));
+    last = r;
     if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    if (h.rank != 0) continue;  // rank 0 speaks for the job (its figures are global)
     if (o.json) {
-      const nlohmann::json j = {{"epoch", r.epoch},
+      nlohmann::json j = {{"epoch", r.epoch},
                                 {"train_loss", num(r.train_loss)},
                                 {"train_accuracy", num(r.train_accuracy)},
                                 {"test_loss", num(r.test_loss)},
                                 {"test_accuracy", num(r.test_accuracy)},
                                 {"images_per_sec", num(r.images_per_sec)},
                                 {"wall_s", num(r.wall_s)}};
+      if (o.parallel) add_parallel_fields(h.trainer, j);
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",
                   static_cast<long long>(r.epoch), r.train_loss, 100 * r.train_accuracy, r.test_loss,
                   100 * r.test_accuracy, r.images_per_sec, r.wall_s);
+      if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
     }
     std::fflush(stdout);
+  }
+  if (o.predict.enabled && h.rank == 0) {  // the simulator's prediction beside what this run measured
+    const int64_t steps = last.train_samples > 0 ? (last.train_samples + o.batch - 1) / o.batch : 0;
+    if (const int rc = tandem::cli::print_prediction(h.trainer, o.predict, o.json,
+                                                     o.parallel || steps == 0 ? 0.0 : last.train_s / steps,
+                                                     o.parallel ? 0 : steps);
+        rc != 0) {
+      return rc;
+    }
+  }
+  if (!o.trace.empty()) {
+    if (tandem_trainer_write_trace(h.trainer, o.trace.c_str()) != TANDEM_OK) {
+      return cli::fail(fmt::format("cannot write the trace '{}'", o.trace));
+    }
+    if (h.rank == 0 && !o.json) std::printf("trace: %s (open in https://ui.perfetto.dev)\n", o.trace.c_str());
   }
   return 0;
 }
@@ -259,7 +429,9 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   app.add_flag("--nesterov", o->nesterov, "Nesterov momentum (SGD)");
   app.add_option("--weight-decay", o->weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
-  app.add_option("--schedule", o->schedule, "constant, step:EPOCHS:GAMMA or cosine, optionally ,warmup:EPOCHS")
+  app.add_option("--schedule", o->schedule,
+                 "constant, step:EPOCHS:GAMMA or cosine, optionally ,warmup:EPOCHS (learning rate); gpipe or 1f1b: "
+                 "the pipeline schedule (as --pipeline-schedule)")
       ->capture_default_str();
   app.add_option("--clip-norm", o->clip_norm, "clip gradients to this global L2 norm (0: off)");
   app.add_option("--threads", o->threads, "compute threads (default: all cores)");
@@ -274,7 +446,35 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_flag("--augment", o->augment, "random crop with padding (and flips for colour images)");
   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
   app.add_flag("--json", o->json, "one JSON object per epoch on stdout");
-  return [o] { return run_train(*o); };
+  tandem::cli::add_predict_options(app, o->predict);
+  // Parallel training: run under `tandem launch -n N`, mpirun or srun; rank 0 prints for the job.
+  const char* par = "Parallel (under tandem launch, mpirun or srun)";
+  std::vector<CLI::Option*> popts{
+      app.add_option("--strategy", o->strategy, "single, ddp, pipeline or hybrid (DP x PP)")->group(par)
+          ->check(CLI::IsMember({"single", "ddp", "pipeline", "hybrid"})),
+      app.add_option("--dp", o->dp, "data-parallel replicas (default: derived from the world size)")->group(par),
+      app.add_option("--pp", o->pp, "pipeline stages (default: derived from the world size)")->group(par),
+      app.add_option("--microbatches", o->microbatches, "micro-batches per step (pipeline)")->group(par)
+          ->capture_default_str(),
+      app.add_option("--pipeline-schedule", o->pipeline_schedule, "gpipe or 1f1b")->group(par)->capture_default_str()
+          ->check(CLI::IsMember({"gpipe", "1f1b"})),
+      app.add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")->group(par)->capture_default_str(),
+      app.add_option("--compression", o->compression, "gradients on the wire: none, fp16 or bf16")->group(par)
+          ->capture_default_str()->check(CLI::IsMember({"none", "fp16", "bf16"})),
+      app.add_option("--accumulate", o->accumulate, "batches per optimizer step (one all-reduce)")->group(par)
+          ->capture_default_str(),
+      app.add_option("--partition", o->partition, "stage balance: flops (layer specs) or measured")->group(par)
+          ->capture_default_str()->check(CLI::IsMember({"flops", "measured"})),
+      app.add_option("--trace", o->trace, "write one Chrome trace of every rank here (Perfetto)")->group(par)};
+  return [o, popts] {
+    for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
+    if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule
+      o->pipeline_schedule = o->schedule;
+      o->schedule = "constant";
+      o->parallel = true;
+    }
+    return run_train(*o);
+  };
 }};
 
 }  // namespace

@@ -103,7 +103,8 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
       }
     }
     h->model = &mh;
-    h->trainer = std::make_unique<train::Trainer>(*mh.model, tr.data, te != nullptr ? &te->data : nullptr, c);
+    h->trainer = tandem::api::wrap_trainer(
+        std::make_unique<train::Trainer>(*mh.model, tr.data, te != nullptr ? &te->data : nullptr, c));
     *out = h.release();
   });
 }

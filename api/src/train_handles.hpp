@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/src/handles.hpp"
+#include "api/src/parallel_handles.hpp"
 #include "engine/compute/backend.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/nn/model.hpp"
@@ -49,7 +50,7 @@ struct tandem_trainer {
   static constexpr uint32_t kMagic = tandem::api::kTrainerMagic;
   uint32_t magic = kMagic;
   tandem_model* model = nullptr;
-  std::unique_ptr<tandem::engine::train::Trainer> trainer;
+  std::unique_ptr<tandem::api::AnyTrainer> trainer;  // single-process or parallel (parallel_handles.hpp)
   tandem_progress_fn progress = nullptr;
   void* progress_user_data = nullptr;
   ~tandem_trainer() { magic = 0; }

@@ -392,10 +392,13 @@ std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
   } else {
     return message;
   }
-  // "rank N" -> "world rank M", leaving text that already speaks of world ranks alone.
+  // "rank N" -> "world rank M", leaving text that already speaks of world ranks alone: "world rank N",
+  // and everything from a transport's own message on ("ucx: ...", "zmq: ...": transport ranks are world ranks).
+  size_t limit = message.size();
+  for (const char* t : {"ucx: ", "zmq: ", "inproc: ", "rdma: "}) limit = std::min(limit, message.find(t));
   std::string out;
   size_t i = 0;
-  for (size_t k; (k = message.find("rank ", i)) != std::string::npos;) {
+  for (size_t k; (k = message.find("rank ", i)) < limit;) {
     size_t e = k + 5;
     while (e < message.size() && std::isdigit(static_cast<unsigned char>(message[e]))) ++e;
     const bool world = k >= 6 && message.compare(k - 6, 6, "world ") == 0;

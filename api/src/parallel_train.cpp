@@ -1,0 +1,205 @@
+// C shims: parallel trainers (DDP, pipeline, hybrid DP x PP over a communicator), and the trainer
+// interface that lets every tandem_trainer_* call drive single-process and parallel trainers alike.
+#include <cstring>
+
+#include "api/src/guard.hpp"
+#include "api/src/parallel_handles.hpp"
+#include "api/src/train_handles.hpp"
+
+using tandem::Status;
+using tandem::api::checked;
+using tandem::api::guarded;
+namespace par = tandem::engine::parallel;
+namespace train = tandem::engine::train;
+
+static_assert(offsetof(tandem_parallel_params_t, field_mask) == 0);
+static_assert(offsetof(tandem_parallel_attr_t, field_mask) == 0);
+static_assert(static_cast<int>(TANDEM_SCHEDULE_GPIPE) == static_cast<int>(par::ScheduleKind::kGPipe) &&
+              static_cast<int>(TANDEM_SCHEDULE_1F1B) == static_cast<int>(par::ScheduleKind::kOneFOneB));
+static_assert(static_cast<int>(TANDEM_STRATEGY_HYBRID) == static_cast<int>(par::Strategy::kHybrid) &&
+              static_cast<int>(TANDEM_COMPRESSION_BF16) == static_cast<int>(par::GradCompression::kBF16) &&
+              static_cast<int>(TANDEM_PARTITION_MEASURED) == static_cast<int>(par::PartitionCost::kMeasured));
+
+namespace tandem::api {
+namespace {
+
+// Forwards the interface to a trainer type with the same member functions.
+template <typename T>
+class Forwarding : public AnyTrainer {
+ public:
+  explicit Forwarding(std::unique_ptr<T> t) : t_(std::move(t)) {}
+  train::StepResult step() override { return t_->step(); }
+  train::EpochResult train_epoch(const train::ProgressFn& p) override { return t_->train_epoch(p); }
+  train::EvalResult evaluate(const engine::data::Dataset& d, int64_t limit) override { return t_->evaluate(d, limit); }
+  void save_checkpoint(const std::string& path) override { t_->save_checkpoint(path); }
+  void load_checkpoint(const std::string& path) override { t_->load_checkpoint(path); }
+  int64_t completed_epochs() const override { return t_->completed_epochs(); }
+  int64_t global_step() const override { return t_->global_step(); }
+  const train::TrainerConfig& config() const override { return t_->config(); }
+
+ protected:
+  std::unique_ptr<T> t_;
+};
+
+class ParallelAdapter final : public Forwarding<par::ParallelTrainer> {
+ public:
+  ParallelAdapter(StateRef comm, std::unique_ptr<par::ParallelTrainer> t)
+      : Forwarding(std::move(t)), comm_(std::move(comm)), partition_(t_->describe_partition()) {}
+  ~ParallelAdapter() override { t_.reset(); }  // before the communicator it uses
+  par::ParallelTrainer* parallel() override { return t_.get(); }
+  const std::string& partition() const { return partition_; }
+
+ private:
+  StateRef comm_;  // keeps the engine communicator alive (empty for a one-rank job)
+  std::string partition_;
+};
+
+void check_mask(uint64_t mask, uint64_t known, const char* what) {
+  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
+}
+
+par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
+  par::ParallelConfig c;
+  if (p == nullptr) return c;
+  const char* fn = "tandem_trainer_create_parallel";
+  const uint64_t m = p->field_mask;
+  check_mask(m, (TANDEM_PARALLEL_PARAM_TRACE << 1) - 1, fn);
+  if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
+    TANDEM_REQUIRE(p->strategy >= TANDEM_STRATEGY_SINGLE && p->strategy <= TANDEM_STRATEGY_HYBRID,
+                   "{}: strategy {} is not a tandem_strategy_t", fn, static_cast<int>(p->strategy));
+    c.strategy = static_cast<par::Strategy>(p->strategy);
+  }
+  if (m & TANDEM_PARALLEL_PARAM_GRID) {
+    c.dp = p->dp;
+    c.pp = p->pp;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_MICRO_BATCHES) c.micro_batches = p->micro_batches;
+  if (m & TANDEM_PARALLEL_PARAM_SCHEDULE) {
+    TANDEM_REQUIRE(p->schedule == TANDEM_SCHEDULE_GPIPE || p->schedule == TANDEM_SCHEDULE_1F1B,
+                   "{}: schedule {} is not a tandem_schedule_t", fn, static_cast<int>(p->schedule));
+    c.schedule = static_cast<par::ScheduleKind>(p->schedule);
+  }
+  if (m & TANDEM_PARALLEL_PARAM_BUCKET_MB) c.bucket_mb = p->bucket_mb;
+  if (m & TANDEM_PARALLEL_PARAM_COMPRESSION) {
+    TANDEM_REQUIRE(p->compression >= TANDEM_COMPRESSION_NONE && p->compression <= TANDEM_COMPRESSION_BF16,
+                   "{}: compression {} is not a tandem_compression_t", fn, static_cast<int>(p->compression));
+    c.compression = static_cast<par::GradCompression>(p->compression);
+  }
+  if (m & TANDEM_PARALLEL_PARAM_ACCUMULATION) c.accumulation = p->accumulation;
+  if (m & TANDEM_PARALLEL_PARAM_PARTITION) {
+    TANDEM_REQUIRE(p->partition == TANDEM_PARTITION_FLOPS || p->partition == TANDEM_PARTITION_MEASURED,
+                   "{}: partition {} is not a tandem_partition_t", fn, static_cast<int>(p->partition));
+    c.partition = static_cast<par::PartitionCost>(p->partition);
+  }
+  if (m & TANDEM_PARALLEL_PARAM_BOUNDARIES) {
+    TANDEM_REQUIRE(p->boundaries != nullptr || p->num_boundaries == 0, "{}: boundaries is NULL", fn);
+    TANDEM_REQUIRE(p->num_boundaries <= 65536, "{}: {} boundaries is implausible", fn, p->num_boundaries);
+    c.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
+  }
+  if (m & TANDEM_PARALLEL_PARAM_TRACE) c.trace = p->trace != 0;
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<AnyTrainer> wrap_trainer(std::unique_ptr<train::Trainer> trainer) {
+  return std::make_unique<Forwarding<train::Trainer>>(std::move(trainer));
+}
+
+}  // namespace tandem::api
+
+extern "C" {
+
+TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model, const tandem_dataset_t* train_set,
+                                                          const tandem_dataset_t* test_set,
+                                                          const tandem_optimizer_t* optimizer,
+                                                          const tandem_trainer_params_t* params,
+                                                          const tandem_parallel_params_t* parallel,
+                                                          tandem_comm_t* comm, tandem_trainer_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    TANDEM_REQUIRE(out != nullptr, "tandem_trainer_create_parallel: out must be non-null");
+    par::ParallelConfig pc = tandem::api::to_config(parallel);
+    tandem::api::StateRef state;
+    tandem::engine::comm::Communicator* world = nullptr;
+    if (comm != nullptr) {
+      auto& c = tandem::api::live("tandem_trainer_create_parallel", "comm", comm);
+      state = c.state;
+      world = state->comm.get();
+    }
+    // The trainer settings are read and validated exactly as tandem_trainer_create does it.
+    tandem_trainer_t* base = nullptr;
+    const tandem_status_t st = tandem_trainer_create(model, train_set, test_set, optimizer, params, &base);
+    if (st != TANDEM_OK) throw tandem::Error(static_cast<Status>(st), tandem_last_error_message());
+    std::unique_ptr<tandem_trainer, void (*)(tandem_trainer*)> guard(base, tandem_trainer_destroy);
+    const train::TrainerConfig config = base->trainer->config();
+    auto& mh = checked(model, "model");
+    auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, checked(train_set, "train dataset").data,
+                                                     test_set != nullptr ? &checked(test_set, "test dataset").data
+                                                                         : nullptr,
+                                                     config, pc, world);
+    auto h = std::make_unique<tandem_trainer>();
+    h->model = &mh;
+    h->progress = base->progress;
+    h->progress_user_data = base->progress_user_data;
+    h->trainer = std::make_unique<tandem::api::ParallelAdapter>(state, std::move(pt));
+    *out = h.release();
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* trainer,
+                                                         tandem_parallel_attr_t* attr) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
+    tandem::api::check_mask(attr->field_mask, (TANDEM_PARALLEL_ATTR_SPLIT << 1) - 1, "tandem_trainer_parallel_query");
+    par::ParallelTrainer* t = h.trainer->parallel();
+    TANDEM_REQUIRE(t != nullptr,
+                   "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
+                   "only tandem_trainer_create_parallel trainers have parallel attributes");
+    const par::Grid& g = t->grid();
+    const par::ParallelConfig& c = t->parallel_config();
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_GRID) {
+      attr->world = g.world;
+      attr->rank = g.rank;
+      attr->dp = g.dp;
+      attr->pp = g.pp;
+      attr->stage = g.stage;
+      attr->replica = g.dp_rank;
+    }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_PLAN) {
+      attr->strategy = par::strategy_name(c.strategy);
+      attr->schedule = par::schedule_name(c.schedule);
+      attr->micro_batches = c.micro_batches;
+      attr->accumulation = c.accumulation;
+      attr->first_layer = t->boundaries()[static_cast<size_t>(g.stage)];
+      attr->end_layer = t->boundaries()[static_cast<size_t>(g.stage) + 1];
+      attr->partition = static_cast<tandem::api::ParallelAdapter&>(*h.trainer).partition().c_str();
+    }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_SPLIT) {
+      const par::EpochSplit& s = t->last_split();
+      attr->steps = s.steps;
+      attr->step_s = s.step_s;
+      attr->compute_s = s.compute_s;
+      attr->bubble_s = s.bubble_s;
+      attr->comm_s = s.comm_s;
+      attr->data_s = s.data_s;
+      attr->other_s = s.other_s;
+      attr->allreduce_s = s.allreduce_s;
+      attr->bubble_fraction = s.bubble_fraction;
+      attr->max_bubble_fraction = s.max_bubble_fraction;
+    }
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_write_trace(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& h = checked(trainer, "trainer");
+    TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_write_trace: path must be a non-empty string");
+    par::ParallelTrainer* t = h.trainer->parallel();
+    TANDEM_REQUIRE(t != nullptr, "tandem_trainer_write_trace: the trainer was made by tandem_trainer_create; traces "
+                                 "need tandem_trainer_create_parallel with TANDEM_PARALLEL_PARAM_TRACE");
+    t->write_trace(path);
+  });
+}
+
+}  // extern "C"
