@@ -367,23 +367,27 @@ SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, con
   res.nodes_used -= 1;  // counted from 1
   res.nodes = p.nodes;
   if (opt.baseline) {
-    ClusterSpec one = p.cluster;
-    one.nodes.assign(1, p.cluster.nodes[0]);
-    one.nodes[0].hw.gpus = std::min(one.nodes[0].hw.gpus, 1);
-    one.topology = network::TopologySpec{};
-    JobSpec single = job_in;
-    single.strategy = Strategy::kSingle;
-    single.dp = single.pp = 0;
-    single.micro_batches = 1;
-    SimOptions o;
-    o.baseline = false;
-    SimResult b = run(one, single, o);
+    SimResult b = baseline(p.cluster, job_in);
     res.baseline_total_time_s = b.total_time_s;
     res.speedup = b.total_time_s / res.total_time_s;
     res.efficiency = res.speedup / world;
   }
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+SimResult Simulation::baseline(const ClusterSpec& cluster, const JobSpec& job) {
+  ClusterSpec one = cluster;
+  one.nodes.assign(1, cluster.nodes.at(0));
+  one.nodes[0].hw.gpus = std::min(one.nodes[0].hw.gpus, 1);
+  one.topology = network::TopologySpec{};
+  JobSpec single = job;
+  single.strategy = Strategy::kSingle;
+  single.dp = single.pp = 0;
+  single.micro_batches = 1;
+  SimOptions o;
+  o.baseline = false;
+  return run(one, single, o);
 }
 
 SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options) {

@@ -73,6 +73,9 @@ struct SimOptions {
 class Simulation {
  public:
   SimResult run(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
+  // The job on one device of the cluster's first node kind (strategy single): the reference for
+  // speedup and efficiency.
+  SimResult baseline(const ClusterSpec& cluster, const JobSpec& job);
   PlanCache& plans() { return plans_; }
 
  private:

@@ -1,0 +1,233 @@
+"""Cluster simulation from Python through the C ABI's simulation section (tandem.h, "Simulation").
+
+    import tandem.simulate as ts
+    cluster = ts.Cluster("t2.micro:4")                    # PRESET:COUNT, a JSON file, or JSON text
+    r = ts.simulate(cluster, model="mobilenetv2", dataset="cifar10", batch=256, epochs=10,
+                    strategy="ddp", epoch_time_s=252.5)
+    print(r.total_time_s, r.speedup, r["nodes"][0]["throttle_start_s"])
+    best = ts.plan(cluster, model="resnet18", batch=64, top=3)   # fastest fitting DP x PP configurations
+    rows = ts.sweep("t2.micro:1", [1, 2, 4, 8], model="mobilenetv2", strategy="ddp")
+
+A Result behaves like the JSON object `tandem simulate --json` prints (r["step_time_s"]) and exposes
+the main figures as attributes. Failures raise tandem.TandemError naming the field that was wrong.
+"""
+import ctypes
+import json as _json
+
+from . import _LIB, _check, _invalid, _lib
+
+P = ctypes.POINTER
+_u64, _i64, _i32, _f64, _str, _ptr, _size = (ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_double,
+                                             ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class _JobParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("model", _str), ("dataset", _str), ("samples", _i64),
+                ("input_channels", _i64), ("input_height", _i64), ("input_width", _i64), ("num_classes", _i64),
+                ("batch", _i64), ("epochs", _f64), ("strategy", _str), ("dp", _i32), ("pp", _i32),
+                ("micro_batches", _i32), ("schedule", _str), ("algorithm", _str), ("bucket_mb", _f64),
+                ("overlap", _i32), ("optimizer", _str), ("profile", _str), ("profile_network", _i32),
+                ("epoch_time_s", _f64), ("credit_mode", _str), ("initial_credits", _f64), ("width_mult", _f64),
+                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32)]
+
+
+class _Summary(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("step_time_s", _f64), ("epoch_time_s", _f64), ("total_time_s", _f64),
+                ("images_per_sec", _f64), ("speedup", _f64), ("efficiency", _f64), ("compute_s", _f64),
+                ("comm_exposed_s", _f64), ("bubble_s", _f64), ("throttled_s", _f64), ("idle_s", _f64),
+                ("memory_per_node_bytes", _f64), ("fits", _i32), ("cost_usd", _f64), ("dp", _i32), ("pp", _i32),
+                ("micro_batches", _i32), ("ranks", _i32)]
+
+
+# job keyword -> (field_mask bit, struct field(s), converter)
+_JOB_FIELDS = {
+    "model": (0, "model", str), "dataset": (1, "dataset", str), "samples": (2, "samples", int),
+    "input": (3, None, None), "classes": (4, "num_classes", int), "batch": (5, "batch", int),
+    "epochs": (6, "epochs", float), "strategy": (7, "strategy", str), "dp": (8, "dp", int), "pp": (9, "pp", int),
+    "micro_batches": (10, "micro_batches", int), "schedule": (11, "schedule", str),
+    "algorithm": (12, "algorithm", str), "bucket_mb": (13, "bucket_mb", float), "overlap": (14, "overlap", int),
+    "optimizer": (15, "optimizer", str), "profile": (16, "profile", str), "profile_network": (16, None, None),
+    "epoch_time_s": (17, "epoch_time_s", float), "credit_mode": (18, "credit_mode", str),
+    "initial_credits": (19, "initial_credits", float), "width_mult": (20, "width_mult", float),
+    "chunk_bytes": (21, "chunk_bytes", int), "trace": (22, "trace", int), "baseline": (23, "baseline", int),
+}
+
+_declared = False
+
+
+def _declare():
+    global _declared
+    if _declared:
+        return
+    L = _LIB
+    L.tandem_sim_cluster_create.argtypes = [_ptr, _str, P(_ptr)]
+    L.tandem_sim_cluster_resize.argtypes = [_ptr, _i32, P(_ptr)]
+    L.tandem_sim_cluster_info.argtypes = [_ptr, P(_i32), P(_i32)]
+    L.tandem_sim_cluster_destroy.argtypes = [_ptr]
+    L.tandem_sim_cluster_destroy.restype = None
+    L.tandem_simulate.argtypes = [_ptr, P(_JobParams), P(_ptr)]
+    L.tandem_sim_plan.argtypes = [_ptr, P(_JobParams), _i32, P(_ptr)]
+    L.tandem_sim_result_query.argtypes = [_ptr, P(_Summary)]
+    L.tandem_sim_result_json.argtypes = [_ptr, ctypes.c_char_p, P(_size)]
+    L.tandem_sim_result_write_trace.argtypes = [_ptr, _str]
+    L.tandem_sim_result_destroy.argtypes = [_ptr]
+    L.tandem_sim_result_destroy.restype = None
+    for f in ("tandem_sim_cluster_create", "tandem_sim_cluster_resize", "tandem_sim_cluster_info", "tandem_simulate",
+              "tandem_sim_plan", "tandem_sim_result_query", "tandem_sim_result_json", "tandem_sim_result_write_trace"):
+        getattr(L, f).restype = ctypes.c_int32
+    _declared = True
+
+
+class _Ctx:
+    handle = None
+
+    @classmethod
+    def get(cls):
+        if cls.handle is None:
+            h = _ptr()
+            _check(_LIB.tandem_context_create_v(_lib.TANDEM_VERSION, None, ctypes.byref(h)))
+            cls.handle = h
+        return cls.handle
+
+
+class Cluster:
+    """A cluster to simulate: "PRESET:COUNT" ("t2.micro:4", several joined by '+'), a JSON file path, or
+    JSON text. `nodes` and `devices` (ranks it can host) describe it."""
+
+    def __init__(self, spec, _handle=None):
+        _declare()
+        if _handle is not None:
+            self._h = _handle
+        else:
+            if not isinstance(spec, str):
+                spec = _json.dumps(spec)  # a dict in the JSON cluster format
+            h = _ptr()
+            _check(_LIB.tandem_sim_cluster_create(_Ctx.get(), spec.encode(), ctypes.byref(h)))
+            self._h = h
+        n, d = _i32(), _i32()
+        _check(_LIB.tandem_sim_cluster_info(self._h, ctypes.byref(n), ctypes.byref(d)))
+        self.nodes, self.devices = n.value, d.value
+
+    def resize(self, nodes):
+        """The same kind of node as the first, `nodes` times."""
+        h = _ptr()
+        _check(_LIB.tandem_sim_cluster_resize(self._h, int(nodes), ctypes.byref(h)))
+        return Cluster(None, _handle=h)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and _LIB is not None:
+            _LIB.tandem_sim_cluster_destroy(self._h)
+            self._h = None
+
+
+class Result:
+    """A simulation (or plan search) result: r["field"] for every JSON field, attributes for the main ones."""
+
+    _SUMMARY = ("step_time_s", "epoch_time_s", "total_time_s", "images_per_sec", "speedup", "efficiency",
+                "compute_s", "comm_exposed_s", "bubble_s", "throttled_s", "idle_s", "memory_per_node_bytes",
+                "fits", "cost_usd", "dp", "pp", "micro_batches", "ranks")
+
+    def __init__(self, handle):
+        self._h = handle
+        s = _Summary(field_mask=(1 << 6) - 1)
+        _check(_LIB.tandem_sim_result_query(self._h, ctypes.byref(s)))
+        for k in self._SUMMARY:
+            v = getattr(s, k)
+            setattr(self, k, bool(v) if k == "fits" else v)
+        n = _size(0)
+        _check(_LIB.tandem_sim_result_json(self._h, None, ctypes.byref(n)))
+        buf = ctypes.create_string_buffer(n.value)
+        _check(_LIB.tandem_sim_result_json(self._h, buf, ctypes.byref(n)))
+        self.json = _json.loads(buf.value.decode())
+
+    def __getitem__(self, key):
+        return self.json[key]
+
+    def keys(self):
+        return self.json.keys()
+
+    def write_trace(self, path):
+        """Writes the first simulated step as a Chrome trace (simulate(..., trace=True) first)."""
+        _check(_LIB.tandem_sim_result_write_trace(self._h, str(path).encode()))
+
+    def __repr__(self):
+        return "Result(total_time_s=%.1f, speedup=%.2f, dp=%d, pp=%d, fits=%s)" % (
+            self.total_time_s, self.speedup, self.dp, self.pp, self.fits)
+
+    def __del__(self):
+        if getattr(self, "_h", None) and _LIB is not None:
+            _LIB.tandem_sim_result_destroy(self._h)
+            self._h = None
+
+
+def _job(kw):
+    p = _JobParams()
+    keep = []  # encoded strings must outlive the call
+    for k, v in kw.items():
+        if k not in _JOB_FIELDS:
+            raise _invalid("unknown job option %r (known: %s)" % (k, ", ".join(sorted(_JOB_FIELDS))))
+        bit, field, conv = _JOB_FIELDS[k]
+        p.field_mask |= 1 << bit
+        if k == "input":
+            if isinstance(v, str):
+                v = [int(x) for x in v.lower().split("x")]
+            if len(v) != 3:
+                raise _invalid("input must be (C, H, W) or 'CxHxW', got %r" % (v,))
+            p.input_channels, p.input_height, p.input_width = (int(x) for x in v)
+        elif k == "profile_network":
+            p.profile_network = int(bool(v))
+        elif conv is str:
+            b = str(v).encode()
+            keep.append(b)
+            setattr(p, field, b)
+        else:
+            setattr(p, field, conv(v))
+    return p, keep
+
+
+def _cluster(c):
+    return c if isinstance(c, Cluster) else Cluster(c)
+
+
+def simulate(cluster, **job):
+    """Predicts a job on a cluster. Keywords as `tandem simulate` (model, dataset, batch, epochs, strategy, dp,
+    pp, micro_batches, schedule, algorithm, bucket_mb, overlap, optimizer, profile, epoch_time_s,
+    credit_mode, initial_credits, samples, input, classes, width_mult, chunk_bytes, trace, baseline)."""
+    c = _cluster(cluster)
+    p, keep = _job(job)
+    h = _ptr()
+    _check(_LIB.tandem_simulate(c._h, ctypes.byref(p), ctypes.byref(h)))
+    del keep
+    return Result(h)
+
+
+def plan(cluster, top=5, **job):
+    """Searches DP x PP x micro-batches x schedule x all-reduce algorithm; returns the `top` fastest fitting
+    configurations as a list of dicts (and the whole search as .search on the first)."""
+    c = _cluster(cluster)
+    p, keep = _job(job)
+    h = _ptr()
+    _check(_LIB.tandem_sim_plan(c._h, ctypes.byref(p), int(top), ctypes.byref(h)))
+    del keep
+    return Result(h)["candidates"]
+
+
+def sweep(cluster, nodes, **job):
+    """Simulates the job on 1..n copies of the cluster's first node; returns one dict per count with
+    `nodes` added. strategy "ddp" uses every node as a replica, "pipeline" every node as a stage."""
+    base = _cluster(cluster)
+    rows = []
+    strategy = job.get("strategy", "ddp")
+    for n in nodes:
+        c = base.resize(n)
+        kw = dict(job)
+        kw["strategy"] = strategy if n > 1 or strategy != "single" else "single"
+        if strategy == "ddp":
+            kw["dp"] = c.devices
+        elif strategy == "pipeline":
+            kw["pp"] = c.devices
+        r = simulate(c, **kw)
+        row = dict(r.json)
+        row["nodes"] = n
+        rows.append(row)
+    return rows

@@ -1,0 +1,114 @@
+#include "simulator/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::simulator {
+
+namespace {
+using engine::comm::Algorithm;
+using engine::parallel::ScheduleKind;
+
+bool multi_rank_hosts(const ClusterSpec& c) {
+  for (const NodeSpec& n : c.nodes)
+    if (n.ranks() > 1) return true;
+  return false;
+}
+}  // namespace
+
+SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const SearchOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TANDEM_REQUIRE(opt.top >= 1, "plan search: top must be >= 1, got {}", opt.top);
+  Simulation sim;
+  SearchResult out;
+  const int32_t E = cluster.endpoints();
+  std::vector<int32_t> worlds;
+  if (opt.use_all_devices) {
+    worlds.push_back(E);
+  } else {
+    for (int32_t w = 1; w < E; w *= 2) worlds.push_back(w);
+    worlds.push_back(E);
+  }
+  std::vector<Algorithm> algos = {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree};
+  if (multi_rank_hosts(cluster)) algos.push_back(Algorithm::kHierarchical);
+  std::vector<Candidate> all;
+  size_t layers = 0;
+  for (int32_t world : worlds) {
+    for (int32_t pp = 1; pp <= world; ++pp) {
+      if (world % pp) continue;
+      const int32_t dp = world / pp;
+      JobSpec j = base;
+      j.dp = dp;
+      j.pp = pp;
+      j.strategy = pp == 1 ? (dp == 1 ? Strategy::kSingle : Strategy::kDdp) : (dp == 1 ? Strategy::kPipeline : Strategy::kHybrid);
+      std::vector<int32_t> mbs = {1};
+      std::vector<ScheduleKind> scheds = {base.schedule};
+      if (pp > 1) {
+        mbs.clear();
+        for (int32_t m : opt.micro_batches)
+          if (m <= base.batch) mbs.push_back(m);
+        scheds = {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB};
+      }
+      std::vector<Algorithm> as = {base.algorithm};
+      if (dp > 1) as = algos;
+      for (int32_t m : mbs) {
+        for (ScheduleKind sk : scheds) {
+          if (m == 1 && sk == ScheduleKind::kGPipe && pp > 1) continue;  // same as 1F1B with one micro-batch
+          for (Algorithm a : as) {
+            JobSpec c = j;
+            c.micro_batches = m;
+            c.schedule = sk;
+            c.algorithm = a;
+            SimOptions so;
+            so.baseline = false;
+            try {
+              SimResult r = sim.run(cluster, c, so);
+              layers = r.stage_boundaries.empty() ? layers : static_cast<size_t>(r.stage_boundaries.back());
+              all.push_back({c, std::move(r)});
+              ++out.evaluated;
+            } catch (const Error& e) {
+              // configurations the model cannot take (more stages than layers) are skipped
+              if (e.status() != Status::kInvalidArgument) throw;
+            }
+          }
+        }
+      }
+    }
+  }
+  TANDEM_REQUIRE(!all.empty(), "plan search: no configuration of {} could be simulated", cluster.describe());
+  for (const Candidate& c : all) out.fitting += c.result.fits ? 1 : 0;
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.result.fits != b.result.fits) return a.result.fits;
+    return a.result.total_time_s < b.result.total_time_s;
+  });
+  out.baseline_total_time_s = sim.baseline(cluster, base).total_time_s;
+  for (size_t i = 0; i < all.size() && static_cast<int32_t>(out.best.size()) < opt.top; ++i) {
+    Candidate c = std::move(all[i]);
+    c.result.baseline_total_time_s = out.baseline_total_time_s;
+    c.result.speedup = out.baseline_total_time_s / c.result.total_time_s;
+    c.result.efficiency = c.result.speedup / c.result.ranks;
+    out.best.push_back(std::move(c));
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+nlohmann::json SearchResult::to_json() const {
+  nlohmann::json j = {{"evaluated", evaluated},
+                      {"fitting", fitting},
+                      {"baseline_total_time_s", baseline_total_time_s},
+                      {"search_wall_s", wall_s}};
+  j["candidates"] = nlohmann::json::array();
+  for (const Candidate& c : best) {
+    nlohmann::json r = c.result.to_json();
+    r.erase("step_ranks");
+    r.erase("nodes");
+    r.erase("phases");
+    j["candidates"].push_back(std::move(r));
+  }
+  return j;
+}
+
+}  // namespace tandem::simulator

@@ -1,0 +1,59 @@
+"""The Python simulation module (bindings/python/tandem/simulate.py) over libtandem.so."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.environ.get("TANDEM_SOURCE_DIR", "."), "bindings", "python"))
+
+import tandem  # noqa: E402
+import tandem.simulate as ts  # noqa: E402
+
+
+class SimulatePython(unittest.TestCase):
+    def test_seed_case_is_super_linear_on_four_nodes(self):
+        r = ts.simulate("t2.micro:4", model="mobilenetv2", dataset="cifar10", batch=256, epochs=10,
+                        strategy="ddp", epoch_time_s=252.5)
+        self.assertEqual((r.dp, r.pp), (4, 1))
+        self.assertGreater(r.speedup, 4.0)
+        self.assertAlmostEqual(r["baseline_total_time_s"], 7250.0, delta=0.05 * 7250)
+        self.assertTrue(all(n["throttle_start_s"] is None for n in r["nodes"]))
+        split = r.compute_s + r.comm_exposed_s + r.bubble_s + r.throttled_s + r.idle_s
+        self.assertAlmostEqual(split, r.total_time_s, delta=1e-6 * r.total_time_s)
+
+    def test_cluster_from_a_dict_and_sweep(self):
+        c = ts.Cluster({"nodes": [{"preset": "c5.large", "count": 2}], "topology": {"kind": "star"}})
+        self.assertEqual((c.nodes, c.devices), (2, 2))
+        rows = ts.sweep(c, [1, 2, 4], model="lenet5", dataset="fashion-mnist", batch=64, strategy="ddp")
+        self.assertEqual([row["nodes"] for row in rows], [1, 2, 4])
+        self.assertEqual([row["dp"] for row in rows], [1, 2, 4])
+        self.assertLess(rows[2]["epoch_time_s"], rows[0]["epoch_time_s"])
+
+    def test_plan_and_trace(self):
+        best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)
+        self.assertEqual(len(best), 2)
+        self.assertLessEqual(best[0]["total_time_s"], best[1]["total_time_s"])
+        r = ts.simulate("c5.large:2", model="lenet5", dataset="fashion-mnist", strategy="pipeline",
+                        micro_batches=4, trace=True)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.json")
+            r.write_trace(path)
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+            self.assertTrue(any(e.get("cat") == "compute" for e in events))
+            self.assertTrue(any(e.get("cat") == "bubble" for e in events))
+
+    def test_errors_name_the_field(self):
+        with self.assertRaises(tandem.TandemError) as e:
+            ts.Cluster('{"nodes": [{"preset": "t2.micro", "count": 0}]}')
+        self.assertIn("nodes[0].count", e.exception.message)
+        with self.assertRaises(tandem.TandemError) as e:
+            ts.simulate("t2.micro:2", strategy="warp")
+        self.assertIn("warp", e.exception.message)
+        with self.assertRaises(tandem.TandemError):
+            ts.simulate("t2.micro:2", bogus=1)
+
+
+if __name__ == "__main__":
+    unittest.main()
