@@ -1,5 +1,7 @@
 #include "engine/train/memory_guard.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -62,26 +64,50 @@ std::optional<MemoryCgroup> find_memory_cgroup() {
     }
   }
   if (!have_v1 && !have_v2) return std::nullopt;
-  // /proc/self/mountinfo: "id parent maj:min root mountpoint opts ... - fstype source superopts".
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  std::optional<MemoryCgroup> v2;
-  while (std::getline(in, line)) {
-    const size_t dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
-    std::string id, parent, dev, root, mountpoint, fstype, source, superopts;
-    head >> id >> parent >> dev >> root >> mountpoint;
-    tail >> fstype >> source >> superopts;
-    if (fstype == "cgroup" && have_v1) {
-      std::stringstream os(superopts);
-      for (std::string o; std::getline(os, o, ',');)
-        if (o == "memory") return MemoryCgroup{1, mountpoint, root, v1_path};
-    } else if (fstype == "cgroup2" && have_v2 && !v2) {
-      v2 = MemoryCgroup{2, mountpoint, root, v2_path};
+  // Where the hierarchy is mounted, from a mountinfo file: "id parent maj:min root mountpoint opts ... - fstype
+  // source superopts". `prefix` is prepended to the mount point (to reach another mount namespace's view).
+  auto from_mountinfo = [&](const std::string& mountinfo, const std::string& prefix) -> std::optional<MemoryCgroup> {
+    std::ifstream in(mountinfo);
+    std::string line;
+    std::optional<MemoryCgroup> v2;
+    while (std::getline(in, line)) {
+      const size_t dash = line.find(" - ");
+      if (dash == std::string::npos) continue;
+      std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
+      std::string id, parent, dev, root, mountpoint, fstype, source, superopts;
+      head >> id >> parent >> dev >> root >> mountpoint;
+      tail >> fstype >> source >> superopts;
+      if (fstype == "cgroup" && have_v1) {
+        std::stringstream os(superopts);
+        for (std::string o; std::getline(os, o, ',');)
+          if (o == "memory") return MemoryCgroup{1, prefix + mountpoint, root, v1_path};
+      } else if (fstype == "cgroup2" && have_v2 && !v2) {
+        v2 = MemoryCgroup{2, prefix + mountpoint, root, v2_path};
+      }
     }
+    return v2;
+  };
+  if (auto mine = from_mountinfo("/proc/self/mountinfo", "")) return mine;
+  // `ip netns exec` (how the emulated cluster's hosts run) remounts /sys without the cgroup file systems, while the
+  // process's cgroup still limits it. An ancestor started before that (the launcher, the shell) still sees them,
+  // and its view is reachable through /proc/<pid>/root.
+  pid_t pid = ::getppid();
+  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
+    const std::string dir = "/proc/" + std::to_string(pid);
+    if (auto theirs = from_mountinfo(dir + "/mountinfo", dir + "/root")) {
+      if (::access((theirs->mount + "/").c_str(), R_OK) == 0) return theirs;
+    }
+    // The next ancestor: field 4 of /proc/<pid>/stat ("pid (comm) state ppid ..."; comm may hold spaces).
+    const std::string stat = read_first_line(dir + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) break;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (!(rest >> state >> ppid)) break;
+    pid = static_cast<pid_t>(ppid);
   }
-  return v2;
+  return std::nullopt;
 }
 
 // The smallest limit on the way from the process's cgroup up to the mounted root.

@@ -21,7 +21,9 @@
 // The limit, the smallest of:
 //   TANDEM_MEMORY_LIMIT_BYTES (an integer, bytes; for tests and for operators who know better);
 //   the memory cgroup's limit: v1 memory.limit_in_bytes, v2 memory.max, of the process's own cgroup
-//   (/proc/self/cgroup) and its ancestors up to the mount's root (a parent's limit binds the child);
+//   (/proc/self/cgroup) and its ancestors up to the mount's root (a parent's limit binds the child); where
+//   this mount namespace lacks the cgroup file systems (`ip netns exec` remounts /sys), through the view of
+//   the nearest ancestor process that has them (/proc/<pid>/root);
 //   MemAvailable (/proc/meminfo) plus what the process already holds.
 // TANDEM_MEMORY_GUARD=0 turns the check off (the estimate is then only logged at debug level).
 #include <cstdint>
