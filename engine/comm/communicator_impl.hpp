@@ -142,6 +142,7 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<OpState>> queue_;
   bool stopping_ = false;
+  bool wake_ = false;  // the progress thread has work to look at now
   uint64_t next_seq_ = 1;
   std::string abort_reason_;
   std::atomic<bool> abort_requested_{false};
