@@ -139,8 +139,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         machine = params->machine;
       }
       if (k & TANDEM_CALIBRATE_PARAM_P2P) {
-        TANDEM_REQUIRE(params->p2p_bytes >= 4 && params->p2p_bytes <= (uint64_t{1} << 31),
-                       "{}: p2p_bytes must be in [4, 2 GiB], got {}", fn, params->p2p_bytes);
+        TANDEM_REQUIRE(params->p2p_bytes >= 64 && params->p2p_bytes <= (uint64_t{1} << 31),
+                       "{}: p2p_bytes must be in [64, 2 GiB], got {}", fn, params->p2p_bytes);
         TANDEM_REQUIRE(params->p2p_iters >= 1 && params->p2p_iters <= 1000, "{}: p2p_iters must be in [1, 1000], got {}",
                        fn, params->p2p_iters);
         p2p_bytes = params->p2p_bytes;
@@ -169,6 +169,10 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     }
     h->machine = machine.empty() ? tandem::api::describe_machine(h->cal.threads) : machine;
     if (h->ranks > 1) h->machine += fmt::format("; compute averaged over {} ranks measuring at once", h->ranks);
+    if (h->p2p) {
+      h->machine += fmt::format("; p2p ranks 0-1: exchange fit alpha {:.1f} us, beta {:.2f} MB/s, ping {:.1f} us one-way",
+                                h->p2p->latency_s * 1e6, h->p2p->bytes_per_s / 1e6, h->p2p->ping_latency_s * 1e6);
+    }
     h->text = profile_text(*h);
     *out = h.release();
   });

@@ -72,15 +72,15 @@ std::string cpu_quota_text() {
 
 P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters) {
   TANDEM_REQUIRE(c.size() >= 2, "calibrate: point-to-point needs 2 ranks, the communicator has {}", c.size());
-  TANDEM_REQUIRE(bytes >= 4 && iters >= 1, "calibrate: p2p_bytes must be >= 4 and p2p_iters >= 1 (got {}, {})", bytes,
-                 iters);
+  TANDEM_REQUIRE(bytes >= 64 && iters >= 1, "calibrate: p2p_bytes must be >= 64 and p2p_iters >= 1 (got {}, {})",
+                 bytes, iters);
   const int rank = c.rank();
-  double fig[2] = {0, 0};  // bytes_per_s, latency_s
+  double fig[3] = {0, 0, 0};  // bytes_per_s, latency_s (the fit's alpha), ping latency
   if (rank <= 1) {
     const int peer = 1 - rank;
     float word = 0;
-    std::vector<uint8_t> bulk(bytes);
-    auto ping = [&] {  // rank 0 asks, rank 1 answers; returns rank 0's round trip
+    std::vector<uint8_t> out(bytes, 1), in(bytes);
+    auto ping = [&] {  // rank 0 asks, rank 1 answers; returns rank 0's round trip (and lines the two ranks up)
       const auto t0 = Clock::now();
       if (rank == 0) {
         c.send(&word, 1, DType::kF32, peer, kTagPing)->wait();
@@ -91,33 +91,45 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
       }
       return std::chrono::duration<double>(Clock::now() - t0).count();
     };
-    auto push = [&] {  // rank 0 sends the bulk, rank 1 confirms with 4 bytes
+    // Both ranks send n bytes to each other at once, as collectives and 1F1B pipelines load a link: both
+    // directions busy, each direction's acknowledgements queued behind the other's data.
+    auto exchange = [&](size_t n) {
+      ping();
       const auto t0 = Clock::now();
-      if (rank == 0) {
-        c.send(bulk.data(), bulk.size(), DType::kU8, peer, kTagBulk)->wait();
-        c.recv(&word, 1, DType::kF32, peer, kTagPong)->wait();
-      } else {
-        c.recv(bulk.data(), bulk.size(), DType::kU8, peer, kTagBulk)->wait();
-        c.send(&word, 1, DType::kF32, peer, kTagPong)->wait();
-      }
+      auto s = c.send(out.data(), n, DType::kU8, peer, kTagBulk);
+      auto r = c.recv(in.data(), n, DType::kU8, peer, kTagBulk);
+      s->wait();
+      r->wait();
       return std::chrono::duration<double>(Clock::now() - t0).count();
     };
-    std::vector<double> rtt, bulk_s;
-    const int pings = 10 * iters;
-    for (int i = 0; i < 3 + pings; ++i) {
+    std::vector<double> rtt;
+    for (int i = 0; i < 3 + 10 * iters; ++i) {
       const double t = ping();
       if (i >= 3) rtt.push_back(t);
     }
+    // t(n) = alpha + n / beta over a small and a large exchange: beta is the bandwidth, alpha what every message
+    // pays besides (latency, protocol and progress overheads) -- at least half the round trip of a ping.
+    const size_t small = std::max<size_t>(64, bytes / 16);
+    std::vector<double> ts, tl;
     for (int i = 0; i < 1 + iters; ++i) {
-      const double t = push();
-      if (i >= 1) bulk_s.push_back(t);
+      const double a = exchange(small), b = exchange(bytes);
+      if (i >= 1) {
+        ts.push_back(a);
+        tl.push_back(b);
+      }
     }
-    const double r = median(rtt), t = median(bulk_s);
-    fig[1] = r / 2;
-    fig[0] = static_cast<double>(bytes) / (t > 2 * r ? t - r : t);
+    const double half_rtt = median(rtt) / 2, t_small = median(ts), t_large = median(tl);
+    double beta = static_cast<double>(bytes - small) / (t_large - t_small), alpha = t_small - static_cast<double>(small) / beta;
+    if (!(t_large > t_small) || !(alpha >= 0)) {  // too noisy to fit: the large exchange alone
+      beta = static_cast<double>(bytes) / std::max(t_large - half_rtt, 1e-9);
+      alpha = half_rtt;
+    }
+    fig[0] = beta;
+    fig[1] = std::max(alpha, half_rtt);
+    fig[2] = half_rtt;
   }
-  c.broadcast(fig, 2, DType::kF64, 0)->wait();
-  return P2pFigures{fig[0], fig[1]};
+  c.broadcast(fig, 3, DType::kF64, 0)->wait();
+  return P2pFigures{fig[0], fig[1], fig[2]};
 }
 
 void copy_text_out(const std::string& text, char* dst, size_t* bytes) {

@@ -1,0 +1,163 @@
+// C shim: tandem_trainer_predict -- the simulator's prediction for the job a trainer runs, beside what the
+// trainer measured.
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+
+#include "api/src/calibrate_handles.hpp"
+#include "api/src/guard.hpp"
+#include "api/src/train_handles.hpp"
+#include "engine/core/host_info.hpp"
+#include "engine/nn/model_spec.hpp"
+#include "engine/train/calibrate.hpp"
+#include "simulator/cluster.hpp"
+#include "simulator/simulate.hpp"
+
+using tandem::Status;
+using tandem::api::checked;
+using tandem::api::guarded;
+namespace par = tandem::engine::parallel;
+namespace sim = tandem::simulator;
+
+static_assert(offsetof(tandem_predict_params_t, field_mask) == 0);
+
+namespace {
+
+// This process's peak resident size (VmHWM), bytes; 0 when /proc is unavailable.
+double peak_rss_bytes() { return std::max(0.0, tandem::proc_kib_field_bytes("/proc/self/status", "VmHWM")); }
+
+double rel_error(double predicted, double measured) {
+  return measured > 0 ? (predicted - measured) / measured : std::numeric_limits<double>::quiet_NaN();
+}
+
+sim::Strategy to_sim(par::Strategy s) {
+  switch (s) {
+    case par::Strategy::kSingle: return sim::Strategy::kSingle;
+    case par::Strategy::kDdp: return sim::Strategy::kDdp;
+    case par::Strategy::kPipeline: return sim::Strategy::kPipeline;
+    case par::Strategy::kHybrid: return sim::Strategy::kHybrid;
+  }
+  return sim::Strategy::kSingle;
+}
+
+}  // namespace
+
+extern "C" {
+
+TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, const tandem_predict_params_t* params,
+                                                  tandem_prediction_t* out, char* json,
+                                                  size_t* json_bytes) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    constexpr const char* fn = "tandem_trainer_predict";
+    auto& h = checked(trainer, "trainer");
+    TANDEM_REQUIRE(out != nullptr, "{}: out must be non-null", fn);
+    TANDEM_REQUIRE(params != nullptr, "{}: params must be non-null (the cluster is required)", fn);
+    TANDEM_REQUIRE(json == nullptr || (json_bytes != nullptr && *json_bytes > 0),
+                   "{}: json given without a capacity in json_bytes", fn);
+    const uint64_t m = params->field_mask;
+    TANDEM_CHECK((m & ~((TANDEM_PREDICT_PARAM_MEASURED << 1) - 1)) == 0, Status::kUnsupported,
+                 "{}: unknown field_mask bits 0x{:x}", fn, m & ~((TANDEM_PREDICT_PARAM_MEASURED << 1) - 1));
+    TANDEM_REQUIRE((m & TANDEM_PREDICT_PARAM_CLUSTER) && params->cluster != nullptr && *params->cluster != '\0',
+                   "{}: params.cluster is required (a preset like \"t2.micro:4\", a JSON file or JSON text)", fn);
+
+    const tandem::engine::train::TrainerConfig& cfg = h.trainer->config();
+    par::ParallelTrainer* pt = h.trainer->parallel();
+    tandem_prediction_t r{};
+    // ---- measured ----
+    if (pt != nullptr && !(m & TANDEM_PREDICT_PARAM_MEASURED)) {
+      const par::EpochSplit& s = pt->last_split();
+      TANDEM_REQUIRE(s.steps > 0, "{}: the trainer has not trained an epoch yet (call tandem_trainer_epoch first)", fn);
+      r.steps = s.steps;
+      r.measured_step_s = s.step_s;
+      r.measured_compute_s = s.compute_s;
+      r.measured_comm_s = s.comm_s;
+      r.measured_bubble_s = s.bubble_s;
+    } else {
+      TANDEM_REQUIRE((m & TANDEM_PREDICT_PARAM_MEASURED) && params->measured_step_s > 0 && params->measured_steps > 0,
+                     "{}: a single-process trainer keeps no time split; pass measured_step_s and measured_steps "
+                     "(TANDEM_PREDICT_PARAM_MEASURED)",
+                     fn);
+      r.steps = params->measured_steps;
+      r.measured_step_s = params->measured_step_s;
+      r.measured_compute_s = params->measured_step_s;  // one process: all of it is compute (and data loading)
+    }
+    r.measured_memory_bytes = peak_rss_bytes();
+
+    // ---- the same job for the simulator ----
+    const tandem::engine::nn::ModelSpec& spec = h.model->spec;
+    sim::JobSpec job;
+    job.model = tandem::engine::nn::model_to_json(spec).dump();
+    job.dataset = "";
+    job.input = spec.input;
+    job.classes = spec.num_classes();
+    job.optimizer = sim::parse_optimizer(tandem::engine::train::simulator_optimizer_name(cfg.optimizer));
+    int dp = 1, accumulation = 1;
+    if (pt != nullptr) {
+      const par::ParallelConfig& pc = pt->parallel_config();
+      const par::Grid& g = pt->grid();
+      dp = g.dp;
+      accumulation = pc.accumulation;
+      job.strategy = to_sim(pc.strategy);
+      job.dp = g.dp;
+      job.pp = g.pp;
+      // Accumulation runs M x A micro-batches per optimizer step over one loader batch of batch x A samples.
+      job.micro_batches = pc.micro_batches * pc.accumulation;
+      job.schedule = pc.schedule;
+      job.bucket_mb = pc.bucket_mb;
+      r.rank = g.rank;
+      r.world = g.world;
+      r.dp = g.dp;
+      r.pp = g.pp;
+      r.micro_batches = pc.micro_batches;
+      r.strategy = par::strategy_name(pc.strategy);
+    } else {
+      job.strategy = sim::Strategy::kSingle;
+      job.dp = job.pp = 1;
+      r.world = r.dp = r.pp = r.micro_batches = 1;
+      r.strategy = "single";
+    }
+    job.batch = cfg.batch_size * accumulation;
+    job.samples = std::max<int64_t>(1, r.steps * job.batch * dp);  // the measured epoch, so its steps match
+    job.epochs = 1;
+    if (m & TANDEM_PREDICT_PARAM_PROFILE) {
+      TANDEM_REQUIRE(params->profile != nullptr && *params->profile != '\0', "{}: profile flagged but empty", fn);
+      job.profile = params->profile;
+      job.profile_network = params->profile_network != 0;
+    }
+    const sim::ClusterSpec cluster = sim::parse_cluster(params->cluster);
+    sim::SimOptions opt;
+    opt.baseline = false;
+    const sim::SimResult res = sim::simulate(cluster, job, opt);
+
+    // ---- predicted: the first (full-speed) phase's step, per rank means ----
+    r.predicted_step_s = res.step_time_s;
+    if (!res.rank_step.empty()) {
+      const double n = static_cast<double>(res.rank_step.size());
+      for (const sim::RankBreakdown& b : res.rank_step) {
+        r.predicted_compute_s += b.compute_s / n;
+        r.predicted_comm_s += b.comm_exposed_s / n;
+        r.predicted_bubble_s += b.bubble_s / n;
+      }
+    }
+    const int32_t node = r.rank < cluster.endpoints() ? cluster.node_of_endpoint(r.rank) : 0;
+    if (node >= 0 && static_cast<size_t>(node) < res.nodes.size()) {
+      r.predicted_memory_bytes = res.nodes[static_cast<size_t>(node)].memory_bytes;
+      r.predicted_memory_capacity_bytes = res.nodes[static_cast<size_t>(node)].memory_capacity_bytes;
+      r.predicted_fits = res.nodes[static_cast<size_t>(node)].fits ? 1 : 0;
+    } else {
+      r.predicted_memory_bytes = res.memory_per_node_bytes;
+      r.predicted_fits = res.fits ? 1 : 0;
+    }
+    r.compute_source = res.compute_source == "profile" ? "profile" : "roofline";
+    r.step_error = rel_error(r.predicted_step_s, r.measured_step_s);
+    r.compute_error = rel_error(r.predicted_compute_s, r.measured_compute_s);
+    r.comm_error = rel_error(r.predicted_comm_s, r.measured_comm_s);
+    r.bubble_error = rel_error(r.predicted_bubble_s, r.measured_bubble_s);
+    r.memory_error = rel_error(r.predicted_memory_bytes, r.measured_memory_bytes);
+    if (json_bytes != nullptr) tandem::api::copy_text_out(res.to_json().dump(), json, json_bytes);
+    *out = r;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,237 @@
+/* The calibration and prediction sections of the C ABI, from C: calibrate a model, read the figures back,
+ * write the profile atomically, feed it to the simulator (a one-node prediction is then the calibrated step
+ * itself), predict a trained job beside its measured figures, and the errors of each call. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, unlink, rmdir under -std=c99 */
+#include <tandem/tandem.h>
+
+#ifdef __cplusplus
+#error "compile this file as C"
+#endif
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                                     \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,         \
+              tandem_last_error_message());                                                            \
+      ++failures;                                                                                       \
+    }                                                                                                   \
+  } while (0)
+
+static int contains(const char* s, const char* needle) { return s != NULL && strstr(s, needle) != NULL; }
+
+/* Files in dir whose name contains `part` (a leftover temporary would). */
+static int count_files(const char* dir, const char* part) {
+  int n = 0;
+  DIR* d = opendir(dir);
+  struct dirent* e;
+  if (d == NULL) return -1;
+  while ((e = readdir(d)) != NULL)
+    if (strstr(e->d_name, part) != NULL) ++n;
+  closedir(d);
+  return n;
+}
+
+int main(void) {
+  tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
+  tandem_context_t* ctx = NULL;
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  tandem_model_t* model = NULL;
+  tandem_model_t* spec_only = NULL;
+  tandem_model_attr_t ma = TANDEM_MODEL_ATTR_INIT;
+  tandem_calibrate_params_t p = TANDEM_CALIBRATE_PARAMS_INIT;
+  tandem_calibration_t* cal = NULL;
+  tandem_calibration_t* untouched = (tandem_calibration_t*)&failures; /* must stay as it is on failure */
+  tandem_calibration_attr_t a = TANDEM_CALIBRATION_ATTR_INIT;
+  char dir[] = "/tmp/tandem_c_calibrate_XXXXXX";
+  char path[256], bad[300];
+  size_t i, bytes = 0;
+  char* json = NULL;
+  double sum;
+
+  cp.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
+  cp.num_threads = 1;
+  if (tandem_context_create(&cp, &ctx) != TANDEM_OK) return 1;
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND | TANDEM_MODEL_PARAM_SEED;
+  mp.name = "lenet5";
+  mp.backend = "cpu";
+  mp.seed = 1;
+  CHECK(tandem_model_create(ctx, &mp, &model) == TANDEM_OK);
+  ma.field_mask = TANDEM_MODEL_ATTR_SHAPE;
+  CHECK(tandem_model_query(model, &ma) == TANDEM_OK);
+
+  /* ---- errors ---- */
+  p.field_mask = TANDEM_CALIBRATE_PARAM_BATCH;
+  p.batch = 0;
+  CHECK(tandem_calibrate(model, &p, NULL, &untouched) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "calibrate.batch"));
+  CHECK(untouched == (tandem_calibration_t*)&failures);
+  p.field_mask = UINT64_C(1) << 40;
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_UNSUPPORTED);
+  CHECK(tandem_calibrate(NULL, NULL, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(tandem_calibrate(model, NULL, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT);
+  mp.backend = "none";
+  CHECK(tandem_model_create(ctx, &mp, &spec_only) == TANDEM_OK);
+  CHECK(tandem_calibrate(spec_only, NULL, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "none"));
+  tandem_model_destroy(spec_only);
+
+  /* ---- a calibration ---- */
+  p.field_mask = TANDEM_CALIBRATE_PARAM_BATCH | TANDEM_CALIBRATE_PARAM_WARMUP | TANDEM_CALIBRATE_PARAM_ITERS |
+                 TANDEM_CALIBRATE_PARAM_MACHINE;
+  p.batch = 8;
+  p.warmup = 1;
+  p.iters = 3;
+  p.machine = "c test machine";
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_OK);
+  if (cal == NULL) return 1;
+  a.field_mask = TANDEM_CALIBRATION_ATTR_SHAPE | TANDEM_CALIBRATION_ATTR_TIMES | TANDEM_CALIBRATION_ATTR_P2P;
+  CHECK(tandem_calibration_query(cal, &a) == TANDEM_OK);
+  CHECK(a.batch == 8);
+  CHECK(a.num_layers == ma.num_layers);
+  CHECK(a.threads == 1);
+  CHECK(a.ranks == 1);
+  CHECK(a.has_p2p == 0); /* no communicator, no point-to-point figures */
+  CHECK(a.forward_s > 0 && a.backward_s > 0 && a.optimizer_step_s > 0);
+  sum = a.forward_s + a.backward_s + a.optimizer_step_s;
+  CHECK(fabs(sum - a.step_mean_s) <= 1e-9 * a.step_mean_s); /* the layers are scaled to the whole step */
+  CHECK(a.memory_bytes_per_s > 1e8);
+  for (i = 0; i < a.num_layers; ++i) {
+    tandem_layer_attr_t la = TANDEM_LAYER_ATTR_INIT;
+    const char* name = NULL;
+    double f = -1, b = -1;
+    la.field_mask = TANDEM_LAYER_ATTR_NAME;
+    CHECK(tandem_model_layer_query(model, i, &la) == TANDEM_OK);
+    CHECK(tandem_calibration_layer(cal, i, &name, &f, &b) == TANDEM_OK);
+    CHECK(name != NULL && strcmp(name, la.name) == 0);
+    CHECK(f >= 0 && b >= 0);
+  }
+  CHECK(tandem_calibration_layer(cal, a.num_layers, NULL, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT);
+  a.field_mask = UINT64_C(1) << 30;
+  CHECK(tandem_calibration_query(cal, &a) == TANDEM_ERR_UNSUPPORTED);
+
+  /* JSON: size query, then the text. */
+  CHECK(tandem_calibration_json(cal, NULL, &bytes) == TANDEM_OK);
+  CHECK(bytes > 100);
+  json = (char*)malloc(bytes);
+  CHECK(json != NULL && tandem_calibration_json(cal, json, &bytes) == TANDEM_OK);
+  CHECK(contains(json, "\"tandem-calibration\""));
+  CHECK(contains(json, "\"c test machine\""));
+  CHECK(contains(json, "\"optimizer_step_s\""));
+  free(json);
+
+  /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/profile.json", dir);
+  CHECK(tandem_calibration_write(cal, path) == TANDEM_OK);
+  CHECK(tandem_calibration_write(cal, path) == TANDEM_OK); /* replaces it */
+  CHECK(count_files(dir, "profile.json") == 1);
+  CHECK(count_files(dir, ".tmp") == 0);
+  snprintf(bad, sizeof bad, "%s/missing/profile.json", dir);
+  CHECK(tandem_calibration_write(cal, bad) == TANDEM_ERR_IO);
+  CHECK(contains(tandem_last_error_message(), "missing"));
+
+  /* The simulator reads it: one node, one rank, nothing to communicate -- the predicted step is the calibrated
+   * forward + backward + optimizer step. */
+  {
+    tandem_sim_cluster_t* cluster = NULL;
+    tandem_sim_result_t* res = NULL;
+    tandem_sim_job_params_t job = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_summary_t s = TANDEM_SIM_SUMMARY_INIT;
+    CHECK(tandem_sim_cluster_create(ctx, "t2.micro:1", &cluster) == TANDEM_OK);
+    job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_PROFILE |
+                     TANDEM_SIM_JOB_BASELINE;
+    job.model = "lenet5";
+    job.dataset = "fashion-mnist";
+    job.batch = 8;
+    job.profile = path;
+    job.baseline = 0;
+    CHECK(tandem_simulate(cluster, &job, &res) == TANDEM_OK);
+    s.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+    CHECK(res != NULL && tandem_sim_result_query(res, &s) == TANDEM_OK);
+    CHECK(fabs(s.step_time_s - sum) <= 0.01 * sum + 1e-6);
+    tandem_sim_result_destroy(res);
+    res = NULL;
+    job.model = "mlp"; /* a profile of another model is refused */
+    CHECK(tandem_simulate(cluster, &job, &res) == TANDEM_ERR_INVALID_ARGUMENT);
+    tandem_sim_cluster_destroy(cluster);
+  }
+
+  /* ---- prediction beside a trained job ---- */
+  {
+    tandem_dataset_params_t dp = TANDEM_DATASET_PARAMS_INIT;
+    tandem_dataset_t* data = NULL;
+    tandem_optimizer_t* opt = NULL;
+    tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
+    tandem_trainer_t* single = NULL;
+    tandem_trainer_t* par = NULL;
+    tandem_epoch_result_t er = TANDEM_EPOCH_RESULT_INIT;
+    tandem_predict_params_t pp = TANDEM_PREDICT_PARAMS_INIT;
+    tandem_prediction_t r;
+    dp.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_COUNT;
+    dp.kind = "synthetic";
+    dp.count = 64;
+    CHECK(tandem_dataset_create(ctx, &dp, &data) == TANDEM_OK);
+    CHECK(tandem_optimizer_create(ctx, NULL, &opt) == TANDEM_OK);
+    tp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_LIMIT_BATCHES;
+    tp.batch_size = 8;
+    tp.limit_batches = 3;
+    CHECK(tandem_trainer_create_parallel(model, data, NULL, opt, &tp, NULL, NULL, &par) == TANDEM_OK);
+    pp.field_mask = TANDEM_PREDICT_PARAM_CLUSTER | TANDEM_PREDICT_PARAM_PROFILE;
+    pp.cluster = "t2.micro:1";
+    pp.profile = path;
+    CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT); /* no epoch yet */
+    CHECK(contains(tandem_last_error_message(), "epoch"));
+    er.field_mask = TANDEM_EPOCH_RESULT_TRAIN;
+    CHECK(tandem_trainer_epoch(par, &er) == TANDEM_OK);
+    memset(&r, 0, sizeof r);
+    bytes = 0;
+    CHECK(tandem_trainer_predict(par, &pp, &r, NULL, &bytes) == TANDEM_OK);
+    CHECK(bytes > 100); /* the simulator's JSON, size only */
+    CHECK(r.steps == 3);
+    CHECK(r.measured_step_s > 0 && r.predicted_step_s > 0);
+    CHECK(fabs(r.step_error - (r.predicted_step_s - r.measured_step_s) / r.measured_step_s) < 1e-12);
+    CHECK(fabs(r.predicted_step_s - sum) <= 0.01 * sum + 1e-6); /* same profile, same batch, one rank */
+    CHECK(r.measured_memory_bytes > 1e6 && r.predicted_memory_bytes > 1e6);
+    CHECK(r.predicted_fits == 1);
+    CHECK(r.world == 1 && r.dp == 1 && r.pp == 1);
+    CHECK(r.strategy != NULL && strcmp(r.strategy, "single") == 0);
+    CHECK(r.compute_source != NULL && strcmp(r.compute_source, "profile") == 0);
+    pp.field_mask = TANDEM_PREDICT_PARAM_PROFILE;
+    CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT); /* no cluster */
+    CHECK(contains(tandem_last_error_message(), "cluster"));
+
+    /* A single-process trainer keeps no split: it needs the caller's measured figures. */
+    CHECK(tandem_trainer_create(model, data, NULL, opt, &tp, &single) == TANDEM_OK);
+    pp.field_mask = TANDEM_PREDICT_PARAM_CLUSTER;
+    CHECK(tandem_trainer_predict(single, &pp, &r, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT);
+    CHECK(contains(tandem_last_error_message(), "measured_step_s"));
+    pp.field_mask |= TANDEM_PREDICT_PARAM_MEASURED;
+    pp.measured_step_s = 0.01;
+    pp.measured_steps = 3;
+    CHECK(tandem_trainer_predict(single, &pp, &r, NULL, NULL) == TANDEM_OK);
+    CHECK(r.measured_step_s == 0.01 && r.predicted_step_s > 0);
+    CHECK(r.compute_source != NULL && strcmp(r.compute_source, "roofline") == 0);
+    tandem_trainer_destroy(single);
+    tandem_trainer_destroy(par);
+    tandem_optimizer_destroy(opt);
+    tandem_dataset_destroy(data);
+  }
+
+  unlink(path);
+  rmdir(dir);
+  tandem_calibration_destroy(cal);
+  tandem_calibration_destroy(NULL); /* NULL is a no-op */
+  tandem_model_destroy(model);
+  tandem_context_destroy(ctx);
+  if (failures == 0) printf("c_calibrate_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
