@@ -1,0 +1,127 @@
+"""Shared by bench/emu/predict_bench.py and tests/emu/predict_emu_test.py (issue #6): Tandem jobs on an emulated
+cluster (tools/emu-cluster), rank i on host i through `tandem launch --host-exec`, calibrated with `tandem calibrate`
+on the hosts themselves and predicted by the simulator (`tandem train --predict`) for a cluster description that
+matches the emulation.
+
+The description: one custom node per emulated host with the host's memory limit (no OS reserve: the cgroup limit
+is what the process gets), its link rate, and compute from the calibration profile -- measured on the emulated
+hosts, so the CPU quota (0.5 core per t2.micro host; see the CPU caveat of tools/emu-cluster) is in the profile's
+times rather than in the node's peak figures (which the roofline would use and the profile replaces).
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TOOL = os.path.join(REPO, "tools", "emu-cluster")
+
+
+class NotReady(Exception):
+    """The build at hand cannot run the benchmark (a subcommand or option is missing)."""
+
+
+def find_tandem(explicit=None, need=("launch", "calibrate", "train"), need_train_flags=("--predict", "--strategy")):
+    """The newest tandem binary (explicit, $TANDEM_BIN, build/*/bin/tandem) that has the subcommands and train flags
+    needed; raises NotReady saying what is missing."""
+    cands = [explicit] if explicit else []
+    if os.environ.get("TANDEM_BIN"):
+        cands.append(os.environ["TANDEM_BIN"])
+    cands += sorted(glob.glob(os.path.join(REPO, "build", "*", "bin", "tandem")), key=os.path.getmtime, reverse=True)
+    why = "no tandem binary (looked at --tandem, $TANDEM_BIN, build/*/bin/tandem)"
+    for c in cands:
+        if not (c and os.path.isfile(c) and os.access(c, os.X_OK)):
+            continue
+        h = subprocess.run([c, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        missing = [s for s in need if not re.search(rf"^\s+{s}\s", h, re.M)]
+        if not missing and "train" in need:
+            th = subprocess.run([c, "train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+            missing = [f"train {f}" for f in need_train_flags if f not in th]
+        if not missing:
+            return os.path.realpath(c)
+        why = f"{c} lacks {', '.join(missing)}"
+    raise NotReady(why)
+
+
+def emu(args, check=True, timeout=120):
+    p = subprocess.run([TOOL] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"emu-cluster {' '.join(args)} failed: {p.stderr.strip()}")
+    return p
+
+
+def cluster_status(name):
+    return json.loads(emu(["status", "--name", name, "--json"]).stdout)
+
+
+def cluster_description(status, hosts=None):
+    """The simulator's cluster (JSON text) for an emulated cluster's `status --json`."""
+    cfg = status["config"]
+    n = hosts or len(status["hosts"])
+    node = {"name": f"emu-{cfg.get('preset') or 'host'}", "count": n, "vcpus": 1, "os_reserved_mib": 0,
+            # Roofline figures are placeholders: with a calibration profile the compute comes from the profile.
+            "peak_gflops": 20.0 * float(cfg.get("cpu_quota") or 1.0), "mem_gbps": 8}
+    node["memory_mib"] = cfg["mem_mb"] if cfg.get("mem_mb") else 65536
+    node["nic_mbps"] = cfg["bw_mbit"] if cfg.get("bw_mbit") else 10000
+    # The bridge and veth pairs add tens of microseconds; the option adds its one-way delay on top.
+    node["nic_latency_us"] = 50 + 1000.0 * float(cfg.get("latency_ms") or 0.0)
+    return json.dumps({"nodes": [node], "topology": {"kind": "star"}})
+
+
+def launch_cmd(tandem, name, addr0, n, cmd, timeout_ms=120000, transport="zmq"):
+    """Rank i on emulated host i. The transport is zmq (TCP): UCX's `auto` finds the emulated hosts on one machine
+    and moves their bytes through shared memory, past the emulated links."""
+    return [tandem, "launch", "--transport", transport, "--host-exec", f"{TOOL} exec --name {name} {{rank}} --",
+            "--master-addr", addr0, "--timeout-ms", str(timeout_ms), "-n", str(n), "--"] + cmd
+
+
+def run_launch(tandem, name, addr0, n, cmd, timeout=600, env=None):
+    """Runs cmd on hosts 0..n-1; returns (exit code, {rank: [lines]}, full output)."""
+    p = subprocess.run(launch_cmd(tandem, name, addr0, n, cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout, env=env)
+    per_rank = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"^\[rank (\d+)\] (.*)$", line)
+        if m:
+            per_rank.setdefault(int(m.group(1)), []).append(m.group(2))
+    return p.returncode, per_rank, p.stdout
+
+
+def json_lines(lines, key=None):
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if key is None or key in j:
+            out.append(j)
+    return out
+
+
+def calibrate(tandem, name, addr0, n, model_args, batch, out, iters=8, threads=1, timeout=600):
+    """`tandem calibrate` on hosts 0..n-1 at once (compute averaged over them, p2p between hosts 0 and 1); returns
+    the summary rank 0 printed."""
+    cmd = [tandem, "calibrate"] + model_args + ["--batch", str(batch), "--iters", str(iters), "--warmup", "2",
+                                                "--threads", str(threads), "--out", out, "--json"]
+    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout)
+    got = json_lines(per_rank.get(0, []), "out")
+    if rc != 0 or not got:
+        raise RuntimeError(f"tandem calibrate failed (exit {rc}):\n{text[-3000:]}")
+    return got[-1]
+
+
+def train_predict(tandem, name, addr0, n, train_args, cluster, profile, timeout=900):
+    """`tandem train ... --predict --json` on hosts 0..n-1; returns (prediction dict of rank 0, per-epoch dicts)."""
+    cmd = [tandem, "train"] + train_args + ["--predict", "--predict-cluster", cluster, "--profile", profile,
+                                            "--profile-network", "--json"]
+    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout)
+    pred = json_lines(per_rank.get(0, []), "prediction")
+    if rc != 0 or not pred:
+        raise RuntimeError(f"tandem train failed (exit {rc}):\n{text[-3000:]}")
+    return pred[-1]["prediction"], json_lines(per_rank.get(0, []), "epoch")
