@@ -15,12 +15,15 @@ namespace tandem::simulator {
 
 struct CompiledPlan {
   struct Send {
-    int32_t dst;        // member (rank in the plan)
-    uint32_t recv;      // index into recvs of the matching receive
+    int32_t src;          // member (rank in the plan) sending
+    int32_t dst;          // member receiving
+    uint32_t recv;        // index into recvs of the matching receive
+    uint32_t recv_round;  // index into rounds of the round holding that receive
     uint64_t bytes;
   };
   struct Recv {
     int32_t src;
+    uint32_t round;
     uint64_t bytes;
   };
   struct Round {
@@ -37,8 +40,11 @@ struct CompiledPlan {
   std::vector<Recv> recvs;
   uint64_t finish_bytes = 0;          // per member, the closing average (ReduceOp avg), if any
   // Every member's rounds are member 0's with peers shifted by the member's index (mod world) and
-  // identical sizes: ring-like plans. See StepSimulator's symmetric execution.
+  // identical sizes: ring-like plans. Then member q's k-th send to member 0 is the image of member
+  // 0's k-th send to member (world - q), and mirror_recv[i] is the receive of member 0 that member 0's
+  // send i mirrors (see step.cpp, symmetric execution).
   bool rotation_symmetric = false;
+  std::vector<uint32_t> mirror_recv;
 
   uint64_t total_bytes_sent() const;
 };

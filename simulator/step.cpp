@@ -73,6 +73,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
       result_.trace.push_back({r, lane, std::move(name), cat, des::to_seconds(a), des::to_seconds(b)});
   }
   const std::vector<network::RouteId>& routes_for(const CompiledPlan* plan, int32_t stage);
+  bool symmetric_possible() const;
 
   const StepSetup& s_;
   network::Topology& topo_;
@@ -83,6 +84,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   std::vector<std::vector<uint32_t>> inst_of_;  // [stage][bucket] -> instance
   std::vector<std::pair<std::pair<const CompiledPlan*, int32_t>, std::vector<network::RouteId>>> route_tables_;
   int32_t finished_ = 0;
+  bool sym_ = false;  // symmetric execution: rank 0 alone stands for every rank (see symmetric_possible)
   StepResult result_;
 };
 
@@ -90,7 +92,7 @@ const std::vector<network::RouteId>& StepExecutor::routes_for(const CompiledPlan
   for (auto& [key, table] : route_tables_)
     if (key.first == plan && key.second == stage) return table;
   std::vector<network::RouteId> table(plan->sends.size());
-  for (int32_t m = 0; m < plan->world; ++m) {
+  for (int32_t m = 0; m < (sym_ ? 1 : plan->world); ++m) {
     for (uint32_t ri = plan->first_round[m]; ri < plan->first_round[m + 1]; ++ri) {
       const auto& rd = plan->rounds[ri];
       for (uint32_t k = rd.send_begin; k < rd.send_end; ++k)
@@ -109,6 +111,7 @@ StepResult StepExecutor::run() {
                  topo_.endpoints(), world);
   TANDEM_REQUIRE(s_.pipeline.stages == s_.pp, "pipeline plan has {} stages, job pp is {}", s_.pipeline.stages, s_.pp);
   const int32_t M = s_.pipeline.micro_batches;
+  sym_ = symmetric_possible();
   ranks_.resize(world);
   inst_of_.resize(s_.pp);
   route_tables_.reserve(64);
@@ -146,8 +149,25 @@ StepResult StepExecutor::run() {
                    "rank {}: compute times for {} / {} micro-batches, expected {}", r, rs.forward_s.size(),
                    rs.backward_s.size(), M);
   }
-  for (int32_t r = 0; r < world; ++r) advance(r);
+  for (int32_t r = 0; r < (sym_ ? 1 : world); ++r) advance(r);
   sim_.run();
+  if (sym_ && finished_ == 1) {
+    for (int32_t r = 1; r < world; ++r) {
+      ranks_[r].bd = ranks_[0].bd;
+      ranks_[r].wait = Wait::kDone;
+    }
+    finished_ = world;
+    if (s_.record_trace) {
+      const size_t n0 = result_.trace.size();
+      for (int32_t r = 1; r < world; ++r)
+        for (size_t i = 0; i < n0; ++i) {
+          TraceSpan t = result_.trace[i];
+          t.rank = r;
+          result_.trace.push_back(std::move(t));
+        }
+    }
+  }
+  result_.symmetric_used = sym_;
   if (finished_ != world) {
     for (int32_t r = 0; r < world; ++r) {
       const Rank& rk = ranks_[r];
@@ -312,16 +332,23 @@ void StepExecutor::on_flow_done(uint64_t tag) {
   const uint32_t send = static_cast<uint32_t>(tag >> 23);
   Instance& in = inst_[inst];
   const auto& snd = in.plan->sends[send];
-  const int32_t src = in.plan->recvs[snd.recv].src;
+  if (sym_) {
+    // the receive this send mirrors completes now too: member q's send to member 0 is this send's image
+    Member& m0 = in.members[0];
+    const uint32_t j = in.plan->mirror_recv[send - in.plan->rounds[0].send_begin];
+    in.arrived[j] = 1;
+    uint32_t done = 1;
+    if (m0.round == in.plan->recvs[j].round) ++done;
+    m0.outstanding -= done;
+    if (m0.outstanding == 0) run_member(inst, 0);
+    return;
+  }
   in.arrived[snd.recv] = 1;
   // the receiver counts the arrival now if it is in the receive's round
   Member& dm = in.members[snd.dst];
-  if (dm.active) {
-    const auto& rd = in.plan->rounds[dm.round];
-    if (snd.recv >= rd.recv_begin && snd.recv < rd.recv_end && --dm.outstanding == 0) run_member(inst, snd.dst);
-  }
-  Member& sm = in.members[src];  // the sender is still in the send's round
-  if (--sm.outstanding == 0) run_member(inst, src);
+  if (dm.active && dm.round == snd.recv_round && --dm.outstanding == 0) run_member(inst, snd.dst);
+  Member& sm = in.members[snd.src];  // the sender is still in the send's round
+  if (--sm.outstanding == 0) run_member(inst, snd.src);
 }
 
 void StepExecutor::try_start_comm(int32_t r) {
@@ -394,6 +421,27 @@ void StepExecutor::member_done(int32_t r) {
     rk.wait = Wait::kNone;
     advance(r);
   }
+}
+
+// Symmetric execution simulates rank 0 alone and gives every rank its timeline. It is exact (not an
+// approximation) when every rank is the image of rank 0 under a rotation of the ring of ranks: a
+// pure data-parallel step (no point-to-point traffic), identical ranks (compute, speed, memory
+// bandwidth), a non-blocking star of identical NICs, and rotation-symmetric all-reduce plans. Then all
+// ranks start every round at the same instant, every NIC carries the same multiset of flows, and the
+// max-min rates equal those of rank 0's flows on its uplink alone: the flows rank 0 receives are the
+// images of those it sends. tests/simulator/symmetric_test.cpp checks equal times against the full model.
+bool StepExecutor::symmetric_possible() const {
+  if (!s_.symmetric || s_.pp != 1 || s_.dp < 2 || !topo_.uniform_star()) return false;
+  for (const auto& stage : s_.bucket_plans)
+    for (const CompiledPlan* p : stage)
+      if (!p->rotation_symmetric) return false;
+  const RankSetup& a = s_.ranks[0];
+  for (const RankSetup& b : s_.ranks) {
+    if (b.speed != a.speed || b.local_bytes_per_s != a.local_bytes_per_s || b.forward_s != a.forward_s ||
+        b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -282,6 +282,16 @@ RouteId Topology::route(int32_t src, int32_t dst) {
   return r;
 }
 
+bool Topology::uniform_star() const {
+  if (spec_.kind != TopologyKind::kStar && spec_.kind != TopologyKind::kTwoLevel) return false;
+  if (has_backplane_) return false;
+  for (const HostNet& h : hosts_) {
+    if (h.devices != 1 || h.nic_bytes_per_s != hosts_[0].nic_bytes_per_s || h.nic_latency_s != hosts_[0].nic_latency_s)
+      return false;
+  }
+  return true;
+}
+
 std::string Topology::describe() const {
   std::string s = fmt::format("{} of {} hosts, {} endpoints", topology_kind_name(spec_.kind), hosts(), endpoints());
   if (spec_.kind == TopologyKind::kFatTree) s += fmt::format(", k={}", k_);

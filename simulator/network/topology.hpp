@@ -58,6 +58,9 @@ class Topology {
   std::vector<LinkId> path(int32_t src, int32_t dst) const;  // the links route() uses
   std::string describe() const;
   Network& network() noexcept { return net_; }
+  // A non-blocking star of hosts with one device each and identical NICs: every endpoint is like every
+  // other (the condition for symmetric execution of ring-like collectives).
+  bool uniform_star() const;
 
  private:
   std::vector<LinkId> host_path(int32_t hs, int32_t hd) const;

@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_SUITE(step_closed_forms)
 // rounds, each moving S/n bytes over every NIC at full rate: 2(n-1)/n * S/B + 2(n-1) * L.
 BOOST_DATA_TEST_CASE(ring_allreduce_matches_the_textbook_formula, bdata::make({2, 3, 4, 8, 16}), n) {
   const double B = 1e9 / 8, L = 50e-6;
-  const uint64_t S = 4ull * 1000 * 1000 * 48;  // divisible by 4 * n for every n above
+  const uint64_t S = 4ull * 1000 * 1000 * 48;  // divisible by 4 * n for every n above (symmetric execution is checked separately)
   PlanCache cache;
   Bench b(n, B, L);
   StepResult r = b.run(ddp_allreduce_only(n, S, comm::Algorithm::kRing, cache, S));  // one chunk per step

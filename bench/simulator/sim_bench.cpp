@@ -1,0 +1,166 @@
+// Simulator benchmarks (not tests): events per second, a 1,024-node data-parallel step with a ring
+// all-reduce of 100 MB in 25 MB buckets, and a plan search over a 64-node cluster.
+//   sim_bench ring [nodes=1024] [MB=100] [bucket_MB=25]   (--full disables symmetric execution)
+//   sim_bench plan [nodes=64] [model=resnet18]
+//   sim_bench events [millions=20]
+// Prints one JSON object per case on stdout.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/comm/plan.hpp"
+#include "simulator/compiled_plan.hpp"
+#include "simulator/search.hpp"
+#include "simulator/step.hpp"
+
+using namespace tandem::simulator;
+using namespace tandem::engine;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
+  const double B = 10e9 / 8, L = 25e-6;  // 10 Gbit/s NICs, 25 us one-way
+  // MB as PyTorch DDP's bucket_cap_mb means it: MiB
+  const uint64_t total = static_cast<uint64_t>(mb * 1048576), bucket = static_cast<uint64_t>(bucket_mb * 1048576);
+  const int buckets = static_cast<int>((total + bucket - 1) / bucket);
+  comm::PlanRequest req;
+  req.world = n;
+  req.algorithm = comm::Algorithm::kRing;
+  req.count = bucket / 4;
+  req.in_place = true;
+  auto t0 = Clock::now();
+  std::optional<comm::Plan> runtime_plan = comm::make_plan(req);  // the runtime's plan (engine/comm)
+  const double make_plan_s = since(t0);
+  auto tc = Clock::now();
+  const CompiledPlan plan = compile_plan(*runtime_plan, 4);
+  const double compile_s = since(tc);
+  auto tf = Clock::now();
+  runtime_plan.reset();
+  const double free_s = since(tf);
+  const double plan_s = since(t0);
+  parallel::ScheduleRequest sr;
+  sr.boundaries = {0, buckets};
+  sr.data_parallel = true;
+  sr.layer_grad_bytes.assign(buckets, bucket);
+  sr.bucket_bytes = bucket;
+  StepSetup s;
+  s.pipeline = parallel::make_pipeline_plan(sr);
+  s.dp = n;
+  s.symmetric = symmetric;
+  s.bucket_plans = {std::vector<const CompiledPlan*>(buckets, &plan)};
+  for (int r = 0; r < n; ++r) {
+    RankSetup rs;
+    rs.forward_s = {0.05};
+    rs.backward_s = {0.1};
+    rs.bucket_backward_s.assign(buckets, 0.1 / buckets);
+    rs.optimizer_s = 0.01;
+    rs.local_bytes_per_s = 20e9;
+    s.ranks.push_back(rs);
+  }
+  std::vector<network::HostNet> hosts(n);
+  for (auto& h : hosts) {
+    h.nic_bytes_per_s = B;
+    h.nic_latency_s = L;
+  }
+  auto t1 = Clock::now();
+  des::Simulator sim;
+  network::Network net(sim);
+  network::Topology topo(network::TopologySpec{}, hosts, net);
+  StepResult r = simulate_step(s, topo, sim);
+  const double run_s = since(t1);
+  nlohmann::json j = {{"case", "ring"},
+                      {"nodes", n},
+                      {"gradient_mb", mb},
+                      {"bucket_mb", bucket_mb},
+                      {"buckets", buckets},
+                      {"plan", plan.description},
+                      {"transfers_per_bucket", plan.sends.size()},
+                      {"transfers_total", plan.sends.size() * buckets},
+                      {"make_plan_s", make_plan_s},
+                      {"compile_plan_s", compile_s},
+                      {"free_plan_s", free_s},
+                      {"plan_build_s", plan_s},
+                      {"simulate_s", run_s},
+                      {"total_s", plan_s + run_s},
+                      {"events", r.events},
+                      {"flows_simulated", r.flows},
+                      {"events_per_s", r.events / run_s},
+                      {"symmetric_execution", r.symmetric_used},
+                      {"predicted_step_s", r.step_s}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int bench_plan(int n, const std::string& model) {
+  JobSpec job;
+  job.model = model;
+  job.batch = 64;
+  job.epochs = 1;
+  auto t0 = Clock::now();
+  SearchOptions o;
+  o.top = 3;
+  SearchResult s = search_plans(parse_cluster("c5.xlarge:" + std::to_string(n)), job, o);
+  nlohmann::json j = {{"case", "plan"}, {"nodes", n}, {"model", model}, {"evaluated", s.evaluated},
+                      {"fitting", s.fitting}, {"search_s", since(t0)},
+                      {"best", s.best.empty() ? nlohmann::json() : s.to_json()["candidates"][0]}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+struct Chain : des::EventHandler {
+  des::Simulator* sim;
+  uint64_t left;
+  void on_event(uint64_t k) override {
+    if (left > 0) {
+      --left;
+      sim->schedule_in(static_cast<des::TimeNs>(1 + (k * 2654435761u) % 1000), this, k + 1);
+    }
+  }
+};
+
+int bench_events(double millions) {
+  des::Simulator sim;
+  Chain c;
+  c.sim = &sim;
+  c.left = static_cast<uint64_t>(millions * 1e6);
+  for (uint64_t i = 0; i < 2048; ++i) sim.schedule_at(static_cast<des::TimeNs>(i), &c, i);  // 2048 pending
+  auto t0 = Clock::now();
+  uint64_t n = sim.run();
+  double s = since(t0);
+  std::printf("%s\n", nlohmann::json({{"case", "events"}, {"events", n}, {"seconds", s}, {"events_per_s", n / s}})
+                          .dump()
+                          .c_str());
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string what = argc > 1 ? argv[1] : "ring";
+  bool symmetric = true;
+  std::vector<std::string> args;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--full") == 0) {
+      symmetric = false;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  auto arg = [&](size_t i, double d) { return i < args.size() ? std::atof(args[i].c_str()) : d; };
+  try {
+    if (what == "ring") return bench_ring(static_cast<int>(arg(0, 1024)), arg(1, 100), arg(2, 25), symmetric);
+    if (what == "plan") return bench_plan(static_cast<int>(arg(0, 64)), args.size() > 1 ? args[1] : "resnet18");
+    if (what == "events") return bench_events(arg(0, 20));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sim_bench: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: sim_bench ring|plan|events [args]\n");
+  return 2;
+}
