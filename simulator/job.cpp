@@ -4,24 +4,6 @@
 
 namespace tandem::simulator {
 
-const char* strategy_name(Strategy s) noexcept {
-  switch (s) {
-    case Strategy::kSingle: return "single";
-    case Strategy::kDdp: return "ddp";
-    case Strategy::kPipeline: return "pipeline";
-    case Strategy::kHybrid: return "hybrid";
-  }
-  return "?";
-}
-
-Strategy parse_strategy(const std::string& s) {
-  if (s == "single") return Strategy::kSingle;
-  if (s == "ddp" || s == "dp") return Strategy::kDdp;
-  if (s == "pipeline" || s == "pp") return Strategy::kPipeline;
-  if (s == "hybrid") return Strategy::kHybrid;
-  TANDEM_THROW(Status::kInvalidArgument, "unknown strategy \"{}\" (single, ddp, pipeline, hybrid)", s);
-}
-
 DatasetInfo find_dataset(const std::string& name) {
   if (name == "cifar10") return {name, 50000, {3, 32, 32}, 10};
   if (name == "cifar100") return {name, 50000, {3, 32, 32}, 100};

@@ -7,15 +7,17 @@
 
 #include "engine/comm/plan.hpp"
 #include "engine/nn/layer_spec.hpp"
+#include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "simulator/compute/compute_model.hpp"
 #include "simulator/presets.hpp"
 
 namespace tandem::simulator {
 
-enum class Strategy : uint8_t { kSingle = 0, kDdp = 1, kPipeline = 2, kHybrid = 3 };
-const char* strategy_name(Strategy s) noexcept;
-Strategy parse_strategy(const std::string& s);  // single, ddp, pipeline, hybrid
+// The runtime's strategies (single, ddp, pipeline, hybrid) and their names.
+using Strategy = engine::parallel::Strategy;
+using engine::parallel::parse_strategy;
+using engine::parallel::strategy_name;
 
 struct DatasetInfo {
   std::string name;

@@ -163,7 +163,8 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
       req.world = job.dp;
       req.count = std::max<uint64_t>(bk.bytes / 4, 1);
       req.elem_bytes = 4;
-      req.chunk_bytes = job.chunk_bytes;
+      // the chunk the runtime's communicator asks for (larger for huge buffers)
+      req.chunk_bytes = engine::comm::effective_chunk_bytes(job.chunk_bytes, req.count * req.elem_bytes);
       req.in_place = true;
       for (int32_t d = 0; d < job.dp; ++d) req.topology.host_of.push_back(p.node_of_rank[d * job.pp + st]);
       s.bucket_plans[st].push_back(&plans.get(req));

@@ -35,6 +35,7 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
   req.algorithm = comm::Algorithm::kRing;
   req.count = bucket / 4;
   req.in_place = true;
+  req.chunk_bytes = comm::effective_chunk_bytes(0, req.count * req.elem_bytes);  // as the communicator does
   auto t0 = Clock::now();
   std::optional<comm::Plan> runtime_plan = comm::make_plan(req);  // the runtime's plan (engine/comm)
   const double make_plan_s = since(t0);
