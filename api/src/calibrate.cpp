@@ -170,8 +170,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     h->machine = machine.empty() ? tandem::api::describe_machine(h->cal.threads) : machine;
     if (h->ranks > 1) h->machine += fmt::format("; compute averaged over {} ranks measuring at once", h->ranks);
     if (h->p2p) {
-      h->machine += fmt::format("; p2p ranks 0-1: exchange fit alpha {:.1f} us, beta {:.2f} MB/s, ping {:.1f} us one-way",
-                                h->p2p->latency_s * 1e6, h->p2p->bytes_per_s / 1e6, h->p2p->ping_latency_s * 1e6);
+      h->machine += fmt::format("; p2p ranks 0-1: {:.2f} MB/s each way with both directions busy, {:.1f} us one-way",
+                                h->p2p->bytes_per_s / 1e6, h->p2p->latency_s * 1e6);
     }
     h->text = profile_text(*h);
     *out = h.release();

@@ -15,15 +15,15 @@ namespace tandem::api {
 constexpr uint32_t kCalibrationMagic = 0x5443414c;  // "TCAL"
 
 struct P2pFigures {
-  double bytes_per_s = 0;   // beta of t(n) = alpha + n / beta
-  double latency_s = 0;     // alpha: what each message pays besides its bytes (>= ping_latency_s)
-  double ping_latency_s = 0;  // half the median round trip of 4 bytes
+  double bytes_per_s = 0;  // both directions busy
+  double latency_s = 0;    // one way: half the median round trip of a 4-byte ping
 };
 
-// Ranks 0 and 1 of `c` measure the link between them: pings of 4 bytes (10 x iters), then exchanges -- both
-// ranks sending at once, as collectives use a link -- of bytes / 16 and `bytes` (medians of `iters`), fitted
-// as t(n) = alpha + n / beta. The figures are broadcast from rank 0, so every rank returns them. Collective
-// over `c` (size >= 2).
+// Ranks 0 and 1 of `c` measure the link between them: pings of 4 bytes (10 x iters), then exchanges of `bytes`
+// -- both ranks sending at once, as collectives and 1F1B pipelines use a link, each direction's
+// acknowledgements queued behind the other's data -- whose median (of `iters`) less the one-way latency gives
+// the bandwidth. The figures are broadcast from rank 0, so every rank returns them. Collective over `c`
+// (size >= 2).
 P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters);
 // This thread's local reduction bandwidth: dst += src over f32 buffers larger than the caches, counted as
 // the simulator counts a reduction (read dst, read src, write dst: 12 bytes per element).

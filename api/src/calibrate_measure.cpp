@@ -75,7 +75,7 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
   TANDEM_REQUIRE(bytes >= 64 && iters >= 1, "calibrate: p2p_bytes must be >= 64 and p2p_iters >= 1 (got {}, {})",
                  bytes, iters);
   const int rank = c.rank();
-  double fig[3] = {0, 0, 0};  // bytes_per_s, latency_s (the fit's alpha), ping latency
+  double fig[2] = {0, 0};  // bytes_per_s, latency_s
   if (rank <= 1) {
     const int peer = 1 - rank;
     float word = 0;
@@ -107,29 +107,20 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
       const double t = ping();
       if (i >= 3) rtt.push_back(t);
     }
-    // t(n) = alpha + n / beta over a small and a large exchange: beta is the bandwidth, alpha what every message
-    // pays besides (latency, protocol and progress overheads) -- at least half the round trip of a ping.
-    const size_t small = std::max<size_t>(64, bytes / 16);
-    std::vector<double> ts, tl;
+    // Bandwidth from the exchange less the one-way latency; latency from the pings. (A fit of
+    // t(n) = alpha + n / beta over two sizes was tried: on a shared machine its alpha swung from 0 to 3 ms
+    // between runs minutes apart, while the pings agree within tens of microseconds.)
+    std::vector<double> tl;
     for (int i = 0; i < 1 + iters; ++i) {
-      const double a = exchange(small), b = exchange(bytes);
-      if (i >= 1) {
-        ts.push_back(a);
-        tl.push_back(b);
-      }
+      const double t = exchange(bytes);
+      if (i >= 1) tl.push_back(t);
     }
-    const double half_rtt = median(rtt) / 2, t_small = median(ts), t_large = median(tl);
-    double beta = static_cast<double>(bytes - small) / (t_large - t_small), alpha = t_small - static_cast<double>(small) / beta;
-    if (!(t_large > t_small) || !(alpha >= 0)) {  // too noisy to fit: the large exchange alone
-      beta = static_cast<double>(bytes) / std::max(t_large - half_rtt, 1e-9);
-      alpha = half_rtt;
-    }
-    fig[0] = beta;
-    fig[1] = std::max(alpha, half_rtt);
-    fig[2] = half_rtt;
+    const double half_rtt = median(rtt) / 2;
+    fig[0] = static_cast<double>(bytes) / std::max(median(tl) - half_rtt, 1e-9);
+    fig[1] = half_rtt;
   }
-  c.broadcast(fig, 3, DType::kF64, 0)->wait();
-  return P2pFigures{fig[0], fig[1], fig[2]};
+  c.broadcast(fig, 2, DType::kF64, 0)->wait();
+  return P2pFigures{fig[0], fig[1]};
 }
 
 void copy_text_out(const std::string& text, char* dst, size_t* bytes) {

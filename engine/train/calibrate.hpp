@@ -8,7 +8,8 @@
 // each layer is its share. Per-layer timing misses what a whole step pays between layers, and a CPU quota
 // (a cgroup, an emulated host) throttles a long step but rarely a short layer, so the layer medians are then
 // scaled to the whole step: forward + loss + backward + optimizer of the whole model, timed `iters` times,
-// whose MEAN (the sustained cost, throttling included) is what the scaled layers and optimizer add up to.
+// whose MEAN (the sustained cost, throttling included; the middle 80% from 10 iterations on, so that a few
+// steps preempted on a shared machine do not count) is what the scaled layers and optimizer add up to.
 // The loss (softmax cross-entropy) is charged to the last layer's forward, where the trainer runs it.
 // The model's parameters, gradients and batch-norm statistics are restored afterwards.
 #include <cstdint>

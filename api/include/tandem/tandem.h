@@ -875,8 +875,8 @@ typedef struct tandem_calibrate_params {
   int32_t iters;                       /* timed passes (medians per layer); default 10 */
   const tandem_optimizer_t* optimizer; /* the optimizer to time; default SGD with momentum 0.9 */
   const char* machine;                 /* free text for the profile; default: host name, CPU model, threads */
-  uint64_t p2p_bytes;                  /* the larger exchange, >= 64; default 4 MiB */
-  int32_t p2p_iters;                   /* timed exchanges of each size (pings: 10x as many); default 3 */
+  uint64_t p2p_bytes;                  /* bandwidth exchange size, >= 64; default 4 MiB */
+  int32_t p2p_iters;                   /* timed exchanges (pings: 10x as many); default 3 */
   uint64_t seed;                       /* synthetic data; default 0 */
 } tandem_calibrate_params_t;
 #define TANDEM_CALIBRATE_PARAMS_INIT {0}
@@ -887,9 +887,9 @@ typedef struct tandem_calibrate_params {
  * which is what a quota-limited host sustains. The model's parameters and statistics are restored.
  * [in] comm: may be NULL. With two or more ranks the call is collective: every rank measures its own
  * compute at the same time (as a job would run), the times are averaged over the ranks, then ranks 0
- * and 1 measure their link as collectives use it -- both sending at once -- with exchanges of
- * p2p_bytes / 16 and p2p_bytes fitted as t(n) = latency + n / bandwidth (latency at least half a
- * ping's round trip); every rank gets the same result.
+ * and 1 measure their link: latency, half the median round trip of 4-byte pings; bandwidth, from
+ * exchanges of p2p_bytes with both ranks sending at once (as collectives load a link); every rank
+ * gets the same result.
  * [out] out: destroy with tandem_calibration_destroy.
  * Threads: per model (and per communicator). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL or
  * "none"-backend model, a bad field -- named), TANDEM_ERR_UNSUPPORTED (unknown field_mask bit),
@@ -911,7 +911,8 @@ typedef struct tandem_calibration_attr {
   int32_t ranks;                 /* ranks whose compute times were averaged */
   double forward_s, backward_s;  /* sums over layers, for `batch` samples */
   double optimizer_step_s;
-  double step_mean_s;            /* whole steps: the mean the layers were scaled to */
+  double step_mean_s;            /* whole steps: the mean (of the middle 80% when iters >= 10) the
+                                    layers were scaled to */
   double step_median_s;
   double scale;                  /* step_mean_s / (sum of unscaled layer medians + optimizer median) */
   double memory_bytes_per_s;     /* local reduction bandwidth (dst += src, 3 x 4 bytes per element) */
