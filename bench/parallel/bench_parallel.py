@@ -9,6 +9,8 @@
   bubble   1F1B with S=4 stages and M=8 micro-batches: the measured idle fraction (time blocked on receives over
            step time, mean over ranks) against (S-1)/(M+S-1). Target: within 5 points.
   memory   peak RSS per rank (/usr/bin/time) of resnet18 with PP=1 (one rank) and PP=4 (pipeline over 4 ranks).
+  accuracy lenet5 on Fashion-MNIST, same global batch and epochs: test accuracy of 1 rank and hybrid 2x2.
+           Target: within 0.5 points.
 
 This machine has 2 cores shared by all ranks: 4 ranks get half a core each, and every figure says so.
 Usage: /usr/bin/python3 bench/parallel/bench_parallel.py [--tandem build/x/bin/tandem] [--only ddp,overlap,...]
@@ -205,10 +207,26 @@ def bench_memory(tandem, steps):
     return out
 
 
+def bench_accuracy(tandem, epochs):
+    common = ["--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--epochs", str(epochs),
+              "--lr", "0.02", "--momentum", "0.9", "--seed", "3"]
+    one, _ = tandem_train(tandem, 1, common + ["--batch", "128"])
+    hyb, _ = tandem_train(tandem, 4, common + ["--batch", "64", "--strategy", "hybrid", "--dp", "2", "--pp", "2",
+                                               "--microbatches", "2"])
+    out = {"epochs": epochs, "single": one["test_accuracy"], "hybrid_2x2": hyb["test_accuracy"]}
+    out["difference_points"] = 100 * (hyb["test_accuracy"] - one["test_accuracy"])
+    out["ok"] = abs(out["difference_points"]) <= 0.5
+    print("accuracy: lenet5 Fashion-MNIST, %d epoch(s), global batch 128: 1 rank %.2f%%, hybrid 2x2 %.2f%% "
+          "(%+.2f points) [target within 0.5: %s]" % (epochs, 100 * out["single"], 100 * out["hybrid_2x2"],
+                                                      out["difference_points"], "met" if out["ok"] else "MISSED"))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem")
-    ap.add_argument("--only", default="ddp,overlap,bubble,memory")
+    ap.add_argument("--only", default="ddp,overlap,bubble,memory,accuracy")
+    ap.add_argument("--epochs", type=int, default=5, help="epochs of the accuracy comparison")
     ap.add_argument("--steps", type=int, default=300, help="lenet5 steps for the DDP comparison")
     ap.add_argument("--big-steps", type=int, default=10, help="resnet18 steps for overlap/bubble/memory")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the DDP comparison (best kept)")
@@ -220,7 +238,8 @@ def main():
     for name in args.only.split(","):
         fn = {"ddp": lambda: bench_ddp(tandem, args.steps, args.repeat), "overlap": lambda: bench_overlap(tandem, args.big_steps),
               "bubble": lambda: bench_bubble(tandem, args.big_steps),
-              "memory": lambda: bench_memory(tandem, args.big_steps)}.get(name)
+              "memory": lambda: bench_memory(tandem, args.big_steps),
+              "accuracy": lambda: bench_accuracy(tandem, args.epochs)}.get(name)
         if fn is None:
             sys.exit("bench_parallel: unknown part '%s'" % name)
         results[name] = fn()

@@ -158,6 +158,14 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
   std::vector<Tensor> dlogits(M);
   StageResult res;
   bool first_backward = true;
+  // Runs f as compute: counted in the split and traced as `name` in `category`.
+  const auto computing = [&](std::string name, const char* category, const auto& f) {
+    const int64_t t0 = tracer_.now_ns();
+    f();
+    const int64_t t1 = tracer_.now_ns();
+    times.compute_ns += t1 - t0;
+    tracer_.add(std::move(name), category, t0, t1);
+  };
   for (size_t i = 0; i < sp.ops.size(); ++i) {
     const StageOp& op = sp.ops[i];
     const auto m = static_cast<size_t>(std::max(op.micro_batch, 0));
@@ -165,24 +173,20 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
       case StageOpKind::kRecvActivation:
         inputs[m] = receive(kActivation, op.peer_stage, in_ids_, mbs[m].size, op.micro_batch, times);
         break;
-      case StageOpKind::kForward: {
-        const int64_t t0 = tracer_.now_ns();
-        if (stage_ == 0) inputs[m] = {mbs[m].x};
-        outputs[m] = model_.forward_range(static_cast<size_t>(first_), static_cast<size_t>(end_), inputs[m], acts[m],
-                                          true);
-        inputs[m].clear();
-        if (last) {
+      case StageOpKind::kForward:
+        computing(fmt::format("forward mb{}", op.micro_batch), "compute", [&] {
+          if (stage_ == 0) inputs[m] = {mbs[m].x};
+          outputs[m] = model_.forward_range(static_cast<size_t>(first_), static_cast<size_t>(end_), inputs[m],
+                                            acts[m], true);
+          inputs[m].clear();
+          if (!last) return;
           compute::LossOutput lo = be_.softmax_cross_entropy(outputs[m][0], mbs[m].labels, true, normalizer);
           res.loss_sum += lo.loss * static_cast<double>(normalizer);
           res.correct += lo.correct;
           dlogits[m] = std::move(lo.dlogits);
           outputs[m].clear();
-        }
-        const int64_t t1 = tracer_.now_ns();
-        times.compute_ns += t1 - t0;
-        tracer_.add(fmt::format("forward mb{}", op.micro_batch), "compute", t0, t1);
+        });
         break;
-      }
       case StageOpKind::kSendActivation:
         send(kActivation, op.peer_stage, outputs[m], out_ids_, op.micro_batch, SIZE_MAX);
         outputs[m].clear();
@@ -190,18 +194,15 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
       case StageOpKind::kRecvGradient:
         grads_in[m] = receive(kGradient, op.peer_stage, out_ids_, mbs[m].size, op.micro_batch, times);
         break;
-      case StageOpKind::kBackward: {
-        const int64_t t0 = tracer_.now_ns();
-        if (reducer_ != nullptr) reducer_->arm(static_cast<int32_t>(i) == sp.last_backward_op);
-        std::vector<Tensor> g = last ? std::vector<Tensor>{dlogits[m]} : std::move(grads_in[m]);
-        dlogits[m] = Tensor();
-        grads_out[m] = model_.backward_range(g, acts[m], !first_backward);
-        first_backward = false;
-        const int64_t t1 = tracer_.now_ns();
-        times.compute_ns += t1 - t0;
-        tracer_.add(fmt::format("backward mb{}", op.micro_batch), "compute", t0, t1);
+      case StageOpKind::kBackward:
+        computing(fmt::format("backward mb{}", op.micro_batch), "compute", [&] {
+          if (reducer_ != nullptr) reducer_->arm(static_cast<int32_t>(i) == sp.last_backward_op);
+          std::vector<Tensor> g = last ? std::vector<Tensor>{dlogits[m]} : std::move(grads_in[m]);
+          dlogits[m] = Tensor();
+          grads_out[m] = model_.backward_range(g, acts[m], !first_backward);
+          first_backward = false;
+        });
         break;
-      }
       case StageOpKind::kSendGradient:
         send(kGradient, op.peer_stage, grads_out[m], in_ids_, op.micro_batch, SIZE_MAX);
         grads_out[m].clear();
@@ -215,11 +216,7 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
           times.allreduce_ns += reducer_->last_allreduce_ns();
         }
         drain_sends(times);
-        const int64_t t0 = tracer_.now_ns();
-        optimizer_step();
-        const int64_t t1 = tracer_.now_ns();
-        times.compute_ns += t1 - t0;
-        tracer_.add("optimizer step", "optimizer", t0, t1);
+        computing("optimizer step", "optimizer", optimizer_step);
         break;
       }
     }
