@@ -82,7 +82,23 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
     p.measured_steps = single_steps;
   }
   tandem_prediction_t r{};
-  if (tandem_trainer_predict(trainer, &p, &r, nullptr, nullptr) != TANDEM_OK) return fail("--predict failed");
+  std::string sim_json(size_t{1} << 20, '\0');
+  size_t sim_bytes = sim_json.size();
+  if (tandem_trainer_predict(trainer, &p, &r, sim_json.data(), &sim_bytes) != TANDEM_OK) return fail("--predict failed");
+  // The stage cut each side used: the run's (its partition) and the simulator's (balanced by its compute model).
+  nlohmann::json sim_cut = nlohmann::json::array();
+  if (sim_bytes <= sim_json.size()) {
+    try {
+      sim_cut = nlohmann::json::parse(sim_json.c_str()).value("stage_boundaries", nlohmann::json::array());
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  std::string run_cut;
+  {
+    tandem_parallel_attr_t pa = TANDEM_PARALLEL_ATTR_INIT;
+    pa.field_mask = TANDEM_PARALLEL_ATTR_PLAN;
+    if (tandem_trainer_parallel_query(trainer, &pa) == TANDEM_OK && pa.partition != nullptr) run_cut = pa.partition;
+  }
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   if (json) {
     const nlohmann::json j = {
@@ -95,7 +111,8 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
           {"predicted_comm_s", num(r.predicted_comm_s)}, {"measured_bubble_s", num(r.measured_bubble_s)},
           {"predicted_bubble_s", num(r.predicted_bubble_s)}, {"measured_memory_bytes", num(r.measured_memory_bytes)},
           {"predicted_memory_bytes", num(r.predicted_memory_bytes)}, {"memory_error", num(r.memory_error)},
-          {"predicted_fits", r.predicted_fits != 0}}}};
+          {"predicted_fits", r.predicted_fits != 0}, {"sim_stage_boundaries", sim_cut}, {"run_partition", run_cut},
+          {"same_cut", r.same_cut != 0}}}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("prediction: %s dp=%d pp=%d micro-batches=%d on %s, compute from %s%s; measured over %lld steps\n",
@@ -112,6 +129,11 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
     std::printf("  %-22s %14s %14s %9s  (predicted %s of %s)\n", fmt::format("memory (rank {})", r.rank).c_str(),
                 mib(r.measured_memory_bytes).c_str(), mib(r.predicted_memory_bytes).c_str(), pct(r.memory_error).c_str(),
                 r.predicted_fits ? "fits" : "does NOT fit", mib(r.predicted_memory_capacity_bytes).c_str());
+    if (r.pp > 1) {
+      std::printf("  stage cut: %s; run: %s; simulator: layer boundaries %s\n",
+                  r.same_cut ? "the same" : "DIFFERENT (the simulator balanced its own)", run_cut.c_str(),
+                  sim_cut.dump().c_str());
+    }
   }
   std::fflush(stdout);
   return 0;

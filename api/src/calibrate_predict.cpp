@@ -31,16 +31,6 @@ double rel_error(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : std::numeric_limits<double>::quiet_NaN();
 }
 
-sim::Strategy to_sim(par::Strategy s) {
-  switch (s) {
-    case par::Strategy::kSingle: return sim::Strategy::kSingle;
-    case par::Strategy::kDdp: return sim::Strategy::kDdp;
-    case par::Strategy::kPipeline: return sim::Strategy::kPipeline;
-    case par::Strategy::kHybrid: return sim::Strategy::kHybrid;
-  }
-  return sim::Strategy::kSingle;
-}
-
 }  // namespace
 
 extern "C" {
@@ -98,7 +88,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       const par::Grid& g = pt->grid();
       dp = g.dp;
       accumulation = pc.accumulation;
-      job.strategy = to_sim(pc.strategy);
+      job.strategy = pc.strategy;
       job.dp = g.dp;
       job.pp = g.pp;
       // Accumulation runs M x A micro-batches per optimizer step over one loader batch of batch x A samples.
@@ -112,7 +102,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       r.micro_batches = pc.micro_batches;
       r.strategy = par::strategy_name(pc.strategy);
     } else {
-      job.strategy = sim::Strategy::kSingle;
+      job.strategy = par::Strategy::kSingle;
       job.dp = job.pp = 1;
       r.world = r.dp = r.pp = r.micro_batches = 1;
       r.strategy = "single";
@@ -150,6 +140,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       r.predicted_fits = res.fits ? 1 : 0;
     }
     r.compute_source = res.compute_source == "profile" ? "profile" : "roofline";
+    r.same_cut = pt == nullptr || pt->boundaries() == res.stage_boundaries ? 1 : 0;
     r.step_error = rel_error(r.predicted_step_s, r.measured_step_s);
     r.compute_error = rel_error(r.predicted_compute_s, r.measured_compute_s);
     r.comm_error = rel_error(r.predicted_comm_s, r.measured_comm_s);

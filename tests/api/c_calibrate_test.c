@@ -205,6 +205,7 @@ int main(void) {
     CHECK(r.world == 1 && r.dp == 1 && r.pp == 1);
     CHECK(r.strategy != NULL && strcmp(r.strategy, "single") == 0);
     CHECK(r.compute_source != NULL && strcmp(r.compute_source, "profile") == 0);
+    CHECK(r.same_cut == 1); /* one stage: nothing to cut */
     pp.field_mask = TANDEM_PREDICT_PARAM_PROFILE;
     CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT); /* no cluster */
     CHECK(contains(tandem_last_error_message(), "cluster"));

@@ -969,6 +969,8 @@ typedef struct tandem_prediction {
   int64_t steps;              /* steps the measured figures average over */
   const char* strategy;       /* static */
   const char* compute_source; /* static: "profile" or "roofline" */
+  int32_t same_cut;           /* non-zero when the simulator cut the pipeline where the trainer did (it
+                                 balances stages by its own compute model; the cuts can differ) */
 } tandem_prediction_t;
 
 /* Predicts the job `trainer` runs -- its model, batch, strategy, grid, micro-batches, schedule,
