@@ -234,6 +234,43 @@ StepResult run_step(const Prepared& p, const std::vector<double>& node_speed, bo
   return simulate_step(s, topo, sim);
 }
 
+// The step with the nodes in `throttled` held to their credit baseline. A throttled CPU earns credits
+// while it waits on the network and spends them bursting when it computes (AWS accounts at millisecond
+// resolution), so what is held is its average use: work / step time = baseline share. Its speed s is the
+// fixed point of s = W / (W / baseline - C), with W its CPU work at full speed and C the step's time not
+// spent computing on it (both from the step at the previous s); s = baseline when it never waits.
+StepResult throttled_step(const Prepared& p, const std::vector<bool>& throttled,
+                          const std::vector<std::optional<CreditAccount>>& acct, bool trace) {
+  const size_t N = p.cluster.nodes.size();
+  std::vector<double> speed(N);
+  bool any = false;
+  for (size_t i = 0; i < N; ++i) {
+    speed[i] = p.base_speed[i] * (throttled[i] ? acct[i]->baseline_speed() : 1.0);
+    any = any || throttled[i];
+  }
+  StepResult st = run_step(p, speed, trace && !any);
+  for (int iter = 0; any && iter < 8; ++iter) {
+    double change = 0;
+    for (size_t i = 0; i < N; ++i) {
+      if (!throttled[i]) continue;
+      double busy = 0;  // the node's CPU rank (a CPU node hosts one)
+      for (size_t r = 0; r < st.ranks.size(); ++r)
+        if (p.node_of_rank[r] == static_cast<int32_t>(i)) busy = std::max(busy, st.ranks[r].cpu_busy_s);
+      const double work = busy * speed[i] / p.base_speed[i];
+      const double other = st.step_s - busy;
+      const double base = acct[i]->baseline_speed();
+      double s = work / base > other ? work / (work / base - other) : 1.0;
+      s = p.base_speed[i] * std::clamp(s, base, 1.0);
+      change = std::max(change, std::abs(s - speed[i]) / speed[i]);
+      speed[i] = s;
+    }
+    if (change < 1e-6) break;
+    st = run_step(p, speed, false);
+  }
+  if (trace && any) st = run_step(p, speed, true);
+  return st;
+}
+
 }  // namespace
 
 SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, const SimOptions& opt) {
@@ -281,10 +318,9 @@ SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, con
   double remaining = res.total_steps, t = 0;
   std::vector<double> rank_totals(6 * world, 0.0);  // compute, throttled, comm, bubble, idle per rank
   for (size_t guard = 0; remaining > 1e-9 && guard < N + 2; ++guard) {
-    std::vector<double> speed(N);
-    for (size_t i = 0; i < N; ++i) speed[i] = p.base_speed[i] * (throttled[i] ? acct[i]->baseline_speed() : 1.0);
     auto it = steps.find(throttled);
-    if (it == steps.end()) it = steps.emplace(throttled, run_step(p, speed, opt.trace && steps.empty())).first;
+    if (it == steps.end())
+      it = steps.emplace(throttled, throttled_step(p, throttled, acct, opt.trace && steps.empty())).first;
     const StepResult& st = it->second;
     const double T = st.step_s;
     TANDEM_CHECK(T > 0, Status::kInternal, "simulated step took no time (model without compute?)");

@@ -269,8 +269,12 @@ void StepExecutor::on_event(uint64_t arg) {
     const int32_t r = static_cast<int32_t>(arg >> 2);
     Rank& rk = ranks_[r];
     const double actual = des::to_seconds(sim_.now() - rk.compute_start);
-    rk.bd.compute_s += rk.compute_full_s;
-    rk.bd.throttled_s += actual - rk.compute_full_s;
+    if (s_.ranks[r].speed == 1.0) {
+      rk.bd.compute_s += actual;  // differs from compute_full_s only by rounding to whole nanoseconds
+    } else {
+      rk.bd.compute_s += rk.compute_full_s;
+      rk.bd.throttled_s += actual - rk.compute_full_s;
+    }
     rk.bd.cpu_busy_s += actual;
     span(r, 0, rk.compute_name, "compute", rk.compute_start, sim_.now());
     rk.wait = Wait::kNone;

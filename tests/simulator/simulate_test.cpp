@@ -266,3 +266,27 @@ BOOST_AUTO_TEST_CASE(bad_jobs_name_the_field) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(throttled_equilibrium)
+
+// A throttled node that also waits on the network earns credits during the waits and bursts with them:
+// its average CPU use over a step equals its baseline share (10%), so its step is shorter than computing
+// at 10% all the time.
+BOOST_AUTO_TEST_CASE(throttled_nodes_average_their_baseline_share) {
+  JobSpec j = seed_job();
+  j.strategy = Strategy::kDdp;
+  j.epochs = 2;
+  j.initial_credits = 1;  // empty after about a minute
+  SimResult r = simulate(parse_cluster("t2.micro:2"), j);
+  BOOST_REQUIRE_EQUAL(r.phases.size(), 2u);
+  BOOST_REQUIRE_EQUAL(r.phases[1].throttled_nodes.size(), 2u);
+  const RankBreakdown& full = r.rank_step[0];
+  const double work = full.cpu_busy_s;  // CPU seconds per step at full speed
+  const double wait = r.phases[0].step_s - work;
+  BOOST_TEST(work / r.phases[1].step_s == 0.1, tt::tolerance(1e-4));
+  BOOST_TEST(r.phases[1].step_s < work / 0.1 + wait);
+  BOOST_TEST(*r.nodes[0].throttle_start_s == 1 / (full.cpu_busy_s / r.phases[0].step_s / 60 - 6.0 / 3600),
+             tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
