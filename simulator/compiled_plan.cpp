@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "engine/core/error.hpp"
 
 namespace tandem::simulator {
@@ -42,8 +44,9 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
   CompiledPlan c;
   c.world = plan.world;
   c.elem_bytes = elem_bytes;
-  c.description = plan.describe();
   const int32_t n = plan.world;
+  c.description = fmt::format("{} {} world={} count={}", engine::comm::collective_name(plan.collective),
+                              engine::comm::algorithm_name(plan.algorithm), n, plan.count);  // for errors below
   size_t nrounds = 0, nrecv = 0, nsend = 0;
   for (const auto& rp : plan.ranks) {
     nrounds += rp.rounds.size();
@@ -108,6 +111,17 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
     }
   }
   if (plan.finish_avg) c.finish_bytes = 2 * plan.count * elem_bytes;
+  // Plan::describe() walks the whole plan twice more; large plans get the same line from our counts
+  if (n <= 256) {
+    c.description = plan.describe();
+  } else {
+    size_t rounds = 0;
+    for (const auto& rp : plan.ranks) rounds = std::max(rounds, rp.rounds.size());
+    c.description = fmt::format("{} {} world={} count={} chunk={} rounds={} messages={} payload={}{}",
+                                engine::comm::collective_name(plan.collective),
+                                engine::comm::algorithm_name(plan.algorithm), n, plan.count, plan.chunk_count, rounds,
+                                c.sends.size(), c.total_bytes_sent() / elem_bytes, plan.in_place ? " in-place" : "");
+  }
   // rotation symmetry: member r's round i mirrors member 0's round i
   bool sym = n > 1;
   const uint32_t r0 = c.first_round[1] - c.first_round[0];
