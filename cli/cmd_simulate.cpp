@@ -17,22 +17,27 @@
 
 namespace tandem::cli {
 
-// Job options shared by `simulate` and `plan` (declared again in cmd_plan.cpp).
+// Job options shared by `simulate` and `plan` (declared again in cmd_plan.cpp). Only options given on the
+// command line are passed to the library, so a --job file's values stand unless overridden; the
+// defaults shown in --help are the library's.
 struct SimJobCli {
-  std::string cluster, model = "mobilenetv2", dataset = "cifar10", input, strategy = "single", schedule = "1f1b",
+  CLI::App* app = nullptr;
+  std::string cluster, job, model = "mobilenetv2", dataset = "cifar10", input, strategy = "single", schedule = "1f1b",
               algo = "auto", optimizer = "momentum", profile, credit_mode;
   int64_t samples = 0, classes = 0, batch = 64;
   double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
   int32_t dp = 0, pp = 0, micro_batches = 1;
   uint64_t chunk_bytes = 0;
   bool no_overlap = false, profile_network = false, json = false;
-  int64_t input_c = 0, input_h = 0, input_w = 0;
+  bool given(const char* opt) const { return app->count(opt) > 0; }
 };
 
 std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_options) {
   auto o = std::make_shared<SimJobCli>();
+  o->app = &app;
   app.add_option("--cluster", o->cluster, "PRESET:COUNT (e.g. t2.micro:4, joined by '+'), or a cluster JSON file")
       ->required();
+  app.add_option("--job", o->job, "a job JSON file (keys as these options); options given here override it");
   app.add_option("--model", o->model, "zoo model (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet) or JSON spec")
       ->capture_default_str();
   app.add_option("--dataset", o->dataset, "cifar10, cifar100, fashion-mnist, mnist, imagenet; or '' with --samples "
@@ -66,30 +71,39 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
 
 tandem_sim_job_params_t sim_job_params(SimJobCli& o) {
   tandem_sim_job_params_t p = TANDEM_SIM_JOB_PARAMS_INIT;
-  p.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_EPOCHS |
-                 TANDEM_SIM_JOB_STRATEGY | TANDEM_SIM_JOB_DP | TANDEM_SIM_JOB_PP | TANDEM_SIM_JOB_MICRO_BATCHES |
-                 TANDEM_SIM_JOB_SCHEDULE | TANDEM_SIM_JOB_ALGORITHM | TANDEM_SIM_JOB_BUCKET_MB | TANDEM_SIM_JOB_OVERLAP |
-                 TANDEM_SIM_JOB_OPTIMIZER | TANDEM_SIM_JOB_WIDTH_MULT | TANDEM_SIM_JOB_CHUNK_BYTES;
-  p.model = o.model.c_str();
-  p.dataset = o.dataset.c_str();
-  p.batch = o.batch;
-  p.epochs = o.epochs;
-  p.strategy = o.strategy.c_str();
-  p.dp = o.dp;
-  p.pp = o.pp;
-  p.micro_batches = o.micro_batches;
-  p.schedule = o.schedule.c_str();
-  p.algorithm = o.algo.c_str();
-  p.bucket_mb = o.bucket_mb;
-  p.overlap = o.no_overlap ? 0 : 1;
-  p.optimizer = o.optimizer.c_str();
-  p.width_mult = o.width_mult;
-  p.chunk_bytes = o.chunk_bytes;
-  if (o.samples > 0) {
-    p.field_mask |= TANDEM_SIM_JOB_SAMPLES;
-    p.samples = o.samples;
+  auto set = [&](const char* opt, uint64_t bit) {
+    if (!o.given(opt)) return false;
+    p.field_mask |= bit;
+    return true;
+  };
+  if (set("--job", TANDEM_SIM_JOB_JSON)) p.job_json = o.job.c_str();
+  if (set("--model", TANDEM_SIM_JOB_MODEL)) p.model = o.model.c_str();
+  if (set("--dataset", TANDEM_SIM_JOB_DATASET)) p.dataset = o.dataset.c_str();
+  if (set("--samples", TANDEM_SIM_JOB_SAMPLES)) p.samples = o.samples;
+  if (set("--classes", TANDEM_SIM_JOB_NUM_CLASSES)) p.num_classes = o.classes;
+  if (set("--batch", TANDEM_SIM_JOB_BATCH)) p.batch = o.batch;
+  if (set("--epochs", TANDEM_SIM_JOB_EPOCHS)) p.epochs = o.epochs;
+  if (o.app->get_option_no_throw("--strategy") != nullptr) {
+    if (set("--strategy", TANDEM_SIM_JOB_STRATEGY)) p.strategy = o.strategy.c_str();
+    if (set("--dp", TANDEM_SIM_JOB_DP)) p.dp = o.dp;
+    if (set("--pp", TANDEM_SIM_JOB_PP)) p.pp = o.pp;
+    if (set("--microbatches", TANDEM_SIM_JOB_MICRO_BATCHES)) p.micro_batches = o.micro_batches;
+    if (set("--schedule", TANDEM_SIM_JOB_SCHEDULE)) p.schedule = o.schedule.c_str();
+    if (set("--algo", TANDEM_SIM_JOB_ALGORITHM)) p.algorithm = o.algo.c_str();
   }
-  if (!o.input.empty()) {
+  if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;
+  if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
+  if (set("--optimizer", TANDEM_SIM_JOB_OPTIMIZER)) p.optimizer = o.optimizer.c_str();
+  if (set("--profile", TANDEM_SIM_JOB_PROFILE)) {
+    p.profile = o.profile.c_str();
+    p.profile_network = o.profile_network ? 1 : 0;
+  }
+  if (set("--epoch-time-s", TANDEM_SIM_JOB_EPOCH_TIME)) p.epoch_time_s = o.epoch_time_s;
+  if (set("--credit-mode", TANDEM_SIM_JOB_CREDIT_MODE)) p.credit_mode = o.credit_mode.c_str();
+  if (set("--initial-credits", TANDEM_SIM_JOB_INITIAL_CREDITS)) p.initial_credits = o.initial_credits;
+  if (set("--width-mult", TANDEM_SIM_JOB_WIDTH_MULT)) p.width_mult = o.width_mult;
+  if (set("--chunk-bytes", TANDEM_SIM_JOB_CHUNK_BYTES)) p.chunk_bytes = o.chunk_bytes;
+  if (o.given("--input")) {
     long long c = 0, h = 0, w = 0;
     char tail = 0;
     if (std::sscanf(o.input.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) != 3)
@@ -98,27 +112,6 @@ tandem_sim_job_params_t sim_job_params(SimJobCli& o) {
     p.input_channels = c;
     p.input_height = h;
     p.input_width = w;
-  }
-  if (o.classes > 0) {
-    p.field_mask |= TANDEM_SIM_JOB_NUM_CLASSES;
-    p.num_classes = o.classes;
-  }
-  if (!o.profile.empty()) {
-    p.field_mask |= TANDEM_SIM_JOB_PROFILE;
-    p.profile = o.profile.c_str();
-    p.profile_network = o.profile_network ? 1 : 0;
-  }
-  if (o.epoch_time_s > 0) {
-    p.field_mask |= TANDEM_SIM_JOB_EPOCH_TIME;
-    p.epoch_time_s = o.epoch_time_s;
-  }
-  if (!o.credit_mode.empty()) {
-    p.field_mask |= TANDEM_SIM_JOB_CREDIT_MODE;
-    p.credit_mode = o.credit_mode.c_str();
-  }
-  if (o.initial_credits >= 0) {
-    p.field_mask |= TANDEM_SIM_JOB_INITIAL_CREDITS;
-    p.initial_credits = o.initial_credits;
   }
   return p;
 }
@@ -298,13 +291,18 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       if (tandem_sim_cluster_resize(cluster.p, counts[i], &c.p) != TANDEM_OK) return fail("cannot resize the cluster");
       int32_t devices = 0;
       tandem_sim_cluster_info(c.p, nullptr, &devices);
+      // every device is a replica (ddp, and single beyond one node), a stage (pipeline), or hybrid keeps --pp
       tandem_sim_job_params_t q = p;
+      q.field_mask |= TANDEM_SIM_JOB_STRATEGY | TANDEM_SIM_JOB_DP | TANDEM_SIM_JOB_PP;
+      q.strategy = o->strategy.c_str();
+      q.dp = q.pp = 0;
       if (o->strategy == "ddp") {
         q.dp = devices;
       } else if (o->strategy == "pipeline") {
         q.pp = devices;
       } else if (o->strategy == "hybrid") {
         if (o->pp <= 0 || devices % o->pp != 0) continue;  // this size cannot host the pipeline
+        q.pp = o->pp;
         q.dp = devices / o->pp;
       } else if (counts[i] > 1) {
         q.strategy = "ddp";

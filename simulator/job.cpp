@@ -1,6 +1,10 @@
 #include "simulator/job.hpp"
 
+#include <fstream>
+#include <sstream>
+
 #include "engine/core/error.hpp"
+#include "simulator/units.hpp"
 
 namespace tandem::simulator {
 
@@ -54,6 +58,92 @@ JobSpec resolve_job(const JobSpec& in, int32_t endpoints) {
                  "job: dp {} x pp {} = {} ranks but the cluster has {} devices", j.dp, j.pp, j.dp * j.pp, endpoints);
   if (j.pp == 1 && j.strategy != Strategy::kPipeline && j.strategy != Strategy::kHybrid) j.micro_batches = 1;
   return j;
+}
+
+JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& where) {
+  json_check_keys(j, {"model", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
+                      "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
+                      "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes"},
+                  where);
+  auto text = [&](const char* k) -> std::optional<std::string> {
+    if (!j.contains(k)) return std::nullopt;
+    TANDEM_REQUIRE(j[k].is_string(), "{}.{}: expected a string, got {}", where, k, j[k].dump());
+    return j[k].get<std::string>();
+  };
+  auto integer = [&](const char* k, int64_t lo) -> std::optional<int64_t> {
+    if (!j.contains(k)) return std::nullopt;
+    TANDEM_REQUIRE(j[k].is_number_integer() && j[k].get<int64_t>() >= lo, "{}.{}: expected an integer >= {}, got {}",
+                   where, k, lo, j[k].dump());
+    return j[k].get<int64_t>();
+  };
+  auto flag = [&](const char* k) -> std::optional<bool> {
+    if (!j.contains(k)) return std::nullopt;
+    TANDEM_REQUIRE(j[k].is_boolean(), "{}.{}: expected true or false, got {}", where, k, j[k].dump());
+    return j[k].get<bool>();
+  };
+  // enum-like strings: parse errors get the field name in front
+  auto named = [&](const char* k, auto parse) {
+    try {
+      return parse(*text(k));
+    } catch (const Error& e) {
+      TANDEM_THROW(Status::kInvalidArgument, "{}.{}: {}", where, k, e.what());
+    }
+  };
+  if (auto v = text("model")) job.model = *v;
+  if (auto v = text("dataset")) job.dataset = *v;
+  if (auto v = integer("samples", 1)) job.samples = *v;
+  if (j.contains("input")) {
+    const auto& in = j["input"];
+    TANDEM_REQUIRE(in.is_array() && in.size() == 3, "{}.input: expected [C, H, W], got {}", where, in.dump());
+    for (const auto& d : in)
+      TANDEM_REQUIRE(d.is_number_integer() && d.get<int64_t>() >= 1, "{}.input: dimensions must be integers >= 1, "
+                     "got {}", where, in.dump());
+    job.input = engine::nn::SampleShape{in[0].get<int64_t>(), in[1].get<int64_t>(), in[2].get<int64_t>()};
+  }
+  if (auto v = integer("classes", 1)) job.classes = *v;
+  if (auto v = integer("batch", 1)) job.batch = *v;
+  if (auto v = json_number(j, "epochs", where)) job.epochs = *v;
+  if (j.contains("strategy")) job.strategy = named("strategy", [](const std::string& s) { return parse_strategy(s); });
+  if (auto v = integer("dp", 0)) job.dp = static_cast<int32_t>(*v);
+  if (auto v = integer("pp", 0)) job.pp = static_cast<int32_t>(*v);
+  if (auto v = integer("micro_batches", 1)) job.micro_batches = static_cast<int32_t>(*v);
+  if (j.contains("schedule"))
+    job.schedule = named("schedule", [](const std::string& s) { return engine::parallel::parse_schedule(s); });
+  if (j.contains("algorithm"))
+    job.algorithm = named("algorithm", [](const std::string& s) { return engine::comm::parse_algorithm(s); });
+  if (auto v = json_number(j, "bucket_mb", where)) job.bucket_mb = *v;
+  if (auto v = flag("overlap")) job.overlap = *v;
+  if (j.contains("optimizer")) job.optimizer = named("optimizer", [](const std::string& s) { return parse_optimizer(s); });
+  if (auto v = text("profile")) job.profile = *v;
+  if (auto v = flag("profile_network")) job.profile_network = *v;
+  if (auto v = json_number(j, "epoch_time_s", where)) job.epoch_time_s = *v;
+  if (j.contains("credit_mode"))
+    job.credit_mode = named("credit_mode", [](const std::string& s) { return parse_credit_mode(s); });
+  if (auto v = json_number(j, "initial_credits", where)) job.initial_credits = *v;
+  if (auto v = json_number(j, "width_mult", where)) job.width_mult = *v;
+  if (auto v = integer("chunk_bytes", 0)) job.chunk_bytes = static_cast<uint64_t>(*v);
+  return job;
+}
+
+JobSpec parse_job(const std::string& spec, JobSpec base) {
+  const size_t first = spec.find_first_not_of(" \t\r\n");
+  std::string text = spec, where = "job";
+  if (first == std::string::npos || spec[first] != '{') {
+    std::ifstream in(spec);
+    TANDEM_CHECK(in.good(), Status::kIo, "cannot read job file \"{}\"", spec);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    where = spec;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(Status::kInvalidArgument, "{}: {}", where == "job" ? "job JSON" : "job file \"" + where + "\"",
+                 e.what());
+  }
+  return job_from_json(j, std::move(base), where);
 }
 
 }  // namespace tandem::simulator

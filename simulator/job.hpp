@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/comm/plan.hpp"
 #include "engine/nn/layer_spec.hpp"
 #include "engine/parallel/parallel_config.hpp"
@@ -58,4 +60,15 @@ struct JobSpec {
 // field ("job.micro_batches: ...").
 JobSpec resolve_job(const JobSpec& job, int32_t endpoints);
 
+}  // namespace tandem::simulator
+
+namespace tandem::simulator {
+// A job as JSON (a file path or the text itself), keys as the CLI options: {"model": "mobilenetv2",
+// "dataset": "cifar10", "samples": 50000, "input": [3, 32, 32], "classes": 10, "batch": 256, "epochs": 10,
+// "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "1f1b", "algorithm": "ring",
+// "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
+// "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
+// "chunk_bytes": 0}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
+JobSpec parse_job(const std::string& text_or_path, JobSpec base = {});
 }  // namespace tandem::simulator

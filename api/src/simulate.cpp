@@ -24,10 +24,11 @@ std::string str(const char* s, const char* field) {
 sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   sim::JobSpec j;
   if (p == nullptr) return j;
-  constexpr uint64_t known = (UINT64_C(1) << 24) - 1;
+  constexpr uint64_t known = (UINT64_C(1) << 25) - 1;
   TANDEM_CHECK((p->field_mask & ~known) == 0, tandem::Status::kUnsupported,
                "tandem_sim_job_params_t: unknown field_mask bits 0x{:x}", p->field_mask & ~known);
   const uint64_t m = p->field_mask;
+  if (m & TANDEM_SIM_JOB_JSON) j = sim::parse_job(str(p->job_json, "job_json"));
   if (m & TANDEM_SIM_JOB_MODEL) j.model = str(p->model, "model");
   if (m & TANDEM_SIM_JOB_DATASET) j.dataset = str(p->dataset, "dataset");
   if (m & TANDEM_SIM_JOB_SAMPLES) {

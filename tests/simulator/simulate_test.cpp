@@ -10,6 +10,7 @@
 #include "simulator/compute/credits.hpp"
 #include "simulator/search.hpp"
 #include "simulator/simulate.hpp"
+#include "tests/simulator/printers.hpp"
 
 using namespace tandem::simulator;
 namespace tt = boost::test_tools;
@@ -287,6 +288,42 @@ BOOST_AUTO_TEST_CASE(throttled_nodes_average_their_baseline_share) {
   BOOST_TEST(r.phases[1].step_s < work / 0.1 + wait);
   BOOST_TEST(*r.nodes[0].throttle_start_s == 1 / (full.cpu_busy_s / r.phases[0].step_s / 60 - 6.0 / 3600),
              tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(job_files)
+
+BOOST_AUTO_TEST_CASE(a_json_job_sets_the_fields_it_names) {
+  JobSpec j = parse_job(R"({"model": "lenet5", "dataset": "fashion-mnist", "batch": 32, "epochs": 2.5,
+                            "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "gpipe",
+                            "algorithm": "ring", "overlap": false, "optimizer": "adam", "input": [1, 28, 28],
+                            "credit_mode": "unlimited", "initial_credits": 10})");
+  BOOST_TEST(j.model == "lenet5");
+  BOOST_TEST(j.batch == 32);
+  BOOST_TEST(j.epochs == 2.5);
+  BOOST_TEST(j.strategy == Strategy::kHybrid);
+  BOOST_TEST(j.micro_batches == 4);
+  BOOST_TEST(j.schedule == tandem::engine::parallel::ScheduleKind::kGPipe);
+  BOOST_TEST(!j.overlap);
+  BOOST_TEST(j.optimizer == OptimizerKind::kAdam);
+  BOOST_TEST(j.input->c == 1);
+  BOOST_TEST(*j.initial_credits == 10.0);
+  BOOST_TEST(j.bucket_mb == 25.0);  // untouched
+  SimResult r = simulate(parse_cluster("t3.micro:4"), j);
+  BOOST_TEST(r.dp * r.pp == 4);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_jobs_name_the_field_and_the_reason) {
+  expect_error([] { parse_job(R"({"batch": "large"})"); }, "job.batch: expected an integer >= 1");
+  expect_error([] { parse_job(R"({"batch": 0})"); }, "job.batch");
+  expect_error([] { parse_job(R"({"strategy": "zero"})"); }, "job.strategy: unknown strategy \"zero\"");
+  expect_error([] { parse_job(R"({"schedule": "interleaved"})"); }, "job.schedule");
+  expect_error([] { parse_job(R"({"input": [3, 32]})"); }, "job.input");
+  expect_error([] { parse_job(R"({"microbatches": 4})"); }, "unknown field \"microbatches\"");
+  expect_error([] { parse_job(R"({"overlap": 1})"); }, "job.overlap: expected true or false");
+  expect_error([] { parse_job(R"({"batch": 64,)"); }, "job JSON");
+  expect_error([] { parse_job("/nonexistent/job.json"); }, "/nonexistent/job.json");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

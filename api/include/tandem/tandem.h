@@ -769,6 +769,7 @@ TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM
 #define TANDEM_SIM_JOB_CHUNK_BYTES     (UINT64_C(1) << 21)
 #define TANDEM_SIM_JOB_TRACE           (UINT64_C(1) << 22)
 #define TANDEM_SIM_JOB_BASELINE        (UINT64_C(1) << 23)
+#define TANDEM_SIM_JOB_JSON            (UINT64_C(1) << 24) /* job_json: applied first, other flagged fields override */
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
   const char* model;        /* zoo name, JSON model file or JSON text; default "mobilenetv2" */
@@ -799,6 +800,9 @@ typedef struct tandem_sim_job_params {
   uint64_t chunk_bytes;     /* collective pipelining chunk; 0: the runtime's default */
   int32_t trace;            /* record the first step for tandem_sim_result_write_trace */
   int32_t baseline;         /* also simulate one device for speedup and efficiency; default 1 */
+  const char* job_json;     /* a job as JSON text or a JSON file path; keys as the fields above and the CLI
+                               options ({"model": ..., "batch": 256, "strategy": "hybrid", "dp": 2, ...});
+                               errors name the key */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 

@@ -28,7 +28,7 @@ class _JobParams(ctypes.Structure):
                 ("micro_batches", _i32), ("schedule", _str), ("algorithm", _str), ("bucket_mb", _f64),
                 ("overlap", _i32), ("optimizer", _str), ("profile", _str), ("profile_network", _i32),
                 ("epoch_time_s", _f64), ("credit_mode", _str), ("initial_credits", _f64), ("width_mult", _f64),
-                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32)]
+                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32), ("job_json", _str)]
 
 
 class _Summary(ctypes.Structure):
@@ -50,6 +50,7 @@ _JOB_FIELDS = {
     "epoch_time_s": (17, "epoch_time_s", float), "credit_mode": (18, "credit_mode", str),
     "initial_credits": (19, "initial_credits", float), "width_mult": (20, "width_mult", float),
     "chunk_bytes": (21, "chunk_bytes", int), "trace": (22, "trace", int), "baseline": (23, "baseline", int),
+    "job": (24, "job_json", str),  # a JSON job (text, file path, or a dict); other keywords override it
 }
 
 _declared = False
@@ -176,6 +177,10 @@ def _job(kw):
             p.input_channels, p.input_height, p.input_width = (int(x) for x in v)
         elif k == "profile_network":
             p.profile_network = int(bool(v))
+        elif k == "job" and isinstance(v, dict):
+            b = _json.dumps(v).encode()
+            keep.append(b)
+            p.job_json = b
         elif conv is str:
             b = str(v).encode()
             keep.append(b)
@@ -203,7 +208,7 @@ def simulate(cluster, **job):
 
 def plan(cluster, top=5, **job):
     """Searches DP x PP x micro-batches x schedule x all-reduce algorithm; returns the `top` fastest fitting
-    configurations as a list of dicts (and the whole search as .search on the first)."""
+    configurations as a list of dicts, fastest first."""
     c = _cluster(cluster)
     p, keep = _job(job)
     h = _ptr()
