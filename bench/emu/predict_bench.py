@@ -18,7 +18,8 @@ caveat printed below), then per model:
   3. a table: configuration, measured step, predicted step, error; exposed communication and bubble measured and
      predicted; whether the simulator orders the configurations as the measurements do.
 Then (unless --no-memory) the memory target: mobilenetv2 at a batch whose single-host need exceeds the 1 GiB limit
-fails on one host with Tandem's own out-of-memory error (exit 1, not the kernel's kill, exit 137), runs when
+fails on one host with Tandem's own out-of-memory error (exit 1; with TANDEM_MEMORY_GUARD=0 the kernel kills the
+same job, exit 137), runs when
 pipelined over the 4 hosts (1F1B, 8 micro-batches), and the simulator's memory check predicts both outcomes.
 The cluster is always torn down. Needs root. Takes several minutes; the machine is shared -- run it once.
 """
@@ -136,6 +137,13 @@ def memory_target(tandem, name, addr0, hosts, cluster, out):
     res["single_exit"] = one.returncode
     res["single_message"] = (one.stdout.strip().splitlines() or [""])[-1][:600]
     res["single_s"] = time.monotonic() - t0
+    # The same job with the guard off: what the kernel does with it (the guard's verdict, checked).
+    t0 = time.monotonic()
+    off = subprocess.run([predict_lib.TOOL, "exec", "--name", name, "0", "--", "env", "TANDEM_MEMORY_GUARD=0", tandem,
+                          "train", "--batch", str(batch)] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600)
+    res["unguarded_exit"] = off.returncode if off.returncode >= 0 else 128 - off.returncode
+    res["unguarded_s"] = time.monotonic() - t0
     t0 = time.monotonic()
     rc, per_rank, text = predict_lib.run_launch(
         tandem, name, addr0, hosts, [tandem, "train", "--strategy", "pipeline", "--batch", str(batch),
@@ -157,6 +165,8 @@ def memory_target(tandem, name, addr0, hosts, cluster, out):
     kind = {0: "ran", 1: "Tandem's error", 137: "KILLED by the kernel (137)"}
     print(f"  one host:                exit {res['single_exit']} ({kind.get(res['single_exit'], 'failed')}) in "
           f"{res['single_s']:.1f} s: {res['single_message']}")
+    print(f"  one host, guard off:     exit {res['unguarded_exit']} ({kind.get(res['unguarded_exit'], 'failed')}) in "
+          f"{res['unguarded_s']:.1f} s")
     print(f"  pipeline 1x{hosts} 1F1B M={micro}: exit {rc} ({kind.get(rc, 'failed')}) in {res['pipeline_s']:.1f} s")
     if "sim_error" in res:
         print(f"  simulator: not run: {res['sim_error']}")
