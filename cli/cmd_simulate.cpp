@@ -23,7 +23,8 @@ namespace tandem::cli {
 struct SimJobCli {
   CLI::App* app = nullptr;
   std::string cluster, job, model = "mobilenetv2", dataset = "cifar10", input, strategy = "single", schedule = "1f1b",
-              algo = "auto", optimizer = "momentum", profile, credit_mode;
+              algo = "auto", optimizer = "momentum", profile, credit_mode, partition = "flops", cut;
+  std::vector<int32_t> cut_layers;
   int64_t samples = 0, classes = 0, batch = 64;
   double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
   int32_t dp = 0, pp = 0, micro_batches = 1;
@@ -54,7 +55,10 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
     app.add_option("--microbatches", o->micro_batches, "micro-batches per step")->capture_default_str();
     app.add_option("--schedule", o->schedule, "pipeline schedule: 1f1b, gpipe")->capture_default_str();
     app.add_option("--algo", o->algo, "all-reduce algorithm: auto, ring, hd, tree, hier")->capture_default_str();
+    app.add_option("--cut", o->cut, "explicit pipeline cut: pp + 1 layer indices, e.g. 0,78,151");
   }
+  app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
+                 "profile's or roofline's layer times)")->capture_default_str();
   app.add_option("--bucket-mb", o->bucket_mb, "gradient bucket size (MiB)")->capture_default_str();
   app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
   app.add_option("--optimizer", o->optimizer, "sgd, momentum, adam")->capture_default_str();
@@ -103,6 +107,21 @@ tandem_sim_job_params_t sim_job_params(SimJobCli& o) {
   if (set("--initial-credits", TANDEM_SIM_JOB_INITIAL_CREDITS)) p.initial_credits = o.initial_credits;
   if (set("--width-mult", TANDEM_SIM_JOB_WIDTH_MULT)) p.width_mult = o.width_mult;
   if (set("--chunk-bytes", TANDEM_SIM_JOB_CHUNK_BYTES)) p.chunk_bytes = o.chunk_bytes;
+  if (set("--partition", TANDEM_SIM_JOB_PARTITION)) p.partition = o.partition.c_str();
+  if (o.app->get_option_no_throw("--cut") != nullptr && set("--cut", TANDEM_SIM_JOB_BOUNDARIES)) {
+    o.cut_layers.clear();
+    std::stringstream ss(o.cut);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 0)
+        throw CLI::ValidationError("--cut", "expected layer indices like 0,78,151, got \"" + o.cut + "\"");
+      o.cut_layers.push_back(static_cast<int32_t>(v));
+    }
+    p.boundaries = o.cut_layers.data();
+    p.num_boundaries = o.cut_layers.size();
+  }
   if (o.given("--input")) {
     long long c = 0, h = 0, w = 0;
     char tail = 0;

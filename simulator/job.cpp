@@ -63,7 +63,8 @@ JobSpec resolve_job(const JobSpec& in, int32_t endpoints) {
 JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& where) {
   json_check_keys(j, {"model", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
-                      "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes"},
+                      "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
+                      "partition", "boundaries"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -122,6 +123,19 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = json_number(j, "initial_credits", where)) job.initial_credits = *v;
   if (auto v = json_number(j, "width_mult", where)) job.width_mult = *v;
   if (auto v = integer("chunk_bytes", 0)) job.chunk_bytes = static_cast<uint64_t>(*v);
+  if (j.contains("partition"))
+    job.partition = named("partition", [](const std::string& s) { return engine::parallel::parse_partition_cost(s); });
+  if (j.contains("boundaries")) {
+    const auto& b = j["boundaries"];
+    TANDEM_REQUIRE(b.is_array() && b.size() >= 2, "{}.boundaries: expected [0, ..., layers] (pp + 1 layer indices), "
+                   "got {}", where, b.dump());
+    job.boundaries.clear();
+    for (const auto& x : b) {
+      TANDEM_REQUIRE(x.is_number_integer() && x.get<int64_t>() >= 0, "{}.boundaries: layer indices must be integers "
+                     ">= 0, got {}", where, b.dump());
+      job.boundaries.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+  }
   return job;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,11 @@ struct JobSpec {
   std::optional<CreditMode> credit_mode;      // override for every burstable node
   std::optional<double> initial_credits;      // override for every burstable node
   bool symmetric = true;              // allow symmetric execution of provably identical ranks
+  // Where pipeline stages are cut, as the trainer does: by the layer specs' FLOPs (its default), or by
+  // the compute model's per-layer times (kMeasured: the profile's measurements, else the roofline),
+  // or at explicit boundaries (pp + 1 layer indices, 0 first, the layer count last).
+  engine::parallel::PartitionCost partition = engine::parallel::PartitionCost::kFlops;
+  std::vector<int32_t> boundaries;
 };
 
 // Fills derived fields (dp, pp) for `endpoints` ranks available and checks the job; errors name the
@@ -68,7 +74,7 @@ namespace tandem::simulator {
 // "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "1f1b", "algorithm": "ring",
 // "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
-// "chunk_bytes": 0}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151]}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
 JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
 JobSpec parse_job(const std::string& text_or_path, JobSpec base = {});
 }  // namespace tandem::simulator

@@ -40,6 +40,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
       if (world % pp) continue;
       const int32_t dp = world / pp;
       JobSpec j = base;
+      j.boundaries.clear();  // the cut follows each candidate's pp
       j.dp = dp;
       j.pp = pp;
       j.strategy = pp == 1 ? (dp == 1 ? Strategy::kSingle : Strategy::kDdp) : (dp == 1 ? Strategy::kPipeline : Strategy::kHybrid);

@@ -126,10 +126,25 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
   const int32_t world = job.dp * job.pp;
   for (int32_t r = 0; r < world; ++r) p.node_of_rank.push_back(p.cluster.node_of_endpoint(r));
   const auto mbs = engine::parallel::micro_batch_sizes(job.batch, job.micro_batches);
-  {
+  if (!job.boundaries.empty()) {
+    const auto& b = job.boundaries;
+    TANDEM_REQUIRE(static_cast<int32_t>(b.size()) == job.pp + 1, "job.boundaries: {} entries for {} stages (need pp + "
+                   "1)", b.size(), job.pp);
+    TANDEM_REQUIRE(b.front() == 0 && b.back() == L, "job.boundaries: must run from 0 to the model's {} layers, got {} "
+                   "... {}", L, b.front(), b.back());
+    for (size_t i = 1; i < b.size(); ++i)
+      TANDEM_REQUIRE(b[i] > b[i - 1], "job.boundaries: stage {} is empty ({} -> {})", i - 1, b[i - 1], b[i]);
+    p.bounds = b;
+  } else {
+    // the trainer's rule: FLOPs of the layer specs by default, measured times with kMeasured
     const ComputeModel& m0 = p.models[0];
     std::vector<double> cost(L);
-    for (int32_t i = 0; i < L; ++i) cost[i] = m0.forward_s(i, i + 1, mbs[0]) + m0.backward_s(i, i + 1, mbs[0]);
+    for (int32_t i = 0; i < L; ++i) {
+      const auto& l = p.work.spec.layers[static_cast<size_t>(i)];
+      cost[i] = job.partition == engine::parallel::PartitionCost::kFlops
+                    ? l.fwd_flops + l.bwd_flops()
+                    : m0.forward_s(i, i + 1, mbs[0]) + m0.backward_s(i, i + 1, mbs[0]);
+    }
     p.bounds = engine::parallel::partition_layers(cost, job.pp);
   }
   engine::parallel::ScheduleRequest sr;
@@ -422,6 +437,7 @@ SimResult Simulation::baseline(const ClusterSpec& cluster, const JobSpec& job) {
   single.strategy = Strategy::kSingle;
   single.dp = single.pp = 0;
   single.micro_batches = 1;
+  single.boundaries.clear();
   SimOptions o;
   o.baseline = false;
   return run(one, single, o);

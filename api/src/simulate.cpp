@@ -24,7 +24,7 @@ std::string str(const char* s, const char* field) {
 sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   sim::JobSpec j;
   if (p == nullptr) return j;
-  constexpr uint64_t known = (UINT64_C(1) << 25) - 1;
+  constexpr uint64_t known = (UINT64_C(1) << 27) - 1;
   TANDEM_CHECK((p->field_mask & ~known) == 0, tandem::Status::kUnsupported,
                "tandem_sim_job_params_t: unknown field_mask bits 0x{:x}", p->field_mask & ~known);
   const uint64_t m = p->field_mask;
@@ -68,6 +68,13 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   }
   if (m & TANDEM_SIM_JOB_WIDTH_MULT) j.width_mult = p->width_mult;
   if (m & TANDEM_SIM_JOB_CHUNK_BYTES) j.chunk_bytes = p->chunk_bytes;
+  if (m & TANDEM_SIM_JOB_PARTITION)
+    j.partition = tandem::engine::parallel::parse_partition_cost(str(p->partition, "partition"));
+  if (m & TANDEM_SIM_JOB_BOUNDARIES) {
+    TANDEM_REQUIRE(p->boundaries != nullptr && p->num_boundaries >= 2 && p->num_boundaries <= 65536,
+                   "job.boundaries: need a non-null array of pp + 1 (>= 2) layer indices, got {}", p->num_boundaries);
+    j.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
+  }
   return j;
 }
 

@@ -327,3 +327,36 @@ BOOST_AUTO_TEST_CASE(malformed_jobs_name_the_field_and_the_reason) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(pipeline_cuts)
+
+// The trainer cuts by the layer specs' FLOPs unless told otherwise; the simulator makes the same cut,
+// or the measured one, or an explicit one.
+BOOST_AUTO_TEST_CASE(stages_are_cut_as_the_trainer_cuts_them) {
+  JobSpec j;
+  j.model = "mobilenetv2";
+  j.strategy = Strategy::kPipeline;
+  j.micro_batches = 4;
+  j.epochs = 0.01;
+  const ClusterSpec c = parse_cluster("c5.large:2");
+  SimResult flops = simulate(c, j);
+  auto spec = tandem::engine::nn::zoo_model("mobilenetv2", {3, 32, 32}, 10);
+  std::vector<double> cost;
+  for (const auto& l : spec.layers) cost.push_back(l.fwd_flops + l.bwd_flops());
+  BOOST_TEST(flops.stage_boundaries == tandem::engine::parallel::partition_layers(cost, 2),
+             boost::test_tools::per_element());
+  j.partition = tandem::engine::parallel::PartitionCost::kMeasured;
+  SimResult measured = simulate(c, j);
+  BOOST_TEST(measured.stage_boundaries != flops.stage_boundaries);  // memory-bound layers weigh more in time
+  j.boundaries = {0, 40, static_cast<int32_t>(spec.layers.size())};
+  SimResult fixed = simulate(c, j);
+  BOOST_TEST(fixed.stage_boundaries == j.boundaries, boost::test_tools::per_element());
+  j.boundaries = {0, 40};
+  expect_error([&] { simulate(c, j); }, "job.boundaries: 2 entries for 2 stages");
+  j.boundaries = {0, 40, 40};
+  expect_error([&] { simulate(c, j); }, "job.boundaries");
+  expect_error([] { parse_job(R"({"partition": "random"})"); }, "job.partition");
+  BOOST_TEST(parse_job(R"({"boundaries": [0, 3, 12]})").boundaries.size() == 3u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

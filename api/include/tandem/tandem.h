@@ -770,6 +770,8 @@ TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM
 #define TANDEM_SIM_JOB_TRACE           (UINT64_C(1) << 22)
 #define TANDEM_SIM_JOB_BASELINE        (UINT64_C(1) << 23)
 #define TANDEM_SIM_JOB_JSON            (UINT64_C(1) << 24) /* job_json: applied first, other flagged fields override */
+#define TANDEM_SIM_JOB_PARTITION       (UINT64_C(1) << 25)
+#define TANDEM_SIM_JOB_BOUNDARIES      (UINT64_C(1) << 26) /* covers boundaries, num_boundaries */
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
   const char* model;        /* zoo name, JSON model file or JSON text; default "mobilenetv2" */
@@ -803,6 +805,10 @@ typedef struct tandem_sim_job_params {
   const char* job_json;     /* a job as JSON text or a JSON file path; keys as the fields above and the CLI
                                options ({"model": ..., "batch": 256, "strategy": "hybrid", "dp": 2, ...});
                                errors name the key */
+  const char* partition;    /* pipeline cut as the trainer makes it: "flops" (default, the layer specs) or
+                               "measured" (the profile's per-layer times, else the roofline's) */
+  const int32_t* boundaries;  /* explicit cut: num_boundaries = pp + 1 layer indices, 0 first, layers last */
+  size_t num_boundaries;
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 

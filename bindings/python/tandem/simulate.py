@@ -28,7 +28,8 @@ class _JobParams(ctypes.Structure):
                 ("micro_batches", _i32), ("schedule", _str), ("algorithm", _str), ("bucket_mb", _f64),
                 ("overlap", _i32), ("optimizer", _str), ("profile", _str), ("profile_network", _i32),
                 ("epoch_time_s", _f64), ("credit_mode", _str), ("initial_credits", _f64), ("width_mult", _f64),
-                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32), ("job_json", _str)]
+                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32), ("job_json", _str),
+                ("partition", _str), ("boundaries", P(_i32)), ("num_boundaries", _size)]
 
 
 class _Summary(ctypes.Structure):
@@ -51,6 +52,7 @@ _JOB_FIELDS = {
     "initial_credits": (19, "initial_credits", float), "width_mult": (20, "width_mult", float),
     "chunk_bytes": (21, "chunk_bytes", int), "trace": (22, "trace", int), "baseline": (23, "baseline", int),
     "job": (24, "job_json", str),  # a JSON job (text, file path, or a dict); other keywords override it
+    "partition": (25, "partition", str), "boundaries": (26, None, None),
 }
 
 _declared = False
@@ -177,6 +179,11 @@ def _job(kw):
             p.input_channels, p.input_height, p.input_width = (int(x) for x in v)
         elif k == "profile_network":
             p.profile_network = int(bool(v))
+        elif k == "boundaries":
+            arr = (_i32 * len(v))(*[int(x) for x in v])
+            keep.append(arr)
+            p.boundaries = ctypes.cast(arr, P(_i32))
+            p.num_boundaries = len(v)
         elif k == "job" and isinstance(v, dict):
             b = _json.dumps(v).encode()
             keep.append(b)
