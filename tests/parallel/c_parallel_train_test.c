@@ -16,25 +16,7 @@
 
 static int g_rank = -1;
 
-#define EXPECT(cond)                                                                                       \
-  do {                                                                                                     \
-    if (!(cond)) {                                                                                         \
-      fprintf(stderr, "rank %d: %s:%d: failed: %s (last error: %s)\n", g_rank, __FILE__, __LINE__, #cond,  \
-              tandem_last_error_message());                                                                \
-      exit(1);                                                                                             \
-    }                                                                                                      \
-  } while (0)
-#define EXPECT_OK(call) EXPECT((call) == TANDEM_OK)
-#define EXPECT_FAIL(call, status, needle)                                                                  \
-  do {                                                                                                     \
-    tandem_status_t s_ = (call);                                                                           \
-    if (s_ != (status) || strstr(tandem_last_error_message(), (needle)) == NULL) {                         \
-      fprintf(stderr, "rank %d: %s:%d: %s returned %s (\"%s\"), expected %s mentioning \"%s\"\n", g_rank,   \
-              __FILE__, __LINE__, #call, tandem_status_string(s_), tandem_last_error_message(),            \
-              tandem_status_string(status), (needle));                                                     \
-      exit(1);                                                                                             \
-    }                                                                                                      \
-  } while (0)
+#include "../common/c_expect.h"
 
 enum { kBatch = 8, kBatches = 4 };
 
