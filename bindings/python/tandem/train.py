@@ -146,6 +146,27 @@ def _b(s):
     return None if s is None else str(s).encode()
 
 
+def _fill(p, keep, fields):
+    """Sets each (field_mask bit, struct field or tuple of fields, value, type) whose value is not None and marks its
+    bit; strings are encoded and kept alive in `keep` for as long as the call that reads `p`."""
+    for bit, field, value, conv in fields:
+        if value is None:
+            continue
+        p.field_mask |= 1 << bit
+        if isinstance(field, tuple):
+            values = [conv(v) for v in value]
+            if len(values) != len(field):
+                raise _invalid("%s needs %d values, got %r" % ("/".join(field), len(field), value))
+            for f, v in zip(field, values):
+                setattr(p, f, v)
+        elif conv is str:
+            keep.append(_b(value))
+            setattr(p, field, keep[-1])
+        else:
+            setattr(p, field, conv(value))
+    return p
+
+
 class _Handle:
     _destroy = None
 
@@ -178,31 +199,12 @@ class Model(_Handle):
     def __init__(self, name=None, *, spec_path=None, spec_json=None, input_shape=None, num_classes=None,
                  width_mult=None, backend="cpu", seed=0, init="kaiming"):
         super().__init__()
-        p = _ModelParams()
         keep = []
-        def s(v):
-            keep.append(_b(v))
-            return keep[-1]
-        if name is not None:
-            p.field_mask |= 1 << 0
-            p.name = s(name)
-        if spec_path is not None:
-            p.field_mask |= 1 << 1
-            p.spec_path = s(spec_path)
-        if spec_json is not None:
-            p.field_mask |= 1 << 2
-            p.spec_json = s(spec_json)
-        if input_shape is not None:
-            p.field_mask |= 1 << 3
-            p.input_channels, p.input_height, p.input_width = (int(v) for v in input_shape)
-        if num_classes is not None:
-            p.field_mask |= 1 << 4
-            p.num_classes = int(num_classes)
-        if width_mult is not None:
-            p.field_mask |= 1 << 5
-            p.width_mult = float(width_mult)
-        p.field_mask |= (1 << 6) | (1 << 7) | (1 << 8)
-        p.backend, p.seed, p.init = s(backend), int(seed), s(init)
+        p = _fill(_ModelParams(), keep, [
+            (0, "name", name, str), (1, "spec_path", spec_path, str), (2, "spec_json", spec_json, str),
+            (3, ("input_channels", "input_height", "input_width"), input_shape, int),
+            (4, "num_classes", num_classes, int), (5, "width_mult", width_mult, float),
+            (6, "backend", backend, str), (7, "seed", seed, int), (8, "init", init, str)])
         _check(_LIB.tandem_model_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
 
     def info(self):
@@ -252,29 +254,12 @@ class Dataset(_Handle):
     def __init__(self, kind="fashion-mnist", *, train=True, path=None, labels_path=None, limit=None, shape=None,
                  num_classes=None, count=None, seed=None):
         super().__init__()
-        keep = [_b(kind), _b(path), _b(labels_path)]
-        p = _DatasetParams(field_mask=(1 << 0) | (1 << 3), kind=keep[0], train=1 if train else 0)
-        if path is not None:
-            p.field_mask |= 1 << 1
-            p.path = keep[1]
-        if labels_path is not None:
-            p.field_mask |= 1 << 2
-            p.labels_path = keep[2]
-        if limit is not None:
-            p.field_mask |= 1 << 4
-            p.limit = int(limit)
-        if shape is not None:
-            p.field_mask |= 1 << 5
-            p.channels, p.height, p.width = (int(v) for v in shape)
-        if num_classes is not None:
-            p.field_mask |= 1 << 6
-            p.num_classes = int(num_classes)
-        if count is not None:
-            p.field_mask |= 1 << 7
-            p.count = int(count)
-        if seed is not None:
-            p.field_mask |= 1 << 8
-            p.seed = int(seed)
+        keep = []
+        p = _fill(_DatasetParams(), keep, [
+            (0, "kind", kind, str), (1, "path", path, str), (2, "labels_path", labels_path, str),
+            (3, "train", 1 if train else 0, int), (4, "limit", limit, int),
+            (5, ("channels", "height", "width"), shape, int), (6, "num_classes", num_classes, int),
+            (7, "count", count, int), (8, "seed", seed, int)])
         _check(_LIB.tandem_dataset_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
 
     def __len__(self):

@@ -1,0 +1,133 @@
+"""The Python training module (tandem.train: Model, Dataset, Optimizer, Trainer) through the C ABI, in one process.
+Run with Debian's /usr/bin/python3 (numpy): python3 -m unittest discover -s tests/python."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+import tandem  # noqa: E402
+import tandem.train as tt  # noqa: E402
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+class Models(unittest.TestCase):
+    def test_zoo_model_info_agrees_with_its_layers(self):
+        m = tt.Model("lenet5", seed=1)
+        info = m.info()
+        self.assertEqual(info["name"], "lenet5")
+        self.assertEqual(info["input_shape"], (1, 28, 28))
+        self.assertEqual(info["num_classes"], 10)
+        layers = m.layers()
+        self.assertEqual(len(layers), info["num_layers"])
+        self.assertEqual(sum(l["params"] for l in layers), info["params"])
+        self.assertEqual(sum(l["fwd_flops"] for l in layers), info["fwd_flops"])
+        self.assertEqual(layers[-1]["output"][0], 10)
+
+    def test_same_seed_same_weights(self):
+        a = tt.Model("lenet5", seed=3).get_params()
+        b = tt.Model("lenet5", seed=3).get_params()
+        c = tt.Model("lenet5", seed=4).get_params()
+        self.assertTrue(np.array_equal(a, b))
+        self.assertFalse(np.array_equal(a, c))
+        self.assertTrue(np.all(np.isfinite(a)))
+
+    def test_set_params_round_trip_and_wrong_size(self):
+        m = tt.Model("lenet5", seed=1)
+        v = np.linspace(-1, 1, m.info()["params"], dtype=np.float32)
+        m.set_params(v)
+        self.assertTrue(np.array_equal(m.get_params(), v))
+        with self.assertRaises(tandem.TandemError) as cm:
+            m.set_params(v[:-1])
+        self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+
+    def test_forward_gives_finite_logits_per_sample(self):
+        m = tt.Model("lenet5", seed=1)
+        x = np.random.default_rng(0).standard_normal((5, 1, 28, 28)).astype(np.float32)
+        y = m.forward(x)
+        self.assertEqual(y.shape, (5, 10))
+        self.assertTrue(np.all(np.isfinite(y)))
+        # The same input twice gives the same logits (inference mode: no state changes).
+        self.assertTrue(np.array_equal(y, m.forward(x)))
+
+    def test_spec_json_model_and_malformed_spec(self):
+        spec = {"name": "tiny", "input": [1, 8, 8], "layers": [{"type": "linear", "out_features": 3}]}
+        try:
+            m = tt.Model(spec_json=json.dumps(spec))
+        except tandem.TandemError as e:  # the spec language names its own fields; show what it said
+            self.fail("valid spec refused: %s" % e)
+        self.assertEqual(m.info()["num_classes"], 3)
+        self.assertEqual(m.info()["params"], 8 * 8 * 3 + 3)
+        bad = dict(spec, layers=[{"type": "linear", "out_features": "three"}])
+        with self.assertRaises(tandem.TandemError) as cm:
+            tt.Model(spec_json=json.dumps(bad))
+        self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+        self.assertIn("layers[0].out_features", cm.exception.message)
+
+    def test_unknown_zoo_model_is_refused(self):
+        with self.assertRaises(tandem.TandemError) as cm:
+            tt.Model("no-such-net")
+        self.assertIn("no-such-net", cm.exception.message)
+
+    def test_bad_input_shape_is_refused_before_the_call(self):
+        with self.assertRaises(tandem.TandemError):
+            tt.Model("lenet5", input_shape=(1, 28))
+
+
+class Training(unittest.TestCase):
+    def test_synthetic_dataset_shape_and_length(self):
+        d = tt.Dataset("synthetic", shape=(3, 8, 8), num_classes=4, count=100, seed=2)
+        self.assertEqual(len(d), 100)
+
+    def test_bad_optimizer_kind(self):
+        with self.assertRaises(tandem.TandemError):
+            tt.Optimizer("sgdd")
+
+    @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+    def test_lenet5_learns_and_checkpoints_restore_it(self):
+        train = tt.Dataset("fashion-mnist", train=True, limit=3072)
+        test = tt.Dataset("fashion-mnist", train=False, limit=1024)
+        seen = []
+        trainer = tt.Trainer(tt.Model("lenet5", seed=7), train, test, tt.Optimizer("sgd", lr=0.02, momentum=0.9),
+                             batch_size=64, epochs=2, seed=7, progress=seen.append)
+        first = trainer.epoch()
+        self.assertEqual(first["epoch"], 1)
+        self.assertEqual(first["train_samples"], 3072)
+        self.assertEqual(len(seen), 3072 // 64)
+        self.assertEqual(seen[-1]["batch"], seen[-1]["batches"])
+        self.assertEqual(trainer.completed_epochs, 1)
+        self.assertEqual(trainer.steps, 3072 // 64)
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = os.path.join(tmp, "e1.ckpt")
+            trainer.save_checkpoint(ckpt)
+            second = trainer.epoch()
+            self.assertLess(second["train_loss"], first["train_loss"])
+            self.assertGreater(second["test_accuracy"], 0.5)  # chance is 0.1
+
+            # A fresh trainer resumed from the epoch-1 checkpoint runs epoch 2 to the same result.
+            again = tt.Trainer(tt.Model("lenet5", seed=99), train, test, tt.Optimizer("sgd", lr=0.02, momentum=0.9),
+                               batch_size=64, epochs=2, seed=7)
+            again.load_checkpoint(ckpt)
+            self.assertEqual(again.completed_epochs, 1)
+            resumed = again.epoch()
+            self.assertEqual(resumed["train_loss"], second["train_loss"])
+            self.assertEqual(resumed["test_accuracy"], second["test_accuracy"])
+
+            # A truncated checkpoint is refused, naming the file.
+            with open(ckpt, "rb") as f:
+                blob = f.read()
+            bad = os.path.join(tmp, "bad.ckpt")
+            with open(bad, "wb") as f:
+                f.write(blob[:len(blob) // 2])
+            with self.assertRaises(tandem.TandemError) as cm:
+                again.load_checkpoint(bad)
+            self.assertIn("bad.ckpt", cm.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()
