@@ -95,6 +95,10 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       job.micro_batches = pc.micro_batches * pc.accumulation;
       job.schedule = pc.schedule;
       job.bucket_mb = pc.bucket_mb;
+      // The trainer's own cut, whichever way it was chosen (FLOPs, measured, explicit): predicted and
+      // measured runs are then the same job even where the simulator's compute model would balance
+      // the stages elsewhere.
+      if (g.pp > 1) job.boundaries = pt->boundaries();
       r.rank = g.rank;
       r.world = g.world;
       r.dp = g.dp;
