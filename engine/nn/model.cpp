@@ -57,9 +57,10 @@ Activation activation_of(LayerKind k) { return k == LayerKind::kReLU ? Activatio
 }  // namespace
 
 Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitScheme init_scheme)
-    : spec_(std::move(spec)), backend_(backend) {
+    : spec_(std::move(spec)), backend_(backend), seed_(seed), init_(init_scheme) {
   TANDEM_REQUIRE(!spec_.layers.empty(), "model '{}' has no layers", spec_.name);
   const size_t n = spec_.layers.size();
+  held_end_ = n;
   param_off_.assign(n + 1, 0);
   buffer_off_.assign(n + 1, 0);
   consumers_.assign(n, 0);
@@ -80,36 +81,98 @@ Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitSchem
     const LayerKind pk = spec_.layers[p].kind;
     inplace_relu_[i] = consumers_[p] == 1 && !is_relu(pk) && pk != LayerKind::kFlatten;
   }
-  params_ = backend_.zeros(tandem::Shape{param_off_[n]});
-  grads_ = backend_.zeros(tandem::Shape{param_off_[n]});
-  buffers_ = backend_.zeros(tandem::Shape{buffer_off_[n]});
-  init(seed, init_scheme);
+}
+
+Model::Storage& Model::storage() const {
+  if (st_.allocated) return st_;
+  Storage st;
+  st.params = backend_.zeros(tandem::Shape{param_off_[held_end_] - param_off_[held_begin_]});
+  st.grads = backend_.zeros(tandem::Shape{param_off_[held_end_] - param_off_[held_begin_]});
+  st.buffers = backend_.zeros(tandem::Shape{buffer_off_[held_end_] - buffer_off_[held_begin_]});
+  init_layers(st, held_begin_, held_begin_, held_end_);
+  st.allocated = true;
+  st_ = std::move(st);
+  return st_;
+}
+
+void Model::hold(size_t begin, size_t end) {
+  TANDEM_REQUIRE(begin < end && end <= num_layers(), "model '{}': cannot hold layers [{}, {}) of {}", spec_.name,
+                 begin, end, num_layers());
+  if (begin == held_begin_ && end == held_end_) return;
+  if (!st_.allocated) {  // nothing to keep: allocate the new range on first use
+    held_begin_ = begin;
+    held_end_ = end;
+    return;
+  }
+  Storage st;
+  st.params = backend_.zeros(tandem::Shape{param_off_[end] - param_off_[begin]});
+  st.grads = backend_.zeros(tandem::Shape{param_off_[end] - param_off_[begin]});
+  st.buffers = backend_.zeros(tandem::Shape{buffer_off_[end] - buffer_off_[begin]});
+  // Layers held before keep their (possibly trained or loaded) values; the rest start from their seeded values.
+  const size_t kb = std::max(begin, held_begin_), ke = std::min(end, held_end_);
+  if (kb < ke) {
+    Tensor p = st.params.slice(param_off_[kb] - param_off_[begin], tandem::Shape{param_off_[ke] - param_off_[kb]});
+    Tensor b = st.buffers.slice(buffer_off_[kb] - buffer_off_[begin], tandem::Shape{buffer_off_[ke] - buffer_off_[kb]});
+    if (p.numel() > 0) backend_.copy(range_params(kb, ke), p);
+    if (b.numel() > 0) backend_.copy(range_buffers(kb, ke), b);
+    init_layers(st, begin, begin, kb);
+    init_layers(st, begin, ke, end);
+  } else {
+    init_layers(st, begin, begin, end);
+  }
+  st.allocated = true;
+  held_begin_ = begin;
+  held_end_ = end;
+  st_ = std::move(st);  // releases the old storage
+}
+
+void Model::require_held(size_t begin, size_t end, const char* what) const {
+  TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': {} over layer range [{}, {}) out of bounds",
+                 spec_.name, what, begin, end);
+  TANDEM_REQUIRE(begin == end || (begin >= held_begin_ && end <= held_end_),
+                 "model '{}': {} over layers [{}, {}) but this model holds only layers [{}, {}) (a pipeline stage's)",
+                 spec_.name, what, begin, end, held_begin_, held_end_);
 }
 
 Tensor Model::layer_params(size_t layer) const { return range_params(layer, layer + 1); }
 Tensor Model::layer_grads(size_t layer) const { return range_grads(layer, layer + 1); }
 
 Tensor Model::range_params(size_t begin, size_t end) const {
-  TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
-                 begin, end);
-  return params_.slice(param_off_[begin], tandem::Shape{param_off_[end] - param_off_[begin]});
+  require_held(begin, end, "parameters");
+  if (begin == end) return storage().params.slice(0, tandem::Shape{0});
+  return storage().params.slice(local_param(begin), tandem::Shape{param_off_[end] - param_off_[begin]});
 }
 
 Tensor Model::range_grads(size_t begin, size_t end) const {
-  TANDEM_REQUIRE(begin <= end && end <= num_layers(), "model '{}': layer range [{}, {}) out of bounds", spec_.name,
-                 begin, end);
-  return grads_.slice(param_off_[begin], tandem::Shape{param_off_[end] - param_off_[begin]});
+  require_held(begin, end, "gradients");
+  if (begin == end) return storage().grads.slice(0, tandem::Shape{0});
+  return storage().grads.slice(local_param(begin), tandem::Shape{param_off_[end] - param_off_[begin]});
+}
+
+Tensor Model::range_buffers(size_t begin, size_t end) const {
+  require_held(begin, end, "buffers");
+  if (begin == end) return storage().buffers.slice(0, tandem::Shape{0});
+  return storage().buffers.slice(local_buffer(begin), tandem::Shape{buffer_off_[end] - buffer_off_[begin]});
 }
 
 void Model::zero_grads() {
-  if (grads_.numel() > 0) backend_.fill(grads_, 0.0f);
+  Tensor& g = grads();
+  if (g.numel() > 0) backend_.fill(g, 0.0f);
 }
 
 void Model::init(uint64_t seed, InitScheme scheme) {
-  for (size_t i = 0; i < num_layers(); ++i) {
+  seed_ = seed;
+  init_ = scheme;
+  if (!st_.allocated) return;  // storage() initialises from (seed_, init_) when it allocates
+  init_layers(st_, held_begin_, held_begin_, held_end_);
+  zero_grads();
+}
+
+void Model::init_layers(Storage& st, size_t base, size_t begin, size_t end) const {
+  for (size_t i = begin; i < end; ++i) {
     const LayerSpec& l = spec_.layers[i];
     if (l.params == 0) continue;
-    Rng rng(mix64(seed, i));
+    Rng rng(mix64(seed_, i));
     std::vector<float> host(static_cast<size_t>(l.params));
     if (l.kind == LayerKind::kBatchNorm2d) {
       std::fill(host.begin(), host.begin() + l.params / 2, 1.0f);  // gamma 1, beta 0
@@ -122,30 +185,29 @@ void Model::init(uint64_t seed, InitScheme scheme) {
       const int64_t wn = fan_in > 0 ? w[0] * w[1] * receptive : 0;
       for (int64_t k = 0; k < wn; ++k) {
         double v = 0;
-        switch (scheme) {
+        switch (init_) {
           case InitScheme::kKaiming: v = rng.normal() * std::sqrt(2.0 / fan_in); break;
           case InitScheme::kXavier: v = (2 * rng.uniform() - 1) * std::sqrt(6.0 / (fan_in + fan_out)); break;
           case InitScheme::kUniformFanIn: v = (2 * rng.uniform() - 1) / std::sqrt(fan_in); break;
         }
         host[static_cast<size_t>(k)] = static_cast<float>(v);
       }
-      if (scheme == InitScheme::kUniformFanIn) {
+      if (init_ == InitScheme::kUniformFanIn) {
         for (int64_t k = wn; k < l.params; ++k) host[k] = static_cast<float>((2 * rng.uniform() - 1) / std::sqrt(fan_in));
       }
     }
-    Tensor dst = layer_params(i);
+    Tensor dst = st.params.slice(param_off_[i] - param_off_[base], tandem::Shape{l.params});
     backend_.copy(Tensor::wrap(host.data(), tandem::Shape{l.params}, DType::kF32), dst);
   }
   // Running statistics: mean 0, variance 1.
-  for (size_t i = 0; i < num_layers(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const LayerSpec& l = spec_.layers[i];
     if (l.buffers == 0) continue;
     std::vector<float> host(static_cast<size_t>(l.buffers), 0.0f);
     std::fill(host.begin() + l.buffers / 2, host.end(), 1.0f);
-    Tensor dst = buffers_.slice(buffer_off_[i], tandem::Shape{l.buffers});
+    Tensor dst = st.buffers.slice(buffer_off_[i] - buffer_off_[base], tandem::Shape{l.buffers});
     backend_.copy(Tensor::wrap(host.data(), tandem::Shape{l.buffers}, DType::kF32), dst);
   }
-  zero_grads();
 }
 
 // ---- execution ------------------------------------------------------------------------------------
@@ -176,24 +238,24 @@ Tensor Model::input_of(const Activations& a, int32_t producer) const {
 Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in) {
   const LayerSpec& l = spec_.layers[i];
   const Tensor& x = in[0];
-  const int64_t po = param_off_[i];
+  const int64_t po = local_param(i);
   switch (l.kind) {
     case LayerKind::kConv2d: {
       const auto shapes = l.param_shapes();
-      const Tensor w = params_.slice(po, tandem::Shape(shapes[0]));
-      const Tensor b = l.bias ? params_.slice(po + tandem::Shape(shapes[0]).numel(), tandem::Shape{l.out_channels}) : Tensor();
+      const Tensor w = st_.params.slice(po, tandem::Shape(shapes[0]));
+      const Tensor b = l.bias ? st_.params.slice(po + tandem::Shape(shapes[0]).numel(), tandem::Shape{l.out_channels}) : Tensor();
       return backend_.conv_forward(as4d(backend_, x), w, b, conv_params(l));
     }
     case LayerKind::kLinear: {
       const int64_t in_features = l.in_shapes[0].numel();
-      const Tensor w = params_.slice(po, tandem::Shape{l.out_features, in_features});
-      const Tensor b = l.bias ? params_.slice(po + l.out_features * in_features, tandem::Shape{l.out_features}) : Tensor();
+      const Tensor w = st_.params.slice(po, tandem::Shape{l.out_features, in_features});
+      const Tensor b = l.bias ? st_.params.slice(po + l.out_features * in_features, tandem::Shape{l.out_features}) : Tensor();
       return backend_.linear_forward(x, w, b);
     }
     case LayerKind::kBatchNorm2d: {
       const int64_t c = l.in_shapes[0].c;
-      const Tensor gamma = params_.slice(po, tandem::Shape{c}), beta = params_.slice(po + c, tandem::Shape{c});
-      Tensor mean = buffers_.slice(buffer_off_[i], tandem::Shape{c}), var = buffers_.slice(buffer_off_[i] + c, tandem::Shape{c});
+      const Tensor gamma = st_.params.slice(po, tandem::Shape{c}), beta = st_.params.slice(po + c, tandem::Shape{c});
+      Tensor mean = st_.buffers.slice(local_buffer(i), tandem::Shape{c}), var = st_.buffers.slice(local_buffer(i) + c, tandem::Shape{c});
       if (!a.training) return backend_.batch_norm_forward_inference(x, gamma, beta, mean, var, l.eps);
       compute::BatchNormParams bp;
       bp.eps = l.eps;
@@ -229,6 +291,8 @@ std::vector<Tensor> Model::forward_range(size_t begin, size_t end, const std::ve
                                          Activations& a, bool training) {
   TANDEM_REQUIRE(begin < end && end <= num_layers(), "model '{}': forward over layers [{}, {}) of {}", spec_.name,
                  begin, end, num_layers());
+  require_held(begin, end, "forward");
+  storage();
   a.clear();
   a.begin = begin;
   a.end = end;
@@ -300,15 +364,15 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
   if (!dy.defined()) dy = backend_.zeros(a.out[i].shape());  // output unused downstream
   const Tensor x = input_of(a, l.inputs[0]);
   const bool want_dx = l.inputs[0] != kModelInput;
-  const int64_t po = param_off_[i];
+  const int64_t po = local_param(i);
   switch (l.kind) {
     case LayerKind::kConv2d: {
       const auto shapes = l.param_shapes();
       const tandem::Shape ws(shapes[0]);
-      const Tensor w = params_.slice(po, ws);
+      const Tensor w = st_.params.slice(po, ws);
       const Tensor x4 = as4d(backend_, x);
-      Tensor dw = grads_.slice(po, ws);
-      Tensor db = l.bias ? grads_.slice(po + ws.numel(), tandem::Shape{l.out_channels}) : Tensor();
+      Tensor dw = st_.grads.slice(po, ws);
+      Tensor db = l.bias ? st_.grads.slice(po + ws.numel(), tandem::Shape{l.out_channels}) : Tensor();
       backend_.conv_backward_weights(x4, dy, dw, db, conv_params(l), accumulate);
       if (want_dx) add_grad(a, l.inputs[0], backend_.conv_backward_data(dy, w, x4.shape(), conv_params(l)));
       break;
@@ -317,16 +381,16 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
       const int64_t in_features = l.in_shapes[0].numel();
       const tandem::Shape ws{l.out_features, in_features};
       dy = conform(backend_, dy, tandem::Shape{a.batch, l.out_features});
-      Tensor dw = grads_.slice(po, ws);
-      Tensor db = l.bias ? grads_.slice(po + ws.numel(), tandem::Shape{l.out_features}) : Tensor();
+      Tensor dw = st_.grads.slice(po, ws);
+      Tensor db = l.bias ? st_.grads.slice(po + ws.numel(), tandem::Shape{l.out_features}) : Tensor();
       backend_.linear_backward_weights(x, dy, dw, db, accumulate);
-      if (want_dx) add_grad(a, l.inputs[0], backend_.linear_backward_data(dy, params_.slice(po, ws), x.shape()));
+      if (want_dx) add_grad(a, l.inputs[0], backend_.linear_backward_data(dy, st_.params.slice(po, ws), x.shape()));
       break;
     }
     case LayerKind::kBatchNorm2d: {
       const int64_t c = l.in_shapes[0].c;
-      Tensor dgamma = grads_.slice(po, tandem::Shape{c}), dbeta = grads_.slice(po + c, tandem::Shape{c});
-      Tensor dx = backend_.batch_norm_backward(dy, x, params_.slice(po, tandem::Shape{c}), a.extra1[i], a.extra2[i], l.eps,
+      Tensor dgamma = st_.grads.slice(po, tandem::Shape{c}), dbeta = st_.grads.slice(po + c, tandem::Shape{c});
+      Tensor dx = backend_.batch_norm_backward(dy, x, st_.params.slice(po, tandem::Shape{c}), a.extra1[i], a.extra2[i], l.eps,
                                                dgamma, dbeta, accumulate);
       if (want_dx) add_grad(a, l.inputs[0], std::move(dx));
       break;
@@ -368,6 +432,8 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
 std::vector<Tensor> Model::backward_range(const std::vector<Tensor>& grads, Activations& a, bool accumulate) {
   TANDEM_REQUIRE(a.training && a.end > a.begin && !a.out.empty(),
                  "model '{}': backward needs the activations of a training forward pass", spec_.name);
+  require_held(a.begin, a.end, "backward");
+  storage();
   const size_t n = num_layers();
   const std::vector<int32_t> outputs =
       a.end == n ? std::vector<int32_t>{static_cast<int32_t>(n - 1)} : spec_.crossing(a.end);

@@ -129,6 +129,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   if (bounds_.empty()) bounds_ = partition_layers(measure_layer_costs(), grid_.pp);
   first_ = bounds_[static_cast<size_t>(grid_.stage)];
   end_ = bounds_[static_cast<size_t>(grid_.stage) + 1];
+  // The rank's model holds only its stage's layers: parameters, gradients and statistics of the other stages are
+  // never allocated here (their initial values come from the same seed on the rank that holds them).
+  model_.hold(static_cast<size_t>(first_), static_cast<size_t>(end_));
   // Memory guard (issue #6): this rank's stage, before its optimizer state and first step allocate.
   train::check_training_memory(
       model_,
@@ -184,7 +187,7 @@ void ParallelTrainer::agree_on_settings() {
       {"stage cut", static_cast<int64_t>(hash_bounds(bounds_) >> 1)},
       {"batch size", config_.batch_size},
       {"model layers", static_cast<int64_t>(model_.num_layers())},
-      {"model parameters", model_.params().numel()},
+      {"model parameters", model_.total_params()},
       {"training samples", train_.size()},
       {"test samples", test_ != nullptr ? test_->size() : -1},
       {"steps per epoch", batches_per_epoch()},
@@ -218,7 +221,8 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
   std::vector<double> cost(L, 0.0);
   if (grid_.rank == 0) {
     compute::Backend& be = model_.backend();
-    const std::vector<float> saved_buffers = host_floats(be, model_.buffers());  // forward updates BN statistics
+    // Timed on a whole model of its own (released afterwards): model_ will hold only this rank's stage.
+    nn::Model probe(model_.spec(), be, model_.seed(), model_.init_scheme());
     const int64_t n = std::max<int64_t>(1, config_.batch_size / pc_.micro_batches);
     const nn::SampleShape in = model_.spec().input;
     Tensor x = be.empty(in.h * in.w == 1 ? Shape{n, in.c} : Shape{n, in.c, in.h, in.w});
@@ -232,7 +236,7 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
         std::vector<Tensor> ins;
         for (int32_t id : model_.spec().crossing(i)) ins.push_back(val.at(id));
         const auto t0 = Clock::now();
-        std::vector<Tensor> outs = model_.forward_range(i, i + 1, ins, acts[i], true);
+        std::vector<Tensor> outs = probe.forward_range(i, i + 1, ins, acts[i], true);
         be.synchronize();
         t[i] += seconds_since(t0);
         const std::vector<int32_t> ids = i + 1 == L ? std::vector<int32_t>{last} : model_.spec().crossing(i + 1);
@@ -251,7 +255,7 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
           gs.push_back(it != grad.end() && it->second.defined() ? it->second : be.zeros(be.to_plain(val.at(id)).shape()));
         }
         const auto t0 = Clock::now();
-        std::vector<Tensor> back = model_.backward_range(gs, acts[i], false);
+        std::vector<Tensor> back = probe.backward_range(gs, acts[i], false);
         be.synchronize();
         t[i] += seconds_since(t0);
         const std::vector<int32_t> in_ids = model_.spec().crossing(i);
@@ -259,8 +263,9 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
       }
       if (rep == 1) cost = t;
     }
-    model_.zero_grads();
-    copy_floats(be, saved_buffers.data(), model_.buffers());
+  }
+  if (grid_.rank == 0 && model_.backend().device().is_cpu()) {
+    host_allocator().empty_cache();  // the probe's blocks: give them back rather than keep a whole model's worth
   }
   if (world_ != nullptr) world_->broadcast(cost.data(), cost.size(), DType::kF64, 0)->wait();
   return cost;
@@ -270,8 +275,7 @@ void ParallelTrainer::broadcast_replica_state() {
   if (!dp_comm_) return;
   compute::Backend& be = model_.backend();
   broadcast_tensor(*dp_comm_, be, model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
-  const int64_t b0 = model_.buffer_offset(static_cast<size_t>(first_)), b1 = model_.buffer_offset(static_cast<size_t>(end_));
-  broadcast_tensor(*dp_comm_, be, model_.buffers().slice(b0, Shape{b1 - b0}), 0);
+  broadcast_tensor(*dp_comm_, be, model_.range_buffers(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
 }
 
 const PipelinePlan& ParallelTrainer::plan_for(int micro_batches) const {
@@ -568,9 +572,8 @@ train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t
   // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
   // as PyTorch DDP's buffer broadcast does.
   if (dp_comm_) {
-    const int64_t b0 = model_.buffer_offset(static_cast<size_t>(first_));
-    const int64_t b1 = model_.buffer_offset(static_cast<size_t>(end_));
-    broadcast_tensor(*dp_comm_, model_.backend(), model_.buffers().slice(b0, Shape{b1 - b0}), 0);
+    broadcast_tensor(*dp_comm_, model_.backend(),
+                     model_.range_buffers(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
   }
   data::Dataset shard;
   if (grid_.dp > 1) shard = shard_of(d, grid_.dp_rank, grid_.dp);
@@ -609,6 +612,15 @@ train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t
 
 // ------------------------------------------------------------------------------ checkpoints
 
+train::TrainingIdentity ParallelTrainer::identity() const {
+  train::TrainingIdentity id;
+  id.spec = &model_.spec();
+  id.optimizer = optimizer_->config();
+  id.schedule = config_.schedule;
+  id.batch_size = config_.batch_size;
+  return id;
+}
+
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
@@ -617,8 +629,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (grid_.dp_rank == 0) {
     // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
     std::vector<float> mine = host_floats(be, model_.range_params(first, end));
-    const int64_t b0 = model_.buffer_offset(first), b1 = model_.buffer_offset(end);
-    const std::vector<float> buf = host_floats(be, model_.buffers().slice(b0, Shape{b1 - b0}));
+    const std::vector<float> buf = host_floats(be, model_.range_buffers(first, end));
     mine.insert(mine.end(), buf.begin(), buf.end());
     const std::vector<Tensor> state = optimizer_->state_tensors();
     for (const Tensor& st : state) {
@@ -628,7 +639,8 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
     if (grid_.stage != 0) {
       pipe_comm_->send(mine.data(), mine.size(), DType::kF32, 0, kTagCheckpoint)->wait();
     } else {
-      const int64_t P = model_.params().numel(), B = model_.buffers().numel();
+      // Stage 0 of replica 0 assembles the whole model from every stage's share.
+      const int64_t P = model_.total_params(), B = model_.total_buffers();
       std::vector<float> params(static_cast<size_t>(P)), buffers(static_cast<size_t>(B));
       std::vector<std::vector<float>> states(state.size(), std::vector<float>(static_cast<size_t>(P)));
       for (int s = 0; s < grid_.pp; ++s) {
@@ -649,31 +661,18 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         for (size_t k = 0; k < state.size(); ++k)
           std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np, states[k].begin() + p0);
       }
-      const optim::OptimizerConfig& oc = optimizer_->config();
-      const data::SamplerState ss = sampler_.state();
-      const Rng::State rs = rng_.state();
-      train::Checkpoint ck;
-      ck.meta = {
-          {"format", "tandem-checkpoint"},
-          {"model", nn::model_to_json(model_.spec())},
-          {"params", P},
-          {"optimizer",
-           {{"kind", std::string(optim::optimizer_name(oc.kind))}, {"lr", oc.lr}, {"momentum", oc.momentum},
-            {"dampening", oc.dampening}, {"nesterov", oc.nesterov}, {"weight_decay", oc.weight_decay},
-            {"beta1", oc.beta1}, {"beta2", oc.beta2}, {"eps", oc.eps}, {"steps", optimizer_->steps()}}},
-          {"schedule", config_.schedule},
-          {"completed_epochs", completed_epochs_},
-          {"sampler", {{"seed", ss.seed}, {"epoch", ss.epoch}, {"position", ss.position}, {"world", grid_.dp},
-                       {"rank", 0}}},
-          {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-          {"batch_size", config_.batch_size},
-          {"parallel",
-           {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp}, {"pp", grid_.pp},
-            {"micro_batches", pc_.micro_batches}, {"accumulation", pc_.accumulation}, {"boundaries", bounds_}}},
-      };
-      ck.add("model.params", std::move(params));
-      ck.add("model.buffers", std::move(buffers));
-      for (size_t k = 0; k < states.size(); ++k) ck.add(fmt::format("optimizer.state.{}", k), std::move(states[k]));
+      train::TrainingProgress p;
+      p.optimizer_steps = optimizer_->steps();
+      p.completed_epochs = completed_epochs_;
+      p.sampler = sampler_.state();
+      p.sampler_world = grid_.dp;
+      p.sampler_rank = 0;
+      p.rng = rng_.state();
+      train::Checkpoint ck =
+          train::make_training_checkpoint(identity(), p, std::move(params), std::move(buffers), std::move(states));
+      ck.meta["parallel"] = {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp},
+                             {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
+                             {"accumulation", pc_.accumulation}, {"boundaries", bounds_}};
       try {
         train::save_checkpoint(path, ck);
       } catch (const Error& e) {
@@ -694,46 +693,18 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
   std::string error;
   int64_t steps = 0;
   try {
-    const train::Checkpoint ck = train::load_checkpoint(path);
-    const auto& m = ck.meta;
-    try {
-      TANDEM_CHECK(m.value("format", "") == "tandem-checkpoint", Status::kIo, "metadata is not a trainer checkpoint's");
-      TANDEM_REQUIRE(m.at("model") == nn::model_to_json(model_.spec()),
-                     "it was written for model '{}' ({} parameters), this run trains '{}' ({})",
-                     m.at("model").value("name", "?"), m.at("params").get<int64_t>(), model_.spec().name,
-                     model_.params().numel());
-      const auto& o = m.at("optimizer");
-      const std::string kind = o.at("kind").get<std::string>();
-      TANDEM_REQUIRE(kind == optim::optimizer_name(optimizer_->config().kind),
-                     "it holds {} optimizer state, this run uses {}", kind,
-                     optim::optimizer_name(optimizer_->config().kind));
-      const auto& s = m.at("sampler");
-      TANDEM_REQUIRE(s.at("world").get<int>() == grid_.dp,
-                     "it was written with {} data-parallel replica(s), this run has dp={} (the data sharding "
-                     "differs; pp may change, dp may not)",
-                     s.at("world").get<int>(), grid_.dp);
-      const auto& params = ck.tensor("model.params");
-      const auto& buffers = ck.tensor("model.buffers");
-      TANDEM_REQUIRE(static_cast<int64_t>(params.size()) == model_.params().numel() &&
-                         static_cast<int64_t>(buffers.size()) == model_.buffers().numel(),
-                     "its tensors have {} parameters and {} buffers, the model {} and {}", params.size(),
-                     buffers.size(), model_.params().numel(), model_.buffers().numel());
-      // This stage's slice of each optimizer state tensor (stored for the whole model).
-      const int64_t p0 = model_.param_offset(static_cast<size_t>(first_));
-      const int64_t p1 = model_.param_offset(static_cast<size_t>(end_));
+    // Every rank reads the whole file and takes its stage's slices.
+    const train::TrainingCheckpoint ck = train::load_training_checkpoint(path, identity(), grid_.dp, -1);
+    train::in_checkpoint(path, [&] {
+      const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+      const int64_t p0 = model_.param_offset(first), p1 = model_.param_offset(end);
+      const int64_t q0 = model_.buffer_offset(first);
       std::vector<Tensor> state;
-      for (size_t i = 0; ck.has(fmt::format("optimizer.state.{}", i)); ++i) {
-        const auto& v = ck.tensor(fmt::format("optimizer.state.{}", i));
-        TANDEM_REQUIRE(static_cast<int64_t>(v.size()) == model_.params().numel(),
-                       "optimizer.state.{} has {} values, the model {} parameters", i, v.size(),
-                       model_.params().numel());
-        state.push_back(Tensor::wrap(const_cast<float*>(v.data()) + p0, Shape{p1 - p0}, DType::kF32));
-      }
-      steps = o.at("steps").get<int64_t>();
-      const data::SamplerState st{s.at("seed").get<uint64_t>(), s.at("epoch").get<int64_t>(),
-                                  s.at("position").get<int64_t>()};
+      for (const std::vector<float>* v : ck.optimizer_state)
+        state.push_back(Tensor::wrap(const_cast<float*>(v->data()) + p0, Shape{p1 - p0}, DType::kF32));
+      steps = ck.progress.optimizer_steps;
       const data::SamplerState before = sampler_.state();
-      sampler_.restore(st);
+      sampler_.restore(ck.progress.sampler);
       try {
         optimizer_->restore(steps, state);
       } catch (...) {
@@ -741,18 +712,11 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
         throw;
       }
       compute::Backend& be = model_.backend();
-      copy_floats(be, params.data(), model_.params());
-      copy_floats(be, buffers.data(), model_.buffers());
-      const auto& r = m.at("rng");
-      rng_.set_state(
-          {r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>(), r.at(3).get<uint64_t>()});
-      completed_epochs_ = m.at("completed_epochs").get<int64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      TANDEM_THROW(Status::kIo, "checkpoint '{}': metadata is incomplete: {}", path, e.what());
-    } catch (const Error& e) {
-      if (std::string(e.what()).rfind("checkpoint '", 0) == 0) throw;
-      TANDEM_THROW(e.status(), "checkpoint '{}': {}", path, e.what());
-    }
+      copy_floats(be, ck.params->data() + p0, model_.range_params(first, end));
+      copy_floats(be, ck.buffers->data() + q0, model_.range_buffers(first, end));
+      rng_.set_state(ck.progress.rng);
+      completed_epochs_ = ck.progress.completed_epochs;
+    });
     loader_->reset();
     model_.zero_grads();
   } catch (const Error& e) {

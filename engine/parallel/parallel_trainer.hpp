@@ -49,8 +49,9 @@ struct EpochSplit {
 
 class ParallelTrainer {
  public:
-  // `model` (the whole model on every rank; a stage uses its layer range), the datasets and `world`
-  // must outlive the trainer. `world` may be null for a single rank.
+  // `model`, the datasets and `world` must outlive the trainer. `world` may be null for a single rank.
+  // The trainer makes `model` hold only this rank's stage (nn::Model::hold): a stage never allocates the other
+  // stages' parameters, gradients or optimizer state.
   ParallelTrainer(nn::Model& model, const data::Dataset& train, const data::Dataset* test, train::TrainerConfig config,
                   ParallelConfig parallel, comm::Communicator* world);
   ~ParallelTrainer();
@@ -100,6 +101,7 @@ class ParallelTrainer {
   auto failing_loudly(F&& f) -> decltype(f());
   // A communicator's failure text with its group ranks turned into world ranks ("world rank 2").
   std::string in_world_ranks(const std::string& message) const;
+  train::TrainingIdentity identity() const;
   train::StepResult step_impl();
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();

@@ -192,4 +192,90 @@ Checkpoint load_checkpoint(const std::string& path) {
   return ck;
 }
 
+// ------------------------------------------------------------------------------ trainer checkpoints
+
+namespace {
+constexpr const char* kTrainingFormat = "tandem-checkpoint";
+std::string state_record(size_t k) { return fmt::format("optimizer.state.{}", k); }
+}  // namespace
+
+Checkpoint make_training_checkpoint(const TrainingIdentity& id, const TrainingProgress& p, std::vector<float> params,
+                                    std::vector<float> buffers, std::vector<std::vector<float>> optimizer_state) {
+  TANDEM_CHECK(id.spec != nullptr, Status::kInternal, "checkpoint: no model spec");
+  const optim::OptimizerConfig& oc = id.optimizer;
+  Checkpoint ck;
+  ck.meta = {
+      {"format", kTrainingFormat},
+      {"model", nn::model_to_json(*id.spec)},
+      {"params", static_cast<int64_t>(params.size())},
+      {"optimizer",
+       {{"kind", std::string(optim::optimizer_name(oc.kind))}, {"lr", oc.lr}, {"momentum", oc.momentum},
+        {"dampening", oc.dampening}, {"nesterov", oc.nesterov}, {"weight_decay", oc.weight_decay},
+        {"beta1", oc.beta1}, {"beta2", oc.beta2}, {"eps", oc.eps}, {"steps", p.optimizer_steps}}},
+      {"schedule", id.schedule},
+      {"completed_epochs", p.completed_epochs},
+      {"sampler", {{"seed", p.sampler.seed}, {"epoch", p.sampler.epoch}, {"position", p.sampler.position},
+                   {"world", p.sampler_world}, {"rank", p.sampler_rank}}},
+      {"rng", {p.rng[0], p.rng[1], p.rng[2], p.rng[3]}},
+      {"batch_size", id.batch_size},
+  };
+  ck.add("model.params", std::move(params));
+  ck.add("model.buffers", std::move(buffers));
+  for (size_t k = 0; k < optimizer_state.size(); ++k) ck.add(state_record(k), std::move(optimizer_state[k]));
+  return ck;
+}
+
+TrainingCheckpoint load_training_checkpoint(const std::string& path, const TrainingIdentity& id, int sampler_world,
+                                            int sampler_rank) {
+  TANDEM_CHECK(id.spec != nullptr, Status::kInternal, "checkpoint: no model spec");
+  TrainingCheckpoint out;  // its pointers address out.file's records, which moving `out` keeps in place
+  out.file = load_checkpoint(path);
+  in_checkpoint(path, [&] {
+    const auto& m = out.file.meta;
+    const nn::ModelTotals totals = id.spec->totals(0, id.spec->layers.size());
+    TANDEM_CHECK(m.value("format", "") == kTrainingFormat, Status::kIo, "metadata is not a trainer checkpoint's");
+    TANDEM_REQUIRE(m.at("model") == nn::model_to_json(*id.spec),
+                   "it was written for model '{}' ({} parameters), this run trains '{}' ({})",
+                   m.at("model").value("name", "?"), m.at("params").get<int64_t>(), id.spec->name, totals.params);
+    const auto& o = m.at("optimizer");
+    const std::string kind = o.at("kind").get<std::string>();
+    TANDEM_REQUIRE(kind == optim::optimizer_name(id.optimizer.kind), "it holds {} optimizer state, this run uses {}",
+                   kind, optim::optimizer_name(id.optimizer.kind));
+    const auto& s = m.at("sampler");
+    const int world = s.at("world").get<int>(), rank = s.at("rank").get<int>();
+    if (sampler_rank < 0) {
+      TANDEM_REQUIRE(world == sampler_world,
+                     "it was written with {} data-parallel replica(s), this run has dp={} (the data sharding "
+                     "differs; pp may change, dp may not)",
+                     world, sampler_world);
+    } else {
+      TANDEM_REQUIRE(world == sampler_world && rank == sampler_rank,
+                     "it was written by rank {} of {}, this is rank {} of {}", rank, world, sampler_rank,
+                     sampler_world);
+    }
+    out.params = &out.file.tensor("model.params");
+    out.buffers = &out.file.tensor("model.buffers");
+    const int64_t buffers = totals.buffers;
+    TANDEM_REQUIRE(static_cast<int64_t>(out.params->size()) == totals.params &&
+                       static_cast<int64_t>(out.buffers->size()) == buffers,
+                   "its tensors have {} parameters and {} buffers, the model {} and {}", out.params->size(),
+                   out.buffers->size(), totals.params, buffers);
+    for (size_t k = 0; out.file.has(state_record(k)); ++k) {
+      const auto& v = out.file.tensor(state_record(k));
+      TANDEM_REQUIRE(static_cast<int64_t>(v.size()) == totals.params,
+                     "{} has {} values, the model {} parameters", state_record(k), v.size(), totals.params);
+      out.optimizer_state.push_back(&v);
+    }
+    TrainingProgress& p = out.progress;
+    p.optimizer_steps = o.at("steps").get<int64_t>();
+    p.completed_epochs = m.at("completed_epochs").get<int64_t>();
+    p.sampler = {s.at("seed").get<uint64_t>(), s.at("epoch").get<int64_t>(), s.at("position").get<int64_t>()};
+    p.sampler_world = world;
+    p.sampler_rank = rank;
+    const auto& r = m.at("rng");
+    p.rng = {r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>(), r.at(3).get<uint64_t>()};
+  });
+  return out;
+}
+
 }  // namespace tandem::engine::train

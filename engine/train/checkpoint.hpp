@@ -10,6 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
+#include "engine/data/sampler.hpp"
+#include "engine/nn/model_spec.hpp"
+#include "engine/optim/optimizer.hpp"
+
 namespace tandem::engine::train {
 
 constexpr uint32_t kCheckpointVersion = 1;
@@ -26,5 +32,64 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 Checkpoint load_checkpoint(const std::string& path);
+
+// ---- trainer checkpoints ----
+// train::Trainer and parallel::ParallelTrainer write the same records: "meta" (format "tandem-checkpoint", the model
+// spec, the optimizer, the schedule, progress, sampler and RNG state, the batch size; the parallel trainer adds a
+// "parallel" object), "model.params" and "model.buffers" (the whole model's), and "optimizer.state.<k>" (each the
+// size of model.params).
+
+// Where a run stands: what a checkpoint restores besides the tensors.
+struct TrainingProgress {
+  int64_t optimizer_steps = 0;
+  int64_t completed_epochs = 0;
+  data::SamplerState sampler;
+  int sampler_world = 1;  // the sampler's shards: data-parallel replicas
+  int sampler_rank = 0;
+  Rng::State rng{};
+};
+
+// What the run was: recorded, and checked on load.
+struct TrainingIdentity {
+  const nn::ModelSpec* spec = nullptr;
+  optim::OptimizerConfig optimizer;
+  std::string schedule;
+  int64_t batch_size = 0;
+};
+
+// A checkpoint with the metadata record of `id` at `progress` and the whole model's tensors.
+Checkpoint make_training_checkpoint(const TrainingIdentity& id, const TrainingProgress& progress,
+                                    std::vector<float> params, std::vector<float> buffers,
+                                    std::vector<std::vector<float>> optimizer_state);
+
+// A trainer checkpoint read back and checked against this run.
+struct TrainingCheckpoint {
+  Checkpoint file;
+  TrainingProgress progress;
+  const std::vector<float>* params = nullptr;   // the whole model's
+  const std::vector<float>* buffers = nullptr;
+  std::vector<const std::vector<float>*> optimizer_state;  // each the size of params
+};
+
+// Reads `path` and checks that it belongs to a run of `id`: the same model spec, optimizer kind, data sharding
+// (sampler world; and the sampler rank unless sampler_rank < 0: a parallel checkpoint holds replica 0's) and
+// whole-model tensor sizes. Throws kIo naming the file for a damaged or incomplete file, kInvalidArgument naming what
+// differs for another run's.
+TrainingCheckpoint load_training_checkpoint(const std::string& path, const TrainingIdentity& id, int sampler_world,
+                                            int sampler_rank);
+
+// Runs f; an error becomes one naming the checkpoint ("checkpoint '<path>': ...", JSON errors kIo "metadata is
+// incomplete").
+template <typename F>
+auto in_checkpoint(const std::string& path, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(Status::kIo, "checkpoint '{}': metadata is incomplete: {}", path, e.what());
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind("checkpoint '", 0) == 0) throw;
+    TANDEM_THROW(e.status(), "checkpoint '{}': {}", path, e.what());
+  }
+}
 
 }  // namespace tandem::engine::train

@@ -57,6 +57,8 @@ Trainer::Trainer(nn::Model& model, const data::Dataset& train, const data::Datas
       sampler_(train.size(), config_.world, config_.rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   config_.validate();
+  TANDEM_REQUIRE(model.holds_all(), "trainer: model '{}' holds only layers [{}, {}) (a pipeline stage's); "
+                 "single-process training needs every layer", model.spec().name, model.held_begin(), model.held_end());
   const nn::SampleShape in = model.spec().input;
   auto check_data = [&](const data::Dataset& d) {
     TANDEM_REQUIRE(d.channels * d.height * d.width == in.numel() &&
@@ -220,85 +222,50 @@ EvalResult Trainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
   return r;
 }
 
+TrainingIdentity Trainer::identity() const {
+  TrainingIdentity id;
+  id.spec = &model_.spec();
+  id.optimizer = optimizer_->config();
+  id.schedule = config_.schedule;
+  id.batch_size = config_.batch_size;
+  return id;
+}
+
 void Trainer::save_checkpoint(const std::string& path) {
   compute::Backend& be = model_.backend();
-  Checkpoint ck;
-  const optim::OptimizerConfig& oc = optimizer_->config();
-  const data::SamplerState ss = sampler_.state();
-  const Rng::State rs = rng_.state();
-  ck.meta = {
-      {"format", "tandem-checkpoint"},
-      {"model", nn::model_to_json(model_.spec())},
-      {"params", model_.params().numel()},
-      {"optimizer",
-       {{"kind", std::string(optim::optimizer_name(oc.kind))}, {"lr", oc.lr}, {"momentum", oc.momentum},
-        {"dampening", oc.dampening}, {"nesterov", oc.nesterov}, {"weight_decay", oc.weight_decay},
-        {"beta1", oc.beta1}, {"beta2", oc.beta2}, {"eps", oc.eps}, {"steps", optimizer_->steps()}}},
-      {"schedule", config_.schedule},
-      {"completed_epochs", completed_epochs_},
-      {"sampler", {{"seed", ss.seed}, {"epoch", ss.epoch}, {"position", ss.position}, {"world", config_.world},
-                   {"rank", config_.rank}}},
-      {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"batch_size", config_.batch_size},
-  };
-  ck.add("model.params", to_host_vector(be, model_.params()));
-  ck.add("model.buffers", to_host_vector(be, model_.buffers()));
-  const auto state = optimizer_->state_tensors();
-  for (size_t i = 0; i < state.size(); ++i) ck.add(fmt::format("optimizer.state.{}", i), to_host_vector(be, state[i]));
-  train::save_checkpoint(path, ck);
+  TrainingProgress p;
+  p.optimizer_steps = optimizer_->steps();
+  p.completed_epochs = completed_epochs_;
+  p.sampler = sampler_.state();
+  p.sampler_world = config_.world;
+  p.sampler_rank = config_.rank;
+  p.rng = rng_.state();
+  std::vector<std::vector<float>> state;
+  for (const Tensor& t : optimizer_->state_tensors()) state.push_back(to_host_vector(be, t));
+  train::save_checkpoint(path, make_training_checkpoint(identity(), p, to_host_vector(be, model_.params()),
+                                                        to_host_vector(be, model_.buffers()), std::move(state)));
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
-  const Checkpoint ck = train::load_checkpoint(path);
+  const TrainingCheckpoint ck = load_training_checkpoint(path, identity(), config_.world, config_.rank);
   compute::Backend& be = model_.backend();
-  const auto& m = ck.meta;
-  try {
-    TANDEM_CHECK(m.value("format", "") == "tandem-checkpoint", Status::kIo, "metadata is not a trainer checkpoint's");
-    const nlohmann::json mine = nn::model_to_json(model_.spec());
-    TANDEM_REQUIRE(m.at("model") == mine, "it was written for model '{}' ({} parameters), this trainer has '{}' ({})",
-                   m.at("model").value("name", "?"), m.at("params").get<int64_t>(), model_.spec().name,
-                   model_.params().numel());
-    const auto& o = m.at("optimizer");
-    const std::string kind = o.at("kind").get<std::string>();
-    TANDEM_REQUIRE(kind == optim::optimizer_name(optimizer_->config().kind),
-                   "it holds {} optimizer state, this trainer uses {}", kind,
-                   optim::optimizer_name(optimizer_->config().kind));
-    const auto& s = m.at("sampler");
-    TANDEM_REQUIRE(s.at("world").get<int>() == config_.world && s.at("rank").get<int>() == config_.rank,
-                   "it was written by rank {} of {}, this is rank {} of {}", s.at("rank").get<int>(),
-                   s.at("world").get<int>(), config_.rank, config_.world);
-    // Validate everything before changing anything.
+  in_checkpoint(path, [&] {
     std::vector<Tensor> opt_state;
-    for (size_t i = 0; ck.has(fmt::format("optimizer.state.{}", i)); ++i) {
-      const auto& v = ck.tensor(fmt::format("optimizer.state.{}", i));
-      opt_state.push_back(Tensor::wrap(const_cast<float*>(v.data()), Shape{static_cast<int64_t>(v.size())}, DType::kF32));
-    }
-    const auto& params = ck.tensor("model.params");
-    const auto& buffers = ck.tensor("model.buffers");
-    TANDEM_REQUIRE(static_cast<int64_t>(params.size()) == model_.params().numel() &&
-                       static_cast<int64_t>(buffers.size()) == model_.buffers().numel(),
-                   "its tensors have {} parameters and {} buffers, the model {} and {}", params.size(), buffers.size(),
-                   model_.params().numel(), model_.buffers().numel());
-    data::SamplerState st{s.at("seed").get<uint64_t>(), s.at("epoch").get<int64_t>(), s.at("position").get<int64_t>()};
+    for (const std::vector<float>* v : ck.optimizer_state)
+      opt_state.push_back(Tensor::wrap(const_cast<float*>(v->data()), Shape{static_cast<int64_t>(v->size())}, DType::kF32));
     const data::SamplerState before = sampler_.state();
-    sampler_.restore(st);
+    sampler_.restore(ck.progress.sampler);
     try {
-      optimizer_->restore(o.at("steps").get<int64_t>(), opt_state);  // validates every size before copying
+      optimizer_->restore(ck.progress.optimizer_steps, opt_state);  // validates every size before copying
     } catch (...) {
       sampler_.restore(before);
       throw;
     }
-    copy_into(be, params, model_.params(), "model.params");
-    copy_into(be, buffers, model_.buffers(), "model.buffers");
-    const auto& r = m.at("rng");
-    rng_.set_state({r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>(), r.at(3).get<uint64_t>()});
-    completed_epochs_ = m.at("completed_epochs").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(Status::kIo, "checkpoint '{}': metadata is incomplete: {}", path, e.what());
-  } catch (const Error& e) {
-    if (std::string(e.what()).rfind("checkpoint '", 0) == 0) throw;
-    TANDEM_THROW(e.status(), "checkpoint '{}': {}", path, e.what());
-  }
+    copy_into(be, *ck.params, model_.params(), "model.params");
+    copy_into(be, *ck.buffers, model_.buffers(), "model.buffers");
+    rng_.set_state(ck.progress.rng);
+    completed_epochs_ = ck.progress.completed_epochs;
+  });
   loader_->reset();
   model_.zero_grads();
 }

@@ -12,6 +12,7 @@
 #include "engine/nn/model.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "engine/optim/schedule.hpp"
+#include "engine/train/checkpoint.hpp"
 
 namespace tandem::engine::train {
 
@@ -96,6 +97,7 @@ class Trainer {
   void load_checkpoint(const std::string& path);
 
  private:
+  TrainingIdentity identity() const;
   bool epoch_exhausted() const;
   void begin_epoch_if_needed();
   Tensor to_device(const data::Batch& b, Tensor& labels);

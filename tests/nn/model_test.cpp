@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/compute/backend.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/rng.hpp"
 #include "engine/nn/model.hpp"
 #include "engine/nn/zoo.hpp"
@@ -182,6 +183,89 @@ BOOST_AUTO_TEST_CASE(wrong_inputs_are_refused) {
   tandem::testing::expect_error([&] { m.forward_range(0, 3, {}, a); }, Status::kInvalidArgument, {"1 input"});
   tandem::testing::expect_error([&] { m.backward(Tensor::zeros(tandem::Shape{2, 10})); }, Status::kInvalidArgument,
                                 {"training forward"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(held_layers)
+
+std::vector<float> values(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+
+BOOST_AUTO_TEST_CASE(a_stage_holds_the_whole_models_seeded_values_for_its_layers_and_runs_them_alike) {
+  auto be = reference();
+  const ModelSpec spec = zoo_model("resnet18", SampleShape{3, 8, 8}, 5);
+  Model whole(spec, *be, 7);
+  const size_t a = static_cast<size_t>(spec.find("layer2.0.b.conv")), b = static_cast<size_t>(spec.find("layer3.0.a.conv"));
+  Model stage(spec, *be, 7);
+  stage.hold(a, b);
+  BOOST_TEST(stage.held_begin() == a);
+  BOOST_TEST(stage.held_end() == b);
+  BOOST_TEST(!stage.holds_all());
+  BOOST_TEST(stage.params().numel() == spec.totals(a, b).params);
+  BOOST_TEST(stage.grads().numel() == spec.totals(a, b).params);
+  BOOST_TEST(stage.buffers().numel() == spec.totals(a, b).buffers);
+  BOOST_TEST(stage.total_params() == whole.params().numel());
+  BOOST_TEST((values(stage.params()) == values(whole.range_params(a, b))));   // bit-identical initial weights
+  BOOST_TEST((values(stage.buffers()) == values(whole.range_buffers(a, b))));
+  // Offsets stay those of the whole model; views over held layers line up with it.
+  const size_t l = static_cast<size_t>(spec.find("layer2.1.a.conv"));
+  BOOST_TEST((values(stage.layer_params(l)) == values(whole.layer_params(l))));
+
+  // Forward and backward over the held range match the whole model's over the same range.
+  const Tensor x = random_tensor(tandem::Shape{2, 3, 8, 8}, 1);
+  Activations w1, w2, s2;
+  const auto mid = whole.forward_range(0, a, {x}, w1);
+  const auto y_whole = whole.forward_range(a, b, mid, w2);
+  const auto y_stage = stage.forward_range(a, b, mid, s2);
+  BOOST_REQUIRE(y_whole.size() == y_stage.size());
+  for (size_t k = 0; k < y_whole.size(); ++k)
+    BOOST_TEST((values(be->to_plain(y_whole[k])) == values(be->to_plain(y_stage[k]))));
+  std::vector<Tensor> dy;
+  for (size_t k = 0; k < y_whole.size(); ++k) dy.push_back(random_tensor(be->to_plain(y_whole[k]).shape(), 10 + k));
+  whole.backward_range(dy, w2);
+  stage.backward_range(dy, s2);
+  BOOST_TEST((values(stage.grads()) == values(whole.range_grads(a, b))));
+
+  // Layers outside the range are refused, naming what the model holds.
+  Activations bad;
+  tandem::testing::expect_error([&] { stage.forward(x); }, Status::kInvalidArgument, {"holds only layers"});
+  tandem::testing::expect_error([&] { stage.range_params(0, a); }, Status::kInvalidArgument,
+                                {"holds only layers", "pipeline stage"});
+  tandem::testing::expect_error([&] { stage.hold(b, a); }, Status::kInvalidArgument, {"cannot hold"});
+}
+
+BOOST_AUTO_TEST_CASE(holding_another_range_keeps_the_values_of_layers_held_before) {
+  auto be = reference();
+  const ModelSpec spec = zoo_model("lenet5", SampleShape{1, 28, 28}, 10);
+  Model m(spec, *be, 5);
+  Model fresh(spec, *be, 5);
+  be->fill(m.params(), 0.25f);  // "trained" values
+  m.hold(0, 4);
+  BOOST_TEST(m.params().numel() == spec.totals(0, 4).params);
+  for (float v : values(m.params())) BOOST_REQUIRE(v == 0.25f);
+  m.hold(2, spec.layers.size());  // layers 2, 3 kept; the rest start from their seeded values
+  const std::vector<float> kept = values(m.range_params(2, 4));
+  for (float v : kept) BOOST_REQUIRE(v == 0.25f);
+  BOOST_TEST((values(m.range_params(4, spec.layers.size())) == values(fresh.range_params(4, spec.layers.size()))));
+  for (float g : values(m.grads())) BOOST_REQUIRE(g == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(storage_is_allocated_only_for_the_held_layers) {
+  auto be = reference();
+  const ModelSpec spec = zoo_model("resnet18", SampleShape{3, 32, 32}, 10);  // 11.2 M parameters: 2 x 45 MB whole
+  const size_t L = spec.layers.size();
+  const size_t a = static_cast<size_t>(spec.find("layer2.0.a.conv"));
+  host_allocator().empty_cache();
+  const size_t before = host_allocator().stats().bytes_in_use;
+  Model m(spec, *be, 1);
+  m.hold(0, a);
+  BOOST_TEST(host_allocator().stats().bytes_in_use == before);  // nothing until first use
+  m.params();
+  const double held = static_cast<double>(host_allocator().stats().bytes_in_use - before);
+  const double want = 4.0 * (2.0 * static_cast<double>(spec.totals(0, a).params) + static_cast<double>(spec.totals(0, a).buffers));
+  BOOST_TEST(held >= want);
+  BOOST_TEST(held <= want * 1.13 + 4096);  // size-class rounding only
+  BOOST_TEST(held < 0.05 * 8.0 * static_cast<double>(spec.totals(0, L).params));  // the stem holds < 5% of the model
 }
 
 BOOST_AUTO_TEST_SUITE_END()

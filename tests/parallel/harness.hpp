@@ -72,10 +72,14 @@ inline std::unique_ptr<engine::compute::Backend> one_thread_backend(const std::s
   return engine::compute::make_backend(name, o);
 }
 
+// The whole model's layout: the layers `m` holds (a pipeline stage holds only its own) at their offsets, zeros
+// elsewhere.
 inline std::vector<float> host_params(nn::Model& m) {
+  std::vector<float> out(static_cast<size_t>(m.total_params()), 0.0f);
   const Tensor h = m.backend().to_host(m.params());
   const float* p = h.data<float>();
-  return {p, p + h.numel()};
+  std::copy(p, p + h.numel(), out.begin() + m.param_offset(m.held_begin()));
+  return out;
 }
 
 // max |a - b| / max |b|
@@ -115,7 +119,7 @@ inline std::vector<float> reference_params(const nn::ModelSpec& spec, const data
 }
 
 struct ParallelRun {
-  std::vector<std::vector<float>> params;  // per rank: the whole model's parameter buffer
+  std::vector<std::vector<float>> params;  // per rank: host_params (the rank's stage, zeros elsewhere)
   std::vector<std::vector<int32_t>> bounds;
   std::vector<par::Grid> grids;
   std::vector<par::TimeSplit> splits;
