@@ -123,7 +123,8 @@ StepResult StepExecutor::run() {
                      "stage {}: {} buckets but no all-reduce plans for them", st, nb);
     }
     for (size_t b = 0; b < nb && s_.dp > 1; ++b) {
-      const CompiledPlan* plan = s_.bucket_plans[st][b];
+      // symmetric execution runs member 0 alone; the full model needs every member's rounds
+      const CompiledPlan* plan = sym_ ? s_.bucket_plans[st][b] : &s_.bucket_plans[st][b]->full();
       TANDEM_REQUIRE(plan->world == s_.dp, "stage {} bucket {}: plan for {} ranks, data-parallel group has {}", st, b,
                      plan->world, s_.dp);
       inst_of_[st].push_back(static_cast<uint32_t>(inst_.size()));

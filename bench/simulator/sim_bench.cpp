@@ -1,6 +1,8 @@
 // Simulator benchmarks (not tests): events per second, a 1,024-node data-parallel step with a ring
 // all-reduce of 100 MB in 25 MB buckets, and a plan search over a 64-node cluster.
-//   sim_bench ring [nodes=1024] [MB=100] [bucket_MB=25]   (--full disables symmetric execution)
+//   sim_bench ring [nodes=1024] [MB=100] [bucket_MB=25] [--full] [--whole-plan]
+//     --full disables symmetric execution; --whole-plan compiles from make_plan's whole plan (the
+//     previous way) instead of the simulator's PlanCache (rank by rank above 256 ranks)
 //   sim_bench plan [nodes=64] [model=resnet18]
 //   sim_bench events [millions=20]
 // Prints one JSON object per case on stdout.
@@ -25,7 +27,19 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
+// Peak resident set of this process so far (VmHWM), bytes; 0 where /proc is not there.
+double peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kib = std::atof(line + 6);
+  std::fclose(f);
+  return kib * 1024;
+}
+
+int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_plan) {
   const double B = 10e9 / 8, L = 25e-6;  // 10 Gbit/s NICs, 25 us one-way
   // MB as PyTorch DDP's bucket_cap_mb means it: MiB
   const uint64_t total = static_cast<uint64_t>(mb * 1048576), bucket = static_cast<uint64_t>(bucket_mb * 1048576);
@@ -37,14 +51,30 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
   req.in_place = true;
   req.chunk_bytes = comm::effective_chunk_bytes(0, req.count * req.elem_bytes);  // as the communicator does
   auto t0 = Clock::now();
-  std::optional<comm::Plan> runtime_plan = comm::make_plan(req);  // the runtime's plan (engine/comm)
-  const double make_plan_s = since(t0);
-  auto tc = Clock::now();
-  const CompiledPlan plan = compile_plan(*runtime_plan, 4);
-  const double compile_s = since(tc);
-  auto tf = Clock::now();
-  runtime_plan.reset();
-  const double free_s = since(tf);
+  double make_plan_s = 0, compile_s = 0, free_s = 0, full_s = 0;
+  PlanCache cache;
+  const CompiledPlan* compiled = nullptr;
+  std::optional<CompiledPlan> whole;
+  if (whole_plan) {
+    std::optional<comm::Plan> runtime_plan = comm::make_plan(req);  // the runtime's plan (engine/comm)
+    make_plan_s = since(t0);
+    auto tc = Clock::now();
+    whole = compile_plan(*runtime_plan, 4);
+    compile_s = since(tc);
+    auto tf = Clock::now();
+    runtime_plan.reset();
+    free_s = since(tf);
+    compiled = &*whole;
+  } else {
+    compiled = &cache.get(req);  // as the simulator does: symmetric form where proven, else full by rank
+    compile_s = since(t0);
+  }
+  const CompiledPlan& plan = *compiled;
+  if (!symmetric) {  // the full model needs every member's rounds
+    auto tf = Clock::now();
+    (void)plan.full();
+    full_s = since(tf);
+  }
   const double plan_s = since(t0);
   parallel::ScheduleRequest sr;
   sr.boundaries = {0, buckets};
@@ -76,16 +106,19 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
   network::Topology topo(network::TopologySpec{}, hosts, net);
   StepResult r = simulate_step(s, topo, sim);
   const double run_s = since(t1);
+  const uint64_t transfers = plan.is_full() ? plan.sends.size() : plan.sends.size() * static_cast<uint64_t>(n);
   nlohmann::json j = {{"case", "ring"},
                       {"nodes", n},
                       {"gradient_mb", mb},
                       {"bucket_mb", bucket_mb},
                       {"buckets", buckets},
                       {"plan", plan.description},
-                      {"transfers_per_bucket", plan.sends.size()},
-                      {"transfers_total", plan.sends.size() * buckets},
+                      {"plan_form", plan.is_full() ? "full" : "symmetric (member 0, proven rank by rank)"},
+                      {"transfers_per_bucket", transfers},
+                      {"transfers_total", transfers * buckets},
                       {"make_plan_s", make_plan_s},
                       {"compile_plan_s", compile_s},
+                      {"full_form_s", full_s},
                       {"free_plan_s", free_s},
                       {"plan_build_s", plan_s},
                       {"simulate_s", run_s},
@@ -94,7 +127,8 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric) {
                       {"flows_simulated", r.flows},
                       {"events_per_s", r.events / run_s},
                       {"symmetric_execution", r.symmetric_used},
-                      {"predicted_step_s", r.step_s}};
+                      {"predicted_step_s", r.step_s},
+                      {"peak_rss_bytes", peak_rss_bytes()}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -144,18 +178,20 @@ int bench_events(double millions) {
 
 int main(int argc, char** argv) {
   std::string what = argc > 1 ? argv[1] : "ring";
-  bool symmetric = true;
+  bool symmetric = true, whole_plan = false;
   std::vector<std::string> args;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) {
       symmetric = false;
+    } else if (std::strcmp(argv[i], "--whole-plan") == 0) {
+      whole_plan = true;
     } else {
       args.push_back(argv[i]);
     }
   }
   auto arg = [&](size_t i, double d) { return i < args.size() ? std::atof(args[i].c_str()) : d; };
   try {
-    if (what == "ring") return bench_ring(static_cast<int>(arg(0, 1024)), arg(1, 100), arg(2, 25), symmetric);
+    if (what == "ring") return bench_ring(static_cast<int>(arg(0, 1024)), arg(1, 100), arg(2, 25), symmetric, whole_plan);
     if (what == "plan") return bench_plan(static_cast<int>(arg(0, 64)), args.size() > 1 ? args[1] : "resnet18");
     if (what == "events") return bench_events(arg(0, 20));
   } catch (const std::exception& e) {

@@ -151,6 +151,12 @@ std::vector<Span> split_even(Span s, uint64_t parts) {
   return out;
 }
 
+// split_even(s, parts)[i], without building the list (hot loops of the ring plans).
+Span split_even_at(Span s, uint64_t parts, uint64_t i) {
+  const uint64_t base = s.len / parts, extra = s.len % parts;
+  return Span{s.off + i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
 uint64_t chunks_for(uint64_t len, uint64_t chunk) { return std::max<uint64_t>((len + chunk - 1) / chunk, 1); }
 
 // Where a rank keeps data: element x of the collective's index space lives at buf[x + delta].
@@ -166,9 +172,22 @@ Loc scratch_at(uint64_t base, uint64_t origin) {
   return Loc{Buffer::kScratch, static_cast<int64_t>(base) - static_cast<int64_t>(origin)};
 }
 
+// Writes ops into plan.ranks. With `only` >= 0 it keeps rank `only`'s ops alone (make_rank_plan): a
+// rank's ops depend only on its own rounds and folds, so dropping the others' leaves its list exactly
+// as make_plan builds it, and loops over a group may visit only members() to skip the others' work.
 class Builder {
  public:
-  Builder(Plan& plan, uint64_t chunk) : plan_(plan), chunk_(chunk) {}
+  Builder(Plan& plan, uint64_t chunk, int only = -1) : plan_(plan), chunk_(chunk), only_(only) {}
+
+  bool wants(int r) const { return only_ < 0 || r == only_; }
+  int only() const { return only_; }
+  // Positions in `group` whose ops are built: all of them, or the kept rank's (if it is a member).
+  std::vector<int> members(const std::vector<int>& group) const {
+    std::vector<int> m;
+    for (int gi = 0; gi < static_cast<int>(group.size()); ++gi)
+      if (wants(group[gi])) m.push_back(gi);
+    return m;
+  }
 
   uint64_t chunk() const { return chunk_; }
   bool in_place() const { return plan_.in_place; }
@@ -200,12 +219,14 @@ class Builder {
 
  private:
   void add(int r, size_t t, Op op) {
+    if (!wants(r)) return;
     auto& rounds = plan_.ranks[r].rounds;
     if (rounds.size() <= t) rounds.resize(t + 1);
     rounds[t].ops.push_back(op);
   }
   Plan& plan_;
   uint64_t chunk_;
+  int only_;
 };
 
 // Receives `s` of a contribution from `peer` at round t and folds it into rank r's accumulator:
@@ -247,17 +268,16 @@ std::vector<bool> ring_reduce_scatter(Builder& b, const std::vector<int>& group,
   uint64_t max_seg = 0;
   for (const Span& s : segs) max_seg = std::max(max_seg, s.len);
   const uint64_t k = chunks_for(max_seg, b.chunk());
+  const auto built = b.members(group);
   std::vector<std::vector<Fold>> folds(g);
-  for (int gi = 0; gi < g; ++gi)
+  for (int gi : built)
     for (int x = 0; x < g; ++x) folds[gi].push_back(fold_of(gi, x));
   const auto base = b.bases(group);
   bool used_tmp = false;
   for (int s = 0; s + 1 < g; ++s) {
-    for (int gi = 0; gi < g; ++gi) {
+    for (int gi : built) {
       const int a = mod(gi - s - 1, g), x = mod(gi - s - 2, g);
       const int right = group[mod(gi + 1, g)], left = group[mod(gi - 1, g)];
-      const auto send_chunks = split_even(segs[a], k);
-      const auto recv_chunks = split_even(segs[x], k);
       Fold& fa = folds[gi][a];
       Fold& fx = folds[gi][x];
       const Loc src = fa.valid ? fa.acc : fa.own;
@@ -265,8 +285,9 @@ std::vector<bool> ring_reduce_scatter(Builder& b, const std::vector<int>& group,
       const Loc tmp = scratch_at(tmp_base + static_cast<uint64_t>(s % 2) * max_seg, segs[x].off);
       for (uint64_t c = 0; c < k; ++c) {
         const size_t t = base[gi] + static_cast<size_t>(s) + c;
-        if (send_chunks[c].len) b.send(group[gi], t, right, src.at(send_chunks[c]));
-        const Span rc = recv_chunks[c];
+        const Span sc = split_even_at(segs[a], k, c);
+        if (sc.len) b.send(group[gi], t, right, src.at(sc));
+        const Span rc = split_even_at(segs[x], k, c);
         if (!rc.len) continue;
         if (was_valid) {
           b.recv(group[gi], t, left, tmp.at(rc));
@@ -281,8 +302,8 @@ std::vector<bool> ring_reduce_scatter(Builder& b, const std::vector<int>& group,
     }
   }
   if (used_tmp) b.need_scratch(tmp_base + 2 * max_seg);
-  std::vector<bool> owned(g);
-  for (int gi = 0; gi < g; ++gi) owned[gi] = folds[gi][gi].valid;
+  std::vector<bool> owned(g);  // members not built: false (only their own ops would read it)
+  for (int gi : built) owned[gi] = folds[gi][gi].valid;
   return owned;
 }
 
@@ -294,18 +315,18 @@ void ring_allgather(Builder& b, const std::vector<int>& group, const std::vector
   for (const Span& s : segs) max_seg = std::max(max_seg, s.len);
   const uint64_t k = chunks_for(max_seg, b.chunk());
   const auto base = b.bases(group);
-  for (int gi = 0; gi < g; ++gi)
+  const auto built = b.members(group);
+  for (int gi : built)
     if (!(src(gi) == dst(gi))) b.copy(group[gi], base[gi], src(gi).at(segs[gi]), dst(gi).at(segs[gi]));
   for (int s = 0; s + 1 < g; ++s) {
-    for (int gi = 0; gi < g; ++gi) {
+    for (int gi : built) {
       const int a = mod(gi - s, g), x = mod(gi - s - 1, g);
-      const auto send_chunks = split_even(segs[a], k);
-      const auto recv_chunks = split_even(segs[x], k);
       const Loc from = s == 0 ? src(gi) : dst(gi);
       for (uint64_t c = 0; c < k; ++c) {
         const size_t t = base[gi] + static_cast<size_t>(s) + c;
-        if (send_chunks[c].len) b.send(group[gi], t, group[mod(gi + 1, g)], from.at(send_chunks[c]));
-        if (recv_chunks[c].len) b.recv(group[gi], t, group[mod(gi - 1, g)], dst(gi).at(recv_chunks[c]));
+        const Span sc = split_even_at(segs[a], k, c), rc = split_even_at(segs[x], k, c);
+        if (sc.len) b.send(group[gi], t, group[mod(gi + 1, g)], from.at(sc));
+        if (rc.len) b.recv(group[gi], t, group[mod(gi - 1, g)], dst(gi).at(rc));
       }
     }
   }
@@ -516,16 +537,20 @@ void deterministic_fold(Builder& b, int n, const std::vector<Span>& segs, const 
     // Slot of contribution r (r != i) in the owner's scratch.
     auto slot = [&](int r) { return scratch_at(scratch_base + static_cast<uint64_t>(r < i ? r : r - 1) * max_seg, segs[i].off); };
     const Loc acc = (i == 0 || dst_free(i)) ? dst(i) : slot(0);
+    // a rank that is not the owner only sends its part (rank-by-rank building skips the rest)
+    const bool owner = b.wants(i);
+    const int r_begin = owner ? 0 : b.only(), r_end = owner ? n : b.only() + 1;
     for (uint64_t c = 0; c < k; ++c) {
       const Span ch = chunks[c];
       if (!ch.len) continue;
-      for (int r = 0; r < n; ++r) {
+      for (int r = r_begin; r < r_end; ++r) {
         if (r == i) continue;
         b.send(r, base[r] + c, i, contrib(r, i).at(ch));
         const Loc into = (r == 0) ? acc : slot(r);
         b.recv(i, base[i] + c, r, into.at(ch));
         used |= !(into == dst(i));
       }
+      if (!owner) continue;
       const size_t t = base[i] + c;
       if (i == 0 && !(contrib(0, 0) == acc)) b.copy(i, t, contrib(0, 0).at(ch), acc.at(ch));
       for (int r = 1; r < n; ++r) b.reduce(i, t, acc.at(ch), (r == i ? contrib(i, i) : slot(r)).at(ch));
@@ -687,7 +712,10 @@ Algorithm choose_algorithm(const PlanRequest& r) {
   return Algorithm::kRing;
 }
 
-Plan make_plan(const PlanRequest& r) {
+namespace {
+
+// make_plan's body; only >= 0 builds that rank's ops alone (see Builder).
+Plan build_plan(const PlanRequest& r, int only) {
   TANDEM_REQUIRE(r.world >= 1, "world size must be at least 1 (got {})", r.world);
   TANDEM_REQUIRE(static_cast<uint8_t>(r.collective) <= static_cast<uint8_t>(Collective::kRecv),
                  "unknown collective value {}", static_cast<int>(r.collective));
@@ -720,7 +748,7 @@ Plan make_plan(const PlanRequest& r) {
   plan.in_place = r.in_place && !p2p && r.collective != Collective::kBarrier && r.collective != Collective::kBroadcast;
   plan.chunk_count = plan_chunk_count(r);
   plan.ranks.resize(static_cast<size_t>(r.world));
-  Builder b(plan, plan.chunk_count);
+  Builder b(plan, plan.chunk_count, only);
   const int n = r.world;
   const Span all{0, r.count};
   switch (r.collective) {
@@ -751,6 +779,17 @@ Plan make_plan(const PlanRequest& r) {
       break;
   }
   return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& r) { return build_plan(r, -1); }
+
+RankPlan make_rank_plan(const PlanRequest& r, int32_t rank) {
+  TANDEM_REQUIRE(rank >= 0 && rank < r.world, "make_rank_plan: rank {} is out of range for world size {}", rank,
+                 r.world);
+  Plan plan = build_plan(r, rank);
+  return std::move(plan.ranks[static_cast<size_t>(rank)]);
 }
 
 // ---------------------------------------------------------------------------- validation

@@ -134,6 +134,12 @@ struct PlanRequest {
 // conflict with unfinished earlier ops and sends/receives to one peer keep plan order.
 Plan make_plan(const PlanRequest& request);
 Algorithm choose_algorithm(const PlanRequest& request);
+// make_plan(request).ranks[rank], built without the other ranks' ops: O(ops of that rank) time and
+// memory for ring, reduce-scatter, allgather and deterministic plans (the O(world^2)-op ones), O(ops
+// of the whole plan) time for the others. Lets a simulator compile or check a 4,096-rank plan rank by
+// rank instead of holding every rank's ops at once. Same errors as make_plan, and kInvalidArgument
+// for a rank outside [0, world).
+RankPlan make_rank_plan(const PlanRequest& request, int32_t rank);
 // Pipeline chunk in elements that make_plan uses for `request` (chunk_bytes or the default).
 uint64_t plan_chunk_count(const PlanRequest& request);
 constexpr uint64_t kDefaultChunkBytes = 512 * 1024;

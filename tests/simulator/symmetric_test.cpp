@@ -3,6 +3,8 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <cstring>
+
 #include "engine/comm/plan.hpp"
 #include "simulator/step.hpp"
 
@@ -19,15 +21,17 @@ struct Case {
   network::Sharing sharing;
 };
 
-StepResult run(const Case& c, bool symmetric, comm::Algorithm algo = comm::Algorithm::kRing, double skew = 0) {
-  PlanCache cache;
+comm::PlanRequest request(const Case& c, comm::Algorithm algo = comm::Algorithm::kRing) {
   comm::PlanRequest req;
   req.world = c.n;
   req.algorithm = algo;
   req.count = c.bucket_bytes / 4;
   req.chunk_bytes = c.chunk_bytes;
   req.in_place = true;
-  const CompiledPlan& plan = cache.get(req);
+  return req;
+}
+
+StepResult run_plan(const Case& c, bool symmetric, const CompiledPlan& plan, double skew = 0) {
   parallel::ScheduleRequest sr;
   sr.boundaries = {0, c.buckets};
   sr.data_parallel = true;
@@ -56,6 +60,42 @@ StepResult run(const Case& c, bool symmetric, comm::Algorithm algo = comm::Algor
   network::Network net(sim, c.sharing);
   network::Topology topo(network::TopologySpec{}, hosts, net);
   return simulate_step(s, topo, sim);
+}
+
+StepResult run(const Case& c, bool symmetric, comm::Algorithm algo = comm::Algorithm::kRing, double skew = 0) {
+  PlanCache cache;
+  return run_plan(c, symmetric, cache.get(request(c, algo)), skew);
+}
+
+void require_same_times(const StepResult& a, const StepResult& b) {
+  BOOST_TEST(a.step_s == b.step_s);
+  BOOST_REQUIRE(a.ranks.size() == b.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    BOOST_TEST(a.ranks[r].finish_s == b.ranks[r].finish_s);
+    BOOST_TEST(a.ranks[r].comm_exposed_s == b.ranks[r].comm_exposed_s);
+    BOOST_TEST(a.ranks[r].idle_s == b.ranks[r].idle_s);
+    BOOST_TEST(a.ranks[r].cpu_busy_s == b.ranks[r].cpu_busy_s);
+  }
+  BOOST_TEST(a.events == b.events);
+  BOOST_TEST(a.flows == b.flows);
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// Two full forms hold the same rounds, matched transfers and mirrors.
+void require_same_plan(const CompiledPlan& a, const CompiledPlan& b) {
+  BOOST_TEST(a.world == b.world);
+  BOOST_TEST(a.members == b.members);
+  BOOST_TEST(a.first_round == b.first_round);
+  BOOST_TEST(same_bytes(a.rounds, b.rounds));
+  BOOST_TEST(same_bytes(a.sends, b.sends));
+  BOOST_TEST(same_bytes(a.recvs, b.recvs));
+  BOOST_TEST(a.rotation_symmetric == b.rotation_symmetric);
+  BOOST_TEST(a.mirror_recv == b.mirror_recv);
+  BOOST_TEST(a.total_bytes_sent() == b.total_bytes_sent());
 }
 }  // namespace
 
@@ -86,6 +126,73 @@ BOOST_AUTO_TEST_CASE(is_not_used_when_ranks_differ_or_plans_are_not_rotations) {
   BOOST_TEST(!run(c, true, comm::Algorithm::kTree).symmetric_used);
   Case uneven{8, 4ull * 8 * 1000 + 4, 1, 0, network::Sharing::kMaxMin};            // unequal ring segments
   BOOST_TEST(!run(uneven, true).symmetric_used);
+}
+
+// The symmetric form (member 0 alone, proven rank by rank) runs exactly as the full form does, in
+// symmetric execution and, through full(), in the full model.
+BOOST_DATA_TEST_CASE(symmetric_form_gives_the_full_forms_times, bdata::make({2, 3, 5, 16, 33}) * bdata::make({0, 1}),
+                     n, variant) {
+  Case c{n, 4ull * 2640 * 100, 2, variant == 1 ? 256 * 1024ull : 4096ull, network::Sharing::kMaxMin};
+  const comm::PlanRequest req = request(c);
+  const CompiledPlan old = compile_plan(comm::make_plan(req), 4);
+  const auto sym = compile_symmetric(req);
+  BOOST_REQUIRE(sym.has_value());
+  BOOST_TEST(sym->members == 1);
+  BOOST_TEST(sym->rotation_symmetric);
+  BOOST_TEST(sym->total_bytes_sent() == old.total_bytes_sent());
+  BOOST_TEST(sym->sends.size() * static_cast<size_t>(n) == old.sends.size());
+  const StepResult a = run_plan(c, true, old), b = run_plan(c, true, *sym);
+  BOOST_TEST(b.symmetric_used);
+  require_same_times(a, b);
+  const StepResult fa = run_plan(c, false, old), fb = run_plan(c, false, *sym);  // full model from full()
+  BOOST_TEST(!fb.symmetric_used);
+  require_same_times(fa, fb);
+  require_same_plan(sym->full(), old);
+}
+
+// Built rank by rank from make_rank_plan, the full form equals the one compiled from make_plan
+// (algorithms 1 ring, 6 deterministic, 2 halving-doubling, 3 tree).
+BOOST_DATA_TEST_CASE(full_form_by_rank_equals_the_whole_plans,
+                     bdata::make({1, 6, 2, 3}) *
+                         bdata::make({2, 7, 65, 300}),
+                     algo, n) {
+  comm::PlanRequest req;
+  req.world = n;
+  req.algorithm = static_cast<comm::Algorithm>(algo);
+  req.count = 1000ull * 7 + 3;  // unequal segments: not symmetric
+  req.chunk_bytes = 4 * 64;
+  req.in_place = true;
+  require_same_plan(compile_plan_by_rank(req), compile_plan(comm::make_plan(req), 4));
+  req.count = 2100ull * 300;  // equal segments for every n here
+  require_same_plan(compile_plan_by_rank(req), compile_plan(comm::make_plan(req), 4));
+}
+
+BOOST_AUTO_TEST_CASE(symmetric_form_is_refused_where_ranks_are_not_rotations) {
+  comm::PlanRequest req;
+  req.world = 8;
+  req.algorithm = comm::Algorithm::kRing;
+  req.count = 8 * 1000 + 1;  // one segment longer than the others
+  BOOST_TEST(!compile_symmetric(req).has_value());
+  req.count = 8 * 1000;
+  BOOST_TEST(compile_symmetric(req).has_value());
+  req.algorithm = comm::Algorithm::kHalvingDoubling;
+  BOOST_TEST(!compile_symmetric(req).has_value());
+  req.algorithm = comm::Algorithm::kDeterministic;  // owners gather in rank order: not a rotation
+  BOOST_TEST(!compile_symmetric(req).has_value());
+  req.algorithm = comm::Algorithm::kRing;
+  req.world = 1;
+  BOOST_TEST(!compile_symmetric(req).has_value());
+}
+
+// Above kRankByRankWorld the cache holds the symmetric form; its times are the full forms'.
+BOOST_AUTO_TEST_CASE(large_worlds_get_the_symmetric_form_with_the_same_times) {
+  Case c{300, 4ull * 300 * 64, 1, 0, network::Sharing::kMaxMin};
+  PlanCache cache;
+  const CompiledPlan& p = cache.get(request(c));
+  BOOST_TEST(p.members == 1);
+  const CompiledPlan old = compile_plan(comm::make_plan(request(c)), 4);
+  BOOST_TEST(p.description == old.description);
+  require_same_times(run_plan(c, true, p), run_plan(c, true, old));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
