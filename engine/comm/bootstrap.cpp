@@ -54,6 +54,7 @@ class BootstrappedCommunicator final : public Communicator {
   }
   bool is_failed() const override { return inner_->is_failed(); }
   std::string failure_message() const override { return inner_->failure_message(); }
+  FailureStatus failure_status() const override { return inner_->failure_status(); }
   void abort(const std::string& reason) override { inner_->abort(reason); }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override {
     return inner_->allreduce_algorithm_for(count, dtype);

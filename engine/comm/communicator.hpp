@@ -17,6 +17,7 @@
 
 #include "engine/comm/plan.hpp"
 #include "engine/core/dtype.hpp"
+#include "engine/core/error.hpp"
 #include "transports/transport.hpp"
 
 namespace tandem::engine::comm {
@@ -36,6 +37,23 @@ struct BootstrapInfo {
   int local_rank = 0;   // index among ranks on this host
   int local_size = 1;
   std::string host;     // host identity used for hierarchical algorithms (defaults to hostname)
+};
+
+// Who a communicator's failure is blamed on (Communicator::failure_status), for trainers and the C ABI to
+// report. Ranks are ranks of the communicator the status comes from.
+struct FailureStatus {
+  bool failed = false;
+  Status status = Status::kOk;
+  // The rank where the failure started: the one that called abort(), or the one that first detected
+  // the fault (a dead peer, a mismatch, a deadline) and told the others. -1 while not failed.
+  int origin = -1;
+  // The origin called abort() (the application gave up) rather than detecting a fault.
+  bool aborted = false;
+  // The ranks blamed, ascending: a peer that died or closed, the rank(s) that never took part before a
+  // deadline, a rank that sent a mismatched call. Empty for an abort and where nobody can be named
+  // (every rank waited for was stuck itself).
+  std::vector<int> ranks;
+  std::string message;  // as failure_message()
 };
 
 class Work {
@@ -83,6 +101,8 @@ class Communicator {
   // Sticky failure state (after any failed operation, or an abort received from a peer).
   virtual bool is_failed() const = 0;
   virtual std::string failure_message() const = 0;
+  // The failure with the ranks it is blamed on (failed == false while the communicator is healthy).
+  virtual FailureStatus failure_status() const = 0;
   // Fails every pending operation here and tells peers (best effort) so they fail fast too.
   virtual void abort(const std::string& reason) = 0;
 

@@ -328,6 +328,19 @@ std::string CommunicatorImpl::failure_message() const {
   return fail_message_;
 }
 
+FailureStatus CommunicatorImpl::failure_status() const {
+  FailureStatus f;
+  std::lock_guard lock(fail_mu_);
+  if (!failed_.load(std::memory_order_acquire)) return f;
+  f.failed = true;
+  f.status = fail_status_;
+  f.origin = fail_origin_;
+  f.aborted = fail_aborted_;
+  f.ranks = fail_ranks_;
+  f.message = fail_message_;
+  return f;
+}
+
 namespace {
 
 size_t checked_bytes(const char* what, size_t count, size_t factor, DType dtype) {
@@ -600,6 +613,7 @@ void CommunicatorImpl::step() {
         std::lock_guard lock(mu_);
         reason = abort_reason_;
       }
+      blame(rank_, true, {});
       TANDEM_THROW(Status::kPeerFailure, "rank {} aborted the communicator: {}", rank_, reason);
     }
     if (op) {
@@ -621,6 +635,7 @@ void CommunicatorImpl::step() {
       }
     }
   } catch (const Error& e) {
+    if (!blame_.set && executor_.failed_peer() >= 0) blame(rank_, false, {executor_.failed_peer()});
     executor_.abandon();
     Status st = e.status();
     std::string msg = e.what();
@@ -744,10 +759,19 @@ void CommunicatorImpl::poll_p2p() {
   const auto now = Clock::now();
   for (size_t k = 0; k < p2p_.size();) {
     OpState& op = *p2p_[k];
-    if (!op.request->test()) {
-      if (now - op.posted > options_.timeout)
+    bool done = false;
+    try {
+      done = op.request->test();
+    } catch (const Error&) {
+      blame(rank_, false, {op.peer});
+      throw;
+    }
+    if (!done) {
+      if (now - op.posted > options_.timeout) {
+        blame(rank_, false, {op.peer});
         TANDEM_THROW(Status::kTimeout, "rank {}: {} {} rank {} did not complete within {} ms", rank_, describe(op),
                      op.kind == WireKind::kSend ? "to" : "from", op.peer, options_.timeout.count());
+      }
       ++k;
       continue;
     }
@@ -758,6 +782,7 @@ void CommunicatorImpl::poll_p2p() {
           op.request->truncated()) {
         WireHeader h = op.received;
         if (got < sizeof(WireHeader)) h.magic = 0;
+        blame(rank_, false, {op.peer});
         TANDEM_THROW(Status::kMismatch, "rank {} called {} from rank {} but rank {} sent {}{}", rank_, describe(op),
                      op.peer, op.peer, describe_header(h, op.header),
                      same_operation(h, op.header) ? fmt::format(" ({} bytes where {} were expected)", got, expected)
@@ -766,10 +791,10 @@ void CommunicatorImpl::poll_p2p() {
     }
     op.request.reset();
     activity_->store(now_ns(), std::memory_order_relaxed);
-    auto done = std::move(p2p_[k]);
+    auto finished = std::move(p2p_[k]);
     p2p_.erase(p2p_.begin() + static_cast<long>(k));
     p2p_count_.store(p2p_.size(), std::memory_order_release);
-    done->complete(Status::kOk, "");
+    finished->complete(Status::kOk, "");
   }
 }
 
@@ -832,6 +857,11 @@ void CommunicatorImpl::poll_control() {
       while (notices_.size() > 16) notices_.erase(notices_.begin());
     } else if (msg.type == static_cast<uint32_t>(ControlType::kAbort)) {
       const auto st = static_cast<Status>(msg.status);
+      std::vector<int> blamed;
+      for (int k = 0; k < std::min<int>(msg.blamed_count, kMaxBlamedRanks); ++k)
+        if (msg.blamed[k] >= 0 && msg.blamed[k] < size_) blamed.push_back(msg.blamed[k]);
+      const bool known_origin = msg.first_origin >= 0 && msg.first_origin < size_;
+      blame(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed));
       if (st == Status::kMismatch || st == Status::kTimeout)
         throw Error(st, fmt::format("{} (reported by rank {})", text, p));
       const std::string origin = fmt::format("rank {} ", p);
@@ -860,6 +890,7 @@ void CommunicatorImpl::idle(const PlanExecutor& ex) {
     poll_control();
     if (abort_requested_.load(std::memory_order_acquire)) {
       std::lock_guard lock(mu_);
+      blame(rank_, true, {});
       TANDEM_THROW(Status::kPeerFailure, "rank {} aborted the communicator: {}", rank_, abort_reason_);
     }
   }
@@ -890,6 +921,7 @@ void CommunicatorImpl::idle(const PlanExecutor& ex) {
       std::string why = missing.empty()
                             ? fmt::format("every rank it waited for is stuck as well")
                             : fmt::format("{} never took part", ranks_phrase(missing));
+      blame(rank_, false, missing);
       TANDEM_THROW(Status::kTimeout, "rank {}: {} (op #{}) timed out after {} ms waiting for {}: {}{}", rank_,
                    describe(op), op.seq, options_.timeout.count(), ranks_phrase(waited_), why,
                    others.empty() ? "" : fmt::format(" ({} timed out too)", ranks_phrase(others)));
@@ -903,6 +935,7 @@ void CommunicatorImpl::bad_message(int peer, const WireHeader& got, size_t got_b
   const bool same = same_operation(got, *send_header_);
   const std::string theirs = describe_header(got, *send_header_);
   const std::string their_seq = got.magic == kWireMagic && got.seq != op.seq ? fmt::format(" as op #{}", got.seq) : "";
+  blame(rank_, false, {peer});
   TANDEM_THROW(Status::kMismatch, "rank {} called {} as op #{} but rank {} sent {}{}{}", rank_, describe(op), op.seq,
                peer, theirs, their_seq,
                same ? fmt::format(" in a message of {} bytes where {} were expected", got_bytes, expected_bytes)
@@ -911,19 +944,37 @@ void CommunicatorImpl::bad_message(int peer, const WireHeader& got, size_t got_b
 
 // ---------------------------------------------------------------------------------- failure
 
+void CommunicatorImpl::blame(int origin, bool aborted, std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  blame_ = Blame{true, origin, aborted, std::move(ranks)};
+}
+
 void CommunicatorImpl::fail(Status status, const std::string& message, bool tell_peers, OpState* current) {
   if (!is_failed() && status != Status::kOk) {
+    const Blame b = blame_.set ? blame_ : Blame{true, rank_, false, {}};
     {
       std::lock_guard lock(fail_mu_);
       fail_status_ = status;
       fail_message_ = message;
+      fail_origin_ = b.origin;
+      fail_aborted_ = b.aborted;
+      fail_ranks_ = b.ranks;
       failed_.store(true, std::memory_order_release);
     }
     fail_cv_.notify_all();
     log::error("comm {} rank {}: {}", comm_id_, rank_, message);
     // Peers fail fast with the origin named; they keep a mismatch's or timeout's own status.
-    if (tell_peers) send_control(make_control(ControlType::kAbort, rank_, static_cast<int32_t>(status), 0, message));
+    if (tell_peers) {
+      ControlMessage m = make_control(ControlType::kAbort, rank_, static_cast<int32_t>(status), 0, message);
+      m.first_origin = b.origin;
+      m.aborted = b.aborted ? 1 : 0;
+      for (int r : b.ranks)
+        if (m.blamed_count < kMaxBlamedRanks) m.blamed[m.blamed_count++] = r;
+      send_control(m);
+    }
   }
+  blame_ = Blame{};
   Status st;
   std::string msg;
   {

@@ -87,6 +87,7 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
 
   bool is_failed() const override { return failed_.load(std::memory_order_acquire); }
   std::string failure_message() const override;
+  FailureStatus failure_status() const override;
   void abort(const std::string& reason) override;
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;
 
@@ -119,6 +120,9 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   void post_control_recv(int peer);
   void send_control(const ControlMessage& msg);
   void fail(Status status, const std::string& message, bool tell_peers, OpState* current);
+  // Records whom the failure about to be thrown is blamed on; fail() takes it (first call wins
+  // until then, so a relayed abort's origin is not overwritten by what the relay causes).
+  void blame(int origin, bool aborted, std::vector<int> ranks);
   void backoff(std::chrono::steady_clock::duration idle_for);
   const CompiledPlan& plan_for(const OpState& op, const PlanRequest& request);
   PlanRequest request_for(const OpState& op) const;
@@ -152,6 +156,9 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   mutable std::mutex fail_mu_;
   Status fail_status_ = Status::kOk;
   std::string fail_message_;
+  int fail_origin_ = -1;
+  bool fail_aborted_ = false;
+  std::vector<int> fail_ranks_;
   std::condition_variable fail_cv_;
 
   // Last time anything completed (ns of steady_clock), for the callers' stall backstop.
@@ -186,6 +193,12 @@ class CommunicatorImpl final : public Communicator, private ExecHooks {
   bool grace_started_ = false;
   std::chrono::steady_clock::time_point grace_until_{};
   std::vector<int> waited_;
+  struct Blame {
+    bool set = false;
+    int origin = -1;
+    bool aborted = false;
+    std::vector<int> ranks;
+  } blame_;  // for the failure being thrown (see blame())
 
   std::thread thread_;  // last: started once everything above exists
 };

@@ -163,6 +163,7 @@ void PlanExecutor::run(const CompiledPlan& plan, const ExecBuffers& buffers, tra
   ready_.assign(plan.ready_locals.begin(), plan.ready_locals.end());
   inflight_.clear();
   done_ = 0;
+  failed_peer_ = -1;
   last_event_ = std::chrono::steady_clock::now();
 
   while (done_ < n) {
@@ -185,7 +186,7 @@ void PlanExecutor::run(const CompiledPlan& plan, const ExecBuffers& buffers, tra
       transport.progress();
       for (size_t k = 0; k < inflight_.size();) {
         const uint32_t i = inflight_[k];
-        if (!requests_[i]->test()) {
+        if (!test_request(i)) {
           ++k;
           continue;
         }
@@ -221,6 +222,7 @@ void PlanExecutor::run(const CompiledPlan& plan, const ExecBuffers& buffers, tra
 void PlanExecutor::post(uint32_t i) {
   const CompiledOp& o = plan_->ops[i];
   const int peer = (*transport_rank_)[static_cast<size_t>(o.peer)];
+  failed_peer_ = o.peer;  // until posted: an isend/irecv that throws names its peer
   if (o.kind == OpKind::kSend) {
     const std::array<transports::ConstPart, 2> parts{
         transports::ConstPart{header_, sizeof(WireHeader)},
@@ -234,7 +236,17 @@ void PlanExecutor::post(uint32_t i) {
                             o.dst.count * elem_bytes_}};
     requests_[i] = transport_->irecv(peer, tag_, std::span(parts.data(), o.dst.count ? 2 : 1));
   }
+  failed_peer_ = -1;
   inflight_.push_back(i);
+}
+
+bool PlanExecutor::test_request(uint32_t i) {
+  try {
+    return requests_[i]->test();
+  } catch (const Error&) {
+    failed_peer_ = plan_->ops[i].peer;
+    throw;
+  }
 }
 
 void PlanExecutor::run_local(uint32_t i) {

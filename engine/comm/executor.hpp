@@ -84,11 +84,14 @@ class PlanExecutor {
   // Communicator ranks this rank still has a posted, incomplete transfer with.
   std::vector<int> waiting_peers() const;
   size_t ops_done() const { return done_; }
+  // The communicator rank whose transfer threw the error that ended the last run (-1: none did).
+  int failed_peer() const { return failed_peer_; }
 
  private:
   void post(uint32_t i);
   void finish(uint32_t i);
   void run_local(uint32_t i);
+  bool test_request(uint32_t i);  // requests_[i]->test(), noting the peer when it throws
 
   const CompiledPlan* plan_ = nullptr;
   ExecBuffers buffers_;
@@ -104,6 +107,7 @@ class PlanExecutor {
   std::vector<size_t> send_heads_, recv_heads_;
   std::vector<uint32_t> ready_, inflight_;
   size_t done_ = 0;
+  int failed_peer_ = -1;
   std::chrono::steady_clock::time_point last_event_{};
 };
 

@@ -61,13 +61,19 @@ std::string describe_header(const WireHeader& h, const WireHeader& reference);
 
 // Control messages: fixed size, text truncated to fit.
 enum class ControlType : uint32_t { kAbort = 1, kTimeoutNotice = 2 };
+constexpr int kMaxBlamedRanks = 14;
 struct ControlMessage {
   uint32_t magic = kWireMagic;
   uint32_t type = 0;      // ControlType
   int32_t origin = 0;     // communicator rank that sent it
   int32_t status = 0;     // tandem::Status of the failure (abort)
   uint64_t seq = 0;       // operation the message is about
-  char text[1000] = {};   // abort: the failure message; timeout notice: ranks waited for, "2,5"
+  // Abort: where the failure started and whom it blames (FailureStatus), relayed unchanged.
+  int32_t first_origin = -1;
+  uint16_t aborted = 0;       // first_origin called abort()
+  uint16_t blamed_count = 0;  // entries of `blamed` in use
+  int32_t blamed[kMaxBlamedRanks] = {};
+  char text[936] = {};    // abort: the failure message; timeout notice: ranks waited for, "2,5"
 };
 static_assert(sizeof(ControlMessage) == 1024, "control messages are 1 KiB");
 

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "tests/comm/comm_harness.hpp"
 
 using namespace tandem;
@@ -50,6 +52,14 @@ BOOST_AUTO_TEST_CASE(different_collectives_give_a_mismatch_naming_both) {
       EXPECT(contains(msg, "allreduce(f32, sum, 1024)") && contains(msg, "broadcast(f32, 1024, root 0)"),
              "message lacks a description: {}", msg);
       EXPECT(c.is_failed() && contains(msg, c.failure_message()), "not failed: {}", c.failure_message());
+      // Blamed on the other side of the mismatched message (rank 0 for ranks 1 and 2, or 1/2 for 0),
+      // found by the rank that received it.
+      const auto f = c.failure_status();
+      EXPECT(f.failed && f.status == Status::kMismatch && !f.aborted && f.message == c.failure_message(),
+             "failure_status: failed {} status {} aborted {}", f.failed, status_name(f.status), f.aborted);
+      EXPECT(f.origin >= 0 && f.origin < 3 && f.ranks.size() == 1 && f.ranks[0] != f.origin &&
+                 (f.origin == 0 || f.ranks[0] == 0),
+             "rank {}: origin {} ranks {}", r, f.origin, fmt::join(f.ranks, ","));
     });
   }
 }
@@ -98,6 +108,9 @@ BOOST_AUTO_TEST_CASE(a_rank_that_never_calls_times_out_everywhere_naming_it) {
           // The others' abort reaches this rank too.
           while (!c.is_failed() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           EXPECT(c.is_failed(), "the absent rank never learnt of the failure");
+          const auto f = c.failure_status();
+          EXPECT(f.status == Status::kTimeout && (f.origin == 0 || f.origin == 1) && f.ranks == std::vector<int>{2},
+                 "absent rank: status {} origin {} ranks {}", status_name(f.status), f.origin, fmt::join(f.ranks, ","));
           return;
         }
         std::vector<float> in(1000, 1.f), out(1000);
@@ -110,6 +123,9 @@ BOOST_AUTO_TEST_CASE(a_rank_that_never_calls_times_out_everywhere_naming_it) {
         EXPECT(st == Status::kTimeout, "status {} ({})", status_name(st), msg);
         EXPECT(ms >= 450 && ms < 3000, "gave up after {} ms with a 500 ms deadline", ms);
         EXPECT(contains(msg, "rank 2 never took part") && contains(msg, "allreduce(f32, sum, 1000)"), "{}", msg);
+        const auto f = c.failure_status();
+        EXPECT(f.failed && !f.aborted && f.ranks == std::vector<int>{2} && (f.origin == 0 || f.origin == 1),
+               "rank {}: origin {} ranks {}", r, f.origin, fmt::join(f.ranks, ","));
       });
     }
 }
@@ -122,6 +138,10 @@ BOOST_AUTO_TEST_CASE(abort_reaches_every_peer) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         c.abort("stop now");
         EXPECT(c.is_failed(), "abort did not fail the communicator");
+        const auto f = c.failure_status();
+        EXPECT(f.failed && f.aborted && f.origin == 0 && f.ranks.empty() && contains(f.message, "stop now"),
+               "aborting rank: aborted {} origin {} ranks {} ({})", f.aborted, f.origin, fmt::join(f.ranks, ","),
+               f.message);
         std::string msg;
         EXPECT(status_of([&] { c.barrier(); }, &msg) == Status::kPeerFailure, "{}", msg);
         return;
@@ -134,6 +154,10 @@ BOOST_AUTO_TEST_CASE(abort_reaches_every_peer) {
       EXPECT(st == Status::kPeerFailure, "status {} ({})", status_name(st), msg);
       EXPECT(contains(msg, "rank 0") && contains(msg, "stop now"), "{}", msg);
       EXPECT(ms < 3000, "took {} ms to notice", ms);
+      const auto f = c.failure_status();
+      EXPECT(f.failed && f.status == Status::kPeerFailure && f.aborted && f.origin == 0 && f.ranks.empty(),
+             "rank {}: status {} aborted {} origin {} ranks {}", r, status_name(f.status), f.aborted, f.origin,
+             fmt::join(f.ranks, ","));
     });
   }
 }
@@ -151,6 +175,10 @@ BOOST_AUTO_TEST_CASE(a_peer_that_leaves_fails_the_others) {
       EXPECT(st == Status::kPeerFailure || st == Status::kTimeout, "status {} ({})", status_name(st), msg);
       EXPECT(contains(msg, "rank 2"), "{}", msg);
       EXPECT(ms < 6000, "took {} ms", ms);
+      // Whoever noticed first (this rank or the other survivor) blames rank 2.
+      const auto f = c.failure_status();
+      EXPECT(f.failed && !f.aborted && f.ranks == std::vector<int>{2} && (f.origin == 0 || f.origin == 1),
+             "rank {}: origin {} ranks {} ({})", r, f.origin, fmt::join(f.ranks, ","), f.message);
     });
   }
 }
@@ -181,6 +209,8 @@ BOOST_AUTO_TEST_CASE(invalid_arguments_are_refused_and_leave_the_communicator_us
       EXPECT(status_of([&] { c.send(a.data(), 8, DType::kF32, 1 - r, 1u << 24); }) == Status::kInvalidArgument, "");
       EXPECT(status_of([&] { c.recv(a.data(), 8, DType::kF32, 5, 0); }) == Status::kInvalidArgument, "");
       EXPECT(!c.is_failed(), "bad arguments must not fail the communicator");
+      const auto f = c.failure_status();
+      EXPECT(!f.failed && f.status == Status::kOk && f.origin == -1 && f.ranks.empty(), "healthy: origin {}", f.origin);
       c.allreduce(a.data(), b.data(), 8, DType::kF32, ReduceOp::kSum)->wait();
       EXPECT(b[7] == 2.f, "allreduce after bad calls gave {}", b[7]);
     });
