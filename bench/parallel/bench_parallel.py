@@ -8,7 +8,8 @@
            hide (exposed), read from the merged Chrome trace. Target: exposed <= total / 2.
   bubble   1F1B with S=4 stages and M=8 micro-batches: the measured idle fraction (time blocked on receives over
            step time, mean over ranks) against (S-1)/(M+S-1). Target: within 5 points.
-  memory   peak RSS per rank (/usr/bin/time) of resnet18 with PP=1 (one rank) and PP=4 (pipeline over 4 ranks).
+  memory   peak RSS per rank (/usr/bin/time) of resnet18 with PP=1 (one rank) and PP=4 (pipeline over 4 ranks), and
+           the model state (parameters, gradients, momentum) each rank holds: a stage holds only its own layers'.
   accuracy lenet5 on Fashion-MNIST, same global batch and epochs: test accuracy of 1 rank and hybrid 2x2.
            Target: within 0.5 points.
 
@@ -193,17 +194,32 @@ def bench_bubble(tandem, steps):
 
 
 def bench_memory(tandem, steps):
+    """Peak RSS per rank (ordered by rank = stage) and the model state each rank holds: parameters, gradients and
+    the SGD momentum (3 x 4 bytes per parameter of its stage)."""
     out = {}
     args = ["--model", "resnet18", "--dataset", "synthetic", "--batch", "64", "--threads", "1", "--epochs", "1",
             "--limit-batches", str(steps), "--eval-limit-batches", "1", "--microbatches", "4", "--strategy",
-            "pipeline"]
+            "pipeline", "--optimizer", "sgd", "--momentum", "0.9"]
     for pp in (1, 4):
-        _, err = tandem_train(tandem, pp, args, wrap=["/usr/bin/time", "-f", "maxrss_kb %M"])
-        kb = [int(m) for m in re.findall(r"maxrss_kb (\d+)", err)]
+        r, err = tandem_train(tandem, pp, args, wrap=["/usr/bin/time", "-f", "maxrss_kb %M"])
+        if pp == 1:
+            kb = [int(m) for m in re.findall(r"maxrss_kb (\d+)", err)]
+        else:  # the launcher prefixes each rank's lines: "[rank N] maxrss_kb K"
+            by_rank = {int(a): int(b) for a, b in re.findall(r"\[rank (\d+)\] maxrss_kb (\d+)", err)}
+            kb = [by_rank[k] for k in sorted(by_rank)]
+        params = [int(m) for m in re.findall(r"MFLOP/sample, (\d+) params\)", r.get("partition", ""))]
         out["pp%d_rss_mb" % pp] = [k / 1024 for k in kb]
-    print("memory: resnet18 (11.2M parameters, batch 64, 4 micro-batches), peak RSS per rank")
-    for pp in (1, 4):
-        print("  PP=%d: %s MB" % (pp, ", ".join("%.0f" % v for v in out["pp%d_rss_mb" % pp])))
+        out["pp%d_state_mb" % pp] = [12 * n / 2**20 for n in params]
+    whole = sum(out["pp1_state_mb"])
+    print("memory: resnet18 (11.2M parameters, batch 64, 4 micro-batches, SGD momentum), per rank: peak RSS and the "
+          "model state it holds (parameters + gradients + momentum)")
+    print("  PP=1: RSS %.0f MB; model state %.0f MB" % (out["pp1_rss_mb"][0], whole))
+    for s, (rss, st) in enumerate(zip(out["pp4_rss_mb"], out["pp4_state_mb"])):
+        print("  PP=4 stage %d: RSS %.0f MB; model state %.1f MB (%.0f%% of PP=1's)" % (s, rss, st, 100 * st / whole))
+    mean = sum(out["pp4_state_mb"]) / max(len(out["pp4_state_mb"]), 1)
+    out["pp4_mean_state_fraction"] = mean / whole if whole else 0.0
+    print("  PP=4 mean model state per rank: %.1f MB = %.2f of PP=1's (the cut balances FLOPs; resnet18's parameters "
+          "sit mostly in layer4, hence the last stage's share)" % (mean, out["pp4_mean_state_fraction"]))
     return out
 
 

@@ -57,8 +57,6 @@ Trainer::Trainer(nn::Model& model, const data::Dataset& train, const data::Datas
       sampler_(train.size(), config_.world, config_.rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   config_.validate();
-  TANDEM_REQUIRE(model.holds_all(), "trainer: model '{}' holds only layers [{}, {}) (a pipeline stage's); "
-                 "single-process training needs every layer", model.spec().name, model.held_begin(), model.held_end());
   const nn::SampleShape in = model.spec().input;
   auto check_data = [&](const data::Dataset& d) {
     TANDEM_REQUIRE(d.channels * d.height * d.width == in.numel() &&
@@ -79,7 +77,17 @@ Trainer::Trainer(nn::Model& model, const data::Dataset& train, const data::Datas
   lo.seed = config_.seed;
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
-  optimizer_ = std::make_unique<optim::Optimizer>(model.backend(), config_.optimizer, std::vector<Tensor>{model.params()});
+}
+
+optim::Optimizer& Trainer::optimizer() {
+  if (optimizer_) return *optimizer_;
+  // Created on first use, so that a trainer made only to validate settings (tandem_trainer_create_parallel does)
+  // allocates neither the model's storage nor optimizer state.
+  TANDEM_REQUIRE(model_.holds_all(),
+                 "trainer: model '{}' holds only layers [{}, {}) (a pipeline stage's); single-process training needs "
+                 "every layer", model_.spec().name, model_.held_begin(), model_.held_end());
+  optimizer_ = std::make_unique<optim::Optimizer>(model_.backend(), config_.optimizer, std::vector<Tensor>{model_.params()});
+  return *optimizer_;
 }
 
 Trainer::~Trainer() = default;
@@ -118,7 +126,7 @@ Tensor Trainer::to_device(const data::Batch& b, Tensor& labels) {
 StepResult Trainer::step() {
   // Memory guard (issue #6): before the first step allocates activations, fail with kOutOfMemory if the job
   // cannot fit under this host's limit, instead of being killed by the kernel.
-  if (optimizer_->steps() == 0) check_training_memory(model_, single_footprint(config_.batch_size, config_.prefetch), "trainer");
+  if (global_step() == 0) check_training_memory(model_, single_footprint(config_.batch_size, config_.prefetch), "trainer");
   begin_epoch_if_needed();
   StepResult r;
   data::Batch batch;
@@ -137,8 +145,8 @@ StepResult Trainer::step() {
     std::vector<Tensor> g{model_.grads()};
     optim::clip_grad_norm(be, g, config_.clip_norm);
   }
-  r.lr = optim::lr_at(schedule_, optimizer_->steps());
-  optimizer_->step({model_.grads()}, r.lr);
+  r.lr = optim::lr_at(schedule_, optimizer().steps());
+  optimizer().step({model_.grads()}, r.lr);
   r.loss = loss.loss;
   r.correct = loss.correct;
   r.samples = batch.size;
@@ -225,7 +233,7 @@ EvalResult Trainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
 TrainingIdentity Trainer::identity() const {
   TrainingIdentity id;
   id.spec = &model_.spec();
-  id.optimizer = optimizer_->config();
+  id.optimizer = config_.optimizer;
   id.schedule = config_.schedule;
   id.batch_size = config_.batch_size;
   return id;
@@ -234,14 +242,14 @@ TrainingIdentity Trainer::identity() const {
 void Trainer::save_checkpoint(const std::string& path) {
   compute::Backend& be = model_.backend();
   TrainingProgress p;
-  p.optimizer_steps = optimizer_->steps();
+  p.optimizer_steps = global_step();
   p.completed_epochs = completed_epochs_;
   p.sampler = sampler_.state();
   p.sampler_world = config_.world;
   p.sampler_rank = config_.rank;
   p.rng = rng_.state();
   std::vector<std::vector<float>> state;
-  for (const Tensor& t : optimizer_->state_tensors()) state.push_back(to_host_vector(be, t));
+  for (const Tensor& t : optimizer().state_tensors()) state.push_back(to_host_vector(be, t));
   train::save_checkpoint(path, make_training_checkpoint(identity(), p, to_host_vector(be, model_.params()),
                                                         to_host_vector(be, model_.buffers()), std::move(state)));
 }
@@ -256,7 +264,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     const data::SamplerState before = sampler_.state();
     sampler_.restore(ck.progress.sampler);
     try {
-      optimizer_->restore(ck.progress.optimizer_steps, opt_state);  // validates every size before copying
+      optimizer().restore(ck.progress.optimizer_steps, opt_state);  // validates every size before copying
     } catch (...) {
       sampler_.restore(before);
       throw;

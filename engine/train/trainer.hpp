@@ -84,11 +84,11 @@ class Trainer {
   EvalResult evaluate(const data::Dataset& data, int64_t limit_batches = -1);  // -1: the config's eval limit
 
   int64_t completed_epochs() const noexcept { return completed_epochs_; }
-  int64_t global_step() const noexcept { return optimizer_->steps(); }
+  int64_t global_step() const noexcept { return optimizer_ ? optimizer_->steps() : 0; }
   int64_t batches_per_epoch() const;
   const TrainerConfig& config() const noexcept { return config_; }
   nn::Model& model() noexcept { return model_; }
-  optim::Optimizer& optimizer() noexcept { return *optimizer_; }
+  optim::Optimizer& optimizer();  // created on first use (the model's storage with it)
   data::DistributedSampler& sampler() noexcept { return sampler_; }
 
   void save_checkpoint(const std::string& path);
