@@ -67,7 +67,8 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                       "memory_mib", "memory_bytes", "swap_gib", "swap_mib", "swap_bytes", "swap_slowdown",
                       "peak_gflops", "peak_tflops", "efficiency", "mem_gbps", "mem_bytes_per_s", "usd_per_hour",
                       "vcpus", "gpus", "gpu_memory_gib", "gpu_memory_bytes", "intra_gbps", "intra_bytes_per_s",
-                      "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib"},
+                      "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib", "runtime_bytes",
+                      "runtime_mib", "runtime_gib"},
                   where);
   NodeSpec n;
   if (j.contains("preset")) {
@@ -105,6 +106,7 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
   if (auto v = json_number(j, "gpu_memory_gib", where)) n.hw.gpu_memory_bytes = *v * 1073741824.0;
   if (auto v = json_number(j, "gpu_memory_bytes", where)) n.hw.gpu_memory_bytes = *v;
   if (auto v = json_number(j, "os_reserved_mib", where)) n.hw.os_reserved_bytes = *v * 1048576.0;
+  if (auto v = json_bytes(j, "runtime", where)) n.runtime_bytes = *v;
   if (auto v = json_number(j, "swap_slowdown", where)) {
     TANDEM_REQUIRE(*v >= 1, "{}.swap_slowdown: must be >= 1, got {}", where, *v);
     n.swap_slowdown = *v;

@@ -6,7 +6,7 @@
 //               "nic_mbps": 65, "nic_latency_us": 250, "memory_gib": 1, "swap_gib": 2, "swap_slowdown": 4,
 //               "peak_gflops": 80, "efficiency": 0.25, "mem_gbps": 8, "usd_per_hour": 0.0116,
 //               "vcpus": 1, "gpus": 0, "gpu_memory_gib": 16, "intra_gbps": 100, "intra_latency_us": 2,
-//               "name": "worker"}, ...],
+//               "runtime_mib": 40, "name": "worker"}, ...],
 //    "topology": {"kind": "star"} (see network/topology.hpp), "sharing": "max-min" | "rtt-weighted"}
 // A node without "preset" must give vcpus, memory, peak FLOP/s, memory bandwidth and NIC bandwidth.
 // Errors name the field: "cluster.nodes[1].nic_mbps: expected a finite number >= 0".
@@ -29,6 +29,9 @@ struct NodeSpec {
   std::optional<double> initial_credits;   // default: launch credits in standard mode, else 0
   double swap_bytes = 0;
   double swap_slowdown = 4.0;              // compute slowdown of a node that swaps
+  // Memory each rank's runtime holds beyond tensors (runtime_bytes|_mib|_gib); default: the profile's
+  // runtime_rss_bytes (CPU nodes), else kDefaultCpuRuntimeBytes / kDefaultGpuRuntimeBytes (simulate.hpp).
+  std::optional<double> runtime_bytes;
   int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : 1; }
 };
 

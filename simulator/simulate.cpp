@@ -18,10 +18,6 @@ namespace {
 
 using engine::parallel::ScheduleKind;
 
-// Framework and library memory per rank beyond tensors (CPU: a PyTorch-like runtime with oneDNN;
-// GPU: CUDA context, cuDNN/cuBLAS workspaces).
-constexpr double kCpuRuntimeBytes = 150.0 * 1048576;
-constexpr double kGpuRuntimeBytes = 600.0 * 1048576;
 
 engine::nn::ModelSpec build_model(const JobSpec& job, engine::nn::SampleShape input, int64_t classes) {
   if (engine::nn::is_zoo_model(job.model)) {
@@ -51,6 +47,7 @@ struct Prepared {
   StepSetup setup;  // speeds filled per phase
   std::vector<double> base_speed;  // per node: 1, or 1/swap_slowdown when swapping
   std::vector<NodeReport> nodes;
+  std::vector<double> runtime_bytes;  // per node: each rank's runtime allowance
   int64_t steps_per_epoch = 0;
   double scale = 1;
 };
@@ -72,8 +69,16 @@ double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out =
   const double opt = params / 4 * optimizer_state_bytes_per_param(p.job.optimizer);
   double buffers = 0;
   if (p.job.dp > 1) buffers += 2 * std::min(params, p.job.bucket_mb * 1048576.0);  // bucket + receive scratch
-  const bool gpu = p.cluster.nodes[p.node_of_rank[rank]].hw.gpus > 0;
-  return 2 * params + opt + acts + buffers + (gpu ? kGpuRuntimeBytes : kCpuRuntimeBytes);
+  return 2 * params + opt + acts + buffers + p.runtime_bytes[p.node_of_rank[rank]];
+}
+
+// A rank's runtime allowance on `node`: the node's own figure, else (CPU) the profile's measured
+// resident size after setup, else the defaults.
+double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile) {
+  if (node.runtime_bytes) return *node.runtime_bytes;
+  if (node.hw.gpus > 0) return kDefaultGpuRuntimeBytes;
+  if (profile && profile->runtime_rss_bytes) return *profile->runtime_rss_bytes;
+  return kDefaultCpuRuntimeBytes;
 }
 
 Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache& plans) {
@@ -209,6 +214,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
     s.ranks.push_back(std::move(rs));
   }
   // memory and node reports
+  for (const NodeSpec& n : p.cluster.nodes) p.runtime_bytes.push_back(runtime_allowance(n, profile));
   p.base_speed.assign(p.cluster.nodes.size(), 1.0);
   for (size_t i = 0; i < p.cluster.nodes.size(); ++i) {
     const NodeSpec& n = p.cluster.nodes[i];
@@ -216,6 +222,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
     nr.name = n.name;
     nr.preset = n.hw.name;
     nr.memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
+    nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
   for (int32_t r = 0; r < world; ++r) {
@@ -469,6 +476,7 @@ nlohmann::json SimResult::to_json() const {
                          {"ranks", n.ranks},
                          {"memory_bytes", n.memory_bytes},
                          {"memory_capacity_bytes", n.memory_capacity_bytes},
+                         {"runtime_bytes", n.runtime_bytes},
                          {"fits", n.fits},
                          {"swapping", n.swapping},
                          {"cpu_utilization", n.cpu_utilization},

@@ -18,11 +18,19 @@
 
 namespace tandem::simulator {
 
+// Memory a rank's runtime holds beyond its tensors, when neither the node (cluster JSON runtime_mib)
+// nor the calibration profile (runtime_rss_bytes, CPU nodes) gives it. CPU: a PyTorch-class process
+// with oneDNN (libraries, thread pools, allocator slack); Tandem's own measured here is lower, which
+// is why a profile's figure is preferred. GPU: CUDA context and cuDNN/cuBLAS workspaces.
+constexpr double kDefaultCpuRuntimeBytes = 150.0 * 1048576;
+constexpr double kDefaultGpuRuntimeBytes = 600.0 * 1048576;
+
 struct NodeReport {
   std::string name, preset;
   int32_t ranks = 0;                 // ranks of the job on this node (0: unused, not billed)
   double memory_bytes = 0;           // need: host memory (CPU node) or the largest per-GPU need
   double memory_capacity_bytes = 0;  // usable: host memory less the OS reserve, or GPU memory
+  double runtime_bytes = 0;          // per rank, included in memory_bytes (node, profile or default)
   bool fits = true;
   bool swapping = false;             // over capacity but within swap: slowed by swap_slowdown
   std::optional<double> throttle_start_s;  // standard-mode credits ran out at this time

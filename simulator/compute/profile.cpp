@@ -12,7 +12,7 @@ namespace tandem::simulator {
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
-                      "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created"},
+                      "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes"},
                   where);
   TANDEM_REQUIRE(j.value("format", std::string()) == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -59,6 +59,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   TANDEM_REQUIRE(opt.has_value(), "{}.optimizer_step_s: required (seconds per optimizer step)", where);
   p.optimizer_step_s = *opt;
   if (auto v = json_number(j, "memory_bytes_per_s", where)) p.memory_bytes_per_s = *v;
+  if (auto v = json_number(j, "runtime_rss_bytes", where)) p.runtime_rss_bytes = *v;
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -91,6 +92,7 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   for (const auto& l : p.layers)
     j["layers"].push_back({{"name", l.name}, {"forward_s", l.forward_s}, {"backward_s", l.backward_s}});
   if (p.memory_bytes_per_s) j["memory_bytes_per_s"] = *p.memory_bytes_per_s;
+  if (p.runtime_rss_bytes) j["runtime_rss_bytes"] = *p.runtime_rss_bytes;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

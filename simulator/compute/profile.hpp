@@ -7,7 +7,9 @@
 //    "layers": [{"name": "conv0", "forward_s": 0.0021, "backward_s": 0.0043}, ...],   // every layer, in order
 //    "optimizer": "sgd", "optimizer_step_s": 0.0031,        // one step over all parameters
 //    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
-//    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5}}   // optional: measured point-to-point
+//    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
+//    "runtime_rss_bytes": 4.2e7}   // optional: the process's resident memory after setup, before the model
+//                                  // (the simulator's per-rank runtime allowance on CPU nodes)
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
@@ -31,6 +33,7 @@ struct CalibrationProfile {
   double optimizer_step_s = 0;
   std::optional<double> memory_bytes_per_s;
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
+  std::optional<double> runtime_rss_bytes;
 };
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");

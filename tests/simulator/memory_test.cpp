@@ -1,0 +1,104 @@
+// The per-rank runtime allowance in the memory check: a node's own figure (cluster JSON runtime_mib),
+// else the calibration profile's measured runtime_rss_bytes (CPU nodes), else the defaults.
+#include <cstdio>
+#include <fstream>
+
+#include <boost/test/unit_test.hpp>
+
+#include "engine/core/error.hpp"
+#include "engine/nn/zoo.hpp"
+#include "simulator/compute/workload.hpp"
+#include "simulator/presets.hpp"
+#include "simulator/simulate.hpp"
+
+using namespace tandem::simulator;
+namespace tt = boost::test_tools;
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+JobSpec lenet_job() {
+  JobSpec j;
+  j.model = "lenet5";
+  j.dataset = "fashion-mnist";
+  j.batch = 64;
+  j.epochs = 0.01;
+  return j;
+}
+
+// A lenet5 profile (every layer 1 ms / 2 ms at batch 64), with runtime_rss_bytes when given.
+std::string write_profile(const std::string& path, std::optional<double> runtime_rss_bytes) {
+  nlohmann::json p = {{"format", "tandem-calibration"}, {"version", 1}, {"model", "lenet5"}, {"batch", 64},
+                      {"optimizer_step_s", 0.001}, {"layers", nlohmann::json::array()}};
+  const auto work = make_workload(tandem::engine::nn::zoo_model("lenet5", {1, 28, 28}, 10));
+  for (const auto& l : work.layers)
+    p["layers"].push_back(nlohmann::json{{"name", l.name}, {"forward_s", 0.001}, {"backward_s", 0.002}});
+  if (runtime_rss_bytes) p["runtime_rss_bytes"] = *runtime_rss_bytes;
+  std::ofstream(path) << p.dump();
+  return path;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(runtime_allowance)
+
+BOOST_AUTO_TEST_CASE(comes_from_the_node_then_the_profile_then_the_default) {
+  JobSpec j = lenet_job();
+  const SimResult def = simulate(parse_cluster("c5.large:1"), j, {.baseline = false});
+  BOOST_TEST(def.nodes[0].runtime_bytes == kDefaultCpuRuntimeBytes);
+  // the profile's measured figure replaces the default, byte for byte in the need (one rank per node)
+  j.profile = write_profile("/tmp/tandem_sim_runtime_profile.json", 40 * kMiB);
+  const SimResult prof = simulate(parse_cluster("c5.large:1"), j, {.baseline = false});
+  BOOST_TEST(prof.nodes[0].runtime_bytes == 40 * kMiB);
+  BOOST_TEST(def.memory_per_node_bytes - prof.memory_per_node_bytes == kDefaultCpuRuntimeBytes - 40 * kMiB,
+             tt::tolerance(1e-9));
+  // a node's own figure wins over the profile
+  const SimResult node = simulate(parse_cluster(R"({"nodes": [{"preset": "c5.large", "runtime_mib": 70}]})"), j,
+                                  {.baseline = false});
+  BOOST_TEST(node.nodes[0].runtime_bytes == 70 * kMiB);
+  BOOST_TEST(node.memory_per_node_bytes - prof.memory_per_node_bytes == 30 * kMiB, tt::tolerance(1e-9));
+  // an old profile without the field keeps the default
+  j.profile = write_profile("/tmp/tandem_sim_runtime_profile.json", std::nullopt);
+  BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).nodes[0].runtime_bytes ==
+             kDefaultCpuRuntimeBytes);
+  std::remove("/tmp/tandem_sim_runtime_profile.json");
+}
+
+// A host sized between the two needs fits with the measured allowance and not with the default.
+BOOST_AUTO_TEST_CASE(decides_whether_a_job_fits) {
+  JobSpec j = lenet_job();
+  const SimResult def = simulate(parse_cluster("c5.large:1"), j, {.baseline = false});
+  // capacity = memory - the OS reserve
+  const double reserve = find_preset("c5.large").memory_bytes - def.nodes[0].memory_capacity_bytes;
+  const double usable = def.memory_per_node_bytes - 50 * kMiB;  // 50 MiB short with the default
+  const std::string cluster = R"({"nodes": [{"preset": "c5.large", "memory_bytes": )" +
+                              std::to_string(static_cast<int64_t>(usable + reserve)) + "}]}";
+  BOOST_TEST(!simulate(parse_cluster(cluster), j, {.baseline = false}).fits);
+  j.profile = write_profile("/tmp/tandem_sim_runtime_fit.json", 40 * kMiB);  // 110 MiB less: fits
+  BOOST_TEST(simulate(parse_cluster(cluster), j, {.baseline = false}).fits);
+  std::remove("/tmp/tandem_sim_runtime_fit.json");
+}
+
+BOOST_AUTO_TEST_CASE(gpu_nodes_keep_their_own_default_or_figure) {
+  JobSpec j = lenet_job();
+  j.profile = write_profile("/tmp/tandem_sim_runtime_gpu.json", 40 * kMiB);  // a host process's RSS
+  BOOST_TEST(simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false}).nodes[0].runtime_bytes ==
+             kDefaultGpuRuntimeBytes);
+  BOOST_TEST(simulate(parse_cluster(R"({"nodes": [{"preset": "g4dn.xlarge", "runtime_gib": 1}]})"), j,
+                      {.baseline = false})
+                 .nodes[0]
+                 .runtime_bytes == 1073741824.0);
+  std::remove("/tmp/tandem_sim_runtime_gpu.json");
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_name_the_field) {
+  try {
+    parse_cluster(R"({"nodes": [{"preset": "c5.large", "runtime_mib": -1}]})");
+    BOOST_ERROR("a negative runtime_mib was accepted");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find("cluster.nodes[0].runtime_mib") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
