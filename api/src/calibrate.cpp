@@ -53,6 +53,8 @@ std::string profile_text(const tandem_calibration& h) {
     p.p2p_latency_s = h.p2p->latency_s;
   }
   nlohmann::json j = tandem::simulator::profile_to_json(p);
+  // The runtime's own resident memory per rank (see runtime_rss_bytes), for the simulator's memory check.
+  if (h.runtime_rss_bytes > 0) j["runtime_rss_bytes"] = static_cast<int64_t>(h.runtime_rss_bytes);
   j["threads"] = c.threads;
   j["created"] = utc_now();
   return j.dump(1);
@@ -154,6 +156,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     const bool multi = comm != nullptr && state->comm->size() >= 2;
 
     auto h = std::make_unique<tandem_calibration>();
+    // Before anything is measured: the runtime as a job has it after setup, without activations or workspaces.
+    h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(*m.model);
     if (multi) on_comm(*state, [&](auto& c) {
       agree(c, m.spec, o.batch);
       c.barrier()->wait();  // every rank starts measuring at once, as the ranks of a job compute at once
@@ -164,14 +168,19 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
       on_comm(*state, [&](auto& c) {
         average(c, *h);
         h->p2p = tandem::api::measure_p2p(c, p2p_bytes, p2p_iters);
+        tandem::api::measure_allreduce_rounds(c, *h->p2p);
       });
       h->ranks = state->comm->size();
     }
     h->machine = machine.empty() ? tandem::api::describe_machine(h->cal.threads) : machine;
     if (h->ranks > 1) h->machine += fmt::format("; compute averaged over {} ranks measuring at once", h->ranks);
     if (h->p2p) {
-      h->machine += fmt::format("; p2p ranks 0-1: {:.2f} MB/s each way with both directions busy, {:.1f} us one-way",
-                                h->p2p->bytes_per_s / 1e6, h->p2p->latency_s * 1e6);
+      const tandem::api::P2pFigures& q = *h->p2p;
+      h->machine += fmt::format(
+          "; p2p ranks 0-1: {:.2f} MB/s each way with both directions busy, ping {:.1f} us one-way; all-reduce of {} B "
+          "over {} ranks ({}, {} rounds) {:.1f} us: {:.1f} us per round; p2p.latency_s {:.1f} us is the larger",
+          q.bytes_per_s / 1e6, q.ping_s * 1e6, q.allreduce_bytes, h->ranks, q.allreduce_algorithm, q.allreduce_rounds,
+          q.allreduce_s * 1e6, q.allreduce_round_s * 1e6, q.latency_s * 1e6);
     }
     h->text = profile_text(*h);
     *out = h.release();

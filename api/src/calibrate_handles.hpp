@@ -16,7 +16,16 @@ constexpr uint32_t kCalibrationMagic = 0x5443414c;  // "TCAL"
 
 struct P2pFigures {
   double bytes_per_s = 0;  // both directions busy
-  double latency_s = 0;    // one way: half the median round trip of a 4-byte ping
+  double latency_s = 0;    // per message, as the simulator charges it: max(ping_s, allreduce_round_s)
+  double ping_s = 0;       // one way: half the median round trip of a 4-byte ping
+  // A small all-reduce over every rank, as the runtime runs it: its time per round less the round's bytes at
+  // bytes_per_s -- the runtime's cost per message and round (posting, progress, waking the waiter, the
+  // reduction), which a ping alone does not pay. 0 with fewer than 2 ranks.
+  double allreduce_round_s = 0;
+  double allreduce_s = 0;          // the whole small all-reduce (the slowest rank's median)
+  uint64_t allreduce_bytes = 0;
+  int32_t allreduce_rounds = 0;    // rounds with transfers in the plan the communicator runs
+  std::string allreduce_algorithm;
 };
 
 // Ranks 0 and 1 of `c` measure the link between them: pings of 4 bytes (10 x iters), then exchanges of `bytes`
@@ -25,6 +34,10 @@ struct P2pFigures {
 // the bandwidth. The figures are broadcast from rank 0, so every rank returns them. Collective over `c`
 // (size >= 2).
 P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters);
+// Every rank of `c` times all-reduces of `count` f32 one by one (the slowest rank's median) and derives the per-round cost from the plan the communicator runs for it (its rounds with
+// transfers and the bytes each round moves at p.bytes_per_s); fills p's allreduce_* fields and raises
+// p.latency_s to the per-round cost where that is larger. Collective over `c` (size >= 2).
+void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint64_t count = 16);
 // This thread's local reduction bandwidth: dst += src over f32 buffers larger than the caches, counted as
 // the simulator counts a reduction (read dst, read src, write dst: 12 bytes per element).
 double measure_reduce_bandwidth();
@@ -33,6 +46,10 @@ double measure_reduce_bandwidth();
 void copy_text_out(const std::string& text, char* dst, size_t* bytes);
 // "host <name>, <CPU model>, <n> threads" (+ the emulated host and the CPU quota where there are some).
 std::string describe_machine(int threads);
+// What this process holds besides the model's tensors: its resident size (VmRSS) with the model's parameter,
+// gradient and buffer storage in place (allocated here if the model allocates lazily), less that storage -- the
+// runtime's own memory (libraries, backend, communicator, threads) the simulator adds per rank. 0 without /proc.
+double runtime_rss_bytes(engine::nn::Model& model);
 }  // namespace tandem::api
 
 struct tandem_calibration {
@@ -42,6 +59,7 @@ struct tandem_calibration {
   int32_t ranks = 1;
   double memory_bytes_per_s = 0;
   std::optional<tandem::api::P2pFigures> p2p;
+  double runtime_rss_bytes = 0;  // 0: unknown (not written)
   std::string machine;
   std::string text;  // the profile JSON, built once
   ~tandem_calibration() { magic = 0; }

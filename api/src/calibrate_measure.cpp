@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "api/src/calibrate_handles.hpp"
+#include "engine/comm/plan.hpp"
 #include "engine/comm/reduce_kernels.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/host_info.hpp"
@@ -120,7 +121,72 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
     fig[1] = half_rtt;
   }
   c.broadcast(fig, 2, DType::kF64, 0)->wait();
-  return P2pFigures{fig[0], fig[1]};
+  P2pFigures p;
+  p.bytes_per_s = fig[0];
+  p.latency_s = p.ping_s = fig[1];
+  return p;
+}
+
+void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint64_t count) {
+  TANDEM_REQUIRE(c.size() >= 2, "calibrate: the all-reduce round needs 2 ranks, the communicator has {}", c.size());
+  TANDEM_REQUIRE(count >= 1 && p.bytes_per_s > 0, "calibrate: all-reduce count {} / bandwidth {} not positive",
+                 count, p.bytes_per_s);
+  using engine::comm::OpKind;
+  // The plan the communicator runs for this all-reduce: its rounds with transfers, and per round the largest
+  // message a rank sends (the round ends when its slowest transfer does).
+  engine::comm::PlanRequest req;
+  req.collective = engine::comm::Collective::kAllreduce;
+  req.algorithm = c.allreduce_algorithm_for(count, DType::kF32);
+  req.world = c.size();
+  req.count = count;
+  req.elem_bytes = 4;
+  req.in_place = true;
+  const engine::comm::Plan plan = engine::comm::make_plan(req);
+  int32_t rounds = 0;
+  double wire_s = 0;
+  for (const engine::comm::RankPlan& rp : plan.ranks) {
+    int32_t n = 0;
+    double s = 0;
+    for (const engine::comm::Round& r : rp.rounds) {
+      uint64_t most = 0;
+      bool transfer = false;
+      for (const engine::comm::Op& op : r.ops) {
+        if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) continue;
+        transfer = true;
+        most = std::max(most, op.kind == OpKind::kSend ? op.src.count : op.dst.count);
+      }
+      if (!transfer) continue;
+      ++n;
+      s += static_cast<double>(most * 4) / p.bytes_per_s;
+    }
+    if (n > rounds || (n == rounds && s > wire_s)) {
+      rounds = n;
+      wire_s = s;
+    }
+  }
+  TANDEM_CHECK(rounds > 0, Status::kInternal, "calibrate: the {} all-reduce plan over {} ranks has no transfers",
+               engine::comm::algorithm_name(req.algorithm), c.size());
+
+  std::vector<float> buf(count, 1.0f);
+  auto once = [&] {
+    const auto t0 = Clock::now();
+    c.allreduce(buf.data(), buf.data(), count, DType::kF32, ReduceOp::kMax)->wait();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  constexpr int kWarmup = 5, kTimed = 50;
+  for (int i = 0; i < kWarmup; ++i) once();  // connections and plans made, caches warm
+  c.barrier()->wait();
+  std::vector<double> t;
+  for (int i = 0; i < kTimed; ++i) t.push_back(once());
+  // Each rank's median (a preempted operation on a shared machine does not count), then the slowest rank's.
+  double per_op = median(t);
+  c.allreduce(&per_op, &per_op, 1, DType::kF64, ReduceOp::kMax)->wait();
+  p.allreduce_s = per_op;
+  p.allreduce_bytes = count * 4;
+  p.allreduce_rounds = rounds;
+  p.allreduce_algorithm = engine::comm::algorithm_name(req.algorithm);
+  p.allreduce_round_s = std::max(0.0, (p.allreduce_s - wire_s) / rounds);
+  p.latency_s = std::max(p.ping_s, p.allreduce_round_s);
 }
 
 void copy_text_out(const std::string& text, char* dst, size_t* bytes) {
@@ -144,6 +210,14 @@ double measure_reduce_bandwidth() {
   }
   const double s = median(t);
   return s > 0 ? 3.0 * 4.0 * static_cast<double>(kElems) / s : 0.0;
+}
+
+double runtime_rss_bytes(engine::nn::Model& model) {
+  // Touching the storage allocates it where the model does so lazily; RSS then holds it either way.
+  const double tensors = 4.0 * static_cast<double>(model.params().numel() + model.grads().numel() +
+                                                   model.buffers().numel());
+  const double rss = proc_kib_field_bytes("/proc/self/status", "VmRSS");
+  return rss > 0 ? std::max(0.0, rss - tensors) : 0.0;
 }
 
 std::string describe_machine(int threads) {
