@@ -121,6 +121,39 @@ BOOST_AUTO_TEST_CASE(check_header_accepts_a_valid_header_and_rejects_each_defect
   BOOST_TEST(accepted == 0);
 }
 
+BOOST_AUTO_TEST_CASE(zmq_spin_setting_is_checked_and_zero_blocks_at_once) {
+  // TANDEM_ZMQ_SPIN_US: a bad value is refused naming the variable; 0 (never poll before blocking)
+  // still delivers every message, woken by the sockets alone.
+  MemoryStore store;
+  ::setenv("TANDEM_ZMQ_SPIN_US", "ten", 1);
+  std::string msg;
+  Status st = Status::kOk;
+  try {
+    create_transport(options_for("zmq", 0, 1, store, unique_prefix("spin-bad")));
+  } catch (const Error& e) {
+    st = e.status();
+    msg = e.what();
+  }
+  BOOST_TEST((st == Status::kInvalidArgument), msg);
+  BOOST_TEST(msg.find("TANDEM_ZMQ_SPIN_US") != std::string::npos, msg);
+  ::setenv("TANDEM_ZMQ_SPIN_US", "0", 1);
+  run_ranks("zmq", 2, [](Rank& r) {
+    const int peer = 1 - r.rank;
+    for (int round = 0; round < 50; ++round) {
+      auto out = payload(r.rank, peer, round, round % 2 ? 100000 : 4096);
+      std::vector<unsigned char> in(out.size());
+      MutPart rp{in.data(), in.size()};
+      ConstPart sp{out.data(), out.size()};
+      auto rq = r.t.irecv(peer, 2, std::span<const MutPart>(&rp, 1));
+      auto sq = r.t.isend(peer, 2, std::span<const ConstPart>(&sp, 1));
+      wait(r.t, *rq);
+      wait(r.t, *sq);
+      CHECK_RANK(in == payload(peer, r.rank, round, in.size()), "round " << round);
+    }
+  });
+  ::unsetenv("TANDEM_ZMQ_SPIN_US");
+}
+
 BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
   MemoryStore store;
   const std::string prefix = unique_prefix("zmq-stray");

@@ -1,6 +1,7 @@
 #include "transports/zmq/zmq_transport.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.hpp>
@@ -36,6 +37,13 @@ constexpr size_t kMaxFramesPerSegment = kMaxSlicesPerSegment + 1;
 constexpr int kMaxSegmentsPerPoll = 16;         // per peer and progress() call
 constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
 constexpr auto kSweepInterval = std::chrono::milliseconds(1);
+// A waiter polls (yielding the CPU between polls) for up to the spin time before it blocks, but
+// only while messages flow -- the last one arrived within kSpinWindow: a message then usually
+// arrives within a few tens of microseconds, and a blocked thread pays a wake-up per message hop
+// (on a VM an inter-processor interrupt to a halted vCPU) on top of ZeroMQ's own two I/O-thread
+// hops. Long waits (a pipeline stage waiting for activations) block at once and burn no CPU.
+constexpr auto kDefaultSpin = std::chrono::microseconds(100);
+constexpr auto kSpinWindow = std::chrono::milliseconds(1);
 
 struct RecvOp {
   std::vector<MutPart> parts;
@@ -135,6 +143,16 @@ std::string bind_address(const TransportOptions& o, bool& ipv6) {
   return ipv6 ? fmt::format("tcp://[{}]:*", host) : fmt::format("tcp://{}:*", host);
 }
 
+std::chrono::microseconds spin_from_env() {
+  const char* env = std::getenv("TANDEM_ZMQ_SPIN_US");
+  if (!env || !*env) return kDefaultSpin;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  TANDEM_REQUIRE(end && *end == '\0' && us >= 0 && us <= 1000000, "TANDEM_ZMQ_SPIN_US must be in [0, 1000000], got '{}'",
+                 env);
+  return std::chrono::microseconds(us);
+}
+
 int io_threads_from_env() {
   const char* env = std::getenv("TANDEM_ZMQ_IO_THREADS");
   if (!env || !*env) return 1;
@@ -198,6 +216,9 @@ class Core {
   // Reads what arrived on our ROUTER: hellos during connection, only strays afterwards.
   void drain_router();
   void log_stray(const std::string& what);
+  // Drives progress; while messages flow, keeps polling (yielding) for up to the spin time.
+  // Returns whether something arrived or a send completed meanwhile.
+  bool spin(std::chrono::microseconds timeout);
 
   std::mutex mu_;
   const int rank_, size_;
@@ -218,6 +239,11 @@ class Core {
   bool poll_dirty_ = true;
   size_t strays_ = 0;
   int rr_ = 0;
+  // Segments handled and peers lost (with waker_.events: what a spinning waiter watches), and when
+  // the last segment arrived (steady clock, ns).
+  std::atomic<uint64_t> arrivals_{0};
+  std::atomic<int64_t> last_arrival_ns_{0};
+  const std::chrono::microseconds spin_ = spin_from_env();
 };
 
 Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), ctx_(io_threads_from_env()), peers_(o.size) {
@@ -497,6 +523,8 @@ void Core::start_incoming(int peer, const WireHeader& h) {
 
 void Core::handle_segment(int peer, std::vector<::zmq::message_t>& frames) {
   Peer& p = peers_[peer];
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
+  last_arrival_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   WireHeader h;
   std::string why = check_header(frames[0].data(), frames[0].size(), size_, h);
   if (why.empty() && h.src != peer) why = fmt::format("claims to come from rank {}", h.src);
@@ -590,6 +618,7 @@ void Core::peer_gone(int peer, PeerState state, const std::string& why) {
   p.rx.reset();
   p.rx_fd = p.monitor_fd = -1;
   poll_dirty_ = true;
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
   if (state == PeerState::kLost) log::warn("zmq: rank {}: {}", rank_, why);
 }
 
@@ -656,8 +685,24 @@ void Core::progress() {
   }
 }
 
-void Core::wait_for_progress(std::chrono::microseconds timeout) {
+bool Core::spin(std::chrono::microseconds timeout) {
+  auto news = [&] { return arrivals_.load(std::memory_order_relaxed) + waker_.events.load(std::memory_order_relaxed); };
+  const uint64_t seen = news();
   progress();
+  const auto now = Clock::now();
+  if (spin_.count() == 0 || now.time_since_epoch().count() - last_arrival_ns_.load(std::memory_order_relaxed) >
+                                std::chrono::nanoseconds(kSpinWindow).count())
+    return news() != seen;
+  const auto until = now + std::min(spin_, timeout);
+  while (news() == seen && Clock::now() < until) {
+    sched_yield();
+    progress();
+  }
+  return news() != seen;
+}
+
+void Core::wait_for_progress(std::chrono::microseconds timeout) {
+  if (spin(timeout)) return;
   std::vector<pollfd> fds;
   {
     std::lock_guard lock(mu_);

@@ -12,7 +12,11 @@
 //    copies segment k while k+1 is on the wire; every frame is bounded (ZMQ_MAXMSGSIZE).
 //  - On destruction a goodbye segment tells every peer that this rank closed; sockets linger at
 //    most kLingerMs for queued data.
-// Environment: TANDEM_IFACE_ADDR (address to bind), TANDEM_ZMQ_IO_THREADS (default 1).
+//  - wait_for_progress polls (yielding the CPU) for up to TANDEM_ZMQ_SPIN_US (default 100 us) before
+//    it blocks, while messages flow (one arrived within the last millisecond): a blocked waiter pays
+//    a thread wake-up per message on top of ZeroMQ's I/O-thread hops.
+// Environment: TANDEM_IFACE_ADDR (address to bind), TANDEM_ZMQ_IO_THREADS (default 1),
+// TANDEM_ZMQ_SPIN_US (0 never spins).
 #include <memory>
 
 #include "transports/transport.hpp"
