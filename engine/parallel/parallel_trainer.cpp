@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 #include "engine/train/checkpoint.hpp"
 #include "engine/train/memory_guard.hpp"
 
@@ -126,7 +127,19 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   lo.seed = config_.seed;
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
   agree_on_settings();
-  if (bounds_.empty()) bounds_ = partition_layers(measure_layer_costs(), grid_.pp);
+  if (bounds_.empty()) {
+    const std::vector<double> cost = measure_layer_costs();
+    bounds_ = partition_layers(cost, grid_.pp);
+    if (grid_.rank == 0) {
+      std::string stages;
+      for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
+        double t = 0;
+        for (int32_t i = bounds_[s]; i < bounds_[s + 1]; ++i) t += cost[static_cast<size_t>(i)];
+        stages += fmt::format("{}{:.1f}", s == 0 ? "" : ", ", t * 1e3);
+      }
+      log::debug("measured partition: forward + backward per micro-batch, by stage: {} ms", stages);
+    }
+  }
   first_ = bounds_[static_cast<size_t>(grid_.stage)];
   end_ = bounds_[static_cast<size_t>(grid_.stage) + 1];
   // The rank's model holds only its stage's layers: parameters, gradients and statistics of the other stages are
@@ -228,7 +241,13 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
     Tensor x = be.empty(in.h * in.w == 1 ? Shape{n, in.c} : Shape{n, in.c, in.h, in.w});
     be.fill(x, 0.5f);
     const int32_t last = static_cast<int32_t>(L) - 1;
-    for (int rep = 0; rep < 2; ++rep) {  // the first pass creates the backend's primitives
+    // One untimed pass creates the backend's primitives; then kTimedPasses, each layer's cost the mean of its
+    // passes. Under a CPU quota a layer's wall time includes the throttled part of the periods it spans; a mean
+    // charges throttling in proportion to CPU time, as the pipeline will see it (a median would drop it from short
+    // layers and keep it in long ones), and several passes spread the odd preemption.
+    constexpr int kTimedPasses = 5;
+    std::vector<std::vector<double>> passes;
+    for (int rep = 0; rep <= kTimedPasses; ++rep) {
       std::map<int32_t, Tensor> val{{nn::kModelInput, x}}, grad;
       std::vector<nn::Activations> acts(L);
       std::vector<double> t(L, 0.0);
@@ -261,8 +280,10 @@ std::vector<double> ParallelTrainer::measure_layer_costs() {
         const std::vector<int32_t> in_ids = model_.spec().crossing(i);
         for (size_t k = 0; k < in_ids.size(); ++k) grad[in_ids[k]] = back[k];
       }
-      if (rep == 1) cost = t;
+      if (rep > 0) passes.push_back(std::move(t));
     }
+    for (const auto& t : passes)
+      for (size_t i = 0; i < L; ++i) cost[i] += t[i] / static_cast<double>(passes.size());
   }
   if (grid_.rank == 0 && model_.backend().device().is_cpu()) {
     host_allocator().empty_cache();  // the probe's blocks: give them back rather than keep a whole model's worth

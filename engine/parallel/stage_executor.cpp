@@ -215,7 +215,10 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
           times.comm_ns += reducer_->finish();
           times.allreduce_ns += reducer_->last_allreduce_ns();
         }
-        drain_sends(times);
+        // Sends still in flight are left to finish on their own (each keeps its buffer alive): a rendezvous send
+        // completes only when the next stage reaches its receive, and waiting for that here would stall this
+        // stage's optimizer step -- and its next forward -- on its neighbour's schedule.
+        reap_sends(SIZE_MAX);
         computing("optimizer step", "optimizer", optimizer_step);
         break;
       }

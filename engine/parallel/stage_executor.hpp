@@ -2,7 +2,9 @@
 // Runs one pipeline stage's part of a PipelinePlan (schedule.hpp) on a real model and communicator:
 // the ops in list order -- forward / backward of micro-batches over the stage's layer range,
 // non-blocking sends and blocking receives of activations and their gradients, all-reduces of the
-// stage's gradient buckets, then the optimizer step. The simulator executes the same plans.
+// stage's gradient buckets, then the optimizer step. The simulator executes the same plans. A stage
+// never waits on its own sends during training: they complete in the background (across steps);
+// only evaluation's end and destruction wait for them.
 //
 // Math: the last stage scales each micro-batch's loss gradient by 1 / (samples in the whole step),
 // and backward accumulates parameter gradients over micro-batches, so after the flush the gradients
@@ -58,7 +60,7 @@ class StageExecutor {
   // Forward only (evaluation): stage 0 feeds mb.x, later stages receive; the last stage scores.
   // Consecutive calls pipeline across batches (sends do not wait for the next stage).
   StageResult eval_batch(const MicroBatch& mb, int64_t index, TimeSplit& times);
-  // Waits for every send still in flight (end of a step or an evaluation).
+  // Waits for every send still in flight (end of an evaluation).
   void drain_sends(TimeSplit& times);
 
   int stage() const noexcept { return stage_; }
