@@ -23,7 +23,8 @@ namespace tandem::cli {
 struct SimJobCli {
   CLI::App* app = nullptr;
   std::string cluster, job, model = "mobilenetv2", dataset = "cifar10", input, strategy = "single", schedule = "1f1b",
-              algo = "auto", optimizer = "momentum", profile, credit_mode, partition = "flops", cut;
+              algo = "auto", optimizer = "momentum", profile, credit_mode, partition = "flops", cut,
+              compression = "none";
   std::vector<int32_t> cut_layers;
   int64_t samples = 0, classes = 0, batch = 64;
   double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
@@ -61,6 +62,8 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
                  "profile's or roofline's layer times)")->capture_default_str();
   app.add_option("--bucket-mb", o->bucket_mb, "gradient bucket size (MiB)")->capture_default_str();
   app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
+  app.add_option("--compress,--compression", o->compression, "data-parallel gradients on the wire: none, fp16, bf16")
+      ->capture_default_str();
   app.add_option("--optimizer", o->optimizer, "sgd, momentum, adam")->capture_default_str();
   app.add_option("--profile", o->profile, "calibration profile (tandem calibrate) instead of the roofline");
   app.add_flag("--profile-network", o->profile_network, "use the profile's measured p2p bandwidth for every NIC");
@@ -97,6 +100,7 @@ tandem_sim_job_params_t sim_job_params(SimJobCli& o) {
   }
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;
   if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
+  if (set("--compress", TANDEM_SIM_JOB_COMPRESSION)) p.compression = o.compression.c_str();
   if (set("--optimizer", TANDEM_SIM_JOB_OPTIMIZER)) p.optimizer = o.optimizer.c_str();
   if (set("--profile", TANDEM_SIM_JOB_PROFILE)) {
     p.profile = o.profile.c_str();

@@ -64,7 +64,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   json_check_keys(j, {"model", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
-                      "partition", "boundaries"},
+                      "partition", "boundaries", "compression"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -123,6 +123,9 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = json_number(j, "initial_credits", where)) job.initial_credits = *v;
   if (auto v = json_number(j, "width_mult", where)) job.width_mult = *v;
   if (auto v = integer("chunk_bytes", 0)) job.chunk_bytes = static_cast<uint64_t>(*v);
+  if (j.contains("compression"))
+    job.compression =
+        named("compression", [](const std::string& s) { return engine::parallel::parse_compression(s); });
   if (j.contains("partition"))
     job.partition = named("partition", [](const std::string& s) { return engine::parallel::parse_partition_cost(s); });
   if (j.contains("boundaries")) {

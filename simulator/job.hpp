@@ -48,6 +48,10 @@ struct JobSpec {
   double bucket_mb = 25;              // DDP gradient bucket (MiB)
   bool overlap = true;                // all-reduce buckets during backward
   uint64_t chunk_bytes = 0;           // collective pipelining chunk; 0: the runtime's default
+  // DDP gradients on the wire (the runtime's ParallelConfig::compression): fp16/bf16 halve the
+  // all-reduced bytes; each bucket is converted on the training thread before its all-reduce and
+  // back before the optimizer, as engine/parallel/grad_reducer.cpp does.
+  engine::parallel::GradCompression compression = engine::parallel::GradCompression::kNone;
   OptimizerKind optimizer = OptimizerKind::kMomentum;
   std::string profile;                // calibration profile path (replaces the roofline)
   bool profile_network = false;       // use the profile's measured p2p bandwidth/latency as every NIC
@@ -74,7 +78,7 @@ namespace tandem::simulator {
 // "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "1f1b", "algorithm": "ring",
 // "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
-// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151]}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16"}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
 JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
 JobSpec parse_job(const std::string& text_or_path, JobSpec base = {});
 }  // namespace tandem::simulator

@@ -52,6 +52,8 @@ struct Prepared {
   double scale = 1;
 };
 
+bool compressed(const JobSpec& job) { return job.compression != engine::parallel::GradCompression::kNone; }
+
 double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out = nullptr) {
   const int32_t stage = rank % p.job.pp;
   const auto& sp = p.pipe.stage_plans[stage];
@@ -69,6 +71,7 @@ double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out =
   const double opt = params / 4 * optimizer_state_bytes_per_param(p.job.optimizer);
   double buffers = 0;
   if (p.job.dp > 1) buffers += 2 * std::min(params, p.job.bucket_mb * 1048576.0);  // bucket + receive scratch
+  if (p.job.dp > 1 && compressed(p.job)) buffers += params / 2;  // every bucket's 16-bit wire copy, kept to the end
   return 2 * params + opt + acts + buffers + p.runtime_bytes[p.node_of_rank[rank]];
 }
 
@@ -181,8 +184,8 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
       req.collective = engine::comm::Collective::kAllreduce;
       req.algorithm = job.algorithm;
       req.world = job.dp;
-      req.count = std::max<uint64_t>(bk.bytes / 4, 1);
-      req.elem_bytes = 4;
+      req.count = std::max<uint64_t>(bk.bytes / 4, 1);  // f32 gradients
+      req.elem_bytes = compressed(job) ? 2 : 4;         // on the wire: f32, or fp16/bf16
       // the chunk the runtime's communicator asks for (larger for huge buffers)
       req.chunk_bytes = engine::comm::effective_chunk_bytes(job.chunk_bytes, req.count * req.elem_bytes);
       req.in_place = true;
@@ -211,6 +214,16 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
     }
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
+    if (job.dp > 1 && compressed(job) && rs.local_bytes_per_s > 0) {
+      // a streaming pass per bucket: read 4 bytes, write 2 (and back before the optimizer)
+      double all = 0;
+      for (const auto& bk : sp.buckets) {
+        const double conv = 6.0 * static_cast<double>(bk.bytes / 4) / rs.local_bytes_per_s;
+        rs.bucket_compress_s.push_back(conv);
+        all += conv;
+      }
+      rs.decompress_s = all;
+    }
     s.ranks.push_back(std::move(rs));
   }
   // memory and node reports
@@ -311,6 +324,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, con
                       ? p.setup.bucket_plans[0][0]->description
                       : "none";
   res.optimizer = optimizer_name(job.optimizer);
+  res.compression = job.dp > 1 ? engine::parallel::compression_name(job.compression) : "none";
   res.compute_source = p.models[0].source();
   res.compute_scale = p.scale;
   res.dp = job.dp;
@@ -458,7 +472,7 @@ SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOpti
 nlohmann::json SimResult::to_json() const {
   nlohmann::json j = {
       {"cluster", cluster}, {"model", model}, {"dataset", dataset}, {"strategy", strategy}, {"dp", dp}, {"pp", pp},
-      {"micro_batches", micro_batches}, {"schedule", schedule}, {"allreduce", algorithm}, {"optimizer", optimizer},
+      {"micro_batches", micro_batches}, {"schedule", schedule}, {"allreduce", algorithm}, {"compression", compression}, {"optimizer", optimizer},
       {"ranks", ranks}, {"nodes_used", nodes_used}, {"batch", batch}, {"global_batch", global_batch},
       {"samples", samples}, {"epochs", epochs}, {"steps_per_epoch", steps_per_epoch}, {"total_steps", total_steps},
       {"step_time_s", step_time_s}, {"epoch_time_s", epoch_time_s}, {"total_time_s", total_time_s},

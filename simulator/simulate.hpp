@@ -46,6 +46,7 @@ struct PhaseReport {
 
 struct SimResult {
   std::string cluster, model, dataset, strategy, schedule, algorithm, compute_source, optimizer;
+  std::string compression = "none";  // gradients on the wire (data-parallel jobs)
   int32_t dp = 1, pp = 1, micro_batches = 1, ranks = 1, nodes_used = 1;
   int64_t batch = 0, global_batch = 0, samples = 0, steps_per_epoch = 0;
   double epochs = 0, total_steps = 0;

@@ -34,6 +34,9 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     int32_t wait_mb = -1;
     des::TimeNs wait_since = 0;
     int32_t segment = -1;  // >= 0 while running the last backward bucket by bucket
+    bool segment_compressed = false;  // the running segment's bucket has been converted to 16 bits
+    int32_t compressing_bucket = -1;  // converting this bucket (all-reduces after backward)
+    bool decompressing = false, decompressed = false;  // converting the gradients back before the optimizer
     double compute_full_s = 0;  // of the running compute op
     des::TimeNs compute_start = 0;
     std::string compute_name;
@@ -74,6 +77,10 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   }
   const std::vector<network::RouteId>& routes_for(const CompiledPlan* plan, int32_t stage);
   bool symmetric_possible() const;
+  double compress_s(int32_t r, int32_t bucket) const {
+    const auto& v = s_.ranks[r].bucket_compress_s;
+    return v.empty() ? 0.0 : v.at(static_cast<size_t>(bucket));
+  }
 
   const StepSetup& s_;
   network::Topology& topo_;
@@ -244,6 +251,11 @@ void StepExecutor::advance(int32_t r) {
       }
       case StageOpKind::kAllreduceBucket:
         if (!rk.bucket_ready.empty() && !s_.overlap) {
+          if (compress_s(r, op.bucket) > 0) {  // converted first; on_event marks it ready
+            rk.compressing_bucket = op.bucket;
+            start_compute(r, compress_s(r, op.bucket), fmt::format("compress bucket {}", op.bucket));
+            return;
+          }
           rk.bucket_ready[op.bucket] = 1;
           try_start_comm(r);
         }
@@ -252,6 +264,11 @@ void StepExecutor::advance(int32_t r) {
         if (rk.buckets_done < static_cast<int32_t>(rk.bucket_ready.size())) {
           rk.wait = Wait::kAllreduce;
           rk.wait_since = sim_.now();
+          return;
+        }
+        if (rs.decompress_s > 0 && !rk.decompressed) {
+          rk.decompressed = rk.decompressing = true;
+          start_compute(r, rs.decompress_s, "decompress gradients");
           return;
         }
         start_compute(r, rs.optimizer_s, "optimizer");
@@ -280,6 +297,12 @@ void StepExecutor::on_event(uint64_t arg) {
     span(r, 0, rk.compute_name, "compute", rk.compute_start, sim_.now());
     rk.wait = Wait::kNone;
     if (rk.segment >= 0) {
+      if (compress_s(r, rk.segment) > 0 && !rk.segment_compressed) {
+        rk.segment_compressed = true;
+        start_compute(r, compress_s(r, rk.segment), s_.record_trace ? fmt::format("compress bucket {}", rk.segment) : "");
+        return;
+      }
+      rk.segment_compressed = false;
       rk.bucket_ready[rk.segment] = 1;
       try_start_comm(r);
       ++rk.segment;
@@ -290,6 +313,16 @@ void StepExecutor::on_event(uint64_t arg) {
         return;
       }
       rk.segment = -1;
+    }
+    if (rk.compressing_bucket >= 0) {
+      rk.bucket_ready[rk.compressing_bucket] = 1;
+      rk.compressing_bucket = -1;
+      try_start_comm(r);
+    }
+    if (rk.decompressing) {  // the optimizer op is still ahead
+      rk.decompressing = false;
+      advance(r);
+      return;
     }
     ++rk.pc;
     advance(r);
@@ -443,7 +476,8 @@ bool StepExecutor::symmetric_possible() const {
   const RankSetup& a = s_.ranks[0];
   for (const RankSetup& b : s_.ranks) {
     if (b.speed != a.speed || b.local_bytes_per_s != a.local_bytes_per_s || b.forward_s != a.forward_s ||
-        b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s)
+        b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s ||
+        b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s)
       return false;
   }
   return true;

@@ -28,6 +28,10 @@ struct RankSetup {
   std::vector<double> backward_s;     // per micro-batch, at full speed
   std::vector<double> bucket_backward_s;  // the last backward split by gradient bucket (bucket order)
   double optimizer_s = 0;
+  // compressed gradients: converting each bucket before its all-reduce, and all of them back after
+  // the last one (training thread, at the rank's speed); empty / 0 without compression
+  std::vector<double> bucket_compress_s;
+  double decompress_s = 0;
 };
 
 struct StepSetup {

@@ -24,7 +24,7 @@ std::string str(const char* s, const char* field) {
 sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   sim::JobSpec j;
   if (p == nullptr) return j;
-  constexpr uint64_t known = (UINT64_C(1) << 27) - 1;
+  constexpr uint64_t known = (UINT64_C(1) << 28) - 1;
   TANDEM_CHECK((p->field_mask & ~known) == 0, tandem::Status::kUnsupported,
                "tandem_sim_job_params_t: unknown field_mask bits 0x{:x}", p->field_mask & ~known);
   const uint64_t m = p->field_mask;
@@ -74,6 +74,13 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
     TANDEM_REQUIRE(p->boundaries != nullptr && p->num_boundaries >= 2 && p->num_boundaries <= 65536,
                    "job.boundaries: need a non-null array of pp + 1 (>= 2) layer indices, got {}", p->num_boundaries);
     j.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
+  }
+  if (m & TANDEM_SIM_JOB_COMPRESSION) {
+    try {
+      j.compression = tandem::engine::parallel::parse_compression(str(p->compression, "compression"));
+    } catch (const tandem::Error& e) {
+      TANDEM_THROW(tandem::Status::kInvalidArgument, "job.compression: {}", e.what());
+    }
   }
   return j;
 }

@@ -30,6 +30,14 @@ class SimulatePython(unittest.TestCase):
         self.assertEqual([row["dp"] for row in rows], [1, 2, 4])
         self.assertLess(rows[2]["epoch_time_s"], rows[0]["epoch_time_s"])
 
+    def test_compression_through_a_job(self):
+        kw = dict(model="lenet5", dataset="fashion-mnist", batch=64, strategy="ddp", epochs=0.1)
+        none = ts.simulate("c5.large:2", **kw)
+        fp16 = ts.simulate("c5.large:2", job={"compression": "fp16"}, **kw)
+        self.assertEqual((none["compression"], fp16["compression"]), ("none", "fp16"))
+        self.assertAlmostEqual(fp16["memory_per_node_bytes"] - none["memory_per_node_bytes"],
+                               61706 * 4 / 2, delta=1.0)  # lenet5's 61,706 parameters: a 16-bit copy
+
     def test_plan_and_trace(self):
         best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)
         self.assertEqual(len(best), 2)

@@ -772,6 +772,7 @@ TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM
 #define TANDEM_SIM_JOB_JSON            (UINT64_C(1) << 24) /* job_json: applied first, other flagged fields override */
 #define TANDEM_SIM_JOB_PARTITION       (UINT64_C(1) << 25)
 #define TANDEM_SIM_JOB_BOUNDARIES      (UINT64_C(1) << 26) /* covers boundaries, num_boundaries */
+#define TANDEM_SIM_JOB_COMPRESSION     (UINT64_C(1) << 27)
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
   const char* model;        /* zoo name, JSON model file or JSON text; default "mobilenetv2" */
@@ -809,6 +810,8 @@ typedef struct tandem_sim_job_params {
                                "measured" (the profile's per-layer times, else the roofline's) */
   const int32_t* boundaries;  /* explicit cut: num_boundaries = pp + 1 layer indices, 0 first, layers last */
   size_t num_boundaries;
+  const char* compression;  /* data-parallel gradients on the wire: "none" (default), "fp16", "bf16" (half the
+                               bytes, plus converting each bucket before and after its all-reduce) */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
