@@ -5,7 +5,12 @@ loopback. Every runner uses one method (barrier, timed call, slowest rank per it
 over iterations; busbw = algbw * 2(n-1)/n) and checks its results.
 
     bench/allreduce/run.py [--tandem build/default/bin/tandem] [--sizes 4K,64K,1M,16M]
-                           [--worlds 2,4] [--iters 20] [--json results.json]
+                           [--worlds 2,4] [--iters 20] [--warmup 3] [--small-iters 200]
+                           [--small-warmup 50] [--json results.json]
+
+Sizes up to 64 KiB (latency-bound) are timed over --small-iters after --small-warmup untimed calls,
+for every runner alike: with 3 warm-ups and 20 iterations the 4 KiB figure at 4 ranks swung from
+40 to 550 us run to run here (every runner's first few dozen calls after start-up are slow).
 
 Needs python3-torch and openmpi-bin/libopenmpi-dev (TANDEM_BENCH_DEPS=1 tools/install-deps); a
 missing peer is reported and its columns left empty. Run it with Debian's /usr/bin/python3."""
@@ -20,6 +25,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SMALL_BYTES = 64 * 1024  # sizes up to this are timed with --small-iters / --small-warmup
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
@@ -133,6 +139,8 @@ def main():
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--small-iters", type=int, default=200, help="iterations for sizes up to 64 KiB")
+    ap.add_argument("--small-warmup", type=int, default=50, help="warm-up calls for sizes up to 64 KiB")
     ap.add_argument("--only", help="comma-separated subset of runners (tandem-zmq, tandem-ucx, gloo, mpi-tcp, mpi-shm)")
     ap.add_argument("--json", help="also write every result to this file")
     a = ap.parse_args()
@@ -164,7 +172,10 @@ def main():
         for name, go in runners.items():
             print("running %s on %d ranks ..." % (name, world), file=sys.stderr, flush=True)
             try:
-                rows = go(world, sizes, a.iters, a.warmup)
+                small = [b for b in sizes if b <= SMALL_BYTES]
+                large = [b for b in sizes if b > SMALL_BYTES]
+                rows = (go(world, small, a.small_iters, a.small_warmup) if small else []) + \
+                    (go(world, large, a.iters, a.warmup) if large else [])
                 results[(name, world)] = {r["bytes"]: r for r in rows}
                 bad = [r for r in rows if r.get("wrong")]
                 if bad:
@@ -188,7 +199,8 @@ def main():
         return "%6.2fx" % (x / y) if x is not None and y else "%7s" % "-"
 
     cols = list(runners)
-    print("# allreduce float32 sum on loopback, busbw GB/s (median of %d iterations; time_us for 4K)" % a.iters)
+    print("# allreduce float32 sum on loopback, busbw GB/s (median of %d iterations after %d warm-ups, %d after %d up to "
+          "64K; time_us for the smallest size)" % (a.iters, a.warmup, a.small_iters, a.small_warmup))
     print("# %d CPUs; 1-minute load average %.1f at the start, %.1f at the end (other work skews every column)" %
           (os.cpu_count(), load_start[0], os.getloadavg()[0]))
     print("# ratios: zmq/gloo, zmq/mpi-tcp, ucx/mpi-shm (busbw, higher is better); "
