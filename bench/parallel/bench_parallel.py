@@ -7,7 +7,9 @@
   overlap  resnet18, DDP on 2 ranks, --trace: per step, the all-reduces' own time and the part backward did not
            hide (exposed), read from the merged Chrome trace. Target: exposed <= total / 2.
   bubble   1F1B with S=4 stages and M=8 micro-batches: the measured idle fraction (time blocked on receives over
-           step time, mean over ranks) against (S-1)/(M+S-1). Target: within 5 points.
+           step time, mean over ranks) against (S-1)/(M+S-1). Target: within 5 points. Also what the stages'
+           measured compute times imply (imbalance) and what is left (the runtime, uneven CPU). --emu repeats it
+           with each rank on an emulated host capped at --emu-quota of a core (tools/emu-cluster --cgroups-only).
   memory   peak RSS per rank (/usr/bin/time) of resnet18 with PP=1 (one rank) and PP=4 (pipeline over 4 ranks), and
            the model state (parameters, gradients, momentum) each rank holds: a stage holds only its own layers'.
   accuracy lenet5 on Fashion-MNIST, same global batch and epochs: test accuracy of 1 rank and hybrid 2x2.
@@ -175,21 +177,93 @@ def bench_overlap(tandem, steps):
     return rows
 
 
-def bench_bubble(tandem, steps):
+EMU = os.path.join(ROOT, "tools", "emu-cluster")
+EMU_NAME = "tbubble"
+
+
+def stage_times(trace_path, micro_batches):
+    """Per rank (= stage), from the second half of a merged trace (the last epoch when the run had two of the same
+    length): mean forward + backward time of one micro-batch, in seconds."""
+    with open(trace_path) as f:
+        d = json.load(f)
+    events = d["traceEvents"] if isinstance(d, dict) else d
+    by_rank = {}
+    for e in events:
+        if e.get("ph") == "X":
+            by_rank.setdefault(e["pid"], []).append(e)
+    out = []
+    for pid in sorted(by_rank):
+        es = sorted(by_rank[pid], key=lambda e: e["ts"])
+        steps = [e for e in es if e["name"] == "optimizer step"]
+        first = steps[len(steps) // 2 - 1]
+        t0, t1 = first["ts"] + first["dur"], steps[-1]["ts"]
+        work = [e for e in es if t0 <= e["ts"] < t1 and (e["name"].startswith("forward mb") or
+                                                         e["name"].startswith("backward mb"))]
+        n = sum(1 for e in work if e["name"].startswith("forward mb"))
+        out.append(sum(e["dur"] for e in work) / 1e6 / max(n, 1))
+    return out
+
+
+def imbalance_bubble(t, M):
+    """Idle fraction of 1F1B with these per-stage micro-batch times and nothing else in the way: a step takes
+    sum(t) + (M - 1) max(t) (fill, M - 1 micro-batches at the slowest stage's pace, drain); stage s works M t_s of
+    it. Equal times give (S - 1) / (M + S - 1)."""
+    step = sum(t) + (M - 1) * max(t)
+    return sum(1 - M * x / step for x in t) / len(t)
+
+
+def bench_bubble(tandem, steps, emu=False, quota=0.45):
+    """1F1B S=4 M=8 on resnet18 with the measured partition: 2 epochs of `steps` steps, figures from the second
+    (oneDNN's primitives and the first-step allocations are in the first). With emu, the four ranks run on an
+    emulated cluster whose hosts are capped at `quota` of a core each (cgroups only: no link limits), so every stage
+    computes at the same steady pace."""
     S, M = 4, 8
-    r, _ = tandem_train(tandem, S, ["--model", "resnet18", "--dataset", "synthetic", "--batch", "64", "--threads",
-                                    "1", "--epochs", "1", "--limit-batches", str(steps), "--eval-limit-batches", "1",
-                                    "--strategy", "pipeline", "--microbatches", str(M), "--schedule", "1f1b",
-                                    "--partition", "measured"])
+    trace = tempfile.NamedTemporaryFile(prefix="bench_bubble_", suffix=".json", delete=False).name
+    train = [tandem, "train", "--json", "--model", "resnet18", "--dataset", "synthetic", "--batch", "64", "--threads",
+             "1", "--epochs", "2", "--limit-batches", str(steps), "--eval-limit-batches", "1", "--strategy",
+             "pipeline", "--microbatches", str(M), "--schedule", "1f1b", "--partition", "measured", "--trace", trace]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TANDEM_LOG_LEVEL="debug")
+    if emu:
+        subprocess.run([EMU, "down", "--name", EMU_NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run([EMU, "up", "--name", EMU_NAME, "--hosts", str(S), "--cpu-quota", str(quota), "--cgroups-only"])
+        cmd = [tandem, "launch", "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME), "--master-addr",
+               "127.0.0.1", "-n", str(S), "--"] + train
+    else:
+        cmd = [tandem, "launch", "-n", str(S), "--"] + train
+    try:
+        o, err, _ = run(cmd, env=env)
+    finally:
+        if emu:
+            subprocess.run([EMU, "down", "--name", EMU_NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = json_lines(o)[-1]
     ts = r["time_split"]
+    t = stage_times(trace, M)
+    os.unlink(trace)
     theory = (S - 1) / (M + S - 1)
-    out = {"stages": S, "micro_batches": M, "steps": steps, "bubble_fraction": ts["bubble_fraction"],
-           "max_bubble_fraction": ts["max_bubble_fraction"], "theory": theory, "step_s": ts["step_s"]}
+    m = re.search(r"measured partition: forward \+ backward per micro-batch, by stage: ([0-9., ]+) ms", err)
+    predicted = [float(v) / 1e3 for v in m.group(1).split(",")] if m else []
+    out = {"emu_cpu_quota": quota if emu else None, "stages": S, "micro_batches": M, "steps": steps,
+           "bubble_fraction": ts["bubble_fraction"], "max_bubble_fraction": ts["max_bubble_fraction"],
+           "theory": theory, "step_s": ts["step_s"], "exposed_comm_s": ts["exposed_comm_s"],
+           "stage_ms": [1e3 * x for x in t], "imbalance_bubble": imbalance_bubble(t, M),
+           "partition_ms": [1e3 * x for x in predicted],
+           "partition_bubble": imbalance_bubble(predicted, M) if predicted else None, "partition": r.get("partition")}
     out["ok"] = abs(out["bubble_fraction"] - theory) <= 0.05
-    print("bubble: resnet18 1F1B S=%d M=%d, batch 64, 4 ranks x 1 thread on 2 cores (measured partition)" % (S, M))
+    where = ("4 emulated hosts capped at %.2f core each (cgroups, %.1f of the 2 cores)" % (quota, S * quota) if emu
+             else "4 ranks sharing the 2 cores")
+    print("bubble: resnet18 1F1B S=%d M=%d, batch 64, 1 thread per rank, %s; measured partition; last of 2 epochs of "
+          "%d steps" % (S, M, where, steps))
     print("  idle fraction %.1f%% (most idle rank %.1f%%) vs (S-1)/(M+S-1) = %.1f%% [target within 5 points: %s]" %
           (100 * out["bubble_fraction"], 100 * out["max_bubble_fraction"], 100 * theory,
            "met" if out["ok"] else "MISSED"))
+    print("  stage compute per micro-batch (fwd+bwd, from the trace): %s ms -> 1F1B with these times idles %.1f%%" %
+          (", ".join("%.0f" % v for v in out["stage_ms"]), 100 * out["imbalance_bubble"]))
+    if predicted:
+        print("  the cut as rank 0 measured it before training: %s ms -> %.1f%% (layer granularity)" %
+              (", ".join("%.0f" % v for v in out["partition_ms"]), 100 * out["partition_bubble"]))
+    print("  the rest, %.1f points: the runtime (sends, receives, per-micro-batch work) and uneven CPU; step %.2f s, "
+          "exposed communication %.1f ms/step" % (100 * (out["bubble_fraction"] - out["imbalance_bubble"]),
+                                                  out["step_s"], 1e3 * out["exposed_comm_s"]))
     return out
 
 
@@ -246,6 +320,10 @@ def main():
     ap.add_argument("--steps", type=int, default=300, help="lenet5 steps for the DDP comparison")
     ap.add_argument("--big-steps", type=int, default=10, help="resnet18 steps for overlap/bubble/memory")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the DDP comparison (best kept)")
+    ap.add_argument("--emu", action="store_true",
+                    help="bubble: also run the four stages on an emulated cluster (tools/emu-cluster --cgroups-only, "
+                         "needs root) with a fixed CPU quota per host")
+    ap.add_argument("--emu-quota", type=float, default=0.45, help="CPU quota per emulated host (fraction of a core)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
@@ -253,7 +331,8 @@ def main():
     results = {}
     for name in args.only.split(","):
         fn = {"ddp": lambda: bench_ddp(tandem, args.steps, args.repeat), "overlap": lambda: bench_overlap(tandem, args.big_steps),
-              "bubble": lambda: bench_bubble(tandem, args.big_steps),
+              "bubble": lambda: ([bench_bubble(tandem, args.big_steps)] +
+                                 ([bench_bubble(tandem, args.big_steps, True, args.emu_quota)] if args.emu else [])),
               "memory": lambda: bench_memory(tandem, args.big_steps),
               "accuracy": lambda: bench_accuracy(tandem, args.epochs)}.get(name)
         if fn is None:
