@@ -267,12 +267,14 @@ CompiledPlan compile_plan_by_rank(const PlanRequest& request) {
   c.first_round.reserve(static_cast<size_t>(n) + 1);
   Channels recv_ch(n);
   size_t rounds = 0;
+  RankPlan rp;  // storage reused rank after rank
   for (int32_t r = 0; r < n; ++r) {
     c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
     if (whole) {
       append_member(c, r, whole->ranks[static_cast<size_t>(r)], &recv_ch);
     } else {
-      append_member(c, r, engine::comm::make_rank_plan(request, r), &recv_ch);
+      engine::comm::make_rank_plan(request, r, rp);
+      append_member(c, r, rp, &recv_ch);
     }
     rounds = std::max<size_t>(rounds, c.rounds.size() - c.first_round.back());
   }
@@ -292,11 +294,13 @@ std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request) {
   c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
   if (c.rounds.empty()) return std::nullopt;
   CompiledPlan other = header(request, 1);  // one rank at a time, storage reused
+  RankPlan rp;
   for (int32_t r = 1; r < n; ++r) {
     other.rounds.clear();
     other.sends.clear();
     other.recvs.clear();
-    append_member(other, r, engine::comm::make_rank_plan(request, r), nullptr);
+    engine::comm::make_rank_plan(request, r, rp);
+    append_member(other, r, rp, nullptr);
     if (!rotation_of(c, other, 0, static_cast<uint32_t>(other.rounds.size()), r)) return std::nullopt;
   }
   if (!find_mirrors(c)) return std::nullopt;

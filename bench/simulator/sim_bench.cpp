@@ -1,8 +1,9 @@
 // Simulator benchmarks (not tests): events per second, a 1,024-node data-parallel step with a ring
 // all-reduce of 100 MB in 25 MB buckets, and a plan search over a 64-node cluster.
-//   sim_bench ring [nodes=1024] [MB=100] [bucket_MB=25] [--full] [--whole-plan]
+//   sim_bench ring [nodes=1024] [MB=100] [bucket_MB=25] [--full] [--whole-plan] [--compile-only]
 //     --full disables symmetric execution; --whole-plan compiles from make_plan's whole plan (the
-//     previous way) instead of the simulator's PlanCache (rank by rank above 256 ranks)
+//     previous way) instead of the simulator's PlanCache (rank by rank above 256 ranks); --compile-only
+//     stops after building the plans (their time and peak memory)
 //   sim_bench plan [nodes=64] [model=resnet18]
 //   sim_bench events [millions=20]
 // Prints one JSON object per case on stdout.
@@ -39,7 +40,7 @@ double peak_rss_bytes() {
   return kib * 1024;
 }
 
-int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_plan) {
+int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_plan, bool compile_only) {
   const double B = 10e9 / 8, L = 25e-6;  // 10 Gbit/s NICs, 25 us one-way
   // MB as PyTorch DDP's bucket_cap_mb means it: MiB
   const uint64_t total = static_cast<uint64_t>(mb * 1048576), bucket = static_cast<uint64_t>(bucket_mb * 1048576);
@@ -76,6 +77,19 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_pl
     full_s = since(tf);
   }
   const double plan_s = since(t0);
+  if (compile_only) {
+    const CompiledPlan& f = plan.full();  // built above when --full
+    std::printf("%s\n", nlohmann::json({{"case", "ring-compile"}, {"nodes", n}, {"plan", plan.description},
+                                        {"plan_form", plan.is_full() ? "full" : "symmetric"}, {"make_plan_s", make_plan_s},
+                                        {"compile_plan_s", compile_s}, {"full_form_s", full_s}, {"plan_build_s", plan_s},
+                                        {"full_form_bytes", f.rounds.size() * sizeof(CompiledPlan::Round) +
+                                                                f.sends.size() * sizeof(CompiledPlan::Send) +
+                                                                f.recvs.size() * sizeof(CompiledPlan::Recv)},
+                                        {"peak_rss_bytes", peak_rss_bytes()}})
+                             .dump()
+                             .c_str());
+    return 0;
+  }
   parallel::ScheduleRequest sr;
   sr.boundaries = {0, buckets};
   sr.data_parallel = true;
@@ -178,20 +192,22 @@ int bench_events(double millions) {
 
 int main(int argc, char** argv) {
   std::string what = argc > 1 ? argv[1] : "ring";
-  bool symmetric = true, whole_plan = false;
+  bool symmetric = true, whole_plan = false, compile_only = false;
   std::vector<std::string> args;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) {
       symmetric = false;
     } else if (std::strcmp(argv[i], "--whole-plan") == 0) {
       whole_plan = true;
+    } else if (std::strcmp(argv[i], "--compile-only") == 0) {
+      compile_only = true;
     } else {
       args.push_back(argv[i]);
     }
   }
   auto arg = [&](size_t i, double d) { return i < args.size() ? std::atof(args[i].c_str()) : d; };
   try {
-    if (what == "ring") return bench_ring(static_cast<int>(arg(0, 1024)), arg(1, 100), arg(2, 25), symmetric, whole_plan);
+    if (what == "ring") return bench_ring(static_cast<int>(arg(0, 1024)), arg(1, 100), arg(2, 25), symmetric, whole_plan, compile_only);
     if (what == "plan") return bench_plan(static_cast<int>(arg(0, 64)), args.size() > 1 ? args[1] : "resnet18");
     if (what == "events") return bench_events(arg(0, 20));
   } catch (const std::exception& e) {

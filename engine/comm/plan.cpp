@@ -191,7 +191,10 @@ class Builder {
 
   uint64_t chunk() const { return chunk_; }
   bool in_place() const { return plan_.in_place; }
-  size_t next_round(int r) const { return plan_.ranks[r].rounds.size(); }
+  size_t next_round(int r) const {
+    if (only_ >= 0) return r == only_ ? used_ : 0;  // the others get no ops
+    return plan_.ranks[r].rounds.size();
+  }
   std::vector<size_t> bases(const std::vector<int>& group) const {
     std::vector<size_t> b;
     for (int r : group) b.push_back(next_round(r));
@@ -222,11 +225,21 @@ class Builder {
     if (!wants(r)) return;
     auto& rounds = plan_.ranks[r].rounds;
     if (rounds.size() <= t) rounds.resize(t + 1);
+    // keeping one rank, rounds from used_ on may hold an earlier rank's ops (storage reused)
+    if (only_ >= 0)
+      for (; used_ <= t; ++used_) rounds[used_].ops.clear();
     rounds[t].ops.push_back(op);
   }
   Plan& plan_;
   uint64_t chunk_;
   int only_;
+  size_t used_ = 0;  // rounds of the kept rank in use
+
+ public:
+  // Keeping one rank: drops reused storage past its last round.
+  void finish() {
+    if (only_ >= 0) plan_.ranks[static_cast<size_t>(only_)].rounds.resize(used_);
+  }
 };
 
 // Receives `s` of a contribution from `peer` at round t and folds it into rank r's accumulator:
@@ -714,8 +727,8 @@ Algorithm choose_algorithm(const PlanRequest& r) {
 
 namespace {
 
-// make_plan's body; only >= 0 builds that rank's ops alone (see Builder).
-Plan build_plan(const PlanRequest& r, int only) {
+// make_plan's body; only >= 0 builds that rank's ops alone (see Builder), into `reuse`'s storage if given.
+Plan build_plan(const PlanRequest& r, int only, RankPlan* reuse = nullptr) {
   TANDEM_REQUIRE(r.world >= 1, "world size must be at least 1 (got {})", r.world);
   TANDEM_REQUIRE(static_cast<uint8_t>(r.collective) <= static_cast<uint8_t>(Collective::kRecv),
                  "unknown collective value {}", static_cast<int>(r.collective));
@@ -748,6 +761,7 @@ Plan build_plan(const PlanRequest& r, int only) {
   plan.in_place = r.in_place && !p2p && r.collective != Collective::kBarrier && r.collective != Collective::kBroadcast;
   plan.chunk_count = plan_chunk_count(r);
   plan.ranks.resize(static_cast<size_t>(r.world));
+  if (reuse) plan.ranks[static_cast<size_t>(only)] = std::move(*reuse);
   Builder b(plan, plan.chunk_count, only);
   const int n = r.world;
   const Span all{0, r.count};
@@ -778,6 +792,7 @@ Plan build_plan(const PlanRequest& r, int only) {
       }
       break;
   }
+  b.finish();
   return plan;
 }
 
@@ -790,6 +805,13 @@ RankPlan make_rank_plan(const PlanRequest& r, int32_t rank) {
                  r.world);
   Plan plan = build_plan(r, rank);
   return std::move(plan.ranks[static_cast<size_t>(rank)]);
+}
+
+void make_rank_plan(const PlanRequest& r, int32_t rank, RankPlan& out) {
+  TANDEM_REQUIRE(rank >= 0 && rank < r.world, "make_rank_plan: rank {} is out of range for world size {}", rank,
+                 r.world);
+  Plan plan = build_plan(r, rank, &out);
+  out = std::move(plan.ranks[static_cast<size_t>(rank)]);
 }
 
 // ---------------------------------------------------------------------------- validation

@@ -140,6 +140,8 @@ Algorithm choose_algorithm(const PlanRequest& request);
 // rank instead of holding every rank's ops at once. Same errors as make_plan, and kInvalidArgument
 // for a rank outside [0, world).
 RankPlan make_rank_plan(const PlanRequest& request, int32_t rank);
+// The same into `out`, reusing its storage (rank after rank without allocating per round).
+void make_rank_plan(const PlanRequest& request, int32_t rank, RankPlan& out);
 // Pipeline chunk in elements that make_plan uses for `request` (chunk_bytes or the default).
 uint64_t plan_chunk_count(const PlanRequest& request);
 constexpr uint64_t kDefaultChunkBytes = 512 * 1024;

@@ -70,9 +70,13 @@ BOOST_DATA_TEST_CASE(equal_make_plans_rank_lists,
   req.chunk_bytes = 4 * 256;  // several chunks per segment for the larger counts
   for (int r = 0; r < world; ++r) req.topology.host_of.push_back(r / 3);  // hosts of up to three ranks
   const Plan plan = make_plan(req);
+  RankPlan reused;  // storage carried from rank to rank, last to first (more rounds, then fewer)
   for (int r = 0; r < world; ++r) {
     const std::string diff = first_difference(make_rank_plan(req, r), plan.ranks[r]);
     BOOST_TEST(diff.empty(), plan.describe() << " rank " << r << ": " << diff);
+    make_rank_plan(req, world - 1 - r, reused);
+    const std::string rdiff = first_difference(reused, plan.ranks[world - 1 - r]);
+    BOOST_TEST(rdiff.empty(), plan.describe() << " rank " << world - 1 - r << " (storage reused): " << rdiff);
   }
 }
 
@@ -83,7 +87,14 @@ BOOST_AUTO_TEST_CASE(equal_make_plans_rank_lists_on_a_large_ring) {
   req.count = 300 * 7 + 11;
   req.in_place = true;
   const Plan plan = make_plan(req);
-  for (int r : {0, 1, 150, 298, 299}) BOOST_TEST(first_difference(make_rank_plan(req, r), plan.ranks[r]).empty());
+  PlanRequest other = req;  // storage left by another plan (more rounds: smaller chunks)
+  other.chunk_bytes = 4 * 3;
+  RankPlan reused = make_rank_plan(other, 7);
+  for (int r : {0, 1, 150, 298, 299}) {
+    BOOST_TEST(first_difference(make_rank_plan(req, r), plan.ranks[r]).empty());
+    make_rank_plan(req, r, reused);
+    BOOST_TEST(first_difference(reused, plan.ranks[r]).empty());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(rejects_a_rank_outside_the_world) {
