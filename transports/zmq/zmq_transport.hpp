@@ -15,8 +15,11 @@
 //  - wait_for_progress polls (yielding the CPU) for up to TANDEM_ZMQ_SPIN_US (default 100 us) before
 //    it blocks, while messages flow (one arrived within the last millisecond): a blocked waiter pays
 //    a thread wake-up per message on top of ZeroMQ's I/O-thread hops.
+//  - The first zmq transport of a process sets malloc's top pad (M_TOP_PAD, process-wide) to 8 MiB
+//    unless MALLOC_TOP_PAD_ or GLIBC_TUNABLES set it: otherwise every large frame ZeroMQ allocates
+//    faults its pages in afresh (glibc trims the freed memory at once).
 // Environment: TANDEM_IFACE_ADDR (address to bind), TANDEM_ZMQ_IO_THREADS (default 1),
-// TANDEM_ZMQ_SPIN_US (0 never spins).
+// TANDEM_ZMQ_SPIN_US (0 never spins), TANDEM_ZMQ_HEAP_PAD (bytes; 0 leaves malloc alone).
 #include <memory>
 
 #include "transports/transport.hpp"
