@@ -76,8 +76,9 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
     j.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
   }
   if (m & TANDEM_SIM_JOB_COMPRESSION) {
+    const std::string c = str(p->compression, "compression");
     try {
-      j.compression = tandem::engine::parallel::parse_compression(str(p->compression, "compression"));
+      j.compression = tandem::engine::parallel::parse_compression(c);
     } catch (const tandem::Error& e) {
       TANDEM_THROW(tandem::Status::kInvalidArgument, "job.compression: {}", e.what());
     }
