@@ -43,8 +43,8 @@ GLOBAL_BATCH = 128
 def configs(micro, hosts):
     """(label, train flags) for the four configurations; every one runs micro-batches of `micro` samples."""
     g = micro * hosts  # the global batch
-    # Stages balanced by measured time, as the simulator balances them by the profile's times; the prediction says
-    # whether the two cuts agree (same_cut) -- the simulator cannot be handed the run's cut.
+    # Stages balanced by measured time (rank 0 times the layers when the trainer is created); the prediction is
+    # handed the run's own cut (tandem_trainer_predict passes the trainer's boundaries), so same_cut is always yes.
     cut = ["--partition", "measured"]
     return {
         "ddp": (f"DDP {hosts}x1", ["--strategy", "ddp", "--batch", str(micro)]),
@@ -280,6 +280,9 @@ def print_table(label, rows):
               f"{ms(r['measured_bubble_s']):>11} {ms(r['predicted_bubble_s']):>11} | "
               f"{r['measured_memory_bytes'] / 2**20:>12.0f} {r['predicted_memory_bytes'] / 2**20:>6.0f} | "
               f"{'yes' if r.get('same_cut', True) else 'NO'}")
+    for r in rows:
+        if len(r.get("sim_stage_boundaries") or []) > 2:
+            print(f"  cut of {r['config']}: layers {','.join(map(str, r['sim_stage_boundaries']))} (run and simulator)")
     errs = [abs(r["step_error"]) for r in rows]
     mo, po = order(rows, "measured_step_s"), order(rows, "predicted_step_s")
     print(f"max |error| {max(errs) * 100:.1f}%, mean |error| {sum(errs) / len(errs) * 100:.1f}%; within 10%: "
