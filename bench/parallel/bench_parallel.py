@@ -212,22 +212,43 @@ def imbalance_bubble(t, M):
     return sum(1 - M * x / step for x in t) / len(t)
 
 
-def bench_bubble(tandem, steps, emu=False, quota=0.45):
+def uniform_model(path):
+    """A model that cuts into 4 equal stages at layer boundaries: 8 identical 3x3 convolutions (64 channels, 28x28)
+    with ReLUs, a small stem and head. resnet18 cannot be cut evenly (layer4's convolutions are ~40% of its time),
+    which alone puts its 1F1B floor ~4.5 points above (S-1)/(M+S-1); this one measures the schedule and the runtime."""
+    layers = [{"type": "conv2d", "name": "stem", "out_channels": 64, "kernel": 3, "padding": 1},
+              {"type": "relu", "name": "stem.relu"}]
+    for i in range(8):
+        layers += [{"type": "conv2d", "name": "conv%d" % i, "out_channels": 64, "kernel": 3, "padding": 1},
+                   {"type": "relu", "name": "relu%d" % i}]
+    layers += [{"type": "global_avgpool", "name": "pool"}, {"type": "linear", "name": "fc", "out_features": 10}]
+    with open(path, "w") as f:
+        json.dump({"name": "uniform8", "input": [1, 28, 28], "layers": layers}, f)
+    return path
+
+
+def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_us=2500):
     """1F1B S=4 M=8 on resnet18 with the measured partition: 2 epochs of `steps` steps, figures from the second
     (oneDNN's primitives and the first-step allocations are in the first). With emu, the four ranks run on an
     emulated cluster whose hosts are capped at `quota` of a core each (cgroups only: no link limits), so every stage
     computes at the same steady pace."""
     S, M = 4, 8
     trace = tempfile.NamedTemporaryFile(prefix="bench_bubble_", suffix=".json", delete=False).name
-    train = [tandem, "train", "--json", "--model", "resnet18", "--dataset", "synthetic", "--batch", "64", "--threads",
+    spec = None
+    if model == "uniform":
+        spec = uniform_model(tempfile.NamedTemporaryFile(prefix="bench_uniform_", suffix=".json", delete=False).name)
+    train = [tandem, "train", "--json", "--model", spec or model, "--dataset", "synthetic", "--batch", "64", "--threads",
              "1", "--epochs", "2", "--limit-batches", str(steps), "--eval-limit-batches", "1", "--strategy",
              "pipeline", "--microbatches", str(M), "--schedule", "1f1b", "--partition", "measured", "--trace", trace]
     env = dict(os.environ, OMP_NUM_THREADS="1", TANDEM_LOG_LEVEL="debug")
     if emu:
         subprocess.run([EMU, "down", "--name", EMU_NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        run([EMU, "up", "--name", EMU_NAME, "--hosts", str(S), "--cpu-quota", str(quota), "--cgroups-only"])
-        cmd = [tandem, "launch", "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME), "--master-addr",
-               "127.0.0.1", "-n", str(S), "--"] + train
+        run([EMU, "up", "--name", EMU_NAME, "--hosts", str(S), "--cpu-quota", str(quota), "--cpu-period-us",
+             str(period_us), "--cgroups-only"])
+        # zmq: with UCX each emulated host used twice the CPU for the same job (8.7 s against 4.5 s per host, 0.45-core
+        # quota, 16 steps of the uniform model) and the step took 2.3-2.8x as long; bench/emu runs zmq there too.
+        cmd = [tandem, "launch", "--transport", "zmq", "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME),
+               "--master-addr", "127.0.0.1", "-n", str(S), "--"] + train
     else:
         cmd = [tandem, "launch", "-n", str(S), "--"] + train
     try:
@@ -239,20 +260,24 @@ def bench_bubble(tandem, steps, emu=False, quota=0.45):
     ts = r["time_split"]
     t = stage_times(trace, M)
     os.unlink(trace)
+    if spec:
+        os.unlink(spec)
     theory = (S - 1) / (M + S - 1)
     m = re.search(r"measured partition: forward \+ backward per micro-batch, by stage: ([0-9., ]+) ms", err)
     predicted = [float(v) / 1e3 for v in m.group(1).split(",")] if m else []
-    out = {"emu_cpu_quota": quota if emu else None, "stages": S, "micro_batches": M, "steps": steps,
+    out = {"model": model, "emu_cpu_quota": quota if emu else None, "emu_period_us": period_us if emu else None,
+           "stages": S, "micro_batches": M, "steps": steps,
            "bubble_fraction": ts["bubble_fraction"], "max_bubble_fraction": ts["max_bubble_fraction"],
            "theory": theory, "step_s": ts["step_s"], "exposed_comm_s": ts["exposed_comm_s"],
            "stage_ms": [1e3 * x for x in t], "imbalance_bubble": imbalance_bubble(t, M),
            "partition_ms": [1e3 * x for x in predicted],
            "partition_bubble": imbalance_bubble(predicted, M) if predicted else None, "partition": r.get("partition")}
     out["ok"] = abs(out["bubble_fraction"] - theory) <= 0.05
-    where = ("4 emulated hosts capped at %.2f core each (cgroups, %.1f of the 2 cores)" % (quota, S * quota) if emu
+    where = ("4 emulated hosts capped at %.2f core each (cgroups, %.1f of the 2 cores; CFS period %d us)" %
+             (quota, S * quota, period_us) if emu
              else "4 ranks sharing the 2 cores")
-    print("bubble: resnet18 1F1B S=%d M=%d, batch 64, 1 thread per rank, %s; measured partition; last of 2 epochs of "
-          "%d steps" % (S, M, where, steps))
+    print("bubble: %s 1F1B S=%d M=%d, batch 64, 1 thread per rank, %s; measured partition; last of 2 epochs of "
+          "%d steps" % (model, S, M, where, steps))
     print("  idle fraction %.1f%% (most idle rank %.1f%%) vs (S-1)/(M+S-1) = %.1f%% [target within 5 points: %s]" %
           (100 * out["bubble_fraction"], 100 * out["max_bubble_fraction"], 100 * theory,
            "met" if out["ok"] else "MISSED"))
@@ -324,6 +349,11 @@ def main():
                     help="bubble: also run the four stages on an emulated cluster (tools/emu-cluster --cgroups-only, "
                          "needs root) with a fixed CPU quota per host")
     ap.add_argument("--emu-quota", type=float, default=0.45, help="CPU quota per emulated host (fraction of a core)")
+    ap.add_argument("--emu-period-us", type=int, default=2500,
+                    help="CFS period of the emulated hosts' quota (quota x period must be >= 1000 us)")
+    ap.add_argument("--emu-only", action="store_true", help="bubble: only the emulated-cluster run")
+    ap.add_argument("--bubble-models", default="resnet18",
+                    help="bubble: models, comma-separated: resnet18 and/or uniform (8 equal convolutions: cuts evenly)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
@@ -331,8 +361,9 @@ def main():
     results = {}
     for name in args.only.split(","):
         fn = {"ddp": lambda: bench_ddp(tandem, args.steps, args.repeat), "overlap": lambda: bench_overlap(tandem, args.big_steps),
-              "bubble": lambda: ([bench_bubble(tandem, args.big_steps)] +
-                                 ([bench_bubble(tandem, args.big_steps, True, args.emu_quota)] if args.emu else [])),
+              "bubble": lambda: [bench_bubble(tandem, args.big_steps, emu, args.emu_quota, m, args.emu_period_us)
+                                 for m in args.bubble_models.split(",")
+                                 for emu in ([True] if args.emu_only else [False, True] if args.emu else [False])],
               "memory": lambda: bench_memory(tandem, args.big_steps),
               "accuracy": lambda: bench_accuracy(tandem, args.epochs)}.get(name)
         if fn is None:
