@@ -1,6 +1,8 @@
 #include "simulator/step.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -71,6 +73,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   void run_member(uint32_t inst, int32_t m);
   void start_round(uint32_t inst, int32_t m);
   void p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes);
+  void start_p2p(int32_t from, int32_t to, bool activation, int32_t mb, double bytes);
   void span(int32_t r, int32_t lane, std::string name, const char* cat, des::TimeNs a, des::TimeNs b) {
     if (s_.record_trace && b > a)
       result_.trace.push_back({r, lane, std::move(name), cat, des::to_seconds(a), des::to_seconds(b)});
@@ -90,6 +93,19 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   std::vector<Instance> inst_;
   std::vector<std::vector<uint32_t>> inst_of_;  // [stage][bucket] -> instance
   std::vector<std::pair<std::pair<const CompiledPlan*, int32_t>, std::vector<network::RouteId>>> route_tables_;
+  // Point-to-point messages from one rank to another travel in order, one at a time (the runtime
+  // sends them over one connection): per directed pair, the messages not yet started (the one in
+  // flight is counted by p2p_busy_).
+  struct P2pMessage {
+    bool activation;
+    int32_t mb;
+    double bytes;
+  };
+  std::unordered_map<uint64_t, std::deque<P2pMessage>> p2p_queued_;
+  std::unordered_map<uint64_t, bool> p2p_busy_;
+  static uint64_t pair_key(int32_t from, int32_t to) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32) | static_cast<uint32_t>(to);
+  }
   int32_t finished_ = 0;
   bool sym_ = false;  // symmetric execution: rank 0 alone stands for every rank (see symmetric_possible)
   StepResult result_;
@@ -338,6 +354,16 @@ void StepExecutor::on_event(uint64_t arg) {
 void StepExecutor::p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes) {
   Rank& dst = ranks_[to];
   (activation ? dst.act_posted : dst.grad_posted)[mb] = sim_.now();
+  bool& busy = p2p_busy_[pair_key(from, to)];
+  if (busy) {
+    p2p_queued_[pair_key(from, to)].push_back({activation, mb, bytes});
+    return;
+  }
+  busy = true;
+  start_p2p(from, to, activation, mb, bytes);
+}
+
+void StepExecutor::start_p2p(int32_t from, int32_t to, bool activation, int32_t mb, double bytes) {
   uint64_t tag = (static_cast<uint64_t>(to) << 34) | (static_cast<uint64_t>(mb) << 2) | (activation ? 2u : 0u) |
                  kTagP2p;
   net_.start_flow(topo_.route(from, to), bytes, this, tag);
@@ -360,6 +386,17 @@ void StepExecutor::on_flow_done(uint64_t tag) {
     const int32_t r = static_cast<int32_t>(tag >> 34);
     const int32_t mb = static_cast<int32_t>((tag >> 2) & 0xffffffffu);
     const bool act = tag & 2;
+    // the next message of this pair goes now: activations come from the previous stage (rank - 1),
+    // gradients from the next (rank + 1)
+    const int32_t from = act ? r - 1 : r + 1;
+    auto queued = p2p_queued_.find(pair_key(from, r));
+    if (queued != p2p_queued_.end() && !queued->second.empty()) {
+      const P2pMessage next = queued->second.front();
+      queued->second.pop_front();
+      start_p2p(from, r, next.activation, next.mb, next.bytes);
+    } else {
+      p2p_busy_[pair_key(from, r)] = false;
+    }
     Rank& rk = ranks_[r];
     (act ? rk.act_arrived : rk.grad_arrived)[mb] = sim_.now();
     if (rk.wait == (act ? Wait::kRecvAct : Wait::kRecvGrad) && rk.wait_mb == mb)
