@@ -8,6 +8,8 @@
 #include <array>
 #include <cstring>
 
+#include <sys/resource.h>
+
 #include "tests/transports/harness.hpp"
 
 namespace bdata = boost::unit_test::data;
@@ -377,6 +379,43 @@ BOOST_DATA_TEST_CASE(destruction_does_not_wait_for_sends_nobody_can_receive, kTr
   BOOST_TEST(error.empty(), error);
   BOOST_TEST(destroy_ms >= 0);
   BOOST_TEST(destroy_ms < 1000, name << " with " << n << " ranks took " << destroy_ms << " ms to destroy");
+}
+
+BOOST_DATA_TEST_CASE(a_long_wait_leaves_the_cpu_to_others, kTransports* bdata::make({2}), name, n) {
+  // A rank whose receive stays pending for a long time (a pipeline stage waiting for activations)
+  // must not keep a core busy polling: over a 400 ms wait its thread uses well under a third of
+  // the wall time (a poll-and-yield loop uses all of it on a quiet machine), and the message still
+  // arrives.
+  run_ranks(name, n, [](Rank& r) {
+    const int peer = 1 - r.rank;
+    auto out = payload(r.rank, peer, 0, 1000);
+    std::vector<unsigned char> in(out.size());
+    auto rq = recv_bytes(r.t, peer, 11, in);
+    r.sync.arrive_and_wait();
+    if (r.rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      auto sq = send_bytes(r.t, peer, 11, out);
+      wait(r.t, *sq);
+      wait(r.t, *rq);
+      return;
+    }
+    auto thread_cpu = [] {
+      rusage u{};
+      getrusage(RUSAGE_THREAD, &u);
+      return std::chrono::microseconds(u.ru_utime.tv_sec * 1000000 + u.ru_utime.tv_usec + u.ru_stime.tv_sec * 1000000 +
+                                       u.ru_stime.tv_usec);
+    };
+    const auto cpu0 = thread_cpu();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!rq->test()) r.t.wait_for_progress(std::chrono::milliseconds(1));
+    const auto wall = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+    const auto cpu = thread_cpu() - cpu0;
+    CHECK_RANK(in == payload(peer, r.rank, 0, in.size()), "wrong data");
+    CHECK_RANK(wall > std::chrono::milliseconds(300), "the message came early: " << wall.count() << " us");
+    CHECK_RANK(cpu * 3 < wall, "the waiting thread used " << cpu.count() << " us of CPU in " << wall.count() << " us");
+    auto sq = send_bytes(r.t, peer, 11, out);
+    wait(r.t, *sq);
+  });
 }
 
 BOOST_DATA_TEST_CASE(wait_for_progress_wakes_when_a_message_arrives, kTransports* bdata::make({2}), name, n) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -35,6 +36,12 @@ constexpr uint64_t kHello = 1;
 constexpr uint64_t kGoodbye = 2;
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
+// Shared-memory UCX needs polling, so a waiter polls and yields -- while the worker is busy. After
+// kBusyWindow without any event (nothing completed, arrived or was posted: a pipeline stage waiting
+// for its activations, an idle progress thread with a receive posted) it sleeps kIdleSleep between
+// polls instead: a yielding poller kept a core busy all the time and took it from compute threads.
+constexpr auto kBusyWindow = std::chrono::milliseconds(2);
+constexpr auto kIdleSleep = std::chrono::microseconds(50);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
@@ -153,6 +160,8 @@ class Core {
   void start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length);
   void finish_recv(Op& op, ucs_status_t status);
   void drive(int rounds);
+  void touch() noexcept;  // the worker just did something: waiters keep polling
+
   void handle_control();
   void match_posted();
   // Consumes every message still queued unmatched (at shutdown, so UCX has none to complain about).
@@ -172,6 +181,7 @@ class Core {
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
   Clock::time_point next_watch_{};
+  std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
 };
 
 void send_cb(void* request, ucs_status_t status, void* user) {
@@ -367,6 +377,7 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
 }
 
 std::shared_ptr<Op> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
+  touch();
   std::lock_guard lock(mu_);
   if (closed_ || peers_[peer].state != PeerState::kAlive) {
     auto op = std::make_shared<Op>();
@@ -387,6 +398,7 @@ std::shared_ptr<Op> Core::recv(int peer, uint64_t tag, std::span<const MutPart> 
   op->tag = tag;
   op->parts.assign(parts.begin(), parts.end());
   op->capacity = total_bytes(parts);
+  touch();
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport, fmt::format("ucx: rank {} receives from rank {} on a destroyed transport", rank_, peer));
@@ -456,8 +468,13 @@ void Core::finish_recv(Op& op, ucs_status_t status) {
 }
 
 void Core::drive(int rounds) {
-  for (int i = 0; i < rounds && ucp_worker_progress(worker_) != 0; ++i) {
-  }
+  int i = 0;
+  while (i < rounds && ucp_worker_progress(worker_) != 0) ++i;
+  if (i > 0) touch();
+}
+
+void Core::touch() noexcept {
+  last_event_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 void Core::handle_control() {
@@ -517,10 +534,16 @@ void Core::match_posted() {
   }
 }
 
-void Core::wait_for_progress(std::chrono::microseconds /*timeout*/) {
-  // Shared-memory UCX moves data only when a worker is progressed: keep polling, but yield.
+void Core::wait_for_progress(std::chrono::microseconds timeout) {
+  // Shared-memory UCX moves data only when a worker is progressed: keep polling, but yield (or,
+  // once the worker has been idle for kBusyWindow, sleep briefly).
   progress();
-  std::this_thread::yield();
+  const auto idle = std::chrono::nanoseconds(Clock::now().time_since_epoch().count() -
+                                             last_event_ns_.load(std::memory_order_relaxed));
+  if (idle > kBusyWindow && timeout.count() > 0)
+    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, kIdleSleep));
+  else
+    std::this_thread::yield();
 }
 
 void Core::watch_processes() {
