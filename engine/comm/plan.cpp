@@ -126,7 +126,10 @@ bool reduces(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kReduce;
 }
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) {
+  const int m = a % n;
+  return m < 0 ? m + n : m;
+}
 
 int ceil_log2(int n) {
   int l = 0;
@@ -153,6 +156,7 @@ std::vector<Span> split_even(Span s, uint64_t parts) {
 
 // split_even(s, parts)[i], without building the list (hot loops of the ring plans).
 Span split_even_at(Span s, uint64_t parts, uint64_t i) {
+  if (parts == 1) return s;  // the common case at large worlds: one chunk per segment
   const uint64_t base = s.len / parts, extra = s.len % parts;
   return Span{s.off + i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
 }
