@@ -127,6 +127,7 @@ StepResult Trainer::step() {
   // Memory guard (issue #6): before the first step allocates activations, fail with kOutOfMemory if the job
   // cannot fit under this host's limit, instead of being killed by the kernel.
   if (global_step() == 0) check_training_memory(model_, single_footprint(config_.batch_size, config_.prefetch), "trainer");
+  optim::Optimizer& opt = optimizer();  // the model's storage and the optimizer state, on the first step
   begin_epoch_if_needed();
   StepResult r;
   data::Batch batch;
@@ -145,8 +146,8 @@ StepResult Trainer::step() {
     std::vector<Tensor> g{model_.grads()};
     optim::clip_grad_norm(be, g, config_.clip_norm);
   }
-  r.lr = optim::lr_at(schedule_, optimizer().steps());
-  optimizer().step({model_.grads()}, r.lr);
+  r.lr = optim::lr_at(schedule_, opt.steps());
+  opt.step({model_.grads()}, r.lr);
   r.loss = loss.loss;
   r.correct = loss.correct;
   r.samples = batch.size;

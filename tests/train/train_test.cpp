@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "engine/core/allocator.hpp"
 #include "engine/data/readers.hpp"
 #include "engine/nn/zoo.hpp"
 #include "engine/train/checkpoint.hpp"
@@ -219,6 +220,34 @@ BOOST_AUTO_TEST_CASE(lenet_learns_a_fashion_mnist_subset) {
   BOOST_TEST(e.test_loss < 0.9);
   BOOST_TEST(e.train_loss < 1.0);
   BOOST_TEST(e.images_per_sec > 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_trainer_allocates_model_and_optimizer_state_only_when_it_first_trains) {
+  // tandem_trainer_create_parallel builds a train::Trainer only to check the settings: that must not allocate the
+  // whole model and its optimizer state on a pipeline stage's rank.
+  const data::Dataset train = data::make_synthetic(1, 28, 28, 10, 32, 1);
+  auto be = backend();
+  const nn::ModelSpec spec = nn::zoo_model("lenet5", {1, 28, 28}, 10);
+  host_allocator().empty_cache();
+  const size_t before = host_allocator().stats().bytes_in_use;
+  nn::Model m(spec, *be, 1);
+  TrainerConfig cfg = small_config();
+  cfg.prefetch = 0;
+  {
+    Trainer t(m, train, nullptr, cfg);
+    BOOST_TEST(t.global_step() == 0);
+    BOOST_TEST(host_allocator().stats().bytes_in_use == before);
+  }
+  Trainer t(m, train, nullptr, cfg);
+  t.step();
+  BOOST_TEST(t.global_step() == 1);
+  // params, grads and SGD momentum of the whole model now exist.
+  BOOST_TEST(host_allocator().stats().bytes_in_use - before >= static_cast<size_t>(12 * m.total_params()));
+  // A stage-only model cannot be trained alone; the error says why.
+  nn::Model stage(spec, *be, 1);
+  stage.hold(2, spec.layers.size());
+  Trainer alone(stage, train, nullptr, cfg);
+  expect_error([&] { alone.step(); }, Status::kInvalidArgument, {"holds only layers [2, ", "every layer"});
 }
 
 BOOST_AUTO_TEST_CASE(dataset_that_does_not_fit_the_model_is_refused) {
