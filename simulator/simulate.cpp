@@ -54,6 +54,21 @@ struct Prepared {
 
 bool compressed(const JobSpec& job) { return job.compression != engine::parallel::GradCompression::kNone; }
 
+struct ConvertCost {
+  double to_s = 0, back_s = 0;  // per gradient element: f32 -> 16 bits, and back
+};
+
+// The profile's measured conversion, else this machine's (scalar loops of engine/core/dtype as
+// grad_reducer.cpp runs them; see the defaults in simulate.hpp).
+ConvertCost convert_cost(engine::parallel::GradCompression c, const std::optional<CalibrationProfile>& profile) {
+  const bool f16 = c == engine::parallel::GradCompression::kF16;
+  if (profile) {
+    const auto& measured = f16 ? profile->fp16_convert_s : profile->bf16_convert_s;
+    if (measured) return {measured->first, measured->second};
+  }
+  return f16 ? ConvertCost{kDefaultFp16ToS, kDefaultFp16BackS} : ConvertCost{kDefaultBf16ToS, kDefaultBf16BackS};
+}
+
 double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out = nullptr) {
   const int32_t stage = rank % p.job.pp;
   const auto& sp = p.pipe.stage_plans[stage];
@@ -214,15 +229,18 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
     }
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
-    if (job.dp > 1 && compressed(job) && rs.local_bytes_per_s > 0) {
-      // a streaming pass per bucket: read 4 bytes, write 2 (and back before the optimizer)
-      double all = 0;
+    if (job.dp > 1 && compressed(job)) {
+      // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory
+      // bandwidth or by the runtime's per-element conversion, whichever is slower
+      const ConvertCost cost = convert_cost(job.compression, profile);
+      const double per_byte = rs.local_bytes_per_s > 0 ? 1.0 / rs.local_bytes_per_s : 0.0;
+      double back = 0;
       for (const auto& bk : sp.buckets) {
-        const double conv = 6.0 * static_cast<double>(bk.bytes / 4) / rs.local_bytes_per_s;
-        rs.bucket_compress_s.push_back(conv);
-        all += conv;
+        const double n = static_cast<double>(bk.bytes / 4);
+        rs.bucket_compress_s.push_back(n * std::max(6.0 * per_byte, cost.to_s));
+        back += n * std::max(6.0 * per_byte, cost.back_s);
       }
-      rs.decompress_s = all;
+      rs.decompress_s = back;
     }
     s.ranks.push_back(std::move(rs));
   }

@@ -24,6 +24,12 @@ namespace tandem::simulator {
 // is why a profile's figure is preferred. GPU: CUDA context and cuDNN/cuBLAS workspaces.
 constexpr double kDefaultCpuRuntimeBytes = 150.0 * 1048576;
 constexpr double kDefaultGpuRuntimeBytes = 600.0 * 1048576;
+// Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
+// profile does not give them (fp16_convert_s / bf16_convert_s): the runtime's scalar conversion loops
+// measured on this project's 2-vCPU Xeon (AVX-512) VM, 11 M elements, best of three. A pass never
+// runs faster than the node's memory bandwidth allows (6 bytes per element).
+constexpr double kDefaultFp16ToS = 1.7e-9, kDefaultFp16BackS = 2.3e-9;
+constexpr double kDefaultBf16ToS = 1.1e-9, kDefaultBf16BackS = 0.7e-9;
 
 struct NodeReport {
   std::string name, preset;

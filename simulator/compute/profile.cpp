@@ -12,7 +12,8 @@ namespace tandem::simulator {
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
-                      "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes"},
+                      "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
+                      "fp16_convert_s", "bf16_convert_s"},
                   where);
   TANDEM_REQUIRE(j.value("format", std::string()) == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -60,6 +61,15 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   p.optimizer_step_s = *opt;
   if (auto v = json_number(j, "memory_bytes_per_s", where)) p.memory_bytes_per_s = *v;
   if (auto v = json_number(j, "runtime_rss_bytes", where)) p.runtime_rss_bytes = *v;
+  for (const char* k : {"fp16_convert_s", "bf16_convert_s"}) {
+    if (!j.contains(k)) continue;
+    const auto& a = j[k];
+    TANDEM_REQUIRE(a.is_array() && a.size() == 2 && a[0].is_number() && a[1].is_number() && a[0].get<double>() >= 0 &&
+                       a[1].get<double>() >= 0,
+                   "{}.{}: expected [to, back], seconds per element >= 0, got {}", where, k, a.dump());
+    (std::string(k) == "fp16_convert_s" ? p.fp16_convert_s : p.bf16_convert_s) =
+        std::make_pair(a[0].get<double>(), a[1].get<double>());
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -93,6 +103,8 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
     j["layers"].push_back({{"name", l.name}, {"forward_s", l.forward_s}, {"backward_s", l.backward_s}});
   if (p.memory_bytes_per_s) j["memory_bytes_per_s"] = *p.memory_bytes_per_s;
   if (p.runtime_rss_bytes) j["runtime_rss_bytes"] = *p.runtime_rss_bytes;
+  if (p.fp16_convert_s) j["fp16_convert_s"] = {p.fp16_convert_s->first, p.fp16_convert_s->second};
+  if (p.bf16_convert_s) j["bf16_convert_s"] = {p.bf16_convert_s->first, p.bf16_convert_s->second};
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

@@ -8,13 +8,16 @@
 //    "optimizer": "sgd", "optimizer_step_s": 0.0031,        // one step over all parameters
 //    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
-//    "runtime_rss_bytes": 4.2e7}   // optional: the process's resident memory after setup, before the model
+//    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory after setup, before the model
 //                                  // (the simulator's per-rank runtime allowance on CPU nodes)
+//    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
+//        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +37,7 @@ struct CalibrationProfile {
   std::optional<double> memory_bytes_per_s;
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
   std::optional<double> runtime_rss_bytes;
+  std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
 };
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");

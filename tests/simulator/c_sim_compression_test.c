@@ -48,10 +48,11 @@ int main(void) {
   EXPECT(strstr(json, "\"compression\":\"none\"") != NULL);
   simulate(cluster, "fp16", &fp16, json, sizeof json);
   EXPECT(strstr(json, "\"compression\":\"fp16\"") != NULL);
-  /* half the bytes on the wire: the exposed all-reduce time about halves (latencies do not) */
+  /* half the bytes on the wire: the exposed all-reduce time at least halves (less: a bucket's all-reduce
+   * also runs while the training thread converts the next bucket) */
   ratio = fp16.comm_exposed_s / none.comm_exposed_s;
-  if (!(ratio > 0.45 && ratio < 0.55)) fprintf(stderr, "exposed communication ratio %f\n", ratio);
-  EXPECT(ratio > 0.45 && ratio < 0.55);
+  if (!(ratio > 0.2 && ratio < 0.55)) fprintf(stderr, "exposed communication ratio %f\n", ratio);
+  EXPECT(ratio > 0.2 && ratio < 0.55);
   EXPECT(fp16.compute_s > none.compute_s);                       /* the conversions */
   EXPECT(fp16.memory_per_node_bytes > none.memory_per_node_bytes); /* the 16-bit copies */
   bad.field_mask = TANDEM_SIM_JOB_STRATEGY | TANDEM_SIM_JOB_COMPRESSION;

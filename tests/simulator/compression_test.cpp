@@ -1,6 +1,9 @@
 // Gradient compression (fp16/bf16 on the wire, engine/parallel/grad_reducer.cpp): half the all-reduced
 // bytes, each bucket converted on the training thread before its all-reduce and all of them back
 // before the optimizer.
+#include <algorithm>
+#include <cstdio>
+
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -9,6 +12,7 @@
 #include "simulator/compute/workload.hpp"
 #include "simulator/presets.hpp"
 #include "simulator/simulate.hpp"
+#include "tests/simulator/profile_fixture.hpp"
 
 using namespace tandem::simulator;
 using namespace tandem::engine;
@@ -85,9 +89,9 @@ BOOST_DATA_TEST_CASE(halves_the_wire_time_and_adds_the_conversions, bdata::make(
   }
 }
 
-// End to end: the runtime's bucket plans in 2-byte elements, conversion passes of 6 bytes per
-// gradient (read f32, write 16 bits, and back) at the node's memory bandwidth, and every bucket's
-// 16-bit copy in the memory need.
+// End to end: the runtime's bucket plans in 2-byte elements, a conversion pass per gradient element
+// each way (the runtime's per-element cost, or 6 bytes at the node's memory bandwidth if slower), and
+// every bucket's 16-bit copy in the memory need.
 BOOST_AUTO_TEST_CASE(jobs_compress_from_the_job_option) {
   const ClusterSpec c = parse_cluster("c5.large:4");
   const SimResult none = simulate(c, ddp_job("none"), {.baseline = false});
@@ -98,11 +102,14 @@ BOOST_AUTO_TEST_CASE(jobs_compress_from_the_job_option) {
   BOOST_TEST(fp16.to_json()["compression"] == "fp16");
   const Workload w = make_workload(nn::zoo_model("resnet18", {3, 32, 32}, 10));
   const double params = w.param_bytes(0, w.layers.size());
-  const double conversions = 2 * 6 * (params / 4) / find_preset("c5.large").mem_bytes_per_s;  // per step
-  BOOST_TEST(fp16.compute_s - none.compute_s == conversions * fp16.total_steps, tt::tolerance(1e-4));
+  const double byte_s = 6 / find_preset("c5.large").mem_bytes_per_s;  // a memory-bound pass, per element
+  const double fp16_pass = std::max(byte_s, kDefaultFp16ToS) + std::max(byte_s, kDefaultFp16BackS);
+  const double bf16_pass = std::max(byte_s, kDefaultBf16ToS) + std::max(byte_s, kDefaultBf16BackS);
+  BOOST_TEST(fp16.compute_s - none.compute_s == params / 4 * fp16_pass * fp16.total_steps, tt::tolerance(1e-4));
+  BOOST_TEST(bf16.compute_s - none.compute_s == params / 4 * bf16_pass * bf16.total_steps, tt::tolerance(1e-4));
   BOOST_TEST(fp16.comm_exposed_s < none.comm_exposed_s);
   BOOST_TEST(fp16.memory_per_node_bytes - none.memory_per_node_bytes == params / 2, tt::tolerance(1e-9));
-  BOOST_TEST(bf16.step_time_s == fp16.step_time_s);  // same bytes, same passes
+  BOOST_TEST(bf16.memory_per_node_bytes == fp16.memory_per_node_bytes);
   BOOST_TEST(fp16.symmetric_used == none.symmetric_used, fp16.symmetric_used << " vs " << none.symmetric_used);
   JobSpec full = ddp_job("fp16");
   full.symmetric = false;
@@ -113,6 +120,34 @@ BOOST_AUTO_TEST_CASE(jobs_compress_from_the_job_option) {
   JobSpec one_none = ddp_job("none");
   one_none.strategy = Strategy::kSingle;
   BOOST_TEST(simulate(c, one, {.baseline = false}).step_time_s == simulate(c, one_none, {.baseline = false}).step_time_s);
+}
+
+// A profile's measured conversion replaces the defaults (10 ns to, 20 ns back per element: slower
+// than any memory pass here).
+BOOST_AUTO_TEST_CASE(profiles_give_the_conversion_cost) {
+  JobSpec j;
+  j.model = "lenet5";
+  j.dataset = "fashion-mnist";
+  j.batch = 64;
+  j.epochs = 0.05;
+  j.strategy = Strategy::kDdp;
+  j.profile = testing::write_lenet5_profile("/tmp/tandem_sim_convert_profile.json",
+                                            {{"fp16_convert_s", {1e-8, 2e-8}}});
+  const ClusterSpec c = parse_cluster("c5.large:2");
+  const SimResult none = simulate(c, j, {.baseline = false});
+  j.compression = parallel::GradCompression::kF16;
+  const SimResult fp16 = simulate(c, j, {.baseline = false});
+  const Workload w = make_workload(nn::zoo_model("lenet5", {1, 28, 28}, 10));
+  const double elements = w.param_bytes(0, w.layers.size()) / 4;
+  BOOST_TEST(fp16.compute_s - none.compute_s == elements * 3e-8 * fp16.total_steps, tt::tolerance(1e-4));
+  testing::write_lenet5_profile("/tmp/tandem_sim_convert_profile.json", {{"fp16_convert_s", {1e-8}}});
+  try {
+    simulate(c, j, {.baseline = false});
+    BOOST_ERROR("a one-element fp16_convert_s was accepted");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find("fp16_convert_s") != std::string::npos, e.what());
+  }
+  std::remove("/tmp/tandem_sim_convert_profile.json");
 }
 
 BOOST_AUTO_TEST_CASE(job_json_takes_compression_and_names_bad_values) {

@@ -10,6 +10,7 @@
 #include "simulator/compute/workload.hpp"
 #include "simulator/presets.hpp"
 #include "simulator/simulate.hpp"
+#include "tests/simulator/profile_fixture.hpp"
 
 using namespace tandem::simulator;
 namespace tt = boost::test_tools;
@@ -27,16 +28,11 @@ JobSpec lenet_job() {
   return j;
 }
 
-// A lenet5 profile (every layer 1 ms / 2 ms at batch 64), with runtime_rss_bytes when given.
+// A lenet5 profile, with runtime_rss_bytes when given.
 std::string write_profile(const std::string& path, std::optional<double> runtime_rss_bytes) {
-  nlohmann::json p = {{"format", "tandem-calibration"}, {"version", 1}, {"model", "lenet5"}, {"batch", 64},
-                      {"optimizer_step_s", 0.001}, {"layers", nlohmann::json::array()}};
-  const auto work = make_workload(tandem::engine::nn::zoo_model("lenet5", {1, 28, 28}, 10));
-  for (const auto& l : work.layers)
-    p["layers"].push_back(nlohmann::json{{"name", l.name}, {"forward_s", 0.001}, {"backward_s", 0.002}});
-  if (runtime_rss_bytes) p["runtime_rss_bytes"] = *runtime_rss_bytes;
-  std::ofstream(path) << p.dump();
-  return path;
+  nlohmann::json extra = nlohmann::json::object();
+  if (runtime_rss_bytes) extra["runtime_rss_bytes"] = *runtime_rss_bytes;
+  return testing::write_lenet5_profile(path, extra);
 }
 
 }  // namespace
