@@ -50,14 +50,15 @@ struct Channels {
 
 constexpr uint64_t kMaxIndex = (uint64_t{1} << 32) - 1;
 
-// Appends member r's rounds, receives and (unmatched) sends; receives also join recv_ch, if given.
-void append_member(CompiledPlan& c, int32_t r, const RankPlan& rp, Channels* recv_ch) {
+// Appends member r's rounds (not the entry that closes the last one: close_rounds), its receives
+// (their sizes to recv_bytes, needed only while compiling) and its sends, unmatched; receives also
+// join recv_ch, if given.
+void append_member(CompiledPlan& c, std::vector<uint64_t>& recv_bytes, int32_t r, const RankPlan& rp,
+                   Channels* recv_ch) {
   const uint64_t eb = c.elem_bytes;
   for (const auto& round : rp.rounds) {
-    CompiledPlan::Round cr{};
+    CompiledPlan::Round cr{static_cast<uint32_t>(c.sends.size()), static_cast<uint32_t>(c.recvs.size()), 0};
     const uint32_t ri = static_cast<uint32_t>(c.rounds.size());
-    cr.recv_begin = static_cast<uint32_t>(c.recvs.size());
-    cr.send_begin = static_cast<uint32_t>(c.sends.size());
     for (const auto& op : round.ops) {
       switch (op.kind) {
         case OpKind::kRecv:
@@ -67,7 +68,8 @@ void append_member(CompiledPlan& c, int32_t r, const RankPlan& rp, Channels* rec
                        op.kind == OpKind::kSend ? "sends to" : "receives from", op.peer);
           if (op.kind == OpKind::kRecv) {
             if (recv_ch) recv_ch->items[recv_ch->channel(r, op.peer)].push_back(static_cast<uint32_t>(c.recvs.size()));
-            c.recvs.push_back({op.peer, ri, op.dst.count * eb});
+            c.recvs.push_back({op.peer, ri});
+            recv_bytes.push_back(op.dst.count * eb);
           } else {
             c.sends.push_back({r, op.peer, UINT32_MAX, UINT32_MAX, op.src.count * eb});
           }
@@ -76,16 +78,19 @@ void append_member(CompiledPlan& c, int32_t r, const RankPlan& rp, Channels* rec
         case OpKind::kReduce: cr.local_bytes += 3 * op.src.count * eb; break;
       }
     }
-    cr.recv_end = static_cast<uint32_t>(c.recvs.size());
-    cr.send_end = static_cast<uint32_t>(c.sends.size());
     c.rounds.push_back(cr);
   }
   TANDEM_CHECK(c.sends.size() < kMaxIndex && c.recvs.size() < kMaxIndex && c.rounds.size() < kMaxIndex,
                Status::kOutOfMemory, "plan {} is too large to simulate", c.description);
 }
 
+// The entry after the last round, where its sends and receives end.
+void close_rounds(CompiledPlan& c) {
+  c.rounds.push_back({static_cast<uint32_t>(c.sends.size()), static_cast<uint32_t>(c.recvs.size()), 0});
+}
+
 // Sends, in plan order per rank, take the receives of their channel in order.
-void match_sends(CompiledPlan& c, Channels& recv_ch) {
+void match_sends(CompiledPlan& c, Channels& recv_ch, const std::vector<uint64_t>& recv_bytes) {
   TANDEM_CHECK(c.sends.size() == c.recvs.size(), Status::kInternal, "plan {}: {} sends but {} receives",
                c.description, c.sends.size(), c.recvs.size());
   for (CompiledPlan::Send& s : c.sends) {
@@ -95,34 +100,37 @@ void match_sends(CompiledPlan& c, Channels& recv_ch) {
     TANDEM_CHECK(taken < q.size(), Status::kInternal, "plan {}: send {} -> {} has no matching receive",
                  c.description, s.src, s.dst);
     const uint32_t rv = q[taken++];
-    TANDEM_CHECK(c.recvs[rv].bytes == s.bytes, Status::kInternal,
+    TANDEM_CHECK(recv_bytes[rv] == s.bytes, Status::kInternal,
                  "plan {}: send {} -> {} of {} bytes meets a receive of {} bytes", c.description, s.src, s.dst,
-                 s.bytes, c.recvs[rv].bytes);
+                 s.bytes, recv_bytes[rv]);
     s.recv = rv;
     s.recv_round = c.recvs[rv].round;
   }
 }
 
 // Member `r`'s rounds in `other` (rounds [ob, oe)) are member 0's of `c` rotated by r.
-bool rotation_of(const CompiledPlan& c, const CompiledPlan& other, uint32_t ob, uint32_t oe, int32_t r) {
+bool rotation_of(const CompiledPlan& c, const std::vector<uint64_t>& c_recv_bytes, const CompiledPlan& other,
+                 const std::vector<uint64_t>& other_recv_bytes, uint32_t ob, uint32_t oe, int32_t r) {
   const int32_t n = c.world;
   const uint32_t r0 = c.first_round[1] - c.first_round[0];
   if (oe - ob != r0) return false;
   for (uint32_t i = 0; i < r0; ++i) {
-    const auto& a = c.rounds[c.first_round[0] + i];
-    const auto& b = other.rounds[ob + i];
-    if (a.send_end - a.send_begin != b.send_end - b.send_begin ||
-        a.recv_end - a.recv_begin != b.recv_end - b.recv_begin || a.local_bytes != b.local_bytes)
+    const uint32_t ai = c.first_round[0] + i, bi = ob + i;
+    const auto& a = c.rounds[ai];
+    const auto& b = other.rounds[bi];
+    const uint32_t sends = c.send_end(ai) - a.send_begin, recvs = c.recv_end(ai) - a.recv_begin;
+    if (other.send_end(bi) - b.send_begin != sends || other.recv_end(bi) - b.recv_begin != recvs ||
+        a.local_bytes != b.local_bytes)
       return false;
-    for (uint32_t k = 0; k < a.send_end - a.send_begin; ++k) {
+    for (uint32_t k = 0; k < sends; ++k) {
       const auto& sa = c.sends[a.send_begin + k];
       const auto& sb = other.sends[b.send_begin + k];
       if (sb.bytes != sa.bytes || sb.dst != (sa.dst + r) % n) return false;
     }
-    for (uint32_t k = 0; k < a.recv_end - a.recv_begin; ++k) {
-      const auto& ra = c.recvs[a.recv_begin + k];
-      const auto& rb = other.recvs[b.recv_begin + k];
-      if (rb.bytes != ra.bytes || rb.src != (ra.src + r) % n) return false;
+    for (uint32_t k = 0; k < recvs; ++k) {
+      if (other_recv_bytes[b.recv_begin + k] != c_recv_bytes[a.recv_begin + k] ||
+          other.recvs[b.recv_begin + k].src != (c.recvs[a.recv_begin + k].src + r) % n)
+        return false;
     }
   }
   return true;
@@ -130,22 +138,19 @@ bool rotation_of(const CompiledPlan& c, const CompiledPlan& other, uint32_t ob, 
 
 // Under rotation symmetry, member 0's k-th receive from q is the image of its own k-th send to
 // (n - q) mod n; fills mirror_recv, or returns false when some receive has no such send.
-bool find_mirrors(CompiledPlan& c) {
+bool find_mirrors(CompiledPlan& c, const std::vector<uint64_t>& recv_bytes) {
   const int32_t n = c.world;
-  const uint32_t s0 = c.rounds[c.first_round[0]].send_begin;
-  const uint32_t s1 = c.first_round[1] < c.rounds.size() ? c.rounds[c.first_round[1]].send_begin
-                                                          : static_cast<uint32_t>(c.sends.size());
+  const uint32_t s0 = c.rounds[c.first_round[0]].send_begin, s1 = c.rounds[c.first_round[1]].send_begin;
   Channels send_ch(1);
   for (uint32_t k = s0; k < s1; ++k) send_ch.items[send_ch.channel(0, c.sends[k].dst)].push_back(k);
   c.mirror_recv.assign(s1 - s0, UINT32_MAX);
-  const uint32_t rb = c.rounds[c.first_round[0]].recv_begin;
-  const uint32_t re = c.rounds[c.first_round[1] - 1].recv_end;
+  const uint32_t rb = c.rounds[c.first_round[0]].recv_begin, re = c.rounds[c.first_round[1]].recv_begin;
   for (uint32_t j = rb; j < re; ++j) {
     const int32_t mirror_dst = (n - c.recvs[j].src) % n;
     const uint32_t ch = send_ch.channel(0, mirror_dst);
     auto& q = send_ch.items[ch];
     uint32_t& taken = send_ch.taken[ch];
-    if (taken >= q.size() || c.sends[q[taken]].bytes != c.recvs[j].bytes) {
+    if (taken >= q.size() || c.sends[q[taken]].bytes != recv_bytes[j]) {
       c.mirror_recv.clear();
       return false;
     }
@@ -160,11 +165,12 @@ bool find_mirrors(CompiledPlan& c) {
 }
 
 // rotation symmetry of a full form: member r's round i mirrors member 0's round i
-void detect_symmetry(CompiledPlan& c) {
+void detect_symmetry(CompiledPlan& c, const std::vector<uint64_t>& recv_bytes) {
   const int32_t n = c.world;
   bool sym = n > 1 && c.first_round[1] > c.first_round[0];
-  for (int32_t r = 1; r < n && sym; ++r) sym = rotation_of(c, c, c.first_round[r], c.first_round[r + 1], r);
-  c.rotation_symmetric = sym && find_mirrors(c);
+  for (int32_t r = 1; r < n && sym; ++r)
+    sym = rotation_of(c, recv_bytes, c, recv_bytes, c.first_round[r], c.first_round[r + 1], r);
+  c.rotation_symmetric = sym && find_mirrors(c, recv_bytes);
 }
 
 // Plan::describe()'s fields from counts (the whole plan is not at hand, or walking it is costly).
@@ -233,17 +239,20 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
         nsend += op.kind == OpKind::kSend;
       }
   }
-  c.rounds.reserve(nrounds);
+  c.rounds.reserve(nrounds + 1);
   c.sends.reserve(nsend);
   c.recvs.reserve(nrecv);
+  std::vector<uint64_t> recv_bytes;
+  recv_bytes.reserve(nrecv);
   c.first_round.reserve(static_cast<size_t>(n) + 1);
   Channels recv_ch(n);  // indexed by receiving rank, peer = sender
   for (int32_t r = 0; r < n; ++r) {
     c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-    append_member(c, r, plan.ranks[static_cast<size_t>(r)], &recv_ch);
+    append_member(c, recv_bytes, r, plan.ranks[static_cast<size_t>(r)], &recv_ch);
   }
   c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-  match_sends(c, recv_ch);
+  close_rounds(c);
+  match_sends(c, recv_ch, recv_bytes);
   if (plan.finish_avg) c.finish_bytes = 2 * plan.count * elem_bytes;
   // Plan::describe() walks the whole plan twice more; large plans get the same line from our counts
   if (n <= 256) {
@@ -254,7 +263,7 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
     c.description = counted_description(plan.collective, plan.algorithm, n, plan.count, plan.chunk_count, plan.in_place,
                                         rounds, c.sends.size(), c.total_bytes_sent() / elem_bytes);
   }
-  detect_symmetry(c);
+  detect_symmetry(c, recv_bytes);
   return c;
 }
 
@@ -266,22 +275,24 @@ CompiledPlan compile_plan_by_rank(const PlanRequest& request) {
   CompiledPlan c = header(request, n);
   c.first_round.reserve(static_cast<size_t>(n) + 1);
   Channels recv_ch(n);
+  std::vector<uint64_t> recv_bytes;  // while compiling only
   size_t rounds = 0;
   RankPlan rp;  // storage reused rank after rank
   for (int32_t r = 0; r < n; ++r) {
     c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
     if (whole) {
-      append_member(c, r, whole->ranks[static_cast<size_t>(r)], &recv_ch);
+      append_member(c, recv_bytes, r, whole->ranks[static_cast<size_t>(r)], &recv_ch);
     } else {
       engine::comm::make_rank_plan(request, r, rp);
-      append_member(c, r, rp, &recv_ch);
+      append_member(c, recv_bytes, r, rp, &recv_ch);
     }
     rounds = std::max<size_t>(rounds, c.rounds.size() - c.first_round.back());
   }
   c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-  match_sends(c, recv_ch);
+  close_rounds(c);
+  match_sends(c, recv_ch, recv_bytes);
   c.description = counted_description(request, c, rounds);
-  detect_symmetry(c);
+  detect_symmetry(c, recv_bytes);
   return c;
 }
 
@@ -289,23 +300,29 @@ std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request) {
   const int32_t n = request.world;
   if (n < 2 || !cheap_by_rank(request)) return std::nullopt;
   CompiledPlan c = header(request, 1);
+  std::vector<uint64_t> recv_bytes;
   c.first_round.push_back(0);
-  append_member(c, 0, engine::comm::make_rank_plan(request, 0), nullptr);
+  append_member(c, recv_bytes, 0, engine::comm::make_rank_plan(request, 0), nullptr);
   c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
   if (c.rounds.empty()) return std::nullopt;
+  close_rounds(c);
   CompiledPlan other = header(request, 1);  // one rank at a time, storage reused
+  std::vector<uint64_t> other_recv_bytes;
   RankPlan rp;
   for (int32_t r = 1; r < n; ++r) {
     other.rounds.clear();
     other.sends.clear();
     other.recvs.clear();
+    other_recv_bytes.clear();
     engine::comm::make_rank_plan(request, r, rp);
-    append_member(other, r, rp, nullptr);
-    if (!rotation_of(c, other, 0, static_cast<uint32_t>(other.rounds.size()), r)) return std::nullopt;
+    append_member(other, other_recv_bytes, r, rp, nullptr);
+    const auto rounds = static_cast<uint32_t>(other.rounds.size());
+    close_rounds(other);
+    if (!rotation_of(c, recv_bytes, other, other_recv_bytes, 0, rounds, r)) return std::nullopt;
   }
-  if (!find_mirrors(c)) return std::nullopt;
+  if (!find_mirrors(c, recv_bytes)) return std::nullopt;
   c.rotation_symmetric = true;
-  c.description = counted_description(request, c, c.rounds.size());
+  c.description = counted_description(request, c, c.first_round[1]);
   return c;
 }
 

@@ -5,8 +5,8 @@
 // the algorithm is re-derived here: the ops come from engine::comm::make_plan / make_rank_plan,
 // the runtime's.
 //
-// Two forms. The full form holds every member's rounds (about 40 bytes per transfer plus 24 per
-// round). The symmetric form holds member 0's alone, for plans proven rotation-symmetric rank by
+// Two forms. The full form holds every member's rounds (32 bytes per transfer plus 16 per round: a
+// ring's 4,096-rank plan in 1.6 GB). The symmetric form holds member 0's alone, for plans proven rotation-symmetric rank by
 // rank (every member's ops are member 0's rotated): symmetric execution (step.cpp) needs nothing
 // else, so a 4,096-rank ring all-reduce of 33.5 M transfers compiles in O(ops of one rank) memory.
 // full() builds the full form of a symmetric one on first use.
@@ -29,22 +29,21 @@ struct CompiledPlan {
     uint32_t recv_round;  // index into rounds of the round holding that receive (symmetric form: unset)
     uint64_t bytes;
   };
-  struct Recv {
+  struct Recv {  // its size is its send's
     int32_t src;
     uint32_t round;
-    uint64_t bytes;
   };
-  struct Round {
-    uint32_t send_begin, send_end;  // into sends
-    uint32_t recv_begin, recv_end;  // into recvs
-    uint64_t local_bytes;           // bytes the round's copies and reductions read and write
+  struct Round {  // its sends run to the next round's send_begin, its receives likewise
+    uint32_t send_begin;  // into sends
+    uint32_t recv_begin;  // into recvs
+    uint64_t local_bytes;  // bytes the round's copies and reductions read and write
   };
   int32_t world = 0;
   int32_t members = 0;               // members whose rounds are compiled: world, or 1 (symmetric form)
   uint64_t elem_bytes = 4;
   std::string description;           // Plan::describe() (large plans: the same fields from counts)
   std::vector<uint32_t> first_round;  // per compiled member, members + 1 entries into rounds
-  std::vector<Round> rounds;
+  std::vector<Round> rounds;          // and one more at the end that only closes the last round
   std::vector<Send> sends;
   std::vector<Recv> recvs;
   uint64_t finish_bytes = 0;          // per member, the closing average (ReduceOp avg), if any
@@ -56,6 +55,8 @@ struct CompiledPlan {
   std::vector<uint32_t> mirror_recv;
   std::optional<engine::comm::PlanRequest> request;  // what the plan was built from (for full())
 
+  uint32_t send_end(uint32_t round) const { return rounds[round + 1].send_begin; }
+  uint32_t recv_end(uint32_t round) const { return rounds[round + 1].recv_begin; }
   uint64_t total_bytes_sent() const;  // over all members (the symmetric form counts member 0's world times)
   bool is_full() const noexcept { return members == world; }
   // This plan when full; else the full form, compiled rank by rank on first use and kept.

@@ -117,8 +117,7 @@ const std::vector<network::RouteId>& StepExecutor::routes_for(const CompiledPlan
   std::vector<network::RouteId> table(plan->sends.size());
   for (int32_t m = 0; m < (sym_ ? 1 : plan->world); ++m) {
     for (uint32_t ri = plan->first_round[m]; ri < plan->first_round[m + 1]; ++ri) {
-      const auto& rd = plan->rounds[ri];
-      for (uint32_t k = rd.send_begin; k < rd.send_end; ++k)
+      for (uint32_t k = plan->rounds[ri].send_begin; k < plan->send_end(ri); ++k)
         table[k] = topo_.route(rank_of(m, stage), rank_of(plan->sends[k].dst, stage));
     }
   }
@@ -451,9 +450,10 @@ void StepExecutor::start_round(uint32_t inst, int32_t m) {
     return;
   }
   const auto& rd = in.plan->rounds[mb.round];
-  mb.outstanding = rd.send_end - rd.send_begin;
-  for (uint32_t k = rd.recv_begin; k < rd.recv_end; ++k) mb.outstanding += in.arrived[k] ? 0 : 1;
-  for (uint32_t k = rd.send_begin; k < rd.send_end; ++k) {
+  const uint32_t send_end = in.plan->send_end(mb.round);
+  mb.outstanding = send_end - rd.send_begin;
+  for (uint32_t k = rd.recv_begin; k < in.plan->recv_end(mb.round); ++k) mb.outstanding += in.arrived[k] ? 0 : 1;
+  for (uint32_t k = rd.send_begin; k < send_end; ++k) {
     uint64_t tag = (static_cast<uint64_t>(k) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
     net_.start_flow((*in.routes)[k], static_cast<double>(in.plan->sends[k].bytes), this, tag);
   }
