@@ -177,7 +177,7 @@ void retain_heap_for_frames() {
   static std::once_flag once;
   std::call_once(once, [pad] {
     if (pad > 0 && ::mallopt(M_TOP_PAD, static_cast<int>(pad)) != 1)
-      log::warn("zmq: could not set malloc's top pad to {} bytes; large receives will page-fault more", pad);
+      log::debug("zmq: malloc refused a top pad of {} bytes (a sanitizer's allocator?)", pad);
   });
 }
 
