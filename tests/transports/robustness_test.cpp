@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <malloc.h>
 #include <random>
@@ -38,18 +39,18 @@ std::vector<std::string> networked_transports() {
 }
 
 // Throws unless the exchange of one message each way between ranks 0 and 1 is intact.
-void exchange_intact(Rank& r, int seq) {
+void exchange_intact(Rank& r, int seq, size_t bytes = 70000) {
   if (r.rank > 1) return;
   const int peer = 1 - r.rank;
-  auto out = payload(r.rank, peer, seq, 70000);
-  std::vector<unsigned char> in(70000);
+  auto out = payload(r.rank, peer, seq, bytes);
+  std::vector<unsigned char> in(bytes);
   MutPart rp{in.data(), in.size()};
   ConstPart sp{out.data(), out.size()};
   auto rq = r.t.irecv(peer, 1, std::span<const MutPart>(&rp, 1));
   auto sq = r.t.isend(peer, 1, std::span<const ConstPart>(&sp, 1));
   wait(r.t, *sq);
   wait(r.t, *rq);
-  CHECK_RANK(in == payload(peer, r.rank, seq, 70000), "exchange " << seq);
+  CHECK_RANK(in == payload(peer, r.rank, seq, bytes), "exchange " << seq);
 }
 
 // Raw TCP: connect to host:port and write `bytes`, then close.
@@ -67,6 +68,28 @@ void spray_tcp(const std::string& endpoint, const std::vector<unsigned char>& by
     [[maybe_unused]] auto n = ::write(fd, bytes.data(), bytes.size());
   }
   ::close(fd);
+}
+
+// Creates a 1-rank transport with the environment variable `var` set to `value` (unset again
+// afterwards); returns "<status>: <message>" of the error it throws ("" when it does not).
+std::string creation_error(const std::string& transport, const char* var, const char* value) {
+  MemoryStore store;
+  ::setenv(var, value, 1);
+  std::string out;
+  try {
+    create_transport(options_for(transport, 0, 1, store, unique_prefix("bad-env")));
+  } catch (const Error& e) {
+    out = std::string(status_name(e.status())) + ": " + e.what();
+  }
+  ::unsetenv(var);
+  return out;
+}
+
+// Two ranks exchange `rounds` messages each way, 4 KiB and `big` bytes alternately, and check them.
+void exchange_rounds(const std::string& transport, int rounds, size_t big) {
+  run_ranks(transport, 2, [&](Rank& r) {
+    for (int round = 0; round < rounds; ++round) exchange_intact(r, round, round % 2 ? big : 4096);
+  });
 }
 
 }  // namespace
@@ -125,33 +148,11 @@ BOOST_AUTO_TEST_CASE(check_header_accepts_a_valid_header_and_rejects_each_defect
 BOOST_AUTO_TEST_CASE(zmq_spin_setting_is_checked_and_zero_blocks_at_once) {
   // TANDEM_ZMQ_SPIN_US: a bad value is refused naming the variable; 0 (never poll before blocking)
   // still delivers every message, woken by the sockets alone.
-  MemoryStore store;
-  ::setenv("TANDEM_ZMQ_SPIN_US", "ten", 1);
-  std::string msg;
-  Status st = Status::kOk;
-  try {
-    create_transport(options_for("zmq", 0, 1, store, unique_prefix("spin-bad")));
-  } catch (const Error& e) {
-    st = e.status();
-    msg = e.what();
-  }
-  BOOST_TEST((st == Status::kInvalidArgument), msg);
+  const std::string msg = creation_error("zmq", "TANDEM_ZMQ_SPIN_US", "ten");
+  BOOST_TEST(msg.find("invalid argument") == 0, msg);
   BOOST_TEST(msg.find("TANDEM_ZMQ_SPIN_US") != std::string::npos, msg);
   ::setenv("TANDEM_ZMQ_SPIN_US", "0", 1);
-  run_ranks("zmq", 2, [](Rank& r) {
-    const int peer = 1 - r.rank;
-    for (int round = 0; round < 50; ++round) {
-      auto out = payload(r.rank, peer, round, round % 2 ? 100000 : 4096);
-      std::vector<unsigned char> in(out.size());
-      MutPart rp{in.data(), in.size()};
-      ConstPart sp{out.data(), out.size()};
-      auto rq = r.t.irecv(peer, 2, std::span<const MutPart>(&rp, 1));
-      auto sq = r.t.isend(peer, 2, std::span<const ConstPart>(&sp, 1));
-      wait(r.t, *rq);
-      wait(r.t, *sq);
-      CHECK_RANK(in == payload(peer, r.rank, round, in.size()), "round " << round);
-    }
-  });
+  exchange_rounds("zmq", 50, 100000);
   ::unsetenv("TANDEM_ZMQ_SPIN_US");
 }
 
@@ -159,16 +160,9 @@ BOOST_AUTO_TEST_CASE(zmq_keeps_freed_frame_memory_at_the_top_of_the_heap) {
   // A bad TANDEM_ZMQ_HEAP_PAD is refused naming it; by default a zmq transport makes malloc keep
   // freed memory at the top of its heap (so the next large frame does not fault its pages in again):
   // after 3 MiB of 96 KiB blocks are freed, at least 2 MiB stay releasable at the top.
-  MemoryStore store;
-  ::setenv("TANDEM_ZMQ_HEAP_PAD", "-1", 1);
-  std::string msg;
-  try {
-    create_transport(options_for("zmq", 0, 1, store, unique_prefix("pad-bad")));
-  } catch (const Error& e) {
-    msg = e.what();
-  }
+  const std::string msg = creation_error("zmq", "TANDEM_ZMQ_HEAP_PAD", "-1");
   BOOST_TEST(msg.find("TANDEM_ZMQ_HEAP_PAD") != std::string::npos, msg);
-  ::unsetenv("TANDEM_ZMQ_HEAP_PAD");
+  MemoryStore store;
   if (std::getenv("MALLOC_TOP_PAD_") || std::getenv("GLIBC_TUNABLES")) return;  // the user's settings win
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return;  // a sanitizer's allocator replaces glibc's heap: nothing of it to look at
@@ -182,6 +176,18 @@ BOOST_AUTO_TEST_CASE(zmq_keeps_freed_frame_memory_at_the_top_of_the_heap) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
   const auto info = mallinfo2();
   BOOST_TEST(info.keepcost >= size_t{2} << 20, "only " << info.keepcost << " bytes kept at the top of the heap");
+}
+
+BOOST_AUTO_TEST_CASE(ucx_busy_window_is_checked_and_zero_still_delivers) {
+  // TANDEM_UCX_BUSY_US: a bad value is refused naming the variable; 0 (sleep between polls as soon
+  // as a wait finds nothing) still delivers small and rendezvous-sized messages.
+  const auto names = available_transports();
+  if (std::find(names.begin(), names.end(), "ucx") == names.end()) return;
+  const std::string msg = creation_error("ucx", "TANDEM_UCX_BUSY_US", "2ms");
+  BOOST_TEST(msg.find("TANDEM_UCX_BUSY_US") != std::string::npos, msg);
+  ::setenv("TANDEM_UCX_BUSY_US", "0", 1);
+  exchange_rounds("ucx", 20, 300000);
+  ::unsetenv("TANDEM_UCX_BUSY_US");
 }
 
 BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {

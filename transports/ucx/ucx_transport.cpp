@@ -37,14 +37,25 @@ constexpr uint64_t kGoodbye = 2;
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // Shared-memory UCX needs polling, so a waiter polls and yields -- while the worker is busy. After
-// kBusyWindow without any event (nothing completed, arrived or was posted: a pipeline stage waiting
+// the busy window (TANDEM_UCX_BUSY_US, default 2 ms) without any event (nothing completed, arrived or was posted: a pipeline stage waiting
 // for its activations, an idle progress thread with a receive posted) it sleeps kIdleSleep between
 // polls instead: a yielding poller kept a core busy all the time and took it from compute threads.
-constexpr auto kBusyWindow = std::chrono::milliseconds(2);
+// (0: sleep between polls whenever a wait finds nothing; lowest CPU, most latency.)
+constexpr auto kDefaultBusyWindow = std::chrono::microseconds(2000);  // TANDEM_UCX_BUSY_US
 constexpr auto kIdleSleep = std::chrono::microseconds(50);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
+
+std::chrono::microseconds busy_window_from_env() {
+  const char* env = std::getenv("TANDEM_UCX_BUSY_US");
+  if (!env || !*env) return kDefaultBusyWindow;
+  char* end = nullptr;
+  const long long us = std::strtoll(env, &end, 10);
+  TANDEM_REQUIRE(end && *end == '\0' && us >= 0 && us <= 60000000,
+                 "TANDEM_UCX_BUSY_US must be microseconds in [0, 60000000], got '{}'", env);
+  return std::chrono::microseconds(us);
+}
 
 uint64_t wire_tag(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << kRankShift) | tag; }
 uint64_t control_tag(int src, uint64_t kind) { return kControlBit | wire_tag(src, kind); }
@@ -182,6 +193,7 @@ class Core {
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
+  const std::chrono::microseconds busy_window_ = busy_window_from_env();
 };
 
 void send_cb(void* request, ucs_status_t status, void* user) {
@@ -536,11 +548,11 @@ void Core::match_posted() {
 
 void Core::wait_for_progress(std::chrono::microseconds timeout) {
   // Shared-memory UCX moves data only when a worker is progressed: keep polling, but yield (or,
-  // once the worker has been idle for kBusyWindow, sleep briefly).
+  // once the worker has been idle for the busy window, sleep briefly).
   progress();
   const auto idle = std::chrono::nanoseconds(Clock::now().time_since_epoch().count() -
                                              last_event_ns_.load(std::memory_order_relaxed));
-  if (idle > kBusyWindow && timeout.count() > 0)
+  if (idle > busy_window_ && timeout.count() > 0)
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, kIdleSleep));
   else
     std::this_thread::yield();

@@ -15,9 +15,10 @@
 //    prefix (through a bounce buffer, only in that case).
 //  - UCX picks the wire: shared memory (posix/sysv/cma) between ranks of one host, TCP or verbs
 //    across hosts; large messages use UCX's rendezvous, so a send may wait for its receive.
-//  - wait_for_progress polls and yields while the worker is busy; after 2 ms without any event it
-//    sleeps 50 us between polls, so a rank waiting long (a pipeline stage) leaves the core to others.
-// Environment: UCX_* as usual; UCX_KEEPALIVE_INTERVAL defaults to 1s here (UCX's own is 20s) so a
+//  - wait_for_progress polls and yields while the worker is busy; after TANDEM_UCX_BUSY_US (default
+//    2000) without any event it sleeps 50 us between polls, so a rank waiting long (a pipeline
+//    stage) leaves the core to others.
+// Environment: UCX_* as usual; TANDEM_UCX_BUSY_US (above); UCX_KEEPALIVE_INTERVAL defaults to 1s here (UCX's own is 20s) so a
 // dead peer is noticed quickly. Under TSan set UCX_MEM_EVENTS=no.
 #include <memory>
 
