@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/cut.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
@@ -113,16 +114,7 @@ tandem_sim_job_params_t sim_job_params(SimJobCli& o) {
   if (set("--chunk-bytes", TANDEM_SIM_JOB_CHUNK_BYTES)) p.chunk_bytes = o.chunk_bytes;
   if (set("--partition", TANDEM_SIM_JOB_PARTITION)) p.partition = o.partition.c_str();
   if (o.app->get_option_no_throw("--cut") != nullptr && set("--cut", TANDEM_SIM_JOB_BOUNDARIES)) {
-    o.cut_layers.clear();
-    std::stringstream ss(o.cut);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      char* end = nullptr;
-      long v = std::strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v < 0)
-        throw CLI::ValidationError("--cut", "expected layer indices like 0,78,151, got \"" + o.cut + "\"");
-      o.cut_layers.push_back(static_cast<int32_t>(v));
-    }
+    o.cut_layers = parse_cut(o.cut);
     p.boundaries = o.cut_layers.data();
     p.num_boundaries = o.cut_layers.size();
   }

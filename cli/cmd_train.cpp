@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/cut.hpp"
 #include "cli/predict.hpp"
 #include "tandem/tandem.h"
 
@@ -59,6 +60,8 @@ struct TrainOptions {
   double bucket_mb = 25;
   std::string compression = "none";
   std::string partition = "flops";
+  std::string cut;                  // --cut: explicit pipeline cut, pp + 1 layer indices
+  std::vector<int32_t> cut_layers;  // parsed --cut (the params point into it)
   std::string trace;
 };
 
@@ -179,6 +182,11 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
                    : o.compression == "bf16" ? TANDEM_COMPRESSION_BF16 : TANDEM_COMPRESSION_NONE;
   pp.accumulation = o.accumulate;
   pp.partition = o.partition == "measured" ? TANDEM_PARTITION_MEASURED : TANDEM_PARTITION_FLOPS;
+  if (!o.cut.empty()) {
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_BOUNDARIES;
+    pp.boundaries = o.cut_layers.data();
+    pp.num_boundaries = o.cut_layers.size();
+  }
   pp.trace = o.trace.empty() ? 0 : 1;
   if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
   tandem_comm_rank(h.comm, &h.rank);
@@ -465,9 +473,12 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->capture_default_str(),
       app.add_option("--partition", o->partition, "stage balance: flops (layer specs) or measured")->group(par)
           ->capture_default_str()->check(CLI::IsMember({"flops", "measured"})),
+      app.add_option("--cut", o->cut, "explicit pipeline cut: pp + 1 layer indices, e.g. 0,78,151 (overrides "
+                     "--partition; `tandem model summary` numbers the layers)")->group(par),
       app.add_option("--trace", o->trace, "write one Chrome trace of every rank here (Perfetto)")->group(par)};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
+    if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule
       o->pipeline_schedule = o->schedule;
       o->schedule = "constant";

@@ -37,8 +37,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (auto& [sub, run] : runners) {
-    if (sub->parsed()) return run();
+  // A command may still refuse an option's value once it runs (CLI::ValidationError, e.g. a malformed --cut);
+  // nothing a command throws may end the process with a crash.
+  try {
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed()) return run();
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: %s\n", e.what());
+    return 1;
   }
   return 1;
 }

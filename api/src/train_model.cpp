@@ -91,7 +91,7 @@ TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tande
   return guarded([&] {
     const auto& h = checked(model, "model");
     TANDEM_REQUIRE(attr != nullptr, "tandem_model_query: attr must be non-null");
-    check_mask(attr->field_mask, (TANDEM_MODEL_ATTR_COST << 1) - 1, "tandem_model_query");
+    check_mask(attr->field_mask, (TANDEM_MODEL_ATTR_HELD << 1) - 1, "tandem_model_query");
     const nn::ModelSpec& s = h.spec;
     if (attr->field_mask & TANDEM_MODEL_ATTR_NAME) {
       attr->name = s.name.c_str();
@@ -112,6 +112,13 @@ TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tande
       attr->fwd_flops = t.fwd_flops;
       attr->bwd_flops = t.bwd_flops;
       attr->activation_bytes = t.activation_bytes;
+    }
+    if (attr->field_mask & TANDEM_MODEL_ATTR_HELD) {
+      const size_t begin = h.model ? h.model->held_begin() : 0;
+      const size_t end = h.model ? h.model->held_end() : s.layers.size();
+      attr->held_first_layer = begin;
+      attr->held_end_layer = end;
+      attr->held_params = s.totals(begin, end).params;
     }
   });
 }

@@ -98,9 +98,13 @@ int main(void) {
   mp.seed = 3;
   mp.backend = "reference";
   EXPECT(tandem_model_create(ctx, &mp, &model) == TANDEM_OK);
-  ma.field_mask = TANDEM_MODEL_ATTR_COST;
+  ma.field_mask = TANDEM_MODEL_ATTR_COST | TANDEM_MODEL_ATTR_SHAPE | TANDEM_MODEL_ATTR_HELD;
   EXPECT(tandem_model_query(model, &ma) == TANDEM_OK);
   EXPECT(ma.params == 4 * 9 + 4 + 64 * 10 + 10);
+  /* Not a pipeline stage: the model holds every layer. */
+  EXPECT(ma.held_first_layer == 0 && ma.held_end_layer == ma.num_layers && ma.held_params == ma.params);
+  ma.field_mask = UINT64_C(1) << 4;
+  EXPECT(tandem_model_query(model, &ma) == TANDEM_ERR_UNSUPPORTED);
 
   dp.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_SHAPE | TANDEM_DATASET_PARAM_COUNT |
                   TANDEM_DATASET_PARAM_SEED;

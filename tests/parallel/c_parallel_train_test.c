@@ -169,14 +169,17 @@ int main(void) {
   tp = trainer_params((int64_t)kBatch * pa.dp);
   EXPECT_OK(tandem_trainer_create(ref_model, train, NULL, opt, &tp, &ref));
   for (i = 0; i < kBatches; ++i) EXPECT_OK(tandem_trainer_step(ref, NULL));
-  ma.field_mask = TANDEM_MODEL_ATTR_COST;
+  ma.field_mask = TANDEM_MODEL_ATTR_COST | TANDEM_MODEL_ATTR_HELD;
   EXPECT_OK(tandem_model_query(model, &ma));
+  /* The model reports the stage the trainer made it hold, and the parameters get_params takes. */
+  EXPECT(ma.held_first_layer == (size_t)pa.first_layer && ma.held_end_layer == (size_t)pa.end_layer);
   got = malloc(sizeof(float) * (size_t)ma.params);
   want = malloc(sizeof(float) * (size_t)ma.params);
   EXPECT(got != NULL && want != NULL);
   begin = param_offset(model, pa.first_layer);
   end = param_offset(model, pa.end_layer);
   EXPECT(end > begin);
+  EXPECT(ma.held_params == end - begin);
   /* A pipeline stage's model holds only its stage's layers: its parameters are that slice. */
   if (end - begin < ma.params)
     EXPECT(tandem_model_get_params(model, got, (size_t)ma.params) == TANDEM_ERR_INVALID_ARGUMENT);

@@ -28,6 +28,8 @@ class Models(unittest.TestCase):
         self.assertEqual(sum(l["params"] for l in layers), info["params"])
         self.assertEqual(sum(l["fwd_flops"] for l in layers), info["fwd_flops"])
         self.assertEqual(layers[-1]["output"][0], 10)
+        self.assertEqual(info["held_layers"], (0, info["num_layers"]))
+        self.assertEqual(info["held_params"], info["params"])
 
     def test_same_seed_same_weights(self):
         a = tt.Model("lenet5", seed=3).get_params()

@@ -365,6 +365,7 @@ TANDEM_API void tandem_model_destroy(tandem_model_t* model) TANDEM_NOEXCEPT;
 #define TANDEM_MODEL_ATTR_NAME        (UINT64_C(1) << 0) /* name, backend */
 #define TANDEM_MODEL_ATTR_SHAPE       (UINT64_C(1) << 1) /* input_*, num_classes, num_layers */
 #define TANDEM_MODEL_ATTR_COST        (UINT64_C(1) << 2) /* params .. activation_bytes */
+#define TANDEM_MODEL_ATTR_HELD        (UINT64_C(1) << 3) /* held_first_layer, held_end_layer, held_params */
 typedef struct tandem_model_attr {
   uint64_t field_mask;
   const char* name;           /* owned by the model */
@@ -378,6 +379,11 @@ typedef struct tandem_model_attr {
   double fwd_flops;           /* per sample (a multiply-add is 2 FLOPs) */
   double bwd_flops;           /* per sample, data + weight gradients */
   int64_t activation_bytes;   /* per sample, f32 outputs of every layer */
+  /* The layers whose parameters, gradients and state this model holds: [held_first_layer, held_end_layer).
+   * Every layer (0, num_layers) unless a pipeline or hybrid trainer made the model hold only its rank's stage.
+   * held_params: the parameters of those layers -- the count tandem_model_get_params/_set_params take. */
+  size_t held_first_layer, held_end_layer;
+  int64_t held_params;
 } tandem_model_attr_t;
 #define TANDEM_MODEL_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any.
@@ -407,7 +413,9 @@ TANDEM_API tandem_status_t tandem_model_layer_query(const tandem_model_t* model,
                                                     tandem_layer_attr_t* attr) TANDEM_NOEXCEPT;
 
 /* Copies the model's parameters (f32, layer after layer: weights then biases; batch norm gamma then
- * beta) into dst. [in] count: must equal the model's params. Threads: per handle. Returns TANDEM_OK,
+ * beta) into dst. [in] count: must equal the parameters the model holds (held_params of
+ * tandem_model_query with TANDEM_MODEL_ATTR_HELD: all of them, or only its stage's once a pipeline or
+ * hybrid trainer has been created on it). Threads: per handle. Returns TANDEM_OK,
  * TANDEM_ERR_INVALID_ARGUMENT (wrong count, NULL dst, a "none"-backend model). */
 TANDEM_API tandem_status_t tandem_model_get_params(const tandem_model_t* model, float* dst,
                                                    size_t count) TANDEM_NOEXCEPT;

@@ -36,7 +36,8 @@ class _ModelAttr(ctypes.Structure):
     _fields_ = [("field_mask", _u64), ("name", _str), ("backend", _str), ("input_channels", _i64),
                 ("input_height", _i64), ("input_width", _i64), ("num_classes", _i64), ("num_layers", _size),
                 ("params", _i64), ("buffers", _i64), ("macs", _i64), ("fwd_flops", _f64), ("bwd_flops", _f64),
-                ("activation_bytes", _i64)]
+                ("activation_bytes", _i64), ("held_first_layer", _size), ("held_end_layer", _size),
+                ("held_params", _i64)]
 
 
 class _LayerAttr(ctypes.Structure):
@@ -208,9 +209,10 @@ class Model(_Handle):
         _check(_LIB.tandem_model_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
 
     def info(self):
-        a = _ModelAttr(field_mask=7)
+        a = _ModelAttr(field_mask=15)
         _check(_LIB.tandem_model_query(self._h, ctypes.byref(a)))
         return {"name": a.name.decode(), "backend": a.backend.decode(),
+                "held_layers": (a.held_first_layer, a.held_end_layer), "held_params": a.held_params,
                 "input_shape": (a.input_channels, a.input_height, a.input_width), "num_classes": a.num_classes,
                 "num_layers": a.num_layers, "params": a.params, "buffers": a.buffers, "macs": a.macs,
                 "fwd_flops": a.fwd_flops, "bwd_flops": a.bwd_flops, "activation_bytes": a.activation_bytes}
@@ -226,8 +228,9 @@ class Model(_Handle):
         return out
 
     def get_params(self):
-        """All parameters as a float32 numpy array (a copy)."""
-        n = self.info()["params"]
+        """The parameters the model holds as a float32 numpy array (a copy): all of them, or its stage's once a
+        pipeline trainer made it hold one stage (info()["held_layers"])."""
+        n = self.info()["held_params"]
         out = _np.empty(n, dtype=_np.float32)
         _check(_LIB.tandem_model_get_params(self._h, out.ctypes.data_as(P(_f32)), n))
         return out
