@@ -37,6 +37,13 @@ class SimulatePython(unittest.TestCase):
         self.assertEqual((none["compression"], fp16["compression"]), ("none", "fp16"))
         self.assertAlmostEqual(fp16["memory_per_node_bytes"] - none["memory_per_node_bytes"],
                                61706 * 4 / 2, delta=1.0)  # lenet5's 61,706 parameters: a 16-bit copy
+        # The keyword is the same option as the job's key.
+        bf16 = ts.simulate("c5.large:2", compression="bf16", **kw)
+        self.assertEqual(bf16["compression"], "bf16")
+        self.assertEqual(bf16["memory_per_node_bytes"], fp16["memory_per_node_bytes"])
+        with self.assertRaises(tandem.TandemError) as cm:
+            ts.simulate("c5.large:2", compression="int3", **kw)
+        self.assertIn("int3", cm.exception.message)
 
     def test_plan_and_trace(self):
         best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)

@@ -29,7 +29,7 @@ class _JobParams(ctypes.Structure):
                 ("overlap", _i32), ("optimizer", _str), ("profile", _str), ("profile_network", _i32),
                 ("epoch_time_s", _f64), ("credit_mode", _str), ("initial_credits", _f64), ("width_mult", _f64),
                 ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32), ("job_json", _str),
-                ("partition", _str), ("boundaries", P(_i32)), ("num_boundaries", _size)]
+                ("partition", _str), ("boundaries", P(_i32)), ("num_boundaries", _size), ("compression", _str)]
 
 
 class _Summary(ctypes.Structure):
@@ -52,7 +52,7 @@ _JOB_FIELDS = {
     "initial_credits": (19, "initial_credits", float), "width_mult": (20, "width_mult", float),
     "chunk_bytes": (21, "chunk_bytes", int), "trace": (22, "trace", int), "baseline": (23, "baseline", int),
     "job": (24, "job_json", str),  # a JSON job (text, file path, or a dict); other keywords override it
-    "partition": (25, "partition", str), "boundaries": (26, None, None),
+    "partition": (25, "partition", str), "boundaries": (26, None, None), "compression": (27, "compression", str),
 }
 
 _declared = False
