@@ -48,6 +48,8 @@ std::string profile_text(const tandem_calibration& h) {
   for (const train::LayerTime& l : c.layers) p.layers.push_back({l.name, l.forward_s, l.backward_s});
   p.optimizer_step_s = c.optimizer_step_s;
   if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
+  if (h.fp16_convert_s.first > 0) p.fp16_convert_s = h.fp16_convert_s;
+  if (h.bf16_convert_s.first > 0) p.bf16_convert_s = h.bf16_convert_s;
   if (h.p2p) {
     p.p2p_bytes_per_s = h.p2p->bytes_per_s;
     p.p2p_latency_s = h.p2p->latency_s;
@@ -83,7 +85,9 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
     v.push_back(l.forward_s);
     v.push_back(l.backward_s);
   }
-  v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, h.memory_bytes_per_s});
+  v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, h.memory_bytes_per_s,
+                     h.fp16_convert_s.first, h.fp16_convert_s.second, h.bf16_convert_s.first,
+                     h.bf16_convert_s.second});
   c.allreduce(v.data(), v.data(), v.size(), tandem::DType::kF64, tandem::ReduceOp::kAvg)->wait();
   size_t i = 0;
   for (auto& l : k.layers) {
@@ -95,6 +99,10 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
   k.step_median_s = v[i++];
   k.unscaled_sum_s = v[i++];
   h.memory_bytes_per_s = v[i++];
+  for (auto* conv : {&h.fp16_convert_s, &h.bf16_convert_s}) {
+    conv->first = v[i++];
+    conv->second = v[i++];
+  }
   k.scale = k.unscaled_sum_s > 0 ? k.step_mean_s / k.unscaled_sum_s : 1.0;
   double mn = k.step_min_s, mx = k.step_max_s;
   c.allreduce(&mn, &mn, 1, tandem::DType::kF64, tandem::ReduceOp::kMin)->wait();
@@ -164,6 +172,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     });
     h->cal = train::calibrate_model(*m.model, o);
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
+    h->fp16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kF16);
+    h->bf16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kBF16);
     if (multi) {
       on_comm(*state, [&](auto& c) {
         average(c, *h);

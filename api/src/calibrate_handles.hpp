@@ -3,11 +3,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "api/src/handles.hpp"
 #include "engine/comm/communicator.hpp"
+#include "engine/parallel/grad_reducer.hpp"
 #include "engine/train/calibrate.hpp"
 #include "tandem/tandem.h"
 
@@ -41,6 +43,9 @@ void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint
 // This thread's local reduction bandwidth: dst += src over f32 buffers larger than the caches, counted as
 // the simulator counts a reduction (read dst, read src, write dst: 12 bytes per element).
 double measure_reduce_bandwidth();
+// Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
+// back), timed on a bucket-sized buffer: {to, back}.
+std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);
 // Copies text into a caller's buffer (NUL-terminated, truncated to fit *bytes, which must be > 0 when dst is
 // given) and sets *bytes to the size needed including the NUL.
 void copy_text_out(const std::string& text, char* dst, size_t* bytes);
@@ -60,6 +65,7 @@ struct tandem_calibration {
   double memory_bytes_per_s = 0;
   std::optional<tandem::api::P2pFigures> p2p;
   double runtime_rss_bytes = 0;  // 0: unknown (not written)
+  std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured
   std::string machine;
   std::string text;  // the profile JSON, built once
   ~tandem_calibration() { magic = 0; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -210,6 +211,27 @@ double measure_reduce_bandwidth() {
   }
   const double s = median(t);
   return s > 0 ? 3.0 * 4.0 * static_cast<double>(kElems) / s : 0.0;
+}
+
+std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c) {
+  constexpr size_t kElems = size_t{4} << 20;  // 16 MiB of f32: a gradient bucket's size class, past the caches
+  std::vector<float> g(kElems, 0.37f), back(kElems);
+  std::vector<uint16_t> wire(kElems);
+  std::vector<double> to, from;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = Clock::now();
+    engine::parallel::compress_gradients(c, g.data(), 0.5f, wire.data(), kElems);
+    const auto t1 = Clock::now();
+    engine::parallel::decompress_gradients(c, wire.data(), back.data(), kElems);
+    const auto t2 = Clock::now();
+    if (i == 0) continue;  // the first pass also faults the pages in
+    to.push_back(std::chrono::duration<double>(t1 - t0).count());
+    from.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  // 0.37 * 0.5 survives both formats' rounding within their precision: a wrong conversion shows here.
+  TANDEM_CHECK(std::abs(back[kElems / 2] - 0.185f) < 1e-3f, Status::kInternal,
+               "calibrate: 16-bit gradient conversion round trip gave {} for 0.185", back[kElems / 2]);
+  return {median(to) / kElems, median(from) / kElems};
 }
 
 double runtime_rss_bytes(engine::nn::Model& model) {

@@ -76,11 +76,7 @@ void GradientReducer::issue(int b) {
       const float inv = 1.0f / static_cast<float>(dp_);
       auto& w = wire16_[static_cast<size_t>(b)];
       w.resize(n);
-      if (compression_ == GradCompression::kF16) {
-        for (size_t i = 0; i < n; ++i) w[i] = float_to_half(src[i] * inv);
-      } else {
-        for (size_t i = 0; i < n; ++i) w[i] = float_to_bf16(src[i] * inv);
-      }
+      compress_gradients(compression_, src, inv, w.data(), n);
       p.work = comm_.allreduce(w.data(), w.data(), n,
                                compression_ == GradCompression::kF16 ? DType::kF16 : DType::kBF16,
                                ReduceOp::kSum);
@@ -169,15 +165,29 @@ int64_t GradientReducer::finish() {
     Tensor h = host_memory_ ? grads : host_stage_[b];
     float* dst = h.data<float>();
     const auto& w = wire16_[b];
-    if (compression_ == GradCompression::kF16) {
-      for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(w[i]);
-    } else {
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(w[i]);
-    }
+    decompress_gradients(compression_, w.data(), dst, n);
     if (!host_memory_) be.copy(h, grads);
   }
   tracer_.add("wait allreduce", "comm", t0, t1);
   return t1 - t0;
+}
+
+void compress_gradients(GradCompression c, const float* src, float scale, uint16_t* dst, size_t n) {
+  TANDEM_REQUIRE(c != GradCompression::kNone, "compress_gradients: no 16-bit format chosen");
+  if (c == GradCompression::kF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i] * scale);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i] * scale);
+  }
+}
+
+void decompress_gradients(GradCompression c, const uint16_t* src, float* dst, size_t n) {
+  TANDEM_REQUIRE(c != GradCompression::kNone, "decompress_gradients: no 16-bit format chosen");
+  if (c == GradCompression::kF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  }
 }
 
 }  // namespace tandem::engine::parallel

@@ -31,6 +31,11 @@
 
 namespace tandem::engine::parallel {
 
+// The wire form of compressed gradients (kF16 / kBF16): dst[i] = 16-bit(src[i] * scale), and back. The reducer
+// runs these on the training thread; calibration times the same functions for the simulator.
+void compress_gradients(GradCompression c, const float* src, float scale, uint16_t* dst, size_t n);
+void decompress_gradients(GradCompression c, const uint16_t* src, float* dst, size_t n);
+
 class GradientReducer {
  public:
   // `comm`: the stage's data-parallel group (size >= 2); `model`, `comm` and `tracer` must outlive

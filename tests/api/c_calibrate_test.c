@@ -126,6 +126,9 @@ int main(void) {
   CHECK(contains(json, "\"tandem-calibration\""));
   CHECK(contains(json, "\"c test machine\""));
   CHECK(contains(json, "\"optimizer_step_s\""));
+  /* The runtime's 16-bit gradient conversion, timed for the simulator's compression model. */
+  CHECK(contains(json, "\"fp16_convert_s\""));
+  CHECK(contains(json, "\"bf16_convert_s\""));
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */
