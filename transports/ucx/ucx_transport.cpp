@@ -93,6 +93,9 @@ struct Peer {
   pid_t watch_pid = 0;  // same host and pid namespace: liveness is checked through /proc
   bool hello = false;
   std::string why;
+  // Once it is gone: how long cancelled receives matched to its messages may still be waited for
+  // (one deadline for all of them; they may never finish).
+  Clock::time_point cancel_until{};
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -590,7 +593,12 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
     // A matched receive cannot be withdrawn from UCX: let it finish (or fail) so that nothing
     // writes into the caller's parts after cancel returns.
     ucp_request_cancel(worker_, op->req);
-    const auto until = Clock::now() + kShutdownDeadline;
+    auto until = Clock::now() + kShutdownDeadline;
+    Peer& p = peers_[op->peer];
+    if (p.state != PeerState::kAlive) {  // a rendezvous from a dead rank may hang for good: wait once per rank
+      if (p.cancel_until == Clock::time_point{}) p.cancel_until = until;
+      until = p.cancel_until;
+    }
     while (op->req && Clock::now() < until) drive(16);
     if (op->req) log::error("ucx: rank {}: a cancelled receive from rank {} is still in flight", rank_, op->peer);
   }
