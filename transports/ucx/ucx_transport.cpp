@@ -43,6 +43,7 @@ constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // (0: sleep between polls whenever a wait finds nothing; lowest CPU, most latency.)
 constexpr auto kDefaultBusyWindow = std::chrono::microseconds(2000);  // TANDEM_UCX_BUSY_US
 constexpr auto kIdleSleep = std::chrono::microseconds(50);
+constexpr auto kStuckGrace = std::chrono::milliseconds(200);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
@@ -96,6 +97,7 @@ struct Peer {
   // Once it is gone: how long cancelled receives matched to its messages may still be waited for
   // (one deadline for all of them; they may never finish).
   Clock::time_point cancel_until{};
+  Clock::time_point gone_at{};  // when it stopped being alive
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -174,6 +176,7 @@ class Core {
   void start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length);
   void finish_recv(Op& op, ucs_status_t status);
   void drive(int rounds);
+  void fail_stuck_receives();
   void touch() noexcept;  // the worker just did something: waiters keep polling
 
   void handle_control();
@@ -196,6 +199,7 @@ class Core {
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
+  int gone_peers_ = 0;                     // peers no longer alive (fail_stuck_receives looks only then)
   const std::chrono::microseconds busy_window_ = busy_window_from_env();
 };
 
@@ -346,12 +350,38 @@ void Core::peer_gone(int peer, PeerState state, std::string why) {
   if (p.state != PeerState::kAlive) return;
   p.state = state;
   p.why = std::move(why);
+  p.gone_at = Clock::now();
+  ++gone_peers_;
   // Sends UCX still holds for that peer fail now; their buffers stay with UCX until it lets go.
   for (auto& [raw, op] : inflight_)
     if (op->is_send && !op->control && op->peer == peer)
       op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, op->tag, p.why));
   if (state == PeerState::kLost) log::warn("ucx: rank {}: {}", rank_, p.why);
-  // Receives from it are failed by match_posted once nothing that arrived before matches them.
+  // Receives from it are failed by match_posted once nothing that arrived before matches them;
+  // receives already matched to one of its messages, by fail_stuck_receives.
+}
+
+void Core::fail_stuck_receives() {
+  // A receive matched to a message of a rank that died mid-transfer (its rendezvous was under way)
+  // may never complete: UCX neither finishes nor fails it. Once the rank has been gone for
+  // kStuckGrace -- time enough to take in whatever it had put in shared memory -- the receive
+  // fails naming it instead of waiting for the caller's deadline (seen: a pipeline stage's receive
+  // of activations from a SIGKILLed stage ran into its 5 s deadline).
+  if (gone_peers_ == 0) return;
+  const auto now = Clock::now();
+  std::vector<std::shared_ptr<Op>> stuck;
+  for (auto& [raw, op] : inflight_) {
+    if (op->is_send || op->control || !op->done.pending()) continue;
+    const Peer& p = peers_[op->peer];
+    // Only a rank that died: one that closed its transport flushes its sends first.
+    if (p.state == PeerState::kLost && now - p.gone_at >= kStuckGrace) stuck.push_back(op);
+  }
+  for (auto& op : stuck) {
+    const Peer& p = peers_[op->peer];
+    op->done.fail(Status::kPeerFailure,
+                  fmt::format("ucx: receive from rank {} tag {}: {} mid-message", op->peer, op->tag, p.why));
+    if (op->req) ucp_request_cancel(worker_, op->req);
+  }
 }
 
 std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const ConstPart> parts, bool control) {
@@ -475,6 +505,7 @@ void Core::finish_recv(Op& op, ucs_status_t status) {
                  failure(op, status));
     return;
   }
+  if (!op.done.pending()) return;  // failed already (a stuck receive): its parts may be gone
   if (!op.bounce.empty()) {
     copy_into_at(op.parts, 0, op.bounce.data(), op.bounce.size());
     std::vector<char>().swap(op.bounce);
@@ -579,6 +610,7 @@ void Core::progress() {
   handle_control();
   watch_processes();
   match_posted();
+  fail_stuck_receives();
 }
 
 void Core::cancel(const std::shared_ptr<Op>& op) {

@@ -814,7 +814,17 @@ void Core::shutdown() noexcept {
   } catch (const std::exception& e) {
     log::error("zmq: rank {} shutdown: {}", rank_, e.what());
   }
-  tx_.reset();   // lingers at most kLingerMs for queued segments (the goodbyes included)
+  // Lingers at most kLingerMs for queued segments (the goodbyes included) -- unless no live peer is
+  // left to take them: segments queued for a closed or lost rank can never leave (destroying the
+  // transport then waited the whole linger).
+  const bool someone_listens = std::any_of(peers_.begin(), peers_.end(), [&](const Peer& p) {
+    return &p != &peers_[rank_] && p.hello && p.state == PeerState::kAlive;
+  });
+  try {
+    if (tx_ && !someone_listens) tx_->set(::zmq::sockopt::linger, 0);
+  } catch (const ::zmq::error_t&) {
+  }
+  tx_.reset();
   ctx_.close();  // returns once every socket is closed and ZeroMQ has released every frame
   if (waker_.fd >= 0) ::close(waker_.fd);  // no frame is left to signal it
   waker_.fd = -1;
