@@ -166,6 +166,24 @@ TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* com
   });
 }
 
+TANDEM_API tandem_status_t tandem_comm_get_failure(const tandem_comm_t* comm, int32_t* origin, int32_t* aborted,
+                                                   int32_t* ranks, size_t* num_ranks) TANDEM_NOEXCEPT {
+  constexpr const char* fn = "tandem_comm_get_failure";
+  return guarded([&] {
+    auto& c = live(fn, "comm", comm);
+    TANDEM_REQUIRE(origin != nullptr, "{}: origin is NULL", fn);
+    TANDEM_REQUIRE(ranks == nullptr || num_ranks != nullptr, "{}: ranks is set but num_ranks is NULL", fn);
+    const tandem::engine::comm::FailureStatus f = c.state->comm->failure_status();
+    *origin = f.failed ? static_cast<int32_t>(f.origin) : -1;
+    if (aborted != nullptr) *aborted = f.failed && f.aborted ? 1 : 0;
+    if (ranks != nullptr) {
+      const size_t n = std::min(f.ranks.size(), *num_ranks);
+      for (size_t i = 0; i < n; ++i) ranks[i] = static_cast<int32_t>(f.ranks[i]);
+    }
+    if (num_ranks != nullptr) *num_ranks = f.failed ? f.ranks.size() : 0;
+  });
+}
+
 TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& c = live("tandem_comm_abort", "comm", comm);

@@ -412,6 +412,26 @@ static void test_bad_input(tandem_context_t* ctx, tandem_comm_t* comm, int rank,
   EXPECT_FAIL(tandem_comm_size(dead, &r), TANDEM_ERR_INVALID_ARGUMENT, "destroyed");
   tandem_comm_destroy(dead); /* a second destroy is a no-op */
 
+  /* Failure status: healthy -> origin -1, nobody blamed; an abort on a communicator of one rank -> that rank,
+   * aborted, nobody blamed. Bad arguments are refused. */
+  {
+    int32_t origin = -2, aborted = -1, blamed[4] = {-5, -5, -5, -5};
+    size_t num_blamed = 4;
+    EXPECT_OK(tandem_comm_get_failure(comm, &origin, &aborted, blamed, &num_blamed));
+    EXPECT(origin == -1 && aborted == 0 && num_blamed == 0 && blamed[0] == -5);
+    EXPECT_FAIL(tandem_comm_get_failure(comm, NULL, NULL, NULL, NULL), TANDEM_ERR_INVALID_ARGUMENT, "origin");
+    EXPECT_FAIL(tandem_comm_get_failure(comm, &origin, NULL, blamed, NULL), TANDEM_ERR_INVALID_ARGUMENT,
+                "num_ranks");
+    EXPECT_FAIL(tandem_comm_get_failure(NULL, &origin, NULL, NULL, NULL), TANDEM_ERR_INVALID_ARGUMENT, "comm");
+    EXPECT_OK(tandem_comm_split(comm, rank, 0, &dead)); /* every rank alone */
+    EXPECT_OK(tandem_comm_abort(dead, "test gives up"));
+    num_blamed = 4;
+    EXPECT_OK(tandem_comm_get_failure(dead, &origin, &aborted, blamed, &num_blamed));
+    EXPECT(origin == 0 && aborted == 1 && num_blamed == 0);
+    EXPECT_OK(tandem_comm_get_failure(dead, &origin, NULL, NULL, NULL)); /* the optional outputs may be NULL */
+    tandem_comm_destroy(dead);
+  }
+
   /* A destroyed request likewise. */
   EXPECT_OK(tandem_comm_ibarrier(comm, &req));
   EXPECT_OK(tandem_request_wait(req));

@@ -96,8 +96,17 @@ static int mode_kill(tandem_comm_t* comm, int rank, int n) {
          now_ms() - t0, tandem_last_error_message());
   {
     tandem_status_t async = TANDEM_OK;
+    int32_t origin = -2, aborted = -1, blamed[8];
+    size_t num_blamed = 8, i;
     s = tandem_comm_get_async_status(comm, &async, NULL, NULL);
     printf("ASYNC rank %d: %s\n", rank, tandem_status_string(async));
+    if (tandem_comm_get_failure(comm, &origin, &aborted, blamed, &num_blamed) != TANDEM_OK) {
+      printf("UNEXPECTED rank %d: tandem_comm_get_failure failed: %s\n", rank, tandem_last_error_message());
+    } else {
+      printf("FAILURE rank %d: origin %d aborted %d blamed", rank, (int)origin, (int)aborted);
+      for (i = 0; i < num_blamed && i < 8; ++i) printf(" %d", (int)blamed[i]);
+      printf("\n");
+    }
   }
   fflush(stdout);
   return 0;

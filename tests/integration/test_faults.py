@@ -65,6 +65,12 @@ class Faults(unittest.TestCase):
                     self.assertIn(status, ("peer failure", "timeout", "transport error"), out)
                     self.assertLessEqual(ms, DEADLINE_MS + 3000, out)
                     self.assertRegex(message, r"rank %d" % (n - 1), "the error does not name the dead rank: " + message)
+                    # tandem_comm_get_failure: the dead rank is blamed, nobody aborted, the origin is a survivor.
+                    f = re.search(r"FAILURE rank %d: origin (-?\d+) aborted (\d) blamed([ \d]*)" % r, out)
+                    self.assertIsNotNone(f, "rank %d printed no failure status:\n%s" % (r, out))
+                    self.assertIn(int(f.group(1)), range(n), out)
+                    self.assertEqual(f.group(2), "0", out)
+                    self.assertIn(n - 1, [int(x) for x in f.group(3).split()], out)
                 self.assertNotIn("UNEXPECTED", out)
                 self.assertNoLeftovers(out)
 

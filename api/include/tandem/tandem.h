@@ -223,6 +223,18 @@ TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT;
  * including the NUL. Threads: any. Returns TANDEM_OK (the query worked), TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,
                                                         char* message, size_t* message_bytes) TANDEM_NOEXCEPT;
+/* Who comm's failure is blamed on, as every rank of the job reports it.
+ * [out] origin: the rank where the failure started -- the one that called tandem_comm_abort, or the one that
+ * first detected the fault (a dead or closed peer, a mismatched call, a deadline) and told the others;
+ * -1 while comm is healthy. [out] aborted: may be NULL; 1 when the origin aborted (the application gave up)
+ * rather than detecting a fault, else 0.
+ * [out] ranks: may be NULL; receives up to *num_ranks of the ranks blamed, ascending: a peer that died or
+ * closed, the ranks that never took part before a deadline, the sender of a mismatched call (none for an abort,
+ * or where nobody can be named). [in,out] num_ranks: may be NULL if ranks is; in: capacity of ranks; out: the
+ * number of ranks blamed (may exceed the capacity: call again with more room).
+ * Threads: any. Returns TANDEM_OK (the query worked), TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_comm_get_failure(const tandem_comm_t* comm, int32_t* origin, int32_t* aborted,
+                                                   int32_t* ranks, size_t* num_ranks) TANDEM_NOEXCEPT;
 /* Fails every pending operation on comm and tells the peers (best effort), so that they fail fast
  * with TANDEM_ERR_PEER_FAILURE instead of waiting for their deadline.
  * [in] reason: may be NULL; copied into the failure message. Threads: any.
