@@ -6,6 +6,7 @@
 #include "engine/core/error.hpp"
 #include "transports/inproc/inproc_transport.hpp"
 #include "transports/transport.hpp"
+#include "transports/tcp/tcp_transport.hpp"
 #include "transports/zmq/zmq_transport.hpp"
 #ifdef TANDEM_HAVE_UCX
 #include "transports/ucx/ucx_transport.hpp"
@@ -22,6 +23,7 @@ struct Entry {
 constexpr Entry kBuiltins[] = {
     {"inproc", &inproc::create},
     {"zmq", &zmq::create},
+    {"tcp", &tcp::create},
 #ifdef TANDEM_HAVE_UCX
     {"ucx", &ucx::create},
 #endif

@@ -141,7 +141,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--small-iters", type=int, default=200, help="iterations for sizes up to 64 KiB")
     ap.add_argument("--small-warmup", type=int, default=50, help="warm-up calls for sizes up to 64 KiB")
-    ap.add_argument("--only", help="comma-separated subset of runners (tandem-zmq, tandem-ucx, gloo, mpi-tcp, mpi-shm)")
+    ap.add_argument("--only", help="comma-separated subset of runners (tandem-tcp, tandem-zmq, tandem-ucx, gloo, mpi-tcp, mpi-shm)")
     ap.add_argument("--json", help="also write every result to this file")
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
@@ -149,7 +149,8 @@ def main():
     exe = find_tandem(a.tandem)
 
     tmp = tempfile.mkdtemp(prefix="tandem-bench-")
-    runners = {"tandem-zmq": tandem_runner(exe, "zmq"), "tandem-ucx": tandem_runner(exe, "ucx")}
+    runners = {"tandem-tcp": tandem_runner(exe, "tcp"), "tandem-zmq": tandem_runner(exe, "zmq"),
+               "tandem-ucx": tandem_runner(exe, "ucx")}
     notes = []
     try:
         import torch  # noqa: F401
@@ -203,21 +204,22 @@ def main():
           "64K; time_us for the smallest size)" % (a.iters, a.warmup, a.small_iters, a.small_warmup))
     print("# %d CPUs; 1-minute load average %.1f at the start, %.1f at the end (other work skews every column)" %
           (os.cpu_count(), load_start[0], os.getloadavg()[0]))
-    print("# ratios: zmq/gloo, zmq/mpi-tcp, ucx/mpi-shm (busbw, higher is better); "
-          "lat = mpi/tandem time (higher is better)")
-    header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + \
-        "  %8s %8s %8s %9s %9s" % ("zmq/gloo", "zmq/mpiT", "ucx/mpiS", "lat zmq", "lat ucx")
+    print("# ratios: tcp and zmq against gloo and mpi-tcp, ucx against mpi-shm (busbw, higher is better); "
+          "lat = mpi/tandem time on the same kind of path (higher is better)")
+    pairs = [("tcp/gloo", "tandem-tcp", "gloo"), ("tcp/mpiT", "tandem-tcp", "mpi-tcp"),
+             ("zmq/gloo", "tandem-zmq", "gloo"), ("zmq/mpiT", "tandem-zmq", "mpi-tcp"),
+             ("ucx/mpiS", "tandem-ucx", "mpi-shm")]
+    lats = [("lat tcp", "mpi-tcp", "tandem-tcp"), ("lat zmq", "mpi-tcp", "tandem-zmq"),
+            ("lat ucx", "mpi-shm", "tandem-ucx")]
+    header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + "  " + \
+        " ".join("%8s" % p[0] for p in pairs) + " " + " ".join("%9s" % l[0] for l in lats)
     print(header)
     for world in worlds:
         for b in sizes:
             line = "%5d %6s " % (world, human(b))
             line += " ".join("%10s" % fmt(busbw(c, world, b)).strip() for c in cols)
-            line += "  %8s %8s %8s %9s %9s" % (
-                ratio(busbw("tandem-zmq", world, b), busbw("gloo", world, b)),
-                ratio(busbw("tandem-zmq", world, b), busbw("mpi-tcp", world, b)),
-                ratio(busbw("tandem-ucx", world, b), busbw("mpi-shm", world, b)),
-                ratio(time_us("mpi-tcp", world, b), time_us("tandem-zmq", world, b)),
-                ratio(time_us("mpi-shm", world, b), time_us("tandem-ucx", world, b)))
+            line += "  " + " ".join("%8s" % ratio(busbw(x, world, b), busbw(y, world, b)) for _, x, y in pairs)
+            line += " " + " ".join("%9s" % ratio(time_us(x, world, b), time_us(y, world, b)) for _, x, y in lats)
             print(line)
         small = min(sizes)
         print("%5d %6s " % (world, "t_us@" + human(small)) +

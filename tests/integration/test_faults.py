@@ -49,7 +49,7 @@ class Faults(unittest.TestCase):
 
     def test_rank_killed_mid_allreduce_fails_every_other_rank_in_time(self):
         n = 4
-        for transport in ("zmq", "ucx"):
+        for transport in ("tcp", "zmq", "ucx"):
             with self.subTest(transport=transport):
                 # The survivors ignore SIGTERM and get a grace period beyond their deadline, so what
                 # they report is the library's own detection, not the launcher stopping them.

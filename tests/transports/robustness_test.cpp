@@ -1,5 +1,5 @@
 // Faults the conformance suite cannot stage with threads: garbage on the wire, a peer process
-// killed with SIGKILL, malformed zmq headers.
+// killed with SIGKILL, malformed zmq headers and tcp frames, strays at connection setup.
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -20,6 +20,7 @@
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
+#include "transports/tcp/wire.hpp"
 #include "transports/zmq/wire.hpp"
 
 extern char** environ;
@@ -255,6 +256,244 @@ BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
   }
   for (auto& th : threads) th.join();
   BOOST_TEST(failures.empty(), failures);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// "host port nonce" as the tcp transport publishes it.
+struct TcpAddress {
+  std::string host;
+  int port = 0;
+  uint64_t nonce = 0;
+};
+TcpAddress tcp_address(KvStore& store, const std::string& prefix, int rank) {
+  const std::string v = store.get(prefix + "/tcp/" + std::to_string(rank), std::chrono::milliseconds(10000));
+  const size_t a = v.find(' '), b = v.rfind(' ');
+  return {v.substr(0, a), std::stoi(v.substr(a + 1, b - a - 1)), std::stoull(v.substr(b + 1), nullptr, 16)};
+}
+
+int tcp_connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "connect: " << std::strerror(errno));
+  return fd;
+}
+
+void write_raw(int fd, const void* data, size_t bytes) {
+  CHECK_RANK(::send(fd, data, bytes, MSG_NOSIGNAL) == static_cast<ssize_t>(bytes), "short write");
+}
+
+// Rank 1 of a 2-rank tcp job, played by hand over a raw socket: publishes an address, greets rank 0
+// with a correct hello and then writes whatever the test wants.
+struct FakeTcpRank1 {
+  int fd = -1;
+  FakeTcpRank1(KvStore& store, const std::string& prefix) {
+    const uint64_t nonce = 0x1234567890abcdefull;
+    store.set(prefix + "/tcp/1", fmt::format("127.0.0.1 9 {:016x}", nonce));
+    const TcpAddress zero = tcp_address(store, prefix, 0);
+    fd = tcp_connect(zero.port);
+    transports::tcp::Hello h;
+    h.rank = 1;
+    h.world = 2;
+    h.acceptor_nonce = zero.nonce;
+    h.connector_nonce = nonce;
+    write_raw(fd, &h, sizeof h);
+  }
+  ~FakeTcpRank1() { ::close(fd); }
+  void frame(uint64_t tag, const std::vector<unsigned char>& data, uint64_t declared, uint32_t magic) {
+    transports::tcp::FrameHeader f;
+    f.magic = magic;
+    f.kind = static_cast<uint16_t>(transports::tcp::Kind::kData);
+    f.src = 1;
+    f.tag = tag;
+    f.bytes = declared;
+    write_raw(fd, &f, sizeof f);
+    if (!data.empty()) write_raw(fd, data.data(), data.size());
+  }
+};
+
+// What a receive's wait ends with: "ok" or "<status>: <message>".
+std::string outcome(Transport& t, Request& rq) {
+  try {
+    return poll_for(t, rq, std::chrono::milliseconds(10000)) ? "ok" : "still pending after 10 s";
+  } catch (const Error& e) {
+    return std::string(status_name(e.status())) + ": " + e.what();
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tcp_transport)
+
+BOOST_AUTO_TEST_CASE(check_frame_and_check_hello_reject_each_defect) {
+  using namespace tandem::transports::tcp;
+  FrameHeader good;
+  good.kind = static_cast<uint16_t>(Kind::kData);
+  good.src = 2;
+  good.tag = 5;
+  good.bytes = 100;
+  BOOST_TEST(check_frame(good, 2, 1000).empty());
+  auto rejects = [&](FrameHeader h, int peer = 2) { return !check_frame(h, peer, 1000).empty(); };
+  BOOST_TEST(rejects(good, 1));  // from another connection than its claimed source
+  FrameHeader h = good;
+  h.magic ^= 1;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.version = 9;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.kind = 7;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.tag = uint64_t{1} << 40;
+  BOOST_TEST(rejects(h));
+  h = good;
+  h.bytes = 1001;
+  BOOST_TEST(check_frame(h, 2, 1000).find("above the limit") != std::string::npos);
+  h = good;
+  h.kind = static_cast<uint16_t>(Kind::kGoodbye);
+  BOOST_TEST(rejects(h));  // a goodbye carries nothing
+  h.bytes = 0;
+  BOOST_TEST(!rejects(h));
+
+  Hello hello;
+  hello.rank = 3;
+  hello.world = 4;
+  hello.acceptor_nonce = 42;
+  BOOST_TEST(check_hello(hello, 1, 4, 42).empty());
+  BOOST_TEST(!check_hello(hello, 1, 4, 43).empty());  // not our nonce
+  BOOST_TEST(!check_hello(hello, 3, 4, 42).empty());  // only higher ranks connect to us
+  BOOST_TEST(!check_hello(hello, 1, 5, 42).empty());  // another world size
+  Hello bad = hello;
+  bad.magic = 0;
+  BOOST_TEST(!check_hello(bad, 1, 4, 42).empty());
+  std::mt19937_64 rng(3);
+  int accepted = 0;
+  for (int i = 0; i < 10000; ++i) {  // random bytes essentially never pass
+    unsigned char junk[sizeof(FrameHeader)];
+    for (auto& c : junk) c = static_cast<unsigned char>(rng());
+    FrameHeader f;
+    std::memcpy(&f, junk, sizeof f);
+    accepted += check_frame(f, f.src, uint64_t{1} << 40).empty();
+  }
+  BOOST_TEST(accepted == 0);
+}
+
+BOOST_AUTO_TEST_CASE(tcp_settings_are_checked_and_spin_zero_still_delivers) {
+  for (const char* var : {"TANDEM_TCP_SPIN_US", "TANDEM_TCP_MAX_UNEXPECTED"}) {
+    const std::string msg = creation_error("tcp", var, "-5");
+    BOOST_TEST(msg.find("invalid argument") == 0, msg);
+    BOOST_TEST(msg.find(var) != std::string::npos, msg);
+  }
+  ::setenv("TANDEM_TCP_SPIN_US", "0", 1);
+  exchange_rounds("tcp", 50, 300000);
+  ::unsetenv("TANDEM_TCP_SPIN_US");
+}
+
+BOOST_AUTO_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs) {
+  // While rank 0 waits for rank 1 to connect: 100 KB of garbage, a hello that does not carry rank
+  // 0's nonce, a connection that never says anything, and one that closes at once. Each is refused
+  // (logged); rank 1 then connects and the job exchanges intact data.
+  MemoryStore store;
+  const std::string prefix = unique_prefix("tcp-stray");
+  std::string error0;
+  std::unique_ptr<Transport> t0;
+  std::thread rank0([&] {
+    try {
+      t0 = create_transport(options_for("tcp", 0, 2, store, prefix));
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  const TcpAddress zero = tcp_address(store, prefix, 0);
+  std::mt19937 rng(5);
+  std::vector<unsigned char> junk(100000);
+  for (auto& c : junk) c = static_cast<unsigned char>(rng());
+  spray_tcp("tcp://127.0.0.1:" + std::to_string(zero.port), junk);
+  transports::tcp::Hello guess;
+  guess.rank = 1;
+  guess.world = 2;
+  guess.acceptor_nonce = zero.nonce ^ 1;
+  std::vector<unsigned char> hello_bytes(sizeof guess);
+  std::memcpy(hello_bytes.data(), &guess, sizeof guess);
+  spray_tcp("tcp://127.0.0.1:" + std::to_string(zero.port), hello_bytes);
+  const int silent = tcp_connect(zero.port);
+  ::close(tcp_connect(zero.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::unique_ptr<Transport> t1;
+  BOOST_REQUIRE_NO_THROW(t1 = create_transport(options_for("tcp", 1, 2, store, prefix)));
+  rank0.join();
+  ::close(silent);
+  BOOST_REQUIRE_MESSAGE(error0.empty(), error0);
+  std::barrier<> sync(2);
+  std::string failure;
+  std::thread other([&] {
+    try {
+      Rank r{0, 2, *t0, sync};
+      for (int seq = 0; seq < 3; ++seq) exchange_intact(r, seq);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  Rank r{1, 2, *t1, sync};
+  for (int seq = 0; seq < 3; ++seq) exchange_intact(r, seq);
+  other.join();
+  BOOST_TEST(failure.empty(), failure);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_frame_fails_the_peer_naming_it) {
+  // A connected peer whose stream turns to garbage cannot be resynchronised: after one good
+  // message, a frame with a bad magic fails the pending receive with kPeerFailure naming rank 1
+  // and the defect, and later receives from it fail the same way.
+  MemoryStore store;
+  const std::string prefix = unique_prefix("tcp-malformed");
+  std::unique_ptr<Transport> t0;
+  std::thread rank0([&] { t0 = create_transport(options_for("tcp", 0, 2, store, prefix)); });
+  FakeTcpRank1 fake(store, prefix);
+  rank0.join();
+  BOOST_REQUIRE(t0);
+  const auto good = payload(1, 0, 0, 5000);
+  std::vector<unsigned char> in(5000), more(10);
+  MutPart a{in.data(), in.size()}, b{more.data(), more.size()};
+  auto first = t0->irecv(1, 3, std::span<const MutPart>(&a, 1));
+  auto second = t0->irecv(1, 4, std::span<const MutPart>(&b, 1));
+  fake.frame(3, good, good.size(), transports::tcp::kFrameMagic);
+  fake.frame(4, {}, 10, 0xdeadbeef);
+  BOOST_TEST(outcome(*t0, *first) == "ok");
+  BOOST_TEST((in == good));
+  const std::string why = outcome(*t0, *second);
+  BOOST_TEST(why.find(status_name(Status::kPeerFailure)) == 0, why);
+  BOOST_TEST(why.find("rank 1") != std::string::npos, why);
+  BOOST_TEST(why.find("bad frame magic") != std::string::npos, why);
+  auto later = t0->irecv(1, 5, std::span<const MutPart>(&b, 1));
+  BOOST_TEST(outcome(*t0, *later).find(status_name(Status::kPeerFailure)) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_unexpected_message_above_the_limit_is_refused_before_allocation) {
+  // TANDEM_TCP_MAX_UNEXPECTED bounds what a message nobody waits for may make us allocate: a frame
+  // declaring 1 TiB (nothing follows) fails the peer naming the limit -- no allocation, no hang.
+  ::setenv("TANDEM_TCP_MAX_UNEXPECTED", "1000000", 1);
+  MemoryStore store;
+  const std::string prefix = unique_prefix("tcp-oversize");
+  std::unique_ptr<Transport> t0;
+  std::thread rank0([&] { t0 = create_transport(options_for("tcp", 0, 2, store, prefix)); });
+  FakeTcpRank1 fake(store, prefix);
+  rank0.join();
+  ::unsetenv("TANDEM_TCP_MAX_UNEXPECTED");
+  BOOST_REQUIRE(t0);
+  fake.frame(8, {}, uint64_t{1} << 40, transports::tcp::kFrameMagic);
+  std::vector<unsigned char> in(10);
+  MutPart a{in.data(), in.size()};
+  auto rq = t0->irecv(1, 9, std::span<const MutPart>(&a, 1));
+  const std::string why = outcome(*t0, *rq);
+  BOOST_TEST(why.find(status_name(Status::kPeerFailure)) == 0, why);
+  BOOST_TEST(why.find("TANDEM_TCP_MAX_UNEXPECTED") != std::string::npos, why);
+  BOOST_TEST(why.find("rank 1") != std::string::npos, why);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

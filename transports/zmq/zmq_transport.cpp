@@ -22,7 +22,8 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
-#include "transports/match_key.hpp"
+#include "transports/match_queues.hpp"
+#include "transports/spin.hpp"
 #include "transports/core_transport.hpp"
 #include "transports/parts.hpp"
 #include "transports/zmq/wire.hpp"
@@ -38,22 +39,10 @@ constexpr size_t kMaxFramesPerSegment = kMaxSlicesPerSegment + 1;
 constexpr int kMaxSegmentsPerPoll = 16;         // per peer and progress() call
 constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
 constexpr auto kSweepInterval = std::chrono::milliseconds(1);
-// A waiter polls (yielding the CPU between polls) for up to the spin time before it blocks, but
-// only while messages flow -- the last one arrived within kSpinWindow: a message then usually
-// arrives within a few tens of microseconds, and a blocked thread pays a wake-up per message hop
-// (on a VM an inter-processor interrupt to a halted vCPU) on top of ZeroMQ's own two I/O-thread
-// hops. Long waits (a pipeline stage waiting for activations) block at once and burn no CPU.
-constexpr auto kDefaultSpin = std::chrono::microseconds(100);
-constexpr auto kSpinWindow = std::chrono::milliseconds(1);
+// A waiter polls before it blocks while messages flow (transports/spin.hpp): a blocked thread pays a
+// wake-up per message hop on top of ZeroMQ's own two I/O-thread hops.
 constexpr size_t kDefaultHeapPad = size_t{8} << 20;
 
-struct RecvOp {
-  std::vector<MutPart> parts;
-  size_t capacity = 0;
-  int peer = 0;
-  uint64_t tag = 0;
-  Completion done;
-};
 
 // Wakes a thread blocked in wait_for_progress when an IO thread completes a send. The eventfd is
 // written only while someone waits: no syscall per send otherwise.
@@ -143,16 +132,6 @@ std::string bind_address(const TransportOptions& o, bool& ipv6) {
   if (const char* env = std::getenv("TANDEM_IFACE_ADDR"); env && *env) host = env;
   ipv6 = host.find(':') != std::string::npos;
   return ipv6 ? fmt::format("tcp://[{}]:*", host) : fmt::format("tcp://{}:*", host);
-}
-
-std::chrono::microseconds spin_from_env() {
-  const char* env = std::getenv("TANDEM_ZMQ_SPIN_US");
-  if (!env || !*env) return kDefaultSpin;
-  char* end = nullptr;
-  const long us = std::strtol(env, &end, 10);
-  TANDEM_REQUIRE(end && *end == '\0' && us >= 0 && us <= 1000000, "TANDEM_ZMQ_SPIN_US must be in [0, 1000000], got '{}'",
-                 env);
-  return std::chrono::microseconds(us);
 }
 
 // ZeroMQ allocates every large incoming frame (on its I/O thread) and the receiver frees it after
@@ -254,8 +233,7 @@ class Core {
   ::zmq::context_t ctx_;
   std::unique_ptr<::zmq::socket_t> tx_;  // ROUTER: every send leaves through it
   std::vector<Peer> peers_;
-  std::unordered_map<MatchKey, std::deque<std::shared_ptr<RecvOp>>, MatchKeyHash> posted_;
-  std::unordered_map<MatchKey, std::deque<std::shared_ptr<Incoming>>, MatchKeyHash> unexpected_;
+  MatchQueues<RecvOp, Incoming> match_;
   Clock::time_point next_monitor_check_{};
   Clock::time_point next_sweep_{};
   Waker waker_;                      // eventfd written when a zero-copy send completes on an IO thread
@@ -270,8 +248,7 @@ class Core {
   // Segments handled and peers lost (with waker_.events: what a spinning waiter watches), and when
   // the last segment arrived (steady clock, ns).
   std::atomic<uint64_t> arrivals_{0};
-  std::atomic<int64_t> last_arrival_ns_{0};
-  const std::chrono::microseconds spin_ = spin_from_env();
+  Spinner spinner_{spin_from_env("TANDEM_ZMQ_SPIN_US")};
 };
 
 Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), ctx_(io_threads_from_env()), peers_(o.size) {
@@ -447,11 +424,7 @@ void Core::send_segments(Peer& p, SendOp& op, const std::shared_ptr<SendOp>& ref
 }
 
 void Core::deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total) {
-  auto it = posted_.find({rank_, tag});
-  if (it != posted_.end()) {
-    std::shared_ptr<RecvOp> r = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) posted_.erase(it);
+  if (std::shared_ptr<RecvOp> r = match_.take_posted({rank_, tag})) {
     scatter_copy(parts, r->parts);
     r->done.complete(total, total > r->capacity);
     return;
@@ -465,7 +438,7 @@ void Core::deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t t
     scatter_copy(parts, std::span<const MutPart>(std::array{MutPart{copy.data(), total}}));
     inc->stored.emplace_back(0, std::move(copy));
   }
-  unexpected_[{rank_, tag}].push_back(std::move(inc));
+  match_.stash({rank_, tag}, std::move(inc));
 }
 
 std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
@@ -506,22 +479,14 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
 }
 
 std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPart> parts) {
-  auto op = std::make_shared<RecvOp>();
-  op->parts.assign(parts.begin(), parts.end());
-  op->capacity = total_bytes(parts);
-  op->peer = peer;
-  op->tag = tag;
+  auto op = make_recv_op(peer, tag, parts);
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport,
                   fmt::format("zmq: rank {} receives from rank {} on a destroyed transport", rank_, peer));
     return op;
   }
-  auto it = unexpected_.find({peer, tag});
-  if (it != unexpected_.end()) {
-    std::shared_ptr<Incoming> inc = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) unexpected_.erase(it);
+  if (std::shared_ptr<Incoming> inc = match_.take_stashed({peer, tag})) {
     for (auto& [off, frame] : inc->stored) copy_into_at(op->parts, off, frame.data(), frame.size());
     inc->stored.clear();
     if (inc->complete()) op->done.complete(inc->total, inc->total > op->capacity);
@@ -529,7 +494,7 @@ std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPa
   } else if (peer != rank_ && peers_[peer].state != PeerState::kAlive) {
     op->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, tag, peers_[peer].why));
   } else {
-    posted_[{peer, tag}].push_back(op);
+    match_.post({peer, tag}, op);
   }
   return op;
 }
@@ -539,21 +504,15 @@ void Core::start_incoming(int peer, const WireHeader& h) {
   inc->src = peer;
   inc->tag = h.tag;
   inc->total = h.total;
-  auto it = posted_.find({peer, h.tag});
-  if (it != posted_.end()) {
-    inc->matched = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) posted_.erase(it);
-  } else {
-    unexpected_[{peer, h.tag}].push_back(inc);
-  }
+  inc->matched = match_.take_posted({peer, h.tag});
+  if (!inc->matched) match_.stash({peer, h.tag}, inc);
   peers_[peer].current = std::move(inc);
 }
 
 void Core::handle_segment(int peer, std::vector<::zmq::message_t>& frames) {
   Peer& p = peers_[peer];
   arrivals_.fetch_add(1, std::memory_order_relaxed);
-  last_arrival_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  spinner_.note_arrival();
   WireHeader h;
   std::string why = check_header(frames[0].data(), frames[0].size(), size_, h);
   if (why.empty() && h.src != peer) why = fmt::format("claims to come from rank {}", h.src);
@@ -623,22 +582,12 @@ void Core::peer_gone(int peer, PeerState state, const std::string& why) {
       p.current->matched->done.fail(Status::kPeerFailure,
                                     fmt::format("zmq: receive from rank {} tag {}: {} mid-message", peer,
                                                 p.current->tag, why));
-    auto it = unexpected_.find({peer, p.current->tag});
-    if (it != unexpected_.end()) {
-      std::erase(it->second, p.current);
-      if (it->second.empty()) unexpected_.erase(it);
-    }
+    match_.forget_stashed({peer, p.current->tag}, p.current);
     p.current.reset();
   }
-  for (auto it = posted_.begin(); it != posted_.end();) {
-    if (it->first.peer != peer) {
-      ++it;
-      continue;
-    }
-    for (auto& r : it->second)
-      r->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, r->tag, why));
-    it = posted_.erase(it);
-  }
+  match_.drain_posted(peer, [&](const MatchKey&, const std::shared_ptr<RecvOp>& r) {
+    r->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, r->tag, why));
+  });
   for (auto& w : p.in_flight)
     if (auto s = w.lock()) s->done.fail(Status::kPeerFailure, fmt::format("zmq: send to rank {} tag {}: {}", peer, s->tag, why));
   p.in_flight.clear();
@@ -715,19 +664,9 @@ void Core::progress() {
 }
 
 bool Core::spin(std::chrono::microseconds timeout) {
-  auto news = [&] { return arrivals_.load(std::memory_order_relaxed) + waker_.events.load(std::memory_order_relaxed); };
-  const uint64_t seen = news();
-  progress();
-  const auto now = Clock::now();
-  if (spin_.count() == 0 || now.time_since_epoch().count() - last_arrival_ns_.load(std::memory_order_relaxed) >
-                                std::chrono::nanoseconds(kSpinWindow).count())
-    return news() != seen;
-  const auto until = now + std::min(spin_, timeout);
-  while (news() == seen && Clock::now() < until) {
-    sched_yield();
-    progress();
-  }
-  return news() != seen;
+  return spinner_.spin([&] { progress(); },
+                       [&] { return arrivals_.load(std::memory_order_relaxed) + waker_.events.load(std::memory_order_relaxed); },
+                       timeout);
 }
 
 void Core::wait_for_progress(std::chrono::microseconds timeout) {
@@ -762,11 +701,7 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
 void Core::cancel(const std::shared_ptr<RecvOp>& op) {
   std::lock_guard lock(mu_);
   if (!op->done.pending()) return;
-  auto it = posted_.find({op->peer, op->tag});
-  if (it != posted_.end()) {
-    std::erase(it->second, op);
-    if (it->second.empty()) posted_.erase(it);
-  }
+  match_.forget_posted({op->peer, op->tag}, op);
   if (op->peer != rank_) {
     auto& cur = peers_[op->peer].current;
     if (cur && cur->matched == op) {
@@ -799,9 +734,9 @@ void Core::shutdown() noexcept {
       }
     }
     const std::string gone = fmt::format("zmq: rank {} destroyed its transport", rank_);
-    for (auto& [key, q] : posted_)
-      for (auto& r : q) r->done.fail(Status::kTransport, fmt::format("{}; receive from rank {} tag {} cancelled", gone, key.peer, key.tag));
-    posted_.clear();
+    match_.drain_posted(-1, [&](const MatchKey& key, const std::shared_ptr<RecvOp>& r) {
+      r->done.fail(Status::kTransport, fmt::format("{}; receive from rank {} tag {} cancelled", gone, key.peer, key.tag));
+    });
     for (auto& p : peers_) {
       for (auto& w : p.in_flight)
         if (auto s = w.lock()) s->done.fail(Status::kTransport, fmt::format("{}; send to rank {} tag {} cancelled", gone, s->peer, s->tag));

@@ -1,0 +1,828 @@
+#include "transports/tcp/tcp_transport.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "transports/completion.hpp"
+#include "transports/core_transport.hpp"
+#include "transports/match_queues.hpp"
+#include "transports/spin.hpp"
+#include "transports/parts.hpp"
+#include "transports/tcp/wire.hpp"
+
+namespace tandem::transports::tcp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kStageBytes = 256 * 1024;      // per-peer staging buffer
+constexpr size_t kLookahead = 16 * 1024;        // read past a small payload for the next headers
+constexpr size_t kReadBudget = size_t{8} << 20;  // per peer and progress() call: fairness
+constexpr uint64_t kFrameLimit = uint64_t{1} << 40;
+constexpr uint64_t kDefaultMaxUnexpected = uint64_t{4} << 30;
+constexpr auto kHelloTimeout = std::chrono::milliseconds(2000);
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+
+struct SendOp {
+  int peer = 0;
+  uint64_t tag = 0;
+  size_t bytes = 0;
+  FrameHeader header;
+  std::vector<iovec> iov;  // the header, then the non-empty parts; the front is consumed as written
+  size_t iov_at = 0;
+  bool started = false;  // bytes of it are on the wire: it must be finished (a frame cannot be recalled)
+  Completion done;
+};
+
+// A message being received, or received but not yet matched.
+struct Incoming {
+  uint64_t tag = 0;
+  uint64_t total = 0;
+  uint64_t received = 0;
+  std::unique_ptr<unsigned char[]> data;  // unmatched: the message as it arrives
+  std::shared_ptr<RecvOp> matched;
+  bool discard = false;  // its receive was cancelled mid-message, or the transport is closing
+  bool complete() const { return received == total; }
+};
+
+enum class PeerState { kAlive, kClosed, kLost };
+
+struct Peer {
+  int fd = -1;
+  PeerState state = PeerState::kAlive;
+  std::string why;
+  std::deque<std::shared_ptr<SendOp>> sendq;
+  std::unique_ptr<unsigned char[]> stage;
+  size_t stage_begin = 0, stage_end = 0;
+  std::shared_ptr<Incoming> current;  // the message whose payload is being read
+  bool more = false;                  // the last read stopped on its budget: data may be waiting
+};
+
+uint64_t random_nonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+uint64_t max_unexpected_from_env() {
+  const char* env = std::getenv("TANDEM_TCP_MAX_UNEXPECTED");
+  if (!env || !*env) return kDefaultMaxUnexpected;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(env, &end, 10);
+  TANDEM_REQUIRE(end && *end == '\0' && *env != '-' && v <= kFrameLimit,
+                 "TANDEM_TCP_MAX_UNEXPECTED must be a byte count in [0, 2^40], got '{}'", env);
+  return v;
+}
+
+std::string listen_host(const TransportOptions& o) {
+  if (const char* env = std::getenv("TANDEM_IFACE_ADDR"); env && *env) return env;
+  return o.bind_host;
+}
+
+// Resolves host:port (numeric or a name) to a socket address.
+sockaddr_storage resolve(const std::string& host, uint16_t port, socklen_t& len, int rank) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string h = host == "*" ? "0.0.0.0" : host;
+  const int rc = ::getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res);
+  TANDEM_CHECK(rc == 0 && res, Status::kTransport, "tcp: rank {} cannot resolve '{}': {}", rank, host,
+               rc ? gai_strerror(rc) : "no address");
+  sockaddr_storage out{};
+  std::memcpy(&out, res->ai_addr, res->ai_addrlen);
+  len = res->ai_addrlen;
+  ::freeaddrinfo(res);
+  return out;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// Writes all of `bytes` to a non-blocking socket before `deadline`; false when it could not.
+bool write_all(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pf{fd, POLLOUT, 0};
+    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 100)));
+  }
+  return true;
+}
+
+// The iovecs covering bytes [offset, offset + max) of the concatenated parts (fewer at their end).
+size_t iov_at(std::span<const MutPart> parts, size_t offset, size_t max, std::vector<iovec>& out) {
+  out.clear();
+  size_t covered = 0;
+  for (const auto& p : parts) {
+    if (covered == max || out.size() == IOV_MAX) break;
+    if (offset >= p.bytes) {
+      offset -= p.bytes;
+      continue;
+    }
+    const size_t n = std::min(p.bytes - offset, max - covered);
+    out.push_back({static_cast<char*>(p.data) + offset, n});
+    covered += n;
+    offset = 0;
+  }
+  return covered;
+}
+
+class Core {
+ public:
+  explicit Core(const TransportOptions& o);
+  ~Core() { shutdown(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  std::shared_ptr<SendOp> send(int peer, uint64_t tag, std::span<const ConstPart> parts);
+  std::shared_ptr<RecvOp> recv(int peer, uint64_t tag, std::span<const MutPart> parts);
+  void progress();
+  void wait_for_progress(std::chrono::microseconds timeout);
+  void cancel(const std::shared_ptr<RecvOp>& op);
+  void cancel(const std::shared_ptr<SendOp>& op);
+  void shutdown() noexcept;
+
+ private:
+  void connect(const TransportOptions& o);
+  void accept_peers(const TransportOptions& o, Clock::time_point deadline);
+  void add_peer(int peer, int fd);
+  void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
+  // Writes what the socket takes of the peer's queue.
+  void write_peer(int peer);
+  // Reads what the socket has (up to the budget) and handles it.
+  void read_peer(int peer);
+  // Handles the staged bytes; false when the peer went.
+  bool consume_stage(int peer);
+  bool start_incoming(int peer, const FrameHeader& h);
+  void deliver(Incoming& in, const unsigned char* data, size_t n);
+  void finish_incoming(int peer);
+  void peer_gone(int peer, PeerState state, const std::string& why);
+  void note_arrival();
+  bool spin(std::chrono::microseconds timeout);
+  void wake() noexcept;
+
+  std::mutex mu_;
+  const int rank_, size_;
+  bool closed_ = false;
+  bool draining_ = false;  // shutting down: payloads read are dropped
+  int listen_fd_ = -1;
+  const uint64_t own_nonce_ = random_nonce();
+  int event_fd_ = -1;
+  std::vector<Peer> peers_;
+  MatchQueues<RecvOp, Incoming> match_;
+  std::vector<pollfd> poll_fds_;
+  std::vector<int> poll_peers_;
+  bool poll_dirty_ = true;
+  bool backlog_ = false;  // the last progress() stopped a read on its budget
+  std::vector<iovec> iov_scratch_;
+  std::atomic<int> waiters_{0};
+  // Frames completed, sends finished and peers lost: what a spinning waiter watches.
+  std::atomic<uint64_t> news_{0};
+  Spinner spinner_{spin_from_env("TANDEM_TCP_SPIN_US")};
+  const uint64_t max_unexpected_ = max_unexpected_from_env();
+};
+
+Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), peers_(o.size) {
+  TANDEM_REQUIRE(o.store != nullptr, "tcp: rank {} needs a KvStore to exchange addresses", o.rank);
+  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TANDEM_CHECK(event_fd_ >= 0, Status::kTransport, "tcp: rank {} cannot create an eventfd: {}", rank_,
+               errno_text(errno));
+  try {
+    connect(o);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+void Core::add_peer(int peer, int fd) {
+  set_nonblocking(fd);
+  set_nodelay(fd);
+  Peer& p = peers_[peer];
+  p.fd = fd;
+  p.stage.reset(new unsigned char[kStageBytes]);
+  poll_dirty_ = true;
+}
+
+void Core::connect(const TransportOptions& o) {
+  const auto deadline = Clock::now() + o.connect_timeout;
+  const std::string host = listen_host(o);
+  socklen_t len = 0;
+  sockaddr_storage addr = resolve(host, 0, len, rank_);
+  listen_fd_ = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  TANDEM_CHECK(listen_fd_ >= 0, Status::kTransport, "tcp: rank {} cannot create a socket: {}", rank_, errno_text(errno));
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  TANDEM_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                   ::listen(listen_fd_, std::max(size_, 64)) == 0,
+               Status::kTransport, "tcp: rank {} cannot listen on {}: {}", rank_, host, errno_text(errno));
+  sockaddr_storage bound{};
+  socklen_t blen = sizeof bound;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &blen);
+  const uint16_t port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  set_nonblocking(listen_fd_);
+  const uint64_t nonce = own_nonce_;
+  const std::string key_base = o.key_prefix + "/tcp/";
+  o.store->set(key_base + std::to_string(rank_), fmt::format("{} {} {:016x}", host, port, nonce));
+
+  auto peer_address = [&](int p, std::string& h, uint16_t& pt, uint64_t& pn) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const std::string value = o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
+    const size_t a = value.find(' '), b = value.rfind(' ');
+    unsigned long port_value = 0;
+    bool ok = a != std::string::npos && b > a && b + 17 == value.size();
+    if (ok) {
+      char* end = nullptr;
+      port_value = std::strtoul(value.c_str() + a + 1, &end, 10);
+      ok = end == value.c_str() + b && port_value > 0 && port_value < 65536;
+    }
+    TANDEM_CHECK(ok, Status::kTransport, "tcp: rank {} read a malformed address for rank {} from the store: '{}'", rank_,
+                 p, value);
+    h = value.substr(0, a);
+    pt = static_cast<uint16_t>(port_value);
+    pn = std::stoull(value.substr(b + 1), nullptr, 16);
+  };
+
+  // Connect to every lower rank: its listener is up (it published after listening), so the
+  // kernel completes the connection even before that rank reaches its accept loop.
+  for (int p = 0; p < rank_; ++p) {
+    std::string h;
+    uint16_t pt = 0;
+    uint64_t pn = 0;
+    peer_address(p, h, pt, pn);
+    socklen_t plen = 0;
+    const sockaddr_storage paddr = resolve(h, pt, plen, rank_);
+    int fd = -1;
+    std::string last_error;
+    for (;;) {
+      fd = ::socket(paddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      TANDEM_CHECK(fd >= 0, Status::kTransport, "tcp: rank {} cannot create a socket: {}", rank_, errno_text(errno));
+      if (::connect(fd, reinterpret_cast<const sockaddr*>(&paddr), plen) == 0) break;
+      last_error = errno_text(errno);
+      ::close(fd);
+      fd = -1;
+      TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
+                   "tcp: rank {} could not connect to rank {} at {}:{} within {} ms: {}", rank_, p, h, pt,
+                   o.connect_timeout.count(), last_error);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Hello hello;
+    hello.rank = rank_;
+    hello.world = static_cast<uint32_t>(size_);
+    hello.acceptor_nonce = pn;
+    hello.connector_nonce = nonce;
+    set_nonblocking(fd);
+    if (!write_all(fd, &hello, sizeof hello, deadline)) {
+      const std::string why = errno_text(errno);
+      ::close(fd);
+      TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}:{}: {}", rank_, p, h, pt, why);
+    }
+    add_peer(p, fd);
+  }
+  accept_peers(o, deadline);
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  log::debug("tcp: rank {} of {} connected, listened on {}:{}", rank_, size_, host, port);
+}
+
+void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline) {
+  struct Pending {
+    int fd;
+    Hello hello;
+    size_t got = 0;
+    Clock::time_point since;
+  };
+  std::vector<Pending> pending;
+  std::vector<uint64_t> nonces(size_, 0);
+  std::vector<char> known(size_, 0);
+  int missing = size_ - 1 - rank_;
+  auto reject = [&](Pending& c, const std::string& why) {
+    log::warn("tcp: rank {} refused a connection: {}", rank_, why);
+    ::close(c.fd);
+    c.fd = -1;
+  };
+  while (missing > 0) {
+    if (Clock::now() >= deadline) {
+      std::string who;
+      for (int p = rank_ + 1; p < size_; ++p)
+        if (peers_[p].fd < 0) who += fmt::format("{}{}", who.empty() ? "" : ", ", p);
+      for (auto& c : pending) ::close(c.fd);
+      TANDEM_THROW(Status::kTimeout, "tcp: rank {} did not hear from rank(s) {} within {} ms (key prefix '{}')", rank_,
+                   who, o.connect_timeout.count(), o.key_prefix);
+    }
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (auto& c : pending) fds.push_back({c.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 10);
+    for (;;) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      pending.push_back({fd, Hello{}, 0, Clock::now()});
+    }
+    for (auto& c : pending) {
+      if (c.got == sizeof(Hello)) continue;
+      const ssize_t n = ::recv(c.fd, reinterpret_cast<unsigned char*>(&c.hello) + c.got, sizeof(Hello) - c.got, 0);
+      if (n > 0) c.got += static_cast<size_t>(n);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        reject(c, "closed before its hello");
+      else if (c.got < sizeof(Hello) && Clock::now() - c.since > kHelloTimeout)
+        reject(c, "no hello within 2 s");
+    }
+    // Check complete hellos (the connector's nonce comes from the store).
+    for (auto& c : pending) {
+      if (c.fd < 0 || c.got < sizeof(Hello)) continue;
+      std::string why = check_hello(c.hello, rank_, size_, own_nonce_);
+      const int p = c.hello.rank;
+      if (why.empty() && peers_[p].fd >= 0) why = fmt::format("a second connection claiming rank {}", p);
+      if (why.empty()) {
+        if (!known[p]) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          const std::string value =
+              o.store->get(o.key_prefix + "/tcp/" + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
+          const size_t b = value.rfind(' ');
+          nonces[p] = b == std::string::npos ? 0 : std::strtoull(value.c_str() + b + 1, nullptr, 16);
+          known[p] = 1;
+        }
+        if (c.hello.connector_nonce != nonces[p]) why = fmt::format("hello claiming rank {} with the wrong nonce", p);
+      }
+      if (!why.empty()) {
+        reject(c, why);
+        continue;
+      }
+      add_peer(p, c.fd);
+      c.fd = -1;
+      --missing;
+    }
+    std::erase_if(pending, [](const Pending& c) { return c.fd < 0; });
+  }
+  for (auto& c : pending) reject(c, "connected after every peer had");
+}
+
+void Core::note_arrival() {
+  news_.fetch_add(1, std::memory_order_relaxed);
+  spinner_.note_arrival();
+}
+
+void Core::wake() noexcept {
+  if (waiters_.load() > 0 && event_fd_ >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(event_fd_, &one, sizeof one);
+  }
+}
+
+void Core::deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total) {
+  if (std::shared_ptr<RecvOp> r = match_.take_posted({rank_, tag})) {
+    scatter_copy(parts, r->parts);
+    r->done.complete(total, total > r->capacity);
+    return;
+  }
+  auto inc = std::make_shared<Incoming>();
+  inc->tag = tag;
+  inc->total = inc->received = total;
+  if (total > 0) {
+    inc->data.reset(new unsigned char[total]);
+    scatter_copy(parts, std::span<const MutPart>(std::array{MutPart{inc->data.get(), total}}));
+  }
+  match_.stash({rank_, tag}, std::move(inc));
+}
+
+std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
+  auto op = std::make_shared<SendOp>();
+  op->peer = peer;
+  op->tag = tag;
+  op->bytes = total_bytes(parts);
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    op->done.fail(Status::kTransport, fmt::format("tcp: rank {} sends to rank {} on a destroyed transport", rank_, peer));
+    return op;
+  }
+  if (peer == rank_) {
+    deliver_self(tag, parts, op->bytes);
+    op->done.complete(op->bytes, false);
+    return op;
+  }
+  Peer& p = peers_[peer];
+  if (p.state != PeerState::kAlive) {
+    op->done.fail(Status::kPeerFailure, fmt::format("tcp: send to rank {} tag {}: {}", peer, tag, p.why));
+    return op;
+  }
+  op->header.kind = static_cast<uint16_t>(Kind::kData);
+  op->header.src = rank_;
+  op->header.tag = tag;
+  op->header.bytes = op->bytes;
+  op->iov.reserve(parts.size() + 1);
+  op->iov.push_back({&op->header, sizeof(FrameHeader)});
+  for (const auto& part : parts)
+    if (part.bytes > 0) op->iov.push_back({const_cast<void*>(part.data), part.bytes});
+  p.sendq.push_back(op);
+  if (p.sendq.size() == 1) write_peer(peer);  // nothing ahead of it: straight to the socket
+  if (op->done.pending()) wake();             // a blocked waiter should now watch for POLLOUT
+  return op;
+}
+
+std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPart> parts) {
+  auto op = make_recv_op(peer, tag, parts);
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    op->done.fail(Status::kTransport,
+                  fmt::format("tcp: rank {} receives from rank {} on a destroyed transport", rank_, peer));
+    return op;
+  }
+  if (std::shared_ptr<Incoming> inc = match_.take_stashed({peer, tag})) {
+    if (inc->received > 0) copy_into_at(op->parts, 0, inc->data.get(), inc->received);
+    inc->data.reset();
+    if (inc->complete()) op->done.complete(inc->total, inc->total > op->capacity);
+    else inc->matched = op;  // the rest goes straight into our parts as it arrives
+  } else if (peer != rank_ && peers_[peer].state != PeerState::kAlive) {
+    op->done.fail(Status::kPeerFailure, fmt::format("tcp: receive from rank {} tag {}: {}", peer, tag, peers_[peer].why));
+  } else {
+    match_.post({peer, tag}, op);
+  }
+  return op;
+}
+
+void Core::write_peer(int peer) {
+  Peer& p = peers_[peer];
+  while (!p.sendq.empty() && p.state == PeerState::kAlive) {
+    SendOp& op = *p.sendq.front();
+    msghdr m{};
+    m.msg_iov = op.iov.data() + op.iov_at;
+    m.msg_iovlen = std::min<size_t>(op.iov.size() - op.iov_at, IOV_MAX);
+    const ssize_t n = ::sendmsg(p.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      peer_gone(peer, PeerState::kLost, fmt::format("writing to rank {} failed: {}", peer, errno_text(errno)));
+      return;
+    }
+    op.started = true;
+    size_t left = static_cast<size_t>(n);
+    while (left > 0 && op.iov_at < op.iov.size()) {
+      iovec& v = op.iov[op.iov_at];
+      const size_t k = std::min(left, v.iov_len);
+      v.iov_base = static_cast<char*>(v.iov_base) + k;
+      v.iov_len -= k;
+      left -= k;
+      if (v.iov_len == 0) ++op.iov_at;
+    }
+    if (op.iov_at == op.iov.size()) {
+      op.done.complete(op.bytes, false);
+      p.sendq.pop_front();
+      news_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+bool Core::start_incoming(int peer, const FrameHeader& h) {
+  auto inc = std::make_shared<Incoming>();
+  inc->tag = h.tag;
+  inc->total = h.bytes;
+  if (draining_) {
+    inc->discard = true;
+  } else if ((inc->matched = match_.take_posted({peer, h.tag}))) {
+  } else {
+    if (h.bytes > max_unexpected_) {
+      peer_gone(peer, PeerState::kLost,
+                fmt::format("rank {} sent an unexpected message of {} bytes, above TANDEM_TCP_MAX_UNEXPECTED ({} bytes)",
+                            peer, h.bytes, max_unexpected_));
+      return false;
+    }
+    if (h.bytes > 0) {
+      inc->data.reset(new (std::nothrow) unsigned char[h.bytes]);
+      if (!inc->data) {
+        peer_gone(peer, PeerState::kLost,
+                  fmt::format("rank {} sent a message of {} bytes that cannot be stored", peer, h.bytes));
+        return false;
+      }
+    }
+    match_.stash({peer, h.tag}, inc);
+  }
+  peers_[peer].current = std::move(inc);
+  return true;
+}
+
+void Core::deliver(Incoming& in, const unsigned char* data, size_t n) {
+  if (in.matched) copy_into_at(in.matched->parts, in.received, data, n);
+  else if (!in.discard) std::memcpy(in.data.get() + in.received, data, n);
+  in.received += n;
+}
+
+void Core::finish_incoming(int peer) {
+  Peer& p = peers_[peer];
+  Incoming& in = *p.current;
+  if (in.matched) in.matched->done.complete(in.total, in.total > in.matched->capacity);
+  in.matched.reset();
+  p.current.reset();
+  note_arrival();
+}
+
+bool Core::consume_stage(int peer) {
+  Peer& p = peers_[peer];
+  while (p.stage_begin < p.stage_end) {
+    if (!p.current) {
+      if (p.stage_end - p.stage_begin < sizeof(FrameHeader)) break;
+      FrameHeader h;
+      std::memcpy(&h, p.stage.get() + p.stage_begin, sizeof h);
+      p.stage_begin += sizeof h;
+      const std::string why = check_frame(h, peer, kFrameLimit);
+      if (!why.empty()) {
+        log::error("tcp: rank {} got a malformed frame from rank {}: {}", rank_, peer, why);
+        peer_gone(peer, PeerState::kLost, fmt::format("rank {} sent a malformed frame ({})", peer, why));
+        return false;
+      }
+      if (h.kind == static_cast<uint16_t>(Kind::kGoodbye)) {
+        peer_gone(peer, PeerState::kClosed, fmt::format("rank {} closed its transport", peer));
+        return false;
+      }
+      if (!start_incoming(peer, h)) return false;
+      if (h.bytes == 0) finish_incoming(peer);
+      continue;
+    }
+    Incoming& in = *p.current;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(p.stage_end - p.stage_begin, in.total - in.received));
+    deliver(in, p.stage.get() + p.stage_begin, n);
+    p.stage_begin += n;
+    if (in.complete()) finish_incoming(peer);
+  }
+  if (p.stage_begin == p.stage_end) p.stage_begin = p.stage_end = 0;
+  return true;
+}
+
+void Core::read_peer(int peer) {
+  Peer& p = peers_[peer];
+  size_t budget = kReadBudget;
+  p.more = false;
+  while (p.state == PeerState::kAlive) {
+    if (!consume_stage(peer)) return;
+    if (budget == 0) {
+      p.more = true;
+      backlog_ = true;
+      return;
+    }
+    ssize_t n = -1;
+    bool direct = false;
+    Incoming* in = p.current.get();
+    const uint64_t left = in ? in->total - in->received : 0;
+    if (in && p.stage_end == 0 && left >= kDirectBytes && !in->discard) {
+      // Straight into the destination: the matched receive's parts, or the unexpected message's storage.
+      if (in->matched && in->received < in->matched->capacity) {
+        iov_at(in->matched->parts, in->received, std::min<uint64_t>(left, budget), iov_scratch_);
+        n = ::readv(p.fd, iov_scratch_.data(), static_cast<int>(iov_scratch_.size()));
+        direct = true;
+      } else if (!in->matched) {
+        n = ::recv(p.fd, in->data.get() + in->received, std::min<uint64_t>(left, budget), 0);
+        direct = true;
+      }
+    }
+    if (!direct) {
+      if (p.stage_begin > 0) {  // keep a partial header at the front
+        std::memmove(p.stage.get(), p.stage.get() + p.stage_begin, p.stage_end - p.stage_begin);
+        p.stage_end -= p.stage_begin;
+        p.stage_begin = 0;
+      }
+      const size_t want = std::min<uint64_t>(kStageBytes - p.stage_end, left + kLookahead);
+      n = ::recv(p.fd, p.stage.get() + p.stage_end, want, 0);
+    }
+    if (n > 0) {
+      budget -= std::min(budget, static_cast<size_t>(n));
+      if (direct) {
+        in->received += static_cast<uint64_t>(n);
+        if (in->complete()) finish_incoming(peer);
+      } else {
+        p.stage_end += static_cast<size_t>(n);
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    peer_gone(peer, PeerState::kLost,
+              n == 0 ? fmt::format("rank {} disconnected (its process died or its connection failed)", peer)
+                     : fmt::format("reading from rank {} failed: {}", peer, errno_text(errno)));
+    return;
+  }
+}
+
+void Core::peer_gone(int peer, PeerState state, const std::string& why) {
+  Peer& p = peers_[peer];
+  if (p.state != PeerState::kAlive) return;
+  p.state = state;
+  p.why = why;
+  if (p.current) {
+    if (p.current->matched)
+      p.current->matched->done.fail(
+          Status::kPeerFailure, fmt::format("tcp: receive from rank {} tag {}: {} mid-message", peer, p.current->tag, why));
+    match_.forget_stashed({peer, p.current->tag}, p.current);
+    p.current.reset();
+  }
+  match_.drain_posted(peer, [&](const MatchKey&, const std::shared_ptr<RecvOp>& r) {
+    r->done.fail(Status::kPeerFailure, fmt::format("tcp: receive from rank {} tag {}: {}", peer, r->tag, why));
+  });
+  for (auto& s : p.sendq)
+    s->done.fail(Status::kPeerFailure, fmt::format("tcp: send to rank {} tag {}: {}", peer, s->tag, why));
+  p.sendq.clear();
+  if (p.fd >= 0) ::close(p.fd);
+  p.fd = -1;
+  p.stage_begin = p.stage_end = 0;
+  poll_dirty_ = true;
+  news_.fetch_add(1, std::memory_order_relaxed);
+  if (state == PeerState::kLost) log::warn("tcp: rank {}: {}", rank_, why);
+}
+
+void Core::progress() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
+  if (poll_dirty_) {
+    poll_fds_.clear();
+    poll_peers_.clear();
+    for (int peer = 0; peer < size_; ++peer)
+      if (peers_[peer].fd >= 0) {
+        poll_fds_.push_back({peers_[peer].fd, POLLIN, 0});
+        poll_peers_.push_back(peer);
+      }
+    poll_dirty_ = false;
+  }
+  for (size_t k = 0; k < poll_fds_.size(); ++k)
+    poll_fds_[k].events = static_cast<short>(POLLIN | (peers_[poll_peers_[k]].sendq.empty() ? 0 : POLLOUT));
+  if (::poll(poll_fds_.data(), poll_fds_.size(), 0) < 0 && errno != EINTR)
+    TANDEM_THROW(Status::kTransport, "tcp: rank {} cannot poll its sockets: {}", rank_, errno_text(errno));
+  backlog_ = false;
+  // The table may change under the loop (a peer that goes): iterate over a copy of its peers.
+  const size_t n = poll_fds_.size();
+  for (size_t k = 0; k < n && k < poll_fds_.size(); ++k) {
+    const int peer = poll_peers_[k];
+    const short ev = poll_fds_[k].revents;
+    Peer& p = peers_[peer];
+    if (p.state != PeerState::kAlive) continue;
+    if (!p.sendq.empty() && (ev & (POLLOUT | POLLERR | POLLHUP))) write_peer(peer);
+    if (p.state == PeerState::kAlive && (p.more || (ev & (POLLIN | POLLERR | POLLHUP)))) read_peer(peer);
+    if (poll_dirty_) break;  // a peer went: the table changed under us
+  }
+}
+
+bool Core::spin(std::chrono::microseconds timeout) {
+  return spinner_.spin([&] { progress(); }, [&] { return news_.load(std::memory_order_relaxed); }, timeout);
+}
+
+void Core::wait_for_progress(std::chrono::microseconds timeout) {
+  if (spin(timeout)) return;
+  std::vector<pollfd> fds;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_ || backlog_) return;
+    fds.push_back({event_fd_, POLLIN, 0});
+    for (const auto& p : peers_)
+      if (p.fd >= 0) fds.push_back({p.fd, static_cast<short>(POLLIN | (p.sendq.empty() ? 0 : POLLOUT)), 0});
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  waiters_.fetch_add(1);
+  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t count;
+    [[maybe_unused]] auto n = ::read(event_fd_, &count, sizeof count);
+  }
+  waiters_.fetch_sub(1);
+  progress();
+}
+
+void Core::cancel(const std::shared_ptr<RecvOp>& op) {
+  std::lock_guard lock(mu_);
+  if (!op->done.pending()) return;
+  match_.forget_posted({op->peer, op->tag}, op);
+  if (op->peer != rank_) {
+    auto& cur = peers_[op->peer].current;
+    if (cur && cur->matched == op) {
+      cur->matched.reset();
+      cur->discard = true;
+    }
+  }
+  op->done.fail(Status::kTransport, fmt::format("tcp: receive from rank {} tag {} was cancelled", op->peer, op->tag));
+}
+
+void Core::cancel(const std::shared_ptr<SendOp>& op) {
+  std::lock_guard lock(mu_);
+  if (!op->done.pending()) return;
+  if (!op->started && op->peer != rank_) std::erase(peers_[op->peer].sendq, op);
+  // A send already partly written stays queued and is finished (its parts stay valid until the
+  // transport is destroyed, see transport.hpp): the peer's stream must stay whole.
+  op->done.fail(Status::kTransport, fmt::format("tcp: send to rank {} tag {} was cancelled", op->peer, op->tag));
+}
+
+void Core::shutdown() noexcept {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  draining_ = true;
+  try {
+    const std::string gone = fmt::format("tcp: rank {} destroyed its transport", rank_);
+    match_.drain_posted(-1, [&](const MatchKey& key, const std::shared_ptr<RecvOp>& r) {
+      r->done.fail(Status::kTransport, fmt::format("{}; receive from rank {} tag {} cancelled", gone, key.peer, key.tag));
+    });
+    for (int peer = 0; peer < size_; ++peer) {
+      Peer& p = peers_[peer];
+      if (p.current && p.current->matched) p.current->matched->done.fail(Status::kTransport, gone);
+      if (p.current) {
+        p.current->matched.reset();
+        p.current->discard = true;
+      }
+      if (p.fd < 0 || p.state != PeerState::kAlive) continue;
+      auto bye = std::make_shared<SendOp>();
+      bye->peer = peer;
+      bye->header.kind = static_cast<uint16_t>(Kind::kGoodbye);
+      bye->header.src = rank_;
+      bye->iov.push_back({&bye->header, sizeof(FrameHeader)});
+      p.sendq.push_back(std::move(bye));
+    }
+    // Write what is queued for live peers (the goodbyes last), reading meanwhile so that a peer
+    // flushing towards us at the same time is not stuck; at most kLingerMs.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kLingerMs);
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<int> who;
+      for (int peer = 0; peer < size_; ++peer) {
+        Peer& p = peers_[peer];
+        if (p.fd < 0 || p.state != PeerState::kAlive) continue;
+        write_peer(peer);
+        if (p.state != PeerState::kAlive || p.sendq.empty()) continue;
+        fds.push_back({p.fd, POLLIN | POLLOUT, 0});
+        who.push_back(peer);
+      }
+      if (fds.empty() || Clock::now() >= deadline) break;
+      ::poll(fds.data(), fds.size(), 10);
+      for (size_t k = 0; k < fds.size(); ++k)
+        if (fds[k].revents & (POLLIN | POLLERR | POLLHUP)) read_peer(who[k]);
+    }
+    for (int peer = 0; peer < size_; ++peer) {
+      Peer& p = peers_[peer];
+      for (auto& s : p.sendq)
+        s->done.fail(Status::kTransport, fmt::format("{}; send to rank {} tag {} cancelled", gone, s->peer, s->tag));
+      p.sendq.clear();
+      if (p.fd >= 0) {
+        // Read what is already here (closing with unread data would reset the connection and could
+        // cost the peer the goodbye), then close our direction and the socket.
+        unsigned char sink[4096];
+        while (::recv(p.fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+        }
+        ::shutdown(p.fd, SHUT_WR);
+        ::close(p.fd);
+        p.fd = -1;
+      }
+      p.current.reset();
+    }
+    match_.clear_stashed();
+  } catch (const std::exception& e) {
+    log::error("tcp: rank {} shutdown: {}", rank_, e.what());
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  if (event_fd_ >= 0) ::close(event_fd_);
+  event_fd_ = -1;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> create(const TransportOptions& options) {
+  return std::make_unique<CoreTransport<Core, SendOp, RecvOp>>("tcp", Capabilities{}, options);
+}
+
+}  // namespace tandem::transports::tcp

@@ -1,0 +1,38 @@
+#pragma once
+// tcp: messages over plain TCP sockets, one connection per pair of ranks, driven by the caller's
+// own progress() calls -- no I/O threads, no intermediate message objects:
+//  - A send is written with sendmsg straight from the caller's parts (header + parts in one
+//    gather); a send that the socket takes at once completes inside isend. What the socket does
+//    not take waits in the peer's send queue and is written by progress(); the send completes
+//    when its last byte is in the kernel.
+//  - A receive posted before its message arrives gets the payload read straight into its parts
+//    (readv, scatter) once at least kDirectBytes are left; smaller payloads and frame headers go
+//    through a per-peer staging buffer, so several small messages cost one read. A message that
+//    arrives before its receive is kept in one allocation of its size (bounded by
+//    TANDEM_TCP_MAX_UNEXPECTED before anything is allocated) and copied out when matched -- from
+//    its first byte if it is still arriving, the rest then read straight into the receive's parts.
+//  - Connection setup: each rank listens on one socket and publishes "<host> <port> <nonce>" under
+//    "<key_prefix>/tcp/<rank>" in the KvStore; the higher rank of a pair connects and sends a
+//    Hello naming both ranks' nonces, which the acceptor checks against the store. Anything else
+//    that connects is logged and closed; the listener is closed once every peer is connected.
+//  - Peer failure: end of stream or a socket error fails the peer's pending receives and sends
+//    with kPeerFailure naming it; messages it completed before are still delivered. A malformed
+//    frame (bad magic, wrong source, oversized) fails the peer the same way: a byte stream cannot
+//    be resynchronised.
+//  - Destruction writes what is queued for live peers (at most kLingerMs), then a goodbye frame.
+//  - wait_for_progress polls (yielding) for up to TANDEM_TCP_SPIN_US (default 100 us) while
+//    messages flow, then blocks in ppoll on the sockets.
+// Environment: TANDEM_IFACE_ADDR (address to listen on and publish), TANDEM_TCP_SPIN_US,
+// TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB).
+#include <memory>
+
+#include "transports/transport.hpp"
+
+namespace tandem::transports::tcp {
+
+inline constexpr size_t kDirectBytes = 16 * 1024;
+inline constexpr int kLingerMs = 2000;
+
+std::unique_ptr<Transport> create(const TransportOptions& options);
+
+}  // namespace tandem::transports::tcp
