@@ -385,7 +385,7 @@ tandem::cli::Registration reg{
           ->capture_default_str();
       ar->add_option("--algo", o->algo, "auto, ring, hd, tree, hier, direct or det (deterministic)")
           ->capture_default_str();
-      ar->add_option("--transport", o->transport, "auto, zmq, ucx or inproc")->capture_default_str();
+      ar->add_option("--transport", o->transport, "auto, tcp, zmq, ucx or inproc")->capture_default_str();
       ar->add_option("--dtype", o->dtype, "f32, f64, f16, bf16, i32 or i64")->capture_default_str();
       ar->add_option("--op", o->op, "sum, avg, min, max or prod")->capture_default_str();
       ar->add_option("--iters", o->iters, "timed iterations per size")->check(CLI::Range(1, 100000))

@@ -185,7 +185,7 @@ tandem::cli::Registration reg{
       app.add_option("--schedule", o->schedule, "gpipe or 1f1b")->capture_default_str()
           ->check(CLI::IsMember({"gpipe", "1f1b"}));
       app.add_option("--test-limit", o->test_limit, "test images scored")->capture_default_str();
-      app.add_option("--transport", o->transport, "auto, zmq or ucx")->capture_default_str();
+      app.add_option("--transport", o->transport, "auto, tcp, zmq or ucx")->capture_default_str();
       app.add_option("--data-dir", o->data_dir, "Fashion-MNIST directory (default: found automatically)");
       app.add_flag("--json", o->json, "one JSON summary object");
       return [o] { return run_demo(*o); };

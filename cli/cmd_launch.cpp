@@ -471,7 +471,7 @@ tandem::cli::Registration reg{
     [](CLI::App& sub) -> tandem::cli::Runner {
       auto o = std::make_shared<LaunchOptions>();
       sub.add_option("-n,--nprocs", o->nprocs, "number of ranks")->required()->check(CLI::Range(1, 4096));
-      sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, zmq, ucx, auto)");
+      sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
           ->check(CLI::PositiveNumber);
       sub.add_option("--port", o->port, "rendezvous port (default: a free one)")->check(CLI::Range(0, 65535));

@@ -1,5 +1,5 @@
 #pragma once
-// The Transport front of a transport whose state lives in a shared Core (zmq, ucx): validates
+// The Transport front of a transport whose state lives in a shared Core (zmq, tcp, ucx): validates
 // arguments and hands out OpRequests. The Core outlives the Transport while requests hold it;
 // destroying the Transport shuts the Core down (see transport.hpp for what that cancels).
 #include <memory>

@@ -44,7 +44,7 @@ std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
 #ifdef TANDEM_HAVE_UCX
   const std::string name = options.name == "auto" ? "ucx" : options.name;
 #else
-  const std::string name = options.name == "auto" ? "zmq" : options.name;
+  const std::string name = options.name == "auto" ? "tcp" : options.name;
 #endif
   for (const auto& e : kBuiltins)
     if (name == e.name) return e.create(options);

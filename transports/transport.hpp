@@ -1,6 +1,7 @@
 #pragma once
 // The transport interface: tagged, non-blocking, two-sided messages between the ranks of one job.
-// Implementations: inproc (threads of one process), zmq (TCP), ucx (UCP tag API).
+// Implementations: inproc (threads of one process), tcp (plain sockets), zmq (TCP through ZeroMQ),
+// ucx (UCP tag API).
 //
 // Semantics every implementation guarantees (the conformance suite in tests/transports checks them):
 //  - A message is the concatenation of the parts given to isend; irecv scatters it into its parts in
@@ -83,7 +84,7 @@ class KvStore {
 };
 
 struct TransportOptions {
-  std::string name = "auto";     // inproc | zmq | ucx | auto
+  std::string name = "auto";     // inproc | tcp | zmq | ucx | auto
   int rank = 0;
   int size = 1;
   KvStore* store = nullptr;      // borrowed; must outlive connection setup (create_transport)
@@ -116,7 +117,7 @@ class Transport {
 };
 
 // Creates and connects a transport for one rank. Collective over the `size` ranks sharing the key
-// prefix: every rank must call it. "auto" picks ucx when built, else zmq (inproc is never automatic
+// prefix: every rank must call it. "auto" picks ucx when built, else tcp (inproc is never automatic
 // across processes). Throws kInvalidArgument for an unknown name, listing the known ones.
 std::unique_ptr<Transport> create_transport(const TransportOptions& options);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Allreduce against the peers, in one run: Tandem (zmq, ucx) vs PyTorch gloo and Open MPI's
+"""Allreduce against the peers, in one run: Tandem (tcp, zmq, ucx) vs PyTorch gloo and Open MPI's
 MPI_Allreduce (TCP and shared memory), float32 sum, the same sizes at world sizes 2 and 4, on
 loopback. Every runner uses one method (barrier, timed call, slowest rank per iteration, median
 over iterations; busbw = algbw * 2(n-1)/n) and checks its results.

@@ -163,7 +163,7 @@ typedef struct tandem_comm_params {
   int32_t size;                 /* >= 1 */
   const char* master_addr;      /* rendezvous host (rank 0 serves it), e.g. "127.0.0.1" */
   const char* secret;           /* the job's shared secret (never sent over the wire) */
-  const char* transport;        /* "auto", "zmq", "ucx" or "inproc" */
+  const char* transport;        /* "auto", "tcp", "zmq", "ucx" or "inproc" */
   int32_t master_port;          /* 1..65535 */
   tandem_algo_t allreduce_algo; /* default AUTO */
   int64_t timeout_ms;           /* deadline of every blocking wait, > 0; default 60000 */
@@ -204,7 +204,7 @@ TANDEM_API void tandem_comm_destroy(tandem_comm_t* comm) TANDEM_NOEXCEPT;
 TANDEM_API tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int32_t* rank) TANDEM_NOEXCEPT;
 /* [out] size: the number of ranks in comm. Threads: any. Returns as tandem_comm_rank. */
 TANDEM_API tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int32_t* size) TANDEM_NOEXCEPT;
-/* [out] name: the transport in use ("zmq", "ucx", "inproc"); owned by comm, valid until it is
+/* [out] name: the transport in use ("tcp", "zmq", "ucx", "inproc"); owned by comm, valid until it is
  * destroyed. Threads: any. Returns as tandem_comm_rank. */
 TANDEM_API tandem_status_t tandem_comm_transport_name(const tandem_comm_t* comm, const char** name) TANDEM_NOEXCEPT;
 /* [out] algo: the allreduce algorithm comm uses for `count` elements of `dtype` (never AUTO).
