@@ -226,6 +226,11 @@ def part_core(tool, env, checks, clusters):
 
     # 100 Mbit/s of Ethernet frames carry at most 100 * 1448/1514 = 95.6 Mbit/s of TCP payload.
     measure_goodput(a, checks, "TCP goodput through a 100 Mbit/s link", 85.0, 100.0)
+    # The sending host's own queue holds what TCP hands it (tbf_args): a 10 ms queue dropped thousands of
+    # its segments per 25 MB, and each loss stalled the flow for tens of ms (or a 200 ms timeout).
+    up = a.status()["hosts"][0]["upload"]
+    checks.check(up.get("dropped") == 0 and up.get("sent_bytes", 0) > 10_000_000,
+                 "a TCP flow loses nothing in the sending host's own queue", json.dumps(up))
 
     # A 0.25-core quota holds a busy loop at a quarter of a core, and the kernel counts the throttling.
     before = a.status()["hosts"][0]["cpu_stat"].get("nr_throttled", 0)
