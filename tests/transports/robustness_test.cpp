@@ -395,6 +395,33 @@ BOOST_AUTO_TEST_CASE(tcp_settings_are_checked_and_spin_zero_still_delivers) {
   ::unsetenv("TANDEM_TCP_SPIN_US");
 }
 
+BOOST_AUTO_TEST_CASE(tcp_listens_and_connects_over_ipv6) {
+  // TANDEM_IFACE_ADDR=::1: the ranks listen on, publish and connect to the IPv6 loopback address.
+  ::setenv("TANDEM_IFACE_ADDR", "::1", 1);
+  MemoryStore store;
+  const std::string prefix = unique_prefix("tcp-ipv6");
+  std::barrier<> sync(2);
+  std::string failures[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for("tcp", r, 2, store, prefix));
+        Rank rk{r, 2, *t, sync};
+        for (int seq = 0; seq < 3; ++seq) exchange_intact(rk, seq, 200000);
+      } catch (const std::exception& e) {
+        failures[r] = e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& th : threads) th.join();
+  ::unsetenv("TANDEM_IFACE_ADDR");
+  BOOST_TEST(failures[0].empty(), failures[0]);
+  BOOST_TEST(failures[1].empty(), failures[1]);
+  const std::string published = store.get(prefix + "/tcp/1", std::chrono::milliseconds(100));
+  BOOST_TEST(published.rfind("::1 ", 0) == 0, published);
+}
+
 BOOST_AUTO_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs) {
   // While rank 0 waits for rank 1 to connect: 100 KB of garbage, a hello that does not carry rank
   // 0's nonce, a connection that never says anything, and one that closes at once. Each is refused
