@@ -2,7 +2,7 @@
 """Allreduce on an emulated cluster of t2.micro hosts, against the link-bound time 2(n-1)/n * S/B.
 
   bench/emu/allreduce_bench.py [--hosts 4] [--preset t2.micro] [--bw-mbit R] [--latency-ms L]
-                               [--sizes 1M,4M,16M] [--iters 3] [--tandem PATH] [--transport zmq]
+                               [--sizes 1M,4M,16M] [--iters 3] [--tandem PATH] [--transport tcp[,zmq]]
                                [--no-tandem] [--no-ring] [-- CMD...]
 
 Brings up the cluster (tools/emu-cluster, name emub<pid>), then:
@@ -163,7 +163,8 @@ def main():
     ap.add_argument("--sizes", default="1M,4M,16M")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--tandem")
-    ap.add_argument("--transport", default="zmq")
+    ap.add_argument("--transport", default="tcp",
+                    help="comma-separated transports for tandem, each run in turn (default tcp; e.g. tcp,zmq)")
     ap.add_argument("--no-tandem", action="store_true")
     ap.add_argument("--no-ring", action="store_true")
     ap.add_argument("--name", default=f"emub{os.getpid() % 100000}")
@@ -202,7 +203,8 @@ def main():
             rows += run_ring(a.name, addrs, a.sizes, a.iters, tandem)
         if tandem and has_bench:
             try:
-                rows += run_tandem(tandem, a.name, addrs, a.sizes, a.iters, a.transport)
+                for t in a.transport.split(","):
+                    rows += run_tandem(tandem, a.name, addrs, a.sizes, a.iters, t)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"# tandem: FAILED: {e}")
                 rc = 1

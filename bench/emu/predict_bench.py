@@ -191,6 +191,8 @@ def main():
     ap.add_argument("--configs", default="ddp,gpipe,1f1b,hybrid")
     ap.add_argument("--iters", type=int, default=8, help="calibration passes")
     ap.add_argument("--tandem")
+    ap.add_argument("--transport", choices=predict_lib.TRANSPORTS, default=predict_lib.DEFAULT_TRANSPORT,
+                    help="what the ranks talk over (default tcp: no I/O thread on the 0.5-core hosts)")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--name", default=f"emup{os.getpid() % 100000}")
@@ -216,8 +218,10 @@ def main():
         print(f"# {st['caveat']}")
         print(f"# simulator cluster: {cluster}")
         print(f"# {tandem}; global batch {a.micro_batch * a.hosts}, micro-batch {a.micro_batch}; {a.epochs} epochs of "
-              f"{a.steps} steps, the last measured; machine load at start {os.getloadavg()[0]:.1f}", flush=True)
-        out.update(cluster=json.loads(cluster), caveat=st["caveat"], load_start=os.getloadavg()[0])
+              f"{a.steps} steps, the last measured; transport {a.transport}; machine load at start "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        out.update(cluster=json.loads(cluster), caveat=st["caveat"], load_start=os.getloadavg()[0],
+                   transport=a.transport)
         all_cfg = configs(a.micro_batch, a.hosts)
         with tempfile.TemporaryDirectory(prefix="tandem_predict_bench_") as tmp:
             os.chmod(tmp, 0o755)
@@ -227,7 +231,7 @@ def main():
                 profile = os.path.join(tmp, f"{model}.json")
                 t0 = time.monotonic()
                 cal = predict_lib.calibrate(tandem, a.name, addr0, a.hosts, margs, a.micro_batch, profile,
-                                            iters=a.iters)
+                                            iters=a.iters, transport=a.transport)
                 print(f"\n## {label}: calibrated in {time.monotonic() - t0:.0f} s on {cal['ranks']} hosts at batch "
                       f"{cal['batch']}: step {cal['step_mean_s'] * 1e3:.2f} ms (mean; median "
                       f"{cal['step_median_s'] * 1e3:.2f}), link {cal.get('p2p_bytes_per_s', 0) * 8 / 1e6:.1f} Mbit/s, "
@@ -241,7 +245,8 @@ def main():
                                              "--eval-limit-batches", "1", "--test-limit", "64", "--threads", "1"]
                     t0 = time.monotonic()
                     try:
-                        pred, _ = predict_lib.train_predict(tandem, a.name, addr0, a.hosts, train, cluster, profile)
+                        pred, _ = predict_lib.train_predict(tandem, a.name, addr0, a.hosts, train, cluster, profile,
+                                                            transport=a.transport)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         print(f"  {name}: FAILED: {e}", flush=True)
                         rc = 1

@@ -70,17 +70,23 @@ def cluster_description(status, hosts=None):
     return json.dumps({"nodes": [node], "topology": {"kind": "star"}})
 
 
-def launch_cmd(tandem, name, addr0, n, cmd, timeout_ms=120000, transport="zmq"):
-    """Rank i on emulated host i. The transport is zmq (TCP): UCX's `auto` finds the emulated hosts on one machine
-    and moves their bytes through shared memory, past the emulated links."""
+# tcp by default: plain sockets driven by the caller, no I/O thread on the host's 0.5 core; as good as zmq or better
+# through the emulated links (bench/emu/README.md, run 5). Not UCX (`auto` where it is built): it finds the
+# emulated hosts on one machine and moves their bytes through shared memory, past the emulated links.
+DEFAULT_TRANSPORT = "tcp"
+TRANSPORTS = ("tcp", "zmq")
+
+
+def launch_cmd(tandem, name, addr0, n, cmd, timeout_ms=120000, transport=DEFAULT_TRANSPORT):
+    """Rank i on emulated host i, talking over `transport`."""
     return [tandem, "launch", "--transport", transport, "--host-exec", f"{TOOL} exec --name {name} {{rank}} --",
             "--master-addr", addr0, "--timeout-ms", str(timeout_ms), "-n", str(n), "--"] + cmd
 
 
-def run_launch(tandem, name, addr0, n, cmd, timeout=600, env=None):
+def run_launch(tandem, name, addr0, n, cmd, timeout=600, env=None, transport=DEFAULT_TRANSPORT):
     """Runs cmd on hosts 0..n-1; returns (exit code, {rank: [lines]}, full output)."""
-    p = subprocess.run(launch_cmd(tandem, name, addr0, n, cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout, env=env)
+    p = subprocess.run(launch_cmd(tandem, name, addr0, n, cmd, transport=transport), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env)
     per_rank = {}
     for line in p.stdout.splitlines():
         m = re.match(r"^\[rank (\d+)\] (.*)$", line)
@@ -104,23 +110,24 @@ def json_lines(lines, key=None):
     return out
 
 
-def calibrate(tandem, name, addr0, n, model_args, batch, out, iters=8, threads=1, timeout=600):
+def calibrate(tandem, name, addr0, n, model_args, batch, out, iters=8, threads=1, timeout=600,
+              transport=DEFAULT_TRANSPORT):
     """`tandem calibrate` on hosts 0..n-1 at once (compute averaged over them, p2p between hosts 0 and 1); returns
     the summary rank 0 printed."""
     cmd = [tandem, "calibrate"] + model_args + ["--batch", str(batch), "--iters", str(iters), "--warmup", "2",
                                                 "--threads", str(threads), "--out", out, "--json"]
-    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout)
+    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout, transport=transport)
     got = json_lines(per_rank.get(0, []), "out")
     if rc != 0 or not got:
         raise RuntimeError(f"tandem calibrate failed (exit {rc}):\n{text[-3000:]}")
     return got[-1]
 
 
-def train_predict(tandem, name, addr0, n, train_args, cluster, profile, timeout=900):
+def train_predict(tandem, name, addr0, n, train_args, cluster, profile, timeout=900, transport=DEFAULT_TRANSPORT):
     """`tandem train ... --predict --json` on hosts 0..n-1; returns (prediction dict of rank 0, per-epoch dicts)."""
     cmd = [tandem, "train"] + train_args + ["--predict", "--predict-cluster", cluster, "--profile", profile,
                                             "--profile-network", "--json"]
-    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout)
+    rc, per_rank, text = run_launch(tandem, name, addr0, n, cmd, timeout=timeout, transport=transport)
     pred = json_lines(per_rank.get(0, []), "prediction")
     if rc != 0 or not pred:
         raise RuntimeError(f"tandem train failed (exit {rc}):\n{text[-3000:]}")

@@ -227,7 +227,7 @@ def uniform_model(path):
     return path
 
 
-def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_us=2500):
+def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_us=2500, transport="tcp"):
     """1F1B S=4 M=8 on resnet18 with the measured partition: 2 epochs of `steps` steps, figures from the second
     (oneDNN's primitives and the first-step allocations are in the first). With emu, the four ranks run on an
     emulated cluster whose hosts are capped at `quota` of a core each (cgroups only: no link limits), so every stage
@@ -245,9 +245,10 @@ def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_
         subprocess.run([EMU, "down", "--name", EMU_NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         run([EMU, "up", "--name", EMU_NAME, "--hosts", str(S), "--cpu-quota", str(quota), "--cpu-period-us",
              str(period_us), "--cgroups-only"])
-        # zmq: with UCX each emulated host used twice the CPU for the same job (8.7 s against 4.5 s per host, 0.45-core
-        # quota, 16 steps of the uniform model) and the step took 2.3-2.8x as long; bench/emu runs zmq there too.
-        cmd = [tandem, "launch", "--transport", "zmq", "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME),
+        # Not UCX: each emulated host used twice the CPU for the same job (8.7 s against 4.5 s per host, 0.45-core
+        # quota, 16 steps of the uniform model) and the step took 2.3-2.8x as long. tcp by default, as in bench/emu:
+        # no I/O thread on the host's quota.
+        cmd = [tandem, "launch", "--transport", transport, "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME),
                "--master-addr", "127.0.0.1", "-n", str(S), "--"] + train
     else:
         cmd = [tandem, "launch", "-n", str(S), "--"] + train
@@ -266,7 +267,7 @@ def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_
     m = re.search(r"measured partition: forward \+ backward per micro-batch, by stage: ([0-9., ]+) ms", err)
     predicted = [float(v) / 1e3 for v in m.group(1).split(",")] if m else []
     out = {"model": model, "emu_cpu_quota": quota if emu else None, "emu_period_us": period_us if emu else None,
-           "stages": S, "micro_batches": M, "steps": steps,
+           "emu_transport": transport if emu else None, "stages": S, "micro_batches": M, "steps": steps,
            "bubble_fraction": ts["bubble_fraction"], "max_bubble_fraction": ts["max_bubble_fraction"],
            "theory": theory, "step_s": ts["step_s"], "exposed_comm_s": ts["exposed_comm_s"],
            "stage_ms": [1e3 * x for x in t], "imbalance_bubble": imbalance_bubble(t, M),
@@ -351,6 +352,8 @@ def main():
     ap.add_argument("--emu-quota", type=float, default=0.45, help="CPU quota per emulated host (fraction of a core)")
     ap.add_argument("--emu-period-us", type=int, default=2500,
                     help="CFS period of the emulated hosts' quota (quota x period must be >= 1000 us)")
+    ap.add_argument("--emu-transport", choices=["tcp", "zmq"], default="tcp",
+                    help="what the emulated hosts talk over (default tcp)")
     ap.add_argument("--emu-only", action="store_true", help="bubble: only the emulated-cluster run")
     ap.add_argument("--bubble-models", default="resnet18",
                     help="bubble: models, comma-separated: resnet18 and/or uniform (8 equal convolutions: cuts evenly)")
@@ -361,7 +364,8 @@ def main():
     results = {}
     for name in args.only.split(","):
         fn = {"ddp": lambda: bench_ddp(tandem, args.steps, args.repeat), "overlap": lambda: bench_overlap(tandem, args.big_steps),
-              "bubble": lambda: [bench_bubble(tandem, args.big_steps, emu, args.emu_quota, m, args.emu_period_us)
+              "bubble": lambda: [bench_bubble(tandem, args.big_steps, emu, args.emu_quota, m, args.emu_period_us,
+                                               args.emu_transport)
                                  for m in args.bubble_models.split(",")
                                  for emu in ([True] if args.emu_only else [False, True] if args.emu else [False])],
               "memory": lambda: bench_memory(tandem, args.big_steps),

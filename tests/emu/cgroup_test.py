@@ -113,6 +113,9 @@ def test_v2(c, tool_path, tmp):
                     read(os.path.join(h, "cpu.max")))
             c.check(read(os.path.join(h, "memory.max")) == str(512 * 2**20), f"v2: host {i} memory.max = 512 MiB",
                     read(os.path.join(h, "memory.max")))
+        # The cluster weighs the most against other work on the machine, so outsiders cannot take the quotas.
+        c.check(read(os.path.join(cl, "cpu.weight")) == "10000", "v2: cluster folder cpu.weight at the maximum",
+                read(os.path.join(cl, "cpu.weight")))
         v1_files = [f for f in all_files(root) if os.path.basename(f).startswith(("cpu.cfs_", "memory.limit_in"))]
         c.check(not v1_files, "v2: no v1 files written", v1_files)
 
@@ -236,6 +239,9 @@ def test_v1(c, tool_path, tmp):
         c.check((read(os.path.join(h["cpu"], "cpu.cfs_period_us")), read(os.path.join(h["cpu"], "cpu.cfs_quota_us")))
                 == ("5000", "2500"), "v1: cpu.cfs_period_us 5000, cpu.cfs_quota_us 2500",
                 (read(os.path.join(h["cpu"], "cpu.cfs_period_us")), read(os.path.join(h["cpu"], "cpu.cfs_quota_us"))))
+        c.check(read(os.path.join(root, "cpu", "tandem-emu-cgone", "cpu.shares")) == "262144",
+                "v1: cluster folder cpu.shares at the maximum", read(os.path.join(root, "cpu", "tandem-emu-cgone",
+                                                                                 "cpu.shares")))
         c.check(read(os.path.join(h["memory"], "memory.limit_in_bytes")) == str(256 * 2**20),
                 "v1: memory.limit_in_bytes = 256 MiB", read(os.path.join(h["memory"], "memory.limit_in_bytes")))
         c.check(not [f for f in all_files(root) if os.path.basename(f) in ("cpu.max", "memory.max")],
