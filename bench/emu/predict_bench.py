@@ -230,12 +230,16 @@ def main():
                 label = model if model != "mobilenetv2" else f"mobilenetv2 (width {a.width_mult})"
                 profile = os.path.join(tmp, f"{model}.json")
                 t0 = time.monotonic()
+                cpu0 = predict_lib.cpu_snapshot(a.name)
                 cal = predict_lib.calibrate(tandem, a.name, addr0, a.hosts, margs, a.micro_batch, profile,
                                             iters=a.iters, transport=a.transport)
                 print(f"\n## {label}: calibrated in {time.monotonic() - t0:.0f} s on {cal['ranks']} hosts at batch "
                       f"{cal['batch']}: step {cal['step_mean_s'] * 1e3:.2f} ms (mean; median "
                       f"{cal['step_median_s'] * 1e3:.2f}), link {cal.get('p2p_bytes_per_s', 0) * 8 / 1e6:.1f} Mbit/s, "
                       f"latency {cal.get('p2p_latency_s', 0) * 1e6:.0f} us", flush=True)
+                cal["cpu_cores"] = cpu = predict_lib.cpu_use(cpu0, predict_lib.cpu_snapshot(a.name))
+                print(f"  calibration's cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq "
+                      f"{cpu['irq']:.2f}, steal {cpu['steal']:.2f}", flush=True)
                 with open(profile) as f:
                     prof = json.load(f)
                 rows = []
@@ -244,18 +248,25 @@ def main():
                     train = margs + flags + ["--epochs", str(a.epochs), "--limit-batches", str(a.steps),
                                              "--eval-limit-batches", "1", "--test-limit", "64", "--threads", "1"]
                     t0 = time.monotonic()
+                    cpu0 = predict_lib.cpu_snapshot(a.name)
                     try:
-                        pred, _ = predict_lib.train_predict(tandem, a.name, addr0, a.hosts, train, cluster, profile,
-                                                            transport=a.transport)
+                        pred, epochs = predict_lib.train_predict(tandem, a.name, addr0, a.hosts, train, cluster,
+                                                                 profile, transport=a.transport)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         print(f"  {name}: FAILED: {e}", flush=True)
                         rc = 1
                         continue
-                    row = dict(config=name, wall_s=time.monotonic() - t0, **pred)
+                    # What the machine did meanwhile (the whole run, warm-up included) and rank 0's compute per
+                    # step: a host slowed by anything but its quota shows here, not only as an error.
+                    cpu = predict_lib.cpu_use(cpu0, predict_lib.cpu_snapshot(a.name))
+                    split = (epochs[-1].get("time_split") or {}) if epochs else {}
+                    row = dict(config=name, wall_s=time.monotonic() - t0, cpu_cores=cpu, **pred)
                     rows.append(row)
                     print(f"  {name:<22} measured {pred['measured_step_s'] * 1e3:8.2f} ms  predicted "
                           f"{pred['predicted_step_s'] * 1e3:8.2f} ms  error {pred['step_error'] * 100:+6.1f}%  "
-                          f"({row['wall_s']:.0f} s)", flush=True)
+                          f"({row['wall_s']:.0f} s; rank 0 compute {split.get('compute_s', 0) * 1e3:.1f} ms/step; "
+                          f"cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f}, "
+                          f"steal {cpu['steal']:.2f})", flush=True)
                 out["models"][label] = {"calibration": cal, "profile": prof, "rows": rows}
                 print_table(label, rows)
             if not a.no_memory:

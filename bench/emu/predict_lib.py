@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -54,6 +55,27 @@ def emu(args, check=True, timeout=120):
 
 def cluster_status(name):
     return json.loads(emu(["status", "--name", name, "--json"]).stdout)
+
+
+def cpu_snapshot(name):
+    """For cpu_use: the machine's CPU counters (/proc/stat, in USER_HZ ticks) and the CPU seconds the cluster's
+    hosts used (their cgroups), now."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    hosts = sum(h["cpu_seconds"] or 0.0 for h in cluster_status(name)["hosts"])
+    return {"t": time.monotonic(), "ticks": v, "hosts_s": hosts}
+
+
+def cpu_use(a, b):
+    """CPU between two snapshots, in cores: the hosts' processes, every other process on the machine (`outside`:
+    what could slow the hosts down besides their quotas), interrupts and softirqs (the emulated network's packet
+    work), and steal (vCPU time the hypervisor gave to someone else)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    wall = max(1e-9, b["t"] - a["t"])
+    d = [(y - x) / hz / wall for x, y in zip(a["ticks"], b["ticks"])]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = d
+    hosts = (b["hosts_s"] - a["hosts_s"]) / wall
+    return {"hosts": hosts, "outside": max(0.0, user + nice + system - hosts), "irq": irq + softirq, "steal": steal}
 
 
 def cluster_description(status, hosts=None):
