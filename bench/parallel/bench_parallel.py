@@ -227,7 +227,7 @@ def uniform_model(path):
     return path
 
 
-def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_us=2500, transport="zmq"):
+def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_us=2500, transport="tcp"):
     """1F1B S=4 M=8 on resnet18 with the measured partition: 2 epochs of `steps` steps, figures from the second
     (oneDNN's primitives and the first-step allocations are in the first). With emu, the four ranks run on an
     emulated cluster whose hosts are capped at `quota` of a core each (cgroups only: no link limits), so every stage
@@ -246,8 +246,8 @@ def bench_bubble(tandem, steps, emu=False, quota=0.45, model="resnet18", period_
         run([EMU, "up", "--name", EMU_NAME, "--hosts", str(S), "--cpu-quota", str(quota), "--cpu-period-us",
              str(period_us), "--cgroups-only"])
         # Not UCX: each emulated host used twice the CPU for the same job (8.7 s against 4.5 s per host, 0.45-core
-        # quota, 16 steps of the uniform model) and the step took 2.3-2.8x as long. zmq by default until tcp is
-        # measured on this benchmark (bench/emu runs tcp: as fast or faster there).
+        # quota, 16 steps of the uniform model) and the step took 2.3-2.8x as long. tcp by default: the same step
+        # as zmq here (resnet18: 1.064 vs 1.058 s), as fast or faster in bench/emu (bench/parallel/README.md).
         cmd = [tandem, "launch", "--transport", transport, "--host-exec", "%s exec --name %s {rank} --" % (EMU, EMU_NAME),
                "--master-addr", "127.0.0.1", "-n", str(S), "--"] + train
     else:
@@ -352,8 +352,8 @@ def main():
     ap.add_argument("--emu-quota", type=float, default=0.45, help="CPU quota per emulated host (fraction of a core)")
     ap.add_argument("--emu-period-us", type=int, default=2500,
                     help="CFS period of the emulated hosts' quota (quota x period must be >= 1000 us)")
-    ap.add_argument("--emu-transport", choices=["tcp", "zmq"], default="zmq",
-                    help="what the emulated hosts talk over (default zmq)")
+    ap.add_argument("--emu-transport", choices=["tcp", "zmq"], default="tcp",
+                    help="what the emulated hosts talk over (default tcp)")
     ap.add_argument("--emu-only", action="store_true", help="bubble: only the emulated-cluster run")
     ap.add_argument("--bubble-models", default="resnet18",
                     help="bubble: models, comma-separated: resnet18 and/or uniform (8 equal convolutions: cuts evenly)")
