@@ -8,6 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_key.hpp"
 #include "transports/transport.hpp"
@@ -82,5 +85,20 @@ class MatchQueues {
   Map<Op> posted_;
   Map<Msg> stashed_;
 };
+
+// Cancels a pending receive (the core's mutex held): forgets it if it is still posted; if a
+// message is already arriving into it (`arriving`, the message in progress from its peer, or
+// null), that message's rest is dropped instead. `transport` names the transport in the error.
+template <typename Msg>
+void cancel_receive(MatchQueues<RecvOp, Msg>& queues, const std::shared_ptr<RecvOp>& op, std::shared_ptr<Msg>* arriving,
+                    const char* transport) {
+  if (!op->done.pending()) return;
+  queues.forget_posted({op->peer, op->tag}, op);
+  if (arriving && *arriving && (*arriving)->matched == op) {
+    (*arriving)->matched.reset();
+    (*arriving)->discard = true;
+  }
+  op->done.fail(Status::kTransport, fmt::format("{}: receive from rank {} tag {} was cancelled", transport, op->peer, op->tag));
+}
 
 }  // namespace tandem::transports

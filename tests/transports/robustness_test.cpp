@@ -422,6 +422,55 @@ BOOST_AUTO_TEST_CASE(tcp_listens_and_connects_over_ipv6) {
   BOOST_TEST(published.rfind("::1 ", 0) == 0, published);
 }
 
+BOOST_AUTO_TEST_CASE(connection_setup_fails_within_its_deadline_naming_the_missing_rank) {
+  // Rank 0 whose peer never comes: kTimeout naming rank 1 once connect_timeout is over. Rank 1
+  // whose rank 0 published an address where nothing listens any more: kTimeout naming rank 0 and
+  // the address -- never a hang past the deadline.
+  auto attempt = [](int rank, MemoryStore& store, const std::string& prefix, long long& ms) {
+    auto o = options_for("tcp", rank, 2, store, prefix);
+    o.connect_timeout = std::chrono::milliseconds(600);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string out;
+    try {
+      create_transport(o);
+    } catch (const Error& e) {
+      out = std::string(status_name(e.status())) + ": " + e.what();
+    }
+    ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  };
+  MemoryStore store;
+  long long ms = 0;
+  const std::string alone = attempt(0, store, unique_prefix("tcp-alone"), ms);
+  BOOST_TEST(alone.find(status_name(Status::kTimeout)) == 0, alone);
+  BOOST_TEST(alone.find("rank(s) 1") != std::string::npos, alone);
+  BOOST_TEST(ms < 3000, ms << " ms");
+
+  const std::string prefix = unique_prefix("tcp-gone");
+  const int port = [] {  // a port nobody listens on: bound, then closed
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return static_cast<int>(ntohs(a.sin_port));
+  }();
+  store.set(prefix + "/tcp/0", fmt::format("127.0.0.1 {} {:016x}", port, 7));
+  const std::string gone = attempt(1, store, prefix, ms);
+  BOOST_TEST(gone.find(status_name(Status::kTimeout)) == 0, gone);
+  BOOST_TEST(gone.find("rank 0") != std::string::npos, gone);
+  BOOST_TEST(gone.find(std::to_string(port)) != std::string::npos, gone);
+  BOOST_TEST(ms < 3000, ms << " ms");
+
+  const std::string bad_prefix = unique_prefix("tcp-bad");
+  store.set(bad_prefix + "/tcp/0", "127.0.0.1 notaport 0000000000000007");
+  const std::string bad = attempt(1, store, bad_prefix, ms);
+  BOOST_TEST(bad.find("malformed address for rank 0") != std::string::npos, bad);
+}
+
 BOOST_AUTO_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs) {
   // While rank 0 waits for rank 1 to connect: 100 KB of garbage, a hello that does not carry rank
   // 0's nonce, a connection that never says anything, and one that closes at once. Each is refused

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -149,6 +150,49 @@ bool write_all(int fd, const void* data, size_t bytes, Clock::time_point deadlin
   return true;
 }
 
+// A rank's published "<host> <port> <nonce hex16>"; false when malformed.
+struct Address {
+  std::string host;
+  uint16_t port = 0;
+  uint64_t nonce = 0;
+};
+bool parse_address(const std::string& value, Address& out) {
+  const size_t a = value.find(' '), b = value.rfind(' ');
+  if (a == std::string::npos || b <= a || b + 17 != value.size()) return false;
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(value.c_str() + a + 1, &end, 10);
+  if (end != value.c_str() + b || port == 0 || port > 65535) return false;
+  const unsigned long long nonce = std::strtoull(value.c_str() + b + 1, &end, 16);
+  if (end != value.c_str() + value.size()) return false;
+  out = {value.substr(0, a), static_cast<uint16_t>(port), nonce};
+  return true;
+}
+
+// Connects a socket to `addr` before `deadline` (non-blocking: an address that drops SYNs cannot
+// hold the caller past it); -1 with `why` set otherwise.
+int connect_before(const sockaddr_storage& addr, socklen_t len, Clock::time_point deadline, std::string& why) {
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    why = errno_text(errno);
+    return -1;
+  }
+  int err = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd pf{fd, POLLOUT, 0};
+    if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) {
+      socklen_t elen = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+    } else {
+      err = ETIMEDOUT;
+    }
+  }
+  if (err == 0) return fd;
+  why = errno_text(err);
+  ::close(fd);
+  return -1;
+}
+
 // The iovecs covering bytes [offset, offset + max) of the concatenated parts (fewer at their end).
 size_t iov_at(std::span<const MutPart> parts, size_t offset, size_t max, std::vector<iovec>& out) {
   out.clear();
@@ -185,7 +229,8 @@ class Core {
 
  private:
   void connect(const TransportOptions& o);
-  void accept_peers(const TransportOptions& o, Clock::time_point deadline);
+  void accept_peers(const TransportOptions& o, Clock::time_point deadline,
+                    const std::function<Address(int)>& peer_address);
   void add_peer(int peer, int fd);
   void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
   // Writes what the socket takes of the peer's queue.
@@ -267,67 +312,50 @@ void Core::connect(const TransportOptions& o) {
   const std::string key_base = o.key_prefix + "/tcp/";
   o.store->set(key_base + std::to_string(rank_), fmt::format("{} {} {:016x}", host, port, nonce));
 
-  auto peer_address = [&](int p, std::string& h, uint16_t& pt, uint64_t& pn) {
+  auto peer_address = [&](int p) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const std::string value = o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
-    const size_t a = value.find(' '), b = value.rfind(' ');
-    unsigned long port_value = 0;
-    bool ok = a != std::string::npos && b > a && b + 17 == value.size();
-    if (ok) {
-      char* end = nullptr;
-      port_value = std::strtoul(value.c_str() + a + 1, &end, 10);
-      ok = end == value.c_str() + b && port_value > 0 && port_value < 65536;
-    }
-    TANDEM_CHECK(ok, Status::kTransport, "tcp: rank {} read a malformed address for rank {} from the store: '{}'", rank_,
-                 p, value);
-    h = value.substr(0, a);
-    pt = static_cast<uint16_t>(port_value);
-    pn = std::stoull(value.substr(b + 1), nullptr, 16);
+    Address out;
+    TANDEM_CHECK(parse_address(value, out), Status::kTransport,
+                 "tcp: rank {} read a malformed address for rank {} from the store: '{}'", rank_, p, value);
+    return out;
   };
 
   // Connect to every lower rank: its listener is up (it published after listening), so the
   // kernel completes the connection even before that rank reaches its accept loop.
   for (int p = 0; p < rank_; ++p) {
-    std::string h;
-    uint16_t pt = 0;
-    uint64_t pn = 0;
-    peer_address(p, h, pt, pn);
+    const Address peer = peer_address(p);
     socklen_t plen = 0;
-    const sockaddr_storage paddr = resolve(h, pt, plen, rank_);
+    const sockaddr_storage paddr = resolve(peer.host, peer.port, plen, rank_);
     int fd = -1;
     std::string last_error;
-    for (;;) {
-      fd = ::socket(paddr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      TANDEM_CHECK(fd >= 0, Status::kTransport, "tcp: rank {} cannot create a socket: {}", rank_, errno_text(errno));
-      if (::connect(fd, reinterpret_cast<const sockaddr*>(&paddr), plen) == 0) break;
-      last_error = errno_text(errno);
-      ::close(fd);
-      fd = -1;
+    while ((fd = connect_before(paddr, plen, deadline, last_error)) < 0) {
       TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
-                   "tcp: rank {} could not connect to rank {} at {}:{} within {} ms: {}", rank_, p, h, pt,
-                   o.connect_timeout.count(), last_error);
+                   "tcp: rank {} could not connect to rank {} at {}:{} within {} ms: {}", rank_, p, peer.host,
+                   peer.port, o.connect_timeout.count(), last_error);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     Hello hello;
     hello.rank = rank_;
     hello.world = static_cast<uint32_t>(size_);
-    hello.acceptor_nonce = pn;
+    hello.acceptor_nonce = peer.nonce;
     hello.connector_nonce = nonce;
-    set_nonblocking(fd);
     if (!write_all(fd, &hello, sizeof hello, deadline)) {
       const std::string why = errno_text(errno);
       ::close(fd);
-      TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}:{}: {}", rank_, p, h, pt, why);
+      TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}:{}: {}", rank_, p, peer.host,
+                   peer.port, why);
     }
     add_peer(p, fd);
   }
-  accept_peers(o, deadline);
+  accept_peers(o, deadline, peer_address);
   ::close(listen_fd_);
   listen_fd_ = -1;
   log::debug("tcp: rank {} of {} connected, listened on {}:{}", rank_, size_, host, port);
 }
 
-void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline) {
+void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
+                        const std::function<Address(int)>& peer_address) {
   struct Pending {
     int fd;
     Hello hello;
@@ -335,8 +363,7 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline) {
     Clock::time_point since;
   };
   std::vector<Pending> pending;
-  std::vector<uint64_t> nonces(size_, 0);
-  std::vector<char> known(size_, 0);
+  std::vector<Address> known(size_);  // the store's addresses of the ranks that greeted us
   int missing = size_ - 1 - rank_;
   auto reject = [&](Pending& c, const std::string& why) {
     log::warn("tcp: rank {} refused a connection: {}", rank_, why);
@@ -376,15 +403,8 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline) {
       const int p = c.hello.rank;
       if (why.empty() && peers_[p].fd >= 0) why = fmt::format("a second connection claiming rank {}", p);
       if (why.empty()) {
-        if (!known[p]) {
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-          const std::string value =
-              o.store->get(o.key_prefix + "/tcp/" + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
-          const size_t b = value.rfind(' ');
-          nonces[p] = b == std::string::npos ? 0 : std::strtoull(value.c_str() + b + 1, nullptr, 16);
-          known[p] = 1;
-        }
-        if (c.hello.connector_nonce != nonces[p]) why = fmt::format("hello claiming rank {} with the wrong nonce", p);
+        if (known[p].port == 0) known[p] = peer_address(p);
+        if (c.hello.connector_nonce != known[p].nonce) why = fmt::format("hello claiming rank {} with the wrong nonce", p);
       }
       if (!why.empty()) {
         reject(c, why);
@@ -727,16 +747,7 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
 
 void Core::cancel(const std::shared_ptr<RecvOp>& op) {
   std::lock_guard lock(mu_);
-  if (!op->done.pending()) return;
-  match_.forget_posted({op->peer, op->tag}, op);
-  if (op->peer != rank_) {
-    auto& cur = peers_[op->peer].current;
-    if (cur && cur->matched == op) {
-      cur->matched.reset();
-      cur->discard = true;
-    }
-  }
-  op->done.fail(Status::kTransport, fmt::format("tcp: receive from rank {} tag {} was cancelled", op->peer, op->tag));
+  cancel_receive(match_, op, op->peer != rank_ ? &peers_[op->peer].current : nullptr, "tcp");
 }
 
 void Core::cancel(const std::shared_ptr<SendOp>& op) {

@@ -700,16 +700,7 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
 
 void Core::cancel(const std::shared_ptr<RecvOp>& op) {
   std::lock_guard lock(mu_);
-  if (!op->done.pending()) return;
-  match_.forget_posted({op->peer, op->tag}, op);
-  if (op->peer != rank_) {
-    auto& cur = peers_[op->peer].current;
-    if (cur && cur->matched == op) {
-      cur->matched.reset();
-      cur->discard = true;
-    }
-  }
-  op->done.fail(Status::kTransport, fmt::format("zmq: receive from rank {} tag {} was cancelled", op->peer, op->tag));
+  cancel_receive(match_, op, op->peer != rank_ ? &peers_[op->peer].current : nullptr, "zmq");
 }
 
 void Core::cancel(const std::shared_ptr<SendOp>& op) {
