@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Allreduce against the peers, in one run: Tandem (tcp, zmq, ucx) vs PyTorch gloo and Open MPI's
+"""Allreduce against the peers, in one run: Tandem (tcp, tcp over local sockets, zmq, ucx) vs PyTorch gloo and Open MPI's
 MPI_Allreduce (TCP and shared memory), float32 sum, the same sizes at world sizes 2 and 4, on
 loopback. Every runner uses one method (barrier, timed call, slowest rank per iteration, median
 over iterations; busbw = algbw * 2(n-1)/n) and checks its results.
@@ -77,10 +77,11 @@ def find_tandem(arg):
     return max(built, key=os.path.getmtime)
 
 
-def tandem_runner(exe, transport):
+def tandem_runner(exe, transport, **env):
     def go(world, sizes, iters, warmup):
         return run([exe, "bench", "allreduce", "-n", str(world), "--transport", transport, "--sizes",
-                    ",".join(map(str, sizes)), "--iters", str(iters), "--warmup", str(warmup), "--json"])
+                    ",".join(map(str, sizes)), "--iters", str(iters), "--warmup", str(warmup), "--json"],
+                   env=dict(os.environ, **env))
     return go
 
 
@@ -144,7 +145,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every runner this many times, interleaved, and keep each runner's best round per size "
                          "(the shared machine's noise only ever slows a runner down)")
-    ap.add_argument("--only", help="comma-separated subset of runners (tandem-tcp, tandem-zmq, tandem-ucx, gloo, mpi-tcp, mpi-shm)")
+    ap.add_argument("--only", help="comma-separated subset of runners (tandem-tcp, tandem-unix, tandem-zmq, tandem-ucx, gloo, "
+                    "mpi-tcp, mpi-shm)")
     ap.add_argument("--json", help="also write every result to this file")
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
@@ -152,8 +154,11 @@ def main():
     exe = find_tandem(a.tandem)
 
     tmp = tempfile.mkdtemp(prefix="tandem-bench-")
-    runners = {"tandem-tcp": tandem_runner(exe, "tcp"), "tandem-zmq": tandem_runner(exe, "zmq"),
-               "tandem-ucx": tandem_runner(exe, "ucx")}
+    # tandem-tcp keeps every connection on TCP (the path gloo and mpi-tcp take); tandem-unix is the
+    # tcp transport as it runs by default, reaching the ranks of this host over local sockets.
+    runners = {"tandem-tcp": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="tcp"),
+               "tandem-unix": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="unix"),
+               "tandem-zmq": tandem_runner(exe, "zmq"), "tandem-ucx": tandem_runner(exe, "ucx")}
     notes = []
     try:
         import torch  # noqa: F401
@@ -214,13 +219,15 @@ def main():
           (a.iters, a.warmup, a.small_iters, a.small_warmup, a.rounds))
     print("# %d CPUs; 1-minute load average %.1f at the start, %.1f at the end (other work skews every column)" %
           (os.cpu_count(), load_start[0], os.getloadavg()[0]))
-    print("# ratios: tcp and zmq against gloo and mpi-tcp, ucx against mpi-shm (busbw, higher is better); "
-          "lat = mpi/tandem time on the same kind of path (higher is better)")
+    print("# ratios: tcp (every connection on TCP) and zmq against gloo and mpi-tcp, ucx against mpi-shm, unx "
+          "(tcp over local sockets) against gloo, mpi-tcp and mpi-shm (busbw, higher is better); lat = mpi/tandem "
+          "time on the same kind of path (higher is better)")
     pairs = [("tcp/gloo", "tandem-tcp", "gloo"), ("tcp/mpiT", "tandem-tcp", "mpi-tcp"),
              ("zmq/gloo", "tandem-zmq", "gloo"), ("zmq/mpiT", "tandem-zmq", "mpi-tcp"),
-             ("ucx/mpiS", "tandem-ucx", "mpi-shm")]
+             ("ucx/mpiS", "tandem-ucx", "mpi-shm"), ("unx/gloo", "tandem-unix", "gloo"),
+             ("unx/mpiT", "tandem-unix", "mpi-tcp"), ("unx/mpiS", "tandem-unix", "mpi-shm")]
     lats = [("lat tcp", "mpi-tcp", "tandem-tcp"), ("lat zmq", "mpi-tcp", "tandem-zmq"),
-            ("lat ucx", "mpi-shm", "tandem-ucx")]
+            ("lat ucx", "mpi-shm", "tandem-ucx"), ("lat unx", "mpi-tcp", "tandem-unix")]
     header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + "  " + \
         " ".join("%8s" % p[0] for p in pairs) + " " + " ".join("%9s" % l[0] for l in lats)
     print(header)

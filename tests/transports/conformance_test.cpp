@@ -28,7 +28,7 @@ std::unique_ptr<Request> recv_bytes(Transport& t, int peer, uint64_t tag, std::v
   return t.irecv(peer, tag, std::span<const MutPart>(&p, 1));
 }
 
-const auto kTransports = bdata::make(available_transports());
+const auto kTransports = bdata::make(transport_variants(available_transports()));
 const auto kWorlds = bdata::make({2, 3, 4});
 
 }  // namespace
@@ -269,6 +269,7 @@ BOOST_DATA_TEST_CASE(a_receive_from_a_peer_that_closes_fails_naming_it, kTranspo
   // Guarantee (transport.hpp): a receive pending on a peer whose transport is destroyed fails with
   // kPeerFailure naming that rank, and so does a later one; a message the peer finished sending
   // before is still delivered, even to a receive posted after the peer closed.
+  const VariantEnv env(name);
   MemoryStore store;
   const std::string prefix = unique_prefix(name + "-close");
   std::barrier<> sync(n);
@@ -331,6 +332,7 @@ BOOST_DATA_TEST_CASE(destruction_does_not_wait_for_sends_nobody_can_receive, kTr
   // Large (rendezvous) sends to this rank itself and to a peer that already closed can never be
   // received: destroying the transport must drop them at once rather than wait out its flush
   // deadline (ucx waited its full 2 s and warned, on every single-rank or early-closing job).
+  const VariantEnv env(name);
   MemoryStore store;
   const std::string prefix = unique_prefix(name + "-orphans");
   std::barrier<> sync(n);

@@ -1,6 +1,8 @@
 #pragma once
 // Runs N ranks as threads of this process, each with its own transport, over a shared MemoryStore.
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
@@ -47,10 +49,37 @@ inline std::string unique_prefix(const std::string& name) {
   return "test/" + name + "/" + std::to_string(counter.fetch_add(1));
 }
 
-inline TransportOptions options_for(const std::string& name, int rank, int size, KvStore& store,
+// Suites run each transport under its name, plus variants written "<name>+<variant>":
+// "tcp+inet" is the tcp transport with every connection on TCP (TANDEM_TCP_LOCAL=tcp), where plain
+// "tcp" reaches the ranks of this host -- every rank of a test -- over local sockets.
+inline std::vector<std::string> transport_variants(std::vector<std::string> names) {
+  if (std::find(names.begin(), names.end(), "tcp") != names.end()) names.push_back("tcp+inet");
+  return names;
+}
+
+inline std::string transport_name(const std::string& spec) { return spec.substr(0, spec.find('+')); }
+
+// Sets the environment a variant needs for its lifetime; create it before any rank thread starts
+// (the environment is not thread-safe) and let it go after they have all joined.
+class VariantEnv {
+ public:
+  explicit VariantEnv(const std::string& spec) : set_(spec == "tcp+inet") {
+    if (set_) ::setenv("TANDEM_TCP_LOCAL", "tcp", 1);
+  }
+  ~VariantEnv() {
+    if (set_) ::unsetenv("TANDEM_TCP_LOCAL");
+  }
+  VariantEnv(const VariantEnv&) = delete;
+  VariantEnv& operator=(const VariantEnv&) = delete;
+
+ private:
+  bool set_;
+};
+
+inline TransportOptions options_for(const std::string& spec, int rank, int size, KvStore& store,
                                     const std::string& prefix) {
   TransportOptions o;
-  o.name = name;
+  o.name = transport_name(spec);
   o.rank = rank;
   o.size = size;
   o.store = &store;
@@ -85,6 +114,7 @@ inline void wait_all(Transport& t, std::vector<std::unique_ptr<Request>>& rs) {
 
 // Runs fn on `size` threads (one transport each); the test fails with every rank's error.
 inline void run_ranks(const std::string& transport, int size, const std::function<void(Rank&)>& fn) {
+  const VariantEnv env(transport);
   MemoryStore store;
   const std::string prefix = unique_prefix(transport);
   std::barrier<> sync(size);

@@ -9,17 +9,23 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sched.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <functional>
+#include <sstream>
 #include <malloc.h>
 #include <random>
 #include <zmq.hpp>
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
+#include "transports/tcp/tcp_transport.hpp"
 #include "transports/tcp/wire.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -262,16 +268,100 @@ BOOST_AUTO_TEST_SUITE_END()
 
 namespace {
 
-// "host port nonce" as the tcp transport publishes it.
+std::vector<std::string> fields(const std::string& v) {
+  std::vector<std::string> out;
+  std::istringstream in(v);
+  for (std::string f; in >> f;) out.push_back(f);
+  return out;
+}
+
+// "host port nonce [host-id local-name]" as the tcp transport publishes it.
 struct TcpAddress {
   std::string host;
   int port = 0;
   uint64_t nonce = 0;
+  std::string host_id, local_name;  // empty when the rank has no local socket
 };
 TcpAddress tcp_address(KvStore& store, const std::string& prefix, int rank) {
-  const std::string v = store.get(prefix + "/tcp/" + std::to_string(rank), std::chrono::milliseconds(10000));
-  const size_t a = v.find(' '), b = v.rfind(' ');
-  return {v.substr(0, a), std::stoi(v.substr(a + 1, b - a - 1)), std::stoull(v.substr(b + 1), nullptr, 16)};
+  const auto f = fields(store.get(prefix + "/tcp/" + std::to_string(rank), std::chrono::milliseconds(10000)));
+  CHECK_RANK(f.size() == 3 || f.size() == 5, "published address has " << f.size() << " fields");
+  TcpAddress a{f[0], std::stoi(f[1]), std::stoull(f[2], nullptr, 16), "", ""};
+  if (f.size() == 5) a.host_id = f[3], a.local_name = f[4];
+  return a;
+}
+
+// Connects to a rank's abstract local socket.
+int local_connect(const std::string& name) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0, "connect " << name << ": " << std::strerror(errno));
+  return fd;
+}
+
+// The job's store, with each rank's published tcp address rewritten on the way in.
+class RewritingStore : public KvStore {
+ public:
+  using Rewrite = std::function<std::string(std::vector<std::string> fields)>;
+  RewritingStore(KvStore& inner, Rewrite rewrite) : inner_(inner), rewrite_(std::move(rewrite)) {}
+  void set(const std::string& key, const std::string& value) override {
+    std::string v = value;
+    if (key.find("/tcp/") != std::string::npos) v = rewrite_(fields(value));
+    inner_.set(key, v);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override { return inner_.get(key, timeout); }
+
+ private:
+  KvStore& inner_;
+  Rewrite rewrite_;
+};
+
+std::string join(const std::vector<std::string>& f) {
+  std::string out;
+  for (const auto& x : f) out += (out.empty() ? "" : " ") + x;
+  return out;
+}
+
+int dead_tcp_port() {  // bound, then closed: nobody listens there
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+// Runs `n` tcp ranks as threads over `store`, each exchanging with rank 0 / 1 (exchange_intact);
+// returns every rank's error, "" when all went well.
+std::string run_tcp_job(KvStore& store, int n, std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(20000)) {
+  const std::string prefix = unique_prefix("tcp-job");
+  std::barrier<> sync(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto o = options_for("tcp", r, n, store, prefix);
+        o.connect_timeout = connect_timeout;
+        auto t = create_transport(o);
+        Rank rk{r, n, *t, sync};
+        for (int seq = 0; seq < 3; ++seq) exchange_intact(rk, seq, 300000);
+        sync.arrive_and_wait();  // nobody closes while a peer still reads
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::string out;
+  for (int r = 0; r < n; ++r)
+    if (!errors[r].empty()) out += fmt::format("rank {}: {}\n", r, errors[r]);
+  return out;
 }
 
 int tcp_connect(int port) {
@@ -326,9 +416,50 @@ std::string outcome(Transport& t, Request& rq) {
   }
 }
 
+// The host id a child process sees after moving into a network namespace of its own, or
+// "!<why>" when it could not (not root, or no namespaces in this container).
+std::string host_id_in_new_netns() {
+  int fds[2];
+  if (::pipe(fds) != 0) return "!pipe";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const std::string id = ::unshare(CLONE_NEWNET) == 0 ? transports::tcp::local_host_id()
+                                                       : std::string("!unshare: ") + std::strerror(errno);
+    [[maybe_unused]] auto n = ::write(fds[1], id.data(), id.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+boost::test_tools::assertion_result can_make_a_network_namespace(boost::unit_test::test_unit_id) {
+  const std::string id = host_id_in_new_netns();
+  boost::test_tools::assertion_result r(id.empty() || id[0] != '!');
+  r.message() << "cannot make a network namespace here (" << id << ")";
+  return r;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(tcp_transport)
+
+BOOST_AUTO_TEST_CASE(another_network_namespace_is_another_host_for_local_sockets,
+                     *boost::unit_test::precondition(can_make_a_network_namespace)) {
+  // Abstract local sockets are scoped by the network namespace: ranks in namespaces of their own
+  // (the emulated hosts of bench/emu, containers) must see different host ids and so keep to TCP.
+  const std::string here = transports::tcp::local_host_id(), there = host_id_in_new_netns();
+  BOOST_TEST(!here.empty());
+  BOOST_TEST(!there.empty());
+  BOOST_TEST(here != there);
+  BOOST_TEST(here.substr(0, here.find(':')) == there.substr(0, there.find(':')));  // the same boot
+}
 
 BOOST_AUTO_TEST_CASE(check_frame_and_check_hello_reject_each_defect) {
   using namespace tandem::transports::tcp;
@@ -385,7 +516,7 @@ BOOST_AUTO_TEST_CASE(check_frame_and_check_hello_reject_each_defect) {
 }
 
 BOOST_AUTO_TEST_CASE(tcp_settings_are_checked_and_spin_zero_still_delivers) {
-  for (const char* var : {"TANDEM_TCP_SPIN_US", "TANDEM_TCP_MAX_UNEXPECTED"}) {
+  for (const char* var : {"TANDEM_TCP_SPIN_US", "TANDEM_TCP_MAX_UNEXPECTED", "TANDEM_TCP_LOCAL"}) {
     const std::string msg = creation_error("tcp", var, "-5");
     BOOST_TEST(msg.find("invalid argument") == 0, msg);
     BOOST_TEST(msg.find(var) != std::string::npos, msg);
@@ -447,17 +578,7 @@ BOOST_AUTO_TEST_CASE(connection_setup_fails_within_its_deadline_naming_the_missi
   BOOST_TEST(ms < 3000, ms << " ms");
 
   const std::string prefix = unique_prefix("tcp-gone");
-  const int port = [] {  // a port nobody listens on: bound, then closed
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    return static_cast<int>(ntohs(a.sin_port));
-  }();
+  const int port = dead_tcp_port();
   store.set(prefix + "/tcp/0", fmt::format("127.0.0.1 {} {:016x}", port, 7));
   const std::string gone = attempt(1, store, prefix, ms);
   BOOST_TEST(gone.find(status_name(Status::kTimeout)) == 0, gone);
@@ -471,10 +592,55 @@ BOOST_AUTO_TEST_CASE(connection_setup_fails_within_its_deadline_naming_the_missi
   BOOST_TEST(bad.find("malformed address for rank 0") != std::string::npos, bad);
 }
 
-BOOST_AUTO_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs) {
-  // While rank 0 waits for rank 1 to connect: 100 KB of garbage, a hello that does not carry rank
-  // 0's nonce, a connection that never says anything, and one that closes at once. Each is refused
-  // (logged); rank 1 then connects and the job exchanges intact data.
+BOOST_AUTO_TEST_CASE(ranks_of_one_host_connect_over_local_sockets_and_tcp_local_turns_it_off) {
+  // Every rank publishes a TCP port where nothing listens: the job still runs, so the ranks (all
+  // of this host) met over their local sockets. With TANDEM_TCP_LOCAL=tcp the same job cannot
+  // connect, and says so within its deadline naming the rank and the dead address.
+  MemoryStore inner;
+  const int dead = dead_tcp_port();
+  RewritingStore store(inner, [&](std::vector<std::string> f) {
+    f[1] = std::to_string(dead);
+    return join(f);
+  });
+  const std::string failures = run_tcp_job(store, 3);
+  BOOST_TEST(failures.empty(), failures);
+
+  ::setenv("TANDEM_TCP_LOCAL", "tcp", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string refused = run_tcp_job(store, 2, std::chrono::milliseconds(800));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  ::unsetenv("TANDEM_TCP_LOCAL");
+  BOOST_TEST(refused.find("could not connect to rank 0 at 127.0.0.1:" + std::to_string(dead)) != std::string::npos,
+             refused);
+  BOOST_TEST(ms < 5000, ms << " ms");
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_cannot_meet_on_a_local_socket_use_tcp) {
+  // A local socket name nobody listens on (each rank falls back to TCP, with a warning), and host
+  // ids that differ (as between hosts, or network namespaces of one host): the job runs over TCP.
+  MemoryStore a;
+  RewritingStore gone(a, [](std::vector<std::string> f) {
+    if (f.size() == 5) f[4] = "tandem-tcp-nobody-listens-here";
+    return join(f);
+  });
+  std::string failures = run_tcp_job(gone, 3);
+  BOOST_TEST(failures.empty(), failures);
+  MemoryStore b;
+  std::atomic<int> next{0};
+  RewritingStore apart(b, [&](std::vector<std::string> f) {
+    if (f.size() == 5) f[3] += "-host" + std::to_string(next++);
+    return join(f);
+  });
+  failures = run_tcp_job(apart, 3);
+  BOOST_TEST(failures.empty(), failures);
+}
+
+BOOST_DATA_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs,
+                     bdata::make(std::vector<std::string>{"tcp", "local"}), via) {
+  // While rank 0 waits for rank 1 to connect, on its TCP listener or on its local socket: 100 KB
+  // of garbage, a hello that does not carry rank 0's nonce, a connection that never says anything,
+  // and one that closes at once. Each is refused (logged); rank 1 then connects and the job
+  // exchanges intact data.
   MemoryStore store;
   const std::string prefix = unique_prefix("tcp-stray");
   std::string error0;
@@ -487,24 +653,26 @@ BOOST_AUTO_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs) {
     }
   });
   const TcpAddress zero = tcp_address(store, prefix, 0);
+  if (via == "local") BOOST_REQUIRE(!zero.local_name.empty());
+  auto stray = [&] { return via == "local" ? local_connect(zero.local_name) : tcp_connect(zero.port); };
   std::mt19937 rng(5);
   std::vector<unsigned char> junk(100000);
   for (auto& c : junk) c = static_cast<unsigned char>(rng());
-  spray_tcp("tcp://127.0.0.1:" + std::to_string(zero.port), junk);
+  const int garbage = stray();
+  [[maybe_unused]] auto w = ::send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   transports::tcp::Hello guess;
   guess.rank = 1;
   guess.world = 2;
   guess.acceptor_nonce = zero.nonce ^ 1;
-  std::vector<unsigned char> hello_bytes(sizeof guess);
-  std::memcpy(hello_bytes.data(), &guess, sizeof guess);
-  spray_tcp("tcp://127.0.0.1:" + std::to_string(zero.port), hello_bytes);
-  const int silent = tcp_connect(zero.port);
-  ::close(tcp_connect(zero.port));
+  const int wrong = stray();
+  write_raw(wrong, &guess, sizeof guess);
+  const int silent = stray();
+  ::close(stray());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::unique_ptr<Transport> t1;
   BOOST_REQUIRE_NO_THROW(t1 = create_transport(options_for("tcp", 1, 2, store, prefix)));
   rank0.join();
-  ::close(silent);
+  for (int fd : {garbage, wrong, silent}) ::close(fd);
   BOOST_REQUIRE_MESSAGE(error0.empty(), error0);
   std::barrier<> sync(2);
   std::string failure;
@@ -577,9 +745,10 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(peer_death)
 
 BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it,
-                     bdata::make(networked_transports()), name) {
+                     bdata::make(transport_variants(networked_transports())), name) {
   // Rank 0 is another process: it sends one message, then SIGKILLs itself (no goodbye). Rank 1
   // (this process) still gets that message, and its pending receive fails with kPeerFailure.
+  const VariantEnv env(name);  // before the spawn: the peer inherits it
   const auto dir = std::filesystem::temp_directory_path() /
                    fmt::format("tandem-transport-test-{}-{}", ::getpid(), unique_prefix("kill").substr(5));
   std::filesystem::remove_all(dir);

@@ -8,7 +8,9 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -84,6 +87,7 @@ struct Peer {
   size_t stage_begin = 0, stage_end = 0;
   std::shared_ptr<Incoming> current;  // the message whose payload is being read
   bool more = false;                  // the last read stopped on its budget: data may be waiting
+  bool local = false;                 // a local (AF_UNIX) socket: the peer shares this host
 };
 
 uint64_t random_nonce() {
@@ -99,6 +103,25 @@ uint64_t max_unexpected_from_env() {
   TANDEM_REQUIRE(end && *end == '\0' && *env != '-' && v <= kFrameLimit,
                  "TANDEM_TCP_MAX_UNEXPECTED must be a byte count in [0, 2^40], got '{}'", env);
   return v;
+}
+
+// TANDEM_TCP_LOCAL: "unix" (default) reaches the ranks of this host over local sockets, "tcp"
+// keeps every connection on TCP.
+bool local_sockets_from_env() {
+  const char* env = std::getenv("TANDEM_TCP_LOCAL");
+  if (!env || !*env) return true;
+  const std::string v = env;
+  TANDEM_REQUIRE(v == "unix" || v == "tcp", "TANDEM_TCP_LOCAL must be 'unix' or 'tcp', got '{}'", v);
+  return v == "unix";
+}
+
+sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof a.sun_path - 1);
+  std::memcpy(a.sun_path + 1, name.data(), n);  // sun_path[0] == 0: the abstract namespace
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return a;
 }
 
 std::string listen_host(const TransportOptions& o) {
@@ -150,34 +173,50 @@ bool write_all(int fd, const void* data, size_t bytes, Clock::time_point deadlin
   return true;
 }
 
-// A rank's published "<host> <port> <nonce hex16>"; false when malformed.
+// A rank's published "<host> <port> <nonce hex16>", followed by " <host id> <local socket name>"
+// when it also listens on a local socket; false when malformed.
 struct Address {
   std::string host;
   uint16_t port = 0;
   uint64_t nonce = 0;
+  std::string host_id;     // empty: no local socket
+  std::string local_name;  // abstract AF_UNIX name
 };
 bool parse_address(const std::string& value, Address& out) {
-  const size_t a = value.find(' '), b = value.rfind(' ');
-  if (a == std::string::npos || b <= a || b + 17 != value.size()) return false;
+  std::vector<std::string> f;
+  for (size_t at = 0; at <= value.size();) {
+    const size_t sp = std::min(value.find(' ', at), value.size());
+    f.push_back(value.substr(at, sp - at));
+    at = sp + 1;
+  }
+  if ((f.size() != 3 && f.size() != 5) || f[0].empty()) return false;
+  for (const auto& x : f)
+    if (x.empty()) return false;
   char* end = nullptr;
-  const unsigned long port = std::strtoul(value.c_str() + a + 1, &end, 10);
-  if (end != value.c_str() + b || port == 0 || port > 65535) return false;
-  const unsigned long long nonce = std::strtoull(value.c_str() + b + 1, &end, 16);
-  if (end != value.c_str() + value.size()) return false;
-  out = {value.substr(0, a), static_cast<uint16_t>(port), nonce};
+  const unsigned long port = std::strtoul(f[1].c_str(), &end, 10);
+  if (*end != '\0' || f[1][0] == '-' || port == 0 || port > 65535) return false;
+  if (f[2].size() != 16) return false;
+  const unsigned long long nonce = std::strtoull(f[2].c_str(), &end, 16);
+  if (*end != '\0') return false;
+  out = {f[0], static_cast<uint16_t>(port), nonce, "", ""};
+  if (f.size() == 5) {
+    if (f[4].size() > sizeof(sockaddr_un::sun_path) - 1) return false;
+    out.host_id = f[3];
+    out.local_name = f[4];
+  }
   return true;
 }
 
 // Connects a socket to `addr` before `deadline` (non-blocking: an address that drops SYNs cannot
 // hold the caller past it); -1 with `why` set otherwise.
-int connect_before(const sockaddr_storage& addr, socklen_t len, Clock::time_point deadline, std::string& why) {
-  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+int connect_before(const sockaddr* addr, socklen_t len, Clock::time_point deadline, std::string& why) {
+  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     why = errno_text(errno);
     return -1;
   }
-  int err = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0 ? 0 : errno;
-  if (err == EINPROGRESS) {
+  int err = ::connect(fd, addr, len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS || err == EAGAIN) {  // EAGAIN: a local socket's backlog is full
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd pf{fd, POLLOUT, 0};
     if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) {
@@ -231,7 +270,9 @@ class Core {
   void connect(const TransportOptions& o);
   void accept_peers(const TransportOptions& o, Clock::time_point deadline,
                     const std::function<Address(int)>& peer_address);
-  void add_peer(int peer, int fd);
+  void add_peer(int peer, int fd, bool local);
+  // Greets lower rank p over a new connection (local socket when p shares this host, else TCP).
+  void connect_to(int p, const Address& peer, const TransportOptions& o, Clock::time_point deadline);
   void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
   // Writes what the socket takes of the peer's queue.
   void write_peer(int peer);
@@ -252,6 +293,8 @@ class Core {
   bool closed_ = false;
   bool draining_ = false;  // shutting down: payloads read are dropped
   int listen_fd_ = -1;
+  int local_listen_fd_ = -1;  // abstract AF_UNIX listener for ranks of this host
+  std::string host_id_;       // set when local sockets are on
   const uint64_t own_nonce_ = random_nonce();
   int event_fd_ = -1;
   std::vector<Peer> peers_;
@@ -281,11 +324,12 @@ Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), peers_(o.s
   }
 }
 
-void Core::add_peer(int peer, int fd) {
+void Core::add_peer(int peer, int fd, bool local) {
   set_nonblocking(fd);
-  set_nodelay(fd);
+  if (!local) set_nodelay(fd);
   Peer& p = peers_[peer];
   p.fd = fd;
+  p.local = local;
   p.stage.reset(new unsigned char[kStageBytes]);
   poll_dirty_ = true;
 }
@@ -308,9 +352,25 @@ void Core::connect(const TransportOptions& o) {
   const uint16_t port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   set_nonblocking(listen_fd_);
-  const uint64_t nonce = own_nonce_;
+  std::string published = fmt::format("{} {} {:016x}", host, port, own_nonce_);
+  if (local_sockets_from_env() && !(host_id_ = local_host_id()).empty()) {
+    const std::string name = fmt::format("tandem-tcp-{}-{:016x}", ::getpid(), own_nonce_);
+    socklen_t ulen = 0;
+    const sockaddr_un uaddr = abstract_address(name, ulen);
+    local_listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (local_listen_fd_ >= 0 && ::bind(local_listen_fd_, reinterpret_cast<const sockaddr*>(&uaddr), ulen) == 0 &&
+        ::listen(local_listen_fd_, std::max(size_, 64)) == 0) {
+      published += fmt::format(" {} {}", host_id_, name);
+    } else {  // TCP still reaches everyone
+      log::warn("tcp: rank {} cannot listen on a local socket ({}); ranks of this host connect over TCP", rank_,
+                errno_text(errno));
+      if (local_listen_fd_ >= 0) ::close(local_listen_fd_);
+      local_listen_fd_ = -1;
+      host_id_.clear();
+    }
+  }
   const std::string key_base = o.key_prefix + "/tcp/";
-  o.store->set(key_base + std::to_string(rank_), fmt::format("{} {} {:016x}", host, port, nonce));
+  o.store->set(key_base + std::to_string(rank_), published);
 
   auto peer_address = [&](int p) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -323,41 +383,60 @@ void Core::connect(const TransportOptions& o) {
 
   // Connect to every lower rank: its listener is up (it published after listening), so the
   // kernel completes the connection even before that rank reaches its accept loop.
-  for (int p = 0; p < rank_; ++p) {
-    const Address peer = peer_address(p);
+  for (int p = 0; p < rank_; ++p) connect_to(p, peer_address(p), o, deadline);
+  accept_peers(o, deadline, peer_address);
+  for (int* fd : {&listen_fd_, &local_listen_fd_})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+  int local = 0;
+  for (const Peer& p : peers_) local += p.local;
+  log::debug("tcp: rank {} of {} connected, listened on {}:{}; {} of {} peers over local sockets", rank_, size_, host,
+             port, local, size_ - 1);
+}
+
+void Core::connect_to(int p, const Address& peer, const TransportOptions& o, Clock::time_point deadline) {
+  int fd = -1;
+  bool local = false;
+  std::string last_error;
+  if (!host_id_.empty() && peer.host_id == host_id_) {
+    socklen_t ulen = 0;
+    const sockaddr_un uaddr = abstract_address(peer.local_name, ulen);
+    fd = connect_before(reinterpret_cast<const sockaddr*>(&uaddr), ulen, deadline, last_error);
+    local = fd >= 0;
+    if (!local)
+      log::warn("tcp: rank {} cannot reach rank {} on its local socket ({}); trying TCP", rank_, p, last_error);
+  }
+  if (fd < 0) {
     socklen_t plen = 0;
     const sockaddr_storage paddr = resolve(peer.host, peer.port, plen, rank_);
-    int fd = -1;
-    std::string last_error;
-    while ((fd = connect_before(paddr, plen, deadline, last_error)) < 0) {
+    while ((fd = connect_before(reinterpret_cast<const sockaddr*>(&paddr), plen, deadline, last_error)) < 0) {
       TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
                    "tcp: rank {} could not connect to rank {} at {}:{} within {} ms: {}", rank_, p, peer.host,
                    peer.port, o.connect_timeout.count(), last_error);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    Hello hello;
-    hello.rank = rank_;
-    hello.world = static_cast<uint32_t>(size_);
-    hello.acceptor_nonce = peer.nonce;
-    hello.connector_nonce = nonce;
-    if (!write_all(fd, &hello, sizeof hello, deadline)) {
-      const std::string why = errno_text(errno);
-      ::close(fd);
-      TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}:{}: {}", rank_, p, peer.host,
-                   peer.port, why);
-    }
-    add_peer(p, fd);
   }
-  accept_peers(o, deadline, peer_address);
-  ::close(listen_fd_);
-  listen_fd_ = -1;
-  log::debug("tcp: rank {} of {} connected, listened on {}:{}", rank_, size_, host, port);
+  Hello hello;
+  hello.rank = rank_;
+  hello.world = static_cast<uint32_t>(size_);
+  hello.acceptor_nonce = peer.nonce;
+  hello.connector_nonce = own_nonce_;
+  if (!write_all(fd, &hello, sizeof hello, deadline)) {
+    const std::string why = errno_text(errno);
+    ::close(fd);
+    TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}: {}", rank_, p,
+                 local ? "its local socket" : fmt::format("{}:{}", peer.host, peer.port), why);
+  }
+  add_peer(p, fd, local);
 }
 
 void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
                         const std::function<Address(int)>& peer_address) {
   struct Pending {
     int fd;
+    bool local;
     Hello hello;
     size_t got = 0;
     Clock::time_point since;
@@ -380,13 +459,12 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
                    who, o.connect_timeout.count(), o.key_prefix);
     }
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    if (local_listen_fd_ >= 0) fds.push_back({local_listen_fd_, POLLIN, 0});
     for (auto& c : pending) fds.push_back({c.fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), 10);
-    for (;;) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      pending.push_back({fd, Hello{}, 0, Clock::now()});
-    }
+    for (const int lfd : {listen_fd_, local_listen_fd_})
+      for (int fd; lfd >= 0 && (fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;)
+        pending.push_back({fd, lfd == local_listen_fd_, Hello{}, 0, Clock::now()});
     for (auto& c : pending) {
       if (c.got == sizeof(Hello)) continue;
       const ssize_t n = ::recv(c.fd, reinterpret_cast<unsigned char*>(&c.hello) + c.got, sizeof(Hello) - c.got, 0);
@@ -410,7 +488,7 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
         reject(c, why);
         continue;
       }
-      add_peer(p, c.fd);
+      add_peer(p, c.fd, c.local);
       c.fd = -1;
       --missing;
     }
@@ -824,13 +902,28 @@ void Core::shutdown() noexcept {
   } catch (const std::exception& e) {
     log::error("tcp: rank {} shutdown: {}", rank_, e.what());
   }
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  listen_fd_ = -1;
+  for (int* fd : {&listen_fd_, &local_listen_fd_})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
   if (event_fd_ >= 0) ::close(event_fd_);
   event_fd_ = -1;
 }
 
 }  // namespace
+
+// Who can reach whose abstract local sockets: processes of one boot of one kernel in one network
+// namespace (abstract names are scoped by the network namespace, so emulated hosts in namespaces
+// of their own keep to TCP and its shaped links).
+std::string local_host_id() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(boot >> id) || id.empty()) return "";
+  struct stat ns {};
+  if (::stat("/proc/self/ns/net", &ns) != 0) return "";
+  return fmt::format("{}:{:x}:{:x}", id, static_cast<uint64_t>(ns.st_dev), static_cast<uint64_t>(ns.st_ino));
+}
 
 std::unique_ptr<Transport> create(const TransportOptions& options) {
   return std::make_unique<CoreTransport<Core, SendOp, RecvOp>>("tcp", Capabilities{}, options);

@@ -1,6 +1,7 @@
 #pragma once
-// tcp: messages over plain TCP sockets, one connection per pair of ranks, driven by the caller's
-// own progress() calls -- no I/O threads, no intermediate message objects:
+// tcp: messages over plain stream sockets (TCP; local sockets between ranks of one host), one
+// connection per pair of ranks, driven by the caller's own progress() calls -- no I/O threads,
+// no intermediate message objects:
 //  - A send is written with sendmsg straight from the caller's parts (header + parts in one
 //    gather); a send that the socket takes at once completes inside isend. What the socket does
 //    not take waits in the peer's send queue and is written by progress(); the send completes
@@ -11,10 +12,17 @@
 //    arrives before its receive is kept in one allocation of its size (bounded by
 //    TANDEM_TCP_MAX_UNEXPECTED before anything is allocated) and copied out when matched -- from
 //    its first byte if it is still arriving, the rest then read straight into the receive's parts.
-//  - Connection setup: each rank listens on one socket and publishes "<host> <port> <nonce>" under
+//  - Connection setup: each rank listens on a TCP socket and publishes "<host> <port> <nonce>" under
 //    "<key_prefix>/tcp/<rank>" in the KvStore; the higher rank of a pair connects and sends a
 //    Hello naming both ranks' nonces, which the acceptor checks against the store. Anything else
-//    that connects is logged and closed; the listener is closed once every peer is connected.
+//    that connects is logged and closed; the listeners are closed once every peer is connected.
+//  - Ranks of one host: each rank also listens on an abstract local (AF_UNIX) socket and adds
+//    "<host id> <socket name>" to what it publishes. The host id is the kernel's boot id and the
+//    network namespace, the scope of abstract socket names, so ranks in separate namespaces (the
+//    emulated hosts of bench/emu) keep to TCP. A pair with the same host id connects over the
+//    local socket -- the same frames and hello, without the TCP/IP stack: about twice loopback
+//    TCP's bandwidth here. If that connect fails the pair falls back to TCP with a warning.
+//    TANDEM_TCP_LOCAL=tcp turns local sockets off.
 //  - Peer failure: end of stream or a socket error fails the peer's pending receives and sends
 //    with kPeerFailure naming it; messages it completed before are still delivered. A malformed
 //    frame (bad magic, wrong source, oversized) fails the peer the same way: a byte stream cannot
@@ -23,8 +31,9 @@
 //  - wait_for_progress polls (yielding) for up to TANDEM_TCP_SPIN_US (default 100 us) while
 //    messages flow, then blocks in ppoll on the sockets.
 // Environment: TANDEM_IFACE_ADDR (address to listen on and publish), TANDEM_TCP_SPIN_US,
-// TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB).
+// TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB), TANDEM_TCP_LOCAL (unix | tcp, default unix).
 #include <memory>
+#include <string>
 
 #include "transports/transport.hpp"
 
@@ -34,5 +43,9 @@ inline constexpr size_t kDirectBytes = 16 * 1024;
 inline constexpr int kLingerMs = 2000;
 
 std::unique_ptr<Transport> create(const TransportOptions& options);
+
+// This process's host id for local sockets: "<boot id>:<netns dev>:<netns inode>" (hex); ranks
+// whose ids are equal can reach each other's abstract local sockets. Empty when it cannot be read.
+std::string local_host_id();
 
 }  // namespace tandem::transports::tcp
