@@ -75,8 +75,11 @@ class FaultResume(unittest.TestCase):
         try:
             for line in p.stdout:
                 lines.append(line)
-                if killed_at is None and epochs_of([line]).get(1):
-                    time.sleep(0.2)  # into epoch 2
+                first = epochs_of([line]).get(1)
+                if killed_at is None and first:
+                    # Into epoch 2, a third of an epoch in (epoch 1's wall time: a fixed sleep let
+                    # epoch 2 finish first on a quiet machine, where an epoch takes under 0.2 s).
+                    time.sleep(first["wall_s"] / 3)
                     os.kill(rank_pid(p.pid, 2), signal.SIGKILL)
                     killed_at = time.monotonic()
             p.wait(timeout=120)

@@ -50,10 +50,13 @@ inline std::string unique_prefix(const std::string& name) {
 }
 
 // Suites run each transport under its name, plus variants written "<name>+<variant>":
-// "tcp+inet" is the tcp transport with every connection on TCP (TANDEM_TCP_LOCAL=tcp), where plain
-// "tcp" reaches the ranks of this host -- every rank of a test -- over local sockets.
+// "tcp+inet" and "zmq+inet" keep every connection on TCP (TANDEM_TCP_LOCAL / TANDEM_ZMQ_LOCAL =
+// tcp), where plain "tcp" and "zmq" reach the ranks of this host -- every rank of a test -- over
+// local sockets.
 inline std::vector<std::string> transport_variants(std::vector<std::string> names) {
-  if (std::find(names.begin(), names.end(), "tcp") != names.end()) names.push_back("tcp+inet");
+  for (const char* socket_transport : {"tcp", "zmq"})
+    if (std::find(names.begin(), names.end(), socket_transport) != names.end())
+      names.push_back(std::string(socket_transport) + "+inet");
   return names;
 }
 
@@ -63,17 +66,18 @@ inline std::string transport_name(const std::string& spec) { return spec.substr(
 // (the environment is not thread-safe) and let it go after they have all joined.
 class VariantEnv {
  public:
-  explicit VariantEnv(const std::string& spec) : set_(spec == "tcp+inet") {
-    if (set_) ::setenv("TANDEM_TCP_LOCAL", "tcp", 1);
+  explicit VariantEnv(const std::string& spec)
+      : var_(spec == "tcp+inet" ? "TANDEM_TCP_LOCAL" : spec == "zmq+inet" ? "TANDEM_ZMQ_LOCAL" : nullptr) {
+    if (var_) ::setenv(var_, "tcp", 1);
   }
   ~VariantEnv() {
-    if (set_) ::unsetenv("TANDEM_TCP_LOCAL");
+    if (var_) ::unsetenv(var_);
   }
   VariantEnv(const VariantEnv&) = delete;
   VariantEnv& operator=(const VariantEnv&) = delete;
 
  private:
-  bool set_;
+  const char* var_;
 };
 
 inline TransportOptions options_for(const std::string& spec, int rank, int size, KvStore& store,

@@ -25,7 +25,7 @@
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
-#include "transports/tcp/tcp_transport.hpp"
+#include "transports/local_host.hpp"
 #include "transports/tcp/wire.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -75,6 +75,98 @@ void spray_tcp(const std::string& endpoint, const std::vector<unsigned char>& by
     [[maybe_unused]] auto n = ::write(fd, bytes.data(), bytes.size());
   }
   ::close(fd);
+}
+
+std::vector<std::string> fields(const std::string& v) {
+  std::vector<std::string> out;
+  std::istringstream in(v);
+  for (std::string f; in >> f;) out.push_back(f);
+  return out;
+}
+
+// Connects to a rank's abstract local socket.
+int local_connect(const std::string& name) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0, "connect " << name << ": " << std::strerror(errno));
+  return fd;
+}
+
+// The job's store, with each rank's published tcp or zmq address rewritten on the way in.
+class RewritingStore : public KvStore {
+ public:
+  using Rewrite = std::function<std::string(std::vector<std::string> fields)>;
+  RewritingStore(KvStore& inner, Rewrite rewrite) : inner_(inner), rewrite_(std::move(rewrite)) {}
+  void set(const std::string& key, const std::string& value) override {
+    std::string v = value;
+    if (key.find("/tcp/") != std::string::npos || key.find("/zmq/") != std::string::npos) v = rewrite_(fields(value));
+    inner_.set(key, v);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override { return inner_.get(key, timeout); }
+
+ private:
+  KvStore& inner_;
+  Rewrite rewrite_;
+};
+
+std::string join(const std::vector<std::string>& f) {
+  std::string out;
+  for (const auto& x : f) out += (out.empty() ? "" : " ") + x;
+  return out;
+}
+
+int dead_tcp_port() {  // bound, then closed: nobody listens there
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+// Runs `n` ranks of `transport` as threads over `store`, ranks 0 and 1 exchanging
+// (exchange_intact); returns every rank's error, "" when all went well.
+std::string run_job(const std::string& transport, KvStore& store, int n,
+                    std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(20000)) {
+  const std::string prefix = unique_prefix(transport + "-job");
+  std::barrier<> sync(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto o = options_for(transport, r, n, store, prefix);
+        o.connect_timeout = connect_timeout;
+        auto t = create_transport(o);
+        Rank rk{r, n, *t, sync};
+        for (int seq = 0; seq < 3; ++seq) exchange_intact(rk, seq, 300000);
+        sync.arrive_and_wait();  // nobody closes while a peer still reads
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::string out;
+  for (int r = 0; r < n; ++r)
+    if (!errors[r].empty()) out += fmt::format("rank {}: {}\n", r, errors[r]);
+  return out;
+}
+
+int tcp_connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "connect: " << std::strerror(errno));
+  return fd;
 }
 
 // Creates a 1-rank transport with the environment variable `var` set to `value` (unset again
@@ -197,6 +289,31 @@ BOOST_AUTO_TEST_CASE(ucx_busy_window_is_checked_and_zero_still_delivers) {
   ::unsetenv("TANDEM_UCX_BUSY_US");
 }
 
+BOOST_AUTO_TEST_CASE(zmq_ranks_of_one_host_connect_over_ipc_and_zmq_local_turns_it_off) {
+  // Every rank publishes a TCP endpoint where nothing listens: the job still runs, over the ipc
+  // endpoints. With TANDEM_ZMQ_LOCAL=tcp the same job does not connect and says so within its
+  // deadline; a bad TANDEM_ZMQ_LOCAL is refused naming it.
+  MemoryStore inner;
+  const std::string dead = fmt::format("tcp://127.0.0.1:{}", dead_tcp_port());
+  RewritingStore store(inner, [&](std::vector<std::string> f) {
+    f[0] = dead;
+    return join(f);
+  });
+  const std::string failures = run_job("zmq", store, 3);
+  BOOST_TEST(failures.empty(), failures);
+
+  ::setenv("TANDEM_ZMQ_LOCAL", "tcp", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string refused = run_job("zmq", store, 2, std::chrono::milliseconds(800));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  ::unsetenv("TANDEM_ZMQ_LOCAL");
+  BOOST_TEST(refused.find("did not hear from rank(s)") != std::string::npos, refused);
+  BOOST_TEST(ms < 5000, ms << " ms");
+  const std::string msg = creation_error("zmq", "TANDEM_ZMQ_LOCAL", "unix");
+  BOOST_TEST(msg.find("invalid argument") == 0, msg);
+  BOOST_TEST(msg.find("TANDEM_ZMQ_LOCAL") != std::string::npos, msg);
+}
+
 BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
   MemoryStore store;
   const std::string prefix = unique_prefix("zmq-stray");
@@ -213,8 +330,10 @@ BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
         sync.arrive_and_wait();
         if (r == 1) {
           // Attack rank 0's ROUTER while rank 0 keeps progressing.
-          const std::string value = store.get(prefix + "/zmq/0", std::chrono::milliseconds(1000));
-          const std::string endpoint = value.substr(0, value.find(' '));
+          // Its TCP endpoint and its local one (ipc://@name, published after the host id).
+          const auto f = fields(store.get(prefix + "/zmq/0", std::chrono::milliseconds(1000)));
+          CHECK_RANK(f.size() == 4, "rank 0 published no local endpoint");
+          const std::string endpoint = f[0], local = f[3];
           std::mt19937 rng(11);
           std::vector<unsigned char> junk(100000);
           for (auto& c : junk) c = static_cast<unsigned char>(rng());
@@ -223,21 +342,26 @@ BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
           const unsigned char zmtp[] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // a ZMTP-looking start
           std::copy(std::begin(zmtp), std::end(zmtp), greeting.begin());
           spray_tcp(endpoint, greeting);
+          for (const auto* bytes : {&junk, &greeting}) {
+            const int fd = local_connect(local.substr(std::string("ipc://@").size()));
+            [[maybe_unused]] auto n = ::send(fd, bytes->data(), bytes->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            ::close(fd);
+          }
           ::zmq::context_t ctx;
-          for (int kind = 0; kind < 3; ++kind) {
+          for (int kind = 0; kind < 6; ++kind) {
             ::zmq::socket_t d(ctx, ::zmq::socket_type::dealer);
             d.set(::zmq::sockopt::linger, 200);
-            if (kind == 1) {  // guesses rank 1's routing id shape with a wrong nonce
+            if (kind % 3 == 1) {  // guesses rank 1's routing id shape with a wrong nonce
               std::string id(13, '\x01');
               id[0] = 'T';
               d.set(::zmq::sockopt::routing_id, id);
             }
-            d.connect(endpoint);
+            d.connect(kind < 3 ? endpoint : local);
             transports::zmq::WireHeader h;
-            h.kind = static_cast<uint16_t>(kind == 2 ? transports::zmq::Kind::kData : transports::zmq::Kind::kHello);
+            h.kind = static_cast<uint16_t>(kind % 3 == 2 ? transports::zmq::Kind::kData : transports::zmq::Kind::kHello);
             h.src = 1;
             h.total = h.seg_bytes = 4;
-            if (kind == 2) {  // a data segment where only hellos are accepted
+            if (kind % 3 == 2) {  // a data segment where only hellos are accepted
               d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::sndmore);
               d.send(::zmq::str_buffer("evil"), ::zmq::send_flags::none);
             } else {  // a well-formed hello from a routing id that is not rank 1's
@@ -268,13 +392,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 namespace {
 
-std::vector<std::string> fields(const std::string& v) {
-  std::vector<std::string> out;
-  std::istringstream in(v);
-  for (std::string f; in >> f;) out.push_back(f);
-  return out;
-}
-
 // "host port nonce [host-id local-name]" as the tcp transport publishes it.
 struct TcpAddress {
   std::string host;
@@ -290,88 +407,9 @@ TcpAddress tcp_address(KvStore& store, const std::string& prefix, int rank) {
   return a;
 }
 
-// Connects to a rank's abstract local socket.
-int local_connect(const std::string& name) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path + 1, name.data(), name.size());
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0, "connect " << name << ": " << std::strerror(errno));
-  return fd;
-}
-
-// The job's store, with each rank's published tcp address rewritten on the way in.
-class RewritingStore : public KvStore {
- public:
-  using Rewrite = std::function<std::string(std::vector<std::string> fields)>;
-  RewritingStore(KvStore& inner, Rewrite rewrite) : inner_(inner), rewrite_(std::move(rewrite)) {}
-  void set(const std::string& key, const std::string& value) override {
-    std::string v = value;
-    if (key.find("/tcp/") != std::string::npos) v = rewrite_(fields(value));
-    inner_.set(key, v);
-  }
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override { return inner_.get(key, timeout); }
-
- private:
-  KvStore& inner_;
-  Rewrite rewrite_;
-};
-
-std::string join(const std::vector<std::string>& f) {
-  std::string out;
-  for (const auto& x : f) out += (out.empty() ? "" : " ") + x;
-  return out;
-}
-
-int dead_tcp_port() {  // bound, then closed: nobody listens there
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
-// Runs `n` tcp ranks as threads over `store`, each exchanging with rank 0 / 1 (exchange_intact);
-// returns every rank's error, "" when all went well.
-std::string run_tcp_job(KvStore& store, int n, std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(20000)) {
-  const std::string prefix = unique_prefix("tcp-job");
-  std::barrier<> sync(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto o = options_for("tcp", r, n, store, prefix);
-        o.connect_timeout = connect_timeout;
-        auto t = create_transport(o);
-        Rank rk{r, n, *t, sync};
-        for (int seq = 0; seq < 3; ++seq) exchange_intact(rk, seq, 300000);
-        sync.arrive_and_wait();  // nobody closes while a peer still reads
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        sync.arrive_and_drop();
-      }
-    });
-  for (auto& th : threads) th.join();
-  std::string out;
-  for (int r = 0; r < n; ++r)
-    if (!errors[r].empty()) out += fmt::format("rank {}: {}\n", r, errors[r]);
-  return out;
-}
-
-int tcp_connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_RANK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "connect: " << std::strerror(errno));
-  return fd;
+// A connection to rank 0's TCP listener ("tcp") or to its local socket ("local").
+int stray(const std::string& via, const TcpAddress& zero) {
+  return via == "local" ? local_connect(zero.local_name) : tcp_connect(zero.port);
 }
 
 void write_raw(int fd, const void* data, size_t bytes) {
@@ -424,7 +462,7 @@ std::string host_id_in_new_netns() {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
-    const std::string id = ::unshare(CLONE_NEWNET) == 0 ? transports::tcp::local_host_id()
+    const std::string id = ::unshare(CLONE_NEWNET) == 0 ? transports::local_host_id()
                                                        : std::string("!unshare: ") + std::strerror(errno);
     [[maybe_unused]] auto n = ::write(fds[1], id.data(), id.size());
     ::_exit(0);
@@ -454,7 +492,7 @@ BOOST_AUTO_TEST_CASE(another_network_namespace_is_another_host_for_local_sockets
                      *boost::unit_test::precondition(can_make_a_network_namespace)) {
   // Abstract local sockets are scoped by the network namespace: ranks in namespaces of their own
   // (the emulated hosts of bench/emu, containers) must see different host ids and so keep to TCP.
-  const std::string here = transports::tcp::local_host_id(), there = host_id_in_new_netns();
+  const std::string here = transports::local_host_id(), there = host_id_in_new_netns();
   BOOST_TEST(!here.empty());
   BOOST_TEST(!there.empty());
   BOOST_TEST(here != there);
@@ -602,12 +640,12 @@ BOOST_AUTO_TEST_CASE(ranks_of_one_host_connect_over_local_sockets_and_tcp_local_
     f[1] = std::to_string(dead);
     return join(f);
   });
-  const std::string failures = run_tcp_job(store, 3);
+  const std::string failures = run_job("tcp", store, 3);
   BOOST_TEST(failures.empty(), failures);
 
   ::setenv("TANDEM_TCP_LOCAL", "tcp", 1);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string refused = run_tcp_job(store, 2, std::chrono::milliseconds(800));
+  const std::string refused = run_job("tcp", store, 2, std::chrono::milliseconds(800));
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   ::unsetenv("TANDEM_TCP_LOCAL");
   BOOST_TEST(refused.find("could not connect to rank 0 at 127.0.0.1:" + std::to_string(dead)) != std::string::npos,
@@ -623,7 +661,7 @@ BOOST_AUTO_TEST_CASE(ranks_that_cannot_meet_on_a_local_socket_use_tcp) {
     if (f.size() == 5) f[4] = "tandem-tcp-nobody-listens-here";
     return join(f);
   });
-  std::string failures = run_tcp_job(gone, 3);
+  std::string failures = run_job("tcp", gone, 3);
   BOOST_TEST(failures.empty(), failures);
   MemoryStore b;
   std::atomic<int> next{0};
@@ -631,7 +669,7 @@ BOOST_AUTO_TEST_CASE(ranks_that_cannot_meet_on_a_local_socket_use_tcp) {
     if (f.size() == 5) f[3] += "-host" + std::to_string(next++);
     return join(f);
   });
-  failures = run_tcp_job(apart, 3);
+  failures = run_job("tcp", apart, 3);
   BOOST_TEST(failures.empty(), failures);
 }
 
@@ -654,20 +692,19 @@ BOOST_DATA_TEST_CASE(strays_at_connection_setup_are_refused_and_the_job_runs,
   });
   const TcpAddress zero = tcp_address(store, prefix, 0);
   if (via == "local") BOOST_REQUIRE(!zero.local_name.empty());
-  auto stray = [&] { return via == "local" ? local_connect(zero.local_name) : tcp_connect(zero.port); };
   std::mt19937 rng(5);
   std::vector<unsigned char> junk(100000);
   for (auto& c : junk) c = static_cast<unsigned char>(rng());
-  const int garbage = stray();
+  const int garbage = stray(via, zero);
   [[maybe_unused]] auto w = ::send(garbage, junk.data(), junk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   transports::tcp::Hello guess;
   guess.rank = 1;
   guess.world = 2;
   guess.acceptor_nonce = zero.nonce ^ 1;
-  const int wrong = stray();
+  const int wrong = stray(via, zero);
   write_raw(wrong, &guess, sizeof guess);
-  const int silent = stray();
-  ::close(stray());
+  const int silent = stray(via, zero);
+  ::close(stray(via, zero));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::unique_ptr<Transport> t1;
   BOOST_REQUIRE_NO_THROW(t1 = create_transport(options_for("tcp", 1, 2, store, prefix)));

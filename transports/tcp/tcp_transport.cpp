@@ -8,7 +8,6 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -22,7 +21,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -34,6 +32,7 @@
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
 #include "transports/core_transport.hpp"
+#include "transports/local_host.hpp"
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
 #include "transports/parts.hpp"
@@ -105,16 +104,6 @@ uint64_t max_unexpected_from_env() {
   return v;
 }
 
-// TANDEM_TCP_LOCAL: "unix" (default) reaches the ranks of this host over local sockets, "tcp"
-// keeps every connection on TCP.
-bool local_sockets_from_env() {
-  const char* env = std::getenv("TANDEM_TCP_LOCAL");
-  if (!env || !*env) return true;
-  const std::string v = env;
-  TANDEM_REQUIRE(v == "unix" || v == "tcp", "TANDEM_TCP_LOCAL must be 'unix' or 'tcp', got '{}'", v);
-  return v == "unix";
-}
-
 sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -183,12 +172,7 @@ struct Address {
   std::string local_name;  // abstract AF_UNIX name
 };
 bool parse_address(const std::string& value, Address& out) {
-  std::vector<std::string> f;
-  for (size_t at = 0; at <= value.size();) {
-    const size_t sp = std::min(value.find(' ', at), value.size());
-    f.push_back(value.substr(at, sp - at));
-    at = sp + 1;
-  }
+  const std::vector<std::string> f = address_fields(value);
   if ((f.size() != 3 && f.size() != 5) || f[0].empty()) return false;
   for (const auto& x : f)
     if (x.empty()) return false;
@@ -353,7 +337,7 @@ void Core::connect(const TransportOptions& o) {
                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   set_nonblocking(listen_fd_);
   std::string published = fmt::format("{} {} {:016x}", host, port, own_nonce_);
-  if (local_sockets_from_env() && !(host_id_ = local_host_id()).empty()) {
+  if (local_sockets_setting("TANDEM_TCP_LOCAL", "unix") && !(host_id_ = local_host_id()).empty()) {
     const std::string name = fmt::format("tandem-tcp-{}-{:016x}", ::getpid(), own_nonce_);
     socklen_t ulen = 0;
     const sockaddr_un uaddr = abstract_address(name, ulen);
@@ -912,18 +896,6 @@ void Core::shutdown() noexcept {
 }
 
 }  // namespace
-
-// Who can reach whose abstract local sockets: processes of one boot of one kernel in one network
-// namespace (abstract names are scoped by the network namespace, so emulated hosts in namespaces
-// of their own keep to TCP and its shaped links).
-std::string local_host_id() {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  if (!(boot >> id) || id.empty()) return "";
-  struct stat ns {};
-  if (::stat("/proc/self/ns/net", &ns) != 0) return "";
-  return fmt::format("{}:{:x}:{:x}", id, static_cast<uint64_t>(ns.st_dev), static_cast<uint64_t>(ns.st_ino));
-}
 
 std::unique_ptr<Transport> create(const TransportOptions& options) {
   return std::make_unique<CoreTransport<Core, SendOp, RecvOp>>("tcp", Capabilities{}, options);

@@ -33,7 +33,6 @@
 // Environment: TANDEM_IFACE_ADDR (address to listen on and publish), TANDEM_TCP_SPIN_US,
 // TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB), TANDEM_TCP_LOCAL (unix | tcp, default unix).
 #include <memory>
-#include <string>
 
 #include "transports/transport.hpp"
 
@@ -43,9 +42,5 @@ inline constexpr size_t kDirectBytes = 16 * 1024;
 inline constexpr int kLingerMs = 2000;
 
 std::unique_ptr<Transport> create(const TransportOptions& options);
-
-// This process's host id for local sockets: "<boot id>:<netns dev>:<netns inode>" (hex); ranks
-// whose ids are equal can reach each other's abstract local sockets. Empty when it cannot be read.
-std::string local_host_id();
 
 }  // namespace tandem::transports::tcp

@@ -25,6 +25,7 @@
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
 #include "transports/core_transport.hpp"
+#include "transports/local_host.hpp"
 #include "transports/parts.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -125,6 +126,31 @@ std::string make_identity(int rank, uint64_t nonce) {
 uint64_t random_nonce() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// A rank's published "<endpoint> <nonce hex16>", followed by " <host id> <ipc endpoint>" when it
+// also listens on a local socket; false when malformed.
+struct PeerAddress {
+  std::string endpoint;
+  uint64_t nonce = 0;
+  std::string host_id, local_endpoint;
+};
+bool parse_peer_address(const std::string& value, PeerAddress& out) {
+  const std::vector<std::string> f = address_fields(value);
+  if (f.size() != 2 && f.size() != 4) return false;
+  for (const auto& x : f)
+    if (x.empty()) return false;
+  if (f[0].rfind("tcp://", 0) != 0 || f[1].size() != 16) return false;
+  char* end = nullptr;
+  out.nonce = std::strtoull(f[1].c_str(), &end, 16);
+  if (*end != '\0') return false;
+  out.endpoint = f[0];
+  if (f.size() == 4) {
+    if (f[3].rfind("ipc://@", 0) != 0) return false;
+    out.host_id = f[2];
+    out.local_endpoint = f[3];
+  }
+  return true;
 }
 
 std::string bind_address(const TransportOptions& o, bool& ipv6) {
@@ -287,18 +313,30 @@ void Core::connect(const TransportOptions& o) {
   }
   const std::string endpoint = tx_->get(::zmq::sockopt::last_endpoint);
   const uint64_t nonce = random_nonce();
+  std::string published = fmt::format("{} {:016x}", endpoint, nonce);
+  // Ranks of this host also find us on a local socket (ZeroMQ's ipc transport, abstract name).
+  const std::string host_id = local_sockets_setting("TANDEM_ZMQ_LOCAL", "ipc") ? local_host_id() : "";
+  if (!host_id.empty()) {
+    const std::string local = fmt::format("ipc://@tandem-zmq-{}-{:016x}", ::getpid(), nonce);
+    try {
+      tx_->bind(local);
+      published += fmt::format(" {} {}", host_id, local);
+    } catch (const ::zmq::error_t& e) {
+      log::warn("zmq: rank {} cannot bind {} ({}); ranks of this host connect over TCP", rank_, local, e.what());
+    }
+  }
   const std::string key_base = o.key_prefix + "/zmq/";
-  o.store->set(key_base + std::to_string(rank_), fmt::format("{} {:016x}", endpoint, nonce));
+  o.store->set(key_base + std::to_string(rank_), published);
   const std::string my_identity = make_identity(rank_, nonce);
 
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const std::string value = o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
-    const size_t space = value.rfind(' ');
-    TANDEM_CHECK(space != std::string::npos && space + 17 == value.size(), Status::kTransport,
+    PeerAddress addr;
+    TANDEM_CHECK(parse_peer_address(value, addr), Status::kTransport,
                  "zmq: rank {} read a malformed address for rank {} from the store: '{}'", rank_, p, value);
-    const uint64_t peer_nonce = std::stoull(value.substr(space + 1), nullptr, 16);
+    const uint64_t peer_nonce = addr.nonce;
     Peer& peer = peers_[p];
     peer.identity = make_identity(p, peer_nonce);
     peer.rx = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::dealer);
@@ -316,7 +354,8 @@ void Core::connect(const TransportOptions& o) {
                  zmq_strerror(zmq_errno()));
     peer.monitor = std::make_unique<::zmq::socket_t>(ctx_, ::zmq::socket_type::pair);
     peer.monitor->connect(mon);
-    peer.rx->connect(value.substr(0, space));
+    const bool local = !host_id.empty() && addr.host_id == host_id;
+    peer.rx->connect(local ? addr.local_endpoint : addr.endpoint);
     peer.rx_fd = peer.rx->get(::zmq::sockopt::fd);
     peer.monitor_fd = peer.monitor->get(::zmq::sockopt::fd);
     ::zmq::message_t hello = header_frame(Kind::kHello, rank_, 0, 0, 0, 0);
@@ -733,7 +772,14 @@ void Core::shutdown() noexcept {
         if (auto s = w.lock()) s->done.fail(Status::kTransport, fmt::format("{}; send to rank {} tag {} cancelled", gone, s->peer, s->tag));
       if (p.current && p.current->matched) p.current->matched->done.fail(Status::kTransport, gone);
       p.current.reset();
-      if (p.rx) zmq_socket_monitor(p.rx->handle(), nullptr, 0);
+      if (p.rx) {
+        zmq_socket_monitor(p.rx->handle(), nullptr, 0);
+        // Our hello may still be queued on the DEALER (its connection comes up on its own, after
+        // the peer's hello reached us): a live peer must still get it, or that peer -- still in its
+        // own connection setup -- would wait for us until its deadline and fail naming us
+        // instead of seeing our goodbye.
+        if (p.hello && p.state == PeerState::kAlive) p.rx->set(::zmq::sockopt::linger, kLingerMs);
+      }
       p.monitor.reset();
       p.rx.reset();
     }
