@@ -159,6 +159,17 @@ std::string run_job(const std::string& transport, KvStore& store, int n,
   return out;
 }
 
+// run_job with 2 ranks, local sockets turned off by `var`=tcp and an 800 ms connection deadline;
+// `ms` is how long it took.
+std::string run_job_on_tcp_only(const std::string& transport, const char* var, KvStore& store, long long& ms) {
+  ::setenv(var, "tcp", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string out = run_job(transport, store, 2, std::chrono::milliseconds(800));
+  ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  ::unsetenv(var);
+  return out;
+}
+
 int tcp_connect(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -302,11 +313,8 @@ BOOST_AUTO_TEST_CASE(zmq_ranks_of_one_host_connect_over_ipc_and_zmq_local_turns_
   const std::string failures = run_job("zmq", store, 3);
   BOOST_TEST(failures.empty(), failures);
 
-  ::setenv("TANDEM_ZMQ_LOCAL", "tcp", 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string refused = run_job("zmq", store, 2, std::chrono::milliseconds(800));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  ::unsetenv("TANDEM_ZMQ_LOCAL");
+  long long ms = 0;
+  const std::string refused = run_job_on_tcp_only("zmq", "TANDEM_ZMQ_LOCAL", store, ms);
   BOOST_TEST(refused.find("did not hear from rank(s)") != std::string::npos, refused);
   BOOST_TEST(ms < 5000, ms << " ms");
   const std::string msg = creation_error("zmq", "TANDEM_ZMQ_LOCAL", "unix");
@@ -643,11 +651,8 @@ BOOST_AUTO_TEST_CASE(ranks_of_one_host_connect_over_local_sockets_and_tcp_local_
   const std::string failures = run_job("tcp", store, 3);
   BOOST_TEST(failures.empty(), failures);
 
-  ::setenv("TANDEM_TCP_LOCAL", "tcp", 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string refused = run_job("tcp", store, 2, std::chrono::milliseconds(800));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  ::unsetenv("TANDEM_TCP_LOCAL");
+  long long ms = 0;
+  const std::string refused = run_job_on_tcp_only("tcp", "TANDEM_TCP_LOCAL", store, ms);
   BOOST_TEST(refused.find("could not connect to rank 0 at 127.0.0.1:" + std::to_string(dead)) != std::string::npos,
              refused);
   BOOST_TEST(ms < 5000, ms << " ms");
