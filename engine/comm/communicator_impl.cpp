@@ -13,6 +13,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "transports/local_host.hpp"
 #include "transports/memory_store.hpp"
 
 namespace tandem::engine::comm {
@@ -276,12 +277,15 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
   }
   const std::string prefix = fmt::format("tandem/comm{}/", gen);
 
-  // Host names and the settings ranks must agree on.
+  // Host names and the settings ranks must agree on. Ranks group by host name *and* by kernel boot
+  // and network namespace (local_host_id): machines that share a name (containers all called
+  // "localhost") and the emulated hosts of one machine (bench/emu: a namespace each) are apart.
   std::string host = info.host;
   if (host.empty()) {
     char buf[256] = {};
     host = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
   }
+  host += "@" + transports::local_host_id();
   const std::string config = fmt::format("algo={} det={} chunk={}", algorithm_name(options.allreduce_algorithm),
                                          options.deterministic ? 1 : 0, options.chunk_bytes);
   store->set(fmt::format("{}host/{}", prefix, info.rank), host + "\n" + config);

@@ -76,6 +76,17 @@ def main():
             checks.check(m > 0 and p > 0 and abs(err) < 1.0, "prediction within a factor of two of the measured step",
                          f"error {err * 100:+.1f}%")
 
+            # Emulated hosts are hosts: their ranks keep to TCP over the shaped link (local sockets are
+            # scoped by the network namespace) and a communicator counts them as 2 hosts, though
+            # they share the machine's host name.
+            code, per_rank, out = predict_lib.run_launch(
+                tandem, name, addr0, 2, [tandem, "bench", "allreduce", "--sizes", "64K", "--iters", "3"],
+                timeout=120, env=dict(os.environ, TANDEM_LOG_LEVEL="debug"))
+            tail = out.strip().splitlines()[-3:]
+            checks.check(code == 0 and "0 of 1 peers over local sockets" in out and "(2 host(s))" in out,
+                         "ranks on two emulated hosts meet over TCP and count as two hosts",
+                         f"exit {code}: {' | '.join(tail)[:400]}")
+
             # The memory guard against the host's real cgroup limit (1 GiB): refused with Tandem's own error.
             big = [tandem, "train", "--model", "mobilenetv2", "--dataset", "synthetic", "--batch", "1024",
                    "--epochs", "1", "--limit-batches", "1", "--threads", "1"]
