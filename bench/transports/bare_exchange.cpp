@@ -1,7 +1,9 @@
 // The floor under the zmq and tcp transports: two threads exchange messages in both directions
-// at once over loopback -- the pattern of a 2-rank ring step -- with nothing of Tandem's in the
-// way: bare ZeroMQ (PAIR sockets, zero-copy send, the receiver copying each message out, as a
-// transport must) and bare TCP sockets (non-blocking send/recv straight between the buffers).
+// at once -- the pattern of a 2-rank ring step -- with nothing of Tandem's in the way: bare ZeroMQ
+// (PAIR sockets, zero-copy send, the receiver copying each message out, as a transport must) and
+// bare stream sockets (non-blocking send/recv straight between the buffers), each over loopback
+// TCP and over a local socket (ZeroMQ's ipc with an abstract name; an AF_UNIX socket pair) -- the
+// paths the transports take between hosts and between the ranks of one host.
 // Prints GB/s per direction for each; a transport cannot beat the floor of what it is built on.
 //   bare_exchange [--min BYTES] [--max BYTES] [--iters N]
 #include <fcntl.h>
@@ -26,10 +28,11 @@ using Clock = std::chrono::steady_clock;
 
 void no_free(void*, void*) {}
 
-double zmq_exchange(size_t n, int iters) {
+double zmq_exchange(size_t n, int iters, bool local) {
   void* ctx[2] = {zmq_ctx_new(), zmq_ctx_new()};
   void* s[2] = {zmq_socket(ctx[0], ZMQ_PAIR), zmq_socket(ctx[1], ZMQ_PAIR)};
-  if (zmq_bind(s[0], "tcp://127.0.0.1:*") != 0) return 0;
+  const std::string bind = local ? "ipc://@tandem-bare-exchange-" + std::to_string(::getpid()) : "tcp://127.0.0.1:*";
+  if (zmq_bind(s[0], bind.c_str()) != 0) return 0;
   char endpoint[256];
   size_t len = sizeof endpoint;
   zmq_getsockopt(s[0], ZMQ_LAST_ENDPOINT, endpoint, &len);
@@ -59,24 +62,35 @@ double zmq_exchange(size_t n, int iters) {
   return n * double(iters) / secs / 1e9;
 }
 
-double tcp_exchange(size_t n, int iters) {
+// Two connected non-blocking stream sockets: loopback TCP (with TCP_NODELAY), or an AF_UNIX pair.
+bool socket_pair(bool local, int fd[2]) {
+  if (local) {
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fd) != 0) return false;
+    for (int i = 0; i < 2; ++i) ::fcntl(fd[i], F_SETFL, O_NONBLOCK);
+    return true;
+  }
   const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t alen = sizeof addr;
-  if (::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(ls, 1) != 0) return 0;
+  if (::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(ls, 1) != 0) return false;
   ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &alen);
-  int fd[2];
   fd[1] = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(fd[1], reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 0;
+  if (::connect(fd[1], reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
   fd[0] = ::accept(ls, nullptr, nullptr);
   ::close(ls);
   const int one = 1;
-  for (int f : fd) {
-    ::setsockopt(f, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    ::fcntl(f, F_SETFL, O_NONBLOCK);
+  for (int i = 0; i < 2; ++i) {
+    ::setsockopt(fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::fcntl(fd[i], F_SETFL, O_NONBLOCK);
   }
+  return true;
+}
+
+double socket_exchange(size_t n, int iters, bool local) {
+  int fd[2];
+  if (!socket_pair(local, fd)) return 0;
   std::vector<char> out[2] = {std::vector<char>(n, 1), std::vector<char>(n, 2)}, in[2] = {std::vector<char>(n), std::vector<char>(n)};
   auto side = [&](int k) {
     for (int i = 0; i < iters; ++i) {
@@ -123,11 +137,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%12s %16s %16s   (GB/s per direction, both directions at once, 2 threads, loopback)\n", "bytes",
-              "bare zeromq", "bare tcp");
+  std::printf("# GB/s per direction, both directions at once, 2 threads; loopback TCP, then local sockets\n");
+  std::printf("%12s %14s %14s %14s %14s\n", "bytes", "zeromq tcp", "socket tcp", "zeromq ipc", "socket unix");
   for (size_t n = lo; n <= hi; n *= 4) {
-    const double z = zmq_exchange(n, iters), t = tcp_exchange(n, iters);
-    std::printf("%12zu %16.3f %16.3f\n", n, z, t);
+    const double zt = zmq_exchange(n, iters, false), st = socket_exchange(n, iters, false);
+    const double zl = zmq_exchange(n, iters, true), sl = socket_exchange(n, iters, true);
+    std::printf("%12zu %14.3f %14.3f %14.3f %14.3f\n", n, zt, st, zl, sl);
   }
   return 0;
 }
