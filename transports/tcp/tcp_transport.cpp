@@ -194,26 +194,34 @@ bool parse_address(const std::string& value, Address& out) {
 // Connects a socket to `addr` before `deadline` (non-blocking: an address that drops SYNs cannot
 // hold the caller past it); -1 with `why` set otherwise.
 int connect_before(const sockaddr* addr, socklen_t len, Clock::time_point deadline, std::string& why) {
-  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    why = errno_text(errno);
+  for (;;) {
+    const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      why = errno_text(errno);
+      return -1;
+    }
+    int err = ::connect(fd, addr, len) == 0 ? 0 : errno;
+    if (err == EAGAIN && Clock::now() < deadline) {
+      // A local socket whose listen backlog is full: nothing is in progress, so try afresh.
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (err == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pf{fd, POLLOUT, 0};
+      if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) {
+        socklen_t elen = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+      } else {
+        err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) return fd;
+    why = errno_text(err);
+    ::close(fd);
     return -1;
   }
-  int err = ::connect(fd, addr, len) == 0 ? 0 : errno;
-  if (err == EINPROGRESS || err == EAGAIN) {  // EAGAIN: a local socket's backlog is full
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd pf{fd, POLLOUT, 0};
-    if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) {
-      socklen_t elen = sizeof err;
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
-    } else {
-      err = ETIMEDOUT;
-    }
-  }
-  if (err == 0) return fd;
-  why = errno_text(err);
-  ::close(fd);
-  return -1;
 }
 
 // The iovecs covering bytes [offset, offset + max) of the concatenated parts (fewer at their end).
