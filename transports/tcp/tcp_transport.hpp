@@ -20,8 +20,9 @@
 //    "<host id> <socket name>" to what it publishes. The host id is the kernel's boot id and the
 //    network namespace, the scope of abstract socket names, so ranks in separate namespaces (the
 //    emulated hosts of bench/emu) keep to TCP. A pair with the same host id connects over the
-//    local socket -- the same frames and hello, without the TCP/IP stack: about twice loopback
-//    TCP's bandwidth here. If that connect fails the pair falls back to TCP with a warning.
+//    local socket -- the same frames and hello, without the TCP/IP stack (a 16 MiB allreduce ran
+//    1.4-1.9x faster than over loopback TCP here). If that connect fails the pair falls back to
+//    TCP with a warning.
 //    TANDEM_TCP_LOCAL=tcp turns local sockets off.
 //  - Peer failure: end of stream or a socket error fails the peer's pending receives and sends
 //    with kPeerFailure naming it; messages it completed before are still delivered. A malformed
