@@ -18,6 +18,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "tests/common/transport_variants.hpp"
 #include "transports/memory_store.hpp"
 #include "transports/transport.hpp"
 
@@ -33,16 +34,20 @@ using engine::comm::Communicator;
       throw std::runtime_error(fmt::format("{}:{}: {} -- ", __FILE__, __LINE__, #cond) + fmt::format(__VA_ARGS__)); \
   } while (0)
 
-inline std::vector<std::string> transports_under_test() { return transports::available_transports(); }
+// Every transport, plus tcp and zmq kept off local sockets ("tcp+inet", "zmq+inet").
+inline std::vector<std::string> transports_under_test() {
+  return transports::testing::transport_variants(transports::available_transports());
+}
 
 // host_of(rank) names each rank's host (for hierarchical algorithms); default: one host.
 template <typename Fn, typename HostFn>
 void run_ranks_on(const std::string& transport, int n, const CommOptions& base, HostFn host_of, Fn fn) {
+  const transports::testing::VariantEnv env(transport);
   auto store = std::make_shared<transports::MemoryStore>();
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   CommOptions opts = base;
-  opts.transport = transport;
+  opts.transport = transports::testing::transport_name(transport);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {

@@ -1,8 +1,6 @@
 #pragma once
 // Runs N ranks as threads of this process, each with its own transport, over a shared MemoryStore.
-#include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +17,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/core/error.hpp"
+#include "tests/common/transport_variants.hpp"
 #include "transports/memory_store.hpp"
 #include "transports/transport.hpp"
 
@@ -48,37 +47,6 @@ inline std::string unique_prefix(const std::string& name) {
   static std::atomic<int> counter{0};
   return "test/" + name + "/" + std::to_string(counter.fetch_add(1));
 }
-
-// Suites run each transport under its name, plus variants written "<name>+<variant>":
-// "tcp+inet" and "zmq+inet" keep every connection on TCP (TANDEM_TCP_LOCAL / TANDEM_ZMQ_LOCAL =
-// tcp), where plain "tcp" and "zmq" reach the ranks of this host -- every rank of a test -- over
-// local sockets.
-inline std::vector<std::string> transport_variants(std::vector<std::string> names) {
-  for (const char* socket_transport : {"tcp", "zmq"})
-    if (std::find(names.begin(), names.end(), socket_transport) != names.end())
-      names.push_back(std::string(socket_transport) + "+inet");
-  return names;
-}
-
-inline std::string transport_name(const std::string& spec) { return spec.substr(0, spec.find('+')); }
-
-// Sets the environment a variant needs for its lifetime; create it before any rank thread starts
-// (the environment is not thread-safe) and let it go after they have all joined.
-class VariantEnv {
- public:
-  explicit VariantEnv(const std::string& spec)
-      : var_(spec == "tcp+inet" ? "TANDEM_TCP_LOCAL" : spec == "zmq+inet" ? "TANDEM_ZMQ_LOCAL" : nullptr) {
-    if (var_) ::setenv(var_, "tcp", 1);
-  }
-  ~VariantEnv() {
-    if (var_) ::unsetenv(var_);
-  }
-  VariantEnv(const VariantEnv&) = delete;
-  VariantEnv& operator=(const VariantEnv&) = delete;
-
- private:
-  const char* var_;
-};
 
 inline TransportOptions options_for(const std::string& spec, int rank, int size, KvStore& store,
                                     const std::string& prefix) {

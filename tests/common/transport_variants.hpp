@@ -1,0 +1,41 @@
+#pragma once
+// Transport variants the test suites run beside the plain transport names.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace tandem::transports::testing {
+
+// Suites run each transport under its name, plus variants written "<name>+<variant>":
+// "tcp+inet" and "zmq+inet" keep every connection on TCP (TANDEM_TCP_LOCAL / TANDEM_ZMQ_LOCAL =
+// tcp), where plain "tcp" and "zmq" reach the ranks of this host -- every rank of a test -- over
+// local sockets.
+inline std::vector<std::string> transport_variants(std::vector<std::string> names) {
+  for (const char* socket_transport : {"tcp", "zmq"})
+    if (std::find(names.begin(), names.end(), socket_transport) != names.end())
+      names.push_back(std::string(socket_transport) + "+inet");
+  return names;
+}
+
+inline std::string transport_name(const std::string& spec) { return spec.substr(0, spec.find('+')); }
+
+// Sets the environment a variant needs for its lifetime; create it before any rank thread starts
+// (the environment is not thread-safe) and let it go after they have all joined.
+class VariantEnv {
+ public:
+  explicit VariantEnv(const std::string& spec)
+      : var_(spec == "tcp+inet" ? "TANDEM_TCP_LOCAL" : spec == "zmq+inet" ? "TANDEM_ZMQ_LOCAL" : nullptr) {
+    if (var_) ::setenv(var_, "tcp", 1);
+  }
+  ~VariantEnv() {
+    if (var_) ::unsetenv(var_);
+  }
+  VariantEnv(const VariantEnv&) = delete;
+  VariantEnv& operator=(const VariantEnv&) = delete;
+
+ private:
+  const char* var_;
+};
+
+}  // namespace tandem::transports::testing
