@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -85,6 +86,25 @@ class MatchQueues {
   Map<Op> posted_;
   Map<Msg> stashed_;
 };
+
+// Matches a new receive (the core's mutex held): a message already stashed for it is handed to
+// copy_out(msg) to deliver what has arrived, and the receive completes if that was all of it or
+// else becomes the message's destination for the rest; with nothing stashed, a receive from a peer
+// that is gone (`gone`: why, or null while it is alive) fails, else it is posted.
+template <typename Msg, typename CopyOut>
+void match_receive(MatchQueues<RecvOp, Msg>& queues, const std::shared_ptr<RecvOp>& op, const std::string* gone,
+                   const char* transport, CopyOut copy_out) {
+  if (std::shared_ptr<Msg> msg = queues.take_stashed({op->peer, op->tag})) {
+    copy_out(*msg);
+    if (msg->complete()) op->done.complete(msg->total, msg->total > op->capacity);
+    else msg->matched = op;  // the rest goes into our parts as it arrives
+  } else if (gone) {
+    op->done.fail(Status::kPeerFailure,
+                  fmt::format("{}: receive from rank {} tag {}: {}", transport, op->peer, op->tag, *gone));
+  } else {
+    queues.post({op->peer, op->tag}, op);
+  }
+}
 
 // Cancels a pending receive (the core's mutex held): forgets it if it is still posted; if a
 // message is already arriving into it (`arriving`, the message in progress from its peer, or

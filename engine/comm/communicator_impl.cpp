@@ -13,7 +13,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "transports/local_host.hpp"
+#include "transports/socket_setup.hpp"
 #include "transports/memory_store.hpp"
 
 namespace tandem::engine::comm {

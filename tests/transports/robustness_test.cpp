@@ -25,7 +25,7 @@
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
-#include "transports/local_host.hpp"
+#include "transports/socket_setup.hpp"
 #include "transports/tcp/wire.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -636,6 +636,35 @@ BOOST_AUTO_TEST_CASE(connection_setup_fails_within_its_deadline_naming_the_missi
   store.set(bad_prefix + "/tcp/0", "127.0.0.1 notaport 0000000000000007");
   const std::string bad = attempt(1, store, bad_prefix, ms);
   BOOST_TEST(bad.find("malformed address for rank 0") != std::string::npos, bad);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_local_socket_fields_in_the_store_are_named) {
+  // What a rank publishes for its local socket is read as carefully as its TCP address: a missing
+  // field, a doubled space, a name too long for a socket address, or a zmq local endpoint that is
+  // not ipc://@ -- each fails setup naming the rank and the value, instead of connecting somewhere.
+  const std::string id = transports::local_host_id();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"tcp", "127.0.0.1 9 0000000000000007 " + id},
+      {"tcp", "127.0.0.1 9 0000000000000007  " + id + " tandem-tcp-x"},
+      {"tcp", "127.0.0.1 9 0000000000000007 " + id + " " + std::string(200, 'n')},
+      {"zmq", "tcp://127.0.0.1:9 0000000000000007 " + id},
+      {"zmq", "tcp://127.0.0.1:9 0000000000000007 " + id + " ipc:///tmp/elsewhere"},
+      {"zmq", "tcp://127.0.0.1:9 0000000000000007 " + id + " tcp://127.0.0.1:10"}};
+  for (const auto& [transport, value] : cases) {
+    MemoryStore store;
+    const std::string prefix = unique_prefix(transport + "-bad-local");
+    store.set(prefix + "/" + transport + "/0", value);
+    auto o = options_for(transport, 1, 2, store, prefix);
+    o.connect_timeout = std::chrono::milliseconds(2000);
+    std::string error;
+    try {
+      create_transport(o);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    BOOST_TEST(error.find("malformed address for rank 0") != std::string::npos, transport << " '" << value << "': " << error);
+    BOOST_TEST(error.find(value) != std::string::npos, error);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(ranks_of_one_host_connect_over_local_sockets_and_tcp_local_turns_it_off) {

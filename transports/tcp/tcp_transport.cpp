@@ -23,7 +23,6 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -32,7 +31,7 @@
 #include "engine/core/log.hpp"
 #include "transports/completion.hpp"
 #include "transports/core_transport.hpp"
-#include "transports/local_host.hpp"
+#include "transports/socket_setup.hpp"
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
 #include "transports/parts.hpp"
@@ -88,11 +87,6 @@ struct Peer {
   bool more = false;                  // the last read stopped on its budget: data may be waiting
   bool local = false;                 // a local (AF_UNIX) socket: the peer shares this host
 };
-
-uint64_t random_nonce() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
 
 uint64_t max_unexpected_from_env() {
   const char* env = std::getenv("TANDEM_TCP_MAX_UNEXPECTED");
@@ -559,16 +553,11 @@ std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPa
                   fmt::format("tcp: rank {} receives from rank {} on a destroyed transport", rank_, peer));
     return op;
   }
-  if (std::shared_ptr<Incoming> inc = match_.take_stashed({peer, tag})) {
-    if (inc->received > 0) copy_into_at(op->parts, 0, inc->data.get(), inc->received);
-    inc->data.reset();
-    if (inc->complete()) op->done.complete(inc->total, inc->total > op->capacity);
-    else inc->matched = op;  // the rest goes straight into our parts as it arrives
-  } else if (peer != rank_ && peers_[peer].state != PeerState::kAlive) {
-    op->done.fail(Status::kPeerFailure, fmt::format("tcp: receive from rank {} tag {}: {}", peer, tag, peers_[peer].why));
-  } else {
-    match_.post({peer, tag}, op);
-  }
+  const bool gone = peer != rank_ && peers_[peer].state != PeerState::kAlive;
+  match_receive(match_, op, gone ? &peers_[peer].why : nullptr, "tcp", [&](Incoming& inc) {
+    if (inc.received > 0) copy_into_at(op->parts, 0, inc.data.get(), inc.received);
+    inc.data.reset();  // the rest is read straight into our parts
+  });
   return op;
 }
 

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -25,7 +24,7 @@
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
 #include "transports/core_transport.hpp"
-#include "transports/local_host.hpp"
+#include "transports/socket_setup.hpp"
 #include "transports/parts.hpp"
 #include "transports/zmq/wire.hpp"
 
@@ -121,11 +120,6 @@ std::string make_identity(int rank, uint64_t nonce) {
   std::memcpy(id.data() + 1, &r, 4);
   std::memcpy(id.data() + 5, &nonce, 8);
   return id;
-}
-
-uint64_t random_nonce() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
 // A rank's published "<endpoint> <nonce hex16>", followed by " <host id> <ipc endpoint>" when it
@@ -525,16 +519,11 @@ std::shared_ptr<RecvOp> Core::recv(int peer, uint64_t tag, std::span<const MutPa
                   fmt::format("zmq: rank {} receives from rank {} on a destroyed transport", rank_, peer));
     return op;
   }
-  if (std::shared_ptr<Incoming> inc = match_.take_stashed({peer, tag})) {
-    for (auto& [off, frame] : inc->stored) copy_into_at(op->parts, off, frame.data(), frame.size());
-    inc->stored.clear();
-    if (inc->complete()) op->done.complete(inc->total, inc->total > op->capacity);
-    else inc->matched = op;  // the rest is copied straight into our parts as it arrives
-  } else if (peer != rank_ && peers_[peer].state != PeerState::kAlive) {
-    op->done.fail(Status::kPeerFailure, fmt::format("zmq: receive from rank {} tag {}: {}", peer, tag, peers_[peer].why));
-  } else {
-    match_.post({peer, tag}, op);
-  }
+  const bool gone = peer != rank_ && peers_[peer].state != PeerState::kAlive;
+  match_receive(match_, op, gone ? &peers_[peer].why : nullptr, "zmq", [&](Incoming& inc) {
+    for (auto& [off, frame] : inc.stored) copy_into_at(op->parts, off, frame.data(), frame.size());
+    inc.stored.clear();  // the rest is copied straight into our parts as it arrives
+  });
   return op;
 }
 

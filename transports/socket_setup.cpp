@@ -1,4 +1,4 @@
-#include "transports/local_host.hpp"
+#include "transports/socket_setup.hpp"
 
 #include <sys/stat.h>
 
@@ -6,10 +6,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 
 #include "engine/core/error.hpp"
 
 namespace tandem::transports {
+
+uint64_t random_nonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
 
 std::string local_host_id() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");

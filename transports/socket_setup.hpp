@@ -1,10 +1,16 @@
 #pragma once
-// Ranks of one host: the socket transports reach them over local sockets in the abstract
-// namespace (tcp: AF_UNIX streams; zmq: ipc://@name) instead of through the TCP/IP stack.
+// What the socket transports (tcp, zmq) share while connecting: the nonce a rank publishes to
+// tell its peers from strays, the fields of a published address, and the ranks of one host, which
+// they reach over local sockets in the abstract namespace (tcp: AF_UNIX streams; zmq:
+// ipc://@name) instead of through the TCP/IP stack.
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace tandem::transports {
+
+// A fresh 64-bit nonce (std::random_device) for a rank's published address.
+uint64_t random_nonce();
 
 // This process's host id: "<boot id>:<netns dev>:<netns inode>" (hex). Processes with equal ids
 // run on one boot of one kernel in one network namespace -- the scope of abstract socket names --
