@@ -467,7 +467,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--pipeline-schedule", o->pipeline_schedule, "gpipe or 1f1b")->group(par)->capture_default_str()
           ->check(CLI::IsMember({"gpipe", "1f1b"})),
       app.add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")->group(par)->capture_default_str(),
-      app.add_option("--compression", o->compression, "gradients on the wire: none, fp16 or bf16")->group(par)
+      app.add_option("--compression,--compress", o->compression, "gradients on the wire: none, fp16 or bf16")->group(par)
           ->capture_default_str()->check(CLI::IsMember({"none", "fp16", "bf16"})),
       app.add_option("--accumulate", o->accumulate, "batches per optimizer step (one all-reduce)")->group(par)
           ->capture_default_str(),

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/nn/zoo.hpp"
 #include "simulator/units.hpp"
 
 namespace tandem::simulator {
@@ -19,8 +20,22 @@ DatasetInfo find_dataset(const std::string& name) {
                "--input)", name);
 }
 
-JobSpec resolve_job(const JobSpec& in, int32_t endpoints) {
-  JobSpec j = in;
+engine::optim::OptimizerConfig optimizer_config(OptimizerKind k) {
+  engine::optim::OptimizerConfig c;
+  switch (k) {
+    case OptimizerKind::kSgd: break;
+    case OptimizerKind::kMomentum: c.momentum = 0.9f; break;
+    case OptimizerKind::kAdam: c.kind = engine::optim::OptimizerKind::kAdam; break;
+  }
+  return c;
+}
+
+OptimizerKind optimizer_kind(const engine::optim::OptimizerConfig& c) noexcept {
+  if (c.kind != engine::optim::OptimizerKind::kSgd) return OptimizerKind::kAdam;
+  return c.momentum > 0 ? OptimizerKind::kMomentum : OptimizerKind::kSgd;
+}
+
+int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
   TANDEM_REQUIRE(j.batch >= 1, "job.batch: must be >= 1, got {}", j.batch);
   TANDEM_REQUIRE(j.epochs > 0, "job.epochs: must be > 0, got {}", j.epochs);
   TANDEM_REQUIRE(j.micro_batches >= 1, "job.micro_batches: must be >= 1, got {}", j.micro_batches);
@@ -29,39 +44,62 @@ JobSpec resolve_job(const JobSpec& in, int32_t endpoints) {
   TANDEM_REQUIRE(j.bucket_mb > 0, "job.bucket_mb: must be > 0, got {}", j.bucket_mb);
   TANDEM_REQUIRE(j.epoch_time_s >= 0, "job.epoch_time_s: must be >= 0, got {}", j.epoch_time_s);
   TANDEM_REQUIRE(j.dp >= 0 && j.pp >= 0, "job.dp/pp: must be >= 0 (0 derives them)");
+  int64_t world = 1;
   switch (j.strategy) {
-    case Strategy::kSingle:
-      TANDEM_REQUIRE(j.dp <= 1 && j.pp <= 1, "job: strategy single runs on one rank (got dp {} pp {})", j.dp, j.pp);
-      j.dp = j.pp = 1;
-      break;
-    case Strategy::kDdp:
-      TANDEM_REQUIRE(j.pp <= 1, "job.pp: strategy ddp has no pipeline stages (got pp {}; use hybrid)", j.pp);
-      j.pp = 1;
-      if (j.dp == 0) j.dp = endpoints;
-      break;
-    case Strategy::kPipeline:
-      TANDEM_REQUIRE(j.dp <= 1, "job.dp: strategy pipeline has one replica (got dp {}; use hybrid)", j.dp);
-      j.dp = 1;
-      if (j.pp == 0) j.pp = endpoints;
-      break;
+    case Strategy::kSingle: world = 1; break;
+    case Strategy::kDdp: world = j.dp > 0 ? j.dp : endpoints; break;
+    case Strategy::kPipeline: world = j.pp > 0 ? j.pp : endpoints; break;
     case Strategy::kHybrid:
-      if (j.dp == 0 && j.pp == 0) {
-        TANDEM_THROW(Status::kInvalidArgument, "job: strategy hybrid needs --dp and/or --pp");
+      TANDEM_REQUIRE(j.dp > 0 || j.pp > 0, "job: strategy hybrid needs --dp and/or --pp");
+      if (j.dp > 0 && j.pp > 0) {
+        world = static_cast<int64_t>(j.dp) * j.pp;
+      } else {
+        const int32_t given = j.dp > 0 ? j.dp : j.pp;
+        world = static_cast<int64_t>(endpoints / given) * given;
       }
-      if (j.dp == 0) j.dp = endpoints / j.pp;
-      if (j.pp == 0) j.pp = endpoints / j.dp;
       break;
   }
-  TANDEM_REQUIRE(j.dp >= 1 && j.pp >= 1, "job: dp {} x pp {} leaves no rank (the cluster has {})", j.dp, j.pp,
+  TANDEM_REQUIRE(world >= 1, "job: dp {} x pp {} leaves no rank (the cluster has {} devices)", j.dp, j.pp, endpoints);
+  TANDEM_REQUIRE(world <= endpoints, "job: dp {} x pp {} = {} ranks but the cluster has {} devices", j.dp, j.pp, world,
                  endpoints);
-  TANDEM_REQUIRE(static_cast<int64_t>(j.dp) * j.pp <= endpoints,
-                 "job: dp {} x pp {} = {} ranks but the cluster has {} devices", j.dp, j.pp, j.dp * j.pp, endpoints);
-  if (j.pp == 1 && j.strategy != Strategy::kPipeline && j.strategy != Strategy::kHybrid) j.micro_batches = 1;
-  return j;
+  return static_cast<int32_t>(world);
+}
+
+engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape& input, int64_t classes) {
+  engine::parallel::Job e;
+  if (j.model_spec) {
+    e.model = *j.model_spec;
+  } else {
+    if (!engine::nn::is_zoo_model(j.model)) {
+      std::string known;
+      for (const auto& n : engine::nn::zoo_names()) known += (known.empty() ? "" : ", ") + n;
+      TANDEM_THROW(Status::kInvalidArgument, "job.model: \"{}\" is not a zoo model ({}); a model file or JSON spec is "
+                   "loaded as a model of its own (--model-file, \"model_file\" in a job, tandem_model_create)", j.model,
+                   known);
+    }
+    engine::nn::ZooOptions opt;
+    opt.width_mult = j.width_mult;
+    e.model = engine::nn::zoo_model(j.model, input, classes, opt);
+  }
+  e.batch = j.batch;
+  e.parallel.strategy = j.strategy;
+  e.parallel.dp = j.dp;
+  e.parallel.pp = j.pp;
+  e.parallel.micro_batches = j.micro_batches;
+  e.parallel.schedule = j.schedule;
+  e.parallel.bucket_mb = j.bucket_mb;
+  e.parallel.compression = j.compression;
+  e.parallel.partition = j.partition;
+  e.parallel.boundaries = j.boundaries;
+  e.algorithm = j.algorithm;
+  e.chunk_bytes = j.chunk_bytes;
+  e.optimizer = optimizer_config(j.optimizer);
+  e.overlap = j.overlap;
+  return e;
 }
 
 JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& where) {
-  json_check_keys(j, {"model", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
+  json_check_keys(j, {"model", "model_file", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
                       "partition", "boundaries", "compression"},
@@ -90,7 +128,16 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
       TANDEM_THROW(Status::kInvalidArgument, "{}.{}: {}", where, k, e.what());
     }
   };
-  if (auto v = text("model")) job.model = *v;
+  if (j.contains("model")) {
+    // a zoo name, or a model spec object (engine/nn/model_spec.hpp): told apart by the JSON type, never by sniffing
+    if (j["model"].is_object()) {
+      job.model_spec = engine::nn::model_from_json(j["model"]);
+    } else {
+      job.model = *text("model");
+      job.model_spec.reset();
+    }
+  }
+  if (auto v = text("model_file")) job.model_spec = engine::nn::load_model_file(*v);
   if (auto v = text("dataset")) job.dataset = *v;
   if (auto v = integer("samples", 1)) job.samples = *v;
   if (j.contains("input")) {

@@ -10,6 +10,9 @@
 
 #include "engine/comm/plan.hpp"
 #include "engine/nn/layer_spec.hpp"
+#include "engine/nn/model_spec.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/parallel/job.hpp"
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "simulator/compute/compute_model.hpp"
@@ -31,15 +34,29 @@ struct DatasetInfo {
 // cifar10, cifar100, fashion-mnist, mnist, imagenet; throws listing them for an unknown name.
 DatasetInfo find_dataset(const std::string& name);
 
-struct JobSpec {
-  std::string model = "mobilenetv2";  // zoo name, JSON model file, or JSON text
-  double width_mult = 1.0;            // mobilenetv2
+// What a simulated run needs beyond the compiled job (engine/parallel/job.hpp): the data, how long,
+// and how compute and CPU credits are modelled.
+struct RunSpec {
   std::string dataset = "cifar10";    // or empty with samples + input + classes
   int64_t samples = 0;                // 0: the dataset's training set
+  double epochs = 1;
+  std::string profile;                // calibration profile path (replaces the roofline)
+  bool profile_network = false;       // use the profile's measured p2p bandwidth/latency as every NIC
+  double epoch_time_s = 0;            // > 0: scale compute so one full-speed single-node epoch takes this
+  std::optional<CreditMode> credit_mode;      // override for every burstable node
+  std::optional<double> initial_credits;      // override for every burstable node
+  bool symmetric = true;              // allow symmetric execution of provably identical ranks
+};
+
+// A job as a description (the CLI's flags, a job JSON, the C ABI's fields): compiled by the simulator into the
+// same CompiledJob the trainer runs (engine::parallel::compile_job), never interpreted on its own.
+struct JobSpec : RunSpec {
+  std::string model = "mobilenetv2";  // a zoo model name (engine/nn/zoo.hpp); never a path or JSON text
+  std::optional<engine::nn::ModelSpec> model_spec;  // a typed model instead of the zoo name (C ABI: a model handle)
+  double width_mult = 1.0;            // mobilenetv2
   std::optional<engine::nn::SampleShape> input;
   int64_t classes = 0;
   int64_t batch = 64;                 // per data-parallel replica
-  double epochs = 1;
   Strategy strategy = Strategy::kSingle;
   int32_t dp = 0, pp = 0;             // 0: derived from the strategy and the cluster
   int32_t micro_batches = 1;
@@ -53,12 +70,6 @@ struct JobSpec {
   // back before the optimizer, as engine/parallel/grad_reducer.cpp does.
   engine::parallel::GradCompression compression = engine::parallel::GradCompression::kNone;
   OptimizerKind optimizer = OptimizerKind::kMomentum;
-  std::string profile;                // calibration profile path (replaces the roofline)
-  bool profile_network = false;       // use the profile's measured p2p bandwidth/latency as every NIC
-  double epoch_time_s = 0;            // > 0: scale compute so one full-speed single-node epoch takes this
-  std::optional<CreditMode> credit_mode;      // override for every burstable node
-  std::optional<double> initial_credits;      // override for every burstable node
-  bool symmetric = true;              // allow symmetric execution of provably identical ranks
   // Where pipeline stages are cut, as the trainer does: by the layer specs' FLOPs (its default), or by
   // the compute model's per-layer times (kMeasured: the profile's measurements, else the roofline),
   // or at explicit boundaries (pp + 1 layer indices, 0 first, the layer count last).
@@ -66,9 +77,17 @@ struct JobSpec {
   std::vector<int32_t> boundaries;
 };
 
-// Fills derived fields (dp, pp) for `endpoints` ranks available and checks the job; errors name the
-// field ("job.micro_batches: ...").
-JobSpec resolve_job(const JobSpec& job, int32_t endpoints);
+// The optimizer a simulated job names, as the trainer configures it (momentum: SGD with momentum 0.9), and back.
+engine::optim::OptimizerConfig optimizer_config(OptimizerKind k);
+OptimizerKind optimizer_kind(const engine::optim::OptimizerConfig& c) noexcept;
+
+// The ranks a job uses on a cluster of `endpoints` devices: dp x pp where both are given, else as many as the
+// strategy can take (a hybrid job's given factor times the most replicas or stages that fit). Checks the
+// description's own fields first; errors name the field ("job.micro_batches: ...").
+int32_t ranks_for(const JobSpec& job, int32_t endpoints);
+
+// The description as the engine's job (model built: the typed spec, else the zoo model for the data's shape).
+engine::parallel::Job engine_job(const JobSpec& job, const engine::nn::SampleShape& input, int64_t classes);
 
 }  // namespace tandem::simulator
 

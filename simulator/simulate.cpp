@@ -16,34 +16,18 @@ namespace tandem::simulator {
 
 namespace {
 
+using engine::parallel::CompiledJob;
 using engine::parallel::ScheduleKind;
 
 
-engine::nn::ModelSpec build_model(const JobSpec& job, engine::nn::SampleShape input, int64_t classes) {
-  if (engine::nn::is_zoo_model(job.model)) {
-    engine::nn::ZooOptions opt;
-    opt.width_mult = job.width_mult;
-    return engine::nn::zoo_model(job.model, input, classes, opt);
-  }
-  const size_t first = job.model.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && job.model[first] == '{') return engine::nn::model_from_json_text(job.model);
-  if (job.model.find(".json") != std::string::npos || job.model.find('/') != std::string::npos)
-    return engine::nn::load_model_file(job.model);
-  std::string known;
-  for (const auto& n : engine::nn::zoo_names()) known += (known.empty() ? "" : ", ") + n;
-  TANDEM_THROW(Status::kInvalidArgument, "job.model: \"{}\" is neither a zoo model ({}) nor a JSON model file",
-               job.model, known);
-}
-
 struct Prepared {
   ClusterSpec cluster;
-  JobSpec job;
+  CompiledJob cj;     // the job as the trainer runs it
+  RunSpec run;
   DatasetInfo data;
   Workload work;
   std::vector<ComputeModel> models;  // per node
   std::vector<int32_t> node_of_rank;
-  std::vector<int32_t> bounds;
-  engine::parallel::PipelinePlan pipe;
   StepSetup setup;  // speeds filled per phase
   std::vector<double> base_speed;  // per node: 1, or 1/swap_slowdown when swapping
   std::vector<NodeReport> nodes;
@@ -51,8 +35,6 @@ struct Prepared {
   int64_t steps_per_epoch = 0;
   double scale = 1;
 };
-
-bool compressed(const JobSpec& job) { return job.compression != engine::parallel::GradCompression::kNone; }
 
 struct ConvertCost {
   double to_s = 0, back_s = 0;  // per gradient element: f32 -> 16 bits, and back
@@ -69,27 +51,6 @@ ConvertCost convert_cost(engine::parallel::GradCompression c, const std::optiona
   return f16 ? ConvertCost{kDefaultFp16ToS, kDefaultFp16BackS} : ConvertCost{kDefaultBf16ToS, kDefaultBf16BackS};
 }
 
-double memory_need(const Prepared& p, int32_t rank, double* stored_samples_out = nullptr) {
-  const int32_t stage = rank % p.job.pp;
-  const auto& sp = p.pipe.stage_plans[stage];
-  const size_t a = sp.first_layer, b = sp.end_layer;
-  const double params = p.work.param_bytes(a, b);
-  const auto mbs = engine::parallel::micro_batch_sizes(p.job.batch, p.job.micro_batches);
-  // micro-batches whose activations are alive at once: all of them (GPipe), at most S - s (1F1B)
-  int64_t in_flight = p.job.micro_batches;
-  if (p.job.schedule == ScheduleKind::kOneFOneB) in_flight = std::min<int64_t>(p.job.micro_batches, p.job.pp - stage);
-  double samples = 0;
-  for (int64_t i = 0; i < in_flight; ++i) samples += static_cast<double>(mbs[static_cast<size_t>(i)]);
-  if (stored_samples_out) *stored_samples_out = samples;
-  const double input = stage == 0 ? static_cast<double>(p.work.input.numel()) * 4 : p.work.boundary_bytes(a);
-  const double acts = samples * (p.work.act_bytes(a, b) + input);
-  const double opt = params / 4 * optimizer_state_bytes_per_param(p.job.optimizer);
-  double buffers = 0;
-  if (p.job.dp > 1) buffers += 2 * std::min(params, p.job.bucket_mb * 1048576.0);  // bucket + receive scratch
-  if (p.job.dp > 1 && compressed(p.job)) buffers += params / 2;  // every bucket's 16-bit wire copy, kept to the end
-  return 2 * params + opt + acts + buffers + p.runtime_bytes[p.node_of_rank[rank]];
-}
-
 // A rank's runtime allowance on `node`: the node's own figure, else (CPU) the profile's measured
 // resident size after setup, else the defaults.
 double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile) {
@@ -99,118 +60,93 @@ double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationPr
   return kDefaultCpuRuntimeBytes;
 }
 
-Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache& plans) {
+// The data a run reads: the named dataset, or the job's own sample count and shape.
+DatasetInfo run_data(const RunSpec& run, const std::optional<engine::nn::SampleShape>& input, int64_t classes) {
+  DatasetInfo d;
+  if (!run.dataset.empty()) {
+    d = find_dataset(run.dataset);
+  } else {
+    TANDEM_REQUIRE(run.samples > 0 && input && classes > 0,
+                   "job: without --dataset give --samples, --input CxHxW and --classes");
+    d.name = "custom";
+  }
+  if (run.samples > 0) d.samples = run.samples;
+  if (input) d.input = *input;
+  if (classes > 0) d.classes = classes;
+  return d;
+}
+
+std::optional<CalibrationProfile> run_profile(const RunSpec& run) {
+  if (run.profile.empty()) return std::nullopt;
+  return load_profile(run.profile);
+}
+
+ComputeModel compute_model(const Workload& w, const Preset& hw, const std::optional<CalibrationProfile>& profile,
+                           const engine::optim::OptimizerConfig& optimizer) {
+  return profile ? ComputeModel::from_profile(w, *profile) : ComputeModel::roofline(w, hw, optimizer_kind(optimizer));
+}
+
+Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const RunSpec& run, PlanCache& plans) {
   Prepared p;
   p.cluster = cluster_in;
   TANDEM_REQUIRE(!p.cluster.nodes.empty(), "cluster: no nodes");
-  p.job = resolve_job(job_in, p.cluster.endpoints());
-  const JobSpec& job = p.job;
-  // data
-  if (!job.dataset.empty()) {
-    p.data = find_dataset(job.dataset);
-  } else {
-    TANDEM_REQUIRE(job.samples > 0 && job.input && job.classes > 0,
-                   "job: without --dataset give --samples, --input CxHxW and --classes");
-    p.data.name = "custom";
-  }
-  if (job.samples > 0) p.data.samples = job.samples;
-  if (job.input) p.data.input = *job.input;
-  if (job.classes > 0) p.data.classes = job.classes;
-  p.work = make_workload(build_model(job, p.data.input, p.data.classes));
+  TANDEM_REQUIRE(cj.world <= p.cluster.endpoints(), "job: dp {} x pp {} = {} ranks but the cluster has {} devices",
+                 cj.dp(), cj.pp(), cj.world, p.cluster.endpoints());
+  p.cj = cj;
+  p.run = run;
+  const engine::nn::ModelSpec& spec = cj.job.model;
+  p.data = run_data(run, spec.input, spec.num_classes());
+  p.work = make_workload(spec);
   TANDEM_REQUIRE(p.work.input == p.data.input, "job: model {} takes {} inputs but the data has {}", p.work.model,
                  engine::nn::to_string(p.work.input), engine::nn::to_string(p.data.input));
   const int32_t L = static_cast<int32_t>(p.work.layers.size());
-  TANDEM_REQUIRE(job.pp <= L, "job.pp: {} stages but model {} has only {} layers", job.pp, p.work.model, L);
   // compute models
-  std::optional<CalibrationProfile> profile;
-  if (!job.profile.empty()) profile = load_profile(job.profile);
-  if (profile && job.profile_network) {
+  const std::optional<CalibrationProfile> profile = run_profile(run);
+  if (profile && run.profile_network) {
     TANDEM_REQUIRE(profile->p2p_bytes_per_s && *profile->p2p_bytes_per_s > 0,
-                   "job.profile_network: profile {} has no p2p.bandwidth_bytes_per_s", job.profile);
+                   "job.profile_network: profile {} has no p2p.bandwidth_bytes_per_s", run.profile);
     for (NodeSpec& n : p.cluster.nodes) {
       n.hw.nic_bytes_per_s = *profile->p2p_bytes_per_s;
       if (profile->p2p_latency_s) n.hw.nic_latency_s = *profile->p2p_latency_s;
     }
   }
-  for (const NodeSpec& n : p.cluster.nodes)
-    p.models.push_back(profile ? ComputeModel::from_profile(p.work, *profile)
-                               : ComputeModel::roofline(p.work, n.hw, job.optimizer));
+  for (const NodeSpec& n : p.cluster.nodes) p.models.push_back(compute_model(p.work, n.hw, profile, cj.job.optimizer));
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  if (job.epoch_time_s > 0) {
+  const int64_t batch = cj.step_batch;
+  if (run.epoch_time_s > 0) {
     const ComputeModel& m0 = p.models[0];
-    const double step = m0.forward_s(0, L, job.batch) + m0.backward_s(0, L, job.batch) + m0.optimizer_s(0, L);
-    const double epoch = step * static_cast<double>(ceil_div(p.data.samples, job.batch));
+    const double step = m0.forward_s(0, L, batch) + m0.backward_s(0, L, batch) + m0.optimizer_s(0, L);
+    const double epoch = step * static_cast<double>(ceil_div(p.data.samples, batch));
     TANDEM_REQUIRE(epoch > 0, "job.epoch_time_s: the model has no compute to scale");
-    p.scale = job.epoch_time_s / epoch;
+    p.scale = run.epoch_time_s / epoch;
     for (ComputeModel& m : p.models) m.set_scale(p.scale);
   }
-  p.steps_per_epoch = ceil_div(p.data.samples, job.batch * job.dp);
-  // ranks and stages
-  const int32_t world = job.dp * job.pp;
+  p.steps_per_epoch = ceil_div(p.data.samples, batch * cj.dp());
+  // ranks and stages: the compiled job's plan, buckets and their all-reduce requests
+  const int32_t world = cj.world;
   for (int32_t r = 0; r < world; ++r) p.node_of_rank.push_back(p.cluster.node_of_endpoint(r));
-  const auto mbs = engine::parallel::micro_batch_sizes(job.batch, job.micro_batches);
-  if (!job.boundaries.empty()) {
-    const auto& b = job.boundaries;
-    TANDEM_REQUIRE(static_cast<int32_t>(b.size()) == job.pp + 1, "job.boundaries: {} entries for {} stages (need pp + "
-                   "1)", b.size(), job.pp);
-    TANDEM_REQUIRE(b.front() == 0 && b.back() == L, "job.boundaries: must run from 0 to the model's {} layers, got {} "
-                   "... {}", L, b.front(), b.back());
-    for (size_t i = 1; i < b.size(); ++i)
-      TANDEM_REQUIRE(b[i] > b[i - 1], "job.boundaries: stage {} is empty ({} -> {})", i - 1, b[i - 1], b[i]);
-    p.bounds = b;
-  } else {
-    // the trainer's rule: FLOPs of the layer specs by default, measured times with kMeasured
-    const ComputeModel& m0 = p.models[0];
-    std::vector<double> cost(L);
-    for (int32_t i = 0; i < L; ++i) {
-      const auto& l = p.work.spec.layers[static_cast<size_t>(i)];
-      cost[i] = job.partition == engine::parallel::PartitionCost::kFlops
-                    ? l.fwd_flops + l.bwd_flops()
-                    : m0.forward_s(i, i + 1, mbs[0]) + m0.backward_s(i, i + 1, mbs[0]);
-    }
-    p.bounds = engine::parallel::partition_layers(cost, job.pp);
-  }
-  engine::parallel::ScheduleRequest sr;
-  sr.kind = job.schedule;
-  sr.micro_batches = job.micro_batches;
-  sr.boundaries = p.bounds;
-  sr.data_parallel = job.dp > 1;
-  sr.bucket_bytes = static_cast<uint64_t>(job.bucket_mb * 1048576.0);
-  for (const LayerCost& l : p.work.layers) sr.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes));
-  p.pipe = engine::parallel::make_pipeline_plan(sr);
-  engine::parallel::validate_pipeline_plan(p.pipe);
-  // step setup
+  const std::vector<int64_t>& mbs = cj.micro_batch_sizes;
   StepSetup& s = p.setup;
-  s.pipeline = p.pipe;
-  s.dp = job.dp;
-  s.pp = job.pp;
-  s.overlap = job.overlap;
-  s.symmetric = job.symmetric;
-  for (int32_t st = 0; st + 1 < job.pp; ++st) {
-    const double per_sample = p.work.boundary_bytes(static_cast<size_t>(p.bounds[st + 1]));
+  s.pipeline = cj.pipeline;
+  s.dp = cj.dp();
+  s.pp = cj.pp();
+  s.overlap = cj.job.overlap;
+  s.symmetric = run.symmetric;
+  for (double per_sample : cj.boundary_bytes_per_sample) {
     std::vector<double> v;
     for (int64_t n : mbs) v.push_back(per_sample * static_cast<double>(n));
     s.boundary_bytes.push_back(std::move(v));
   }
-  s.bucket_plans.resize(job.pp);
-  for (int32_t st = 0; st < job.pp && job.dp > 1; ++st) {
-    for (const auto& bk : p.pipe.stage_plans[st].buckets) {
-      engine::comm::PlanRequest req;
-      req.collective = engine::comm::Collective::kAllreduce;
-      req.algorithm = job.algorithm;
-      req.world = job.dp;
-      req.count = std::max<uint64_t>(bk.bytes / 4, 1);  // f32 gradients
-      req.elem_bytes = compressed(job) ? 2 : 4;         // on the wire: f32, or fp16/bf16
-      // the chunk the runtime's communicator asks for (larger for huge buffers)
-      req.chunk_bytes = engine::comm::effective_chunk_bytes(job.chunk_bytes, req.count * req.elem_bytes);
-      req.in_place = true;
-      for (int32_t d = 0; d < job.dp; ++d) req.topology.host_of.push_back(p.node_of_rank[d * job.pp + st]);
+  s.bucket_plans.resize(static_cast<size_t>(cj.pp()));
+  for (int32_t st = 0; st < cj.pp() && cj.dp() > 1; ++st) {
+    for (engine::comm::PlanRequest req : cj.stages[static_cast<size_t>(st)].bucket_allreduces) {
+      for (int32_t d = 0; d < cj.dp(); ++d) req.topology.host_of.push_back(p.node_of_rank[d * cj.pp() + st]);
       s.bucket_plans[st].push_back(&plans.get(req));
     }
   }
   for (int32_t r = 0; r < world; ++r) {
-    const int32_t st = r % job.pp;
-    const auto& sp = p.pipe.stage_plans[st];
+    const int32_t st = r % cj.pp();
+    const auto& sp = cj.pipeline.stage_plans[st];
     const ComputeModel& m = p.models[p.node_of_rank[r]];
     const NodeSpec& node = p.cluster.nodes[p.node_of_rank[r]];
     RankSetup rs;
@@ -218,21 +154,15 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
       rs.forward_s.push_back(m.forward_s(sp.first_layer, sp.end_layer, n));
       rs.backward_s.push_back(m.backward_s(sp.first_layer, sp.end_layer, n));
     }
-    for (const auto& bk : sp.buckets)
-      rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, mbs.back()));
-    if (!sp.buckets.empty() && job.micro_batches > 1) {
-      // the last backward op's micro-batch (GPipe: 0, 1F1B: M-1) sets the split; sizes differ by <= 1 sample
-      const int32_t last_mb = sp.ops[sp.last_backward_op].micro_batch;
-      rs.bucket_backward_s.clear();
-      for (const auto& bk : sp.buckets)
-        rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, mbs[last_mb]));
-    }
+    // the last backward op's micro-batch (GPipe: 0, 1F1B: M-1) sets the split; sizes differ by <= 1 sample
+    const int64_t last_mb = sp.buckets.empty() ? mbs.back() : mbs[sp.ops[sp.last_backward_op].micro_batch];
+    for (const auto& bk : sp.buckets) rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, last_mb));
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
-    if (job.dp > 1 && compressed(job)) {
+    if (cj.dp() > 1 && cj.compressed()) {
       // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory
       // bandwidth or by the runtime's per-element conversion, whichever is slower
-      const ConvertCost cost = convert_cost(job.compression, profile);
+      const ConvertCost cost = convert_cost(cj.job.parallel.compression, profile);
       const double per_byte = rs.local_bytes_per_s > 0 ? 1.0 / rs.local_bytes_per_s : 0.0;
       double back = 0;
       for (const auto& bk : sp.buckets) {
@@ -258,7 +188,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const JobSpec& job_in, PlanCache
   }
   for (int32_t r = 0; r < world; ++r) {
     NodeReport& nr = p.nodes[p.node_of_rank[r]];
-    const double need = memory_need(p, r);
+    const double need = p.cj.stages[static_cast<size_t>(r % p.cj.pp())].memory.total() + p.runtime_bytes[p.node_of_rank[r]];
     const bool gpu = p.cluster.nodes[p.node_of_rank[r]].hw.gpus > 0;
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
     ++nr.ranks;
@@ -326,36 +256,64 @@ StepResult throttled_step(const Prepared& p, const std::vector<bool>& throttled,
 
 }  // namespace
 
-SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, const SimOptions& opt) {
+CompiledJob Simulation::compile(const ClusterSpec& cluster, const JobSpec& job) {
+  const int32_t world = ranks_for(job, cluster.endpoints());
+  const DatasetInfo data = run_data(job, job.input, job.classes);
+  engine::parallel::Job e = engine_job(job, data.input, data.classes);
+  // A measured cut balances the compute model's per-layer times of the first node kind, as the trainer balances
+  // the times it measures on rank 0.
+  const engine::parallel::LayerCostFn measured = [&] {
+    const Workload w = make_workload(e.model);
+    const ComputeModel m = compute_model(w, cluster.nodes.at(0).hw, run_profile(job), e.optimizer);
+    const int64_t mb = engine::parallel::micro_batch_sizes(e.batch, e.parallel.micro_batches).front();
+    std::vector<double> cost;
+    for (size_t i = 0; i < w.layers.size(); ++i) cost.push_back(m.forward_s(i, i + 1, mb) + m.backward_s(i, i + 1, mb));
+    return cost;
+  };
+  try {
+    return engine::parallel::compile_job(e, world, measured);  // a copy: `measured` reads e
+  } catch (const Error& err) {
+    if (err.status() != Status::kInvalidArgument) throw;
+    TANDEM_THROW(Status::kInvalidArgument, "job: {}", err.what());
+  }
+}
+
+SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& opt) {
+  return run(cluster, compile(cluster, job), job, opt);
+}
+
+SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, const RunSpec& run_spec,
+                          const SimOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  Prepared p = prepare(cluster, job_in, plans_);
-  const JobSpec& job = p.job;
-  const int32_t world = job.dp * job.pp;
+  Prepared p = prepare(cluster, cj, run_spec, plans_);
+  const RunSpec& job = p.run;
+  const int32_t world = cj.world;
   const size_t N = p.cluster.nodes.size();
   SimResult res;
   res.cluster = p.cluster.describe();
   res.model = p.work.model;
   res.dataset = p.data.name;
-  res.strategy = strategy_name(job.strategy);
-  res.schedule = engine::parallel::schedule_name(job.schedule);
-  res.algorithm = job.dp > 1 && !p.setup.bucket_plans.empty() && !p.setup.bucket_plans[0].empty()
+  res.strategy = strategy_name(cj.job.parallel.strategy);
+  res.schedule = engine::parallel::schedule_name(cj.job.parallel.schedule);
+  res.algorithm = cj.dp() > 1 && !p.setup.bucket_plans.empty() && !p.setup.bucket_plans[0].empty()
                       ? p.setup.bucket_plans[0][0]->description
                       : "none";
-  res.optimizer = optimizer_name(job.optimizer);
-  res.compression = job.dp > 1 ? engine::parallel::compression_name(job.compression) : "none";
+  res.optimizer = optimizer_name(optimizer_kind(cj.job.optimizer));
+  res.compression = cj.dp() > 1 ? engine::parallel::compression_name(cj.job.parallel.compression) : "none";
   res.compute_source = p.models[0].source();
   res.compute_scale = p.scale;
-  res.dp = job.dp;
-  res.pp = job.pp;
-  res.micro_batches = job.micro_batches;
+  res.dp = cj.dp();
+  res.pp = cj.pp();
+  res.micro_batches = cj.step_micro_batches;
   res.ranks = world;
-  res.batch = job.batch;
-  res.global_batch = job.batch * job.dp;
+  res.batch = cj.step_batch;
+  res.global_batch = cj.step_batch * cj.dp();
   res.samples = p.data.samples;
   res.epochs = job.epochs;
   res.steps_per_epoch = p.steps_per_epoch;
   res.total_steps = static_cast<double>(p.steps_per_epoch) * job.epochs;
-  res.stage_boundaries = p.bounds;
+  res.stage_boundaries = cj.boundaries;
+  res.job = std::make_shared<const CompiledJob>(cj);
 
   // credit accounts of the used burstable nodes
   std::vector<std::optional<CreditAccount>> acct(N);
@@ -458,7 +416,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, con
   res.nodes_used -= 1;  // counted from 1
   res.nodes = p.nodes;
   if (opt.baseline) {
-    SimResult b = baseline(p.cluster, job_in);
+    SimResult b = baseline(p.cluster, cj, run_spec);
     res.baseline_total_time_s = b.total_time_s;
     res.speedup = b.total_time_s / res.total_time_s;
     res.efficiency = res.speedup / world;
@@ -468,23 +426,34 @@ SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job_in, con
 }
 
 SimResult Simulation::baseline(const ClusterSpec& cluster, const JobSpec& job) {
+  return baseline(cluster, compile(cluster, job), job);
+}
+
+SimResult Simulation::baseline(const ClusterSpec& cluster, const CompiledJob& cj, const RunSpec& run_spec) {
   ClusterSpec one = cluster;
   one.nodes.assign(1, cluster.nodes.at(0));
   one.nodes[0].hw.gpus = std::min(one.nodes[0].hw.gpus, 1);
   one.topology = network::TopologySpec{};
-  JobSpec single = job;
-  single.strategy = Strategy::kSingle;
-  single.dp = single.pp = 0;
-  single.micro_batches = 1;
-  single.boundaries.clear();
+  engine::parallel::Job single = cj.job;
+  single.batch = cj.step_batch;
+  single.parallel.strategy = Strategy::kSingle;
+  single.parallel.dp = single.parallel.pp = 0;
+  single.parallel.micro_batches = 1;
+  single.parallel.accumulation = 1;
+  single.parallel.boundaries.clear();
   SimOptions o;
   o.baseline = false;
-  return run(one, single, o);
+  return run(one, engine::parallel::compile_job(std::move(single), 1), run_spec, o);
 }
 
 SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options) {
   Simulation s;
   return s.run(cluster, job, options);
+}
+
+SimResult simulate(const ClusterSpec& cluster, const CompiledJob& job, const RunSpec& run, const SimOptions& options) {
+  Simulation s;
+  return s.run(cluster, job, run, options);
 }
 
 nlohmann::json SimResult::to_json() const {

@@ -1,10 +1,11 @@
 #pragma once
-// Predicts a training job on a cluster: builds the model's workload from the engine's layer specs,
-// cuts it into pipeline stages, builds the runtime's pipeline schedule and all-reduce plans, and
-// executes one step on the modelled cluster. Burstable CPUs are followed over the whole run: the
+// Predicts a training job on a cluster: the job is compiled by the trainer's own job compiler
+// (engine/parallel/job.hpp: stage cut, pipeline plan, buckets and their all-reduce requests, memory) and
+// that compiled job is executed for one step on the modelled cluster, compute priced from the layer specs. Burstable CPUs are followed over the whole run: the
 // run is split into phases at the instants a node's CPU credits run out, and each phase's step is
 // simulated again with the throttled nodes slowed to their baseline share.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,6 +76,7 @@ struct SimResult {
   bool symmetric_used = false;
   double wall_s = 0;                 // simulator's own run time
   std::vector<TraceSpan> trace;      // first phase's step, when asked for
+  std::shared_ptr<const engine::parallel::CompiledJob> job;  // the compiled job that was timed
 
   nlohmann::json to_json() const;
 };
@@ -87,10 +89,18 @@ struct SimOptions {
 // Shares compiled plans between the simulations of a sweep or a plan search.
 class Simulation {
  public:
+  // The description compiled by the trainer's own compiler (engine::parallel::compile_job) for the ranks it
+  // takes on `cluster` (ranks_for); a measured cut balances the compute model's per-layer times.
+  engine::parallel::CompiledJob compile(const ClusterSpec& cluster, const JobSpec& job);
   SimResult run(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
-  // The job on one device of the cluster's first node kind (strategy single): the reference for
-  // speedup and efficiency.
+  // Times a compiled job -- a trainer's own (ParallelTrainer::job()) for a prediction -- rank r on the
+  // cluster's endpoint r.
+  SimResult run(const ClusterSpec& cluster, const engine::parallel::CompiledJob& job, const RunSpec& run,
+                const SimOptions& options = {});
+  // The job on one device of the cluster's first node kind (strategy single, the whole step batch at once): the
+  // reference for speedup and efficiency.
   SimResult baseline(const ClusterSpec& cluster, const JobSpec& job);
+  SimResult baseline(const ClusterSpec& cluster, const engine::parallel::CompiledJob& job, const RunSpec& run);
   PlanCache& plans() { return plans_; }
 
  private:
@@ -98,5 +108,7 @@ class Simulation {
 };
 
 SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
+SimResult simulate(const ClusterSpec& cluster, const engine::parallel::CompiledJob& job, const RunSpec& run,
+                   const SimOptions& options = {});
 
 }  // namespace tandem::simulator

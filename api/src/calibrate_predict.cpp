@@ -10,7 +10,6 @@
 #include "api/src/train_handles.hpp"
 #include "engine/core/host_info.hpp"
 #include "engine/nn/model_spec.hpp"
-#include "engine/train/calibrate.hpp"
 #include "simulator/cluster.hpp"
 #include "simulator/simulate.hpp"
 
@@ -74,55 +73,39 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
     }
     r.measured_memory_bytes = peak_rss_bytes();
 
-    // ---- the same job for the simulator ----
-    const tandem::engine::nn::ModelSpec& spec = h.model->spec;
-    sim::JobSpec job;
-    job.model = tandem::engine::nn::model_to_json(spec).dump();
-    job.dataset = "";
-    job.input = spec.input;
-    job.classes = spec.num_classes();
-    job.optimizer = sim::parse_optimizer(tandem::engine::train::simulator_optimizer_name(cfg.optimizer));
-    int dp = 1, accumulation = 1;
+    // ---- the trainer's own compiled job, timed by the simulator ----
+    par::CompiledJob single;
     if (pt != nullptr) {
-      const par::ParallelConfig& pc = pt->parallel_config();
       const par::Grid& g = pt->grid();
-      dp = g.dp;
-      accumulation = pc.accumulation;
-      job.strategy = pc.strategy;
-      job.dp = g.dp;
-      job.pp = g.pp;
-      // Accumulation runs M x A micro-batches per optimizer step over one loader batch of batch x A samples.
-      job.micro_batches = pc.micro_batches * pc.accumulation;
-      job.schedule = pc.schedule;
-      job.bucket_mb = pc.bucket_mb;
-      // The trainer's own cut, whichever way it was chosen (FLOPs, measured, explicit): predicted and
-      // measured runs are then the same job even where the simulator's compute model would balance
-      // the stages elsewhere.
-      if (g.pp > 1) job.boundaries = pt->boundaries();
       r.rank = g.rank;
       r.world = g.world;
       r.dp = g.dp;
       r.pp = g.pp;
-      r.micro_batches = pc.micro_batches;
-      r.strategy = par::strategy_name(pc.strategy);
+      r.micro_batches = pt->parallel_config().micro_batches;
+      r.strategy = par::strategy_name(pt->parallel_config().strategy);
     } else {
-      job.strategy = par::Strategy::kSingle;
-      job.dp = job.pp = 1;
+      par::Job job;
+      job.model = h.model->spec;
+      job.batch = cfg.batch_size;
+      job.optimizer = cfg.optimizer;
+      single = par::compile_job(std::move(job), 1);
       r.world = r.dp = r.pp = r.micro_batches = 1;
       r.strategy = "single";
     }
-    job.batch = cfg.batch_size * accumulation;
-    job.samples = std::max<int64_t>(1, r.steps * job.batch * dp);  // the measured epoch, so its steps match
-    job.epochs = 1;
+    const par::CompiledJob& job = pt != nullptr ? pt->job() : single;
+    sim::RunSpec run;
+    run.dataset = "";
+    run.samples = std::max<int64_t>(1, r.steps * job.step_batch * job.dp());  // the measured epoch, so its steps match
+    run.epochs = 1;
     if (m & TANDEM_PREDICT_PARAM_PROFILE) {
       TANDEM_REQUIRE(params->profile != nullptr && *params->profile != '\0', "{}: profile flagged but empty", fn);
-      job.profile = params->profile;
-      job.profile_network = params->profile_network != 0;
+      run.profile = params->profile;
+      run.profile_network = params->profile_network != 0;
     }
     const sim::ClusterSpec cluster = sim::parse_cluster(params->cluster);
     sim::SimOptions opt;
     opt.baseline = false;
-    const sim::SimResult res = sim::simulate(cluster, job, opt);
+    const sim::SimResult res = sim::simulate(cluster, job, run, opt);
 
     // ---- predicted: the first (full-speed) phase's step, per rank means ----
     r.predicted_step_s = res.step_time_s;

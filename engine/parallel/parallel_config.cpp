@@ -105,6 +105,9 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
                  "the batch size is per data-parallel rank)",
                  c.micro_batches, batch_size);
   TANDEM_REQUIRE(c.accumulation >= 1, "gradient accumulation must be >= 1 batch (got {})", c.accumulation);
+  TANDEM_REQUIRE(static_cast<int64_t>(c.micro_batches) * c.accumulation <= 0xffff,
+                 "{} micro-batches x {} accumulation steps exceed the 65535 micro-batches a step may have",
+                 c.micro_batches, c.accumulation);
   TANDEM_REQUIRE(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 4096,
                  "bucket size must be in (0, 4096] MiB (got {})", c.bucket_mb);
   if (!c.boundaries.empty()) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -103,21 +104,6 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   };
   check_data(train_);
   if (test_ != nullptr) check_data(*test_);
-  TANDEM_REQUIRE(static_cast<int64_t>(pc_.micro_batches) * pc_.accumulation <= 0xffff,
-                 "{} micro-batches x {} accumulation steps exceed the 65535 micro-batches a step may have",
-                 pc_.micro_batches, pc_.accumulation);
-  const auto L = static_cast<int32_t>(model_.num_layers());
-  if (!pc_.boundaries.empty()) {
-    bounds_ = pc_.boundaries;
-  } else if (pc_.partition == PartitionCost::kFlops || grid_.pp == 1) {
-    std::vector<double> cost(static_cast<size_t>(L));
-    for (int32_t i = 0; i < L; ++i) {
-      const nn::LayerSpec& l = model_.spec().layers[static_cast<size_t>(i)];
-      cost[static_cast<size_t>(i)] = l.fwd_flops + l.bwd_flops();
-    }
-    bounds_ = partition_layers(cost, grid_.pp);
-  }
-
   // ---- 2. every rank agrees on the settings (and so on the steps per epoch) ----
   data::LoaderOptions lo;
   lo.batch_size = config_.batch_size * pc_.accumulation;
@@ -127,34 +113,45 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   lo.seed = config_.seed;
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
   agree_on_settings();
-  if (bounds_.empty()) {
-    const std::vector<double> cost = measure_layer_costs();
-    bounds_ = partition_layers(cost, grid_.pp);
-    if (grid_.rank == 0) {
-      std::string stages;
-      for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
-        double t = 0;
-        for (int32_t i = bounds_[s]; i < bounds_[s + 1]; ++i) t += cost[static_cast<size_t>(i)];
-        stages += fmt::format("{}{:.1f}", s == 0 ? "" : ", ", t * 1e3);
-      }
-      log::debug("measured partition: forward + backward per micro-batch, by stage: {} ms", stages);
-    }
+  // ---- 3. the job, compiled once: the cut, the plan, the buckets and their all-reduces, the memory ----
+  Job job;
+  job.model = model_.spec();
+  job.batch = config_.batch_size;
+  job.parallel = pc_;
+  job.optimizer = config_.optimizer;
+  if (world_ != nullptr) {
+    // the data-parallel groups are split from `world` and keep its options: the runtime's request_for
+    const comm::CommOptions& o = world_->options();
+    job.algorithm = o.deterministic ? comm::Algorithm::kDeterministic : o.allreduce_algorithm;
+    job.chunk_bytes = o.chunk_bytes;
   }
-  first_ = bounds_[static_cast<size_t>(grid_.stage)];
-  end_ = bounds_[static_cast<size_t>(grid_.stage) + 1];
+  job_ = compile_job(std::move(job), grid_.world, [this] {
+    const std::vector<double> cost = measure_layer_costs();
+    if (grid_.rank == 0) log::debug("measured partition: per-layer forward + backward times of rank 0 (s): {}",
+                                    fmt::join(cost, ", "));
+    return cost;
+  });
+  pc_ = job_.job.parallel;
+  const StageProgram& mine = job_.stages[static_cast<size_t>(grid_.stage)];
+  first_ = mine.first_layer;
+  end_ = mine.end_layer;
   // The rank's model holds only its stage's layers: parameters, gradients and statistics of the other stages are
   // never allocated here (their initial values come from the same seed on the rank that holds them).
   model_.hold(static_cast<size_t>(first_), static_cast<size_t>(end_));
   // Memory guard (issue #6): this rank's stage, before its optimizer state and first step allocate.
-  train::check_training_memory(
-      model_,
-      train::pipeline_footprint(static_cast<size_t>(first_), static_cast<size_t>(end_),
-                                config_.batch_size * pc_.accumulation, pc_.micro_batches * pc_.accumulation,
-                                grid_.stage, grid_.pp, pc_.schedule == ScheduleKind::kGPipe,
-                                grid_.dp > 1 ? pc_.bucket_mb * 1048576.0 : 0.0, config_.optimizer, config_.prefetch),
-      fmt::format("rank {} (stage {} of {})", grid_.rank, grid_.stage, grid_.pp));
+  train::TrainingFootprint footprint;
+  footprint.first_layer = static_cast<size_t>(first_);
+  footprint.end_layer = static_cast<size_t>(end_);
+  footprint.samples_in_flight = mine.memory.samples_in_flight;
+  footprint.micro_batch = mine.memory.micro_batch;
+  footprint.loader_batch = job_.step_batch;
+  footprint.prefetch = config_.prefetch;
+  footprint.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(config_.optimizer);
+  footprint.bucket_bytes = mine.memory.bucket_bytes;
+  train::check_training_memory(model_, footprint,
+                               fmt::format("rank {} (stage {} of {})", grid_.rank, grid_.stage, grid_.pp));
 
-  // ---- 3. groups, replicated state, optimizer, plan ----
+  // ---- 4. groups, replicated state, optimizer ----
   if (world_ != nullptr) {
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.stage, grid_.dp_rank);
@@ -164,10 +161,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       model_.backend(), config_.optimizer,
       std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_))});
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
-  const PipelinePlan& plan = plan_for(pc_.micro_batches * pc_.accumulation);
   if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
-                                                 plan.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
+                                                 job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
                                                  pc_.compression, tracer_);
   }
   executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
@@ -197,7 +193,7 @@ void ParallelTrainer::agree_on_settings() {
       {"bucket bytes", static_cast<int64_t>(pc_.bucket_mb * 1048576.0)},
       {"compression", static_cast<int64_t>(pc_.compression)},
       {"partition", static_cast<int64_t>(pc_.partition)},
-      {"stage cut", static_cast<int64_t>(hash_bounds(bounds_) >> 1)},
+      {"explicit stage cut", static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},
       {"batch size", config_.batch_size},
       {"model layers", static_cast<int64_t>(model_.num_layers())},
       {"model parameters", model_.total_params()},
@@ -297,34 +293,6 @@ void ParallelTrainer::broadcast_replica_state() {
   compute::Backend& be = model_.backend();
   broadcast_tensor(*dp_comm_, be, model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
   broadcast_tensor(*dp_comm_, be, model_.range_buffers(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
-}
-
-const PipelinePlan& ParallelTrainer::plan_for(int micro_batches) const {
-  auto it = plans_.find(micro_batches);
-  if (it != plans_.end()) return it->second;
-  ScheduleRequest r;
-  r.kind = pc_.schedule;
-  r.micro_batches = micro_batches;
-  r.boundaries = bounds_;
-  r.data_parallel = grid_.dp > 1;
-  r.bucket_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(pc_.bucket_mb * 1048576.0));
-  for (const nn::LayerSpec& l : model_.spec().layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
-  PipelinePlan plan = make_pipeline_plan(r);
-  validate_pipeline_plan(plan);
-  return plans_.emplace(micro_batches, std::move(plan)).first->second;
-}
-
-std::string ParallelTrainer::describe_partition() const {
-  std::string out;
-  const nn::ModelSpec& spec = model_.spec();
-  for (size_t s = 0; s + 1 < bounds_.size(); ++s) {
-    const auto b = static_cast<size_t>(bounds_[s]), e = static_cast<size_t>(bounds_[s + 1]);
-    const nn::ModelTotals t = spec.totals(b, e);
-    if (!out.empty()) out += " | ";
-    out += fmt::format("stage {}: layers [{}, {}) {}..{} ({:.2f} MFLOP/sample, {} params)", s, b, e,
-                       spec.layers[b].name, spec.layers[e - 1].name, (t.fwd_flops + t.bwd_flops) / 1e6, t.params);
-  }
-  return out;
 }
 
 int64_t ParallelTrainer::batches_per_epoch() const {
@@ -478,7 +446,7 @@ train::StepResult ParallelTrainer::step_impl() {
   std::vector<Tensor> keep;
   const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
   r.lr = optim::lr_at(schedule_, optimizer_->steps());
-  const StageResult s = executor_->train_step(plan_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+  const StageResult s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
   t.steps = 1;
   t.step_ns = tracer_.now_ns() - t0;
   local_ += t;
@@ -665,8 +633,8 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       std::vector<float> params(static_cast<size_t>(P)), buffers(static_cast<size_t>(B));
       std::vector<std::vector<float>> states(state.size(), std::vector<float>(static_cast<size_t>(P)));
       for (int s = 0; s < grid_.pp; ++s) {
-        const auto f = static_cast<size_t>(bounds_[static_cast<size_t>(s)]);
-        const auto e = static_cast<size_t>(bounds_[static_cast<size_t>(s) + 1]);
+        const auto f = static_cast<size_t>(job_.boundaries[static_cast<size_t>(s)]);
+        const auto e = static_cast<size_t>(job_.boundaries[static_cast<size_t>(s) + 1]);
         const int64_t p0 = model_.param_offset(f), p1 = model_.param_offset(e);
         const int64_t q0 = model_.buffer_offset(f), q1 = model_.buffer_offset(e);
         const size_t np = static_cast<size_t>(p1 - p0), nb = static_cast<size_t>(q1 - q0);
@@ -693,7 +661,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
           train::make_training_checkpoint(identity(), p, std::move(params), std::move(buffers), std::move(states));
       ck.meta["parallel"] = {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp},
                              {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
-                             {"accumulation", pc_.accumulation}, {"boundaries", bounds_}};
+                             {"accumulation", pc_.accumulation}, {"boundaries", job_.boundaries}};
       try {
         train::save_checkpoint(path, ck);
       } catch (const Error& e) {

@@ -31,6 +31,7 @@
 #include "engine/optim/optimizer.hpp"
 #include "engine/optim/schedule.hpp"
 #include "engine/parallel/grad_reducer.hpp"
+#include "engine/parallel/job.hpp"
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "engine/parallel/stage_executor.hpp"
@@ -78,10 +79,12 @@ class ParallelTrainer {
   const Grid& grid() const noexcept { return grid_; }
   const ParallelConfig& parallel_config() const noexcept { return pc_; }
   const train::TrainerConfig& config() const noexcept { return config_; }
-  const std::vector<int32_t>& boundaries() const noexcept { return bounds_; }
+  // The job this trainer executes, compiled once (engine/parallel/job.hpp): the simulator times the same object.
+  const CompiledJob& job() const noexcept { return job_; }
+  const std::vector<int32_t>& boundaries() const noexcept { return job_.boundaries; }
   // "stage 0: layers [0, 6) conv1..relu2 (12.4 MFLOP/sample, 2.6k params) | stage 1: ..."
-  std::string describe_partition() const;
-  const PipelinePlan& plan() const { return plan_for(pc_.micro_batches * pc_.accumulation); }
+  std::string describe_partition() const { return job_.describe_partition(); }
+  const PipelinePlan& plan() const noexcept { return job_.pipeline; }
   int64_t completed_epochs() const noexcept { return completed_epochs_; }
   int64_t global_step() const noexcept { return optimizer_->steps(); }
   int64_t batches_per_epoch() const;
@@ -107,7 +110,6 @@ class ParallelTrainer {
   void agree_on_settings();
   std::vector<double> measure_layer_costs();
   void broadcast_replica_state();
-  const PipelinePlan& plan_for(int micro_batches) const;
   void begin_epoch_if_needed();
   bool epoch_exhausted() const;
   std::vector<MicroBatch> make_micro_batches(const data::Batch& b, int count, std::vector<Tensor>& keep);
@@ -122,7 +124,7 @@ class ParallelTrainer {
   ParallelConfig pc_;
   comm::Communicator* world_;
   Grid grid_;
-  std::vector<int32_t> bounds_;
+  CompiledJob job_;
   int32_t first_ = 0, end_ = 0;
   std::unique_ptr<comm::Communicator> pipe_comm_, dp_comm_;
   Tracer tracer_;
@@ -131,7 +133,6 @@ class ParallelTrainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::ScheduleConfig schedule_;
   Rng rng_;
-  mutable std::map<int, PipelinePlan> plans_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<StageExecutor> executor_;
   int64_t completed_epochs_ = 0;

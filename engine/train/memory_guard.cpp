@@ -162,38 +162,10 @@ std::string MemoryEstimate::describe() const {
                      samples_in_flight, format_bytes(activation_bytes), format_bytes(workspace_bytes));
 }
 
-double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) {
-  switch (c.kind) {
-    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? 4.0 : 0.0;
-    case optim::OptimizerKind::kAdam:
-    case optim::OptimizerKind::kAdamW: return 8.0;
-  }
-  return 0;
-}
-
 TrainingFootprint single_footprint(int64_t batch_size, int prefetch) {
   TrainingFootprint f;
   f.samples_in_flight = f.micro_batch = f.loader_batch = batch_size;
   f.prefetch = prefetch;
-  return f;
-}
-
-TrainingFootprint pipeline_footprint(size_t first, size_t end, int64_t batch, int micro_batches, int stage, int stages,
-                                     bool gpipe, double bucket_bytes, const optim::OptimizerConfig& optimizer,
-                                     int prefetch) {
-  TANDEM_REQUIRE(micro_batches >= 1 && stages >= 1 && stage >= 0 && stage < stages && batch >= 1,
-                 "memory estimate: bad pipeline (batch {}, {} micro-batches, stage {} of {})", batch, micro_batches,
-                 stage, stages);
-  TrainingFootprint f;
-  f.first_layer = first;
-  f.end_layer = end;
-  f.micro_batch = (batch + micro_batches - 1) / micro_batches;  // an even split: the larger micro-batches
-  const int64_t alive = gpipe ? micro_batches : std::min<int64_t>(micro_batches, stages - stage);
-  f.samples_in_flight = std::min(batch, alive * f.micro_batch);
-  f.loader_batch = batch;
-  f.prefetch = prefetch;
-  f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(optimizer);
-  f.bucket_bytes = bucket_bytes;
   return f;
 }
 
@@ -238,9 +210,7 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
   const double scratch = 2 * largest * static_cast<double>(mb);  // gradient of a layer's output and of its input
   const double loader = static_cast<double>(std::max(f.prefetch, 0) + 1) * static_cast<double>(f.loader_batch) *
                         static_cast<double>(spec.input.numel()) * 4;
-  const double stage_param_bytes = static_cast<double>(spec.totals(a, b).params) * 4;
-  const double buckets = f.bucket_bytes > 0 ? 2 * std::min(stage_param_bytes, f.bucket_bytes) : 0.0;
-  e.workspace_bytes = scratch + loader + buckets + kFirstStepRuntimeBytes;
+  e.workspace_bytes = scratch + loader + f.bucket_bytes + kFirstStepRuntimeBytes;
   return e;
 }
 

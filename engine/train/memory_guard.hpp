@@ -15,8 +15,8 @@
 //   workspace     : backward scratch (two of the largest layer's outputs per micro-batch), the loader's
 //                   prefetched batches, the data-parallel gradient bucket plus its receive buffer, and the
 //                   backend's JIT code and caches the first step creates.
-// The same terms as the simulator's memory model (simulator/simulate.cpp memory_need), with the fixed
-// runtime allowance replaced by the process's measured size.
+// What is in flight and the bucket buffers come from the compiled job (engine/parallel/job.hpp StageMemory), as
+// the simulator's memory figures do; the fixed runtime allowance is replaced by the process's measured size.
 //
 // The limit, the smallest of:
 //   TANDEM_MEMORY_LIMIT_BYTES (an integer, bytes; for tests and for operators who know better);
@@ -44,7 +44,7 @@ struct TrainingFootprint {
   int64_t loader_batch = 0;               // samples per loader batch
   int prefetch = 2;                       // loader batches prepared ahead
   double optimizer_state_bytes_per_param = 0;
-  double bucket_bytes = 0;                // data-parallel gradient bucket (0 without data parallelism)
+  double bucket_bytes = 0;                // data-parallel bucket buffers (StageMemory::bucket_bytes; 0 without DP)
 };
 
 struct MemoryEstimate {
@@ -63,19 +63,10 @@ struct MemoryLimit {
   std::string source;  // "cgroup v1 memory.limit_in_bytes of /sys/fs/cgroup/memory/...", "MemAvailable ...", ...
 };
 
-// The optimizer's state per parameter (bytes): SGD 0, with momentum 4, Adam/AdamW 8.
-double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c);
-
 // What the single-process trainer holds: the whole model, `batch_size` samples in flight. Its optimizer state
-// is already allocated (resident) when the trainer checks, before its first step.
+// is already allocated (resident) when the trainer checks, before its first step. (A pipeline stage's or a
+// data-parallel rank's footprint comes from the job compiler's StageMemory: engine/parallel/job.hpp.)
 TrainingFootprint single_footprint(int64_t batch_size, int prefetch);
-// What rank `stage` of a `stages`-stage pipeline holds (stages 1: data parallelism alone): the layers
-// [first, end), `micro_batches` micro-batches of an even split of `batch` samples, all alive at once under
-// GPipe, at most stages - stage under 1F1B (the simulator's rule); `bucket_bytes` 0 without data parallelism.
-// The optimizer state is not allocated yet (the parallel trainer checks before creating it).
-TrainingFootprint pipeline_footprint(size_t first, size_t end, int64_t batch, int micro_batches, int stage, int stages,
-                                     bool gpipe, double bucket_bytes, const optim::OptimizerConfig& optimizer,
-                                     int prefetch);
 
 // The estimate for `f` on `model` (reads /proc/self/status for the resident size).
 MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFootprint& f);

@@ -1,4 +1,4 @@
-// The memory guard: the estimate's terms, the pipeline rule for micro-batches in flight, the limit from
+// The memory guard: the estimate's terms, a stage's share, the limit from
 // TANDEM_MEMORY_LIMIT_BYTES, and a trainer that fails with kOutOfMemory naming the estimate and the limit before
 // its first step -- while the same job with a higher limit trains. (The real cgroup limit is exercised on an
 // emulated host by tests/emu.)
@@ -81,25 +81,17 @@ BOOST_AUTO_TEST_CASE(estimate_terms_follow_the_footprint) {
   BOOST_TEST(a.describe().find("activations of 32 samples in flight") != std::string::npos, a.describe());
 }
 
-BOOST_AUTO_TEST_CASE(pipeline_stages_keep_what_their_schedule_keeps) {
-  optim::OptimizerConfig sgd;
-  // 1F1B over 4 stages and 8 micro-batches of 8: stage s keeps 4 - s micro-batches; GPipe keeps all 8.
-  for (int s = 0; s < 4; ++s) {
-    const auto f = train::pipeline_footprint(0, 1, 64, 8, s, 4, false, 0, sgd, 2);
-    BOOST_TEST(f.samples_in_flight == 8 * (4 - s));
-    BOOST_TEST(f.micro_batch == 8);
-  }
-  BOOST_TEST(train::pipeline_footprint(0, 1, 64, 8, 3, 4, true, 0, sgd, 2).samples_in_flight == 64);
-  // Fewer micro-batches than stages: never more than the batch.
-  BOOST_TEST(train::pipeline_footprint(0, 1, 64, 2, 0, 4, false, 0, sgd, 2).samples_in_flight == 64);
-
-  // A stage of a 4-way pipeline needs less than the whole model on one host.
+BOOST_AUTO_TEST_CASE(a_stage_footprint_needs_less_than_the_whole_model) {
+  // (What a pipeline stage keeps in flight is the job compiler's: tests/parallel/job_test.cpp.)
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
   const size_t L = model.num_layers();
   const auto whole = train::estimate_training_memory(model, train::single_footprint(128, 2));
-  const auto stage0 = train::estimate_training_memory(model, train::pipeline_footprint(0, L / 4, 128, 8, 0, 4, false, 0, sgd, 2));
-  BOOST_TEST(stage0.activation_bytes < whole.activation_bytes / 2);
+  train::TrainingFootprint stage0 = train::single_footprint(128, 2);
+  stage0.end_layer = L / 4;
+  stage0.samples_in_flight = 4 * 16;  // 1F1B, stage 0 of 4, micro-batches of 16
+  stage0.micro_batch = 16;
+  BOOST_TEST(train::estimate_training_memory(model, stage0).activation_bytes < whole.activation_bytes / 2);
 }
 
 BOOST_AUTO_TEST_CASE(limit_from_the_environment) {

@@ -1,0 +1,223 @@
+#include "engine/parallel/job.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::engine::parallel {
+
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+uint64_t bucket_cap_bytes(const ParallelConfig& c) { return std::max<uint64_t>(1, static_cast<uint64_t>(c.bucket_mb * kMiB)); }
+
+ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
+  ScheduleRequest r;
+  r.kind = cj.job.parallel.schedule;
+  r.micro_batches = micro_batches;
+  r.boundaries = cj.boundaries;
+  r.data_parallel = cj.dp() > 1;
+  r.bucket_bytes = bucket_cap_bytes(cj.job.parallel);
+  for (const nn::LayerSpec& l : cj.job.model.layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
+  return r;
+}
+
+std::vector<int32_t> cut(const Job& job, int32_t pp, const LayerCostFn& measured) {
+  const auto L = static_cast<int32_t>(job.model.layers.size());
+  if (!job.parallel.boundaries.empty()) return job.parallel.boundaries;  // checked by resolve_grid
+  if (pp == 1) return {0, L};
+  std::vector<double> cost;
+  if (job.parallel.partition == PartitionCost::kFlops) {
+    for (const nn::LayerSpec& l : job.model.layers) cost.push_back(l.fwd_flops + l.bwd_flops());
+  } else {
+    TANDEM_REQUIRE(measured != nullptr, "a measured stage cut needs per-layer costs (none were measured)");
+    cost = measured();
+    TANDEM_REQUIRE(cost.size() == static_cast<size_t>(L), "measured stage cut: {} layer costs for a model of {} layers",
+                   cost.size(), L);
+  }
+  return partition_layers(cost, pp);
+}
+
+// Bytes per sample crossing the cut before layer `cut`: the outputs of earlier layers (or the model input)
+// that layers at or after it read.
+double crossing_bytes(const nn::ModelSpec& spec, int32_t cut) {
+  double b = 0;
+  for (int32_t producer : spec.crossing(static_cast<size_t>(cut))) {
+    b += producer == nn::kModelInput ? static_cast<double>(spec.input.numel()) * 4
+                                     : static_cast<double>(spec.layers[static_cast<size_t>(producer)].activation_bytes);
+  }
+  return b;
+}
+
+StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
+  const Job& job = cj.job;
+  const StagePlan& sp = cj.pipeline.stage_plans[static_cast<size_t>(stage)];
+  StageMemory m;
+  double act = 0;
+  int64_t params = 0;
+  for (int32_t i = sp.first_layer; i < sp.end_layer; ++i) {
+    const nn::LayerSpec& l = job.model.layers[static_cast<size_t>(i)];
+    act += static_cast<double>(l.activation_bytes);
+    params += l.params;
+  }
+  m.param_bytes = m.grad_bytes = static_cast<double>(params) * 4;
+  m.optimizer_bytes = static_cast<double>(params) * optimizer_state_bytes_per_param(job.optimizer);
+  // micro-batches whose activations are alive at once: all of them (GPipe), at most S - s (1F1B)
+  int64_t in_flight = cj.step_micro_batches;
+  if (job.parallel.schedule == ScheduleKind::kOneFOneB) in_flight = std::min<int64_t>(in_flight, cj.pp() - stage);
+  for (int64_t k = 0; k < in_flight; ++k) m.samples_in_flight += cj.micro_batch_sizes[static_cast<size_t>(k)];
+  m.micro_batch = cj.micro_batch_sizes.front();
+  const double input = crossing_bytes(job.model, sp.first_layer);
+  m.activation_bytes = static_cast<double>(m.samples_in_flight) * (act + input);
+  if (cj.dp() > 1) {
+    m.bucket_bytes = 2 * std::min(m.param_bytes, job.parallel.bucket_mb * kMiB);  // bucket + receive scratch
+    if (cj.compressed()) m.bucket_bytes += m.param_bytes / 2;
+  }
+  return m;
+}
+
+}  // namespace
+
+double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) noexcept {
+  switch (c.kind) {
+    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? 4.0 : 0.0;
+    case optim::OptimizerKind::kAdam:
+    case optim::OptimizerKind::kAdamW: return 8.0;
+  }
+  return 0;
+}
+
+Grid CompiledJob::grid(int rank) const {
+  TANDEM_REQUIRE(rank >= 0 && rank < world, "rank {} is outside a world of {}", rank, world);
+  Grid g;
+  g.world = world;
+  g.rank = rank;
+  g.dp = dp();
+  g.pp = pp();
+  g.stage = rank % g.pp;
+  g.dp_rank = rank / g.pp;
+  return g;
+}
+
+const PipelinePlan& CompiledJob::pipeline_for(int32_t micro_batches) const {
+  if (micro_batches == step_micro_batches) return pipeline;
+  auto it = short_plans_.find(micro_batches);
+  if (it != short_plans_.end()) return it->second;
+  PipelinePlan plan = make_pipeline_plan(schedule_request(*this, micro_batches));
+  validate_pipeline_plan(plan);
+  return short_plans_.emplace(micro_batches, std::move(plan)).first->second;
+}
+
+std::string CompiledJob::describe_partition() const {
+  std::string out;
+  const nn::ModelSpec& spec = job.model;
+  for (size_t s = 0; s + 1 < boundaries.size(); ++s) {
+    const auto b = static_cast<size_t>(boundaries[s]), e = static_cast<size_t>(boundaries[s + 1]);
+    const nn::ModelTotals t = spec.totals(b, e);
+    if (!out.empty()) out += " | ";
+    out += fmt::format("stage {}: layers [{}, {}) {}..{} ({:.2f} MFLOP/sample, {} params)", s, b, e,
+                       spec.layers[b].name, spec.layers[e - 1].name, (t.fwd_flops + t.bwd_flops) / 1e6, t.params);
+  }
+  return out;
+}
+
+CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
+  const auto L = static_cast<int64_t>(job.model.layers.size());
+  TANDEM_REQUIRE(L > 0, "model '{}' has no layers", job.model.name);
+  resolve_grid(job.parallel, world, 0, L, job.batch);
+  CompiledJob cj;
+  cj.world = world;
+  cj.boundaries = cut(job, job.parallel.pp, measured);
+  job.parallel.boundaries = cj.boundaries;
+  cj.step_micro_batches = job.parallel.micro_batches * job.parallel.accumulation;
+  cj.step_batch = job.batch * job.parallel.accumulation;
+  cj.micro_batch_sizes = micro_batch_sizes(cj.step_batch, cj.step_micro_batches);
+  cj.job = std::move(job);
+  cj.pipeline = make_pipeline_plan(schedule_request(cj, cj.step_micro_batches));
+  validate_pipeline_plan(cj.pipeline);
+  const Job& j = cj.job;
+  const uint64_t wire_elem = cj.compressed() ? 2 : 4;
+  for (int32_t s = 0; s < cj.pp(); ++s) {
+    const StagePlan& sp = cj.pipeline.stage_plans[static_cast<size_t>(s)];
+    StageProgram prog;
+    prog.stage = s;
+    prog.first_layer = sp.first_layer;
+    prog.end_layer = sp.end_layer;
+    for (const GradientBucket& bk : sp.buckets) {
+      comm::PlanRequest req;
+      req.collective = comm::Collective::kAllreduce;
+      req.algorithm = j.algorithm;
+      req.world = cj.dp();
+      req.count = std::max<uint64_t>(bk.bytes / 4, 1);  // f32 gradients, sent as f32 or fp16/bf16
+      req.elem_bytes = wire_elem;
+      req.chunk_bytes = comm::effective_chunk_bytes(j.chunk_bytes, req.count * req.elem_bytes);
+      req.in_place = true;
+      prog.bucket_allreduces.push_back(std::move(req));
+    }
+    prog.memory = stage_memory(cj, s);
+    cj.stages.push_back(std::move(prog));
+    if (s + 1 < cj.pp()) cj.boundary_bytes_per_sample.push_back(crossing_bytes(j.model, sp.end_layer));
+  }
+  return cj;
+}
+
+std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
+  auto differ = [](const char* what, const auto& x, const auto& y) -> std::string {
+    return x == y ? std::string() : fmt::format("{}: {} vs {}", what, x, y);
+  };
+  std::string d;
+  auto first = [&d](std::string s) {
+    if (d.empty()) d = std::move(s);
+  };
+  first(differ("model", a.job.model.name, b.job.model.name));
+  first(differ("layers", a.job.model.layers.size(), b.job.model.layers.size()));
+  first(differ("world", a.world, b.world));
+  first(differ("dp", a.dp(), b.dp()));
+  first(differ("pp", a.pp(), b.pp()));
+  first(differ("stage cut", fmt::format("{}", fmt::join(a.boundaries, ",")), fmt::format("{}", fmt::join(b.boundaries, ","))));
+  first(differ("micro-batches per step", a.step_micro_batches, b.step_micro_batches));
+  first(differ("samples per step", a.step_batch, b.step_batch));
+  first(differ("schedule", a.pipeline.describe(), b.pipeline.describe()));
+  first(differ("compression", compression_name(a.job.parallel.compression), compression_name(b.job.parallel.compression)));
+  first(differ("optimizer state bytes", optimizer_state_bytes_per_param(a.job.optimizer),
+               optimizer_state_bytes_per_param(b.job.optimizer)));
+  if (!d.empty() || a.stages.size() != b.stages.size()) return d.empty() ? "stage count differs" : d;
+  for (size_t s = 0; s < a.stages.size() && d.empty(); ++s) {
+    const StageProgram &x = a.stages[s], &y = b.stages[s];
+    const StagePlan &px = a.pipeline.stage_plans[s], &py = b.pipeline.stage_plans[s];
+    const std::string at = fmt::format("stage {} ", s);
+    first(differ((at + "ops").c_str(), px.ops.size(), py.ops.size()));
+    for (size_t k = 0; k < px.ops.size() && k < py.ops.size() && d.empty(); ++k) {
+      const StageOp &o = px.ops[k], &p = py.ops[k];
+      if (o.kind != p.kind || o.micro_batch != p.micro_batch || o.peer_stage != p.peer_stage || o.bucket != p.bucket)
+        d = fmt::format("{}op {}: {} mb {} vs {} mb {}", at, k, stage_op_name(o.kind), o.micro_batch,
+                        stage_op_name(p.kind), p.micro_batch);
+    }
+    first(differ((at + "buckets").c_str(), px.buckets.size(), py.buckets.size()));
+    for (size_t k = 0; k < px.buckets.size() && k < py.buckets.size() && d.empty(); ++k) {
+      const std::string bk = fmt::format("{}bucket {} ", at, k);
+      first(differ((bk + "layers").c_str(), fmt::format("[{}, {})", px.buckets[k].first_layer, px.buckets[k].end_layer),
+                   fmt::format("[{}, {})", py.buckets[k].first_layer, py.buckets[k].end_layer)));
+      first(differ((bk + "bytes").c_str(), px.buckets[k].bytes, py.buckets[k].bytes));
+      const comm::PlanRequest &r = x.bucket_allreduces[k], &q = y.bucket_allreduces[k];
+      first(differ((bk + "request.algorithm").c_str(), comm::algorithm_name(r.algorithm), comm::algorithm_name(q.algorithm)));
+      first(differ((bk + "request.world").c_str(), r.world, q.world));
+      first(differ((bk + "request.count").c_str(), r.count, q.count));
+      first(differ((bk + "request.elem_bytes").c_str(), r.elem_bytes, q.elem_bytes));
+      first(differ((bk + "request.chunk_bytes").c_str(), r.chunk_bytes, q.chunk_bytes));
+    }
+    first(differ((at + "param bytes").c_str(), x.memory.param_bytes, y.memory.param_bytes));
+    first(differ((at + "optimizer bytes").c_str(), x.memory.optimizer_bytes, y.memory.optimizer_bytes));
+    first(differ((at + "activation bytes").c_str(), x.memory.activation_bytes, y.memory.activation_bytes));
+    first(differ((at + "bucket bytes").c_str(), x.memory.bucket_bytes, y.memory.bucket_bytes));
+    first(differ((at + "samples in flight").c_str(), x.memory.samples_in_flight, y.memory.samples_in_flight));
+  }
+  if (d.empty() && a.boundary_bytes_per_sample != b.boundary_bytes_per_sample) d = "bytes crossing the cuts differ";
+  return d;
+}
+
+}  // namespace tandem::engine::parallel

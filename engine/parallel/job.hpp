@@ -1,0 +1,103 @@
+#pragma once
+// The job compiler: the one place where a training job -- model, strategy and grid, schedule,
+// micro-batches, gradient buckets, all-reduce algorithm and chunk, compression, optimizer -- turns
+// into what is executed. compile_job() yields a CompiledJob: the stage cut, the pipeline plan every
+// stage runs (its ops: compute, sends, receives, bucket all-reduces, optimizer), the bucket layout
+// with the collective plan request of each bucket, the bytes that cross each cut and each stage's
+// memory footprint. The parallel trainer executes a CompiledJob on real transports; the simulator
+// times the very same object on a modelled cluster (simulator/simulate.hpp), so a prediction is
+// simulate(cluster, trainer.job()) and nothing about a job is derived in two places.
+//
+// The grid: world = dp * pp ranks; rank r holds pipeline stage r % pp of replica r / pp (Grid).
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/comm/plan.hpp"
+#include "engine/nn/model_spec.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/parallel/parallel_config.hpp"
+#include "engine/parallel/schedule.hpp"
+
+namespace tandem::engine::parallel {
+
+struct Job {
+  nn::ModelSpec model;
+  int64_t batch = 64;        // samples per replica per loader batch; an optimizer step takes `accumulation` of them
+  ParallelConfig parallel;   // strategy, grid, micro-batches, schedule, bucket size, compression, accumulation, cut
+  comm::Algorithm algorithm = comm::Algorithm::kAuto;  // the gradient buckets' all-reduce
+  uint64_t chunk_bytes = 0;  // its pipelining chunk; 0: the communicator's default
+  optim::OptimizerConfig optimizer;
+  bool overlap = true;       // all-reduce buckets while backward runs (else after it)
+};
+
+// What one rank of a stage holds, from the layer specs (every replica of a stage holds the same).
+struct StageMemory {
+  double param_bytes = 0;       // f32 parameters of the stage's layers
+  double grad_bytes = 0;        // as many gradients
+  double optimizer_bytes = 0;   // optimizer state (momentum: 4 bytes per parameter, Adam: 8)
+  double activation_bytes = 0;  // outputs kept for backward, of the samples in flight, plus the stage's input
+  double bucket_bytes = 0;      // data parallelism: the bucket in flight and its receive scratch, plus every
+                                // bucket's 16-bit wire copy under compression (kept until the optimizer step)
+  int64_t samples_in_flight = 0;  // samples whose activations are alive at once (GPipe: all; 1F1B: S - s
+                                  // micro-batches at most)
+  int64_t micro_batch = 0;        // the largest micro-batch
+  double total() const noexcept { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bucket_bytes; }
+};
+
+struct StageProgram {
+  int32_t stage = 0;
+  int32_t first_layer = 0, end_layer = 0;  // layers [first_layer, end_layer)
+  // One request per bucket of pipeline.stage_plans[stage].buckets, over the stage's data-parallel group
+  // (world = dp). The topology is left empty: the runtime's communicator knows its hosts, the
+  // simulator fills in the cluster's.
+  std::vector<comm::PlanRequest> bucket_allreduces;
+  StageMemory memory;
+};
+
+// Per-layer cost for a measured cut (PartitionCost::kMeasured): forward + backward of one micro-batch,
+// any unit. The trainer measures it on rank 0; the simulator takes it from its compute model.
+using LayerCostFn = std::function<std::vector<double>()>;
+
+class CompiledJob {
+ public:
+  Job job;                          // as given, with dp and pp resolved and parallel.boundaries the cut
+  int32_t world = 1;
+  std::vector<int32_t> boundaries;  // pp + 1 layer indices
+  int32_t step_micro_batches = 1;   // micro-batches per optimizer step: micro_batches x accumulation
+  int64_t step_batch = 0;           // samples per replica per optimizer step: batch x accumulation
+  std::vector<int64_t> micro_batch_sizes;  // of a full step
+  PipelinePlan pipeline;            // a full step, every stage
+  std::vector<StageProgram> stages;
+  std::vector<double> boundary_bytes_per_sample;  // [s]: bytes crossing from stage s to s + 1 (and gradients back)
+
+  int32_t dp() const noexcept { return job.parallel.dp; }
+  int32_t pp() const noexcept { return job.parallel.pp; }
+  bool compressed() const noexcept { return job.parallel.compression != GradCompression::kNone; }
+  Grid grid(int rank) const;
+  // The plan of a step of `micro_batches` micro-batches (the last, short batch of an epoch); the full step's
+  // for step_micro_batches. Built on first use and kept; not thread-safe.
+  const PipelinePlan& pipeline_for(int32_t micro_batches) const;
+  // "stage 0: layers [0, 6) conv1..relu2 (12.4 MFLOP/sample, 2.6k params) | stage 1: ..."
+  std::string describe_partition() const;
+
+ private:
+  mutable std::map<int32_t, PipelinePlan> short_plans_;
+};
+
+// Compiles `job` for `world` ranks. Checks everything resolve_grid checks (the same message on every
+// rank), cuts the model (explicit boundaries; pp = 1; the specs' FLOPs; or `measured` for
+// PartitionCost::kMeasured -- required then), builds and validates the pipeline plan, the buckets and
+// their all-reduce requests, and each stage's memory. Throws kInvalidArgument naming the problem.
+CompiledJob compile_job(Job job, int world, const LayerCostFn& measured = {});
+
+// The optimizer's state per parameter (bytes): SGD 0, with momentum 4, Adam/AdamW 8.
+double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) noexcept;
+
+// Field by field: the cut, the plan, the buckets and their requests, the memory figures. Empty when
+// equal, else the first difference ("stage 1 bucket 0: request.count 1024 vs 2048").
+std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b);
+
+}  // namespace tandem::engine::parallel
