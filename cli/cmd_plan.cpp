@@ -6,21 +6,13 @@
 #include <string>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/enums.hpp"
+#include "cli/sim_job.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
-
-struct SimJobCli;  // job options shared with `simulate` (cmd_simulate.cpp)
-std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_options);
-tandem_sim_job_params_t sim_job_params(SimJobCli& o);
-const std::string& sim_job_cluster(const SimJobCli& o);
-bool sim_job_json(const SimJobCli& o);
-nlohmann::json sim_result_json(const tandem_sim_result_t* r);
-std::string human_bytes(double b);
-
 namespace {
 
 Registration reg{"plan", "search the fastest parallel configuration that fits (DP x PP x micro-batches)",
@@ -29,50 +21,49 @@ Registration reg{"plan", "search the fastest parallel configuration that fits (D
   auto top = std::make_shared<int>(5);
   app.add_option("--top", *top, "configurations to print")->capture_default_str();
   return [o, top]() -> int {
-    tandem_context_t* ctx = nullptr;
-    if (tandem_context_create(nullptr, &ctx) != TANDEM_OK) return fail("cannot create a context");
+    SimJob job;
+    if (const int rc = make_sim_job(*o, job)) return rc;
     tandem_sim_cluster_t* cluster = nullptr;
     tandem_sim_result_t* r = nullptr;
     int rc = 0;
-    tandem_sim_job_params_t p = sim_job_params(*o);
-    const bool tty = isatty(STDERR_FILENO) && !sim_job_json(*o);
-    if (tandem_sim_cluster_create(ctx, sim_job_cluster(*o).c_str(), &cluster) != TANDEM_OK) {
+    const bool tty = isatty(STDERR_FILENO) && !o->json;
+    if (tandem_sim_cluster_create(job.ctx, o->cluster.c_str(), &cluster) != TANDEM_OK) {
       rc = fail("bad --cluster");
     } else {
       if (tty) std::fprintf(stderr, "searching configurations...");
-      tandem_status_t s = tandem_sim_plan(cluster, &p, *top, &r);
+      tandem_status_t s = tandem_sim_plan(cluster, &job.params, *top, &r);
       if (tty) std::fprintf(stderr, "\r%30s\r", "");
       if (s != TANDEM_OK) {
         rc = fail("plan search failed");
+      } else if (o->json) {
+        size_t n = 0;
+        tandem_sim_result_json(r, nullptr, &n);
+        std::string text(n, '\0');
+        tandem_sim_result_json(r, text.data(), &n);
+        std::printf("%s\n", text.c_str());
       } else {
-        nlohmann::json j = sim_result_json(r);
-        if (sim_job_json(*o)) {
-          std::printf("%s\n", j.dump(2).c_str());
-        } else {
-          std::printf("tandem plan: %d configurations simulated in %.2f s, %d fit; one device alone: %.1f s\n",
-                      j["evaluated"].get<int>(), j["search_wall_s"].get<double>(), j["fitting"].get<int>(),
-                      j["baseline_total_time_s"].get<double>());
-          std::printf("%4s %4s %4s %4s %9s %-10s %10s %11s %12s %8s %11s %5s %10s\n", "rank", "dp", "pp", "mb",
-                      "schedule", "allreduce", "step_s", "epoch_s", "total_s", "speedup", "mem/node", "fits",
-                      "cost_usd");
-          int k = 0;
-          for (const auto& c : j["candidates"]) {
-            std::string algo = c["allreduce"].get<std::string>();
-            if (algo != "none") algo = algo.substr(algo.find(' ') + 1, algo.find(" world") - algo.find(' ') - 1);
-            std::printf("%4d %4d %4d %4d %9s %-10s %10.3f %11.1f %12.1f %8.2f %11s %5s %10.4f\n", ++k,
-                        c["dp"].get<int>(), c["pp"].get<int>(), c["micro_batches"].get<int>(),
-                        c["pp"].get<int>() > 1 ? c["schedule"].get<std::string>().c_str() : "-", algo.c_str(),
-                        c["step_time_s"].get<double>(), c["epoch_time_s"].get<double>(),
-                        c["total_time_s"].get<double>(), c["speedup"].get<double>(),
-                        human_bytes(c["memory_per_node_bytes"]).c_str(), c["fits"].get<bool>() ? "yes" : "no",
-                        c["cost_usd"].get<double>());
-          }
+        tandem_sim_summary_t sum = TANDEM_SIM_SUMMARY_INIT;
+        sum.field_mask = TANDEM_SIM_SUMMARY_SEARCH | TANDEM_SIM_SUMMARY_SCALING;
+        tandem_sim_result_query(r, &sum);
+        std::printf("tandem plan: %d configurations simulated in %.2f s, %d fit; one device alone: %.1f s\n",
+                    sum.evaluated, sum.search_wall_s, sum.fitting, sum.baseline_total_time_s);
+        std::printf("%4s %4s %4s %4s %9s %-10s %10s %11s %12s %8s %11s %5s %10s\n", "rank", "dp", "pp", "mb",
+                    "schedule", "allreduce", "step_s", "epoch_s", "total_s", "speedup", "mem/node", "fits", "cost_usd");
+        for (int32_t k = 0; k < sum.candidates; ++k) {
+          tandem_sim_summary_t c = TANDEM_SIM_SUMMARY_INIT;
+          c.field_mask = TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_SCALING | TANDEM_SIM_SUMMARY_MEMORY |
+                         TANDEM_SIM_SUMMARY_COST | TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_JOB;
+          if (tandem_sim_result_candidate(r, k, &c) != TANDEM_OK) continue;
+          const char* algo = c.dp > 1 ? tandem_algo_string(c.algorithm) : "none";
+          std::printf("%4d %4d %4d %4d %9s %-10s %10.3f %11.1f %12.1f %8.2f %11s %5s %10.4f\n", k + 1, c.dp, c.pp,
+                      c.micro_batches, c.pp > 1 ? name_of(schedule_names(), c.schedule) : "-", algo, c.step_time_s,
+                      c.epoch_time_s, c.total_time_s, c.speedup, human_bytes(c.memory_per_node_bytes).c_str(),
+                      c.fits ? "yes" : "no", c.cost_usd);
         }
       }
     }
     tandem_sim_result_destroy(r);
     tandem_sim_cluster_destroy(cluster);
-    tandem_context_destroy(ctx);
     return rc;
   };
 }};

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/enums.hpp"
 #include "cli/predict.hpp"
 #include "tandem/tandem.h"
 
@@ -81,24 +82,17 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
     p.measured_step_s = single_step_s;
     p.measured_steps = single_steps;
   }
-  tandem_prediction_t r{};
-  std::string sim_json(size_t{1} << 20, '\0');
-  size_t sim_bytes = sim_json.size();
-  if (tandem_trainer_predict(trainer, &p, &r, sim_json.data(), &sim_bytes) != TANDEM_OK) return fail("--predict failed");
-  // The stage cut each side used: the run's (its partition) and the simulator's (balanced by its compute model).
-  nlohmann::json sim_cut = nlohmann::json::array();
-  if (sim_bytes <= sim_json.size()) {
-    try {
-      sim_cut = nlohmann::json::parse(sim_json.c_str()).value("stage_boundaries", nlohmann::json::array());
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
+  tandem_prediction_t r = TANDEM_PREDICTION_INIT;
+  r.field_mask = TANDEM_PREDICTION_STEP | TANDEM_PREDICTION_MEMORY | TANDEM_PREDICTION_LAYOUT | TANDEM_PREDICTION_JOB;
+  if (tandem_trainer_predict(trainer, &p, &r, nullptr, nullptr) != TANDEM_OK) return fail("--predict failed");
+  // The simulator timed the trainer's own compiled job: its stage cut is the run's.
   std::string run_cut;
   {
     tandem_parallel_attr_t pa = TANDEM_PARALLEL_ATTR_INIT;
     pa.field_mask = TANDEM_PARALLEL_ATTR_PLAN;
     if (tandem_trainer_parallel_query(trainer, &pa) == TANDEM_OK && pa.partition != nullptr) run_cut = pa.partition;
   }
+  const char* compression = name_of(compression_names(), r.compression);
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   if (json) {
     const nlohmann::json j = {
@@ -111,8 +105,9 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
           {"predicted_comm_s", num(r.predicted_comm_s)}, {"measured_bubble_s", num(r.measured_bubble_s)},
           {"predicted_bubble_s", num(r.predicted_bubble_s)}, {"measured_memory_bytes", num(r.measured_memory_bytes)},
           {"predicted_memory_bytes", num(r.predicted_memory_bytes)}, {"memory_error", num(r.memory_error)},
-          {"predicted_fits", r.predicted_fits != 0}, {"sim_stage_boundaries", sim_cut}, {"run_partition", run_cut},
-          {"same_cut", r.same_cut != 0}}}};
+          {"predicted_fits", r.predicted_fits != 0}, {"run_partition", run_cut}, {"same_cut", r.same_cut != 0},
+          {"compression", compression}, {"allreduce", r.num_buckets > 0 ? tandem_algo_string(r.algorithm) : "none"},
+          {"buckets", r.num_buckets}, {"allreduce_bytes_per_step", r.allreduce_bytes_per_step}}}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("prediction: %s dp=%d pp=%d micro-batches=%d on %s, compute from %s%s; measured over %lld steps\n",
@@ -129,11 +124,10 @@ int print_prediction(tandem_trainer_t* trainer, const PredictOptions& o, bool js
     std::printf("  %-22s %14s %14s %9s  (predicted %s of %s)\n", fmt::format("memory (rank {})", r.rank).c_str(),
                 mib(r.measured_memory_bytes).c_str(), mib(r.predicted_memory_bytes).c_str(), pct(r.memory_error).c_str(),
                 r.predicted_fits ? "fits" : "does NOT fit", mib(r.predicted_memory_capacity_bytes).c_str());
-    if (r.pp > 1) {
-      std::printf("  stage cut: %s; run: %s; simulator: layer boundaries %s\n",
-                  r.same_cut ? "the same" : "DIFFERENT (the simulator balanced its own)", run_cut.c_str(),
-                  sim_cut.dump().c_str());
-    }
+    if (r.num_buckets > 0)
+      std::printf("  all-reduce: %d bucket(s), %s, %s on the wire, %s sent per rank and step\n", r.num_buckets,
+                  tandem_algo_string(r.algorithm), compression, mib(r.allreduce_bytes_per_step).c_str());
+    if (r.pp > 1) std::printf("  stage cut (the run's, simulated as it ran): %s\n", run_cut.c_str());
   }
   std::fflush(stdout);
   return 0;

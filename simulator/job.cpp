@@ -86,6 +86,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.dp = j.dp;
   e.parallel.pp = j.pp;
   e.parallel.micro_batches = j.micro_batches;
+  e.parallel.accumulation = j.accumulation;
   e.parallel.schedule = j.schedule;
   e.parallel.bucket_mb = j.bucket_mb;
   e.parallel.compression = j.compression;
@@ -102,7 +103,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   json_check_keys(j, {"model", "model_file", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
-                      "partition", "boundaries", "compression"},
+                      "partition", "boundaries", "compression", "accumulation"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -155,6 +156,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = integer("dp", 0)) job.dp = static_cast<int32_t>(*v);
   if (auto v = integer("pp", 0)) job.pp = static_cast<int32_t>(*v);
   if (auto v = integer("micro_batches", 1)) job.micro_batches = static_cast<int32_t>(*v);
+  if (auto v = integer("accumulation", 1)) job.accumulation = static_cast<int32_t>(*v);
   if (j.contains("schedule"))
     job.schedule = named("schedule", [](const std::string& s) { return engine::parallel::parse_schedule(s); });
   if (j.contains("algorithm"))
@@ -189,25 +191,30 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   return job;
 }
 
-JobSpec parse_job(const std::string& spec, JobSpec base) {
-  const size_t first = spec.find_first_not_of(" \t\r\n");
-  std::string text = spec, where = "job";
-  if (first == std::string::npos || spec[first] != '{') {
-    std::ifstream in(spec);
-    TANDEM_CHECK(in.good(), Status::kIo, "cannot read job file \"{}\"", spec);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-    where = spec;
-  }
+JobSpec parse_job_text(const std::string& text, JobSpec base) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(Status::kInvalidArgument, "{}: {}", where == "job" ? "job JSON" : "job file \"" + where + "\"",
-                 e.what());
+    TANDEM_THROW(Status::kInvalidArgument, "job JSON: {}", e.what());
   }
-  return job_from_json(j, std::move(base), where);
+  TANDEM_REQUIRE(j.is_object(), "job JSON: expected an object, got {}", j.dump().substr(0, 60));
+  return job_from_json(j, std::move(base), "job");
+}
+
+JobSpec load_job_file(const std::string& path, JobSpec base) {
+  std::ifstream in(path);
+  TANDEM_CHECK(in.good(), Status::kIo, "cannot read job file \"{}\"", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(Status::kInvalidArgument, "job file \"{}\": {}", path, e.what());
+  }
+  TANDEM_REQUIRE(j.is_object(), "job file \"{}\": expected an object", path);
+  return job_from_json(j, std::move(base), path);
 }
 
 }  // namespace tandem::simulator

@@ -39,6 +39,8 @@ DatasetInfo find_dataset(const std::string& name);
 struct RunSpec {
   std::string dataset = "cifar10";    // or empty with samples + input + classes
   int64_t samples = 0;                // 0: the dataset's training set
+  std::optional<engine::nn::SampleShape> input;  // the samples' shape: the dataset's unless given
+  int64_t classes = 0;                // 0: the dataset's
   double epochs = 1;
   std::string profile;                // calibration profile path (replaces the roofline)
   bool profile_network = false;       // use the profile's measured p2p bandwidth/latency as every NIC
@@ -54,12 +56,11 @@ struct JobSpec : RunSpec {
   std::string model = "mobilenetv2";  // a zoo model name (engine/nn/zoo.hpp); never a path or JSON text
   std::optional<engine::nn::ModelSpec> model_spec;  // a typed model instead of the zoo name (C ABI: a model handle)
   double width_mult = 1.0;            // mobilenetv2
-  std::optional<engine::nn::SampleShape> input;
-  int64_t classes = 0;
   int64_t batch = 64;                 // per data-parallel replica
   Strategy strategy = Strategy::kSingle;
   int32_t dp = 0, pp = 0;             // 0: derived from the strategy and the cluster
   int32_t micro_batches = 1;
+  int32_t accumulation = 1;           // batches per optimizer step (one all-reduce)
   engine::parallel::ScheduleKind schedule = engine::parallel::ScheduleKind::kOneFOneB;
   engine::comm::Algorithm algorithm = engine::comm::Algorithm::kAuto;
   double bucket_mb = 25;              // DDP gradient bucket (MiB)
@@ -92,12 +93,13 @@ engine::parallel::Job engine_job(const JobSpec& job, const engine::nn::SampleSha
 }  // namespace tandem::simulator
 
 namespace tandem::simulator {
-// A job as JSON (a file path or the text itself), keys as the CLI options: {"model": "mobilenetv2",
+// A job as JSON, keys as the CLI options (the model: a zoo name, a spec object, or "model_file"): {"model": "mobilenetv2",
 // "dataset": "cifar10", "samples": 50000, "input": [3, 32, 32], "classes": 10, "batch": 256, "epochs": 10,
 // "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "1f1b", "algorithm": "ring",
 // "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
-// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16"}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16", "accumulation": 1}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
 JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
-JobSpec parse_job(const std::string& text_or_path, JobSpec base = {});
+JobSpec parse_job_text(const std::string& text, JobSpec base = {});  // JSON text
+JobSpec load_job_file(const std::string& path, JobSpec base = {});   // a JSON file; unreadable: kIo naming it
 }  // namespace tandem::simulator

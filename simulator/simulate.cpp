@@ -95,7 +95,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   p.cj = cj;
   p.run = run;
   const engine::nn::ModelSpec& spec = cj.job.model;
-  p.data = run_data(run, spec.input, spec.num_classes());
+  p.data = run_data(run, run.input, run.classes);
   p.work = make_workload(spec);
   TANDEM_REQUIRE(p.work.input == p.data.input, "job: model {} takes {} inputs but the data has {}", p.work.model,
                  engine::nn::to_string(p.work.input), engine::nn::to_string(p.data.input));
@@ -313,6 +313,9 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   res.steps_per_epoch = p.steps_per_epoch;
   res.total_steps = static_cast<double>(p.steps_per_epoch) * job.epochs;
   res.stage_boundaries = cj.boundaries;
+  for (const auto& stage : p.setup.bucket_plans)
+    for (const CompiledPlan* plan : stage) res.allreduce_bytes_per_rank += static_cast<double>(plan->total_bytes_sent());
+  res.allreduce_bytes_per_rank /= world;
   res.job = std::make_shared<const CompiledJob>(cj);
 
   // credit accounts of the used burstable nodes
@@ -466,7 +469,7 @@ nlohmann::json SimResult::to_json() const {
       {"images_per_sec", images_per_sec}, {"speedup", speedup}, {"efficiency", efficiency},
       {"baseline_total_time_s", baseline_total_time_s}, {"compute_s", compute_s},
       {"comm_exposed_s", comm_exposed_s}, {"bubble_s", bubble_s}, {"throttled_s", throttled_s}, {"idle_s", idle_s},
-      {"memory_per_node_bytes", memory_per_node_bytes}, {"fits", fits}, {"cost_usd", cost_usd},
+      {"memory_per_node_bytes", memory_per_node_bytes}, {"allreduce_bytes_per_rank", allreduce_bytes_per_rank}, {"fits", fits}, {"cost_usd", cost_usd},
       {"surplus_usd", surplus_usd}, {"compute_source", compute_source}, {"compute_scale", compute_scale},
       {"stage_boundaries", stage_boundaries}, {"events", events}, {"flows", flows},
       {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s}};

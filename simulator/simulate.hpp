@@ -65,6 +65,7 @@ struct SimResult {
   // time split over the run, averaged over ranks; they add up to total_time_s
   double compute_s = 0, comm_exposed_s = 0, bubble_s = 0, throttled_s = 0, idle_s = 0;
   double memory_per_node_bytes = 0;  // the largest need of any used node
+  double allreduce_bytes_per_rank = 0;  // bytes a rank sends in its stage's gradient all-reduces per step (mean)
   bool fits = true;
   double cost_usd = 0, surplus_usd = 0;
   double compute_scale = 1;

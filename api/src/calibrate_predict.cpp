@@ -45,6 +45,9 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
     TANDEM_REQUIRE(json == nullptr || (json_bytes != nullptr && *json_bytes > 0),
                    "{}: json given without a capacity in json_bytes", fn);
     const uint64_t m = params->field_mask;
+    constexpr uint64_t kKnownPrediction = (TANDEM_PREDICTION_JOB << 1) - 1;
+    TANDEM_CHECK((out->field_mask & ~kKnownPrediction) == 0, Status::kUnsupported,
+                 "tandem_prediction_t: unknown field_mask bits 0x{:x}", out->field_mask & ~kKnownPrediction);
     TANDEM_CHECK((m & ~((TANDEM_PREDICT_PARAM_MEASURED << 1) - 1)) == 0, Status::kUnsupported,
                  "{}: unknown field_mask bits 0x{:x}", fn, m & ~((TANDEM_PREDICT_PARAM_MEASURED << 1) - 1));
     TANDEM_REQUIRE((m & TANDEM_PREDICT_PARAM_CLUSTER) && params->cluster != nullptr && *params->cluster != '\0',
@@ -52,7 +55,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
 
     const tandem::engine::train::TrainerConfig& cfg = h.trainer->config();
     par::ParallelTrainer* pt = h.trainer->parallel();
-    tandem_prediction_t r{};
+    tandem_prediction_t r{};  // filled whole here, copied out by group
     // ---- measured ----
     if (pt != nullptr && !(m & TANDEM_PREDICT_PARAM_MEASURED)) {
       const par::EpochSplit& s = pt->last_split();
@@ -95,6 +98,8 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
     const par::CompiledJob& job = pt != nullptr ? pt->job() : single;
     sim::RunSpec run;
     run.dataset = "";
+    run.input = job.job.model.input;
+    run.classes = job.job.model.num_classes();
     run.samples = std::max<int64_t>(1, r.steps * job.step_batch * job.dp());  // the measured epoch, so its steps match
     run.epochs = 1;
     if (m & TANDEM_PREDICT_PARAM_PROFILE) {
@@ -127,14 +132,49 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       r.predicted_fits = res.fits ? 1 : 0;
     }
     r.compute_source = res.compute_source == "profile" ? "profile" : "roofline";
-    r.same_cut = pt == nullptr || pt->boundaries() == res.stage_boundaries ? 1 : 0;
+    r.same_cut = res.stage_boundaries == job.boundaries ? 1 : 0;
     r.step_error = rel_error(r.predicted_step_s, r.measured_step_s);
     r.compute_error = rel_error(r.predicted_compute_s, r.measured_compute_s);
     r.comm_error = rel_error(r.predicted_comm_s, r.measured_comm_s);
     r.bubble_error = rel_error(r.predicted_bubble_s, r.measured_bubble_s);
     r.memory_error = rel_error(r.predicted_memory_bytes, r.measured_memory_bytes);
+    const par::StageProgram& mine = job.stages[static_cast<size_t>(r.rank % job.pp())];
+    r.compression = job.dp() > 1 ? static_cast<tandem_compression_t>(job.job.parallel.compression)
+                                 : TANDEM_COMPRESSION_NONE;
+    r.algorithm = mine.bucket_allreduces.empty()
+                      ? TANDEM_ALGO_AUTO
+                      : static_cast<tandem_algo_t>(tandem::engine::comm::choose_algorithm(mine.bucket_allreduces[0]));
+    r.num_buckets = static_cast<int32_t>(mine.bucket_allreduces.size());
+    r.allreduce_bytes_per_step = res.allreduce_bytes_per_rank;
     if (json_bytes != nullptr) tandem::api::copy_text_out(res.to_json().dump(), json, json_bytes);
-    *out = r;
+    tandem_prediction_t o = *out;
+    const uint64_t want = out->field_mask;
+    if (want & TANDEM_PREDICTION_STEP) {
+      o.measured_step_s = r.measured_step_s, o.predicted_step_s = r.predicted_step_s, o.step_error = r.step_error;
+      o.measured_compute_s = r.measured_compute_s, o.predicted_compute_s = r.predicted_compute_s;
+      o.compute_error = r.compute_error;
+      o.measured_comm_s = r.measured_comm_s, o.predicted_comm_s = r.predicted_comm_s, o.comm_error = r.comm_error;
+      o.measured_bubble_s = r.measured_bubble_s, o.predicted_bubble_s = r.predicted_bubble_s;
+      o.bubble_error = r.bubble_error;
+      o.steps = r.steps;
+    }
+    if (want & TANDEM_PREDICTION_MEMORY) {
+      o.measured_memory_bytes = r.measured_memory_bytes, o.predicted_memory_bytes = r.predicted_memory_bytes;
+      o.memory_error = r.memory_error;
+      o.predicted_memory_capacity_bytes = r.predicted_memory_capacity_bytes;
+      o.predicted_fits = r.predicted_fits;
+    }
+    if (want & TANDEM_PREDICTION_LAYOUT) {
+      o.rank = r.rank, o.world = r.world, o.dp = r.dp, o.pp = r.pp, o.micro_batches = r.micro_batches;
+      o.strategy = r.strategy;
+      o.compute_source = r.compute_source;
+      o.same_cut = r.same_cut;
+    }
+    if (want & TANDEM_PREDICTION_JOB) {
+      o.compression = r.compression, o.algorithm = r.algorithm, o.num_buckets = r.num_buckets;
+      o.allreduce_bytes_per_step = r.allreduce_bytes_per_step;
+    }
+    *out = o;
   });
 }
 

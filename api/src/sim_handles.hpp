@@ -4,11 +4,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "api/src/handles.hpp"
 #include "simulator/cluster.hpp"
-#include "simulator/step.hpp"
+#include "simulator/simulate.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::api {
@@ -26,10 +24,12 @@ struct tandem_sim_cluster {
 struct tandem_sim_result {
   static constexpr uint32_t kMagic = tandem::api::kSimResultMagic;
   uint32_t magic = kMagic;
-  nlohmann::json json;                 // the full result (or the plan search)
-  nlohmann::json summary;              // the object the summary query reads (the best candidate for a search)
-  std::string text;                    // json.dump(), built once
-  std::vector<tandem::simulator::TraceSpan> trace;
+  // One result (tandem_simulate), or a plan search's candidates, best first (tandem_sim_plan).
+  std::vector<tandem::simulator::SimResult> results;
+  bool search = false;
+  int32_t evaluated = 0, fitting = 0;
+  double search_wall_s = 0;
+  std::string text;                    // the JSON extra, built once
   std::vector<std::string> rank_names;
   bool has_trace = false;
   ~tandem_sim_result() { magic = 0; }

@@ -1,87 +1,117 @@
-// The simulation section of the C ABI: clusters, jobs, simulate, plan search, results.
+// The simulation section of the C ABI: clusters, typed jobs, simulate, plan search, typed results (the JSON
+// text is an extra).
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "api/src/calibrate_handles.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/sim_handles.hpp"
+#include "api/src/train_handles.hpp"
 #include "simulator/report/chrome_trace.hpp"
 #include "simulator/search.hpp"
 #include "simulator/simulate.hpp"
 
 namespace sim = tandem::simulator;
+namespace par = tandem::engine::parallel;
+namespace comm = tandem::engine::comm;
 using tandem::api::checked;
 using tandem::api::guarded;
 
 namespace {
 
-std::string str(const char* s, const char* field) {
-  TANDEM_REQUIRE(s != nullptr, "job.{}: flagged in field_mask but NULL", field);
-  return s;
+constexpr uint64_t kKnownJobBits = (TANDEM_SIM_JOB_ACCUMULATION << 1) - 1;
+constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_SEARCH << 1) - 1;
+constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
+
+// The C enums are the engine's values (checked at compile time where they are declared together).
+static_assert(TANDEM_STRATEGY_HYBRID == static_cast<int>(par::Strategy::kHybrid));
+static_assert(TANDEM_SCHEDULE_1F1B == static_cast<int>(par::ScheduleKind::kOneFOneB));
+static_assert(TANDEM_COMPRESSION_BF16 == static_cast<int>(par::GradCompression::kBF16));
+static_assert(TANDEM_PARTITION_MEASURED == static_cast<int>(par::PartitionCost::kMeasured));
+static_assert(TANDEM_ALGO_DETERMINISTIC == static_cast<int>(comm::Algorithm::kDeterministic));
+
+template <typename E>
+E enum_value(int value, int last, const char* field, const char* type) {
+  TANDEM_REQUIRE(value >= 0 && value <= last, "job.{}: {} is not a {} (0..{})", field, value, type, last);
+  return static_cast<E>(value);
 }
 
 sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   sim::JobSpec j;
   if (p == nullptr) return j;
-  constexpr uint64_t known = (UINT64_C(1) << 28) - 1;
-  TANDEM_CHECK((p->field_mask & ~known) == 0, tandem::Status::kUnsupported,
-               "tandem_sim_job_params_t: unknown field_mask bits 0x{:x}", p->field_mask & ~known);
+  TANDEM_CHECK((p->field_mask & ~kKnownJobBits) == 0, tandem::Status::kUnsupported,
+               "tandem_sim_job_params_t: unknown field_mask bits 0x{:x}", p->field_mask & ~kKnownJobBits);
   const uint64_t m = p->field_mask;
-  if (m & TANDEM_SIM_JOB_JSON) j = sim::parse_job(str(p->job_json, "job_json"));
-  if (m & TANDEM_SIM_JOB_MODEL) j.model = str(p->model, "model");
-  if (m & TANDEM_SIM_JOB_DATASET) j.dataset = str(p->dataset, "dataset");
+  if (m & TANDEM_SIM_JOB_JSON) {
+    TANDEM_REQUIRE(p->job_json != nullptr, "job.job_json: flagged in field_mask but NULL");
+    j = sim::parse_job_text(p->job_json);
+  }
+  if (m & TANDEM_SIM_JOB_MODEL) j.model_spec = checked(p->model, "job.model").spec;
+  if (m & TANDEM_SIM_JOB_DATASET) {
+    TANDEM_REQUIRE(p->dataset != nullptr, "job.dataset: flagged in field_mask but NULL");
+    j.dataset = p->dataset;
+  }
   if (m & TANDEM_SIM_JOB_SAMPLES) {
     TANDEM_REQUIRE(p->samples >= 1, "job.samples: must be >= 1, got {}", p->samples);
     j.samples = p->samples;
   }
-  if (m & TANDEM_SIM_JOB_INPUT_SHAPE) {
-    TANDEM_REQUIRE(p->input_channels >= 1 && p->input_height >= 1 && p->input_width >= 1,
-                   "job.input: dimensions must be >= 1, got {}x{}x{}", p->input_channels, p->input_height,
-                   p->input_width);
-    j.input = tandem::engine::nn::SampleShape{p->input_channels, p->input_height, p->input_width};
-  }
-  if (m & TANDEM_SIM_JOB_NUM_CLASSES) {
-    TANDEM_REQUIRE(p->num_classes >= 1, "job.num_classes: must be >= 1, got {}", p->num_classes);
-    j.classes = p->num_classes;
-  }
   if (m & TANDEM_SIM_JOB_BATCH) j.batch = p->batch;
   if (m & TANDEM_SIM_JOB_EPOCHS) j.epochs = p->epochs;
-  if (m & TANDEM_SIM_JOB_STRATEGY) j.strategy = sim::parse_strategy(str(p->strategy, "strategy"));
+  if (m & TANDEM_SIM_JOB_STRATEGY)
+    j.strategy = enum_value<par::Strategy>(p->strategy, TANDEM_STRATEGY_HYBRID, "strategy", "tandem_strategy_t");
   if (m & TANDEM_SIM_JOB_DP) j.dp = p->dp;
   if (m & TANDEM_SIM_JOB_PP) j.pp = p->pp;
   if (m & TANDEM_SIM_JOB_MICRO_BATCHES) j.micro_batches = p->micro_batches;
-  if (m & TANDEM_SIM_JOB_SCHEDULE) j.schedule = tandem::engine::parallel::parse_schedule(str(p->schedule, "schedule"));
-  if (m & TANDEM_SIM_JOB_ALGORITHM) j.algorithm = tandem::engine::comm::parse_algorithm(str(p->algorithm, "algorithm"));
+  if (m & TANDEM_SIM_JOB_SCHEDULE)
+    j.schedule = enum_value<par::ScheduleKind>(p->schedule, TANDEM_SCHEDULE_1F1B, "schedule", "tandem_schedule_t");
+  if (m & TANDEM_SIM_JOB_ALGORITHM)
+    j.algorithm = enum_value<comm::Algorithm>(p->algorithm, TANDEM_ALGO_DETERMINISTIC, "algorithm", "tandem_algo_t");
   if (m & TANDEM_SIM_JOB_BUCKET_MB) j.bucket_mb = p->bucket_mb;
   if (m & TANDEM_SIM_JOB_OVERLAP) j.overlap = p->overlap != 0;
-  if (m & TANDEM_SIM_JOB_OPTIMIZER) j.optimizer = sim::parse_optimizer(str(p->optimizer, "optimizer"));
+  if (m & TANDEM_SIM_JOB_OPTIMIZER) j.optimizer = sim::optimizer_kind(checked(p->optimizer, "job.optimizer").config);
   if (m & TANDEM_SIM_JOB_PROFILE) {
-    j.profile = str(p->profile, "profile");
+    TANDEM_REQUIRE(p->profile != nullptr, "job.profile: flagged in field_mask but NULL");
+    j.profile = p->profile;
     j.profile_network = p->profile_network != 0;
   }
   if (m & TANDEM_SIM_JOB_EPOCH_TIME) j.epoch_time_s = p->epoch_time_s;
-  if (m & TANDEM_SIM_JOB_CREDIT_MODE) j.credit_mode = sim::parse_credit_mode(str(p->credit_mode, "credit_mode"));
+  if (m & TANDEM_SIM_JOB_CREDIT_MODE) {
+    switch (p->credit_mode) {
+      case TANDEM_CREDIT_MODE_PRESET: j.credit_mode.reset(); break;
+      case TANDEM_CREDIT_MODE_STANDARD: j.credit_mode = sim::CreditMode::kStandard; break;
+      case TANDEM_CREDIT_MODE_UNLIMITED: j.credit_mode = sim::CreditMode::kUnlimited; break;
+      default:
+        TANDEM_THROW(tandem::Status::kInvalidArgument, "job.credit_mode: {} is not a tandem_credit_mode_t (0..2)",
+                     static_cast<int>(p->credit_mode));
+    }
+  }
   if (m & TANDEM_SIM_JOB_INITIAL_CREDITS) {
     TANDEM_REQUIRE(p->initial_credits >= 0, "job.initial_credits: must be >= 0, got {}", p->initial_credits);
     j.initial_credits = p->initial_credits;
   }
-  if (m & TANDEM_SIM_JOB_WIDTH_MULT) j.width_mult = p->width_mult;
   if (m & TANDEM_SIM_JOB_CHUNK_BYTES) j.chunk_bytes = p->chunk_bytes;
   if (m & TANDEM_SIM_JOB_PARTITION)
-    j.partition = tandem::engine::parallel::parse_partition_cost(str(p->partition, "partition"));
+    j.partition = enum_value<par::PartitionCost>(p->partition, TANDEM_PARTITION_MEASURED, "partition",
+                                                 "tandem_partition_t");
   if (m & TANDEM_SIM_JOB_BOUNDARIES) {
     TANDEM_REQUIRE(p->boundaries != nullptr && p->num_boundaries >= 2 && p->num_boundaries <= 65536,
                    "job.boundaries: need a non-null array of pp + 1 (>= 2) layer indices, got {}", p->num_boundaries);
     j.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
   }
-  if (m & TANDEM_SIM_JOB_COMPRESSION) {
-    const std::string c = str(p->compression, "compression");
-    try {
-      j.compression = tandem::engine::parallel::parse_compression(c);
-    } catch (const tandem::Error& e) {
-      TANDEM_THROW(tandem::Status::kInvalidArgument, "job.compression: {}", e.what());
-    }
+  if (m & TANDEM_SIM_JOB_COMPRESSION)
+    j.compression = enum_value<par::GradCompression>(p->compression, TANDEM_COMPRESSION_BF16, "compression",
+                                                     "tandem_compression_t");
+  if (m & TANDEM_SIM_JOB_ACCUMULATION) {
+    TANDEM_REQUIRE(p->accumulation >= 1, "job.accumulation: must be >= 1, got {}", p->accumulation);
+    j.accumulation = p->accumulation;
+  }
+  if (j.dataset.empty() && j.model_spec && !j.input) {
+    // no named dataset: the samples are shaped as the given model takes them
+    j.input = j.model_spec->input;
+    j.classes = j.model_spec->num_classes();
   }
   return j;
 }
@@ -94,9 +124,95 @@ sim::SimOptions to_options(const tandem_sim_job_params_t* p) {
   return o;
 }
 
+tandem_algo_t resolved_algorithm(const sim::SimResult& r) {
+  if (r.job == nullptr || r.job->dp() <= 1 || r.job->stages.empty() || r.job->stages[0].bucket_allreduces.empty())
+    return TANDEM_ALGO_AUTO;
+  return static_cast<tandem_algo_t>(comm::choose_algorithm(r.job->stages[0].bucket_allreduces[0]));
+}
+
+void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
+  const uint64_t m = o.field_mask;
+  if (m & TANDEM_SIM_SUMMARY_TIMES) {
+    o.step_time_s = r.step_time_s;
+    o.epoch_time_s = r.epoch_time_s;
+    o.total_time_s = r.total_time_s;
+    o.images_per_sec = r.images_per_sec;
+  }
+  if (m & TANDEM_SIM_SUMMARY_SCALING) {
+    o.speedup = r.speedup;
+    o.efficiency = r.efficiency;
+    o.baseline_total_time_s = r.baseline_total_time_s;
+  }
+  if (m & TANDEM_SIM_SUMMARY_SPLIT) {
+    o.compute_s = r.compute_s;
+    o.comm_exposed_s = r.comm_exposed_s;
+    o.bubble_s = r.bubble_s;
+    o.throttled_s = r.throttled_s;
+    o.idle_s = r.idle_s;
+  }
+  if (m & TANDEM_SIM_SUMMARY_MEMORY) {
+    o.memory_per_node_bytes = r.memory_per_node_bytes;
+    o.fits = r.fits ? 1 : 0;
+  }
+  if (m & TANDEM_SIM_SUMMARY_COST) {
+    o.cost_usd = r.cost_usd;
+    o.surplus_usd = r.surplus_usd;
+  }
+  if (m & TANDEM_SIM_SUMMARY_LAYOUT) {
+    o.dp = r.dp;
+    o.pp = r.pp;
+    o.micro_batches = r.micro_batches;
+    o.ranks = r.ranks;
+    o.nodes_used = r.nodes_used;
+    o.num_nodes = static_cast<int32_t>(r.nodes.size());
+  }
+  if (m & TANDEM_SIM_SUMMARY_JOB) {
+    const par::Job* j = r.job != nullptr ? &r.job->job : nullptr;
+    o.strategy = static_cast<tandem_strategy_t>(j != nullptr ? j->parallel.strategy : par::Strategy::kSingle);
+    o.schedule = static_cast<tandem_schedule_t>(j != nullptr ? j->parallel.schedule : par::ScheduleKind::kOneFOneB);
+    o.compression = r.dp > 1 && j != nullptr ? static_cast<tandem_compression_t>(j->parallel.compression)
+                                             : TANDEM_COMPRESSION_NONE;
+    o.algorithm = resolved_algorithm(r);
+    o.batch = r.batch;
+    o.global_batch = r.global_batch;
+    o.samples = r.samples;
+    o.steps_per_epoch = r.steps_per_epoch;
+    o.epochs = r.epochs;
+    o.total_steps = r.total_steps;
+    o.num_stages = r.pp;
+  }
+  if (m & TANDEM_SIM_SUMMARY_NAMES) {
+    o.cluster = r.cluster.c_str();
+    o.model = r.model.c_str();
+    o.dataset = r.dataset.c_str();
+    o.allreduce = r.algorithm.c_str();
+    o.compute_source = r.compute_source.c_str();
+  }
+}
+
+void check_summary(const tandem_sim_summary_t* s, const char* fn) {
+  TANDEM_REQUIRE(s != nullptr, "{}: summary must be non-null", fn);
+  TANDEM_CHECK((s->field_mask & ~kKnownSummaryBits) == 0, tandem::Status::kUnsupported,
+               "tandem_sim_summary_t: unknown field_mask bits 0x{:x}", s->field_mask & ~kKnownSummaryBits);
+}
+
 }  // namespace
 
 extern "C" {
+
+TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* samples, int64_t* channels,
+                                                   int64_t* height, int64_t* width,
+                                                   int64_t* num_classes) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    TANDEM_REQUIRE(name != nullptr, "tandem_sim_dataset_info: name must be non-null");
+    const sim::DatasetInfo d = sim::find_dataset(name);
+    if (samples != nullptr) *samples = d.samples;
+    if (channels != nullptr) *channels = d.input.c;
+    if (height != nullptr) *height = d.input.h;
+    if (width != nullptr) *width = d.input.w;
+    if (num_classes != nullptr) *num_classes = d.classes;
+  });
+}
 
 TANDEM_API tandem_status_t tandem_sim_cluster_create(tandem_context_t* ctx, const char* spec,
                                                      tandem_sim_cluster_t** out) TANDEM_NOEXCEPT {
@@ -137,13 +253,11 @@ TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, 
     const auto& c = checked(cluster, "simulation cluster");
     TANDEM_REQUIRE(out != nullptr, "tandem_simulate: out must be non-null");
     const sim::SimOptions opt = to_options(job);
-    sim::SimResult r = sim::simulate(c.spec, to_job(job), opt);
     auto h = std::make_unique<tandem_sim_result>();
-    h->json = r.to_json();
-    h->summary = h->json;
-    h->text = h->json.dump();
+    h->results.push_back(sim::simulate(c.spec, to_job(job), opt));
+    const sim::SimResult& r = h->results.front();
+    h->text = r.to_json().dump();
     h->has_trace = opt.trace;
-    h->trace = std::move(r.trace);
     for (int32_t rk = 0; rk < r.ranks; ++rk) {
       const int32_t node = c.spec.node_of_endpoint(rk);
       h->rank_names.push_back(fmt::format("rank {} (stage {}, replica {}) on {} {}", rk, rk % r.pp, rk / r.pp,
@@ -163,9 +277,12 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
     so.top = top;
     sim::SearchResult s = sim::search_plans(c.spec, to_job(job), so);
     auto h = std::make_unique<tandem_sim_result>();
-    h->json = s.to_json();
-    h->summary = h->json["candidates"].at(0);
-    h->text = h->json.dump();
+    h->search = true;
+    h->evaluated = s.evaluated;
+    h->fitting = s.fitting;
+    h->search_wall_s = s.wall_s;
+    h->text = s.to_json().dump();
+    for (sim::Candidate& cand : s.best) h->results.push_back(std::move(cand.result));
     *out = h.release();
   });
 }
@@ -174,43 +291,76 @@ TANDEM_API tandem_status_t tandem_sim_result_query(const tandem_sim_result_t* re
                                                    tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& r = checked(result, "simulation result");
-    TANDEM_REQUIRE(s != nullptr, "tandem_sim_result_query: summary must be non-null");
-    constexpr uint64_t known = (UINT64_C(1) << 6) - 1;
-    TANDEM_CHECK((s->field_mask & ~known) == 0, tandem::Status::kUnsupported,
-                 "tandem_sim_summary_t: unknown field_mask bits 0x{:x}", s->field_mask & ~known);
-    const auto& j = r.summary;
-    auto d = [&](const char* k) { return j.at(k).get<double>(); };
-    auto i = [&](const char* k) { return j.at(k).get<int32_t>(); };
+    check_summary(s, "tandem_sim_result_query");
     tandem_sim_summary_t o = *s;
-    if (s->field_mask & TANDEM_SIM_SUMMARY_TIMES) {
-      o.step_time_s = d("step_time_s");
-      o.epoch_time_s = d("epoch_time_s");
-      o.total_time_s = d("total_time_s");
-      o.images_per_sec = d("images_per_sec");
-    }
-    if (s->field_mask & TANDEM_SIM_SUMMARY_SCALING) {
-      o.speedup = d("speedup");
-      o.efficiency = d("efficiency");
-    }
-    if (s->field_mask & TANDEM_SIM_SUMMARY_SPLIT) {
-      o.compute_s = d("compute_s");
-      o.comm_exposed_s = d("comm_exposed_s");
-      o.bubble_s = d("bubble_s");
-      o.throttled_s = d("throttled_s");
-      o.idle_s = d("idle_s");
-    }
-    if (s->field_mask & TANDEM_SIM_SUMMARY_MEMORY) {
-      o.memory_per_node_bytes = d("memory_per_node_bytes");
-      o.fits = j.at("fits").get<bool>() ? 1 : 0;
-    }
-    if (s->field_mask & TANDEM_SIM_SUMMARY_COST) o.cost_usd = d("cost_usd");
-    if (s->field_mask & TANDEM_SIM_SUMMARY_LAYOUT) {
-      o.dp = i("dp");
-      o.pp = i("pp");
-      o.micro_batches = i("micro_batches");
-      o.ranks = i("ranks");
+    fill_summary(r.results.front(), o);
+    if (o.field_mask & TANDEM_SIM_SUMMARY_SEARCH) {
+      o.evaluated = r.evaluated;
+      o.fitting = r.fitting;
+      o.candidates = r.search ? static_cast<int32_t>(r.results.size()) : 0;
+      o.search_wall_s = r.search_wall_s;
     }
     *s = o;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_sim_result_candidate(const tandem_sim_result_t* result, int32_t index,
+                                                       tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& r = checked(result, "simulation result");
+    check_summary(s, "tandem_sim_result_candidate");
+    TANDEM_REQUIRE(r.search, "tandem_sim_result_candidate: not a plan search result (tandem_sim_plan)");
+    TANDEM_REQUIRE(index >= 0 && index < static_cast<int32_t>(r.results.size()),
+                   "tandem_sim_result_candidate: index {} outside the {} candidates", index, r.results.size());
+    tandem_sim_summary_t o = *s;
+    fill_summary(r.results[static_cast<size_t>(index)], o);
+    *s = o;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_sim_result_node(const tandem_sim_result_t* result, int32_t index,
+                                                  tandem_sim_node_t* node) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& r = checked(result, "simulation result");
+    TANDEM_REQUIRE(node != nullptr, "tandem_sim_result_node: node must be non-null");
+    TANDEM_CHECK((node->field_mask & ~kKnownNodeBits) == 0, tandem::Status::kUnsupported,
+                 "tandem_sim_node_t: unknown field_mask bits 0x{:x}", node->field_mask & ~kKnownNodeBits);
+    TANDEM_REQUIRE(!r.search, "tandem_sim_result_node: a plan search keeps no per-node figures");
+    const auto& nodes = r.results.front().nodes;
+    TANDEM_REQUIRE(index >= 0 && index < static_cast<int32_t>(nodes.size()),
+                   "tandem_sim_result_node: index {} outside the cluster's {} nodes", index, nodes.size());
+    const sim::NodeReport& n = nodes[static_cast<size_t>(index)];
+    tandem_sim_node_t o = *node;
+    if (o.field_mask & TANDEM_SIM_NODE_MEMORY) {
+      o.name = n.name.c_str();
+      o.preset = n.preset.c_str();
+      o.ranks = n.ranks;
+      o.memory_bytes = n.memory_bytes;
+      o.memory_capacity_bytes = n.memory_capacity_bytes;
+      o.runtime_bytes = n.runtime_bytes;
+      o.fits = n.fits ? 1 : 0;
+      o.swapping = n.swapping ? 1 : 0;
+    }
+    if (o.field_mask & TANDEM_SIM_NODE_CREDITS) {
+      o.cpu_utilization = n.cpu_utilization;
+      o.credits_start = n.credits_start;
+      o.credits_end = n.credits_end;
+      o.throttled = n.throttle_start_s ? 1 : 0;
+      o.throttle_start_s = n.throttle_start_s.value_or(0.0);
+      o.surplus_usd = n.surplus_usd;
+    }
+    *node = o;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_sim_result_stage_cut(const tandem_sim_result_t* result, int32_t* boundaries,
+                                                       size_t* count) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& r = checked(result, "simulation result");
+    TANDEM_REQUIRE(count != nullptr, "tandem_sim_result_stage_cut: count must be non-null");
+    const std::vector<int32_t>& cut = r.results.front().stage_boundaries;
+    if (boundaries != nullptr) std::copy_n(cut.begin(), std::min(*count, cut.size()), boundaries);
+    *count = cut.size();
   });
 }
 
@@ -219,12 +369,7 @@ TANDEM_API tandem_status_t tandem_sim_result_json(const tandem_sim_result_t* res
   return guarded([&] {
     const auto& r = checked(result, "simulation result");
     TANDEM_REQUIRE(json_bytes != nullptr, "tandem_sim_result_json: json_bytes must be non-null");
-    if (json != nullptr && *json_bytes > 0) {
-      const size_t n = std::min(r.text.size(), *json_bytes - 1);
-      std::memcpy(json, r.text.data(), n);
-      json[n] = '\0';
-    }
-    *json_bytes = r.text.size() + 1;
+    tandem::api::copy_text_out(r.text, *json_bytes > 0 ? json : nullptr, json_bytes);
   });
 }
 
@@ -234,10 +379,12 @@ TANDEM_API tandem_status_t tandem_sim_result_write_trace(const tandem_sim_result
     const auto& r = checked(result, "simulation result");
     TANDEM_REQUIRE(path != nullptr, "tandem_sim_result_write_trace: path must be non-null");
     TANDEM_REQUIRE(r.has_trace, "tandem_sim_result_write_trace: the job did not ask for a trace (set trace)");
-    nlohmann::json other = {{"source", "tandem simulator"}};
-    for (const char* k : {"cluster", "model", "strategy", "dp", "pp", "micro_batches", "schedule", "step_time_s"})
-      other[k] = r.json.at(k);
-    sim::write_chrome_trace(path, sim::chrome_trace(r.trace, r.rank_names, other));
+    const sim::SimResult& s = r.results.front();
+    const nlohmann::json other = {{"source", "tandem simulator"}, {"cluster", s.cluster}, {"model", s.model},
+                                  {"strategy", s.strategy},       {"dp", s.dp},           {"pp", s.pp},
+                                  {"micro_batches", s.micro_batches}, {"schedule", s.schedule},
+                                  {"step_time_s", s.step_time_s}};
+    sim::write_chrome_trace(path, sim::chrome_trace(s.trace, r.rank_names, other));
   });
 }
 

@@ -24,7 +24,6 @@ pipelined over the 4 hosts (1F1B, 8 micro-batches), and the simulator's memory c
 The cluster is always torn down. Needs root. Takes several minutes; the machine is shared -- run it once.
 """
 import argparse
-import ctypes
 import glob
 import json
 import os
@@ -68,61 +67,19 @@ def order(rows, key):
     return [r["config"] for r in sorted(rows, key=lambda r: r[key])]
 
 
-def libtandem(tandem):
-    """libtandem.so next to the tandem binary (build/<x>/lib)."""
+def simulate_memory(tandem, cluster, model, width, dataset_input, batch, strategy, pp, micro, schedule):
+    """The simulator's memory verdict through the Python binding (the C ABI): (fits, need of the largest node in
+    bytes). libtandem.so is the one next to the tandem binary (build/<x>/lib)."""
     libs = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(tandem)), "lib", "libtandem.so*")))
     if not libs:
         raise RuntimeError(f"no libtandem.so next to {tandem}")
-    return ctypes.CDLL(libs[0])
-
-
-def simulate_memory(lib, cluster, model, width, dataset_input, batch, strategy, pp, micro, schedule):
-    """The simulator's memory verdict through the C ABI: (fits, need of the largest node in bytes)."""
-    class Job(ctypes.Structure):
-        _fields_ = [("field_mask", ctypes.c_uint64), ("model", ctypes.c_char_p), ("dataset", ctypes.c_char_p),
-                    ("samples", ctypes.c_int64), ("input_channels", ctypes.c_int64), ("input_height", ctypes.c_int64),
-                    ("input_width", ctypes.c_int64), ("num_classes", ctypes.c_int64), ("batch", ctypes.c_int64),
-                    ("epochs", ctypes.c_double), ("strategy", ctypes.c_char_p), ("dp", ctypes.c_int32),
-                    ("pp", ctypes.c_int32), ("micro_batches", ctypes.c_int32), ("schedule", ctypes.c_char_p),
-                    ("algorithm", ctypes.c_char_p), ("bucket_mb", ctypes.c_double), ("overlap", ctypes.c_int32),
-                    ("optimizer", ctypes.c_char_p), ("profile", ctypes.c_char_p), ("profile_network", ctypes.c_int32),
-                    ("epoch_time_s", ctypes.c_double), ("credit_mode", ctypes.c_char_p),
-                    ("initial_credits", ctypes.c_double), ("width_mult", ctypes.c_double),
-                    ("chunk_bytes", ctypes.c_uint64), ("trace", ctypes.c_int32), ("baseline", ctypes.c_int32)]
-
-    class Summary(ctypes.Structure):
-        _fields_ = [("field_mask", ctypes.c_uint64)] + [(n, ctypes.c_double) for n in (
-            "step_time_s", "epoch_time_s", "total_time_s", "images_per_sec", "speedup", "efficiency", "compute_s",
-            "comm_exposed_s", "bubble_s", "throttled_s", "idle_s", "memory_per_node_bytes")] + [
-            ("fits", ctypes.c_int32), ("cost_usd", ctypes.c_double)] + [
-            (n, ctypes.c_int32) for n in ("dp", "pp", "micro_batches", "ranks")]
-
-    bit = lambda k: 1 << k  # noqa: E731 - the TANDEM_SIM_JOB_* bits
-    ctx, cl, res = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    lib.tandem_last_error_message.restype = ctypes.c_char_p
-    if lib.tandem_context_create_v(ctypes.c_uint32(lib.tandem_version()), None, ctypes.byref(ctx)) != 0:
-        raise RuntimeError("tandem_context_create failed")
-    try:
-        if lib.tandem_sim_cluster_create(ctx, cluster.encode(), ctypes.byref(cl)) != 0:
-            raise RuntimeError(lib.tandem_last_error_message().decode())
-        j = Job()
-        j.field_mask = bit(0) | bit(1) | bit(2) | bit(3) | bit(4) | bit(5) | bit(7) | bit(9) | bit(10) | bit(11) | \
-            bit(15) | bit(20) | bit(23)
-        j.model, j.dataset, j.samples = model.encode(), b"", 6000
-        j.input_channels, j.input_height, j.input_width = dataset_input
-        j.num_classes, j.batch, j.strategy, j.pp = 10, batch, strategy.encode(), pp
-        j.micro_batches, j.schedule, j.optimizer, j.width_mult, j.baseline = micro, schedule.encode(), b"momentum", \
-            width, 0
-        if lib.tandem_simulate(cl, ctypes.byref(j), ctypes.byref(res)) != 0:
-            raise RuntimeError(lib.tandem_last_error_message().decode())
-        s = Summary()
-        s.field_mask = 1 << 3  # TANDEM_SIM_SUMMARY_MEMORY
-        lib.tandem_sim_result_query(res, ctypes.byref(s))
-        return bool(s.fits), s.memory_per_node_bytes
-    finally:
-        lib.tandem_sim_result_destroy(res)
-        lib.tandem_sim_cluster_destroy(cl)
-        lib.tandem_context_destroy(ctx)
+    os.environ.setdefault("TANDEM_LIBRARY", libs[0])
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
+    import tandem.simulate as ts  # noqa: E402 - after TANDEM_LIBRARY is set
+    r = ts.simulate(cluster, model=model, width_mult=width, dataset="", samples=6000, input=dataset_input, classes=10,
+                    batch=batch, strategy=strategy, pp=pp, micro_batches=micro, schedule=schedule,
+                    optimizer="momentum", baseline=0)
+    return bool(r.fits), r.memory_per_node_bytes
 
 
 def memory_target(tandem, name, addr0, hosts, cluster, out):
@@ -153,13 +110,12 @@ def memory_target(tandem, name, addr0, hosts, cluster, out):
     if rc != 0:
         res["pipeline_tail"] = text[-1500:]
     try:
-        lib = libtandem(tandem)
         res["sim_single_fits"], res["sim_single_bytes"] = simulate_memory(
-            lib, json.dumps({"nodes": [dict(json.loads(cluster)["nodes"][0], count=1)]}), "mobilenetv2", 1.0,
+            tandem, json.dumps({"nodes": [dict(json.loads(cluster)["nodes"][0], count=1)]}), "mobilenetv2", 1.0,
             (1, 28, 28), batch, "single", 1, 1, "1f1b")
         res["sim_pipeline_fits"], res["sim_pipeline_bytes"] = simulate_memory(
-            lib, cluster, "mobilenetv2", 1.0, (1, 28, 28), batch, "pipeline", hosts, micro, "1f1b")
-    except (OSError, RuntimeError, AttributeError) as e:
+            tandem, cluster, "mobilenetv2", 1.0, (1, 28, 28), batch, "pipeline", hosts, micro, "1f1b")
+    except Exception as e:  # noqa: BLE001 - a simulator failure is reported beside the measurement, not fatal
         res["sim_error"] = str(e)
     print(f"\n# memory target: mobilenetv2 (width 1.0), batch {batch}, 1 GiB per host")
     kind = {0: "ran", 1: "Tandem's error", 137: "KILLED by the kernel (137)"}

@@ -152,7 +152,7 @@ int main(void) {
     CHECK(tandem_sim_cluster_create(ctx, "t2.micro:1", &cluster) == TANDEM_OK);
     job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_PROFILE |
                      TANDEM_SIM_JOB_BASELINE;
-    job.model = "lenet5";
+    job.model = model; /* lenet5, 1x28x28 */
     job.dataset = "fashion-mnist";
     job.batch = 8;
     job.profile = path;
@@ -163,8 +163,13 @@ int main(void) {
     CHECK(fabs(s.step_time_s - sum) <= 0.01 * sum + 1e-6);
     tandem_sim_result_destroy(res);
     res = NULL;
-    job.model = "mlp"; /* a profile of another model is refused */
+    mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND;
+    mp.name = "mlp";
+    mp.backend = "none";
+    CHECK(tandem_model_create(ctx, &mp, &spec_only) == TANDEM_OK);
+    job.model = spec_only; /* a profile of another model is refused */
     CHECK(tandem_simulate(cluster, &job, &res) == TANDEM_ERR_INVALID_ARGUMENT);
+    tandem_model_destroy(spec_only);
     tandem_sim_cluster_destroy(cluster);
   }
 
@@ -178,7 +183,9 @@ int main(void) {
     tandem_trainer_t* par = NULL;
     tandem_epoch_result_t er = TANDEM_EPOCH_RESULT_INIT;
     tandem_predict_params_t pp = TANDEM_PREDICT_PARAMS_INIT;
-    tandem_prediction_t r;
+    tandem_prediction_t r = TANDEM_PREDICTION_INIT;
+    const uint64_t all = TANDEM_PREDICTION_STEP | TANDEM_PREDICTION_MEMORY | TANDEM_PREDICTION_LAYOUT |
+                         TANDEM_PREDICTION_JOB;
     dp.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_COUNT;
     dp.kind = "synthetic";
     dp.count = 64;
@@ -196,6 +203,13 @@ int main(void) {
     er.field_mask = TANDEM_EPOCH_RESULT_TRAIN;
     CHECK(tandem_trainer_epoch(par, &er) == TANDEM_OK);
     memset(&r, 0, sizeof r);
+    r.field_mask = UINT64_C(1) << 40;
+    CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_ERR_UNSUPPORTED); /* a bit of a later version */
+    r.field_mask = TANDEM_PREDICTION_STEP; /* only the groups asked for are filled */
+    CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_OK);
+    CHECK(r.predicted_step_s > 0 && r.world == 0 && r.strategy == NULL && r.predicted_memory_bytes == 0);
+    memset(&r, 0, sizeof r);
+    r.field_mask = all;
     bytes = 0;
     CHECK(tandem_trainer_predict(par, &pp, &r, NULL, &bytes) == TANDEM_OK);
     CHECK(bytes > 100); /* the simulator's JSON, size only */
@@ -209,6 +223,7 @@ int main(void) {
     CHECK(r.strategy != NULL && strcmp(r.strategy, "single") == 0);
     CHECK(r.compute_source != NULL && strcmp(r.compute_source, "profile") == 0);
     CHECK(r.same_cut == 1); /* one stage: nothing to cut */
+    CHECK(r.compression == TANDEM_COMPRESSION_NONE && r.num_buckets == 0 && r.allreduce_bytes_per_step == 0);
     pp.field_mask = TANDEM_PREDICT_PARAM_PROFILE;
     CHECK(tandem_trainer_predict(par, &pp, &r, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT); /* no cluster */
     CHECK(contains(tandem_last_error_message(), "cluster"));

@@ -1,5 +1,6 @@
-/* The simulation section of the C ABI, compiled as C99: clusters, a job, simulate, results, a
- * resize for sweeps, a plan search, a trace, and errors that name what was wrong. */
+/* The simulation section of the C ABI, compiled as C99: clusters, a typed job (the header's enums, a model
+ * handle, an optimizer handle), simulate, typed results (summary groups, nodes, stage cut; JSON only as an
+ * extra), a resize for sweeps, a plan search and its candidates, a trace, and errors that name what was wrong. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@ int main(void) {
   tandem_sim_result_t* result = NULL;
   tandem_sim_result_t* plan = NULL;
   tandem_sim_job_params_t job = TANDEM_SIM_JOB_PARAMS_INIT;
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  tandem_model_t* mobilenet = NULL;
+  tandem_model_t* lenet = NULL;
+  tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
+  tandem_optimizer_t* adam = NULL;
+  tandem_sim_node_t node = TANDEM_SIM_NODE_INIT;
+  int32_t cut[8];
+  size_t ncut = 0;
+  int64_t samples = 0, channels = 0, height = 0, width = 0, classes = 0;
   tandem_sim_summary_t sum = TANDEM_SIM_SUMMARY_INIT;
   int32_t nodes = 0, devices = 0;
   size_t bytes = 0;
@@ -41,14 +51,28 @@ int main(void) {
   CHECK(tandem_sim_cluster_info(cluster, &nodes, &devices) == TANDEM_OK && nodes == 4 && devices == 4,
         "info: %d nodes %d devices", nodes, devices);
 
+  /* models are handles: the "none" backend holds the spec alone, shaped for the dataset */
+  CHECK(tandem_sim_dataset_info("cifar10", &samples, &channels, &height, &width, &classes) == TANDEM_OK &&
+            samples == 50000 && channels == 3 && height == 32 && width == 32 && classes == 10,
+        "cifar10 info");
+  CHECK(tandem_sim_dataset_info("svhn", NULL, NULL, NULL, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT &&
+            strstr(tandem_last_error_message(), "fashion-mnist") != NULL,
+        "unknown dataset lists the known ones");
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND;
+  mp.name = "mobilenetv2";
+  mp.backend = "none";
+  CHECK(tandem_model_create(ctx, &mp, &mobilenet) == TANDEM_OK, "mobilenetv2 spec");
+  mp.name = "lenet5";
+  CHECK(tandem_model_create(ctx, &mp, &lenet) == TANDEM_OK, "lenet5 spec");
+
   /* the seed paper's four-node case */
   job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_EPOCHS |
                    TANDEM_SIM_JOB_STRATEGY | TANDEM_SIM_JOB_EPOCH_TIME | TANDEM_SIM_JOB_TRACE;
-  job.model = "mobilenetv2";
+  job.model = mobilenet;
   job.dataset = "cifar10";
   job.batch = 256;
   job.epochs = 10;
-  job.strategy = "ddp";
+  job.strategy = TANDEM_STRATEGY_DDP;
   job.epoch_time_s = 252.5;
   job.trace = 1;
   CHECK(tandem_simulate(cluster, &job, &result) == TANDEM_OK, "simulate");
@@ -61,6 +85,43 @@ int main(void) {
             1e-6 * sum.total_time_s,
         "time split does not add up");
   CHECK(sum.cost_usd > 0 && sum.epoch_time_s * 10 == sum.total_time_s, "cost/epochs");
+  CHECK(sum.baseline_total_time_s > sum.total_time_s && sum.nodes_used == 4 && sum.num_nodes == 4, "0.2 fields");
+
+  /* typed results: the job as compiled and timed, names, nodes, the cut -- no JSON to parse */
+  sum.field_mask = TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES;
+  CHECK(tandem_sim_result_query(result, &sum) == TANDEM_OK, "query job");
+  CHECK(sum.strategy == TANDEM_STRATEGY_DDP && sum.schedule == TANDEM_SCHEDULE_1F1B &&
+            sum.compression == TANDEM_COMPRESSION_NONE && sum.batch == 256 && sum.global_batch == 1024 &&
+            sum.samples == 50000 && sum.epochs == 10 && sum.num_stages == 1,
+        "job fields");
+  CHECK(sum.algorithm != TANDEM_ALGO_AUTO, "the all-reduce as resolved, got %d", (int)sum.algorithm);
+  CHECK(strcmp(sum.model, "mobilenetv2") == 0 && strstr(sum.cluster, "t2.micro") != NULL &&
+            strcmp(sum.dataset, "cifar10") == 0 && strstr(sum.allreduce, "world=4") != NULL &&
+            strcmp(sum.compute_source, "roofline") == 0,
+        "names: %s %s %s %s", sum.model, sum.cluster, sum.dataset, sum.allreduce);
+  node.field_mask = TANDEM_SIM_NODE_MEMORY | TANDEM_SIM_NODE_CREDITS;
+  CHECK(tandem_sim_result_node(result, 3, &node) == TANDEM_OK && node.ranks == 1 && node.memory_bytes > 0 &&
+            node.memory_capacity_bytes > 0 && strcmp(node.preset, "t2.micro") == 0 && node.credits_start > 0,
+        "node 3");
+  CHECK(tandem_sim_result_node(result, 4, &node) == TANDEM_ERR_INVALID_ARGUMENT, "node out of range");
+  ncut = sizeof cut / sizeof cut[0];
+  CHECK(tandem_sim_result_stage_cut(result, cut, &ncut) == TANDEM_OK && ncut == 2 && cut[0] == 0 && cut[1] > 100,
+        "cut of one stage");
+
+  /* compression on the wire is a typed job field: fp16 sends half the bytes */
+  {
+    tandem_sim_result_t* f16 = NULL;
+    tandem_sim_job_params_t j16 = job;
+    tandem_sim_summary_t a = TANDEM_SIM_SUMMARY_INIT, b = TANDEM_SIM_SUMMARY_INIT;
+    j16.field_mask = (job.field_mask & ~TANDEM_SIM_JOB_TRACE) | TANDEM_SIM_JOB_COMPRESSION;
+    j16.compression = TANDEM_COMPRESSION_FP16;
+    CHECK(tandem_simulate(cluster, &j16, &f16) == TANDEM_OK, "fp16");
+    a.field_mask = b.field_mask = TANDEM_SIM_SUMMARY_SPLIT | TANDEM_SIM_SUMMARY_JOB;
+    CHECK(tandem_sim_result_query(result, &a) == TANDEM_OK && tandem_sim_result_query(f16, &b) == TANDEM_OK, "q");
+    CHECK(b.compression == TANDEM_COMPRESSION_FP16 && b.comm_exposed_s < a.comm_exposed_s,
+          "fp16 exposed comm %f vs %f", b.comm_exposed_s, a.comm_exposed_s);
+    tandem_sim_result_destroy(f16);
+  }
 
   /* JSON: size query, truncation, full text */
   CHECK(tandem_sim_result_json(result, NULL, &bytes) == TANDEM_OK && bytes > 100, "json size %zu", bytes);
@@ -88,13 +149,52 @@ int main(void) {
   CHECK(tandem_sim_cluster_info(bigger, &nodes, NULL) == TANDEM_OK && nodes == 8, "resized to %d", nodes);
 
   /* plan search on the small model */
-  job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH;
-  job.model = "lenet5";
+  op.field_mask = TANDEM_OPTIMIZER_PARAM_KIND;
+  op.kind = TANDEM_OPTIMIZER_ADAM;
+  CHECK(tandem_optimizer_create(ctx, &op, &adam) == TANDEM_OK, "adam");
+  job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_OPTIMIZER;
+  job.model = lenet;
   job.dataset = "fashion-mnist";
   job.batch = 64;
+  job.optimizer = adam;
   CHECK(tandem_sim_plan(cluster, &job, 3, &plan) == TANDEM_OK, "plan");
-  sum.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_TIMES;
+  sum.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_SEARCH;
   CHECK(tandem_sim_result_query(plan, &sum) == TANDEM_OK && sum.dp * sum.pp == 4, "plan layout");
+  CHECK(sum.candidates == 3 && sum.evaluated >= 3 && sum.fitting >= 1, "search: %d of %d", sum.candidates,
+        sum.evaluated);
+  {
+    tandem_sim_summary_t best = TANDEM_SIM_SUMMARY_INIT, third = TANDEM_SIM_SUMMARY_INIT;
+    best.field_mask = third.field_mask = TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_LAYOUT;
+    CHECK(tandem_sim_result_candidate(plan, 0, &best) == TANDEM_OK && best.step_time_s == sum.step_time_s, "best");
+    CHECK(tandem_sim_result_candidate(plan, 2, &third) == TANDEM_OK && third.total_time_s >= best.total_time_s,
+          "ordered");
+    CHECK(tandem_sim_result_candidate(plan, 3, &third) == TANDEM_ERR_INVALID_ARGUMENT, "candidate range");
+    CHECK(tandem_sim_result_candidate(result, 0, &third) == TANDEM_ERR_INVALID_ARGUMENT, "not a plan");
+  }
+
+  /* a job as JSON text; a model named there is built for its data; a path is not JSON (never sniffed) */
+  {
+    tandem_sim_result_t* r2 = NULL;
+    tandem_sim_job_params_t jj = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_summary_t s2 = TANDEM_SIM_SUMMARY_INIT;
+    jj.field_mask = TANDEM_SIM_JOB_JSON | TANDEM_SIM_JOB_BASELINE;
+    jj.job_json = "{\"model\": \"lenet5\", \"dataset\": \"fashion-mnist\", \"strategy\": \"pipeline\", "
+                  "\"micro_batches\": 4, \"schedule\": \"gpipe\"}";
+    CHECK(tandem_simulate(cluster, &jj, &r2) == TANDEM_OK, "json job");
+    s2.field_mask = TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES | TANDEM_SIM_SUMMARY_LAYOUT;
+    CHECK(tandem_sim_result_query(r2, &s2) == TANDEM_OK && s2.strategy == TANDEM_STRATEGY_PIPELINE &&
+              s2.schedule == TANDEM_SCHEDULE_GPIPE && s2.pp == 4 && s2.micro_batches == 4 &&
+              strcmp(s2.model, "lenet5") == 0,
+          "json job fields");
+    ncut = 0;
+    CHECK(tandem_sim_result_stage_cut(r2, NULL, &ncut) == TANDEM_OK && ncut == 5, "4 stages: %zu", ncut);
+    tandem_sim_result_destroy(r2);
+    r2 = NULL;
+    jj.job_json = "/tmp/job.json";
+    CHECK(tandem_simulate(cluster, &jj, &r2) == TANDEM_ERR_INVALID_ARGUMENT && r2 == NULL &&
+              strstr(tandem_last_error_message(), "job JSON") != NULL,
+          "a path given as JSON text");
+  }
 
   /* errors name what was wrong and leave outputs alone */
   {
@@ -109,13 +209,32 @@ int main(void) {
     CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT && none == NULL &&
               strstr(tandem_last_error_message(), "micro_batches") != NULL,
           "bad job");
+    job.field_mask = TANDEM_SIM_JOB_STRATEGY;
+    job.strategy = (tandem_strategy_t)7;
+    CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT && none == NULL &&
+              strstr(tandem_last_error_message(), "tandem_strategy_t") != NULL,
+          "a value outside the enum");
+    job.field_mask = TANDEM_SIM_JOB_MODEL;
+    job.model = (const tandem_model_t*)ctx; /* not a model */
+    CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "job.model") != NULL,
+          "a foreign handle as the model");
+    job.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET;
+    job.model = lenet; /* 1x28x28 against cifar10's 3x32x32 */
+    job.dataset = "cifar10";
+    CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "3x32x32") != NULL,
+          "model and data disagree");
     job.field_mask = UINT64_C(1) << 40;
     CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_UNSUPPORTED, "unknown bit");
-    sum.field_mask = UINT64_C(1) << 30;
+    sum.field_mask = UINT64_C(1) << 40;
     CHECK(tandem_sim_result_query(result, &sum) == TANDEM_ERR_UNSUPPORTED, "unknown summary bit");
     CHECK(tandem_sim_result_write_trace(plan, trace_path) == TANDEM_ERR_INVALID_ARGUMENT, "trace without asking");
   }
 
+  tandem_optimizer_destroy(adam);
+  tandem_model_destroy(lenet);
+  tandem_model_destroy(mobilenet);
   tandem_sim_result_destroy(plan);
   tandem_sim_result_destroy(result);
   tandem_sim_cluster_destroy(bigger);

@@ -89,9 +89,7 @@ BOOST_AUTO_TEST_CASE(trainer_and_simulator_compile_the_same_job) {
       BOOST_TEST(ran[0].stages[0].bucket_allreduces[0].elem_bytes == 2u);  // fp16 on the wire
     }
     // A prediction times the trainer's own object, not a copy made from its settings.
-    sim::RunSpec run;
-    run.dataset = "";
-    run.samples = 256;
+    sim::RunSpec run = description(p, 16);  // the data part of the description
     const sim::SimResult res = sim::simulate(cluster, ran[0], run, {});
     BOOST_REQUIRE(res.job != nullptr);
     BOOST_TEST(par::compare_compiled_jobs(*res.job, ran[0]) == "");
@@ -114,6 +112,8 @@ BOOST_AUTO_TEST_CASE(compressed_gradients_are_predicted_to_send_less) {
   sim::RunSpec run;
   run.dataset = "";
   run.samples = 256;
+  run.input = nn::SampleShape{1, 12, 12};
+  run.classes = 4;
   const par::CompiledJob f32 = run_one_step(p, 16)[0];
   p.compression = par::GradCompression::kF16;
   const par::CompiledJob f16 = run_one_step(p, 16)[0];

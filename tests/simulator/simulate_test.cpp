@@ -295,7 +295,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(job_files)
 
 BOOST_AUTO_TEST_CASE(a_json_job_sets_the_fields_it_names) {
-  JobSpec j = parse_job(R"({"model": "lenet5", "dataset": "fashion-mnist", "batch": 32, "epochs": 2.5,
+  JobSpec j = parse_job_text(R"({"model": "lenet5", "dataset": "fashion-mnist", "batch": 32, "epochs": 2.5,
                             "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "gpipe",
                             "algorithm": "ring", "overlap": false, "optimizer": "adam", "input": [1, 28, 28],
                             "credit_mode": "unlimited", "initial_credits": 10})");
@@ -315,15 +315,18 @@ BOOST_AUTO_TEST_CASE(a_json_job_sets_the_fields_it_names) {
 }
 
 BOOST_AUTO_TEST_CASE(malformed_jobs_name_the_field_and_the_reason) {
-  expect_error([] { parse_job(R"({"batch": "large"})"); }, "job.batch: expected an integer >= 1");
-  expect_error([] { parse_job(R"({"batch": 0})"); }, "job.batch");
-  expect_error([] { parse_job(R"({"strategy": "zero"})"); }, "job.strategy: unknown strategy \"zero\"");
-  expect_error([] { parse_job(R"({"schedule": "interleaved"})"); }, "job.schedule");
-  expect_error([] { parse_job(R"({"input": [3, 32]})"); }, "job.input");
-  expect_error([] { parse_job(R"({"microbatches": 4})"); }, "unknown field \"microbatches\"");
-  expect_error([] { parse_job(R"({"overlap": 1})"); }, "job.overlap: expected true or false");
-  expect_error([] { parse_job(R"({"batch": 64,)"); }, "job JSON");
-  expect_error([] { parse_job("/nonexistent/job.json"); }, "/nonexistent/job.json");
+  expect_error([] { parse_job_text(R"({"batch": "large"})"); }, "job.batch: expected an integer >= 1");
+  expect_error([] { parse_job_text(R"({"batch": 0})"); }, "job.batch");
+  expect_error([] { parse_job_text(R"({"strategy": "zero"})"); }, "job.strategy: unknown strategy \"zero\"");
+  expect_error([] { parse_job_text(R"({"schedule": "interleaved"})"); }, "job.schedule");
+  expect_error([] { parse_job_text(R"({"input": [3, 32]})"); }, "job.input");
+  expect_error([] { parse_job_text(R"({"microbatches": 4})"); }, "unknown field \"microbatches\"");
+  expect_error([] { parse_job_text(R"({"overlap": 1})"); }, "job.overlap: expected true or false");
+  expect_error([] { parse_job_text(R"({"batch": 64,)"); }, "job JSON");
+  expect_error([] { load_job_file("/nonexistent/job.json"); }, "/nonexistent/job.json");
+  // the model: a zoo name, a spec object, or a file -- told apart by key and JSON type
+  BOOST_TEST(parse_job_text(R"({"model": {"name": "tiny", "input": [1, 4, 4], "layers": [{"type": "linear", "out_features": 3}]}})").model_spec.has_value());
+  expect_error([] { parse_job_text(R"({"model_file": "/nonexistent/model.json"})"); }, "/nonexistent/model.json");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -356,8 +359,8 @@ BOOST_AUTO_TEST_CASE(stages_are_cut_as_the_trainer_cuts_them) {
   expect_error([&] { simulate(c, j); }, "job: explicit stage cut has 2 boundaries, 2 stages need 3");
   j.boundaries = {0, 40, 40};
   expect_error([&] { simulate(c, j); }, "job: explicit stage cut must run from layer 0 to");
-  expect_error([] { parse_job(R"({"partition": "random"})"); }, "job.partition");
-  BOOST_TEST(parse_job(R"({"boundaries": [0, 3, 12]})").boundaries.size() == 3u);
+  expect_error([] { parse_job_text(R"({"partition": "random"})"); }, "job.partition");
+  BOOST_TEST(parse_job_text(R"({"boundaries": [0, 3, 12]})").boundaries.size() == 3u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

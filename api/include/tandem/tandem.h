@@ -35,7 +35,7 @@ extern "C" {
 
 /* ---- Versions ----------------------------------------------------------------------------- */
 #define TANDEM_VERSION_MAJOR 0
-#define TANDEM_VERSION_MINOR 1
+#define TANDEM_VERSION_MINOR 2
 #define TANDEM_VERSION_PATCH 0
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
@@ -765,96 +765,115 @@ TANDEM_API tandem_status_t tandem_sim_cluster_info(const tandem_sim_cluster_t* c
 /* NULL is a no-op. Threads: per handle. */
 TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM_NOEXCEPT;
 
+/* Burstable CPUs' credit mode (t2/t3): PRESET keeps the preset's own (standard for t2, unlimited for t3). */
+typedef enum tandem_credit_mode {
+  TANDEM_CREDIT_MODE_PRESET = 0, TANDEM_CREDIT_MODE_STANDARD = 1, TANDEM_CREDIT_MODE_UNLIMITED = 2,
+  TANDEM_CREDIT_MODE_FORCE_INT32_ = 0x7fffffff
+} tandem_credit_mode_t;
+
+/* Facts about a dataset the simulator knows by name ("cifar10", "cifar100", "fashion-mnist", "mnist",
+ * "imagenet"): its training samples, sample shape and classes -- what a model for it is created with.
+ * [out] any may be NULL. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (unknown name,
+ * listing the known ones). */
+TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* samples, int64_t* channels,
+                                                   int64_t* height, int64_t* width,
+                                                   int64_t* num_classes) TANDEM_NOEXCEPT;
+
+/* The job to simulate, typed: the model is a tandem_model_t (a zoo name, a spec file or JSON text is
+ * loaded into one by tandem_model_create; the "none" backend holds only the spec), the optimizer a
+ * tandem_optimizer_t, everything else the header's enums -- the same description a parallel trainer
+ * takes. The simulator compiles it with the trainer's own job compiler (stage cut, pipeline plan,
+ * buckets and their all-reduces, memory) and times that compiled job. Changed in 0.2: the string fields
+ * (model, strategy, schedule, algorithm, optimizer, credit_mode, partition, compression) and the model
+ * shape fields are gone. */
 #define TANDEM_SIM_JOB_MODEL           (UINT64_C(1) << 0)
 #define TANDEM_SIM_JOB_DATASET         (UINT64_C(1) << 1)
 #define TANDEM_SIM_JOB_SAMPLES         (UINT64_C(1) << 2)
-#define TANDEM_SIM_JOB_INPUT_SHAPE     (UINT64_C(1) << 3) /* covers input_channels, input_height, input_width */
-#define TANDEM_SIM_JOB_NUM_CLASSES     (UINT64_C(1) << 4)
-#define TANDEM_SIM_JOB_BATCH           (UINT64_C(1) << 5)
-#define TANDEM_SIM_JOB_EPOCHS          (UINT64_C(1) << 6)
-#define TANDEM_SIM_JOB_STRATEGY        (UINT64_C(1) << 7)
-#define TANDEM_SIM_JOB_DP              (UINT64_C(1) << 8)
-#define TANDEM_SIM_JOB_PP              (UINT64_C(1) << 9)
-#define TANDEM_SIM_JOB_MICRO_BATCHES   (UINT64_C(1) << 10)
-#define TANDEM_SIM_JOB_SCHEDULE        (UINT64_C(1) << 11)
-#define TANDEM_SIM_JOB_ALGORITHM       (UINT64_C(1) << 12)
-#define TANDEM_SIM_JOB_BUCKET_MB       (UINT64_C(1) << 13)
-#define TANDEM_SIM_JOB_OVERLAP         (UINT64_C(1) << 14)
-#define TANDEM_SIM_JOB_OPTIMIZER       (UINT64_C(1) << 15)
-#define TANDEM_SIM_JOB_PROFILE         (UINT64_C(1) << 16) /* covers profile, profile_network */
-#define TANDEM_SIM_JOB_EPOCH_TIME      (UINT64_C(1) << 17)
-#define TANDEM_SIM_JOB_CREDIT_MODE     (UINT64_C(1) << 18)
-#define TANDEM_SIM_JOB_INITIAL_CREDITS (UINT64_C(1) << 19)
-#define TANDEM_SIM_JOB_WIDTH_MULT      (UINT64_C(1) << 20)
-#define TANDEM_SIM_JOB_CHUNK_BYTES     (UINT64_C(1) << 21)
-#define TANDEM_SIM_JOB_TRACE           (UINT64_C(1) << 22)
-#define TANDEM_SIM_JOB_BASELINE        (UINT64_C(1) << 23)
-#define TANDEM_SIM_JOB_JSON            (UINT64_C(1) << 24) /* job_json: applied first, other flagged fields override */
-#define TANDEM_SIM_JOB_PARTITION       (UINT64_C(1) << 25)
-#define TANDEM_SIM_JOB_BOUNDARIES      (UINT64_C(1) << 26) /* covers boundaries, num_boundaries */
-#define TANDEM_SIM_JOB_COMPRESSION     (UINT64_C(1) << 27)
+#define TANDEM_SIM_JOB_BATCH           (UINT64_C(1) << 3)
+#define TANDEM_SIM_JOB_EPOCHS          (UINT64_C(1) << 4)
+#define TANDEM_SIM_JOB_STRATEGY        (UINT64_C(1) << 5)
+#define TANDEM_SIM_JOB_DP              (UINT64_C(1) << 6)
+#define TANDEM_SIM_JOB_PP              (UINT64_C(1) << 7)
+#define TANDEM_SIM_JOB_MICRO_BATCHES   (UINT64_C(1) << 8)
+#define TANDEM_SIM_JOB_SCHEDULE        (UINT64_C(1) << 9)
+#define TANDEM_SIM_JOB_ALGORITHM       (UINT64_C(1) << 10)
+#define TANDEM_SIM_JOB_BUCKET_MB       (UINT64_C(1) << 11)
+#define TANDEM_SIM_JOB_OVERLAP         (UINT64_C(1) << 12)
+#define TANDEM_SIM_JOB_OPTIMIZER       (UINT64_C(1) << 13)
+#define TANDEM_SIM_JOB_PROFILE         (UINT64_C(1) << 14) /* covers profile, profile_network */
+#define TANDEM_SIM_JOB_EPOCH_TIME      (UINT64_C(1) << 15)
+#define TANDEM_SIM_JOB_CREDIT_MODE     (UINT64_C(1) << 16)
+#define TANDEM_SIM_JOB_INITIAL_CREDITS (UINT64_C(1) << 17)
+#define TANDEM_SIM_JOB_CHUNK_BYTES     (UINT64_C(1) << 18)
+#define TANDEM_SIM_JOB_TRACE           (UINT64_C(1) << 19)
+#define TANDEM_SIM_JOB_BASELINE        (UINT64_C(1) << 20)
+#define TANDEM_SIM_JOB_JSON            (UINT64_C(1) << 21) /* job_json: applied first, other flagged fields override */
+#define TANDEM_SIM_JOB_PARTITION       (UINT64_C(1) << 22)
+#define TANDEM_SIM_JOB_BOUNDARIES      (UINT64_C(1) << 23) /* covers boundaries, num_boundaries */
+#define TANDEM_SIM_JOB_COMPRESSION     (UINT64_C(1) << 24)
+#define TANDEM_SIM_JOB_ACCUMULATION    (UINT64_C(1) << 25)
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
-  const char* model;        /* zoo name, JSON model file or JSON text; default "mobilenetv2" */
-  const char* dataset;      /* "cifar10" (default), "cifar100", "fashion-mnist", "mnist", "imagenet", or
-                               "" with samples, input shape and num_classes */
-  int64_t samples;          /* training samples per epoch; default: the dataset's */
-  int64_t input_channels;   /* default: the dataset's */
-  int64_t input_height;
-  int64_t input_width;
-  int64_t num_classes;
-  int64_t batch;            /* per data-parallel replica; default 64 */
-  double epochs;            /* default 1 */
-  const char* strategy;     /* "single" (default), "ddp", "pipeline", "hybrid" */
-  int32_t dp;               /* 0 (default): derived from the strategy and the cluster */
+  const tandem_model_t* model;  /* read during the call; default: mobilenetv2 for the dataset's samples */
+  const char* dataset;          /* a dataset name (tandem_sim_dataset_info; default "cifar10"), or "" with
+                                   samples: the model's input shape and classes are then the data's */
+  int64_t samples;              /* training samples per epoch; default: the dataset's */
+  int64_t batch;                /* per data-parallel replica; default 64 */
+  double epochs;                /* default 1 */
+  tandem_strategy_t strategy;   /* default SINGLE */
+  int32_t dp;                   /* 0 (default): derived from the strategy and the cluster */
   int32_t pp;
-  int32_t micro_batches;    /* default 1 */
-  const char* schedule;     /* "1f1b" (default), "gpipe" */
-  const char* algorithm;    /* all-reduce: "auto" (default), "ring", "hd", "tree", "hier" */
-  double bucket_mb;         /* gradient bucket; default 25 */
-  int32_t overlap;          /* all-reduce during backward; default 1 */
-  const char* optimizer;    /* "sgd", "momentum" (default), "adam" */
-  const char* profile;      /* calibration profile path (tandem calibrate) instead of the roofline */
-  int32_t profile_network;  /* use the profile's measured p2p bandwidth/latency for every NIC */
-  double epoch_time_s;      /* > 0: scale compute so one full-speed single-node epoch takes this */
-  const char* credit_mode;  /* burstable nodes: "standard" or "unlimited"; default: the preset's */
-  double initial_credits;   /* burstable nodes' starting balance; default: launch credits */
-  double width_mult;        /* mobilenetv2 */
-  uint64_t chunk_bytes;     /* collective pipelining chunk; 0: the runtime's default */
-  int32_t trace;            /* record the first step for tandem_sim_result_write_trace */
-  int32_t baseline;         /* also simulate one device for speedup and efficiency; default 1 */
-  const char* job_json;     /* a job as JSON text or a JSON file path; keys as the fields above and the CLI
-                               options ({"model": ..., "batch": 256, "strategy": "hybrid", "dp": 2, ...});
-                               errors name the key */
-  const char* partition;    /* pipeline cut as the trainer makes it: "flops" (default, the layer specs) or
-                               "measured" (the profile's per-layer times, else the roofline's) */
-  const int32_t* boundaries;  /* explicit cut: num_boundaries = pp + 1 layer indices, 0 first, layers last */
+  int32_t micro_batches;        /* default 1 */
+  tandem_schedule_t schedule;   /* default 1F1B */
+  tandem_algo_t algorithm;      /* the gradient all-reduce; default AUTO (the runtime's rule) */
+  double bucket_mb;             /* gradient bucket; default 25 */
+  int32_t overlap;              /* all-reduce during backward; default 1 */
+  const tandem_optimizer_t* optimizer; /* read during the call; default SGD with momentum */
+  const char* profile;          /* calibration profile path (tandem calibrate) instead of the roofline */
+  int32_t profile_network;      /* use the profile's measured p2p bandwidth/latency for every NIC */
+  double epoch_time_s;          /* > 0: scale compute so one full-speed single-node epoch takes this */
+  tandem_credit_mode_t credit_mode; /* burstable nodes; default PRESET */
+  double initial_credits;       /* burstable nodes' starting balance; default: launch credits */
+  uint64_t chunk_bytes;         /* collective pipelining chunk; 0: the runtime's default */
+  int32_t trace;                /* record the first step for tandem_sim_result_write_trace */
+  int32_t baseline;             /* also simulate one device for speedup and efficiency; default 1 */
+  const char* job_json;         /* a job as JSON TEXT (never a path): keys as `tandem simulate`'s options
+                                   ({"model": "lenet5" or a spec object, "model_file": PATH, "batch": 256,
+                                   "strategy": "hybrid", ...}); errors name the key */
+  tandem_partition_t partition; /* pipeline cut as the trainer makes it; MEASURED balances the profile's (else
+                                   the roofline's) per-layer times */
+  const int32_t* boundaries;    /* explicit cut: num_boundaries = pp + 1 layer indices, 0 first, layers last */
   size_t num_boundaries;
-  const char* compression;  /* data-parallel gradients on the wire: "none" (default), "fp16", "bf16" (half the
-                               bytes, plus converting each bucket before and after its all-reduce) */
+  tandem_compression_t compression; /* data-parallel gradients on the wire (half the bytes, plus converting each
+                                       bucket before and after its all-reduce); default NONE */
+  int32_t accumulation;         /* batches per optimizer step; default 1 */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
-/* Simulates a job on a cluster. [in] job: may be NULL (defaults); strings are read during the call.
+/* Simulates a job on a cluster. [in] job: may be NULL (defaults); read during the call.
  * [out] out: the result. Threads: any (the cluster is only read). Returns TANDEM_OK,
  * TANDEM_ERR_INVALID_ARGUMENT (bad job -- the message names the field --, more ranks than devices,
- * unknown model), TANDEM_ERR_IO (unreadable profile or model file), TANDEM_ERR_UNSUPPORTED (unknown
- * field_mask bit, an algorithm the collective lacks). */
+ * a value outside its enum, a model whose input is not the data's), TANDEM_ERR_IO (unreadable profile or
+ * model file), TANDEM_ERR_UNSUPPORTED (unknown field_mask bit, an algorithm the collective lacks). */
 TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
                                            tandem_sim_result_t** out) TANDEM_NOEXCEPT;
 /* Searches DP x PP splits, micro-batches, schedules and all-reduce algorithms for the job on the
  * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored).
- * [in] top: configurations to keep (>= 1). [out] out: a result whose JSON has "candidates" (fastest
- * fitting first) and whose summary is the best candidate's. Threads: any. Returns as tandem_simulate. */
+ * [in] top: configurations to keep (>= 1). [out] out: a result whose candidates (fastest fitting first)
+ * are read with tandem_sim_result_candidate; its summary is the best candidate's. Threads: any.
+ * Returns as tandem_simulate. */
 TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
                                            int32_t top, tandem_sim_result_t** out) TANDEM_NOEXCEPT;
 
-#define TANDEM_SIM_SUMMARY_TIMES   (UINT64_C(1) << 0) /* step_time_s, epoch_time_s, total_time_s, images_per_sec */
-#define TANDEM_SIM_SUMMARY_SCALING (UINT64_C(1) << 1) /* speedup, efficiency */
-#define TANDEM_SIM_SUMMARY_SPLIT   (UINT64_C(1) << 2) /* compute_s, comm_exposed_s, bubble_s, throttled_s, idle_s */
-#define TANDEM_SIM_SUMMARY_MEMORY  (UINT64_C(1) << 3) /* memory_per_node_bytes, fits */
-#define TANDEM_SIM_SUMMARY_COST    (UINT64_C(1) << 4) /* cost_usd */
-#define TANDEM_SIM_SUMMARY_LAYOUT  (UINT64_C(1) << 5) /* dp, pp, micro_batches, ranks */
+#define TANDEM_SIM_SUMMARY_TIMES    (UINT64_C(1) << 0) /* step_time_s, epoch_time_s, total_time_s, images_per_sec */
+#define TANDEM_SIM_SUMMARY_SCALING  (UINT64_C(1) << 1) /* speedup, efficiency, baseline_total_time_s */
+#define TANDEM_SIM_SUMMARY_SPLIT    (UINT64_C(1) << 2) /* compute_s, comm_exposed_s, bubble_s, throttled_s, idle_s */
+#define TANDEM_SIM_SUMMARY_MEMORY   (UINT64_C(1) << 3) /* memory_per_node_bytes, fits */
+#define TANDEM_SIM_SUMMARY_COST     (UINT64_C(1) << 4) /* cost_usd, surplus_usd */
+#define TANDEM_SIM_SUMMARY_LAYOUT   (UINT64_C(1) << 5) /* dp, pp, micro_batches, ranks, nodes_used, num_nodes */
+#define TANDEM_SIM_SUMMARY_JOB      (UINT64_C(1) << 6) /* strategy .. num_stages */
+#define TANDEM_SIM_SUMMARY_NAMES    (UINT64_C(1) << 7) /* cluster, model, dataset, allreduce, compute_source */
+#define TANDEM_SIM_SUMMARY_SEARCH   (UINT64_C(1) << 8) /* evaluated, fitting, candidates, search_wall_s */
 typedef struct tandem_sim_summary {
   uint64_t field_mask;      /* the groups wanted; the library fills only those */
   double step_time_s, epoch_time_s, total_time_s, images_per_sec;
@@ -864,6 +883,24 @@ typedef struct tandem_sim_summary {
   int32_t fits;
   double cost_usd;
   int32_t dp, pp, micro_batches, ranks;
+  /* added in 0.2 */
+  double baseline_total_time_s;    /* SCALING */
+  double surplus_usd;              /* COST: unlimited-mode surplus credits, included in cost_usd */
+  int32_t nodes_used, num_nodes;   /* LAYOUT: nodes hosting ranks, nodes in the cluster */
+  tandem_strategy_t strategy;      /* JOB */
+  tandem_schedule_t schedule;
+  tandem_compression_t compression; /* NONE unless data-parallel */
+  tandem_algo_t algorithm;         /* the first bucket's all-reduce as resolved (AUTO: no data parallelism) */
+  int64_t batch, global_batch, samples, steps_per_epoch;
+  double epochs, total_steps;
+  int32_t num_stages;              /* pp: tandem_sim_result_stage_cut gives the layers */
+  const char* cluster;             /* NAMES: owned by the result */
+  const char* model;
+  const char* dataset;
+  const char* allreduce;           /* the plan's description, or "none" */
+  const char* compute_source;      /* "roofline" or "profile" */
+  int32_t evaluated, fitting, candidates;  /* SEARCH (tandem_sim_plan results; 0 otherwise) */
+  double search_wall_s;
 } tandem_sim_summary_t;
 #define TANDEM_SIM_SUMMARY_INIT {0}
 
@@ -871,7 +908,41 @@ typedef struct tandem_sim_summary {
  * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown bit). */
 TANDEM_API tandem_status_t tandem_sim_result_query(const tandem_sim_result_t* result,
                                                    tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
-/* The whole result as one JSON object (for tandem_simulate: every field of `tandem simulate --json`).
+/* A plan search's candidate `index` (0: the best; < summary.candidates), as tandem_sim_result_query fills
+ * the result's own summary (SEARCH excepted). Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT
+ * (index out of range, not a plan result), TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_sim_result_candidate(const tandem_sim_result_t* result, int32_t index,
+                                                       tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
+
+#define TANDEM_SIM_NODE_MEMORY  (UINT64_C(1) << 0) /* name .. swapping */
+#define TANDEM_SIM_NODE_CREDITS (UINT64_C(1) << 1) /* cpu_utilization .. surplus_usd */
+typedef struct tandem_sim_node {
+  uint64_t field_mask;
+  const char* name;                /* owned by the result */
+  const char* preset;
+  int32_t ranks;                   /* ranks of the job on the node (0: unused, not billed) */
+  double memory_bytes;             /* need: host memory (CPU node) or the largest per-GPU need */
+  double memory_capacity_bytes;    /* usable: host memory less the OS reserve, or GPU memory */
+  double runtime_bytes;            /* per rank, included in memory_bytes */
+  int32_t fits, swapping;
+  double cpu_utilization;          /* of the first phase */
+  double credits_start, credits_end;
+  int32_t throttled;               /* standard-mode credits ran out ... */
+  double throttle_start_s;         /* ... at this time */
+  double surplus_usd;
+} tandem_sim_node_t;
+#define TANDEM_SIM_NODE_INIT {0}
+/* Node `index` of the cluster (< summary.num_nodes) as the run used it. Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT (index out of range, a plan result), TANDEM_ERR_UNSUPPORTED. */
+TANDEM_API tandem_status_t tandem_sim_result_node(const tandem_sim_result_t* result, int32_t index,
+                                                  tandem_sim_node_t* node) TANDEM_NOEXCEPT;
+/* The stage cut the job ran with: pp + 1 layer indices. [out] boundaries: may be NULL; receives at most
+ * *count entries. [in,out] count: in: capacity; out: entries available. Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_sim_result_stage_cut(const tandem_sim_result_t* result, int32_t* boundaries,
+                                                       size_t* count) TANDEM_NOEXCEPT;
+/* The whole result as one JSON object (for tandem_simulate: every field of `tandem simulate --json`; for a
+ * plan search: the candidates) -- an extra for tools that want JSON; the figures above are the interface.
  * [out] json: may be NULL; receives the text, NUL-terminated, truncated to fit.
  * [in,out] json_bytes: in: capacity of json; out: bytes needed including the NUL.
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
@@ -986,11 +1057,18 @@ typedef struct tandem_predict_params {
 } tandem_predict_params_t;
 #define TANDEM_PREDICT_PARAMS_INIT {0}
 
+#define TANDEM_PREDICTION_STEP   (UINT64_C(1) << 0) /* measured_/predicted_/error of step, compute, comm, bubble; steps */
+#define TANDEM_PREDICTION_MEMORY (UINT64_C(1) << 1) /* measured_memory_bytes .. predicted_fits */
+#define TANDEM_PREDICTION_LAYOUT (UINT64_C(1) << 2) /* rank, world, dp, pp, micro_batches, strategy, compute_source, same_cut */
+#define TANDEM_PREDICTION_JOB    (UINT64_C(1) << 3) /* compression .. allreduce_bytes_per_step */
 typedef struct tandem_prediction {
-  /* measured: the trainer's last tandem_trainer_epoch (per step, mean over ranks); memory: this
-   * process's peak resident size. predicted: the simulator, same job, cluster and strategy; memory:
-   * the need of the node hosting this rank. error: (predicted - measured) / measured (NaN if
-   * measured is 0). */
+  /* Changed in 0.2: field_mask first -- the groups wanted; the library fills only those (unknown bits:
+   * TANDEM_ERR_UNSUPPORTED), so the struct can grow at its end.
+   * measured: the trainer's last tandem_trainer_epoch (per step, mean over ranks); memory: this
+   * process's peak resident size. predicted: the simulator timing the trainer's own compiled job on the
+   * cluster; memory: the need of the node hosting this rank. error: (predicted - measured) / measured (NaN
+   * if measured is 0). */
+  uint64_t field_mask;
   double measured_step_s, predicted_step_s, step_error;
   double measured_compute_s, predicted_compute_s, compute_error;
   double measured_comm_s, predicted_comm_s, comm_error;       /* exposed communication */
@@ -1002,14 +1080,20 @@ typedef struct tandem_prediction {
   int64_t steps;              /* steps the measured figures average over */
   const char* strategy;       /* static */
   const char* compute_source; /* static: "profile" or "roofline" */
-  int32_t same_cut;           /* non-zero when the simulator cut the pipeline where the trainer did (it
-                                 balances stages by its own compute model; the cuts can differ) */
+  int32_t same_cut;           /* non-zero: the simulator timed the trainer's own stage cut (always, since 0.2:
+                                 it times the trainer's compiled job) */
+  tandem_compression_t compression;  /* JOB: gradients on the wire, as the trainer sends them */
+  tandem_algo_t algorithm;           /* the first gradient bucket's all-reduce as resolved (AUTO: none) */
+  int32_t num_buckets;               /* gradient buckets of this rank's stage (0 without data parallelism) */
+  double allreduce_bytes_per_step;   /* bytes a rank sends in its stage's gradient all-reduces per step */
 } tandem_prediction_t;
+#define TANDEM_PREDICTION_INIT {0}
 
 /* Predicts the job `trainer` runs -- its model, batch, strategy, grid, micro-batches, schedule,
  * bucket size and optimizer -- on `cluster` with the simulator, and sets the prediction beside the
  * figures the trainer measured in its last epoch. Local (not collective); call it after an epoch.
- * [in] params: cluster required. [out] out: filled entirely. [out] json: may be NULL; the whole
+ * [in] params: cluster required. [in,out] out: the groups its field_mask asks for are filled. [out] json: may
+ * be NULL; the whole
  * simulator result as JSON, truncated to fit; [in,out] json_bytes: as tandem_sim_result_json (may be
  * NULL when json is). Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (no cluster,
  * no epoch trained yet, a single-process trainer without measured figures, a profile of another

@@ -2,7 +2,7 @@
 
     import tandem.simulate as ts
     cluster = ts.Cluster("t2.micro:4")                    # PRESET:COUNT, a JSON file, or JSON text
-    r = ts.simulate(cluster, model="mobilenetv2", dataset="cifar10", batch=256, epochs=10,
+    r = ts.simulate(cluster, model="mobilenetv2", dataset="cifar10", batch=256, epochs=10,  # or a tt.Model
                     strategy="ddp", epoch_time_s=252.5)
     print(r.total_time_s, r.speedup, r["nodes"][0]["throttle_start_s"])
     best = ts.plan(cluster, model="resnet18", batch=64, top=3)   # fastest fitting DP x PP configurations
@@ -21,39 +21,51 @@ _u64, _i64, _i32, _f64, _str, _ptr, _size = (ctypes.c_uint64, ctypes.c_int64, ct
                                              ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
-class _JobParams(ctypes.Structure):
-    _fields_ = [("field_mask", _u64), ("model", _str), ("dataset", _str), ("samples", _i64),
-                ("input_channels", _i64), ("input_height", _i64), ("input_width", _i64), ("num_classes", _i64),
-                ("batch", _i64), ("epochs", _f64), ("strategy", _str), ("dp", _i32), ("pp", _i32),
-                ("micro_batches", _i32), ("schedule", _str), ("algorithm", _str), ("bucket_mb", _f64),
-                ("overlap", _i32), ("optimizer", _str), ("profile", _str), ("profile_network", _i32),
-                ("epoch_time_s", _f64), ("credit_mode", _str), ("initial_credits", _f64), ("width_mult", _f64),
-                ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32), ("job_json", _str),
-                ("partition", _str), ("boundaries", P(_i32)), ("num_boundaries", _size), ("compression", _str)]
+class _JobParams(ctypes.Structure):  # tandem_sim_job_params_t (0.2: typed)
+    _fields_ = [("field_mask", _u64), ("model", _ptr), ("dataset", _str), ("samples", _i64), ("batch", _i64),
+                ("epochs", _f64), ("strategy", _i32), ("dp", _i32), ("pp", _i32), ("micro_batches", _i32),
+                ("schedule", _i32), ("algorithm", _i32), ("bucket_mb", _f64), ("overlap", _i32), ("optimizer", _ptr),
+                ("profile", _str), ("profile_network", _i32), ("epoch_time_s", _f64), ("credit_mode", _i32),
+                ("initial_credits", _f64), ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32),
+                ("job_json", _str), ("partition", _i32), ("boundaries", P(_i32)), ("num_boundaries", _size),
+                ("compression", _i32), ("accumulation", _i32)]
 
 
-class _Summary(ctypes.Structure):
+class _Summary(ctypes.Structure):  # tandem_sim_summary_t, the 0.1 groups (the later fields are not read here)
     _fields_ = [("field_mask", _u64), ("step_time_s", _f64), ("epoch_time_s", _f64), ("total_time_s", _f64),
                 ("images_per_sec", _f64), ("speedup", _f64), ("efficiency", _f64), ("compute_s", _f64),
                 ("comm_exposed_s", _f64), ("bubble_s", _f64), ("throttled_s", _f64), ("idle_s", _f64),
                 ("memory_per_node_bytes", _f64), ("fits", _i32), ("cost_usd", _f64), ("dp", _i32), ("pp", _i32),
-                ("micro_batches", _i32), ("ranks", _i32)]
+                ("micro_batches", _i32), ("ranks", _i32), ("baseline_total_time_s", _f64), ("surplus_usd", _f64),
+                ("nodes_used", _i32), ("num_nodes", _i32)]
 
 
-# job keyword -> (field_mask bit, struct field(s), converter)
-_JOB_FIELDS = {
-    "model": (0, "model", str), "dataset": (1, "dataset", str), "samples": (2, "samples", int),
-    "input": (3, None, None), "classes": (4, "num_classes", int), "batch": (5, "batch", int),
-    "epochs": (6, "epochs", float), "strategy": (7, "strategy", str), "dp": (8, "dp", int), "pp": (9, "pp", int),
-    "micro_batches": (10, "micro_batches", int), "schedule": (11, "schedule", str),
-    "algorithm": (12, "algorithm", str), "bucket_mb": (13, "bucket_mb", float), "overlap": (14, "overlap", int),
-    "optimizer": (15, "optimizer", str), "profile": (16, "profile", str), "profile_network": (16, None, None),
-    "epoch_time_s": (17, "epoch_time_s", float), "credit_mode": (18, "credit_mode", str),
-    "initial_credits": (19, "initial_credits", float), "width_mult": (20, "width_mult", float),
-    "chunk_bytes": (21, "chunk_bytes", int), "trace": (22, "trace", int), "baseline": (23, "baseline", int),
-    "job": (24, "job_json", str),  # a JSON job (text, file path, or a dict); other keywords override it
-    "partition": (25, "partition", str), "boundaries": (26, None, None), "compression": (27, "compression", str),
+# The header's enums by the names `tandem simulate` gives them.
+_ENUMS = {
+    "strategy": {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3},
+    "schedule": {"gpipe": 0, "1f1b": 1},
+    "algorithm": {"auto": 0, "ring": 1, "hd": 2, "tree": 3, "hier": 4, "det": 6},
+    "credit_mode": {"preset": 0, "standard": 1, "unlimited": 2},
+    "partition": {"flops": 0, "measured": 1},
+    "compression": {"none": 0, "fp16": 1, "bf16": 2},
 }
+# keyword: (TANDEM_SIM_JOB_* bit, struct field, conversion)
+_JOB_FIELDS = {
+    "dataset": (1, "dataset", str), "samples": (2, "samples", int), "batch": (3, "batch", int),
+    "epochs": (4, "epochs", float), "strategy": (5, "strategy", "enum"), "dp": (6, "dp", int), "pp": (7, "pp", int),
+    "micro_batches": (8, "micro_batches", int), "schedule": (9, "schedule", "enum"),
+    "algorithm": (10, "algorithm", "enum"), "bucket_mb": (11, "bucket_mb", float), "overlap": (12, "overlap", int),
+    "profile": (14, "profile", str), "epoch_time_s": (15, "epoch_time_s", float),
+    "credit_mode": (16, "credit_mode", "enum"), "initial_credits": (17, "initial_credits", float),
+    "chunk_bytes": (18, "chunk_bytes", int), "trace": (19, "trace", int), "baseline": (20, "baseline", int),
+    "partition": (22, "partition", "enum"), "compression": (24, "compression", "enum"),
+    "accumulation": (25, "accumulation", int),
+}
+# Handled apart: the model (a tandem.train.Model, or a zoo name / spec file made into a spec-only one with
+# input, classes and width_mult), the optimizer ("sgd", "momentum", "adam" or a tandem.train.Optimizer), the
+# job (a dict, or a JSON file's path), profile_network and boundaries.
+_MODEL_KEYS = ("model", "model_file", "input", "classes", "width_mult")
+_OTHER_KEYS = _MODEL_KEYS + ("optimizer", "job", "profile_network", "boundaries")
 
 _declared = False
 
@@ -73,9 +85,10 @@ def _declare():
     L.tandem_sim_result_query.argtypes = [_ptr, P(_Summary)]
     L.tandem_sim_result_json.argtypes = [_ptr, ctypes.c_char_p, P(_size)]
     L.tandem_sim_result_write_trace.argtypes = [_ptr, _str]
+    L.tandem_sim_dataset_info.argtypes = [_str] + [P(_i64)] * 5
     L.tandem_sim_result_destroy.argtypes = [_ptr]
     L.tandem_sim_result_destroy.restype = None
-    for f in ("tandem_sim_cluster_create", "tandem_sim_cluster_resize", "tandem_sim_cluster_info", "tandem_simulate",
+    for f in ("tandem_sim_dataset_info", "tandem_sim_cluster_create", "tandem_sim_cluster_resize", "tandem_sim_cluster_info", "tandem_simulate",
               "tandem_sim_plan", "tandem_sim_result_query", "tandem_sim_result_json", "tandem_sim_result_write_trace"):
         getattr(L, f).restype = ctypes.c_int32
     _declared = True
@@ -132,7 +145,7 @@ class Result:
 
     def __init__(self, handle):
         self._h = handle
-        s = _Summary(field_mask=(1 << 6) - 1)
+        s = _Summary(field_mask=(1 << 6) - 1)  # TIMES .. LAYOUT
         _check(_LIB.tandem_sim_result_query(self._h, ctypes.byref(s)))
         for k in self._SUMMARY:
             v = getattr(s, k)
@@ -163,37 +176,97 @@ class Result:
             self._h = None
 
 
+def dataset_info(name):
+    """The simulator's facts about a named dataset: samples, (C, H, W) and classes."""
+    _declare()
+    v = [_i64() for _ in range(5)]
+    _check(_LIB.tandem_sim_dataset_info(str(name).encode(), *(ctypes.byref(x) for x in v)))
+    return {"samples": v[0].value, "input": (v[1].value, v[2].value, v[3].value), "classes": v[4].value}
+
+
+def _model(kw):
+    from . import train as _train
+    m = kw.get("model")
+    if isinstance(m, _train.Model):
+        return m
+    if "model_file" in kw:
+        return _train.Model(spec_path=str(kw["model_file"]), backend="none")
+    shape, classes = kw.get("input"), kw.get("classes")
+    if isinstance(shape, str):
+        shape = [int(x) for x in shape.lower().split("x")]
+    if shape is not None and len(shape) != 3:
+        raise _invalid("input must be (C, H, W) or 'CxHxW', got %r" % (shape,))
+    dataset = kw.get("dataset", "cifar10")
+    if dataset:
+        info = dataset_info(dataset)
+        shape = shape if shape is not None else info["input"]
+        classes = classes if classes is not None else info["classes"]
+    return _train.Model(m if m is not None else "mobilenetv2", input_shape=shape, num_classes=classes,
+                        width_mult=kw.get("width_mult"), backend="none")
+
+
+def _optimizer(o):
+    from . import train as _train
+    if isinstance(o, _train.Optimizer):
+        return o
+    names = {"sgd": {}, "momentum": {"momentum": 0.9}, "adam": {}}
+    if o not in names:
+        raise _invalid("unknown optimizer %r (sgd, momentum, adam, or a tandem.train.Optimizer)" % (o,))
+    return _train.Optimizer("adam" if o == "adam" else "sgd", **names[o])
+
+
 def _job(kw):
+    """The typed job for the keywords, and what must outlive the call (strings, arrays, handles)."""
+    _declare()
     p = _JobParams()
-    keep = []  # encoded strings must outlive the call
+    keep = []
     for k, v in kw.items():
-        if k not in _JOB_FIELDS:
-            raise _invalid("unknown job option %r (known: %s)" % (k, ", ".join(sorted(_JOB_FIELDS))))
-        bit, field, conv = _JOB_FIELDS[k]
-        p.field_mask |= 1 << bit
-        if k == "input":
-            if isinstance(v, str):
-                v = [int(x) for x in v.lower().split("x")]
-            if len(v) != 3:
-                raise _invalid("input must be (C, H, W) or 'CxHxW', got %r" % (v,))
-            p.input_channels, p.input_height, p.input_width = (int(x) for x in v)
-        elif k == "profile_network":
-            p.profile_network = int(bool(v))
-        elif k == "boundaries":
-            arr = (_i32 * len(v))(*[int(x) for x in v])
-            keep.append(arr)
-            p.boundaries = ctypes.cast(arr, P(_i32))
-            p.num_boundaries = len(v)
-        elif k == "job" and isinstance(v, dict):
-            b = _json.dumps(v).encode()
-            keep.append(b)
-            p.job_json = b
-        elif conv is str:
-            b = str(v).encode()
-            keep.append(b)
-            setattr(p, field, b)
+        if k not in _JOB_FIELDS and k not in _OTHER_KEYS:
+            raise _invalid("unknown job option %r (known: %s)" % (k, ", ".join(sorted(set(_JOB_FIELDS) |
+                                                                                       set(_OTHER_KEYS)))))
+        if k in _JOB_FIELDS:
+            bit, field, conv = _JOB_FIELDS[k]
+            p.field_mask |= 1 << bit
+            if conv == "enum":
+                if v not in _ENUMS[k]:
+                    raise _invalid("job.%s: unknown value %r (%s)" % (k, v, ", ".join(_ENUMS[k])))
+                setattr(p, field, _ENUMS[k][v])
+            elif conv is str:
+                b = str(v).encode()
+                keep.append(b)
+                setattr(p, field, b)
+            else:
+                setattr(p, field, conv(v))
+    if "job" in kw:
+        j = kw["job"]
+        if isinstance(j, dict):
+            text = _json.dumps(j)
         else:
-            setattr(p, field, conv(v))
+            with open(str(j)) as f:  # a job file
+                text = f.read()
+        b = text.encode()
+        keep.append(b)
+        p.field_mask |= 1 << 21
+        p.job_json = b
+    if any(k in kw for k in _MODEL_KEYS) or "job" not in kw:
+        m = _model(kw)
+        keep.append(m)
+        p.field_mask |= 1 << 0
+        p.model = m._h
+    if "optimizer" in kw:
+        o = _optimizer(kw["optimizer"])
+        keep.append(o)
+        p.field_mask |= 1 << 13
+        p.optimizer = o._h
+    if "profile_network" in kw:
+        p.profile_network = int(bool(kw["profile_network"]))
+    if "boundaries" in kw:
+        v = kw["boundaries"]
+        arr = (_i32 * len(v))(*[int(x) for x in v])
+        keep.append(arr)
+        p.field_mask |= 1 << 23
+        p.boundaries = ctypes.cast(arr, P(_i32))
+        p.num_boundaries = len(v)
     return p, keep
 
 
@@ -202,9 +275,10 @@ def _cluster(c):
 
 
 def simulate(cluster, **job):
-    """Predicts a job on a cluster. Keywords as `tandem simulate` (model, dataset, batch, epochs, strategy, dp,
-    pp, micro_batches, schedule, algorithm, bucket_mb, overlap, optimizer, profile, epoch_time_s,
-    credit_mode, initial_credits, samples, input, classes, width_mult, chunk_bytes, trace, baseline)."""
+    """Predicts a job on a cluster. Keywords as `tandem simulate` (model -- a zoo name or a tandem.train.Model --,
+    model_file, dataset, batch, epochs, strategy, dp, pp, micro_batches, schedule, algorithm, bucket_mb, overlap,
+    optimizer, profile, epoch_time_s, credit_mode, initial_credits, samples, input, classes, width_mult,
+    chunk_bytes, trace, baseline, partition, boundaries, compression, accumulation, job -- a dict or a file)."""
     c = _cluster(cluster)
     p, keep = _job(job)
     h = _ptr()

@@ -66,32 +66,33 @@ tandem_dataset_t* make_data(tandem_context_t* ctx, int64_t count) {
   return d;
 }
 
-nlohmann::json sim_json(tandem_sim_result_t* res) {
-  size_t bytes = 0;
-  EXPECT_OK(tandem_sim_result_json(res, nullptr, &bytes));
-  std::string s(bytes, '\0');
-  EXPECT_OK(tandem_sim_result_json(res, s.data(), &bytes));
-  return nlohmann::json::parse(s.c_str());
-}
-
 // One node's predicted memory for a one-rank lenet5 job priced with `profile`.
 double node_memory(tandem_context_t* ctx, const std::string& profile) {
   tandem_sim_cluster_t* cl = nullptr;
   EXPECT_OK(tandem_sim_cluster_create(ctx, "t2.micro:1", &cl));
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND;
+  mp.name = "lenet5";
+  mp.backend = "none";
+  tandem_model_t* lenet = nullptr;
+  EXPECT_OK(tandem_model_create(ctx, &mp, &lenet));
   tandem_sim_job_params_t j = TANDEM_SIM_JOB_PARAMS_INIT;
   j.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_PROFILE |
                  TANDEM_SIM_JOB_BASELINE;
-  j.model = "lenet5";
+  j.model = lenet;
   j.dataset = "fashion-mnist";
   j.batch = 16;
   j.profile = profile.c_str();
   j.baseline = 0;
   tandem_sim_result_t* res = nullptr;
   EXPECT_OK(tandem_simulate(cl, &j, &res));
-  const nlohmann::json r = sim_json(res);
+  tandem_sim_node_t node = TANDEM_SIM_NODE_INIT;
+  node.field_mask = TANDEM_SIM_NODE_MEMORY;
+  EXPECT_OK(tandem_sim_result_node(res, 0, &node));
   tandem_sim_result_destroy(res);
   tandem_sim_cluster_destroy(cl);
-  return r.at("nodes").at(0).at("memory_bytes").get<double>();
+  tandem_model_destroy(lenet);
+  return node.memory_bytes;
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -225,7 +226,8 @@ int main() {
   tandem_predict_params_t prm = TANDEM_PREDICT_PARAMS_INIT;
   prm.field_mask = TANDEM_PREDICT_PARAM_CLUSTER;
   prm.cluster = "t2.micro:2";
-  tandem_prediction_t r;
+  tandem_prediction_t r = TANDEM_PREDICTION_INIT;
+  r.field_mask = TANDEM_PREDICTION_LAYOUT;
   size_t jb = size_t{1} << 20;
   std::string js(jb, '\0');
   EXPECT_OK(tandem_trainer_predict(trainer, &prm, &r, js.data(), &jb));
@@ -240,17 +242,19 @@ int main() {
   tandem_sim_job_params_t j = TANDEM_SIM_JOB_PARAMS_INIT;
   j.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_STRATEGY |
                  TANDEM_SIM_JOB_PP | TANDEM_SIM_JOB_MICRO_BATCHES | TANDEM_SIM_JOB_BASELINE;
-  j.model = "lenet5";
+  j.model = model;
   j.dataset = "fashion-mnist";
   j.batch = 16;
-  j.strategy = "pipeline";
+  j.strategy = TANDEM_STRATEGY_PIPELINE;
   j.pp = 2;
   j.micro_batches = 2;
   j.baseline = 0;
   tandem_sim_result_t* res = nullptr;
   EXPECT_OK(tandem_simulate(cl, &j, &res));
-  const nlohmann::json own = sim_json(res);
-  EXPECT(own.at("stage_boundaries").at(1).get<int32_t>() != 1);
+  int32_t own[3] = {0, 0, 0};
+  size_t n = 3;
+  EXPECT_OK(tandem_sim_result_stage_cut(res, own, &n));
+  EXPECT(n == 3 && own[1] != 1);
   tandem_sim_result_destroy(res);
   tandem_sim_cluster_destroy(cl);
 

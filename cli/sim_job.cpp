@@ -1,0 +1,189 @@
+// The job options of `tandem simulate` and `tandem plan` (cli/sim_job.hpp).
+#include "cli/sim_job.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/cut.hpp"
+#include "cli/enums.hpp"
+
+namespace tandem::cli {
+
+std::string human_bytes(double b) {
+  if (b >= 1073741824.0) return fmt::format("{:.2f} GiB", b / 1073741824.0);
+  return fmt::format("{:.0f} MiB", b / 1048576.0);
+}
+
+std::string human_seconds(double s) {
+  if (s == 0) return "0 s";
+  if (s >= 3600) return fmt::format("{:.0f} s ({:.2f} h)", s, s / 3600);
+  if (s >= 1) return fmt::format("{:.2f} s", s);
+  return fmt::format("{:.2f} ms", s * 1e3);
+}
+
+SimJob::~SimJob() {
+  tandem_model_destroy(model);
+  tandem_optimizer_destroy(optimizer);
+  tandem_context_destroy(ctx);
+}
+
+std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_options) {
+  auto o = std::make_shared<SimJobCli>();
+  o->app = &app;
+  auto names = [](const std::map<std::string, int>& m) { return CLI::CheckedTransformer(m, CLI::ignore_case); };
+  app.add_option("--cluster", o->cluster, "PRESET:COUNT (e.g. t2.micro:4, joined by '+'), or a cluster JSON file")
+      ->required();
+  app.add_option("--job", o->job_file, "a job JSON file (keys as these options); options given here override it");
+  app.add_option("--model", o->model, "zoo model (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet)")
+      ->capture_default_str();
+  app.add_option("--model-file", o->model_file, "a JSON model spec file instead of a zoo model")->excludes("--model");
+  app.add_option("--dataset", o->dataset, "cifar10, cifar100, fashion-mnist, mnist, imagenet; or '' with --samples "
+                 "--input --classes")->capture_default_str();
+  app.add_option("--samples", o->samples, "training samples per epoch (default: the dataset's)");
+  app.add_option("--input", o->input, "sample shape CxHxW of a zoo model (default: the dataset's)");
+  app.add_option("--classes", o->classes, "classes of a zoo model (default: the dataset's)");
+  app.add_option("--batch", o->batch, "batch per data-parallel replica (as in PyTorch DDP)")->capture_default_str();
+  app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
+  if (strategy_options) {
+    app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid")->transform(names(strategy_names()));
+    app.add_option("--dp", o->dp, "data-parallel replicas (default: derived)");
+    app.add_option("--pp", o->pp, "pipeline stages (default: derived)");
+    app.add_option("--microbatches", o->micro_batches, "micro-batches per step")->capture_default_str();
+    app.add_option("--schedule", o->schedule, "pipeline schedule: 1f1b, gpipe")->transform(names(schedule_names()));
+    app.add_option("--algo", o->algo, "all-reduce algorithm: auto, ring, hd, tree, hier, det")
+        ->transform(names(algo_names()));
+    app.add_option("--cut", o->cut, "explicit pipeline cut: pp + 1 layer indices, e.g. 0,78,151");
+  }
+  app.add_option("--accumulate", o->accumulation, "batches per optimizer step (one all-reduce)")->capture_default_str();
+  app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
+                 "profile's or roofline's layer times)")->transform(names(partition_names()));
+  app.add_option("--bucket-mb", o->bucket_mb, "gradient bucket size (MiB)")->capture_default_str();
+  app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
+  app.add_option("--compress,--compression", o->compression, "data-parallel gradients on the wire: none, fp16, bf16")
+      ->transform(names(compression_names()));
+  app.add_option("--optimizer", o->optimizer, "sgd, momentum, adam")->check(CLI::IsMember(sim_optimizer_names()))
+      ->capture_default_str();
+  app.add_option("--profile", o->profile, "calibration profile (tandem calibrate) instead of the roofline");
+  app.add_flag("--profile-network", o->profile_network, "use the profile's measured p2p bandwidth for every NIC");
+  app.add_option("--epoch-time-s", o->epoch_time_s, "measured full-speed single-node epoch time: scales compute");
+  app.add_option("--credit-mode", o->credit_mode, "burstable nodes: standard or unlimited (default: the preset's)")
+      ->transform(names(credit_mode_names()));
+  app.add_option("--initial-credits", o->initial_credits, "burstable nodes' starting CPU credits");
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
+  app.add_option("--chunk-bytes", o->chunk_bytes, "collective pipelining chunk (default: the runtime's)");
+  app.add_flag("--json", o->json, "one JSON object on stdout");
+  return o;
+}
+
+namespace {
+
+// The zoo model for the options: its input and classes from --input/--classes, else from the dataset.
+int make_model(SimJobCli& o, SimJob& job) {
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  mp.field_mask = TANDEM_MODEL_PARAM_BACKEND;
+  mp.backend = "none";  // the spec alone: no parameters are allocated
+  if (!o.model_file.empty()) {
+    mp.field_mask |= TANDEM_MODEL_PARAM_SPEC_PATH;
+    mp.spec_path = o.model_file.c_str();
+  } else {
+    mp.field_mask |= TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_WIDTH_MULT;
+    mp.name = o.model.c_str();
+    mp.width_mult = o.width_mult;
+    int64_t c = 0, h = 0, w = 0, classes = 0;
+    if (!o.dataset.empty() && tandem_sim_dataset_info(o.dataset.c_str(), nullptr, &c, &h, &w, &classes) != TANDEM_OK)
+      return fail("bad --dataset");
+    if (o.given("--input")) {
+      long long ic = 0, ih = 0, iw = 0;
+      char tail = 0;
+      if (std::sscanf(o.input.c_str(), "%lldx%lldx%lld%c", &ic, &ih, &iw, &tail) != 3)
+        throw CLI::ValidationError("--input", "expected CxHxW, e.g. 3x32x32, got \"" + o.input + "\"");
+      c = ic, h = ih, w = iw;
+    }
+    if (o.given("--classes")) classes = o.classes;
+    if (c > 0) {
+      mp.field_mask |= TANDEM_MODEL_PARAM_INPUT_SHAPE;
+      mp.input_channels = c;
+      mp.input_height = h;
+      mp.input_width = w;
+    }
+    if (classes > 0) {
+      mp.field_mask |= TANDEM_MODEL_PARAM_NUM_CLASSES;
+      mp.num_classes = classes;
+    }
+  }
+  if (tandem_model_create(job.ctx, &mp, &job.model) != TANDEM_OK) return fail("bad --model");
+  job.params.field_mask |= TANDEM_SIM_JOB_MODEL;
+  job.params.model = job.model;
+  return 0;
+}
+
+}  // namespace
+
+int make_sim_job(SimJobCli& o, SimJob& job) {
+  if (tandem_context_create(nullptr, &job.ctx) != TANDEM_OK) return fail("cannot create a context");
+  tandem_sim_job_params_t& p = job.params;
+  auto set = [&](const char* opt, uint64_t bit) {
+    if (!o.given(opt)) return false;
+    p.field_mask |= bit;
+    return true;
+  };
+  if (o.given("--job")) {
+    std::ifstream in(o.job_file);
+    if (!in) return fail(fmt::format("cannot read --job file '{}'", o.job_file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    job.job_text = ss.str();
+    p.field_mask |= TANDEM_SIM_JOB_JSON;
+    p.job_json = job.job_text.c_str();
+  }
+  // The model: a zoo name or a spec file, as a handle; a --job file may name its own.
+  if (o.given("--model") || o.given("--model-file") || !o.given("--job")) {
+    if (const int rc = make_model(o, job)) return rc;
+  }
+  if (set("--dataset", TANDEM_SIM_JOB_DATASET)) p.dataset = o.dataset.c_str();
+  if (set("--samples", TANDEM_SIM_JOB_SAMPLES)) p.samples = o.samples;
+  if (set("--batch", TANDEM_SIM_JOB_BATCH)) p.batch = o.batch;
+  if (set("--epochs", TANDEM_SIM_JOB_EPOCHS)) p.epochs = o.epochs;
+  if (o.app->get_option_no_throw("--strategy") != nullptr) {
+    if (set("--strategy", TANDEM_SIM_JOB_STRATEGY)) p.strategy = static_cast<tandem_strategy_t>(o.strategy);
+    if (set("--dp", TANDEM_SIM_JOB_DP)) p.dp = o.dp;
+    if (set("--pp", TANDEM_SIM_JOB_PP)) p.pp = o.pp;
+    if (set("--microbatches", TANDEM_SIM_JOB_MICRO_BATCHES)) p.micro_batches = o.micro_batches;
+    if (set("--schedule", TANDEM_SIM_JOB_SCHEDULE)) p.schedule = static_cast<tandem_schedule_t>(o.schedule);
+    if (set("--algo", TANDEM_SIM_JOB_ALGORITHM)) p.algorithm = static_cast<tandem_algo_t>(o.algo);
+    if (set("--cut", TANDEM_SIM_JOB_BOUNDARIES)) {
+      o.cut_layers = parse_cut(o.cut);
+      p.boundaries = o.cut_layers.data();
+      p.num_boundaries = o.cut_layers.size();
+    }
+  }
+  if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
+  if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;
+  if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
+  if (set("--compress", TANDEM_SIM_JOB_COMPRESSION)) p.compression = static_cast<tandem_compression_t>(o.compression);
+  if (o.given("--optimizer")) {
+    tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
+    op.field_mask = TANDEM_OPTIMIZER_PARAM_KIND | TANDEM_OPTIMIZER_PARAM_MOMENTUM;
+    op.kind = o.optimizer == "adam" ? TANDEM_OPTIMIZER_ADAM : TANDEM_OPTIMIZER_SGD;
+    op.momentum = o.optimizer == "momentum" ? 0.9f : 0.0f;
+    if (tandem_optimizer_create(job.ctx, &op, &job.optimizer) != TANDEM_OK) return fail("bad --optimizer");
+    p.field_mask |= TANDEM_SIM_JOB_OPTIMIZER;
+    p.optimizer = job.optimizer;
+  }
+  if (set("--profile", TANDEM_SIM_JOB_PROFILE)) {
+    p.profile = o.profile.c_str();
+    p.profile_network = o.profile_network ? 1 : 0;
+  }
+  if (set("--epoch-time-s", TANDEM_SIM_JOB_EPOCH_TIME)) p.epoch_time_s = o.epoch_time_s;
+  if (set("--credit-mode", TANDEM_SIM_JOB_CREDIT_MODE)) p.credit_mode = static_cast<tandem_credit_mode_t>(o.credit_mode);
+  if (set("--initial-credits", TANDEM_SIM_JOB_INITIAL_CREDITS)) p.initial_credits = o.initial_credits;
+  if (set("--chunk-bytes", TANDEM_SIM_JOB_CHUNK_BYTES)) p.chunk_bytes = o.chunk_bytes;
+  if (set("--partition", TANDEM_SIM_JOB_PARTITION)) p.partition = static_cast<tandem_partition_t>(o.partition);
+  return 0;
+}
+
+}  // namespace tandem::cli

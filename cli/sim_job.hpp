@@ -1,0 +1,52 @@
+#pragma once
+// The job options `tandem simulate` and `tandem plan` share, turned into the C ABI's typed job: the model and
+// optimizer become handles, every enum-valued option is checked against cli/enums.hpp. Only options given on the
+// command line are passed, so a --job file's values stand unless overridden; the defaults in --help are the
+// library's.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tandem/tandem.h"
+
+namespace tandem::cli {
+
+struct SimJobCli {
+  CLI::App* app = nullptr;
+  std::string cluster, job_file, job_json, model = "mobilenetv2", model_file, dataset = "cifar10", input,
+      optimizer = "momentum", profile, cut;
+  int strategy = TANDEM_STRATEGY_SINGLE, schedule = TANDEM_SCHEDULE_1F1B, algo = TANDEM_ALGO_AUTO,
+      compression = TANDEM_COMPRESSION_NONE, partition = TANDEM_PARTITION_FLOPS, credit_mode = TANDEM_CREDIT_MODE_PRESET;
+  std::vector<int32_t> cut_layers;
+  int64_t samples = 0, classes = 0, batch = 64;
+  double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
+  int32_t dp = 0, pp = 0, micro_batches = 1, accumulation = 1;
+  uint64_t chunk_bytes = 0;
+  bool no_overlap = false, profile_network = false, json = false;
+  bool given(const char* opt) const { return app->count(opt) > 0; }
+};
+
+// The typed job and the handles it points to (destroyed with it).
+class SimJob {
+ public:
+  SimJob() = default;
+  SimJob(const SimJob&) = delete;
+  SimJob& operator=(const SimJob&) = delete;
+  ~SimJob();
+  tandem_sim_job_params_t params = TANDEM_SIM_JOB_PARAMS_INIT;
+  tandem_context_t* ctx = nullptr;
+  tandem_model_t* model = nullptr;
+  tandem_optimizer_t* optimizer = nullptr;
+  std::string job_text;  // --job's file, read here
+};
+
+std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_options);
+// Builds the job on a fresh context. Returns 0, or the exit code after printing the error.
+int make_sim_job(SimJobCli& o, SimJob& job);
+
+std::string human_bytes(double b);
+std::string human_seconds(double s);
+
+}  // namespace tandem::cli
