@@ -203,16 +203,7 @@ JobSpec parse_job_text(const std::string& text, JobSpec base) {
 }
 
 JobSpec load_job_file(const std::string& path, JobSpec base) {
-  std::ifstream in(path);
-  TANDEM_CHECK(in.good(), Status::kIo, "cannot read job file \"{}\"", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(Status::kInvalidArgument, "job file \"{}\": {}", path, e.what());
-  }
+  const nlohmann::json j = read_json_file(path, "job file");
   TANDEM_REQUIRE(j.is_object(), "job file \"{}\": expected an object", path);
   return job_from_json(j, std::move(base), path);
 }

@@ -1,10 +1,24 @@
 #include "simulator/units.hpp"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "engine/core/error.hpp"
 
 namespace tandem::simulator {
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  TANDEM_CHECK(in.good(), Status::kIo, "cannot read {} \"{}\"", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    TANDEM_THROW(Status::kInvalidArgument, "{} \"{}\": {}", what, path, e.what());
+  }
+}
 
 std::optional<double> json_number(const nlohmann::json& j, const std::string& key, const std::string& where) {
   auto it = j.find(key);

@@ -16,6 +16,9 @@ std::optional<double> json_bandwidth(const nlohmann::json& j, const std::string&
 std::optional<double> json_seconds(const nlohmann::json& j, const std::string& base, const std::string& where);
 // Bytes from "<base>_bytes", "<base>_mib", "<base>_gib".
 std::optional<double> json_bytes(const nlohmann::json& j, const std::string& base, const std::string& where);
+// The JSON document in file `path`: an unreadable file is kIo, malformed JSON kInvalidArgument, both naming
+// `what` and the path ("job file \"x.json\": ...").
+nlohmann::json read_json_file(const std::string& path, const std::string& what);
 // Rejects keys of `j` not in `allowed` (typos in cluster files must not pass silently).
 void json_check_keys(const nlohmann::json& j, std::initializer_list<const char*> allowed, const std::string& where);
 

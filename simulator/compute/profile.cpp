@@ -80,17 +80,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
 }
 
 CalibrationProfile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  TANDEM_CHECK(in.good(), Status::kIo, "cannot read calibration profile \"{}\"", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    TANDEM_THROW(Status::kInvalidArgument, "calibration profile \"{}\": {}", path, e.what());
-  }
-  return profile_from_json(j, path);
+  return profile_from_json(read_json_file(path, "calibration profile"), path);
 }
 
 nlohmann::json profile_to_json(const CalibrationProfile& p) {
