@@ -1089,9 +1089,10 @@ typedef struct tandem_prediction {
 } tandem_prediction_t;
 #define TANDEM_PREDICTION_INIT {0}
 
-/* Predicts the job `trainer` runs -- its model, batch, strategy, grid, micro-batches, schedule,
- * bucket size and optimizer -- on `cluster` with the simulator, and sets the prediction beside the
- * figures the trainer measured in its last epoch. Local (not collective); call it after an epoch.
+/* Predicts the job `trainer` runs on `cluster`: the simulator times the trainer's own compiled job
+ * (its stage cut, pipeline plan, gradient buckets and their all-reduces with the trainer's algorithm,
+ * chunk and compression, its memory figures), and sets the prediction beside the figures the trainer
+ * measured in its last epoch. Local (not collective); call it after an epoch.
  * [in] params: cluster required. [in,out] out: the groups its field_mask asks for are filled. [out] json: may
  * be NULL; the whole
  * simulator result as JSON, truncated to fit; [in,out] json_bytes: as tandem_sim_result_json (may be
