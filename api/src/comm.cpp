@@ -63,9 +63,10 @@ CreateParams to_create_params(const tandem_comm_params_t* p) {
   return out;
 }
 
-tandem_comm* wrap(std::unique_ptr<engine::comm::Communicator> engine_comm) {
+tandem_comm* wrap(std::unique_ptr<engine::comm::Communicator> engine_comm, const ContextEnv& env) {
   auto h = std::make_unique<tandem_comm>();
   h->state = StateRef(new CommState());
+  h->state->env = env;
   h->state->transport_name = engine_comm->transport_name();
   h->state->comm = std::move(engine_comm);
   register_handle(h.get());
@@ -82,10 +83,11 @@ extern "C" {
 TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tandem_comm_params_t* params,
                                               tandem_comm_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    checked(ctx, "tandem_comm_create: context");
+    const ContextEnv& env = checked(ctx, "tandem_comm_create: context").env;
     TANDEM_REQUIRE(out != nullptr, "tandem_comm_create: out is NULL");
+    const ContextScope scope(env);
     const CreateParams p = to_create_params(params);
-    *out = wrap(create_engine_comm(p));
+    *out = wrap(create_engine_comm(p), env);
   });
 }
 
@@ -95,7 +97,7 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
     auto& c = live("tandem_comm_split", "comm", comm);
     TANDEM_REQUIRE(out != nullptr, "tandem_comm_split: out is NULL");
     auto sub = recording(*c.state, [&] { return c.state->comm->split(color, key); });
-    *out = sub ? wrap(std::move(sub)) : nullptr;
+    *out = sub ? wrap(std::move(sub), c.state->env) : nullptr;
   });
 }
 

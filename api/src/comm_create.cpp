@@ -1,5 +1,6 @@
 // Bootstrapping the engine communicator for tandem_comm_create. Explicit parameters are given to
-// the bootstrap as the highest-precedence (TANDEM_*) variables of an overlaid environment, so the
+// the bootstrap as the highest-precedence (TANDEM_*) variables of an overlaid environment over the
+// context's settings (current() under tandem_comm_create's ContextScope), so the
 // precedence rules and consistency checks of engine/comm/bootstrap.hpp apply unchanged to mixes
 // of parameters and environment.
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "api/src/comm_handles.hpp"
 #include "engine/comm/bootstrap.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::api {
 namespace {
@@ -28,11 +30,15 @@ class OverlaidEnv {
     for (const auto& v : vars_) {
       if (std::strcmp(v.name, name) == 0) return v.unset ? nullptr : v.value.c_str();
     }
+    // TANDEM_* from the context's snapshot; other launchers' names (RANK, OMPI_*, SLURM_*) from the
+    // environment.
+    if (settings::find(name) != nullptr) return settings_->get(name);
     return std::getenv(name);
   }
 
  private:
   std::vector<Override> vars_;
+  std::shared_ptr<const settings::Settings> settings_ = settings::current();
 };
 
 }  // namespace
@@ -49,7 +55,7 @@ std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParam
     } else {
       // Only one of the pair given: the other comes from the environment (TANDEM_RANK and
       // TANDEM_WORLD_SIZE are read together).
-      const BootstrapConfig from_env = bootstrap_config_from_env();
+      const BootstrapConfig from_env = bootstrap_config_from_env(OverlaidEnv());
       rank = p.rank.value_or(from_env.info.rank);
       size = p.size.value_or(from_env.info.size);
       TANDEM_REQUIRE(rank < size, "tandem_comm_create: rank {} ({}) is not below size {} ({})", rank,

@@ -26,6 +26,7 @@ struct CommState {
   std::atomic<int> refs{0};
   std::unique_ptr<engine::comm::Communicator> comm;
   std::string transport_name;  // stable storage for tandem_comm_transport_name
+  ContextEnv env;              // the creating context's settings and logger
 
   // First failure seen through this handle (sticky). Guarded by mu.
   mutable std::mutex mu;
@@ -78,10 +79,12 @@ struct CreateParams {
 // (comm_create.cpp).
 std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParams& params);
 
-// Runs `body` and, if it throws a tandem::Error, records it as the communicator's failure before
-// rethrowing (argument errors are not failures of the communicator and are not recorded).
+// Runs `body` under the communicator's context (ContextScope) and, if it throws a tandem::Error,
+// records it as the communicator's failure before rethrowing (argument errors are not failures of
+// the communicator and are not recorded).
 template <typename F>
 decltype(auto) recording(CommState& state, F&& body) {
+  const ContextScope scope(state.env);
   try {
     return body();
   } catch (const Error& e) {

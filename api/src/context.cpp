@@ -1,5 +1,6 @@
 // Versions, status strings, last error, and the context handle.
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "api/src/guard.hpp"
@@ -11,15 +12,32 @@ namespace tandem::api {
 namespace {
 thread_local std::string t_last_error;
 
-struct SinkBox {
-  tandem_log_fn fn;
-  void* user;
+// A context's logger with the user's sink it forwards to; they live and die together (handles
+// keep the logger, so it may outlive the context).
+struct SinkedLogger {
+  log::Logger logger;
+  tandem_log_fn fn = nullptr;
+  void* user = nullptr;
 };
-SinkBox g_sink_box{nullptr, nullptr};
 
 void sink_trampoline(int level, const char* message, void* user) {
-  auto* box = static_cast<SinkBox*>(user);
+  auto* box = static_cast<SinkedLogger*>(user);
   box->fn(static_cast<tandem_log_level_t>(level), message, box->user);
+}
+
+// The context's settings: the environment now, then params->settings in order, all checked.
+std::shared_ptr<const settings::Settings> resolve_settings(const tandem_context_params_t* params) {
+  auto s = std::make_shared<settings::Settings>(settings::Settings::from_environment());
+  if (params != nullptr && (params->field_mask & TANDEM_CONTEXT_PARAM_SETTINGS) && params->num_settings > 0) {
+    TANDEM_REQUIRE(params->settings != nullptr, "tandem_context_create: settings is NULL but num_settings is {}",
+                   params->num_settings);
+    for (size_t i = 0; i < params->num_settings; ++i) {
+      TANDEM_REQUIRE(params->settings[i] != nullptr, "tandem_context_create: settings[{}] is NULL", i);
+      s->assign(params->settings[i]);
+    }
+  }
+  s->validate();
+  return s;
 }
 }  // namespace
 
@@ -66,11 +84,17 @@ TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, cons
                  "tandem_context_create: header version {} is newer than library version {}", header_version,
                  TANDEM_VERSION);
     constexpr uint64_t known = TANDEM_CONTEXT_PARAM_NUM_THREADS | TANDEM_CONTEXT_PARAM_LOG_SINK |
-                               TANDEM_CONTEXT_PARAM_LOG_LEVEL;
+                               TANDEM_CONTEXT_PARAM_LOG_LEVEL | TANDEM_CONTEXT_PARAM_SETTINGS;
     auto ctx = std::make_unique<tandem_context>();
     if (params != nullptr) {
       TANDEM_CHECK((params->field_mask & ~known) == 0, tandem::Status::kUnsupported,
                    "tandem_context_create: unknown field_mask bits 0x{:x}", params->field_mask & ~known);
+    }
+    ctx->env.settings = tandem::api::resolve_settings(params);
+    auto sinked = std::make_shared<tandem::api::SinkedLogger>();
+    const char* env_level = ctx->env.settings->get("TANDEM_LOG_LEVEL");
+    sinked->logger.set_level(env_level ? *tandem::log::parse_level(env_level) : tandem::log::Level::kWarn);
+    if (params != nullptr) {
       if (params->field_mask & TANDEM_CONTEXT_PARAM_NUM_THREADS) {
         TANDEM_REQUIRE(params->num_threads >= 0 && params->num_threads <= 4096,
                        "tandem_context_create: num_threads {} out of range [0, 4096]", params->num_threads);
@@ -79,17 +103,18 @@ TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, cons
       if (params->field_mask & TANDEM_CONTEXT_PARAM_LOG_LEVEL) {
         TANDEM_REQUIRE(params->log_level >= TANDEM_LOG_TRACE && params->log_level <= TANDEM_LOG_OFF,
                        "tandem_context_create: log_level {} out of range", static_cast<int>(params->log_level));
-        tandem::log::set_level(static_cast<tandem::log::Level>(params->log_level));
+        sinked->logger.set_level(static_cast<tandem::log::Level>(params->log_level));
       }
-      if (params->field_mask & TANDEM_CONTEXT_PARAM_LOG_SINK) {
-        if (params->log_sink == nullptr) {
-          tandem::log::set_sink(nullptr, nullptr);
-        } else {
-          tandem::api::g_sink_box = {params->log_sink, params->log_user_data};
-          tandem::log::set_sink(&tandem::api::sink_trampoline, &tandem::api::g_sink_box);
-        }
+      if ((params->field_mask & TANDEM_CONTEXT_PARAM_LOG_SINK) && params->log_sink != nullptr) {
+        sinked->fn = params->log_sink;
+        sinked->user = params->log_user_data;
+        sinked->logger.set_sink(&tandem::api::sink_trampoline, sinked.get());
       }
     }
+    ctx->env.logger = std::shared_ptr<tandem::log::Logger>(sinked, &sinked->logger);
+    const tandem::api::ContextScope scope(ctx->env);
+    tandem::log::debug("tandem_context_create: {} settings given", params != nullptr &&
+                       (params->field_mask & TANDEM_CONTEXT_PARAM_SETTINGS) ? params->num_settings : 0);
     *out = ctx.release();
   });
 }

@@ -1,29 +1,13 @@
 #include "engine/core/log.hpp"
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
+
+#include "engine/core/settings.hpp"
 
 namespace tandem::log {
 namespace {
 
-Level level_from_env() {
-  const char* v = std::getenv("TANDEM_LOG_LEVEL");
-  if (v == nullptr) return Level::kWarn;
-  if (!std::strcmp(v, "trace")) return Level::kTrace;
-  if (!std::strcmp(v, "debug")) return Level::kDebug;
-  if (!std::strcmp(v, "info")) return Level::kInfo;
-  if (!std::strcmp(v, "error")) return Level::kError;
-  if (!std::strcmp(v, "off")) return Level::kOff;
-  return Level::kWarn;
-}
-
-std::atomic<int> g_level{static_cast<int>(level_from_env())};
-std::mutex g_mu;
-Sink g_sink = nullptr;
-void* g_user = nullptr;
+thread_local Logger* t_logger = nullptr;
 
 const char* tag(Level l) {
   switch (l) {
@@ -36,25 +20,52 @@ const char* tag(Level l) {
   }
 }
 
-}  // namespace
-
-Level level() noexcept { return static_cast<Level>(g_level.load(std::memory_order_relaxed)); }
-void set_level(Level l) noexcept { g_level.store(static_cast<int>(l)); }
-
-void set_sink(Sink sink, void* user) noexcept {
-  std::lock_guard lock(g_mu);
-  g_sink = sink;
-  g_user = user;
+Level process_level() noexcept {
+  try {
+    const char* v = settings::process()->get("TANDEM_LOG_LEVEL");
+    if (v == nullptr) return Level::kWarn;
+    if (const auto l = parse_level(v)) return *l;
+    std::fprintf(stderr, "[tandem warn] TANDEM_LOG_LEVEL='%s' is not trace, debug, info, warn, error or off; using warn\n",
+                 v);
+  } catch (...) {
+  }
+  return Level::kWarn;
 }
 
-void write(Level l, std::string_view message) {
-  std::lock_guard lock(g_mu);
-  if (g_sink != nullptr) {
+}  // namespace
+
+std::optional<Level> parse_level(std::string_view text) noexcept {
+  for (int l = 0; l <= static_cast<int>(Level::kOff); ++l)
+    if (text == (l == static_cast<int>(Level::kOff) ? "off" : tag(static_cast<Level>(l)))) return static_cast<Level>(l);
+  return std::nullopt;
+}
+
+void Logger::set_sink(Sink sink, void* user) noexcept {
+  std::lock_guard lock(mu_);
+  sink_ = sink;
+  user_ = user;
+}
+
+void Logger::write(Level l, std::string_view message) {
+  std::lock_guard lock(mu_);
+  if (sink_ != nullptr) {
     std::string s(message);
-    g_sink(static_cast<int>(l), s.c_str(), g_user);
+    sink_(static_cast<int>(l), s.c_str(), user_);
     return;
   }
   std::fprintf(stderr, "[tandem %s] %.*s\n", tag(l), static_cast<int>(message.size()), message.data());
 }
+
+Logger& process_logger() noexcept {
+  static Logger logger(process_level());
+  return logger;
+}
+
+Logger& current() noexcept { return t_logger != nullptr ? *t_logger : process_logger(); }
+
+Scope::Scope(Logger* logger) noexcept : prev_(t_logger) {
+  if (logger != nullptr) t_logger = logger;
+}
+Scope::~Scope() { t_logger = prev_; }
 
 }  // namespace tandem::log

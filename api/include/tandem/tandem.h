@@ -87,7 +87,8 @@ typedef enum tandem_log_level {
   TANDEM_LOG_TRACE = 0, TANDEM_LOG_DEBUG = 1, TANDEM_LOG_INFO = 2, TANDEM_LOG_WARN = 3,
   TANDEM_LOG_ERROR = 4, TANDEM_LOG_OFF = 5, TANDEM_LOG_FORCE_INT32_ = 0x7fffffff
 } tandem_log_level_t;
-/* A log sink; called from any library thread, serialized. Must not call back into tandem_. */
+/* A log sink; called on the thread of a call through its context, serialized per context (see
+ * "Logging" below). Must not call back into tandem_. */
 typedef void (*tandem_log_fn)(tandem_log_level_t level, const char* message, void* user_data);
 
 /* ---- Context ------------------------------------------------------------------------------ */
@@ -96,20 +97,81 @@ typedef struct tandem_context tandem_context_t;
 #define TANDEM_CONTEXT_PARAM_NUM_THREADS (UINT64_C(1) << 0)
 #define TANDEM_CONTEXT_PARAM_LOG_SINK    (UINT64_C(1) << 1) /* covers log_sink + log_user_data */
 #define TANDEM_CONTEXT_PARAM_LOG_LEVEL   (UINT64_C(1) << 2)
+#define TANDEM_CONTEXT_PARAM_SETTINGS    (UINT64_C(1) << 3) /* covers settings + num_settings */
 typedef struct tandem_context_params {
   uint64_t field_mask;
-  int32_t num_threads;          /* compute threads; default: TANDEM_NUM_THREADS or all cores */
+  int32_t num_threads;          /* compute threads; default: OMP_NUM_THREADS or all cores */
   tandem_log_fn log_sink;       /* default: stderr */
   void* log_user_data;
-  tandem_log_level_t log_level; /* default: TANDEM_LOG_LEVEL or WARN */
+  tandem_log_level_t log_level; /* default: the context's TANDEM_LOG_LEVEL, else WARN */
+  /* "NAME=VALUE" strings overriding the environment's TANDEM_* settings for this context (see the
+   * table below); an empty VALUE unsets NAME. Copied; later entries win. */
+  const char* const* settings;
+  size_t num_settings;
 } tandem_context_params_t;
 #define TANDEM_CONTEXT_PARAMS_INIT {0}
+
+/* Settings. Each context snapshots the TANDEM_* environment variables below once, in
+ * tandem_context_create, and applies params->settings over them; every value is checked there
+ * (TANDEM_ERR_INVALID_ARGUMENT naming the variable). Work done through the context's handles uses
+ * that snapshot; code that runs without a context uses one snapshot per process, taken on first
+ * use. Changing the environment later has no effect on either. Unset (or empty) means the default.
+ *
+ *  Launcher (per-job bootstrap; `tandem launch` sets them; torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
+ *  LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, Open MPI's OMPI_COMM_WORLD_* and Slurm's SLURM_PROCID,
+ *  SLURM_NTASKS, SLURM_LOCALID are read, from the environment, when these are unset)
+ *   TANDEM_RANK               this process's rank, read with TANDEM_WORLD_SIZE    default 0
+ *   TANDEM_WORLD_SIZE         ranks in the job                                     default 1
+ *   TANDEM_LOCAL_RANK         rank among the job's ranks on this host              default derived
+ *   TANDEM_LOCAL_WORLD_SIZE   the job's ranks on this host                         default derived
+ *   TANDEM_MASTER_ADDR        rendezvous host (rank 0 serves it)                   default 127.0.0.1
+ *   TANDEM_MASTER_PORT        rendezvous port, 1..65535                            default derived
+ *   TANDEM_SECRET             the job's shared rendezvous secret          default derived (logged)
+ *  Communicator (tandem_comm_params_t fields win over these)
+ *   TANDEM_TRANSPORT          auto, inproc, tcp, zmq, ucx, rdma                    default auto
+ *   TANDEM_TIMEOUT_MS         deadline of every blocking operation, ms             default 60000
+ *   TANDEM_ALLREDUCE_ALGO     auto, ring, hd, tree, hier, direct, det              default auto
+ *   TANDEM_DETERMINISTIC      1: reduce in a fixed order (bit-identical runs)      default 0
+ *   TANDEM_CHUNK_BYTES        pipelining chunk of large collectives, bytes   default per algorithm
+ *  Transports
+ *   TANDEM_IFACE_ADDR         address tcp and zmq listen on                  default the bind host
+ *   TANDEM_TCP_LOCAL          unix, or tcp: same-host ranks use TCP instead of AF_UNIX   def. unix
+ *   TANDEM_TCP_SPIN_US        tcp: us a waiter polls before blocking, 0..1000000   default 100
+ *   TANDEM_TCP_MAX_UNEXPECTED tcp: bytes one unexpected message may allocate       default 4 GiB
+ *   TANDEM_ZMQ_LOCAL          ipc, or tcp: same-host ranks use TCP instead of ipc  default ipc
+ *   TANDEM_ZMQ_SPIN_US        zmq: us a waiter polls before blocking, 0..1000000   default 100
+ *   TANDEM_ZMQ_IO_THREADS     zmq: ZeroMQ I/O threads per transport, 1..64         default 1
+ *   TANDEM_ZMQ_HEAP_PAD       zmq, opt-in: bytes of glibc malloc M_TOP_PAD (0..2^30) to set,
+ *                             once and for the whole process, so large frames do not fault
+ *                             their pages in again each time; 0 leaves malloc alone  default 0
+ *   TANDEM_UCX_BUSY_US        ucx: us of busy polling before sleeping, 0..60000000 default 2000
+ *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
+ *  Compute, data, training
+ *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
+ *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset
+ *   TANDEM_MEMORY_GUARD       0 skips the out-of-memory check before training      default 1
+ *   TANDEM_MEMORY_LIMIT_BYTES memory limit that check uses       default cgroup or MemAvailable
+ *  Logging and tools
+ *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
+ *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
+ *                             (set by tools/emu-cluster)                           default unset
+ *   TANDEM_PREDICT_CLUSTER, TANDEM_PROFILE   the `tandem` CLI's --predict cluster and profile
+ *                             (read by the CLI only, not by the library)          default unset
+ *
+ * Logging. A context's log_sink and log_level apply to calls made through it and its handles
+ * (communicators, models, datasets, trainers...): the library installs the context's logger on the
+ * calling thread for the duration of each such call. Two contexts with different sinks never see
+ * each other's messages. Messages from threads the library starts itself (transport progress,
+ * data loaders) and from calls without a context go to the process logger: stderr at the process
+ * snapshot's TANDEM_LOG_LEVEL. A sink is called serialized per context, from the calling thread. */
 
 /* Creates a context, the root of every other handle.
  * [in] header_version: TANDEM_VERSION of the header the caller compiled against.
  * [in] params: may be NULL (all defaults). [out] out: the new context.
- * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (out NULL), TANDEM_ERR_UNSUPPORTED
- * (header major newer than the library, or an unknown field_mask bit). */
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (out NULL; a setting that is not
+ * NAME=VALUE, names no TANDEM_* setting of the table above, or has a malformed value -- the message
+ * names it), TANDEM_ERR_UNSUPPORTED (header major newer than the library, or an unknown field_mask
+ * bit). */
 TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, const tandem_context_params_t* params,
                                                    tandem_context_t** out) TANDEM_NOEXCEPT;
 static inline tandem_status_t tandem_context_create(const tandem_context_params_t* params, tandem_context_t** out) {
