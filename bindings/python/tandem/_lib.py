@@ -38,19 +38,23 @@ PARAM_ALLREDUCE_ALGO = 1 << 7
 PARAM_DETERMINISTIC = 1 << 8
 
 
+# The library's soname: 0.x versions put the minor version in it (a minor version may break the ABI).
+SONAME = "libtandem.so.%d.%d" % (TANDEM_VERSION // 10000, TANDEM_VERSION // 100 % 100)
+
+
 def _candidates():
     env = os.environ.get("TANDEM_LIBRARY")
     if env:
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("libtandem.so", "libtandem.so.0"):
+    for name in ("libtandem.so", SONAME):
         yield os.path.join(here, name)
     # An in-tree build: <repo>/build/<preset>/lib/libtandem.so, the most recently built first.
     repo = os.path.abspath(os.path.join(here, "..", "..", ".."))
     built = glob.glob(os.path.join(repo, "build", "*", "lib", "libtandem.so"))
     yield from sorted(built, key=os.path.getmtime, reverse=True)
-    yield "libtandem.so.0"  # the system loader's search path (an installed library)
+    yield SONAME  # the system loader's search path (an installed library)
 
 
 def load():
