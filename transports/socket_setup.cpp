@@ -9,6 +9,7 @@
 #include <random>
 
 #include "engine/core/error.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::transports {
 
@@ -27,11 +28,8 @@ std::string local_host_id() {
 }
 
 bool local_sockets_setting(const char* var, const char* on_word) {
-  const char* env = std::getenv(var);
-  if (!env || !*env) return true;
-  const std::string v = env;
-  TANDEM_REQUIRE(v == on_word || v == "tcp", "{} must be '{}' or 'tcp', got '{}'", var, on_word, v);
-  return v == on_word;
+  const auto v = settings::current()->text(var);  // checked: on_word or "tcp"
+  return !v || *v == on_word;
 }
 
 std::vector<std::string> address_fields(const std::string& value) {

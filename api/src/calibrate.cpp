@@ -15,6 +15,7 @@
 
 using tandem::Status;
 using tandem::api::checked;
+using tandem::api::ContextScope;
 using tandem::api::guarded;
 namespace train = tandem::engine::train;
 
@@ -131,6 +132,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     constexpr const char* fn = "tandem_calibrate";
     TANDEM_REQUIRE(out != nullptr, "{}: out must be non-null", fn);
     auto& m = checked(model, "model");
+    const ContextScope scope(m.env);
     TANDEM_REQUIRE(m.model != nullptr, "{}: model '{}' has no backend (created with backend \"none\")", fn,
                    m.spec.name);
     train::CalibrationOptions o;

@@ -18,6 +18,7 @@
 #include "engine/comm/reduce_kernels.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/host_info.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::api {
 
@@ -249,9 +250,10 @@ std::string describe_machine(int threads) {
   std::string s = fmt::format("host {}, {}, {} thread{}", host[0] ? host : "?", cpu.empty() ? "unknown CPU" : cpu,
                               threads, threads == 1 ? "" : "s");
   if (const std::string q = cpu_quota_text(); !q.empty()) s += ", " + q;
-  const char* emu = std::getenv("TANDEM_EMU_NAME");
-  const char* emu_host = std::getenv("TANDEM_EMU_HOST");
-  if (emu != nullptr && emu_host != nullptr) s += fmt::format(", emulated host {} of cluster {}", emu_host, emu);
+  const auto env = settings::current();
+  const auto emu = env->text("TANDEM_EMU_NAME");
+  const auto emu_host = env->text("TANDEM_EMU_HOST");
+  if (emu && emu_host) s += fmt::format(", emulated host {} of cluster {}", *emu_host, *emu);
   return s;
 }
 

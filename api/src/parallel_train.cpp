@@ -8,6 +8,7 @@
 
 using tandem::Status;
 using tandem::api::checked;
+using tandem::api::ContextScope;
 using tandem::api::guarded;
 namespace par = tandem::engine::parallel;
 namespace train = tandem::engine::train;
@@ -133,6 +134,7 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
     std::unique_ptr<tandem_trainer, void (*)(tandem_trainer*)> guard(base, tandem_trainer_destroy);
     const train::TrainerConfig config = base->trainer->config();
     auto& mh = checked(model, "model");
+    const ContextScope scope(mh.env);
     auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, checked(train_set, "train dataset").data,
                                                      test_set != nullptr ? &checked(test_set, "test dataset").data
                                                                          : nullptr,
@@ -150,6 +152,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
                                                          tandem_parallel_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
     tandem::api::check_mask(attr->field_mask, (TANDEM_PARALLEL_ATTR_SPLIT << 1) - 1, "tandem_trainer_parallel_query");
     par::ParallelTrainer* t = h.trainer->parallel();
@@ -194,6 +197,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
 TANDEM_API tandem_status_t tandem_trainer_write_trace(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_write_trace: path must be a non-empty string");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr, "tandem_trainer_write_trace: the trainer was made by tandem_trainer_create; traces "

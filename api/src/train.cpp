@@ -6,6 +6,7 @@
 
 using tandem::Status;
 using tandem::api::checked;
+using tandem::api::ContextScope;
 using tandem::api::guarded;
 namespace optim = tandem::engine::optim;
 namespace train = tandem::engine::train;
@@ -75,6 +76,7 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
                                                  tandem_trainer_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& mh = checked(model, "model");
+    const ContextScope scope(mh.env);
     const auto& tr = checked(train_set, "train dataset");
     const tandem_dataset* te = test_set != nullptr ? &checked(test_set, "test dataset") : nullptr;
     const auto& oh = checked(optimizer, "optimizer");
@@ -116,6 +118,7 @@ TANDEM_API void tandem_trainer_destroy(tandem_trainer_t* trainer) TANDEM_NOEXCEP
 TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer, tandem_step_result_t* result) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     if (result != nullptr) {
       check_mask(result->field_mask, (TANDEM_STEP_RESULT_EPOCH_END << 1) - 1, "tandem_trainer_step");
     }
@@ -135,6 +138,7 @@ TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
                                                 tandem_epoch_result_t* result) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     if (result != nullptr) {
       check_mask(result->field_mask, (TANDEM_EPOCH_RESULT_TIME << 1) - 1, "tandem_trainer_epoch");
     }
@@ -170,6 +174,7 @@ TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, co
                                                    double* accuracy) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     const auto& d = checked(dataset, "dataset");
     TANDEM_REQUIRE(limit_batches >= 0, "tandem_trainer_evaluate: limit_batches {} must be >= 0", limit_batches);
     const train::EvalResult r = h.trainer->evaluate(d.data, limit_batches);
@@ -181,6 +186,7 @@ TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, co
 TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_save_checkpoint: path must be a non-empty string");
     h.trainer->save_checkpoint(path);
   });
@@ -189,6 +195,7 @@ TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trai
 TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
     auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_load_checkpoint: path must be a non-empty string");
     h.trainer->load_checkpoint(path);
   });
@@ -198,6 +205,7 @@ TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* train
                                                    int64_t* steps) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& h = checked(trainer, "trainer");
+    const ContextScope scope(h.model->env);
     if (epochs != nullptr) *epochs = h.trainer->completed_epochs();
     if (steps != nullptr) *steps = h.trainer->global_step();
   });

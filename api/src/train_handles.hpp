@@ -27,6 +27,7 @@ struct tandem_model {
   tandem::engine::nn::ModelSpec spec;
   std::unique_ptr<tandem::engine::compute::Backend> backend;  // null for "none"
   std::unique_ptr<tandem::engine::nn::Model> model;           // null for "none"
+  tandem::api::ContextEnv env;  // the creating context's settings and logger (ContextScope)
   ~tandem_model() { magic = 0; }
 };
 

@@ -8,6 +8,7 @@
 
 using tandem::Status;
 using tandem::api::checked;
+using tandem::api::ContextScope;
 using tandem::api::guarded;
 namespace nn = tandem::engine::nn;
 namespace data = tandem::engine::data;
@@ -43,6 +44,7 @@ TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tand
                                                tandem_model_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& context = checked(ctx, "context");
+    const ContextScope scope(context.env);
     TANDEM_REQUIRE(params != nullptr && out != nullptr, "tandem_model_create: params and out must be non-null");
     const uint64_t m = params->field_mask;
     check_mask(m, (TANDEM_MODEL_PARAM_INIT << 1) - 1, "tandem_model_create");
@@ -50,6 +52,7 @@ TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tand
                         !!(m & TANDEM_MODEL_PARAM_SPEC_JSON);
     TANDEM_REQUIRE(sources == 1, "tandem_model_create: set exactly one of name, spec_path, spec_json (got {})", sources);
     auto h = std::make_unique<tandem_model>();
+    h->env = context.env;
     if (m & TANDEM_MODEL_PARAM_NAME) {
       const std::string name = string_field(params->name, "tandem_model_create: name");
       nn::SampleShape in = nn::zoo_default_input(name);
@@ -90,6 +93,7 @@ TANDEM_API void tandem_model_destroy(tandem_model_t* model) TANDEM_NOEXCEPT {
 TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tandem_model_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& h = checked(model, "model");
+    const ContextScope scope(h.env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_model_query: attr must be non-null");
     check_mask(attr->field_mask, (TANDEM_MODEL_ATTR_HELD << 1) - 1, "tandem_model_query");
     const nn::ModelSpec& s = h.spec;
@@ -127,6 +131,7 @@ TANDEM_API tandem_status_t tandem_model_layer_query(const tandem_model_t* model,
                                                     tandem_layer_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& h = checked(model, "model");
+    const ContextScope scope(h.env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_model_layer_query: attr must be non-null");
     TANDEM_REQUIRE(index < h.spec.layers.size(), "tandem_model_layer_query: index {} out of range (model '{}' has {} layers)",
                    index, h.spec.name, h.spec.layers.size());
@@ -209,7 +214,7 @@ TANDEM_API tandem_status_t tandem_model_forward(tandem_model_t* model, const flo
 TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const tandem_dataset_params_t* params,
                                                  tandem_dataset_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    checked(ctx, "context");
+    const ContextScope scope(checked(ctx, "context").env);
     TANDEM_REQUIRE(params != nullptr && out != nullptr, "tandem_dataset_create: params and out must be non-null");
     const uint64_t m = params->field_mask;
     check_mask(m, (TANDEM_DATASET_PARAM_SEED << 1) - 1, "tandem_dataset_create");

@@ -137,7 +137,11 @@ const char* Settings::get(std::string_view name) const {
   return v ? v->c_str() : nullptr;
 }
 
-std::optional<std::string> Settings::text(std::string_view name) const { return values_[index_of(name)]; }
+std::optional<std::string> Settings::text(std::string_view name) const {
+  const size_t i = index_of(name);
+  if (values_[i]) check_value(kVariables[i], *values_[i]);
+  return values_[i];
+}
 
 std::optional<int64_t> Settings::integer(std::string_view name) const {
   const size_t i = index_of(name);

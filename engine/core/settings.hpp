@@ -46,6 +46,7 @@ class Settings {
 
   // The value, or nullptr when unset. `name` must be registered (kInternal otherwise).
   const char* get(std::string_view name) const;
+  // The value, checked against its kind (kInvalidArgument naming the variable).
   std::optional<std::string> text(std::string_view name) const;
   // An integer within the registry's range; kInvalidArgument naming the variable otherwise.
   std::optional<int64_t> integer(std::string_view name) const;

@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::data {
 namespace {
@@ -136,7 +137,8 @@ std::string find_fashion_mnist(const std::string& dir) {
   if (!dir.empty()) {
     tried.push_back(dir);
   } else {
-    if (const char* env = std::getenv("TANDEM_DATA_DIR")) tried.push_back((fs::path(env) / "fashion-mnist").string());
+    if (const auto env = settings::current()->text("TANDEM_DATA_DIR"))
+      tried.push_back((fs::path(*env) / "fashion-mnist").string());
     tried.push_back("/usr/share/datasets/fashion-mnist");
   }
   for (const auto& d : tried) {

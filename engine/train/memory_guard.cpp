@@ -14,6 +14,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/host_info.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::train {
 
@@ -219,14 +220,8 @@ std::optional<MemoryLimit> memory_limit() {
   auto consider = [&](std::optional<MemoryLimit> l) {
     if (l && (!best || l->bytes < best->bytes)) best = std::move(l);
   };
-  if (const char* env = std::getenv("TANDEM_MEMORY_LIMIT_BYTES"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    TANDEM_REQUIRE(end != env && *end == '\0' && errno == 0 && v > 0,
-                   "TANDEM_MEMORY_LIMIT_BYTES: expected a positive integer (bytes), got \"{}\"", env);
-    consider(MemoryLimit{static_cast<double>(v), "TANDEM_MEMORY_LIMIT_BYTES"});
-  }
+  if (const auto v = settings::current()->integer("TANDEM_MEMORY_LIMIT_BYTES"))  // positive
+    consider(MemoryLimit{static_cast<double>(*v), "TANDEM_MEMORY_LIMIT_BYTES"});
   consider(cgroup_limit());
   const double avail = proc_kib_field_bytes("/proc/meminfo", "MemAvailable");
   if (avail >= 0) {
@@ -239,8 +234,7 @@ std::optional<MemoryLimit> memory_limit() {
 
 MemoryEstimate check_training_memory(const nn::Model& model, const TrainingFootprint& f, std::string_view who) {
   MemoryEstimate e = estimate_training_memory(model, f);
-  const char* guard = std::getenv("TANDEM_MEMORY_GUARD");
-  const bool enabled = guard == nullptr || std::string_view(guard) != "0";
+  const bool enabled = settings::current()->flag("TANDEM_MEMORY_GUARD").value_or(true);
   const auto limit = memory_limit();
   log::debug("{}: estimated memory {}; limit {}", who, e.describe(),
              limit ? fmt::format("{} ({})", format_bytes(limit->bytes), limit->source) : std::string("none found"));

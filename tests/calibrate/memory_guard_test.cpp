@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/core/settings.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/nn/model.hpp"
 #include "engine/nn/zoo.hpp"
@@ -22,29 +23,8 @@ using tandem::testing::expect_error;
 
 namespace {
 
-// Sets (or clears) an environment variable for the scope of a test, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+// Sets (or clears) a setting in the process snapshot for the scope of a test.
+using ScopedEnv = tandem::settings::ScopedProcessValue;
 
 std::unique_ptr<compute::Backend> cpu_backend() {
   compute::BackendOptions o;

@@ -2,8 +2,11 @@
 // Transport variants the test suites run beside the plain transport names.
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "engine/core/settings.hpp"
 
 namespace tandem::transports::testing {
 
@@ -20,13 +23,17 @@ inline std::vector<std::string> transport_variants(std::vector<std::string> name
 
 inline std::string transport_name(const std::string& spec) { return spec.substr(0, spec.find('+')); }
 
-// Sets the environment a variant needs for its lifetime; create it before any rank thread starts
-// (the environment is not thread-safe) and let it go after they have all joined.
+// Sets what a variant needs for its lifetime, in the process settings snapshot (this process) and in
+// the environment (processes it starts); create it before any rank thread starts (neither is
+// thread-safe) and let it go after they have all joined.
 class VariantEnv {
  public:
   explicit VariantEnv(const std::string& spec)
       : var_(spec == "tcp+inet" ? "TANDEM_TCP_LOCAL" : spec == "zmq+inet" ? "TANDEM_ZMQ_LOCAL" : nullptr) {
-    if (var_) ::setenv(var_, "tcp", 1);
+    if (var_) {
+      ::setenv(var_, "tcp", 1);
+      setting_.emplace(var_, "tcp");
+    }
   }
   ~VariantEnv() {
     if (var_) ::unsetenv(var_);
@@ -36,6 +43,7 @@ class VariantEnv {
 
  private:
   const char* var_;
+  std::optional<settings::ScopedProcessValue> setting_;
 };
 
 }  // namespace tandem::transports::testing

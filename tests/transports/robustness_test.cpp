@@ -23,6 +23,7 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "engine/core/settings.hpp"
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
 #include "transports/socket_setup.hpp"
@@ -162,11 +163,10 @@ std::string run_job(const std::string& transport, KvStore& store, int n,
 // run_job with 2 ranks, local sockets turned off by `var`=tcp and an 800 ms connection deadline;
 // `ms` is how long it took.
 std::string run_job_on_tcp_only(const std::string& transport, const char* var, KvStore& store, long long& ms) {
-  ::setenv(var, "tcp", 1);
+  const settings::ScopedProcessValue tcp_only(var, "tcp");
   const auto t0 = std::chrono::steady_clock::now();
   std::string out = run_job(transport, store, 2, std::chrono::milliseconds(800));
   ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  ::unsetenv(var);
   return out;
 }
 
@@ -180,18 +180,17 @@ int tcp_connect(int port) {
   return fd;
 }
 
-// Creates a 1-rank transport with the environment variable `var` set to `value` (unset again
-// afterwards); returns "<status>: <message>" of the error it throws ("" when it does not).
+// Creates a 1-rank transport with the setting `var` set to `value` in the process snapshot (unset
+// again afterwards); returns "<status>: <message>" of the error it throws ("" when it does not).
 std::string creation_error(const std::string& transport, const char* var, const char* value) {
   MemoryStore store;
-  ::setenv(var, value, 1);
+  const settings::ScopedProcessValue setting(var, value);
   std::string out;
   try {
     create_transport(options_for(transport, 0, 1, store, unique_prefix("bad-env")));
   } catch (const Error& e) {
     out = std::string(status_name(e.status())) + ": " + e.what();
   }
-  ::unsetenv(var);
   return out;
 }
 
@@ -261,22 +260,22 @@ BOOST_AUTO_TEST_CASE(zmq_spin_setting_is_checked_and_zero_blocks_at_once) {
   const std::string msg = creation_error("zmq", "TANDEM_ZMQ_SPIN_US", "ten");
   BOOST_TEST(msg.find("invalid argument") == 0, msg);
   BOOST_TEST(msg.find("TANDEM_ZMQ_SPIN_US") != std::string::npos, msg);
-  ::setenv("TANDEM_ZMQ_SPIN_US", "0", 1);
+  const settings::ScopedProcessValue no_spin("TANDEM_ZMQ_SPIN_US", "0");
   exchange_rounds("zmq", 50, 100000);
-  ::unsetenv("TANDEM_ZMQ_SPIN_US");
 }
 
 BOOST_AUTO_TEST_CASE(zmq_keeps_freed_frame_memory_at_the_top_of_the_heap) {
-  // A bad TANDEM_ZMQ_HEAP_PAD is refused naming it; by default a zmq transport makes malloc keep
-  // freed memory at the top of its heap (so the next large frame does not fault its pages in again):
-  // after 3 MiB of 96 KiB blocks are freed, at least 2 MiB stay releasable at the top.
+  // A bad TANDEM_ZMQ_HEAP_PAD is refused naming it; asked for (it is off by default: M_TOP_PAD is
+  // process-wide), a zmq transport makes malloc keep freed memory at the top of its heap (so the
+  // next large frame does not fault its pages in again): after 3 MiB of 96 KiB blocks are freed, at
+  // least 2 MiB stay releasable at the top.
   const std::string msg = creation_error("zmq", "TANDEM_ZMQ_HEAP_PAD", "-1");
   BOOST_TEST(msg.find("TANDEM_ZMQ_HEAP_PAD") != std::string::npos, msg);
   MemoryStore store;
-  if (std::getenv("MALLOC_TOP_PAD_") || std::getenv("GLIBC_TUNABLES")) return;  // the user's settings win
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return;  // a sanitizer's allocator replaces glibc's heap: nothing of it to look at
 #endif
+  const settings::ScopedProcessValue pad("TANDEM_ZMQ_HEAP_PAD", "8388608");
   auto t = create_transport(options_for("zmq", 0, 1, store, unique_prefix("pad")));
   std::vector<void*> blocks;
   for (int i = 0; i < 32; ++i) {
@@ -295,9 +294,8 @@ BOOST_AUTO_TEST_CASE(ucx_busy_window_is_checked_and_zero_still_delivers) {
   if (std::find(names.begin(), names.end(), "ucx") == names.end()) return;
   const std::string msg = creation_error("ucx", "TANDEM_UCX_BUSY_US", "2ms");
   BOOST_TEST(msg.find("TANDEM_UCX_BUSY_US") != std::string::npos, msg);
-  ::setenv("TANDEM_UCX_BUSY_US", "0", 1);
+  const settings::ScopedProcessValue no_busy("TANDEM_UCX_BUSY_US", "0");
   exchange_rounds("ucx", 20, 300000);
-  ::unsetenv("TANDEM_UCX_BUSY_US");
 }
 
 BOOST_AUTO_TEST_CASE(zmq_ranks_of_one_host_connect_over_ipc_and_zmq_local_turns_it_off) {
@@ -567,14 +565,13 @@ BOOST_AUTO_TEST_CASE(tcp_settings_are_checked_and_spin_zero_still_delivers) {
     BOOST_TEST(msg.find("invalid argument") == 0, msg);
     BOOST_TEST(msg.find(var) != std::string::npos, msg);
   }
-  ::setenv("TANDEM_TCP_SPIN_US", "0", 1);
+  const settings::ScopedProcessValue no_spin("TANDEM_TCP_SPIN_US", "0");
   exchange_rounds("tcp", 50, 300000);
-  ::unsetenv("TANDEM_TCP_SPIN_US");
 }
 
 BOOST_AUTO_TEST_CASE(tcp_listens_and_connects_over_ipv6) {
   // TANDEM_IFACE_ADDR=::1: the ranks listen on, publish and connect to the IPv6 loopback address.
-  ::setenv("TANDEM_IFACE_ADDR", "::1", 1);
+  std::optional<settings::ScopedProcessValue> ipv6(std::in_place, "TANDEM_IFACE_ADDR", "::1");
   MemoryStore store;
   const std::string prefix = unique_prefix("tcp-ipv6");
   std::barrier<> sync(2);
@@ -592,7 +589,7 @@ BOOST_AUTO_TEST_CASE(tcp_listens_and_connects_over_ipv6) {
       }
     });
   for (auto& th : threads) th.join();
-  ::unsetenv("TANDEM_IFACE_ADDR");
+  ipv6.reset();
   BOOST_TEST(failures[0].empty(), failures[0]);
   BOOST_TEST(failures[1].empty(), failures[1]);
   const std::string published = store.get(prefix + "/tcp/1", std::chrono::milliseconds(100));
@@ -792,14 +789,14 @@ BOOST_AUTO_TEST_CASE(a_malformed_frame_fails_the_peer_naming_it) {
 BOOST_AUTO_TEST_CASE(an_unexpected_message_above_the_limit_is_refused_before_allocation) {
   // TANDEM_TCP_MAX_UNEXPECTED bounds what a message nobody waits for may make us allocate: a frame
   // declaring 1 TiB (nothing follows) fails the peer naming the limit -- no allocation, no hang.
-  ::setenv("TANDEM_TCP_MAX_UNEXPECTED", "1000000", 1);
+  std::optional<settings::ScopedProcessValue> limit(std::in_place, "TANDEM_TCP_MAX_UNEXPECTED", "1000000");
   MemoryStore store;
   const std::string prefix = unique_prefix("tcp-oversize");
   std::unique_ptr<Transport> t0;
   std::thread rank0([&] { t0 = create_transport(options_for("tcp", 0, 2, store, prefix)); });
   FakeTcpRank1 fake(store, prefix);
   rank0.join();
-  ::unsetenv("TANDEM_TCP_MAX_UNEXPECTED");
+  limit.reset();
   BOOST_REQUIRE(t0);
   fake.frame(8, {}, uint64_t{1} << 40, transports::tcp::kFrameMagic);
   std::vector<unsigned char> in(10);

@@ -29,6 +29,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 #include "transports/completion.hpp"
 #include "transports/core_transport.hpp"
 #include "transports/socket_setup.hpp"
@@ -89,13 +90,9 @@ struct Peer {
 };
 
 uint64_t max_unexpected_from_env() {
-  const char* env = std::getenv("TANDEM_TCP_MAX_UNEXPECTED");
-  if (!env || !*env) return kDefaultMaxUnexpected;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(env, &end, 10);
-  TANDEM_REQUIRE(end && *end == '\0' && *env != '-' && v <= kFrameLimit,
-                 "TANDEM_TCP_MAX_UNEXPECTED must be a byte count in [0, 2^40], got '{}'", env);
-  return v;
+  static_assert(kFrameLimit == uint64_t{1} << 40, "the registry bounds TANDEM_TCP_MAX_UNEXPECTED to [0, 2^40]");
+  const auto v = settings::current()->integer("TANDEM_TCP_MAX_UNEXPECTED");
+  return v ? static_cast<uint64_t>(*v) : kDefaultMaxUnexpected;
 }
 
 sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
@@ -108,8 +105,7 @@ sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
 }
 
 std::string listen_host(const TransportOptions& o) {
-  if (const char* env = std::getenv("TANDEM_IFACE_ADDR"); env && *env) return env;
-  return o.bind_host;
+  return settings::current()->text("TANDEM_IFACE_ADDR").value_or(o.bind_host);
 }
 
 // Resolves host:port (numeric or a name) to a socket address.

@@ -18,6 +18,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_key.hpp"
 #include "transports/core_transport.hpp"
@@ -49,13 +50,8 @@ constexpr auto kStuckGrace = std::chrono::milliseconds(200);
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
 
 std::chrono::microseconds busy_window_from_env() {
-  const char* env = std::getenv("TANDEM_UCX_BUSY_US");
-  if (!env || !*env) return kDefaultBusyWindow;
-  char* end = nullptr;
-  const long long us = std::strtoll(env, &end, 10);
-  TANDEM_REQUIRE(end && *end == '\0' && us >= 0 && us <= 60000000,
-                 "TANDEM_UCX_BUSY_US must be microseconds in [0, 60000000], got '{}'", env);
-  return std::chrono::microseconds(us);
+  const auto us = settings::current()->integer("TANDEM_UCX_BUSY_US");  // [0, 60000000]
+  return us ? std::chrono::microseconds(*us) : kDefaultBusyWindow;
 }
 
 uint64_t wire_tag(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << kRankShift) | tag; }
@@ -257,8 +253,7 @@ void Core::connect(const TransportOptions& o) {
   ucp_worker_release_address(worker_, address);
   const std::string key_base = o.key_prefix + "/ucx/";
   o.store->set(key_base + std::to_string(rank_), mine);
-  const char* mode_env = std::getenv("TANDEM_UCX_ERR_MODE");
-  const bool peer_mode_everywhere = mode_env && std::string(mode_env) == "peer";
+  const bool peer_mode_everywhere = settings::current()->text("TANDEM_UCX_ERR_MODE") == "peer";
 
   err_args_.reserve(size_);
   for (int p = 0; p < size_; ++p) err_args_.push_back({this, p});

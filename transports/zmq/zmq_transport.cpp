@@ -20,6 +20,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 #include "transports/completion.hpp"
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
@@ -41,7 +42,6 @@ constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
 constexpr auto kSweepInterval = std::chrono::milliseconds(1);
 // A waiter polls before it blocks while messages flow (transports/spin.hpp): a blocked thread pays a
 // wake-up per message hop on top of ZeroMQ's own two I/O-thread hops.
-constexpr size_t kDefaultHeapPad = size_t{8} << 20;
 
 
 // Wakes a thread blocked in wait_for_progress when an IO thread completes a send. The eventfd is
@@ -149,7 +149,7 @@ bool parse_peer_address(const std::string& value, PeerAddress& out) {
 
 std::string bind_address(const TransportOptions& o, bool& ipv6) {
   std::string host = o.bind_host;
-  if (const char* env = std::getenv("TANDEM_IFACE_ADDR"); env && *env) host = env;
+  host = settings::current()->text("TANDEM_IFACE_ADDR").value_or(host);
   ipv6 = host.find(':') != std::string::npos;
   return ipv6 ? fmt::format("tcp://[{}]:*", host) : fmt::format("tcp://{}:*", host);
 }
@@ -157,35 +157,21 @@ std::string bind_address(const TransportOptions& o, bool& ipv6) {
 // ZeroMQ allocates every large incoming frame (on its I/O thread) and the receiver frees it after
 // copying it out. glibc then trims the arena's top (MADV_DONTNEED) and the next frame faults the
 // same pages in again, zeroed: measured 173,000 page faults and 700 ms of CPU for 40 4-MiB
-// exchanges, against 8,200 faults and 380 ms with an 8 MiB top pad. So the process's malloc keeps
-// that much at the top of each arena (M_TOP_PAD, process-wide), unless the user tuned it already
-// (MALLOC_TOP_PAD_ or glibc.malloc.top_pad) or TANDEM_ZMQ_HEAP_PAD (bytes) says otherwise (0: leave
-// malloc alone).
+// exchanges, against 8,200 faults and 380 ms with an 8 MiB top pad. M_TOP_PAD is process-wide, so
+// it is set only when the user asks (TANDEM_ZMQ_HEAP_PAD, bytes; unset or 0: malloc is left alone),
+// and only once: the first transport that asks decides.
 void retain_heap_for_frames() {
-  size_t pad = kDefaultHeapPad;
-  if (const char* env = std::getenv("TANDEM_ZMQ_HEAP_PAD"); env && *env) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    TANDEM_REQUIRE(end && *end == '\0' && *env != '-' && v <= (1ull << 30),
-                   "TANDEM_ZMQ_HEAP_PAD must be a byte count in [0, 2^30], got '{}'", env);
-    pad = static_cast<size_t>(v);
-  } else {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if (std::getenv("MALLOC_TOP_PAD_") || (tunables && std::strstr(tunables, "top_pad"))) return;
-  }
+  const auto pad = static_cast<size_t>(settings::current()->integer("TANDEM_ZMQ_HEAP_PAD").value_or(0));
+  if (pad == 0) return;
   static std::once_flag once;
   std::call_once(once, [pad] {
-    if (pad > 0 && ::mallopt(M_TOP_PAD, static_cast<int>(pad)) != 1)
+    if (::mallopt(M_TOP_PAD, static_cast<int>(pad)) != 1)
       log::debug("zmq: malloc refused a top pad of {} bytes (a sanitizer's allocator?)", pad);
   });
 }
 
 int io_threads_from_env() {
-  const char* env = std::getenv("TANDEM_ZMQ_IO_THREADS");
-  if (!env || !*env) return 1;
-  const int n = std::atoi(env);
-  TANDEM_REQUIRE(n >= 1 && n <= 64, "TANDEM_ZMQ_IO_THREADS must be in [1, 64], got '{}'", env);
-  return n;
+  return static_cast<int>(settings::current()->integer("TANDEM_ZMQ_IO_THREADS").value_or(1));  // [1, 64]
 }
 
 ::zmq::message_t header_frame(Kind kind, int src, uint64_t tag, uint64_t total, uint64_t offset, uint64_t seg) {

@@ -19,6 +19,7 @@
 #include "engine/compute/dropout_mask.hpp"
 #include "engine/compute/validate.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::compute {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
@@ -144,8 +145,7 @@ class CudaBackend final : public Backend {
       TANDEM_THROW(Status::kBackend, "cublasCreate failed on cuda:{}", dev_);
     }
     // TF32 tensor cores change results in the 3rd decimal; opt in with TANDEM_CUDA_ALLOW_TF32=1.
-    const char* tf32 = std::getenv("TANDEM_CUDA_ALLOW_TF32");
-    allow_tf32_ = tf32 != nullptr && std::string(tf32) == "1";
+    allow_tf32_ = settings::current()->flag("TANDEM_CUDA_ALLOW_TF32").value_or(false);
   }
 
   ~CudaBackend() override {
