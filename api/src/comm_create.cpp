@@ -30,15 +30,11 @@ class OverlaidEnv {
     for (const auto& v : vars_) {
       if (std::strcmp(v.name, name) == 0) return v.unset ? nullptr : v.value.c_str();
     }
-    // TANDEM_* from the context's snapshot; other launchers' names (RANK, OMPI_*, SLURM_*) from the
-    // environment.
-    if (settings::find(name) != nullptr) return settings_->get(name);
-    return std::getenv(name);
+    return settings::lookup(name);  // TANDEM_* from the context's snapshot, other launchers' names from the environment
   }
 
  private:
   std::vector<Override> vars_;
-  std::shared_ptr<const settings::Settings> settings_ = settings::current();
 };
 
 }  // namespace

@@ -164,6 +164,11 @@ std::shared_ptr<const Settings> process() {
 
 std::shared_ptr<const Settings> current() { return t_current ? t_current : process(); }
 
+const char* lookup(const char* name) {
+  if (find(name) == nullptr) return std::getenv(name);
+  return t_current ? t_current->get(name) : process()->get(name);
+}
+
 Scope::Scope(std::shared_ptr<const Settings> s) : prev_(std::exchange(t_current, std::move(s))) {}
 Scope::~Scope() { t_current = std::move(prev_); }
 

@@ -65,6 +65,12 @@ std::shared_ptr<const Settings> process();
 // This thread's installed settings, else process().
 std::shared_ptr<const Settings> current();
 
+// An environment lookup for code that takes one (engine/comm's EnvLookup): registered TANDEM_*
+// names from current(), any other name (RANK, OMPI_COMM_WORLD_*, SLURM_*) from the environment;
+// nullptr when unset. The text lives as long as the settings it came from (the context's, or the
+// process snapshot).
+const char* lookup(const char* name);
+
 // Installs `s` as this thread's settings for the scope's lifetime (nests).
 class Scope {
  public:

@@ -115,6 +115,8 @@ BOOST_AUTO_TEST_CASE(scopes_nest_per_thread_and_fall_back_to_the_process_snapsho
     {
       const settings::Scope sb(b);
       BOOST_TEST(*settings::current()->text("TANDEM_DATA_DIR") == "/b");
+      BOOST_TEST(std::string(settings::lookup("TANDEM_DATA_DIR")) == "/b");  // engine/comm's EnvLookup
+      BOOST_TEST(settings::lookup("TANDEM_TEST_SURELY_UNSET_OTHER_NAME") == nullptr);
     }
     BOOST_TEST(*settings::current()->text("TANDEM_DATA_DIR") == "/a");
     std::string other;  // another thread does not see this thread's scope
