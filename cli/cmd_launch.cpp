@@ -1,6 +1,7 @@
 // `tandem launch -n N [options] -- PROGRAM ARGS...`: starts N local ranks of one job (POSIX; no
 // library calls needed). Each rank gets TANDEM_RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/
-// MASTER_ADDR/MASTER_PORT and a fresh random TANDEM_SECRET; its stdout/stderr lines come out
+// MASTER_ADDR/MASTER_PORT (and torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT) and a fresh random TANDEM_SECRET; its stdout/stderr lines come out
 // prefixed "[rank i] ". The first rank to fail decides the exit status (its code, or 128+signal)
 // and the others are stopped (SIGTERM, then SIGKILL after --grace-ms). SIGINT/SIGTERM/SIGHUP are
 // forwarded. Every rank runs in its own process group, and the launcher kills and reaps all of it.
@@ -363,13 +364,19 @@ int Launcher::run() {
       {"TANDEM_SECRET", *secret},
       {"TANDEM_LOCAL_WORLD_SIZE", std::to_string(o_.host_exec.empty() ? o_.nprocs : 1)},
   };
+  // torchrun's names too, so scripts written for it (PyTorch's env:// rendezvous) run unchanged
+  common["WORLD_SIZE"] = common["TANDEM_WORLD_SIZE"];
+  common["LOCAL_WORLD_SIZE"] = common["TANDEM_LOCAL_WORLD_SIZE"];
+  common["MASTER_ADDR"] = o_.master_addr;
+  common["MASTER_PORT"] = std::to_string(port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
     const std::string k = s.substr(0, s.find('='));
-    if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK") base_env.push_back(s);
+    if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" && k != "RANK" && k != "LOCAL_RANK")
+      base_env.push_back(s);
   }
   for (const auto& [k, v] : common) base_env.push_back(k + "=" + v);
 
@@ -377,8 +384,11 @@ int Launcher::run() {
   for (int i = 0; i < o_.nprocs; ++i) {
     ranks_[i].index = i;
     auto env = base_env;
+    const std::string local = std::to_string(o_.host_exec.empty() ? i : 0);
     env.push_back("TANDEM_RANK=" + std::to_string(i));
-    env.push_back("TANDEM_LOCAL_RANK=" + std::to_string(o_.host_exec.empty() ? i : 0));
+    env.push_back("TANDEM_LOCAL_RANK=" + local);
+    env.push_back("RANK=" + std::to_string(i));
+    env.push_back("LOCAL_RANK=" + local);
     if (!spawn(ranks_[i], env)) {
       first_failure_ = 1;
       signal_all(SIGTERM);

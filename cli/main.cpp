@@ -1,8 +1,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.hpp"
+#include "engine/core/suggest.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
@@ -21,6 +24,52 @@ int fail(const std::string& message) {
 }
 }  // namespace tandem::cli
 
+namespace {
+
+// Mistakes CLI11 reports badly, caught before it parses: an unknown command or option gets the closest known
+// one; `launch -np N` (mpirun's spelling) is taken as -n N; a launch whose rank command lacks the `--` in front
+// is told where to put it. Returns an exit status when the command line is refused, else -1.
+int check_command_line(CLI::App& app, std::vector<std::string>& args) {
+  if (args.size() < 2 || args[1].empty() || args[1][0] == '-') return -1;
+  std::vector<std::string> names;
+  CLI::App* sub = nullptr;
+  for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
+    names.push_back(s->get_name());
+    if (s->get_name() == args[1]) sub = s;
+  }
+  if (sub == nullptr) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "tandem: unknown command '%s'%s; the commands are %s (tandem --help)\n", args[1].c_str(),
+                 tandem::did_you_mean(args[1], names).c_str(), list.c_str());
+    return 2;
+  }
+  const bool launch = args[1] == "launch";
+  const bool has_dashes = std::find(args.begin(), args.end(), "--") != args.end();
+  std::vector<std::string> longs;
+  for (const CLI::Option* opt : sub->get_options())
+    for (const std::string& l : opt->get_lnames()) longs.push_back("--" + l);
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (launch && a == "-np") a = "-n";  // mpirun's spelling
+    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (sub->get_option_no_throw(name) != nullptr || name == "--help") continue;
+    if (launch && !has_dashes) {
+      std::fprintf(stderr, "tandem launch: '%s' is not a launch option; put `--` before the rank's command: "
+                   "tandem launch -n N -- PROGRAM ARGS...\n", name.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "tandem %s: unknown option '%s'%s (tandem %s --help)\n", args[1].c_str(), name.c_str(),
+                 tandem::did_you_mean(name, longs).c_str(), args[1].c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"tandem: hybrid-parallel training runtime and cluster simulator"};
   app.require_subcommand(1);
@@ -32,8 +81,11 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
     runners.emplace_back(sub, c.setup(*sub));
   }
+  std::vector<std::string> args(argv, argv + argc);
+  if (const int rc = check_command_line(app, args); rc >= 0) return rc;
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them last first
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

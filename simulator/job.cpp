@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/core/suggest.hpp"
 #include "engine/nn/zoo.hpp"
 #include "simulator/units.hpp"
 
@@ -16,8 +17,8 @@ DatasetInfo find_dataset(const std::string& name) {
   if (name == "mnist") return {name, 60000, {1, 28, 28}, 10};
   if (name == "imagenet") return {name, 1281167, {3, 224, 224}, 1000};
   TANDEM_THROW(Status::kInvalidArgument,
-               "unknown dataset \"{}\" (cifar10, cifar100, fashion-mnist, mnist, imagenet; or give --samples and "
-               "--input)", name);
+               "unknown dataset \"{}\"{} (cifar10, cifar100, fashion-mnist, mnist, imagenet; or give --samples and "
+               "--input)", name, did_you_mean(name, {"cifar10", "cifar100", "fashion-mnist", "mnist", "imagenet"}));
 }
 
 engine::optim::OptimizerConfig optimizer_config(OptimizerKind k) {

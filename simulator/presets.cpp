@@ -1,6 +1,7 @@
 #include "simulator/presets.hpp"
 
 #include "engine/core/error.hpp"
+#include "engine/core/suggest.hpp"
 
 namespace tandem::simulator {
 
@@ -195,11 +196,14 @@ const std::vector<Preset>& presets() {
 
 const Preset& find_preset(const std::string& name) {
   std::string known;
+  std::vector<std::string> names;
   for (const Preset& p : presets()) {
     if (p.name == name) return p;
     known += (known.empty() ? "" : ", ") + p.name;
+    names.push_back(p.name);
   }
-  TANDEM_THROW(Status::kInvalidArgument, "unknown instance preset \"{}\" (known: {})", name, known);
+  TANDEM_THROW(Status::kInvalidArgument, "unknown instance preset \"{}\"{} (known: {})", name, did_you_mean(name, names),
+               known);
 }
 
 }  // namespace tandem::simulator

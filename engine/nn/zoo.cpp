@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/suggest.hpp"
 
 namespace tandem::engine::nn {
 namespace {
@@ -170,7 +171,8 @@ bool is_zoo_model(std::string_view name) noexcept {
 
 SampleShape zoo_default_input(std::string_view name) {
   if (name == "mlp" || name == "lenet5") return SampleShape{1, 28, 28};
-  TANDEM_REQUIRE(is_zoo_model(name), "unknown model '{}' (zoo: {})", name, fmt::join(zoo_names(), ", "));
+  TANDEM_REQUIRE(is_zoo_model(name), "unknown model '{}'{} (zoo: {})", name, did_you_mean(name, zoo_names()),
+                 fmt::join(zoo_names(), ", "));
   return SampleShape{3, 32, 32};
 }
 
@@ -184,7 +186,8 @@ ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classe
   if (name == "mobilenetv2") return mobilenetv2(input, num_classes, options.width_mult);
   if (name == "vgg16") return vgg16(input, num_classes);
   if (name == "alexnet") return alexnet(input, num_classes);
-  TANDEM_THROW(Status::kInvalidArgument, "unknown model '{}' (zoo: {})", name, fmt::join(zoo_names(), ", "));
+  TANDEM_THROW(Status::kInvalidArgument, "unknown model '{}'{} (zoo: {})", name, did_you_mean(name, zoo_names()),
+               fmt::join(zoo_names(), ", "));
 }
 
 }  // namespace tandem::engine::nn
