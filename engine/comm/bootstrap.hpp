@@ -12,11 +12,11 @@
 //   5. nothing set: a single rank (size 1).
 // The secret is TANDEM_SECRET (`tandem launch` generates a random one per job).
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/comm/comm_options_env.hpp"  // comm_options_from_env, EnvLookup
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/rendezvous_client.hpp"
 #include "engine/comm/rendezvous_server.hpp"
@@ -32,9 +32,6 @@ struct BootstrapConfig {
   std::string source = "default";  // which family gave rank/size: TANDEM, torchrun, Open MPI, Slurm, default
   std::vector<std::string> notes;  // decisions taken without being told (derived port, default secret), for logs
 };
-
-// Returns the value of an environment variable or nullptr (std::getenv by default; tests pass maps).
-using EnvLookup = std::function<const char*(const char*)>;
 
 // Throws tandem::Error(kInvalidArgument) naming the variable for a malformed or inconsistent value
 // (not an integer, rank outside [0, size), port outside 1..65535, ...).
@@ -59,11 +56,6 @@ std::string local_hostname();
 // Rank 0 starts the server on master_port (listening on every interface unless master_addr is a
 // loopback address); then every rank connects and authenticates within `timeout`.
 Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::milliseconds timeout);
-
-// Applies TANDEM_TRANSPORT (when base.transport is "auto"), TANDEM_TIMEOUT_MS and
-// TANDEM_DETERMINISTIC to `base`. kInvalidArgument naming the variable when malformed.
-CommOptions comm_options_from_env(CommOptions base);
-CommOptions comm_options_from_env(CommOptions base, const EnvLookup& lookup);
 
 // The environment's job (bootstrap_config_from_env + comm_options_from_env) as a communicator.
 // Rank 0's rendezvous server lives as long as the returned communicator (and any split of it).

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <random>
 
-#include "engine/comm/communicator_impl.hpp"
+#include "engine/comm/comm_options_env.hpp"
 #include "tests/comm/comm_harness.hpp"
 
 using namespace tandem;
@@ -313,19 +313,19 @@ BOOST_AUTO_TEST_CASE(environment_overrides_only_defaults) {
   setenv("TANDEM_TIMEOUT_MS", "1234", 1);
   setenv("TANDEM_ALLREDUCE_ALGO", "tree", 1);
   setenv("TANDEM_DETERMINISTIC", "1", 1);
-  const auto from_env = engine::comm::apply_comm_env(CommOptions{});
+  const auto from_env = engine::comm::comm_options_from_env(CommOptions{});
   BOOST_TEST(from_env.timeout.count() == 1234);
   BOOST_TEST((from_env.allreduce_algorithm == Algorithm::kTree));
   BOOST_TEST(from_env.deterministic);
   CommOptions set;
   set.timeout = std::chrono::milliseconds(77);
   set.allreduce_algorithm = Algorithm::kRing;
-  const auto kept = engine::comm::apply_comm_env(set);
+  const auto kept = engine::comm::comm_options_from_env(set);
   BOOST_TEST(kept.timeout.count() == 77);
   BOOST_TEST((kept.allreduce_algorithm == Algorithm::kRing));
   setenv("TANDEM_TIMEOUT_MS", "soon", 1);
   std::string msg;
-  BOOST_TEST((status_of([] { engine::comm::apply_comm_env(CommOptions{}); }, &msg) == Status::kInvalidArgument));
+  BOOST_TEST((status_of([] { engine::comm::comm_options_from_env(CommOptions{}); }, &msg) == Status::kInvalidArgument));
   BOOST_TEST(msg.find("TANDEM_TIMEOUT_MS") != std::string::npos);
   unsetenv("TANDEM_TIMEOUT_MS");
   unsetenv("TANDEM_ALLREDUCE_ALGO");

@@ -1,0 +1,11 @@
+#include "engine/comm/bootstrapped_communicator.hpp"
+
+namespace tandem::engine::comm {
+
+std::unique_ptr<Communicator> BootstrappedCommunicator::split(int color, int key) {
+  auto child = inner_->split(color, key);
+  if (!child) return child;
+  return std::make_unique<BootstrappedCommunicator>(rendezvous_, std::move(child));
+}
+
+}  // namespace tandem::engine::comm
