@@ -60,6 +60,14 @@ Registration reg{"plan", "search the fastest parallel configuration that fits (D
                       c.epoch_time_s, c.total_time_s, c.speedup, human_bytes(c.memory_per_node_bytes).c_str(),
                       c.fits ? "yes" : "no", c.cost_usd);
         }
+        tandem_sim_summary_t best = TANDEM_SIM_SUMMARY_INIT;
+        best.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES;
+        if (sum.candidates > 0 && tandem_sim_result_candidate(r, 0, &best) == TANDEM_OK) {
+          std::printf("bottleneck of the best: %s\n", best.bottleneck);
+          std::printf("run the best: %s\n", train_command(*o, best).c_str());
+        }
+        std::printf("(the search compares time per step, not time to accuracy: statistical efficiency is not "
+                    "simulated)\n");
       }
     }
     tandem_sim_result_destroy(r);

@@ -1,6 +1,7 @@
 // tandem simulate: predict a training job on a cluster (and sweeps over node counts with --nodes).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -65,6 +66,8 @@ void print_summary(const tandem_sim_result_t* r) {
               human_seconds(j.bubble_s).c_str(), human_seconds(j.throttled_s).c_str(), human_seconds(j.idle_s).c_str());
   std::printf("  memory/node    %s needed%s\n", human_bytes(j.memory_per_node_bytes).c_str(),
               j.fits ? ", fits" : " -- DOES NOT FIT on at least one node");
+  std::printf("  bottleneck     %s\n", j.bottleneck);
+  if (*j.scaling_note != '\0') std::printf("  note           %s\n", j.scaling_note);
   std::printf("  cost           $%.4f", j.cost_usd);
   if (j.surplus_usd > 0) std::printf(" (incl. $%.4f unlimited-mode surplus)", j.surplus_usd);
   std::printf("\n");
@@ -172,10 +175,16 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       } else {
         print_summary(r.p);
         if (!trace->empty()) std::printf("  trace          %s\n", trace->c_str());
+        tandem_sim_summary_t j = TANDEM_SIM_SUMMARY_INIT;
+        j.field_mask = kAllSummary;
+        tandem_sim_result_query(r.p, &j);
+        std::printf("  run it         %s\n", train_command(*o, j).c_str());
       }
       return 0;
     }
     std::vector<int32_t> counts = parse_nodes(*nodes);
+    // every sweep starts from one node: the point speedups are measured against
+    if (std::find(counts.begin(), counts.end(), 1) == counts.end()) counts.insert(counts.begin(), 1);
     std::vector<SweepRow> rows;
     const bool tty = isatty(STDERR_FILENO);
     if (o->json) std::printf("[");
@@ -231,6 +240,8 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
                     fmt::format("{}x{}", j.dp, j.pp).c_str(), j.step_time_s, j.epoch_time_s, j.total_time_s,
                     j.images_per_sec, j.speedup, 100 * j.efficiency, j.cost_usd, j.fits ? "yes" : "no");
       }
+      for (const auto& row : rows)
+        if (*row.s.scaling_note != '\0') std::printf("  %d nodes: %s\n", row.nodes, row.s.scaling_note);
     }
     if (!plot->empty()) {
       std::ofstream f(*plot);

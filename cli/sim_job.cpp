@@ -25,6 +25,23 @@ std::string human_seconds(double s) {
   return fmt::format("{:.2f} ms", s * 1e3);
 }
 
+std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
+  std::string cmd;
+  if (s.dp > 1 && s.algorithm != TANDEM_ALGO_AUTO) cmd += fmt::format("TANDEM_ALLREDUCE_ALGO={} ", tandem_algo_string(s.algorithm));
+  if (s.ranks > 1) cmd += fmt::format("tandem launch -n {} -- ", s.ranks);
+  cmd += "tandem train ";
+  cmd += o.model_file.empty() ? "--model " + o.model : "--model " + o.model_file;
+  if (o.model == "mobilenetv2" && o.width_mult != 1) cmd += fmt::format(" --width-mult {}", o.width_mult);
+  cmd += fmt::format(" --dataset {} --batch {}", o.dataset.empty() ? "synthetic" : o.dataset, s.batch);
+  cmd += fmt::format(" --strategy {}", name_of(strategy_names(), s.strategy));
+  if (s.strategy == TANDEM_STRATEGY_HYBRID) cmd += fmt::format(" --dp {} --pp {}", s.dp, s.pp);
+  if (s.pp > 1)
+    cmd += fmt::format(" --microbatches {} --pipeline-schedule {}", s.micro_batches, name_of(schedule_names(), s.schedule));
+  if (s.compression != TANDEM_COMPRESSION_NONE) cmd += fmt::format(" --compress {}", name_of(compression_names(), s.compression));
+  if (o.given("--bucket-mb")) cmd += fmt::format(" --bucket-mb {}", o.bucket_mb);
+  return cmd;
+}
+
 SimJob::~SimJob() {
   tandem_model_destroy(model);
   tandem_optimizer_destroy(optimizer);

@@ -46,6 +46,10 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
 // Builds the job on a fresh context. Returns 0, or the exit code after printing the error.
 int make_sim_job(SimJobCli& o, SimJob& job);
 
+// The command that runs the simulated configuration `s` for real with these options' model and data
+// (tandem launch -n RANKS -- tandem train ...; the all-reduce through TANDEM_ALLREDUCE_ALGO).
+std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s);
+
 std::string human_bytes(double b);
 std::string human_seconds(double s);
 

@@ -256,6 +256,36 @@ StepResult throttled_step(const Prepared& p, const std::vector<bool>& throttled,
 
 }  // namespace
 
+std::string name_bottleneck(const SimResult& r) {
+  if (!r.fits) return "memory: the job does not fit on at least one node";
+  const std::pair<double, const char*> parts[] = {
+      {r.compute_s, "compute"},
+      {r.comm_exposed_s, "exposed communication (all-reduces not hidden by backward)"},
+      {r.bubble_s, "pipeline bubble (stages waiting for their neighbours)"},
+      {r.throttled_s, "CPU credits (throttled to the baseline share)"},
+      {r.idle_s, "idle ranks (unbalanced stages or replicas)"}};
+  const auto* top = &parts[0];
+  for (const auto& p : parts)
+    if (p.first > top->first) top = &p;
+  const double share = r.total_time_s > 0 ? top->first / r.total_time_s : 0;
+  return fmt::format("{} ({:.0f}% of the run)", top->second, 100 * share);
+}
+
+std::string explain_scaling(const SimResult& r, const SimResult& one) {
+  if (r.efficiency <= 1.0 + 1e-9) return {};
+  std::string why;
+  const bool one_swaps = !one.nodes.empty() && one.nodes.front().swapping;
+  if (!one.fits) why = "one device cannot hold the job (memory), so its time is not a real baseline";
+  else if (one_swaps) why = "one device swaps (it needs more memory than it has)";
+  if (one.throttled_s > r.throttled_s * static_cast<double>(r.ranks) + 1e-9) {
+    if (!why.empty()) why += "; ";
+    why += fmt::format("one device runs out of CPU credits and is throttled for {:.0f} s of its {:.0f} s, while the "
+                       "cluster spreads the work over more credits", one.throttled_s, one.total_time_s);
+  }
+  if (why.empty()) why = "the per-device batch fits caches better than the whole batch on one device";
+  return fmt::format("super-linear ({:.0f}% efficiency): {}", 100 * r.efficiency, why);
+}
+
 CompiledJob Simulation::compile(const ClusterSpec& cluster, const JobSpec& job) {
   const int32_t world = ranks_for(job, cluster.endpoints());
   const DatasetInfo data = run_data(job, job.input, job.classes);
@@ -418,11 +448,13 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   }
   res.nodes_used -= 1;  // counted from 1
   res.nodes = p.nodes;
+  res.bottleneck = name_bottleneck(res);
   if (opt.baseline) {
     SimResult b = baseline(p.cluster, cj, run_spec);
     res.baseline_total_time_s = b.total_time_s;
     res.speedup = b.total_time_s / res.total_time_s;
     res.efficiency = res.speedup / world;
+    res.scaling_note = explain_scaling(res, b);
   }
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
@@ -472,7 +504,8 @@ nlohmann::json SimResult::to_json() const {
       {"memory_per_node_bytes", memory_per_node_bytes}, {"allreduce_bytes_per_rank", allreduce_bytes_per_rank}, {"fits", fits}, {"cost_usd", cost_usd},
       {"surplus_usd", surplus_usd}, {"compute_source", compute_source}, {"compute_scale", compute_scale},
       {"stage_boundaries", stage_boundaries}, {"events", events}, {"flows", flows},
-      {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s}};
+      {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s},
+      {"bottleneck", bottleneck}, {"scaling_note", scaling_note}};
   j["nodes"] = nlohmann::json::array();
   for (const NodeReport& n : nodes) {
     nlohmann::json nj = {{"name", n.name},

@@ -78,6 +78,8 @@ struct SimResult {
   double wall_s = 0;                 // simulator's own run time
   std::vector<TraceSpan> trace;      // first phase's step, when asked for
   std::shared_ptr<const engine::parallel::CompiledJob> job;  // the compiled job that was timed
+  std::string bottleneck;    // what the run spends the most time on ("pipeline bubble (...) (41% of the run)")
+  std::string scaling_note;  // why the speedup is super-linear, when it is (credits, memory); else empty
 
   nlohmann::json to_json() const;
 };
@@ -109,6 +111,10 @@ class Simulation {
 };
 
 SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& options = {});
+// The largest part of a run's time split, or memory when it does not fit.
+std::string name_bottleneck(const SimResult& r);
+// Why `r` scales super-linearly against `one` (its one-device baseline), or "" when it does not.
+std::string explain_scaling(const SimResult& r, const SimResult& one);
 SimResult simulate(const ClusterSpec& cluster, const engine::parallel::CompiledJob& job, const RunSpec& run,
                    const SimOptions& options = {});
 

@@ -187,6 +187,8 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.dataset = r.dataset.c_str();
     o.allreduce = r.algorithm.c_str();
     o.compute_source = r.compute_source.c_str();
+    o.bottleneck = r.bottleneck.c_str();
+    o.scaling_note = r.scaling_note.c_str();
   }
 }
 

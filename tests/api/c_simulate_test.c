@@ -95,6 +95,9 @@ int main(void) {
             sum.samples == 50000 && sum.epochs == 10 && sum.num_stages == 1,
         "job fields");
   CHECK(sum.algorithm != TANDEM_ALGO_AUTO, "the all-reduce as resolved, got %d", (int)sum.algorithm);
+  CHECK(sum.bottleneck != NULL && strlen(sum.bottleneck) > 0 && sum.scaling_note != NULL &&
+            strstr(sum.scaling_note, "super-linear") != NULL,
+        "bottleneck '%s', note '%s'", sum.bottleneck, sum.scaling_note);
   CHECK(strcmp(sum.model, "mobilenetv2") == 0 && strstr(sum.cluster, "t2.micro") != NULL &&
             strcmp(sum.dataset, "cifar10") == 0 && strstr(sum.allreduce, "world=4") != NULL &&
             strcmp(sum.compute_source, "roofline") == 0,

@@ -114,6 +114,17 @@ BOOST_AUTO_TEST_CASE(single_node_is_throttled_and_four_nodes_are_super_linear) {
   for (const NodeReport& n : r.nodes) BOOST_TEST(!n.throttle_start_s.has_value(), n.name << " was throttled");
   BOOST_TEST(r.throttled_s == 0.0, tt::tolerance(1e-6));
   BOOST_TEST(std::abs(r.total_time_s - 1451) / 1451 < 0.10, "four nodes: " << r.total_time_s << " s");
+  // the output says why: the single node runs out of credits (and, at batch 256, of memory)
+  BOOST_TEST(r.scaling_note.find("super-linear") == 0u, r.scaling_note);
+  BOOST_TEST(r.scaling_note.find("CPU credits") != std::string::npos, r.scaling_note);
+  BOOST_TEST(one.scaling_note.empty(), "one node is its own baseline: " << one.scaling_note);
+  BOOST_TEST(!r.bottleneck.empty());
+  JobSpec fits = four;
+  fits.batch = 32;  // fits a t2.micro: the bottleneck is a share of the time split
+  SimResult small = sim.run(parse_cluster("t2.micro:4"), fits);
+  BOOST_TEST(small.fits);
+  BOOST_TEST(small.bottleneck.find("% of the run") != std::string::npos, small.bottleneck);
+  BOOST_TEST(name_bottleneck(one).find("memory") == 0u, "the seed job at batch 256 does not fit one node");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

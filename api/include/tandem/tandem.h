@@ -934,7 +934,8 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
 #define TANDEM_SIM_SUMMARY_COST     (UINT64_C(1) << 4) /* cost_usd, surplus_usd */
 #define TANDEM_SIM_SUMMARY_LAYOUT   (UINT64_C(1) << 5) /* dp, pp, micro_batches, ranks, nodes_used, num_nodes */
 #define TANDEM_SIM_SUMMARY_JOB      (UINT64_C(1) << 6) /* strategy .. num_stages */
-#define TANDEM_SIM_SUMMARY_NAMES    (UINT64_C(1) << 7) /* cluster, model, dataset, allreduce, compute_source */
+#define TANDEM_SIM_SUMMARY_NAMES    (UINT64_C(1) << 7) /* cluster, model, dataset, allreduce, compute_source,
+                                                          bottleneck, scaling_note */
 #define TANDEM_SIM_SUMMARY_SEARCH   (UINT64_C(1) << 8) /* evaluated, fitting, candidates, search_wall_s */
 typedef struct tandem_sim_summary {
   uint64_t field_mask;      /* the groups wanted; the library fills only those */
@@ -963,6 +964,8 @@ typedef struct tandem_sim_summary {
   const char* compute_source;      /* "roofline" or "profile" */
   int32_t evaluated, fitting, candidates;  /* SEARCH (tandem_sim_plan results; 0 otherwise) */
   double search_wall_s;
+  const char* bottleneck;          /* NAMES: what the run spends the most time on, or memory when it does not fit */
+  const char* scaling_note;        /* NAMES: why the speedup is super-linear (credits, memory), or "" */
 } tandem_sim_summary_t;
 #define TANDEM_SIM_SUMMARY_INIT {0}
 
