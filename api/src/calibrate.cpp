@@ -14,9 +14,11 @@
 #include "simulator/compute/profile.hpp"
 
 using tandem::Status;
+using tandem::api::check_field_mask;
 using tandem::api::checked;
 using tandem::api::ContextScope;
 using tandem::api::guarded;
+using tandem::api::mask_through;
 namespace train = tandem::engine::train;
 
 static_assert(offsetof(tandem_calibrate_params_t, field_mask) == 0);
@@ -24,9 +26,6 @@ static_assert(offsetof(tandem_calibration_attr_t, field_mask) == 0);
 
 namespace {
 
-void check_mask(uint64_t mask, uint64_t known, const char* what) {
-  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
-}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -131,7 +130,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
   return guarded([&] {
     constexpr const char* fn = "tandem_calibrate";
     TANDEM_REQUIRE(out != nullptr, "{}: out must be non-null", fn);
-    auto& m = checked(model, "model");
+    auto& m = checked(model, fn, "model");
     const ContextScope scope(m.env);
     TANDEM_REQUIRE(m.model != nullptr, "{}: model '{}' has no backend (created with backend \"none\")", fn,
                    m.spec.name);
@@ -141,11 +140,11 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     std::string machine;
     if (params != nullptr) {
       const uint64_t k = params->field_mask;
-      check_mask(k, (TANDEM_CALIBRATE_PARAM_SEED << 1) - 1, fn);
+      check_field_mask(k, mask_through(TANDEM_CALIBRATE_PARAM_SEED), "tandem_calibrate_params_t");
       if (k & TANDEM_CALIBRATE_PARAM_BATCH) o.batch = params->batch;
       if (k & TANDEM_CALIBRATE_PARAM_WARMUP) o.warmup = params->warmup;
       if (k & TANDEM_CALIBRATE_PARAM_ITERS) o.iters = params->iters;
-      if (k & TANDEM_CALIBRATE_PARAM_OPTIMIZER) o.optimizer = checked(params->optimizer, "optimizer").config;
+      if (k & TANDEM_CALIBRATE_PARAM_OPTIMIZER) o.optimizer = checked(params->optimizer, fn, "optimizer").config;
       if (k & TANDEM_CALIBRATE_PARAM_MACHINE) {
         TANDEM_REQUIRE(params->machine != nullptr, "{}: machine flagged but NULL", fn);
         machine = params->machine;
@@ -162,7 +161,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     }
     o.validate();
     tandem::api::StateRef state;
-    if (comm != nullptr) state = tandem::api::live(fn, "comm", comm).state;
+    if (comm != nullptr) state = checked(comm, fn, "comm").state;
     const bool multi = comm != nullptr && state->comm->size() >= 2;
 
     auto h = std::make_unique<tandem_calibration>();
@@ -200,15 +199,15 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
 }
 
 TANDEM_API void tandem_calibration_destroy(tandem_calibration_t* calibration) TANDEM_NOEXCEPT {
-  if (calibration != nullptr && calibration->magic == tandem_calibration::kMagic) delete calibration;
+  tandem::api::destroy_handle(calibration);
 }
 
 TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* calibration,
                                                     tandem_calibration_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(calibration, "calibration");
+    const auto& h = checked(calibration, "tandem_calibration_query", "calibration");
     TANDEM_REQUIRE(attr != nullptr, "tandem_calibration_query: attr must be non-null");
-    check_mask(attr->field_mask, (TANDEM_CALIBRATION_ATTR_P2P << 1) - 1, "tandem_calibration_query");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_CALIBRATION_ATTR_P2P), "tandem_calibration_attr_t");
     const train::Calibration& c = h.cal;
     if (attr->field_mask & TANDEM_CALIBRATION_ATTR_SHAPE) {
       attr->batch = c.batch;
@@ -237,7 +236,7 @@ TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* 
                                                     const char** name, double* forward_s,
                                                     double* backward_s) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(calibration, "calibration");
+    const auto& h = checked(calibration, "tandem_calibration_layer", "calibration");
     TANDEM_REQUIRE(index < h.cal.layers.size(), "tandem_calibration_layer: index {} out of range (model has {} layers)",
                    index, h.cal.layers.size());
     const train::LayerTime& l = h.cal.layers[index];
@@ -250,17 +249,15 @@ TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* 
 TANDEM_API tandem_status_t tandem_calibration_json(const tandem_calibration_t* calibration, char* json,
                                                    size_t* json_bytes) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(calibration, "calibration");
-    TANDEM_REQUIRE(json_bytes != nullptr, "tandem_calibration_json: json_bytes must be non-null");
-    TANDEM_REQUIRE(json == nullptr || *json_bytes > 0, "tandem_calibration_json: json given with capacity 0");
-    tandem::api::copy_text_out(h.text, json, json_bytes);
+    const auto& h = checked(calibration, "tandem_calibration_json", "calibration");
+    tandem::api::copy_text_out(h.text, json, json_bytes, "tandem_calibration_json: json_bytes");
   });
 }
 
 TANDEM_API tandem_status_t tandem_calibration_write(const tandem_calibration_t* calibration,
                                                     const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(calibration, "calibration");
+    const auto& h = checked(calibration, "tandem_calibration_write", "calibration");
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_calibration_write: path must be a non-empty string");
     tandem::write_file_atomic(path, h.text + "\n", "calibration profile");
   });

@@ -46,9 +46,6 @@ double measure_reduce_bandwidth();
 // Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
 // back), timed on a bucket-sized buffer: {to, back}.
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);
-// Copies text into a caller's buffer (NUL-terminated, truncated to fit *bytes, which must be > 0 when dst is
-// given) and sets *bytes to the size needed including the NUL.
-void copy_text_out(const std::string& text, char* dst, size_t* bytes);
 // "host <name>, <CPU model>, <n> threads" (+ the emulated host and the CPU quota where there are some).
 std::string describe_machine(int threads);
 // What this process holds besides the model's tensors: its resident size (VmRSS) with the model's parameter,
@@ -57,9 +54,7 @@ std::string describe_machine(int threads);
 double runtime_rss_bytes(engine::nn::Model& model);
 }  // namespace tandem::api
 
-struct tandem_calibration {
-  static constexpr uint32_t kMagic = tandem::api::kCalibrationMagic;
-  uint32_t magic = kMagic;
+struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> {
   tandem::engine::train::Calibration cal;
   int32_t ranks = 1;
   double memory_bytes_per_s = 0;
@@ -68,5 +63,4 @@ struct tandem_calibration {
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured
   std::string machine;
   std::string text;  // the profile JSON, built once
-  ~tandem_calibration() { magic = 0; }
 };

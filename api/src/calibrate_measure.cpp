@@ -191,15 +191,6 @@ void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint
   p.latency_s = std::max(p.ping_s, p.allreduce_round_s);
 }
 
-void copy_text_out(const std::string& text, char* dst, size_t* bytes) {
-  if (dst != nullptr) {
-    const size_t n = std::min(text.size(), *bytes - 1);
-    std::memcpy(dst, text.data(), n);
-    dst[n] = '\0';
-  }
-  *bytes = text.size() + 1;
-}
-
 double measure_reduce_bandwidth() {
   constexpr size_t kElems = size_t{8} << 20;  // 32 MiB per buffer: past the caches, like a gradient bucket
   std::vector<float> dst(kElems, 1.0f), src(kElems, 1e-7f);

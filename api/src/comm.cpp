@@ -5,17 +5,13 @@
 #include <memory>
 
 #include "api/src/comm_handles.hpp"
+#include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "engine/comm/plan.hpp"
 
 namespace tandem::api {
 namespace {
 
-constexpr uint64_t kKnownCommParams = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_MASTER_ADDR |
-                                      TANDEM_COMM_PARAM_MASTER_PORT | TANDEM_COMM_PARAM_SECRET |
-                                      TANDEM_COMM_PARAM_TRANSPORT | TANDEM_COMM_PARAM_TIMEOUT_MS |
-                                      TANDEM_COMM_PARAM_ALLREDUCE_ALGO | TANDEM_COMM_PARAM_DETERMINISTIC;
-constexpr int kNumAlgos = 7;  // TANDEM_ALGO_AUTO .. TANDEM_ALGO_DETERMINISTIC
 
 std::string required_string(const char* what, const char* s) {
   TANDEM_REQUIRE(s != nullptr, "tandem_comm_create: params->{} is flagged in field_mask but NULL", what);
@@ -27,9 +23,7 @@ CreateParams to_create_params(const tandem_comm_params_t* p) {
   CreateParams out;
   if (p == nullptr) return out;
   const uint64_t m = p->field_mask;
-  TANDEM_CHECK((m & ~kKnownCommParams) == 0, Status::kUnsupported,
-               "tandem_comm_create: unknown field_mask bits 0x{:x} (this library knows 0x{:x})", m & ~kKnownCommParams,
-               kKnownCommParams);
+  check_field_mask(m, mask_through(TANDEM_COMM_PARAM_DETERMINISTIC), "tandem_comm_params_t");
   if (m & TANDEM_COMM_PARAM_SIZE) {
     TANDEM_REQUIRE(p->size >= 1, "tandem_comm_create: params->size {} must be >= 1", p->size);
     out.size = p->size;
@@ -53,11 +47,7 @@ CreateParams to_create_params(const tandem_comm_params_t* p) {
     out.timeout_ms = p->timeout_ms;
   }
   if (m & TANDEM_COMM_PARAM_ALLREDUCE_ALGO) {
-    const auto a = static_cast<int32_t>(p->allreduce_algo);
-    TANDEM_REQUIRE(a >= 0 && a < kNumAlgos,
-                   "tandem_comm_create: params->allreduce_algo {} is not a valid tandem_algo_t (expected 0..{})", a,
-                   kNumAlgos - 1);
-    out.allreduce_algorithm = static_cast<engine::comm::Algorithm>(a);
+    out.allreduce_algorithm = checked_enum(p->allreduce_algo, "tandem_comm_create: params->allreduce_algo");
   }
   if (m & TANDEM_COMM_PARAM_DETERMINISTIC) out.deterministic = p->deterministic != 0;
   return out;
@@ -69,7 +59,6 @@ tandem_comm* wrap(std::unique_ptr<engine::comm::Communicator> engine_comm, const
   h->state->env = env;
   h->state->transport_name = engine_comm->transport_name();
   h->state->comm = std::move(engine_comm);
-  register_handle(h.get());
   return h.release();
 }
 
@@ -83,7 +72,7 @@ extern "C" {
 TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tandem_comm_params_t* params,
                                               tandem_comm_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const ContextEnv& env = checked(ctx, "tandem_comm_create: context").env;
+    const ContextEnv& env = checked(ctx, "tandem_comm_create", "context").env;
     TANDEM_REQUIRE(out != nullptr, "tandem_comm_create: out is NULL");
     const ContextScope scope(env);
     const CreateParams p = to_create_params(params);
@@ -94,7 +83,7 @@ TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tande
 TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color, int32_t key,
                                              tandem_comm_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& c = live("tandem_comm_split", "comm", comm);
+    auto& c = checked(comm, "tandem_comm_split", "comm");
     TANDEM_REQUIRE(out != nullptr, "tandem_comm_split: out is NULL");
     auto sub = recording(*c.state, [&] { return c.state->comm->split(color, key); });
     *out = sub ? wrap(std::move(sub), c.state->env) : nullptr;
@@ -102,13 +91,12 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
 }
 
 TANDEM_API void tandem_comm_destroy(tandem_comm_t* comm) TANDEM_NOEXCEPT {
-  if (comm == nullptr || !unregister_handle(comm)) return;
-  delete comm;  // the engine communicator lives on while requests still reference it
+  destroy_handle(comm);  // the engine communicator lives on while requests still reference it
 }
 
 TANDEM_API tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int32_t* rank) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& c = live("tandem_comm_rank", "comm", comm);
+    auto& c = checked(comm, "tandem_comm_rank", "comm");
     TANDEM_REQUIRE(rank != nullptr, "tandem_comm_rank: rank is NULL");
     *rank = c.state->comm->rank();
   });
@@ -116,7 +104,7 @@ TANDEM_API tandem_status_t tandem_comm_rank(const tandem_comm_t* comm, int32_t* 
 
 TANDEM_API tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int32_t* size) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& c = live("tandem_comm_size", "comm", comm);
+    auto& c = checked(comm, "tandem_comm_size", "comm");
     TANDEM_REQUIRE(size != nullptr, "tandem_comm_size: size is NULL");
     *size = c.state->comm->size();
   });
@@ -124,7 +112,7 @@ TANDEM_API tandem_status_t tandem_comm_size(const tandem_comm_t* comm, int32_t* 
 
 TANDEM_API tandem_status_t tandem_comm_transport_name(const tandem_comm_t* comm, const char** name) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& c = live("tandem_comm_transport_name", "comm", comm);
+    auto& c = checked(comm, "tandem_comm_transport_name", "comm");
     TANDEM_REQUIRE(name != nullptr, "tandem_comm_transport_name: name is NULL");
     *name = c.state->transport_name.c_str();
   });
@@ -134,37 +122,32 @@ TANDEM_API tandem_status_t tandem_comm_allreduce_algo(const tandem_comm_t* comm,
                                                       tandem_algo_t* algo) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_allreduce_algo";
   return guarded([&] {
-    auto& c = live(fn, "comm", comm);
+    auto& c = checked(comm, fn, "comm");
     checked_bytes(fn, "count", count, 1, dtype);
     TANDEM_REQUIRE(algo != nullptr, "{}: algo is NULL", fn);
-    *algo = static_cast<tandem_algo_t>(
-        c.state->comm->allreduce_algorithm_for(count, static_cast<tandem::DType>(dtype)));
+    *algo = to_c(c.state->comm->allreduce_algorithm_for(count, from_c(dtype)));
   });
 }
 
 TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT {
-  const auto a = static_cast<int32_t>(algo);
-  return a >= 0 && a < kNumAlgos ? tandem::engine::comm::algorithm_name(static_cast<tandem::engine::comm::Algorithm>(a))
-                                 : "unknown";
+  return enum_valid(algo) ? tandem::engine::comm::algorithm_name(from_c(algo)) : "unknown";
 }
 
 TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,
                                                         char* message, size_t* message_bytes) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_get_async_status";
   return guarded([&] {
-    auto& c = live(fn, "comm", comm);
+    auto& c = checked(comm, fn, "comm");
     TANDEM_REQUIRE(status != nullptr, "{}: status is NULL", fn);
     TANDEM_REQUIRE(message == nullptr || message_bytes != nullptr, "{}: message is set but message_bytes is NULL",
                    fn);
     std::string text;
     const tandem::Status s = c.state->current(&text);
-    if (message != nullptr && *message_bytes > 0) {
-      const size_t n = std::min(text.size(), *message_bytes - 1);
-      std::memcpy(message, text.data(), n);
-      message[n] = '\0';
+    // message_bytes may be NULL when message is (checked above): then there is nothing to copy out.
+    if (message_bytes != nullptr) {
+      copy_text_out(text, message, message_bytes, "tandem_comm_get_async_status: message_bytes");
     }
-    if (message_bytes != nullptr) *message_bytes = text.size() + 1;
-    *status = static_cast<tandem_status_t>(s);
+    *status = to_c(s);
   });
 }
 
@@ -172,7 +155,7 @@ TANDEM_API tandem_status_t tandem_comm_get_failure(const tandem_comm_t* comm, in
                                                    int32_t* ranks, size_t* num_ranks) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_get_failure";
   return guarded([&] {
-    auto& c = live(fn, "comm", comm);
+    auto& c = checked(comm, fn, "comm");
     TANDEM_REQUIRE(origin != nullptr, "{}: origin is NULL", fn);
     TANDEM_REQUIRE(ranks == nullptr || num_ranks != nullptr, "{}: ranks is set but num_ranks is NULL", fn);
     const tandem::engine::comm::FailureStatus f = c.state->comm->failure_status();
@@ -188,7 +171,7 @@ TANDEM_API tandem_status_t tandem_comm_get_failure(const tandem_comm_t* comm, in
 
 TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* reason) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& c = live("tandem_comm_abort", "comm", comm);
+    auto& c = checked(comm, "tandem_comm_abort", "comm");
     const std::string why = reason != nullptr ? reason : "aborted by the application";
     c.state->record_failure(tandem::Status::kPeerFailure, "communicator aborted on this rank: " + why);
     c.state->comm->abort(why);

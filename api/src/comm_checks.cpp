@@ -1,11 +1,9 @@
-// Argument checks shared by the communicator shims, the live-handle registry, and the sticky
-// failure state of a communicator handle.
-#include <limits>
+// Argument checks shared by the communicator shims, and the sticky failure state of a communicator handle.
 #include <mutex>
-#include <unordered_set>
 
 #include "api/src/comm_handles.hpp"
-#include "engine/core/dtype.hpp"
+#include "api/src/enums.hpp"
+#include "engine/core/buffer_bytes.hpp"
 
 namespace tandem::api {
 
@@ -34,23 +32,18 @@ Status CommState::current(std::string* message_out) const {
   return Status::kOk;
 }
 
-size_t checked_bytes(const char* fn, const char* what, size_t count, size_t multiplier, tandem_dtype_t dtype) {
-  TANDEM_REQUIRE(dtype_valid(static_cast<int32_t>(dtype)),
-                 "{}: dtype {} is not a valid tandem_dtype_t (expected 0..{})", fn, static_cast<int32_t>(dtype),
-                 kNumDTypes - 1);
-  const size_t elem = dtype_size(static_cast<DType>(dtype));
-  constexpr size_t kMax = std::numeric_limits<size_t>::max();
-  TANDEM_REQUIRE(multiplier == 0 || count <= kMax / multiplier / elem,
-                 "{}: {} {} overflows size_t in bytes ({} x {}-byte elements{}); a negative count cast to "
-                 "size_t looks like this",
-                 fn, what, count, count, elem, multiplier > 1 ? fmt::format(" x {} ranks", multiplier) : "");
-  return count * multiplier * elem;
+size_t checked_bytes(const char* fn, const char* what, size_t count, size_t ranks, tandem_dtype_t dtype) {
+  return checked_buffer_bytes(fn, what, count, ranks, static_cast<int32_t>(dtype));
 }
 
 void check_op(const char* fn, tandem_op_t op) {
-  TANDEM_REQUIRE(reduce_op_valid(static_cast<int32_t>(op)),
-                 "{}: op {} is not a valid tandem_op_t (expected 0..{}: sum, avg, min, max, prod)", fn,
-                 static_cast<int32_t>(op), kNumReduceOps - 1);
+  if (enum_valid(op)) return;
+  std::string names;
+  for (const auto& r : CEnum<tandem_op_t>::kRows) {
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", reduce_op_name(r.e));
+  }
+  TANDEM_THROW(Status::kInvalidArgument, "{}: op {} is not a valid tandem_op_t (expected 0..{}: {})", fn,
+               static_cast<int32_t>(op), enum_count<tandem_op_t>() - 1, names);
 }
 
 void check_buffer(const char* fn, const char* what, const void* p, size_t bytes) {
@@ -69,37 +62,6 @@ void check_overlap(const char* fn, const void* send, size_t send_bytes, const vo
   const bool overlap = s < r + recv_bytes && r < s + send_bytes;
   TANDEM_REQUIRE(!overlap, "{}: send ({} bytes at {}) and recv ({} bytes at {}) overlap; the only in-place form is {}",
                  fn, send_bytes, send, recv_bytes, recv, in_place_rule);
-}
-
-// Live handles. A destroyed or foreign pointer is caught by lookup here before any field is read,
-// so the check holds even when the memory has been freed (and under AddressSanitizer).
-namespace {
-// Keyed by a library-private type so that the set's template code stays hidden in libtandem.so.
-struct HandleKey {
-  const void* p;
-  bool operator==(const HandleKey& o) const { return p == o.p; }
-};
-struct HandleKeyHash {
-  size_t operator()(const HandleKey& k) const { return std::hash<const void*>()(k.p); }
-};
-std::mutex g_live_mu;
-std::unordered_set<HandleKey, HandleKeyHash>& live_set() {
-  static std::unordered_set<HandleKey, HandleKeyHash> s;
-  return s;
-}
-}  // namespace
-
-void register_handle(const void* h) {
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  live_set().insert(HandleKey{h});
-}
-bool unregister_handle(const void* h) {
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  return live_set().erase(HandleKey{h}) == 1;
-}
-bool handle_live(const void* h) {
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  return live_set().count(HandleKey{h}) == 1;
 }
 
 }  // namespace tandem::api

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "api/src/comm_handles.hpp"
+#include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/log.hpp"
@@ -13,9 +14,6 @@ namespace tandem::api {
 namespace {
 
 using engine::comm::Work;
-
-DType to_dtype(tandem_dtype_t d) { return static_cast<DType>(d); }
-ReduceOp to_op(tandem_op_t o) { return static_cast<ReduceOp>(o); }
 
 // Starts an engine operation on a live communicator and wraps it in a request. `start` receives
 // the engine communicator and returns the Work.
@@ -62,7 +60,7 @@ void request_wait(tandem_request& r) {
 template <typename Start>
 tandem_status_t blocking(const char* fn, const char* op_name, tandem_comm_t* comm, Start&& start) {
   return guarded([&] {
-    auto& c = live(fn, "comm", comm);
+    auto& c = checked(comm, fn, "comm");
     auto req = start_request(op_name, c, start);
     request_wait(*req);
   });
@@ -73,10 +71,9 @@ template <typename Start>
 tandem_status_t nonblocking(const char* fn, const char* op_name, tandem_comm_t* comm, tandem_request_t** out,
                             Start&& start) {
   return guarded([&] {
-    auto& c = live(fn, "comm", comm);
+    auto& c = checked(comm, fn, "comm");
     TANDEM_REQUIRE(out != nullptr, "{}: req (the out-parameter) is NULL", fn);
     auto req = start_request(op_name, c, start);
-    register_handle(req.get());
     *out = req.release();
   });
 }
@@ -92,7 +89,7 @@ auto allreduce_start(const char* fn, tandem_comm& /*c*/, const void* send, void*
   check_buffer(fn, "recv", recv, bytes);
   check_overlap(fn, send, bytes, recv, bytes, send == recv, "send == recv");
   return [=](engine::comm::Communicator& e) {
-    return e.allreduce(send, recv, count, to_dtype(dtype), to_op(op));
+    return e.allreduce(send, recv, count, from_c(dtype), from_c(op));
   };
 }
 
@@ -108,7 +105,7 @@ auto reduce_scatter_start(const char* fn, tandem_comm& c, const void* send, void
   const bool in_place = send != nullptr && recv == static_cast<const unsigned char*>(send) + offset;
   check_overlap(fn, send, send_bytes, recv, recv_bytes, in_place, "recv == send + rank * count elements");
   return [=](engine::comm::Communicator& e) {
-    return e.reduce_scatter(send, recv, count, to_dtype(dtype), to_op(op));
+    return e.reduce_scatter(send, recv, count, from_c(dtype), from_c(op));
   };
 }
 
@@ -123,7 +120,7 @@ auto allgather_start(const char* fn, tandem_comm& c, const void* send, void* rec
   const bool in_place = recv != nullptr && send == static_cast<const unsigned char*>(recv) + offset;
   check_overlap(fn, send, send_bytes, recv, recv_bytes, in_place, "send == recv + rank * count elements");
   return [=](engine::comm::Communicator& e) {
-    return e.allgather(send, recv, count, to_dtype(dtype));
+    return e.allgather(send, recv, count, from_c(dtype));
   };
 }
 
@@ -132,7 +129,7 @@ auto broadcast_start(const char* fn, tandem_comm& c, void* buf, size_t count, ta
   check_buffer(fn, "buf", buf, bytes);
   check_rank_arg(fn, "root", root, comm_size(c));
   return [=](engine::comm::Communicator& e) {
-    return e.broadcast(buf, count, to_dtype(dtype), root);
+    return e.broadcast(buf, count, from_c(dtype), root);
   };
 }
 
@@ -146,7 +143,7 @@ auto reduce_start(const char* fn, tandem_comm& c, const void* send, void* recv, 
   if (is_root) check_buffer(fn, "recv (on the root)", recv, bytes);
   check_overlap(fn, send, bytes, recv, bytes, send == recv, "send == recv");
   return [=](engine::comm::Communicator& e) {
-    return e.reduce(send, recv, count, to_dtype(dtype), to_op(op), root);
+    return e.reduce(send, recv, count, from_c(dtype), from_c(op), root);
   };
 }
 
@@ -166,7 +163,7 @@ auto send_start(const char* fn, tandem_comm& c, const void* buf, size_t count, t
   p2p_check(fn, c, buf, count, dtype, peer);
   check_tag(fn, tag);
   return [=](engine::comm::Communicator& e) {
-    return e.send(buf, count, to_dtype(dtype), peer, tag);
+    return e.send(buf, count, from_c(dtype), peer, tag);
   };
 }
 
@@ -175,7 +172,7 @@ auto recv_start(const char* fn, tandem_comm& c, void* buf, size_t count, tandem_
   p2p_check(fn, c, buf, count, dtype, peer);
   check_tag(fn, tag);
   return [=](engine::comm::Communicator& e) {
-    return e.recv(buf, count, to_dtype(dtype), peer, tag);
+    return e.recv(buf, count, from_c(dtype), peer, tag);
   };
 }
 
@@ -308,18 +305,18 @@ TANDEM_API tandem_status_t tandem_comm_irecv(tandem_comm_t* comm, void* buf, siz
 
 TANDEM_API tandem_status_t tandem_request_test(tandem_request_t* req, int* done) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& r = live("tandem_request_test", "req", req);
+    auto& r = checked(req, "tandem_request_test", "req");
     TANDEM_REQUIRE(done != nullptr, "tandem_request_test: done is NULL");
     *done = request_test(r) ? 1 : 0;
   });
 }
 
 TANDEM_API tandem_status_t tandem_request_wait(tandem_request_t* req) TANDEM_NOEXCEPT {
-  return guarded([&] { request_wait(live("tandem_request_wait", "req", req)); });
+  return guarded([&] { request_wait(checked(req, "tandem_request_wait", "req")); });
 }
 
 TANDEM_API void tandem_request_destroy(tandem_request_t* req) TANDEM_NOEXCEPT {
-  if (req == nullptr || !unregister_handle(req)) return;
+  if (!is_live(req)) return;  // NULL, destroyed or foreign: a no-op
   std::unique_ptr<tandem_request> owned(req);
   if (owned->done || owned->status != tandem::Status::kOk) return;
   // Still in flight: the engine may be using the caller's buffers until it

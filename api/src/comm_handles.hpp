@@ -95,30 +95,25 @@ decltype(auto) recording(CommState& state, F&& body) {
 
 }  // namespace tandem::api
 
-struct tandem_comm {
-  static constexpr uint32_t kMagic = tandem::api::kCommMagic;
-  uint32_t magic = kMagic;
+struct tandem_comm : tandem::api::Handle<tandem::api::kCommMagic> {
   tandem::api::StateRef state;
-  ~tandem_comm() { magic = 0; }
 };
 
-struct tandem_request {
-  static constexpr uint32_t kMagic = tandem::api::kRequestMagic;
-  uint32_t magic = kMagic;
+struct tandem_request : tandem::api::Handle<tandem::api::kRequestMagic> {
   const char* op_name = "";  // static text, for messages
   tandem::api::StateRef state;
   std::unique_ptr<tandem::engine::comm::Work> work;
   bool done = false;
   tandem::Status status = tandem::Status::kOk;  // sticky failure of this operation
   std::string message;
-  ~tandem_request() { magic = 0; }
 };
 
 namespace tandem::api {
 
 // Argument checks shared by the collective shims; each throws kInvalidArgument naming `fn` and the
-// offending argument.
-size_t checked_bytes(const char* fn, const char* what, size_t count, size_t multiplier, tandem_dtype_t dtype);
+// offending argument. checked_bytes: count x ranks elements of dtype in bytes (tandem::checked_buffer_bytes, the
+// communicator's own check).
+size_t checked_bytes(const char* fn, const char* what, size_t count, size_t ranks, tandem_dtype_t dtype);
 void check_op(const char* fn, tandem_op_t op);
 void check_buffer(const char* fn, const char* what, const void* p, size_t bytes);
 void check_rank_arg(const char* fn, const char* what, int32_t r, int size);
@@ -126,19 +121,5 @@ void check_rank_arg(const char* fn, const char* what, int32_t r, int size);
 // which `in_place_rule` describes for the message).
 void check_overlap(const char* fn, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
                    bool in_place, const char* in_place_rule);
-
-// The set of live communicator and request handles (see comm_checks.cpp).
-void register_handle(const void* h);
-bool unregister_handle(const void* h);  // false when h was not live
-bool handle_live(const void* h);
-
-// A live handle of type H, or kInvalidArgument naming `fn` and `what`.
-template <typename H>
-H& live(const char* fn, const char* what, H* h) {
-  TANDEM_REQUIRE(h != nullptr, "{}: {} is NULL", fn, what);
-  TANDEM_REQUIRE(handle_live(h) && h->magic == H::kMagic, "{}: {} is not a live handle (already destroyed?)", fn,
-                 what);
-  return *h;
-}
 
 }  // namespace tandem::api

@@ -83,12 +83,10 @@ TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, cons
     TANDEM_CHECK(header_version / 10000 <= TANDEM_VERSION_MAJOR, tandem::Status::kUnsupported,
                  "tandem_context_create: header version {} is newer than library version {}", header_version,
                  TANDEM_VERSION);
-    constexpr uint64_t known = TANDEM_CONTEXT_PARAM_NUM_THREADS | TANDEM_CONTEXT_PARAM_LOG_SINK |
-                               TANDEM_CONTEXT_PARAM_LOG_LEVEL | TANDEM_CONTEXT_PARAM_SETTINGS;
     auto ctx = std::make_unique<tandem_context>();
     if (params != nullptr) {
-      TANDEM_CHECK((params->field_mask & ~known) == 0, tandem::Status::kUnsupported,
-                   "tandem_context_create: unknown field_mask bits 0x{:x}", params->field_mask & ~known);
+      tandem::api::check_field_mask(params->field_mask, tandem::api::mask_through(TANDEM_CONTEXT_PARAM_SETTINGS),
+                                    "tandem_context_params_t");
     }
     ctx->env.settings = tandem::api::resolve_settings(params);
     auto sinked = std::make_shared<tandem::api::SinkedLogger>();
@@ -119,6 +117,6 @@ TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, cons
   });
 }
 
-TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT { delete ctx; }
+TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT { tandem::api::destroy_handle(ctx); }
 
 }  // extern "C"

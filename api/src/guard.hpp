@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "api/src/enums.hpp"
 #include "engine/core/error.hpp"
 #include "tandem/tandem.h"
 
@@ -20,7 +21,7 @@ tandem_status_t guarded(F&& body) noexcept {
     return TANDEM_OK;
   } catch (const tandem::Error& e) {
     set_last_error(e.what());
-    return static_cast<tandem_status_t>(e.status());
+    return to_c(e.status());
   } catch (const std::bad_alloc&) {
     set_last_error("out of memory");
     return TANDEM_ERR_OUT_OF_MEMORY;

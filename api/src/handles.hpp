@@ -1,10 +1,11 @@
 #pragma once
-// The structs behind the opaque C handles. Each carries a magic word so a destroyed or foreign
-// pointer is caught (as far as memory still allows) instead of being used.
+// The context handle and what every handle keeps of its context. Every struct behind an opaque C handle derives
+// from Handle<kMagic> and is checked with checked() (boundary.hpp).
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "api/src/boundary.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/settings.hpp"
@@ -14,13 +15,6 @@ namespace tandem::api {
 const std::string& last_error() noexcept;
 
 constexpr uint32_t kContextMagic = 0x54434f4e;  // "TCON"
-
-template <typename H>
-H& checked(H* h, const char* what) {
-  TANDEM_REQUIRE(h != nullptr, "{} handle is null", what);
-  TANDEM_REQUIRE(h->magic == H::kMagic, "{} handle is invalid or already destroyed", what);
-  return *h;
-}
 
 // What a context gives the work done through it: its settings snapshot and its logger. Handles
 // keep a copy, so a call on them runs under their context's (ContextScope).
@@ -40,10 +34,7 @@ class ContextScope {
 };
 }  // namespace tandem::api
 
-struct tandem_context {
-  static constexpr uint32_t kMagic = tandem::api::kContextMagic;
-  uint32_t magic = kMagic;
+struct tandem_context : tandem::api::Handle<tandem::api::kContextMagic> {
   int32_t num_threads = 0;  // 0 = default
   tandem::api::ContextEnv env;
-  ~tandem_context() { magic = 0; }
 };

@@ -2,24 +2,22 @@
 // interface that lets every tandem_trainer_* call drive single-process and parallel trainers alike.
 #include <cstring>
 
+#include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/parallel_handles.hpp"
 #include "api/src/train_handles.hpp"
 
 using tandem::Status;
+using tandem::api::check_field_mask;
 using tandem::api::checked;
 using tandem::api::ContextScope;
 using tandem::api::guarded;
+using tandem::api::mask_through;
 namespace par = tandem::engine::parallel;
 namespace train = tandem::engine::train;
 
 static_assert(offsetof(tandem_parallel_params_t, field_mask) == 0);
 static_assert(offsetof(tandem_parallel_attr_t, field_mask) == 0);
-static_assert(static_cast<int>(TANDEM_SCHEDULE_GPIPE) == static_cast<int>(par::ScheduleKind::kGPipe) &&
-              static_cast<int>(TANDEM_SCHEDULE_1F1B) == static_cast<int>(par::ScheduleKind::kOneFOneB));
-static_assert(static_cast<int>(TANDEM_STRATEGY_HYBRID) == static_cast<int>(par::Strategy::kHybrid) &&
-              static_cast<int>(TANDEM_COMPRESSION_BF16) == static_cast<int>(par::GradCompression::kBF16) &&
-              static_cast<int>(TANDEM_PARTITION_MEASURED) == static_cast<int>(par::PartitionCost::kMeasured));
 
 namespace tandem::api {
 namespace {
@@ -55,20 +53,15 @@ class ParallelAdapter final : public Forwarding<par::ParallelTrainer> {
   std::string partition_;
 };
 
-void check_mask(uint64_t mask, uint64_t known, const char* what) {
-  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
-}
 
 par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   par::ParallelConfig c;
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_mask(m, (TANDEM_PARALLEL_PARAM_TRACE << 1) - 1, fn);
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_TRACE), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
-    TANDEM_REQUIRE(p->strategy >= TANDEM_STRATEGY_SINGLE && p->strategy <= TANDEM_STRATEGY_HYBRID,
-                   "{}: strategy {} is not a tandem_strategy_t", fn, static_cast<int>(p->strategy));
-    c.strategy = static_cast<par::Strategy>(p->strategy);
+    c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
   if (m & TANDEM_PARALLEL_PARAM_GRID) {
     c.dp = p->dp;
@@ -76,21 +69,15 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   }
   if (m & TANDEM_PARALLEL_PARAM_MICRO_BATCHES) c.micro_batches = p->micro_batches;
   if (m & TANDEM_PARALLEL_PARAM_SCHEDULE) {
-    TANDEM_REQUIRE(p->schedule == TANDEM_SCHEDULE_GPIPE || p->schedule == TANDEM_SCHEDULE_1F1B,
-                   "{}: schedule {} is not a tandem_schedule_t", fn, static_cast<int>(p->schedule));
-    c.schedule = static_cast<par::ScheduleKind>(p->schedule);
+    c.schedule = checked_enum(p->schedule, "tandem_trainer_create_parallel: parallel->schedule");
   }
   if (m & TANDEM_PARALLEL_PARAM_BUCKET_MB) c.bucket_mb = p->bucket_mb;
   if (m & TANDEM_PARALLEL_PARAM_COMPRESSION) {
-    TANDEM_REQUIRE(p->compression >= TANDEM_COMPRESSION_NONE && p->compression <= TANDEM_COMPRESSION_BF16,
-                   "{}: compression {} is not a tandem_compression_t", fn, static_cast<int>(p->compression));
-    c.compression = static_cast<par::GradCompression>(p->compression);
+    c.compression = checked_enum(p->compression, "tandem_trainer_create_parallel: parallel->compression");
   }
   if (m & TANDEM_PARALLEL_PARAM_ACCUMULATION) c.accumulation = p->accumulation;
   if (m & TANDEM_PARALLEL_PARAM_PARTITION) {
-    TANDEM_REQUIRE(p->partition == TANDEM_PARTITION_FLOPS || p->partition == TANDEM_PARTITION_MEASURED,
-                   "{}: partition {} is not a tandem_partition_t", fn, static_cast<int>(p->partition));
-    c.partition = static_cast<par::PartitionCost>(p->partition);
+    c.partition = checked_enum(p->partition, "tandem_trainer_create_parallel: parallel->partition");
   }
   if (m & TANDEM_PARALLEL_PARAM_BOUNDARIES) {
     TANDEM_REQUIRE(p->boundaries != nullptr || p->num_boundaries == 0, "{}: boundaries is NULL", fn);
@@ -118,25 +105,26 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
                                                           const tandem_parallel_params_t* parallel,
                                                           tandem_comm_t* comm, tandem_trainer_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    TANDEM_REQUIRE(out != nullptr, "tandem_trainer_create_parallel: out must be non-null");
+    constexpr const char* fn = "tandem_trainer_create_parallel";
+    TANDEM_REQUIRE(out != nullptr, "{}: out must be non-null", fn);
     par::ParallelConfig pc = tandem::api::to_config(parallel);
     tandem::api::StateRef state;
     tandem::engine::comm::Communicator* world = nullptr;
     if (comm != nullptr) {
-      auto& c = tandem::api::live("tandem_trainer_create_parallel", "comm", comm);
+      auto& c = checked(comm, fn, "comm");
       state = c.state;
       world = state->comm.get();
     }
     // The trainer settings are read and validated exactly as tandem_trainer_create does it.
     tandem_trainer_t* base = nullptr;
     const tandem_status_t st = tandem_trainer_create(model, train_set, test_set, optimizer, params, &base);
-    if (st != TANDEM_OK) throw tandem::Error(static_cast<Status>(st), tandem_last_error_message());
+    if (st != TANDEM_OK) throw tandem::Error(tandem::api::from_c(st), tandem_last_error_message());
     std::unique_ptr<tandem_trainer, void (*)(tandem_trainer*)> guard(base, tandem_trainer_destroy);
     const train::TrainerConfig config = base->trainer->config();
-    auto& mh = checked(model, "model");
+    auto& mh = checked(model, fn, "model");
     const ContextScope scope(mh.env);
-    auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, checked(train_set, "train dataset").data,
-                                                     test_set != nullptr ? &checked(test_set, "test dataset").data
+    auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, checked(train_set, fn, "train_set").data,
+                                                     test_set != nullptr ? &checked(test_set, fn, "test_set").data
                                                                          : nullptr,
                                                      config, pc, world);
     auto h = std::make_unique<tandem_trainer>();
@@ -151,10 +139,10 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
 TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* trainer,
                                                          tandem_parallel_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_parallel_query", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
-    tandem::api::check_mask(attr->field_mask, (TANDEM_PARALLEL_ATTR_SPLIT << 1) - 1, "tandem_trainer_parallel_query");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_SPLIT), "tandem_parallel_attr_t");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr,
                    "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
@@ -196,7 +184,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
 
 TANDEM_API tandem_status_t tandem_trainer_write_trace(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_write_trace", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_write_trace: path must be a non-empty string");
     par::ParallelTrainer* t = h.trainer->parallel();

@@ -1,13 +1,16 @@
 // C shims: optimizer configurations and trainers.
 #include <cmath>
 
+#include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/train_handles.hpp"
 
 using tandem::Status;
+using tandem::api::check_field_mask;
 using tandem::api::checked;
 using tandem::api::ContextScope;
 using tandem::api::guarded;
+using tandem::api::mask_through;
 namespace optim = tandem::engine::optim;
 namespace train = tandem::engine::train;
 
@@ -17,28 +20,21 @@ static_assert(offsetof(tandem_step_result_t, field_mask) == 0);
 static_assert(offsetof(tandem_epoch_result_t, field_mask) == 0);
 static_assert(sizeof(tandem_progress_t) == 48);
 
-namespace {
-void check_mask(uint64_t mask, uint64_t known, const char* what) {
-  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
-}
-}  // namespace
 
 extern "C" {
 
 TANDEM_API tandem_status_t tandem_optimizer_create(tandem_context_t* ctx, const tandem_optimizer_params_t* params,
                                                    tandem_optimizer_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    checked(ctx, "context");
+    checked(ctx, "tandem_optimizer_create", "context");
     TANDEM_REQUIRE(out != nullptr, "tandem_optimizer_create: out must be non-null");
     auto h = std::make_unique<tandem_optimizer>();
     if (params != nullptr) {
       const uint64_t m = params->field_mask;
-      check_mask(m, (TANDEM_OPTIMIZER_PARAM_CLIP_NORM << 1) - 1, "tandem_optimizer_create");
+      check_field_mask(m, mask_through(TANDEM_OPTIMIZER_PARAM_CLIP_NORM), "tandem_optimizer_params_t");
       optim::OptimizerConfig& c = h->config;
       if (m & TANDEM_OPTIMIZER_PARAM_KIND) {
-        TANDEM_REQUIRE(params->kind >= TANDEM_OPTIMIZER_SGD && params->kind <= TANDEM_OPTIMIZER_ADAMW,
-                       "tandem_optimizer_create: kind {} is not a tandem_optimizer_kind_t", static_cast<int>(params->kind));
-        c.kind = static_cast<optim::OptimizerKind>(params->kind);
+        c.kind = tandem::api::checked_enum(params->kind, "tandem_optimizer_create: params->kind");
       }
       if (m & TANDEM_OPTIMIZER_PARAM_LR) c.lr = params->lr;
       if (m & TANDEM_OPTIMIZER_PARAM_MOMENTUM) c.momentum = params->momentum;
@@ -67,7 +63,7 @@ TANDEM_API tandem_status_t tandem_optimizer_create(tandem_context_t* ctx, const 
 }
 
 TANDEM_API void tandem_optimizer_destroy(tandem_optimizer_t* optimizer) TANDEM_NOEXCEPT {
-  if (optimizer != nullptr && optimizer->magic == tandem_optimizer::kMagic) delete optimizer;
+  tandem::api::destroy_handle(optimizer);
 }
 
 TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const tandem_dataset_t* train_set,
@@ -75,11 +71,12 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
                                                  const tandem_trainer_params_t* params,
                                                  tandem_trainer_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& mh = checked(model, "model");
+    constexpr const char* fn = "tandem_trainer_create";
+    auto& mh = checked(model, fn, "model");
     const ContextScope scope(mh.env);
-    const auto& tr = checked(train_set, "train dataset");
-    const tandem_dataset* te = test_set != nullptr ? &checked(test_set, "test dataset") : nullptr;
-    const auto& oh = checked(optimizer, "optimizer");
+    const auto& tr = checked(train_set, fn, "train_set");
+    const tandem_dataset* te = test_set != nullptr ? &checked(test_set, fn, "test_set") : nullptr;
+    const auto& oh = checked(optimizer, fn, "optimizer");
     TANDEM_REQUIRE(out != nullptr, "tandem_trainer_create: out must be non-null");
     TANDEM_REQUIRE(mh.model != nullptr, "tandem_trainer_create: model '{}' was created with backend 'none'",
                    mh.spec.name);
@@ -90,7 +87,7 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
     auto h = std::make_unique<tandem_trainer>();
     if (params != nullptr) {
       const uint64_t m = params->field_mask;
-      check_mask(m, (TANDEM_TRAINER_PARAM_NORMALIZE << 1) - 1, "tandem_trainer_create");
+      check_field_mask(m, mask_through(TANDEM_TRAINER_PARAM_NORMALIZE), "tandem_trainer_params_t");
       if (m & TANDEM_TRAINER_PARAM_BATCH_SIZE) c.batch_size = params->batch_size;
       if (m & TANDEM_TRAINER_PARAM_EPOCHS) c.epochs = params->epochs;
       if (m & TANDEM_TRAINER_PARAM_SEED) c.seed = params->seed;
@@ -112,15 +109,15 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
 }
 
 TANDEM_API void tandem_trainer_destroy(tandem_trainer_t* trainer) TANDEM_NOEXCEPT {
-  if (trainer != nullptr && trainer->magic == tandem_trainer::kMagic) delete trainer;
+  tandem::api::destroy_handle(trainer);
 }
 
 TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer, tandem_step_result_t* result) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_step", "trainer");
     const ContextScope scope(h.model->env);
     if (result != nullptr) {
-      check_mask(result->field_mask, (TANDEM_STEP_RESULT_EPOCH_END << 1) - 1, "tandem_trainer_step");
+      check_field_mask(result->field_mask, mask_through(TANDEM_STEP_RESULT_EPOCH_END), "tandem_step_result_t");
     }
     const train::StepResult r = h.trainer->step();
     if (result == nullptr) return;
@@ -137,10 +134,10 @@ TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer, tandem
 TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
                                                 tandem_epoch_result_t* result) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_epoch", "trainer");
     const ContextScope scope(h.model->env);
     if (result != nullptr) {
-      check_mask(result->field_mask, (TANDEM_EPOCH_RESULT_TIME << 1) - 1, "tandem_trainer_epoch");
+      check_field_mask(result->field_mask, mask_through(TANDEM_EPOCH_RESULT_TIME), "tandem_epoch_result_t");
     }
     train::ProgressFn progress;
     if (h.progress != nullptr) {
@@ -173,9 +170,9 @@ TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, co
                                                    int64_t limit_batches, double* loss,
                                                    double* accuracy) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_evaluate", "trainer");
     const ContextScope scope(h.model->env);
-    const auto& d = checked(dataset, "dataset");
+    const auto& d = checked(dataset, "tandem_trainer_evaluate", "dataset");
     TANDEM_REQUIRE(limit_batches >= 0, "tandem_trainer_evaluate: limit_batches {} must be >= 0", limit_batches);
     const train::EvalResult r = h.trainer->evaluate(d.data, limit_batches);
     if (loss != nullptr) *loss = r.loss;
@@ -185,7 +182,7 @@ TANDEM_API tandem_status_t tandem_trainer_evaluate(tandem_trainer_t* trainer, co
 
 TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_save_checkpoint", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_save_checkpoint: path must be a non-empty string");
     h.trainer->save_checkpoint(path);
@@ -194,7 +191,7 @@ TANDEM_API tandem_status_t tandem_trainer_save_checkpoint(tandem_trainer_t* trai
 
 TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trainer, const char* path) TANDEM_NOEXCEPT {
   return guarded([&] {
-    auto& h = checked(trainer, "trainer");
+    auto& h = checked(trainer, "tandem_trainer_load_checkpoint", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(path != nullptr && *path != '\0', "tandem_trainer_load_checkpoint: path must be a non-empty string");
     h.trainer->load_checkpoint(path);
@@ -204,7 +201,7 @@ TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trai
 TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* trainer, int64_t* epochs,
                                                    int64_t* steps) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(trainer, "trainer");
+    const auto& h = checked(trainer, "tandem_trainer_progress", "trainer");
     const ContextScope scope(h.model->env);
     if (epochs != nullptr) *epochs = h.trainer->completed_epochs();
     if (steps != nullptr) *steps = h.trainer->global_step();

@@ -20,39 +20,27 @@ constexpr uint32_t kOptimizerMagic = 0x544f5054;  // "TOPT"
 constexpr uint32_t kTrainerMagic = 0x54545252;    // "TTRR"
 }  // namespace tandem::api
 
-struct tandem_model {
-  static constexpr uint32_t kMagic = tandem::api::kModelMagic;
-  uint32_t magic = kMagic;
+struct tandem_model : tandem::api::Handle<tandem::api::kModelMagic> {
   std::string backend_name;  // "none" when the model is a spec only
   tandem::engine::nn::ModelSpec spec;
   std::unique_ptr<tandem::engine::compute::Backend> backend;  // null for "none"
   std::unique_ptr<tandem::engine::nn::Model> model;           // null for "none"
   tandem::api::ContextEnv env;  // the creating context's settings and logger (ContextScope)
-  ~tandem_model() { magic = 0; }
 };
 
-struct tandem_dataset {
-  static constexpr uint32_t kMagic = tandem::api::kDatasetMagic;
-  uint32_t magic = kMagic;
+struct tandem_dataset : tandem::api::Handle<tandem::api::kDatasetMagic> {
   tandem::engine::data::Dataset data;
-  ~tandem_dataset() { magic = 0; }
 };
 
-struct tandem_optimizer {
-  static constexpr uint32_t kMagic = tandem::api::kOptimizerMagic;
-  uint32_t magic = kMagic;
+struct tandem_optimizer : tandem::api::Handle<tandem::api::kOptimizerMagic> {
   tandem::engine::optim::OptimizerConfig config;
   std::string schedule = "constant";
   double clip_norm = 0;
-  ~tandem_optimizer() { magic = 0; }
 };
 
-struct tandem_trainer {
-  static constexpr uint32_t kMagic = tandem::api::kTrainerMagic;
-  uint32_t magic = kMagic;
+struct tandem_trainer : tandem::api::Handle<tandem::api::kTrainerMagic> {
   tandem_model* model = nullptr;
   std::unique_ptr<tandem::api::AnyTrainer> trainer;  // single-process or parallel (parallel_handles.hpp)
   tandem_progress_fn progress = nullptr;
   void* progress_user_data = nullptr;
-  ~tandem_trainer() { magic = 0; }
 };

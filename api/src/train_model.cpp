@@ -7,9 +7,11 @@
 #include "engine/nn/zoo.hpp"
 
 using tandem::Status;
+using tandem::api::check_field_mask;
 using tandem::api::checked;
 using tandem::api::ContextScope;
 using tandem::api::guarded;
+using tandem::api::mask_through;
 namespace nn = tandem::engine::nn;
 namespace data = tandem::engine::data;
 
@@ -21,9 +23,6 @@ static_assert(sizeof(tandem_layer_attr_t) == 104);
 
 namespace {
 
-void check_mask(uint64_t mask, uint64_t known, const char* what) {
-  TANDEM_CHECK((mask & ~known) == 0, Status::kUnsupported, "{}: unknown field_mask bits 0x{:x}", what, mask & ~known);
-}
 
 std::string string_field(const char* s, const char* what) {
   TANDEM_REQUIRE(s != nullptr, "{} is NULL", what);
@@ -31,7 +30,7 @@ std::string string_field(const char* s, const char* what) {
 }
 
 const nn::Model& live_model(const tandem_model* m, const char* fn) {
-  const auto& h = checked(m, "model");
+  const auto& h = checked(m, fn, "model");
   TANDEM_REQUIRE(h.model != nullptr, "{}: model '{}' was created with backend 'none' (spec only)", fn, h.spec.name);
   return *h.model;
 }
@@ -43,11 +42,11 @@ extern "C" {
 TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tandem_model_params_t* params,
                                                tandem_model_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& context = checked(ctx, "context");
+    const auto& context = checked(ctx, "tandem_model_create", "context");
     const ContextScope scope(context.env);
     TANDEM_REQUIRE(params != nullptr && out != nullptr, "tandem_model_create: params and out must be non-null");
     const uint64_t m = params->field_mask;
-    check_mask(m, (TANDEM_MODEL_PARAM_INIT << 1) - 1, "tandem_model_create");
+    check_field_mask(m, mask_through(TANDEM_MODEL_PARAM_INIT), "tandem_model_params_t");
     const int sources = !!(m & TANDEM_MODEL_PARAM_NAME) + !!(m & TANDEM_MODEL_PARAM_SPEC_PATH) +
                         !!(m & TANDEM_MODEL_PARAM_SPEC_JSON);
     TANDEM_REQUIRE(sources == 1, "tandem_model_create: set exactly one of name, spec_path, spec_json (got {})", sources);
@@ -87,15 +86,15 @@ TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tand
 }
 
 TANDEM_API void tandem_model_destroy(tandem_model_t* model) TANDEM_NOEXCEPT {
-  if (model != nullptr && model->magic == tandem_model::kMagic) delete model;
+  tandem::api::destroy_handle(model);
 }
 
 TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tandem_model_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(model, "model");
+    const auto& h = checked(model, "tandem_model_query", "model");
     const ContextScope scope(h.env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_model_query: attr must be non-null");
-    check_mask(attr->field_mask, (TANDEM_MODEL_ATTR_HELD << 1) - 1, "tandem_model_query");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_MODEL_ATTR_HELD), "tandem_model_attr_t");
     const nn::ModelSpec& s = h.spec;
     if (attr->field_mask & TANDEM_MODEL_ATTR_NAME) {
       attr->name = s.name.c_str();
@@ -130,12 +129,12 @@ TANDEM_API tandem_status_t tandem_model_query(const tandem_model_t* model, tande
 TANDEM_API tandem_status_t tandem_model_layer_query(const tandem_model_t* model, size_t index,
                                                     tandem_layer_attr_t* attr) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const auto& h = checked(model, "model");
+    const auto& h = checked(model, "tandem_model_layer_query", "model");
     const ContextScope scope(h.env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_model_layer_query: attr must be non-null");
     TANDEM_REQUIRE(index < h.spec.layers.size(), "tandem_model_layer_query: index {} out of range (model '{}' has {} layers)",
                    index, h.spec.name, h.spec.layers.size());
-    check_mask(attr->field_mask, (TANDEM_LAYER_ATTR_COST << 1) - 1, "tandem_model_layer_query");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_LAYER_ATTR_COST), "tandem_layer_attr_t");
     const nn::LayerSpec& l = h.spec.layers[index];
     if (attr->field_mask & TANDEM_LAYER_ATTR_NAME) {
       attr->name = l.name.c_str();
@@ -214,10 +213,10 @@ TANDEM_API tandem_status_t tandem_model_forward(tandem_model_t* model, const flo
 TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const tandem_dataset_params_t* params,
                                                  tandem_dataset_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const ContextScope scope(checked(ctx, "context").env);
+    const ContextScope scope(checked(ctx, "tandem_dataset_create", "context").env);
     TANDEM_REQUIRE(params != nullptr && out != nullptr, "tandem_dataset_create: params and out must be non-null");
     const uint64_t m = params->field_mask;
-    check_mask(m, (TANDEM_DATASET_PARAM_SEED << 1) - 1, "tandem_dataset_create");
+    check_field_mask(m, mask_through(TANDEM_DATASET_PARAM_SEED), "tandem_dataset_params_t");
     const std::string kind = (m & TANDEM_DATASET_PARAM_KIND) ? string_field(params->kind, "tandem_dataset_create: kind")
                                                              : std::string("fashion-mnist");
     const bool train = !(m & TANDEM_DATASET_PARAM_TRAIN) || params->train != 0;
@@ -254,14 +253,14 @@ TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const ta
 }
 
 TANDEM_API void tandem_dataset_destroy(tandem_dataset_t* dataset) TANDEM_NOEXCEPT {
-  if (dataset != nullptr && dataset->magic == tandem_dataset::kMagic) delete dataset;
+  tandem::api::destroy_handle(dataset);
 }
 
 TANDEM_API tandem_status_t tandem_dataset_info(const tandem_dataset_t* dataset, int64_t* size, int64_t* channels,
                                                int64_t* height, int64_t* width,
                                                int64_t* num_classes) TANDEM_NOEXCEPT {
   return guarded([&] {
-    const data::Dataset& d = checked(dataset, "dataset").data;
+    const data::Dataset& d = checked(dataset, "tandem_dataset_info", "dataset").data;
     if (size != nullptr) *size = d.size();
     if (channels != nullptr) *channels = d.channels;
     if (height != nullptr) *height = d.height;
