@@ -46,6 +46,8 @@ struct LaunchOptions {
   std::string master_addr;
   std::string host_exec;
   int64_t grace_ms = 3000;
+  bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
+  std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
   std::vector<std::string> command;
 };
 
@@ -142,6 +144,7 @@ int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(statu
 struct Stream {
   int fd = -1;      // read end of the rank's pipe; -1 once closed
   int out_fd = 1;   // where prefixed lines go
+  bool own_fd = false;  // out_fd is a log file of this rank's (closed with the stream)
   std::string partial;
 };
 
@@ -236,6 +239,18 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env) {
   r.out.out_fd = 1;
   r.err.fd = err_pipe[0];
   r.err.out_fd = 2;
+  if (!o_.log_dir.empty()) {
+    for (auto [stream, ext] : {std::pair<Stream*, const char*>{&r.out, "out"}, {&r.err, "err"}}) {
+      const std::string path = o_.log_dir + "/rank-" + std::to_string(r.index) + "." + ext;
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        say("cannot write " + path + ": " + std::strerror(errno));
+      } else {
+        stream->out_fd = fd;
+        stream->own_fd = true;
+      }
+    }
+  }
   if (n == sizeof(exec_errno)) {
     say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno));
   }
@@ -244,10 +259,21 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env) {
 
 void Launcher::emit(const Rank& r, Stream& s, const char* data, size_t n) {
   // One write per line: lines of different ranks never interleave.
-  std::string line = "[rank " + std::to_string(r.index) + "] ";
-  line.append(data, n);
+  std::string line;
+  int fd = s.out_fd;
+  if (s.own_fd) {
+    line.assign(data, n);  // a rank's own log file: its lines as it wrote them
+  } else if (o_.json && &s == &r.out && n >= 2 && data[0] == '{' && data[n - 1] == '}') {
+    // a JSON object: the same object with the rank first, so stdout stays one JSON object per line
+    line = "{\"rank\":" + std::to_string(r.index) + (n == 2 ? "" : ",");
+    line.append(data + 1, n - 1);
+  } else {
+    if (o_.json) fd = 2;  // anything else keeps out of the JSON stream
+    line = "[rank " + std::to_string(r.index) + "] ";
+    line.append(data, n);
+  }
   line += '\n';
-  write_all(s.out_fd, line.data(), line.size());
+  write_all(fd, line.data(), line.size());
 }
 
 void Launcher::pump(Rank& r, Stream& s) {
@@ -259,6 +285,8 @@ void Launcher::pump(Rank& r, Stream& s) {
     s.partial.clear();
     ::close(s.fd);
     s.fd = -1;
+    if (s.own_fd) ::close(s.out_fd);
+    s.own_fd = false;
     return;
   }
   s.partial.append(buf, static_cast<size_t>(n));
@@ -492,6 +520,9 @@ tandem::cli::Registration reg{
                      "(e.g. 'tools/emu-cluster exec {rank} --')");
       sub.add_option("--grace-ms", o->grace_ms, "after SIGTERM, how long ranks get before SIGKILL (default 3000)")
           ->check(CLI::NonNegativeNumber);
+      sub.add_flag("--json", o->json, "stdout carries only the ranks' JSON lines, each with a \"rank\" field; other "
+                   "output goes to stderr");
+      sub.add_option("--log-dir", o->log_dir, "write each rank's stdout and stderr to DIR/rank-<i>.out/.err");
       // After `--` every word is the rank's command, option-looking ones included.
       sub.add_option("command", o->command, "PROGRAM ARGS... (after --)")->required();
       return [o] {
@@ -501,6 +532,10 @@ tandem::cli::Registration reg{
           return 2;
         }
         if (o->master_addr.empty()) o->master_addr = "127.0.0.1";
+        if (!o->log_dir.empty() && ::access(o->log_dir.c_str(), W_OK) != 0) {
+          say("--log-dir " + o->log_dir + ": not a writable directory (" + std::strerror(errno) + ")");
+          return 2;
+        }
         return Launcher(*o).run();
       };
     }};

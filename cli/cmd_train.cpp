@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
+#include <algorithm>
 #include <map>
 #include <vector>
 #include <memory>
@@ -271,8 +274,40 @@ std::string parallel_summary(tandem_trainer_t* t) {
       100 * a.bubble_fraction, 1e3 * a.comm_s, 1e3 * a.allreduce_s, 1e3 * a.data_s);
 }
 
+// The world size a launcher announced (tandem launch, torchrun, mpirun, srun), or 1.
+int launched_world() {
+  for (const char* v : {"TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') return std::max(1, std::atoi(s));
+  }
+  return 1;
+}
+
+// A file the run will write at its end: its directory must exist and be writable now, before any training.
+int check_output_path(const std::string& option, const std::string& path) {
+  if (path.empty()) return 0;
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::access(dir.c_str(), W_OK) != 0) {
+    std::fprintf(stderr, "tandem train: %s %s: cannot write there (%s: %s); nothing was trained\n", option.c_str(),
+                 path.c_str(), dir.c_str(), std::strerror(errno));
+    return 2;
+  }
+  return 0;
+}
+
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
+  if (const int rc = check_output_path("--checkpoint", o.checkpoint) + check_output_path("--trace", o.trace)) return rc;
+  const int world = launched_world();
+  if (!o.parallel && world > 1) {
+    std::fprintf(stderr, "tandem train: started as one of %d ranks with --strategy single: every rank would train the "
+                 "same model alone (and write the same checkpoint); give --strategy ddp, pipeline or hybrid\n", world);
+    return 2;
+  }
+  if (o.parallel && world == 1 && o.strategy != "single")
+    std::fprintf(stderr, "tandem train: warning: --strategy %s on a single rank (no launcher announced more); start "
+                 "ranks with `tandem launch -n N -- tandem train ...`\n", o.strategy.c_str());
   Handles h;
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
   if (const int threads = o.parallel ? parallel_threads(o.threads) : o.threads; threads > 0) {

@@ -1,8 +1,13 @@
 """The command line's answers to common mistakes (run by CTest with TANDEM_CLI set; standard library only): an
 unknown command, option, model or preset names the closest known one; `launch -np N` (mpirun's spelling) works;
-a rank command without `--` in front is told where to put it; ranks see torchrun's variables too."""
+a rank command without `--` in front is told where to put it; ranks see torchrun's variables too; `launch --json`
+is JSON and `--log-dir` keeps each rank's output apart; a training that would run N copies of itself, or write
+where it cannot, is refused before it trains."""
+import json
 import os
 import subprocess
+import tempfile
+import time
 import unittest
 
 CLI = os.environ.get("TANDEM_CLI", "tandem")
@@ -55,6 +60,47 @@ class Mistakes(unittest.TestCase):
         rc, out = tandem("launch", "-n", "2", "tandem", "train", "--strategy", "ddp")
         self.assertEqual(rc, 2, out)
         self.assertIn("put `--` before the rank's command", out)
+
+
+    def test_launch_json_is_one_object_per_line_with_its_rank(self):
+        p = subprocess.run([CLI, "launch", "-n", "2", "--json", "--", "sh", "-c",
+                            'echo "{\\"loss\\": 0.5}"; echo not json; echo "{}"'],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        objects = [json.loads(l) for l in p.stdout.splitlines()]
+        self.assertEqual(len(objects), 4, p.stdout)
+        self.assertEqual(sorted((o["rank"], o.get("loss", -1)) for o in objects), [(0, -1), (0, 0.5), (1, -1), (1, 0.5)])
+        self.assertIn("[rank 0] not json", p.stderr)
+
+    def test_launch_log_dir_keeps_each_ranks_output(self):
+        with tempfile.TemporaryDirectory() as d:
+            rc, out = tandem("launch", "-n", "2", "--log-dir", d, "--", "sh", "-c", 'echo out $RANK; echo err $RANK >&2')
+            self.assertEqual(rc, 0, out)
+            for r in (0, 1):
+                with open(os.path.join(d, "rank-%d.out" % r)) as f:
+                    self.assertEqual(f.read(), "out %d\n" % r)
+                with open(os.path.join(d, "rank-%d.err" % r)) as f:
+                    self.assertEqual(f.read(), "err %d\n" % r)
+        rc, out = tandem("launch", "-n", "2", "--log-dir", "/nonexistent/logs", "--", "true")
+        self.assertEqual(rc, 2)
+        self.assertIn("--log-dir /nonexistent/logs", out)
+
+    def test_training_copies_of_itself_under_a_launcher_is_refused(self):
+        t0 = time.monotonic()
+        rc, out = tandem("launch", "-n", "2", "--", CLI, "train", "--model", "lenet5", "--dataset", "synthetic",
+                         "--epochs", "1", "--limit-batches", "2")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("with --strategy single", out)
+        self.assertLess(time.monotonic() - t0, 30)
+
+    def test_an_output_path_that_cannot_be_written_is_refused_before_training(self):
+        for opt in ("--checkpoint", "--trace"):
+            extra = ["--strategy", "single"] if opt == "--trace" else []
+            rc, out = tandem("train", "--model", "lenet5", "--dataset", "synthetic", "--epochs", "1",
+                             "--limit-batches", "2", opt, "/nonexistent/dir/file", *extra)
+            self.assertEqual(rc, 2, out)
+            self.assertIn("%s /nonexistent/dir/file: cannot write there" % opt, out)
+            self.assertIn("nothing was trained", out)
 
 
 if __name__ == "__main__":
