@@ -44,6 +44,22 @@ class Cut(unittest.TestCase):
         self.assertIn("0,x,12", p.stdout)
 
 
+class CleanShutdown(unittest.TestCase):
+    """A job that ends well ends quietly: ranks closing their tcp transports at about the same time used to warn
+    'writing to rank N failed: Broken pipe' (a goodbye written to a peer that had already closed) in most runs."""
+
+    def test_no_warnings_when_four_tcp_ranks_finish(self):
+        ddp = ["train", "--model", "lenet5", "--dataset", "synthetic", "--strategy", "ddp", "--limit-batches", "2",
+               "--eval-limit-batches", "1", "--epochs", "1", "--threads", "1"]
+        env = dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1")
+        for _ in range(4):
+            p = subprocess.run([CLI, "launch", "-n", "4", "--transport", "tcp", "--", CLI] + ddp, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            self.assertNotIn("Broken pipe", p.stdout)
+            self.assertNotIn("[tandem warn]", p.stdout)
+
+
 class Predict(unittest.TestCase):
     """`--predict` times the trainer's own compiled job: with fp16 gradients on the wire the simulator predicts
     less communication than for the same job in f32 (it predicted the same before the job compiler)."""

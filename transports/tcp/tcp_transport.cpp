@@ -568,6 +568,13 @@ void Core::write_peer(int peer) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (draining_ && (errno == EPIPE || errno == ECONNRESET)) {
+        // We are closing and so did the peer, first: its goodbye is still unread in our socket. What was left to
+        // write is only our own goodbye, and nothing is lost -- no warning for a clean shutdown.
+        log::debug("tcp: rank {}: rank {} closed before our goodbye ({})", rank_, peer, errno_text(errno));
+        peer_gone(peer, PeerState::kClosed, fmt::format("rank {} closed its transport", peer));
+        return;
+      }
       peer_gone(peer, PeerState::kLost, fmt::format("writing to rank {} failed: {}", peer, errno_text(errno)));
       return;
     }
