@@ -59,6 +59,8 @@ int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
         world = static_cast<int64_t>(endpoints / given) * given;
       }
       break;
+    default:
+      TANDEM_THROW(Status::kUnsupported, "job: strategy {} is not simulated yet", engine::parallel::strategy_name(j.strategy));
   }
   TANDEM_REQUIRE(world >= 1, "job: dp {} x pp {} leaves no rank (the cluster has {} devices)", j.dp, j.pp, endpoints);
   TANDEM_REQUIRE(world <= endpoints, "job: dp {} x pp {} = {} ranks but the cluster has {} devices", j.dp, j.pp, world,

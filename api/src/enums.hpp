@@ -87,7 +87,14 @@ TANDEM_API_ENUM(tandem_strategy_t, engine::parallel::Strategy,                  
                 {TANDEM_STRATEGY_SINGLE, engine::parallel::Strategy::kSingle},                  //
                 {TANDEM_STRATEGY_DDP, engine::parallel::Strategy::kDdp},                        //
                 {TANDEM_STRATEGY_PIPELINE, engine::parallel::Strategy::kPipeline},              //
-                {TANDEM_STRATEGY_HYBRID, engine::parallel::Strategy::kHybrid});
+                {TANDEM_STRATEGY_HYBRID, engine::parallel::Strategy::kHybrid},                  //
+                {TANDEM_STRATEGY_PS, engine::parallel::Strategy::kPs},                          //
+                {TANDEM_STRATEGY_PS_ASYNC, engine::parallel::Strategy::kPsAsync},               //
+                {TANDEM_STRATEGY_SSP, engine::parallel::Strategy::kSsp},                        //
+                {TANDEM_STRATEGY_ASGD, engine::parallel::Strategy::kAsgd},                      //
+                {TANDEM_STRATEGY_EASGD, engine::parallel::Strategy::kEasgd},                    //
+                {TANDEM_STRATEGY_FEDAVG, engine::parallel::Strategy::kFedAvg},                  //
+                {TANDEM_STRATEGY_LOCALSGD, engine::parallel::Strategy::kLocalSgd});
 TANDEM_API_ENUM(tandem_schedule_t, engine::parallel::ScheduleKind,                              //
                 {TANDEM_SCHEDULE_GPIPE, engine::parallel::ScheduleKind::kGPipe},                //
                 {TANDEM_SCHEDULE_1F1B, engine::parallel::ScheduleKind::kOneFOneB});

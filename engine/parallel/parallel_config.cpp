@@ -14,8 +14,20 @@ const char* strategy_name(Strategy s) noexcept {
     case Strategy::kDdp: return "ddp";
     case Strategy::kPipeline: return "pipeline";
     case Strategy::kHybrid: return "hybrid";
+    case Strategy::kPs: return "ps";
+    case Strategy::kPsAsync: return "ps-async";
+    case Strategy::kSsp: return "ssp";
+    case Strategy::kAsgd: return "asgd";
+    case Strategy::kEasgd: return "easgd";
+    case Strategy::kFedAvg: return "fedavg";
+    case Strategy::kLocalSgd: return "localsgd";
   }
   return "?";
+}
+
+bool has_servers(Strategy s, bool easgd_async) noexcept {
+  return s == Strategy::kPs || s == Strategy::kPsAsync || s == Strategy::kSsp ||
+         (s == Strategy::kEasgd && easgd_async);
 }
 
 Strategy parse_strategy(std::string_view s) {
@@ -23,7 +35,16 @@ Strategy parse_strategy(std::string_view s) {
   if (s == "ddp" || s == "dp") return Strategy::kDdp;
   if (s == "pipeline" || s == "pp") return Strategy::kPipeline;
   if (s == "hybrid") return Strategy::kHybrid;
-  TANDEM_THROW(Status::kInvalidArgument, "unknown strategy \"{}\" (single, ddp, pipeline, hybrid)", s);
+  if (s == "ps") return Strategy::kPs;
+  if (s == "ps-async") return Strategy::kPsAsync;
+  if (s == "ssp") return Strategy::kSsp;
+  if (s == "asgd") return Strategy::kAsgd;
+  if (s == "easgd") return Strategy::kEasgd;
+  if (s == "fedavg") return Strategy::kFedAvg;
+  if (s == "localsgd" || s == "local-sgd") return Strategy::kLocalSgd;
+  TANDEM_THROW(Status::kInvalidArgument,
+               "unknown strategy \"{}\" (single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, localsgd)",
+               s);
 }
 
 const char* compression_name(GradCompression c) noexcept {
@@ -95,6 +116,43 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
                      "ranks try --dp {} --pp {})",
                      world, c.dp, c.pp, c.dp * c.pp, world, world / c.pp, c.pp);
       break;
+    case Strategy::kPs:
+    case Strategy::kPsAsync:
+    case Strategy::kSsp:
+    case Strategy::kAsgd:
+    case Strategy::kEasgd:
+    case Strategy::kFedAvg:
+    case Strategy::kLocalSgd: {
+      TANDEM_REQUIRE(c.pp <= 1, "strategy {} is data parallel only (got pp={})", name, c.pp);
+      const int servers = has_servers(c.strategy, c.easgd_async) ? c.servers : 0;
+      TANDEM_REQUIRE(servers >= 0, "--servers must be >= 1 (got {})", c.servers);
+      TANDEM_REQUIRE(!has_servers(c.strategy, c.easgd_async) || servers >= 1,
+                     "strategy {} needs at least one server (got --servers {})", name, c.servers);
+      TANDEM_REQUIRE(world - servers >= 1,
+                     "strategy {} with {} server(s) needs at least {} ranks (the world has {}: servers are the last "
+                     "ranks, the rest are workers)",
+                     name, servers, servers + 1, world);
+      TANDEM_REQUIRE(c.dp == 0 || c.dp == world - servers,
+                     "strategy {}: dp={} but {} ranks less {} server(s) leave {} workers", name, c.dp, world, servers,
+                     world - servers);
+      TANDEM_REQUIRE(c.staleness >= 0, "--staleness must be >= 0 (got {})", c.staleness);
+      TANDEM_REQUIRE(c.tau >= 1, "--tau must be >= 1 step (got {})", c.tau);
+      TANDEM_REQUIRE(std::isfinite(c.alpha) && c.alpha >= 0 && c.alpha < 1, "--alpha must be in [0, 1) (got {})",
+                     c.alpha);
+      TANDEM_REQUIRE(c.clients >= 0, "--clients must be >= 0 (got {})", c.clients);
+      TANDEM_REQUIRE(std::isfinite(c.dirichlet_alpha) && c.dirichlet_alpha >= 0,
+                     "--dirichlet-alpha must be >= 0 (0: IID; got {})", c.dirichlet_alpha);
+      TANDEM_REQUIRE(std::isfinite(c.client_fraction) && c.client_fraction > 0 && c.client_fraction <= 1,
+                     "--client-fraction must be in (0, 1] (got {})", c.client_fraction);
+      TANDEM_REQUIRE(c.local_epochs >= 1, "--local-epochs must be >= 1 (got {})", c.local_epochs);
+      TANDEM_REQUIRE(std::isfinite(c.round_deadline_s) && c.round_deadline_s >= 0,
+                     "--round-deadline-s must be >= 0 (0: the communicator's timeout; got {})", c.round_deadline_s);
+      TANDEM_REQUIRE(c.average_every >= 1, "--average-every must be >= 1 step (got {})", c.average_every);
+      TANDEM_REQUIRE(c.warmup_steps >= 0, "--warmup-steps must be >= 0 (got {})", c.warmup_steps);
+      c.dp = world - servers;
+      c.pp = 1;
+      break;
+    }
   }
   TANDEM_REQUIRE(c.pp <= num_layers, "{} pipeline stages but the model has only {} layers (strategy {}, pp={})", c.pp,
                  num_layers, name, c.pp);
@@ -125,8 +183,11 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
   g.rank = rank;
   g.dp = c.dp;
   g.pp = c.pp;
-  g.stage = rank % c.pp;
-  g.dp_rank = rank / c.pp;
+  g.servers = world - c.dp * c.pp;
+  g.server = rank >= c.dp * c.pp;
+  g.server_index = g.server ? rank - c.dp * c.pp : -1;
+  g.stage = g.server ? 0 : rank % c.pp;
+  g.dp_rank = g.server ? 0 : rank / c.pp;
   return g;
 }
 

@@ -15,9 +15,25 @@
 
 namespace tandem::engine::parallel {
 
-enum class Strategy : int32_t { kSingle = 0, kDdp = 1, kPipeline = 2, kHybrid = 3 };
-const char* strategy_name(Strategy s) noexcept;    // "single", "ddp", "pipeline", "hybrid"
+// The strategies of the papers' other half (issue #13) are data parallel only (pp = 1):
+//   kPs        parameter server, synchronous: a step waits for every worker's push (DDP's result)
+//   kPsAsync   parameter server, asynchronous: each push is applied as it arrives
+//   kSsp       parameter server, bounded staleness: a worker at most `staleness` clocks ahead of the slowest
+//   kAsgd      asynchronous SGD without servers
+//   kEasgd     elastic averaging SGD: local steps, an elastic exchange with a centre every `tau` steps
+//   kFedAvg    federated averaging: rounds of local epochs on sampled clients, weighted average
+//   kLocalSgd  local SGD (post-local SGD with warmup_steps > 0): parameters averaged every `average_every` steps
+// Server ranks (kPs, kPsAsync, kSsp; kEasgd with easgd_async) are the last `servers` ranks of the world:
+// workers are ranks [0, world - servers), so rank 0 is always a worker.
+enum class Strategy : int32_t {
+  kSingle = 0, kDdp = 1, kPipeline = 2, kHybrid = 3,
+  kPs = 4, kPsAsync = 5, kSsp = 6, kAsgd = 7, kEasgd = 8, kFedAvg = 9, kLocalSgd = 10,
+};
+// "single", "ddp", "pipeline", "hybrid", "ps", "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd"
+const char* strategy_name(Strategy s) noexcept;
 Strategy parse_strategy(std::string_view s);       // kInvalidArgument listing the valid names
+// Strategies whose ranks are split into servers and workers (with the config: easgd_async needs a server).
+bool has_servers(Strategy s, bool easgd_async = false) noexcept;
 
 // Gradients on the wire: f32, or halved to f16 / bf16 (converted before the all-reduce and back
 // after; the sum is taken in the compressed type).
@@ -44,11 +60,29 @@ struct ParallelConfig {
   PartitionCost partition = PartitionCost::kFlops;
   std::vector<int32_t> boundaries;  // explicit stage cut (S + 1 entries) instead of the partitioner
   bool trace = false;         // record spans for a Chrome trace
+
+  // ---- issue #13: parameter servers, asynchronous and averaging strategies (pp = 1) ----
+  int servers = 1;              // ps, ps-async, ssp, asynchronous easgd: server ranks (the last ones)
+  int staleness = 2;            // ssp: clocks a worker may run ahead of the slowest (0: synchronous)
+  int tau = 4;                  // easgd: local steps between elastic exchanges
+  double alpha = 0;             // easgd: moving rate; 0: 0.9 / workers (the paper's beta = 0.9)
+  bool easgd_async = false;     // easgd: asynchronous variant (centre on a server) instead of all-reduce rounds
+  int clients = 0;              // fedavg: virtual clients over all ranks; 0: one per rank
+  double dirichlet_alpha = 0;   // fedavg: label skew Dirichlet(alpha) of the clients' data; 0: IID
+  double client_fraction = 1.0; // fedavg: fraction of clients sampled per round, in (0, 1]
+  int local_epochs = 1;         // fedavg: epochs over its own data a sampled client runs per round
+  double round_deadline_s = 0;  // fedavg: a round closes after this long with whoever reported; 0: the
+                                // communicator's timeout (never an unbounded wait)
+  int average_every = 8;        // localsgd: H, steps between parameter averages
+  int warmup_steps = 0;         // localsgd: synchronous DDP steps first (post-local SGD)
 };
 
 struct Grid {
   int world = 1, rank = 0;
-  int dp = 1, pp = 1;
+  int dp = 1, pp = 1;           // strategies with servers: dp = workers = world - servers
+  int servers = 0;              // server ranks: the last `servers` of the world
+  bool server = false;          // this rank is a server (its stage and dp_rank are then 0)
+  int server_index = -1;        // rank - (world - servers) on a server
   int stage = 0;    // rank % pp
   int dp_rank = 0;  // rank / pp
   int rank_of(int dp_index, int stage_index) const noexcept { return dp_index * pp + stage_index; }

@@ -90,6 +90,8 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   // ---- 1. local checks (the same verdict on every rank) ----
+  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid), Status::kUnsupported,
+                      "strategy {} is not implemented yet", strategy_name(pc_.strategy));
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();

@@ -696,6 +696,14 @@ TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* train
  * trainer lives, the communicator must not be used by anything else. */
 typedef enum tandem_strategy {
   TANDEM_STRATEGY_SINGLE = 0, TANDEM_STRATEGY_DDP = 1, TANDEM_STRATEGY_PIPELINE = 2, TANDEM_STRATEGY_HYBRID = 3,
+  /* Data parallel only (pp = 1). Server ranks are the last `servers` ranks of the world. */
+  TANDEM_STRATEGY_PS = 4,        /* parameter server, synchronous (a step waits for every worker) */
+  TANDEM_STRATEGY_PS_ASYNC = 5,  /* parameter server, asynchronous (each push applied as it arrives) */
+  TANDEM_STRATEGY_SSP = 6,       /* parameter server, bounded staleness (`staleness` clocks) */
+  TANDEM_STRATEGY_ASGD = 7,      /* asynchronous SGD without servers */
+  TANDEM_STRATEGY_EASGD = 8,     /* elastic averaging SGD (every `tau` steps, moving rate `alpha`) */
+  TANDEM_STRATEGY_FEDAVG = 9,    /* federated averaging over (virtual) clients */
+  TANDEM_STRATEGY_LOCALSGD = 10, /* local SGD: parameters averaged every `average_every` steps */
   TANDEM_STRATEGY_FORCE_INT32_ = 0x7fffffff
 } tandem_strategy_t;
 typedef enum tandem_schedule {
