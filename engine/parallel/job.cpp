@@ -20,7 +20,8 @@ ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
   r.kind = cj.job.parallel.schedule;
   r.micro_batches = micro_batches;
   r.boundaries = cj.boundaries;
-  r.data_parallel = cj.dp() > 1;
+  // buckets: with data parallelism, and with servers even for one worker (its pushes are per bucket)
+  r.data_parallel = cj.dp() > 1 || has_servers(cj.job.parallel.strategy, cj.job.parallel.easgd_async);
   r.bucket_bytes = bucket_cap_bytes(cj.job.parallel);
   for (const nn::LayerSpec& l : cj.job.model.layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
   return r;
@@ -78,6 +79,51 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
     if (cj.compressed()) m.bucket_bytes += m.param_bytes / 2;
   }
   return m;
+}
+
+SyncProgram sync_program(const CompiledJob& cj) {
+  const ParallelConfig& c = cj.job.parallel;
+  SyncProgram p;
+  p.workers = cj.dp();
+  p.servers = cj.world - cj.dp() * cj.pp();
+  switch (c.strategy) {
+    case Strategy::kSingle:
+    case Strategy::kDdp:
+    case Strategy::kPipeline:
+    case Strategy::kHybrid: p.exchange = Exchange::kBucketAllreduce; break;
+    case Strategy::kPs: p.exchange = Exchange::kPushPull; p.staleness = 0; break;
+    case Strategy::kPsAsync: p.exchange = Exchange::kPushPull; p.staleness = -1; break;
+    case Strategy::kSsp: p.exchange = Exchange::kPushPull; p.staleness = c.staleness; break;
+    case Strategy::kAsgd: p.exchange = Exchange::kGossip; break;
+    case Strategy::kEasgd: p.exchange = Exchange::kElastic; p.period = c.tau; break;
+    case Strategy::kFedAvg: p.exchange = Exchange::kRound; break;
+    case Strategy::kLocalSgd:
+      p.exchange = Exchange::kParamAverage;
+      p.period = c.average_every;
+      p.warmup_steps = c.warmup_steps;
+      break;
+  }
+  if (p.servers > 0) {
+    const nn::ModelSpec& m = cj.job.model;
+    int64_t total = 0;
+    std::vector<int64_t> layer_offset;
+    for (const nn::LayerSpec& l : m.layers) {
+      layer_offset.push_back(total);
+      total += l.params;
+    }
+    layer_offset.push_back(total);
+    p.shards = shard_key_ranges(total, p.servers);
+    const StagePlan& sp = cj.pipeline.stage_plans.front();
+    for (size_t b = 0; b < sp.buckets.size(); ++b) {
+      const int64_t lo = layer_offset[static_cast<size_t>(sp.buckets[b].first_layer)];
+      const int64_t hi = layer_offset[static_cast<size_t>(sp.buckets[b].end_layer)];
+      for (const KeyRange& r : p.shards) {
+        const int64_t x = std::max(lo, r.begin), y = std::min(hi, r.end);
+        if (x < y) p.pieces.push_back({static_cast<int32_t>(b), r.server, x, y});
+      }
+    }
+  }
+  return p;
 }
 
 }  // namespace
@@ -162,7 +208,33 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
     cj.stages.push_back(std::move(prog));
     if (s + 1 < cj.pp()) cj.boundary_bytes_per_sample.push_back(crossing_bytes(j.model, sp.end_layer));
   }
+  cj.sync = sync_program(cj);
   return cj;
+}
+
+const char* exchange_name(Exchange e) noexcept {
+  switch (e) {
+    case Exchange::kBucketAllreduce: return "bucket-allreduce";
+    case Exchange::kPushPull: return "push-pull";
+    case Exchange::kParamAverage: return "param-average";
+    case Exchange::kElastic: return "elastic";
+    case Exchange::kGossip: return "gossip";
+    case Exchange::kRound: return "round";
+  }
+  return "?";
+}
+
+std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers) {
+  TANDEM_REQUIRE(servers >= 1 && total >= 0, "cannot cut {} parameters over {} servers", total, servers);
+  std::vector<KeyRange> r;
+  const int64_t base = total / servers, extra = total % servers;
+  int64_t at = 0;
+  for (int32_t s = 0; s < servers; ++s) {
+    const int64_t n = base + (s < extra ? 1 : 0);
+    r.push_back({s, at, at + n});
+    at += n;
+  }
+  return r;
 }
 
 std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
@@ -185,6 +257,17 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("compression", compression_name(a.job.parallel.compression), compression_name(b.job.parallel.compression)));
   first(differ("optimizer state bytes", optimizer_state_bytes_per_param(a.job.optimizer),
                optimizer_state_bytes_per_param(b.job.optimizer)));
+  first(differ("exchange", exchange_name(a.sync.exchange), exchange_name(b.sync.exchange)));
+  first(differ("workers", a.sync.workers, b.sync.workers));
+  first(differ("servers", a.sync.servers, b.sync.servers));
+  first(differ("exchange period", a.sync.period, b.sync.period));
+  first(differ("staleness", a.sync.staleness, b.sync.staleness));
+  first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));
+  for (size_t k = 0; k < a.sync.pieces.size() && k < b.sync.pieces.size() && d.empty(); ++k) {
+    const BucketPiece &x = a.sync.pieces[k], &y = b.sync.pieces[k];
+    first(differ(fmt::format("bucket piece {}", k).c_str(), fmt::format("b{} s{} [{}, {})", x.bucket, x.server, x.begin, x.end),
+                 fmt::format("b{} s{} [{}, {})", y.bucket, y.server, y.begin, y.end)));
+  }
   if (!d.empty() || a.stages.size() != b.stages.size()) return d.empty() ? "stage count differs" : d;
   for (size_t s = 0; s < a.stages.size() && d.empty(); ++s) {
     const StageProgram &x = a.stages[s], &y = b.stages[s];

@@ -57,6 +57,51 @@ struct StageProgram {
   StageMemory memory;
 };
 
+// The step program of the strategies of issue #13, beside (or instead of) DDP's per-step bucket all-reduces:
+// what a data-parallel worker exchanges, with whom, and how often. The trainer executes it; the simulator
+// times it. Filled by compile_job from the strategy and its config fields.
+enum class Exchange : int32_t {
+  kBucketAllreduce = 0,  // single, ddp, pipeline, hybrid: every step, each bucket all-reduced (bucket_allreduces)
+  kPushPull = 1,         // ps, ps-async, ssp: every step, each bucket's pieces pushed to their servers, the
+                         // updated parameters of the same pieces pulled back (the optimizer runs on the servers)
+  kParamAverage = 2,     // localsgd: local optimizer steps; parameters averaged (all-reduce) every `period` steps,
+                         // after `warmup_steps` steps of kBucketAllreduce
+  kElastic = 3,          // easgd: local optimizer steps; an elastic exchange with the centre every `period` steps
+                         // (all-reduce among the workers, or push/pull with the servers when easgd_async)
+  kGossip = 4,           // asgd: local optimizer steps; parameters exchanged with peers without a global barrier
+  kRound = 5,            // fedavg: a round = sampled clients' local epochs, then a sample-weighted average
+};
+const char* exchange_name(Exchange e) noexcept;  // "bucket-allreduce", "push-pull", ...
+
+// Elements [begin, end) of the model's flat f32 parameter vector (nn::Model::param_offset order).
+struct KeyRange {
+  int32_t server = 0;
+  int64_t begin = 0, end = 0;
+  int64_t size() const noexcept { return end - begin; }
+};
+// The part of gradient bucket `bucket` that server `server` holds: what one push (and one pull) carries.
+struct BucketPiece {
+  int32_t bucket = 0, server = 0;
+  int64_t begin = 0, end = 0;
+};
+
+struct SyncProgram {
+  Exchange exchange = Exchange::kBucketAllreduce;
+  int32_t workers = 1;            // data-parallel ranks: [0, workers)
+  int32_t servers = 0;            // server ranks: [workers, workers + servers)
+  int32_t period = 1;             // steps between exchanges (easgd: tau; localsgd: H); 1: every step
+  int32_t warmup_steps = 0;       // localsgd: synchronous steps first
+  int32_t staleness = -1;         // ps: 0; ssp: the bound; ps-async: -1 (none)
+  // Servers: the flat parameter vector cut into one contiguous key range per server, balanced by size
+  // (they differ by at most one element; a large tensor is split between servers), and each bucket cut
+  // along those ranges, bucket by bucket in the order backward completes them.
+  std::vector<KeyRange> shards;
+  std::vector<BucketPiece> pieces;
+};
+
+// Balanced key ranges: [0, total) cut into `servers` contiguous ranges whose sizes differ by at most one.
+std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers);
+
 // Per-layer cost for a measured cut (PartitionCost::kMeasured): forward + backward of one micro-batch,
 // any unit. The trainer measures it on rank 0; the simulator takes it from its compute model.
 using LayerCostFn = std::function<std::vector<double>()>;
@@ -72,8 +117,10 @@ class CompiledJob {
   PipelinePlan pipeline;            // a full step, every stage
   std::vector<StageProgram> stages;
   std::vector<double> boundary_bytes_per_sample;  // [s]: bytes crossing from stage s to s + 1 (and gradients back)
+  SyncProgram sync;                 // the strategy's exchanges (issue #13); kBucketAllreduce for ddp/pipeline/hybrid
 
-  int32_t dp() const noexcept { return job.parallel.dp; }
+  int32_t dp() const noexcept { return job.parallel.dp; }     // workers
+  int32_t servers() const noexcept { return sync.servers; }
   int32_t pp() const noexcept { return job.parallel.pp; }
   bool compressed() const noexcept { return job.parallel.compression != GradCompression::kNone; }
   Grid grid(int rank) const;
