@@ -6,6 +6,11 @@ venv="$TANDEM_WHEEL_VENV"
 rm -rf "$venv"
 "$TANDEM_PYTHON" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.9" pytest numpy
+# build/wheel configured by another compiler (see CMakeLists.txt: ccache needs this build's) starts afresh
+cache="$TANDEM_SOURCE_DIR/build/wheel/CMakeCache.txt"
+if [ -n "${CXX:-}" ] && [ -f "$cache" ] && ! grep -qx "CMAKE_CXX_COMPILER:FILEPATH=$CXX" "$cache"; then
+  rm -rf "$TANDEM_SOURCE_DIR/build/wheel"
+fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "$TANDEM_SOURCE_DIR"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
