@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run(cmd, env=None, check=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", timeout=240,
                        env=dict(os.environ, **(env or {})))
     if check and p.returncode != 0:
         raise AssertionError("%s failed (%d):\n%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:]))

@@ -37,6 +37,15 @@ class Mistakes(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("did you mean '--strategy'?", out)
 
+    def test_a_nested_command_checks_its_own_options(self):
+        # `bench allreduce`'s options belong to allreduce, not to bench (they were refused as unknown)
+        rc, out = tandem("bench", "allreduce", "-n", "2", "--sizes", "4K", "--iters", "1", "--transport", "tcp", timeout=120)
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("unknown option", out)
+        rc, out = tandem("bench", "allreduce", "--sizs", "4K")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("tandem bench allreduce: unknown option '--sizs' (did you mean '--sizes'?)", out)
+
     def test_unknown_model_and_preset_name_the_closest(self):
         rc, out = tandem("simulate", "--cluster", "t2.mikro:2")
         self.assertNotEqual(rc, 0)
