@@ -13,9 +13,10 @@ BASE = ["train", "--model", "mlp", "--dataset", "synthetic", "--batch", "16", "-
         "--epochs", "3", "--threads", "1", "--json"]
 
 
-def launch(n, extra, timeout=180):
+def launch(n, extra, timeout=180, epochs=3):
     env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
-    p = subprocess.run([CLI, "launch", "-n", str(n), "--", CLI] + BASE + extra, env=env, stdout=subprocess.PIPE,
+    base = [str(epochs) if i > 0 and BASE[i - 1] == "--epochs" else a for i, a in enumerate(BASE)]
+    p = subprocess.run([CLI, "launch", "-n", str(n), "--", CLI] + base + extra, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=timeout, text=True)
     epochs = [json.loads(l.split("] ", 1)[1]) for l in p.stdout.splitlines() if "] {" in l]
     return p.returncode, p.stdout, epochs
@@ -49,15 +50,15 @@ class Strategies(unittest.TestCase):
             ck = os.path.join(d, "easgd.ckpt")
             rc, out, _ = launch(2, ["--strategy", "easgd", "--tau", "2", "--checkpoint", ck])
             self.assertEqual(rc, 0, out)
-            extra = ["--strategy", "easgd", "--tau", "2", "--resume", ck]
-            rc, out, epochs = launch(2, extra[:4] + ["--epochs", "4"] + extra[4:])
+            rc, out, epochs = launch(2, ["--strategy", "easgd", "--tau", "2", "--resume", ck], epochs=4)
             self.assertEqual(rc, 0, out)
             self.assertEqual([e["epoch"] for e in epochs], [4], out)
 
-    def test_bad_value_is_refused_naming_the_flag(self):
+    def test_bad_value_is_refused_on_every_rank_naming_the_field(self):
         rc, out, _ = launch(2, ["--strategy", "localsgd", "--average-every", "0"])
         self.assertNotEqual(rc, 0, out)
-        self.assertIn("--average-every must be >= 1", out)
+        for rank in (0, 1):
+            self.assertRegex(out, r"\[rank %d\] .*average_every must be >= 1" % rank)
 
 
 if __name__ == "__main__":
