@@ -154,6 +154,35 @@ BOOST_AUTO_TEST_CASE(elastic_update_matches_the_closed_form) {
   BOOST_TEST((got[0] != start[0]), "the elastic force moved the worker");
 }
 
+BOOST_AUTO_TEST_CASE(evaluation_scores_the_centre_and_leaves_the_workers_alone) {
+  par::ParallelConfig p = strategy(par::Strategy::kEasgd);
+  p.tau = 2;
+  const train::TrainerConfig cfg = sgd_config(8);
+  std::vector<float> centre, own_before, own_after;
+  double loss = 0;
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(mlp(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    for (int s = 0; s < 3; ++s) t.step();  // the last step was local: workers and centre differ
+    const std::vector<float> before = host_params(m);
+    const double l = t.evaluate(train_set()).loss;
+    if (r != 0) return;
+    own_before = before;
+    own_after = host_params(m);
+    centre = *par::easgd_centre(t.step_sync());
+    loss = l;
+  }));
+  BOOST_TEST((own_after == own_before), "the worker's own parameters are back after evaluation");
+  BOOST_TEST((std::vector<float>(centre.begin(), centre.begin() + static_cast<std::ptrdiff_t>(own_before.size())) != own_before));
+  // One process scoring the centre gets the same loss.
+  auto be = one_thread_backend();
+  nn::Model m(mlp(), *be, 0);
+  be->copy(Tensor::wrap(centre.data(), m.params().shape(), DType::kF32), m.params());
+  train::Trainer single(m, train_set(), nullptr, cfg);
+  BOOST_TEST(std::fabs(single.evaluate(train_set()).loss - loss) < 1e-6);
+}
+
 BOOST_AUTO_TEST_CASE(default_alpha_is_0_9_over_the_workers) {
   BOOST_TEST(par::easgd_alpha(0, 3) == 0.3);
   BOOST_TEST(par::easgd_alpha(0.25, 3) == 0.25);
