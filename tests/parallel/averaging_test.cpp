@@ -22,6 +22,7 @@
 using namespace tandem;
 using namespace tandem::testing;
 namespace bdata = boost::unit_test::data;
+BOOST_TEST_DONT_PRINT_LOG_VALUE(tandem::engine::parallel::Strategy)
 
 namespace {
 
@@ -275,6 +276,43 @@ BOOST_DATA_TEST_CASE(asgd_converges_on_a_convex_problem, bdata::make({2, 3}), wo
   BOOST_TEST(after[0] == after[workers - 1]);  // evaluation is of the workers' mean, the same everywhere
   // Gossip keeps the workers close to one another.
   BOOST_TEST(rel_diff(params[0], params[1]) < 0.2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(averaging_checkpoints)
+
+BOOST_DATA_TEST_CASE(resume_continues_exactly,
+                     bdata::make({par::Strategy::kLocalSgd, par::Strategy::kAsgd, par::Strategy::kFedAvg}), s) {
+  // Three steps (FedAvg: rounds), a checkpoint, three more -- against a fresh trainer (another initialisation) that
+  // loads the checkpoint and runs the last three: every worker ends bit-identical.
+  const std::string path = temp_path(fmt::format("resume_{}.ckpt", par::strategy_name(s)));
+  par::ParallelConfig p = strategy(s);
+  p.average_every = 2;
+  p.clients = 5;
+  p.client_fraction = 0.6;
+  p.dirichlet_alpha = 1.0;
+  const train::TrainerConfig cfg = sgd_config(8, 4);
+  std::vector<std::vector<float>> straight(3), resumed(3);
+  require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    {
+      nn::Model m(mlp(), *be, 3);
+      par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+      for (int k = 0; k < 3; ++k) t.step();
+      t.save_checkpoint(path);
+      for (int k = 0; k < 3; ++k) t.step();
+      straight[static_cast<size_t>(r)] = host_params(m);
+    }
+    nn::Model m(mlp(), *be, 99);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    t.load_checkpoint(path);
+    for (int k = 0; k < 3; ++k) t.step();
+    resumed[static_cast<size_t>(r)] = host_params(m);
+  }));
+  for (int r = 0; r < 3; ++r)
+    BOOST_TEST((resumed[static_cast<size_t>(r)] == straight[static_cast<size_t>(r)]), par::strategy_name(s) << " worker " << r);
+  std::filesystem::remove(path);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
