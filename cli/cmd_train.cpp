@@ -23,6 +23,7 @@
 
 #include "cli/command.hpp"
 #include "cli/cut.hpp"
+#include "cli/enums.hpp"
 #include "cli/predict.hpp"
 #include "tandem/tandem.h"
 
@@ -66,6 +67,10 @@ struct TrainOptions {
   std::string cut;                  // --cut: explicit pipeline cut, pp + 1 layer indices
   std::vector<int32_t> cut_layers;  // parsed --cut (the params point into it)
   std::string trace;
+  // The parameter-server and averaging strategies (issue #13); defaults as tandem_parallel_params_t's.
+  int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
+  double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
+  bool easgd_async = false;
 };
 
 // Releases every handle on scope exit.
@@ -166,16 +171,13 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   pp.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_GRID | TANDEM_PARALLEL_PARAM_MICRO_BATCHES |
                   TANDEM_PARALLEL_PARAM_SCHEDULE | TANDEM_PARALLEL_PARAM_BUCKET_MB | TANDEM_PARALLEL_PARAM_COMPRESSION |
                   TANDEM_PARALLEL_PARAM_ACCUMULATION | TANDEM_PARALLEL_PARAM_PARTITION | TANDEM_PARALLEL_PARAM_TRACE;
-  const std::map<std::string, tandem_strategy_t> strategies{{"single", TANDEM_STRATEGY_SINGLE},
-                                                           {"ddp", TANDEM_STRATEGY_DDP},
-                                                           {"pipeline", TANDEM_STRATEGY_PIPELINE},
-                                                           {"hybrid", TANDEM_STRATEGY_HYBRID}};
-  const auto s = strategies.find(o.strategy);
-  if (s == strategies.end()) {
-    std::fprintf(stderr, "tandem: --strategy '%s' is not single, ddp, pipeline or hybrid\n", o.strategy.c_str());
+  const auto s = cli::strategy_names().find(o.strategy);
+  if (s == cli::strategy_names().end()) {
+    std::fprintf(stderr, "tandem: --strategy '%s' is not single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, "
+                 "easgd, fedavg or localsgd\n", o.strategy.c_str());
     return 2;
   }
-  pp.strategy = s->second;
+  pp.strategy = static_cast<tandem_strategy_t>(s->second);
   pp.dp = o.dp;
   pp.pp = o.pp;
   pp.micro_batches = o.microbatches;
@@ -191,6 +193,20 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
     pp.num_boundaries = o.cut_layers.size();
   }
   pp.trace = o.trace.empty() ? 0 : 1;
+  pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS | TANDEM_PARALLEL_PARAM_EASGD |
+                   TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
+  pp.servers = o.servers;
+  pp.staleness = o.staleness;
+  pp.tau = o.tau;
+  pp.alpha = o.alpha;
+  pp.easgd_async = o.easgd_async ? 1 : 0;
+  pp.clients = o.clients;
+  pp.dirichlet_alpha = o.dirichlet_alpha;
+  pp.client_fraction = o.client_fraction;
+  pp.local_epochs = o.local_epochs;
+  pp.round_deadline_s = o.round_deadline_s;
+  pp.average_every = o.average_every;
+  pp.warmup_steps = o.warmup_steps;
   if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
   tandem_comm_rank(h.comm, &h.rank);
   if (tandem_trainer_create_parallel(h.model, h.train, h.test, h.opt, &tp, &pp, h.comm, &h.trainer) != TANDEM_OK) {
@@ -493,8 +509,10 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   // Parallel training: run under `tandem launch -n N`, mpirun or srun; rank 0 prints for the job.
   const char* par = "Parallel (under tandem launch, mpirun or srun)";
   std::vector<CLI::Option*> popts{
-      app.add_option("--strategy", o->strategy, "single, ddp, pipeline or hybrid (DP x PP)")->group(par)
-          ->check(CLI::IsMember({"single", "ddp", "pipeline", "hybrid"})),
+      app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid (DP x PP), ps (parameter server), "
+                     "ps-async, ssp (bounded staleness), asgd (gossip), easgd, fedavg or localsgd")->group(par)
+          ->check(CLI::IsMember({"single", "ddp", "pipeline", "hybrid", "ps", "ps-async", "ssp", "asgd", "easgd",
+                                 "fedavg", "localsgd"})),
       app.add_option("--dp", o->dp, "data-parallel replicas (default: derived from the world size)")->group(par),
       app.add_option("--pp", o->pp, "pipeline stages (default: derived from the world size)")->group(par),
       app.add_option("--microbatches", o->microbatches, "micro-batches per step (pipeline)")->group(par)
@@ -510,7 +528,31 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->capture_default_str()->check(CLI::IsMember({"flops", "measured"})),
       app.add_option("--cut", o->cut, "explicit pipeline cut: pp + 1 layer indices, e.g. 0,78,151 (overrides "
                      "--partition; `tandem model summary` numbers the layers)")->group(par),
-      app.add_option("--trace", o->trace, "write one Chrome trace of every rank here (Perfetto)")->group(par)};
+      app.add_option("--trace", o->trace, "write one Chrome trace of every rank here (Perfetto)")->group(par),
+      app.add_option("--servers", o->servers, "ps, ps-async, ssp, easgd --easgd-async: server ranks (the last ones)")
+          ->group(par)->capture_default_str(),
+      app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: sync)")
+          ->group(par)->capture_default_str(),
+      app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(par)
+          ->capture_default_str(),
+      app.add_option("--alpha", o->alpha, "easgd: moving rate in [0, 1) (0: 0.9 / workers)")->group(par)
+          ->capture_default_str(),
+      app.add_flag("--easgd-async", o->easgd_async, "easgd: asynchronous variant with the centre on a server")
+          ->group(par),
+      app.add_option("--clients", o->clients, "fedavg: virtual clients over the workers (0: one per worker)")
+          ->group(par)->capture_default_str(),
+      app.add_option("--dirichlet-alpha", o->dirichlet_alpha, "fedavg: Dirichlet label skew of the clients' data "
+                     "(0: IID)")->group(par)->capture_default_str(),
+      app.add_option("--client-fraction", o->client_fraction, "fedavg: fraction of clients sampled per round")
+          ->group(par)->capture_default_str(),
+      app.add_option("--local-epochs", o->local_epochs, "fedavg: epochs a sampled client runs per round")
+          ->group(par)->capture_default_str(),
+      app.add_option("--round-deadline-s", o->round_deadline_s, "fedavg: a round closes after this long with "
+                     "whoever reported (0: the communicator's timeout)")->group(par)->capture_default_str(),
+      app.add_option("--average-every", o->average_every, "localsgd: steps between parameter averages (H)")
+          ->group(par)->capture_default_str(),
+      app.add_option("--warmup-steps", o->warmup_steps, "localsgd: synchronous DDP steps first (post-local SGD)")
+          ->group(par)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);

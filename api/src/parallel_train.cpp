@@ -1,5 +1,6 @@
 // C shims: parallel trainers (DDP, pipeline, hybrid DP x PP over a communicator), and the trainer
 // interface that lets every tandem_trainer_* call drive single-process and parallel trainers alike.
+#include <cmath>
 #include <cstring>
 
 #include "api/src/enums.hpp"
@@ -59,7 +60,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_TRACE), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_LOCALSGD), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -85,6 +86,48 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
     c.boundaries.assign(p->boundaries, p->boundaries + p->num_boundaries);
   }
   if (m & TANDEM_PARALLEL_PARAM_TRACE) c.trace = p->trace != 0;
+  // The strategies of issue #13: each field checked here, named as the C caller knows it (resolve_grid checks the
+  // same ranges again, in the command line's words, for every caller).
+  const auto finite = [](double v) { return std::isfinite(v); };
+  if (m & TANDEM_PARALLEL_PARAM_SERVERS) {
+    TANDEM_REQUIRE(p->servers >= 1, "{}: parallel->servers must be >= 1 (got {})", fn, p->servers);
+    c.servers = p->servers;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_STALENESS) {
+    TANDEM_REQUIRE(p->staleness >= 0, "{}: parallel->staleness must be >= 0 (got {})", fn, p->staleness);
+    c.staleness = p->staleness;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_EASGD) {
+    TANDEM_REQUIRE(p->tau >= 1, "{}: parallel->tau must be >= 1 step (got {})", fn, p->tau);
+    TANDEM_REQUIRE(finite(p->alpha) && p->alpha >= 0 && p->alpha < 1,
+                   "{}: parallel->alpha must be in [0, 1) (0: 0.9 / workers; got {})", fn, p->alpha);
+    c.tau = p->tau;
+    c.alpha = p->alpha;
+    c.easgd_async = p->easgd_async != 0;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_FEDAVG) {
+    TANDEM_REQUIRE(p->clients >= 0, "{}: parallel->clients must be >= 0 (0: one per worker; got {})", fn, p->clients);
+    TANDEM_REQUIRE(finite(p->dirichlet_alpha) && p->dirichlet_alpha >= 0,
+                   "{}: parallel->dirichlet_alpha must be >= 0 (0: IID; got {})", fn, p->dirichlet_alpha);
+    TANDEM_REQUIRE(finite(p->client_fraction) && p->client_fraction > 0 && p->client_fraction <= 1,
+                   "{}: parallel->client_fraction must be in (0, 1] (got {})", fn, p->client_fraction);
+    TANDEM_REQUIRE(p->local_epochs >= 1, "{}: parallel->local_epochs must be >= 1 (got {})", fn, p->local_epochs);
+    TANDEM_REQUIRE(finite(p->round_deadline_s) && p->round_deadline_s >= 0,
+                   "{}: parallel->round_deadline_s must be >= 0 (0: the communicator's timeout; got {})", fn,
+                   p->round_deadline_s);
+    c.clients = p->clients;
+    c.dirichlet_alpha = p->dirichlet_alpha;
+    c.client_fraction = p->client_fraction;
+    c.local_epochs = p->local_epochs;
+    c.round_deadline_s = p->round_deadline_s;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_LOCALSGD) {
+    TANDEM_REQUIRE(p->average_every >= 1, "{}: parallel->average_every must be >= 1 step (got {})", fn,
+                   p->average_every);
+    TANDEM_REQUIRE(p->warmup_steps >= 0, "{}: parallel->warmup_steps must be >= 0 (got {})", fn, p->warmup_steps);
+    c.average_every = p->average_every;
+    c.warmup_steps = p->warmup_steps;
+  }
   return c;
 }
 
@@ -142,7 +185,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
     auto& h = checked(trainer, "tandem_trainer_parallel_query", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
-    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_SPLIT), "tandem_parallel_attr_t");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_SYNC), "tandem_parallel_attr_t");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr,
                    "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
@@ -178,6 +221,21 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
       attr->allreduce_s = s.allreduce_s;
       attr->bubble_fraction = s.bubble_fraction;
       attr->max_bubble_fraction = s.max_bubble_fraction;
+    }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_SYNC) {
+      attr->workers = g.dp;
+      attr->servers = g.servers;
+      attr->staleness = c.staleness;
+      attr->tau = c.tau;
+      attr->alpha = c.alpha;
+      attr->easgd_async = c.easgd_async ? 1 : 0;
+      attr->clients = c.clients;
+      attr->dirichlet_alpha = c.dirichlet_alpha;
+      attr->client_fraction = c.client_fraction;
+      attr->local_epochs = c.local_epochs;
+      attr->round_deadline_s = c.round_deadline_s;
+      attr->average_every = c.average_every;
+      attr->warmup_steps = c.warmup_steps;
     }
   });
 }

@@ -4,13 +4,18 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/data/partition.hpp"
 #include "engine/train/checkpoint.hpp"
 #include "engine/train/memory_guard.hpp"
 
@@ -26,6 +31,20 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 constexpr uint32_t kTagCheckpoint = 11;
 constexpr uint32_t kTagTraceSize = 12;
 constexpr uint32_t kTagTraceBody = 13;
+constexpr uint32_t kTagReplica = 14;  // the workers' communicator: a worker's own state for a checkpoint
+
+// Test hook (fedavg): TANDEM_TEST_FEDAVG_STALL="rank:round:seconds" makes world rank `rank` sleep that long before
+// it reports round `round` -- a straggler for the deadline tests.
+void fedavg_test_stall(int rank, int64_t round) {
+  const char* v = std::getenv("TANDEM_TEST_FEDAVG_STALL");
+  if (v == nullptr || *v == '\0') return;
+  int r = -1;
+  long long k = -1;
+  double s = 0;
+  if (std::sscanf(v, "%d:%lld:%lf", &r, &k, &s) != 3 || r != rank || k != round || !(s > 0)) return;
+  log::warn("fedavg round {}: TANDEM_TEST_FEDAVG_STALL: world rank {} sleeps {:.3g} s before it reports", round, rank, s);
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
 
 // Blocking helpers over a communicator's host buffers.
 void broadcast_tensor(comm::Communicator& c, compute::Backend& be, Tensor t, int root) {
@@ -90,8 +109,13 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   // ---- 1. local checks (the same verdict on every rank) ----
-  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid), Status::kUnsupported,
-                      "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  // The averaging family of issue #13 runs here; the parameter-server family (ps, ps-async, ssp, asynchronous
+  // easgd) has its own hook.
+  const bool averaging = pc_.strategy == Strategy::kLocalSgd || pc_.strategy == Strategy::kAsgd ||
+                         pc_.strategy == Strategy::kFedAvg || (pc_.strategy == Strategy::kEasgd && !pc_.easgd_async);
+  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || averaging,
+               Status::kUnsupported, "strategy {}{} is not implemented yet", strategy_name(pc_.strategy),
+               pc_.easgd_async ? " (asynchronous)" : "");
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();
@@ -116,6 +140,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
   agree_on_settings();
   // ---- 3. the job, compiled once: the cut, the plan, the buckets and their all-reduces, the memory ----
+  // Defaults that depend on the grid, resolved once for the job, the logs and tandem_trainer_parallel_query.
+  if (pc_.strategy == Strategy::kEasgd) pc_.alpha = easgd_alpha(pc_.alpha, grid_.dp);
+  if (pc_.strategy == Strategy::kFedAvg && pc_.clients == 0) pc_.clients = grid_.dp;
   Job job;
   job.model = model_.spec();
   job.batch = config_.batch_size;
@@ -170,8 +197,32 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   }
   executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
                                               reducer_.get(), tracer_);
+  setup_strategy();
   if (world_ != nullptr) world_->barrier()->wait();
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
+}
+
+void ParallelTrainer::setup_strategy() {
+  const Exchange x = job_.sync.exchange;
+  if (x != Exchange::kParamAverage && x != Exchange::kElastic && x != Exchange::kGossip && x != Exchange::kRound)
+    return;
+  replica_ = std::make_unique<ReplicaState>(model_, static_cast<size_t>(first_), static_cast<size_t>(end_));
+  sync_ = make_averaging_sync(job_, dp_comm_.get(), *replica_, config_.seed);
+  if (x != Exchange::kRound) return;
+  // FedAvg: every step is local; the clients' shards of the training set, the same split on every rank.
+  executor_->set_reducer(nullptr);
+  const data::ClientShards shards =
+      pc_.dirichlet_alpha > 0
+          ? data::partition_dirichlet(train_.labels, train_.num_classes, pc_.clients, pc_.dirichlet_alpha, config_.seed)
+          : data::partition_iid(train_.size(), pc_.clients, config_.seed);
+  clients_.reserve(shards.size());
+  for (size_t k = 0; k < shards.size(); ++k)
+    clients_.push_back(data::subset(train_, shards[k], fmt::format("{} client {}", train_.name, k)));
+  rounds_ = std::make_unique<RoundExchange>(dp_comm_.get(), pc_.round_deadline_s);
+  if (grid_.rank == 0)
+    log::info("fedavg: {} clients ({}), {:.3g} sampled per round, {} local epoch(s), round deadline {:.3g} s",
+              pc_.clients, pc_.dirichlet_alpha > 0 ? fmt::format("Dirichlet({}) label skew", pc_.dirichlet_alpha) : "IID",
+              pc_.client_fraction, pc_.local_epochs, rounds_->deadline_s());
 }
 
 ParallelTrainer::~ParallelTrainer() {
@@ -211,6 +262,18 @@ void ParallelTrainer::agree_on_settings() {
       {"augment", config_.augment ? 1 : 0},
       {"normalize", config_.normalize ? 1 : 0},
       {"deterministic", world_->options().deterministic ? 1 : 0},
+      {"servers", pc_.servers},
+      {"staleness", pc_.staleness},
+      {"tau", pc_.tau},
+      {"alpha (bits)", std::bit_cast<int64_t>(pc_.alpha)},
+      {"easgd_async", pc_.easgd_async ? 1 : 0},
+      {"clients", pc_.clients},
+      {"dirichlet_alpha (bits)", std::bit_cast<int64_t>(pc_.dirichlet_alpha)},
+      {"client_fraction (bits)", std::bit_cast<int64_t>(pc_.client_fraction)},
+      {"local_epochs", pc_.local_epochs},
+      {"round_deadline_s (bits)", std::bit_cast<int64_t>(pc_.round_deadline_s)},
+      {"average_every", pc_.average_every},
+      {"warmup_steps", pc_.warmup_steps},
   };
   const size_t K = mine.size();
   std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));
@@ -430,6 +493,7 @@ train::StepResult ParallelTrainer::step() {
 }
 
 train::StepResult ParallelTrainer::step_impl() {
+  if (rounds_) return fedavg_round();
   begin_epoch_if_needed();
   train::StepResult r;
   const int64_t t0 = tracer_.now_ns();
@@ -448,7 +512,19 @@ train::StepResult ParallelTrainer::step_impl() {
   std::vector<Tensor> keep;
   const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
   r.lr = optim::lr_at(schedule_, optimizer_->steps());
+  const int64_t steps_before = optimizer_->steps();
+  if (sync_) {
+    sync_->before_step(steps_before);
+    executor_->set_reducer(sync_->synchronous(steps_before) ? reducer_.get() : nullptr);
+  }
   const StageResult s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+  if (sync_) {
+    const int64_t x0 = tracer_.now_ns();
+    sync_->after_step(optimizer_->steps());
+    const int64_t x1 = tracer_.now_ns();
+    t.comm_ns += x1 - x0;
+    if (x1 - x0 > 20000) tracer_.add("exchange", "allreduce", x0, x1);
+  }
   t.steps = 1;
   t.step_ns = tracer_.now_ns() - t0;
   local_ += t;
@@ -555,7 +631,23 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
 }
 
 train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
-  return failing_loudly([&] { return evaluate_impl(d, limit_batches); });
+  return failing_loudly([&] { return with_consensus([&] { return evaluate_impl(d, limit_batches); }); });
+}
+
+template <typename F>
+auto ParallelTrainer::with_consensus(F&& f) -> decltype(f()) {
+  const std::vector<float> c = sync_ ? sync_->consensus() : std::vector<float>{};
+  if (c.empty()) return f();
+  const std::vector<float> own = replica_->get();
+  replica_->set(c);
+  try {
+    auto r = f();
+    replica_->set(own);
+    return r;
+  } catch (...) {
+    replica_->set(own);
+    throw;
+  }
 }
 
 train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t limit_batches) {
@@ -617,6 +709,14 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   std::string error;
   Status error_status = Status::kOk;
+  // The averaging strategies: the checkpoint's model is the strategy's (EASGD's centre, the workers' mean), and
+  // every worker's own state rides along (collective over the workers, before rank 0 writes).
+  std::vector<float> consensus;
+  train::Checkpoint replicas;
+  if (sync_) {
+    consensus = sync_->consensus();
+    if (sync_->replicas_diverge()) save_replicas(grid_.dp_rank == 0 ? &replicas : nullptr);
+  }
   if (grid_.dp_rank == 0) {
     // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
     std::vector<float> mine = host_floats(be, model_.range_params(first, end));
@@ -659,8 +759,14 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       p.sampler_world = grid_.dp;
       p.sampler_rank = 0;
       p.rng = rng_.state();
+      if (!consensus.empty()) {  // pp = 1: the whole model
+        params.assign(consensus.begin(), consensus.begin() + P);
+        buffers.assign(consensus.begin() + P, consensus.end());
+      }
       train::Checkpoint ck =
           train::make_training_checkpoint(identity(), p, std::move(params), std::move(buffers), std::move(states));
+      for (auto& [name, values] : replicas.tensors) ck.add(name, std::move(values));
+      if (sync_) sync_->save(ck);
       ck.meta["parallel"] = {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp},
                              {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
                              {"accumulation", pc_.accumulation}, {"boundaries", job_.boundaries}};
@@ -707,6 +813,10 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       copy_floats(be, ck.buffers->data() + q0, model_.range_buffers(first, end));
       rng_.set_state(ck.progress.rng);
       completed_epochs_ = ck.progress.completed_epochs;
+      if (sync_) {
+        load_replica(ck.file, path);
+        sync_->load(ck.file, path);
+      }
     });
     loader_->reset();
     model_.zero_grads();
@@ -728,6 +838,125 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
                  "position {})",
                  path, r, v[1], v[2], v[3], all[1], all[2], all[3]);
   }
+}
+
+void ParallelTrainer::save_replicas(train::Checkpoint* ck) {
+  compute::Backend& be = model_.backend();
+  std::vector<float> mine = replica_->get();
+  const std::vector<Tensor> state = optimizer_->state_tensors();
+  for (const Tensor& st : state) {
+    const std::vector<float> v = host_floats(be, st);
+    mine.insert(mine.end(), v.begin(), v.end());
+  }
+  if (grid_.dp_rank != 0) {
+    dp_comm_->send(mine.data(), mine.size(), DType::kF32, 0, kTagReplica)->wait();
+    return;
+  }
+  const auto P = static_cast<size_t>(replica_->params()), S = static_cast<size_t>(replica_->size());
+  for (int r = 0; r < grid_.dp; ++r) {
+    std::vector<float> theirs(mine.size());
+    if (r == 0) {
+      theirs = mine;
+    } else {
+      dp_comm_->recv(theirs.data(), theirs.size(), DType::kF32, r, kTagReplica)->wait();
+    }
+    const auto at = [&](size_t a, size_t b) { return std::vector<float>(theirs.begin() + static_cast<std::ptrdiff_t>(a),
+                                                                        theirs.begin() + static_cast<std::ptrdiff_t>(b)); };
+    ck->add(fmt::format("replica.{}.params", r), at(0, P));
+    ck->add(fmt::format("replica.{}.buffers", r), at(P, S));
+    for (size_t k = 0; k < state.size(); ++k)
+      ck->add(fmt::format("replica.{}.optimizer.state.{}", r, k), at(S + k * P, S + (k + 1) * P));
+  }
+}
+
+void ParallelTrainer::load_replica(const train::Checkpoint& ck, const std::string& path) {
+  const std::string pre = fmt::format("replica.{}.", grid_.dp_rank);
+  if (!ck.has(pre + "params")) return;  // written without them (another strategy): every worker starts from the model
+  std::vector<float> x = ck.tensor(pre + "params");
+  const std::vector<float>& b = ck.tensor(pre + "buffers");
+  x.insert(x.end(), b.begin(), b.end());
+  TANDEM_CHECK(static_cast<int64_t>(x.size()) == replica_->size(), Status::kIo,
+               "checkpoint '{}': {}params and buffers hold {} values, the model {}", path, pre, x.size(),
+               replica_->size());
+  std::vector<Tensor> state;
+  const size_t n = optimizer_->state_tensors().size();
+  for (size_t k = 0; k < n; ++k) {
+    const std::vector<float>& v = ck.tensor(fmt::format("{}optimizer.state.{}", pre, k));
+    TANDEM_CHECK(static_cast<int64_t>(v.size()) == replica_->params(), Status::kIo,
+                 "checkpoint '{}': {}optimizer.state.{} has {} values, the model {}", path, pre, k, v.size(),
+                 replica_->params());
+    state.push_back(Tensor::wrap(const_cast<float*>(v.data()), Shape{replica_->params()}, DType::kF32));
+  }
+  optimizer_->restore(optimizer_->steps(), state);
+  replica_->set(x);
+}
+
+train::StepResult ParallelTrainer::fedavg_round() {
+  train::StepResult r;
+  TimeSplit t;
+  const int64_t t0 = tracer_.now_ns();
+  const int64_t round = completed_epochs_;
+  const std::vector<int32_t> sampled = sample_clients(pc_.clients, pc_.client_fraction, config_.seed, round);
+  const std::vector<int32_t> mine = clients_of_worker(sampled, grid_.dp_rank, grid_.dp);
+  const std::vector<float> global = replica_->get();
+  rounds_->begin(round, global.size());
+  r.lr = optim::lr_at(schedule_, round * batches_per_epoch());
+  std::vector<double> acc(global.size(), 0.0);
+  RoundReport report;
+  compute::Backend& be = model_.backend();
+  for (const int32_t k : mine) {
+    const data::Dataset& d = clients_[static_cast<size_t>(k)];
+    replica_->set(global);
+    ++report.clients;
+    if (d.size() == 0) continue;  // a client the label skew left empty: weight 0
+    // A fresh optimizer per client and round, from the global model.
+    optim::Optimizer opt(be, config_.optimizer, std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_),
+                                                                                        static_cast<size_t>(end_))});
+    for (int32_t e = 0; e < pc_.local_epochs; ++e) {
+      data::DistributedSampler s(d.size(), 1, 0, true, mix64(config_.seed, 0x636c69656e74ull + static_cast<uint64_t>(k)));
+      s.set_epoch(round * pc_.local_epochs + e);
+      data::LoaderOptions lo = loader_->options();
+      data::Loader loader(d, s, lo);
+      data::Batch b;
+      for (int64_t nb = 0; (config_.limit_batches <= 0 || nb < config_.limit_batches) && loader.next(b); ++nb) {
+        const int count = static_cast<int>(std::min<int64_t>(pc_.micro_batches * pc_.accumulation, b.size));
+        std::vector<Tensor> keep;
+        const std::vector<MicroBatch> mbs = make_micro_batches(b, count, keep);
+        const StageResult sr = executor_->train_step(job_.pipeline_for(count), mbs, b.size, [&] {
+          Tensor g = model_.range_grads(static_cast<size_t>(first_), static_cast<size_t>(end_));
+          if (config_.clip_norm > 0) {
+            std::vector<Tensor> gs{g};
+            optim::clip_grad_norm(be, gs, config_.clip_norm);
+          }
+          opt.step({g}, r.lr);
+        }, t);
+        report.loss_sum += sr.loss_sum;
+        report.correct += static_cast<double>(sr.correct);
+        report.scored += static_cast<double>(sr.samples);
+      }
+    }
+    const std::vector<float> x = replica_->get();
+    const auto n = static_cast<double>(d.size());
+    for (size_t i = 0; i < x.size(); ++i) acc[i] += n * x[i];
+    report.samples += n;
+  }
+  fedavg_test_stall(grid_.rank, round);
+  std::vector<float> sum(acc.begin(), acc.end());
+  const int64_t x0 = tracer_.now_ns();
+  last_round_ = rounds_->finish(sum, report, global);
+  const int64_t x1 = tracer_.now_ns();
+  t.comm_ns += x1 - x0;
+  tracer_.add(fmt::format("round {} exchange", round), "allreduce", x0, x1);
+  replica_->set(sum);
+  t.steps = 1;
+  t.step_ns = tracer_.now_ns() - t0;
+  local_ += t;
+  r.samples = static_cast<int64_t>(report.scored);
+  r.correct = static_cast<int64_t>(report.correct);
+  r.loss = report.scored > 0 ? report.loss_sum / report.scored : std::numeric_limits<double>::quiet_NaN();
+  r.epoch_end = true;
+  ++completed_epochs_;
+  return r;
 }
 
 void ParallelTrainer::write_trace(const std::string& path) {

@@ -17,6 +17,13 @@
 //   3. the stage and data-parallel communicators (split of `world`), parameters and batch-norm
 //      buffers broadcast from data-parallel rank 0, a barrier that zeroes every rank's trace clock.
 //
+// The strategies of issue #13 that this trainer runs itself (pp = 1, every rank a worker): localsgd, easgd
+// (synchronous) and asgd through a StepSync around the local step (averaging.hpp: local steps skip the DDP
+// reducer; the exchange acts after the optimizer), and fedavg, where one step() -- and one epoch -- is one round
+// (fedavg.hpp). Evaluation and checkpoints use the strategy's model: EASGD's centre; the workers' mean for
+// localsgd and asgd; the global model for fedavg. Checkpoints also keep every worker's own state, so a resumed run
+// continues exactly. The parameter-server family plugs in beside them (server ranks outside the step loop).
+//
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
 #include <cstdint>
@@ -30,6 +37,8 @@
 #include "engine/nn/model.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "engine/optim/schedule.hpp"
+#include "engine/parallel/averaging.hpp"
+#include "engine/parallel/fedavg.hpp"
 #include "engine/parallel/grad_reducer.hpp"
 #include "engine/parallel/job.hpp"
 #include "engine/parallel/parallel_config.hpp"
@@ -96,6 +105,9 @@ class ParallelTrainer {
   nn::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   Tracer& tracer() noexcept { return tracer_; }
+  // The averaging strategies' exchange (null for the others), and how the last FedAvg round closed.
+  const StepSync* step_sync() const noexcept { return sync_.get(); }
+  const RoundOutcome& last_round() const noexcept { return last_round_; }
 
  private:
   // Runs f; a failure other than a bad argument aborts this rank's communicators with its reason, so
@@ -116,6 +128,14 @@ class ParallelTrainer {
   void optimizer_step();
   std::vector<double> allreduce_sum(std::vector<double> v);
   EpochSplit reduce_split(const TimeSplit& s);
+  // ---- issue #13: the averaging family ----
+  void setup_strategy();
+  train::StepResult fedavg_round();
+  // Runs f with the strategy's model (EASGD's centre, the workers' mean) in place of this replica's own.
+  template <typename F>
+  auto with_consensus(F&& f) -> decltype(f());
+  void save_replicas(train::Checkpoint* ck);           // collective over the workers; ck non-null on rank 0
+  void load_replica(const train::Checkpoint& ck, const std::string& path);
 
   nn::Model& model_;
   const data::Dataset& train_;
@@ -136,6 +156,12 @@ class ParallelTrainer {
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<StageExecutor> executor_;
   int64_t completed_epochs_ = 0;
+  // ---- issue #13: the averaging family ----
+  std::unique_ptr<ReplicaState> replica_;
+  std::unique_ptr<StepSync> sync_;
+  std::vector<data::Dataset> clients_;  // fedavg: each client's shard of the training set
+  std::unique_ptr<RoundExchange> rounds_;
+  RoundOutcome last_round_;
   TimeSplit local_;
   EpochSplit last_split_;
 };

@@ -149,9 +149,6 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
                first_, end_);
   const auto M = static_cast<size_t>(plan.micro_batches);
   TANDEM_CHECK(mbs.size() == M, Status::kInternal, "plan has {} micro-batches, {} given", M, mbs.size());
-  TANDEM_CHECK(sp.buckets.empty() || reducer_ != nullptr, Status::kInternal,
-               "stage {}: the plan all-reduces {} buckets but there is no data-parallel group", stage_,
-               sp.buckets.size());
   const bool last = stage_ == stages_ - 1;
   std::vector<nn::Activations> acts(M);
   std::vector<std::vector<Tensor>> inputs(M), outputs(M), grads_in(M), grads_out(M);
@@ -208,7 +205,7 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
         grads_out[m].clear();
         break;
       case StageOpKind::kAllreduceBucket:
-        reducer_->issue(op.bucket);
+        if (reducer_ != nullptr) reducer_->issue(op.bucket);  // none: a local step
         break;
       case StageOpKind::kOptimizerStep: {
         if (reducer_ != nullptr) {

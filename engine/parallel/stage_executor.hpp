@@ -63,6 +63,10 @@ class StageExecutor {
   // Waits for every send still in flight (end of an evaluation).
   void drain_sends(TimeSplit& times);
 
+  // The data-parallel reducer of the next train_step calls; null: local steps (the plan's bucket all-reduces are
+  // skipped and each replica keeps its own gradients) -- the averaging strategies of issue #13.
+  void set_reducer(GradientReducer* reducer) noexcept { reducer_ = reducer; }
+
   int stage() const noexcept { return stage_; }
   int32_t first_layer() const noexcept { return first_; }
   int32_t end_layer() const noexcept { return end_; }

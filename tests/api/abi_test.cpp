@@ -34,6 +34,27 @@ static_assert(sizeof(tandem_comm_params_t) == 64);
 // Enum values are wire- and ABI-stable.
 static_assert(TANDEM_ALGO_RING == 1 && TANDEM_ALGO_HIERARCHICAL == 4 && TANDEM_ALGO_DETERMINISTIC == 6);
 static_assert(TANDEM_COMM_PARAM_DETERMINISTIC == (UINT64_C(1) << 8));
+// The strategies of issue #13: fields appended to the parallel params and attributes, each behind a new bit.
+static_assert(offsetof(tandem_parallel_params_t, trace) == 72);
+static_assert(offsetof(tandem_parallel_params_t, servers) == 76);
+static_assert(offsetof(tandem_parallel_params_t, staleness) == 80);
+static_assert(offsetof(tandem_parallel_params_t, tau) == 84);
+static_assert(offsetof(tandem_parallel_params_t, alpha) == 88);
+static_assert(offsetof(tandem_parallel_params_t, easgd_async) == 96);
+static_assert(offsetof(tandem_parallel_params_t, clients) == 100);
+static_assert(offsetof(tandem_parallel_params_t, dirichlet_alpha) == 104);
+static_assert(offsetof(tandem_parallel_params_t, client_fraction) == 112);
+static_assert(offsetof(tandem_parallel_params_t, local_epochs) == 120);
+static_assert(offsetof(tandem_parallel_params_t, round_deadline_s) == 128);
+static_assert(offsetof(tandem_parallel_params_t, average_every) == 136);
+static_assert(offsetof(tandem_parallel_params_t, warmup_steps) == 140);
+static_assert(sizeof(tandem_parallel_params_t) == 144);
+static_assert(offsetof(tandem_parallel_attr_t, max_bubble_fraction) == 144);
+static_assert(offsetof(tandem_parallel_attr_t, workers) == 152);
+static_assert(offsetof(tandem_parallel_attr_t, warmup_steps) == 220);
+static_assert(sizeof(tandem_parallel_attr_t) == 224);
+static_assert(TANDEM_PARALLEL_PARAM_SERVERS == (UINT64_C(1) << 10) && TANDEM_PARALLEL_PARAM_LOCALSGD == (UINT64_C(1) << 14));
+static_assert(TANDEM_PARALLEL_ATTR_SYNC == (UINT64_C(1) << 3));
 
 BOOST_AUTO_TEST_SUITE(abi_guards)
 

@@ -133,3 +133,30 @@ class Training(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ParallelStrategies(unittest.TestCase):
+    """tandem.train.Trainer(strategy=..., **parallel) -> tandem_trainer_create_parallel, here as one-rank jobs."""
+
+    def make(self, strategy, **kw):
+        data = tt.Dataset("synthetic", shape=(1, 6, 6), num_classes=3, count=96, seed=2)
+        return tt.Trainer(tt.Model("mlp", input_shape=(1, 6, 6), num_classes=3, seed=3), data, data,
+                          tt.Optimizer("sgd", lr=0.1), batch_size=8, epochs=2, seed=7, strategy=strategy, **kw)
+
+    def test_averaging_strategies_train_with_their_keywords(self):
+        for strategy, kw in (("localsgd", dict(average_every=2, warmup_steps=1)), ("easgd", dict(tau=2, alpha=0.5)),
+                             ("asgd", {}), ("fedavg", dict(clients=3, client_fraction=0.67, dirichlet_alpha=0.5,
+                                                           local_epochs=2, round_deadline_s=5.0))):
+            first = self.make(strategy, **kw).epoch()
+            self.assertGreater(first["train_samples"], 0, strategy)
+            self.assertTrue(np.isfinite(first["test_loss"]), strategy)
+
+    def test_unknown_strategy_keyword_and_bad_value_are_refused(self):
+        with self.assertRaises(tandem.TandemError):
+            self.make("gossip")
+        with self.assertRaises(tandem.TandemError) as cm:
+            self.make("easgd", taus=2)
+        self.assertIn("taus", str(cm.exception))
+        with self.assertRaises(tandem.TandemError) as cm:
+            self.make("easgd", tau=0)
+        self.assertIn("parallel->tau", str(cm.exception))

@@ -706,6 +706,15 @@ typedef enum tandem_strategy {
   TANDEM_STRATEGY_LOCALSGD = 10, /* local SGD: parameters averaged every `average_every` steps */
   TANDEM_STRATEGY_FORCE_INT32_ = 0x7fffffff
 } tandem_strategy_t;
+/* The averaging strategies run local optimizer steps on each worker and exchange parameters (and batch-norm
+ * buffers): LOCALSGD averages them by all-reduce every `average_every` steps after `warmup_steps` synchronous DDP
+ * steps (average_every 1 without warmup is DDP for SGD with momentum); EASGD (synchronous) moves each worker and a
+ * centre replicated on every worker by the elastic rule every `tau` steps; ASGD gossips: each step the workers are
+ * paired by a seeded matching and average with their partner while computing. FEDAVG runs rounds -- one per
+ * tandem_trainer_epoch (and per tandem_trainer_step) -- of sampled clients' local epochs, averaged by sample count;
+ * updates that miss `round_deadline_s` are dropped (logged) and the round closes with whoever reported.
+ * Evaluation and checkpoints use the strategy's model: EASGD's centre, the workers' mean (LOCALSGD, ASGD), the
+ * global model (FEDAVG); checkpoints also keep each worker's own state, so resuming continues exactly. */
 typedef enum tandem_schedule {
   TANDEM_SCHEDULE_GPIPE = 0, /* all forwards, then all backwards */
   TANDEM_SCHEDULE_1F1B = 1,  /* one forward, one backward: fewer activations in flight */
@@ -731,6 +740,11 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_PARTITION     (UINT64_C(1) << 7)
 #define TANDEM_PARALLEL_PARAM_BOUNDARIES    (UINT64_C(1) << 8) /* covers boundaries, num_boundaries */
 #define TANDEM_PARALLEL_PARAM_TRACE         (UINT64_C(1) << 9)
+#define TANDEM_PARALLEL_PARAM_SERVERS       (UINT64_C(1) << 10) /* covers servers */
+#define TANDEM_PARALLEL_PARAM_STALENESS     (UINT64_C(1) << 11) /* covers staleness */
+#define TANDEM_PARALLEL_PARAM_EASGD         (UINT64_C(1) << 12) /* covers tau, alpha, easgd_async */
+#define TANDEM_PARALLEL_PARAM_FEDAVG        (UINT64_C(1) << 13) /* covers clients .. round_deadline_s */
+#define TANDEM_PARALLEL_PARAM_LOCALSGD      (UINT64_C(1) << 14) /* covers average_every, warmup_steps */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -745,6 +759,22 @@ typedef struct tandem_parallel_params {
   const int32_t* boundaries;        /* explicit cut: pp + 1 layer indices 0 = b0 < b1 < ... = num_layers */
   size_t num_boundaries;
   int32_t trace;                    /* non-zero: record spans for tandem_trainer_write_trace */
+  /* The strategies of the parameter-server and averaging families (PS .. LOCALSGD); other strategies ignore
+   * these fields. */
+  int32_t servers;                  /* PS, PS_ASYNC, SSP, EASGD with easgd_async: server ranks, the last of the
+                                     * world; default 1, >= 1 */
+  int32_t staleness;                /* SSP: clocks a worker may run ahead of the slowest; default 2, >= 0 (0: sync) */
+  int32_t tau;                      /* EASGD: local steps between elastic exchanges; default 4, >= 1 */
+  double alpha;                     /* EASGD: moving rate in [0, 1); default 0: 0.9 / workers */
+  int32_t easgd_async;              /* EASGD: non-zero: asynchronous variant, the centre on a server; default 0 */
+  int32_t clients;                  /* FEDAVG: virtual clients over the workers; default 0: one per worker */
+  double dirichlet_alpha;           /* FEDAVG: Dirichlet(alpha) label skew of the clients' data; default 0: IID */
+  double client_fraction;           /* FEDAVG: fraction of clients sampled per round, in (0, 1]; default 1 */
+  int32_t local_epochs;             /* FEDAVG: epochs a sampled client runs on its data per round; default 1 */
+  double round_deadline_s;          /* FEDAVG: a round closes after this long with whoever reported (later
+                                     * updates are dropped); default 0: the communicator's timeout */
+  int32_t average_every;            /* LOCALSGD: H, steps between parameter averages; default 8, >= 1 */
+  int32_t warmup_steps;             /* LOCALSGD: synchronous DDP steps first (post-local SGD); default 0 */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 
@@ -772,12 +802,14 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
 #define TANDEM_PARALLEL_ATTR_GRID  (UINT64_C(1) << 0) /* world, rank, dp, pp, stage, replica */
 #define TANDEM_PARALLEL_ATTR_PLAN  (UINT64_C(1) << 1) /* strategy .. partition */
 #define TANDEM_PARALLEL_ATTR_SPLIT (UINT64_C(1) << 2) /* steps .. max_bubble_fraction */
+#define TANDEM_PARALLEL_ATTR_SYNC  (UINT64_C(1) << 3) /* workers .. warmup_steps */
 typedef struct tandem_parallel_attr {
   uint64_t field_mask;
   int32_t world, rank, dp, pp;
   int32_t stage;                /* this rank's pipeline stage (rank % pp) */
   int32_t replica;              /* this rank's data-parallel index (rank / pp) */
-  const char* strategy;         /* static: "single", "ddp", "pipeline", "hybrid" */
+  const char* strategy;         /* static: "single", "ddp", "pipeline", "hybrid", "ps", "ps-async", "ssp", "asgd",
+                                 * "easgd", "fedavg", "localsgd" */
   const char* schedule;         /* static: "gpipe", "1f1b" */
   int32_t micro_batches;
   int32_t accumulation;
@@ -794,6 +826,16 @@ typedef struct tandem_parallel_attr {
   double allreduce_s;           /* the all-reduces' own time (comm_s is the part not hidden by backward) */
   double bubble_fraction;       /* bubble_s / step_s, mean over ranks */
   double max_bubble_fraction;   /* the most idle rank's */
+  /* The strategy's exchange settings as the trainer runs them (tandem_parallel_params_t's, defaults resolved): */
+  int32_t workers, servers;     /* data-parallel workers (dp) and server ranks (0 without servers) */
+  int32_t staleness, tau;
+  double alpha;                 /* EASGD's moving rate (0 given: 0.9 / workers) */
+  int32_t easgd_async;
+  int32_t clients;              /* FEDAVG's clients (0 given: one per worker) */
+  double dirichlet_alpha, client_fraction;
+  int32_t local_epochs;
+  double round_deadline_s;
+  int32_t average_every, warmup_steps;
 } tandem_parallel_attr_t;
 #define TANDEM_PARALLEL_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any (not during a call on

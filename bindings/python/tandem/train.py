@@ -83,6 +83,50 @@ class _EpochResult(ctypes.Structure):
                 ("train_s", _f64), ("wall_s", _f64)]
 
 
+class _ParallelParams(ctypes.Structure):
+    _fields_ = [("field_mask", _u64), ("strategy", _i32), ("dp", _i32), ("pp", _i32), ("micro_batches", _i32),
+                ("schedule", _i32), ("bucket_mb", _f64), ("compression", _i32), ("accumulation", _i32),
+                ("partition", _i32), ("boundaries", P(_i32)), ("num_boundaries", _size), ("trace", _i32),
+                ("servers", _i32), ("staleness", _i32), ("tau", _i32), ("alpha", _f64), ("easgd_async", _i32),
+                ("clients", _i32), ("dirichlet_alpha", _f64), ("client_fraction", _f64), ("local_epochs", _i32),
+                ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32)]
+
+
+# tandem_strategy_t's names, and each parallel keyword: (field_mask bit, field or fields, type). A keyword left at
+# None keeps the library's default; a bit covering several fields takes every field of it from its keyword or the
+# library's default (DEFAULTS).
+STRATEGIES = {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3, "ps": 4, "ps-async": 5, "ssp": 6, "asgd": 7,
+              "easgd": 8, "fedavg": 9, "localsgd": 10}
+_PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "bucket_mb": (4, float),
+                    "accumulation": (6, int), "servers": (10, int), "staleness": (11, int), "tau": (12, int),
+                    "alpha": (12, float), "easgd_async": (12, bool), "clients": (13, int),
+                    "dirichlet_alpha": (13, float), "client_fraction": (13, float), "local_epochs": (13, int),
+                    "round_deadline_s": (13, float), "average_every": (14, int), "warmup_steps": (14, int)}
+_PARALLEL_DEFAULTS = {"dp": 0, "pp": 0, "servers": 1, "staleness": 2, "tau": 4, "alpha": 0.0, "easgd_async": False,
+                      "clients": 0, "dirichlet_alpha": 0.0, "client_fraction": 1.0, "local_epochs": 1,
+                      "round_deadline_s": 0.0, "average_every": 8, "warmup_steps": 0}
+
+
+def _parallel_params(strategy, kwargs):
+    if strategy not in STRATEGIES:
+        raise _invalid("unknown strategy %r (expected one of %s)" % (strategy, ", ".join(STRATEGIES)))
+    unknown = sorted(set(kwargs) - set(_PARALLEL_KWARGS))
+    if unknown:
+        raise _invalid("unknown parallel option(s) %s (expected some of %s)" %
+                       (", ".join(unknown), ", ".join(_PARALLEL_KWARGS)))
+    p = _ParallelParams(field_mask=1, strategy=STRATEGIES[strategy])
+    bits = {_PARALLEL_KWARGS[k][0] for k, v in kwargs.items() if v is not None}
+    for name, (bit, conv) in _PARALLEL_KWARGS.items():
+        if bit not in bits:
+            continue
+        p.field_mask |= 1 << bit
+        value = kwargs.get(name)
+        if value is None:
+            value = _PARALLEL_DEFAULTS.get(name, 0)
+        setattr(p, name, int(value) if conv is bool else conv(value))
+    return p
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(_LIB, name)
     f.restype = restype
@@ -104,6 +148,8 @@ _fn("tandem_dataset_info", _status, _ptr, P(_i64), P(_i64), P(_i64), P(_i64), P(
 _fn("tandem_optimizer_create", _status, _ptr, P(_OptimizerParams), P(_ptr))
 _fn("tandem_optimizer_destroy", None, _ptr)
 _fn("tandem_trainer_create", _status, _ptr, _ptr, _ptr, _ptr, P(_TrainerParams), P(_ptr))
+_fn("tandem_trainer_create_parallel", _status, _ptr, _ptr, _ptr, _ptr, P(_TrainerParams), P(_ParallelParams), _ptr,
+    P(_ptr))
 _fn("tandem_trainer_destroy", None, _ptr)
 _fn("tandem_trainer_step", _status, _ptr, P(_StepResult))
 _fn("tandem_trainer_epoch", _status, _ptr, P(_EpochResult))
@@ -296,14 +342,24 @@ class Optimizer(_Handle):
 
 class Trainer(_Handle):
     """Runs steps, epochs, evaluation and checkpoints. Keeps its model and datasets alive. `progress`, if given, is
-    called with a dict after every batch of an epoch."""
+    called with a dict after every batch of an epoch.
+
+    Parallel training (tandem_trainer_create_parallel): give `strategy` ("ddp", "pipeline", "hybrid", "ps",
+    "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Comm (None: a one-rank job), plus
+    keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
+    alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
+    warmup_steps. Every rank creates its trainer with the same settings."""
     _destroy = _LIB.tandem_trainer_destroy
 
     def __init__(self, model, train, test=None, optimizer=None, *, batch_size=64, epochs=1, seed=0,
-                 limit_batches=0, eval_limit_batches=0, augment=False, prefetch=2, normalize=True, progress=None):
+                 limit_batches=0, eval_limit_batches=0, augment=False, prefetch=2, normalize=True, progress=None,
+                 strategy=None, comm=None, **parallel):
         super().__init__()
         optimizer = optimizer or Optimizer()
-        self._keep = (model, train, test, optimizer)
+        if strategy is None and (comm is not None or parallel):
+            raise _invalid("parallel options need a strategy (e.g. strategy=\"ddp\")")
+        pp = _parallel_params(strategy, parallel) if strategy is not None else None
+        self._keep = (model, train, test, optimizer, comm)
         self._progress_cb = None
         p = _TrainerParams(field_mask=0x17f, batch_size=batch_size, epochs=epochs, seed=seed,
                            limit_batches=limit_batches, eval_limit_batches=eval_limit_batches,
@@ -316,6 +372,12 @@ class Trainer(_Handle):
             self._progress_cb = _PROGRESS_FN(cb)
             p.field_mask |= 1 << 7
             p.progress = self._progress_cb
+        if pp is not None:
+            _check(_LIB.tandem_trainer_create_parallel(model._h, train._h, test._h if test is not None else None,
+                                                       optimizer._h, ctypes.byref(p), ctypes.byref(pp),
+                                                       comm._handle if comm is not None else None,
+                                                       ctypes.byref(self._h)))
+            return
         _check(_LIB.tandem_trainer_create(model._h, train._h, test._h if test is not None else None, optimizer._h,
                                           ctypes.byref(p), ctypes.byref(self._h)))
 

@@ -1,0 +1,191 @@
+/* The parameters of the parameter-server and averaging strategies through the C ABI, from C99 (-pedantic -Werror):
+ * each field of tandem_parallel_params_t behind TANDEM_PARALLEL_PARAM_SERVERS .. _LOCALSGD round-trips through
+ * tandem_trainer_parallel_query (TANDEM_PARALLEL_ATTR_SYNC); a bad value is refused with
+ * TANDEM_ERR_INVALID_ARGUMENT naming the field; an unknown bit with TANDEM_ERR_UNSUPPORTED; defaults resolve
+ * (alpha 0 -> 0.9 / workers, clients 0 -> one per worker). One rank (comm NULL). Exits non-zero on the first
+ * failed check. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tandem/tandem.h>
+#ifdef __cplusplus
+#error "compile this file as C"
+#endif
+
+static int g_rank = 0;
+
+#include "../common/c_expect.h"
+
+typedef struct {
+  tandem_context_t* ctx;
+  tandem_model_t* model;
+  tandem_dataset_t* data;
+  tandem_optimizer_t* opt;
+  tandem_trainer_params_t tp;
+} Env;
+
+static void make_env(Env* e) {
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  tandem_dataset_params_t dp = TANDEM_DATASET_PARAMS_INIT;
+  tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
+  tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
+  memset(e, 0, sizeof *e);
+  EXPECT_OK(tandem_context_create(NULL, &e->ctx));
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_INPUT_SHAPE | TANDEM_MODEL_PARAM_NUM_CLASSES |
+                  TANDEM_MODEL_PARAM_SEED;
+  mp.name = "mlp";
+  mp.input_channels = 1;
+  mp.input_height = 6;
+  mp.input_width = 6;
+  mp.num_classes = 3;
+  mp.seed = 3;
+  EXPECT_OK(tandem_model_create(e->ctx, &mp, &e->model));
+  dp.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_SHAPE | TANDEM_DATASET_PARAM_NUM_CLASSES |
+                  TANDEM_DATASET_PARAM_COUNT | TANDEM_DATASET_PARAM_SEED;
+  dp.kind = "synthetic";
+  dp.channels = 1;
+  dp.height = 6;
+  dp.width = 6;
+  dp.num_classes = 3;
+  dp.count = 64;
+  dp.seed = 5;
+  EXPECT_OK(tandem_dataset_create(e->ctx, &dp, &e->data));
+  op.field_mask = TANDEM_OPTIMIZER_PARAM_KIND | TANDEM_OPTIMIZER_PARAM_LR;
+  op.kind = TANDEM_OPTIMIZER_SGD;
+  op.lr = 0.05f;
+  EXPECT_OK(tandem_optimizer_create(e->ctx, &op, &e->opt));
+  tp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_SEED | TANDEM_TRAINER_PARAM_PREFETCH;
+  tp.batch_size = 8;
+  tp.seed = 7;
+  tp.prefetch = 0;
+  e->tp = tp;
+}
+
+static void free_env(Env* e) {
+  tandem_optimizer_destroy(e->opt);
+  tandem_dataset_destroy(e->data);
+  tandem_model_destroy(e->model);
+  tandem_context_destroy(e->ctx);
+}
+
+static tandem_status_t create(Env* e, const tandem_parallel_params_t* pp, tandem_trainer_t** out) {
+  return tandem_trainer_create_parallel(e->model, e->data, NULL, e->opt, &e->tp, pp, NULL, out);
+}
+
+/* Every new field set to a value other than its default. */
+static tandem_parallel_params_t all_fields(tandem_strategy_t s) {
+  tandem_parallel_params_t p = TANDEM_PARALLEL_PARAMS_INIT;
+  p.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS |
+                 TANDEM_PARALLEL_PARAM_EASGD | TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
+  p.strategy = s;
+  p.servers = 3;
+  p.staleness = 5;
+  p.tau = 6;
+  p.alpha = 0.25;
+  p.easgd_async = 0;
+  p.clients = 7;
+  p.dirichlet_alpha = 0.5;
+  p.client_fraction = 0.75;
+  p.local_epochs = 2;
+  p.round_deadline_s = 1.5;
+  p.average_every = 9;
+  p.warmup_steps = 4;
+  return p;
+}
+
+static tandem_parallel_attr_t query(tandem_trainer_t* t) {
+  tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
+  a.field_mask = TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_PLAN;
+  EXPECT_OK(tandem_trainer_parallel_query(t, &a));
+  return a;
+}
+
+/* A bad value of one field: refused before any trainer exists, the message naming the field. */
+#define EXPECT_REFUSED(field, value, needle)                                                \
+  do {                                                                                      \
+    tandem_parallel_params_t bad_ = all_fields(TANDEM_STRATEGY_LOCALSGD);                   \
+    tandem_trainer_t* t_ = NULL;                                                            \
+    bad_.field = (value);                                                                   \
+    EXPECT_FAIL(create(&e, &bad_, &t_), TANDEM_ERR_INVALID_ARGUMENT, needle);               \
+    EXPECT(t_ == NULL);                                                                     \
+  } while (0)
+
+int main(void) {
+  Env e;
+  tandem_trainer_t* t = NULL;
+  tandem_parallel_params_t p;
+  tandem_parallel_attr_t a;
+  make_env(&e);
+
+  /* Round trip: a one-rank local SGD job keeps every field as given (the others are unused by it, but kept). */
+  p = all_fields(TANDEM_STRATEGY_LOCALSGD);
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(strcmp(a.strategy, "localsgd") == 0);
+  EXPECT(a.workers == 1);
+  EXPECT(a.servers == 0); /* localsgd has no server ranks, whatever `servers` says */
+  EXPECT(a.staleness == 5 && a.tau == 6 && a.alpha == 0.25 && a.easgd_async == 0);
+  EXPECT(a.clients == 7 && a.dirichlet_alpha == 0.5 && a.client_fraction == 0.75 && a.local_epochs == 2);
+  EXPECT(a.round_deadline_s == 1.5 && a.average_every == 9 && a.warmup_steps == 4);
+  {
+    tandem_step_result_t r = TANDEM_STEP_RESULT_INIT;
+    r.field_mask = TANDEM_STEP_RESULT_LOSS;
+    EXPECT_OK(tandem_trainer_step(t, &r));
+    EXPECT(isfinite(r.loss));
+  }
+  tandem_trainer_destroy(t);
+  t = NULL;
+
+  /* Defaults resolved: EASGD's alpha 0 -> 0.9 / workers; FedAvg's clients 0 -> one per worker. */
+  p = all_fields(TANDEM_STRATEGY_EASGD);
+  p.alpha = 0;
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(strcmp(a.strategy, "easgd") == 0 && fabs(a.alpha - 0.9) < 1e-12 && a.tau == 6);
+  tandem_trainer_destroy(t);
+  t = NULL;
+  p = all_fields(TANDEM_STRATEGY_FEDAVG);
+  p.clients = 0;
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(strcmp(a.strategy, "fedavg") == 0 && a.clients == 1 && a.local_epochs == 2);
+  tandem_trainer_destroy(t);
+  t = NULL;
+
+  /* Bad values, each naming its field. */
+  EXPECT_REFUSED(servers, 0, "parallel->servers");
+  EXPECT_REFUSED(staleness, -1, "parallel->staleness");
+  EXPECT_REFUSED(tau, 0, "parallel->tau");
+  EXPECT_REFUSED(alpha, 1.0, "parallel->alpha");
+  EXPECT_REFUSED(alpha, -0.5, "parallel->alpha");
+  EXPECT_REFUSED(alpha, NAN, "parallel->alpha");
+  EXPECT_REFUSED(clients, -2, "parallel->clients");
+  EXPECT_REFUSED(dirichlet_alpha, -1.0, "parallel->dirichlet_alpha");
+  EXPECT_REFUSED(client_fraction, 0.0, "parallel->client_fraction");
+  EXPECT_REFUSED(client_fraction, 1.5, "parallel->client_fraction");
+  EXPECT_REFUSED(local_epochs, 0, "parallel->local_epochs");
+  EXPECT_REFUSED(round_deadline_s, -1.0, "parallel->round_deadline_s");
+  EXPECT_REFUSED(average_every, 0, "parallel->average_every");
+  EXPECT_REFUSED(warmup_steps, -3, "parallel->warmup_steps");
+
+  /* A field whose bit is not set is not read: a bad value there is ignored. */
+  p = all_fields(TANDEM_STRATEGY_LOCALSGD);
+  p.field_mask &= ~TANDEM_PARALLEL_PARAM_EASGD;
+  p.tau = -7;
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(a.tau == 4); /* the default */
+  tandem_trainer_destroy(t);
+  t = NULL;
+
+  /* The next bit is unknown to this library. */
+  p = all_fields(TANDEM_STRATEGY_LOCALSGD);
+  p.field_mask |= TANDEM_PARALLEL_PARAM_LOCALSGD << 1;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_params_t");
+
+  free_env(&e);
+  printf("c_strategy_params_test: ok\n");
+  return 0;
+}
