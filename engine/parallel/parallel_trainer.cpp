@@ -90,8 +90,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   // ---- 1. local checks (the same verdict on every rank) ----
-  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid), Status::kUnsupported,
-                      "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || parameter_server(),
+               Status::kUnsupported, "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  TANDEM_CHECK(!parameter_server() || config_.clip_norm <= 0, Status::kUnsupported,
+               "strategy {}: gradient clipping (clip_norm {}) needs the global norm over every server's shard before "
+               "any update; not supported with parameter servers yet",
+               strategy_name(pc_.strategy), config_.clip_norm);
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();
@@ -156,20 +160,30 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // ---- 4. groups, replicated state, optimizer ----
   if (world_ != nullptr) {
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
-    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.stage, grid_.dp_rank);
+    // parameter servers join no data-parallel group (color -1): the workers' group broadcasts their state
+    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
   }
   broadcast_replica_state();
+  // With parameter servers the optimizer runs on the servers (ParameterServerSync); this rank's optimizer has no
+  // buffer and only counts the steps (the schedule, the checkpoint's progress).
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_.backend(), config_.optimizer,
-      std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_))});
+      std::vector<Tensor>{parameter_server() ? Tensor::empty(Shape{0})
+                                             : model_.range_params(static_cast<size_t>(first_),
+                                                                   static_cast<size_t>(end_))});
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
-  if (dp_comm_) {
+  if (parameter_server()) {
+    TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "strategy {} needs at least one worker and one server",
+                 strategy_name(pc_.strategy));
+    ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
+                                                config_.optimizer, schedule_, pc_.alpha, tracer_);
+  } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
                                                  pc_.compression, tracer_);
   }
   executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
-                                              reducer_.get(), tracer_);
+                                              ps_ ? static_cast<GradientSync*>(ps_.get()) : reducer_.get(), tracer_);
   if (world_ != nullptr) world_->barrier()->wait();
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
@@ -177,6 +191,11 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
 ParallelTrainer::~ParallelTrainer() {
   executor_.reset();
   reducer_.reset();
+  ps_.reset();  // leaves the push/pull region with the other ranks (bounded by the deadline)
+}
+
+bool ParallelTrainer::parameter_server() const noexcept {
+  return pc_.strategy == Strategy::kPs || pc_.strategy == Strategy::kPsAsync || pc_.strategy == Strategy::kSsp;
 }
 
 void ParallelTrainer::agree_on_settings() {
@@ -448,7 +467,16 @@ train::StepResult ParallelTrainer::step_impl() {
   std::vector<Tensor> keep;
   const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
   r.lr = optim::lr_at(schedule_, optimizer_->steps());
-  const StageResult s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+  StageResult s;
+  if (grid_.server) {
+    // A server rank serves the workers' pushes and pulls of this step (and of later steps of workers ahead).
+    const int64_t t_serve = tracer_.now_ns();
+    ps_->serve(optimizer_->steps() + 1);
+    t.comm_ns += tracer_.now_ns() - t_serve;
+    optimizer_step();
+  } else {
+    s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+  }
   t.steps = 1;
   t.step_ns = tracer_.now_ns() - t0;
   local_ += t;
@@ -526,6 +554,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     }
     if (s.epoch_end) break;
   }
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   double train_s = seconds_since(t0);
   // Global figures: the last stage of every replica scored its samples.
   const std::vector<double> g = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
@@ -559,6 +588,7 @@ train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limi
 }
 
 train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t limit_batches) {
+  if (ps_) ps_->sync_point();
   if (limit_batches < 0) limit_batches = config_.eval_limit_batches;
   // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
   // as PyTorch DDP's buffer broadcast does.
@@ -567,8 +597,8 @@ train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t
                      model_.range_buffers(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
   }
   data::Dataset shard;
-  if (grid_.dp > 1) shard = shard_of(d, grid_.dp_rank, grid_.dp);
-  const data::Dataset& mine = grid_.dp > 1 ? shard : d;
+  if (grid_.dp > 1 && !grid_.server) shard = shard_of(d, grid_.dp_rank, grid_.dp);
+  const data::Dataset& mine = grid_.server ? shard : grid_.dp > 1 ? shard : d;  // a server scores nothing
   double loss_sum = 0;
   int64_t correct = 0, samples = 0;
   TimeSplit t;
@@ -613,11 +643,17 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 }
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
+  // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
+  std::vector<std::vector<float>> server_state;
+  if (ps_) {
+    failing_loudly([&] { ps_->sync_point(); });
+    server_state = failing_loudly([&] { return ps_->gather_state(0); });
+  }
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   std::string error;
   Status error_status = Status::kOk;
-  if (grid_.dp_rank == 0) {
+  if (grid_.dp_rank == 0 && !grid_.server) {
     // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
     std::vector<float> mine = host_floats(be, model_.range_params(first, end));
     const std::vector<float> buf = host_floats(be, model_.range_buffers(first, end));
@@ -652,6 +688,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         for (size_t k = 0; k < state.size(); ++k)
           std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np, states[k].begin() + p0);
       }
+      if (ps_) states = std::move(server_state);
       train::TrainingProgress p;
       p.optimizer_steps = optimizer_->steps();
       p.completed_epochs = completed_epochs_;
@@ -681,6 +718,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
 }
 
 void ParallelTrainer::load_checkpoint(const std::string& path) {
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   std::string error;
   int64_t steps = 0;
   try {
@@ -697,7 +735,12 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       const data::SamplerState before = sampler_.state();
       sampler_.restore(ck.progress.sampler);
       try {
-        optimizer_->restore(steps, state);
+        if (ps_) {
+          optimizer_->restore(steps, {});
+          ps_->restore(steps, ck.params->data(), ck.optimizer_state);
+        } else {
+          optimizer_->restore(steps, state);
+        }
       } catch (...) {
         sampler_.restore(before);
         throw;
@@ -732,6 +775,7 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
 
 void ParallelTrainer::write_trace(const std::string& path) {
   TANDEM_REQUIRE(tracer_.enabled(), "write_trace: tracing was not enabled in the parallel configuration");
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   const std::string body = tracer_.to_json(
       grid_.rank, fmt::format("rank {} (stage {}, replica {})", grid_.rank, grid_.stage, grid_.dp_rank));
   if (world_ == nullptr) {

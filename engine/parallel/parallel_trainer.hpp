@@ -32,6 +32,7 @@
 #include "engine/optim/schedule.hpp"
 #include "engine/parallel/grad_reducer.hpp"
 #include "engine/parallel/job.hpp"
+#include "engine/parallel/param_server.hpp"
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "engine/parallel/stage_executor.hpp"
@@ -96,6 +97,8 @@ class ParallelTrainer {
   nn::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   Tracer& tracer() noexcept { return tracer_; }
+  // ps, ps-async, ssp: the push/pull of this rank (worker or server); null for other strategies.
+  const ParameterServerSync* param_server() const noexcept { return ps_.get(); }
 
  private:
   // Runs f; a failure other than a bad argument aborts this rank's communicators with its reason, so
@@ -105,6 +108,7 @@ class ParallelTrainer {
   // A communicator's failure text with its group ranks turned into world ranks ("world rank 2").
   std::string in_world_ranks(const std::string& message) const;
   train::TrainingIdentity identity() const;
+  bool parameter_server() const noexcept;  // ps, ps-async or ssp
   train::StepResult step_impl();
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
@@ -134,6 +138,7 @@ class ParallelTrainer {
   optim::ScheduleConfig schedule_;
   Rng rng_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ParameterServerSync> ps_;  // ps, ps-async, ssp (before executor_, which points at it)
   std::unique_ptr<StageExecutor> executor_;
   int64_t completed_epochs_ = 0;
   TimeSplit local_;
