@@ -92,7 +92,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // ---- 1. local checks (the same verdict on every rank) ----
   TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || parameter_server(),
                Status::kUnsupported, "strategy {} is not implemented yet", strategy_name(pc_.strategy));
-  TANDEM_CHECK(!parameter_server() || config_.clip_norm <= 0, Status::kUnsupported,
+  TANDEM_CHECK(!parameter_server() || elastic_centre() || config_.clip_norm <= 0, Status::kUnsupported,
                "strategy {}: gradient clipping (clip_norm {}) needs the global norm over every server's shard before "
                "any update; not supported with parameter servers yet",
                strategy_name(pc_.strategy), config_.clip_norm);
@@ -165,10 +165,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   }
   broadcast_replica_state();
   // With parameter servers the optimizer runs on the servers (ParameterServerSync); this rank's optimizer has no
-  // buffer and only counts the steps (the schedule, the checkpoint's progress).
+  // buffer and only counts the steps (the schedule, the checkpoint's progress). Asynchronous EASGD's workers step
+  // locally; its servers hold the centre variable.
+  const bool counting_only = parameter_server() && (grid_.server || !elastic_centre());
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_.backend(), config_.optimizer,
-      std::vector<Tensor>{parameter_server() ? Tensor::empty(Shape{0})
+      std::vector<Tensor>{counting_only ? Tensor::empty(Shape{0})
                                              : model_.range_params(static_cast<size_t>(first_),
                                                                    static_cast<size_t>(end_))});
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
@@ -194,8 +196,10 @@ ParallelTrainer::~ParallelTrainer() {
   ps_.reset();  // leaves the push/pull region with the other ranks (bounded by the deadline)
 }
 
-bool ParallelTrainer::parameter_server() const noexcept {
-  return pc_.strategy == Strategy::kPs || pc_.strategy == Strategy::kPsAsync || pc_.strategy == Strategy::kSsp;
+bool ParallelTrainer::parameter_server() const noexcept { return has_servers(pc_.strategy, pc_.easgd_async); }
+
+bool ParallelTrainer::elastic_centre() const noexcept {
+  return pc_.strategy == Strategy::kEasgd && pc_.easgd_async;
 }
 
 void ParallelTrainer::agree_on_settings() {
@@ -378,6 +382,9 @@ std::vector<double> ParallelTrainer::allreduce_sum(std::vector<double> v) {
 }
 
 void ParallelTrainer::optimizer_step() {
+  // Asynchronous EASGD (Zhang et al. 2015, Algorithm 1): at local step t with t % tau == 0, the elastic exchange with
+  // the centre acts on the parameters the gradient was taken at; the local update follows.
+  if (ps_ && elastic_centre() && !grid_.server && optimizer_->steps() % job_.sync.period == 0) ps_->elastic_exchange();
   compute::Backend& be = model_.backend();
   Tensor g = model_.range_grads(static_cast<size_t>(first_), static_cast<size_t>(end_));
   if (config_.clip_norm > 0) {
@@ -645,6 +652,9 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
   std::vector<std::vector<float>> server_state;
+  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
+               "checkpoint '{}': asynchronous EASGD's centre variable and the workers' own parameters are not saved "
+               "yet", path);
   if (ps_) {
     failing_loudly([&] { ps_->sync_point(); });
     server_state = failing_loudly([&] { return ps_->gather_state(0); });
@@ -718,6 +728,8 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
 }
 
 void ParallelTrainer::load_checkpoint(const std::string& path) {
+  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
+               "checkpoint '{}': resuming asynchronous EASGD (its centre variable) is not supported yet", path);
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
   std::string error;
   int64_t steps = 0;

@@ -97,7 +97,7 @@ class ParallelTrainer {
   nn::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer() noexcept { return *optimizer_; }
   Tracer& tracer() noexcept { return tracer_; }
-  // ps, ps-async, ssp: the push/pull of this rank (worker or server); null for other strategies.
+  // ps, ps-async, ssp, asynchronous easgd: this rank's side of the servers (worker or server); null otherwise.
   const ParameterServerSync* param_server() const noexcept { return ps_.get(); }
 
  private:
@@ -108,7 +108,8 @@ class ParallelTrainer {
   // A communicator's failure text with its group ranks turned into world ranks ("world rank 2").
   std::string in_world_ranks(const std::string& message) const;
   train::TrainingIdentity identity() const;
-  bool parameter_server() const noexcept;  // ps, ps-async or ssp
+  bool parameter_server() const noexcept;  // ps, ps-async, ssp, or easgd with easgd_async: ranks with servers
+  bool elastic_centre() const noexcept;    // easgd with easgd_async: the centre variable on the servers
   train::StepResult step_impl();
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();

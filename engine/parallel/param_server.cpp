@@ -573,8 +573,9 @@ void ParameterServerSync::serve_until(const Done& done, const char* what) {
                    "waiting for {}", rank_, std::chrono::duration_cast<std::chrono::milliseconds>(limit).count(), what,
                    waiting);
     }
+    // Sleep rather than spin (ranks share cores), but briefly: a push seen late delays every worker's pull.
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    pause = std::min(pause * 2, std::chrono::microseconds(200));
   }
 }
 
