@@ -92,6 +92,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // ---- 1. local checks (the same verdict on every rank) ----
   TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || parameter_server(),
                Status::kUnsupported, "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  TANDEM_CHECK(!parameter_server() || pc_.compression == GradCompression::kNone, Status::kUnsupported,
+               "strategy {}: gradient compression ({}) is not supported with parameter servers yet (pushes are f32)",
+               strategy_name(pc_.strategy), compression_name(pc_.compression));
   TANDEM_CHECK(!parameter_server() || elastic_centre() || config_.clip_norm <= 0, Status::kUnsupported,
                "strategy {}: gradient clipping (clip_norm {}) needs the global norm over every server's shard before "
                "any update; not supported with parameter servers yet",
@@ -446,8 +449,9 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
     for (comm::Communicator* c : {world_, pipe_comm_.get(), dp_comm_.get()}) {
       if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", grid_.rank, why));
     }
-    throw Error(e.status(), fmt::format("world rank {} (stage {}, replica {}): {}", grid_.rank, grid_.stage,
-                                        grid_.dp_rank, why));
+    const std::string role = grid_.server ? fmt::format("server {}", grid_.server_index)
+                                          : fmt::format("stage {}, replica {}", grid_.stage, grid_.dp_rank);
+    throw Error(e.status(), fmt::format("world rank {} ({}): {}", grid_.rank, role, why));
   }
 }
 
@@ -460,7 +464,13 @@ train::StepResult ParallelTrainer::step_impl() {
   train::StepResult r;
   const int64_t t0 = tracer_.now_ns();
   data::Batch batch;
-  if (epoch_exhausted() || !loader_->next(batch)) {
+  // A server trains on no data: it only counts the epoch's batches as replica 0 does, loading none.
+  const auto server_batch = [&] {
+    batch.size = std::min(loader_->options().batch_size, sampler_.remaining());
+    sampler_.advance(batch.size);
+    return batch.size > 0;
+  };
+  if (epoch_exhausted() || !(grid_.server ? server_batch() : loader_->next(batch))) {
     r.epoch_end = true;
     ++completed_epochs_;
     return r;
@@ -472,7 +482,7 @@ train::StepResult ParallelTrainer::step_impl() {
   // The last batch of an epoch may be short: fewer micro-batches then (the same on every rank).
   const int count = static_cast<int>(std::min<int64_t>(pc_.micro_batches * pc_.accumulation, batch.size));
   std::vector<Tensor> keep;
-  const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
+  const std::vector<MicroBatch> mbs = grid_.server ? std::vector<MicroBatch>{} : make_micro_batches(batch, count, keep);
   r.lr = optim::lr_at(schedule_, optimizer_->steps());
   StageResult s;
   if (grid_.server) {

@@ -111,6 +111,21 @@ BOOST_DATA_TEST_CASE(sync_ps_matches_ddp, bdata::make({2, 3}) * bdata::make({1, 
              "training moved the parameters");
 }
 
+BOOST_AUTO_TEST_CASE(the_compiled_job_gives_each_servers_memory) {
+  par::Job job;
+  job.model = lenet();
+  job.batch = 8;
+  job.parallel = pconfig(par::Strategy::kSsp, 2, 3);
+  job.optimizer.momentum = 0.9f;
+  const par::CompiledJob cj = par::compile_job(job, 5);  // 3 workers, 2 servers
+  BOOST_REQUIRE_EQUAL(cj.sync.server_bytes.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    const double n = static_cast<double>(cj.sync.shards[s].size());
+    // parameters + momentum + (receive + reply + S + 1 kept clocks) per worker, 4 bytes a value
+    BOOST_TEST(cj.sync.server_bytes[s] == 4 * n + 4 * n + 4 * n * 3 * (2 + 4));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(ssp_with_staleness_zero_is_ps_exactly) {
   const train::TrainerConfig cfg = sgd_config(8);
   const ParallelRun ps = run_parallel(lenet(), train_set(), cfg, pconfig(par::Strategy::kPs, 2), 4, kSteps);
@@ -361,6 +376,25 @@ BOOST_AUTO_TEST_CASE(a_worker_that_stops_is_named_on_every_rank_within_the_deadl
                errors[static_cast<size_t>(r)].message);
   }
   BOOST_TEST(waited < 30.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_that_leaves_early_is_named_by_the_server) {
+  // Worker 1 stops after one step and its trainer is destroyed (it leaves the region cleanly): the server, serving
+  // step 2, fails naming it, and the failure reaches every rank.
+  comm::CommOptions quick;
+  quick.timeout = std::chrono::milliseconds(1500);
+  const auto errors = run_world(3, quick, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), pconfig(par::Strategy::kSsp, 1, 1), &c);
+    t.step();
+    if (r == 1) return;
+    for (int i = 0; i < 4; ++i) t.step();
+  });
+  BOOST_TEST((errors[2].status == Status::kMismatch), errors[2].message);
+  BOOST_TEST(errors[2].message.find("world rank 1 left training after 1 steps") != std::string::npos,
+             errors[2].message);
+  BOOST_TEST((errors[0].status != Status::kOk), errors[0].message);
 }
 
 // A figure, not a check (disabled; run it by name): steps per second of ddp and of ps with 1 and 2 servers on 2
