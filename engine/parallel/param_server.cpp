@@ -284,6 +284,7 @@ void ParameterServerSync::copy_into_params(int64_t begin, int64_t size, const fl
 int64_t ParameterServerSync::finish() {
   armed_ = false;
   if (elastic_) {  // easgd: a local step; the exchange is elastic_exchange()
+    in_region_ = true;  // every step is in the region (the server serves it), exchange or not
     ++clock_;
     return 0;
   }

@@ -282,14 +282,15 @@ BOOST_AUTO_TEST_CASE(async_easgd_centre_follows_the_closed_form) {
 }
 
 BOOST_AUTO_TEST_CASE(async_easgd_trains_through_the_parallel_trainer) {
-  // 2 workers with local SGD and an elastic exchange every tau = 2 steps with the centre on 1 server.
+  // 2 workers with local SGD and an elastic exchange every tau = 3 steps with the centre on 1 server (8 steps an
+  // epoch: the second epoch starts between exchanges, after the first epoch's sync point).
   nn::ModelBuilder b("softmax", {1, 12, 12});
   b.flatten();
   b.linear(4);
   const nn::ModelSpec spec = std::move(b).build();
   par::ParallelConfig p = pconfig(par::Strategy::kEasgd, 1);
   p.easgd_async = true;
-  p.tau = 2;
+  p.tau = 3;
   p.alpha = 0.3;
   std::vector<std::vector<float>> params(3);
   std::vector<float> initial, centre;
