@@ -111,6 +111,17 @@ BOOST_DATA_TEST_CASE(sync_ps_matches_ddp, bdata::make({2, 3}) * bdata::make({1, 
              "training moved the parameters");
 }
 
+BOOST_AUTO_TEST_CASE(sync_ps_with_gradient_accumulation_matches_ddp) {
+  // Pushes happen only after the last accumulated backward pass (the hook is armed there, as DDP's all-reduce).
+  par::ParallelConfig d = pconfig(par::Strategy::kDdp, 1);
+  par::ParallelConfig p = pconfig(par::Strategy::kPs, 2);
+  d.accumulation = p.accumulation = 2;
+  const ParallelRun ddp = run_parallel(lenet(), train_set(), sgd_config(4), d, 2, kSteps);
+  const ParallelRun ps = run_parallel(lenet(), train_set(), sgd_config(4), p, 4, kSteps);
+  check_workers_identical(ps, 2);
+  BOOST_TEST(rel_diff(ps.params[0], ddp.params[0]) <= 1e-5);
+}
+
 BOOST_AUTO_TEST_CASE(the_compiled_job_gives_each_servers_memory) {
   par::Job job;
   job.model = lenet();
