@@ -549,8 +549,25 @@ void ParameterServerSync::on_elastic(int w) {
   ws.done = ws.started;
 }
 
+comm::Work* ParameterServerSync::next_receive(int64_t due) {
+  // A posted push always lands without anything from us. A control message does too unless its worker waits for a
+  // reply of ours (withheld); and only a worker behind `due` is needed (one ahead may send its next much later).
+  for (WorkerState& ws : peers_) {
+    for (Message& m : ws.push)
+      if (m.work) return m.work.get();
+  }
+  for (size_t w = 0; w < peers_.size(); ++w) {
+    WorkerState& ws = peers_[w];
+    if (ws.paused || !ws.control.work || ws.done >= due) continue;
+    if (std::any_of(withheld_.begin(), withheld_.end(), [&](const Withheld& x) { return x.worker == static_cast<int>(w); }))
+      continue;
+    return ws.control.work.get();
+  }
+  return nullptr;
+}
+
 template <typename Done>
-void ParameterServerSync::serve_until(const Done& done, const char* what) {
+void ParameterServerSync::serve_until(const Done& done, int64_t due, const char* what) {
   const auto limit = world_.options().timeout + std::chrono::seconds(5);
   auto last = Clock::now();
   auto pause = std::chrono::microseconds(20);
@@ -562,6 +579,14 @@ void ParameterServerSync::serve_until(const Done& done, const char* what) {
       last = Clock::now();
       pause = std::chrono::microseconds(20);
       continue;
+    }
+    // ps (staleness 0): every receive posted must complete before the step (or sync point) can, and no reply can be
+    // released meanwhile, so block on one of them (woken when it lands) instead of polling.
+    if (program_.staleness == 0 && !elastic_) {
+      if (comm::Work* next = next_receive(due)) {
+        next->wait();
+        continue;
+      }
     }
     if (Clock::now() - last > limit) {
       // The communicator's own deadline on the posted receives normally fires first and names the rank.
@@ -598,7 +623,7 @@ void ParameterServerSync::serve(int64_t steps) {
         }
         return true;
       },
-      "a step");
+      due, "a step");
   clock_ = std::max(clock_, steps);
   tracer_.add(fmt::format("serve step {}", steps), "comm", t0, tracer_.now_ns());
 }
@@ -636,7 +661,7 @@ void ParameterServerSync::sync_point() {
       [&] {
         return std::all_of(peers_.begin(), peers_.end(), [](const WorkerState& ws) { return ws.paused; });
       },
-      "a sync point");
+      INT64_MAX, "a sync point");
   for (size_t w = 0; w < peers_.size(); ++w) {
     TANDEM_CHECK(peers_[w].done == peers_[0].done, Status::kMismatch,
                  "parameter server (world rank {}): world rank {} left training at clock {} but world rank 0 at {} "

@@ -170,8 +170,10 @@ class ParameterServerSync final : public GradientSync {
   bool release_withheld();
   void on_elastic(int w);
   int64_t slowest() const;
+  // ps: a posted receive that will land without a reply of ours (for serving up to clock `due`), or null.
+  comm::Work* next_receive(int64_t due);
   template <typename Done>
-  void serve_until(const Done& done, const char* what);
+  void serve_until(const Done& done, int64_t due, const char* what);
 
   comm::Communicator& world_;
   nn::Model& model_;
