@@ -17,6 +17,11 @@
 //   3. the stage and data-parallel communicators (split of `world`), parameters and batch-norm
 //      buffers broadcast from data-parallel rank 0, a barrier that zeroes every rank's trace clock.
 //
+// Parameter servers (ps, ps-async, ssp; easgd with easgd_async): the last ranks of the world are servers
+// (ParameterServerSync, param_server.hpp). They run the same collective calls: a server's step() serves the workers'
+// pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
+// at which the workers leave their push/pull region and take the servers' parameters.
+//
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
 #include <cstdint>
