@@ -25,6 +25,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/nn/model.hpp"
+#include "engine/parallel/gradient_sync.hpp"
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "engine/parallel/step_trace.hpp"
@@ -36,26 +37,26 @@ namespace tandem::engine::parallel {
 void compress_gradients(GradCompression c, const float* src, float scale, uint16_t* dst, size_t n);
 void decompress_gradients(GradCompression c, const uint16_t* src, float* dst, size_t n);
 
-class GradientReducer {
+class GradientReducer final : public GradientSync {
  public:
   // `comm`: the stage's data-parallel group (size >= 2); `model`, `comm` and `tracer` must outlive
   // the reducer. Installs the model's grad-ready hook (removed again by the destructor).
   GradientReducer(comm::Communicator& comm, nn::Model& model, std::vector<GradientBucket> buckets,
                   GradCompression compression, Tracer& tracer);
-  ~GradientReducer();
+  ~GradientReducer() override;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   // While armed, the grad-ready hook starts each bucket's all-reduce as soon as it is complete.
-  void arm(bool armed) noexcept { armed_ = armed; }
+  void arm(bool armed) noexcept override { armed_ = armed; }
   // Starts bucket b's all-reduce unless it already runs (kAllreduceBucket ops of a plan).
-  void issue(int bucket);
+  void issue(int bucket) override;
   // Starts every bucket not yet started, waits for all, leaves averaged gradients in the model and
   // disarms. Returns the nanoseconds spent blocked. Rethrows a failed all-reduce (it names the peer).
-  int64_t finish();
+  int64_t finish() override;
   // All-reduce time of the last finish(): the union of the buckets' [start, completion] intervals,
   // where a bucket starts when issued or when the one before it completed (they run one at a time).
-  int64_t last_allreduce_ns() const noexcept { return last_busy_ns_; }
+  int64_t last_allreduce_ns() const noexcept override { return last_busy_ns_; }
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
 
  private:

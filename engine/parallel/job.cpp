@@ -122,6 +122,13 @@ SyncProgram sync_program(const CompiledJob& cj) {
         if (x < y) p.pieces.push_back({static_cast<int32_t>(b), r.server, x, y});
       }
     }
+    const bool push_pull = p.exchange == Exchange::kPushPull;
+    const double kept_clocks = push_pull && p.staleness >= 0 ? p.staleness + 1.0 : 0.0;
+    for (const KeyRange& r : p.shards) {
+      const double values = 4.0 * static_cast<double>(r.size());
+      const double state = push_pull ? static_cast<double>(r.size()) * optimizer_state_bytes_per_param(cj.job.optimizer) : 0;
+      p.server_bytes.push_back(values + state + values * p.workers * (2.0 + kept_clocks));
+    }
   }
   return p;
 }
@@ -263,6 +270,8 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
   first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));
+  for (size_t k = 0; k < a.sync.server_bytes.size() && k < b.sync.server_bytes.size() && d.empty(); ++k)
+    first(differ(fmt::format("server {} bytes", k).c_str(), a.sync.server_bytes[k], b.sync.server_bytes[k]));
   for (size_t k = 0; k < a.sync.pieces.size() && k < b.sync.pieces.size() && d.empty(); ++k) {
     const BucketPiece &x = a.sync.pieces[k], &y = b.sync.pieces[k];
     first(differ(fmt::format("bucket piece {}", k).c_str(), fmt::format("b{} s{} [{}, {})", x.bucket, x.server, x.begin, x.end),

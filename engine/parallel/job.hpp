@@ -97,6 +97,12 @@ struct SyncProgram {
   // along those ranges, bucket by bucket in the order backward completes them.
   std::vector<KeyRange> shards;
   std::vector<BucketPiece> pieces;
+
+  // ---- parameter servers ----
+  // Per server, the bytes the protocol holds (ParameterServerSync): its key range's parameters, the optimizer state
+  // of them (push-pull), each worker's receive and reply buffer, and for ps and ssp the pushes kept until their
+  // clock is complete (up to staleness + 1 clocks of every worker's push, summed in worker order).
+  std::vector<double> server_bytes;
 };
 
 // Balanced key ranges: [0, total) cut into `servers` contiguous ranges whose sizes differ by at most one.

@@ -109,13 +109,20 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   // ---- 1. local checks (the same verdict on every rank) ----
-  // The averaging family of issue #13 runs here; the parameter-server family (ps, ps-async, ssp, asynchronous
-  // easgd) has its own hook.
+  // The averaging family of issue #13 runs here through a StepSync (averaging.hpp, fedavg.hpp); the parameter-server
+  // family (ps, ps-async, ssp, asynchronous easgd) through ParameterServerSync (param_server.hpp).
   const bool averaging = pc_.strategy == Strategy::kLocalSgd || pc_.strategy == Strategy::kAsgd ||
                          pc_.strategy == Strategy::kFedAvg || (pc_.strategy == Strategy::kEasgd && !pc_.easgd_async);
-  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || averaging,
-               Status::kUnsupported, "strategy {}{} is not implemented yet", strategy_name(pc_.strategy),
-               pc_.easgd_async ? " (asynchronous)" : "");
+  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || averaging ||
+                   parameter_server(),
+               Status::kUnsupported, "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  TANDEM_CHECK(!parameter_server() || pc_.compression == GradCompression::kNone, Status::kUnsupported,
+               "strategy {}: gradient compression ({}) is not supported with parameter servers yet (pushes are f32)",
+               strategy_name(pc_.strategy), compression_name(pc_.compression));
+  TANDEM_CHECK(!parameter_server() || elastic_centre() || config_.clip_norm <= 0, Status::kUnsupported,
+               "strategy {}: gradient clipping (clip_norm {}) needs the global norm over every server's shard before "
+               "any update; not supported with parameter servers yet",
+               strategy_name(pc_.strategy), config_.clip_norm);
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();
@@ -183,20 +190,32 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // ---- 4. groups, replicated state, optimizer ----
   if (world_ != nullptr) {
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
-    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.stage, grid_.dp_rank);
+    // parameter servers join no data-parallel group (color -1): the workers' group broadcasts their state
+    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
   }
   broadcast_replica_state();
+  // With parameter servers the optimizer runs on the servers (ParameterServerSync); this rank's optimizer has no
+  // buffer and only counts the steps (the schedule, the checkpoint's progress). Asynchronous EASGD's workers step
+  // locally; its servers hold the centre variable.
+  const bool counting_only = parameter_server() && (grid_.server || !elastic_centre());
   optimizer_ = std::make_unique<optim::Optimizer>(
       model_.backend(), config_.optimizer,
-      std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_))});
+      std::vector<Tensor>{counting_only ? Tensor::empty(Shape{0})
+                                             : model_.range_params(static_cast<size_t>(first_),
+                                                                   static_cast<size_t>(end_))});
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
-  if (dp_comm_) {
+  if (parameter_server()) {
+    TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "strategy {} needs at least one worker and one server",
+                 strategy_name(pc_.strategy));
+    ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
+                                                config_.optimizer, schedule_, pc_.alpha, tracer_);
+  } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
                                                  pc_.compression, tracer_);
   }
   executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
-                                              reducer_.get(), tracer_);
+                                              ps_ ? static_cast<GradientSync*>(ps_.get()) : reducer_.get(), tracer_);
   setup_strategy();
   if (world_ != nullptr) world_->barrier()->wait();
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
@@ -228,6 +247,13 @@ void ParallelTrainer::setup_strategy() {
 ParallelTrainer::~ParallelTrainer() {
   executor_.reset();
   reducer_.reset();
+  ps_.reset();  // leaves the push/pull region with the other ranks (bounded by the deadline)
+}
+
+bool ParallelTrainer::parameter_server() const noexcept { return has_servers(pc_.strategy, pc_.easgd_async); }
+
+bool ParallelTrainer::elastic_centre() const noexcept {
+  return pc_.strategy == Strategy::kEasgd && pc_.easgd_async;
 }
 
 void ParallelTrainer::agree_on_settings() {
@@ -422,6 +448,9 @@ std::vector<double> ParallelTrainer::allreduce_sum(std::vector<double> v) {
 }
 
 void ParallelTrainer::optimizer_step() {
+  // Asynchronous EASGD (Zhang et al. 2015, Algorithm 1): at local step t with t % tau == 0, the elastic exchange with
+  // the centre acts on the parameters the gradient was taken at; the local update follows.
+  if (ps_ && elastic_centre() && !grid_.server && optimizer_->steps() % job_.sync.period == 0) ps_->elastic_exchange();
   compute::Backend& be = model_.backend();
   Tensor g = model_.range_grads(static_cast<size_t>(first_), static_cast<size_t>(end_));
   if (config_.clip_norm > 0) {
@@ -483,8 +512,9 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
     for (comm::Communicator* c : {world_, pipe_comm_.get(), dp_comm_.get()}) {
       if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", grid_.rank, why));
     }
-    throw Error(e.status(), fmt::format("world rank {} (stage {}, replica {}): {}", grid_.rank, grid_.stage,
-                                        grid_.dp_rank, why));
+    const std::string role = grid_.server ? fmt::format("server {}", grid_.server_index)
+                                          : fmt::format("stage {}, replica {}", grid_.stage, grid_.dp_rank);
+    throw Error(e.status(), fmt::format("world rank {} ({}): {}", grid_.rank, role, why));
   }
 }
 
@@ -498,7 +528,13 @@ train::StepResult ParallelTrainer::step_impl() {
   train::StepResult r;
   const int64_t t0 = tracer_.now_ns();
   data::Batch batch;
-  if (epoch_exhausted() || !loader_->next(batch)) {
+  // A server trains on no data: it only counts the epoch's batches as replica 0 does, loading none.
+  const auto server_batch = [&] {
+    batch.size = std::min(loader_->options().batch_size, sampler_.remaining());
+    sampler_.advance(batch.size);
+    return batch.size > 0;
+  };
+  if (epoch_exhausted() || !(grid_.server ? server_batch() : loader_->next(batch))) {
     r.epoch_end = true;
     ++completed_epochs_;
     return r;
@@ -510,20 +546,29 @@ train::StepResult ParallelTrainer::step_impl() {
   // The last batch of an epoch may be short: fewer micro-batches then (the same on every rank).
   const int count = static_cast<int>(std::min<int64_t>(pc_.micro_batches * pc_.accumulation, batch.size));
   std::vector<Tensor> keep;
-  const std::vector<MicroBatch> mbs = make_micro_batches(batch, count, keep);
+  const std::vector<MicroBatch> mbs = grid_.server ? std::vector<MicroBatch>{} : make_micro_batches(batch, count, keep);
   r.lr = optim::lr_at(schedule_, optimizer_->steps());
-  const int64_t steps_before = optimizer_->steps();
-  if (sync_) {
-    sync_->before_step(steps_before);
-    executor_->set_reducer(sync_->synchronous(steps_before) ? reducer_.get() : nullptr);
-  }
-  const StageResult s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
-  if (sync_) {
-    const int64_t x0 = tracer_.now_ns();
-    sync_->after_step(optimizer_->steps());
-    const int64_t x1 = tracer_.now_ns();
-    t.comm_ns += x1 - x0;
-    if (x1 - x0 > 20000) tracer_.add("exchange", "allreduce", x0, x1);
+  StageResult s;
+  if (grid_.server) {
+    // A server rank serves the workers' pushes and pulls of this step (and of later steps of workers ahead).
+    const int64_t t_serve = tracer_.now_ns();
+    ps_->serve(optimizer_->steps() + 1);
+    t.comm_ns += tracer_.now_ns() - t_serve;
+    optimizer_step();
+  } else {
+    const int64_t steps_before = optimizer_->steps();
+    if (sync_) {
+      sync_->before_step(steps_before);
+      executor_->set_reducer(sync_->synchronous(steps_before) ? reducer_.get() : nullptr);
+    }
+    s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
+    if (sync_) {
+      const int64_t x0 = tracer_.now_ns();
+      sync_->after_step(optimizer_->steps());
+      const int64_t x1 = tracer_.now_ns();
+      t.comm_ns += x1 - x0;
+      if (x1 - x0 > 20000) tracer_.add("exchange", "allreduce", x0, x1);
+    }
   }
   t.steps = 1;
   t.step_ns = tracer_.now_ns() - t0;
@@ -602,6 +647,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     }
     if (s.epoch_end) break;
   }
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   double train_s = seconds_since(t0);
   // Global figures: the last stage of every replica scored its samples.
   const std::vector<double> g = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
@@ -651,6 +697,7 @@ auto ParallelTrainer::with_consensus(F&& f) -> decltype(f()) {
 }
 
 train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t limit_batches) {
+  if (ps_) ps_->sync_point();
   if (limit_batches < 0) limit_batches = config_.eval_limit_batches;
   // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
   // as PyTorch DDP's buffer broadcast does.
@@ -659,8 +706,8 @@ train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t
                      model_.range_buffers(static_cast<size_t>(first_), static_cast<size_t>(end_)), 0);
   }
   data::Dataset shard;
-  if (grid_.dp > 1) shard = shard_of(d, grid_.dp_rank, grid_.dp);
-  const data::Dataset& mine = grid_.dp > 1 ? shard : d;
+  if (grid_.dp > 1 && !grid_.server) shard = shard_of(d, grid_.dp_rank, grid_.dp);
+  const data::Dataset& mine = grid_.server ? shard : grid_.dp > 1 ? shard : d;  // a server scores nothing
   double loss_sum = 0;
   int64_t correct = 0, samples = 0;
   TimeSplit t;
@@ -705,6 +752,15 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 }
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
+  // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
+  std::vector<std::vector<float>> server_state;
+  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
+               "checkpoint '{}': asynchronous EASGD's centre variable and the workers' own parameters are not saved "
+               "yet", path);
+  if (ps_) {
+    failing_loudly([&] { ps_->sync_point(); });
+    server_state = failing_loudly([&] { return ps_->gather_state(0); });
+  }
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   std::string error;
@@ -717,7 +773,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
     consensus = sync_->consensus();
     if (sync_->replicas_diverge()) save_replicas(grid_.dp_rank == 0 ? &replicas : nullptr);
   }
-  if (grid_.dp_rank == 0) {
+  if (grid_.dp_rank == 0 && !grid_.server) {
     // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
     std::vector<float> mine = host_floats(be, model_.range_params(first, end));
     const std::vector<float> buf = host_floats(be, model_.range_buffers(first, end));
@@ -752,6 +808,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         for (size_t k = 0; k < state.size(); ++k)
           std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np, states[k].begin() + p0);
       }
+      if (ps_) states = std::move(server_state);
       train::TrainingProgress p;
       p.optimizer_steps = optimizer_->steps();
       p.completed_epochs = completed_epochs_;
@@ -787,6 +844,9 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
 }
 
 void ParallelTrainer::load_checkpoint(const std::string& path) {
+  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
+               "checkpoint '{}': resuming asynchronous EASGD (its centre variable) is not supported yet", path);
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   std::string error;
   int64_t steps = 0;
   try {
@@ -803,7 +863,12 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       const data::SamplerState before = sampler_.state();
       sampler_.restore(ck.progress.sampler);
       try {
-        optimizer_->restore(steps, state);
+        if (ps_) {
+          optimizer_->restore(steps, {});
+          ps_->restore(steps, ck.params->data(), ck.optimizer_state);
+        } else {
+          optimizer_->restore(steps, state);
+        }
       } catch (...) {
         sampler_.restore(before);
         throw;
@@ -961,6 +1026,7 @@ train::StepResult ParallelTrainer::fedavg_round() {
 
 void ParallelTrainer::write_trace(const std::string& path) {
   TANDEM_REQUIRE(tracer_.enabled(), "write_trace: tracing was not enabled in the parallel configuration");
+  if (ps_) failing_loudly([&] { ps_->sync_point(); });
   const std::string body = tracer_.to_json(
       grid_.rank, fmt::format("rank {} (stage {}, replica {})", grid_.rank, grid_.stage, grid_.dp_rank));
   if (world_ == nullptr) {

@@ -23,6 +23,10 @@
 // (fedavg.hpp). Evaluation and checkpoints use the strategy's model: EASGD's centre; the workers' mean for
 // localsgd and asgd; the global model for fedavg. Checkpoints also keep every worker's own state, so a resumed run
 // continues exactly. The parameter-server family plugs in beside them (server ranks outside the step loop).
+// Parameter servers (ps, ps-async, ssp; easgd with easgd_async): the last ranks of the world are servers
+// (ParameterServerSync, param_server.hpp). They run the same collective calls: a server's step() serves the workers'
+// pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
+// at which the workers leave their push/pull region and take the servers' parameters.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
@@ -41,6 +45,7 @@
 #include "engine/parallel/fedavg.hpp"
 #include "engine/parallel/grad_reducer.hpp"
 #include "engine/parallel/job.hpp"
+#include "engine/parallel/param_server.hpp"
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 #include "engine/parallel/stage_executor.hpp"
@@ -108,6 +113,8 @@ class ParallelTrainer {
   // The averaging strategies' exchange (null for the others), and how the last FedAvg round closed.
   const StepSync* step_sync() const noexcept { return sync_.get(); }
   const RoundOutcome& last_round() const noexcept { return last_round_; }
+  // ps, ps-async, ssp, asynchronous easgd: this rank's side of the servers (worker or server); null otherwise.
+  const ParameterServerSync* param_server() const noexcept { return ps_.get(); }
 
  private:
   // Runs f; a failure other than a bad argument aborts this rank's communicators with its reason, so
@@ -117,6 +124,8 @@ class ParallelTrainer {
   // A communicator's failure text with its group ranks turned into world ranks ("world rank 2").
   std::string in_world_ranks(const std::string& message) const;
   train::TrainingIdentity identity() const;
+  bool parameter_server() const noexcept;  // ps, ps-async, ssp, or easgd with easgd_async: ranks with servers
+  bool elastic_centre() const noexcept;    // easgd with easgd_async: the centre variable on the servers
   train::StepResult step_impl();
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
@@ -154,6 +163,7 @@ class ParallelTrainer {
   optim::ScheduleConfig schedule_;
   Rng rng_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ParameterServerSync> ps_;  // ps, ps-async, ssp (before executor_, which points at it)
   std::unique_ptr<StageExecutor> executor_;
   int64_t completed_epochs_ = 0;
   // ---- issue #13: the averaging family ----

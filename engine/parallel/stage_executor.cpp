@@ -15,7 +15,7 @@ constexpr size_t kEvalSendsInFlight = 4;    // bounds memory when evaluation run
 }  // namespace
 
 StageExecutor::StageExecutor(nn::Model& model, int stage, int stages, int32_t first_layer, int32_t end_layer,
-                             comm::Communicator* pipe, GradientReducer* reducer, Tracer& tracer)
+                             comm::Communicator* pipe, GradientSync* reducer, Tracer& tracer)
     : model_(model),
       be_(model.backend()),
       stage_(stage),

@@ -43,9 +43,10 @@ struct StageResult {
 class StageExecutor {
  public:
   // `pipe`: the pipeline's communicator, ranked by stage (null when there is one stage); `reducer`:
-  // the stage's data-parallel gradient reducer (null without data parallelism). All borrowed.
+  // the stage's data-parallel gradient reducer or parameter-server push/pull (null without data
+  // parallelism). All borrowed.
   StageExecutor(nn::Model& model, int stage, int stages, int32_t first_layer, int32_t end_layer,
-                comm::Communicator* pipe, GradientReducer* reducer, Tracer& tracer);
+                comm::Communicator* pipe, GradientSync* reducer, Tracer& tracer);
   ~StageExecutor();
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
@@ -65,7 +66,7 @@ class StageExecutor {
 
   // The data-parallel reducer of the next train_step calls; null: local steps (the plan's bucket all-reduces are
   // skipped and each replica keeps its own gradients) -- the averaging strategies of issue #13.
-  void set_reducer(GradientReducer* reducer) noexcept { reducer_ = reducer; }
+  void set_reducer(GradientSync* reducer) noexcept { reducer_ = reducer; }
 
   int stage() const noexcept { return stage_; }
   int32_t first_layer() const noexcept { return first_; }
@@ -86,7 +87,7 @@ class StageExecutor {
   const int stage_, stages_;
   const int32_t first_, end_;
   comm::Communicator* pipe_;
-  GradientReducer* reducer_;
+  GradientSync* reducer_;
   Tracer& tracer_;
   std::vector<int32_t> in_ids_, out_ids_;  // crossing(first_), crossing(end_) (out: logits on the last stage)
 

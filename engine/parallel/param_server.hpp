@@ -1,0 +1,215 @@
+#pragma once
+// Parameter servers (issue #13): the synchronous (ps), asynchronous (ps-async) and bounded-staleness (ssp)
+// parameter server, and the centre variable of asynchronous EASGD -- the runtime side of a CompiledJob's
+// SyncProgram with servers (exchange kPushPull, or kElastic with easgd_async). The simulator times the same program.
+//
+// Roles: workers are world ranks [0, W), servers [W, W + S). Server s holds key range shards[s] of the model's flat
+// f32 parameter vector and, for push/pull, the optimizer state of that range: one optim::Optimizer per bucket piece
+// (an update is elementwise, so updating piece by piece equals updating the whole vector), which lets a piece be
+// updated as soon as its pushes are in.
+//
+// A worker's step: when backward completes bucket b (the model's grad-ready hook, as DDP's all-reduce), each piece
+// of b is pushed to its server at once, non-blocking, and the piece's pull reply is posted, so pushes and pulls
+// overlap the rest of backward; finish() waits for the replies and writes the pulled parameters into the model
+// before the next forward. The worker runs no optimizer.
+//
+// Update rules (on the server, per piece):
+//   ps and ssp: the pushes of clock t (a worker's t-th step) of all W workers are summed in worker order and scaled by
+//     1/W -- DDP's average -- then one optimizer step with lr_at(schedule, t - 1). The pull reply to a worker's push
+//     of clock t is released once the piece has applied clock t - S (ps: S = 0, the update of t itself; ssp: S =
+//     staleness). A worker thus starts step t + 1 only when the slowest worker has pushed step t - S: its clock runs
+//     at most S ahead of the slowest (instrumented: max_clock_gap()). S = 0 is ps exactly (the same code).
+//   ps-async: each push is applied as it arrives: one optimizer step with the pushing worker's gradient as it is (the
+//     mean over that worker's own batch, not divided by W), at lr_at(schedule, updates / W) so the schedule advances
+//     once per W updates (ps's pace per sample). The reply carries the newest parameters, right after that update.
+//   easgd (asynchronous centre c): a worker sends its parameters x; the server sets d = alpha (x - c), c <- c + d and
+//     replies d; the worker sets x <- x - d (Zhang et al. 2015, asynchronous EASGD). Exchanges apply one at a time.
+//
+// Protocol (the world communicator, tagged point-to-point; every message starts with a 32-byte header -- kind,
+// sender, piece, clock, payload floats -- followed by f32 values):
+//   worker -> server, control tag (header only): kStep(t) before step t's pushes, kElastic(t) before an elastic
+//     exchange, kPause(t) at a sync point. A server keeps exactly one control receive posted per worker inside the
+//     region, so every posted receive is matched by a message its worker is bound to send.
+//   worker -> server: kPush (tag push + piece), kCentre (elastic payload); server -> worker: kPull (tag pull +
+//     piece), kDelta (elastic reply), kFinal (the whole shard at a sync point); rank 0 -> server: kInit.
+// Every wait is bounded by the communicator's deadline; a message whose header differs from what the protocol
+// expects (kind, sender, piece, clock, size) is a kMismatch error naming the world rank that sent it.
+//
+// Collective points: ranks enter the push/pull region with their first step and leave it at sync_point(), which the
+// trainer calls before every world collective (end of an epoch, evaluate, checkpoint, trace) and at destruction:
+// workers send kPause(clock); a server serves until every worker has paused, then (push/pull) sends each worker its
+// whole shard, so every worker leaves holding the servers' parameters (async workers differ until then).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/nn/model.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/optim/schedule.hpp"
+#include "engine/parallel/gradient_sync.hpp"
+#include "engine/parallel/job.hpp"
+#include "engine/parallel/schedule.hpp"
+#include "engine/parallel/step_trace.hpp"
+
+namespace tandem::engine::parallel {
+
+class ParameterServerSync final : public GradientSync {
+ public:
+  // Collective over `world` (every rank, workers and servers): servers take their shard's initial values from world
+  // rank 0. `program`: the job's SyncProgram (kPushPull, or kElastic with servers); `buckets`: the stage plan's
+  // (the pieces' bucket indices refer to them); `alpha`: the elastic moving rate (kElastic only). `world`, `model`
+  // and `tracer` are borrowed and must outlive this object. Workers install the model's grad-ready hook.
+  ParameterServerSync(comm::Communicator& world, nn::Model& model, SyncProgram program,
+                      std::vector<GradientBucket> buckets, optim::OptimizerConfig optimizer,
+                      optim::ScheduleConfig schedule, double alpha, Tracer& tracer);
+  // Leaves the region (sync_point) unless the communicator failed; errors are swallowed here.
+  ~ParameterServerSync() override;
+  ParameterServerSync(const ParameterServerSync&) = delete;
+  ParameterServerSync& operator=(const ParameterServerSync&) = delete;
+
+  bool is_server() const noexcept { return server_ >= 0; }
+  int32_t workers() const noexcept { return program_.workers; }
+  // Steps this worker has completed (pushed and pulled); on a server, the steps it has served.
+  int64_t clock() const noexcept { return clock_; }
+
+  // ---- workers: GradientSync (push on bucket completion, pull in finish) ----
+  void arm(bool armed) noexcept override { armed_ = armed; }
+  void issue(int bucket) override;
+  int64_t finish() override;
+  int64_t last_allreduce_ns() const noexcept override { return last_busy_ns_; }
+
+  // ---- workers: asynchronous EASGD ----
+  // One elastic exchange of this worker's parameters with the centre (every server's shard); counts as a step of
+  // the worker's clock. Call it every tau local steps.
+  void elastic_exchange();
+  // Servers: the centre variable's shard [shards[s].begin, end).
+  const std::vector<float>& shard() const noexcept { return shard_host_; }
+
+  // ---- servers ----
+  // Serves pushes, pulls and exchanges until every worker has completed `steps` steps (kElastic: made every exchange
+  // due by then, one per `period` steps). Messages of later steps are served too (async workers run ahead).
+  void serve(int64_t steps);
+  // The largest clock gap seen when releasing a pull reply: the pushing worker's clock minus the slowest worker's
+  // (the clock of the step every worker has completely pushed to this server). ssp keeps it <= staleness.
+  int64_t max_clock_gap() const noexcept { return max_gap_; }
+
+  // ---- every rank ----
+  // Collective: leaves the push/pull region (see the header comment); a no-op outside it.
+  void sync_point();
+  // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
+  // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.
+  std::vector<std::vector<float>> gather_state(int root);
+  // After a checkpoint is read on every rank (outside the region): `steps` completed worker steps, the whole model's
+  // parameters and optimizer state vectors. Servers take their shard; every rank resets its clocks to `steps`.
+  void restore(int64_t steps, const float* params, const std::vector<const std::vector<float>*>& state);
+
+ private:
+  struct Header {
+    int32_t kind = 0;
+    int32_t sender = 0;
+    int32_t piece = 0;
+    int32_t reserved = 0;
+    int64_t clock = 0;
+    int64_t count = 0;  // f32 values after the header
+  };
+  static_assert(sizeof(Header) == 32);
+  // A header followed by `count` floats; owns its storage and the Work using it.
+  struct Message {
+    std::vector<float> buf;  // 8 floats of header, then the payload
+    std::unique_ptr<comm::Work> work;
+    Header header() const;
+    float* payload() { return buf.data() + 8; }
+    const float* payload() const { return buf.data() + 8; }
+    void set(const Header& h);
+  };
+  struct ServerPiece {  // a piece of this server's shard
+    int32_t global = 0;  // index in program_.pieces
+    int64_t offset = 0, size = 0;  // in the shard
+    std::unique_ptr<optim::Optimizer> optimizer;
+    int64_t applied = 0;  // ps/ssp: clocks applied
+    std::map<int64_t, std::vector<std::vector<float>>> pending;  // clock -> per-worker gradients (empty: not in)
+  };
+  struct WorkerState {  // a server's view of one worker
+    Message control;                 // the posted control receive
+    std::vector<Message> push;       // per local piece
+    std::vector<Message> reply;      // per local piece: the last reply sent
+    std::vector<int64_t> push_clock; // per local piece: the clock of its last push received
+    int64_t started = 0;             // clock of its last kStep / kElastic
+    int64_t done = 0;                // clocks completely pushed (every local piece) / exchanges made
+    int64_t replied = 0;             // pull replies sent for clock `started`
+    bool paused = true;
+    Message elastic;                 // elastic payload being received
+    Message delta;                   // elastic reply
+  };
+  struct Withheld {
+    int32_t worker, piece;  // local piece index
+    int64_t clock;
+  };
+
+  enum Kind : int32_t { kStep = 1, kPause = 2, kPush = 3, kPull = 4, kFinal = 5, kInit = 6, kElastic = 7,
+                        kCentre = 8, kDelta = 9, kState = 10 };
+  static const char* kind_name(int32_t kind) noexcept;
+  uint32_t push_tag(int32_t piece) const;
+  uint32_t pull_tag(int32_t piece) const;
+  // Checks a received message's header: kMismatch naming the sender when it is not what the protocol expects.
+  void expect(const Message& m, int from, int32_t kind, int32_t piece, int64_t clock, int64_t count) const;
+  void send_control(int32_t kind, int64_t clock);
+
+  // worker
+  void on_grad_ready(size_t layer);
+  void copy_into_params(int64_t begin, int64_t size, const float* src);
+  // server
+  void enter_region();
+  bool poll_worker(int w);
+  void on_push(int w, int j);
+  void apply_clock(ServerPiece& p, int64_t clock);
+  void apply_async(ServerPiece& p, const float* grad);
+  void reply(int w, int j, int64_t clock);
+  bool release_withheld();
+  void on_elastic(int w);
+  int64_t slowest() const;
+  // ps: a posted receive that will land without a reply of ours (for serving up to clock `due`), or null.
+  comm::Work* next_receive(int64_t due);
+  template <typename Done>
+  void serve_until(const Done& done, int64_t due, const char* what);
+
+  comm::Communicator& world_;
+  nn::Model& model_;
+  SyncProgram program_;
+  std::vector<GradientBucket> buckets_;
+  optim::OptimizerConfig optimizer_config_;
+  optim::ScheduleConfig schedule_;
+  float alpha_;
+  Tracer& tracer_;
+  int rank_ = 0;
+  int server_ = -1;      // this rank's server index, -1 on a worker
+  bool elastic_ = false;
+  bool in_region_ = false;
+  int64_t clock_ = 0;
+  int64_t exchanges_ = 0;  // elastic exchanges made (worker)
+  int64_t max_gap_ = 0;
+  int64_t last_busy_ns_ = 0;
+
+  // worker
+  std::vector<std::vector<int32_t>> bucket_pieces_;  // per bucket: global piece indices
+  std::vector<int> trigger_bucket_;                  // per layer: bucket complete after it, or -1
+  std::vector<bool> issued_;
+  std::vector<Message> push_, pull_;                 // per global piece
+  std::vector<std::unique_ptr<comm::Work>> control_sends_;
+  std::vector<Header> control_out_;                  // per server: the control header being sent
+  bool armed_ = false;
+  bool step_started_ = false;
+  int64_t first_issue_ns_ = 0;
+
+  // server
+  KeyRange shard_range_;
+  std::vector<float> shard_host_;  // the shard (parameters or the elastic centre), host memory
+  Tensor shard_;                   // the same on the backend (the optimizer's buffer)
+  std::vector<ServerPiece> pieces_;
+  std::vector<WorkerState> peers_;
+  std::vector<Withheld> withheld_;
+};
+
+}  // namespace tandem::engine::parallel
