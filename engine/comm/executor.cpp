@@ -65,8 +65,26 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank) {
   cp->scratch_count = plan.scratch_count;
   cp->chunk_count = plan.chunk_count;
   cp->description = plan.describe();
+  compile_rank_plan(plan, plan.ranks[rank], rank, *cp);
+  return cp;
+}
+
+PlanAddress plan_address(const Plan& plan, int rank, const Region& r) {
+  const Access a = address_map(plan, rank).access(0, r, false);
+  return PlanAddress{a.space, a.lo};
+}
+
+void compile_rank_plan(const Plan& plan, const RankPlan& rank_plan, int rank, CompiledPlan& out) {
+  TANDEM_CHECK(rank >= 0 && rank < plan.world, Status::kInternal, "compile_plan: rank {} outside world {}", rank,
+               plan.world);
+  CompiledPlan* cp = &out;
+  cp->ops.clear();
+  cp->succs.clear();
+  cp->queues.clear();
+  cp->ready_locals.clear();
+  cp->recv_count = 0;
   // Program order: each round's transfers, then its local ops.
-  for (const Round& round : plan.ranks[rank].rounds) {
+  for (const Round& round : rank_plan.rounds) {
     for (int pass = 0; pass < 2; ++pass)
       for (const Op& op : round.ops) {
         const bool transfer = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
@@ -139,7 +157,6 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank) {
     }
   }
   std::reverse(cp->ready_locals.begin(), cp->ready_locals.end());  // popped from the back: program order
-  return cp;
 }
 
 void PlanExecutor::run(const CompiledPlan& plan, const ExecBuffers& buffers, transports::Transport& transport,
