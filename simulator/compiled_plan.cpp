@@ -175,23 +175,40 @@ void detect_symmetry(CompiledPlan& c) {
   c.rotation_symmetric = sym && find_mirrors(c);
 }
 
-// Rank r's plan is rank 0's rotated, as the runtime's dependency analysis sees it: the same rounds of
-// the same ops, peers shifted by r, and in every address space (engine::comm::plan_address) every
-// non-empty region moved by one offset, modulo the space's size, without wrapping around its end. A
-// rigid rotation keeps which regions overlap, so compile_rank_plan gives rank r rank 0's graph.
-bool congruent(const engine::comm::Plan& header, const RankPlan& a, const RankPlan& b, int32_t r) {
+// Where rank 0's regions lie (engine::comm::plan_address), in plan order: what every other rank is
+// compared with.
+std::vector<engine::comm::PlanAddress> addresses(const engine::comm::Plan& header, const RankPlan& rp) {
+  std::vector<engine::comm::PlanAddress> v;
+  for (const auto& round : rp.rounds)
+    for (const auto& op : round.ops) {
+      if (op.kind != OpKind::kRecv) v.push_back(engine::comm::plan_address(header, 0, op.src));
+      if (op.kind != OpKind::kSend) v.push_back(engine::comm::plan_address(header, 0, op.dst));
+    }
+  return v;
+}
+
+// Rank r's plan is rank 0's (`a`, its regions at `at0`) rotated, as the runtime's dependency analysis
+// sees it: the same rounds of the same ops, peers shifted by r, and in every address space
+// (engine::comm::plan_address) every non-empty region moved by one offset, modulo the space's size,
+// without wrapping around its end. A rigid rotation keeps which regions overlap, so
+// compile_rank_plan gives rank r rank 0's graph.
+bool congruent(const engine::comm::Plan& header, const RankPlan& a, const std::vector<engine::comm::PlanAddress>& at0,
+               const RankPlan& b, int32_t r) {
   using engine::comm::Region;
   const int32_t n = header.world;
   if (a.rounds.size() != b.rounds.size()) return false;
-  int64_t shift[3] = {0, 0, 0};
+  int64_t shift[3] = {0, 0, 0}, sizes[3];
   bool seen[3] = {false, false, false};
+  for (int sp = 0; sp < 3; ++sp)
+    sizes[sp] = static_cast<int64_t>(engine::comm::plan_buffer_count(header, static_cast<engine::comm::Buffer>(sp), 0));
+  size_t next = 0;  // into at0
   auto same_place = [&](const Region& x, const Region& y) {
+    const engine::comm::PlanAddress px = at0[next++];
     if (x.count != y.count || x.buffer != y.buffer) return false;
     if (x.count == 0) return true;  // no access
-    const auto px = engine::comm::plan_address(header, 0, x), py = engine::comm::plan_address(header, r, y);
+    const auto py = engine::comm::plan_address(header, r, y);
     if (px.space != py.space || px.space < 0 || px.space > 2) return false;
-    const auto size =
-        static_cast<int64_t>(engine::comm::plan_buffer_count(header, static_cast<engine::comm::Buffer>(px.space), 0));
+    const int64_t size = sizes[px.space];
     const auto ox = static_cast<int64_t>(px.offset), oy = static_cast<int64_t>(py.offset);
     const auto len = static_cast<int64_t>(x.count);
     int64_t& d = shift[px.space];
@@ -199,7 +216,7 @@ bool congruent(const engine::comm::Plan& header, const RankPlan& a, const RankPl
       if (ox + len > size || oy + len > size) return false;
       if (!seen[px.space]) d = ((oy - ox) % size + size) % size;
       seen[px.space] = true;
-      return oy == (ox + d) % size;
+      return oy == ox + d || oy == ox + d - size;  // (ox + d) mod size, both in [0, size)
     }
     if (!seen[px.space]) d = oy - ox;  // a space of unknown size (scratch): translated, not rotated
     seen[px.space] = true;
@@ -213,18 +230,9 @@ bool congruent(const engine::comm::Plan& header, const RankPlan& a, const RankPl
       const auto& p = x[k];
       const auto& q = y[k];
       if (p.kind != q.kind) return false;
-      switch (p.kind) {
-        case OpKind::kSend:
-          if (q.peer != (p.peer + r) % n || !same_place(p.src, q.src)) return false;
-          break;
-        case OpKind::kRecv:
-          if (q.peer != (p.peer + r) % n || !same_place(p.dst, q.dst)) return false;
-          break;
-        case OpKind::kCopy:
-        case OpKind::kReduce:
-          if (!same_place(p.src, q.src) || !same_place(p.dst, q.dst)) return false;
-          break;
-      }
+      if (p.kind != OpKind::kRecv && !same_place(p.src, q.src)) return false;
+      if (p.kind != OpKind::kSend && !same_place(p.dst, q.dst)) return false;
+      if ((p.kind == OpKind::kSend || p.kind == OpKind::kRecv) && q.peer != (p.peer + r) % n) return false;
     }
   }
   return true;
@@ -352,10 +360,11 @@ std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request) {
   c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
   if (c.ops.empty()) return std::nullopt;
   close_ops(c);
+  const auto at0 = addresses(head, rp0);
   RankPlan rp;  // one rank at a time, storage reused
   for (int32_t r = 1; r < n; ++r) {
     engine::comm::make_rank_plan(request, r, rp);
-    if (!congruent(head, rp0, rp, r)) return std::nullopt;
+    if (!congruent(head, rp0, at0, rp, r)) return std::nullopt;
   }
   if (!find_mirrors(c)) return std::nullopt;
   c.rotation_symmetric = true;
