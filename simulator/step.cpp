@@ -163,7 +163,7 @@ StepResult StepExecutor::run() {
                      "stage {}: {} buckets but no all-reduce plans for them", st, nb);
     }
     for (size_t b = 0; b < nb && s_.dp > 1; ++b) {
-      // symmetric execution runs member 0 alone; the full model needs every member's rounds
+      // symmetric execution runs member 0 alone; the full model needs every member's ops
       const CompiledPlan* plan = sym_ ? s_.bucket_plans[st][b] : &s_.bucket_plans[st][b]->full();
       TANDEM_REQUIRE(plan->world == s_.dp, "stage {} bucket {}: plan for {} ranks, data-parallel group has {}", st, b,
                      plan->world, s_.dp);
@@ -576,7 +576,7 @@ void StepExecutor::member_done(int32_t r) {
 // approximation) when every rank is the image of rank 0 under a rotation of the ring of ranks: a
 // pure data-parallel step (no point-to-point traffic), identical ranks (compute, speed, memory
 // bandwidth), a non-blocking star of identical NICs, and rotation-symmetric all-reduce plans. Then all
-// ranks start every round at the same instant, every NIC carries the same multiset of flows, and the
+// ranks start every op at the same instant, every NIC carries the same multiset of flows, and the
 // max-min rates equal those of rank 0's flows on its uplink alone: the flows rank 0 receives are the
 // images of those it sends. tests/simulator/symmetric_test.cpp checks equal times against the full model.
 bool StepExecutor::symmetric_possible() const {
