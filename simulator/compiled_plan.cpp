@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/comm/executor.hpp"
 #include "engine/core/error.hpp"
 
 namespace tandem::simulator {
@@ -12,10 +13,12 @@ namespace tandem::simulator {
 using engine::comm::OpKind;
 using engine::comm::PlanRequest;
 using engine::comm::RankPlan;
+using Kind = CompiledPlan::Kind;
 
 uint64_t CompiledPlan::total_bytes_sent() const {
   uint64_t b = 0;
-  for (const Send& s : sends) b += s.bytes;
+  for (size_t i = 0; i + 1 < ops.size(); ++i)
+    if (ops[i].kind == Kind::kSend) b += ops[i].bytes;
   return is_full() ? b : b * static_cast<uint64_t>(world);
 }
 
@@ -50,127 +53,189 @@ struct Channels {
 
 constexpr uint64_t kMaxIndex = (uint64_t{1} << 32) - 1;
 
-// Appends member r's rounds (not the entry that closes the last one: close_rounds), its receives
-// (their sizes to recv_bytes, needed only while compiling) and its sends, unmatched; receives also
-// join recv_ch, if given.
-void append_member(CompiledPlan& c, std::vector<uint64_t>& recv_bytes, int32_t r, const RankPlan& rp,
-                   Channels* recv_ch) {
+// Appends member r's ops as the runtime's compiler orders them (`rt`: its storage, reused member
+// after member); receives also join recv_ch (receiving member -> sender), if given. `header` gives
+// the plan's layout (its ranks are not read).
+void append_member(CompiledPlan& c, const engine::comm::Plan& header, const RankPlan& rp, int32_t r,
+                   engine::comm::CompiledPlan& rt, Channels* recv_ch) {
+  engine::comm::compile_rank_plan(header, rp, r, rt);
   const uint64_t eb = c.elem_bytes;
-  for (const auto& round : rp.rounds) {
-    CompiledPlan::Round cr{static_cast<uint32_t>(c.sends.size()), static_cast<uint32_t>(c.recvs.size()), 0};
-    const uint32_t ri = static_cast<uint32_t>(c.rounds.size());
-    for (const auto& op : round.ops) {
-      switch (op.kind) {
-        case OpKind::kRecv:
-        case OpKind::kSend:
-          TANDEM_CHECK(op.peer >= 0 && op.peer < c.world && op.peer != r, Status::kInternal,
-                       "plan {}: rank {} {} rank {}", c.description, r,
-                       op.kind == OpKind::kSend ? "sends to" : "receives from", op.peer);
-          if (op.kind == OpKind::kRecv) {
-            if (recv_ch) recv_ch->items[recv_ch->channel(r, op.peer)].push_back(static_cast<uint32_t>(c.recvs.size()));
-            c.recvs.push_back({op.peer, ri});
-            recv_bytes.push_back(op.dst.count * eb);
-          } else {
-            c.sends.push_back({r, op.peer, UINT32_MAX, UINT32_MAX, op.src.count * eb});
-          }
-          break;
-        case OpKind::kCopy: cr.local_bytes += 2 * op.src.count * eb; break;
-        case OpKind::kReduce: cr.local_bytes += 3 * op.src.count * eb; break;
-      }
-    }
-    c.rounds.push_back(cr);
-  }
-  TANDEM_CHECK(c.sends.size() < kMaxIndex && c.recvs.size() < kMaxIndex && c.rounds.size() < kMaxIndex,
+  const auto base = static_cast<uint32_t>(c.ops.size());
+  TANDEM_CHECK(c.ops.size() + rt.ops.size() < kMaxIndex && c.succs.size() + rt.succs.size() < kMaxIndex,
                Status::kOutOfMemory, "plan {} is too large to simulate", c.description);
-}
-
-// The entry after the last round, where its sends and receives end.
-void close_rounds(CompiledPlan& c) {
-  c.rounds.push_back({static_cast<uint32_t>(c.sends.size()), static_cast<uint32_t>(c.recvs.size()), 0});
-}
-
-// Sends, in plan order per rank, take the receives of their channel in order.
-void match_sends(CompiledPlan& c, Channels& recv_ch, const std::vector<uint64_t>& recv_bytes) {
-  TANDEM_CHECK(c.sends.size() == c.recvs.size(), Status::kInternal, "plan {}: {} sends but {} receives",
-               c.description, c.sends.size(), c.recvs.size());
-  for (CompiledPlan::Send& s : c.sends) {
-    const uint32_t ch = recv_ch.channel(s.dst, s.src);
-    auto& q = recv_ch.items[ch];
-    uint32_t& taken = recv_ch.taken[ch];
-    TANDEM_CHECK(taken < q.size(), Status::kInternal, "plan {}: send {} -> {} has no matching receive",
-                 c.description, s.src, s.dst);
-    const uint32_t rv = q[taken++];
-    TANDEM_CHECK(recv_bytes[rv] == s.bytes, Status::kInternal,
-                 "plan {}: send {} -> {} of {} bytes meets a receive of {} bytes", c.description, s.src, s.dst,
-                 s.bytes, recv_bytes[rv]);
-    s.recv = rv;
-    s.recv_round = c.recvs[rv].round;
+  for (const engine::comm::CompiledOp& o : rt.ops) {
+    CompiledPlan::Op op{0, static_cast<uint32_t>(c.succs.size()), o.deps, CompiledPlan::kNone, CompiledPlan::kNone,
+                        o.peer, Kind::kLocal};
+    switch (o.kind) {
+      case OpKind::kSend:
+      case OpKind::kRecv:
+        TANDEM_CHECK(o.peer >= 0 && o.peer < c.world && o.peer != r, Status::kInternal, "plan {}: rank {} {} rank {}",
+                     c.description, r, o.kind == OpKind::kSend ? "sends to" : "receives from", o.peer);
+        op.kind = o.kind == OpKind::kSend ? Kind::kSend : Kind::kRecv;
+        op.bytes = (o.kind == OpKind::kSend ? o.src.count : o.dst.count) * eb;
+        c.sends += o.kind == OpKind::kSend;
+        break;
+      case OpKind::kCopy: op.bytes = 2 * o.src.count * eb; break;
+      case OpKind::kReduce: op.bytes = 3 * o.src.count * eb; break;
+    }
+    c.succs.insert(c.succs.end(), rt.succs.begin() + o.succ_begin, rt.succs.begin() + o.succ_end);
+    c.ops.push_back(op);
+  }
+  // a transfer is posted after the previous one to its peer (the runtime's per-peer queues)
+  for (const engine::comm::PeerQueue& q : rt.queues) {
+    for (const auto* list : {&q.sends, &q.recvs})
+      for (size_t k = 1; k < list->size(); ++k) {
+        c.ops[base + (*list)[k - 1]].fifo_next = (*list)[k];
+        ++c.ops[base + (*list)[k]].deps;
+      }
+    if (recv_ch) {
+      auto& items = recv_ch->items[recv_ch->channel(r, q.peer)];
+      for (uint32_t i : q.recvs) items.push_back(base + i);
+    }
   }
 }
 
-// Member `r`'s rounds in `other` (rounds [ob, oe)) are member 0's of `c` rotated by r.
-bool rotation_of(const CompiledPlan& c, const std::vector<uint64_t>& c_recv_bytes, const CompiledPlan& other,
-                 const std::vector<uint64_t>& other_recv_bytes, uint32_t ob, uint32_t oe, int32_t r) {
+// The entry after the last op, where its succ list ends.
+void close_ops(CompiledPlan& c) {
+  c.ops.push_back({0, static_cast<uint32_t>(c.succs.size()), 0, CompiledPlan::kNone, CompiledPlan::kNone, -1,
+                   Kind::kLocal});
+}
+
+// Sends, in plan order per member, take the receives of their channel in order.
+void match_sends(CompiledPlan& c, Channels& recv_ch) {
+  uint64_t recvs = 0;
+  for (const auto& items : recv_ch.items) recvs += items.size();
+  TANDEM_CHECK(c.sends == recvs, Status::kInternal, "plan {}: {} sends but {} receives", c.description, c.sends,
+               recvs);
+  for (int32_t m = 0; m < c.members; ++m)
+    for (uint32_t i = c.first_op[m]; i < c.first_op[m + 1]; ++i) {
+      CompiledPlan::Op& s = c.ops[i];
+      if (s.kind != Kind::kSend) continue;
+      const uint32_t ch = recv_ch.channel(s.peer, m);
+      auto& q = recv_ch.items[ch];
+      uint32_t& taken = recv_ch.taken[ch];
+      TANDEM_CHECK(taken < q.size(), Status::kInternal, "plan {}: send {} -> {} has no matching receive",
+                   c.description, m, s.peer);
+      const uint32_t rv = q[taken++];
+      TANDEM_CHECK(c.ops[rv].bytes == s.bytes, Status::kInternal,
+                   "plan {}: send {} -> {} of {} bytes meets a receive of {} bytes", c.description, m, s.peer, s.bytes,
+                   c.ops[rv].bytes);
+      s.link = rv - c.first_op[s.peer];
+    }
+}
+
+// Member r's compiled ops are member 0's rotated by r: kinds, sizes, dependencies, peer order.
+bool rotation_of(const CompiledPlan& c, int32_t r) {
   const int32_t n = c.world;
-  const uint32_t r0 = c.first_round[1] - c.first_round[0];
-  if (oe - ob != r0) return false;
-  for (uint32_t i = 0; i < r0; ++i) {
-    const uint32_t ai = c.first_round[0] + i, bi = ob + i;
-    const auto& a = c.rounds[ai];
-    const auto& b = other.rounds[bi];
-    const uint32_t sends = c.send_end(ai) - a.send_begin, recvs = c.recv_end(ai) - a.recv_begin;
-    if (other.send_end(bi) - b.send_begin != sends || other.recv_end(bi) - b.recv_begin != recvs ||
-        a.local_bytes != b.local_bytes)
-      return false;
-    for (uint32_t k = 0; k < sends; ++k) {
-      const auto& sa = c.sends[a.send_begin + k];
-      const auto& sb = other.sends[b.send_begin + k];
-      if (sb.bytes != sa.bytes || sb.dst != (sa.dst + r) % n) return false;
-    }
-    for (uint32_t k = 0; k < recvs; ++k) {
-      if (other_recv_bytes[b.recv_begin + k] != c_recv_bytes[a.recv_begin + k] ||
-          other.recvs[b.recv_begin + k].src != (c.recvs[a.recv_begin + k].src + r) % n)
-        return false;
-    }
+  const uint32_t count = c.op_count(0);
+  if (c.op_count(r) != count) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    const auto& a = c.op(0, i);
+    const auto& b = c.op(r, i);
+    if (a.kind != b.kind || a.bytes != b.bytes || a.deps != b.deps || a.fifo_next != b.fifo_next) return false;
+    if (a.kind != Kind::kLocal && b.peer != (a.peer + r) % n) return false;
+    if (!std::equal(c.succ_begin(0, i), c.succ_end(0, i), c.succ_begin(r, i), c.succ_end(r, i))) return false;
   }
   return true;
 }
 
 // Under rotation symmetry, member 0's k-th receive from q is the image of its own k-th send to
 // (n - q) mod n; fills mirror_recv, or returns false when some receive has no such send.
-bool find_mirrors(CompiledPlan& c, const std::vector<uint64_t>& recv_bytes) {
+bool find_mirrors(CompiledPlan& c) {
   const int32_t n = c.world;
-  const uint32_t s0 = c.rounds[c.first_round[0]].send_begin, s1 = c.rounds[c.first_round[1]].send_begin;
+  const uint32_t count = c.op_count(0);
   Channels send_ch(1);
-  for (uint32_t k = s0; k < s1; ++k) send_ch.items[send_ch.channel(0, c.sends[k].dst)].push_back(k);
-  c.mirror_recv.assign(s1 - s0, UINT32_MAX);
-  const uint32_t rb = c.rounds[c.first_round[0]].recv_begin, re = c.rounds[c.first_round[1]].recv_begin;
-  for (uint32_t j = rb; j < re; ++j) {
-    const int32_t mirror_dst = (n - c.recvs[j].src) % n;
-    const uint32_t ch = send_ch.channel(0, mirror_dst);
+  for (uint32_t i = 0; i < count; ++i)
+    if (c.op(0, i).kind == Kind::kSend) send_ch.items[send_ch.channel(0, c.op(0, i).peer)].push_back(i);
+  c.mirror_recv.assign(count, CompiledPlan::kNone);
+  uint32_t sends = 0, mirrored = 0;
+  for (uint32_t j = 0; j < count; ++j) {
+    const auto& rv = c.op(0, j);
+    sends += rv.kind == Kind::kSend;
+    if (rv.kind != Kind::kRecv) continue;
+    const uint32_t ch = send_ch.channel(0, (n - rv.peer) % n);
     auto& q = send_ch.items[ch];
     uint32_t& taken = send_ch.taken[ch];
-    if (taken >= q.size() || c.sends[q[taken]].bytes != recv_bytes[j]) {
+    if (taken >= q.size() || c.op(0, q[taken]).bytes != rv.bytes) {
       c.mirror_recv.clear();
       return false;
     }
-    c.mirror_recv[q[taken++] - s0] = j;
+    c.mirror_recv[q[taken++]] = j;
+    ++mirrored;
   }
-  for (uint32_t v : c.mirror_recv)
-    if (v == UINT32_MAX) {
-      c.mirror_recv.clear();
-      return false;
-    }
-  return true;
+  if (mirrored != sends) c.mirror_recv.clear();
+  return mirrored == sends;
 }
 
-// rotation symmetry of a full form: member r's round i mirrors member 0's round i
-void detect_symmetry(CompiledPlan& c, const std::vector<uint64_t>& recv_bytes) {
+// rotation symmetry of a full form
+void detect_symmetry(CompiledPlan& c) {
   const int32_t n = c.world;
-  bool sym = n > 1 && c.first_round[1] > c.first_round[0];
-  for (int32_t r = 1; r < n && sym; ++r)
-    sym = rotation_of(c, recv_bytes, c, recv_bytes, c.first_round[r], c.first_round[r + 1], r);
-  c.rotation_symmetric = sym && find_mirrors(c, recv_bytes);
+  bool sym = n > 1 && c.op_count(0) > 0;
+  for (int32_t r = 1; r < n && sym; ++r) sym = rotation_of(c, r);
+  c.rotation_symmetric = sym && find_mirrors(c);
+}
+
+// Where rank 0's regions lie (engine::comm::plan_address), in plan order: what every other rank is
+// compared with.
+std::vector<engine::comm::PlanAddress> addresses(const engine::comm::Plan& header, const RankPlan& rp) {
+  std::vector<engine::comm::PlanAddress> v;
+  for (const auto& round : rp.rounds)
+    for (const auto& op : round.ops) {
+      if (op.kind != OpKind::kRecv) v.push_back(engine::comm::plan_address(header, 0, op.src));
+      if (op.kind != OpKind::kSend) v.push_back(engine::comm::plan_address(header, 0, op.dst));
+    }
+  return v;
+}
+
+// Rank r's plan is rank 0's (`a`, its regions at `at0`) rotated, as the runtime's dependency analysis
+// sees it: the same rounds of the same ops, peers shifted by r, and in every address space
+// (engine::comm::plan_address) every non-empty region moved by one offset, modulo the space's size,
+// without wrapping around its end. A rigid rotation keeps which regions overlap, so
+// compile_rank_plan gives rank r rank 0's graph.
+bool congruent(const engine::comm::Plan& header, const RankPlan& a, const std::vector<engine::comm::PlanAddress>& at0,
+               const RankPlan& b, int32_t r) {
+  using engine::comm::Region;
+  const int32_t n = header.world;
+  if (a.rounds.size() != b.rounds.size()) return false;
+  int64_t shift[3] = {0, 0, 0}, sizes[3];
+  bool seen[3] = {false, false, false};
+  for (int sp = 0; sp < 3; ++sp)
+    sizes[sp] = static_cast<int64_t>(engine::comm::plan_buffer_count(header, static_cast<engine::comm::Buffer>(sp), 0));
+  size_t next = 0;  // into at0
+  auto same_place = [&](const Region& x, const Region& y) {
+    const engine::comm::PlanAddress px = at0[next++];
+    if (x.count != y.count || x.buffer != y.buffer) return false;
+    if (x.count == 0) return true;  // no access
+    const auto py = engine::comm::plan_address(header, r, y);
+    if (px.space != py.space || px.space < 0 || px.space > 2) return false;
+    const int64_t size = sizes[px.space];
+    const auto ox = static_cast<int64_t>(px.offset), oy = static_cast<int64_t>(py.offset);
+    const auto len = static_cast<int64_t>(x.count);
+    int64_t& d = shift[px.space];
+    if (size > 0) {
+      if (ox + len > size || oy + len > size) return false;
+      if (!seen[px.space]) d = ((oy - ox) % size + size) % size;
+      seen[px.space] = true;
+      return oy == ox + d || oy == ox + d - size;  // (ox + d) mod size, both in [0, size)
+    }
+    if (!seen[px.space]) d = oy - ox;  // a space of unknown size (scratch): translated, not rotated
+    seen[px.space] = true;
+    return oy == ox + d;
+  };
+  for (size_t t = 0; t < a.rounds.size(); ++t) {
+    const auto& x = a.rounds[t].ops;
+    const auto& y = b.rounds[t].ops;
+    if (x.size() != y.size()) return false;
+    for (size_t k = 0; k < x.size(); ++k) {
+      const auto& p = x[k];
+      const auto& q = y[k];
+      if (p.kind != q.kind) return false;
+      if (p.kind != OpKind::kRecv && !same_place(p.src, q.src)) return false;
+      if (p.kind != OpKind::kSend && !same_place(p.dst, q.dst)) return false;
+      if ((p.kind == OpKind::kSend || p.kind == OpKind::kRecv) && q.peer != (p.peer + r) % n) return false;
+    }
+  }
+  return true;
 }
 
 // Plan::describe()'s fields from counts (the whole plan is not at hand, or walking it is costly).
@@ -182,15 +247,9 @@ std::string counted_description(engine::comm::Collective collective, engine::com
                      chunk_count, rounds, messages, payload, in_place ? " in-place" : "");
 }
 
-std::string counted_description(const PlanRequest& r, const CompiledPlan& c, size_t rounds) {
-  using engine::comm::Collective;
-  // make_plan's rule for Plan::in_place
-  const bool in_place = r.in_place && r.collective != Collective::kSend && r.collective != Collective::kRecv &&
-                        r.collective != Collective::kBarrier && r.collective != Collective::kBroadcast;
-  return counted_description(r.collective, engine::comm::choose_algorithm(r), r.world, r.count,
-                             engine::comm::plan_chunk_count(r), in_place, rounds,
-                             c.is_full() ? c.sends.size() : c.sends.size() * static_cast<uint64_t>(c.world),
-                             c.total_bytes_sent() / c.elem_bytes);
+std::string counted_description(const engine::comm::Plan& h, const CompiledPlan& c, size_t rounds) {
+  return counted_description(h.collective, h.algorithm, h.world, h.count, h.chunk_count, h.in_place, rounds,
+                             c.transfers(), c.total_bytes_sent() / c.elem_bytes);
 }
 
 // make_rank_plan is O(ops of the rank) for these; the others (O(n log n)-op plans) come from make_plan.
@@ -230,29 +289,20 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
   const int32_t n = plan.world;
   c.description = fmt::format("{} {} world={} count={}", engine::comm::collective_name(plan.collective),
                               engine::comm::algorithm_name(plan.algorithm), n, plan.count);  // for errors below
-  size_t nrounds = 0, nsend = 0, nrecv = 0;
-  for (const auto& rp : plan.ranks) {
-    nrounds += rp.rounds.size();
-    for (const auto& rd : rp.rounds)
-      for (const auto& op : rd.ops) {
-        nrecv += op.kind == OpKind::kRecv;
-        nsend += op.kind == OpKind::kSend;
-      }
-  }
-  c.rounds.reserve(nrounds + 1);
-  c.sends.reserve(nsend);
-  c.recvs.reserve(nrecv);
-  std::vector<uint64_t> recv_bytes;
-  recv_bytes.reserve(nrecv);
-  c.first_round.reserve(static_cast<size_t>(n) + 1);
+  size_t nops = 0;
+  for (const auto& rp : plan.ranks)
+    for (const auto& rd : rp.rounds) nops += rd.ops.size();
+  c.ops.reserve(nops + 1);
+  c.first_op.reserve(static_cast<size_t>(n) + 1);
   Channels recv_ch(n);  // indexed by receiving rank, peer = sender
+  engine::comm::CompiledPlan rt;
   for (int32_t r = 0; r < n; ++r) {
-    c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-    append_member(c, recv_bytes, r, plan.ranks[static_cast<size_t>(r)], &recv_ch);
+    c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
+    append_member(c, plan, plan.ranks[static_cast<size_t>(r)], r, rt, &recv_ch);
   }
-  c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-  close_rounds(c);
-  match_sends(c, recv_ch, recv_bytes);
+  c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
+  close_ops(c);
+  match_sends(c, recv_ch);
   if (plan.finish_avg) c.finish_bytes = 2 * plan.count * elem_bytes;
   // Plan::describe() walks the whole plan twice more; large plans get the same line from our counts
   if (n <= 256) {
@@ -260,10 +310,9 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes) {
   } else {
     size_t rounds = 0;
     for (const auto& rp : plan.ranks) rounds = std::max(rounds, rp.rounds.size());
-    c.description = counted_description(plan.collective, plan.algorithm, n, plan.count, plan.chunk_count, plan.in_place,
-                                        rounds, c.sends.size(), c.total_bytes_sent() / elem_bytes);
+    c.description = counted_description(plan, c, rounds);
   }
-  detect_symmetry(c, recv_bytes);
+  detect_symmetry(c);
   return c;
 }
 
@@ -272,57 +321,54 @@ CompiledPlan compile_plan_by_rank(const PlanRequest& request) {
   std::optional<engine::comm::Plan> whole;
   if (n <= 64 || !cheap_by_rank(request)) whole = engine::comm::make_plan(request);
   if (whole && n <= 64) engine::comm::validate_plan(*whole);
+  const engine::comm::Plan head = whole ? engine::comm::Plan{} : engine::comm::plan_header(request);
+  const engine::comm::Plan& layout = whole ? *whole : head;
   CompiledPlan c = header(request, n);
-  c.first_round.reserve(static_cast<size_t>(n) + 1);
+  c.first_op.reserve(static_cast<size_t>(n) + 1);
   Channels recv_ch(n);
-  std::vector<uint64_t> recv_bytes;  // while compiling only
+  engine::comm::CompiledPlan rt;
   size_t rounds = 0;
   RankPlan rp;  // storage reused rank after rank
   for (int32_t r = 0; r < n; ++r) {
-    c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
+    c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
     if (whole) {
-      append_member(c, recv_bytes, r, whole->ranks[static_cast<size_t>(r)], &recv_ch);
+      append_member(c, layout, whole->ranks[static_cast<size_t>(r)], r, rt, &recv_ch);
+      rounds = std::max(rounds, whole->ranks[static_cast<size_t>(r)].rounds.size());
     } else {
       engine::comm::make_rank_plan(request, r, rp);
-      append_member(c, recv_bytes, r, rp, &recv_ch);
+      append_member(c, layout, rp, r, rt, &recv_ch);
+      rounds = std::max(rounds, rp.rounds.size());
     }
-    rounds = std::max<size_t>(rounds, c.rounds.size() - c.first_round.back());
   }
-  c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-  close_rounds(c);
-  match_sends(c, recv_ch, recv_bytes);
-  c.description = counted_description(request, c, rounds);
-  detect_symmetry(c, recv_bytes);
+  c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
+  close_ops(c);
+  match_sends(c, recv_ch);
+  c.description = counted_description(layout, c, rounds);
+  detect_symmetry(c);
   return c;
 }
 
 std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request) {
   const int32_t n = request.world;
   if (n < 2 || !cheap_by_rank(request)) return std::nullopt;
+  const engine::comm::Plan head = engine::comm::plan_header(request);
   CompiledPlan c = header(request, 1);
-  std::vector<uint64_t> recv_bytes;
-  c.first_round.push_back(0);
-  append_member(c, recv_bytes, 0, engine::comm::make_rank_plan(request, 0), nullptr);
-  c.first_round.push_back(static_cast<uint32_t>(c.rounds.size()));
-  if (c.rounds.empty()) return std::nullopt;
-  close_rounds(c);
-  CompiledPlan other = header(request, 1);  // one rank at a time, storage reused
-  std::vector<uint64_t> other_recv_bytes;
-  RankPlan rp;
+  const RankPlan rp0 = engine::comm::make_rank_plan(request, 0);
+  engine::comm::CompiledPlan rt;
+  c.first_op.push_back(0);
+  append_member(c, head, rp0, 0, rt, nullptr);
+  c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
+  if (c.ops.empty()) return std::nullopt;
+  close_ops(c);
+  const auto at0 = addresses(head, rp0);
+  RankPlan rp;  // one rank at a time, storage reused
   for (int32_t r = 1; r < n; ++r) {
-    other.rounds.clear();
-    other.sends.clear();
-    other.recvs.clear();
-    other_recv_bytes.clear();
     engine::comm::make_rank_plan(request, r, rp);
-    append_member(other, other_recv_bytes, r, rp, nullptr);
-    const auto rounds = static_cast<uint32_t>(other.rounds.size());
-    close_rounds(other);
-    if (!rotation_of(c, recv_bytes, other, other_recv_bytes, 0, rounds, r)) return std::nullopt;
+    if (!congruent(head, rp0, at0, rp, r)) return std::nullopt;
   }
-  if (!find_mirrors(c, recv_bytes)) return std::nullopt;
+  if (!find_mirrors(c)) return std::nullopt;
   c.rotation_symmetric = true;
-  c.description = counted_description(request, c, c.first_round[1]);
+  c.description = counted_description(head, c, rp0.rounds.size());
   return c;
 }
 

@@ -1,15 +1,18 @@
 #pragma once
-// A collective plan (engine/comm/plan.hpp) compiled for execution by the simulator: the same
-// rounds, sends, receives and local reductions, in flat arrays, with every send matched to its
-// receive up front (the k-th send from a to b matches the k-th receive on b from a). Nothing of
-// the algorithm is re-derived here: the ops come from engine::comm::make_plan / make_rank_plan,
-// the runtime's.
+// A collective plan (engine/comm/plan.hpp) compiled for execution by the simulator. Every member's
+// ops, their dependencies and their per-peer order come from the runtime's own compiler
+// (engine::comm::compile_rank_plan, executor.hpp): the ops in program order, an op waiting for the
+// ops whose regions it conflicts with (read-after-write, write-after-read, write-after-write), and
+// the sends (receives) to one peer posted in plan order. The simulator starts an op when the runtime's
+// executor would, so both executors run one schedule; nothing of it is re-derived here. What is added
+// is the matching of every send to its receive (the k-th send from a to b is the k-th receive on b
+// from a) and the bytes each op moves.
 //
-// Two forms. The full form holds every member's rounds (32 bytes per transfer plus 16 per round: a
-// ring's 4,096-rank plan in 1.6 GB). The symmetric form holds member 0's alone, for plans proven rotation-symmetric rank by
-// rank (every member's ops are member 0's rotated): symmetric execution (step.cpp) needs nothing
-// else, so a 4,096-rank ring all-reduce of 33.5 M transfers compiles in O(ops of one rank) memory.
-// full() builds the full form of a symmetric one on first use.
+// Two forms. The full form holds every member's ops (32 bytes per op plus 4 per dependency). The
+// symmetric form holds member 0's alone, for plans proven rotation-symmetric rank by rank (every
+// member's ops are member 0's rotated, with the same dependencies): symmetric execution (step.cpp)
+// needs nothing else, so a 4,096-rank ring all-reduce of 33.5 M transfers compiles in O(ops of one
+// rank) memory. full() builds the full form of a symmetric one on first use.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -22,42 +25,47 @@
 namespace tandem::simulator {
 
 struct CompiledPlan {
-  struct Send {
-    int32_t src;          // member (rank in the plan) sending
-    int32_t dst;          // member receiving
-    uint32_t recv;        // index into recvs of the matching receive (symmetric form: unset)
-    uint32_t recv_round;  // index into rounds of the round holding that receive (symmetric form: unset)
-    uint64_t bytes;
-  };
-  struct Recv {  // its size is its send's
-    int32_t src;
-    uint32_t round;
-  };
-  struct Round {  // its sends run to the next round's send_begin, its receives likewise
-    uint32_t send_begin;  // into sends
-    uint32_t recv_begin;  // into recvs
-    uint64_t local_bytes;  // bytes the round's copies and reductions read and write
+  enum class Kind : uint8_t { kSend = 0, kRecv = 1, kLocal = 2 };  // kLocal: a copy or reduction
+  static constexpr uint32_t kNone = UINT32_MAX;
+  // Indices inside an Op (succs, fifo_next, link) are member-local: op i of member m is
+  // ops[first_op[m] + i].
+  struct Op {
+    uint64_t bytes;       // send, receive: payload; local: bytes read and written (copy 2x, reduce 3x)
+    uint32_t succ_begin;  // into succs; the list ends at the next op's succ_begin
+    uint32_t deps;        // ops that must finish before this one starts, plus one for a transfer
+                          // whose predecessor in its peer queue must be posted first
+    uint32_t fifo_next;   // transfers: the next send (receive) to the same peer, posted after this one
+    uint32_t link;        // sends of the full form: the matching receive of member `peer`
+    int32_t peer;         // transfers: the member sent to / received from
+    Kind kind;
   };
   int32_t world = 0;
-  int32_t members = 0;               // members whose rounds are compiled: world, or 1 (symmetric form)
+  int32_t members = 0;                // members whose ops are compiled: world, or 1 (symmetric form)
   uint64_t elem_bytes = 4;
-  std::string description;           // Plan::describe() (large plans: the same fields from counts)
-  std::vector<uint32_t> first_round;  // per compiled member, members + 1 entries into rounds
-  std::vector<Round> rounds;          // and one more at the end that only closes the last round
-  std::vector<Send> sends;
-  std::vector<Recv> recvs;
+  std::string description;            // Plan::describe() (large plans: the same fields from counts)
+  std::vector<uint32_t> first_op;     // members + 1 entries into ops
+  std::vector<Op> ops;                // and one more at the end that only closes the last succ list
+  std::vector<uint32_t> succs;
   uint64_t finish_bytes = 0;          // per member, the closing average (ReduceOp avg), if any
-  // Every member's rounds are member 0's with peers shifted by the member's index (mod world) and
-  // identical sizes: ring-like plans. Then member q's k-th send to member 0 is the image of member
-  // 0's k-th send to member (world - q), and mirror_recv[i] is the receive of member 0 that member 0's
-  // send i mirrors (see step.cpp, symmetric execution).
+  uint64_t sends = 0;                 // send ops compiled (over the compiled members)
+  // Every member's ops are member 0's with peers shifted by the member's index (mod world), identical
+  // sizes and dependencies: ring-like plans. Then member q's k-th send to member 0 is the image of
+  // member 0's k-th send to member (world - q), and mirror_recv[i] is the receive of member 0 that
+  // member 0's send i mirrors (see step.cpp, symmetric execution; per op of member 0).
   bool rotation_symmetric = false;
   std::vector<uint32_t> mirror_recv;
   std::optional<engine::comm::PlanRequest> request;  // what the plan was built from (for full())
 
-  uint32_t send_end(uint32_t round) const { return rounds[round + 1].send_begin; }
-  uint32_t recv_end(uint32_t round) const { return rounds[round + 1].recv_begin; }
+  uint32_t op_count(int32_t member) const { return first_op[member + 1] - first_op[member]; }
+  const Op& op(int32_t member, uint32_t i) const { return ops[first_op[member] + i]; }
+  // succs of member m's op i (member-local indices)
+  const uint32_t* succ_begin(int32_t member, uint32_t i) const { return succs.data() + op(member, i).succ_begin; }
+  const uint32_t* succ_end(int32_t member, uint32_t i) const {
+    return succs.data() + ops[first_op[member] + i + 1].succ_begin;
+  }
+  uint64_t transfers() const { return is_full() ? sends : sends * static_cast<uint64_t>(world); }
   uint64_t total_bytes_sent() const;  // over all members (the symmetric form counts member 0's world times)
+  size_t bytes_held() const { return ops.size() * sizeof(Op) + succs.size() * sizeof(uint32_t); }
   bool is_full() const noexcept { return members == world; }
   // This plan when full; else the full form, compiled rank by rank on first use and kept.
   const CompiledPlan& full() const;
@@ -74,8 +82,9 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes);
 // which is made from counts (as compile_plan makes it for worlds over 256).
 CompiledPlan compile_plan_by_rank(const engine::comm::PlanRequest& request);
 // The symmetric form, if every rank's plan (make_rank_plan, checked one rank at a time) is member 0's
-// rotated and member 0's receives mirror its sends; else nullopt. Costs O(ops of the whole plan) time
-// and O(ops of one rank) memory.
+// rotated -- same ops, peers shifted, every region moved rigidly within its address space, so the
+// runtime's dependency analysis gives every rank member 0's graph -- and member 0's receives mirror
+// its sends; else nullopt. Costs O(ops of the whole plan) time and O(ops of one rank) memory.
 std::optional<CompiledPlan> compile_symmetric(const engine::comm::PlanRequest& request);
 
 // Worlds above this compile rank by rank (symmetric form where proven); smaller ones from make_plan.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ using network::FlowObserver;
 
 namespace {
 
-constexpr uint64_t kEvCompute = 0, kEvLocal = 1;
+constexpr uint64_t kEvCompute = 0, kEvLocal = 1, kEvDispatch = 2;
 constexpr uint64_t kTagP2p = 0, kTagColl = 1;
 
 class StepExecutor final : public des::EventHandler, public FlowObserver {
@@ -51,17 +52,28 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     std::vector<des::TimeNs> act_arrived, grad_arrived, act_posted, grad_posted;
     RankBreakdown bd;
   };
+  // A member of an all-reduce runs its ops as the runtime's executor does (compiled_plan.hpp): an op
+  // starts once its dependencies are done -- a transfer also once the previous one to its peer is
+  // posted -- so chunks pipeline across the plan's rounds. Sends are flows; a receive completes when
+  // it is posted and its data has arrived; copies and reductions run one at a time on the rank's
+  // CPU (the executor's thread), the lowest ready op in program order first.
+  static constexpr uint32_t kIdle = UINT32_MAX, kFinish = UINT32_MAX - 1;
+  static constexpr uint8_t kReleased = 1, kArrived = 2, kDone = 4;
   struct Member {
-    uint32_t round = 0;
-    uint32_t outstanding = 0;
-    bool active = false;
+    uint32_t left = 0;          // ops not done
+    uint32_t running = kIdle;   // the local op on the CPU (member-local), kFinish (closing average), kIdle
+    bool active = false, dispatch_pending = false;
+    des::TimeNs local_start = 0;
+    std::vector<uint32_t> ready;  // local ops waiting for the CPU: a min-heap of member-local indices
   };
   struct Instance {  // one all-reduce of one bucket of one stage
     const CompiledPlan* plan;
     int32_t stage, bucket;
     std::vector<Member> members;
-    std::vector<uint8_t> arrived;  // per receive
-    const std::vector<network::RouteId>* routes;
+    std::vector<uint32_t> remaining;  // per op: dependencies not yet met
+    std::vector<uint8_t> state;       // per op: kReleased | kArrived | kDone
+    std::vector<des::TimeNs> started;  // per op, when op_log is recorded
+    const std::vector<network::RouteId>* routes;  // per op (sends)
   };
 
   int32_t rank_of(int32_t replica, int32_t stage) const { return replica * s_.pp + stage; }
@@ -70,8 +82,15 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   void end_wait(int32_t r, des::TimeNs posted);
   void try_start_comm(int32_t r);
   void member_done(int32_t r);
-  void run_member(uint32_t inst, int32_t m);
-  void start_round(uint32_t inst, int32_t m);
+  void start_member(uint32_t inst, int32_t m);
+  void release(uint32_t inst, int32_t m, uint32_t i);
+  void complete(uint32_t inst, int32_t m, uint32_t i);
+  void request_dispatch(uint32_t inst, int32_t m);
+  void dispatch(uint32_t inst, int32_t m);
+  void finish_member(uint32_t inst, int32_t m);
+  static uint64_t member_arg(uint32_t inst, int32_t m, uint64_t type) {
+    return (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | type;
+  }
   void p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes);
   void start_p2p(int32_t from, int32_t to, bool activation, int32_t mb, double bytes);
   void span(int32_t r, int32_t lane, std::string name, const char* cat, des::TimeNs a, des::TimeNs b) {
@@ -114,12 +133,11 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
 const std::vector<network::RouteId>& StepExecutor::routes_for(const CompiledPlan* plan, int32_t stage) {
   for (auto& [key, table] : route_tables_)
     if (key.first == plan && key.second == stage) return table;
-  std::vector<network::RouteId> table(plan->sends.size());
+  std::vector<network::RouteId> table(plan->ops.size());
   for (int32_t m = 0; m < (sym_ ? 1 : plan->world); ++m) {
-    for (uint32_t ri = plan->first_round[m]; ri < plan->first_round[m + 1]; ++ri) {
-      for (uint32_t k = plan->rounds[ri].send_begin; k < plan->send_end(ri); ++k)
-        table[k] = topo_.route(rank_of(m, stage), rank_of(plan->sends[k].dst, stage));
-    }
+    for (uint32_t g = plan->first_op[m]; g < plan->first_op[m + 1]; ++g)
+      if (plan->ops[g].kind == CompiledPlan::Kind::kSend)
+        table[g] = topo_.route(rank_of(m, stage), rank_of(plan->ops[g].peer, stage));
   }
   route_tables_.emplace_back(std::make_pair(plan, stage), std::move(table));
   return route_tables_.back().second;
@@ -145,13 +163,17 @@ StepResult StepExecutor::run() {
                      "stage {}: {} buckets but no all-reduce plans for them", st, nb);
     }
     for (size_t b = 0; b < nb && s_.dp > 1; ++b) {
-      // symmetric execution runs member 0 alone; the full model needs every member's rounds
+      // symmetric execution runs member 0 alone; the full model needs every member's ops
       const CompiledPlan* plan = sym_ ? s_.bucket_plans[st][b] : &s_.bucket_plans[st][b]->full();
       TANDEM_REQUIRE(plan->world == s_.dp, "stage {} bucket {}: plan for {} ranks, data-parallel group has {}", st, b,
                      plan->world, s_.dp);
       inst_of_[st].push_back(static_cast<uint32_t>(inst_.size()));
-      Instance in{plan, st, static_cast<int32_t>(b), std::vector<Member>(s_.dp), std::vector<uint8_t>(plan->recvs.size()),
-                  nullptr};
+      Instance in{plan, st, static_cast<int32_t>(b), std::vector<Member>(s_.dp), {}, {}, {}, nullptr};
+      const size_t nops = sym_ ? plan->first_op[1] : plan->ops.size() - 1;
+      in.remaining.resize(nops);
+      for (size_t g = 0; g < nops; ++g) in.remaining[g] = plan->ops[g].deps;
+      in.state.assign(nops, 0);
+      if (s_.op_log) in.started.assign(nops, 0);
       in.routes = &routes_for(plan, st);
       inst_.push_back(std::move(in));
     }
@@ -341,12 +363,21 @@ void StepExecutor::on_event(uint64_t arg) {
     }
     ++rk.pc;
     advance(r);
-  } else {  // kEvLocal: a collective member finished a round's local reductions
+  } else {
     const uint32_t inst = static_cast<uint32_t>((arg >> 2) & 0x3fffffu);
     const int32_t m = static_cast<int32_t>(arg >> 24);
+    if (type == kEvDispatch) return dispatch(inst, m);
+    // kEvLocal: a collective member's copy or reduction is done
     Member& mb = inst_[inst].members[m];
-    ++mb.round;
-    start_round(inst, m);
+    const uint32_t i = mb.running;
+    mb.running = kIdle;
+    if (i == kFinish) {
+      mb.active = false;
+      member_done(rank_of(m, inst_[inst].stage));
+      return;
+    }
+    if (!mb.ready.empty()) request_dispatch(inst, m);
+    complete(inst, m, i);
   }
 }
 
@@ -403,26 +434,23 @@ void StepExecutor::on_flow_done(uint64_t tag) {
     return;
   }
   const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
-  const uint32_t send = static_cast<uint32_t>(tag >> 23);
+  const auto g = static_cast<uint32_t>(tag >> 23);
   Instance& in = inst_[inst];
-  const auto& snd = in.plan->sends[send];
+  const CompiledPlan& plan = *in.plan;
+  int32_t dst = 0;
+  uint32_t j = 0;  // the receive (of member dst) this flow completes
   if (sym_) {
     // the receive this send mirrors completes now too: member q's send to member 0 is this send's image
-    Member& m0 = in.members[0];
-    const uint32_t j = in.plan->mirror_recv[send - in.plan->rounds[0].send_begin];
-    in.arrived[j] = 1;
-    uint32_t done = 1;
-    if (m0.round == in.plan->recvs[j].round) ++done;
-    m0.outstanding -= done;
-    if (m0.outstanding == 0) run_member(inst, 0);
-    return;
+    j = plan.mirror_recv[g];
+  } else {
+    dst = plan.ops[g].peer;
+    j = plan.first_op[dst] + plan.ops[g].link;
   }
-  in.arrived[snd.recv] = 1;
-  // the receiver counts the arrival now if it is in the receive's round
-  Member& dm = in.members[snd.dst];
-  if (dm.active && dm.round == snd.recv_round && --dm.outstanding == 0) run_member(inst, snd.dst);
-  Member& sm = in.members[snd.src];  // the sender is still in the send's round
-  if (--sm.outstanding == 0) run_member(inst, snd.src);
+  in.state[j] |= kArrived;
+  const int32_t src =
+      sym_ ? 0 : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) - plan.first_op.begin() - 1);
+  complete(inst, src, g - plan.first_op[src]);
+  if ((in.state[j] & (kReleased | kDone)) == kReleased) complete(inst, dst, j - plan.first_op[dst]);
 }
 
 void StepExecutor::try_start_comm(int32_t r) {
@@ -433,54 +461,100 @@ void StepExecutor::try_start_comm(int32_t r) {
   rk.comm_busy = true;
   rk.comm_start = sim_.now();
   const uint32_t inst = inst_of_[rk.stage][rk.next_bucket];
-  Member& m = inst_[inst].members[rk.replica];
-  m.active = true;
-  m.round = inst_[inst].plan->first_round[rk.replica];
-  start_round(inst, rk.replica);
+  start_member(inst, rk.replica);
 }
 
-// Enters member m's current round: posts its sends and counts what it still waits for; a round with
-// nothing outstanding goes straight on to its local ops.
-void StepExecutor::start_round(uint32_t inst, int32_t m) {
+// Member m joins its all-reduce: every op without dependencies starts, in program order.
+void StepExecutor::start_member(uint32_t inst, int32_t m) {
   Instance& in = inst_[inst];
+  const CompiledPlan& plan = *in.plan;
   Member& mb = in.members[m];
-  if (mb.round == in.plan->first_round[m + 1]) {
-    mb.active = false;
-    member_done(rank_of(m, in.stage));
-    return;
-  }
-  const auto& rd = in.plan->rounds[mb.round];
-  const uint32_t send_end = in.plan->send_end(mb.round);
-  mb.outstanding = send_end - rd.send_begin;
-  for (uint32_t k = rd.recv_begin; k < in.plan->recv_end(mb.round); ++k) mb.outstanding += in.arrived[k] ? 0 : 1;
-  for (uint32_t k = rd.send_begin; k < send_end; ++k) {
-    uint64_t tag = (static_cast<uint64_t>(k) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
-    net_.start_flow((*in.routes)[k], static_cast<double>(in.plan->sends[k].bytes), this, tag);
-  }
-  if (mb.outstanding == 0) run_member(inst, m);
+  mb.active = true;
+  mb.left = plan.op_count(m);
+  if (mb.left == 0) return finish_member(inst, m);
+  for (uint32_t g = plan.first_op[m]; g < plan.first_op[m + 1]; ++g)
+    if (in.remaining[g] == 0 && !(in.state[g] & kReleased)) release(inst, m, g - plan.first_op[m]);
 }
 
-// Member m has completed the transfers of its current round: run the local ops, then the next round.
-void StepExecutor::run_member(uint32_t inst, int32_t m) {
+// Member m's op i has its dependencies: a transfer is posted (and lets the next one to its peer go),
+// a local op waits for the CPU (or, taking no time, is done at once).
+void StepExecutor::release(uint32_t inst, int32_t m, uint32_t i) {
   Instance& in = inst_[inst];
-  Member& mb = in.members[m];
-  if (mb.round == in.plan->first_round[m + 1]) {
-    start_round(inst, m);
+  const CompiledPlan& plan = *in.plan;
+  const uint32_t g = plan.first_op[m] + i;
+  const CompiledPlan::Op& op = plan.ops[g];
+  in.state[g] |= kReleased;
+  if (s_.op_log) in.started[g] = sim_.now();
+  if (op.kind == CompiledPlan::Kind::kLocal) {
+    const RankSetup& rs = s_.ranks[rank_of(m, in.stage)];
+    if (op.bytes == 0 || rs.local_bytes_per_s <= 0) return complete(inst, m, i);
+    Member& mb = in.members[m];
+    mb.ready.push_back(i);
+    std::push_heap(mb.ready.begin(), mb.ready.end(), std::greater<>());
+    request_dispatch(inst, m);
     return;
   }
-  const auto& rd = in.plan->rounds[mb.round];
+  if (op.kind == CompiledPlan::Kind::kSend) {
+    const uint64_t tag = (static_cast<uint64_t>(g) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
+    net_.start_flow((*in.routes)[g], static_cast<double>(op.bytes), this, tag);
+  }
+  if (op.fifo_next != CompiledPlan::kNone && --in.remaining[plan.first_op[m] + op.fifo_next] == 0)
+    release(inst, m, op.fifo_next);
+  if (op.kind == CompiledPlan::Kind::kRecv && (in.state[g] & (kArrived | kDone)) == kArrived) complete(inst, m, i);
+}
+
+void StepExecutor::complete(uint32_t inst, int32_t m, uint32_t i) {
+  Instance& in = inst_[inst];
+  const CompiledPlan& plan = *in.plan;
+  const uint32_t base = plan.first_op[m];
+  in.state[base + i] |= kDone;
+  if (s_.op_log)
+    s_.op_log->push_back({in.stage, in.bucket, m, i, des::to_seconds(in.started[base + i]), des::to_seconds(sim_.now())});
+  for (const uint32_t* p = plan.succ_begin(m, i); p != plan.succ_end(m, i); ++p)
+    if (--in.remaining[base + *p] == 0) release(inst, m, *p);
+  if (--in.members[m].left == 0) finish_member(inst, m);
+}
+
+// The CPU takes the lowest ready local op at the end of the instant's events, so the choice does
+// not depend on the order of simultaneous completions (symmetric and full execution agree).
+void StepExecutor::request_dispatch(uint32_t inst, int32_t m) {
+  Member& mb = inst_[inst].members[m];
+  if (mb.running != kIdle || mb.dispatch_pending) return;
+  mb.dispatch_pending = true;
+  sim_.schedule_in(0, this, member_arg(inst, m, kEvDispatch));
+}
+
+void StepExecutor::dispatch(uint32_t inst, int32_t m) {
+  Instance& in = inst_[inst];
+  Member& mb = in.members[m];
+  mb.dispatch_pending = false;
+  if (mb.running != kIdle || mb.ready.empty()) return;
+  std::pop_heap(mb.ready.begin(), mb.ready.end(), std::greater<>());
+  mb.running = mb.ready.back();
+  mb.ready.pop_back();
   const int32_t r = rank_of(m, in.stage);
   const RankSetup& rs = s_.ranks[r];
-  uint64_t local = rd.local_bytes;
-  if (mb.round + 1 == in.plan->first_round[m + 1]) local += in.plan->finish_bytes;
-  if (local > 0 && rs.local_bytes_per_s > 0) {
-    double t = static_cast<double>(local) / rs.local_bytes_per_s / rs.speed;
+  const double t = static_cast<double>(in.plan->op(m, mb.running).bytes) / rs.local_bytes_per_s / rs.speed;
+  ranks_[r].bd.cpu_busy_s += t;
+  if (s_.op_log) in.started[in.plan->first_op[m] + mb.running] = sim_.now();
+  sim_.schedule_in(des::ceil_ns(t), this, member_arg(inst, m, kEvLocal));
+}
+
+// Every op is done: the closing average (if any) on the CPU, then the member's all-reduce is over.
+void StepExecutor::finish_member(uint32_t inst, int32_t m) {
+  Instance& in = inst_[inst];
+  Member& mb = in.members[m];
+  const int32_t r = rank_of(m, in.stage);
+  const RankSetup& rs = s_.ranks[r];
+  if (in.plan->finish_bytes > 0 && rs.local_bytes_per_s > 0) {
+    const double t = static_cast<double>(in.plan->finish_bytes) / rs.local_bytes_per_s / rs.speed;
     ranks_[r].bd.cpu_busy_s += t;
-    sim_.schedule_in(des::ceil_ns(t), this, (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | kEvLocal);
+    mb.running = kFinish;
+    sim_.schedule_in(des::ceil_ns(t), this, member_arg(inst, m, kEvLocal));
     return;
   }
-  ++mb.round;
-  start_round(inst, m);
+  mb.active = false;
+  member_done(r);
 }
 
 void StepExecutor::member_done(int32_t r) {
@@ -502,7 +576,7 @@ void StepExecutor::member_done(int32_t r) {
 // approximation) when every rank is the image of rank 0 under a rotation of the ring of ranks: a
 // pure data-parallel step (no point-to-point traffic), identical ranks (compute, speed, memory
 // bandwidth), a non-blocking star of identical NICs, and rotation-symmetric all-reduce plans. Then all
-// ranks start every round at the same instant, every NIC carries the same multiset of flows, and the
+// ranks start every op at the same instant, every NIC carries the same multiset of flows, and the
 // max-min rates equal those of rank 0's flows on its uplink alone: the flows rank 0 receives are the
 // images of those it sends. tests/simulator/symmetric_test.cpp checks equal times against the full model.
 bool StepExecutor::symmetric_possible() const {

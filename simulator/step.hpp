@@ -2,7 +2,8 @@
 // One training step executed on a modelled cluster: every rank runs its stage's pipeline plan
 // (engine/parallel/schedule.hpp) on a compute stream, point-to-point activations and gradients
 // travel as flows, and gradient buckets are all-reduced with the runtime's collective plans
-// (compiled_plan.hpp) on a communication stream that overlaps the rest of backward.
+// (compiled_plan.hpp) on a communication stream that overlaps the rest of backward. An all-reduce runs
+// with the runtime executor's dependencies, not round by round: its chunks pipeline across rounds.
 //
 // Ranks are laid out replica-major: rank = replica * pp + stage, and rank r runs on topology
 // endpoint r. Each rank's step time splits exactly into compute (at full speed), throttled compute
@@ -34,6 +35,15 @@ struct RankSetup {
   double decompress_s = 0;
 };
 
+// When one op of an all-reduce ran (StepSetup::op_log): member `member`'s op `op` (member-local, as
+// CompiledPlan numbers them) of bucket `bucket` of stage `stage`. Transfers start when posted and end
+// when done (a receive: posted and its data arrived); local ops start on the CPU.
+struct OpSpan {
+  int32_t stage, bucket, member;
+  uint32_t op;
+  double start_s, end_s;
+};
+
 struct StepSetup {
   engine::parallel::PipelinePlan pipeline;
   int32_t dp = 1, pp = 1;
@@ -44,6 +54,7 @@ struct StepSetup {
   bool overlap = true;                          // all-reduce buckets during backward (else after it)
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical
+  std::vector<OpSpan>* op_log = nullptr;        // if set, every all-reduce op's span is appended (tests)
 };
 
 struct RankBreakdown {

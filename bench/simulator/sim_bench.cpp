@@ -71,7 +71,7 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_pl
     compile_s = since(t0);
   }
   const CompiledPlan& plan = *compiled;
-  if (!symmetric) {  // the full model needs every member's rounds
+  if (!symmetric) {  // the full model needs every member's ops
     auto tf = Clock::now();
     (void)plan.full();
     full_s = since(tf);
@@ -82,9 +82,7 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_pl
     std::printf("%s\n", nlohmann::json({{"case", "ring-compile"}, {"nodes", n}, {"plan", plan.description},
                                         {"plan_form", plan.is_full() ? "full" : "symmetric"}, {"make_plan_s", make_plan_s},
                                         {"compile_plan_s", compile_s}, {"full_form_s", full_s}, {"plan_build_s", plan_s},
-                                        {"full_form_bytes", f.rounds.size() * sizeof(CompiledPlan::Round) +
-                                                                f.sends.size() * sizeof(CompiledPlan::Send) +
-                                                                f.recvs.size() * sizeof(CompiledPlan::Recv)},
+                                        {"full_form_bytes", f.bytes_held()},
                                         {"peak_rss_bytes", peak_rss_bytes()}})
                              .dump()
                              .c_str());
@@ -120,7 +118,7 @@ int bench_ring(int n, double mb, double bucket_mb, bool symmetric, bool whole_pl
   network::Topology topo(network::TopologySpec{}, hosts, net);
   StepResult r = simulate_step(s, topo, sim);
   const double run_s = since(t1);
-  const uint64_t transfers = plan.is_full() ? plan.sends.size() : plan.sends.size() * static_cast<uint64_t>(n);
+  const uint64_t transfers = plan.transfers();
   nlohmann::json j = {{"case", "ring"},
                       {"nodes", n},
                       {"gradient_mb", mb},

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "engine/comm/reduce_kernels.hpp"
@@ -65,8 +66,26 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank) {
   cp->scratch_count = plan.scratch_count;
   cp->chunk_count = plan.chunk_count;
   cp->description = plan.describe();
+  compile_rank_plan(plan, plan.ranks[rank], rank, *cp);
+  return cp;
+}
+
+PlanAddress plan_address(const Plan& plan, int rank, const Region& r) {
+  const Access a = address_map(plan, rank).access(0, r, false);
+  return PlanAddress{a.space, a.lo};
+}
+
+void compile_rank_plan(const Plan& plan, const RankPlan& rank_plan, int rank, CompiledPlan& out) {
+  TANDEM_CHECK(rank >= 0 && rank < plan.world, Status::kInternal, "compile_plan: rank {} outside world {}", rank,
+               plan.world);
+  CompiledPlan* cp = &out;
+  cp->ops.clear();
+  cp->succs.clear();
+  cp->queues.clear();
+  cp->ready_locals.clear();
+  cp->recv_count = 0;
   // Program order: each round's transfers, then its local ops.
-  for (const Round& round : plan.ranks[rank].rounds) {
+  for (const Round& round : rank_plan.rounds) {
     for (int pass = 0; pass < 2; ++pass)
       for (const Op& op : round.ops) {
         const bool transfer = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
@@ -100,19 +119,56 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank) {
   }
   acc.erase(std::remove_if(acc.begin(), acc.end(), [](const Access& a) { return a.hi == a.lo; }), acc.end());
   std::sort(acc.begin(), acc.end(), [](const Access& a, const Access& b) {
-    return a.space != b.space ? a.space < b.space : a.lo < b.lo;
+    return std::tie(a.space, a.lo, a.hi, a.op, a.write) < std::tie(b.space, b.lo, b.hi, b.op, b.write);
   });
-  // Sweep: every pair of overlapping accesses where one writes orders the earlier op before the later.
+  auto same_range = [](const Access& a, const Access& b) { return a.space == b.space && a.lo == b.lo && a.hi == b.hi; };
   std::vector<std::pair<uint32_t, uint32_t>> edges;
-  std::vector<const Access*> active;
-  for (size_t k = 0; k < acc.size(); ++k) {
-    const Access& a = acc[k];
-    if (k && acc[k - 1].space != a.space) active.clear();
-    active.erase(std::remove_if(active.begin(), active.end(), [&](const Access* b) { return b->hi <= a.lo; }),
-                 active.end());
-    for (const Access* b : active)
-      if ((a.write || b->write) && a.op != b->op) edges.emplace_back(std::min(a.op, b->op), std::max(a.op, b->op));
-    active.push_back(&a);
+  // Accesses to one identical range (a chunk written and read step after step) in program order: a
+  // read follows the last write, a write follows the reads since the last write (or that write). This
+  // orders every conflicting pair of them, transitively, with O(accesses) edges instead of all pairs.
+  struct Group {
+    size_t begin, end;  // into acc
+  };
+  std::vector<Group> groups;
+  std::vector<uint32_t> reads;
+  for (size_t g = 0; g < acc.size();) {
+    size_t e = g + 1;
+    while (e < acc.size() && same_range(acc[g], acc[e])) ++e;
+    groups.push_back({g, e});
+    uint32_t last_write = UINT32_MAX;
+    reads.clear();
+    for (size_t k = g; k < e; ++k) {
+      const Access& a = acc[k];
+      if (a.write) {
+        for (uint32_t r : reads)
+          if (r != a.op) edges.emplace_back(r, a.op);
+        if (reads.empty() && last_write != UINT32_MAX && last_write != a.op) edges.emplace_back(last_write, a.op);
+        last_write = a.op;
+        reads.clear();
+      } else {
+        if (last_write != UINT32_MAX && last_write != a.op) edges.emplace_back(last_write, a.op);
+        reads.push_back(a.op);
+      }
+    }
+    g = e;
+  }
+  // Sweep over ranges that overlap without being equal: every pair of their accesses where one writes
+  // orders the earlier op before the later.
+  std::vector<const Group*> active;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const Group& gr = groups[k];
+    const Access& a = acc[gr.begin];
+    if (k && acc[groups[k - 1].begin].space != a.space) active.clear();
+    active.erase(
+        std::remove_if(active.begin(), active.end(), [&](const Group* h) { return acc[h->begin].hi <= a.lo; }),
+        active.end());
+    for (const Group* h : active)
+      for (size_t i = gr.begin; i < gr.end; ++i)
+        for (size_t j = h->begin; j < h->end; ++j) {
+          const Access &x = acc[i], &y = acc[j];
+          if ((x.write || y.write) && x.op != y.op) edges.emplace_back(std::min(x.op, y.op), std::max(x.op, y.op));
+        }
+    active.push_back(&gr);
   }
   std::sort(edges.begin(), edges.end());
   edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
@@ -139,7 +195,6 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank) {
     }
   }
   std::reverse(cp->ready_locals.begin(), cp->ready_locals.end());  // popped from the back: program order
-  return cp;
 }
 
 void PlanExecutor::run(const CompiledPlan& plan, const ExecBuffers& buffers, transports::Transport& transport,

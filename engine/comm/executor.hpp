@@ -49,6 +49,20 @@ struct CompiledPlan {
 
 // Compiles `rank`'s part of `plan` (plan.in_place decides how input and output alias).
 std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, int rank);
+// The same analysis for `rank_plan` as `rank`'s part of `plan`, whose ranks are not read (a
+// plan_header will do), into `out`'s ops, succs, queues, ready_locals and recv_count, reusing their
+// storage; `out`'s other fields are left alone. The simulator compiles its plans with this call, so
+// both executors order a plan's ops by one dependency analysis.
+void compile_rank_plan(const Plan& plan, const RankPlan& rank_plan, int rank, CompiledPlan& out);
+
+// Where region `r` of `rank`'s buffers lies in the address space compile_plan analyses: in-place calls
+// put input and output in one space (space = the index of the Buffer that space belongs to). Ops
+// conflict exactly when their regions overlap in one space and one of them writes.
+struct PlanAddress {
+  int space = 0;
+  uint64_t offset = 0;  // elements
+};
+PlanAddress plan_address(const Plan& plan, int rank, const Region& r);
 
 class PlanExecutor;
 

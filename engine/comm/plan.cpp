@@ -182,6 +182,22 @@ Algorithm choose_algorithm(const PlanRequest& r) {
   return Algorithm::kRing;
 }
 
+Plan plan_header(const PlanRequest& r) {
+  const bool rooted = r.collective == Collective::kBroadcast || r.collective == Collective::kReduce ||
+                      r.collective == Collective::kSend || r.collective == Collective::kRecv;
+  const bool p2p = r.collective == Collective::kSend || r.collective == Collective::kRecv;
+  Plan plan;
+  plan.collective = r.collective;
+  plan.algorithm = choose_algorithm(r);
+  plan.world = r.world;
+  plan.root = rooted ? r.root : 0;
+  plan.peer = p2p ? r.peer : -1;
+  plan.count = r.count;
+  plan.in_place = r.in_place && !p2p && r.collective != Collective::kBarrier && r.collective != Collective::kBroadcast;
+  plan.chunk_count = plan_chunk_count(r);
+  return plan;
+}
+
 namespace {
 
 // make_plan's body; only >= 0 builds that rank's ops alone (see PlanBuilder), into `reuse`'s storage if given.
@@ -208,15 +224,7 @@ Plan build_plan(const PlanRequest& r, int only, RankPlan* reuse = nullptr) {
                    "{} count {} (elements of the full buffer) is not a multiple of the world size {}",
                    collective_name(r.collective), r.count, r.world);
 
-  Plan plan;
-  plan.collective = r.collective;
-  plan.algorithm = choose_algorithm(r);
-  plan.world = r.world;
-  plan.root = rooted ? r.root : 0;
-  plan.peer = p2p ? r.peer : -1;
-  plan.count = r.count;
-  plan.in_place = r.in_place && !p2p && r.collective != Collective::kBarrier && r.collective != Collective::kBroadcast;
-  plan.chunk_count = plan_chunk_count(r);
+  Plan plan = plan_header(r);
   plan.ranks.resize(static_cast<size_t>(r.world));
   if (reuse) plan.ranks[static_cast<size_t>(only)] = std::move(*reuse);
   PlanBuilder b(plan, plan.chunk_count, only);

@@ -142,6 +142,10 @@ Algorithm choose_algorithm(const PlanRequest& request);
 RankPlan make_rank_plan(const PlanRequest& request, int32_t rank);
 // The same into `out`, reusing its storage (rank after rank without allocating per round).
 void make_rank_plan(const PlanRequest& request, int32_t rank, RankPlan& out);
+// make_plan(request) without its ranks' ops and scratch size: the fields that say how to read a rank's
+// plan (collective, algorithm, world, root, peer, count, in-place layout, chunk). With make_rank_plan,
+// what compile_rank_plan (executor.hpp) needs to compile one rank of a plan never built whole.
+Plan plan_header(const PlanRequest& request);
 // Pipeline chunk in elements that make_plan uses for `request` (chunk_bytes or the default).
 uint64_t plan_chunk_count(const PlanRequest& request);
 constexpr uint64_t kDefaultChunkBytes = 512 * 1024;

@@ -7,6 +7,7 @@
 #include "engine/comm/plan.hpp"
 #include "simulator/step.hpp"
 #include "tests/simulator/printers.hpp"
+#include "tests/simulator/step_fixture.hpp"
 
 using namespace tandem::simulator;
 using namespace tandem::engine;
@@ -14,49 +15,11 @@ namespace bdata = boost::unit_test::data;
 namespace tt = boost::test_tools;
 
 namespace {
-std::vector<network::HostNet> star_hosts(int n, double bw, double lat) {
-  std::vector<network::HostNet> h(n);
-  for (auto& x : h) {
-    x.nic_bytes_per_s = bw;
-    x.nic_latency_s = lat;
-  }
-  return h;
-}
-
-struct Bench {
-  des::Simulator sim;
-  network::Network net{sim};
-  network::Topology topo;
-  Bench(int n, double bw, double lat) : topo(network::TopologySpec{}, star_hosts(n, bw, lat), net) {}
-  StepResult run(const StepSetup& s) { return simulate_step(s, topo, sim); }
-};
+using testing::Bench;
 
 // A data-parallel step with no compute: one bucket of `bytes` all-reduced with `algo`.
 StepSetup ddp_allreduce_only(int n, uint64_t bytes, comm::Algorithm algo, PlanCache& cache, uint64_t chunk_bytes) {
-  parallel::ScheduleRequest sr;
-  sr.boundaries = {0, 1};
-  sr.data_parallel = true;
-  sr.layer_grad_bytes = {bytes};
-  sr.bucket_bytes = bytes;
-  StepSetup s;
-  s.pipeline = parallel::make_pipeline_plan(sr);
-  s.dp = n;
-  s.pp = 1;
-  comm::PlanRequest req;
-  req.world = n;
-  req.algorithm = algo;
-  req.count = bytes / 4;
-  req.chunk_bytes = chunk_bytes;
-  req.in_place = true;
-  s.bucket_plans = {{&cache.get(req)}};
-  for (int r = 0; r < n; ++r) {
-    RankSetup rs;
-    rs.forward_s = {0};
-    rs.backward_s = {0};
-    rs.bucket_backward_s = {0};
-    s.ranks.push_back(rs);
-  }
-  return s;
+  return testing::ddp_allreduce_step(cache.get(testing::allreduce_request(n, algo, bytes, chunk_bytes)));
 }
 }  // namespace
 
