@@ -295,10 +295,48 @@ void ProgressEngine::run_collective(OpState& op) {
                        op.kind == WireKind::kReduce;
   send_header_->op = reduces ? static_cast<uint8_t>(op.op) : 0;
   grace_started_ = false;
+  if ((op.kind == WireKind::kBroadcast || op.kind == WireKind::kReduce) && size_ > 1) agree_on_root(op);
   executor_.run(plan, buf, transport_, members_, collective_tag(comm_id_), *send_header_, *this);
   if (reduces && op.op == ReduceOp::kAvg && out_bytes) divide_by(buf.base[1], out_bytes / es, op.dtype, size_);
   activity_->store(steady_now_ns(), std::memory_order_relaxed);
   op.complete(Status::kOk, "");
+}
+
+void ProgressEngine::agree_on_root(const OpState& op) {
+  // Ranks that disagree on the root may never receive anything from each other (two ranks that both
+  // think they are the root only send), so the data plan alone cannot see it. Before any data moves,
+  // the ranks allreduce (min) root * 2^32 + rank and -root * 2^32 + rank: every rank learns the
+  // smallest and the largest root passed, each with the lowest rank that passed it, and reaches
+  // the same verdict. The messages carry this operation's header without its root, so a rank that
+  // called something else entirely is still told apart by the header.
+  PlanRequest req;
+  req.collective = Collective::kAllreduce;
+  req.world = size_;
+  req.count = 2;
+  req.elem_bytes = sizeof(int64_t);
+  const CompiledPlan* plan = plans_.find(req);
+  if (!plan) plan = &plans_.build(req);
+  constexpr int64_t kShift = int64_t{1} << 32;
+  root_vote_[0] = op.root * kShift + rank_;
+  root_vote_[1] = -op.root * kShift + rank_;
+  ExecBuffers buf;
+  buf.dtype = DType::kI64;
+  buf.op = ReduceOp::kMin;
+  buf.base[0] = reinterpret_cast<unsigned char*>(&root_vote_[0]);
+  buf.base[1] = reinterpret_cast<unsigned char*>(&root_vote_[2]);
+  buf.base[2] = plan->scratch_count ? scratch_.reserve(plan->scratch_count * sizeof(int64_t)) : nullptr;
+  send_header_->root = 0;
+  executor_.run(*plan, buf, transport_, members_, collective_tag(comm_id_), *send_header_, *this);
+  send_header_->root = op.root;
+  const auto low_root = static_cast<int>(root_vote_[2] >> 32), low_rank = static_cast<int>(root_vote_[2] & 0xffffffff);
+  const auto high_root = static_cast<int>(-(root_vote_[3] >> 32)), high_rank = static_cast<int>(root_vote_[3] & 0xffffffff);
+  if (low_root == high_root) return;
+  // Every rank found it at once: all of them name rank 0 as the origin and blame the two ranks quoted.
+  peers_.blame(0, false, {low_rank, high_rank});
+  TANDEM_THROW(Status::kMismatch,
+               "rank {}: {} (op #{}): the ranks disagree on the root: rank {} passed root {}, rank {} passed root {}",
+               rank_, describe_op(op), op.seq, low_rank, low_root,
+               high_rank, high_root);
 }
 
 // ----------------------------------------------------------------------------- point-to-point

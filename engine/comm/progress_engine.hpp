@@ -57,6 +57,8 @@ class ProgressEngine final : private ExecHooks {
   // messages. Caller holds engine_mu_.
   void step();
   void run_collective(OpState& op);
+  // Broadcast and reduce: every rank learns the smallest and largest root passed; kMismatch when they differ.
+  void agree_on_root(const OpState& op);
   void post_p2p(const std::shared_ptr<OpState>& op);
   void poll_p2p();
   void fail(Status status, const std::string& message, bool tell_peers, OpState* current);
@@ -95,6 +97,7 @@ class ProgressEngine final : private ExecHooks {
   PlanExecutor executor_;
   PlanCache plans_;
   AlignedBuffer scratch_, staging_;
+  int64_t root_vote_[4] = {};  // agree_on_root's input (2) and output (2)
   OpState* current_ = nullptr;
   std::shared_ptr<WireHeader> send_header_ = std::make_shared<WireHeader>();
   std::vector<std::shared_ptr<OpState>> p2p_;

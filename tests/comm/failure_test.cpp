@@ -64,6 +64,55 @@ BOOST_AUTO_TEST_CASE(different_collectives_give_a_mismatch_naming_both) {
   }
 }
 
+// Issue #17: ranks that disagree on the root of a broadcast or a reduce all fail with kMismatch naming both roots
+// (a broadcast returned OK everywhere with different data on different ranks; a reduce failed on some ranks
+// only), and every rank blames the same ranks.
+BOOST_AUTO_TEST_CASE(ranks_that_disagree_on_the_root_all_get_a_mismatch_naming_both_roots) {
+  for (const auto& tr : transports_under_test())
+    for (const bool reduce : {false, true})
+      for (const int n : {2, 3}) {
+        run_ranks(tr, n, with_timeout(5000), [&](int r, Communicator& c) {
+          // Two ranks: each thinks it is the root. Three: ranks 0 and 1 say root 0, rank 2 says root 1.
+          const int root = n == 2 ? r : (r == 2 ? 1 : 0);
+          std::vector<float> buf(4096, static_cast<float>(r)), out(4096);
+          std::string msg;
+          const Status st = status_of(
+              [&] {
+                if (reduce)
+                  c.reduce(buf.data(), out.data(), buf.size(), DType::kF32, ReduceOp::kSum, root)->wait();
+                else
+                  c.broadcast(buf.data(), buf.size(), DType::kF32, root)->wait();
+              },
+              &msg);
+          const std::string want = n == 2 ? "rank 0 passed root 0, rank 1 passed root 1"
+                                          : "rank 0 passed root 0, rank 2 passed root 1";
+          EXPECT(st == Status::kMismatch, "{} {} ranks: status {} ({})", reduce ? "reduce" : "broadcast", n,
+                 status_name(st), msg);
+          EXPECT(contains(msg, "disagree on the root") && contains(msg, want), "{}", msg);
+          EXPECT(contains(msg, reduce ? "reduce(f32, sum, 4096" : "broadcast(f32, 4096"), "{}", msg);
+          const auto f = c.failure_status();
+          const std::vector<int> blamed = n == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+          EXPECT(f.failed && f.status == Status::kMismatch && f.origin == 0 && f.ranks == blamed,
+                 "rank {}: status {} origin {} ranks {}", r, status_name(f.status), f.origin, fmt::join(f.ranks, ","));
+        });
+      }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_agree_on_the_root_still_broadcast_and_reduce) {
+  for (const auto& tr : transports_under_test())
+    run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
+      for (int root = 0; root < 3; ++root) {
+        std::vector<float> buf(1000, static_cast<float>(r + 1)), out(1000, -1.f);
+        c.broadcast(buf.data(), buf.size(), DType::kF32, root)->wait();
+        EXPECT(buf[0] == static_cast<float>(root + 1) && buf[999] == static_cast<float>(root + 1), "broadcast {}",
+               buf[0]);
+        std::vector<float> in(1000, static_cast<float>(r + 1));
+        c.reduce(in.data(), out.data(), in.size(), DType::kF32, ReduceOp::kSum, root)->wait();
+        EXPECT(r != root || out[0] == 6.f, "reduce {}", out[0]);
+      }
+    });
+}
+
 BOOST_AUTO_TEST_CASE(different_counts_give_a_mismatch) {
   for (const auto& tr : transports_under_test()) {
     run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
