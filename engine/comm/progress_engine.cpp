@@ -92,6 +92,7 @@ ProgressEngine::~ProgressEngine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (auto& op : p2p_) shared_.bury(op);  // buffered sends not yet delivered: request, header and payload
   if (peers_.is_failed()) {  // abandoned sends may still read the header and scratch until the transport goes
     shared_.bury(send_header_);
     shared_.bury(std::make_shared<AlignedBuffer>(std::move(scratch_)));
@@ -142,7 +143,9 @@ void ProgressEngine::progress_main() {
       cv_.wait_for(lock, recently_active(*activity_) ? kActivePoll : kIdlePoll,
                    [&] { return stopping_ || abort_pending() || wake_ || (p2p_pending() && !caller_driving_.load()); });
       wake_ = false;
-      if (stopping_ && queue_.empty() && !p2p_pending()) break;
+      // Buffered sends still in flight are left to the transport (buried below), which delivers them
+      // or, being destroyed, flushes them within its deadline.
+      if (stopping_ && queue_.empty() && p2p_awaited_.load(std::memory_order_acquire) == 0) break;
       if (caller_driving_.load(std::memory_order_acquire) && !stopping_) continue;
       // A fresh operation is left a moment to its caller: one that waits at once runs it on its
       // own thread (no hand-off); one that does not is started once the claim window is over.
@@ -354,9 +357,14 @@ void ProgressEngine::post_p2p(const std::shared_ptr<OpState>& op) {
   const int peer = members_[static_cast<size_t>(op->peer)];
   const uint64_t tag = p2p_tag(comm_id_, op->tag);
   if (op->kind == WireKind::kSend) {
+    // Buffered send, alike on every transport: the transport gets a copy, so the caller's send completes
+    // now and its buffer is free at once, whether or not the peer has posted its receive (ucx and inproc
+    // would otherwise hold a large send until then: a ring of blocking sends deadlocked there).
+    op->payload.assign(static_cast<const unsigned char*>(op->send), static_cast<const unsigned char*>(op->send) + bytes);
     const std::array<transports::ConstPart, 2> parts{transports::ConstPart{&h, sizeof(h)},
-                                                     transports::ConstPart{op->send, bytes}};
+                                                     transports::ConstPart{op->payload.data(), bytes}};
     op->request = transport_.isend(peer, tag, std::span(parts.data(), bytes ? 2 : 1));
+    op->detached = true;
   } else {
     const std::array<transports::MutPart, 2> parts{transports::MutPart{&op->received, sizeof(WireHeader)},
                                                    transports::MutPart{op->recv, bytes}};
@@ -365,6 +373,11 @@ void ProgressEngine::post_p2p(const std::shared_ptr<OpState>& op) {
   op->posted = Clock::now();
   p2p_.push_back(op);
   p2p_count_.store(p2p_.size(), std::memory_order_release);
+  if (!op->detached) p2p_awaited_.fetch_add(1, std::memory_order_acq_rel);
+  if (op->detached) {
+    activity_->store(steady_now_ns(), std::memory_order_relaxed);
+    op->complete(Status::kOk, "");
+  }
   poll_p2p();
 }
 
@@ -381,7 +394,8 @@ void ProgressEngine::poll_p2p() {
       throw;
     }
     if (!done) {
-      if (now - op.posted > options_.timeout) {
+      // A buffered send has completed for its caller; the transport delivers it when the peer receives.
+      if (!op.detached && now - op.posted > options_.timeout) {
         peers_.blame(rank_, false, {op.peer});
         TANDEM_THROW(Status::kTimeout, "rank {}: {} {} rank {} did not complete within {} ms", rank_, describe_op(op),
                      op.kind == WireKind::kSend ? "to" : "from", op.peer, options_.timeout.count());
@@ -408,6 +422,8 @@ void ProgressEngine::poll_p2p() {
     auto finished = std::move(p2p_[k]);
     p2p_.erase(p2p_.begin() + static_cast<long>(k));
     p2p_count_.store(p2p_.size(), std::memory_order_release);
+    if (finished->detached) continue;
+    p2p_awaited_.fetch_sub(1, std::memory_order_acq_rel);
     finished->complete(Status::kOk, "");
   }
 }
@@ -476,11 +492,12 @@ void ProgressEngine::fail(Status status, const std::string& message, bool tell_p
   if (current && current->state.load() == 0) current->complete(st, msg);
   for (auto& op : p2p_) {
     if (op->request) op->request->cancel();
-    shared_.bury(op);  // a send's header may still be read
-    op->complete(st, msg);
+    shared_.bury(op);  // a send's header and payload may still be read
+    if (!op->detached) op->complete(st, msg);  // a buffered send completed for its caller already
   }
   p2p_.clear();
   p2p_count_.store(0, std::memory_order_release);
+  p2p_awaited_.store(0, std::memory_order_release);
   std::deque<std::shared_ptr<OpState>> queued;
   {
     std::lock_guard lock(mu_);

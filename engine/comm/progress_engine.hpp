@@ -93,6 +93,7 @@ class ProgressEngine final : private ExecHooks {
   // operation); everything below is touched only under it.
   std::mutex engine_mu_;
   std::atomic<size_t> p2p_count_{0};
+  std::atomic<size_t> p2p_awaited_{0};  // of them, operations a caller still waits for (not buffered sends)
   std::atomic<bool> caller_driving_{false};
   PlanExecutor executor_;
   PlanCache plans_;

@@ -360,7 +360,14 @@ TANDEM_API tandem_status_t tandem_comm_barrier(tandem_comm_t* comm) TANDEM_NOEXC
 TANDEM_API tandem_status_t tandem_comm_ibarrier(tandem_comm_t* comm, tandem_request_t** req) TANDEM_NOEXCEPT;
 /* Point to point: sends count elements to rank `peer`, matched by the peer's recv with the same
  * tag (below TANDEM_TAG_LIMIT) and this rank as its peer; messages between two ranks with one tag
- * arrive in order. A recv whose count differs from the send's fails with TANDEM_ERR_MISMATCH. */
+ * arrive in order. A recv whose count differs from the send's fails with TANDEM_ERR_MISMATCH.
+ * Sends are buffered, alike on every transport: tandem_comm_send returns (and a tandem_comm_isend
+ * request completes) as soon as the library holds a copy of buf -- never waiting for the peer to
+ * post its recv, whatever the size -- so buf may be reused at once, and a ring where every rank
+ * sends before it receives cannot deadlock. (Unlike MPI_Send, which may wait for the matching
+ * receive.) The copy stays with the library until delivered; a send that cannot be delivered (the
+ * peer died) fails the communicator, and a later operation reports it. A recv completes when the
+ * message has arrived. */
 #define TANDEM_TAG_LIMIT (UINT32_C(1) << 24)
 TANDEM_API tandem_status_t tandem_comm_send(tandem_comm_t* comm, const void* buf, size_t count, tandem_dtype_t dtype,
                                             int32_t peer, uint32_t tag) TANDEM_NOEXCEPT;
