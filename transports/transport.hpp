@@ -118,8 +118,10 @@ class Transport {
 
 // Creates and connects a transport for one rank. Collective over the `size` ranks sharing the key
 // prefix: every rank must call it. "auto" picks ucx when built, else tcp (inproc is never automatic
-// across processes). Throws kInvalidArgument for an unknown name, listing the known ones.
+// across processes). Throws kUnsupported for an unknown name (see require_known_transport).
 std::unique_ptr<Transport> create_transport(const TransportOptions& options);
+// Throws kUnsupported naming `name` and the transports this library has, unless it is one of them or "auto".
+void require_known_transport(const std::string& name);
 
 // Names of the transports built into this library.
 std::vector<std::string> available_transports();

@@ -463,6 +463,32 @@ BOOST_AUTO_TEST_CASE(a_count_over_the_buffer_limit_is_refused_by_the_api_as_by_t
   BOOST_TEST(tandem_comm_allreduce(h.comm, buf, buf, 4, TANDEM_F32, TANDEM_SUM) == TANDEM_OK, last_error());
 }
 
+// Issue #17 (header vs library): what tandem.h documents for tandem_comm_create is what it returns: an unknown
+// transport is UNSUPPORTED (it was INVALID_ARGUMENT), and so is allreduce_algo DIRECT (declared, but no allreduce
+// plan; it was INVALID_ARGUMENT with no word of it in the header).
+BOOST_AUTO_TEST_CASE(comm_create_returns_unsupported_where_the_header_says_so) {
+  tandem_context_t* ctx = nullptr;
+  BOOST_TEST_REQUIRE(tandem_context_create(nullptr, &ctx) == TANDEM_OK, last_error());
+  tandem_comm_params_t cp = TANDEM_COMM_PARAMS_INIT;
+  cp.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_TRANSPORT;
+  cp.rank = 0;
+  cp.size = 1;
+  cp.transport = "carrier-pigeon";
+  tandem_comm_t* comm = nullptr;
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_ERR_UNSUPPORTED);
+  BOOST_TEST(mentions(last_error(), "unknown transport 'carrier-pigeon'"), last_error());
+  BOOST_TEST(comm == nullptr);
+  cp.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_ALLREDUCE_ALGO;
+  cp.allreduce_algo = TANDEM_ALGO_DIRECT;
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_ERR_UNSUPPORTED);
+  BOOST_TEST(mentions(last_error(), "no 'direct' algorithm"), last_error());
+  BOOST_TEST(comm == nullptr);
+  cp.allreduce_algo = TANDEM_ALGO_DETERMINISTIC;  // every other value is accepted
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_OK, last_error());
+  tandem_comm_destroy(comm);
+  tandem_context_destroy(ctx);
+}
+
 BOOST_AUTO_TEST_CASE(enum_names_follow_the_c_values) {
   BOOST_TEST(std::string(tandem_status_string(TANDEM_ERR_AUTH)) != "unknown status");
   BOOST_TEST(std::string(tandem_status_string(static_cast<tandem_status_t>(TANDEM_ERR_AUTH + 1))) ==

@@ -170,8 +170,9 @@ typedef struct tandem_context_params {
  * [in] params: may be NULL (all defaults). [out] out: the new context.
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (out NULL; a setting that is not
  * NAME=VALUE, names no TANDEM_* setting of the table above, or has a malformed value -- the message
- * names it), TANDEM_ERR_UNSUPPORTED (header major newer than the library, or an unknown field_mask
- * bit). */
+ * names it), TANDEM_ERR_UNSUPPORTED (a header newer than the library -- a newer major or minor
+ * version, which may declare calls and fields this library lacks; a newer patch is accepted -- or
+ * an unknown field_mask bit). */
 TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, const tandem_context_params_t* params,
                                                    tandem_context_t** out) TANDEM_NOEXCEPT;
 static inline tandem_status_t tandem_context_create(const tandem_context_params_t* params, tandem_context_t** out) {
@@ -193,14 +194,17 @@ TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT;
 typedef struct tandem_comm tandem_comm_t;
 typedef struct tandem_request tandem_request_t;
 
-/* Allreduce algorithms (values are stable). AUTO picks by message size and world size. */
+/* Collective algorithms (values are stable). AUTO picks by message size and world size. As a
+ * communicator's allreduce_algo every value but DIRECT is accepted; DIRECT (every rank talks to every
+ * rank: the barrier's and point-to-point's pattern) has no allreduce plan, and tandem_comm_create
+ * returns TANDEM_ERR_UNSUPPORTED for it. */
 typedef enum tandem_algo {
   TANDEM_ALGO_AUTO = 0,
   TANDEM_ALGO_RING = 1,
   TANDEM_ALGO_HALVING_DOUBLING = 2, /* recursive halving-doubling */
   TANDEM_ALGO_TREE = 3,
   TANDEM_ALGO_HIERARCHICAL = 4,     /* reduce within a host, ring across hosts, broadcast within */
-  TANDEM_ALGO_DIRECT = 5,
+  TANDEM_ALGO_DIRECT = 5,           /* barrier, send/recv; not an allreduce algorithm (see above) */
   TANDEM_ALGO_DETERMINISTIC = 6,    /* fixed reduction order rank 0..n-1 */
   TANDEM_ALGO_FORCE_INT32_ = 0x7fffffff
 } tandem_algo_t;
@@ -241,8 +245,13 @@ typedef struct tandem_comm_params {
  * [out] out: the new communicator; destroy with tandem_comm_destroy.
  * Threads: any (one call per rank). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (a NULL or
  * destroyed ctx, out NULL, a field out of range, a malformed environment variable),
- * TANDEM_ERR_UNSUPPORTED (unknown field_mask bit or transport), TANDEM_ERR_TIMEOUT (peers did not
- * join in time), TANDEM_ERR_AUTH (wrong secret), TANDEM_ERR_TRANSPORT. */
+ * TANDEM_ERR_UNSUPPORTED (unknown field_mask bit, unknown transport -- on every rank, before any
+ * waiting -- or allreduce_algo DIRECT), TANDEM_ERR_TIMEOUT (peers did not join in time),
+ * TANDEM_ERR_AUTH (wrong secret), TANDEM_ERR_TRANSPORT.
+ * A job may create communicators again and again (destroy one, create the next) and may hold
+ * several at once on one master_port: each creation is matched with the other ranks' creation of
+ * the same order. With transport "inproc" the ranks (threads of this process) meet in memory: no
+ * port is opened, and master_addr, master_port and secret only tell jobs of one process apart. */
 TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tandem_comm_params_t* params,
                                               tandem_comm_t** out) TANDEM_NOEXCEPT;
 
