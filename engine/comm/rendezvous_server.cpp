@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,18 @@ struct RendezvousServer::Impl {
 
   mutable std::mutex stats_mu;
   RendezvousServerStats stats;
+  std::set<uint64_t> generations;  // guarded by stats_mu
+
+  bool serves(uint64_t g) const {
+    std::lock_guard lock(stats_mu);
+    return generations.count(g) != 0;
+  }
+  std::string generations_text() const {
+    std::lock_guard lock(stats_mu);
+    std::string t;
+    for (uint64_t g : generations) t += fmt::format("{}{}", t.empty() ? "" : ", ", g);
+    return t;
+  }
 
   void run();
   void handle(std::vector<zmq::message_t>& frames, bool truncated);
@@ -96,6 +109,7 @@ RendezvousServer::RendezvousServer(const RendezvousServerOptions& options) : imp
   TANDEM_CHECK(rdv::ensure_sodium(), Status::kInternal, "rendezvous server: libsodium failed to initialise");
   Impl& m = *impl_;
   m.options = options;
+  m.generations.insert(options.generation);
   m.key = rdv::derive_key(options.secret);
   m.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(rdv::kMaxFrameBytes));
   m.router.set(zmq::sockopt::linger, 200);
@@ -137,6 +151,11 @@ RendezvousServer::~RendezvousServer() {
   } catch (const zmq::error_t&) {
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void RendezvousServer::admit(uint64_t generation) {
+  std::lock_guard lock(impl_->stats_mu);
+  impl_->generations.insert(generation);
 }
 
 RendezvousServerStats RendezvousServer::stats() const {
@@ -242,7 +261,7 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
 
 void RendezvousServer::Impl::handle_hello(const std::string& rid, Session* existing, const rdv::Header& h,
                                           std::vector<zmq::message_t>& f) {
-  if (f.size() != 3 || f[0].size() != rdv::kNonceBytes || f[1].size() != 8 || f[2].size() > rdv::kMaxNameBytes ||
+  if (f.size() != 3 || f[0].size() != rdv::kNonceBytes || f[1].size() != rdv::kJoinBytes || f[2].size() > rdv::kMaxNameBytes ||
       static_cast<uint8_t>(h.code) != rdv::kProtocolVersion) {
     count(&RendezvousServerStats::malformed);
     return;
@@ -299,12 +318,23 @@ void RendezvousServer::Impl::handle_auth(const std::string& rid, Session& s, con
     return;
   }
   int32_t rank = 0, size = 0;
-  rdv::decode_rank_size(s.rank_size, &rank, &size);
+  uint64_t generation = 0;
+  rdv::decode_rank_size(s.rank_size, &rank, &size, &generation);
   if (options.world_size > 0 && ((size != 0 && size != options.world_size) || rank < 0 || rank >= options.world_size)) {
     refuse(s, rid, h.request_id, rdv::Code::kMismatch,
            fmt::format("peer announces rank {} and world size {}, but this job (rank 0) has world size {} "
                        "(ranks 0..{})",
                        rank, size, options.world_size, options.world_size - 1));
+    return;
+  }
+  if (!serves(generation)) {
+    // Most likely the server of an earlier communicator, about to go: the client asks again (no warning).
+    log::debug("rendezvous server: '{}' ({}) asks for communicator generation {}, not served here", s.name, s.peer,
+               generation);
+    reply(rid, h.request_id, rdv::Code::kNotServed,
+          {fmt::format("rank 0's rendezvous on this port serves communicator generation(s) {} of the job, not {}",
+                       generations_text(), generation)});
+    sessions.erase(rid);
     return;
   }
   s.authenticated = true;
