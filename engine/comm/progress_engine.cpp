@@ -203,6 +203,8 @@ void ProgressEngine::step() {
         poll_p2p();
         if (p2p_.size() == before) transport_.wait_for_progress(std::chrono::microseconds(200));
       }
+    } else {
+      peers_.poll();  // the other ranks' reports of the failure: every rank settles on the same blame
     }
   } catch (const Error& e) {
     if (!peers_.blamed() && executor_.failed_peer() >= 0) peers_.blame(rank_, false, {executor_.failed_peer()});

@@ -294,7 +294,9 @@ TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT;
  * including the NUL. Threads: any. Returns TANDEM_OK (the query worked), TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,
                                                         char* message, size_t* message_bytes) TANDEM_NOEXCEPT;
-/* Who comm's failure is blamed on, as every rank of the job reports it.
+/* Who comm's failure is blamed on, as every rank of the job reports it: ranks that detect a fault
+ * themselves tell each other and all keep the report with the lowest origin, so a moment after the
+ * failing call returned (once the reports have crossed) every rank gives the same origin and ranks.
  * [out] origin: the rank where the failure started -- the one that called tandem_comm_abort, or the one that
  * first detected the fault (a dead or closed peer, a mismatched call, a deadline) and told the others;
  * -1 while comm is healthy. [out] aborted: may be NULL; 1 when the origin aborted (the application gave up)
