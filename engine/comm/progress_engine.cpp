@@ -205,10 +205,10 @@ void ProgressEngine::step() {
       }
     } else {
       peers_.poll();  // the other ranks' reports of the failure: every rank settles on the same blame
+      drop_unexpected();
     }
   } catch (const Error& e) {
     if (!peers_.blamed() && executor_.failed_peer() >= 0) peers_.blame(rank_, false, {executor_.failed_peer()});
-    executor_.abandon();
     Status st = e.status();
     std::string msg = e.what();
     // A peer that failed first and left: its abort (sent before it closed) says why.
@@ -227,7 +227,6 @@ void ProgressEngine::step() {
     fail(st, msg, true, op.get());
     current_ = nullptr;
   } catch (const std::exception& e) {
-    executor_.abandon();
     fail(Status::kInternal, e.what(), true, op.get());
     current_ = nullptr;
   }
@@ -430,6 +429,14 @@ void ProgressEngine::poll_p2p() {
   }
 }
 
+void ProgressEngine::drop_unexpected() {
+  // Messages of this failed communicator nobody will receive: dropping them lets their senders'
+  // transports give back the senders' buffers (ucx holds a large send until the receiver takes it).
+  constexpr uint64_t kTagBits = (uint64_t{1} << 40) - 1;
+  transport_.drop_unexpected(collective_tag(comm_id_), kTagBits);
+  transport_.drop_unexpected(p2p_tag(comm_id_, 0), kTagBits & ~uint64_t{kMaxUserTag});
+}
+
 // ------------------------------------------------------------------------------ executor hooks
 
 void ProgressEngine::poll() {
@@ -491,6 +498,11 @@ void ProgressEngine::bad_message(int peer, const WireHeader& got, size_t got_byt
 
 void ProgressEngine::fail(Status status, const std::string& message, bool tell_peers, OpState* current) {
   const auto [st, msg] = peers_.fail(status, message, tell_peers);
+  // The peers know now (they drop what they will not receive); the transport lets go of the running
+  // plan's buffers and of the point-to-point ones before any caller hears of the failure, so a caller
+  // may free its buffers as soon as its operation returns the error.
+  drop_unexpected();
+  executor_.abandon();
   if (current && current->state.load() == 0) current->complete(st, msg);
   for (auto& op : p2p_) {
     if (op->request) op->request->cancel();

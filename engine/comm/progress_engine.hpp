@@ -62,6 +62,8 @@ class ProgressEngine final : private ExecHooks {
   void post_p2p(const std::shared_ptr<OpState>& op);
   void poll_p2p();
   void fail(Status status, const std::string& message, bool tell_peers, OpState* current);
+  // This failed communicator's messages that nobody will receive are dropped (see Transport).
+  void drop_unexpected();
   void backoff(std::chrono::steady_clock::duration idle_for);
   [[noreturn]] void throw_abort(const std::string& reason);
 
