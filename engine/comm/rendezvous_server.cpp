@@ -45,6 +45,7 @@ struct RendezvousServer::Impl {
     std::string name;
     bool authenticated = false;
     Clock::time_point created;
+    int fd = -1;  // the connection's socket (ZMQ_SRCFD), to forget the session when it closes
   };
   struct Waiter {
     std::string routing_id;
@@ -58,6 +59,7 @@ struct RendezvousServer::Impl {
   zmq::socket_t router{ctx, zmq::socket_type::router};
   zmq::socket_t wake_rx{ctx, zmq::socket_type::pair};
   zmq::socket_t wake_tx{ctx, zmq::socket_type::pair};
+  zmq::socket_t monitor_rx{ctx, zmq::socket_type::pair};  // the router's disconnect events
   std::atomic<bool> stop{false};
 
   // Owned by the server thread only.
@@ -85,6 +87,9 @@ struct RendezvousServer::Impl {
 
   void run();
   void handle(std::vector<zmq::message_t>& frames, bool truncated);
+  // A connection closed (its process exited or died): its session is gone, so a stopping server does
+  // not wait for a goodbye that cannot come.
+  void read_monitor();
   void handle_hello(const std::string& rid, Session* existing, const rdv::Header& h, std::vector<zmq::message_t>& f);
   void handle_auth(const std::string& rid, Session& s, const rdv::Header& h, std::vector<zmq::message_t>& f);
   void handle_request(const std::string& rid, const rdv::Header& h, std::vector<zmq::message_t>& f);
@@ -133,6 +138,13 @@ RendezvousServer::RendezvousServer(const RendezvousServerOptions& options) : imp
   const std::string wake = "inproc://rendezvous-wake";
   m.wake_rx.bind(wake);
   m.wake_tx.connect(wake);
+  const std::string monitor = "inproc://rendezvous-monitor";
+  if (zmq_socket_monitor(m.router.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+    m.monitor_rx.connect(monitor);
+  } else {
+    log::debug("rendezvous server: no disconnect monitor ({}); stopping waits for goodbyes up to the grace",
+               zmq_strerror(zmq_errno()));
+  }
   m.next_sweep = Clock::now();
   log::info("rendezvous server listening on {}", endpoint_);
   thread_ = std::thread([&m] {
@@ -183,8 +195,11 @@ void RendezvousServer::Impl::run() {
     if (drain_until) wake_at = std::min(wake_at, *drain_until);
     const auto wait_ms = std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now).count() + 1, 0, 1000);
-    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_rx.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
+    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                               {wake_rx.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_rx.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+    if (items[2].revents & ZMQ_POLLIN) read_monitor();
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t m;
       while (wake_rx.recv(m, zmq::recv_flags::dontwait)) {
@@ -216,6 +231,31 @@ void RendezvousServer::Impl::run() {
   waiters.clear();
 }
 
+void RendezvousServer::Impl::read_monitor() {
+  for (;;) {
+    zmq::message_t event;
+    if (!monitor_rx.recv(event, zmq::recv_flags::dontwait)) return;
+    while (event.more()) {  // the event's second frame: the endpoint
+      zmq::message_t rest;
+      if (!monitor_rx.recv(rest, zmq::recv_flags::none) || !rest.more()) break;
+    }
+    if (event.size() < 6) continue;
+    uint16_t id = 0;
+    uint32_t fd = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof(fd));
+    if (id != ZMQ_EVENT_DISCONNECTED) continue;
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      if (it->second.fd == static_cast<int>(fd)) {
+        log::debug("rendezvous server: '{}' ({}) disconnected", it->second.name, it->second.peer);
+        it = sessions.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool truncated) {
   if (frames.size() < 2) {
     count(&RendezvousServerStats::malformed);
@@ -224,6 +264,12 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
   const std::string rid = frames[0].to_string();
   rdv::Header h;
   auto it = sessions.find(rid);
+  int fd = -1;
+  try {
+    fd = frames[1].get(ZMQ_SRCFD);
+  } catch (const zmq::error_t&) {
+  }
+  if (it != sessions.end() && fd >= 0) it->second.fd = fd;
   if (truncated || !rdv::decode_header(frames[1].to_string_view(), &h)) {
     count(&RendezvousServerStats::malformed);
     log::debug("rendezvous server: dropped a malformed message ({} frames{})", frames.size(),
@@ -233,6 +279,7 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
   frames.erase(frames.begin(), frames.begin() + 2);  // leave the arguments
   if (h.op == rdv::Op::kHello) {
     handle_hello(rid, it == sessions.end() ? nullptr : &it->second, h, frames);
+    if (auto s = sessions.find(rid); s != sessions.end()) s->second.fd = fd;
     return;
   }
   if (it == sessions.end()) {
