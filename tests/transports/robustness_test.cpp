@@ -319,7 +319,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_ucx_send_no_longer_reads_its_buffer_once_cancel
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
         std::fill(buf.begin(), buf.end(), 0xee);  // what a freed and reused buffer would hold
         rk.sync.arrive_and_wait();
-        CHECK(ms.count() < 1500, "cancel took " << ms.count() << " ms");
+        CHECK_RANK(ms.count() < 1500, "cancel took " << ms.count() << " ms");
         rk.sync.arrive_and_wait();
         return;
       }
@@ -351,12 +351,12 @@ BOOST_AUTO_TEST_CASE(a_cancelled_ucx_send_no_longer_reads_its_buffer_once_cancel
       rk.sync.arrive_and_wait();  // rank 0 has overwritten its buffer
       for (int i = 0; i < 50; ++i) rk.t.wait_for_progress(std::chrono::milliseconds(1));
       if (!dropped) {
-        CHECK(done, "the receive of the cancelled send neither completed nor failed");
-        CHECK(std::count(got.begin(), got.end(), 0xee) == 0, "bytes written into rank 0's buffer after cancel arrived");
+        CHECK_RANK(done, "the receive of the cancelled send neither completed nor failed");
+        CHECK_RANK(std::count(got.begin(), got.end(), 0xee) == 0, "bytes written into rank 0's buffer after cancel arrived");
       } else {
         // Dropped: a receive posted now finds nothing.
         auto late = rk.t.irecv(0, 77, std::span(&part, 1));
-        CHECK(!poll_for(rk.t, *late, std::chrono::milliseconds(200)), "a dropped message was still delivered");
+        CHECK_RANK(!poll_for(rk.t, *late, std::chrono::milliseconds(200)), "a dropped message was still delivered");
         late->cancel();
       }
       rk.sync.arrive_and_wait();
