@@ -22,6 +22,9 @@ class CoreTransport final : public Transport {
   int size() const override { return core_->size(); }
   Capabilities capabilities() const override { return caps_; }
   void progress() override { core_->progress(); }
+  void drop_unexpected(uint64_t tag, uint64_t mask) override {
+    if constexpr (requires(Core& c) { c.drop_unexpected(tag, mask); }) core_->drop_unexpected(tag, mask);
+  }
   void wait_for_progress(std::chrono::microseconds timeout) override { core_->wait_for_progress(timeout); }
 
   std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {

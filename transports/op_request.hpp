@@ -20,7 +20,10 @@ class OpRequest final : public Request {
   size_t bytes() const override { return op_->done.bytes(); }
   bool truncated() const override { return op_->done.truncated(); }
   void cancel() override {
-    if (op_->done.pending()) core_->cancel(op_);
+    if (op_->done.pending())
+      core_->cancel(op_);
+    else if constexpr (requires(Core& c, const std::shared_ptr<Op>& o) { c.release(o); })
+      core_->release(op_);  // finished for the caller, but the core may still hold its buffers (ucx)
   }
 
  private:

@@ -37,6 +37,15 @@ std::vector<std::string> available_transports() {
   return names;
 }
 
+void require_known_transport(const std::string& name) {
+  if (name == "auto") return;
+  for (const auto& e : kBuiltins)
+    if (name == e.name) return;
+  std::string known;
+  for (const auto& e : kBuiltins) known += fmt::format("{}{}", known.empty() ? "" : ", ", e.name);
+  TANDEM_THROW(Status::kUnsupported, "unknown transport '{}' (this library has: {}, auto)", name, known);
+}
+
 std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
   TANDEM_REQUIRE(options.size >= 1, "transport: world size must be at least 1, got {}", options.size);
   TANDEM_REQUIRE(options.rank >= 0 && options.rank < options.size, "transport: rank {} is outside [0, {})",
@@ -46,11 +55,10 @@ std::unique_ptr<Transport> create_transport(const TransportOptions& options) {
 #else
   const std::string name = options.name == "auto" ? "tcp" : options.name;
 #endif
+  require_known_transport(options.name);
   for (const auto& e : kBuiltins)
     if (name == e.name) return e.create(options);
-  std::string known;
-  for (const auto& e : kBuiltins) known += fmt::format("{}{}", known.empty() ? "" : ", ", e.name);
-  TANDEM_THROW(Status::kInvalidArgument, "unknown transport '{}' (known: {}, auto)", options.name, known);
+  TANDEM_THROW(Status::kInternal, "transport '{}' is registered but has no factory", name);
 }
 
 }  // namespace tandem::transports

@@ -28,6 +28,9 @@
 //    queued inside the dead process).
 //  - Lifetimes: requests may outlive their transport. Destroying an incomplete request cancels it;
 //    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
+//    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits (at
+//    most a couple of seconds per peer) until the message was delivered whole or dropped by the
+//    receiver (drop_unexpected), or the peer is gone.
 //    Destroying a transport cancels its own incomplete requests (their test() throws kTransport).
 //    The parts of a send must stay valid until it completes or the transport is destroyed, even
 //    if the request is cancelled or destroyed first: a message handed to the wire (zmq's zero-copy
@@ -104,6 +107,14 @@ class Transport {
   virtual std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) = 0;
   // Drives completions; never blocks.
   virtual void progress() = 0;
+  // Drops the messages that arrived on a tag t with (t & mask) == (tag & mask) and match no posted
+  // receive -- those of a failed communicator, which nobody will receive -- so that their senders'
+  // transports let go of the send buffers. Transports whose sends never wait for the receiver do
+  // nothing (the default).
+  virtual void drop_unexpected(uint64_t tag, uint64_t mask) {
+    (void)tag;
+    (void)mask;
+  }
   // Blocks the calling thread for at most `timeout` until this transport may have something new
   // (a message arrived, a send completed, a peer failed), then drives progress. Returning early or
   // spuriously is allowed. Use it in waiting loops instead of spinning on test(): on a machine
@@ -118,8 +129,10 @@ class Transport {
 
 // Creates and connects a transport for one rank. Collective over the `size` ranks sharing the key
 // prefix: every rank must call it. "auto" picks ucx when built, else tcp (inproc is never automatic
-// across processes). Throws kInvalidArgument for an unknown name, listing the known ones.
+// across processes). Throws kUnsupported for an unknown name (see require_known_transport).
 std::unique_ptr<Transport> create_transport(const TransportOptions& options);
+// Throws kUnsupported naming `name` and the transports this library has, unless it is one of them or "auto".
+void require_known_transport(const std::string& name);
 
 // Names of the transports built into this library.
 std::vector<std::string> available_transports();

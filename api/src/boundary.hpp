@@ -63,17 +63,14 @@ struct Handle : LiveHandle {
   ~Handle() { magic = 0; }
 };
 
-// True for a live handle of type H (H derives from Handle<>; a struct that still keeps its own magic member
-// without deriving is checked by its magic word alone).
+// True for a live handle of type H: the registry is asked first, so a destroyed or foreign pointer is never
+// dereferenced; the magic word then tells handle kinds apart (a freed address reused by another kind).
 template <typename H>
 bool is_live(const H* h) {
   using T = std::remove_const_t<H>;
+  static_assert(std::is_base_of_v<LiveHandle, T>, "every struct behind a C handle derives from Handle<kMagic>");
   if (h == nullptr) return false;
-  if constexpr (std::is_base_of_v<LiveHandle, T>) {
-    return handle_live(static_cast<const LiveHandle*>(h)) && h->magic == T::kMagic;
-  } else {
-    return h->magic == T::kMagic;
-  }
+  return handle_live(static_cast<const LiveHandle*>(h)) && h->magic == T::kMagic;
 }
 
 // The one handle check: `h` itself, or kInvalidArgument "<fn>: <what> is NULL" / "<fn>: <what> is not a live

@@ -80,9 +80,12 @@ TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, cons
                                                    tandem_context_t** out) TANDEM_NOEXCEPT {
   return guarded([&] {
     TANDEM_REQUIRE(out != nullptr, "tandem_context_create: out must be non-null");
-    TANDEM_CHECK(header_version / 10000 <= TANDEM_VERSION_MAJOR, tandem::Status::kUnsupported,
-                 "tandem_context_create: header version {} is newer than library version {}", header_version,
-                 TANDEM_VERSION);
+    // A newer minor version's header may declare calls, fields and field_mask bits this library lacks; only a
+    // newer patch (fixes, no new surface) is accepted.
+    TANDEM_CHECK(header_version / 100 <= TANDEM_VERSION / 100, tandem::Status::kUnsupported,
+                 "tandem_context_create: header version {}.{}.{} is newer than library version {} (a header of a "
+                 "newer major or minor version is not supported; link the library it came with)",
+                 header_version / 10000, header_version / 100 % 100, header_version % 100, tandem_version_string());
     auto ctx = std::make_unique<tandem_context>();
     if (params != nullptr) {
       tandem::api::check_field_mask(params->field_mask, tandem::api::mask_through(TANDEM_CONTEXT_PARAM_SETTINGS),

@@ -14,16 +14,11 @@ constexpr uint32_t kSimClusterMagic = 0x5453434c;  // "TSCL"
 constexpr uint32_t kSimResultMagic = 0x54535253;   // "TSRS"
 }  // namespace tandem::api
 
-struct tandem_sim_cluster {
-  static constexpr uint32_t kMagic = tandem::api::kSimClusterMagic;
-  uint32_t magic = kMagic;
+struct tandem_sim_cluster : tandem::api::Handle<tandem::api::kSimClusterMagic> {
   tandem::simulator::ClusterSpec spec;
-  ~tandem_sim_cluster() { magic = 0; }
 };
 
-struct tandem_sim_result {
-  static constexpr uint32_t kMagic = tandem::api::kSimResultMagic;
-  uint32_t magic = kMagic;
+struct tandem_sim_result : tandem::api::Handle<tandem::api::kSimResultMagic> {
   // One result (tandem_simulate), or a plan search's candidates, best first (tandem_sim_plan).
   std::vector<tandem::simulator::SimResult> results;
   bool search = false;
@@ -32,5 +27,4 @@ struct tandem_sim_result {
   std::string text;                    // the JSON extra, built once
   std::vector<std::string> rank_names;
   bool has_trace = false;
-  ~tandem_sim_result() { magic = 0; }
 };

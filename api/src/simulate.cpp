@@ -247,7 +247,9 @@ TANDEM_API tandem_status_t tandem_sim_cluster_info(const tandem_sim_cluster_t* c
   });
 }
 
-TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM_NOEXCEPT { delete cluster; }
+TANDEM_API void tandem_sim_cluster_destroy(tandem_sim_cluster_t* cluster) TANDEM_NOEXCEPT {
+  tandem::api::destroy_handle(cluster);
+}
 
 TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
                                            tandem_sim_result_t** out) TANDEM_NOEXCEPT {
@@ -390,6 +392,8 @@ TANDEM_API tandem_status_t tandem_sim_result_write_trace(const tandem_sim_result
   });
 }
 
-TANDEM_API void tandem_sim_result_destroy(tandem_sim_result_t* result) TANDEM_NOEXCEPT { delete result; }
+TANDEM_API void tandem_sim_result_destroy(tandem_sim_result_t* result) TANDEM_NOEXCEPT {
+  tandem::api::destroy_handle(result);
+}
 
 }  // extern "C"

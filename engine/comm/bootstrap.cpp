@@ -10,7 +10,11 @@
 namespace tandem::engine::comm {
 
 std::unique_ptr<Communicator> create_communicator(const BootstrapConfig& config, const CommOptions& options) {
-  Rendezvous rdv = start_rendezvous(config, options.timeout);
+  // An unknown transport fails here, on every rank, before anyone waits for anyone.
+  const std::string transport = comm_options_from_env(options).transport;
+  transports::require_known_transport(transport);
+  // Ranks that are threads of this process meet in memory: no port, no secret on the wire.
+  Rendezvous rdv = transport == "inproc" ? in_process_rendezvous(config) : start_rendezvous(config, options.timeout);
   std::unique_ptr<Communicator> inner = Communicator::create(config.info, rdv.store, options);
   TANDEM_CHECK(inner != nullptr, Status::kInternal, "rank {}: Communicator::create returned no communicator",
                config.info.rank);

@@ -57,6 +57,12 @@ std::string local_hostname();
 // loopback address); then every rank connects and authenticates within `timeout`.
 Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::milliseconds timeout);
 
+// The meeting point of ranks that are threads of this process (the inproc transport): a store in
+// memory shared by the ranks that name the same address, port, size and secret; no socket is opened,
+// so jobs in different processes never collide. The k-th communicator a rank creates for one job
+// meets the others' k-th.
+Rendezvous in_process_rendezvous(const BootstrapConfig& config);
+
 // The environment's job (bootstrap_config_from_env + comm_options_from_env) as a communicator.
 // Rank 0's rendezvous server lives as long as the returned communicator (and any split of it).
 std::unique_ptr<Communicator> create_communicator_from_env(const CommOptions& options = {});

@@ -3,8 +3,11 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <tuple>
 
 #include "engine/comm/bootstrap.hpp"
 #include "engine/core/error.hpp"
@@ -97,7 +100,68 @@ class ServingStore final : public transports::KvStore {
   std::shared_ptr<RendezvousClient> client_;
 };
 
+// The communicators this process created per rendezvous address and rank: the k-th is generation k
+// (rendezvous_protocol.hpp); every rank of a job creates them collectively, so they count alike.
+uint64_t next_generation(const std::string& scope, int rank) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, uint64_t> created;
+  std::lock_guard lock(mu);
+  return created[{scope, rank}]++;
+}
+
+// Rank 0's server for generation `generation`: the one an earlier, still living communicator of the same
+// job (port, secret, size) runs in this process, admitting the new generation, or a new one.
+std::shared_ptr<RendezvousServer> serve(const RendezvousServerOptions& so) {
+  struct Entry {
+    std::weak_ptr<RendezvousServer> server;
+    std::string secret;
+    int world_size;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, Entry> live;  // (bind host, port)
+  std::lock_guard lock(mu);
+  std::erase_if(live, [](const auto& kv) { return kv.second.server.expired(); });
+  const auto key = std::make_pair(so.bind_host, so.port);
+  if (auto it = live.find(key); it != live.end()) {
+    if (auto server = it->second.server.lock();
+        server && it->second.secret == so.secret && it->second.world_size == so.world_size) {
+      server->admit(so.generation);
+      return server;
+    }
+  }
+  auto server = std::make_shared<RendezvousServer>(so);
+  live[key] = Entry{server, so.secret, so.world_size};
+  return server;
+}
+
 }  // namespace
+
+Rendezvous in_process_rendezvous(const BootstrapConfig& config) {
+  const BootstrapInfo& info = config.info;
+  TANDEM_REQUIRE(info.size >= 1 && info.rank >= 0 && info.rank < info.size, "rank {} is outside a world of size {}",
+                 info.rank, info.size);
+  for (const auto& note : config.notes) log::debug("bootstrap ({} variables, in process): {}", config.source, note);
+  Rendezvous r;
+  if (info.size == 1) {
+    r.store = std::make_shared<transports::MemoryStore>();
+    return r;
+  }
+  // The job's identity never leaves the process; the secret is part of it so that two jobs that share
+  // an address and port (defaults) but not a secret stay apart.
+  const std::string job = fmt::format("{}:{}/{}/{}", config.master_addr, config.master_port, info.size, config.secret);
+  const uint64_t generation = next_generation("inproc:" + job, info.rank);
+  static std::mutex mu;
+  static std::map<std::pair<std::string, uint64_t>, std::weak_ptr<transports::KvStore>> stores;
+  std::lock_guard lock(mu);
+  std::erase_if(stores, [](const auto& kv) { return kv.second.expired(); });
+  auto& slot = stores[{job, generation}];
+  r.store = slot.lock();
+  if (!r.store) {
+    r.store = std::make_shared<transports::MemoryStore>();
+    slot = r.store;
+  }
+  return r;
+}
 
 bool is_loopback_address(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr == "[::1]" || addr.rfind("127.", 0) == 0;
@@ -230,6 +294,7 @@ Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::millisec
   TANDEM_REQUIRE(config.master_port > 0 && config.master_port <= 65535,
                  "the rendezvous port must be in 1..65535 for a job of {} ranks, got {}", info.size,
                  config.master_port);
+  const uint64_t generation = next_generation(fmt::format("{}:{}", config.master_addr, config.master_port), info.rank);
   if (info.rank == 0) {
     RendezvousServerOptions so;
     so.bind_host = is_loopback_address(config.master_addr) ? (config.master_addr == "localhost" ? "127.0.0.1"
@@ -239,7 +304,8 @@ Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::millisec
     so.port = config.master_port;
     so.secret = config.secret;
     so.world_size = info.size;
-    r.server = std::make_shared<RendezvousServer>(so);
+    so.generation = generation;
+    r.server = serve(so);
   }
   RendezvousClientOptions co;
   co.host = config.master_addr;
@@ -250,6 +316,7 @@ Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::millisec
   co.size = info.size;
   co.name = fmt::format("rank {} on {}", info.rank, info.host);
   co.timeout = timeout;
+  co.generation = generation;
   r.client = std::make_shared<RendezvousClient>(co);
   r.store = std::make_shared<ServingStore>(r.server, r.client);
   return r;

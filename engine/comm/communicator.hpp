@@ -89,6 +89,8 @@ class Communicator {
   // In place (NCCL's layouts): allreduce/reduce send == recv; reduce_scatter recv == send +
   // rank()*count elements; allgather send == recv + rank()*count elements. Other overlaps work on
   // a private copy of the input. reduce: recv may be null off the root. send/recv: tag < 2^24.
+  // send is buffered on every transport: it completes once the data is copied, without waiting for
+  // the matching recv (a failed delivery fails the communicator; a later operation reports it).
   virtual std::unique_ptr<Work> allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> allgather(const void* send, void* recv, size_t count, DType dtype) = 0;

@@ -38,6 +38,10 @@ struct OpState {
   std::unique_ptr<transports::Request> request;
   WireHeader header, received;
   std::chrono::steady_clock::time_point posted{};
+  // A send is buffered: the transport sends this copy of the caller's data, and the caller's operation
+  // completes once it is taken (`detached`), never waiting for the matching receive.
+  std::vector<unsigned char> payload;
+  bool detached = false;
   // Split's own buffers.
   std::vector<int64_t> split_in, split_out;
 

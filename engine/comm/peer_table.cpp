@@ -146,6 +146,10 @@ void PeerTable::poll() {
       for (int k = 0; k < std::min<int>(msg.blamed_count, kMaxBlamedRanks); ++k)
         if (msg.blamed[k] >= 0 && msg.blamed[k] < size()) blamed.push_back(msg.blamed[k]);
       const bool known_origin = msg.first_origin >= 0 && msg.first_origin < size();
+      if (is_failed()) {  // another rank's report of the failure this rank has too: agree on one
+        adopt(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed));
+        continue;
+      }
       blame(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed));
       if (st == Status::kMismatch || st == Status::kTimeout)
         throw Error(st, fmt::format("{} (reported by rank {})", text, p));
@@ -161,6 +165,18 @@ void PeerTable::blame(int origin, bool aborted, std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   blame_ = Blame{true, origin, aborted, std::move(ranks)};
+}
+
+void PeerTable::adopt(int origin, bool aborted, std::vector<int> ranks) {
+  // Every rank that detects a fault tells every other; each keeps the report with the lowest origin, so once
+  // the reports have crossed, all ranks name the same origin and the same blamed ranks.
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::lock_guard lock(fail_mu_);
+  if (origin < 0 || origin >= fail_origin_) return;
+  fail_origin_ = origin;
+  fail_aborted_ = aborted;
+  fail_ranks_ = std::move(ranks);
 }
 
 std::pair<Status, std::string> PeerTable::fail(Status status, const std::string& message, bool tell_peers) {

@@ -51,7 +51,9 @@ class PeerTable {
 
   // ------------------------------------------------------------- control channel (engine thread)
   // Receives what peers sent: records timeout notices; an abort from a peer is blamed as it says
-  // and thrown (kMismatch and kTimeout keep their status, anything else is kPeerFailure).
+  // and thrown (kMismatch and kTimeout keep their status, anything else is kPeerFailure). Once failed,
+  // it still takes the peers' reports of the failure in: the one with the lowest origin is kept
+  // (adopt), so every rank ends up blaming alike.
   void poll();
   std::chrono::steady_clock::time_point last_poll() const { return last_poll_; }
   // Tells every peer that operation `seq` timed out here waiting for `waited`.
@@ -79,6 +81,7 @@ class PeerTable {
 
  private:
   void post_recv(int peer);
+  void adopt(int origin, bool aborted, std::vector<int> ranks);
   void send_to_all(const ControlMessage& msg);
 
   SharedTransport& shared_;

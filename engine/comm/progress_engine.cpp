@@ -92,6 +92,7 @@ ProgressEngine::~ProgressEngine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (auto& op : p2p_) shared_.bury(op);  // buffered sends not yet delivered: request, header and payload
   if (peers_.is_failed()) {  // abandoned sends may still read the header and scratch until the transport goes
     shared_.bury(send_header_);
     shared_.bury(std::make_shared<AlignedBuffer>(std::move(scratch_)));
@@ -142,7 +143,9 @@ void ProgressEngine::progress_main() {
       cv_.wait_for(lock, recently_active(*activity_) ? kActivePoll : kIdlePoll,
                    [&] { return stopping_ || abort_pending() || wake_ || (p2p_pending() && !caller_driving_.load()); });
       wake_ = false;
-      if (stopping_ && queue_.empty() && !p2p_pending()) break;
+      // Buffered sends still in flight are left to the transport (buried below), which delivers them
+      // or, being destroyed, flushes them within its deadline.
+      if (stopping_ && queue_.empty() && p2p_awaited_.load(std::memory_order_acquire) == 0) break;
       if (caller_driving_.load(std::memory_order_acquire) && !stopping_) continue;
       // A fresh operation is left a moment to its caller: one that waits at once runs it on its
       // own thread (no hand-off); one that does not is started once the claim window is over.
@@ -200,10 +203,12 @@ void ProgressEngine::step() {
         poll_p2p();
         if (p2p_.size() == before) transport_.wait_for_progress(std::chrono::microseconds(200));
       }
+    } else {
+      peers_.poll();  // the other ranks' reports of the failure: every rank settles on the same blame
+      drop_unexpected();
     }
   } catch (const Error& e) {
     if (!peers_.blamed() && executor_.failed_peer() >= 0) peers_.blame(rank_, false, {executor_.failed_peer()});
-    executor_.abandon();
     Status st = e.status();
     std::string msg = e.what();
     // A peer that failed first and left: its abort (sent before it closed) says why.
@@ -222,7 +227,6 @@ void ProgressEngine::step() {
     fail(st, msg, true, op.get());
     current_ = nullptr;
   } catch (const std::exception& e) {
-    executor_.abandon();
     fail(Status::kInternal, e.what(), true, op.get());
     current_ = nullptr;
   }
@@ -295,10 +299,48 @@ void ProgressEngine::run_collective(OpState& op) {
                        op.kind == WireKind::kReduce;
   send_header_->op = reduces ? static_cast<uint8_t>(op.op) : 0;
   grace_started_ = false;
+  if ((op.kind == WireKind::kBroadcast || op.kind == WireKind::kReduce) && size_ > 1) agree_on_root(op);
   executor_.run(plan, buf, transport_, members_, collective_tag(comm_id_), *send_header_, *this);
   if (reduces && op.op == ReduceOp::kAvg && out_bytes) divide_by(buf.base[1], out_bytes / es, op.dtype, size_);
   activity_->store(steady_now_ns(), std::memory_order_relaxed);
   op.complete(Status::kOk, "");
+}
+
+void ProgressEngine::agree_on_root(const OpState& op) {
+  // Ranks that disagree on the root may never receive anything from each other (two ranks that both
+  // think they are the root only send), so the data plan alone cannot see it. Before any data moves,
+  // the ranks allreduce (min) root * 2^32 + rank and -root * 2^32 + rank: every rank learns the
+  // smallest and the largest root passed, each with the lowest rank that passed it, and reaches
+  // the same verdict. The messages carry this operation's header without its root, so a rank that
+  // called something else entirely is still told apart by the header.
+  PlanRequest req;
+  req.collective = Collective::kAllreduce;
+  req.world = size_;
+  req.count = 2;
+  req.elem_bytes = sizeof(int64_t);
+  const CompiledPlan* plan = plans_.find(req);
+  if (!plan) plan = &plans_.build(req);
+  constexpr int64_t kShift = int64_t{1} << 32;
+  root_vote_[0] = op.root * kShift + rank_;
+  root_vote_[1] = -op.root * kShift + rank_;
+  ExecBuffers buf;
+  buf.dtype = DType::kI64;
+  buf.op = ReduceOp::kMin;
+  buf.base[0] = reinterpret_cast<unsigned char*>(&root_vote_[0]);
+  buf.base[1] = reinterpret_cast<unsigned char*>(&root_vote_[2]);
+  buf.base[2] = plan->scratch_count ? scratch_.reserve(plan->scratch_count * sizeof(int64_t)) : nullptr;
+  send_header_->root = 0;
+  executor_.run(*plan, buf, transport_, members_, collective_tag(comm_id_), *send_header_, *this);
+  send_header_->root = op.root;
+  const auto low_root = static_cast<int>(root_vote_[2] >> 32), low_rank = static_cast<int>(root_vote_[2] & 0xffffffff);
+  const auto high_root = static_cast<int>(-(root_vote_[3] >> 32)), high_rank = static_cast<int>(root_vote_[3] & 0xffffffff);
+  if (low_root == high_root) return;
+  // Every rank found it at once: all of them name rank 0 as the origin and blame the two ranks quoted.
+  peers_.blame(0, false, {low_rank, high_rank});
+  TANDEM_THROW(Status::kMismatch,
+               "rank {}: {} (op #{}): the ranks disagree on the root: rank {} passed root {}, rank {} passed root {}",
+               rank_, describe_op(op), op.seq, low_rank, low_root,
+               high_rank, high_root);
 }
 
 // ----------------------------------------------------------------------------- point-to-point
@@ -316,9 +358,14 @@ void ProgressEngine::post_p2p(const std::shared_ptr<OpState>& op) {
   const int peer = members_[static_cast<size_t>(op->peer)];
   const uint64_t tag = p2p_tag(comm_id_, op->tag);
   if (op->kind == WireKind::kSend) {
+    // Buffered send, alike on every transport: the transport gets a copy, so the caller's send completes
+    // now and its buffer is free at once, whether or not the peer has posted its receive (ucx and inproc
+    // would otherwise hold a large send until then: a ring of blocking sends deadlocked there).
+    op->payload.assign(static_cast<const unsigned char*>(op->send), static_cast<const unsigned char*>(op->send) + bytes);
     const std::array<transports::ConstPart, 2> parts{transports::ConstPart{&h, sizeof(h)},
-                                                     transports::ConstPart{op->send, bytes}};
+                                                     transports::ConstPart{op->payload.data(), bytes}};
     op->request = transport_.isend(peer, tag, std::span(parts.data(), bytes ? 2 : 1));
+    op->detached = true;
   } else {
     const std::array<transports::MutPart, 2> parts{transports::MutPart{&op->received, sizeof(WireHeader)},
                                                    transports::MutPart{op->recv, bytes}};
@@ -327,6 +374,11 @@ void ProgressEngine::post_p2p(const std::shared_ptr<OpState>& op) {
   op->posted = Clock::now();
   p2p_.push_back(op);
   p2p_count_.store(p2p_.size(), std::memory_order_release);
+  if (!op->detached) p2p_awaited_.fetch_add(1, std::memory_order_acq_rel);
+  if (op->detached) {
+    activity_->store(steady_now_ns(), std::memory_order_relaxed);
+    op->complete(Status::kOk, "");
+  }
   poll_p2p();
 }
 
@@ -343,7 +395,8 @@ void ProgressEngine::poll_p2p() {
       throw;
     }
     if (!done) {
-      if (now - op.posted > options_.timeout) {
+      // A buffered send has completed for its caller; the transport delivers it when the peer receives.
+      if (!op.detached && now - op.posted > options_.timeout) {
         peers_.blame(rank_, false, {op.peer});
         TANDEM_THROW(Status::kTimeout, "rank {}: {} {} rank {} did not complete within {} ms", rank_, describe_op(op),
                      op.kind == WireKind::kSend ? "to" : "from", op.peer, options_.timeout.count());
@@ -370,8 +423,18 @@ void ProgressEngine::poll_p2p() {
     auto finished = std::move(p2p_[k]);
     p2p_.erase(p2p_.begin() + static_cast<long>(k));
     p2p_count_.store(p2p_.size(), std::memory_order_release);
+    if (finished->detached) continue;
+    p2p_awaited_.fetch_sub(1, std::memory_order_acq_rel);
     finished->complete(Status::kOk, "");
   }
+}
+
+void ProgressEngine::drop_unexpected() {
+  // Messages of this failed communicator nobody will receive: dropping them lets their senders'
+  // transports give back the senders' buffers (ucx holds a large send until the receiver takes it).
+  constexpr uint64_t kTagBits = (uint64_t{1} << 40) - 1;
+  transport_.drop_unexpected(collective_tag(comm_id_), kTagBits);
+  transport_.drop_unexpected(p2p_tag(comm_id_, 0), kTagBits & ~uint64_t{kMaxUserTag});
 }
 
 // ------------------------------------------------------------------------------ executor hooks
@@ -435,14 +498,20 @@ void ProgressEngine::bad_message(int peer, const WireHeader& got, size_t got_byt
 
 void ProgressEngine::fail(Status status, const std::string& message, bool tell_peers, OpState* current) {
   const auto [st, msg] = peers_.fail(status, message, tell_peers);
+  // The peers know now (they drop what they will not receive); the transport lets go of the running
+  // plan's buffers and of the point-to-point ones before any caller hears of the failure, so a caller
+  // may free its buffers as soon as its operation returns the error.
+  drop_unexpected();
+  executor_.abandon();
   if (current && current->state.load() == 0) current->complete(st, msg);
   for (auto& op : p2p_) {
     if (op->request) op->request->cancel();
-    shared_.bury(op);  // a send's header may still be read
-    op->complete(st, msg);
+    shared_.bury(op);  // a send's header and payload may still be read
+    if (!op->detached) op->complete(st, msg);  // a buffered send completed for its caller already
   }
   p2p_.clear();
   p2p_count_.store(0, std::memory_order_release);
+  p2p_awaited_.store(0, std::memory_order_release);
   std::deque<std::shared_ptr<OpState>> queued;
   {
     std::lock_guard lock(mu_);

@@ -57,9 +57,13 @@ class ProgressEngine final : private ExecHooks {
   // messages. Caller holds engine_mu_.
   void step();
   void run_collective(OpState& op);
+  // Broadcast and reduce: every rank learns the smallest and largest root passed; kMismatch when they differ.
+  void agree_on_root(const OpState& op);
   void post_p2p(const std::shared_ptr<OpState>& op);
   void poll_p2p();
   void fail(Status status, const std::string& message, bool tell_peers, OpState* current);
+  // This failed communicator's messages that nobody will receive are dropped (see Transport).
+  void drop_unexpected();
   void backoff(std::chrono::steady_clock::duration idle_for);
   [[noreturn]] void throw_abort(const std::string& reason);
 
@@ -91,10 +95,12 @@ class ProgressEngine final : private ExecHooks {
   // operation); everything below is touched only under it.
   std::mutex engine_mu_;
   std::atomic<size_t> p2p_count_{0};
+  std::atomic<size_t> p2p_awaited_{0};  // of them, operations a caller still waits for (not buffered sends)
   std::atomic<bool> caller_driving_{false};
   PlanExecutor executor_;
   PlanCache plans_;
   AlignedBuffer scratch_, staging_;
+  int64_t root_vote_[4] = {};  // agree_on_root's input (2) and output (2)
   OpState* current_ = nullptr;
   std::shared_ptr<WireHeader> send_header_ = std::make_shared<WireHeader>();
   std::vector<std::shared_ptr<OpState>> p2p_;

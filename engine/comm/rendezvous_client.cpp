@@ -1,6 +1,7 @@
 #include "engine/comm/rendezvous_client.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include <zmq.hpp>
 
@@ -20,6 +21,10 @@ namespace {
 constexpr auto kDriveSlice = std::chrono::milliseconds(5);
 // Extra time a GET waits for the server's own TIMEOUT answer before concluding the server is gone.
 constexpr auto kGetGrace = std::chrono::milliseconds(250);
+// A HELLO unanswered this long is sent again; a server that does not serve our generation is asked
+// again after kRetryPause.
+constexpr auto kHelloRetry = std::chrono::milliseconds(1000);
+constexpr auto kRetryPause = std::chrono::milliseconds(20);
 
 std::string client_endpoint(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -60,7 +65,21 @@ RendezvousClient::RendezvousClient(const RendezvousClientOptions& options) : opt
   } catch (const zmq::error_t& e) {
     TANDEM_THROW(Status::kInvalidArgument, "rendezvous client: cannot connect to {}: {}", endpoint_, e.what());
   }
-  handshake();
+  const auto deadline = Clock::now() + options_.timeout;
+  while (!handshake(deadline)) {
+    // The server of an earlier communicator of this job (going away) or of another one still alive:
+    // rank 0's server for this generation takes the port once the earlier one has closed.
+    TANDEM_CHECK(Clock::now() + kRetryPause < deadline, Status::kTimeout,
+                 "rank {}: the rendezvous at {} did not serve this communicator (generation {}) within {} ms: {} "
+                 "(has rank 0 created it? Every rank must create and destroy the job's communicators in the same "
+                 "order)",
+                 options_.rank, endpoint_, options_.generation, options_.timeout.count(), not_served_);
+    std::this_thread::sleep_for(kRetryPause);
+  }
+}
+
+std::string RendezvousClient::scoped(const std::string& key) const {
+  return options_.generation == 0 ? key : fmt::format("g{}/{}", options_.generation, key);
 }
 
 RendezvousClient::~RendezvousClient() {
@@ -74,14 +93,18 @@ RendezvousClient::~RendezvousClient() {
   }
 }
 
-void RendezvousClient::handshake() {
-  const auto deadline = Clock::now() + options_.timeout;
+bool RendezvousClient::handshake(Clock::time_point deadline) {
   rdv::Key k{};
   std::memcpy(k.data(), secret_key_.data(), k.size());
   const rdv::Nonce client_nonce = rdv::random_nonce();
-  const std::string rank_size = rdv::encode_rank_size(options_.rank, options_.size);
-  auto hello = roundtrip(static_cast<uint8_t>(rdv::Op::kHello),
-                         {std::string(rdv::as_view(client_nonce)), rank_size, options_.name}, deadline);
+  const std::string rank_size = rdv::encode_rank_size(options_.rank, options_.size, options_.generation);
+  // A HELLO queued on a connection that then closes (an earlier server going away) is lost: ask again
+  // every kHelloRetry rather than wait for the whole deadline.
+  std::optional<Reply> hello;
+  while (!hello && Clock::now() < deadline)
+    hello = roundtrip(static_cast<uint8_t>(rdv::Op::kHello),
+                      {std::string(rdv::as_view(client_nonce)), rank_size, options_.name},
+                      std::min(deadline, Clock::now() + kHelloRetry));
   TANDEM_CHECK(hello.has_value(), Status::kTimeout,
                "rank {}: could not reach the rendezvous server at {} within {} ms (is rank 0 running, and are "
                "TANDEM_MASTER_ADDR/TANDEM_MASTER_PORT right?)",
@@ -103,11 +126,21 @@ void RendezvousClient::handshake() {
                  options_.rank, endpoint_);
   }
   const rdv::Proof proof = rdv::client_proof(k, server_nonce, client_nonce, rank_size, options_.name);
-  auto done = roundtrip(static_cast<uint8_t>(rdv::Op::kAuth), {std::string(rdv::as_view(proof))}, deadline);
+  auto done = roundtrip(static_cast<uint8_t>(rdv::Op::kAuth), {std::string(rdv::as_view(proof))},
+                        std::min(deadline, Clock::now() + kHelloRetry));
+  if (!done && Clock::now() < deadline) {  // the server went away mid-handshake (an earlier one closing): again
+    not_served_ = "the handshake was not answered";
+    return false;
+  }
   TANDEM_CHECK(done.has_value(), Status::kTimeout, "rank {}: the rendezvous server at {} did not finish the handshake",
                options_.rank, endpoint_);
+  if (done->code == static_cast<uint8_t>(rdv::Code::kNotServed)) {
+    not_served_ = done->frames.empty() ? std::string("not served") : done->frames[0].substr(0, 512);
+    return false;
+  }
   if (done->code != static_cast<uint8_t>(rdv::Code::kOk)) throw_reply_error(*done, "joining the job");
-  log::debug("rank {}: joined the rendezvous at {}", options_.rank, endpoint_);
+  log::debug("rank {}: joined the rendezvous at {} (generation {})", options_.rank, endpoint_, options_.generation);
+  return true;
 }
 
 std::optional<RendezvousClient::Reply> RendezvousClient::roundtrip(uint8_t op, std::vector<std::string> args,
@@ -217,7 +250,9 @@ RendezvousClient::Reply RendezvousClient::request(uint8_t op, std::vector<std::s
     if (r->code == static_cast<uint8_t>(rdv::Code::kNoAuth) && attempt == 0) {
       // The server no longer knows this connection (libzmq reconnected under us): join again once.
       log::info("rank {}: rendezvous connection was reset; authenticating again", options_.rank);
-      handshake();
+      if (!handshake(Clock::now() + options_.timeout))
+        TANDEM_THROW(Status::kPeerFailure, "rank {}: {}: the rendezvous at {} no longer serves this communicator: {}",
+                     options_.rank, what, endpoint_, not_served_);
       continue;
     }
     return std::move(*r);
@@ -254,7 +289,7 @@ void RendezvousClient::set(const std::string& key, const std::string& value) {
   TANDEM_REQUIRE(value.size() <= rdv::kMaxValueBytes, "rendezvous set '{}': value of {} bytes exceeds {}", key,
                  value.size(), rdv::kMaxValueBytes);
   const std::string what = fmt::format("set '{}'", key);
-  Reply r = request(static_cast<uint8_t>(rdv::Op::kSet), {key, value}, options_.timeout, what);
+  Reply r = request(static_cast<uint8_t>(rdv::Op::kSet), {scoped(key), value}, options_.timeout, what);
   if (r.code != static_cast<uint8_t>(rdv::Code::kOk)) throw_reply_error(r, what);
 }
 
@@ -263,7 +298,7 @@ std::string RendezvousClient::get(const std::string& key, std::chrono::milliseco
                  rdv::kMaxKeyBytes);
   if (timeout.count() < 0) timeout = std::chrono::milliseconds(0);
   const std::string what = fmt::format("get '{}'", key);
-  Reply r = request(static_cast<uint8_t>(rdv::Op::kGet), {key, rdv::encode_u64(static_cast<uint64_t>(timeout.count()))},
+  Reply r = request(static_cast<uint8_t>(rdv::Op::kGet), {scoped(key), rdv::encode_u64(static_cast<uint64_t>(timeout.count()))},
                     timeout + kGetGrace, what);
   if (r.code == static_cast<uint8_t>(rdv::Code::kTimeout)) {
     TANDEM_THROW(Status::kTimeout, "rank {}: key '{}' did not appear in the rendezvous store within {} ms",
@@ -277,7 +312,7 @@ int64_t RendezvousClient::add(const std::string& key, int64_t delta) {
   TANDEM_REQUIRE(key.size() <= rdv::kMaxKeyBytes, "rendezvous add: key of {} bytes exceeds {}", key.size(),
                  rdv::kMaxKeyBytes);
   const std::string what = fmt::format("add '{}'", key);
-  Reply r = request(static_cast<uint8_t>(rdv::Op::kAdd), {key, rdv::encode_u64(static_cast<uint64_t>(delta))},
+  Reply r = request(static_cast<uint8_t>(rdv::Op::kAdd), {scoped(key), rdv::encode_u64(static_cast<uint64_t>(delta))},
                     options_.timeout, what);
   uint64_t v = 0;
   if (r.code != static_cast<uint8_t>(rdv::Code::kOk) || r.frames.size() != 1 || !rdv::decode_u64(r.frames[0], &v)) {
@@ -290,7 +325,7 @@ bool RendezvousClient::erase(const std::string& key) {
   TANDEM_REQUIRE(key.size() <= rdv::kMaxKeyBytes, "rendezvous erase: key of {} bytes exceeds {}", key.size(),
                  rdv::kMaxKeyBytes);
   const std::string what = fmt::format("erase '{}'", key);
-  Reply r = request(static_cast<uint8_t>(rdv::Op::kErase), {key}, options_.timeout, what);
+  Reply r = request(static_cast<uint8_t>(rdv::Op::kErase), {scoped(key)}, options_.timeout, what);
   if (r.code != static_cast<uint8_t>(rdv::Code::kOk) || r.frames.size() != 1 || r.frames[0].size() != 1) {
     throw_reply_error(r, what);
   }

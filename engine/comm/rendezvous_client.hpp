@@ -28,13 +28,15 @@ struct RendezvousClientOptions {
   int size = 0;                    // 0 = do not check
   std::string name;                // for the server's logs; defaults to "rank <rank>"
   std::chrono::milliseconds timeout{30000};  // connecting + handshake, and each set/add/erase
+  uint64_t generation = 0;         // the communicator generation joined (rendezvous_protocol.hpp)
 };
 
 class RendezvousClient final : public transports::KvStore {
  public:
   // Throws tandem::Error: kTimeout (server unreachable within options.timeout), kAuth (the server
   // refused our secret, or could not prove it knows it), kMismatch (world size / rank do not fit the
-  // server's job), kInvalidArgument (bad options).
+  // server's job), kInvalidArgument (bad options). A server that does not serve options.generation (an
+  // earlier communicator's, still shutting down) is asked again until the deadline: then kTimeout says so.
   explicit RendezvousClient(const RendezvousClientOptions& options);
   ~RendezvousClient() override;
   RendezvousClient(const RendezvousClient&) = delete;
@@ -60,7 +62,9 @@ class RendezvousClient final : public transports::KvStore {
   };
   struct Socket;
 
-  void handshake();
+  // False when the server answered NOT_SERVED (its reason in not_served_).
+  bool handshake(std::chrono::steady_clock::time_point deadline);
+  std::string scoped(const std::string& key) const;  // the key under this generation's namespace
   // Sends a request and waits for its reply until `deadline`; nullopt on deadline.
   std::optional<Reply> roundtrip(uint8_t op, std::vector<std::string> args,
                                  std::chrono::steady_clock::time_point deadline);
@@ -72,6 +76,7 @@ class RendezvousClient final : public transports::KvStore {
   RendezvousClientOptions options_;
   std::string endpoint_;
   std::string secret_key_;  // derived key bytes (never the secret itself)
+  std::string not_served_;
 
   std::unique_ptr<Socket> socket_;  // used only by the thread holding `driving_`
   std::mutex mu_;

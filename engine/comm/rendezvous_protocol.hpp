@@ -7,13 +7,20 @@
 // before allocating it, and the handlers check each frame against its own bound.
 //
 // Handshake (mutual challenge-response; the secret never crosses the wire):
-//   C->S HELLO     [hdr][client nonce(32)][rank,size (2 x i32 LE)][name (<= kMaxNameBytes)]
+//   C->S HELLO     [hdr][client nonce(32)][rank,size (2 x i32 LE), generation (u64 LE)][name (<= kMaxNameBytes)]
 //   S->C CHALLENGE [hdr][server nonce(32)][HMAC(k, "srv" | client nonce | server nonce)]
 //   C->S AUTH      [hdr][HMAC(k, "cli" | server nonce | client nonce | rank,size | name)]
-//   S->C OK | DENIED | MISMATCH [hdr][message]
+//   S->C OK | DENIED | MISMATCH | NOT_SERVED [hdr][message]
 // with k = BLAKE2b("tandem-rendezvous-v1" | secret) and HMAC = crypto_auth (HMAC-SHA512-256).
 // The client checks the server's proof before answering, so a fake server learns nothing.
 // Requests from a connection that has not completed AUTH get a NOAUTH reply carrying no data.
+//
+// Generations: the k-th communicator a process creates on one rendezvous address is generation k
+// (every rank counts alike, as creation is collective). A server serves the generations rank 0
+// admitted (a second communicator created while the first lives shares rank 0's server); a client
+// of another generation gets NOT_SERVED -- typically it reached the server of an earlier
+// communicator that is shutting down -- and tries again until its deadline. A client's keys live
+// under "g<k>/" (none for generation 0), so generations sharing a server never see each other's keys.
 //
 // Requests (after AUTH):
 //   SET   [hdr][key][value]            -> OK
@@ -44,9 +51,10 @@ enum class Code : uint8_t {
   kBadRequest = 5, // malformed or over a limit; frame 1 says why
   kMismatch = 6,   // authenticated, but the peer's world size / rank does not fit this job
   kShutdown = 7,   // the server is stopping
+  kNotServed = 8,  // authenticated, but the peer's communicator generation is not (or no longer) served here
 };
 
-constexpr uint8_t kProtocolVersion = 1;
+constexpr uint8_t kProtocolVersion = 2;
 constexpr size_t kHeaderBytes = 10;
 constexpr size_t kNonceBytes = 32;
 constexpr size_t kProofBytes = crypto_auth_BYTES;  // 32
@@ -97,13 +105,17 @@ inline bool decode_u64(std::string_view bytes, uint64_t* v) {
   return true;
 }
 
-inline std::string encode_rank_size(int32_t rank, int32_t size) {
-  return encode_u64(static_cast<uint32_t>(rank) | (uint64_t{static_cast<uint32_t>(size)} << 32));
+constexpr size_t kJoinBytes = 16;  // HELLO's rank, size and generation
+
+inline std::string encode_rank_size(int32_t rank, int32_t size, uint64_t generation = 0) {
+  return encode_u64(static_cast<uint32_t>(rank) | (uint64_t{static_cast<uint32_t>(size)} << 32)) +
+         encode_u64(generation);
 }
 
-inline bool decode_rank_size(std::string_view bytes, int32_t* rank, int32_t* size) {
+inline bool decode_rank_size(std::string_view bytes, int32_t* rank, int32_t* size, uint64_t* generation) {
   uint64_t v = 0;
-  if (!decode_u64(bytes, &v)) return false;
+  if (bytes.size() != kJoinBytes || !decode_u64(bytes.substr(0, 8), &v) || !decode_u64(bytes.substr(8), generation))
+    return false;
   *rank = static_cast<int32_t>(static_cast<uint32_t>(v & 0xffffffffu));
   *size = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
   return true;

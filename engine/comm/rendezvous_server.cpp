@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +45,7 @@ struct RendezvousServer::Impl {
     std::string name;
     bool authenticated = false;
     Clock::time_point created;
+    int fd = -1;  // the connection's socket (ZMQ_SRCFD), to forget the session when it closes
   };
   struct Waiter {
     std::string routing_id;
@@ -57,6 +59,7 @@ struct RendezvousServer::Impl {
   zmq::socket_t router{ctx, zmq::socket_type::router};
   zmq::socket_t wake_rx{ctx, zmq::socket_type::pair};
   zmq::socket_t wake_tx{ctx, zmq::socket_type::pair};
+  zmq::socket_t monitor_rx{ctx, zmq::socket_type::pair};  // the router's disconnect events
   std::atomic<bool> stop{false};
 
   // Owned by the server thread only.
@@ -69,9 +72,24 @@ struct RendezvousServer::Impl {
 
   mutable std::mutex stats_mu;
   RendezvousServerStats stats;
+  std::set<uint64_t> generations;  // guarded by stats_mu
+
+  bool serves(uint64_t g) const {
+    std::lock_guard lock(stats_mu);
+    return generations.count(g) != 0;
+  }
+  std::string generations_text() const {
+    std::lock_guard lock(stats_mu);
+    std::string t;
+    for (uint64_t g : generations) t += fmt::format("{}{}", t.empty() ? "" : ", ", g);
+    return t;
+  }
 
   void run();
   void handle(std::vector<zmq::message_t>& frames, bool truncated);
+  // A connection closed (its process exited or died): its session is gone, so a stopping server does
+  // not wait for a goodbye that cannot come.
+  void read_monitor();
   void handle_hello(const std::string& rid, Session* existing, const rdv::Header& h, std::vector<zmq::message_t>& f);
   void handle_auth(const std::string& rid, Session& s, const rdv::Header& h, std::vector<zmq::message_t>& f);
   void handle_request(const std::string& rid, const rdv::Header& h, std::vector<zmq::message_t>& f);
@@ -96,6 +114,7 @@ RendezvousServer::RendezvousServer(const RendezvousServerOptions& options) : imp
   TANDEM_CHECK(rdv::ensure_sodium(), Status::kInternal, "rendezvous server: libsodium failed to initialise");
   Impl& m = *impl_;
   m.options = options;
+  m.generations.insert(options.generation);
   m.key = rdv::derive_key(options.secret);
   m.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(rdv::kMaxFrameBytes));
   m.router.set(zmq::sockopt::linger, 200);
@@ -119,6 +138,13 @@ RendezvousServer::RendezvousServer(const RendezvousServerOptions& options) : imp
   const std::string wake = "inproc://rendezvous-wake";
   m.wake_rx.bind(wake);
   m.wake_tx.connect(wake);
+  const std::string monitor = "inproc://rendezvous-monitor";
+  if (zmq_socket_monitor(m.router.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+    m.monitor_rx.connect(monitor);
+  } else {
+    log::debug("rendezvous server: no disconnect monitor ({}); stopping waits for goodbyes up to the grace",
+               zmq_strerror(zmq_errno()));
+  }
   m.next_sweep = Clock::now();
   log::info("rendezvous server listening on {}", endpoint_);
   thread_ = std::thread([&m] {
@@ -137,6 +163,11 @@ RendezvousServer::~RendezvousServer() {
   } catch (const zmq::error_t&) {
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void RendezvousServer::admit(uint64_t generation) {
+  std::lock_guard lock(impl_->stats_mu);
+  impl_->generations.insert(generation);
 }
 
 RendezvousServerStats RendezvousServer::stats() const {
@@ -164,8 +195,11 @@ void RendezvousServer::Impl::run() {
     if (drain_until) wake_at = std::min(wake_at, *drain_until);
     const auto wait_ms = std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - now).count() + 1, 0, 1000);
-    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {wake_rx.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
+    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                               {wake_rx.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_rx.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+    if (items[2].revents & ZMQ_POLLIN) read_monitor();
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t m;
       while (wake_rx.recv(m, zmq::recv_flags::dontwait)) {
@@ -197,6 +231,31 @@ void RendezvousServer::Impl::run() {
   waiters.clear();
 }
 
+void RendezvousServer::Impl::read_monitor() {
+  for (;;) {
+    zmq::message_t event;
+    if (!monitor_rx.recv(event, zmq::recv_flags::dontwait)) return;
+    while (event.more()) {  // the event's second frame: the endpoint
+      zmq::message_t rest;
+      if (!monitor_rx.recv(rest, zmq::recv_flags::none) || !rest.more()) break;
+    }
+    if (event.size() < 6) continue;
+    uint16_t id = 0;
+    uint32_t fd = 0;
+    std::memcpy(&id, event.data(), sizeof(id));
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof(fd));
+    if (id != ZMQ_EVENT_DISCONNECTED) continue;
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      if (it->second.fd == static_cast<int>(fd)) {
+        log::debug("rendezvous server: '{}' ({}) disconnected", it->second.name, it->second.peer);
+        it = sessions.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool truncated) {
   if (frames.size() < 2) {
     count(&RendezvousServerStats::malformed);
@@ -205,6 +264,12 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
   const std::string rid = frames[0].to_string();
   rdv::Header h;
   auto it = sessions.find(rid);
+  int fd = -1;
+  try {
+    fd = frames[1].get(ZMQ_SRCFD);
+  } catch (const zmq::error_t&) {
+  }
+  if (it != sessions.end() && fd >= 0) it->second.fd = fd;
   if (truncated || !rdv::decode_header(frames[1].to_string_view(), &h)) {
     count(&RendezvousServerStats::malformed);
     log::debug("rendezvous server: dropped a malformed message ({} frames{})", frames.size(),
@@ -214,6 +279,7 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
   frames.erase(frames.begin(), frames.begin() + 2);  // leave the arguments
   if (h.op == rdv::Op::kHello) {
     handle_hello(rid, it == sessions.end() ? nullptr : &it->second, h, frames);
+    if (auto s = sessions.find(rid); s != sessions.end()) s->second.fd = fd;
     return;
   }
   if (it == sessions.end()) {
@@ -242,7 +308,7 @@ void RendezvousServer::Impl::handle(std::vector<zmq::message_t>& frames, bool tr
 
 void RendezvousServer::Impl::handle_hello(const std::string& rid, Session* existing, const rdv::Header& h,
                                           std::vector<zmq::message_t>& f) {
-  if (f.size() != 3 || f[0].size() != rdv::kNonceBytes || f[1].size() != 8 || f[2].size() > rdv::kMaxNameBytes ||
+  if (f.size() != 3 || f[0].size() != rdv::kNonceBytes || f[1].size() != rdv::kJoinBytes || f[2].size() > rdv::kMaxNameBytes ||
       static_cast<uint8_t>(h.code) != rdv::kProtocolVersion) {
     count(&RendezvousServerStats::malformed);
     return;
@@ -299,12 +365,23 @@ void RendezvousServer::Impl::handle_auth(const std::string& rid, Session& s, con
     return;
   }
   int32_t rank = 0, size = 0;
-  rdv::decode_rank_size(s.rank_size, &rank, &size);
+  uint64_t generation = 0;
+  rdv::decode_rank_size(s.rank_size, &rank, &size, &generation);
   if (options.world_size > 0 && ((size != 0 && size != options.world_size) || rank < 0 || rank >= options.world_size)) {
     refuse(s, rid, h.request_id, rdv::Code::kMismatch,
            fmt::format("peer announces rank {} and world size {}, but this job (rank 0) has world size {} "
                        "(ranks 0..{})",
                        rank, size, options.world_size, options.world_size - 1));
+    return;
+  }
+  if (!serves(generation)) {
+    // Most likely the server of an earlier communicator, about to go: the client asks again (no warning).
+    log::debug("rendezvous server: '{}' ({}) asks for communicator generation {}, not served here", s.name, s.peer,
+               generation);
+    reply(rid, h.request_id, rdv::Code::kNotServed,
+          {fmt::format("rank 0's rendezvous on this port serves communicator generation(s) {} of the job, not {}",
+                       generations_text(), generation)});
+    sessions.erase(rid);
     return;
   }
   s.authenticated = true;

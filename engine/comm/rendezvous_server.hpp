@@ -26,6 +26,7 @@ struct RendezvousServerOptions {
   // client does when destroyed), at most this long: rank 0 may finish first while other ranks still
   // wait on the store (e.g. in a final barrier).
   std::chrono::milliseconds shutdown_grace{3000};
+  uint64_t generation = 0;  // the communicator generation served first (rendezvous_protocol.hpp); see admit()
 };
 
 struct RendezvousServerStats {
@@ -45,6 +46,9 @@ class RendezvousServer {
   RendezvousServer& operator=(const RendezvousServer&) = delete;
 
   int port() const { return port_; }
+  // Serves communicator generation `generation` too (a second communicator of the job created while
+  // the first still lives shares this server). Thread-safe.
+  void admit(uint64_t generation);
   // "tcp://host:port" as bound.
   const std::string& endpoint() const { return endpoint_; }
   RendezvousServerStats stats() const;

@@ -82,10 +82,13 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
   const CommOptions options = comm_options_from_env(options_in);
   TANDEM_REQUIRE(options.timeout.count() > 0, "communicator: timeout must be positive (got {} ms)",
                  options.timeout.count());
-  TANDEM_REQUIRE(static_cast<uint8_t>(options.allreduce_algorithm) <= static_cast<uint8_t>(Algorithm::kDeterministic) &&
-                     options.allreduce_algorithm != Algorithm::kDirect,
-                 "communicator: allreduce algorithm {} is not one of auto, ring, hd, tree, hier, det",
+  TANDEM_REQUIRE(static_cast<uint8_t>(options.allreduce_algorithm) <= static_cast<uint8_t>(Algorithm::kDeterministic),
+                 "communicator: allreduce algorithm value {} is not one of auto, ring, hd, tree, hier, det",
                  static_cast<int>(options.allreduce_algorithm));
+  // "direct" names the barrier's and point-to-point's pattern; allreduce has no such plan.
+  TANDEM_CHECK(options.allreduce_algorithm != Algorithm::kDirect, Status::kUnsupported,
+               "communicator: allreduce has no 'direct' algorithm (choose auto, ring, hd, tree, hier or det)");
+  transports::require_known_transport(options.transport);
 
   // Every world communicator built on one store gets its own key namespace.
   const std::string prefix = world_key_prefix(store, info.rank);

@@ -409,6 +409,49 @@ BOOST_AUTO_TEST_CASE(a_destroyed_handle_is_refused_and_a_second_destroy_is_a_no_
   tandem_optimizer_destroy(reinterpret_cast<tandem_optimizer_t*>(junk));  // a no-op
 }
 
+// Issue #17: contexts, clusters and simulation results are checked through the handle registry, never by reading
+// the (possibly freed) memory behind the pointer: a destroyed one is refused, a second destroy is a no-op (it was a
+// double free for clusters and results), and a foreign block that starts with the right magic word is no handle.
+BOOST_AUTO_TEST_CASE(destroyed_or_forged_contexts_clusters_and_results_are_refused_without_reading_them) {
+  Handles h;
+  tandem_context_t* ctx = nullptr;
+  BOOST_TEST_REQUIRE(tandem_context_create(nullptr, &ctx) == TANDEM_OK, last_error());
+  tandem_sim_cluster_t* cluster = nullptr;
+  BOOST_TEST_REQUIRE(tandem_sim_cluster_create(ctx, "t2.micro:2", &cluster) == TANDEM_OK, last_error());
+  tandem_sim_result_t* result = nullptr;
+  BOOST_TEST_REQUIRE(tandem_simulate(cluster, &h.job(), &result) == TANDEM_OK, last_error());
+  tandem_sim_result_destroy(result);
+  tandem_sim_cluster_destroy(cluster);
+  tandem_context_destroy(ctx);
+  int32_t nodes = 0, ranks = 0;
+  BOOST_TEST(tandem_sim_cluster_info(cluster, &nodes, &ranks) == TANDEM_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(mentions(last_error(), "cluster is not a live handle"), last_error());
+  size_t bytes = 0;
+  BOOST_TEST(tandem_sim_result_json(result, nullptr, &bytes) == TANDEM_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(mentions(last_error(), "result is not a live handle"), last_error());
+  tandem_sim_cluster_t* again = nullptr;
+  BOOST_TEST(tandem_sim_cluster_create(ctx, "t2.micro:2", &again) == TANDEM_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(mentions(last_error(), "context is not a live handle"), last_error());
+  BOOST_TEST(again == nullptr);
+  tandem_sim_result_destroy(result);  // no-ops, not double frees
+  tandem_sim_cluster_destroy(cluster);
+  tandem_context_destroy(ctx);
+  // Blocks whose first word is each kind's magic ("TSCL", "TSRS", "TCON"), as a stale copy of a handle would be.
+  for (const uint32_t magic : {0x5453434cu, 0x54535253u, 0x54434f4eu}) {
+    alignas(16) uint32_t forged[256] = {};
+    for (uint32_t& w : forged) w = magic;
+    BOOST_TEST(tandem_sim_cluster_info(reinterpret_cast<tandem_sim_cluster_t*>(forged), &nodes, &ranks) ==
+               TANDEM_ERR_INVALID_ARGUMENT);
+    BOOST_TEST(tandem_sim_result_json(reinterpret_cast<tandem_sim_result_t*>(forged), nullptr, &bytes) ==
+               TANDEM_ERR_INVALID_ARGUMENT);
+    BOOST_TEST(tandem_sim_cluster_create(reinterpret_cast<tandem_context_t*>(forged), "t2.micro:2", &again) ==
+               TANDEM_ERR_INVALID_ARGUMENT);
+    tandem_sim_cluster_destroy(reinterpret_cast<tandem_sim_cluster_t*>(forged));  // no-ops: not ours to free
+    tandem_sim_result_destroy(reinterpret_cast<tandem_sim_result_t*>(forged));
+    tandem_context_destroy(reinterpret_cast<tandem_context_t*>(forged));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_count_over_the_buffer_limit_is_refused_by_the_api_as_by_the_engine) {
   Handles h;
   float buf[4] = {0};
@@ -418,6 +461,32 @@ BOOST_AUTO_TEST_CASE(a_count_over_the_buffer_limit_is_refused_by_the_api_as_by_t
   BOOST_TEST(mentions(last_error(), "tandem_comm_allreduce: count"), last_error());
   BOOST_TEST(mentions(last_error(), "overflows the largest buffer"), last_error());
   BOOST_TEST(tandem_comm_allreduce(h.comm, buf, buf, 4, TANDEM_F32, TANDEM_SUM) == TANDEM_OK, last_error());
+}
+
+// Issue #17 (header vs library): what tandem.h documents for tandem_comm_create is what it returns: an unknown
+// transport is UNSUPPORTED (it was INVALID_ARGUMENT), and so is allreduce_algo DIRECT (declared, but no allreduce
+// plan; it was INVALID_ARGUMENT with no word of it in the header).
+BOOST_AUTO_TEST_CASE(comm_create_returns_unsupported_where_the_header_says_so) {
+  tandem_context_t* ctx = nullptr;
+  BOOST_TEST_REQUIRE(tandem_context_create(nullptr, &ctx) == TANDEM_OK, last_error());
+  tandem_comm_params_t cp = TANDEM_COMM_PARAMS_INIT;
+  cp.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_TRANSPORT;
+  cp.rank = 0;
+  cp.size = 1;
+  cp.transport = "carrier-pigeon";
+  tandem_comm_t* comm = nullptr;
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_ERR_UNSUPPORTED);
+  BOOST_TEST(mentions(last_error(), "unknown transport 'carrier-pigeon'"), last_error());
+  BOOST_TEST(comm == nullptr);
+  cp.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_ALLREDUCE_ALGO;
+  cp.allreduce_algo = TANDEM_ALGO_DIRECT;
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_ERR_UNSUPPORTED);
+  BOOST_TEST(mentions(last_error(), "no 'direct' algorithm"), last_error());
+  BOOST_TEST(comm == nullptr);
+  cp.allreduce_algo = TANDEM_ALGO_DETERMINISTIC;  // every other value is accepted
+  BOOST_TEST(tandem_comm_create(ctx, &cp, &comm) == TANDEM_OK, last_error());
+  tandem_comm_destroy(comm);
+  tandem_context_destroy(ctx);
 }
 
 BOOST_AUTO_TEST_CASE(enum_names_follow_the_c_values) {

@@ -31,6 +31,19 @@ int main(void) {
   EXPECT(tandem_context_create(&p, &ctx) == TANDEM_ERR_UNSUPPORTED);
   EXPECT(ctx == NULL); /* untouched on failure */
   EXPECT(tandem_context_create_v((TANDEM_VERSION_MAJOR + 1) * 10000, NULL, &ctx) == TANDEM_ERR_UNSUPPORTED);
+  /* A newer minor version's header may declare what this library lacks: refused (it was accepted); a newer patch
+   * and an older minor are not. */
+  EXPECT(tandem_context_create_v(TANDEM_VERSION + 100, NULL, &ctx) == TANDEM_ERR_UNSUPPORTED);
+  EXPECT(ctx == NULL);
+  EXPECT(strstr(tandem_last_error_message(), "newer") != NULL);
+  EXPECT(tandem_context_create_v(TANDEM_VERSION + 1, NULL, &ctx) == TANDEM_OK);
+  tandem_context_destroy(ctx);
+  ctx = NULL;
+#if TANDEM_VERSION_MINOR > 0
+  EXPECT(tandem_context_create_v(TANDEM_VERSION - 100, NULL, &ctx) == TANDEM_OK);
+  tandem_context_destroy(ctx);
+  ctx = NULL;
+#endif
   EXPECT(tandem_dtype_size(TANDEM_BF16) == 2);
   EXPECT(strcmp(tandem_status_string(TANDEM_ERR_TIMEOUT), "timeout") == 0);
   return 0;

@@ -32,6 +32,19 @@ std::pair<Status, std::string> first_error(const std::function<void()>& mismatch
   return {st, msg};
 }
 
+// Rank 0 broadcasts 1024 floats while the others allreduce them; returns the first error (as first_error).
+std::pair<Status, std::string> broadcast_against_allreduce(int r, Communicator& c) {
+  std::vector<float> buf(1024, 1.f), out(1024);
+  return first_error(
+      [&] {
+        if (r == 0)
+          c.broadcast(buf.data(), 1024, DType::kF32, 0)->wait();
+        else
+          c.allreduce(buf.data(), out.data(), 1024, DType::kF32, ReduceOp::kSum)->wait();
+      },
+      c);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(failures)
@@ -39,15 +52,7 @@ BOOST_AUTO_TEST_SUITE(failures)
 BOOST_AUTO_TEST_CASE(different_collectives_give_a_mismatch_naming_both) {
   for (const auto& tr : transports_under_test()) {
     run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
-      std::vector<float> buf(1024, 1.f), out(1024);
-      auto [st, msg] = first_error(
-          [&] {
-            if (r == 0)
-              c.broadcast(buf.data(), 1024, DType::kF32, 0)->wait();
-            else
-              c.allreduce(buf.data(), out.data(), 1024, DType::kF32, ReduceOp::kSum)->wait();
-          },
-          c);
+      auto [st, msg] = broadcast_against_allreduce(r, c);
       EXPECT(st == Status::kMismatch, "status {} ({})", status_name(st), msg);
       EXPECT(contains(msg, "allreduce(f32, sum, 1024)") && contains(msg, "broadcast(f32, 1024, root 0)"),
              "message lacks a description: {}", msg);
@@ -62,6 +67,55 @@ BOOST_AUTO_TEST_CASE(different_collectives_give_a_mismatch_naming_both) {
              "rank {}: origin {} ranks {}", r, f.origin, fmt::join(f.ranks, ","));
     });
   }
+}
+
+// Issue #17: ranks that disagree on the root of a broadcast or a reduce all fail with kMismatch naming both roots
+// (a broadcast returned OK everywhere with different data on different ranks; a reduce failed on some ranks
+// only), and every rank blames the same ranks.
+BOOST_AUTO_TEST_CASE(ranks_that_disagree_on_the_root_all_get_a_mismatch_naming_both_roots) {
+  for (const auto& tr : transports_under_test())
+    for (const bool reduce : {false, true})
+      for (const int n : {2, 3}) {
+        run_ranks(tr, n, with_timeout(5000), [&](int r, Communicator& c) {
+          // Two ranks: each thinks it is the root. Three: ranks 0 and 1 say root 0, rank 2 says root 1.
+          const int root = n == 2 ? r : (r == 2 ? 1 : 0);
+          std::vector<float> buf(4096, static_cast<float>(r)), out(4096);
+          std::string msg;
+          const Status st = status_of(
+              [&] {
+                if (reduce)
+                  c.reduce(buf.data(), out.data(), buf.size(), DType::kF32, ReduceOp::kSum, root)->wait();
+                else
+                  c.broadcast(buf.data(), buf.size(), DType::kF32, root)->wait();
+              },
+              &msg);
+          const std::string want = n == 2 ? "rank 0 passed root 0, rank 1 passed root 1"
+                                          : "rank 0 passed root 0, rank 2 passed root 1";
+          EXPECT(st == Status::kMismatch, "{} {} ranks: status {} ({})", reduce ? "reduce" : "broadcast", n,
+                 status_name(st), msg);
+          EXPECT(contains(msg, "disagree on the root") && contains(msg, want), "{}", msg);
+          EXPECT(contains(msg, reduce ? "reduce(f32, sum, 4096" : "broadcast(f32, 4096"), "{}", msg);
+          const auto f = c.failure_status();
+          const std::vector<int> blamed = n == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+          EXPECT(f.failed && f.status == Status::kMismatch && f.origin == 0 && f.ranks == blamed,
+                 "rank {}: status {} origin {} ranks {}", r, status_name(f.status), f.origin, fmt::join(f.ranks, ","));
+        });
+      }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_agree_on_the_root_still_broadcast_and_reduce) {
+  for (const auto& tr : transports_under_test())
+    run_ranks(tr, 3, with_timeout(10000), [&](int r, Communicator& c) {
+      for (int root = 0; root < 3; ++root) {
+        std::vector<float> buf(1000, static_cast<float>(r + 1)), out(1000, -1.f);
+        c.broadcast(buf.data(), buf.size(), DType::kF32, root)->wait();
+        EXPECT(buf[0] == static_cast<float>(root + 1) && buf[999] == static_cast<float>(root + 1), "broadcast {}",
+               buf[0]);
+        std::vector<float> in(1000, static_cast<float>(r + 1));
+        c.reduce(in.data(), out.data(), in.size(), DType::kF32, ReduceOp::kSum, root)->wait();
+        EXPECT(r != root || out[0] == 6.f, "reduce {}", out[0]);
+      }
+    });
 }
 
 BOOST_AUTO_TEST_CASE(different_counts_give_a_mismatch) {
@@ -180,6 +234,37 @@ BOOST_AUTO_TEST_CASE(a_peer_that_leaves_fails_the_others) {
       EXPECT(f.failed && !f.aborted && f.ranks == std::vector<int>{2} && (f.origin == 0 || f.origin == 1),
              "rank {}: origin {} ranks {} ({})", r, f.origin, fmt::join(f.ranks, ","), f.message);
     });
+  }
+}
+
+// Issue #17 (header vs library): tandem_comm_get_failure reports the failure "as every rank of the job reports it",
+// but each rank that detected a fault itself named itself as the origin. Once the ranks' reports have crossed
+// (the failing call returned, then a moment), every rank names the same origin and blames the same ranks.
+BOOST_AUTO_TEST_CASE(every_rank_blames_the_same_ranks_for_one_failure) {
+  using namespace std::chrono_literals;
+  for (const auto& tr : transports_under_test()) {
+    std::vector<engine::comm::FailureStatus> left(3), mismatched(3);
+    run_ranks(tr, 3, with_timeout(4000), [&](int r, Communicator& c) {
+      if (r == 2) return;  // leaves: both others detect it
+      std::vector<float> in(50000, 1.f), out(50000);
+      status_of([&] { c.allreduce(in.data(), out.data(), in.size(), DType::kF32, ReduceOp::kSum)->wait(); });
+      std::this_thread::sleep_for(300ms);
+      left[r] = c.failure_status();
+    });
+    run_ranks(tr, 3, with_timeout(4000), [&](int r, Communicator& c) {
+      broadcast_against_allreduce(r, c);
+      std::this_thread::sleep_for(300ms);
+      mismatched[r] = c.failure_status();
+    });
+    BOOST_TEST((left[0].failed && left[1].failed), tr);
+    BOOST_TEST(left[0].origin == left[1].origin, tr << ": origins " << left[0].origin << " and " << left[1].origin);
+    BOOST_TEST((left[0].ranks == std::vector<int>{2} && left[1].ranks == std::vector<int>{2}), tr);
+    for (int r = 1; r < 3; ++r) {
+      BOOST_TEST(mismatched[r].failed, tr);
+      BOOST_TEST(mismatched[r].origin == mismatched[0].origin,
+                 tr << ": rank " << r << " origin " << mismatched[r].origin << ", rank 0 " << mismatched[0].origin);
+      BOOST_TEST((mismatched[r].ranks == mismatched[0].ranks), tr << ": rank " << r << " blames differently");
+    }
   }
 }
 

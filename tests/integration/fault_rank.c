@@ -201,7 +201,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: fault_rank kill|mismatch-kind|mismatch-count|intruder\n");
     rc = 2;
   }
-  tandem_comm_destroy(comm);
+  {
+    const double t0 = now_ms();
+    tandem_comm_destroy(comm);
+    printf("DESTROYED rank %d after %.0f ms\n", rank, now_ms() - t0);
+    fflush(stdout);
+  }
   tandem_context_destroy(ctx);
   return rc;
 }

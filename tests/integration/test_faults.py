@@ -72,6 +72,12 @@ class Faults(unittest.TestCase):
                     self.assertEqual(f.group(2), "0", out)
                     self.assertIn(n - 1, [int(x) for x in f.group(3).split()], out)
                 self.assertNotIn("UNEXPECTED", out)
+                # Issue #17: tearing down after a peer died is bounded by what is outstanding, not a fixed
+                # wait (rank 0's rendezvous server waited 3 s for the dead rank's goodbye).
+                for r in range(n - 1):
+                    d = re.search(r"DESTROYED rank %d after (\d+) ms" % r, out)
+                    self.assertIsNotNone(d, "rank %d did not report its teardown:\n%s" % (r, out))
+                    self.assertLess(int(d.group(1)), 1500, "rank %d took %s ms to tear down:\n%s" % (r, d.group(1), out))
                 self.assertNoLeftovers(out)
 
     def check_mismatch(self, mode):

@@ -22,9 +22,136 @@ EnvLookup lookup_in(const std::map<std::string, std::string>& env) {
   };
 }
 
+// Runs `body(rank)` on kRanks threads and returns each rank's error ("" when it returned).
+template <typename Fn>
+std::vector<std::string> on_ranks(int ranks, Fn body) {
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < ranks; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errors;
+}
+
+// A listening TCP socket on 127.0.0.1:port, held by the test (as another job would hold the port); -1 if taken.
+int hold_port(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(communicator_from_bootstrap)
+
+// Issue #17: the communicators a job creates one after another on one rendezvous port never mix. Rank 0 destroys
+// each one last (late), so the others already ask for the next one while rank 0's previous server still runs;
+// they used to join that server (mismatch errors, or ranks that could not reach rank 0 until their deadline).
+BOOST_AUTO_TEST_CASE(communicators_created_again_and_again_on_one_port_never_mix) {
+  const int port = rdv_test::free_port();
+  constexpr int kRanks = 3, kRounds = 4;
+  for (const char* transport : {"tcp", "zmq"}) {
+    const auto errors = on_ranks(kRanks, [&](int r) {
+      CommOptions o;
+      o.transport = transport;
+      o.timeout = 10000ms;
+      for (int round = 0; round < kRounds; ++round) {
+        auto comm = create_communicator(r, kRanks, "127.0.0.1", port, "again-secret", o);
+        double v = r + 1 + 10.0 * round;
+        comm->allreduce(&v, &v, 1, DType::kF64, ReduceOp::kSum)->wait();
+        TANDEM_CHECK(v == 6 + 30.0 * round, Status::kInternal, "round {}: sum {}", round, v);
+        comm->barrier()->wait();
+        if (r == 0) std::this_thread::sleep_for(100ms);
+      }
+    });
+    for (int r = 0; r < kRanks; ++r) BOOST_TEST(errors[r].empty(), transport << " rank " << r << ": " << errors[r]);
+  }
+}
+
+// Issue #17: a second communicator created while the first lives shares rank 0's rendezvous server (rank 0 failed
+// with "Address already in use" while the others hung until their deadline); both then work side by side.
+BOOST_AUTO_TEST_CASE(a_second_communicator_on_the_same_port_while_the_first_lives_works) {
+  const int port = rdv_test::free_port();
+  constexpr int kRanks = 3;
+  const auto t0 = rdv_test::Clock::now();
+  const auto errors = on_ranks(kRanks, [&](int r) {
+    CommOptions o;
+    o.transport = "tcp";
+    o.timeout = 10000ms;
+    auto first = create_communicator(r, kRanks, "127.0.0.1", port, "twice-secret", o);
+    auto second = create_communicator(r, kRanks, "127.0.0.1", port, "twice-secret", o);
+    double a = r + 1, b = 10.0 * (r + 1);
+    second->allreduce(&b, &b, 1, DType::kF64, ReduceOp::kSum)->wait();
+    first->allreduce(&a, &a, 1, DType::kF64, ReduceOp::kSum)->wait();
+    TANDEM_CHECK(a == 6 && b == 60, Status::kInternal, "sums {} and {}", a, b);
+    first->barrier()->wait();
+    first.reset();
+    second->barrier()->wait();
+  });
+  for (int r = 0; r < kRanks; ++r) BOOST_TEST(errors[r].empty(), "rank " << r << ": " << errors[r]);
+  BOOST_TEST(rdv_test::ms_since(t0) < 8000);
+}
+
+// Issue #17: ranks that are threads of one process (the inproc transport) meet in memory: no rendezvous port is
+// opened, so a port held by someone else -- another such process with the same defaults -- does not matter
+// (rank 0 failed with "Address already in use" and the others waited for their deadline).
+BOOST_AUTO_TEST_CASE(inproc_ranks_open_no_rendezvous_port) {
+  const int port = rdv_test::free_port();
+  const int held = hold_port(port);
+  BOOST_REQUIRE(held >= 0);
+  constexpr int kRanks = 3;
+  for (int job = 0; job < 2; ++job) {  // twice: the second job's ranks must not meet the first's
+    const auto errors = on_ranks(kRanks, [&](int r) {
+      CommOptions o;
+      o.transport = "inproc";
+      o.timeout = 5000ms;
+      auto comm = create_communicator(r, kRanks, "127.0.0.1", port, "inproc-secret", o);
+      TANDEM_CHECK(std::string(comm->transport_name()) == "inproc", Status::kInternal, "{}", comm->transport_name());
+      double v = r + 1;
+      comm->allreduce(&v, &v, 1, DType::kF64, ReduceOp::kSum)->wait();
+      TANDEM_CHECK(v == 6, Status::kInternal, "sum {}", v);
+    });
+    for (int r = 0; r < kRanks; ++r) BOOST_TEST(errors[r].empty(), "job " << job << " rank " << r << ": " << errors[r]);
+  }
+  ::close(held);
+}
+
+// Issue #17 (header vs library): an unknown transport is TANDEM_ERR_UNSUPPORTED, on every rank at once, before any
+// rank waits for another (it was INVALID_ARGUMENT on rank 0 after the rendezvous).
+BOOST_AUTO_TEST_CASE(an_unknown_transport_is_unsupported_on_every_rank_at_once) {
+  const int port = rdv_test::free_port();
+  const auto t0 = rdv_test::Clock::now();
+  std::vector<Status> status(2, Status::kOk);
+  const auto errors = on_ranks(2, [&](int r) {
+    CommOptions o;
+    o.transport = "carrier-pigeon";
+    o.timeout = 10000ms;
+    try {
+      create_communicator(r, 2, "127.0.0.1", port, "pigeon-secret", o);
+    } catch (const Error& e) {
+      status[r] = e.status();
+      throw;
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    BOOST_TEST((status[r] == Status::kUnsupported), "rank " << r << ": " << errors[r]);
+    BOOST_TEST(errors[r].find("unknown transport 'carrier-pigeon'") != std::string::npos, errors[r]);
+  }
+  BOOST_TEST(rdv_test::ms_since(t0) < 2000);
+}
 
 BOOST_AUTO_TEST_CASE(explicit_ranks_allreduce_and_splits_outlive_their_parent) {
   const int port = rdv_test::free_port();

@@ -298,6 +298,72 @@ BOOST_AUTO_TEST_CASE(ucx_busy_window_is_checked_and_zero_still_delivers) {
   exchange_rounds("ucx", 20, 300000);
 }
 
+// Issue #17: once cancel() of a ucx send returns, UCX no longer reads its buffer -- the caller may reuse or free it
+// (freeing it after a failed operation crashed inside UCX). A rendezvous-sized send that rank 1 has not received
+// yet: cancel waits until the message is taken whole (rank 1 receives the data as it was) or dropped by rank 1
+// (drop_unexpected, what a failed communicator does); overwriting the buffer afterwards changes nothing received.
+BOOST_AUTO_TEST_CASE(a_cancelled_ucx_send_no_longer_reads_its_buffer_once_cancel_returns) {
+  const auto names = available_transports();
+  if (std::find(names.begin(), names.end(), "ucx") == names.end()) return;
+  constexpr size_t kBytes = size_t{4} << 20;  // far above UCX's rendezvous threshold
+  for (const bool dropped : {false, true}) {
+    run_ranks("ucx", 2, [&](Rank& rk) {
+      if (rk.rank == 0) {
+        std::vector<unsigned char> buf(kBytes, 0x5a);
+        const ConstPart part{buf.data(), buf.size()};
+        auto req = rk.t.isend(1, 77, std::span(&part, 1));
+        rk.t.progress();
+        rk.sync.arrive_and_wait();  // rank 1 starts receiving (or dropping) now
+        const auto t0 = std::chrono::steady_clock::now();
+        req->cancel();
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+        std::fill(buf.begin(), buf.end(), 0xee);  // what a freed and reused buffer would hold
+        rk.sync.arrive_and_wait();
+        CHECK_RANK(ms.count() < 1500, "cancel took " << ms.count() << " ms");
+        rk.sync.arrive_and_wait();
+        return;
+      }
+      std::vector<unsigned char> got(kBytes, 0);
+      const MutPart part{got.data(), got.size()};
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the send arrives unexpected
+      rk.t.progress();
+      rk.sync.arrive_and_wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 is in cancel()
+      bool done = false;
+      if (dropped) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+        while (std::chrono::steady_clock::now() < until) {
+          rk.t.drop_unexpected(77, ~uint64_t{0});
+          rk.t.wait_for_progress(std::chrono::milliseconds(1));
+        }
+      } else {
+        auto recv = rk.t.irecv(0, 77, std::span(&part, 1));
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!done && std::chrono::steady_clock::now() < until) {
+          try {
+            done = recv->test();
+          } catch (const Error&) {
+            done = true;  // a cancelled message may fail the receive: it must never deliver new bytes
+          }
+          rk.t.wait_for_progress(std::chrono::milliseconds(1));
+        }
+      }
+      rk.sync.arrive_and_wait();  // rank 0 has overwritten its buffer
+      for (int i = 0; i < 50; ++i) rk.t.wait_for_progress(std::chrono::milliseconds(1));
+      if (!dropped) {
+        CHECK_RANK(done, "the receive of the cancelled send neither completed nor failed");
+        CHECK_RANK(std::count(got.begin(), got.end(), 0xee) == 0, "bytes written into rank 0's buffer after cancel arrived");
+      } else {
+        // Dropped: a receive posted now finds nothing.
+        auto late = rk.t.irecv(0, 77, std::span(&part, 1));
+        CHECK_RANK(!poll_for(rk.t, *late, std::chrono::milliseconds(200)), "a dropped message was still delivered");
+        late->cancel();
+      }
+      rk.sync.arrive_and_wait();
+    });
+  }
+}
+
 BOOST_AUTO_TEST_CASE(zmq_ranks_of_one_host_connect_over_ipc_and_zmq_local_turns_it_off) {
   // Every rank publishes a TCP endpoint where nothing listens: the job still runs, over the ipc
   // endpoints. With TANDEM_ZMQ_LOCAL=tcp the same job does not connect and says so within its

@@ -98,12 +98,14 @@ std::map<std::string, std::weak_ptr<Fabric>>& fabrics() {
 }
 
 std::shared_ptr<Fabric> find_or_make_fabric(const TransportOptions& o) {
+  // The ranks of one job share their store: its identity keeps two jobs of one process apart even
+  // where their key prefixes agree (every job's first communicator is "tandem/comm0/").
+  const std::string key = fmt::format("{}@{}", o.key_prefix, static_cast<const void*>(o.store));
   std::lock_guard lock(g_fabrics_mu);
   auto& map = fabrics();
-  std::shared_ptr<Fabric> f = map[o.key_prefix].lock();
+  std::shared_ptr<Fabric> f = map[key].lock();
   if (!f) {
     // The deleter unregisters the key, unless a newer fabric has taken it meanwhile.
-    const std::string key = o.key_prefix;
     f = std::shared_ptr<Fabric>(new Fabric(key, o.size), [key](Fabric* p) {
       {
         std::lock_guard l(g_fabrics_mu);
@@ -112,7 +114,7 @@ std::shared_ptr<Fabric> find_or_make_fabric(const TransportOptions& o) {
       }
       std::default_delete<Fabric>()(p);
     });
-    map[o.key_prefix] = f;
+    map[key] = f;
   }
   return f;
 }

@@ -94,6 +94,8 @@ struct Peer {
   // (one deadline for all of them; they may never finish).
   Clock::time_point cancel_until{};
   Clock::time_point gone_at{};  // when it stopped being alive
+  // Cancelled sends to it wait for UCX to let go of their buffers until then (one deadline for all).
+  Clock::time_point send_cancel_until{};
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -160,6 +162,9 @@ class Core {
   void progress();
   void wait_for_progress(std::chrono::microseconds timeout);
   void cancel(const std::shared_ptr<Op>& op);
+  // A request that completes or fails while UCX still holds its send (a peer that died): waits as cancel does.
+  void release(const std::shared_ptr<Op>& op);
+  void drop_unexpected(uint64_t tag, uint64_t mask);
   void shutdown() noexcept;
 
   // Called by UCX from inside ucp_worker_progress / ucp_request_cancel (mu_ held).
@@ -180,6 +185,11 @@ class Core {
   // Consumes every message still queued unmatched (at shutdown, so UCX has none to complain about).
   void discard_unexpected();
   void peer_gone(int peer, PeerState state, std::string why);
+  // Closes the endpoint to a peer that is gone without flushing: UCX completes what it still holds for
+  // it (cancelled), so no buffer of ours stays with UCX.
+  void force_close(int peer);
+  // Returns once UCX no longer holds send `op` (mu_ held; see cancel).
+  void let_go(Op& op);
   // Fails the same-host peers whose process has exited (every kWatchInterval).
   void watch_processes();
   std::string failure(const Op& op, ucs_status_t status) const;
@@ -193,6 +203,7 @@ class Core {
   std::vector<ErrArg> err_args_;  // sized once: UCX keeps pointers to its elements
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
+  std::vector<void*> closing_;  // force_close's requests, released at shutdown
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
   int gone_peers_ = 0;                     // peers no longer alive (fail_stuck_receives looks only then)
@@ -352,6 +363,9 @@ void Core::peer_gone(int peer, PeerState state, std::string why) {
     if (op->is_send && !op->control && op->peer == peer)
       op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, op->tag, p.why));
   if (state == PeerState::kLost) log::warn("ucx: rank {}: {}", rank_, p.why);
+  // Nothing sent to it can finish now: closing the endpoint makes UCX give back every buffer it
+  // holds for it (the sends complete as cancelled), so callers may free them.
+  force_close(peer);
   // Receives from it are failed by match_posted once nothing that arrived before matches them;
   // receives already matched to one of its messages, by fail_stuck_receives.
 }
@@ -608,8 +622,46 @@ void Core::progress() {
   fail_stuck_receives();
 }
 
+void Core::let_go(Op& op) {
+  if (!op.is_send || !op.req || closed_) return;
+  {
+    // Failed or not, a send UCX still holds may have its buffer read (a rendezvous the peer has not
+    // taken yet, or data still being pushed to a peer that died): returning now would leave it to UCX
+    // while the caller frees it. Wait until the message was delivered or dropped by the receiver (a
+    // failed communicator drops what it will never receive), or the peer is gone (its endpoint is
+    // then closed, which completes what UCX held for it).
+    ucp_request_cancel(worker_, op.req);
+    Peer& p = peers_[op.peer];
+    // One deadline for the sends cancelled together (a failed plan's), so they wait kShutdownDeadline in all.
+    const auto now = Clock::now();
+    if (now > p.send_cancel_until + kShutdownDeadline) p.send_cancel_until = now + kShutdownDeadline;
+    while (op.req && Clock::now() < p.send_cancel_until) {
+      watch_processes();
+      if (p.state != PeerState::kAlive || p.ep_failed) {
+        // Gone (its worker with it): nobody reads the buffer any more; UCX 1.13 may keep the request
+        // of a rendezvous it announced until our worker goes, without touching the data.
+        force_close(op.peer);
+        break;
+      }
+      drive(16);
+      handle_control();
+    }
+    if (op.req && p.state == PeerState::kAlive && !p.ep_failed)
+      log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer until "
+                 "rank {} takes or drops the message", rank_, op.peer, op.tag, op.peer);
+  }
+}
+
+void Core::release(const std::shared_ptr<Op>& op) {
+  // A send that completed was given back by UCX before it completed; only a failed one may still be held.
+  if (!op->is_send || op->done.state() != Completion::kFailed) return;
+  std::lock_guard lock(mu_);
+  let_go(*op);
+}
+
 void Core::cancel(const std::shared_ptr<Op>& op) {
   std::lock_guard lock(mu_);
+  let_go(*op);
   if (!op->done.pending()) return;
   auto it = posted_.find({op->peer, op->tag});
   if (it != posted_.end()) {
@@ -631,6 +683,37 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
   }
   op->done.fail(Status::kTransport, fmt::format("ucx: {} rank {} tag {} was cancelled", op->is_send ? "send to" : "receive from",
                                                 op->peer, op->tag));
+}
+
+void Core::force_close(int peer) {
+  Peer& p = peers_[peer];
+  if (!p.ep) return;
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t s = ucp_ep_close_nbx(p.ep, &prm);
+  if (s != nullptr && !UCS_PTR_IS_ERR(s)) closing_.push_back(s);
+  p.ep = nullptr;
+  p.ep_failed = true;
+}
+
+void Core::drop_unexpected(uint64_t tag, uint64_t mask) {
+  std::lock_guard lock(mu_);
+  if (closed_) return;
+  drive(16);       // take in what is arriving
+  match_posted();  // what a posted receive matches is not unexpected
+  const uint64_t low = (uint64_t{1} << kRankShift) - 1;
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    // Any source (the rank bits are masked out); never a control message (bit 63 must be clear).
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag & mask & low, (mask & low) | kControlBit, 1, &info);
+    if (!msg) return;
+    auto op = std::make_shared<Op>();
+    op->core = this;
+    op->control = true;  // received without a buffer: the sender's request completes
+    op->peer = tag_source(info.sender_tag) < size_ ? tag_source(info.sender_tag) : rank_;
+    start_recv(op, msg, info.length);
+  }
 }
 
 void Core::shutdown() noexcept {
@@ -698,6 +781,8 @@ void Core::shutdown() noexcept {
         log::debug("ucx: rank {}: {} operation(s) with closed or failed ranks left to the worker at shutdown", rank_,
                    inflight_.size());
       for (void* r : closing) ucp_request_free(r);  // released: the worker reclaims them
+      for (void* r : closing_) ucp_request_free(r);
+      closing_.clear();
       discard_unexpected();
       ucp_worker_destroy(worker_);
       worker_ = nullptr;

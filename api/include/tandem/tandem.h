@@ -170,8 +170,9 @@ typedef struct tandem_context_params {
  * [in] params: may be NULL (all defaults). [out] out: the new context.
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (out NULL; a setting that is not
  * NAME=VALUE, names no TANDEM_* setting of the table above, or has a malformed value -- the message
- * names it), TANDEM_ERR_UNSUPPORTED (header major newer than the library, or an unknown field_mask
- * bit). */
+ * names it), TANDEM_ERR_UNSUPPORTED (a header newer than the library -- a newer major or minor
+ * version, which may declare calls and fields this library lacks; a newer patch is accepted -- or
+ * an unknown field_mask bit). */
 TANDEM_API tandem_status_t tandem_context_create_v(uint32_t header_version, const tandem_context_params_t* params,
                                                    tandem_context_t** out) TANDEM_NOEXCEPT;
 static inline tandem_status_t tandem_context_create(const tandem_context_params_t* params, tandem_context_t** out) {
@@ -193,14 +194,17 @@ TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT;
 typedef struct tandem_comm tandem_comm_t;
 typedef struct tandem_request tandem_request_t;
 
-/* Allreduce algorithms (values are stable). AUTO picks by message size and world size. */
+/* Collective algorithms (values are stable). AUTO picks by message size and world size. As a
+ * communicator's allreduce_algo every value but DIRECT is accepted; DIRECT (every rank talks to every
+ * rank: the barrier's and point-to-point's pattern) has no allreduce plan, and tandem_comm_create
+ * returns TANDEM_ERR_UNSUPPORTED for it. */
 typedef enum tandem_algo {
   TANDEM_ALGO_AUTO = 0,
   TANDEM_ALGO_RING = 1,
   TANDEM_ALGO_HALVING_DOUBLING = 2, /* recursive halving-doubling */
   TANDEM_ALGO_TREE = 3,
   TANDEM_ALGO_HIERARCHICAL = 4,     /* reduce within a host, ring across hosts, broadcast within */
-  TANDEM_ALGO_DIRECT = 5,
+  TANDEM_ALGO_DIRECT = 5,           /* barrier, send/recv; not an allreduce algorithm (see above) */
   TANDEM_ALGO_DETERMINISTIC = 6,    /* fixed reduction order rank 0..n-1 */
   TANDEM_ALGO_FORCE_INT32_ = 0x7fffffff
 } tandem_algo_t;
@@ -241,8 +245,13 @@ typedef struct tandem_comm_params {
  * [out] out: the new communicator; destroy with tandem_comm_destroy.
  * Threads: any (one call per rank). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (a NULL or
  * destroyed ctx, out NULL, a field out of range, a malformed environment variable),
- * TANDEM_ERR_UNSUPPORTED (unknown field_mask bit or transport), TANDEM_ERR_TIMEOUT (peers did not
- * join in time), TANDEM_ERR_AUTH (wrong secret), TANDEM_ERR_TRANSPORT. */
+ * TANDEM_ERR_UNSUPPORTED (unknown field_mask bit, unknown transport -- on every rank, before any
+ * waiting -- or allreduce_algo DIRECT), TANDEM_ERR_TIMEOUT (peers did not join in time),
+ * TANDEM_ERR_AUTH (wrong secret), TANDEM_ERR_TRANSPORT.
+ * A job may create communicators again and again (destroy one, create the next) and may hold
+ * several at once on one master_port: each creation is matched with the other ranks' creation of
+ * the same order. With transport "inproc" the ranks (threads of this process) meet in memory: no
+ * port is opened, and master_addr, master_port and secret only tell jobs of one process apart. */
 TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tandem_comm_params_t* params,
                                               tandem_comm_t** out) TANDEM_NOEXCEPT;
 
@@ -285,7 +294,9 @@ TANDEM_API const char* tandem_algo_string(tandem_algo_t algo) TANDEM_NOEXCEPT;
  * including the NUL. Threads: any. Returns TANDEM_OK (the query worked), TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_comm_get_async_status(const tandem_comm_t* comm, tandem_status_t* status,
                                                         char* message, size_t* message_bytes) TANDEM_NOEXCEPT;
-/* Who comm's failure is blamed on, as every rank of the job reports it.
+/* Who comm's failure is blamed on, as every rank of the job reports it: ranks that detect a fault
+ * themselves tell each other and all keep the report with the lowest origin, so a moment after the
+ * failing call returned (once the reports have crossed) every rank gives the same origin and ranks.
  * [out] origin: the rank where the failure started -- the one that called tandem_comm_abort, or the one that
  * first detected the fault (a dead or closed peer, a mismatched call, a deadline) and told the others;
  * -1 while comm is healthy. [out] aborted: may be NULL; 1 when the origin aborted (the application gave up)
@@ -310,8 +321,12 @@ TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* re
  *  - Blocking forms return once this rank's part is done (buffers reusable) or the deadline passed.
  *  - Non-blocking forms (tandem_comm_i*) return a request in *req; buffers stay borrowed until the
  *    request completes; requests complete in call order per communicator.
- *  - After an operation failed, a transport may still read its send buffer until the communicator
- *    (and every request of it) is destroyed: keep send buffers alive until then.
+ *  - When an operation returns an error, the library no longer writes its receive buffer, and ucx
+ *    and inproc no longer read its send buffer (ucx first waits, at most about 2 s per peer, until
+ *    each peer took or dropped what was sent to it -- a failed communicator drops what it will not
+ *    receive -- or is gone); the buffers may be freed. tcp and zmq may still be writing a send
+ *    buffer of a failed collective to a live peer's socket until the communicator is destroyed:
+ *    there, keep such buffers alive until then. (tandem_comm_send's buffer is always free at once.)
  *  - Threads: per handle -- calls on one communicator (and tests/waits of its requests) must be
  *    serialized by the caller; different communicators may be used in parallel.
  *  - Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed comm, a NULL buffer, an
@@ -360,7 +375,14 @@ TANDEM_API tandem_status_t tandem_comm_barrier(tandem_comm_t* comm) TANDEM_NOEXC
 TANDEM_API tandem_status_t tandem_comm_ibarrier(tandem_comm_t* comm, tandem_request_t** req) TANDEM_NOEXCEPT;
 /* Point to point: sends count elements to rank `peer`, matched by the peer's recv with the same
  * tag (below TANDEM_TAG_LIMIT) and this rank as its peer; messages between two ranks with one tag
- * arrive in order. A recv whose count differs from the send's fails with TANDEM_ERR_MISMATCH. */
+ * arrive in order. A recv whose count differs from the send's fails with TANDEM_ERR_MISMATCH.
+ * Sends are buffered, alike on every transport: tandem_comm_send returns (and a tandem_comm_isend
+ * request completes) as soon as the library holds a copy of buf -- never waiting for the peer to
+ * post its recv, whatever the size -- so buf may be reused at once, and a ring where every rank
+ * sends before it receives cannot deadlock. (Unlike MPI_Send, which may wait for the matching
+ * receive.) The copy stays with the library until delivered; a send that cannot be delivered (the
+ * peer died) fails the communicator, and a later operation reports it. A recv completes when the
+ * message has arrived. */
 #define TANDEM_TAG_LIMIT (UINT32_C(1) << 24)
 TANDEM_API tandem_status_t tandem_comm_send(tandem_comm_t* comm, const void* buf, size_t count, tandem_dtype_t dtype,
                                             int32_t peer, uint32_t tag) TANDEM_NOEXCEPT;
