@@ -12,7 +12,14 @@ inline const std::map<std::string, int>& strategy_names() {
   static const std::map<std::string, int> m{{"single", TANDEM_STRATEGY_SINGLE},
                                             {"ddp", TANDEM_STRATEGY_DDP},
                                             {"pipeline", TANDEM_STRATEGY_PIPELINE},
-                                            {"hybrid", TANDEM_STRATEGY_HYBRID}};
+                                            {"hybrid", TANDEM_STRATEGY_HYBRID},
+                                            {"ps", TANDEM_STRATEGY_PS},
+                                            {"ps-async", TANDEM_STRATEGY_PS_ASYNC},
+                                            {"ssp", TANDEM_STRATEGY_SSP},
+                                            {"asgd", TANDEM_STRATEGY_ASGD},
+                                            {"easgd", TANDEM_STRATEGY_EASGD},
+                                            {"fedavg", TANDEM_STRATEGY_FEDAVG},
+                                            {"localsgd", TANDEM_STRATEGY_LOCALSGD}};
   return m;
 }
 inline const std::map<std::string, int>& schedule_names() {
