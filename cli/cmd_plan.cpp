@@ -69,7 +69,8 @@ Registration reg{"plan", "search the fastest parallel configuration that fits (D
                       c.fits ? "yes" : "no", c.cost_usd);
         }
         tandem_sim_summary_t best = TANDEM_SIM_SUMMARY_INIT;
-        best.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES;
+        best.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES |
+                          TANDEM_SIM_SUMMARY_STRATEGY;
         if (sum.candidates > 0 && tandem_sim_result_candidate(r, 0, &best) == TANDEM_OK) {
           std::printf("bottleneck of the best: %s\n", best.bottleneck);
           std::printf("run the best: %s\n", train_command(*o, best).c_str());

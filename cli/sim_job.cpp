@@ -35,12 +35,18 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
   cmd += fmt::format(" --dataset {} --batch {}", o.dataset.empty() ? "synthetic" : o.dataset, s.batch);
   cmd += fmt::format(" --strategy {}", name_of(strategy_names(), s.strategy));
   if (s.strategy == TANDEM_STRATEGY_HYBRID) cmd += fmt::format(" --dp {} --pp {}", s.dp, s.pp);
-  for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients", "--dirichlet-alpha",
-                          "--client-fraction", "--local-epochs", "--round-deadline-s", "--average-every",
-                          "--warmup-steps"}) {
-    if (!o.given(opt)) continue;
-    const CLI::Option* x = o.app->get_option(opt);
-    cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
+  if (s.strategy >= TANDEM_STRATEGY_PS) {
+    // the strategy's knobs as given (tandem plan has none: a candidate's server count comes from its summary)
+    const bool has_knobs = o.app->get_option_no_throw("--servers") != nullptr;
+    if (s.field_mask & TANDEM_SIM_SUMMARY_STRATEGY && s.servers > 0 && !(has_knobs && o.given("--servers")))
+      cmd += fmt::format(" --servers {}", s.servers);
+    for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients",
+                            "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s",
+                            "--average-every", "--warmup-steps"}) {
+      if (!has_knobs || !o.given(opt)) continue;
+      const CLI::Option* x = o.app->get_option(opt);
+      cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
+    }
   }
   if (s.pp > 1)
     cmd += fmt::format(" --microbatches {} --pipeline-schedule {}", s.micro_batches, name_of(schedule_names(), s.schedule));

@@ -517,7 +517,7 @@ void RoundExecutor::on_flow_done(uint64_t tag) {
 int32_t window_steps(const StrategySetup& s) {
   if (s.steps > 0) return s.steps;
   switch (s.sync.exchange) {
-    case Exchange::kPushPull: return s.sync.staleness == 0 ? 4 : 16 + 2 * s.sync.staleness;
+    case Exchange::kPushPull: return s.sync.staleness == 0 ? 4 : 16 + 2 * std::max(0, s.sync.staleness);
     case Exchange::kElastic: return 4 * std::max(1, s.sync.period);
     case Exchange::kGossip: return 16;
     case Exchange::kRound: {
