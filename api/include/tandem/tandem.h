@@ -957,7 +957,10 @@ typedef struct tandem_sim_job_params {
 TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
                                            tandem_sim_result_t** out) TANDEM_NOEXCEPT;
 /* Searches DP x PP splits, micro-batches, schedules and all-reduce algorithms for the job on the
- * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored).
+ * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored), and on every device
+ * PS, PS_ASYNC and SSP with 1, 2, 4, ... servers, LOCALSGD and EASGD with each all-reduce, ASGD and FEDAVG with
+ * the job's knobs (staleness, tau, average_every, clients, ...). Candidates compare by time, not time to
+ * accuracy: statistical efficiency is not simulated.
  * [in] top: configurations to keep (>= 1). [out] out: a result whose candidates (fastest fitting first)
  * are read with tandem_sim_result_candidate; its summary is the best candidate's. Threads: any.
  * Returns as tandem_simulate. */
