@@ -41,7 +41,7 @@ void print_json(const tandem_sim_result_t* r) {
 
 constexpr uint64_t kAllSummary = TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_SCALING | TANDEM_SIM_SUMMARY_SPLIT |
                                  TANDEM_SIM_SUMMARY_MEMORY | TANDEM_SIM_SUMMARY_COST | TANDEM_SIM_SUMMARY_LAYOUT |
-                                 TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES;
+                                 TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES | TANDEM_SIM_SUMMARY_STRATEGY;
 
 void print_summary(const tandem_sim_result_t* r) {
   tandem_sim_summary_t j = TANDEM_SIM_SUMMARY_INIT;
@@ -52,11 +52,29 @@ void print_summary(const tandem_sim_result_t* r) {
                                     : "";
   std::printf("tandem simulate: %s on %s, %s (dp %d x pp %d%s), batch %lld per replica\n", j.model, j.cluster,
               name_of(strategy_names(), j.strategy), j.dp, j.pp, pipe.c_str(), static_cast<long long>(j.batch));
-  if (j.dp > 1) std::printf("  all-reduce     %s\n", j.allreduce);
-  std::printf("  step time      %s at full speed\n", human_seconds(j.step_time_s).c_str());
+  const bool fedavg = j.strategy == TANDEM_STRATEGY_FEDAVG;
+  if (j.strategy >= TANDEM_STRATEGY_PS) {
+    std::printf("  exchange       %s; %d worker%s%s\n", j.allreduce, j.workers, j.workers == 1 ? "" : "s",
+                j.servers > 0 ? fmt::format(" + {} server{}", j.servers, j.servers == 1 ? "" : "s").c_str() : "");
+  } else if (j.dp > 1) {
+    std::printf("  all-reduce     %s\n", j.allreduce);
+  }
+  if (fedavg) {
+    std::printf("  round time     %s (mean of %d simulated): %g clients sampled, %g counted, %g dropped\n",
+                human_seconds(j.round_time_s).c_str(), j.window_steps, j.clients_sampled, j.clients_counted,
+                j.clients_dropped);
+  } else {
+    std::printf("  step time      %s at full speed%s\n", human_seconds(j.step_time_s).c_str(),
+                j.window_steps > 1 ? fmt::format(" (mean of {} simulated steps)", j.window_steps).c_str() : "");
+  }
   std::printf("  epoch time     %s\n", human_seconds(j.epoch_time_s).c_str());
-  std::printf("  total time     %s for %g epochs (%lld steps of %lld samples)\n", human_seconds(j.total_time_s).c_str(),
-              j.epochs, static_cast<long long>(std::llround(j.total_steps)), static_cast<long long>(j.global_batch));
+  if (fedavg) {
+    std::printf("  total time     %s for %g epochs (%.1f rounds)\n", human_seconds(j.total_time_s).c_str(), j.epochs,
+                j.total_steps);
+  } else {
+    std::printf("  total time     %s for %g epochs (%lld steps of %lld samples)\n", human_seconds(j.total_time_s).c_str(),
+                j.epochs, static_cast<long long>(std::llround(j.total_steps)), static_cast<long long>(j.global_batch));
+  }
   std::printf("  throughput     %.1f images/s\n", j.images_per_sec);
   if (j.speedup > 0)
     std::printf("  speedup        %.2fx against one device (%s), efficiency %.0f%%\n", j.speedup,
@@ -64,10 +82,14 @@ void print_summary(const tandem_sim_result_t* r) {
   std::printf("  time split     compute %s | exposed comm %s | bubble %s | throttled %s | idle %s\n",
               human_seconds(j.compute_s).c_str(), human_seconds(j.comm_exposed_s).c_str(),
               human_seconds(j.bubble_s).c_str(), human_seconds(j.throttled_s).c_str(), human_seconds(j.idle_s).c_str());
+  if (j.staleness_wait_s > 0)
+    std::printf("                 + staleness waits %s\n", human_seconds(j.staleness_wait_s).c_str());
+  if (*j.busiest_nic != '\0') std::printf("  busiest NIC    %s\n", j.busiest_nic);
   std::printf("  memory/node    %s needed%s\n", human_bytes(j.memory_per_node_bytes).c_str(),
               j.fits ? ", fits" : " -- DOES NOT FIT on at least one node");
   std::printf("  bottleneck     %s\n", j.bottleneck);
   if (*j.scaling_note != '\0') std::printf("  note           %s\n", j.scaling_note);
+  if (*j.note != '\0') std::printf("  note           %s\n", j.note);
   std::printf("  cost           $%.4f", j.cost_usd);
   if (j.surplus_usd > 0) std::printf(" (incl. $%.4f unlimited-mode surplus)", j.surplus_usd);
   std::printf("\n");
@@ -207,6 +229,10 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
         if (o->pp <= 0 || devices % o->pp != 0) continue;  // this size cannot host the pipeline
         q.pp = o->pp;
         q.dp = devices / o->pp;
+      } else if (o->strategy >= TANDEM_STRATEGY_PS) {
+        // every device takes part; servers, where the strategy has them, are the last ones
+        const bool servers = o->strategy <= TANDEM_STRATEGY_SSP || (o->strategy == TANDEM_STRATEGY_EASGD && o->easgd_async);
+        if (servers && devices <= o->servers) continue;
       } else if (counts[i] > 1) {
         q.strategy = TANDEM_STRATEGY_DDP;
         q.dp = devices;

@@ -35,6 +35,19 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
   cmd += fmt::format(" --dataset {} --batch {}", o.dataset.empty() ? "synthetic" : o.dataset, s.batch);
   cmd += fmt::format(" --strategy {}", name_of(strategy_names(), s.strategy));
   if (s.strategy == TANDEM_STRATEGY_HYBRID) cmd += fmt::format(" --dp {} --pp {}", s.dp, s.pp);
+  if (s.strategy >= TANDEM_STRATEGY_PS) {
+    // the strategy's knobs as given (tandem plan has none: a candidate's server count comes from its summary)
+    const bool has_knobs = o.app->get_option_no_throw("--servers") != nullptr;
+    if (s.field_mask & TANDEM_SIM_SUMMARY_STRATEGY && s.servers > 0 && !(has_knobs && o.given("--servers")))
+      cmd += fmt::format(" --servers {}", s.servers);
+    for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients",
+                            "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s",
+                            "--average-every", "--warmup-steps"}) {
+      if (!has_knobs || !o.given(opt)) continue;
+      const CLI::Option* x = o.app->get_option(opt);
+      cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
+    }
+  }
   if (s.pp > 1)
     cmd += fmt::format(" --microbatches {} --pipeline-schedule {}", s.micro_batches, name_of(schedule_names(), s.schedule));
   if (s.compression != TANDEM_COMPRESSION_NONE) cmd += fmt::format(" --compress {}", name_of(compression_names(), s.compression));
@@ -66,7 +79,8 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--batch", o->batch, "batch per data-parallel replica (as in PyTorch DDP)")->capture_default_str();
   app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
   if (strategy_options) {
-    app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid")->transform(names(strategy_names()));
+    app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, "
+                   "localsgd")->transform(names(strategy_names()));
     app.add_option("--dp", o->dp, "data-parallel replicas (default: derived)");
     app.add_option("--pp", o->pp, "pipeline stages (default: derived)");
     app.add_option("--microbatches", o->micro_batches, "micro-batches per step")->capture_default_str();
@@ -74,6 +88,26 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
     app.add_option("--algo", o->algo, "all-reduce algorithm: auto, ring, hd, tree, hier, det")
         ->transform(names(algo_names()));
     app.add_option("--cut", o->cut, "explicit pipeline cut: pp + 1 layer indices, e.g. 0,78,151");
+    const char* grp = "Parameter servers, asynchronous and averaging strategies";
+    app.add_option("--servers", o->servers, "ps, ps-async, ssp, easgd --easgd-async: server ranks (the last ones)")
+        ->group(grp)->capture_default_str();
+    app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: as ps)")
+        ->group(grp)->capture_default_str();
+    app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(grp)->capture_default_str();
+    app.add_option("--alpha", o->alpha, "easgd: moving rate (update math: not timed)")->group(grp);
+    app.add_flag("--easgd-async", o->easgd_async, "easgd: push/pull with the servers, no barrier")->group(grp);
+    app.add_option("--clients", o->clients, "fedavg: virtual clients (default: one per worker)")->group(grp);
+    app.add_option("--dirichlet-alpha", o->dirichlet_alpha, "fedavg: label skew of the clients' data (ignored for "
+                   "timing: it changes which labels a client holds, not how much data)")->group(grp);
+    app.add_option("--client-fraction", o->client_fraction, "fedavg: clients sampled per round")->group(grp)
+        ->capture_default_str();
+    app.add_option("--local-epochs", o->local_epochs, "fedavg: epochs a client runs per round")->group(grp)
+        ->capture_default_str();
+    app.add_option("--round-deadline-s", o->round_deadline_s, "fedavg: a round closes then, stragglers dropped (0: "
+                   "none)")->group(grp);
+    app.add_option("--average-every", o->average_every, "localsgd: H, steps between parameter averages")->group(grp)
+        ->capture_default_str();
+    app.add_option("--warmup-steps", o->warmup_steps, "localsgd: DDP steps first (post-local SGD)")->group(grp);
   }
   app.add_option("--accumulate", o->accumulation, "batches per optimizer step (one all-reduce)")->capture_default_str();
   app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
@@ -177,6 +211,18 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
       p.boundaries = o.cut_layers.data();
       p.num_boundaries = o.cut_layers.size();
     }
+    if (set("--servers", TANDEM_SIM_JOB_SERVERS)) p.servers = o.servers;
+    if (set("--staleness", TANDEM_SIM_JOB_STALENESS)) p.staleness = o.staleness;
+    if (set("--tau", TANDEM_SIM_JOB_TAU)) p.tau = o.tau;
+    if (set("--alpha", TANDEM_SIM_JOB_ALPHA)) p.alpha = o.alpha;
+    if (set("--easgd-async", TANDEM_SIM_JOB_EASGD_ASYNC)) p.easgd_async = o.easgd_async ? 1 : 0;
+    if (set("--clients", TANDEM_SIM_JOB_CLIENTS)) p.clients = o.clients;
+    if (set("--dirichlet-alpha", TANDEM_SIM_JOB_DIRICHLET_ALPHA)) p.dirichlet_alpha = o.dirichlet_alpha;
+    if (set("--client-fraction", TANDEM_SIM_JOB_CLIENT_FRACTION)) p.client_fraction = o.client_fraction;
+    if (set("--local-epochs", TANDEM_SIM_JOB_LOCAL_EPOCHS)) p.local_epochs = o.local_epochs;
+    if (set("--round-deadline-s", TANDEM_SIM_JOB_ROUND_DEADLINE)) p.round_deadline_s = o.round_deadline_s;
+    if (set("--average-every", TANDEM_SIM_JOB_AVERAGE_EVERY)) p.average_every = o.average_every;
+    if (set("--warmup-steps", TANDEM_SIM_JOB_WARMUP_STEPS)) p.warmup_steps = o.warmup_steps;
   }
   if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;

@@ -25,6 +25,10 @@ struct SimJobCli {
   int32_t dp = 0, pp = 0, micro_batches = 1, accumulation = 1;
   uint64_t chunk_bytes = 0;
   bool no_overlap = false, profile_network = false, json = false;
+  // the strategies of issue #13 (tandem train's options of the same names)
+  int32_t servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
+  double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
+  bool easgd_async = false;
   bool given(const char* opt) const { return app->count(opt) > 0; }
 };
 

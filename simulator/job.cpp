@@ -59,8 +59,16 @@ int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
         world = static_cast<int64_t>(endpoints / given) * given;
       }
       break;
-    default:
-      TANDEM_THROW(Status::kUnsupported, "job: strategy {} is not simulated yet", engine::parallel::strategy_name(j.strategy));
+    default: {  // ps, ps-async, ssp, asgd, easgd, fedavg, localsgd (issue #13)
+      // data parallel (pp = 1); servers, where the strategy has them, are the last ranks: dp workers + servers,
+      // else every device
+      const int32_t servers = engine::parallel::has_servers(j.strategy, j.easgd_async) ? j.servers : 0;
+      TANDEM_REQUIRE(j.pp <= 1, "job: strategy {} is data parallel only (pp = 1, got pp {})",
+                     engine::parallel::strategy_name(j.strategy), j.pp);
+      TANDEM_REQUIRE(servers >= 0, "job.servers: must be >= 1, got {}", j.servers);
+      world = j.dp > 0 ? static_cast<int64_t>(j.dp) + servers : endpoints;
+      break;
+    }
   }
   TANDEM_REQUIRE(world >= 1, "job: dp {} x pp {} leaves no rank (the cluster has {} devices)", j.dp, j.pp, endpoints);
   TANDEM_REQUIRE(world <= endpoints, "job: dp {} x pp {} = {} ranks but the cluster has {} devices", j.dp, j.pp, world,
@@ -99,6 +107,18 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.chunk_bytes = j.chunk_bytes;
   e.optimizer = optimizer_config(j.optimizer);
   e.overlap = j.overlap;
+  e.parallel.servers = j.servers;
+  e.parallel.staleness = j.staleness;
+  e.parallel.tau = j.tau;
+  e.parallel.alpha = j.alpha;
+  e.parallel.easgd_async = j.easgd_async;
+  e.parallel.clients = j.clients;
+  e.parallel.dirichlet_alpha = j.dirichlet_alpha;
+  e.parallel.client_fraction = j.client_fraction;
+  e.parallel.local_epochs = j.local_epochs;
+  e.parallel.round_deadline_s = j.round_deadline_s;
+  e.parallel.average_every = j.average_every;
+  e.parallel.warmup_steps = j.warmup_steps;
   return e;
 }
 
@@ -106,7 +126,9 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   json_check_keys(j, {"model", "model_file", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
-                      "partition", "boundaries", "compression", "accumulation"},
+                      "partition", "boundaries", "compression", "accumulation", "servers", "staleness", "tau", "alpha",
+                      "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
+                      "average_every", "warmup_steps"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -180,6 +202,18 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
         named("compression", [](const std::string& s) { return engine::parallel::parse_compression(s); });
   if (j.contains("partition"))
     job.partition = named("partition", [](const std::string& s) { return engine::parallel::parse_partition_cost(s); });
+  if (auto v = integer("servers", 1)) job.servers = static_cast<int32_t>(*v);
+  if (auto v = integer("staleness", 0)) job.staleness = static_cast<int32_t>(*v);
+  if (auto v = integer("tau", 1)) job.tau = static_cast<int32_t>(*v);
+  if (auto v = json_number(j, "alpha", where)) job.alpha = *v;
+  if (auto v = flag("easgd_async")) job.easgd_async = *v;
+  if (auto v = integer("clients", 0)) job.clients = static_cast<int32_t>(*v);
+  if (auto v = json_number(j, "dirichlet_alpha", where)) job.dirichlet_alpha = *v;
+  if (auto v = json_number(j, "client_fraction", where)) job.client_fraction = *v;
+  if (auto v = integer("local_epochs", 1)) job.local_epochs = static_cast<int32_t>(*v);
+  if (auto v = json_number(j, "round_deadline_s", where)) job.round_deadline_s = *v;
+  if (auto v = integer("average_every", 1)) job.average_every = static_cast<int32_t>(*v);
+  if (auto v = integer("warmup_steps", 0)) job.warmup_steps = static_cast<int32_t>(*v);
   if (j.contains("boundaries")) {
     const auto& b = j["boundaries"];
     TANDEM_REQUIRE(b.is_array() && b.size() >= 2, "{}.boundaries: expected [0, ..., layers] (pp + 1 layer indices), "

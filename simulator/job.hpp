@@ -76,6 +76,20 @@ struct JobSpec : RunSpec {
   // or at explicit boundaries (pp + 1 layer indices, 0 first, the layer count last).
   engine::parallel::PartitionCost partition = engine::parallel::PartitionCost::kFlops;
   std::vector<int32_t> boundaries;
+  // The strategies of issue #13 (engine/parallel/parallel_config.hpp, the same meanings and defaults): ps,
+  // ps-async and ssp (and easgd with easgd_async) take `servers` ranks, the last ones, beside dp workers.
+  int32_t servers = 1;
+  int32_t staleness = 2;          // ssp
+  int32_t tau = 4;                // easgd
+  double alpha = 0;               // easgd (update math only: not timed)
+  bool easgd_async = false;
+  int32_t clients = 0;            // fedavg: 0 one per worker
+  double dirichlet_alpha = 0;     // fedavg: label skew, not timed
+  double client_fraction = 1.0;   // fedavg
+  int32_t local_epochs = 1;       // fedavg
+  double round_deadline_s = 0;    // fedavg: 0 none
+  int32_t average_every = 8;      // localsgd: H
+  int32_t warmup_steps = 0;       // localsgd: DDP steps first
 };
 
 // The optimizer a simulated job names, as the trainer configures it (momentum: SGD with momentum 0.9), and back.
@@ -98,7 +112,9 @@ namespace tandem::simulator {
 // "strategy": "hybrid", "dp": 2, "pp": 2, "micro_batches": 4, "schedule": "1f1b", "algorithm": "ring",
 // "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
-// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16", "accumulation": 1}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+// "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16", "accumulation": 1,
+// "servers": 1, "staleness": 2, "tau": 4, "alpha": 0, "easgd_async": false, "clients": 0, "dirichlet_alpha": 0,
+// "client_fraction": 1, "local_epochs": 1, "round_deadline_s": 0, "average_every": 8, "warmup_steps": 0}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
 JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
 JobSpec parse_job_text(const std::string& text, JobSpec base = {});  // JSON text
 JobSpec load_job_file(const std::string& path, JobSpec base = {});   // a JSON file; unreadable: kIo naming it

@@ -78,6 +78,46 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
       }
     }
   }
+  if (opt.strategies && E > 1) {
+    std::vector<JobSpec> extra;
+    JobSpec j = base;
+    j.boundaries.clear();
+    j.pp = 0;
+    j.dp = 0;  // every device: workers, then servers where the strategy has them
+    j.micro_batches = 1;
+    for (Strategy st : {Strategy::kPs, Strategy::kPsAsync, Strategy::kSsp}) {
+      for (int32_t servers = 1; servers < E; servers *= 2) {
+        JobSpec c = j;
+        c.strategy = st;
+        c.servers = servers;
+        extra.push_back(c);
+      }
+    }
+    for (Strategy st : {Strategy::kLocalSgd, Strategy::kEasgd}) {
+      for (Algorithm a : algos) {
+        JobSpec c = j;
+        c.strategy = st;
+        c.easgd_async = false;
+        c.algorithm = a;
+        extra.push_back(c);
+      }
+    }
+    for (Strategy st : {Strategy::kAsgd, Strategy::kFedAvg}) {
+      JobSpec c = j;
+      c.strategy = st;
+      extra.push_back(c);
+    }
+    for (const JobSpec& c : extra) {
+      SimOptions so;
+      so.baseline = false;
+      try {
+        all.push_back({c, sim.run(cluster, c, so)});
+        ++out.evaluated;
+      } catch (const Error& e) {
+        if (e.status() != Status::kInvalidArgument) throw;
+      }
+    }
+  }
   TANDEM_REQUIRE(!all.empty(), "plan search: no configuration of {} could be simulated", cluster.describe());
   for (const Candidate& c : all) out.fitting += c.result.fits ? 1 : 0;
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {

@@ -15,6 +15,10 @@ struct SearchOptions {
   int32_t top = 5;                                     // configurations to return
   std::vector<int32_t> micro_batches = {1, 2, 4, 8, 16, 32};
   bool use_all_devices = true;                         // dp x pp = every device (else also fewer, powers of 2)
+  // Also the strategies of issue #13 on every device, with the job's knobs (staleness, tau, H, clients...): ps,
+  // ps-async and ssp with 1, 2, 4, ... servers (fewer than the devices), localsgd and synchronous easgd with each
+  // all-reduce, asgd, fedavg. Compared by time, not time to accuracy (statistical efficiency is not simulated).
+  bool strategies = true;
 };
 
 struct Candidate {

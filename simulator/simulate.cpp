@@ -11,12 +11,14 @@
 #include "engine/nn/zoo.hpp"
 #include "simulator/compute/credits.hpp"
 #include "simulator/compute/workload.hpp"
+#include "simulator/strategy.hpp"
 
 namespace tandem::simulator {
 
 namespace {
 
 using engine::parallel::CompiledJob;
+using engine::parallel::Exchange;
 using engine::parallel::ScheduleKind;
 
 
@@ -29,6 +31,11 @@ struct Prepared {
   std::vector<ComputeModel> models;  // per node
   std::vector<int32_t> node_of_rank;
   StepSetup setup;  // speeds filled per phase
+  // The strategies of issue #13 (strategy.hpp): push-pull, asynchronous elastic, gossip and fedavg rounds run
+  // `strategy`; parameter averaging (localsgd, synchronous easgd) runs `period`: a period of H local steps
+  // ending in the parameter all-reduces, as one step of the DDP executor (setup stays localsgd's warmup step).
+  StrategySetup strategy;
+  StepSetup period;
   std::vector<double> base_speed;  // per node: 1, or 1/swap_slowdown when swapping
   std::vector<NodeReport> nodes;
   std::vector<double> runtime_bytes;  // per node: each rank's runtime allowance
@@ -86,6 +93,49 @@ ComputeModel compute_model(const Workload& w, const Preset& hw, const std::optio
   return profile ? ComputeModel::from_profile(w, *profile) : ComputeModel::roofline(w, hw, optimizer_kind(optimizer));
 }
 
+// The figures of the strategies of issue #13 (see Prepared), from the DDP-like rank setups prepare() made.
+void prepare_strategy(Prepared& p, PlanCache& plans) {
+  const CompiledJob& cj = p.cj;
+  const engine::parallel::SyncProgram& sync = cj.sync;
+  const engine::parallel::ParallelConfig& c = cj.job.parallel;
+  TANDEM_REQUIRE(cj.pp() == 1, "job: strategy {} is data parallel only (pp = 1)", strategy_name(c.strategy));
+  if (sync.exchange == Exchange::kParamAverage || (sync.exchange == Exchange::kElastic && sync.servers == 0)) {
+    // H local steps (compute and a local optimizer step each), then the parameters all-reduced bucket by bucket
+    // after backward (no overlap: they are the updated parameters); the last local optimizer step is timed after
+    // the average (the sum is the same); easgd adds its elastic update (one optimizer-like pass)
+    StepSetup& ps = p.period;
+    ps = p.setup;
+    ps.overlap = false;
+    ps.bucket_plans.assign(1, {});
+    for (engine::comm::PlanRequest req : sync.average_allreduces) {
+      for (int32_t d = 0; d < cj.dp(); ++d) req.topology.host_of.push_back(p.node_of_rank[d]);
+      ps.bucket_plans[0].push_back(&plans.get(req));
+    }
+    const double H = sync.period;
+    for (RankSetup& rs : ps.ranks) {
+      double step = rs.optimizer_s;
+      for (double f : rs.forward_s) step += f;
+      for (double b : rs.backward_s) step += b;
+      rs.forward_s.front() += (H - 1) * step;
+      if (sync.exchange == Exchange::kElastic) rs.optimizer_s *= 2;
+      rs.bucket_compress_s.clear();  // parameters are averaged in f32
+      rs.decompress_s = 0;
+    }
+    return;
+  }
+  StrategySetup& st = p.strategy;
+  st.sync = sync;
+  st.ranks = p.setup.ranks;
+  st.param_bytes = cj.stages.front().memory.param_bytes;
+  if (sync.exchange == Exchange::kRound) {
+    st.clients = c.clients > 0 ? c.clients : sync.workers;
+    st.sampled = std::clamp(static_cast<int32_t>(std::ceil(c.client_fraction * st.clients - 1e-9)), 1, st.clients);
+    const int64_t share = (p.data.samples + st.clients - 1) / st.clients;  // Dirichlet skew: not timed
+    st.client_steps = static_cast<int64_t>(c.local_epochs) * ((share + cj.step_batch - 1) / cj.step_batch);
+    st.deadline_s = c.round_deadline_s;
+  }
+}
+
 Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const RunSpec& run, PlanCache& plans) {
   Prepared p;
   p.cluster = cluster_in;
@@ -138,7 +188,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     s.boundary_bytes.push_back(std::move(v));
   }
   s.bucket_plans.resize(static_cast<size_t>(cj.pp()));
-  for (int32_t st = 0; st < cj.pp() && cj.dp() > 1; ++st) {
+  const engine::parallel::SyncProgram& sync = cj.sync;
+  const bool ddp_step = sync.exchange == Exchange::kBucketAllreduce ||
+                        (sync.exchange == Exchange::kParamAverage && sync.warmup_steps > 0);
+  for (int32_t st = 0; st < cj.pp() && cj.dp() > 1 && ddp_step; ++st) {
     for (engine::comm::PlanRequest req : cj.stages[static_cast<size_t>(st)].bucket_allreduces) {
       for (int32_t d = 0; d < cj.dp(); ++d) req.topology.host_of.push_back(p.node_of_rank[d * cj.pp() + st]);
       s.bucket_plans[st].push_back(&plans.get(req));
@@ -174,6 +227,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     }
     s.ranks.push_back(std::move(rs));
   }
+  if (sync.exchange != Exchange::kBucketAllreduce) prepare_strategy(p, plans);
   // memory and node reports
   for (const NodeSpec& n : p.cluster.nodes) p.runtime_bytes.push_back(runtime_allowance(n, profile));
   p.base_speed.assign(p.cluster.nodes.size(), 1.0);
@@ -188,7 +242,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   }
   for (int32_t r = 0; r < world; ++r) {
     NodeReport& nr = p.nodes[p.node_of_rank[r]];
-    const double need = p.cj.stages[static_cast<size_t>(r % p.cj.pp())].memory.total() + p.runtime_bytes[p.node_of_rank[r]];
+    const double tensors = sync.exchange == Exchange::kBucketAllreduce ? p.cj.stages[static_cast<size_t>(r % p.cj.pp())].memory.total()
+                           : r < sync.workers ? sync.worker_memory.total()
+                                              : sync.server_memory.at(static_cast<size_t>(r - sync.workers)).total();
+    const double need = tensors + p.runtime_bytes[p.node_of_rank[r]];
     const bool gpu = p.cluster.nodes[p.node_of_rank[r]].hw.gpus > 0;
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
     ++nr.ranks;
@@ -207,14 +264,61 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   return p;
 }
 
-StepResult run_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
+StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace) {
   des::Simulator sim;
   network::Network net(sim, p.cluster.sharing);
   network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
-  StepSetup s = p.setup;
+  StepSetup s = setup;
   s.record_trace = trace;
   for (size_t r = 0; r < s.ranks.size(); ++r) s.ranks[r].speed = node_speed[p.node_of_rank[r]];
   return simulate_step(s, topo, sim);
+}
+
+// Every time of `r` times k (a period's figures per step, or a share of a mix).
+void scale_step(StepResult& r, double k) {
+  r.step_s *= k;
+  for (RankBreakdown& b : r.ranks) {
+    b.finish_s *= k, b.compute_s *= k, b.throttled_s *= k, b.comm_exposed_s *= k, b.bubble_s *= k, b.idle_s *= k;
+    b.staleness_wait_s *= k, b.cpu_busy_s *= k;
+  }
+}
+
+// Parameter averaging: the period as one step, per step; localsgd's warmup steps of DDP mixed in by their share
+// of the run's steps.
+StepResult periodic_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
+  const int32_t H = p.cj.sync.period;
+  StepResult r = ddp_step(p, p.period, node_speed, trace);
+  r.window_steps = H;
+  scale_step(r, 1.0 / H);
+  const double total = static_cast<double>(p.steps_per_epoch) * p.run.epochs;
+  const double warm = std::min<double>(p.cj.sync.warmup_steps, total);
+  if (warm <= 0) return r;
+  StepResult w = ddp_step(p, p.setup, node_speed, false);
+  const double share = warm / total;
+  scale_step(r, 1 - share);
+  scale_step(w, share);
+  r.step_s += w.step_s;
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    RankBreakdown &a = r.ranks[i], &b = w.ranks[i];
+    a.finish_s += b.finish_s, a.compute_s += b.compute_s, a.throttled_s += b.throttled_s, a.idle_s += b.idle_s;
+    a.comm_exposed_s += b.comm_exposed_s, a.bubble_s += b.bubble_s, a.cpu_busy_s += b.cpu_busy_s;
+  }
+  r.events += w.events;
+  r.flows += w.flows;
+  return r;
+}
+
+StepResult run_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
+  const engine::parallel::SyncProgram& sync = p.cj.sync;
+  if (sync.exchange == Exchange::kBucketAllreduce) return ddp_step(p, p.setup, node_speed, trace);
+  if (sync.exchange == Exchange::kParamAverage || (sync.exchange == Exchange::kElastic && sync.servers == 0))
+    return periodic_step(p, node_speed, trace);
+  des::Simulator sim;
+  network::Network net(sim, p.cluster.sharing);
+  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+  StrategySetup s = p.strategy;
+  for (size_t r = 0; r < s.ranks.size(); ++r) s.ranks[r].speed = node_speed[p.node_of_rank[r]];
+  return sync.exchange == Exchange::kRound ? simulate_rounds(s, topo, sim) : simulate_async_steps(s, topo, sim);
 }
 
 // The step with the nodes in `throttled` held to their credit baseline. A throttled CPU earns credits
@@ -254,6 +358,92 @@ StepResult throttled_step(const Prepared& p, const std::vector<bool>& throttled,
   return st;
 }
 
+// The strategy's figures known before any step runs: its exchange and roles, fedavg's round accounting, notes.
+void describe_strategy(SimResult& res, const Prepared& p) {
+  const CompiledJob& cj = p.cj;
+  const engine::parallel::SyncProgram& sync = cj.sync;
+  res.exchange = engine::parallel::exchange_name(sync.exchange);
+  res.workers = sync.workers;
+  res.servers = sync.servers;
+  if (sync.exchange == Exchange::kBucketAllreduce) return;
+  const engine::parallel::ParallelConfig& c = cj.job.parallel;
+  res.compression = "none";  // the strategies' pushes, pulls and averages travel as f32
+  res.note = "figures are time per step (fedavg: per round), not time to accuracy: statistical efficiency "
+             "(staleness, averaging period, client sampling) is not simulated";
+  switch (sync.exchange) {
+    case Exchange::kPushPull:
+      res.algorithm = fmt::format("push-pull with {} server{} ({})", sync.servers, sync.servers == 1 ? "" : "s",
+                                  sync.staleness == 0 ? "synchronous"
+                                  : sync.staleness < 0 ? "asynchronous"
+                                                       : fmt::format("staleness {}", sync.staleness));
+      break;
+    case Exchange::kElastic:
+      res.algorithm = sync.servers > 0 ? fmt::format("elastic push-pull with {} server(s) every {} steps", sync.servers, sync.period)
+                      : p.period.bucket_plans[0].empty() ? "none"
+                                                         : fmt::format("elastic average every {} steps: {}", sync.period,
+                                                                       p.period.bucket_plans[0][0]->description);
+      break;
+    case Exchange::kParamAverage:
+      res.algorithm = p.period.bucket_plans[0].empty() ? "none"
+                                                        : fmt::format("parameter average every {} steps{}: {}", sync.period,
+                                                                      sync.warmup_steps > 0 ? fmt::format(" after {} DDP steps", sync.warmup_steps) : "",
+                                                                      p.period.bucket_plans[0][0]->description);
+      break;
+    case Exchange::kGossip: res.algorithm = "pairwise gossip (full parameters with one peer per step)"; break;
+    case Exchange::kRound: {
+      const StrategySetup& st = p.strategy;
+      res.algorithm = "fedavg: upload to rank 0, broadcast back";
+      res.clients_sampled = st.sampled;
+      // a round passes over its clients' data local_epochs times: the run's epochs take clients / (sampled x E)
+      // rounds each
+      const double per_epoch = static_cast<double>(st.clients) / (st.sampled * static_cast<double>(c.local_epochs));
+      res.steps_per_epoch = static_cast<int64_t>(std::ceil(per_epoch - 1e-9));
+      res.total_steps = per_epoch * p.run.epochs;
+      if (c.dirichlet_alpha > 0)
+        res.note += fmt::format("; --dirichlet-alpha {} changes which labels a client holds, not its share of the "
+                                "data: ignored for timing", c.dirichlet_alpha);
+      break;
+    }
+    case Exchange::kBucketAllreduce: break;
+  }
+  if (sync.exchange == Exchange::kParamAverage || sync.exchange == Exchange::kElastic) {  // per step of a period
+    res.allreduce_bytes_per_rank = 0;
+    for (const CompiledPlan* plan : p.period.bucket_plans.empty() ? std::vector<const CompiledPlan*>{} : p.period.bucket_plans[0])
+      res.allreduce_bytes_per_rank += static_cast<double>(plan->total_bytes_sent());
+    res.allreduce_bytes_per_rank /= static_cast<double>(cj.world) * sync.period;
+  }
+}
+
+// The busiest NIC of the first phase's step (see SimResult::busiest_nic).
+void busiest_nic(SimResult& res, const StepResult& st) {
+  if (st.nic_in_bytes.empty()) {  // all-reduces: the mean a rank sends per step
+    res.busiest_nic_bytes = res.allreduce_bytes_per_rank;
+    if (res.busiest_nic_bytes > 0) {
+      res.busiest_nic_rank = 0;
+      res.busiest_nic = fmt::format("every rank: {:.3g} MB sent per step (all-reduce)", res.busiest_nic_bytes / 1e6);
+    }
+    return;
+  }
+  for (size_t r = 0; r < st.nic_in_bytes.size(); ++r) {
+    const double b = std::max(st.nic_in_bytes[r], st.nic_out_bytes[r]);
+    if (b > res.busiest_nic_bytes) {
+      res.busiest_nic_bytes = b;
+      res.busiest_nic_rank = static_cast<int32_t>(r);
+    }
+  }
+  if (res.busiest_nic_rank < 0) return;
+  const auto r = static_cast<size_t>(res.busiest_nic_rank);
+  const bool in = st.nic_in_bytes[r] >= st.nic_out_bytes[r];
+  const bool server = res.busiest_nic_rank >= res.workers;
+  const std::string who = server ? fmt::format("rank {} (server {})", r, res.busiest_nic_rank - res.workers)
+                                 : fmt::format("rank {}", r);
+  const char* per = res.exchange == "round" ? "round" : "step";
+  std::string why;
+  if (server || (res.exchange == "round" && r == 0))
+    why = fmt::format(" ({} of {} workers)", in ? "incast" : "fan-out", res.exchange == "round" ? res.workers - 1 : res.workers);
+  res.busiest_nic = fmt::format("{}: {:.3g} MB {} per {}{}", who, res.busiest_nic_bytes / 1e6, in ? "in" : "out", per, why);
+}
+
 }  // namespace
 
 std::string name_bottleneck(const SimResult& r) {
@@ -261,6 +451,7 @@ std::string name_bottleneck(const SimResult& r) {
   const std::pair<double, const char*> parts[] = {
       {r.compute_s, "compute"},
       {r.comm_exposed_s, "exposed communication (all-reduces not hidden by backward)"},
+      {r.staleness_wait_s, "staleness waits (workers held by the bound on the slowest)"},
       {r.bubble_s, "pipeline bubble (stages waiting for their neighbours)"},
       {r.throttled_s, "CPU credits (throttled to the baseline share)"},
       {r.idle_s, "idle ranks (unbalanced stages or replicas)"}};
@@ -268,6 +459,11 @@ std::string name_bottleneck(const SimResult& r) {
   for (const auto& p : parts)
     if (p.first > top->first) top = &p;
   const double share = r.total_time_s > 0 ? top->first / r.total_time_s : 0;
+  if (top == &parts[1] && r.exchange != "bucket-allreduce") {  // name the exchange and its busiest NIC
+    const bool incast = r.servers > 0 && r.busiest_nic_rank >= r.workers;
+    return fmt::format("exposed communication ({}{}; busiest NIC {}) ({:.0f}% of the run)", r.exchange,
+                       incast ? ": server NIC incast" : "", r.busiest_nic, 100 * share);
+  }
   return fmt::format("{} ({:.0f}% of the run)", top->second, 100 * share);
 }
 
@@ -347,6 +543,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
     for (const CompiledPlan* plan : stage) res.allreduce_bytes_per_rank += static_cast<double>(plan->total_bytes_sent());
   res.allreduce_bytes_per_rank /= world;
   res.job = std::make_shared<const CompiledJob>(cj);
+  describe_strategy(res, p);
 
   // credit accounts of the used burstable nodes
   std::vector<std::optional<CreditAccount>> acct(N);
@@ -361,7 +558,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   std::vector<bool> throttled(N, false);
   std::map<std::vector<bool>, StepResult> steps;
   double remaining = res.total_steps, t = 0;
-  std::vector<double> rank_totals(6 * world, 0.0);  // compute, throttled, comm, bubble, idle per rank
+  std::vector<double> rank_totals(6 * world, 0.0);  // compute, throttled, comm, bubble, idle, staleness per rank
   for (size_t guard = 0; remaining > 1e-9 && guard < N + 2; ++guard) {
     auto it = steps.find(throttled);
     if (it == steps.end())
@@ -399,6 +596,9 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
     if (res.phases.empty()) {
       res.step_time_s = T;
       res.rank_step = st.ranks;
+      res.window_steps = st.window_steps;
+      res.rounds = st.rounds;
+      busiest_nic(res, st);
       res.trace = st.trace;
       res.symmetric_used = st.symmetric_used;
       for (size_t i = 0; i < N; ++i) p.nodes[i].cpu_utilization = acct[i] ? usage[i] / p.cluster.nodes[i].hw.vcpus : 0;
@@ -412,6 +612,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
       rank_totals[6 * r + 2] += b.comm_exposed_s * steps_here;
       rank_totals[6 * r + 3] += b.bubble_s * steps_here;
       rank_totals[6 * r + 4] += b.idle_s * steps_here;
+      rank_totals[6 * r + 5] += b.staleness_wait_s * steps_here;
     }
     if (dt > 0 || res.phases.empty()) res.phases.push_back(ph);
     t += dt;
@@ -432,6 +633,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
     res.comm_exposed_s += rank_totals[6 * r + 2] / world;
     res.bubble_s += rank_totals[6 * r + 3] / world;
     res.idle_s += rank_totals[6 * r + 4] / world;
+    res.staleness_wait_s += rank_totals[6 * r + 5] / world;
   }
   for (size_t i = 0; i < N; ++i) {
     NodeReport& nr = p.nodes[i];
@@ -448,6 +650,15 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   }
   res.nodes_used -= 1;  // counted from 1
   res.nodes = p.nodes;
+  if (res.exchange == "round" && !res.rounds.empty()) {
+    for (const RoundReport& rr : res.rounds) {
+      res.clients_counted += rr.counted;
+      res.clients_dropped += rr.dropped;
+    }
+    res.clients_counted /= static_cast<double>(res.rounds.size());
+    res.clients_dropped /= static_cast<double>(res.rounds.size());
+    res.round_time_s = res.step_time_s;
+  }
   res.bottleneck = name_bottleneck(res);
   if (opt.baseline) {
     SimResult b = baseline(p.cluster, cj, run_spec);
@@ -505,7 +716,20 @@ nlohmann::json SimResult::to_json() const {
       {"surplus_usd", surplus_usd}, {"compute_source", compute_source}, {"compute_scale", compute_scale},
       {"stage_boundaries", stage_boundaries}, {"events", events}, {"flows", flows},
       {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s},
-      {"bottleneck", bottleneck}, {"scaling_note", scaling_note}};
+      {"bottleneck", bottleneck}, {"scaling_note", scaling_note}, {"exchange", exchange}, {"workers", workers},
+      {"servers", servers}, {"window_steps", window_steps}, {"staleness_wait_s", staleness_wait_s},
+      {"busiest_nic_bytes", busiest_nic_bytes}, {"busiest_nic_rank", busiest_nic_rank}, {"busiest_nic", busiest_nic},
+      {"note", note}};
+  if (exchange == "round") {
+    j["round_time_s"] = round_time_s;
+    j["clients_sampled"] = clients_sampled;
+    j["clients_counted"] = clients_counted;
+    j["clients_dropped"] = clients_dropped;
+    j["rounds"] = nlohmann::json::array();
+    for (const RoundReport& rr : rounds)
+      j["rounds"].push_back({{"start_s", rr.start_s}, {"time_s", rr.time_s}, {"sampled", rr.sampled},
+                             {"counted", rr.counted}, {"dropped", rr.dropped}});
+  }
   j["nodes"] = nlohmann::json::array();
   for (const NodeReport& n : nodes) {
     nlohmann::json nj = {{"name", n.name},
@@ -537,7 +761,8 @@ nlohmann::json SimResult::to_json() const {
                                {"throttled_s", b.throttled_s},
                                {"comm_exposed_s", b.comm_exposed_s},
                                {"bubble_s", b.bubble_s},
-                               {"idle_s", b.idle_s}});
+                               {"idle_s", b.idle_s},
+                               {"staleness_wait_s", b.staleness_wait_s}});
   return j;
 }
 

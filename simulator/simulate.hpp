@@ -81,6 +81,21 @@ struct SimResult {
   std::string bottleneck;    // what the run spends the most time on ("pipeline bubble (...) (41% of the run)")
   std::string scaling_note;  // why the speedup is super-linear, when it is (credits, memory); else empty
 
+  // ---- the strategies of issue #13 (strategy.hpp) ----
+  std::string exchange = "bucket-allreduce";  // the compiled job's SyncProgram exchange
+  int32_t workers = 1, servers = 0;
+  int32_t window_steps = 1;         // steps (fedavg: rounds) simulated per phase, figures are their mean
+  double staleness_wait_s = 0;      // ssp: part of the time split (mean over ranks, over the run)
+  // The NIC that carries the most bytes per step (fedavg: per round), either direction: pushes and pulls,
+  // exchanges, uploads; for all-reduces the mean bytes a rank sends (a ring's are equal on every rank).
+  double busiest_nic_bytes = 0;
+  int32_t busiest_nic_rank = -1;
+  std::string busiest_nic;          // "rank 3 (server 0): 1.2 MB in per step (incast of 3 workers)"
+  // fedavg: the simulated rounds, the mean round and what a round counts
+  std::vector<RoundReport> rounds;
+  double round_time_s = 0, clients_sampled = 0, clients_counted = 0, clients_dropped = 0;
+  std::string note;  // what the figures do not cover (statistical efficiency; Dirichlet skew for timing)
+
   nlohmann::json to_json() const;
 };
 

@@ -64,7 +64,16 @@ struct RankBreakdown {
   double comm_exposed_s = 0;
   double bubble_s = 0;
   double idle_s = 0;
+  double staleness_wait_s = 0;  // ssp: blocked at the start of a step, more than `staleness` clocks ahead of the slowest
   double cpu_busy_s = 0;   // compute plus local reductions, at the rank's speed (for CPU credits)
+};
+
+// One FedAvg round (simulator/strategy.hpp).
+struct RoundReport {
+  double start_s = 0, time_s = 0;
+  int32_t sampled = 0;   // clients sampled for the round
+  int32_t counted = 0;   // their models reached rank 0 before the round closed
+  int32_t dropped = 0;   // stragglers past the deadline
 };
 
 struct TraceSpan {
@@ -82,6 +91,12 @@ struct StepResult {
   uint64_t events = 0;
   uint64_t flows = 0;
   bool symmetric_used = false;  // the data-parallel all-reduces ran in symmetric (one-rank) mode
+  // The strategies of issue #13 (simulator/strategy.hpp): a window of `window_steps` steps (or rounds) is
+  // simulated and every figure above is its mean per step (round).
+  int32_t window_steps = 1;
+  std::vector<RoundReport> rounds;        // fedavg
+  std::vector<double> nic_in_bytes, nic_out_bytes;  // per rank, per step: bytes its pushes, pulls, exchanges and
+                                                    // uploads carried (filled by the strategies' executor)
 };
 
 // Runs one step on `topology` (whose network and simulator must be fresh). Throws kInternal if the

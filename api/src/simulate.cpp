@@ -22,12 +22,13 @@ using tandem::api::guarded;
 
 namespace {
 
-constexpr uint64_t kKnownJobBits = (TANDEM_SIM_JOB_ACCUMULATION << 1) - 1;
-constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_SEARCH << 1) - 1;
+constexpr uint64_t kKnownJobBits = (TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1;
+constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_STRATEGY << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
 // The C enums are the engine's values (checked at compile time where they are declared together).
 static_assert(TANDEM_STRATEGY_HYBRID == static_cast<int>(par::Strategy::kHybrid));
+static_assert(TANDEM_STRATEGY_LOCALSGD == static_cast<int>(par::Strategy::kLocalSgd));
 static_assert(TANDEM_SCHEDULE_1F1B == static_cast<int>(par::ScheduleKind::kOneFOneB));
 static_assert(TANDEM_COMPRESSION_BF16 == static_cast<int>(par::GradCompression::kBF16));
 static_assert(TANDEM_PARTITION_MEASURED == static_cast<int>(par::PartitionCost::kMeasured));
@@ -61,7 +62,7 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   if (m & TANDEM_SIM_JOB_BATCH) j.batch = p->batch;
   if (m & TANDEM_SIM_JOB_EPOCHS) j.epochs = p->epochs;
   if (m & TANDEM_SIM_JOB_STRATEGY)
-    j.strategy = enum_value<par::Strategy>(p->strategy, TANDEM_STRATEGY_HYBRID, "strategy", "tandem_strategy_t");
+    j.strategy = enum_value<par::Strategy>(p->strategy, TANDEM_STRATEGY_LOCALSGD, "strategy", "tandem_strategy_t");
   if (m & TANDEM_SIM_JOB_DP) j.dp = p->dp;
   if (m & TANDEM_SIM_JOB_PP) j.pp = p->pp;
   if (m & TANDEM_SIM_JOB_MICRO_BATCHES) j.micro_batches = p->micro_batches;
@@ -108,6 +109,19 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
     TANDEM_REQUIRE(p->accumulation >= 1, "job.accumulation: must be >= 1, got {}", p->accumulation);
     j.accumulation = p->accumulation;
   }
+  // issue #13's strategies: resolve_grid checks the ranges (the trainer's messages)
+  if (m & TANDEM_SIM_JOB_SERVERS) j.servers = p->servers;
+  if (m & TANDEM_SIM_JOB_STALENESS) j.staleness = p->staleness;
+  if (m & TANDEM_SIM_JOB_TAU) j.tau = p->tau;
+  if (m & TANDEM_SIM_JOB_ALPHA) j.alpha = p->alpha;
+  if (m & TANDEM_SIM_JOB_EASGD_ASYNC) j.easgd_async = p->easgd_async != 0;
+  if (m & TANDEM_SIM_JOB_CLIENTS) j.clients = p->clients;
+  if (m & TANDEM_SIM_JOB_DIRICHLET_ALPHA) j.dirichlet_alpha = p->dirichlet_alpha;
+  if (m & TANDEM_SIM_JOB_CLIENT_FRACTION) j.client_fraction = p->client_fraction;
+  if (m & TANDEM_SIM_JOB_LOCAL_EPOCHS) j.local_epochs = p->local_epochs;
+  if (m & TANDEM_SIM_JOB_ROUND_DEADLINE) j.round_deadline_s = p->round_deadline_s;
+  if (m & TANDEM_SIM_JOB_AVERAGE_EVERY) j.average_every = p->average_every;
+  if (m & TANDEM_SIM_JOB_WARMUP_STEPS) j.warmup_steps = p->warmup_steps;
   if (j.dataset.empty() && j.model_spec && !j.input) {
     // no named dataset: the samples are shaped as the given model takes them
     j.input = j.model_spec->input;
@@ -127,6 +141,9 @@ sim::SimOptions to_options(const tandem_sim_job_params_t* p) {
 tandem_algo_t resolved_algorithm(const sim::SimResult& r) {
   if (r.job == nullptr || r.job->dp() <= 1 || r.job->stages.empty() || r.job->stages[0].bucket_allreduces.empty())
     return TANDEM_ALGO_AUTO;
+  const bool allreduce = r.exchange == "bucket-allreduce" || r.exchange == "param-average" ||
+                         (r.exchange == "elastic" && r.servers == 0);
+  if (!allreduce) return TANDEM_ALGO_AUTO;  // pushes and pulls, gossip, uploads: no all-reduce
   return static_cast<tandem_algo_t>(comm::choose_algorithm(r.job->stages[0].bucket_allreduces[0]));
 }
 
@@ -189,6 +206,21 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.compute_source = r.compute_source.c_str();
     o.bottleneck = r.bottleneck.c_str();
     o.scaling_note = r.scaling_note.c_str();
+  }
+  if (m & TANDEM_SIM_SUMMARY_STRATEGY) {
+    o.workers = r.workers;
+    o.servers = r.servers;
+    o.window_steps = r.window_steps;
+    o.staleness_wait_s = r.staleness_wait_s;
+    o.busiest_nic_bytes = r.busiest_nic_bytes;
+    o.busiest_nic_rank = r.busiest_nic_rank;
+    o.round_time_s = r.round_time_s;
+    o.clients_sampled = r.clients_sampled;
+    o.clients_counted = r.clients_counted;
+    o.clients_dropped = r.clients_dropped;
+    o.exchange = r.exchange.c_str();
+    o.busiest_nic = r.busiest_nic.c_str();
+    o.note = r.note.c_str();
   }
 }
 

@@ -130,6 +130,29 @@ SyncProgram sync_program(const CompiledJob& cj) {
       p.server_bytes.push_back(values + state + values * p.workers * (2.0 + kept_clocks));
     }
   }
+  // simulator figures (see SyncProgram)
+  const StageMemory& m = cj.stages.front().memory;
+  p.worker_memory = m;
+  const bool averaging = p.exchange == Exchange::kParamAverage || (p.exchange == Exchange::kElastic && p.servers == 0);
+  if (averaging && p.workers > 1) {
+    for (comm::PlanRequest req : cj.stages.front().bucket_allreduces) {  // parameters travel as f32
+      req.elem_bytes = 4;
+      req.chunk_bytes = comm::effective_chunk_bytes(cj.job.chunk_bytes, req.count * req.elem_bytes);
+      p.average_allreduces.push_back(std::move(req));
+    }
+  }
+  const double state = optimizer_state_bytes_per_param(cj.job.optimizer);
+  if (p.exchange == Exchange::kPushPull) p.worker_memory.optimizer_bytes = 0;  // the optimizer runs on the servers
+  if (p.exchange == Exchange::kElastic) p.worker_memory.optimizer_bytes += m.param_bytes;  // the centre variable
+  for (const KeyRange& r : p.shards) {
+    StageMemory sm;
+    sm.param_bytes = static_cast<double>(r.size()) * 4;
+    if (p.exchange == Exchange::kPushPull) {
+      sm.grad_bytes = sm.param_bytes;
+      sm.optimizer_bytes = static_cast<double>(r.size()) * state;
+    }
+    p.server_memory.push_back(sm);
+  }
   return p;
 }
 

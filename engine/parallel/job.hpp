@@ -103,6 +103,18 @@ struct SyncProgram {
   // of them (push-pull), each worker's receive and reply buffer, and for ps and ssp the pushes kept until their
   // clock is complete (up to staleness + 1 clocks of every worker's push, summed in worker order).
   std::vector<double> server_bytes;
+
+  // ---- simulator: figures the simulator times, derived here so that it never re-derives the job ----
+  // kParamAverage and kElastic without servers: the parameter average, one all-reduce request per gradient
+  // bucket of the model (f32 parameters in the bucket layout, over the workers; empty for one worker).
+  std::vector<comm::PlanRequest> average_allreduces;
+  // What a worker holds under this exchange (kBucketAllreduce: stages[0].memory): ps workers keep parameters
+  // and gradients but no optimizer state; easgd keeps the centre variable beside its parameters (counted as
+  // optimizer_bytes, the update rule's state).
+  StageMemory worker_memory;
+  // Per server (servers > 0): its shard's parameters, the aggregation buffer of one push (grad_bytes) and the
+  // optimizer state of the shard (ps, ps-async, ssp) -- the centre variable alone for asynchronous easgd.
+  std::vector<StageMemory> server_memory;
 };
 
 // Balanced key ranges: [0, total) cut into `servers` contiguous ranges whose sizes differ by at most one.

@@ -213,7 +213,7 @@ int main(void) {
               strstr(tandem_last_error_message(), "micro_batches") != NULL,
           "bad job");
     job.field_mask = TANDEM_SIM_JOB_STRATEGY;
-    job.strategy = (tandem_strategy_t)7;
+    job.strategy = (tandem_strategy_t)11; /* one past TANDEM_STRATEGY_LOCALSGD */
     CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT && none == NULL &&
               strstr(tandem_last_error_message(), "tandem_strategy_t") != NULL,
           "a value outside the enum");
@@ -233,6 +233,55 @@ int main(void) {
     sum.field_mask = UINT64_C(1) << 40;
     CHECK(tandem_sim_result_query(result, &sum) == TANDEM_ERR_UNSUPPORTED, "unknown summary bit");
     CHECK(tandem_sim_result_write_trace(plan, trace_path) == TANDEM_ERR_INVALID_ARGUMENT, "trace without asking");
+  }
+
+  /* the strategies of issue #13: a synchronous parameter server (3 workers + 1 server on the 4 nodes) and FedAvg
+   * with a deadline; their figures in the STRATEGY group */
+  {
+    tandem_sim_job_params_t ps = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r = NULL;
+    tandem_sim_summary_t s = TANDEM_SIM_SUMMARY_INIT;
+    double model_bytes = 61706.0 * 4; /* lenet5's parameters */
+    ps.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_EPOCHS |
+                    TANDEM_SIM_JOB_STRATEGY | TANDEM_SIM_JOB_SERVERS | TANDEM_SIM_JOB_BASELINE;
+    ps.model = lenet;
+    ps.dataset = "fashion-mnist";
+    ps.batch = 64;
+    ps.epochs = 0.1;
+    ps.strategy = TANDEM_STRATEGY_PS;
+    ps.servers = 1;
+    ps.baseline = 0;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_OK, "ps");
+    s.field_mask = TANDEM_SIM_SUMMARY_STRATEGY | TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_JOB |
+                   TANDEM_SIM_SUMMARY_NAMES;
+    CHECK(tandem_sim_result_query(r, &s) == TANDEM_OK, "ps summary");
+    CHECK(s.strategy == TANDEM_STRATEGY_PS && s.workers == 3 && s.servers == 1 && s.busiest_nic_rank == 3 &&
+              fabs(s.busiest_nic_bytes - 3 * model_bytes) < 1.0 && strcmp(s.exchange, "push-pull") == 0 &&
+              s.step_time_s > 0 && strstr(s.note, "time to accuracy") != NULL,
+          "ps: %d workers %d servers, busiest NIC rank %d %.0f bytes, %s", s.workers, s.servers, s.busiest_nic_rank,
+          s.busiest_nic_bytes, s.exchange);
+    tandem_sim_result_destroy(r);
+    r = NULL;
+    ps.field_mask = (ps.field_mask & ~TANDEM_SIM_JOB_SERVERS) | TANDEM_SIM_JOB_CLIENTS |
+                    TANDEM_SIM_JOB_CLIENT_FRACTION | TANDEM_SIM_JOB_ROUND_DEADLINE | TANDEM_SIM_JOB_LOCAL_EPOCHS;
+    ps.strategy = TANDEM_STRATEGY_FEDAVG;
+    ps.clients = 8;
+    ps.client_fraction = 0.5;
+    ps.local_epochs = 1;
+    ps.round_deadline_s = 1000;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_OK, "fedavg");
+    CHECK(tandem_sim_result_query(r, &s) == TANDEM_OK, "fedavg summary");
+    CHECK(s.strategy == TANDEM_STRATEGY_FEDAVG && s.workers == 4 && s.servers == 0 && s.clients_sampled == 4 &&
+              s.clients_counted == 4 && s.clients_dropped == 0 && s.round_time_s == s.step_time_s &&
+              s.round_time_s > 0 && strcmp(s.exchange, "round") == 0,
+          "fedavg: %g sampled %g counted %g dropped, round %g s", s.clients_sampled, s.clients_counted,
+          s.clients_dropped, s.round_time_s);
+    ps.round_deadline_s = s.round_time_s / 4; /* nobody makes it */
+    tandem_sim_result_destroy(r);
+    r = NULL;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_OK, "fedavg with a short deadline");
+    CHECK(tandem_sim_result_query(r, &s) == TANDEM_OK && s.clients_dropped >= 3, "fedavg drops: %g", s.clients_dropped);
+    tandem_sim_result_destroy(r);
   }
 
   tandem_optimizer_destroy(adam);

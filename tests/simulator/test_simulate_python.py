@@ -45,6 +45,18 @@ class SimulatePython(unittest.TestCase):
             ts.simulate("c5.large:2", compression="int3", **kw)
         self.assertIn("int3", cm.exception.message)
 
+    def test_parameter_server_and_fedavg(self):
+        kw = dict(model="lenet5", dataset="fashion-mnist", batch=64, epochs=0.1, baseline=0)
+        ps = ts.simulate("c5.large:4", strategy="ps", servers=1, **kw)
+        self.assertEqual((ps["exchange"], ps["servers"], ps["workers"]), ("push-pull", 1, 3))
+        self.assertEqual(ps["busiest_nic_rank"], 3)
+        self.assertAlmostEqual(ps["busiest_nic_bytes"], 3 * 61706 * 4, delta=1.0)
+        fed = ts.simulate("c5.large:4", strategy="fedavg", clients=8, client_fraction=0.5, round_deadline_s=100,
+                          dirichlet_alpha=0.5, **kw)
+        self.assertEqual(fed["clients_sampled"], 4)
+        self.assertTrue(fed["rounds"])
+        self.assertIn("ignored for timing", fed["note"])
+
     def test_plan_and_trace(self):
         best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)
         self.assertEqual(len(best), 2)

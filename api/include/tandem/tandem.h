@@ -946,6 +946,20 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_BOUNDARIES      (UINT64_C(1) << 23) /* covers boundaries, num_boundaries */
 #define TANDEM_SIM_JOB_COMPRESSION     (UINT64_C(1) << 24)
 #define TANDEM_SIM_JOB_ACCUMULATION    (UINT64_C(1) << 25)
+/* added for the strategies of issue #13 (PS, PS_ASYNC, SSP, ASGD, EASGD, FEDAVG, LOCALSGD; pp = 1): the fields
+ * of tandem_parallel_params_t with the same names and defaults; each has its bit */
+#define TANDEM_SIM_JOB_SERVERS          (UINT64_C(1) << 26)
+#define TANDEM_SIM_JOB_STALENESS        (UINT64_C(1) << 27)
+#define TANDEM_SIM_JOB_TAU              (UINT64_C(1) << 28)
+#define TANDEM_SIM_JOB_ALPHA            (UINT64_C(1) << 29)
+#define TANDEM_SIM_JOB_EASGD_ASYNC      (UINT64_C(1) << 30)
+#define TANDEM_SIM_JOB_CLIENTS          (UINT64_C(1) << 31)
+#define TANDEM_SIM_JOB_DIRICHLET_ALPHA  (UINT64_C(1) << 32)
+#define TANDEM_SIM_JOB_CLIENT_FRACTION  (UINT64_C(1) << 33)
+#define TANDEM_SIM_JOB_LOCAL_EPOCHS     (UINT64_C(1) << 34)
+#define TANDEM_SIM_JOB_ROUND_DEADLINE   (UINT64_C(1) << 35)
+#define TANDEM_SIM_JOB_AVERAGE_EVERY    (UINT64_C(1) << 36)
+#define TANDEM_SIM_JOB_WARMUP_STEPS     (UINT64_C(1) << 37)
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
   const tandem_model_t* model;  /* read during the call; default: mobilenetv2 for the dataset's samples */
@@ -981,6 +995,21 @@ typedef struct tandem_sim_job_params {
   tandem_compression_t compression; /* data-parallel gradients on the wire (half the bytes, plus converting each
                                        bucket before and after its all-reduce); default NONE */
   int32_t accumulation;         /* batches per optimizer step; default 1 */
+  /* added for issue #13; what is timed is the communication pattern, never the update math (simulator/README.md) */
+  int32_t servers;              /* PS, PS_ASYNC, SSP, EASGD with easgd_async: server ranks, the last ones, beside
+                                   dp workers; default 1 */
+  int32_t staleness;            /* SSP: clocks a worker may run ahead of the slowest; default 2 (0: as PS) */
+  int32_t tau;                  /* EASGD: local steps between elastic exchanges; default 4 */
+  double alpha;                 /* EASGD moving rate (update math: not timed); default 0 (0.9 / workers) */
+  int32_t easgd_async;          /* EASGD: push/pull with the servers without a barrier instead of an all-reduce */
+  int32_t clients;              /* FEDAVG: virtual clients (client k on worker k mod workers); 0 (default): one
+                                   per worker */
+  double dirichlet_alpha;       /* FEDAVG: label skew; ignored for timing (clients' shares stay equal) */
+  double client_fraction;       /* FEDAVG: clients sampled per round, in (0, 1]; default 1 */
+  int32_t local_epochs;         /* FEDAVG: epochs over its share a sampled client runs per round; default 1 */
+  double round_deadline_s;      /* FEDAVG: a round closes then with whoever reported; 0 (default): no deadline */
+  int32_t average_every;        /* LOCALSGD: H, steps between parameter averages; default 8 */
+  int32_t warmup_steps;         /* LOCALSGD: DDP steps first; default 0 */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
@@ -992,7 +1021,10 @@ typedef struct tandem_sim_job_params {
 TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* job,
                                            tandem_sim_result_t** out) TANDEM_NOEXCEPT;
 /* Searches DP x PP splits, micro-batches, schedules and all-reduce algorithms for the job on the
- * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored).
+ * cluster (the job's strategy, dp, pp, micro_batches, schedule and algorithm are ignored), and on every device
+ * PS, PS_ASYNC and SSP with 1, 2, 4, ... servers, LOCALSGD and EASGD with each all-reduce, ASGD and FEDAVG with
+ * the job's knobs (staleness, tau, average_every, clients, ...). Candidates compare by time, not time to
+ * accuracy: statistical efficiency is not simulated.
  * [in] top: configurations to keep (>= 1). [out] out: a result whose candidates (fastest fitting first)
  * are read with tandem_sim_result_candidate; its summary is the best candidate's. Threads: any.
  * Returns as tandem_simulate. */
@@ -1009,6 +1041,7 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
 #define TANDEM_SIM_SUMMARY_NAMES    (UINT64_C(1) << 7) /* cluster, model, dataset, allreduce, compute_source,
                                                           bottleneck, scaling_note */
 #define TANDEM_SIM_SUMMARY_SEARCH   (UINT64_C(1) << 8) /* evaluated, fitting, candidates, search_wall_s */
+#define TANDEM_SIM_SUMMARY_STRATEGY (UINT64_C(1) << 9) /* workers .. note (issue #13's strategies) */
 typedef struct tandem_sim_summary {
   uint64_t field_mask;      /* the groups wanted; the library fills only those */
   double step_time_s, epoch_time_s, total_time_s, images_per_sec;
@@ -1038,6 +1071,18 @@ typedef struct tandem_sim_summary {
   double search_wall_s;
   const char* bottleneck;          /* NAMES: what the run spends the most time on, or memory when it does not fit */
   const char* scaling_note;        /* NAMES: why the speedup is super-linear (credits, memory), or "" */
+  /* added for issue #13: STRATEGY */
+  int32_t workers, servers;        /* data-parallel workers [0, workers), servers the last ranks */
+  int32_t window_steps;            /* steps (FEDAVG: rounds) simulated; the figures are their mean */
+  double staleness_wait_s;         /* SSP: over the run, mean over ranks (also part of the split) */
+  double busiest_nic_bytes;        /* per step (round), either direction: pushes, pulls, exchanges, uploads;
+                                      all-reduces: the mean a rank sends */
+  int32_t busiest_nic_rank;        /* -1: none */
+  double round_time_s;             /* FEDAVG: mean round (= step_time_s), and per round: */
+  double clients_sampled, clients_counted, clients_dropped;  /* dropped: past round_deadline_s */
+  const char* exchange;            /* "bucket-allreduce", "push-pull", "param-average", "elastic", "gossip", "round" */
+  const char* busiest_nic;         /* "rank 3 (server 0): 1.2 MB in per step (incast of 3 workers)", or "" */
+  const char* note;                /* what the figures leave out (statistical efficiency), or "" */
 } tandem_sim_summary_t;
 #define TANDEM_SIM_SUMMARY_INIT {0}
 

@@ -28,7 +28,11 @@ class _JobParams(ctypes.Structure):  # tandem_sim_job_params_t (0.2: typed)
                 ("profile", _str), ("profile_network", _i32), ("epoch_time_s", _f64), ("credit_mode", _i32),
                 ("initial_credits", _f64), ("chunk_bytes", _u64), ("trace", _i32), ("baseline", _i32),
                 ("job_json", _str), ("partition", _i32), ("boundaries", P(_i32)), ("num_boundaries", _size),
-                ("compression", _i32), ("accumulation", _i32)]
+                ("compression", _i32), ("accumulation", _i32),
+                # the strategies of issue #13
+                ("servers", _i32), ("staleness", _i32), ("tau", _i32), ("alpha", _f64), ("easgd_async", _i32),
+                ("clients", _i32), ("dirichlet_alpha", _f64), ("client_fraction", _f64), ("local_epochs", _i32),
+                ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32)]
 
 
 class _Summary(ctypes.Structure):  # tandem_sim_summary_t, the 0.1 groups (the later fields are not read here)
@@ -42,7 +46,8 @@ class _Summary(ctypes.Structure):  # tandem_sim_summary_t, the 0.1 groups (the l
 
 # The header's enums by the names `tandem simulate` gives them.
 _ENUMS = {
-    "strategy": {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3},
+    "strategy": {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3, "ps": 4, "ps-async": 5, "ssp": 6, "asgd": 7,
+                 "easgd": 8, "fedavg": 9, "localsgd": 10},
     "schedule": {"gpipe": 0, "1f1b": 1},
     "algorithm": {"auto": 0, "ring": 1, "hd": 2, "tree": 3, "hier": 4, "det": 6},
     "credit_mode": {"preset": 0, "standard": 1, "unlimited": 2},
@@ -60,6 +65,11 @@ _JOB_FIELDS = {
     "chunk_bytes": (18, "chunk_bytes", int), "trace": (19, "trace", int), "baseline": (20, "baseline", int),
     "partition": (22, "partition", "enum"), "compression": (24, "compression", "enum"),
     "accumulation": (25, "accumulation", int),
+    "servers": (26, "servers", int), "staleness": (27, "staleness", int), "tau": (28, "tau", int),
+    "alpha": (29, "alpha", float), "easgd_async": (30, "easgd_async", int), "clients": (31, "clients", int),
+    "dirichlet_alpha": (32, "dirichlet_alpha", float), "client_fraction": (33, "client_fraction", float),
+    "local_epochs": (34, "local_epochs", int), "round_deadline_s": (35, "round_deadline_s", float),
+    "average_every": (36, "average_every", int), "warmup_steps": (37, "warmup_steps", int),
 }
 # Handled apart: the model (a tandem.train.Model, or a zoo name / spec file made into a spec-only one with
 # input, classes and width_mult), the optimizer ("sgd", "momentum", "adam" or a tandem.train.Optimizer), the
@@ -278,7 +288,10 @@ def simulate(cluster, **job):
     """Predicts a job on a cluster. Keywords as `tandem simulate` (model -- a zoo name or a tandem.train.Model --,
     model_file, dataset, batch, epochs, strategy, dp, pp, micro_batches, schedule, algorithm, bucket_mb, overlap,
     optimizer, profile, epoch_time_s, credit_mode, initial_credits, samples, input, classes, width_mult,
-    chunk_bytes, trace, baseline, partition, boundaries, compression, accumulation, job -- a dict or a file)."""
+    chunk_bytes, trace, baseline, partition, boundaries, compression, accumulation, job -- a dict or a file; for
+    strategy ps, ps-async, ssp, asgd, easgd, fedavg, localsgd: servers, staleness, tau, alpha, easgd_async, clients,
+    dirichlet_alpha (not timed), client_fraction, local_epochs, round_deadline_s, average_every, warmup_steps). The
+    result's JSON keys include exchange, servers, staleness_wait_s, busiest_nic and, for fedavg, rounds."""
     c = _cluster(cluster)
     p, keep = _job(job)
     h = _ptr()

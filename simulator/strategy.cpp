@@ -1,0 +1,541 @@
+#include "simulator/strategy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <numeric>
+
+#include "engine/core/error.hpp"
+
+namespace tandem::simulator {
+
+using engine::parallel::Exchange;
+
+namespace {
+
+// Flow tags: kind in the low 2 bits, the worker in the next 22, an index (piece, shard, round) above.
+constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3;
+uint64_t flow_tag(uint64_t kind, int32_t worker, uint64_t index) {
+  return (index << 24) | (static_cast<uint64_t>(worker) << 2) | kind;
+}
+// Event args: kind in the low 2 bits, the rank above (fedavg: the round too, see RoundExecutor).
+constexpr uint64_t kEvWorker = 0, kEvServer = 1, kEvDeadline = 2;
+
+// Compute on a rank: timed at its speed, split into full-speed compute and the throttled excess.
+void account_compute(RankBreakdown& bd, double full_s, double actual_s, double speed) {
+  if (speed == 1.0) {
+    bd.compute_s += actual_s;
+  } else {
+    bd.compute_s += full_s;
+    bd.throttled_s += actual_s - full_s;
+  }
+  bd.cpu_busy_s += actual_s;
+}
+
+// A step's compute before its last backward (forward of every micro-batch, backward of all but the last), the
+// last backward and the local optimizer step.
+double pre_backward_s(const RankSetup& r) {
+  const double f = std::accumulate(r.forward_s.begin(), r.forward_s.end(), 0.0);
+  const double b = std::accumulate(r.backward_s.begin(), r.backward_s.end(), 0.0);
+  return f + b - (r.backward_s.empty() ? 0.0 : r.backward_s.back());
+}
+double step_compute_s(const RankSetup& r) {
+  const double f = std::accumulate(r.forward_s.begin(), r.forward_s.end(), 0.0);
+  const double b = std::accumulate(r.backward_s.begin(), r.backward_s.end(), 0.0);
+  return f + b + r.optimizer_s;
+}
+
+// What both executors share: the setup, the network, and the bytes each rank's flows carried.
+class FlowExecutor : public des::EventHandler, public network::FlowObserver {
+ public:
+  FlowExecutor(const StrategySetup& s, network::Topology& topo, des::Simulator& sim)
+      : s_(s), topo_(topo), net_(topo.network()), sim_(sim) {}
+
+ protected:
+  void flow(int32_t from, int32_t to, double bytes, uint64_t tag) {
+    out_[from] += bytes;
+    in_[to] += bytes;
+    net_.start_flow(topo_.route(from, to), bytes, this, tag);
+  }
+  // The bytes per step (round) of a window of k.
+  void report_bytes(StepResult& r, double k) const {
+    for (size_t i = 0; i < in_.size(); ++i) {
+      r.nic_in_bytes.push_back(in_[i] / k);
+      r.nic_out_bytes.push_back(out_[i] / k);
+    }
+    r.events = sim_.events_processed();
+    r.flows = net_.flows_started();
+  }
+
+  const StrategySetup& s_;
+  network::Topology& topo_;
+  network::Network& net_;
+  des::Simulator& sim_;
+  std::vector<double> in_, out_;
+};
+
+class AsyncExecutor final : public FlowExecutor {
+ public:
+  using FlowExecutor::FlowExecutor;
+  StepResult run();
+  void on_event(uint64_t arg) override;
+  void on_flow_done(uint64_t tag) override;
+
+ private:
+  enum class Phase : uint8_t { kGate, kCompute, kWaitComm, kDone };
+  // What a worker is computing: the step before its last backward, a bucket of the last backward, the local
+  // optimizer step.
+  enum class Work : uint8_t { kPre, kBucket, kOptimizer };
+  struct Worker {
+    int32_t clock = 0;  // steps completed
+    Phase phase = Phase::kCompute;
+    Work work = Work::kPre;
+    int32_t bucket = 0;
+    int32_t pending = 0;  // flows the step still waits for (pulls, the gossip exchange)
+    des::TimeNs wait_since = 0, compute_start = 0, finish = 0;
+    double compute_full_s = 0;
+    RankBreakdown bd;
+  };
+  struct Update {
+    int64_t index;   // piece (push-pull) or shard (elastic)
+    int32_t worker;  // -1: every worker's push of the piece (synchronous)
+  };
+  struct Server {
+    std::deque<Update> queue;
+    bool busy = false;
+    des::TimeNs start = 0;
+    std::vector<int32_t> arrived;  // synchronous: pushes of each piece received for the current step
+    RankBreakdown bd;
+  };
+
+  bool push_pull() const { return s_.sync.exchange == Exchange::kPushPull; }
+  bool synchronous() const { return push_pull() && s_.sync.staleness == 0; }
+  int32_t server_rank(int32_t server) const { return W_ + server; }
+  void begin_step(int32_t w);
+  void compute(int32_t w, Work work, double full_s);
+  void after_backward(int32_t w);
+  void wait_comm(int32_t w);
+  void end_step(int32_t w);
+  void enqueue(int32_t server, Update u);
+  void run_server(int32_t server);
+  double update_s(int32_t server, const Update& u) const;
+
+  int32_t W_ = 1, K_ = 1;
+  double total_elems_ = 1;
+  std::vector<Worker> workers_;
+  std::vector<Server> servers_;
+};
+
+int32_t peer_of(int32_t w, int32_t step, int32_t workers) { return (w + 1 + step % (workers - 1)) % workers; }
+
+StepResult AsyncExecutor::run() {
+  const auto& sync = s_.sync;
+  W_ = sync.workers;
+  K_ = window_steps(s_);
+  const int32_t world = W_ + sync.servers;
+  TANDEM_REQUIRE(static_cast<int32_t>(s_.ranks.size()) == world, "strategy setup: {} ranks for {} workers + {} servers",
+                 s_.ranks.size(), W_, sync.servers);
+  TANDEM_REQUIRE(topo_.endpoints() >= world, "the cluster has {} devices but the job needs {} ranks", topo_.endpoints(),
+                 world);
+  total_elems_ = 0;
+  for (const auto& r : sync.shards) total_elems_ += static_cast<double>(r.size());
+  total_elems_ = std::max(total_elems_, 1.0);
+  workers_.resize(W_);
+  servers_.resize(sync.servers);
+  for (Server& sv : servers_) sv.arrived.assign(sync.pieces.size(), 0);
+  in_.assign(world, 0.0);
+  out_.assign(world, 0.0);
+  for (int32_t w = 0; w < W_; ++w) begin_step(w);
+  sim_.run();
+  StepResult res;
+  res.window_steps = K_;
+  double step = 0;
+  for (int32_t w = 0; w < W_; ++w) {
+    TANDEM_CHECK(workers_[w].phase == Phase::kDone, Status::kInternal,
+                 "simulated {} deadlocked: worker {} stopped at step {}", engine::parallel::exchange_name(sync.exchange),
+                 w, workers_[w].clock);
+    step = std::max(step, des::to_seconds(workers_[w].finish));
+  }
+  const double k = K_;
+  res.step_s = step / k;
+  auto per_step = [&](RankBreakdown b, double finish) {
+    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.staleness_wait_s /= k, b.cpu_busy_s /= k;
+    b.finish_s = finish / k;
+    b.idle_s = std::max(0.0, res.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s - b.staleness_wait_s);
+    return b;
+  };
+  for (int32_t w = 0; w < W_; ++w) res.ranks.push_back(per_step(workers_[w].bd, des::to_seconds(workers_[w].finish)));
+  for (Server& sv : servers_) res.ranks.push_back(per_step(sv.bd, step));
+  report_bytes(res, k);
+  return res;
+}
+
+void AsyncExecutor::begin_step(int32_t w) {
+  Worker& wk = workers_[w];
+  if (wk.clock == K_) {
+    wk.phase = Phase::kDone;
+    wk.finish = sim_.now();
+    return;
+  }
+  if (push_pull() && s_.sync.staleness > 0) {
+    int32_t slowest = K_;
+    for (const Worker& o : workers_) slowest = std::min(slowest, o.clock);
+    if (wk.clock - slowest > s_.sync.staleness) {
+      if (wk.phase != Phase::kGate) wk.wait_since = sim_.now();
+      wk.phase = Phase::kGate;
+      return;
+    }
+  }
+  if (wk.phase == Phase::kGate) wk.bd.staleness_wait_s += des::to_seconds(sim_.now() - wk.wait_since);
+  const RankSetup& rs = s_.ranks[w];
+  // push-pull splits the last backward by bucket (each bucket's pieces go as it completes); the others compute
+  // the whole step before their exchange
+  compute(w, Work::kPre, push_pull() ? pre_backward_s(rs) : step_compute_s(rs) - rs.optimizer_s);
+}
+
+void AsyncExecutor::compute(int32_t w, Work work, double full_s) {
+  Worker& wk = workers_[w];
+  wk.phase = Phase::kCompute;
+  wk.work = work;
+  wk.compute_full_s = full_s;
+  wk.compute_start = sim_.now();
+  sim_.schedule_in(des::ceil_ns(full_s / s_.ranks[w].speed), this, (static_cast<uint64_t>(w) << 2) | kEvWorker);
+}
+
+void AsyncExecutor::on_event(uint64_t arg) {
+  const int32_t i = static_cast<int32_t>(arg >> 2);
+  if ((arg & 3) == kEvServer) {
+    Server& sv = servers_[i];
+    const Update u = sv.queue.front();
+    sv.queue.pop_front();
+    const double actual = des::to_seconds(sim_.now() - sv.start);
+    account_compute(sv.bd, update_s(i, u), actual, s_.ranks[server_rank(i)].speed);
+    sv.busy = false;
+    const int32_t from = server_rank(i);
+    if (push_pull()) {
+      const auto& piece = s_.sync.pieces[static_cast<size_t>(u.index)];
+      const double bytes = 4.0 * static_cast<double>(piece.end - piece.begin);
+      for (int32_t w = 0; w < W_; ++w)
+        if (u.worker < 0 || u.worker == w) flow(from, w, bytes, flow_tag(kPull, w, static_cast<uint64_t>(u.index)));
+    } else {  // elastic: the centre's shard back to its worker
+      const double bytes = 4.0 * static_cast<double>(s_.sync.shards[static_cast<size_t>(u.index)].size());
+      flow(from, u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)));
+    }
+    run_server(i);
+    return;
+  }
+  Worker& wk = workers_[i];
+  const RankSetup& rs = s_.ranks[i];
+  account_compute(wk.bd, wk.compute_full_s, des::to_seconds(sim_.now() - wk.compute_start), rs.speed);
+  switch (wk.work) {
+    case Work::kPre:
+      if (push_pull() && !rs.bucket_backward_s.empty()) {
+        wk.bucket = 0;
+        compute(i, Work::kBucket, rs.bucket_backward_s[0]);
+      } else if (push_pull()) {
+        after_backward(i);
+      } else {
+        compute(i, Work::kOptimizer, rs.optimizer_s);
+      }
+      return;
+    case Work::kBucket: {
+      for (size_t p = 0; p < s_.sync.pieces.size(); ++p) {
+        const auto& piece = s_.sync.pieces[p];
+        if (piece.bucket != wk.bucket) continue;
+        ++wk.pending;  // its pull
+        flow(i, server_rank(piece.server), 4.0 * static_cast<double>(piece.end - piece.begin),
+             flow_tag(kPush, i, p));
+      }
+      if (++wk.bucket < static_cast<int32_t>(rs.bucket_backward_s.size())) {
+        compute(i, Work::kBucket, rs.bucket_backward_s[static_cast<size_t>(wk.bucket)]);
+      } else {
+        after_backward(i);
+      }
+      return;
+    }
+    case Work::kOptimizer: after_backward(i); return;
+  }
+}
+
+// The step's compute is done: start its exchange, if any, and wait for it.
+void AsyncExecutor::after_backward(int32_t w) {
+  Worker& wk = workers_[w];
+  const auto& sync = s_.sync;
+  if (sync.exchange == Exchange::kElastic && (wk.clock + 1) % sync.period == 0) {
+    for (size_t sh = 0; sh < sync.shards.size(); ++sh) {
+      ++wk.pending;
+      flow(w, server_rank(sync.shards[sh].server), 4.0 * static_cast<double>(sync.shards[sh].size()),
+           flow_tag(kPush, w, sh));
+    }
+  } else if (sync.exchange == Exchange::kGossip && W_ > 1) {
+    const int32_t peer = peer_of(w, wk.clock, W_);
+    wk.pending += 2;
+    flow(w, peer, s_.param_bytes, flow_tag(kGossip, w, 0));
+    flow(peer, w, s_.param_bytes, flow_tag(kGossip, w, 1));
+  }
+  wait_comm(w);
+}
+
+void AsyncExecutor::wait_comm(int32_t w) {
+  Worker& wk = workers_[w];
+  if (wk.pending == 0) {
+    end_step(w);
+    return;
+  }
+  wk.phase = Phase::kWaitComm;
+  wk.wait_since = sim_.now();
+}
+
+void AsyncExecutor::end_step(int32_t w) {
+  Worker& wk = workers_[w];
+  ++wk.clock;
+  wk.phase = Phase::kCompute;
+  begin_step(w);
+  // a worker that completes a step may release those held by the staleness bound
+  if (push_pull() && s_.sync.staleness > 0)
+    for (int32_t o = 0; o < W_; ++o)
+      if (workers_[o].phase == Phase::kGate) begin_step(o);
+}
+
+void AsyncExecutor::on_flow_done(uint64_t tag) {
+  const uint64_t kind = tag & 3;
+  const int32_t w = static_cast<int32_t>((tag >> 2) & 0x3fffffu);
+  const int64_t index = static_cast<int64_t>(tag >> 24);
+  if (kind == kPush) {
+    const int32_t server = push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server
+                                       : s_.sync.shards[static_cast<size_t>(index)].server;
+    if (synchronous()) {
+      int32_t& n = servers_[server].arrived[static_cast<size_t>(index)];
+      if (++n < W_) return;
+      n = 0;
+      enqueue(server, {index, -1});
+    } else {
+      enqueue(server, {index, w});
+    }
+    return;
+  }
+  Worker& wk = workers_[w];  // a pull or a gossip exchange of this worker's step
+  if (--wk.pending == 0 && wk.phase == Phase::kWaitComm) {
+    wk.bd.comm_exposed_s += des::to_seconds(sim_.now() - wk.wait_since);
+    end_step(w);
+  }
+}
+
+void AsyncExecutor::enqueue(int32_t server, Update u) {
+  servers_[server].queue.push_back(u);
+  run_server(server);
+}
+
+double AsyncExecutor::update_s(int32_t server, const Update& u) const {
+  const auto& sync = s_.sync;
+  const double elems = push_pull() ? static_cast<double>(sync.pieces[static_cast<size_t>(u.index)].end -
+                                                         sync.pieces[static_cast<size_t>(u.index)].begin)
+                                   : static_cast<double>(sync.shards[static_cast<size_t>(u.index)].size());
+  return s_.ranks[server_rank(server)].optimizer_s * elems / total_elems_;
+}
+
+void AsyncExecutor::run_server(int32_t server) {
+  Server& sv = servers_[server];
+  if (sv.busy || sv.queue.empty()) return;
+  sv.busy = true;
+  sv.start = sim_.now();
+  const double t = update_s(server, sv.queue.front()) / s_.ranks[server_rank(server)].speed;
+  sim_.schedule_in(des::ceil_ns(t), this, (static_cast<uint64_t>(server) << 2) | kEvServer);
+}
+
+// FedAvg rounds (see simulate_rounds). Events and uploads carry their round so that a dropped client's late
+// work is ignored.
+class RoundExecutor final : public FlowExecutor {
+ public:
+  using FlowExecutor::FlowExecutor;
+  StepResult run();
+  void on_event(uint64_t arg) override;
+  void on_flow_done(uint64_t tag) override;
+
+ private:
+  enum class Stage : uint8_t { kClients, kAveraging, kBroadcast };
+  struct Worker {
+    std::deque<int32_t> clients;  // this round's, not yet started
+    bool computing = false;
+    des::TimeNs compute_start = 0;
+    double client_full_s = 0;
+    RankBreakdown bd;
+  };
+  void open_round();
+  void next_client(int32_t w);
+  void uploaded();
+  void close_round();
+  uint64_t event(uint64_t kind, int32_t rank) const {
+    return (static_cast<uint64_t>(round_) << 24) | (static_cast<uint64_t>(rank) << 2) | kind;
+  }
+
+  int32_t W_ = 1, R_ = 1, round_ = 0;
+  Stage stage_ = Stage::kClients;
+  des::TimeNs open_ = 0, closed_ = 0, avg_start_ = 0, avg_end_ = 0;
+  int32_t outstanding_ = 0, counted_ = 0, broadcasts_ = 0;
+  std::vector<Worker> workers_;
+  StepResult res_;
+};
+
+StepResult RoundExecutor::run() {
+  W_ = s_.sync.workers;
+  R_ = window_steps(s_);
+  TANDEM_REQUIRE(static_cast<int32_t>(s_.ranks.size()) == W_, "fedavg setup: {} ranks for {} workers", s_.ranks.size(),
+                 W_);
+  TANDEM_REQUIRE(topo_.endpoints() >= W_, "the cluster has {} devices but the job needs {} ranks", topo_.endpoints(), W_);
+  TANDEM_REQUIRE(s_.clients >= 1 && s_.sampled >= 1 && s_.sampled <= s_.clients,
+                 "fedavg setup: {} sampled of {} clients", s_.sampled, s_.clients);
+  workers_.resize(W_);
+  in_.assign(W_, 0.0);
+  out_.assign(W_, 0.0);
+  open_round();
+  sim_.run();
+  TANDEM_CHECK(round_ == R_, Status::kInternal, "simulated fedavg stopped in round {} of {}", round_, R_);
+  const double total = res_.rounds.back().start_s + res_.rounds.back().time_s;  // later events: dropped work
+  const double k = R_;
+  res_.window_steps = R_;
+  res_.step_s = total / k;
+  for (Worker& wk : workers_) {
+    RankBreakdown b = wk.bd;
+    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.cpu_busy_s /= k;
+    b.finish_s = res_.step_s;
+    b.idle_s = std::max(0.0, res_.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s);
+    res_.ranks.push_back(b);
+  }
+  report_bytes(res_, k);
+  return res_;
+}
+
+void RoundExecutor::open_round() {
+  if (round_ == R_) return;
+  open_ = sim_.now();
+  stage_ = Stage::kClients;
+  outstanding_ = s_.sampled;
+  counted_ = 0;
+  for (int32_t j = 0; j < s_.sampled; ++j) {
+    const int32_t client = static_cast<int32_t>((static_cast<int64_t>(round_) * s_.sampled + j) % s_.clients);
+    workers_[client % W_].clients.push_back(client);
+  }
+  if (s_.deadline_s > 0) sim_.schedule_in(des::ceil_ns(s_.deadline_s), this, event(kEvDeadline, 0));
+  for (int32_t w = 0; w < W_; ++w) next_client(w);
+}
+
+void RoundExecutor::next_client(int32_t w) {
+  Worker& wk = workers_[w];
+  if (wk.clients.empty()) return;
+  wk.clients.pop_front();
+  const RankSetup& rs = s_.ranks[w];
+  wk.computing = true;
+  wk.compute_start = sim_.now();
+  wk.client_full_s = static_cast<double>(s_.client_steps) * step_compute_s(rs);
+  sim_.schedule_in(des::ceil_ns(wk.client_full_s / rs.speed), this, event(kEvWorker, w));
+}
+
+void RoundExecutor::on_event(uint64_t arg) {
+  const auto round = static_cast<int32_t>(arg >> 24);
+  const int32_t rank = static_cast<int32_t>((arg >> 2) & 0x3fffffu);
+  if (round != round_) return;  // a dropped client's work, or the deadline of a round that closed before it
+  switch (arg & 3) {
+    case kEvWorker: {
+      Worker& wk = workers_[rank];
+      if (!wk.computing) return;  // stopped when the round closed
+      wk.computing = false;
+      account_compute(wk.bd, wk.client_full_s, des::to_seconds(sim_.now() - wk.compute_start), s_.ranks[rank].speed);
+      if (rank == 0) {
+        uploaded();  // rank 0's own clients need no upload
+      } else {
+        flow(rank, 0, s_.param_bytes, flow_tag(kUpload, rank, static_cast<uint64_t>(round_)));
+      }
+      if (stage_ == Stage::kClients) next_client(rank);
+      return;
+    }
+    case kEvDeadline:
+      if (stage_ == Stage::kClients) close_round();
+      return;
+    case kEvServer: {  // rank 0 has averaged: broadcast the model
+      account_compute(workers_[0].bd, 0, des::to_seconds(sim_.now() - avg_start_), 1.0);
+      avg_end_ = sim_.now();
+      stage_ = Stage::kBroadcast;
+      broadcasts_ = W_ - 1;
+      for (int32_t w = 1; w < W_; ++w) flow(0, w, s_.param_bytes, flow_tag(kPull, w, static_cast<uint64_t>(round_)));
+      if (broadcasts_ == 0) on_flow_done(flow_tag(kPull, 0, static_cast<uint64_t>(round_)));
+      return;
+    }
+  }
+}
+
+void RoundExecutor::uploaded() {
+  ++counted_;
+  if (--outstanding_ == 0 && stage_ == Stage::kClients) close_round();
+}
+
+void RoundExecutor::close_round() {
+  stage_ = Stage::kAveraging;
+  closed_ = sim_.now();
+  // stragglers stop: their compute up to now counts, the rest of their clients is dropped
+  for (int32_t w = 0; w < W_; ++w) {
+    Worker& wk = workers_[w];
+    wk.clients.clear();
+    if (wk.computing) {
+      wk.computing = false;
+      const double actual = des::to_seconds(sim_.now() - wk.compute_start);
+      account_compute(wk.bd, actual * s_.ranks[w].speed, actual, s_.ranks[w].speed);
+    }
+  }
+  const RankSetup& r0 = s_.ranks[0];
+  const double avg = r0.local_bytes_per_s > 0 ? counted_ * s_.param_bytes / r0.local_bytes_per_s / r0.speed : 0.0;
+  avg_start_ = sim_.now();
+  sim_.schedule_in(des::ceil_ns(avg), this, event(kEvServer, 0));
+}
+
+void RoundExecutor::on_flow_done(uint64_t tag) {
+  const auto round = static_cast<int32_t>(tag >> 24);
+  if (round != round_) return;  // a dropped client's upload arriving late
+  if ((tag & 3) == kUpload) {
+    if (stage_ == Stage::kClients) uploaded();
+    return;
+  }
+  if (--broadcasts_ > 0) return;
+  // every worker has the average: the round is over
+  const des::TimeNs now = sim_.now();
+  // waiting for the average: the others from the close, rank 0 after its averaging
+  for (int32_t w = 0; w < W_; ++w) workers_[w].bd.comm_exposed_s += des::to_seconds(now - (w == 0 ? avg_end_ : closed_));
+  RoundReport rr;
+  rr.start_s = des::to_seconds(open_);
+  rr.time_s = des::to_seconds(now - open_);
+  rr.sampled = s_.sampled;
+  rr.counted = counted_;
+  rr.dropped = s_.sampled - counted_;
+  res_.rounds.push_back(rr);
+  ++round_;
+  open_round();
+}
+
+}  // namespace
+
+int32_t window_steps(const StrategySetup& s) {
+  if (s.steps > 0) return s.steps;
+  switch (s.sync.exchange) {
+    case Exchange::kPushPull: return s.sync.staleness == 0 ? 4 : 16 + 2 * std::max(0, s.sync.staleness);
+    case Exchange::kElastic: return 4 * std::max(1, s.sync.period);
+    case Exchange::kGossip: return 16;
+    case Exchange::kRound: {
+      const int32_t cover = (s.clients + s.sampled - 1) / std::max(1, s.sampled);
+      return std::clamp(cover, 1, 16);
+    }
+    default: return 1;
+  }
+}
+
+StepResult simulate_async_steps(const StrategySetup& setup, network::Topology& topology, des::Simulator& sim) {
+  AsyncExecutor ex(setup, topology, sim);
+  return ex.run();
+}
+
+StepResult simulate_rounds(const StrategySetup& setup, network::Topology& topology, des::Simulator& sim) {
+  RoundExecutor ex(setup, topology, sim);
+  return ex.run();
+}
+
+}  // namespace tandem::simulator

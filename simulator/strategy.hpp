@@ -1,0 +1,60 @@
+#pragma once
+// The strategies of issue #13 on a modelled cluster, from the compiled job's SyncProgram
+// (engine/parallel/job.hpp): what is timed is the communication pattern, never the update math.
+//
+//   push-pull (ps, ps-async, ssp)  every step a worker computes; as backward completes bucket b it pushes each
+//       piece (bucket, server) to that server (worker -> server flows: a server's NIC sees the incast of every
+//       worker, an uneven shard shows). staleness 0 (ps): a server applies the optimizer to a piece once every
+//       worker's push of the step is in, then every worker pulls the piece back; a worker's next step waits for
+//       its pulls. Otherwise (ps-async, ssp) each push is applied on arrival (a server's updates run one at a
+//       time) and pulled back by its worker alone; ssp: a worker does not start step c while c - (the slowest
+//       worker's clock) > staleness (the wait is reported as staleness_wait_s).
+//   elastic with servers (asynchronous easgd)  local steps (compute + local optimizer); every `period` steps a
+//       worker pushes its whole parameter shards to their servers and pulls the centre back, without a barrier.
+//   gossip (asgd)  local steps; after each, a worker exchanges its full parameters with one peer (step c:
+//       worker w with (w + 1 + c mod (W - 1)) mod W): its parameters to the peer and the peer's back, served by
+//       the peer's communication thread (never waiting for the peer's compute); no global barrier.
+//   round (fedavg)  see simulate_rounds.
+// A server's update of a piece (or shard) takes its node's optimizer time for the whole model scaled by the
+// piece's share of the parameters.
+#include <cstdint>
+#include <vector>
+
+#include "engine/parallel/job.hpp"
+#include "simulator/network/topology.hpp"
+#include "simulator/step.hpp"
+
+namespace tandem::simulator {
+
+struct StrategySetup {
+  engine::parallel::SyncProgram sync;  // the compiled job's
+  // workers [0, sync.workers) then servers; a worker's micro-batch times, bucket split and local optimizer step
+  // as for DDP; a server's optimizer_s is one update of the whole model on its node (at full speed)
+  std::vector<RankSetup> ranks;
+  double param_bytes = 0;  // the model's f32 parameters
+  int32_t steps = 0;       // steps (rounds) to simulate; 0: chosen from the exchange (window_steps)
+  // fedavg: virtual clients (client k lives on worker k mod W), sampled per round, the optimizer steps one
+  // client runs per round (local_epochs over its share of the data), and the round deadline (0: none)
+  int32_t clients = 0, sampled = 0;
+  int64_t client_steps = 0;
+  double deadline_s = 0;
+};
+
+// Steps (rounds) a setup's window simulates when `steps` is 0.
+int32_t window_steps(const StrategySetup& setup);
+
+// Simulates a window of steps of a push-pull, asynchronous elastic or gossip program on `topology` (fresh
+// network and simulator); every figure of the result is the mean per step. Step time is the slowest worker's
+// mean (each worker goes through its own shard of an epoch, as the runtime's sampler splits it), so faster
+// workers of an asynchronous program end the window with idle time.
+StepResult simulate_async_steps(const StrategySetup& setup, network::Topology& topology, des::Simulator& sim);
+
+// FedAvg rounds: a round opens on rank 0; each worker runs its sampled clients one after the other (each
+// client_steps optimizer steps of a step's compute) and uploads each client's model to rank 0 as it finishes
+// (incast); the round closes when every upload is in, or at the deadline with whoever reported (the others are
+// dropped and their workers stop); rank 0 averages (a pass over the parameters per counted client at memory
+// bandwidth) and broadcasts the model to the other workers; the next round opens when they all have it.
+// Round r samples clients (r * sampled + j) mod clients, j < sampled, so the window visits every client.
+StepResult simulate_rounds(const StrategySetup& setup, network::Topology& topology, des::Simulator& sim);
+
+}  // namespace tandem::simulator

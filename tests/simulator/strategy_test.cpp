@@ -1,0 +1,369 @@
+// The strategies of issue #13 (simulator/strategy.hpp): parameter servers (sync, async, bounded staleness),
+// local SGD, EASGD, gossip and FedAvg, checked against closed forms on a star of known rates.
+#include <algorithm>
+#include <cmath>
+
+#include <boost/test/unit_test.hpp>
+
+#include "engine/core/error.hpp"
+#include "simulator/simulate.hpp"
+#include "simulator/strategy.hpp"
+
+using namespace tandem::simulator;
+using namespace tandem::engine;
+namespace tt = boost::test_tools;
+
+namespace {
+
+constexpr double kNic = 1e8;  // bytes/s each way, no latency
+
+// A push-pull program: `workers` workers, `servers` servers, one bucket of `params` elements cut along the
+// balanced shards (as compile_job cuts it).
+StrategySetup push_pull(int32_t workers, int32_t servers, int64_t params, int32_t staleness) {
+  StrategySetup s;
+  s.sync.exchange = parallel::Exchange::kPushPull;
+  s.sync.workers = workers;
+  s.sync.servers = servers;
+  s.sync.staleness = staleness;
+  s.sync.shards = parallel::shard_key_ranges(params, servers);
+  for (const parallel::KeyRange& r : s.sync.shards) s.sync.pieces.push_back({0, r.server, r.begin, r.end});
+  s.param_bytes = 4.0 * static_cast<double>(params);
+  for (int32_t r = 0; r < workers + servers; ++r) {
+    RankSetup rs;
+    rs.forward_s = {0};
+    rs.backward_s = {0};
+    rs.bucket_backward_s = {0};
+    s.ranks.push_back(rs);
+  }
+  return s;
+}
+
+StepResult run_on_star(const StrategySetup& s, int32_t hosts) {
+  std::vector<network::HostNet> h(static_cast<size_t>(hosts));
+  for (auto& x : h) x.nic_bytes_per_s = kNic;
+  des::Simulator sim;
+  network::Network net(sim);
+  network::Topology topo(network::TopologySpec{}, h, net);
+  return s.sync.exchange == parallel::Exchange::kRound ? simulate_rounds(s, topo, sim) : simulate_async_steps(s, topo, sim);
+}
+
+// Workers' compute per step: forward t/3, backward 2t/3 (one bucket).
+void set_compute(StrategySetup& s, int32_t rank, double t) {
+  RankSetup& r = s.ranks[static_cast<size_t>(rank)];
+  r.forward_s = {t / 3};
+  r.backward_s = {2 * t / 3};
+  r.bucket_backward_s = {2 * t / 3};
+}
+
+// A cluster of identical c5.large nodes (one slower by `slow` in compute) with known NICs and no latency; memory
+// so fast that local reductions and optimizer passes are negligible against the network.
+ClusterSpec star(int32_t count, double slow_peak_factor = 1) {
+  nlohmann::json nodes = nlohmann::json::array();
+  nlohmann::json fast = {{"preset", "c5.large"}, {"count", slow_peak_factor == 1 ? count : count - 1}, {"nic_gbps", 0.8},
+                         {"nic_latency_us", 0}, {"mem_gbps", 1e6}, {"kernel_overhead_us", 0}};
+  nodes.push_back(fast);
+  if (slow_peak_factor != 1) {
+    nlohmann::json slow = fast;
+    slow["count"] = 1;
+    slow["peak_gflops"] = find_preset("c5.large").peak_flops / 1e9 * slow_peak_factor;
+    nodes.push_back(slow);
+  }
+  return cluster_from_json({{"nodes", nodes}});
+}
+
+JobSpec lenet(Strategy s) {
+  JobSpec j;
+  j.model = "lenet5";
+  j.dataset = "fashion-mnist";
+  j.batch = 32;
+  j.epochs = 0.1;
+  j.strategy = s;
+  j.bucket_mb = 1000;  // one bucket
+  return j;
+}
+
+double model_bytes(const SimResult& r) { return r.job->stages.front().memory.param_bytes; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(strategies)
+
+// (a) Synchronous PS: every worker pushes its piece of a server's shard through that server's NIC (incast), then
+// pulls it back the same way: 2 x workers x shard bytes / NIC rate. Two servers halve it.
+BOOST_AUTO_TEST_CASE(sync_ps_incast_is_workers_times_shard_over_the_server_nic) {
+  const int32_t W = 4;
+  const int64_t P = 1000000;
+  double one = 0;
+  for (int32_t S : {1, 2}) {
+    const StepResult r = run_on_star(push_pull(W, S, P, 0), W + S);
+    const double shard = 4.0 * static_cast<double>(P) / S;
+    BOOST_TEST(r.step_s == 2 * W * shard / kNic, tt::tolerance(0.01));
+    for (int32_t w = 0; w < W; ++w) BOOST_TEST(r.ranks[static_cast<size_t>(w)].comm_exposed_s == r.step_s, tt::tolerance(0.01));
+    for (int32_t s = 0; s < S; ++s) {
+      BOOST_TEST(r.nic_in_bytes[static_cast<size_t>(W + s)] == W * shard, tt::tolerance(1e-9));
+      BOOST_TEST(r.nic_out_bytes[static_cast<size_t>(W + s)] == W * shard, tt::tolerance(1e-9));
+    }
+    if (S == 1) one = r.step_s;
+    else BOOST_TEST(r.step_s == one / 2, tt::tolerance(0.01));
+  }
+  // shard imbalance shows: a server holding 3/4 of the parameters sets the time
+  StrategySetup uneven = push_pull(W, 2, P, 0);
+  uneven.sync.shards = {{0, 0, 3 * P / 4}, {1, 3 * P / 4, P}};
+  uneven.sync.pieces = {{0, 0, 0, 3 * P / 4}, {0, 1, 3 * P / 4, P}};
+  BOOST_TEST(run_on_star(uneven, W + 2).step_s == 2 * W * 3.0 * P / kNic, tt::tolerance(0.01));
+}
+
+// The servers' optimizer runs once per piece per step (synchronous) after every push, in series with the pulls.
+BOOST_AUTO_TEST_CASE(sync_ps_server_update_sits_between_push_and_pull) {
+  StrategySetup s = push_pull(2, 1, 1000000, 0);
+  s.ranks[2].optimizer_s = 0.05;
+  const StepResult r = run_on_star(s, 3);
+  BOOST_TEST(r.step_s == 2 * 2 * 4e6 / kNic + 0.05, tt::tolerance(0.01));
+  BOOST_TEST(r.ranks[2].compute_s == 0.05, tt::tolerance(1e-6));
+}
+
+// (c) SSP with one worker 2x slower and staleness S: a fast worker may start step c once the slow one has
+// finished c - S steps; its waits follow start_c = max(end_{c-1}, 2t (c - S)). S = 0 is synchronous: ps.
+// ps-async: the fast workers never wait for the slow one.
+BOOST_AUTO_TEST_CASE(ssp_waits_match_the_closed_form) {
+  const double t = 0.01;
+  const int32_t K = 24;
+  for (int32_t S : {1, 2, 4}) {
+    StrategySetup s = push_pull(3, 1, 10, S);
+    s.steps = K;
+    set_compute(s, 0, t);
+    set_compute(s, 1, t);
+    set_compute(s, 2, 2 * t);
+    const StepResult r = run_on_star(s, 4);
+    double end = 0, wait = 0;
+    for (int32_t c = 0; c < K; ++c) {
+      const double start = std::max(end, 2 * t * (c - S));
+      wait += start - end;
+      end = start + t;
+    }
+    BOOST_TEST(r.ranks[0].staleness_wait_s * K == wait, tt::tolerance(0.01));
+    BOOST_TEST(r.ranks[1].staleness_wait_s * K == wait, tt::tolerance(0.01));
+    BOOST_TEST(r.ranks[2].staleness_wait_s == 0.0);
+    BOOST_TEST(r.step_s == 2 * t, tt::tolerance(0.01));  // the slow worker sets the pace
+  }
+  // asynchronous: each fast worker runs at its own speed
+  StrategySetup a = push_pull(3, 1, 10, -1);
+  set_compute(a, 0, t);
+  set_compute(a, 1, t);
+  set_compute(a, 2, 2 * t);
+  const StepResult r = run_on_star(a, 4);
+  BOOST_TEST(r.ranks[0].finish_s == t, tt::tolerance(0.01));
+  BOOST_TEST(r.ranks[0].staleness_wait_s == 0.0);
+  BOOST_TEST(r.ranks[0].comm_exposed_s < 0.01 * t);
+  BOOST_TEST(r.ranks[2].finish_s == 2 * t, tt::tolerance(0.01));
+  // synchronous (staleness 0): everyone waits for the slow worker, the wait counted as exposed communication
+  StrategySetup y = a;
+  y.sync.staleness = 0;
+  const StepResult q = run_on_star(y, 4);
+  BOOST_TEST(q.ranks[0].comm_exposed_s == t, tt::tolerance(0.01));
+  BOOST_TEST(q.step_s == 2 * t, tt::tolerance(0.01));
+}
+
+// End to end: ssp with staleness 0 compiles to ps's program and times the same; with one node at half speed
+// ssp reports staleness waits and ps-async none.
+BOOST_AUTO_TEST_CASE(ssp_zero_is_ps_end_to_end) {
+  const ClusterSpec c = star(4, 0.5);
+  JobSpec ps = lenet(Strategy::kPs), ssp = lenet(Strategy::kSsp), async = lenet(Strategy::kPsAsync);
+  ssp.staleness = 0;
+  const SimResult a = simulate(c, ps, {.baseline = false}), b = simulate(c, ssp, {.baseline = false});
+  BOOST_TEST(a.step_time_s == b.step_time_s);
+  BOOST_TEST(a.comm_exposed_s == b.comm_exposed_s);
+  // the slow node hosts the server (the last rank): make a worker slow instead
+  nlohmann::json j = {{"nodes", {{{"preset", "c5.large"}, {"count", 1}, {"peak_gflops", 5}, {"nic_gbps", 0.8}},
+                                 {{"preset", "c5.large"}, {"count", 3}, {"nic_gbps", 0.8}}}}};
+  const ClusterSpec slow_first = cluster_from_json(j);
+  ssp.staleness = 1;
+  const SimResult s1 = simulate(slow_first, ssp, {.baseline = false});
+  BOOST_TEST(s1.staleness_wait_s > 0);
+  BOOST_TEST(s1.rank_step[1].staleness_wait_s > 0);
+  BOOST_TEST(s1.rank_step[0].staleness_wait_s == 0.0);
+  BOOST_TEST(s1.to_json()["step_ranks"][1]["staleness_wait_s"].get<double>() > 0);
+  const SimResult as = simulate(slow_first, async, {.baseline = false});
+  BOOST_TEST(as.staleness_wait_s == 0.0);
+  BOOST_TEST(as.rank_step[1].finish_s < as.rank_step[0].finish_s);
+}
+
+// (b) Local SGD with period H: the parameters are all-reduced once per H steps, so the mean step is
+// compute + allreduce / H; one step of `single` gives the compute, H = 1 the all-reduce (a ring of 2(n-1)/n of
+// the model through each NIC). Warmup steps of DDP mix in by their share of the run.
+BOOST_AUTO_TEST_CASE(localsgd_all_reduces_once_per_period) {
+  const int32_t n = 4;
+  const ClusterSpec c = star(n);
+  JobSpec single = lenet(Strategy::kSingle);
+  const double compute = simulate(c, single, {.baseline = false}).step_time_s;
+  JobSpec j = lenet(Strategy::kLocalSgd);
+  j.algorithm = comm::Algorithm::kRing;
+  j.average_every = 1;
+  const SimResult h1 = simulate(c, j, {.baseline = false});
+  const double allreduce = h1.step_time_s - compute;
+  BOOST_TEST(allreduce == 2.0 * (n - 1) / n * model_bytes(h1) / kNic, tt::tolerance(0.02));
+  for (int32_t H : {2, 8}) {
+    j.average_every = H;
+    const SimResult r = simulate(c, j, {.baseline = false});
+    BOOST_TEST(r.step_time_s == compute + allreduce / H, tt::tolerance(1e-3));
+    BOOST_TEST(r.window_steps == H);
+    BOOST_TEST(r.exchange == "param-average");
+  }
+  // easgd (synchronous) is the same pattern every tau steps, plus its elastic update
+  JobSpec e = lenet(Strategy::kEasgd);
+  e.algorithm = comm::Algorithm::kRing;
+  e.tau = 8;
+  const SimResult es = simulate(c, e, {.baseline = false});
+  BOOST_TEST(es.step_time_s >= (compute + allreduce / 8) * (1 - 1e-5));  // (nanosecond rounding)
+  BOOST_TEST(es.step_time_s < compute + allreduce / 4);
+  // post-local SGD: half the run's steps are DDP steps
+  j.average_every = 8;
+  const SimResult local = simulate(c, j, {.baseline = false});
+  JobSpec ddp = lenet(Strategy::kDdp);
+  ddp.algorithm = comm::Algorithm::kRing;
+  const SimResult d = simulate(c, ddp, {.baseline = false});
+  j.warmup_steps = static_cast<int32_t>(local.total_steps / 2);
+  const SimResult post = simulate(c, j, {.baseline = false});
+  const double share = j.warmup_steps / local.total_steps;
+  BOOST_TEST(post.step_time_s == share * d.step_time_s + (1 - share) * local.step_time_s, tt::tolerance(1e-6));
+}
+
+// (d) FedAvg: a client slower than the deadline is dropped and the round closes at the deadline, then the
+// model is broadcast: deadline + model / NIC. Without a deadline the round waits for the slow client.
+BOOST_AUTO_TEST_CASE(fedavg_deadline_drops_the_straggler) {
+  StrategySetup s;
+  s.sync.exchange = parallel::Exchange::kRound;
+  s.sync.workers = 2;
+  s.param_bytes = 1e6;
+  s.clients = s.sampled = 2;
+  s.client_steps = 1;
+  s.steps = 3;
+  s.ranks.resize(2);
+  for (auto& r : s.ranks) r.forward_s = {0}, r.backward_s = {0};
+  s.ranks[0].optimizer_s = 1.0;
+  s.ranks[1].optimizer_s = 3.0;  // the straggler
+  s.deadline_s = 2.0;
+  const StepResult r = run_on_star(s, 2);
+  BOOST_TEST(r.rounds.size() == 3u);
+  for (const RoundReport& rr : r.rounds) {
+    BOOST_TEST(rr.time_s == 2.0 + 1e6 / kNic, tt::tolerance(1e-6));
+    BOOST_TEST(rr.counted == 1);
+    BOOST_TEST(rr.dropped == 1);
+  }
+  BOOST_TEST(r.step_s == 2.0 + 1e6 / kNic, tt::tolerance(1e-6));
+  s.deadline_s = 0;
+  const StepResult all = run_on_star(s, 2);
+  BOOST_TEST(all.step_s == 3.0 + 2 * 1e6 / kNic, tt::tolerance(1e-6));  // upload, then broadcast
+  BOOST_TEST(all.rounds.front().dropped == 0);
+  // client sampling: 4 virtual clients on 2 workers, half sampled per round, each round visits two of them
+  s.clients = 4;
+  s.sampled = 2;
+  s.steps = 0;
+  s.ranks[1].optimizer_s = 1.0;
+  const StepResult sampled = run_on_star(s, 2);
+  BOOST_TEST(sampled.rounds.size() == 2u);
+  BOOST_TEST(sampled.step_s == 1.0 + 2 * 1e6 / kNic, tt::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(fedavg_end_to_end_reports_rounds) {
+  nlohmann::json j = {{"nodes", {{{"preset", "c5.large"}, {"count", 3}}, {{"preset", "c5.large"}, {"count", 1}, {"peak_gflops", 2}}}}};
+  const ClusterSpec c = cluster_from_json(j);
+  JobSpec f = lenet(Strategy::kFedAvg);
+  f.epochs = 1;
+  const SimResult all = simulate(c, f, {.baseline = false});
+  BOOST_TEST(all.clients_dropped == 0.0);
+  BOOST_TEST(all.clients_counted == 4.0);
+  f.round_deadline_s = all.round_time_s * 0.8;  // the slow node's client misses it
+  const SimResult r = simulate(c, f, {.baseline = false});
+  BOOST_TEST(r.clients_dropped == 1.0);
+  BOOST_TEST(r.clients_counted == 3.0);
+  BOOST_TEST(r.round_time_s < all.round_time_s);
+  BOOST_TEST(r.round_time_s > f.round_deadline_s);
+  BOOST_TEST(r.total_steps == 1.0);  // one round passes over every client's data once
+  const nlohmann::json out = r.to_json();
+  BOOST_TEST(out["rounds"].size() == r.rounds.size());
+  BOOST_TEST(out["clients_dropped"].get<double>() == 1.0);
+  BOOST_TEST(out["note"].get<std::string>().find("time to accuracy") != std::string::npos);
+  f.dirichlet_alpha = 0.5;
+  BOOST_TEST(simulate(c, f, {.baseline = false}).note.find("ignored for timing") != std::string::npos);
+}
+
+// (e) As the papers compare them: a PS with one server moves workers x model bytes through the server's NIC
+// (each way) per step, a ring all-reduce 2(n - 1)/n x model through every NIC.
+BOOST_AUTO_TEST_CASE(ps_and_ring_bytes_through_the_busiest_nic) {
+  const int32_t n = 4;
+  const ClusterSpec c = star(n);
+  const SimResult ps = simulate(c, lenet(Strategy::kPs), {.baseline = false});
+  JobSpec ring = lenet(Strategy::kDdp);
+  ring.algorithm = comm::Algorithm::kRing;
+  const SimResult ar = simulate(c, ring, {.baseline = false});
+  const double model = model_bytes(ps);
+  BOOST_TEST(ps.workers == n - 1);
+  BOOST_TEST(ps.servers == 1);
+  BOOST_TEST(ps.busiest_nic_rank == n - 1);
+  BOOST_TEST(ps.busiest_nic_bytes == (n - 1) * model, tt::tolerance(1e-9));
+  BOOST_TEST(ar.busiest_nic_bytes == 2.0 * (n - 1) / n * model, tt::tolerance(1e-3));
+  BOOST_TEST(ps.busiest_nic.find("server 0") != std::string::npos, ps.busiest_nic);
+  BOOST_TEST(ps.bottleneck.find("server NIC incast") != std::string::npos, ps.bottleneck);
+  // memory: the server holds its shard and the optimizer state, workers no optimizer state
+  const auto& sync = ps.job->sync;
+  BOOST_TEST(sync.worker_memory.optimizer_bytes == 0.0);
+  BOOST_TEST(sync.server_memory.at(0).param_bytes == model);
+  BOOST_TEST(sync.server_memory.at(0).optimizer_bytes == model);  // momentum: 4 bytes per parameter
+  const SimResult ps2 = simulate(cluster_from_json({{"nodes", {{{"preset", "c5.large"}, {"count", 5}, {"nic_gbps", 0.8},
+                                                                {"nic_latency_us", 0}, {"mem_gbps", 1e6}}}}}),
+                                 [] {
+                                   JobSpec j = lenet(Strategy::kPs);
+                                   j.servers = 2;
+                                   return j;
+                                 }(),
+                                 {.baseline = false});
+  BOOST_TEST(ps2.busiest_nic_bytes == 3 * model / 2, tt::tolerance(1e-3));
+}
+
+BOOST_AUTO_TEST_CASE(gossip_and_async_easgd_run_without_a_barrier) {
+  const ClusterSpec c = star(4, 0.5);
+  const SimResult g = simulate(c, lenet(Strategy::kAsgd), {.baseline = false});
+  BOOST_TEST(g.exchange == "gossip");
+  BOOST_TEST(g.busiest_nic_bytes == 2 * model_bytes(g), tt::tolerance(1e-6));  // its own exchange and a peer's
+  BOOST_TEST(g.staleness_wait_s == 0.0);
+  JobSpec e = lenet(Strategy::kEasgd);
+  e.easgd_async = true;
+  e.tau = 4;
+  const SimResult ea = simulate(c, e, {.baseline = false});
+  BOOST_TEST(ea.exchange == "elastic");
+  BOOST_TEST(ea.servers == 1);
+  BOOST_TEST(ea.window_steps == 16);
+  // the server NIC takes one whole shard per worker every tau steps
+  BOOST_TEST(ea.busiest_nic_bytes == 3 * model_bytes(ea) / 4, tt::tolerance(1e-6));
+  BOOST_TEST(ea.job->sync.server_memory.at(0).optimizer_bytes == 0.0);  // the centre only
+}
+
+BOOST_AUTO_TEST_CASE(job_json_takes_the_strategy_fields) {
+  const JobSpec j = parse_job_text(R"({"strategy": "ssp", "servers": 2, "staleness": 3, "tau": 5, "alpha": 0.1,
+      "easgd_async": true, "clients": 8, "dirichlet_alpha": 0.5, "client_fraction": 0.25, "local_epochs": 2,
+      "round_deadline_s": 10, "average_every": 4, "warmup_steps": 100})");
+  BOOST_TEST((j.strategy == Strategy::kSsp));
+  BOOST_TEST(j.servers == 2);
+  BOOST_TEST(j.staleness == 3);
+  BOOST_TEST(j.tau == 5);
+  BOOST_TEST(j.easgd_async);
+  BOOST_TEST(j.clients == 8);
+  BOOST_TEST(j.client_fraction == 0.25);
+  BOOST_TEST(j.local_epochs == 2);
+  BOOST_TEST(j.round_deadline_s == 10.0);
+  BOOST_TEST(j.average_every == 4);
+  BOOST_TEST(j.warmup_steps == 100);
+  try {
+    simulate(parse_cluster("c5.large:2"), [] {
+      JobSpec p = lenet(Strategy::kPs);
+      p.servers = 2;
+      return p;
+    }());
+    BOOST_ERROR("two servers and no worker were accepted");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find("server") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
