@@ -44,12 +44,23 @@ int check_command_line(CLI::App& app, std::vector<std::string>& args) {
                  tandem::did_you_mean(args[1], names).c_str(), list.c_str());
     return 2;
   }
+  // Nested commands (`bench allreduce`): the options to check are the innermost one's.
+  size_t first = 2;
+  std::string path = args[1];
+  for (; first < args.size(); ++first) {
+    CLI::App* inner = nullptr;
+    for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; }))
+      if (s->get_name() == args[first]) inner = s;
+    if (inner == nullptr) break;
+    sub = inner;
+    path += " " + args[first];
+  }
   const bool launch = args[1] == "launch";
   const bool has_dashes = std::find(args.begin(), args.end(), "--") != args.end();
   std::vector<std::string> longs;
   for (const CLI::Option* opt : sub->get_options())
     for (const std::string& l : opt->get_lnames()) longs.push_back("--" + l);
-  for (size_t i = 2; i < args.size(); ++i) {
+  for (size_t i = first; i < args.size(); ++i) {
     std::string& a = args[i];
     if (a == "--") break;
     if (launch && a == "-np") a = "-n";  // mpirun's spelling
@@ -61,8 +72,8 @@ int check_command_line(CLI::App& app, std::vector<std::string>& args) {
                    "tandem launch -n N -- PROGRAM ARGS...\n", name.c_str());
       return 2;
     }
-    std::fprintf(stderr, "tandem %s: unknown option '%s'%s (tandem %s --help)\n", args[1].c_str(), name.c_str(),
-                 tandem::did_you_mean(name, longs).c_str(), args[1].c_str());
+    std::fprintf(stderr, "tandem %s: unknown option '%s'%s (tandem %s --help)\n", path.c_str(), name.c_str(),
+                 tandem::did_you_mean(name, longs).c_str(), path.c_str());
     return 2;
   }
   return -1;
