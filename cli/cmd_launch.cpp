@@ -2,9 +2,15 @@
 // library calls needed). Each rank gets TANDEM_RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/
 // MASTER_ADDR/MASTER_PORT (and torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT) and a fresh random TANDEM_SECRET; its stdout/stderr lines come out
-// prefixed "[rank i] ". The first rank to fail decides the exit status (its code, or 128+signal)
-// and the others are stopped (SIGTERM, then SIGKILL after --grace-ms). SIGINT/SIGTERM/SIGHUP are
-// forwarded. Every rank runs in its own process group, and the launcher kills and reaps all of it.
+// prefixed "[rank i] ".
+// Ranks on other machines (--hosts h1:2,h2:2 over --ssh-cmd, or --host-exec WRAPPER) get a small
+// sh script instead of an environment: it reads the secret from stdin (never on a command line, so
+// never in `ps`), then runs the command under `env` with every variable spelled out, so nothing
+// depends on ssh or a wrapper forwarding the environment. The same stdin stays open as a lifeline:
+// when the launcher (or its ssh) goes away, the remote side sees EOF and stops its rank.
+// The first rank to fail decides the exit status (its code, or 128+signal) and the others are
+// stopped (SIGTERM, then SIGKILL after --grace-ms). SIGINT/SIGTERM/SIGHUP are forwarded. Every
+// rank runs in its own process group, and the launcher kills and reaps all of it.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -45,6 +51,9 @@ struct LaunchOptions {
   int port = 0;
   std::string master_addr;
   std::string host_exec;
+  std::string hosts;                    // "h1:2,h2:2": ranks over ssh, filled host by host
+  std::string ssh_cmd = "ssh -o BatchMode=yes";  // run as: SSH_CMD... HOST SCRIPT
+  std::vector<std::string> env_names;   // --env NAME[=VALUE]: more variables for remote ranks
   int64_t grace_ms = 3000;
   bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
   std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
@@ -131,6 +140,74 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
+// One word for sh: single-quoted, a ' inside as '\''.
+std::string sh_quote(const std::string& s) { return "'" + replace_all(s, "'", "'\\''") + "'"; }
+
+// What a rank placed by ssh or --host-exec runs (under `sh -c`). fd 3 keeps the launcher's pipe: an
+// asynchronous command's stdin is /dev/null in a shell without job control, so the watcher takes it from 3.
+std::string remote_script(const std::vector<std::string>& env, const std::vector<std::string>& command,
+                          const std::string& cwd) {
+  std::string s =
+      "IFS= read -r TANDEM_SECRET || { echo 'tandem launch: no job secret on stdin' >&2; exit 97; }; "
+      "export TANDEM_SECRET; exec 3<&0; ";
+  if (!cwd.empty()) {
+    s += "cd " + sh_quote(cwd) + " 2>/dev/null || echo \"tandem launch: $(hostname): no directory \"" +
+         sh_quote(cwd) + "\"; running in $PWD\" >&2; ";
+  }
+  s += "env";
+  for (const auto& e : env) s += " " + sh_quote(e);
+  for (const auto& w : command) s += " " + sh_quote(w);
+  s += " </dev/null 3<&- & p=$!; "
+       "( cat >/dev/null; kill -TERM $p ) <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
+       "wait $p; rc=$?; kill $w 2>/dev/null; exit $rc";
+  return s;
+}
+
+struct HostSlots {
+  std::string name;
+  int slots = 1;
+};
+
+// "h1:2,user@h2:4,[::1]:2,h3" (no count: 1 slot); nullopt with `why` set when malformed.
+std::optional<std::vector<HostSlots>> parse_hosts(const std::string& spec, std::string& why) {
+  std::vector<HostSlots> out;
+  std::istringstream in(spec);
+  for (std::string item; std::getline(in, item, ',');) {
+    HostSlots h{item, 1};
+    const size_t colon = item.rfind(':');
+    const bool bracketed = !item.empty() && item[0] == '[';
+    if (colon != std::string::npos && (!bracketed || item.rfind(']') < colon) &&
+        (bracketed || item.find(':') == colon)) {
+      const std::string count = item.substr(colon + 1);
+      char* end = nullptr;
+      const long n = std::strtol(count.c_str(), &end, 10);
+      if (count.empty() || *end != '\0' || n < 1 || n > 4096) {
+        why = "'" + item + "': the slot count after ':' must be a whole number from 1 to 4096";
+        return std::nullopt;
+      }
+      h.name = item.substr(0, colon);
+      h.slots = static_cast<int>(n);
+    }
+    if (h.name.empty() || h.name.find_first_of(" \t'\"\\") != std::string::npos) {
+      why = "'" + item + "' is not a host name";
+      return std::nullopt;
+    }
+    out.push_back(h);
+  }
+  if (out.empty()) {
+    why = "no hosts given";
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The address rank 0 is reached at, from its --hosts entry: user@ and IPv6 brackets stripped.
+std::string host_address(const std::string& name) {
+  std::string a = name.substr(name.find('@') == std::string::npos ? 0 : name.find('@') + 1);
+  if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
+  return a;
+}
+
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
                                   strsignal(WTERMSIG(status)) + ")";
@@ -150,6 +227,9 @@ struct Stream {
 
 struct Rank {
   int index = 0;
+  std::string host;   // --hosts: where it runs (empty: here)
+  int local_rank = 0, local_world = 1;
+  int stdin_fd = -1;  // remote ranks: the secret, then kept open as the lifeline
   pid_t pid = -1;   // also its process group id
   bool running = false;
   int status = 0;
@@ -158,11 +238,11 @@ struct Rank {
 
 class Launcher {
  public:
-  explicit Launcher(LaunchOptions o) : o_(std::move(o)) {}
+  Launcher(LaunchOptions o, std::vector<HostSlots> hosts) : o_(std::move(o)), hosts_(std::move(hosts)) {}
   int run();
 
  private:
-  bool spawn(Rank& r, const std::vector<std::string>& env);
+  bool spawn(Rank& r, const std::vector<std::string>& env, const std::vector<std::string>& remote_env);
   void pump(Rank& r, Stream& s);
   void emit(const Rank& r, Stream& s, const char* data, size_t n);
   void reap();
@@ -170,30 +250,43 @@ class Launcher {
   void sweep_orphans();
 
   LaunchOptions o_;
+  std::string secret_;
+  std::vector<HostSlots> hosts_;  // --hosts, in rank order
   std::vector<Rank> ranks_;
   std::optional<int> first_failure_;       // exit code to return
   int forwarded_signal_ = 0;               // a signal we received and passed on
   std::optional<Clock::time_point> kill_at_;  // SIGKILL stragglers at this time
 };
 
-bool Launcher::spawn(Rank& r, const std::vector<std::string>& env) {
+bool Launcher::spawn(Rank& r, const std::vector<std::string>& env, const std::vector<std::string>& remote_env) {
   std::vector<std::string> argv;
-  if (!o_.host_exec.empty()) {
+  const bool remote = !r.host.empty() || !o_.host_exec.empty();
+  char cwd_buf[4096];
+  const std::string cwd = ::getcwd(cwd_buf, sizeof(cwd_buf)) != nullptr ? cwd_buf : "";
+  if (!r.host.empty()) {
+    argv = split_words(o_.ssh_cmd);
+    argv.push_back(r.host);
+    argv.push_back(remote_script(remote_env, o_.command, cwd));  // ssh hands it to the remote login shell
+  } else if (!o_.host_exec.empty()) {
     for (const auto& w : split_words(o_.host_exec)) argv.push_back(replace_all(w, "{rank}", std::to_string(r.index)));
+    for (const char* w : {"/bin/sh", "-c"}) argv.emplace_back(w);
+    argv.push_back(remote_script(remote_env, o_.command, ""));
+  } else {
+    argv = o_.command;
   }
-  argv.insert(argv.end(), o_.command.begin(), o_.command.end());
   std::vector<char*> cargv, cenv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
   cenv.push_back(nullptr);
 
-  int out_pipe[2], err_pipe[2], exec_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+  int out_pipe[2], err_pipe[2], exec_pipe[2], in_pipe[2] = {-1, -1};
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0 ||
+      (remote && ::pipe2(in_pipe, O_CLOEXEC) != 0)) {
     say("cannot create pipes: " + std::string(std::strerror(errno)));
     return false;
   }
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int null_fd = remote ? in_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
   std::fflush(nullptr);
   const pid_t pid = ::fork();
@@ -227,6 +320,13 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env) {
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
+  if (remote) {
+    // The secret travels on stdin; the pipe then stays open until the rank is reaped (its lifeline).
+    const std::string line = secret_ + "\n";
+    r.stdin_fd = in_pipe[1];
+    if (!write_all(r.stdin_fd, line.data(), line.size()))
+      say("rank " + std::to_string(r.index) + ": cannot send the job secret");
+  }
   int exec_errno = 0;
   ssize_t n;
   do {
@@ -319,6 +419,8 @@ void Launcher::reap() {
     ::kill(-r.pid, SIGKILL);
     ::waitpid(r.pid, &r.status, 0);
     r.running = false;
+    if (r.stdin_fd >= 0) ::close(r.stdin_fd);
+    r.stdin_fd = -1;
     if (exit_code_of(r.status) != 0 && !first_failure_ && forwarded_signal_ == 0) {
       first_failure_ = exit_code_of(r.status);
       bool others = false;
@@ -378,6 +480,7 @@ int Launcher::run() {
     say("cannot read 32 random bytes from /dev/urandom for the job secret");
     return 1;
   }
+  secret_ = *secret;
   const bool loopback = is_loopback(o_.master_addr);
   const int port = o_.port != 0 ? o_.port : pick_free_port(loopback);
   if (port == 0) {
@@ -390,11 +493,9 @@ int Launcher::run() {
       {"TANDEM_MASTER_ADDR", o_.master_addr},
       {"TANDEM_MASTER_PORT", std::to_string(port)},
       {"TANDEM_SECRET", *secret},
-      {"TANDEM_LOCAL_WORLD_SIZE", std::to_string(o_.host_exec.empty() ? o_.nprocs : 1)},
   };
   // torchrun's names too, so scripts written for it (PyTorch's env:// rendezvous) run unchanged
   common["WORLD_SIZE"] = common["TANDEM_WORLD_SIZE"];
-  common["LOCAL_WORLD_SIZE"] = common["TANDEM_LOCAL_WORLD_SIZE"];
   common["MASTER_ADDR"] = o_.master_addr;
   common["MASTER_PORT"] = std::to_string(port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
@@ -403,21 +504,63 @@ int Launcher::run() {
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
     const std::string k = s.substr(0, s.find('='));
-    if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" && k != "RANK" && k != "LOCAL_RANK")
+    if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" && k != "RANK" && k != "LOCAL_RANK" &&
+        k != "TANDEM_LOCAL_WORLD_SIZE" && k != "LOCAL_WORLD_SIZE")
       base_env.push_back(s);
   }
   for (const auto& [k, v] : common) base_env.push_back(k + "=" + v);
+  // Remote ranks: the job's variables, this environment's other TANDEM_* settings and --env, spelled out.
+  std::map<std::string, std::string> remote_common = common;
+  remote_common.erase("TANDEM_SECRET");
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string s(*e);
+    const std::string k = s.substr(0, s.find('='));
+    if (k.rfind("TANDEM_", 0) == 0 && k != "TANDEM_SECRET" && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" &&
+        k != "TANDEM_LOCAL_WORLD_SIZE" && remote_common.count(k) == 0) {
+      remote_common[k] = s.substr(k.size() + 1);
+    }
+  }
+  for (const auto& n : o_.env_names) {
+    const size_t eq = n.find('=');
+    const char* v = eq == std::string::npos ? std::getenv(n.c_str()) : nullptr;
+    if (eq != std::string::npos) {
+      remote_common[n.substr(0, eq)] = n.substr(eq + 1);
+    } else if (v != nullptr) {
+      remote_common[n] = v;
+    }
+  }
+  // --hosts: ranks fill each host's slots in order.
+  if (!hosts_.empty()) {
+    int i = 0;
+    ranks_.resize(static_cast<size_t>(o_.nprocs));
+    for (const auto& h : hosts_) {
+      for (int k = 0; k < h.slots; ++k, ++i) {
+        ranks_[i].host = h.name;
+        ranks_[i].local_rank = k;
+        ranks_[i].local_world = h.slots;
+      }
+    }
+  }
 
   ranks_.resize(static_cast<size_t>(o_.nprocs));
   for (int i = 0; i < o_.nprocs; ++i) {
-    ranks_[i].index = i;
+    Rank& r = ranks_[i];
+    r.index = i;
+    if (r.host.empty() && o_.host_exec.empty()) {
+      r.local_rank = i;
+      r.local_world = o_.nprocs;
+    }
     auto env = base_env;
-    const std::string local = std::to_string(o_.host_exec.empty() ? i : 0);
-    env.push_back("TANDEM_RANK=" + std::to_string(i));
-    env.push_back("TANDEM_LOCAL_RANK=" + local);
-    env.push_back("RANK=" + std::to_string(i));
-    env.push_back("LOCAL_RANK=" + local);
-    if (!spawn(ranks_[i], env)) {
+    const std::vector<std::string> rank_vars = {
+        "TANDEM_RANK=" + std::to_string(i), "RANK=" + std::to_string(i),
+        "TANDEM_LOCAL_RANK=" + std::to_string(r.local_rank), "LOCAL_RANK=" + std::to_string(r.local_rank),
+        "TANDEM_LOCAL_WORLD_SIZE=" + std::to_string(r.local_world),
+        "LOCAL_WORLD_SIZE=" + std::to_string(r.local_world)};
+    env.insert(env.end(), rank_vars.begin(), rank_vars.end());
+    std::vector<std::string> remote_env;
+    for (const auto& [k, v] : remote_common) remote_env.push_back(k + "=" + v);
+    remote_env.insert(remote_env.end(), rank_vars.begin(), rank_vars.end());
+    if (!spawn(r, env, remote_env)) {
       first_failure_ = 1;
       signal_all(SIGTERM);
       kill_at_ = Clock::now() + std::chrono::milliseconds(o_.grace_ms);
@@ -505,10 +648,21 @@ int Launcher::run() {
 }
 
 tandem::cli::Registration reg{
-    "launch", "start N local ranks of one job (tandem launch -n N -- PROGRAM ARGS...)",
+    "launch",
+    "start the ranks of one job: N local ones (tandem launch -n N -- PROGRAM ARGS...) or on other machines over ssh "
+    "(--hosts h1:2,h2:2)",
     [](CLI::App& sub) -> tandem::cli::Runner {
       auto o = std::make_shared<LaunchOptions>();
-      sub.add_option("-n,--nprocs", o->nprocs, "number of ranks")->required()->check(CLI::Range(1, 4096));
+      sub.add_option("-n,--nprocs", o->nprocs, "number of ranks (with --hosts: the slots' total, the default)")
+          ->check(CLI::Range(1, 4096));
+      sub.add_option("--hosts", o->hosts,
+                     "ranks on other machines over ssh: HOST[:SLOTS],... (e.g. h1:2,h2:2), filled in order; rank, "
+                     "world, address and port go on the remote command line, the secret on stdin");
+      sub.add_option("--ssh-cmd", o->ssh_cmd,
+                     "how to reach a host: run as SSH_CMD HOST SCRIPT (default 'ssh -o BatchMode=yes'; e.g. "
+                     "'ssh -i key -p 2222')");
+      sub.add_option("--env", o->env_names, "NAME or NAME=VALUE: pass this variable to remote ranks too (repeatable; "
+                     "TANDEM_* settings always go)");
       sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
           ->check(CLI::PositiveNumber);
@@ -526,6 +680,33 @@ tandem::cli::Registration reg{
       // After `--` every word is the rank's command, option-looking ones included.
       sub.add_option("command", o->command, "PROGRAM ARGS... (after --)")->required();
       return [o] {
+        std::vector<HostSlots> hosts;
+        if (!o->hosts.empty()) {
+          std::string why;
+          const auto parsed = parse_hosts(o->hosts, why);
+          if (!parsed) {
+            say("--hosts " + o->hosts + ": " + why);
+            return 2;
+          }
+          hosts = *parsed;
+          int total = 0;
+          for (const auto& h : hosts) total += h.slots;
+          if (o->nprocs != 0 && o->nprocs != total) {
+            say("-n " + std::to_string(o->nprocs) + " does not match --hosts " + o->hosts + " (" +
+                std::to_string(total) + " slots)");
+            return 2;
+          }
+          if (!o->host_exec.empty()) {
+            say("give --hosts (ranks over ssh) or --host-exec (a wrapper per rank), not both");
+            return 2;
+          }
+          o->nprocs = total;
+          if (o->master_addr.empty()) o->master_addr = host_address(hosts.front().name);
+        }
+        if (o->nprocs == 0) {
+          say("how many ranks? give -n N (or --hosts HOST:SLOTS,...)");
+          return 2;
+        }
         if (!o->host_exec.empty() && o->master_addr.empty()) {
           say("--host-exec places ranks on other hosts: give --master-addr (rank 0's host address, e.g. "
               "$(tools/emu-cluster addr 0))");
@@ -536,7 +717,7 @@ tandem::cli::Registration reg{
           say("--log-dir " + o->log_dir + ": not a writable directory (" + std::strerror(errno) + ")");
           return 2;
         }
-        return Launcher(*o).run();
+        return Launcher(*o, std::move(hosts)).run();
       };
     }};
 

@@ -110,7 +110,8 @@ void print_summary(const tandem_sim_result_t* r) {
 // A point of a sweep: the node count and the run's summary.
 struct SweepRow {
   int32_t nodes = 0;
-  tandem_sim_summary_t s = TANDEM_SIM_SUMMARY_INIT;
+  tandem_sim_summary_t s = TANDEM_SIM_SUMMARY_INIT;  // its strings die with the result: use the copies below
+  std::string scaling_note;
 };
 
 std::string svg_plot(const std::vector<SweepRow>& rows, const std::string& title) {
@@ -243,6 +244,9 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       row.nodes = counts[i];
       row.s.field_mask = kAllSummary;
       tandem_sim_result_query(r.p, &row.s);
+      row.scaling_note = row.s.scaling_note != nullptr ? row.s.scaling_note : "";
+      row.s.cluster = row.s.model = row.s.dataset = row.s.allreduce = row.s.compute_source = row.s.bottleneck =
+          row.s.scaling_note = nullptr;  // the result owned them
       rows.push_back(row);
       if (o->json) {
         std::printf("%s{\"nodes\": %d, \"result\": ", rows.size() > 1 ? ",\n " : "", counts[i]);
@@ -267,7 +271,7 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
                     j.images_per_sec, j.speedup, 100 * j.efficiency, j.cost_usd, j.fits ? "yes" : "no");
       }
       for (const auto& row : rows)
-        if (*row.s.scaling_note != '\0') std::printf("  %d nodes: %s\n", row.nodes, row.s.scaling_note);
+        if (!row.scaling_note.empty()) std::printf("  %d nodes: %s\n", row.nodes, row.scaling_note.c_str());
     }
     if (!plot->empty()) {
       std::ofstream f(*plot);

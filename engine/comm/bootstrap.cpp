@@ -3,11 +3,44 @@
 // (bootstrapped_communicator.hpp).
 #include "engine/comm/bootstrap.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "engine/comm/bootstrapped_communicator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 
 namespace tandem::engine::comm {
+
+namespace {
+
+// This host's address on the route to `host` (a UDP connect sends nothing); "" when there is none.
+std::string route_source_address(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (::getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof(local);
+  char text[INET6_ADDRSTRLEN] = {};
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    const void* a = local.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(local).sin6_addr)
+                                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(local).sin_addr);
+    if (::inet_ntop(local.ss_family, a, text, sizeof(text)) != nullptr) out = text;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
 
 std::unique_ptr<Communicator> create_communicator(const BootstrapConfig& config, const CommOptions& options) {
   // An unknown transport fails here, on every rank, before anyone waits for anyone.
@@ -15,7 +48,13 @@ std::unique_ptr<Communicator> create_communicator(const BootstrapConfig& config,
   transports::require_known_transport(transport);
   // Ranks that are threads of this process meet in memory: no port, no secret on the wire.
   Rendezvous rdv = transport == "inproc" ? in_process_rendezvous(config) : start_rendezvous(config, options.timeout);
-  std::unique_ptr<Communicator> inner = Communicator::create(config.info, rdv.store, options);
+  BootstrapInfo info = config.info;
+  if (info.size > 1 && info.listen_addr.empty() && transport != "inproc" && !is_loopback_address(config.master_addr)) {
+    // Ranks on other machines must reach ours: listen where this host meets rank 0's, not on loopback.
+    info.listen_addr = route_source_address(config.master_addr, config.master_port);
+    log::debug("rank {}: transports listen on {} (the route to {})", info.rank, info.listen_addr, config.master_addr);
+  }
+  std::unique_ptr<Communicator> inner = Communicator::create(info, rdv.store, options);
   TANDEM_CHECK(inner != nullptr, Status::kInternal, "rank {}: Communicator::create returned no communicator",
                config.info.rank);
   return std::make_unique<BootstrappedCommunicator>(std::move(rdv), std::move(inner));

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -34,6 +35,10 @@ constexpr Family kFamilies[] = {
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
+// World sizes that launchers announce, read only to catch a process that would otherwise run alone: MPICH and
+// Intel MPI (PMI_SIZE), MVAPICH (MV2_COMM_WORLD_SIZE), plus every family's own size variable.
+constexpr const char* kAnnouncedSizeVars[] = {"TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                              "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
 constexpr const char* kAddrVars[] = {"TANDEM_MASTER_ADDR", "MASTER_ADDR"};
 constexpr const char* kPortVars[] = {"TANDEM_MASTER_PORT", "MASTER_PORT"};
 constexpr int kDefaultPort = 29500;  // torchrun's default, when nothing better is known
@@ -197,6 +202,22 @@ BootstrapConfig bootstrap_config_from_env(const EnvLookup& env) {
     TANDEM_REQUIRE(c.info.rank < c.info.size, "{}={} is not below {}={}", fam->rank, c.info.rank, fam->size,
                    c.info.size);
     c.source = fam->name;
+  }
+  if (c.info.size == 1 && (fam == nullptr || std::string_view(fam->name) != "TANDEM")) {
+    // "Rank 0 of 1" while some launcher announced more: every process would train alone and exit 0 (a wrapper that
+    // dropped our variables, an MPI whose names we do not read). Refuse, naming what was seen. Tandem's own
+    // variables (tandem launch, or a size given to tandem_comm_create) are taken as meant.
+    for (const char* name : kAnnouncedSizeVars) {
+      const char* v = env(name);
+      int64_t n = 0;
+      if (v == nullptr || std::from_chars(v, v + std::strlen(v), n).ec != std::errc() || n <= 1) continue;
+      TANDEM_REQUIRE(false,
+                     "this process would be rank 0 of 1 ({}) but {}={} announces a job of {} ranks: the launcher's "
+                     "rank variables did not arrive (set TANDEM_RANK/TANDEM_WORLD_SIZE, RANK/WORLD_SIZE, "
+                     "OMPI_COMM_WORLD_* or SLURM_PROCID/SLURM_NTASKS for every rank, e.g. with `tandem launch`)",
+                     fam != nullptr ? fmt::format("{} variables", fam->name) : std::string("no rank variables set"),
+                     name, v, n);
+    }
   }
   // Local rank / size: the first family that sets each, from the family that placed us onward.
   std::optional<Var> local_rank, local_size;

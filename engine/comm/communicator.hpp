@@ -37,6 +37,8 @@ struct BootstrapInfo {
   int local_rank = 0;   // index among ranks on this host
   int local_size = 1;
   std::string host;     // host identity used for hierarchical algorithms (defaults to hostname)
+  std::string listen_addr;  // where the transports listen and what they advertise ("": their default, 127.0.0.1;
+                            // TANDEM_IFACE_ADDR overrides either)
 };
 
 // Who a communicator's failure is blamed on (Communicator::failure_status), for trainers and the C ABI to

@@ -111,6 +111,7 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
   to.size = info.size;
   to.store = store.get();
   to.key_prefix = prefix + "transport/";
+  if (!info.listen_addr.empty()) to.bind_host = info.listen_addr;
   to.connect_timeout = std::max(options.timeout, std::chrono::milliseconds(1000));
   auto shared = std::make_shared<SharedTransport>(transports::create_transport(to));
   std::vector<int> members(static_cast<size_t>(info.size));

@@ -46,6 +46,19 @@ class Mistakes(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("tandem bench allreduce: unknown option '--sizs' (did you mean '--sizes'?)", out)
 
+    def test_sweep_notes_are_printed_intact(self):
+        # the notes of a --nodes sweep were read after their results were freed (garbage bytes)
+        p = subprocess.run([CLI, "simulate", "--cluster", "t2.micro:4", "--model", "mobilenetv2", "--dataset",
+                            "cifar10", "--batch", "64", "--epochs", "10", "--strategy", "hybrid", "--dp", "2", "--pp", "2",
+                            "--microbatches", "4", "--nodes", "1,2,4,8"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        out = p.stdout.decode()  # raises on bytes that are not UTF-8
+        notes = [l for l in out.splitlines() if l.startswith("  ") and " nodes: " in l]
+        self.assertTrue(notes, out)
+        for l in notes:
+            self.assertIn("super-linear", l)
+
     def test_unknown_model_and_preset_name_the_closest(self):
         rc, out = tandem("simulate", "--cluster", "t2.mikro:2")
         self.assertNotEqual(rc, 0)

@@ -218,6 +218,24 @@ BOOST_AUTO_TEST_CASE(multi_host_jobs_without_an_address_are_refused) {
   BOOST_TEST(one_node.info.local_size == 4);
 }
 
+BOOST_AUTO_TEST_CASE(rank_0_of_1_while_a_launcher_announced_more_is_refused) {
+  // A wrapper that kept WORLD_SIZE but lost RANK is already an error; one that kept only a size from another
+  // family, or an MPI whose rank names we do not read (MPICH's PMI_*), must not quietly make a 1-rank job.
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
+    const std::string msg = invalid({{var, "4"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    BOOST_TEST(msg.find(std::string(var) + "=4") != std::string::npos, msg);
+    BOOST_TEST(msg.find("rank 0 of 1") != std::string::npos, msg);
+  }
+  BOOST_TEST(invalid({{"PMI_SIZE", "2"}}).find("no rank variables set") != std::string::npos);
+  // Announcements of one rank, or nothing to read, are fine.
+  BOOST_TEST(parse({{"PMI_SIZE", "1"}, {"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}}).info.size == 1);
+  BOOST_TEST(parse({{"PMI_SIZE", "x"}}).info.size == 1);
+  // Tandem's own variables are meant (tandem launch -n 1, or a size given to tandem_comm_create); more than one
+  // rank resolved: other families' sizes are not second-guessed (a launch inside an allocation).
+  BOOST_TEST(parse({{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "1"}, {"WORLD_SIZE", "4"}}).info.size == 1);
+  BOOST_TEST(parse({{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "2"}, {"PMI_SIZE", "8"}}).info.size == 2);
+}
+
 BOOST_AUTO_TEST_CASE(real_environment_is_read_with_the_same_precedence) {
   ScopedEnv guard;
   for (const char* v : kAllVars) guard.unset(v);
