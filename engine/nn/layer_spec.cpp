@@ -3,7 +3,8 @@
 // Elementwise FLOP counts per output element (forward / data gradient / weight gradient):
 //   batchnorm2d 4 / 5 / 2 (mean, variance, normalise + affine; backward needs both reductions),
 //   relu, relu6 1 / 1 / 0, add 1 / 0 / 0 (its gradient is a copy), max pool k*k compares / 1 / 0,
-//   avg pool k*k / k*k / 0, global average pool 1 per input element both ways, flatten 0.
+//   avg pool k*k / k*k / 0, global average pool 1 per input element both ways, flatten 0, concat 0 / 0 / 0 (copies
+//   into and out of channel slices: bytes, not arithmetic).
 #include "engine/nn/layer_spec.hpp"
 
 #include <algorithm>
@@ -19,7 +20,8 @@ std::string to_string(const SampleShape& s) { return fmt::format("{}x{}x{}", s.c
 
 namespace {
 constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
-    "conv2d", "batchnorm2d", "relu", "relu6", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "linear", "add"};
+    "conv2d", "batchnorm2d", "relu", "relu6", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "linear", "add",
+    "concat"};
 
 int64_t pooled(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 }  // namespace
@@ -58,9 +60,13 @@ std::vector<std::vector<int64_t>> LayerSpec::param_shapes() const {
 
 void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
   const std::string_view kind = layer_kind_name(l.kind);
-  const size_t want_inputs = l.kind == LayerKind::kAdd ? 2 : 1;
-  TANDEM_REQUIRE(in.size() == want_inputs, "layer '{}' ({}): takes {} input(s), got {}", l.name, kind, want_inputs,
-                 in.size());
+  if (l.kind == LayerKind::kConcat) {
+    TANDEM_REQUIRE(in.size() >= 2, "layer '{}' (concat): takes 2 or more inputs, got {}", l.name, in.size());
+  } else {
+    const size_t want_inputs = l.kind == LayerKind::kAdd ? 2 : 1;
+    TANDEM_REQUIRE(in.size() == want_inputs, "layer '{}' ({}): takes {} input(s), got {}", l.name, kind, want_inputs,
+                   in.size());
+  }
   for (const SampleShape& s : in) {
     TANDEM_REQUIRE(s.c > 0 && s.h > 0 && s.w > 0, "layer '{}' ({}): input shape {} is empty", l.name, kind,
                    to_string(s));
@@ -74,12 +80,13 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
     TANDEM_REQUIRE(l.kernel_h > 0 && l.kernel_w > 0, "layer '{}' ({}): kernel must be positive (got {}x{})", l.name,
                    kind, l.kernel_h, l.kernel_w);
     TANDEM_REQUIRE(l.stride > 0, "layer '{}' ({}): stride must be positive (got {})", l.name, kind, l.stride);
-    TANDEM_REQUIRE(l.padding >= 0, "layer '{}' ({}): padding must be >= 0 (got {})", l.name, kind, l.padding);
-    y.h = pooled(x.h, l.kernel_h, l.stride, l.padding);
-    y.w = pooled(x.w, l.kernel_w, l.stride, l.padding);
-    TANDEM_REQUIRE(x.h + 2 * l.padding >= l.kernel_h && x.w + 2 * l.padding >= l.kernel_w && y.h > 0 && y.w > 0,
-                   "layer '{}' ({}): a {}x{} window (stride {}, padding {}) does not fit input {}", l.name, kind,
-                   l.kernel_h, l.kernel_w, l.stride, l.padding, to_string(x));
+    TANDEM_REQUIRE(l.pad_h() >= 0 && l.pad_w() >= 0, "layer '{}' ({}): padding must be >= 0 (got {}x{})", l.name,
+                   kind, l.pad_h(), l.pad_w());
+    y.h = pooled(x.h, l.kernel_h, l.stride, l.pad_h());
+    y.w = pooled(x.w, l.kernel_w, l.stride, l.pad_w());
+    TANDEM_REQUIRE(x.h + 2 * l.pad_h() >= l.kernel_h && x.w + 2 * l.pad_w() >= l.kernel_w && y.h > 0 && y.w > 0,
+                   "layer '{}' ({}): a {}x{} window (stride {}, padding {}x{}) does not fit input {}", l.name, kind,
+                   l.kernel_h, l.kernel_w, l.stride, l.pad_h(), l.pad_w(), to_string(x));
   };
   switch (l.kind) {
     case LayerKind::kConv2d: {
@@ -127,9 +134,9 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
     case LayerKind::kMaxPool2d:
     case LayerKind::kAvgPool2d: {
       check_window();
-      TANDEM_REQUIRE(2 * l.padding <= std::min(l.kernel_h, l.kernel_w),
-                     "layer '{}' ({}): padding {} must be at most half the {}x{} window", l.name, kind, l.padding,
-                     l.kernel_h, l.kernel_w);
+      TANDEM_REQUIRE(2 * l.pad_h() <= l.kernel_h && 2 * l.pad_w() <= l.kernel_w,
+                     "layer '{}' ({}): padding {}x{} must be at most half the {}x{} window", l.name, kind, l.pad_h(),
+                     l.pad_w(), l.kernel_h, l.kernel_w);
       const double window = static_cast<double>(l.kernel_h * l.kernel_w);
       l.fwd_flops = window * y.numel();
       l.bwd_data_flops = l.kind == LayerKind::kMaxPool2d ? static_cast<double>(y.numel()) : window * y.numel();
@@ -146,6 +153,15 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
       TANDEM_REQUIRE(in[0] == in[1], "layer '{}' (add): input shapes differ ({} vs {})", l.name, to_string(in[0]),
                      to_string(in[1]));
       l.fwd_flops = static_cast<double>(x.numel());
+      break;
+    case LayerKind::kConcat:
+      y.c = 0;
+      for (size_t k = 0; k < in.size(); ++k) {
+        TANDEM_REQUIRE(in[k].h == x.h && in[k].w == x.w,
+                       "layer '{}' (concat): input {} is {} but input 0 is {} (height and width must match)", l.name,
+                       k, to_string(in[k]), to_string(x));
+        y.c += in[k].c;
+      }
       break;
   }
   l.out_shape = y;

@@ -32,8 +32,9 @@ enum class LayerKind : int32_t {
   kFlatten = 7,        // CxHxW -> (C*H*W)x1x1 (a view; no compute)
   kLinear = 8,         // consumes its input flattened
   kAdd = 9,            // elementwise sum of two inputs (residual connections)
+  kConcat = 10,        // channel concatenation of two or more inputs with equal HxW (inception branches)
 };
-constexpr int kNumLayerKinds = 10;
+constexpr int kNumLayerKinds = 11;
 
 std::string_view layer_kind_name(LayerKind k) noexcept;  // "conv2d", "batchnorm2d", ...
 // Parses a kind name; throws kInvalidArgument listing the valid names.
@@ -46,10 +47,11 @@ struct LayerSpec {
   // --- given ---
   std::string name;
   LayerKind kind = LayerKind::kReLU;
-  std::vector<int32_t> inputs;  // producer layer indices (earlier layers) or kModelInput; kAdd takes two
+  std::vector<int32_t> inputs;  // producer layer indices (earlier layers) or kModelInput; kAdd takes two, kConcat 2+
   int64_t out_channels = 0;     // conv2d
   int64_t out_features = 0;     // linear
   int64_t kernel_h = 1, kernel_w = 1, stride = 1, padding = 0, groups = 1;  // conv2d / pooling
+  int64_t padding_w = -1;       // conv2d / pooling: width padding when it differs from `padding` (1x7 convs); -1: same
   bool bias = true;             // conv2d / linear
   float eps = 1e-5f;            // batchnorm2d
   float momentum = 0.1f;        // batchnorm2d: running = (1 - momentum) * running + momentum * batch
@@ -67,6 +69,8 @@ struct LayerSpec {
   bool needs_input_grad = true;   // false when every input is the model input
 
   double bwd_flops() const noexcept { return bwd_data_flops + bwd_weight_flops; }
+  int64_t pad_h() const noexcept { return padding; }
+  int64_t pad_w() const noexcept { return padding_w < 0 ? padding : padding_w; }
   int64_t param_bytes() const noexcept { return params * 4; }
   // Learnable tensor shapes in order (weight, then bias; batch norm: gamma, beta); their sizes sum to params.
   std::vector<std::vector<int64_t>> param_shapes() const;
