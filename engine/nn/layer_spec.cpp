@@ -4,7 +4,9 @@
 //   batchnorm2d 4 / 5 / 2 (mean, variance, normalise + affine; backward needs both reductions),
 //   relu, relu6 1 / 1 / 0, add 1 / 0 / 0 (its gradient is a copy), max pool k*k compares / 1 / 0,
 //   avg pool k*k / k*k / 0, global average pool 1 per input element both ways, flatten 0, concat 0 / 0 / 0 (copies
-//   into and out of channel slices: bytes, not arithmetic).
+//   into and out of channel slices: bytes, not arithmetic), layernorm 5 / 8 / 2, gelu 8 / 10 / 0 (tanh form),
+//   embedding 0 / 0 / 1 (a gather; the weight gradient a scatter-add). Attention per sample of L tokens of width D
+//   with H heads: 4 L D^2 projection MACs plus 2 L^2 D for QK^T and AV, 5 H L^2 for scaling and softmax.
 #include "engine/nn/layer_spec.hpp"
 
 #include <algorithm>
@@ -21,7 +23,7 @@ std::string to_string(const SampleShape& s) { return fmt::format("{}x{}x{}", s.c
 namespace {
 constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
     "conv2d", "batchnorm2d", "relu", "relu6", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "linear", "add",
-    "concat"};
+    "concat", "embedding", "layernorm", "gelu", "attention"};
 
 int64_t pooled(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 }  // namespace
@@ -52,7 +54,14 @@ std::vector<std::vector<int64_t>> LayerSpec::param_shapes() const {
       return p;
     }
     case LayerKind::kBatchNorm2d:
+    case LayerKind::kLayerNorm:
       return {{in_shapes.at(0).c}, {in_shapes.at(0).c}};
+    case LayerKind::kEmbedding:
+      return {{num_embeddings, out_channels}};
+    case LayerKind::kAttention: {  // PyTorch's MultiheadAttention: packed Q, K, V projection, then the output one
+      const int64_t d = in_shapes.at(0).c;
+      return {{3 * d, d}, {3 * d}, {d, d}, {d}};
+    }
     default:
       return {};
   }
@@ -154,6 +163,39 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
                      to_string(in[1]));
       l.fwd_flops = static_cast<double>(x.numel());
       break;
+    case LayerKind::kEmbedding: {
+      TANDEM_REQUIRE(x.c == 1, "layer '{}' (embedding): reads token ids as 1xLx1 (got {})", l.name, to_string(x));
+      TANDEM_REQUIRE(l.num_embeddings > 0 && l.out_channels > 0,
+                     "layer '{}' (embedding): num_embeddings and out_channels must be positive (got {} and {})",
+                     l.name, l.num_embeddings, l.out_channels);
+      y.c = l.out_channels;
+      l.params = l.num_embeddings * l.out_channels;
+      l.bwd_weight_flops = static_cast<double>(y.numel());
+      break;
+    }
+    case LayerKind::kLayerNorm:
+      TANDEM_REQUIRE(l.eps > 0, "layer '{}' (layernorm): eps must be positive (got {})", l.name, l.eps);
+      l.params = 2 * x.c;
+      l.fwd_flops = 5.0 * x.numel();
+      l.bwd_data_flops = 8.0 * x.numel();
+      l.bwd_weight_flops = 2.0 * x.numel();
+      break;
+    case LayerKind::kGELU:
+      l.fwd_flops = 8.0 * x.numel();
+      l.bwd_data_flops = 10.0 * x.numel();
+      break;
+    case LayerKind::kAttention: {
+      TANDEM_REQUIRE(l.heads > 0 && x.c % l.heads == 0, "layer '{}' (attention): heads {} must divide the width {}",
+                     l.name, l.heads, x.c);
+      const double d = static_cast<double>(x.c), tokens = static_cast<double>(x.h * x.w);
+      const double proj = 4 * tokens * d * d, mix = 2 * tokens * tokens * d, softmax = 5.0 * l.heads * tokens * tokens;
+      l.params = 4 * x.c * x.c + 4 * x.c;
+      l.macs = static_cast<int64_t>(proj + mix);
+      l.fwd_flops = 2 * (proj + mix) + 4 * tokens * d + softmax;
+      l.bwd_data_flops = 2 * proj + 4 * mix + softmax;
+      l.bwd_weight_flops = 2 * proj + 4 * tokens * d;
+      break;
+    }
     case LayerKind::kConcat:
       y.c = 0;
       for (size_t k = 0; k < in.size(); ++k) {

@@ -33,8 +33,16 @@ enum class LayerKind : int32_t {
   kLinear = 8,         // consumes its input flattened
   kAdd = 9,            // elementwise sum of two inputs (residual connections)
   kConcat = 10,        // channel concatenation of two or more inputs with equal HxW (inception branches)
+  // Transformer layers, spec-only (model summary, simulator; no compute backend runs them). A sequence of L tokens of
+  // width D is the map D x L x 1; a per-token linear layer is a 1x1 conv2d over it.
+  kEmbedding = 11,     // token ids 1 x L x 1 -> out_channels x L x 1: a table of num_embeddings rows
+  kLayerNorm = 12,     // per token over the channels; gamma, beta
+  kGELU = 13,
+  kAttention = 14,     // multi-head self-attention: Q, K, V and output projections D -> D with biases; `heads`
 };
-constexpr int kNumLayerKinds = 11;
+constexpr int kNumLayerKinds = 15;
+// Kinds that only specs know (no backend computes them).
+constexpr bool is_spec_only(LayerKind k) noexcept { return static_cast<int32_t>(k) >= 11; }
 
 std::string_view layer_kind_name(LayerKind k) noexcept;  // "conv2d", "batchnorm2d", ...
 // Parses a kind name; throws kInvalidArgument listing the valid names.
@@ -53,7 +61,9 @@ struct LayerSpec {
   int64_t kernel_h = 1, kernel_w = 1, stride = 1, padding = 0, groups = 1;  // conv2d / pooling
   int64_t padding_w = -1;       // conv2d / pooling: width padding when it differs from `padding` (1x7 convs); -1: same
   bool bias = true;             // conv2d / linear
-  float eps = 1e-5f;            // batchnorm2d
+  int64_t num_embeddings = 0;   // embedding: rows of the table
+  int64_t heads = 0;            // attention: heads (dividing the width)
+  float eps = 1e-5f;            // batchnorm2d, layernorm
   float momentum = 0.1f;        // batchnorm2d: running = (1 - momentum) * running + momentum * batch
 
   // --- derived by infer() ---

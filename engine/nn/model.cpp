@@ -61,6 +61,11 @@ Activation activation_of(LayerKind k) { return k == LayerKind::kReLU ? Activatio
 Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitScheme init_scheme)
     : spec_(std::move(spec)), backend_(backend), seed_(seed), init_(init_scheme) {
   TANDEM_REQUIRE(!spec_.layers.empty(), "model '{}' has no layers", spec_.name);
+  for (const LayerSpec& l : spec_.layers) {
+    TANDEM_CHECK(!is_spec_only(l.kind), Status::kUnsupported,
+                 "model '{}': layer '{}' ({}) is spec-only (model summary, simulator): backend '{}' cannot run it",
+                 spec_.name, l.name, layer_kind_name(l.kind), backend_.name());
+  }
   const size_t n = spec_.layers.size();
   held_end_ = n;
   param_off_.assign(n + 1, 0);
@@ -320,6 +325,8 @@ Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in)
       return backend_.add(x, conform(backend_, in[1], x.shape()));
     case LayerKind::kConcat:
       return concat_forward(backend_, in, l);
+    default:
+      break;  // spec-only kinds: refused by the constructor
   }
   TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
 }
@@ -463,6 +470,8 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
         if (l.inputs[k] != kModelInput) add_grad(a, l.inputs[k], concat_backward(backend_, dy, l, k));
       }
       break;
+    default:
+      TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
   }
   a.out[i] = Tensor();
   a.grad[i] = Tensor();

@@ -169,6 +169,25 @@ int32_t ModelBuilder::linear(int64_t out_features, bool bias, int32_t from, std:
 int32_t ModelBuilder::add(int32_t a, int32_t b, std::string name) {
   return push(make(LayerKind::kAdd, std::move(name), {resolve(a), resolve(b)}));
 }
+int32_t ModelBuilder::embedding(int64_t num_embeddings, int64_t dim, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kEmbedding, std::move(name), {resolve(from)});
+  l.num_embeddings = num_embeddings;
+  l.out_channels = dim;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::layernorm(float eps, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kLayerNorm, std::move(name), {resolve(from)});
+  l.eps = eps;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::gelu(int32_t from, std::string name) {
+  return push(make(LayerKind::kGELU, std::move(name), {resolve(from)}));
+}
+int32_t ModelBuilder::attention(int64_t heads, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kAttention, std::move(name), {resolve(from)});
+  l.heads = heads;
+  return push(std::move(l));
+}
 int32_t ModelBuilder::concat(const std::vector<int32_t>& from, std::string name) {
   std::vector<int32_t> in;
   for (int32_t f : from) in.push_back(resolve(f));
@@ -306,6 +325,16 @@ ModelSpec model_from_json(const json& j) {
         l.stride = get_int(o, "stride", where, l.kernel_h, 1);
         read_padding(o, where, l);
         break;
+      case LayerKind::kEmbedding:
+        check_keys(o, where, {"type", "name", "inputs", "num_embeddings", "out_channels"});
+        l.num_embeddings = require_int(o, "num_embeddings", where, 1);
+        l.out_channels = require_int(o, "out_channels", where, 1);
+        break;
+      case LayerKind::kAttention:
+        check_keys(o, where, {"type", "name", "inputs", "heads"});
+        l.heads = require_int(o, "heads", where, 1);
+        break;
+      case LayerKind::kLayerNorm:
       case LayerKind::kBatchNorm2d:
         check_keys(o, where, {"type", "name", "inputs", "eps", "momentum"});
         if (o.contains("eps")) {
@@ -416,6 +445,16 @@ json model_to_json(const ModelSpec& spec) {
       case LayerKind::kBatchNorm2d:
         o["eps"] = l.eps;
         o["momentum"] = l.momentum;
+        break;
+      case LayerKind::kLayerNorm:
+        o["eps"] = l.eps;
+        break;
+      case LayerKind::kEmbedding:
+        o["num_embeddings"] = l.num_embeddings;
+        o["out_channels"] = l.out_channels;
+        break;
+      case LayerKind::kAttention:
+        o["heads"] = l.heads;
         break;
       default:
         break;

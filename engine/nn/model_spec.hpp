@@ -60,6 +60,11 @@ class ModelBuilder {
   int32_t flatten(int32_t from = kPrev, std::string name = "");
   int32_t linear(int64_t out_features, bool bias = true, int32_t from = kPrev, std::string name = "");
   int32_t add(int32_t a, int32_t b, std::string name = "");
+  // Transformer layers (spec-only kinds; see LayerKind).
+  int32_t embedding(int64_t num_embeddings, int64_t dim, int32_t from = kPrev, std::string name = "");
+  int32_t layernorm(float eps = 1e-5f, int32_t from = kPrev, std::string name = "");
+  int32_t gelu(int32_t from = kPrev, std::string name = "");
+  int32_t attention(int64_t heads, int32_t from = kPrev, std::string name = "");
   // Channel concatenation of `from` in order (branches that end at this layer).
   int32_t concat(const std::vector<int32_t>& from, std::string name = "");
   // Adds a fully described layer (kind and hyper-parameters set; inputs resolved; name may be empty).

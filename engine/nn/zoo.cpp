@@ -306,6 +306,35 @@ ModelSpec inception_v3(SampleShape in, int64_t classes) {
 // ImageNet variant: torchvision's AlexNet (11x11/4 stem, 5x5 second convolution, 3x3/2 max pools); its adaptive 6x6
 // pool is the identity at 224x224. The CIFAR variant's stem is 3x3/2 with 2x2 pools, so that 32x32 inputs keep 2x2
 // maps before the classifier.
+// BERT-base's encoder (Devlin et al.; Hugging Face's BertModel without the pooler): word, position and token-type
+// embeddings summed and normalised, then 12 post-norm layers of 12-head self-attention and a 3072-wide GELU
+// feed-forward block. Input: token ids 1 x L x 1 (L <= 512); output: the last hidden states 768 x L x 1 (no head:
+// the class count is not used). Spec-only: the position and token-type tables are priced as gathers from the ids.
+ModelSpec bert_base(SampleShape in) {
+  const int64_t hidden = 768, ffn = 3072, layers = 12, heads = 12;
+  TANDEM_REQUIRE(in.c == 1 && in.h * in.w <= 512, "bert_base: input must be token ids 1xLx1 with L <= 512 (got {})",
+                 to_string(in));
+  B b("bert_base", in);
+  const int32_t word = b.embedding(30522, hidden, kModelInput, "embeddings.word");
+  const int32_t pos = b.embedding(512, hidden, kModelInput, "embeddings.position");
+  const int32_t type = b.embedding(2, hidden, kModelInput, "embeddings.token_type");
+  b.add(word, pos, "embeddings.add_position");
+  b.add(B::kPrev, type, "embeddings.add_token_type");
+  int32_t x = b.layernorm(1e-12f, B::kPrev, "embeddings.norm");
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = fmt::format("layer{}", i);
+    b.attention(heads, x, p + ".attention");
+    b.add(B::kPrev, x, p + ".attention.residual");
+    x = b.layernorm(1e-12f, B::kPrev, p + ".attention.norm");
+    b.conv(ffn, 1, 1, 0, 1, true, x, p + ".ffn.in");
+    b.gelu(B::kPrev, p + ".ffn.gelu");
+    b.conv(hidden, 1, 1, 0, 1, true, B::kPrev, p + ".ffn.out");
+    b.add(B::kPrev, x, p + ".ffn.residual");
+    x = b.layernorm(1e-12f, B::kPrev, p + ".ffn.norm");
+  }
+  return std::move(b).build();
+}
+
 ModelSpec alexnet(SampleShape in, int64_t classes, bool imagenet) {
   B b(imagenet ? "alexnet_imagenet" : "alexnet", in);
   const int64_t pool = imagenet ? 3 : 2;
@@ -336,7 +365,8 @@ const std::vector<std::string>& zoo_names() {
   static const std::vector<std::string> names = {
       "mlp", "lenet5", "resnet18", "mobilenetv2", "vgg16", "alexnet",  // CIFAR-sized
       "resnet18_imagenet", "resnet50", "resnet101", "vgg16_imagenet", "mobilenetv2_imagenet", "alexnet_imagenet",
-      "inception_v3"};
+      "inception_v3",
+      "bert_base"};  // spec-only
   return names;
 }
 
@@ -376,6 +406,7 @@ bool is_zoo_model(std::string_view name) noexcept {
 SampleShape zoo_default_input(std::string_view name) {
   if (name == "mlp" || name == "lenet5") return SampleShape{1, 28, 28};
   if (name == "inception_v3") return SampleShape{3, 299, 299};
+  if (name == "bert_base") return SampleShape{1, 128, 1};
   if (is_imagenet_model(name)) return SampleShape{3, 224, 224};
   TANDEM_REQUIRE(is_zoo_model(name), "unknown model '{}'{} (zoo: {})", name, did_you_mean(name, zoo_names()),
                  fmt::join(zoo_names(), ", "));
@@ -414,6 +445,7 @@ ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classe
   if (name == "mobilenetv2_imagenet") return mobilenetv2(input, num_classes, options.width_mult, true);
   if (name == "alexnet_imagenet") return alexnet(input, num_classes, true);
   if (name == "inception_v3") return inception_v3(input, num_classes);
+  if (name == "bert_base") return bert_base(input);
   TANDEM_THROW(Status::kInvalidArgument, "unknown model '{}'{} (zoo: {})", name, did_you_mean(name, zoo_names()),
                fmt::join(zoo_names(), ", "));
 }

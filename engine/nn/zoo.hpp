@@ -2,7 +2,8 @@
 // The model zoo as specs: mlp (784-512-512-10 on 28x28), lenet5, resnet18 (CIFAR stem), mobilenetv2 (CIFAR stem,
 // width multiplier), vgg16 (batch norm), alexnet (adapted to 32x32); and torchvision's ImageNet networks, whose
 // parameter counts equal torchvision's with 1,000 classes: resnet18_imagenet, resnet50, resnet101, vgg16_imagenet,
-// mobilenetv2_imagenet, alexnet_imagenet, inception_v3 (with its auxiliary classifier as a side branch). Each builds
+// mobilenetv2_imagenet, alexnet_imagenet, inception_v3 (with its auxiliary classifier as a side branch); bert_base, a
+// spec-only transformer encoder (token ids 1 x L x 1, default L = 128; no backend runs it). Each builds
 // for any input CxHxW and class count (too small an input is refused naming the layer that no longer fits).
 #include <string>
 #include <string_view>

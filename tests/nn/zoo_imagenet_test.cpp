@@ -1,4 +1,4 @@
-// The ImageNet networks of the zoo against torchvision: parameter counts exactly (torchvision counts batch-norm gamma
+// The ImageNet networks and the BERT-base encoder spec of the zoo against torchvision: parameter counts exactly (torchvision counts batch-norm gamma
 // and beta as parameters and the running statistics as buffers), MACs per image within 3% of the published figures
 // (convolutions and linear layers only, as fvcore/ptflops count them), and the warning for a CIFAR variant given an
 // ImageNet-sized input.
@@ -10,11 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/compute/backend.hpp"
 #include "engine/core/log.hpp"
+#include "engine/nn/model.hpp"
 #include "engine/nn/model_spec.hpp"
 #include "engine/nn/zoo.hpp"
+#include "tests/nn/expect_error.hpp"
 
 using namespace tandem::engine::nn;
+namespace tt = boost::test_tools;
 
 namespace {
 
@@ -132,6 +136,54 @@ BOOST_AUTO_TEST_CASE(zoo_model_logs_the_warning_once) {
   BOOST_TEST(before == 0u);
   BOOST_REQUIRE(log.lines.size() == 1u);
   BOOST_TEST(log.lines[0].find("alexnet_imagenet") != std::string::npos, log.lines[0]);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(transformer_specs)
+
+// BERT-base from its architecture: embeddings 30522x768 + 512x768 + 2x768 + layer norm 2x768 = 23,837,184; per layer
+// attention 4 x (768^2 + 768) = 2,362,368, feed-forward 768x3072 + 3072 + 3072x768 + 768 = 4,722,432 and two layer
+// norms 3,072: 7,087,872, x12 = 85,054,464. Total 108,891,648; Hugging Face's 109,482,240 adds the pooler
+// (768^2 + 768 = 590,592), which an encoder spec leaves out.
+BOOST_AUTO_TEST_CASE(bert_base_parameters_and_macs_follow_the_architecture) {
+  const ModelSpec m = zoo_model("bert_base", zoo_default_input("bert_base"), 1);
+  BOOST_TEST(m.totals().params == 108'891'648);
+  BOOST_TEST(m.totals().params + 768 * 768 + 768 == 109'482'240);
+  BOOST_TEST(to_string(m.output()) == "768x128x1");
+  // At 128 tokens: 12 x (4 L D^2 + 2 L^2 D + 2 L D F) = 11.17 G MACs per sequence.
+  const double expected = 12.0 * (4.0 * 128 * 768 * 768 + 2.0 * 128 * 128 * 768 + 2.0 * 128 * 768 * 3072);
+  BOOST_TEST(static_cast<double>(m.totals().macs) == expected, tt::tolerance(0.001));
+  const ModelSpec back = model_from_json(model_to_json(m));
+  BOOST_TEST(back.totals().params == m.totals().params);
+  BOOST_TEST(back.totals().fwd_flops == m.totals().fwd_flops);
+  for (const LayerSpec& l : m.layers) {
+    int64_t n = 0;
+    for (const auto& s : l.param_shapes()) {
+      int64_t k = 1;
+      for (int64_t d : s) k *= d;
+      n += k;
+    }
+    BOOST_TEST(n == l.params, l.name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(attention_costs_and_checks) {
+  ModelBuilder b("att", SampleShape{1, 10, 1});
+  b.embedding(100, 8, kModelInput, "emb");
+  const int32_t a = b.attention(2, ModelBuilder::kPrev, "att");
+  const LayerSpec& l = b.spec().layers[static_cast<size_t>(a)];
+  BOOST_TEST(l.params == 4 * 8 * 8 + 4 * 8);
+  BOOST_TEST(l.macs == 4 * 10 * 8 * 8 + 2 * 10 * 10 * 8);
+  BOOST_TEST(to_string(l.out_shape) == "8x10x1");
+  BOOST_CHECK_THROW(b.attention(3, a, "bad"), tandem::Error);  // 3 heads do not divide 8
+  BOOST_CHECK_THROW(zoo_model("bert_base", SampleShape{1, 513, 1}, 1), tandem::Error);
+}
+
+BOOST_AUTO_TEST_CASE(backends_refuse_spec_only_layers_naming_them) {
+  auto be = tandem::engine::compute::make_backend("reference");
+  tandem::testing::expect_error([&] { Model m(zoo_model("bert_base", SampleShape{1, 8, 1}, 1), *be); },
+                                tandem::Status::kUnsupported, {"embeddings.word", "spec-only", "reference"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
