@@ -26,6 +26,14 @@ constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
     "concat", "embedding", "layernorm", "gelu", "attention"};
 
 int64_t pooled(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
+
+// Elementwise costs: FLOPs per element of `numel` forward, for the data gradient and for the weight gradient.
+void per_element(LayerSpec& l, int64_t numel, double fwd, double data, double weight) {
+  const auto n = static_cast<double>(numel);
+  l.fwd_flops = fwd * n;
+  l.bwd_data_flops = data * n;
+  l.bwd_weight_flops = weight * n;
+}
 }  // namespace
 
 std::string_view layer_kind_name(LayerKind k) noexcept {
@@ -131,9 +139,7 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
                      l.name, l.momentum);
       l.params = 2 * x.c;
       l.buffers = 2 * x.c;
-      l.fwd_flops = 4.0 * x.numel();
-      l.bwd_data_flops = 5.0 * x.numel();
-      l.bwd_weight_flops = 2.0 * x.numel();
+      per_element(l, x.numel(), 4, 5, 2);
       break;
     }
     case LayerKind::kReLU:
@@ -176,13 +182,10 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
     case LayerKind::kLayerNorm:
       TANDEM_REQUIRE(l.eps > 0, "layer '{}' (layernorm): eps must be positive (got {})", l.name, l.eps);
       l.params = 2 * x.c;
-      l.fwd_flops = 5.0 * x.numel();
-      l.bwd_data_flops = 8.0 * x.numel();
-      l.bwd_weight_flops = 2.0 * x.numel();
+      per_element(l, x.numel(), 5, 8, 2);
       break;
     case LayerKind::kGELU:
-      l.fwd_flops = 8.0 * x.numel();
-      l.bwd_data_flops = 10.0 * x.numel();
+      per_element(l, x.numel(), 8, 10, 0);
       break;
     case LayerKind::kAttention: {
       TANDEM_REQUIRE(l.heads > 0 && x.c % l.heads == 0, "layer '{}' (attention): heads {} must divide the width {}",
