@@ -391,8 +391,8 @@ std::string zoo_input_warning(std::string_view name, SampleShape input) {
   if (input.h * input.w < 224 * 224) return {};
   for (const CifarVariant& v : kCifarVariants) {
     if (v.cifar != name) continue;
-    return fmt::format("model '{}' is the CIFAR variant (built for 32x32: no early downsampling); at {} use '{}', "
-                       "the standard ImageNet network, instead",
+    return fmt::format("model '{}' is the CIFAR variant, adapted to 32x32 inputs: at {} its FLOPs and parameters are "
+                       "not the standard network's; use '{}' (torchvision's ImageNet network) instead",
                        name, to_string(input), v.imagenet);
   }
   return {};
