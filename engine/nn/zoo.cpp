@@ -444,7 +444,13 @@ ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classe
   if (name == "vgg16_imagenet") return vgg16(input, num_classes, true);
   if (name == "mobilenetv2_imagenet") return mobilenetv2(input, num_classes, options.width_mult, true);
   if (name == "alexnet_imagenet") return alexnet(input, num_classes, true);
-  if (name == "inception_v3") return inception_v3(input, num_classes);
+  if (name == "inception_v3") {
+    try {
+      return inception_v3(input, num_classes);
+    } catch (const Error& e) {
+      TANDEM_THROW(e.status(), "{} (inception_v3 is built for 3x299x299 inputs)", e.what());
+    }
+  }
   if (name == "bert_base") return bert_base(input);
   TANDEM_THROW(Status::kInvalidArgument, "unknown model '{}'{} (zoo: {})", name, did_you_mean(name, zoo_names()),
                fmt::join(zoo_names(), ", "));
