@@ -3,7 +3,9 @@
 // library logs while building the model (a CIFAR variant given an ImageNet-sized input) are shown with the table.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -106,9 +108,12 @@ int summary(const SummaryOptions& o) {
     const std::string shape = fmt::format("{}x{}x{}", la.out_channels, la.out_height, la.out_width);
     if (o.json) {
       nlohmann::json inputs = nlohmann::json::array();
-      for (int k = 0; k < la.num_inputs; ++k) inputs.push_back(la.inputs[k]);
+      // tandem_layer_attr_t holds the first two producers; a concat may have more (num_inputs counts them all).
+      const int known = std::min<int>(la.num_inputs, static_cast<int>(std::size(la.inputs)));
+      for (int k = 0; k < known; ++k) inputs.push_back(la.inputs[k]);
       layers.push_back({{"name", la.name}, {"type", la.kind}, {"inputs", inputs},
-                        {"output", {la.out_channels, la.out_height, la.out_width}}, {"params", la.params},
+                        {"num_inputs", la.num_inputs}, {"output", {la.out_channels, la.out_height, la.out_width}},
+                        {"params", la.params},
                         {"macs", la.macs}, {"fwd_flops", la.fwd_flops}, {"bwd_flops", la.bwd_flops},
                         {"activation_bytes", la.activation_bytes}});
     } else {
