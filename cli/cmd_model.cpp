@@ -1,9 +1,13 @@
 // `tandem model summary NAME|FILE [--input CxHxW] [--classes N] [--width-mult W] [--json]`: the layer table of a zoo
-// model or a JSON spec (output shape, parameters, FLOPs, activation bytes) and totals, through the C ABI.
+// model or a JSON spec (output shape, parameters, FLOPs, activation bytes) and totals, through the C ABI. Warnings the
+// library logs while building the model (a CIFAR variant given an ImageNet-sized input) are shown with the table.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -33,9 +37,19 @@ std::string human(double v) {
   return fmt::format("{:.0f}", v);
 }
 
+// Collects the context's warnings (and errors) for the summary; lower levels are dropped.
+void collect_warning(tandem_log_level_t level, const char* message, void* user) {
+  if (level >= TANDEM_LOG_WARN) static_cast<std::vector<std::string>*>(user)->emplace_back(message);
+}
+
 int summary(const SummaryOptions& o) {
   tandem_context_t* ctx = nullptr;
-  if (tandem_context_create(nullptr, &ctx) != TANDEM_OK) return tandem::cli::fail("cannot create a context");
+  std::vector<std::string> warnings;
+  tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
+  cp.field_mask = TANDEM_CONTEXT_PARAM_LOG_SINK;
+  cp.log_sink = &collect_warning;
+  cp.log_user_data = &warnings;
+  if (tandem_context_create(&cp, &ctx) != TANDEM_OK) return tandem::cli::fail("cannot create a context");
   tandem_model_params_t p = TANDEM_MODEL_PARAMS_INIT;
   p.field_mask = TANDEM_MODEL_PARAM_BACKEND;
   p.backend = "none";
@@ -70,6 +84,7 @@ int summary(const SummaryOptions& o) {
   }
   tandem_model_t* model = nullptr;
   if (tandem_model_create(ctx, &p, &model) != TANDEM_OK) {
+    for (const std::string& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     const int rc = tandem::cli::fail(fmt::format("cannot load model '{}'", o.model));
     tandem_context_destroy(ctx);
     return rc;
@@ -82,6 +97,7 @@ int summary(const SummaryOptions& o) {
     std::printf("%s: input %lldx%lldx%lld, %lld classes\n", ma.name, static_cast<long long>(ma.input_channels),
                 static_cast<long long>(ma.input_height), static_cast<long long>(ma.input_width),
                 static_cast<long long>(ma.num_classes));
+    for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
     std::printf("%4s  %-22s %-15s %-14s %10s %10s %10s %10s\n", "#", "layer", "type", "output", "params", "fwd FLOPs",
                 "bwd FLOPs", "act bytes");
   }
@@ -92,9 +108,12 @@ int summary(const SummaryOptions& o) {
     const std::string shape = fmt::format("{}x{}x{}", la.out_channels, la.out_height, la.out_width);
     if (o.json) {
       nlohmann::json inputs = nlohmann::json::array();
-      for (int k = 0; k < la.num_inputs; ++k) inputs.push_back(la.inputs[k]);
+      // tandem_layer_attr_t holds the first two producers; a concat may have more (num_inputs counts them all).
+      const int known = std::min<int>(la.num_inputs, static_cast<int>(std::size(la.inputs)));
+      for (int k = 0; k < known; ++k) inputs.push_back(la.inputs[k]);
       layers.push_back({{"name", la.name}, {"type", la.kind}, {"inputs", inputs},
-                        {"output", {la.out_channels, la.out_height, la.out_width}}, {"params", la.params},
+                        {"num_inputs", la.num_inputs}, {"output", {la.out_channels, la.out_height, la.out_width}},
+                        {"params", la.params},
                         {"macs", la.macs}, {"fwd_flops", la.fwd_flops}, {"bwd_flops", la.bwd_flops},
                         {"activation_bytes", la.activation_bytes}});
     } else {
@@ -108,6 +127,7 @@ int summary(const SummaryOptions& o) {
         {"model", ma.name},
         {"input", {ma.input_channels, ma.input_height, ma.input_width}},
         {"num_classes", ma.num_classes},
+        {"warnings", warnings},
         {"layers", layers},
         {"totals",
          {{"params", ma.params}, {"buffers", ma.buffers}, {"macs", ma.macs}, {"fwd_flops", ma.fwd_flops},
@@ -130,10 +150,13 @@ tandem::cli::Registration reg{"model", "inspect models (zoo names or JSON specs)
   auto o = std::make_shared<SummaryOptions>();
   app.require_subcommand(1);
   CLI::App* s = app.add_subcommand("summary", "per-layer table (output shape, parameters, FLOPs, activation bytes)");
-  s->add_option("model", o->model, "zoo name (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet) or a JSON spec file")
+  s->add_option("model", o->model,
+                "zoo name (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet: CIFAR-sized; resnet18_imagenet, resnet50, "
+                "resnet101, vgg16_imagenet, mobilenetv2_imagenet, alexnet_imagenet, inception_v3: torchvision's ImageNet "
+                "networks) or a JSON spec file")
       ->required();
   s->add_option("--input", o->input, "input shape CxHxW for a zoo model (default: its usual input)");
-  s->add_option("--classes", o->classes, "class count for a zoo model (default 10)");
+  s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)");
   s->add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
   s->add_flag("--json", o->json, "machine-readable output");
   return [o, s] { return s->parsed() ? summary(*o) : 1; };

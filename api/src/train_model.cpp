@@ -56,7 +56,8 @@ TANDEM_API tandem_status_t tandem_model_create(tandem_context_t* ctx, const tand
       const std::string name = string_field(params->name, "tandem_model_create: name");
       nn::SampleShape in = nn::zoo_default_input(name);
       if (m & TANDEM_MODEL_PARAM_INPUT_SHAPE) in = {params->input_channels, params->input_height, params->input_width};
-      const int64_t classes = (m & TANDEM_MODEL_PARAM_NUM_CLASSES) ? params->num_classes : 10;
+      const int64_t classes =
+          (m & TANDEM_MODEL_PARAM_NUM_CLASSES) ? params->num_classes : nn::zoo_default_classes(name);
       nn::ZooOptions zo;
       if (m & TANDEM_MODEL_PARAM_WIDTH_MULT) zo.width_mult = params->width_mult;
       h->spec = nn::zoo_model(name, in, classes, zo);

@@ -32,8 +32,17 @@ enum class LayerKind : int32_t {
   kFlatten = 7,        // CxHxW -> (C*H*W)x1x1 (a view; no compute)
   kLinear = 8,         // consumes its input flattened
   kAdd = 9,            // elementwise sum of two inputs (residual connections)
+  kConcat = 10,        // channel concatenation of two or more inputs with equal HxW (inception branches)
+  // Transformer layers, spec-only (model summary, simulator; no compute backend runs them). A sequence of L tokens of
+  // width D is the map D x L x 1; a per-token linear layer is a 1x1 conv2d over it.
+  kEmbedding = 11,     // token ids 1 x L x 1 -> out_channels x L x 1: a table of num_embeddings rows
+  kLayerNorm = 12,     // per token over the channels; gamma, beta
+  kGELU = 13,
+  kAttention = 14,     // multi-head self-attention: Q, K, V and output projections D -> D with biases; `heads`
 };
-constexpr int kNumLayerKinds = 10;
+constexpr int kNumLayerKinds = 15;
+// Kinds that only specs know (no backend computes them).
+constexpr bool is_spec_only(LayerKind k) noexcept { return static_cast<int32_t>(k) >= 11; }
 
 std::string_view layer_kind_name(LayerKind k) noexcept;  // "conv2d", "batchnorm2d", ...
 // Parses a kind name; throws kInvalidArgument listing the valid names.
@@ -46,12 +55,15 @@ struct LayerSpec {
   // --- given ---
   std::string name;
   LayerKind kind = LayerKind::kReLU;
-  std::vector<int32_t> inputs;  // producer layer indices (earlier layers) or kModelInput; kAdd takes two
+  std::vector<int32_t> inputs;  // producer layer indices (earlier layers) or kModelInput; kAdd takes two, kConcat 2+
   int64_t out_channels = 0;     // conv2d
   int64_t out_features = 0;     // linear
   int64_t kernel_h = 1, kernel_w = 1, stride = 1, padding = 0, groups = 1;  // conv2d / pooling
+  int64_t padding_w = -1;       // conv2d / pooling: width padding when it differs from `padding` (1x7 convs); -1: same
   bool bias = true;             // conv2d / linear
-  float eps = 1e-5f;            // batchnorm2d
+  int64_t num_embeddings = 0;   // embedding: rows of the table
+  int64_t heads = 0;            // attention: heads (dividing the width)
+  float eps = 1e-5f;            // batchnorm2d, layernorm
   float momentum = 0.1f;        // batchnorm2d: running = (1 - momentum) * running + momentum * batch
 
   // --- derived by infer() ---
@@ -67,6 +79,8 @@ struct LayerSpec {
   bool needs_input_grad = true;   // false when every input is the model input
 
   double bwd_flops() const noexcept { return bwd_data_flops + bwd_weight_flops; }
+  int64_t pad_h() const noexcept { return padding; }
+  int64_t pad_w() const noexcept { return padding_w < 0 ? padding : padding_w; }
   int64_t param_bytes() const noexcept { return params * 4; }
   // Learnable tensor shapes in order (weight, then bias; batch norm: gamma, beta); their sizes sum to params.
   std::vector<std::vector<int64_t>> param_shapes() const;

@@ -36,7 +36,8 @@ namespace {
 ConvParams conv_params(const LayerSpec& l) {
   ConvParams p;
   p.stride_h = p.stride_w = l.stride;
-  p.pad_h = p.pad_w = l.padding;
+  p.pad_h = l.pad_h();
+  p.pad_w = l.pad_w();
   p.groups = l.groups;
   return p;
 }
@@ -46,7 +47,8 @@ PoolParams pool_params(const LayerSpec& l) {
   p.kernel_h = l.kernel_h;
   p.kernel_w = l.kernel_w;
   p.stride_h = p.stride_w = l.stride;
-  p.pad_h = p.pad_w = l.padding;
+  p.pad_h = l.pad_h();
+  p.pad_w = l.pad_w();
   p.count_include_pad = true;
   return p;
 }
@@ -59,6 +61,11 @@ Activation activation_of(LayerKind k) { return k == LayerKind::kReLU ? Activatio
 Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitScheme init_scheme)
     : spec_(std::move(spec)), backend_(backend), seed_(seed), init_(init_scheme) {
   TANDEM_REQUIRE(!spec_.layers.empty(), "model '{}' has no layers", spec_.name);
+  for (const LayerSpec& l : spec_.layers) {
+    TANDEM_CHECK(!is_spec_only(l.kind), Status::kUnsupported,
+                 "model '{}': layer '{}' ({}) is spec-only (model summary, simulator): backend '{}' cannot run it",
+                 spec_.name, l.name, layer_kind_name(l.kind), backend_.name());
+  }
   const size_t n = spec_.layers.size();
   held_end_ = n;
   param_off_.assign(n + 1, 0);
@@ -225,6 +232,39 @@ Tensor conform(compute::Backend& be, const Tensor& g, const tandem::Shape& shape
                shape.str());
   return be.to_plain(g).view(shape);
 }
+// Concatenation as plain copies of each sample's channel block: every backend's copy() takes plain slices, so concat
+// runs wherever copy does (reference, cpu, cuda), at one copy per sample and input.
+Tensor concat_forward(compute::Backend& be, const std::vector<Tensor>& in, const LayerSpec& l) {
+  const int64_t n = in[0].dim(0), hw = l.out_shape.h * l.out_shape.w, per_sample = l.out_shape.numel();
+  Tensor y = be.empty(tandem::Shape{n, l.out_shape.c, l.out_shape.h, l.out_shape.w});
+  int64_t offset = 0;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const Tensor x = be.to_plain(in[k]);
+    const int64_t block = l.in_shapes[k].c * hw;
+    for (int64_t s = 0; s < n; ++s) {
+      Tensor dst = y.slice(s * per_sample + offset, tandem::Shape{block});
+      be.copy(x.slice(s * block, tandem::Shape{block}), dst);
+    }
+    offset += block;
+  }
+  return y;
+}
+
+// The gradient of input k: its channel block of every sample of dy.
+Tensor concat_backward(compute::Backend& be, const Tensor& dy_any, const LayerSpec& l, size_t k) {
+  const Tensor dy = be.to_plain(dy_any);
+  const int64_t n = dy.dim(0), hw = l.out_shape.h * l.out_shape.w, per_sample = l.out_shape.numel();
+  int64_t offset = 0;
+  for (size_t j = 0; j < k; ++j) offset += l.in_shapes[j].c * hw;
+  const SampleShape& xs = l.in_shapes[k];
+  const int64_t block = xs.c * hw;
+  Tensor dx = be.empty(tandem::Shape{n, xs.c, xs.h, xs.w});
+  for (int64_t s = 0; s < n; ++s) {
+    Tensor dst = dx.slice(s * block, tandem::Shape{block});
+    be.copy(dy.slice(s * per_sample + offset, tandem::Shape{block}), dst);
+  }
+  return dx;
+}
 }  // namespace
 
 Tensor Model::input_of(const Activations& a, int32_t producer) const {
@@ -283,6 +323,10 @@ Tensor Model::run_layer(size_t i, Activations& a, const std::vector<Tensor>& in)
       return backend_.to_plain(x).view(tandem::Shape{x.dim(0), x.numel() / x.dim(0)});
     case LayerKind::kAdd:
       return backend_.add(x, conform(backend_, in[1], x.shape()));
+    case LayerKind::kConcat:
+      return concat_forward(backend_, in, l);
+    default:
+      break;  // spec-only kinds: refused by the constructor
   }
   TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
 }
@@ -421,6 +465,13 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
       add_grad(a, l.inputs[0], dy);
       add_grad(a, l.inputs[1], dy);
       break;
+    case LayerKind::kConcat:
+      for (size_t k = 0; k < l.inputs.size(); ++k) {
+        if (l.inputs[k] != kModelInput) add_grad(a, l.inputs[k], concat_backward(backend_, dy, l, k));
+      }
+      break;
+    default:
+      TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
   }
   a.out[i] = Tensor();
   a.grad[i] = Tensor();

@@ -128,8 +128,19 @@ int32_t ModelBuilder::conv(int64_t out_channels, int64_t kernel, int64_t stride,
   l.bias = bias;
   return push(std::move(l));
 }
-int32_t ModelBuilder::batchnorm(int32_t from, std::string name) {
-  return push(make(LayerKind::kBatchNorm2d, std::move(name), {resolve(from)}));
+int32_t ModelBuilder::conv2(int64_t out_channels, int64_t kernel_h, int64_t kernel_w, int64_t stride,
+                            int64_t padding_h, int64_t padding_w, bool bias, int32_t from, std::string name) {
+  LayerSpec l = windowed(LayerKind::kConv2d, std::move(name), resolve(from), kernel_h, stride, padding_h);
+  l.kernel_w = kernel_w;
+  l.padding_w = padding_w;
+  l.out_channels = out_channels;
+  l.bias = bias;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::batchnorm(int32_t from, std::string name, float eps) {
+  LayerSpec l = make(LayerKind::kBatchNorm2d, std::move(name), {resolve(from)});
+  l.eps = eps;
+  return push(std::move(l));
 }
 int32_t ModelBuilder::relu(int32_t from, std::string name) {
   return push(make(LayerKind::kReLU, std::move(name), {resolve(from)}));
@@ -157,6 +168,30 @@ int32_t ModelBuilder::linear(int64_t out_features, bool bias, int32_t from, std:
 }
 int32_t ModelBuilder::add(int32_t a, int32_t b, std::string name) {
   return push(make(LayerKind::kAdd, std::move(name), {resolve(a), resolve(b)}));
+}
+int32_t ModelBuilder::embedding(int64_t num_embeddings, int64_t dim, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kEmbedding, std::move(name), {resolve(from)});
+  l.num_embeddings = num_embeddings;
+  l.out_channels = dim;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::layernorm(float eps, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kLayerNorm, std::move(name), {resolve(from)});
+  l.eps = eps;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::gelu(int32_t from, std::string name) {
+  return push(make(LayerKind::kGELU, std::move(name), {resolve(from)}));
+}
+int32_t ModelBuilder::attention(int64_t heads, int32_t from, std::string name) {
+  LayerSpec l = make(LayerKind::kAttention, std::move(name), {resolve(from)});
+  l.heads = heads;
+  return push(std::move(l));
+}
+int32_t ModelBuilder::concat(const std::vector<int32_t>& from, std::string name) {
+  std::vector<int32_t> in;
+  for (int32_t f : from) in.push_back(resolve(f));
+  return push(make(LayerKind::kConcat, std::move(name), std::move(in)));
 }
 
 ModelSpec ModelBuilder::build() && {
@@ -200,6 +235,20 @@ void read_kernel(const json& obj, const std::string& where, LayerSpec& l, bool r
     l.kernel_h = l.kernel_w = k.get<int64_t>();
   }
   TANDEM_REQUIRE(l.kernel_h > 0 && l.kernel_w > 0, "{}.kernel: must be positive (got {})", where, k.dump());
+}
+
+void read_padding(const json& obj, const std::string& where, LayerSpec& l) {
+  if (!obj.contains("padding")) return;
+  const json& p = obj.at("padding");
+  if (p.is_array()) {
+    TANDEM_REQUIRE(p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer() && p[0].get<int64_t>() >= 0 &&
+                       p[1].get<int64_t>() >= 0,
+                   "{}.padding: must be an integer >= 0 or [ph, pw] (got {})", where, p.dump());
+    l.padding = p[0].get<int64_t>();
+    l.padding_w = p[1].get<int64_t>();
+  } else {
+    l.padding = get_int(obj, "padding", where, 0, 0);
+  }
 }
 
 void check_keys(const json& obj, const std::string& where, std::initializer_list<const char*> allowed) {
@@ -262,7 +311,7 @@ ModelSpec model_from_json(const json& j) {
         l.out_channels = require_int(o, "out_channels", where, 1);
         read_kernel(o, where, l, true);
         l.stride = get_int(o, "stride", where, 1, 1);
-        l.padding = get_int(o, "padding", where, 0, 0);
+        read_padding(o, where, l);
         l.groups = get_int(o, "groups", where, 1, 1);
         break;
       case LayerKind::kLinear:
@@ -274,8 +323,18 @@ ModelSpec model_from_json(const json& j) {
         check_keys(o, where, {"type", "name", "inputs", "kernel", "stride", "padding"});
         read_kernel(o, where, l, true);
         l.stride = get_int(o, "stride", where, l.kernel_h, 1);
-        l.padding = get_int(o, "padding", where, 0, 0);
+        read_padding(o, where, l);
         break;
+      case LayerKind::kEmbedding:
+        check_keys(o, where, {"type", "name", "inputs", "num_embeddings", "out_channels"});
+        l.num_embeddings = require_int(o, "num_embeddings", where, 1);
+        l.out_channels = require_int(o, "out_channels", where, 1);
+        break;
+      case LayerKind::kAttention:
+        check_keys(o, where, {"type", "name", "inputs", "heads"});
+        l.heads = require_int(o, "heads", where, 1);
+        break;
+      case LayerKind::kLayerNorm:
       case LayerKind::kBatchNorm2d:
         check_keys(o, where, {"type", "name", "inputs", "eps", "momentum"});
         if (o.contains("eps")) {
@@ -298,11 +357,16 @@ ModelSpec model_from_json(const json& j) {
       TANDEM_REQUIRE(o["bias"].is_boolean(), "{}.bias: must be true or false (got {})", where, o["bias"].dump());
       l.bias = o["bias"].get<bool>();
     }
-    const size_t want = l.kind == LayerKind::kAdd ? 2 : 1;
+    const size_t want = l.kind == LayerKind::kAdd || l.kind == LayerKind::kConcat ? 2 : 1;
     if (o.contains("inputs")) {
       const json& ins = o["inputs"];
-      TANDEM_REQUIRE(ins.is_array() && ins.size() == want, "{}.inputs: must be an array of {} layer name(s) (got {})",
-                     where, want, ins.dump());
+      if (l.kind == LayerKind::kConcat) {
+        TANDEM_REQUIRE(ins.is_array() && ins.size() >= want,
+                       "{}.inputs: must be an array of 2 or more layer names (got {})", where, ins.dump());
+      } else {
+        TANDEM_REQUIRE(ins.is_array() && ins.size() == want,
+                       "{}.inputs: must be an array of {} layer name(s) (got {})", where, want, ins.dump());
+      }
       for (const json& n : ins) {
         TANDEM_REQUIRE(n.is_string(), "{}.inputs: entries must be layer names (got {})", where, n.dump());
         const auto s = n.get<std::string>();
@@ -315,7 +379,8 @@ ModelSpec model_from_json(const json& j) {
         l.inputs.push_back(static_cast<int32_t>(it - names.begin()));
       }
     } else {
-      TANDEM_REQUIRE(want == 1, "{}.inputs: missing (add needs two layer names)", where);
+      TANDEM_REQUIRE(want == 1, "{}.inputs: missing ({} needs two or more layer names)", where,
+                     layer_kind_name(l.kind));
       l.inputs.push_back(static_cast<int32_t>(i) - 1);
     }
     try {
@@ -371,7 +436,7 @@ json model_to_json(const ModelSpec& spec) {
       case LayerKind::kAvgPool2d:
         o["kernel"] = l.kernel_h == l.kernel_w ? json(l.kernel_h) : json::array({l.kernel_h, l.kernel_w});
         o["stride"] = l.stride;
-        o["padding"] = l.padding;
+        o["padding"] = l.pad_h() == l.pad_w() ? json(l.pad_h()) : json::array({l.pad_h(), l.pad_w()});
         break;
       case LayerKind::kLinear:
         o["out_features"] = l.out_features;
@@ -380,6 +445,16 @@ json model_to_json(const ModelSpec& spec) {
       case LayerKind::kBatchNorm2d:
         o["eps"] = l.eps;
         o["momentum"] = l.momentum;
+        break;
+      case LayerKind::kLayerNorm:
+        o["eps"] = l.eps;
+        break;
+      case LayerKind::kEmbedding:
+        o["num_embeddings"] = l.num_embeddings;
+        o["out_channels"] = l.out_channels;
+        break;
+      case LayerKind::kAttention:
+        o["heads"] = l.heads;
         break;
       default:
         break;

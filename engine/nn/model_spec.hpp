@@ -48,7 +48,10 @@ class ModelBuilder {
 
   int32_t conv(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, int64_t groups = 1,
                bool bias = true, int32_t from = kPrev, std::string name = "");
-  int32_t batchnorm(int32_t from = kPrev, std::string name = "");
+  // A kh x kw kernel with padding ph x pw (inception's 1x7 and 7x1 convolutions).
+  int32_t conv2(int64_t out_channels, int64_t kernel_h, int64_t kernel_w, int64_t stride, int64_t padding_h,
+                int64_t padding_w, bool bias = true, int32_t from = kPrev, std::string name = "");
+  int32_t batchnorm(int32_t from = kPrev, std::string name = "", float eps = 1e-5f);
   int32_t relu(int32_t from = kPrev, std::string name = "");
   int32_t relu6(int32_t from = kPrev, std::string name = "");
   int32_t maxpool(int64_t kernel, int64_t stride, int64_t padding = 0, int32_t from = kPrev, std::string name = "");
@@ -57,6 +60,13 @@ class ModelBuilder {
   int32_t flatten(int32_t from = kPrev, std::string name = "");
   int32_t linear(int64_t out_features, bool bias = true, int32_t from = kPrev, std::string name = "");
   int32_t add(int32_t a, int32_t b, std::string name = "");
+  // Transformer layers (spec-only kinds; see LayerKind).
+  int32_t embedding(int64_t num_embeddings, int64_t dim, int32_t from = kPrev, std::string name = "");
+  int32_t layernorm(float eps = 1e-5f, int32_t from = kPrev, std::string name = "");
+  int32_t gelu(int32_t from = kPrev, std::string name = "");
+  int32_t attention(int64_t heads, int32_t from = kPrev, std::string name = "");
+  // Channel concatenation of `from` in order (branches that end at this layer).
+  int32_t concat(const std::vector<int32_t>& from, std::string name = "");
   // Adds a fully described layer (kind and hyper-parameters set; inputs resolved; name may be empty).
   int32_t push(LayerSpec layer);
 
@@ -74,7 +84,8 @@ class ModelBuilder {
 //   {"name": "net", "input": [C, H, W],
 //    "layers": [{"type": "conv2d", "name": "c1", "out_channels": 6, "kernel": 5, "stride": 1, "padding": 2,
 //                "groups": 1, "bias": true, "inputs": ["input"]}, {"type": "relu"}, ...]}
-// "inputs" names earlier layers or "input" and defaults to the previous layer; "kernel" may be [kh, kw]; unnamed
+// "inputs" names earlier layers or "input" and defaults to the previous layer (add takes two, concat two or more);
+// "kernel" and "padding" may be [h, w]; unnamed
 // layers are called "<type><index>". Errors are kInvalidArgument naming the field ("layers[3].kernel: ...").
 ModelSpec model_from_json(const nlohmann::json& j);
 ModelSpec model_from_json_text(const std::string& text);  // parse errors: kInvalidArgument with the position

@@ -11,6 +11,7 @@
 #include "engine/nn/model.hpp"
 #include "engine/nn/zoo.hpp"
 #include "tests/nn/expect_error.hpp"
+#include "tests/nn/gradcheck.hpp"
 
 using namespace tandem;
 using namespace tandem::engine;
@@ -21,12 +22,7 @@ namespace {
 
 std::unique_ptr<compute::Backend> reference() { return compute::make_backend("reference"); }
 
-Tensor random_tensor(const tandem::Shape& s, uint64_t seed, double scale = 1.0) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (auto& x : v) x = static_cast<float>(rng.normal() * scale);
-  return Tensor::from_vector(s, v);
-}
+using testing::random_tensor;
 
 // Every layer kind once, with a residual add whose branches share an input.
 ModelSpec every_layer_kind() {
@@ -47,14 +43,6 @@ ModelSpec every_layer_kind() {
   return std::move(b).build();
 }
 
-// loss = sum(logits * R): its gradient w.r.t. the logits is R.
-double loss_of(Model& m, const Tensor& x, const Tensor& r) {
-  Tensor y = m.forward(x, true);
-  double s = 0;
-  for (int64_t i = 0; i < y.numel(); ++i) s += static_cast<double>(y.data<float>()[i]) * r.data<float>()[i];
-  return s;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(model_execution)
@@ -64,34 +52,11 @@ BOOST_AUTO_TEST_CASE(gradients_match_finite_differences_for_every_layer_kind) {
   Model m(every_layer_kind(), *be, 3);
   const Tensor x = random_tensor(tandem::Shape{3, 2, 6, 6}, 10);
   const Tensor r = random_tensor(tandem::Shape{3, 3}, 11);
-  Tensor y = m.forward(x, true);
-  BOOST_TEST((y.shape() == tandem::Shape{3, 3}));
-  m.backward(r);
-  const Tensor analytic = m.grads().clone();
-  float* p = m.params().data<float>();
-  const double h = 2e-3;
-  int checked = 0, close = 0;
-  for (size_t layer = 0; layer < m.num_layers(); ++layer) {
-    const int64_t n = m.spec().layers[layer].params;
-    for (int64_t k = 0; k < n; k += std::max<int64_t>(1, n / 12)) {
-      const int64_t idx = m.param_offset(layer) + k;
-      const float saved = p[idx];
-      p[idx] = saved + static_cast<float>(h);
-      const double up = loss_of(m, x, r);
-      p[idx] = saved - static_cast<float>(h);
-      const double down = loss_of(m, x, r);
-      p[idx] = saved;
-      const double numeric = (up - down) / (2 * h), got = analytic.data<float>()[idx];
-      ++checked;
-      const bool ok = std::abs(numeric - got) <= 2e-2 * std::max(1.0, std::abs(numeric));
-      close += ok;
-      BOOST_TEST_MESSAGE(m.spec().layers[layer].name << "[" << k << "] numeric " << numeric << " analytic " << got);
-      BOOST_WARN(ok);
-    }
-  }
-  BOOST_TEST(checked > 60);
+  BOOST_TEST((m.forward(x, true).shape() == tandem::Shape{3, 3}));
+  const auto count = testing::check_param_gradients(m, x, r, 12, [](size_t, double, double) {});
+  BOOST_TEST(count.checked > 60);
   // Max-pool and ReLU kinks can flip under a finite step; allow a couple of such points, no more.
-  BOOST_TEST(close >= checked - 2, close << " of " << checked << " gradients agree");
+  BOOST_TEST(count.close >= count.checked - 2, count.close << " of " << count.checked << " gradients agree");
 }
 
 BOOST_AUTO_TEST_CASE(stages_compose_to_the_whole_model) {

@@ -493,8 +493,8 @@ typedef struct tandem_layer_attr {
   uint64_t field_mask;
   const char* name;           /* owned by the model */
   const char* kind;           /* static: "conv2d", "batchnorm2d", "relu", "linear", "add", ... */
-  int32_t num_inputs;         /* 1, or 2 for add */
-  int32_t inputs[2];          /* producer layer indices; -1 is the model input */
+  int32_t num_inputs;         /* 1, 2 for add, 2 or more for concat */
+  int32_t inputs[2];          /* the first two producer layer indices; -1 is the model input */
   int64_t out_channels, out_height, out_width;
   int64_t params;
   int64_t macs;

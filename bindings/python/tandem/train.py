@@ -158,7 +158,8 @@ _fn("tandem_trainer_save_checkpoint", _status, _ptr, _str)
 _fn("tandem_trainer_load_checkpoint", _status, _ptr, _str)
 _fn("tandem_trainer_progress", _status, _ptr, P(_i64), P(_i64))
 
-ZOO = ("mlp", "lenet5", "resnet18", "mobilenetv2", "vgg16", "alexnet")
+ZOO = ("mlp", "lenet5", "resnet18", "mobilenetv2", "vgg16", "alexnet", "resnet18_imagenet", "resnet50", "resnet101",
+       "vgg16_imagenet", "mobilenetv2_imagenet", "alexnet_imagenet", "inception_v3", "bert_base")
 _OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 
 
