@@ -52,6 +52,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_MEMORY_GUARD", K::kChoice, 0, 0, "0|1", "1", "0: skip the out-of-memory check before training"},
     {"TANDEM_MEMORY_LIMIT_BYTES", K::kInteger, 1, kNoLimit, "", "cgroup / MemAvailable",
      "memory limit the guard checks against"},
+    {"TANDEM_TEST_FEDAVG_STALL", K::kText, 0, 0, "", "unset",
+     "test hook: rank:round:seconds, that rank sleeps before it reports that fedavg round"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

@@ -151,6 +151,8 @@ typedef struct tandem_context_params {
  *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset
  *   TANDEM_MEMORY_GUARD       0 skips the out-of-memory check before training      default 1
  *   TANDEM_MEMORY_LIMIT_BYTES memory limit that check uses       default cgroup or MemAvailable
+ *   TANDEM_TEST_FEDAVG_STALL  test hook, "rank:round:seconds": that world rank sleeps before it
+ *                             reports that FedAvg round (a straggler for deadline tests) default unset
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
