@@ -122,12 +122,18 @@ SyncProgram sync_program(const CompiledJob& cj) {
         if (x < y) p.pieces.push_back({static_cast<int32_t>(b), r.server, x, y});
       }
     }
+    // What a server holds (ParameterServerSync): its key range's values (parameters, or the centre for asynchronous
+    // easgd), their optimizer state (push-pull), and the protocol's buffers -- each worker's receive and reply
+    // buffer, and for ps and ssp the pushes kept until their clock is complete (up to staleness + 1 clocks of every
+    // worker's push, summed in worker order). The runtime and the simulator both read this one figure.
     const bool push_pull = p.exchange == Exchange::kPushPull;
     const double kept_clocks = push_pull && p.staleness >= 0 ? p.staleness + 1.0 : 0.0;
     for (const KeyRange& r : p.shards) {
-      const double values = 4.0 * static_cast<double>(r.size());
-      const double state = push_pull ? static_cast<double>(r.size()) * optimizer_state_bytes_per_param(cj.job.optimizer) : 0;
-      p.server_bytes.push_back(values + state + values * p.workers * (2.0 + kept_clocks));
+      StageMemory sm;
+      sm.param_bytes = 4.0 * static_cast<double>(r.size());
+      sm.optimizer_bytes = push_pull ? static_cast<double>(r.size()) * optimizer_state_bytes_per_param(cj.job.optimizer) : 0;
+      sm.bucket_bytes = sm.param_bytes * p.workers * (2.0 + kept_clocks);
+      p.server_memory.push_back(sm);
     }
   }
   // simulator figures (see SyncProgram)
@@ -141,18 +147,8 @@ SyncProgram sync_program(const CompiledJob& cj) {
       p.average_allreduces.push_back(std::move(req));
     }
   }
-  const double state = optimizer_state_bytes_per_param(cj.job.optimizer);
   if (p.exchange == Exchange::kPushPull) p.worker_memory.optimizer_bytes = 0;  // the optimizer runs on the servers
   if (p.exchange == Exchange::kElastic) p.worker_memory.optimizer_bytes += m.param_bytes;  // the centre variable
-  for (const KeyRange& r : p.shards) {
-    StageMemory sm;
-    sm.param_bytes = static_cast<double>(r.size()) * 4;
-    if (p.exchange == Exchange::kPushPull) {
-      sm.grad_bytes = sm.param_bytes;
-      sm.optimizer_bytes = static_cast<double>(r.size()) * state;
-    }
-    p.server_memory.push_back(sm);
-  }
   return p;
 }
 
@@ -293,8 +289,9 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
   first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));
-  for (size_t k = 0; k < a.sync.server_bytes.size() && k < b.sync.server_bytes.size() && d.empty(); ++k)
-    first(differ(fmt::format("server {} bytes", k).c_str(), a.sync.server_bytes[k], b.sync.server_bytes[k]));
+  for (size_t k = 0; k < a.sync.server_memory.size() && k < b.sync.server_memory.size() && d.empty(); ++k)
+    first(differ(fmt::format("server {} bytes", k).c_str(), a.sync.server_memory[k].total(),
+                 b.sync.server_memory[k].total()));
   for (size_t k = 0; k < a.sync.pieces.size() && k < b.sync.pieces.size() && d.empty(); ++k) {
     const BucketPiece &x = a.sync.pieces[k], &y = b.sync.pieces[k];
     first(differ(fmt::format("bucket piece {}", k).c_str(), fmt::format("b{} s{} [{}, {})", x.bucket, x.server, x.begin, x.end),

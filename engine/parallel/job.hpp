@@ -98,11 +98,6 @@ struct SyncProgram {
   std::vector<KeyRange> shards;
   std::vector<BucketPiece> pieces;
 
-  // ---- parameter servers ----
-  // Per server, the bytes the protocol holds (ParameterServerSync): its key range's parameters, the optimizer state
-  // of them (push-pull), each worker's receive and reply buffer, and for ps and ssp the pushes kept until their
-  // clock is complete (up to staleness + 1 clocks of every worker's push, summed in worker order).
-  std::vector<double> server_bytes;
 
   // ---- simulator: figures the simulator times, derived here so that it never re-derives the job ----
   // kParamAverage and kElastic without servers: the parameter average, one all-reduce request per gradient
@@ -112,8 +107,10 @@ struct SyncProgram {
   // and gradients but no optimizer state; easgd keeps the centre variable beside its parameters (counted as
   // optimizer_bytes, the update rule's state).
   StageMemory worker_memory;
-  // Per server (servers > 0): its shard's parameters, the aggregation buffer of one push (grad_bytes) and the
-  // optimizer state of the shard (ps, ps-async, ssp) -- the centre variable alone for asynchronous easgd.
+  // Per server (servers > 0), what ParameterServerSync holds: its shard's values (param_bytes: parameters, or the
+  // centre for asynchronous easgd), their optimizer state (ps, ps-async, ssp), and in bucket_bytes each worker's
+  // receive and reply buffer plus, for ps and ssp, the pushes kept until their clock completes (staleness + 1
+  // clocks of every worker's push). The runtime's memory figure and the simulator's are this one.
   std::vector<StageMemory> server_memory;
 };
 

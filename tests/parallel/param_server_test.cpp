@@ -129,11 +129,11 @@ BOOST_AUTO_TEST_CASE(the_compiled_job_gives_each_servers_memory) {
   job.parallel = pconfig(par::Strategy::kSsp, 2, 3);
   job.optimizer.momentum = 0.9f;
   const par::CompiledJob cj = par::compile_job(job, 5);  // 3 workers, 2 servers
-  BOOST_REQUIRE_EQUAL(cj.sync.server_bytes.size(), 2u);
+  BOOST_REQUIRE_EQUAL(cj.sync.server_memory.size(), 2u);
   for (size_t s = 0; s < 2; ++s) {
     const double n = static_cast<double>(cj.sync.shards[s].size());
     // parameters + momentum + (receive + reply + S + 1 kept clocks) per worker, 4 bytes a value
-    BOOST_TEST(cj.sync.server_bytes[s] == 4 * n + 4 * n + 4 * n * 3 * (2 + 4));
+    BOOST_TEST(cj.sync.server_memory[s].total() == 4 * n + 4 * n + 4 * n * 3 * (2 + 4));
   }
 }
 
