@@ -109,13 +109,8 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
   // ---- 1. local checks (the same verdict on every rank) ----
-  // The averaging family of issue #13 runs here through a StepSync (averaging.hpp, fedavg.hpp); the parameter-server
-  // family (ps, ps-async, ssp, asynchronous easgd) through ParameterServerSync (param_server.hpp).
-  const bool averaging = pc_.strategy == Strategy::kLocalSgd || pc_.strategy == Strategy::kAsgd ||
-                         pc_.strategy == Strategy::kFedAvg || (pc_.strategy == Strategy::kEasgd && !pc_.easgd_async);
-  TANDEM_CHECK(static_cast<int32_t>(pc_.strategy) <= static_cast<int32_t>(Strategy::kHybrid) || averaging ||
-                   parameter_server(),
-               Status::kUnsupported, "strategy {} is not implemented yet", strategy_name(pc_.strategy));
+  // Every strategy runs here: the averaging family of issue #13 through a StepSync (averaging.hpp, fedavg.hpp), the
+  // parameter-server family (ps, ps-async, ssp, asynchronous easgd) through ParameterServerSync (param_server.hpp).
   TANDEM_CHECK(!parameter_server() || pc_.compression == GradCompression::kNone, Status::kUnsupported,
                "strategy {}: gradient compression ({}) is not supported with parameter servers yet (pushes are f32)",
                strategy_name(pc_.strategy), compression_name(pc_.compression));
