@@ -31,7 +31,11 @@
 //    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits (at
 //    most a couple of seconds per peer) until the message was delivered whole or dropped by the
 //    receiver (drop_unexpected), or the peer is gone.
-//    Destroying a transport cancels its own incomplete requests (their test() throws kTransport).
+//    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
+//    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
+//    them to the socket, so a peer that posts its receive after the sender is gone still gets them;
+//    ucx (whose rendezvous reads the sender's memory) waits within its shutdown deadline (2 s) for the
+//    peer to receive, and cancels what is left then.
 //    The parts of a send must stay valid until it completes or the transport is destroyed, even
 //    if the request is cancelled or destroyed first: a message handed to the wire (zmq's zero-copy
 //    frames) cannot be recalled, only dropped with the transport.

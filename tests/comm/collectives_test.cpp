@@ -289,6 +289,67 @@ BOOST_AUTO_TEST_CASE(a_ring_of_blocking_sends_then_receives_completes_on_every_t
   }
 }
 
+// A buffered send has completed for its caller, so it must reach a live peer even when the sender destroys its
+// communicator before the peer posts the receive (a CI run of FedAvg lost its last reply this way on inproc:
+// the closing transport cancelled the rendezvous-sized message instead of keeping it deliverable).
+BOOST_AUTO_TEST_CASE(a_buffered_send_reaches_a_peer_that_receives_after_the_sender_is_gone) {
+  for (const auto& tr : transports_under_test()) {
+    const transports::testing::VariantEnv env(tr);
+    auto store = std::make_shared<transports::MemoryStore>();
+    CommOptions o;
+    o.transport = transports::testing::transport_name(tr);
+    o.timeout = std::chrono::milliseconds(5000);
+    std::atomic<bool> destroying{false}, sender_gone{false};
+    std::string errors[2];
+    const size_t n = (size_t{1} << 20) / sizeof(int32_t);  // far above every eager limit
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          BootstrapInfo info;
+          info.rank = r;
+          info.size = 2;
+          info.host = "localhost";
+          auto c = Communicator::create(info, store, o);
+          c->barrier()->wait();
+          if (r == 0) {
+            std::vector<int32_t> big(n);
+            for (size_t i = 0; i < n; ++i) big[i] = static_cast<int32_t>(i * 7 + 1);
+            const int32_t small = 42;
+            c->send(big.data(), n, DType::kI32, 1, 9)->wait();
+            c->send(&small, 1, DType::kI32, 1, 10)->wait();
+            destroying = true;
+            c.reset();  // the sender's communicator and transport go before the peer receives
+            sender_gone = true;
+            return;
+          }
+          // ucx's rendezvous reads the sender's memory: its shutdown holds (up to 2 s) until the peer receives,
+          // so there the receive comes 200 ms into it. Every other transport delivers after the sender is gone.
+          const bool hold = o.transport == "ucx";
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!(hold ? destroying.load() : sender_gone.load()) && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          EXPECT(destroying.load(), "rank 0 did not start to destroy its communicator within 10 s");
+          EXPECT(hold || sender_gone.load(), "rank 0 did not destroy its communicator within 10 s");
+          if (hold) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          std::vector<int32_t> in(n, -1);
+          int32_t small = -1;
+          c->recv(in.data(), n, DType::kI32, 0, 9)->wait();
+          c->recv(&small, 1, DType::kI32, 0, 10)->wait();
+          for (size_t i = 0; i < n; i += 4099)
+            EXPECT(in[i] == static_cast<int32_t>(i * 7 + 1), "element {}: {}", i, in[i]);
+          EXPECT(in[n - 1] == static_cast<int32_t>((n - 1) * 7 + 1), "last element {}", in[n - 1]);
+          EXPECT(small == 42, "small message {}", small);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) BOOST_TEST(errors[r].empty(), tr << " rank " << r << ": " << errors[r]);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(split_into_even_and_odd_groups) {
   for (const auto& tr : transports_under_test()) {
     run_ranks(tr, 5, with_algorithm(Algorithm::kAuto), [&](int r, Communicator& c) {

@@ -288,7 +288,7 @@ class InprocTransport final : public Transport {
   }
 
   // Leaves the fabric: our own pending operations are cancelled, peers' receives from us fail,
-  // their rendezvous sends to us fail, and our eager messages already sent stay deliverable.
+  // their rendezvous sends to us fail, and our messages already sent stay deliverable (pending ones are copied).
   void close() noexcept {
     if (!fabric_) return;
     Fabric& f = *fabric_;
@@ -319,9 +319,22 @@ class InprocTransport final : public Transport {
             return true;
           });
           erase_if_in(box.unexpected, [&](const Key& k, SendOp& s) {
-            if (k.peer != rank_ || (s.owned.size() == s.bytes && !s.done.pending())) return false;  // eager: keep
-            s.done.fail(Status::kTransport, fmt::format("inproc: send to rank {} tag {} cancelled: transport destroyed", q, k.tag));
-            return true;
+            if (k.peer != rank_ || !s.done.pending()) return false;  // eager: already a copy, stays deliverable
+            // A send still waiting for its receive is flushed into the fabric, as a socket's kernel buffer
+            // would: its data is copied now (the sender's buffer goes with the transport) and stays
+            // deliverable to the live peer, which may post the receive after we are gone.
+            try {
+              s.owned.resize(s.bytes);
+              scatter_copy(s.parts, std::span<const MutPart>(std::array{MutPart{s.owned.data(), s.bytes}}));
+              s.parts = {ConstPart{s.owned.data(), s.bytes}};
+              s.done.complete(s.bytes, false);
+              return false;
+            } catch (const std::exception&) {
+              s.done.fail(Status::kTransport, fmt::format("inproc: send to rank {} tag {} of {} bytes could not be "
+                                                          "flushed when the transport closed (out of memory)",
+                                                          q, k.tag, s.bytes));
+              return true;
+            }
           });
         }
       }

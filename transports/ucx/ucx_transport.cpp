@@ -723,6 +723,17 @@ void Core::shutdown() noexcept {
   try {
     if (worker_) {
       const auto until = Clock::now() + kShutdownDeadline;
+      // Sends to live peers first: a rendezvous reads this rank's memory when the peer posts its receive,
+      // so it can only be delivered while this worker lives (the communicator's sends are buffered and have
+      // completed for their callers already). Bounded by the shutdown deadline; the goodbye follows them.
+      auto sends_owed = [&] {
+        return std::any_of(inflight_.begin(), inflight_.end(), [&](const auto& kv) {
+          const Op& op = *kv.second;
+          return op.is_send && !op.control && op.peer != rank_ && op.done.pending() &&
+                 peers_[op.peer].state == PeerState::kAlive && !peers_[op.peer].ep_failed;
+        });
+      };
+      while (sends_owed() && Clock::now() < until) drive(16);
       std::vector<std::shared_ptr<Op>> byes;
       for (int p = 0; p < size_; ++p)
         if (p != rank_ && peers_[p].ep && peers_[p].state == PeerState::kAlive && peers_[p].hello)
