@@ -822,6 +822,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       ck.meta["parallel"] = {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp},
                              {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
                              {"accumulation", pc_.accumulation}, {"boundaries", job_.boundaries}};
+      if (pc_.strategy == Strategy::kFedAvg) ck.meta["parallel"]["clients"] = pc_.clients;
       try {
         train::save_checkpoint(path, ck);
       } catch (const Error& e) {
@@ -838,11 +839,40 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (!error.empty()) throw Error(error_status, error);
 }
 
+void ParallelTrainer::check_resharding(const train::Checkpoint& ck, int saved_dp) const {
+  const nlohmann::json& meta = ck.meta;
+  const nlohmann::json par = meta.value("parallel", nlohmann::json::object());
+  const std::string wrote = par.value("strategy", "single");
+  const auto refuse = [&](const std::string& why) {
+    TANDEM_THROW(Status::kInvalidArgument,
+                 "it was written by {} with {} data-parallel worker(s), this run has {}: {}; resume with {} workers",
+                 wrote, saved_dp, grid_.dp, why, saved_dp);
+  };
+  // Per-worker state has no owner at another width: averaging it would change the run, dropping it would lose it.
+  if (ck.has("replica.0.params"))
+    refuse(fmt::format("{} keeps each worker's own parameters and optimizer state ({}), which cannot be split or "
+                       "merged over another number of workers", wrote,
+                       wrote == "easgd"      ? "they move apart from the elastic centre between exchanges"
+                       : wrote == "localsgd" ? "they drift apart between averagings"
+                                             : "they differ between exchanges"));
+  if (pc_.strategy == Strategy::kPsAsync || wrote == "ps-async")
+    refuse("ps-async applies one server update per worker push, so its optimizer's update count (steps x workers) "
+           "depends on the number of workers");
+  if (pc_.strategy == Strategy::kFedAvg) {
+    const int64_t clients = par.value("clients", int64_t{0});
+    if (clients != pc_.clients)
+      refuse(fmt::format("FedAvg splits the training set among its clients, {} then and {} now (clients default to "
+                         "the number of workers); set clients={}",
+                         clients, pc_.clients, clients));
+  }
+}
+
 void ParallelTrainer::load_checkpoint(const std::string& path) {
   TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
                "checkpoint '{}': resuming asynchronous EASGD (its centre variable) is not supported yet", path);
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
   std::string error;
+  Status error_status = Status::kOk;
   int64_t steps = 0;
   try {
     // Every rank reads the whole file and takes its stage's slices.
@@ -851,12 +881,13 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
       const int64_t p0 = model_.param_offset(first), p1 = model_.param_offset(end);
       const int64_t q0 = model_.buffer_offset(first);
-      std::vector<Tensor> state;
-      for (const std::vector<float>* v : ck.optimizer_state)
+      std::vector<Tensor> state;  // a stage without parameters (activations, pooling only) has no optimizer state
+      for (const std::vector<float>* v : p1 > p0 ? ck.optimizer_state : std::vector<const std::vector<float>*>{})
         state.push_back(Tensor::wrap(const_cast<float*>(v->data()) + p0, Shape{p1 - p0}, DType::kF32));
       steps = ck.progress.optimizer_steps;
+      if (ck.progress.sampler_world != grid_.dp) check_resharding(ck.file, ck.progress.sampler_world);
       const data::SamplerState before = sampler_.state();
-      sampler_.restore(ck.progress.sampler);
+      sampler_.restore(train::reshard_sampler(ck.progress, train_.size(), grid_.dp));
       try {
         if (ps_) {
           optimizer_->restore(steps, {});
@@ -883,13 +914,14 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     if (world_ == nullptr) throw;
     error = e.what();
+    error_status = e.status();
   }
   if (world_ == nullptr) return;
   // Every rank learns whether every other loaded the same state.
   const int64_t mine[4] = {error.empty() ? 0 : 1, steps, completed_epochs_, sampler_.position()};
   std::vector<int64_t> all(4 * static_cast<size_t>(world_->size()));
   world_->allgather(mine, all.data(), 4, DType::kI64)->wait();
-  if (!error.empty()) TANDEM_THROW(Status::kIo, "{}", error);
+  if (!error.empty()) throw Error(error_status, error);
   for (int r = 0; r < world_->size(); ++r) {
     const int64_t* v = &all[static_cast<size_t>(r) * 4];
     TANDEM_CHECK(v[0] == 0, Status::kIo, "checkpoint '{}': rank {} could not load it (see its error)", path, r);

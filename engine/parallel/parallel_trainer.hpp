@@ -50,6 +50,7 @@
 #include "engine/parallel/schedule.hpp"
 #include "engine/parallel/stage_executor.hpp"
 #include "engine/parallel/step_trace.hpp"
+#include "engine/train/checkpoint.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace tandem::engine::parallel {
@@ -83,7 +84,15 @@ class ParallelTrainer {
 
   // Collective: replica 0's stages send their slices to rank 0, which writes one checkpoint of the
   // whole model (train::Trainer's format plus a "parallel" record) atomically; every rank learns
-  // whether it worked. A checkpoint can be resumed with any pp but the same dp (data sharding).
+  // whether it worked.
+  // Resuming at any dp' x pp': every rank takes its new stage's slices of the whole-model parameters, buffers and
+  // optimizer state (momentum, Adam moments follow their parameter to the new stage cut), and the sampler keeps the
+  // global sample position (train::reshard_sampler): with the same global batch (batch x dp x accumulation) the
+  // resumed run sees the samples, and reaches the parameters, of the uninterrupted one up to float rounding (the
+  // reduction order changes with the grid). Strategies: single, ddp, pipeline, hybrid, ps and ssp change dp and pp
+  // freely (parameter servers take their shards of the whole-model state, any number of servers); fedavg changes
+  // the number of workers when its clients stay the same; localsgd, easgd, asgd (each worker's own state) and
+  // ps-async (one update per push) refuse another dp with kInvalidArgument naming the reason.
   void save_checkpoint(const std::string& path);
   // Every rank reads the file and takes its stage's share; then the ranks check they agree.
   void load_checkpoint(const std::string& path);
@@ -145,6 +154,8 @@ class ParallelTrainer {
   auto with_consensus(F&& f) -> decltype(f());
   void save_replicas(train::Checkpoint* ck);           // collective over the workers; ck non-null on rank 0
   void load_replica(const train::Checkpoint& ck, const std::string& path);
+  // Throws kInvalidArgument naming the reason when this run cannot resume a checkpoint of `saved_dp` workers.
+  void check_resharding(const train::Checkpoint& ck, int saved_dp) const;
 
   nn::Model& model_;
   const data::Dataset& train_;

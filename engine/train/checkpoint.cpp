@@ -243,12 +243,8 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path, const Train
                    kind, optim::optimizer_name(id.optimizer.kind));
     const auto& s = m.at("sampler");
     const int world = s.at("world").get<int>(), rank = s.at("rank").get<int>();
-    if (sampler_rank < 0) {
-      TANDEM_REQUIRE(world == sampler_world,
-                     "it was written with {} data-parallel replica(s), this run has dp={} (the data sharding "
-                     "differs; pp may change, dp may not)",
-                     world, sampler_world);
-    } else {
+    TANDEM_REQUIRE(world >= 1 && rank >= 0 && rank < world, "its sampler is rank {} of {}", rank, world);
+    if (sampler_rank >= 0) {
       TANDEM_REQUIRE(world == sampler_world && rank == sampler_rank,
                      "it was written by rank {} of {}, this is rank {} of {}", rank, world, sampler_rank,
                      sampler_world);
@@ -276,6 +272,27 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path, const Train
     p.rng = {r.at(0).get<uint64_t>(), r.at(1).get<uint64_t>(), r.at(2).get<uint64_t>(), r.at(3).get<uint64_t>()};
   });
   return out;
+}
+
+data::SamplerState reshard_sampler(const TrainingProgress& p, int64_t dataset_size, int world) {
+  const int from = p.sampler_world;
+  data::SamplerState s = p.sampler;
+  if (from == world) return s;
+  const data::DistributedSampler before(dataset_size, from, 0, false, 0), after(dataset_size, world, 0, false, 0);
+  TANDEM_REQUIRE(s.position >= 0 && s.position <= before.shard_size(),
+                 "its sampler position {} does not fit a shard of {} samples ({} samples over {} replicas)", s.position,
+                 before.shard_size(), dataset_size, from);
+  if (s.position == before.shard_size()) {  // the epoch is over at either width
+    s.position = after.shard_size();
+    return s;
+  }
+  const int64_t global = s.position * from;
+  TANDEM_REQUIRE(global % world == 0 && global / world <= after.shard_size(),
+                 "it stopped {} samples into epoch {} ({} per replica x {} replicas), which {} data-parallel replicas "
+                 "cannot split evenly: resume with a dp that divides {}, or from a checkpoint at an epoch boundary",
+                 global, s.epoch, s.position, from, world, global);
+  s.position = global / world;
+  return s;
 }
 
 }  // namespace tandem::engine::train

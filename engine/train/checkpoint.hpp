@@ -72,11 +72,19 @@ struct TrainingCheckpoint {
 };
 
 // Reads `path` and checks that it belongs to a run of `id`: the same model spec, optimizer kind, data sharding
-// (sampler world; and the sampler rank unless sampler_rank < 0: a parallel checkpoint holds replica 0's) and
-// whole-model tensor sizes. Throws kIo naming the file for a damaged or incomplete file, kInvalidArgument naming what
+// (sampler world and rank; unless sampler_rank < 0: a parallel checkpoint holds replica 0's, and its trainer reshards
+// the sampler to its own width with reshard_sampler) and whole-model tensor sizes. Throws kIo naming the file for a damaged or incomplete file, kInvalidArgument naming what
 // differs for another run's.
 TrainingCheckpoint load_training_checkpoint(const std::string& path, const TrainingIdentity& id, int sampler_world,
                                             int sampler_rank);
+
+// Resuming at another data-parallel width: the sampler state of `progress` (written with progress.sampler_world
+// shards of a `dataset_size`-sample set) for a run with `world` shards. The rule: the global sample position is kept.
+// A shard position p of w shards has handed out entries [0, p*w) of the epoch's permutation (shard r takes entries
+// r, r+w, ...), so each of the new shards starts at p*w / world and the resumed run sees the samples the uninterrupted
+// run would; an exhausted epoch stays exhausted. Throws kInvalidArgument naming the numbers when p*w is not a multiple
+// of `world` (no whole number of samples per new shard) or lies past the new shards.
+data::SamplerState reshard_sampler(const TrainingProgress& progress, int64_t dataset_size, int world);
 
 // Runs f; an error becomes one naming the checkpoint ("checkpoint '<path>': ...", JSON errors kIo "metadata is
 // incomplete").
