@@ -208,4 +208,88 @@ BOOST_AUTO_TEST_CASE(an_uneven_sample_position_is_refused_on_every_rank_naming_t
   std::filesystem::remove(path);
 }
 
+// Strategy s on `world` ranks: loads `load` first when given, steps, saves to `save` when given; returns rank 0's
+// parameters after a collective evaluation (the parameter servers' sync point) and every rank's failure.
+std::vector<float> run_strategy(par::ParallelConfig p, int world, int64_t batch, int steps, const std::string& load,
+                                const std::string& save, std::vector<RankError>* errors = nullptr) {
+  std::vector<float> params;
+  const auto e = run_world(world, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    train::TrainerConfig cfg = config(true, 1);
+    cfg.batch_size = batch;
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    if (!load.empty()) t.load_checkpoint(load);
+    for (int i = 0; i < steps; ++i) t.step();
+    if (!save.empty()) t.save_checkpoint(save);
+    t.evaluate(train_set(), 1);
+    if (r == 0) params = host_params(m);
+  });
+  if (errors != nullptr) {
+    *errors = e;
+  } else {
+    require_no_errors(e);
+  }
+  return params;
+}
+
+par::ParallelConfig strategy(par::Strategy s, int servers = 0) {
+  par::ParallelConfig p;
+  p.strategy = s;
+  p.servers = servers;
+  p.average_every = 2;
+  p.bucket_mb = 0.004;
+  return p;
+}
+
+void expect_refused(const std::vector<RankError>& errors, const std::string& path, const std::string& why) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    BOOST_TEST(static_cast<int>(errors[r].status) == static_cast<int>(Status::kInvalidArgument),
+               "rank " << r << ": " << errors[r].message);
+    BOOST_TEST(errors[r].message.find(path) != std::string::npos, errors[r].message);
+    BOOST_TEST(errors[r].message.find(why) != std::string::npos, errors[r].message);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parameter_servers_resume_with_other_worker_and_server_counts) {
+  // ps, 2 workers + 1 server at batch 8 -> 1 worker + 2 servers at batch 16: the servers take their new shards of the
+  // whole-model parameters and Adam moments, and the run continues as if uninterrupted.
+  const std::string path = temp_path("ps.ckpt");
+  run_strategy(strategy(par::Strategy::kPs, 1), 3, 8, kBefore, "", path);
+  const std::vector<float> straight = run_strategy(strategy(par::Strategy::kPs, 1), 3, 8, kAfter, path, "");
+  const std::vector<float> resumed = run_strategy(strategy(par::Strategy::kPs, 2), 3, 16, kAfter, path, "");
+  const double d = rel_diff(resumed, straight);
+  BOOST_TEST_MESSAGE("ps 2 workers + 1 server -> 1 worker + 2 servers: max relative difference " << d);
+  BOOST_TEST(d <= kTolerance);
+  BOOST_TEST(rel_diff(train::load_checkpoint(path).tensor("model.params"), straight) > 100 * kTolerance);
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(strategies_with_per_worker_state_refuse_another_width_naming_why) {
+  const std::string path = temp_path("strategies.ckpt");
+  std::vector<RankError> errors;
+  // Local SGD between averagings: each worker's own parameters and moments are in the file.
+  run_strategy(strategy(par::Strategy::kLocalSgd), 3, 8, 1, "", path);
+  run_strategy(strategy(par::Strategy::kLocalSgd), 2, 12, 1, path, "", &errors);
+  expect_refused(errors, path, "localsgd keeps each worker's own parameters and optimizer state (they drift apart "
+                               "between averagings)");
+  // Even into DDP: nobody could say which worker's state the model should take.
+  run_strategy(strategy(par::Strategy::kDdp), 1, 24, 1, path, "", &errors);
+  expect_refused(errors, path, "with 3 data-parallel worker(s), this run has 1");
+  // ps-async counts one update per push.
+  run_strategy(strategy(par::Strategy::kPsAsync, 1), 3, 8, 1, "", path);
+  run_strategy(strategy(par::Strategy::kPsAsync, 1), 2, 16, 1, path, "", &errors);
+  expect_refused(errors, path, "ps-async applies one server update per worker push");
+  // FedAvg whose clients default to the workers: 2 clients then, 3 now.
+  run_strategy(strategy(par::Strategy::kFedAvg), 2, 8, 1, "", path);
+  run_strategy(strategy(par::Strategy::kFedAvg), 3, 8, 1, path, "", &errors);
+  expect_refused(errors, path, "FedAvg splits the training set among its clients, 2 then and 3 now");
+  // With the clients fixed, the workers may change.
+  par::ParallelConfig five = strategy(par::Strategy::kFedAvg);
+  five.clients = 5;
+  run_strategy(five, 2, 8, 1, "", path);
+  run_strategy(five, 3, 8, 1, path, "");
+  std::filesystem::remove(path);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
