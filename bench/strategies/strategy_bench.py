@@ -155,6 +155,28 @@ class Bench:
         return {"rc": rc, "epochs": epochs, "prediction": pred[-1]["prediction"] if pred else None,
                 "links": links[:n_ranks], "launch_wall_s": wall, "tail": "" if rc == 0 else text[-2500:]}
 
+    def simulate(self, flags, n_ranks, fed):
+        """`tandem simulate` of the same job on the emulated cluster's description with the same profile: the
+        simulator's prediction without the trainer (`train --predict` sizes a FedAvg round from the steps it
+        measured, one round, not from the round's local steps; simulate sizes it from the data set). Returns its
+        step (FedAvg: round) time, or None with the reason printed."""
+        a = self.a
+        cluster = os.path.join(self.tmp, f"cluster{n_ranks}.json")
+        with open(cluster, "w") as f:
+            f.write(predict_lib.cluster_description(self.st, hosts=n_ranks))
+        samples = a.train_limit or 60000
+        if fed and a.fedavg_limit:
+            samples = min(samples, a.fedavg_limit * a.batch * a.workers)
+        cmd = [self.tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist",
+               "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
+               self.profile, "--profile-network", "--json"] + flags
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        try:
+            return json.loads(p.stdout)["step_time_s"]
+        except (ValueError, KeyError):
+            print(f"    tandem simulate failed (exit {p.returncode}): {p.stderr.strip()[-400:]}", flush=True)
+            return None
+
     # ---- part 1 and 3: time to accuracy, with the prediction of the same job -----------------------------------
 
     def tta(self, keys):
@@ -174,6 +196,9 @@ class Bench:
             cpu = predict_lib.cpu_use(cpu0, predict_lib.cpu_snapshot(self.name))
             row = self.summarise(key, label, servers, r)
             row["cpu_cores"] = cpu
+            row["sim_predicted_s"] = self.simulate(flags, n, key.startswith("fedavg"))
+            m, sp = row["measured_s"], row["sim_predicted_s"]
+            row["sim_error"] = sp / m - 1 if finite(m) and m > 0 and finite(sp) else None
             self.out["rows"].append(row)
             self.print_row(row)
 
@@ -218,6 +243,8 @@ class Bench:
                else f"not reached in {r['steps_run']} {r['unit']}s")
         pm = (f"measured {r['measured_s'] * 1e3:.1f} ms, predicted {r['predicted_s'] * 1e3:.1f} ms "
               f"({r['error'] * 100:+.1f}%)" if r["measured_s"] is not None else "no prediction")
+        if r["sim_error"] is not None:
+            pm += f"; tandem simulate {r['sim_predicted_s'] * 1e3:.1f} ms ({r['sim_error'] * 100:+.1f}%)"
         acc = f"{r['final_accuracy']:.4f}" if r["final_accuracy"] is not None else "-"
         print(f"  {r['label']:<28} rc {r['rc']}: to {self.a.target:.0%}: {tta}; final acc {acc}; "
               f"sent/worker {(r['bytes_sent_per_worker'] or 0) / 1e6:.1f} MB; per {r['unit']}: {pm}; "
@@ -327,19 +354,21 @@ def print_tables(out, target):
             print(f"| PyTorch {p.get('torch')} DDP (gloo) | {tta} | {st} | {p['bytes_sent_per_worker'] / 1e6:.1f} MB "
                   f"| {p['final_accuracy']:.4f} |")
         print("\n## predicted beside measured, per step (FedAvg: per round), same runs")
-        print("| strategy | measured | predicted | error |")
-        print("|---|---:|---:|---:|")
-        errs = []
+        print("| strategy | measured | predicted (train --predict) | error | predicted (tandem simulate) | error |")
+        print("|---|---:|---:|---:|---:|---:|")
         for r in rows:
             if r["measured_s"] is None:
-                print(f"| {r['label']} | - | - | no prediction |")
+                print(f"| {r['label']} | - | - | no prediction | - | - |")
                 continue
-            errs.append(abs(r["error"]))
+            sim = (f"{r['sim_predicted_s'] * 1e3:.2f} ms | {r['sim_error'] * 100:+.1f}%" if r["sim_error"] is not None
+                   else "- | -")
             print(f"| {r['label']} | {r['measured_s'] * 1e3:.2f} ms | {r['predicted_s'] * 1e3:.2f} ms | "
-                  f"{r['error'] * 100:+.1f}% |")
-        if errs:
-            print(f"\nwithin 10%: {sum(e <= 0.10 for e in errs)}/{len(errs)}; max |error| {max(errs) * 100:.1f}%, "
-                  f"mean {sum(errs) / len(errs) * 100:.1f}%")
+                  f"{r['error'] * 100:+.1f}% | {sim} |")
+        for col in ("error", "sim_error"):
+            errs = [abs(r[col]) for r in rows if r.get(col) is not None]
+            if errs:
+                print(f"{col}: within 10%: {sum(e <= 0.10 for e in errs)}/{len(errs)}; max |error| "
+                      f"{max(errs) * 100:.1f}%, mean {sum(errs) / len(errs) * 100:.1f}%")
     if out["psring"]:
         print("\n## parameter server against ring all-reduce (PS sync)")
         print("| configuration | images/s | step | predicted step | busiest NIC per step | busiest host |")
@@ -433,6 +462,7 @@ def main():
         out.update(cluster_config=cfg, caveat=b.st["caveat"], hosts=hosts)
         with tempfile.TemporaryDirectory(prefix="tandem_strategy_bench_") as tmp:
             os.chmod(tmp, 0o755)
+            b.tmp = tmp
             b.profile = os.path.join(tmp, "lenet5.json")
             t0 = time.monotonic()
             cal = predict_lib.calibrate(tandem, a.name, b.addr0, a.workers, ["--model", "lenet5", "--dataset",

@@ -5,11 +5,12 @@
 
 Runs the benchmark with --quick: 2 emulated t2.micro worker hosts (+ 1 server host), LeNet-5 on a slice of
 Fashion-MNIST, a few steps (rounds) of every strategy -- DDP, PS sync, PS async, SSP, asgd, EASGD, local SGD, FedAvg
-IID and Dirichlet -- each with `--predict`, then DDP ring against PS sync with 1 server. Checks that the harness
-produces a complete table: a row per strategy that ran (exit 0), with finite positive measured and predicted step
-(round) times, a finite error, a test accuracy in [0, 1], bytes sent by every worker's emulated NIC, and the PS/ring
-rows with throughput and the busiest NIC's bytes; and that the printed tables carry every strategy. The figures
-themselves are not bounded here (few steps on a loaded machine): the benchmark reports them.
+IID and Dirichlet -- each with `--predict` and `tandem simulate` of the same job, then DDP ring against PS sync with
+1 server. Checks that the harness produces a complete table: a row per strategy that ran (exit 0), with finite
+positive measured and predicted step (round) times from both predictions, finite errors, a test accuracy in [0, 1],
+bytes sent by every worker's emulated NIC, and the PS/ring rows with throughput and the busiest NIC's bytes; and that
+the printed tables carry every strategy. The figures themselves are not bounded here (few steps on a loaded
+machine): the benchmark reports them.
 Exit 0 pass, 1 fail, 77 (CTest SKIP_RETURN_CODE) where the machine cannot host the cluster or lacks the dataset,
 with the reason printed. The benchmark tears its cluster down; this test also does, by name, if it had to stop it.
 """
@@ -93,6 +94,9 @@ def main():
               and math.isfinite(r["error"]) and abs(r["predicted_s"] / r["measured_s"] - 1 - r["error"]) < 1e-6)
         checks.check(ok, f"{key}: measured and predicted per {r['unit']} are finite, the error is theirs",
                      f"rc {r['rc']}, measured {r['measured_s']}, predicted {r['predicted_s']}, error {r['error']}")
+        checks.check(finite_pos(r.get("sim_predicted_s")) and math.isfinite(r.get("sim_error") or math.nan),
+                     f"{key}: `tandem simulate` of the same job gives a finite step ({r['unit']})",
+                     f"{r.get('sim_predicted_s')}, error {r.get('sim_error')}")
         acc = r["final_accuracy"]
         checks.check(r["evals"] >= 1 and isinstance(acc, float) and 0.0 <= acc <= 1.0,
                      f"{key}: a test accuracy per evaluation", f"{r['evals']} evaluations, final {acc}")
