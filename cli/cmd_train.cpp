@@ -444,6 +444,8 @@ int run_train(const TrainOptions& o) {
                                 {"test_loss", num(r.test_loss)},
                                 {"test_accuracy", num(r.test_accuracy)},
                                 {"images_per_sec", num(r.images_per_sec)},
+                                {"train_samples", r.train_samples},
+                                {"train_s", num(r.train_s)},  // training only; wall_s adds evaluation
                                 {"wall_s", num(r.wall_s)}};
       if (o.parallel) add_parallel_fields(h.trainer, j);
       std::printf("%s\n", j.dump().c_str());
