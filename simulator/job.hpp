@@ -48,6 +48,8 @@ struct RunSpec {
   std::optional<CreditMode> credit_mode;      // override for every burstable node
   std::optional<double> initial_credits;      // override for every burstable node
   bool symmetric = true;              // allow symmetric execution of provably identical ranks
+  uint64_t seed = 0;                  // the runtime's seed (its default is 0): FedAvg's client draw and shards
+  int64_t limit_batches = 0;          // > 0: the runtime's --limit-batches (a FedAvg client's local epoch)
 };
 
 // A job as a description (the CLI's flags, a job JSON, the C ABI's fields): compiled by the simulator into the

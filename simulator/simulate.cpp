@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/data/partition.hpp"
+#include "engine/parallel/fedavg.hpp"
 #include "engine/nn/zoo.hpp"
 #include "simulator/compute/credits.hpp"
 #include "simulator/compute/workload.hpp"
@@ -129,9 +131,26 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   st.param_bytes = cj.stages.front().memory.param_bytes;
   if (sync.exchange == Exchange::kRound) {
     st.clients = c.clients > 0 ? c.clients : sync.workers;
-    st.sampled = std::clamp(static_cast<int32_t>(std::ceil(c.client_fraction * st.clients - 1e-9)), 1, st.clients);
-    const int64_t share = (p.data.samples + st.clients - 1) / st.clients;  // Dirichlet skew: not timed
-    st.client_steps = static_cast<int64_t>(c.local_epochs) * ((share + cj.step_batch - 1) / cj.step_batch);
+    st.client_fraction = c.client_fraction;
+    st.seed = p.run.seed;
+    st.sampled = static_cast<int32_t>(engine::parallel::sample_clients(st.clients, c.client_fraction, st.seed, 0).size());
+    // The clients' shards as the runtime cuts them; Dirichlet skew over a class-balanced training set (the
+    // simulator knows the class count, not the labels).
+    engine::data::ClientShards shards;
+    if (c.dirichlet_alpha > 0) {
+      const int64_t classes = std::max<int64_t>(1, p.data.classes);
+      std::vector<int32_t> labels(static_cast<size_t>(p.data.samples));
+      for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(static_cast<int64_t>(i) % classes);
+      shards = engine::data::partition_dirichlet(labels, classes, st.clients, c.dirichlet_alpha, st.seed);
+    } else {
+      shards = engine::data::partition_iid(p.data.samples, st.clients, st.seed);
+    }
+    st.client_steps.clear();
+    for (const std::vector<int64_t>& shard : shards) {
+      int64_t batches = (static_cast<int64_t>(shard.size()) + cj.step_batch - 1) / cj.step_batch;
+      if (p.run.limit_batches > 0) batches = std::min(batches, p.run.limit_batches);
+      st.client_steps.push_back(static_cast<int64_t>(c.local_epochs) * batches);
+    }
     st.deadline_s = c.round_deadline_s;
   }
 }
@@ -400,8 +419,8 @@ void describe_strategy(SimResult& res, const Prepared& p) {
       res.steps_per_epoch = static_cast<int64_t>(std::ceil(per_epoch - 1e-9));
       res.total_steps = per_epoch * p.run.epochs;
       if (c.dirichlet_alpha > 0)
-        res.note += fmt::format("; --dirichlet-alpha {} changes which labels a client holds, not its share of the "
-                                "data: ignored for timing", c.dirichlet_alpha);
+        res.note += fmt::format("; --dirichlet-alpha {}: client shards cut as the runtime cuts them, from a "
+                                "class-balanced training set (a client's steps follow its shard)", c.dirichlet_alpha);
       break;
     }
     case Exchange::kBucketAllreduce: break;

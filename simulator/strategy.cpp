@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "engine/core/error.hpp"
+#include "engine/parallel/fedavg.hpp"
 
 namespace tandem::simulator {
 
@@ -413,10 +414,11 @@ void RoundExecutor::open_round() {
   stage_ = Stage::kClients;
   outstanding_ = s_.sampled;
   counted_ = 0;
-  for (int32_t j = 0; j < s_.sampled; ++j) {
-    const int32_t client = static_cast<int32_t>((static_cast<int64_t>(round_) * s_.sampled + j) % s_.clients);
-    workers_[client % W_].clients.push_back(client);
-  }
+  const std::vector<int32_t> sampled = engine::parallel::sample_clients(s_.clients, s_.client_fraction, s_.seed, round_);
+  TANDEM_CHECK(static_cast<int32_t>(sampled.size()) == s_.sampled, Status::kInternal,
+               "fedavg round {}: {} clients drawn, {} expected", round_, sampled.size(), s_.sampled);
+  for (int32_t w = 0; w < W_; ++w)
+    for (const int32_t client : engine::parallel::clients_of_worker(sampled, w, W_)) workers_[w].clients.push_back(client);
   if (s_.deadline_s > 0) sim_.schedule_in(des::ceil_ns(s_.deadline_s), this, event(kEvDeadline, 0));
   for (int32_t w = 0; w < W_; ++w) next_client(w);
 }
@@ -424,11 +426,12 @@ void RoundExecutor::open_round() {
 void RoundExecutor::next_client(int32_t w) {
   Worker& wk = workers_[w];
   if (wk.clients.empty()) return;
+  const int32_t client = wk.clients.front();
   wk.clients.pop_front();
   const RankSetup& rs = s_.ranks[w];
   wk.computing = true;
   wk.compute_start = sim_.now();
-  wk.client_full_s = static_cast<double>(s_.client_steps) * step_compute_s(rs);
+  wk.client_full_s = static_cast<double>(s_.client_steps.at(static_cast<size_t>(client))) * step_compute_s(rs);
   sim_.schedule_in(des::ceil_ns(wk.client_full_s / rs.speed), this, event(kEvWorker, w));
 }
 

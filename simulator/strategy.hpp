@@ -33,10 +33,14 @@ struct StrategySetup {
   std::vector<RankSetup> ranks;
   double param_bytes = 0;  // the model's f32 parameters
   int32_t steps = 0;       // steps (rounds) to simulate; 0: chosen from the exchange (window_steps)
-  // fedavg: virtual clients (client k lives on worker k mod W), sampled per round, the optimizer steps one
-  // client runs per round (local_epochs over its share of the data), and the round deadline (0: none)
+  // fedavg, as the runtime runs it (engine/parallel/fedavg.hpp): the virtual clients, the fraction sampled per
+  // round and the seed (sample_clients draws round r's clients; clients_of_worker deals them to the workers),
+  // each client's optimizer steps per round (local_epochs over its own shard, which engine/data/partition.hpp
+  // cuts IID or with Dirichlet label skew) and the round deadline (0: none)
   int32_t clients = 0, sampled = 0;
-  int64_t client_steps = 0;
+  double client_fraction = 1;
+  uint64_t seed = 0;
+  std::vector<int64_t> client_steps;  // [client]
   double deadline_s = 0;
 };
 
@@ -54,7 +58,8 @@ StepResult simulate_async_steps(const StrategySetup& setup, network::Topology& t
 // (incast); the round closes when every upload is in, or at the deadline with whoever reported (the others are
 // dropped and their workers stop); rank 0 averages (a pass over the parameters per counted client at memory
 // bandwidth) and broadcasts the model to the other workers; the next round opens when they all have it.
-// Round r samples clients (r * sampled + j) mod clients, j < sampled, so the window visits every client.
+// Round r's clients are the runtime's own draw (sample_clients with the job's seed), dealt to the workers as
+// the runtime deals them; a client's compute is its own number of steps (an empty client: none).
 StepResult simulate_rounds(const StrategySetup& setup, network::Topology& topology, des::Simulator& sim);
 
 }  // namespace tandem::simulator

@@ -101,6 +101,12 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
     run.input = job.job.model.input;
     run.classes = job.job.model.num_classes();
     run.samples = std::max<int64_t>(1, r.steps * job.step_batch * job.dp());  // the measured epoch, so its steps match
+    run.seed = cfg.seed;
+    if (pt != nullptr && job.sync.exchange == par::Exchange::kRound) {
+      // A FedAvg "step" is a round: every sampled client trains on its own shard of the whole training set.
+      run.samples = pt->train_samples();
+      run.limit_batches = cfg.limit_batches;
+    }
     run.epochs = 1;
     if (m & TANDEM_PREDICT_PARAM_PROFILE) {
       TANDEM_REQUIRE(params->profile != nullptr && *params->profile != '\0', "{}: profile flagged but empty", fn);

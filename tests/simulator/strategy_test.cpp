@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/core/error.hpp"
+#include "engine/parallel/fedavg.hpp"
 #include "simulator/simulate.hpp"
 #include "simulator/strategy.hpp"
 
@@ -236,7 +237,7 @@ BOOST_AUTO_TEST_CASE(fedavg_deadline_drops_the_straggler) {
   s.sync.workers = 2;
   s.param_bytes = 1e6;
   s.clients = s.sampled = 2;
-  s.client_steps = 1;
+  s.client_steps = {1, 1};
   s.steps = 3;
   s.ranks.resize(2);
   for (auto& r : s.ranks) r.forward_s = {0}, r.backward_s = {0};
@@ -258,6 +259,8 @@ BOOST_AUTO_TEST_CASE(fedavg_deadline_drops_the_straggler) {
   // client sampling: 4 virtual clients on 2 workers, half sampled per round, each round visits two of them
   s.clients = 4;
   s.sampled = 2;
+  s.client_fraction = 0.5;
+  s.client_steps = {1, 1, 1, 1};
   s.steps = 0;
   s.ranks[1].optimizer_s = 1.0;
   const StepResult sampled = run_on_star(s, 2);
@@ -284,8 +287,45 @@ BOOST_AUTO_TEST_CASE(fedavg_end_to_end_reports_rounds) {
   BOOST_TEST(out["rounds"].size() == r.rounds.size());
   BOOST_TEST(out["clients_dropped"].get<double>() == 1.0);
   BOOST_TEST(out["note"].get<std::string>().find("time to accuracy") != std::string::npos);
+}
+
+// The runtime's draw and shards, not a model of them: round r's clients are sample_clients(..., seed, r) dealt as
+// clients_of_worker deals them, and each client computes its own shard's steps -- so a skewed (Dirichlet) split,
+// whose largest client holds more than an even share, makes longer rounds than IID (the straggler client).
+BOOST_AUTO_TEST_CASE(fedavg_rounds_follow_the_runtimes_clients_and_shards) {
+  StrategySetup s;
+  s.sync.exchange = parallel::Exchange::kRound;
+  s.sync.workers = 2;
+  s.param_bytes = 0;
+  s.clients = 6;
+  s.client_fraction = 0.5;
+  s.sampled = 3;
+  s.seed = 11;
+  s.client_steps = {1, 2, 3, 4, 5, 6};  // client k: k + 1 steps of 1 s
+  s.steps = 4;
+  s.ranks.resize(2);
+  for (auto& r : s.ranks) r.forward_s = {0}, r.backward_s = {0}, r.optimizer_s = 1.0;
+  const StepResult r = run_on_star(s, 2);
+  BOOST_REQUIRE(r.rounds.size() == 4u);
+  for (int32_t round = 0; round < 4; ++round) {
+    const std::vector<int32_t> drawn = parallel::sample_clients(6, 0.5, 11, round);
+    double longest = 0;
+    for (int32_t w = 0; w < 2; ++w) {
+      double t = 0;
+      for (const int32_t k : parallel::clients_of_worker(drawn, w, 2)) t += k + 1;
+      longest = std::max(longest, t);
+    }
+    BOOST_TEST(r.rounds[static_cast<size_t>(round)].time_s == longest, tt::tolerance(1e-6));
+  }
+  // End to end: the same job with Dirichlet(0.5) shards has rounds longer than with IID shards.
+  const ClusterSpec c = star(4);
+  JobSpec f = lenet(Strategy::kFedAvg);
+  f.clients = 8;
+  const SimResult iid = simulate(c, f, {.baseline = false});
   f.dirichlet_alpha = 0.5;
-  BOOST_TEST(simulate(c, f, {.baseline = false}).note.find("ignored for timing") != std::string::npos);
+  const SimResult skew = simulate(c, f, {.baseline = false});
+  BOOST_TEST(skew.round_time_s > 1.2 * iid.round_time_s);
+  BOOST_TEST(skew.note.find("client shards cut as the runtime cuts them") != std::string::npos);
 }
 
 // (e) As the papers compare them: a PS with one server moves workers x model bytes through the server's NIC

@@ -55,7 +55,7 @@ class SimulatePython(unittest.TestCase):
                           dirichlet_alpha=0.5, **kw)
         self.assertEqual(fed["clients_sampled"], 4)
         self.assertTrue(fed["rounds"])
-        self.assertIn("ignored for timing", fed["note"])
+        self.assertIn("client shards cut as the runtime cuts them", fed["note"])
 
     def test_plan_and_trace(self):
         best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)
