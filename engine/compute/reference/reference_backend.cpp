@@ -151,7 +151,8 @@ class ReferenceBackend final : public Backend {
     validate::plain(running_var, "batch_norm", "running_var", device(), Shape{C}, x.dtype());
     TANDEM_REQUIRE(p.eps > 0 && p.momentum >= 0 && p.momentum <= 1, "batch_norm: eps {} must be > 0, momentum {} in [0, 1]",
                    p.eps, p.momentum);
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     TANDEM_REQUIRE(N * S > 1, "batch_norm: training needs more than one value per channel, input {}", x.shape().str());
     BatchNormForward out{Tensor::empty(x.shape(), x.dtype()), Tensor::empty({C}, x.dtype()),
                          Tensor::empty({C}, x.dtype())};
@@ -207,7 +208,8 @@ class ReferenceBackend final : public Backend {
     validate::same_shape(dy, x, "batch_norm_backward", "dy", "input");
     for (const Tensor* t : std::initializer_list<const Tensor*>{&mean, &var, &dgamma, &dbeta})
       validate::plain(*t, "batch_norm_backward", "statistics/gradients", device(), Shape{C}, x.dtype());
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     Tensor dx = Tensor::empty(x.shape(), x.dtype());
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -606,7 +608,8 @@ class ReferenceBackend final : public Backend {
   template <typename T>
   static void bn_apply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const T* mean, const T* var, float eps,
                        Tensor& y) {
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     const int64_t C = x.dim(1);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
