@@ -105,8 +105,17 @@ IdxArray read_idx(const std::string& path) {
     TANDEM_CHECK(total < (int64_t{1} << 36), Status::kIo, "'{}': dimensions {} describe an implausibly large array",
                  path, fmt::join(a.dims, "x"));
   }
-  a.values.resize(static_cast<size_t>(total));
-  r.read_exact(a.values.data(), a.values.size(), fmt::format("the {} data", fmt::join(a.dims, "x")).c_str());
+  // The header's size is a claim: memory grows with the data actually read, so a short file announcing 2^35
+  // values fails as truncated instead of allocating them first.
+  constexpr size_t kStep = size_t{16} << 20;
+  while (a.values.size() < static_cast<size_t>(total)) {
+    const size_t have = a.values.size();
+    const size_t want = std::min(static_cast<size_t>(total) - have, kStep);
+    a.values.resize(have + want);
+    const size_t got = r.read(a.values.data() + have, want);
+    TANDEM_CHECK(got == want, Status::kIo, "'{}': truncated: the {} data needs {} bytes, file has {}", path,
+                 fmt::join(a.dims, "x"), total, have + got);
+  }
   TANDEM_CHECK(r.at_end(), Status::kIo, "'{}': trailing bytes after the {} data (wrong dimensions?)", path,
                fmt::join(a.dims, "x"));
   return a;

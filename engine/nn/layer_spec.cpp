@@ -27,6 +27,23 @@ constexpr std::array<std::string_view, kNumLayerKinds> kKindNames = {
 
 int64_t pooled(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
+// Sizes read from a spec are claims: every extent, element, parameter and MAC count of a layer stays at or below
+// 2^48 (far above any real model; thousands of such layers still sum without overflow), checked before use.
+constexpr int64_t kMaxCount = int64_t{1} << 48;
+
+int64_t product(const LayerSpec& l, std::string_view kind, std::string_view what, std::initializer_list<int64_t> fs) {
+  int64_t p = 1;
+  for (int64_t f : fs) {
+    TANDEM_REQUIRE(f >= 0 && !__builtin_mul_overflow(p, f, &p) && p <= kMaxCount,
+                   "layer '{}' ({}): its {} exceed 2^48 (a size in the spec is far too large)", l.name, kind, what);
+  }
+  return p;
+}
+
+void check_extent(const LayerSpec& l, std::string_view kind, std::string_view field, int64_t v) {
+  TANDEM_REQUIRE(v <= kMaxCount, "layer '{}' ({}): {} {} is above 2^48", l.name, kind, field, v);
+}
+
 // Elementwise costs: FLOPs per element of `numel` forward, for the data gradient and for the weight gradient.
 void per_element(LayerSpec& l, int64_t numel, double fwd, double data, double weight) {
   const auto n = static_cast<double>(numel);
@@ -87,7 +104,13 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
   for (const SampleShape& s : in) {
     TANDEM_REQUIRE(s.c > 0 && s.h > 0 && s.w > 0, "layer '{}' ({}): input shape {} is empty", l.name, kind,
                    to_string(s));
+    (void)product(l, kind, "input elements", {s.c, s.h, s.w});
   }
+  for (const auto& [field, v] : {std::pair<const char*, int64_t>{"kernel_h", l.kernel_h}, {"kernel_w", l.kernel_w},
+                                 {"stride", l.stride}, {"padding", l.pad_h()}, {"padding", l.pad_w()},
+                                 {"out_channels", l.out_channels}, {"out_features", l.out_features},
+                                 {"groups", l.groups}, {"num_embeddings", l.num_embeddings}, {"heads", l.heads}})
+    check_extent(l, kind, field, v);
   const SampleShape x = in[0];
   l.in_shapes = in;
   l.params = l.buffers = l.macs = 0;
@@ -114,9 +137,10 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
                      "layer '{}' (conv2d): groups {} must divide input channels {} and out_channels {}", l.name,
                      l.groups, x.c, l.out_channels);
       y.c = l.out_channels;
-      const int64_t outputs = y.numel();
-      l.macs = outputs * (x.c / l.groups) * l.kernel_h * l.kernel_w;
-      l.params = l.out_channels * (x.c / l.groups) * l.kernel_h * l.kernel_w + (l.bias ? l.out_channels : 0);
+      const int64_t outputs = product(l, kind, "output elements", {y.c, y.h, y.w});
+      l.macs = product(l, kind, "multiply-adds", {outputs, x.c / l.groups, l.kernel_h, l.kernel_w});
+      l.params = product(l, kind, "parameters", {l.out_channels, x.c / l.groups, l.kernel_h, l.kernel_w}) +
+                 (l.bias ? l.out_channels : 0);
       l.fwd_flops = 2.0 * l.macs + (l.bias ? outputs : 0);
       l.bwd_data_flops = 2.0 * l.macs;
       l.bwd_weight_flops = 2.0 * l.macs + (l.bias ? outputs : 0);
@@ -126,7 +150,7 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
       TANDEM_REQUIRE(l.out_features > 0, "layer '{}' (linear): out_features must be positive (got {})", l.name,
                      l.out_features);
       y = SampleShape{l.out_features, 1, 1};
-      l.macs = x.numel() * l.out_features;
+      l.macs = product(l, kind, "multiply-adds", {x.numel(), l.out_features});
       l.params = l.macs + (l.bias ? l.out_features : 0);
       l.fwd_flops = 2.0 * l.macs + (l.bias ? l.out_features : 0);
       l.bwd_data_flops = 2.0 * l.macs;
@@ -152,9 +176,10 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
       TANDEM_REQUIRE(2 * l.pad_h() <= l.kernel_h && 2 * l.pad_w() <= l.kernel_w,
                      "layer '{}' ({}): padding {}x{} must be at most half the {}x{} window", l.name, kind, l.pad_h(),
                      l.pad_w(), l.kernel_h, l.kernel_w);
-      const double window = static_cast<double>(l.kernel_h * l.kernel_w);
-      l.fwd_flops = window * y.numel();
-      l.bwd_data_flops = l.kind == LayerKind::kMaxPool2d ? static_cast<double>(y.numel()) : window * y.numel();
+      const double window = static_cast<double>(product(l, kind, "window elements", {l.kernel_h, l.kernel_w}));
+      const auto outputs = static_cast<double>(product(l, kind, "output elements", {y.c, y.h, y.w}));
+      l.fwd_flops = window * outputs;
+      l.bwd_data_flops = l.kind == LayerKind::kMaxPool2d ? outputs : window * outputs;
       break;
     }
     case LayerKind::kGlobalAvgPool:
@@ -175,7 +200,7 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
                      "layer '{}' (embedding): num_embeddings and out_channels must be positive (got {} and {})",
                      l.name, l.num_embeddings, l.out_channels);
       y.c = l.out_channels;
-      l.params = l.num_embeddings * l.out_channels;
+      l.params = product(l, kind, "parameters", {l.num_embeddings, l.out_channels});
       l.bwd_weight_flops = static_cast<double>(y.numel());
       break;
     }
@@ -190,9 +215,9 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
     case LayerKind::kAttention: {
       TANDEM_REQUIRE(l.heads > 0 && x.c % l.heads == 0, "layer '{}' (attention): heads {} must divide the width {}",
                      l.name, l.heads, x.c);
-      const double d = static_cast<double>(x.c), tokens = static_cast<double>(x.h * x.w);
+      const double d = static_cast<double>(x.c), tokens = static_cast<double>(x.h) * static_cast<double>(x.w);
       const double proj = 4 * tokens * d * d, mix = 2 * tokens * tokens * d, softmax = 5.0 * l.heads * tokens * tokens;
-      l.params = 4 * x.c * x.c + 4 * x.c;
+      l.params = product(l, kind, "parameters", {4, x.c, x.c}) + 4 * x.c;
       l.macs = static_cast<int64_t>(proj + mix);
       l.fwd_flops = 2 * (proj + mix) + 4 * tokens * d + softmax;
       l.bwd_data_flops = 2 * proj + 4 * mix + softmax;
@@ -210,7 +235,7 @@ void infer(LayerSpec& l, const std::vector<SampleShape>& in) {
       break;
   }
   l.out_shape = y;
-  l.activation_bytes = y.numel() * 4;
+  l.activation_bytes = product(l, kind, "output elements", {y.c, y.h, y.w}) * 4;
   l.needs_input_grad = false;
   for (int32_t p : l.inputs) l.needs_input_grad = l.needs_input_grad || p != kModelInput;
   if (l.inputs.empty()) l.needs_input_grad = true;  // not wired yet: assume an inner layer

@@ -54,7 +54,12 @@ int32_t ModelSpec::find(const std::string& layer_name) const {
 }
 
 void ModelSpec::infer_all() {
-  TANDEM_REQUIRE(input.numel() > 0, "model '{}': input shape {} is empty", name, to_string(input));
+  TANDEM_REQUIRE(input.c > 0 && input.h > 0 && input.w > 0, "model '{}': input shape {} is empty", name,
+                 to_string(input));
+  int64_t elements = input.c;
+  TANDEM_REQUIRE(!__builtin_mul_overflow(elements, input.h, &elements) &&
+                     !__builtin_mul_overflow(elements, input.w, &elements) && elements <= (int64_t{1} << 48),
+                 "model '{}': input shape {} has more than 2^48 elements", name, to_string(input));
   for (size_t i = 0; i < layers.size(); ++i) {
     std::vector<SampleShape> in;
     for (int32_t p : layers[i].inputs) {

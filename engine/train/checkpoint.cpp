@@ -180,7 +180,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     } else if (kind == kF32) {
       TANDEM_CHECK(n % 4 == 0, Status::kIo, "checkpoint '{}': {} length {} is not a multiple of 4", path, what, n);
       std::vector<float> v(static_cast<size_t>(n / 4));
-      std::memcpy(v.data(), data, static_cast<size_t>(n));
+      if (n > 0) std::memcpy(v.data(), data, static_cast<size_t>(n));  // an empty record has no buffer to copy into
       ck.tensors.emplace_back(name, std::move(v));
     } else {
       TANDEM_THROW(Status::kIo, "checkpoint '{}': {} has unknown kind {}", path, what, kind);

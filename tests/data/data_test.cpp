@@ -134,6 +134,13 @@ BOOST_AUTO_TEST_CASE(bad_files_name_the_file_and_the_fault) {
   expect_error([&] { read_idx(gz); }, Status::kIo, {gz});
 }
 
+// Found by the idx fuzz target: the header's sizes used to be allocated (and zero-filled) before any data was read.
+BOOST_AUTO_TEST_CASE(a_header_claiming_32_gib_fails_as_truncated_without_allocating_it) {
+  TempDir t;
+  const std::string huge = t.file("huge.idx", {0, 0, 8, 2, 0, 2, 0, 0, 0, 4, 0, 0, 'a', 'b', 'c', 'd'});
+  expect_error([&] { read_idx(huge); }, Status::kIo, {huge, "truncated", "needs 34359738368 bytes, file has 4"});
+}
+
 BOOST_AUTO_TEST_CASE(image_and_label_files_must_agree) {
   TempDir t;
   const std::string images = t.file("img", idx({5, 2, 2}));

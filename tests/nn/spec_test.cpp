@@ -212,6 +212,22 @@ BOOST_AUTO_TEST_CASE(reads_a_residual_custom_model) {
   BOOST_TEST(m.totals().params == (4 * 9 + 4) + (4 * 4 * 9) + (64 * 3 + 3));
 }
 
+// Sizes a spec claims are checked before arithmetic: these overflowed int64 (undefined behaviour) in shape
+// inference and the totals before the model_spec_json fuzz target's findings.
+BOOST_AUTO_TEST_CASE(sizes_too_large_to_count_are_refused_naming_the_layer) {
+  expect_error([] { model_from_json_text(R"({"input": [1, 4294967296, 4294967296], "layers": [{"type": "relu"}]})"); },
+               Status::kInvalidArgument, {"relu0", "input elements", "2^48"});
+  expect_error([] { model_from_json_text(R"({"input": [1, 65536, 65536], "layers": [
+      {"type": "linear", "name": "big", "out_features": 1099511627776}]})"); },
+               Status::kInvalidArgument, {"'big'", "2^48"});
+  expect_error([] { model_from_json_text(R"({"input": [3, 64, 64], "layers": [
+      {"type": "conv2d", "name": "wide", "out_channels": 4194304, "kernel": 4096, "padding": 2048}]})"); },
+               Status::kInvalidArgument, {"'wide'", "2^48"});
+  expect_error([] { model_from_json_text(R"({"input": [1, 8, 8], "layers": [
+      {"type": "maxpool2d", "name": "p", "kernel": 562949953421312}]})"); },
+               Status::kInvalidArgument, {"'p'", "2^48"});
+}
+
 BOOST_AUTO_TEST_CASE(malformed_specs_name_the_field_and_reason) {
   auto bad = [](const std::string& text, std::initializer_list<std::string> needles) {
     expect_error([&] { model_from_json_text(text); }, Status::kInvalidArgument, needles);

@@ -265,7 +265,8 @@ class CudaBackend final : public Backend {
     validate::plain(running_var, "batch_norm", "running_var", device(), Shape{C}, DType::kF32);
     TANDEM_REQUIRE(p.eps > 0 && p.momentum >= 0 && p.momentum <= 1,
                    "batch_norm: eps {} must be > 0, momentum {} in [0, 1]", p.eps, p.momentum);
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     TANDEM_REQUIRE(N * S > 1, "batch_norm: training needs more than one value per channel, input {}", x.shape().str());
     BatchNormForward out{empty(x.shape(), DType::kF32), empty({C}, DType::kF32), empty({C}, DType::kF32)};
     kernels::bn_stats(f(x), f(out.mean), f(out.var), N, C, S, stream_);
@@ -284,7 +285,8 @@ class CudaBackend final : public Backend {
     validate::plain(running_mean, "batch_norm", "running_mean", device(), Shape{C}, DType::kF32);
     validate::plain(running_var, "batch_norm", "running_var", device(), Shape{C}, DType::kF32);
     TANDEM_REQUIRE(eps > 0, "batch_norm: eps {} must be > 0", eps);
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     Tensor y = empty(x.shape(), DType::kF32);
     kernels::bn_apply(f(x), f(y), f(gamma), f(beta), f(running_mean), f(running_var), eps, N, C, S, stream_);
     check_launch("batch_norm_forward_inference");
@@ -298,7 +300,8 @@ class CudaBackend final : public Backend {
     validate::same_shape(dy, x, "batch_norm_backward", "dy", "input");
     for (const Tensor* t : std::initializer_list<const Tensor*>{&mean, &var, &dgamma, &dbeta})
       validate::plain(*t, "batch_norm_backward", "statistics/gradients", device(), Shape{C}, DType::kF32);
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     Tensor dx = empty(x.shape(), DType::kF32);
     Tensor scratch = empty({2 * C}, DType::kF32);
     kernels::bn_backward(f(dy), f(x), f(gamma), f(mean), f(var), eps, f(dx), f(dgamma), f(dbeta), accumulate,

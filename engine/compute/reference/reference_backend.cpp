@@ -151,7 +151,8 @@ class ReferenceBackend final : public Backend {
     validate::plain(running_var, "batch_norm", "running_var", device(), Shape{C}, x.dtype());
     TANDEM_REQUIRE(p.eps > 0 && p.momentum >= 0 && p.momentum <= 1, "batch_norm: eps {} must be > 0, momentum {} in [0, 1]",
                    p.eps, p.momentum);
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     TANDEM_REQUIRE(N * S > 1, "batch_norm: training needs more than one value per channel, input {}", x.shape().str());
     BatchNormForward out{Tensor::empty(x.shape(), x.dtype()), Tensor::empty({C}, x.dtype()),
                          Tensor::empty({C}, x.dtype())};
@@ -207,7 +208,8 @@ class ReferenceBackend final : public Backend {
     validate::same_shape(dy, x, "batch_norm_backward", "dy", "input");
     for (const Tensor* t : std::initializer_list<const Tensor*>{&mean, &var, &dgamma, &dbeta})
       validate::plain(*t, "batch_norm_backward", "statistics/gradients", device(), Shape{C}, x.dtype());
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     Tensor dx = Tensor::empty(x.shape(), x.dtype());
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -365,7 +367,8 @@ class ReferenceBackend final : public Backend {
   Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) override {
     require_plain(x, "linear_forward", "input");
     require_plain(w, "linear_forward", "weights");
-    const auto [N, In] = validate::linear(x, w, bias, device());
+    const auto [N0, In0] = validate::linear(x, w, bias, device());
+    const int64_t N = N0, In = In0;  // copies: clang 14 cannot capture bindings in lambdas
     const int64_t Out = w.dim(0);
     Tensor y = Tensor::empty({N, Out}, x.dtype());
     dispatch(x.dtype(), [&](auto tag) {
@@ -383,7 +386,8 @@ class ReferenceBackend final : public Backend {
 
   Tensor linear_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape) override {
     require_plain(dy, "linear_backward_data", "dy");
-    const auto [N, In, Out] = validate::linear_data(dy, w, x_shape, device(), true);
+    const auto [N0, In0, Out0] = validate::linear_data(dy, w, x_shape, device(), true);
+    const int64_t N = N0, In = In0, Out = Out0;  // copies: clang 14 cannot capture bindings in lambdas
     Tensor dx = Tensor::empty(x_shape, dy.dtype());
     dispatch(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -401,7 +405,8 @@ class ReferenceBackend final : public Backend {
   void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, bool accumulate) override {
     require_plain(x, "linear_backward_weights", "input");
     require_plain(dy, "linear_backward_weights", "dy");
-    const auto [N, In, Out] = validate::linear_weights(x, dy, dw, dbias, device());
+    const auto [N0, In0, Out0] = validate::linear_weights(x, dy, dw, dbias, device());
+    const int64_t N = N0, In = In0, Out = Out0;  // copies: clang 14 cannot capture bindings in lambdas
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       std::vector<double> g(static_cast<size_t>(Out * In), 0.0), b(static_cast<size_t>(Out), 0.0);
@@ -444,7 +449,8 @@ class ReferenceBackend final : public Backend {
   LossOutput softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad,
                                    int64_t normalizer) override {
     require_plain(logits, "softmax_cross_entropy", "logits");
-    const auto [N, K] = validate::loss(logits, labels, device());
+    const auto [N0, K0] = validate::loss(logits, labels, device());
+    const int64_t N = N0, K = K0;  // copies: clang 14 cannot capture bindings in lambdas
     TANDEM_REQUIRE(normalizer >= 0, "softmax_cross_entropy: normalizer {} must be >= 0", normalizer);
     const double norm = normalizer > 0 ? static_cast<double>(normalizer) : static_cast<double>(std::max<int64_t>(N, 1));
     LossOutput out;
@@ -606,7 +612,8 @@ class ReferenceBackend final : public Backend {
   template <typename T>
   static void bn_apply(const Tensor& x, const Tensor& gamma, const Tensor& beta, const T* mean, const T* var, float eps,
                        Tensor& y) {
-    const auto [N, S] = bn_dims(x);
+    const auto dims = bn_dims(x);  // named, not bound: clang 14 cannot capture bindings in lambdas
+    const int64_t N = dims.first, S = dims.second;
     const int64_t C = x.dim(1);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c) {
