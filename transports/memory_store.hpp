@@ -15,6 +15,7 @@ class MemoryStore final : public KvStore {
  public:
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
 
  private:
   std::mutex mu_;

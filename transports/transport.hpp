@@ -88,6 +88,10 @@ class KvStore {
   virtual void set(const std::string& key, const std::string& value) = 0;
   // Blocks until the key exists; throws tandem::Error(Status::kTimeout) naming the key after timeout.
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Atomically adds `delta` to the counter at `key` (absent = 0; stored as decimal text) and returns the new
+  // value: the one primitive that lets ranks elect a single coordinator (Communicator::shrink). Stores that
+  // cannot (the default) throw tandem::Error(kUnsupported).
+  virtual int64_t add(const std::string& key, int64_t delta);
 };
 
 struct TransportOptions {

@@ -90,6 +90,16 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
   });
 }
 
+TANDEM_API tandem_status_t tandem_comm_shrink(tandem_comm_t* failed, tandem_comm_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = checked(failed, "tandem_comm_shrink", "failed");
+    TANDEM_REQUIRE(out != nullptr, "tandem_comm_shrink: out is NULL");
+    // Not through recording(): the failed communicator's sticky status must stay the original failure.
+    const ContextScope scope(c.state->env);
+    *out = wrap(c.state->comm->shrink(), c.state->env);
+  });
+}
+
 TANDEM_API void tandem_comm_destroy(tandem_comm_t* comm) TANDEM_NOEXCEPT {
   destroy_handle(comm);  // the engine communicator lives on while requests still reference it
 }

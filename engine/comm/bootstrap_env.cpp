@@ -99,6 +99,7 @@ class ServingStore final : public transports::KvStore {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     return client_->get(key, timeout);
   }
+  int64_t add(const std::string& key, int64_t delta) override { return client_->add(key, delta); }
 
  private:
   std::shared_ptr<RendezvousServer> server_;  // declared first: destroyed after the client

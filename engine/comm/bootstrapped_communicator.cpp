@@ -8,4 +8,8 @@ std::unique_ptr<Communicator> BootstrappedCommunicator::split(int color, int key
   return std::make_unique<BootstrappedCommunicator>(rendezvous_, std::move(child));
 }
 
+std::unique_ptr<Communicator> BootstrappedCommunicator::shrink() {
+  return std::make_unique<BootstrappedCommunicator>(rendezvous_, inner_->shrink());
+}
+
 }  // namespace tandem::engine::comm

@@ -24,6 +24,10 @@ class BootstrappedCommunicator final : public Communicator {
   const CommOptions& options() const override { return inner_->options(); }
   // The child shares this communicator's rendezvous (it may use the store after this one is gone).
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // Likewise for the survivors' communicator.
+  std::unique_ptr<Communicator> shrink() override;
+  int epoch() const override { return inner_->epoch(); }
+  std::vector<int> parent_ranks() const override { return inner_->parent_ranks(); }
   std::unique_ptr<Work> allreduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
     return inner_->allreduce(s, r, n, t, op);
   }

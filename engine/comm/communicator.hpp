@@ -7,7 +7,8 @@
 // Failure model: every wait has a deadline (CommOptions::timeout). When a peer dies, stalls, sends
 // garbage or calls a different collective, every rank's pending and later operations fail with a
 // tandem::Error naming the operation and the rank(s) involved (kTimeout, kPeerFailure, kMismatch);
-// the communicator is then unusable (is_failed()) and must be destroyed.
+// the communicator is then unusable (is_failed()): destroy it, or shrink() it to the ranks still alive
+// (elastic training) and go on with the result.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -109,6 +110,21 @@ class Communicator {
   virtual FailureStatus failure_status() const = 0;
   // Fails every pending operation here and tells peers (best effort) so they fail fast too.
   virtual void abort(const std::string& reason) = 0;
+
+  // Elastic recovery, collective over the survivors of this failed communicator: every rank still alive
+  // calls it, they agree through the job's store on who is left (membership.hpp states the rule: one
+  // coordinator decides once, ranks blamed for the failure or silent for options().timeout are out) and
+  // each gets a new communicator of those ranks, in their old order, over the same transport -- no
+  // process restarts. This communicator stays failed (destroy it when done). Errors: kInvalidArgument
+  // when this communicator has not failed (nobody to remove); kPeerFailure on a rank the survivors
+  // declared dead (it came back too late, or it aborted); kTimeout when no decision came (the store or
+  // the coordinator died); kUnsupported for a store without counters.
+  virtual std::unique_ptr<Communicator> shrink() = 0;
+  // Membership epoch: 0 for a communicator from create or split, its parent's + 1 for shrink's result.
+  virtual int epoch() const = 0;
+  // For shrink's result: the rank each of its ranks had in the communicator it was shrunk from
+  // (ascending). Empty for a communicator from create or split.
+  virtual std::vector<int> parent_ranks() const = 0;
 
   // The algorithm `auto` would choose (or the override), for logs and benchmarks.
   virtual Algorithm allreduce_algorithm_for(size_t count, DType dtype) const = 0;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "engine/comm/group_split.hpp"
+#include "engine/comm/membership.hpp"
 #include "engine/comm/op_state.hpp"
 #include "engine/comm/world_bootstrap.hpp"
 #include "engine/core/error.hpp"
@@ -34,7 +35,8 @@ void check_ptr(const char* what, const char* name, const void* p, size_t bytes) 
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<SharedTransport> transport, int rank, std::vector<int> members,
-                                   uint32_t comm_id, CommOptions options, std::vector<std::string> hosts)
+                                   uint32_t comm_id, CommOptions options, std::vector<std::string> hosts,
+                                   Lineage lineage)
     : shared_(std::move(transport)),
       rank_(rank),
       size_(static_cast<int>(members.size())),
@@ -44,6 +46,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<SharedTransport> transport, i
       hosts_(std::move(hosts)),
       topology_(topology_of(hosts_)),
       transport_name_(shared_->transport().name()),
+      lineage_(std::move(lineage)),
       peers_(*shared_, rank_, members_, comm_id_),
       engine_(*shared_, peers_, members_, comm_id_, options_, topology_) {
   const int host_count = topology_.host_of.empty()
@@ -161,8 +164,44 @@ std::unique_ptr<Communicator> CommunicatorImpl::split(int color, int key) {
   }
   log::debug("comm {} rank {}: split color {} key {} -> comm {} rank {}/{}", comm_id_, rank_, color, key,
              layout.child_id, layout.child_rank, members.size());
+  Lineage lineage{lineage_.store, lineage_.key_prefix, 0, {}};
   return std::make_unique<CommunicatorImpl>(shared_, layout.child_rank, std::move(members), layout.child_id, options_,
-                                            std::move(hosts));
+                                            std::move(hosts), std::move(lineage));
+}
+
+// ----------------------------------------------------------------------------------- shrink
+
+std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
+  TANDEM_REQUIRE(peers_.is_failed(),
+                 "shrink: communicator {} (rank {} of {}) has not failed: every rank is alive, there is nobody to "
+                 "remove (shrink is the recovery after a peer failure)",
+                 comm_id_, rank_, size_);
+  TANDEM_CHECK(lineage_.store != nullptr, Status::kUnsupported, "shrink: communicator {} was built without a store",
+               comm_id_);
+  const FailureStatus failure = peers_.failure_status();
+  ShrinkRequest req;
+  // Unique per world (prefix) and communicator (ids are never reused on a transport).
+  req.key_base = fmt::format("{}shrink/c{}/", lineage_.key_prefix, comm_id_);
+  req.rank = rank_;
+  req.size = size_;
+  req.epoch = lineage_.epoch;
+  req.next_id = shared_->next_id();
+  req.blamed = failure.ranks;
+  if (failure.aborted && failure.origin >= 0) req.blamed.push_back(failure.origin);  // an abort leaves the group
+  req.window = options_.timeout;
+  const Membership m = agree_membership(*lineage_.store, req);
+  shared_->reserve_ids(m.comm_id + 1);
+  std::vector<int> members;
+  std::vector<std::string> hosts;
+  for (int r : m.members) {
+    members.push_back(members_[static_cast<size_t>(r)]);
+    hosts.push_back(hosts_[static_cast<size_t>(r)]);
+  }
+  log::info("comm {} rank {}: shrunk to comm {} rank {}/{} (epoch {}, kept ranks {})", comm_id_, rank_, m.comm_id,
+            m.new_rank, m.members.size(), m.epoch, format_rank_list(m.members));
+  Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members};
+  return std::make_unique<CommunicatorImpl>(shared_, m.new_rank, std::move(members), m.comm_id, options_,
+                                            std::move(hosts), std::move(lineage));
 }
 
 }  // namespace tandem::engine::comm

@@ -16,9 +16,17 @@ namespace tandem::engine::comm {
 
 class CommunicatorImpl final : public Communicator {
  public:
+  // What a communicator remembers of the job beyond its transport, for shrink: the store and this
+  // world's key namespace on it, its membership epoch and (after a shrink) its ranks' parent ranks.
+  struct Lineage {
+    std::shared_ptr<transports::KvStore> store;
+    std::string key_prefix;
+    int epoch = 0;
+    std::vector<int> parent_ranks;
+  };
   // `members[r]`: the transport rank of communicator rank r; `hosts[r]` its host name.
   CommunicatorImpl(std::shared_ptr<SharedTransport> transport, int rank, std::vector<int> members, uint32_t comm_id,
-                   CommOptions options, std::vector<std::string> hosts);
+                   CommOptions options, std::vector<std::string> hosts, Lineage lineage);
   ~CommunicatorImpl() override = default;  // the engine stops first, then the peer table
 
   int rank() const override { return rank_; }
@@ -40,6 +48,9 @@ class CommunicatorImpl final : public Communicator {
   std::string failure_message() const override { return peers_.failure_message(); }
   FailureStatus failure_status() const override { return peers_.failure_status(); }
   void abort(const std::string& reason) override;
+  std::unique_ptr<Communicator> shrink() override;
+  int epoch() const override { return lineage_.epoch; }
+  std::vector<int> parent_ranks() const override { return lineage_.parent_ranks; }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;
 
   uint32_t comm_id() const { return comm_id_; }
@@ -60,6 +71,7 @@ class CommunicatorImpl final : public Communicator {
   const std::vector<std::string> hosts_;
   const Topology topology_;
   const std::string transport_name_;
+  const Lineage lineage_;
   PeerTable peers_;
   ProgressEngine engine_;  // last: its thread starts once everything above exists
 };

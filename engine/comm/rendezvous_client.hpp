@@ -46,7 +46,7 @@ class RendezvousClient final : public transports::KvStore {
   // Waits (server side) until `key` exists; kTimeout naming the key after `timeout`.
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   // Atomically adds `delta` to the counter at `key` (absent = 0) and returns the new value.
-  int64_t add(const std::string& key, int64_t delta);
+  int64_t add(const std::string& key, int64_t delta) override;
   // Removes `key`; returns whether it existed.
   bool erase(const std::string& key);
   // Returns once `count` callers (any processes) have entered the barrier `name`; kTimeout saying

@@ -116,8 +116,9 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
   auto shared = std::make_shared<SharedTransport>(transports::create_transport(to));
   std::vector<int> members(static_cast<size_t>(info.size));
   for (int r = 0; r < info.size; ++r) members[r] = r;
+  CommunicatorImpl::Lineage lineage{store, prefix, 0, {}};
   auto comm = std::make_unique<CommunicatorImpl>(std::move(shared), info.rank, std::move(members), 0, options,
-                                                 std::move(hosts));
+                                                 std::move(hosts), std::move(lineage));
   log::info("comm: rank {}/{} connected over {} (allreduce {}{}, timeout {} ms)", info.rank, info.size,
             comm->transport_name(), algorithm_name(options.allreduce_algorithm),
             options.deterministic ? ", deterministic" : "", options.timeout.count());

@@ -292,6 +292,7 @@ BOOST_AUTO_TEST_CASE(a_null_handle_is_an_invalid_argument_naming_it_for_every_fu
   const std::vector<NullCase> cases = {
       {"tandem_comm_create", "context", [&] { return tandem_comm_create(nullptr, nullptr, &comm_out); }},
       {"tandem_comm_split", "comm", [&] { return tandem_comm_split(nullptr, 0, 0, &comm_out); }},
+      {"tandem_comm_shrink", "failed", [&] { return tandem_comm_shrink(nullptr, &comm_out); }},
       {"tandem_comm_rank", "comm", [&] { return tandem_comm_rank(nullptr, &i32); }},
       {"tandem_comm_size", "comm", [&] { return tandem_comm_size(nullptr, &i32); }},
       {"tandem_comm_transport_name", "comm", [&] { return tandem_comm_transport_name(nullptr, &name); }},

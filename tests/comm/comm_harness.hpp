@@ -39,6 +39,15 @@ inline std::vector<std::string> transports_under_test() {
   return transports::testing::transport_variants(transports::available_transports());
 }
 
+// Options with a deadline of `ms` milliseconds.
+inline CommOptions with_timeout(int ms) {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 // host_of(rank) names each rank's host (for hierarchical algorithms); default: one host.
 template <typename Fn, typename HostFn>
 void run_ranks_on(const std::string& transport, int n, const CommOptions& base, HostFn host_of, Fn fn) {

@@ -16,14 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-CommOptions with_timeout(int ms) {
-  CommOptions o;
-  o.timeout = std::chrono::milliseconds(ms);
-  return o;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 // Runs `mismatched` and then a barrier; returns the first error (status, message).
 std::pair<Status, std::string> first_error(const std::function<void()>& mismatched, Communicator& c) {
   std::string msg;

@@ -191,7 +191,7 @@ TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT;
  * every rank), never corrupted data. Every blocking call has a deadline (timeout_ms). When a peer
  * dies, stalls or mismatches, the communicator fails: the failing and every later operation
  * returns an error naming the operation and the rank(s) involved, and the communicator can only
- * be destroyed. Counts are in elements; buffers are host memory borrowed for the call (blocking)
+ * be destroyed, or shrunk to the ranks still alive (tandem_comm_shrink, elastic training). Counts are in elements; buffers are host memory borrowed for the call (blocking)
  * or until the request completes (non-blocking). */
 typedef struct tandem_comm tandem_comm_t;
 typedef struct tandem_request tandem_request_t;
@@ -265,6 +265,24 @@ TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tande
  * TANDEM_ERR_PEER_FAILURE, TANDEM_ERR_TRANSPORT. */
 TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color, int32_t key,
                                              tandem_comm_t** out) TANDEM_NOEXCEPT;
+
+/* Elastic recovery (shrink, not revoke + rebuild): after comm failed because ranks died, stalled or
+ * aborted, the ranks still alive each call this and get a new communicator of the survivors, over the
+ * same connections, without restarting any process. Collective over the survivors.
+ * Membership rule: the survivors agree through the job's rendezvous store on one view, decided once by
+ * a single coordinator (the first survivor to ask). Out are the ranks blamed for the failure (see
+ * tandem_comm_get_failure; an aborting rank included) and every rank that has not called
+ * tandem_comm_shrink within comm's timeout_ms -- a slow rank counts as dead, and when it calls later it
+ * is refused (TANDEM_ERR_PEER_FAILURE, "declared dead"), so there are never two views at once.
+ * The survivors keep their order: new rank i is the i-th surviving old rank. The store must survive
+ * (with tcp, zmq or ucx rank 0 of the job serves it): when it or the coordinator dies while deciding,
+ * every survivor gets TANDEM_ERR_TIMEOUT.
+ * [in] failed: a communicator whose async status is a failure; it stays failed (destroy it when done).
+ * [out] out: the survivors' communicator (independent of failed; destroy each separately).
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed handle, out NULL,
+ * or failed has not failed: nobody to remove), TANDEM_ERR_PEER_FAILURE (this rank was declared dead),
+ * TANDEM_ERR_TIMEOUT (no decision: the store or the coordinator died), TANDEM_ERR_TRANSPORT. */
+TANDEM_API tandem_status_t tandem_comm_shrink(tandem_comm_t* failed, tandem_comm_t** out) TANDEM_NOEXCEPT;
 
 /* Destroys a communicator. Requests created from it stay valid until destroyed (they keep the
  * underlying connections alive). A live communicator that is not failed should be destroyed by all

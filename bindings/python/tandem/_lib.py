@@ -90,6 +90,7 @@ def _declare(lib):
     _fn(lib, "tandem_context_destroy", None, c_void_p)
     _fn(lib, "tandem_comm_create", c_status, c_void_p, P(CommParams), P(c_void_p))
     _fn(lib, "tandem_comm_split", c_status, c_void_p, c_int32, c_int32, P(c_void_p))
+    _fn(lib, "tandem_comm_shrink", c_status, c_void_p, P(c_void_p))
     _fn(lib, "tandem_comm_destroy", None, c_void_p)
     _fn(lib, "tandem_comm_rank", c_status, c_void_p, P(c_int32))
     _fn(lib, "tandem_comm_size", c_status, c_void_p, P(c_int32))

@@ -1,0 +1,53 @@
+#pragma once
+// The survivors' agreement behind Communicator::shrink: who is left after a failure, decided once
+// through the job's store so that no two survivors can ever hold different views.
+//
+// Rule (one coordinator, one decision, one deadline):
+//  1. Every rank that calls shrink posts "alive/<rank>" (its lowest free communicator id and the
+//     ranks it blames for the failure), then takes a ticket from the store's atomic counter.
+//  2. The rank holding ticket 1 coordinates. The ranks blamed by it or by any post it reads are
+//     out. It waits for every other rank's post until one shared deadline (`window` after it
+//     started); a rank that has not posted by then is out too -- a slow rank is treated as dead.
+//  3. The coordinator writes "decision" once: the new epoch, the new communicator id and the
+//     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
+//  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
+//     comes back late is refused, never admitted into a second view.
+// Limits: the store must survive (on tcp it is served by rank 0 of the job's world); a coordinator
+// that dies between its ticket and its decision makes every survivor fail with kTimeout.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transports/transport.hpp"
+
+namespace tandem::engine::comm {
+
+struct ShrinkRequest {
+  std::string key_base;    // store keys for this communicator's shrink (unique per world and communicator id)
+  int rank = 0;            // this rank in the failed communicator
+  int size = 1;            // the failed communicator's size
+  int epoch = 0;           // the failed communicator's membership epoch
+  uint32_t next_id = 0;    // lowest communicator id free on this rank
+  std::vector<int> blamed; // ranks this rank holds responsible for the failure
+  std::chrono::milliseconds window{60000};  // how long the coordinator waits for the others' posts
+};
+
+struct Membership {
+  int epoch = 0;              // the failed communicator's epoch + 1
+  uint32_t comm_id = 0;       // id of the survivors' communicator (free on every member)
+  int coordinator = -1;       // the rank that decided
+  std::vector<int> members;   // old ranks, ascending
+  int new_rank = -1;          // this rank's index in members (-1: declared dead; agree_membership throws)
+};
+
+// Runs the rule above for one rank. Throws kPeerFailure when this rank was left out, kTimeout when
+// no decision appears within twice the window, kUnsupported when the store cannot count.
+Membership agree_membership(transports::KvStore& store, const ShrinkRequest& request);
+
+// The decision's text, "epoch=<e> id=<id> coordinator=<r> members=<a,b,...>", and back
+// (kInternal naming the text when it is malformed).
+std::string format_decision(const Membership& m);
+Membership parse_decision(const std::string& text);
+
+}  // namespace tandem::engine::comm

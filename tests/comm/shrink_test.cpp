@@ -1,0 +1,147 @@
+// Communicator::shrink (issue #17, elastic training): after a rank dies or aborts, the survivors agree on who
+// is left and go on in a smaller communicator over the same transports; a rank they declared dead is refused.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "engine/comm/membership.hpp"
+#include "tests/comm/comm_harness.hpp"
+
+using namespace tandem;
+using namespace tandem::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Sums `value` over c's ranks with an allreduce of 1000 floats (every element must agree).
+float sum_over(Communicator& c, float value) {
+  std::vector<float> in(1000, value), out(1000, -1.f);
+  c.allreduce(in.data(), out.data(), in.size(), DType::kF32, ReduceOp::kSum)->wait();
+  for (float v : out) EXPECT(v == out[0], "elements disagree: {} vs {}", v, out[0]);
+  return out[0];
+}
+
+// Runs an allreduce that must fail because a peer is gone; returns its status.
+Status failing_allreduce(Communicator& c) {
+  std::string msg;
+  const Status st = status_of([&] { sum_over(c, 1.f); }, &msg);
+  EXPECT(st == Status::kPeerFailure || st == Status::kTimeout, "status {} ({})", status_name(st), msg);
+  return st;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(shrink)
+
+BOOST_AUTO_TEST_CASE(survivors_of_a_dead_or_aborted_rank_shrink_and_allreduce) {
+  for (const auto& tr : transports_under_test())
+    for (const bool abort : {false, true}) {
+      run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
+        EXPECT(sum_over(c, 1.f) == 4.f, "healthy world");
+        if (r == 2) {
+          if (abort) c.abort("rank 2 gives up");
+          return;  // its communicator and transport are destroyed
+        }
+        failing_allreduce(c);
+        const auto t0 = Clock::now();
+        auto s = c.shrink();
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        EXPECT(s->size() == 3 && s->rank() == (r < 2 ? r : r - 1), "rank {}: now {}/{}", r, s->rank(), s->size());
+        EXPECT(s->epoch() == 1 && s->parent_ranks() == (std::vector<int>{0, 1, 3}), "epoch {} parents {}", s->epoch(),
+               fmt::join(s->parent_ranks(), ","));
+        EXPECT(!s->is_failed() && c.is_failed(), "the old one stays failed, the new one is healthy");
+        EXPECT(ms < 3000, "shrink took {} ms", ms);  // nobody waits for the window when the dead are named
+        // Old ranks 0, 1 and 3 contribute old rank + 1.
+        EXPECT(sum_over(*s, static_cast<float>(r + 1)) == 7.f, "sum over the survivors");
+        s->barrier()->wait();
+      });
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_shrunk_communicator_shrinks_again_when_another_rank_dies) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
+      if (r == 3) return;
+      failing_allreduce(c);
+      auto once = c.shrink();
+      EXPECT(sum_over(*once, 1.f) == 3.f, "three left");
+      if (r == 1) return;  // destroys both communicators and the transport
+      failing_allreduce(*once);
+      auto twice = once->shrink();
+      EXPECT(twice->size() == 2 && twice->epoch() == 2 && twice->parent_ranks() == (std::vector<int>{0, 2}),
+             "size {} epoch {} parents {}", twice->size(), twice->epoch(), fmt::join(twice->parent_ranks(), ","));
+      EXPECT(twice->rank() == (r == 0 ? 0 : 1), "rank {} is {}", r, twice->rank());
+      EXPECT(sum_over(*twice, static_cast<float>(r)) == 2.f, "old ranks 0 + 2");
+      twice->barrier()->wait();
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shrinking_a_healthy_communicator_is_refused_and_leaves_it_usable) {
+  run_ranks("inproc", 3, with_timeout(4000), [&](int, Communicator& c) {
+    std::string msg;
+    const Status st = status_of([&] { c.shrink(); }, &msg);
+    EXPECT(st == Status::kInvalidArgument && contains(msg, "has not failed"), "{}: {}", status_name(st), msg);
+    EXPECT(!c.is_failed() && sum_over(c, 2.f) == 6.f, "still usable");
+  });
+}
+
+// A rank that stalls past the deadline is declared dead; when it wakes and asks to shrink it is refused, while
+// the others already work in their smaller communicator (never two views of the membership).
+BOOST_AUTO_TEST_CASE(a_rank_declared_dead_that_comes_back_is_refused) {
+  using namespace std::chrono_literals;
+  for (const char* tr : {"inproc", "tcp"}) {
+    run_ranks(tr, 3, with_timeout(400), [&](int r, Communicator& c) {
+      if (r == 1) {
+        std::this_thread::sleep_for(2500ms);  // stalled, not dead
+        std::string msg;
+        const Status st = status_of([&] { c.shrink(); }, &msg);
+        EXPECT(st == Status::kPeerFailure && contains(msg, "rank 1 was declared dead"), "{}: {}", status_name(st),
+               msg);
+        return;
+      }
+      failing_allreduce(c);
+      auto s = c.shrink();
+      EXPECT(s->size() == 2 && s->parent_ranks() == (std::vector<int>{0, 2}), "parents {}",
+             fmt::join(s->parent_ranks(), ","));
+      EXPECT(sum_over(*s, 5.f) == 10.f, "two survivors");
+    });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(membership_decisions_round_trip_and_malformed_ones_are_named) {
+  engine::comm::Membership m;
+  m.epoch = 3;
+  m.comm_id = 17;
+  m.coordinator = 2;
+  m.members = {0, 2, 5};
+  const auto back = engine::comm::parse_decision(engine::comm::format_decision(m));
+  BOOST_TEST(back.epoch == 3);
+  BOOST_TEST(back.comm_id == 17u);
+  BOOST_TEST(back.coordinator == 2);
+  BOOST_TEST((back.members == std::vector<int>{0, 2, 5}));
+  std::string msg;
+  BOOST_TEST((status_of([] { engine::comm::parse_decision("epoch=x id=1"); }, &msg) == Status::kInternal));
+  BOOST_TEST(contains(msg, "epoch=x"), msg);
+}
+
+BOOST_AUTO_TEST_CASE(memory_store_counters_add_atomically_and_refuse_text) {
+  transports::MemoryStore store;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) store.add("n", 1);
+    });
+  for (auto& t : threads) t.join();
+  BOOST_TEST(store.add("n", 0) == 400);
+  BOOST_TEST(store.get("n", std::chrono::milliseconds(1)) == "400");
+  store.set("text", "hello");
+  std::string msg;
+  BOOST_TEST((status_of([&] { store.add("text", 1); }, &msg) == Status::kInvalidArgument));
+  BOOST_TEST(contains(msg, "not a counter"), msg);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
