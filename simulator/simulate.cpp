@@ -594,22 +594,24 @@ std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job) {
   const engine::parallel::MemoryConfig& m = job.memory;
   struct Change {
     std::string flags;
-    bool precision, recompute;
+    bool precision;
+    int32_t recompute;  // 0: keep, -1: stage inputs, k: every k-th output
     int32_t zero;
   };
-  // smallest first: one option, then two, then all three
-  const Change changes[] = {{"--recompute stage", false, true, 0}, {"--precision bf16", true, false, 0},
-                            {"--zero 1", false, false, 1},         {"--zero 2", false, false, 2},
-                            {"--precision bf16 --recompute stage", true, true, 0},
-                            {"--precision bf16 --zero 2", true, false, 2},
-                            {"--precision bf16 --zero 2 --recompute stage", true, true, 2}};
+  // smallest first: one option, then two, then three (one stage keeps as much with stage inputs as without: every
+  // 2nd output is what helps it)
+  const Change changes[] = {{"--recompute stage", false, -1, 0}, {"--recompute 2", false, 2, 0},
+                            {"--precision bf16", true, 0, 0},    {"--zero 1", false, 0, 1},
+                            {"--zero 2", false, 0, 2},           {"--precision bf16 --recompute stage", true, -1, 0},
+                            {"--precision bf16 --recompute 2", true, 2, 0}, {"--precision bf16 --zero 2", true, 0, 2},
+                            {"--precision bf16 --zero 2 --recompute 2", true, 2, 2}};
   std::string option;
   for (const Change& c : changes) {
     JobSpec j = job;
     if (c.precision && m.precision == Precision::kF32) j.memory.precision = Precision::kBF16;
-    if (c.recompute && m.recompute != Recompute::kStageInputs) {
-      j.memory.recompute = Recompute::kStageInputs;
-      j.memory.recompute_every = 0;
+    if (c.recompute != 0 && m.recompute == Recompute::kNone) {
+      j.memory.recompute = c.recompute < 0 ? Recompute::kStageInputs : Recompute::kEveryK;
+      j.memory.recompute_every = std::max(c.recompute, 0);
     }
     j.memory.zero = std::max(m.zero, c.zero);
     if (j.memory.precision == m.precision && j.memory.recompute == m.recompute && j.memory.zero == m.zero) continue;
