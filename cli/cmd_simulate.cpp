@@ -41,7 +41,8 @@ void print_json(const tandem_sim_result_t* r) {
 
 constexpr uint64_t kAllSummary = TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_SCALING | TANDEM_SIM_SUMMARY_SPLIT |
                                  TANDEM_SIM_SUMMARY_MEMORY | TANDEM_SIM_SUMMARY_COST | TANDEM_SIM_SUMMARY_LAYOUT |
-                                 TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES | TANDEM_SIM_SUMMARY_STRATEGY;
+                                 TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES | TANDEM_SIM_SUMMARY_STRATEGY |
+                                 TANDEM_SIM_SUMMARY_MEMORY_DETAIL;
 
 void print_summary(const tandem_sim_result_t* r) {
   tandem_sim_summary_t j = TANDEM_SIM_SUMMARY_INIT;
@@ -87,6 +88,14 @@ void print_summary(const tandem_sim_result_t* r) {
   if (*j.busiest_nic != '\0') std::printf("  busiest NIC    %s\n", j.busiest_nic);
   std::printf("  memory/node    %s needed%s\n", human_bytes(j.memory_per_node_bytes).c_str(),
               j.fits ? ", fits" : " -- DOES NOT FIT on at least one node");
+  if (!j.fits) {
+    std::printf("  memory need    node %d, rank %d: parameters %s | gradients %s | optimizer state %s | activations %s | "
+                "runtime %s | buffers %s\n", j.memory_node, j.memory_rank, human_bytes(j.memory_param_bytes).c_str(),
+                human_bytes(j.memory_grad_bytes).c_str(), human_bytes(j.memory_optimizer_bytes).c_str(),
+                human_bytes(j.memory_activation_bytes).c_str(), human_bytes(j.memory_runtime_bytes).c_str(),
+                human_bytes(j.memory_buffer_bytes).c_str());
+    if (*j.memory_advice != '\0') std::printf("  to fit         %s\n", j.memory_advice);
+  }
   std::printf("  bottleneck     %s\n", j.bottleneck);
   if (*j.scaling_note != '\0') std::printf("  note           %s\n", j.scaling_note);
   if (*j.note != '\0') std::printf("  note           %s\n", j.note);

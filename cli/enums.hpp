@@ -31,6 +31,16 @@ inline const std::map<std::string, int>& compression_names() {
       {"none", TANDEM_COMPRESSION_NONE}, {"fp16", TANDEM_COMPRESSION_FP16}, {"bf16", TANDEM_COMPRESSION_BF16}};
   return m;
 }
+inline const std::map<std::string, int>& precision_names() {
+  static const std::map<std::string, int> m{
+      {"f32", TANDEM_PRECISION_F32}, {"bf16", TANDEM_PRECISION_BF16}, {"fp16", TANDEM_PRECISION_FP16}};
+  return m;
+}
+inline const std::map<std::string, int>& framework_names() {
+  static const std::map<std::string, int> m{{"tandem", TANDEM_FRAMEWORK_TANDEM},
+                                            {"pytorch-ddp", TANDEM_FRAMEWORK_PYTORCH_DDP}};
+  return m;
+}
 inline const std::map<std::string, int>& partition_names() {
   static const std::map<std::string, int> m{{"flops", TANDEM_PARTITION_FLOPS},
                                             {"measured", TANDEM_PARTITION_MEASURED}};

@@ -2,6 +2,7 @@
 #include "cli/sim_job.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -126,6 +127,14 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--initial-credits", o->initial_credits, "burstable nodes' starting CPU credits");
   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
   app.add_option("--chunk-bytes", o->chunk_bytes, "collective pipelining chunk (default: the runtime's)");
+  app.add_option("--precision", o->precision, "f32, or mixed precision bf16/fp16 (16-bit weights, gradients and "
+                 "activations; f32 master weights)")->transform(names(precision_names()));
+  app.add_option("--recompute", o->recompute, "activation recomputation: none, stage (keep only stage inputs) or K "
+                 "(keep every K-th layer's output)");
+  app.add_option("--zero", o->zero, "sharded optimizer state over data-parallel ranks: 0, 1 (ZeRO-1), 2 (gradients too)")
+      ->check(CLI::Range(0, 2));
+  app.add_option("--framework", o->framework, "whose training process: tandem or pytorch-ddp (runtime memory)")
+      ->transform(names(framework_names()));
   app.add_flag("--json", o->json, "one JSON object on stdout");
   return o;
 }
@@ -246,6 +255,21 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
   if (set("--initial-credits", TANDEM_SIM_JOB_INITIAL_CREDITS)) p.initial_credits = o.initial_credits;
   if (set("--chunk-bytes", TANDEM_SIM_JOB_CHUNK_BYTES)) p.chunk_bytes = o.chunk_bytes;
   if (set("--partition", TANDEM_SIM_JOB_PARTITION)) p.partition = static_cast<tandem_partition_t>(o.partition);
+  if (set("--precision", TANDEM_SIM_JOB_PRECISION)) p.precision = static_cast<tandem_precision_t>(o.precision);
+  if (set("--recompute", TANDEM_SIM_JOB_RECOMPUTE)) {
+    if (o.recompute == "none" || o.recompute == "stage") {
+      p.recompute = o.recompute == "none" ? TANDEM_RECOMPUTE_NONE : TANDEM_RECOMPUTE_STAGE_INPUTS;
+    } else {
+      char* end = nullptr;
+      const long k = std::strtol(o.recompute.c_str(), &end, 10);
+      if (end == o.recompute.c_str() || *end != '\0' || k < 1)
+        return fail(fmt::format("--recompute {}: expected none, stage or a layer count K >= 1", o.recompute));
+      p.recompute = TANDEM_RECOMPUTE_EVERY_K;
+      p.recompute_every = static_cast<int32_t>(k);
+    }
+  }
+  if (set("--zero", TANDEM_SIM_JOB_ZERO)) p.zero = o.zero;
+  if (set("--framework", TANDEM_SIM_JOB_FRAMEWORK)) p.framework = static_cast<tandem_framework_t>(o.framework);
   return 0;
 }
 

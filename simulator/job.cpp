@@ -76,6 +76,20 @@ int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
   return static_cast<int32_t>(world);
 }
 
+const char* framework_name(Framework f) noexcept {
+  switch (f) {
+    case Framework::kTandem: return "tandem";
+    case Framework::kPytorchDdp: return "pytorch-ddp";
+  }
+  return "?";
+}
+
+Framework parse_framework(const std::string& s) {
+  if (s == "tandem") return Framework::kTandem;
+  if (s == "pytorch-ddp" || s == "pytorch") return Framework::kPytorchDdp;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown framework '{}' (tandem, pytorch-ddp)", s);
+}
+
 engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape& input, int64_t classes) {
   engine::parallel::Job e;
   if (j.model_spec) {
@@ -119,6 +133,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.round_deadline_s = j.round_deadline_s;
   e.parallel.average_every = j.average_every;
   e.parallel.warmup_steps = j.warmup_steps;
+  e.memory = j.memory;
   return e;
 }
 
@@ -128,7 +143,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
                       "partition", "boundaries", "compression", "accumulation", "servers", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
-                      "average_every", "warmup_steps"},
+                      "average_every", "warmup_steps", "precision", "recompute", "zero", "framework"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -214,6 +229,20 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = json_number(j, "round_deadline_s", where)) job.round_deadline_s = *v;
   if (auto v = integer("average_every", 1)) job.average_every = static_cast<int32_t>(*v);
   if (auto v = integer("warmup_steps", 0)) job.warmup_steps = static_cast<int32_t>(*v);
+  if (j.contains("precision"))
+    job.memory.precision = named("precision", [](const std::string& s) { return engine::parallel::parse_precision(s); });
+  if (j.contains("recompute")) {
+    if (j["recompute"].is_number_integer()) {
+      engine::parallel::parse_recompute(std::to_string(*integer("recompute", 1)), job.memory);
+    } else {
+      named("recompute", [&](const std::string& s) { engine::parallel::parse_recompute(s, job.memory); return 0; });
+    }
+  }
+  if (auto v = integer("zero", 0)) {
+    TANDEM_REQUIRE(*v <= 2, "{}.zero: {} is not a ZeRO stage (0, 1 or 2)", where, *v);
+    job.memory.zero = static_cast<int32_t>(*v);
+  }
+  if (j.contains("framework")) job.framework = named("framework", [](const std::string& s) { return parse_framework(s); });
   if (j.contains("boundaries")) {
     const auto& b = j["boundaries"];
     TANDEM_REQUIRE(b.is_array() && b.size() >= 2, "{}.boundaries: expected [0, ..., layers] (pp + 1 layer indices), "

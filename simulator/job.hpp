@@ -25,6 +25,12 @@ using Strategy = engine::parallel::Strategy;
 using engine::parallel::parse_strategy;
 using engine::parallel::strategy_name;
 
+// Whose training process the job describes: its runtime allowance (memory a process holds beyond its tensors) and,
+// for pytorch-ddp, PyTorch DDP's bucket policy and buffer broadcast.
+enum class Framework : int32_t { kTandem = 0, kPytorchDdp = 1 };
+const char* framework_name(Framework f) noexcept;  // "tandem", "pytorch-ddp"
+Framework parse_framework(const std::string& s);   // kInvalidArgument listing the names
+
 struct DatasetInfo {
   std::string name;
   int64_t samples = 0;
@@ -50,6 +56,7 @@ struct RunSpec {
   bool symmetric = true;              // allow symmetric execution of provably identical ranks
   uint64_t seed = 0;                  // the runtime's seed (its default is 0): FedAvg's client draw and shards
   int64_t limit_batches = 0;          // > 0: the runtime's --limit-batches (a FedAvg client's local epoch)
+  Framework framework = Framework::kTandem;  // whose process: its runtime allowance (issue #16)
 };
 
 // A job as a description (the CLI's flags, a job JSON, the C ABI's fields): compiled by the simulator into the
@@ -92,6 +99,8 @@ struct JobSpec : RunSpec {
   double round_deadline_s = 0;    // fedavg: 0 none
   int32_t average_every = 8;      // localsgd: H
   int32_t warmup_steps = 0;       // localsgd: DDP steps first
+  // issue #16: precision, recomputation, sharding (engine/parallel/job.hpp)
+  engine::parallel::MemoryConfig memory;
 };
 
 // The optimizer a simulated job names, as the trainer configures it (momentum: SGD with momentum 0.9), and back.
@@ -116,7 +125,9 @@ namespace tandem::simulator {
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
 // "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16", "accumulation": 1,
 // "servers": 1, "staleness": 2, "tau": 4, "alpha": 0, "easgd_async": false, "clients": 0, "dirichlet_alpha": 0,
-// "client_fraction": 1, "local_epochs": 1, "round_deadline_s": 0, "average_every": 8, "warmup_steps": 0}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
+// "client_fraction": 1, "local_epochs": 1, "round_deadline_s": 0, "average_every": 8, "warmup_steps": 0,
+// "precision": "bf16", "recompute": "stage" (or a layer count k: every k-th output kept), "zero": 1,
+// "framework": "pytorch-ddp"}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").
 JobSpec job_from_json(const nlohmann::json& j, JobSpec base = {}, const std::string& where = "job");
 JobSpec parse_job_text(const std::string& text, JobSpec base = {});  // JSON text
 JobSpec load_job_file(const std::string& path, JobSpec base = {});   // a JSON file; unreadable: kIo naming it

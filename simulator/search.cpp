@@ -64,6 +64,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
             c.algorithm = a;
             SimOptions so;
             so.baseline = false;
+            so.advise = false;  // a candidate that does not fit is ranked last, not advised
             try {
               SimResult r = sim.run(cluster, c, so);
               layers = r.stage_boundaries.empty() ? layers : static_cast<size_t>(r.stage_boundaries.back());
@@ -110,6 +111,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
     for (const JobSpec& c : extra) {
       SimOptions so;
       so.baseline = false;
+      so.advise = false;  // a candidate that does not fit is ranked last, not advised
       try {
         all.push_back({c, sim.run(cluster, c, so)});
         ++out.evaluated;

@@ -41,6 +41,7 @@ struct Prepared {
   std::vector<double> base_speed;  // per node: 1, or 1/swap_slowdown when swapping
   std::vector<NodeReport> nodes;
   std::vector<double> runtime_bytes;  // per node: each rank's runtime allowance
+  MemoryBreakdown memory;             // the worst node's largest rank
   int64_t steps_per_epoch = 0;
   double scale = 1;
 };
@@ -60,13 +61,48 @@ ConvertCost convert_cost(engine::parallel::GradCompression c, const std::optiona
   return f16 ? ConvertCost{kDefaultFp16ToS, kDefaultFp16BackS} : ConvertCost{kDefaultBf16ToS, kDefaultBf16BackS};
 }
 
-// A rank's runtime allowance on `node`: the node's own figure, else (CPU) the profile's measured
-// resident size after setup, else the defaults.
-double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile) {
+// A rank's runtime allowance on `node`: the node's own figure, else on a CPU node the framework's (PyTorch: its
+// measured process size; Tandem: the profile's measured resident size after setup), else the defaults.
+double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile, Framework framework) {
   if (node.runtime_bytes) return *node.runtime_bytes;
   if (node.hw.gpus > 0) return kDefaultGpuRuntimeBytes;
+  if (framework == Framework::kPytorchDdp) return kPytorchCpuRuntimeBytes;
   if (profile && profile->runtime_rss_bytes) return *profile->runtime_rss_bytes;
   return kDefaultCpuRuntimeBytes;
+}
+
+// Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
+// of the largest rank on the node that fits worst.
+void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
+                 const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
+  const engine::parallel::SyncProgram& sync = cj.sync;
+  std::vector<MemoryBreakdown> largest(nodes.size());
+  for (int32_t r = 0; r < cj.world; ++r) {
+    const int32_t n = node_of_rank[r];
+    NodeReport& nr = nodes[static_cast<size_t>(n)];
+    const engine::parallel::StageMemory& m = sync.exchange == Exchange::kBucketAllreduce
+                                                 ? cj.stages[static_cast<size_t>(r % cj.pp())].memory
+                                             : r < sync.workers ? sync.worker_memory
+                                                                : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
+    MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, m.activation_bytes,
+                      runtime[static_cast<size_t>(n)], m.bucket_bytes};
+    const double need = b.total();
+    const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
+    nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
+    ++nr.ranks;
+    if (largest[static_cast<size_t>(n)].rank < 0 || need > largest[static_cast<size_t>(n)].total()) largest[static_cast<size_t>(n)] = b;
+  }
+  double worst_ratio = -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].ranks == 0) continue;
+    const double ratio = nodes[i].memory_bytes / std::max(nodes[i].memory_capacity_bytes, 1.0);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = largest[i];
+      worst.node_need_bytes = nodes[i].memory_bytes;
+      worst.node_capacity_bytes = nodes[i].memory_capacity_bytes;
+    }
+  }
 }
 
 // The data a run reads: the named dataset, or the job's own sample count and shape.
@@ -222,20 +258,29 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     const ComputeModel& m = p.models[p.node_of_rank[r]];
     const NodeSpec& node = p.cluster.nodes[p.node_of_rank[r]];
     RankSetup rs;
+    // recomputation runs each segment's forward again inside backward (checkpoint layers included, as
+    // checkpointed segments are re-run whole)
+    const bool recompute = cj.job.memory.recompute != engine::parallel::Recompute::kNone;
     for (int64_t n : mbs) {
-      rs.forward_s.push_back(m.forward_s(sp.first_layer, sp.end_layer, n));
-      rs.backward_s.push_back(m.backward_s(sp.first_layer, sp.end_layer, n));
+      const double fwd = m.forward_s(sp.first_layer, sp.end_layer, n);
+      rs.forward_s.push_back(fwd);
+      rs.backward_s.push_back(m.backward_s(sp.first_layer, sp.end_layer, n) + (recompute ? fwd : 0.0));
     }
     // the last backward op's micro-batch (GPipe: 0, 1F1B: M-1) sets the split; sizes differ by <= 1 sample
     const int64_t last_mb = sp.buckets.empty() ? mbs.back() : mbs[sp.ops[sp.last_backward_op].micro_batch];
-    for (const auto& bk : sp.buckets) rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, last_mb));
+    for (const auto& bk : sp.buckets)
+      rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, last_mb) +
+                                     (recompute ? m.forward_s(bk.first_layer, bk.end_layer, last_mb) : 0.0));
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
-    if (cj.dp() > 1 && cj.compressed()) {
+    if (cj.converts()) {
       // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory
-      // bandwidth or by the runtime's per-element conversion, whichever is slower
-      const ConvertCost cost = convert_cost(cj.job.parallel.compression, profile);
-      const double per_byte = rs.local_bytes_per_s > 0 ? 1.0 / rs.local_bytes_per_s : 0.0;
+      // bandwidth or by the runtime's per-element conversion, whichever is slower. On a GPU the pass is a
+      // kernel over device memory: the GPU's bandwidth bounds it, not the host's loops or the profile's host figures.
+      const bool gpu = node.hw.gpus > 0;
+      const ConvertCost cost = gpu ? ConvertCost{} : convert_cost(cj.job.parallel.compression, profile);
+      const double bw = gpu ? node.hw.mem_bytes_per_s : rs.local_bytes_per_s;
+      const double per_byte = bw > 0 ? 1.0 / bw : 0.0;
       double back = 0;
       for (const auto& bk : sp.buckets) {
         const double n = static_cast<double>(bk.bytes / 4);
@@ -248,7 +293,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   }
   if (sync.exchange != Exchange::kBucketAllreduce) prepare_strategy(p, plans);
   // memory and node reports
-  for (const NodeSpec& n : p.cluster.nodes) p.runtime_bytes.push_back(runtime_allowance(n, profile));
+  for (const NodeSpec& n : p.cluster.nodes) p.runtime_bytes.push_back(runtime_allowance(n, profile, run.framework));
   p.base_speed.assign(p.cluster.nodes.size(), 1.0);
   for (size_t i = 0; i < p.cluster.nodes.size(); ++i) {
     const NodeSpec& n = p.cluster.nodes[i];
@@ -259,16 +304,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
-  for (int32_t r = 0; r < world; ++r) {
-    NodeReport& nr = p.nodes[p.node_of_rank[r]];
-    const double tensors = sync.exchange == Exchange::kBucketAllreduce ? p.cj.stages[static_cast<size_t>(r % p.cj.pp())].memory.total()
-                           : r < sync.workers ? sync.worker_memory.total()
-                                              : sync.server_memory.at(static_cast<size_t>(r - sync.workers)).total();
-    const double need = tensors + p.runtime_bytes[p.node_of_rank[r]];
-    const bool gpu = p.cluster.nodes[p.node_of_rank[r]].hw.gpus > 0;
-    nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
-    ++nr.ranks;
-  }
+  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, p.cluster, p.nodes, p.memory);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     NodeReport& nr = p.nodes[i];
     const NodeSpec& n = p.cluster.nodes[i];
@@ -466,7 +502,15 @@ void busiest_nic(SimResult& res, const StepResult& st) {
 }  // namespace
 
 std::string name_bottleneck(const SimResult& r) {
-  if (!r.fits) return "memory: the job does not fit on at least one node";
+  if (!r.fits) {
+    const MemoryBreakdown& b = r.memory;
+    if (b.rank < 0) return "memory: the job does not fit on at least one node";
+    const auto mib = [](double x) { return fmt::format("{:.0f} MiB", x / 1048576.0); };
+    return fmt::format("memory: node {} needs {} of {} (rank {}: parameters {}, gradients {}, optimizer state {}, "
+                       "activations {}, runtime {}, buffers {})", b.node, mib(b.node_need_bytes), mib(b.node_capacity_bytes),
+                       b.rank, mib(b.param_bytes), mib(b.grad_bytes), mib(b.optimizer_bytes), mib(b.activation_bytes),
+                       mib(b.runtime_bytes), mib(b.buffer_bytes));
+  }
   const std::pair<double, const char*> parts[] = {
       {r.compute_s, "compute"},
       {r.comm_exposed_s, "exposed communication (all-reduces not hidden by backward)"},
@@ -524,7 +568,90 @@ CompiledJob Simulation::compile(const ClusterSpec& cluster, const JobSpec& job) 
 }
 
 SimResult Simulation::run(const ClusterSpec& cluster, const JobSpec& job, const SimOptions& opt) {
-  return run(cluster, compile(cluster, job), job, opt);
+  SimResult r = run(cluster, compile(cluster, job), job, opt);
+  if (!r.fits && opt.advise) r.memory_advice = memory_advice(cluster, job);
+  return r;
+}
+
+namespace {
+
+// Whether `job` fits on every node of `cluster` (swap counts, as in the run), from the compiled job alone. A
+// description the job compiler rejects (more micro-batches than samples, ...) does not fit.
+bool fits_memory(Simulation& sim, const ClusterSpec& cluster, const JobSpec& job) {
+  CompiledJob cj;
+  try {
+    cj = sim.compile(cluster, job);
+  } catch (const Error&) {
+    return false;
+  }
+  const std::optional<CalibrationProfile> profile = run_profile(job);
+  std::vector<int32_t> node_of_rank;
+  for (int32_t r = 0; r < cj.world; ++r) node_of_rank.push_back(cluster.node_of_endpoint(r));
+  std::vector<double> runtime;
+  std::vector<NodeReport> nodes(cluster.nodes.size());
+  for (size_t i = 0; i < cluster.nodes.size(); ++i) {
+    const NodeSpec& n = cluster.nodes[i];
+    runtime.push_back(runtime_allowance(n, profile, job.framework));
+    nodes[i].memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
+  }
+  MemoryBreakdown worst;
+  node_memory(cj, node_of_rank, runtime, cluster, nodes, worst);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const double swap = cluster.nodes[i].hw.gpus == 0 ? cluster.nodes[i].swap_bytes : 0.0;
+    if (nodes[i].ranks > 0 && nodes[i].memory_bytes > nodes[i].memory_capacity_bytes + swap) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job) {
+  using engine::parallel::Precision;
+  using engine::parallel::Recompute;
+  Simulation sim;
+  if (fits_memory(sim, cluster, job)) return "";
+  const engine::parallel::MemoryConfig& m = job.memory;
+  struct Change {
+    std::string flags;
+    bool precision;
+    int32_t recompute;  // 0: keep, -1: stage inputs, k: every k-th output
+    int32_t zero;
+  };
+  // smallest first: one option, then two, then three (one stage keeps as much with stage inputs as without: every
+  // 2nd output is what helps it)
+  const Change changes[] = {{"--recompute stage", false, -1, 0}, {"--recompute 2", false, 2, 0},
+                            {"--precision bf16", true, 0, 0},    {"--zero 1", false, 0, 1},
+                            {"--zero 2", false, 0, 2},           {"--precision bf16 --recompute stage", true, -1, 0},
+                            {"--precision bf16 --recompute 2", true, 2, 0}, {"--precision bf16 --zero 2", true, 0, 2},
+                            {"--precision bf16 --zero 2 --recompute 2", true, 2, 2}};
+  std::string option;
+  for (const Change& c : changes) {
+    JobSpec j = job;
+    if (c.precision && m.precision == Precision::kF32) j.memory.precision = Precision::kBF16;
+    if (c.recompute != 0 && m.recompute == Recompute::kNone) {
+      j.memory.recompute = c.recompute < 0 ? Recompute::kStageInputs : Recompute::kEveryK;
+      j.memory.recompute_every = std::max(c.recompute, 0);
+    }
+    j.memory.zero = std::max(m.zero, c.zero);
+    if (j.memory.precision == m.precision && j.memory.recompute == m.recompute && j.memory.zero == m.zero) continue;
+    if (fits_memory(sim, cluster, j)) {
+      option = "fits with " + c.flags;
+      break;
+    }
+  }
+  // the largest batch that fits with the job's own options (fitting is monotone in the batch)
+  int64_t lo = 0, hi = job.batch;  // lo fits (0: none found), hi does not
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    JobSpec j = job;
+    j.batch = mid;
+    (fits_memory(sim, cluster, j) ? lo : hi) = mid;
+  }
+  const std::string batch = lo > 0 ? fmt::format("fits with --batch <= {}", lo) : "";
+  if (!option.empty() && !batch.empty()) return option + "; or " + batch + " as it is";
+  if (!option.empty() || !batch.empty()) return option + batch;
+  return "no single change fits (tried recomputation, bf16 mixed precision, ZeRO 1/2 and batch 1): more memory per "
+         "node or more nodes are needed";
 }
 
 SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, const RunSpec& run_spec,
@@ -667,6 +794,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
     res.memory_per_node_bytes = std::max(res.memory_per_node_bytes, nr.memory_bytes);
     res.fits = res.fits && nr.fits;
   }
+  res.memory = p.memory;
   res.nodes_used -= 1;  // counted from 1
   res.nodes = p.nodes;
   if (res.exchange == "round" && !res.rounds.empty()) {
@@ -738,7 +866,11 @@ nlohmann::json SimResult::to_json() const {
       {"bottleneck", bottleneck}, {"scaling_note", scaling_note}, {"exchange", exchange}, {"workers", workers},
       {"servers", servers}, {"window_steps", window_steps}, {"staleness_wait_s", staleness_wait_s},
       {"busiest_nic_bytes", busiest_nic_bytes}, {"busiest_nic_rank", busiest_nic_rank}, {"busiest_nic", busiest_nic},
-      {"note", note}};
+      {"note", note}, {"memory_advice", memory_advice},
+      {"memory_breakdown", {{"node", memory.node}, {"rank", memory.rank}, {"param_bytes", memory.param_bytes},
+                            {"grad_bytes", memory.grad_bytes}, {"optimizer_bytes", memory.optimizer_bytes},
+                            {"activation_bytes", memory.activation_bytes}, {"runtime_bytes", memory.runtime_bytes},
+                            {"buffer_bytes", memory.buffer_bytes}}}};
   if (exchange == "round") {
     j["round_time_s"] = round_time_s;
     j["clients_sampled"] = clients_sampled;

@@ -25,6 +25,9 @@ namespace tandem::simulator {
 // is why a profile's figure is preferred. GPU: CUDA context and cuDNN/cuBLAS workspaces.
 constexpr double kDefaultCpuRuntimeBytes = 150.0 * 1048576;
 constexpr double kDefaultGpuRuntimeBytes = 600.0 * 1048576;
+// --framework pytorch-ddp on a CPU node: a PyTorch process's resident size besides its tensors (libtorch, oneDNN,
+// gloo, the Python interpreter), ~340 MiB as measured for issue #16; a Tandem profile's figure does not describe it.
+constexpr double kPytorchCpuRuntimeBytes = 340.0 * 1048576;
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
 // profile does not give them (fp16_convert_s / bf16_convert_s): the runtime's scalar conversion loops
 // measured on this project's 2-vCPU Xeon (AVX-512) VM, 11 M elements, best of three. A pass never
@@ -46,6 +49,17 @@ struct NodeReport {
   double cpu_utilization = 0;        // of the first phase
 };
 
+// What one rank holds, by kind: the rank with the largest need on the node that fits worst (the largest need over
+// capacity). The parts add up to total.
+struct MemoryBreakdown {
+  int32_t node = -1, rank = -1;
+  double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, runtime_bytes = 0, buffer_bytes = 0;
+  double node_need_bytes = 0, node_capacity_bytes = 0;  // the node's: all its ranks (CPU) or the largest GPU's
+  double total() const noexcept {
+    return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + runtime_bytes + buffer_bytes;
+  }
+};
+
 struct PhaseReport {
   double start_s = 0, duration_s = 0, steps = 0, step_s = 0;
   std::vector<int32_t> throttled_nodes;
@@ -65,6 +79,10 @@ struct SimResult {
   // time split over the run, averaged over ranks; they add up to total_time_s
   double compute_s = 0, comm_exposed_s = 0, bubble_s = 0, throttled_s = 0, idle_s = 0;
   double memory_per_node_bytes = 0;  // the largest need of any used node
+  MemoryBreakdown memory;            // where that need goes (the worst node's largest rank)
+  // When the job does not fit: the smallest change that fits ("fits with --recompute stage", "fits with batch <= 96"),
+  // or why none was found; "" when it fits. Filled by simulate(cluster, JobSpec) (SimOptions::advise).
+  std::string memory_advice;
   double allreduce_bytes_per_rank = 0;  // bytes a rank sends in its stage's gradient all-reduces per step (mean)
   bool fits = true;
   double cost_usd = 0, surplus_usd = 0;
@@ -102,7 +120,13 @@ struct SimResult {
 struct SimOptions {
   bool baseline = true;  // also simulate one device of the first node's kind for speedup/efficiency
   bool trace = false;    // record the first phase's step as spans
+  bool advise = true;    // a job description that does not fit: search the smallest change that fits (memory_advice)
 };
+
+// The smallest change to `job` that makes it fit on `cluster` (memory only, nothing is timed): recomputation,
+// mixed precision, ZeRO sharding, then combinations, then the largest batch that fits with the job's options.
+// "" when the job fits as it is.
+std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job);
 
 // Shares compiled plans between the simulations of a sweep or a plan search.
 class Simulation {

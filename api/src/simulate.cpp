@@ -22,8 +22,9 @@ using tandem::api::guarded;
 
 namespace {
 
-constexpr uint64_t kKnownJobBits = (TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1;
-constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_STRATEGY << 1) - 1;
+constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TANDEM_SIM_JOB_PRECISION |
+                                   TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK;
+constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DETAIL << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
 // The C enums are the engine's values (checked at compile time where they are declared together).
@@ -32,6 +33,9 @@ static_assert(TANDEM_STRATEGY_LOCALSGD == static_cast<int>(par::Strategy::kLocal
 static_assert(TANDEM_SCHEDULE_1F1B == static_cast<int>(par::ScheduleKind::kOneFOneB));
 static_assert(TANDEM_COMPRESSION_BF16 == static_cast<int>(par::GradCompression::kBF16));
 static_assert(TANDEM_PARTITION_MEASURED == static_cast<int>(par::PartitionCost::kMeasured));
+static_assert(TANDEM_PRECISION_FP16 == static_cast<int>(par::Precision::kF16));
+static_assert(TANDEM_RECOMPUTE_EVERY_K == static_cast<int>(par::Recompute::kEveryK));
+static_assert(TANDEM_FRAMEWORK_PYTORCH_DDP == static_cast<int>(sim::Framework::kPytorchDdp));
 static_assert(TANDEM_ALGO_DETERMINISTIC == static_cast<int>(comm::Algorithm::kDeterministic));
 
 template <typename E>
@@ -122,6 +126,15 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   if (m & TANDEM_SIM_JOB_ROUND_DEADLINE) j.round_deadline_s = p->round_deadline_s;
   if (m & TANDEM_SIM_JOB_AVERAGE_EVERY) j.average_every = p->average_every;
   if (m & TANDEM_SIM_JOB_WARMUP_STEPS) j.warmup_steps = p->warmup_steps;
+  if (m & TANDEM_SIM_JOB_PRECISION)
+    j.memory.precision = enum_value<par::Precision>(p->precision, TANDEM_PRECISION_FP16, "precision", "tandem_precision_t");
+  if (m & TANDEM_SIM_JOB_RECOMPUTE) {
+    j.memory.recompute = enum_value<par::Recompute>(p->recompute, TANDEM_RECOMPUTE_EVERY_K, "recompute", "tandem_recompute_t");
+    j.memory.recompute_every = p->recompute_every;
+  }
+  if (m & TANDEM_SIM_JOB_ZERO) j.memory.zero = p->zero;  // checked by the job compiler ("job.zero: ...")
+  if (m & TANDEM_SIM_JOB_FRAMEWORK)
+    j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");
   if (j.dataset.empty() && j.model_spec && !j.input) {
     // no named dataset: the samples are shaped as the given model takes them
     j.input = j.model_spec->input;
@@ -221,6 +234,17 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.exchange = r.exchange.c_str();
     o.busiest_nic = r.busiest_nic.c_str();
     o.note = r.note.c_str();
+  }
+  if (m & TANDEM_SIM_SUMMARY_MEMORY_DETAIL) {
+    o.memory_node = r.memory.node;
+    o.memory_rank = r.memory.rank;
+    o.memory_param_bytes = r.memory.param_bytes;
+    o.memory_grad_bytes = r.memory.grad_bytes;
+    o.memory_optimizer_bytes = r.memory.optimizer_bytes;
+    o.memory_activation_bytes = r.memory.activation_bytes;
+    o.memory_runtime_bytes = r.memory.runtime_bytes;
+    o.memory_buffer_bytes = r.memory.buffer_bytes;
+    o.memory_advice = r.memory_advice.c_str();
   }
 }
 

@@ -1,6 +1,7 @@
 #include "engine/parallel/job.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,42 +44,93 @@ std::vector<int32_t> cut(const Job& job, int32_t pp, const LayerCostFn& measured
   return partition_layers(cost, pp);
 }
 
-// Bytes per sample crossing the cut before layer `cut`: the outputs of earlier layers (or the model input)
-// that layers at or after it read.
-double crossing_bytes(const nn::ModelSpec& spec, int32_t cut) {
+// Bytes per activation element relative to f32: 16-bit under mixed precision.
+double activation_scale(const MemoryConfig& m) { return m.precision == Precision::kF32 ? 1.0 : 0.5; }
+
+// Bytes per sample crossing the cut before layer `cut`: the outputs of earlier layers (in the job's activation
+// precision) or the model input (f32 data) that layers at or after it read.
+double crossing_bytes(const nn::ModelSpec& spec, int32_t cut, double act_scale) {
   double b = 0;
   for (int32_t producer : spec.crossing(static_cast<size_t>(cut))) {
     b += producer == nn::kModelInput ? static_cast<double>(spec.input.numel()) * 4
-                                     : static_cast<double>(spec.layers[static_cast<size_t>(producer)].activation_bytes);
+                                     : act_scale * static_cast<double>(spec.layers[static_cast<size_t>(producer)].activation_bytes);
   }
   return b;
 }
 
+// Per sample, what recomputation keeps of the stage's layer outputs for every sample in flight (`kept`), and what
+// it rebuilds for the one micro-batch being back-propagated (`rebuilt`: the largest segment's outputs besides the
+// checkpoint that ends it). Without recomputation everything is kept.
+struct ActivationSplit {
+  double kept = 0, rebuilt = 0;
+};
+ActivationSplit split_activations(const Job& job, int32_t first, int32_t end) {
+  const MemoryConfig& mc = job.memory;
+  const double scale = activation_scale(mc);
+  const auto act = [&](int32_t i) { return scale * static_cast<double>(job.model.layers[static_cast<size_t>(i)].activation_bytes); };
+  ActivationSplit a;
+  if (mc.recompute == Recompute::kNone) {
+    for (int32_t i = first; i < end; ++i) a.kept += act(i);
+    return a;
+  }
+  const int32_t k = mc.recompute == Recompute::kStageInputs ? end - first + 1 : mc.recompute_every;  // no checkpoint inside
+  double segment = 0;
+  for (int32_t i = first; i < end; ++i) {
+    if ((i - first + 1) % k == 0) {  // a checkpoint: kept, and it closes its segment
+      a.kept += act(i);
+      a.rebuilt = std::max(a.rebuilt, segment);
+      segment = 0;
+    } else {
+      segment += act(i);
+    }
+  }
+  a.rebuilt = std::max(a.rebuilt, segment);
+  return a;
+}
+
 StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   const Job& job = cj.job;
+  const MemoryConfig& mc = job.memory;
   const StagePlan& sp = cj.pipeline.stage_plans[static_cast<size_t>(stage)];
   StageMemory m;
-  double act = 0;
   int64_t params = 0;
-  for (int32_t i = sp.first_layer; i < sp.end_layer; ++i) {
-    const nn::LayerSpec& l = job.model.layers[static_cast<size_t>(i)];
-    act += static_cast<double>(l.activation_bytes);
-    params += l.params;
-  }
-  m.param_bytes = m.grad_bytes = static_cast<double>(params) * 4;
-  m.optimizer_bytes = static_cast<double>(params) * optimizer_state_bytes_per_param(job.optimizer);
+  for (int32_t i = sp.first_layer; i < sp.end_layer; ++i) params += job.model.layers[static_cast<size_t>(i)].params;
+  const double P = static_cast<double>(params);
+  const double shard = static_cast<double>((params + cj.dp() - 1) / cj.dp());  // ceil(P / D): one rank's share
+  const double h = cj.mixed_precision() ? 2.0 : 4.0;
+  const double master = cj.mixed_precision() ? 4.0 : 0.0;
+  m.param_bytes = h * P;
+  m.grad_bytes = h * (mc.zero >= 2 ? shard : P);
+  m.optimizer_bytes = (optimizer_state_bytes_per_param(job.optimizer) + master) * (mc.zero >= 1 ? shard : P);
   // micro-batches whose activations are alive at once: all of them (GPipe), at most S - s (1F1B)
   int64_t in_flight = cj.step_micro_batches;
   if (job.parallel.schedule == ScheduleKind::kOneFOneB) in_flight = std::min<int64_t>(in_flight, cj.pp() - stage);
   for (int64_t k = 0; k < in_flight; ++k) m.samples_in_flight += cj.micro_batch_sizes[static_cast<size_t>(k)];
   m.micro_batch = cj.micro_batch_sizes.front();
-  const double input = crossing_bytes(job.model, sp.first_layer);
-  m.activation_bytes = static_cast<double>(m.samples_in_flight) * (act + input);
+  const double input = crossing_bytes(job.model, sp.first_layer, activation_scale(mc));
+  const ActivationSplit a = split_activations(job, sp.first_layer, sp.end_layer);
+  m.activation_bytes = static_cast<double>(m.samples_in_flight) * (a.kept + input) + static_cast<double>(m.micro_batch) * a.rebuilt;
   if (cj.dp() > 1) {
-    m.bucket_bytes = 2 * std::min(m.param_bytes, job.parallel.bucket_mb * kMiB);  // bucket + receive scratch
-    if (cj.compressed()) m.bucket_bytes += m.param_bytes / 2;
+    m.bucket_bytes = 2 * std::min(h * P, job.parallel.bucket_mb * kMiB);  // bucket + receive scratch
+    if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
   }
   return m;
+}
+
+void check_memory_config(const Job& job) {
+  const MemoryConfig& m = job.memory;
+  TANDEM_REQUIRE(m.precision == Precision::kF32 || m.precision == Precision::kBF16 || m.precision == Precision::kF16,
+                 "job.precision: {} is not a precision (0 f32, 1 bf16, 2 fp16)", static_cast<int>(m.precision));
+  TANDEM_REQUIRE(m.recompute == Recompute::kNone || m.recompute == Recompute::kStageInputs || m.recompute == Recompute::kEveryK,
+                 "job.recompute: {} is not a recomputation mode (0 none, 1 stage inputs, 2 every k layers)",
+                 static_cast<int>(m.recompute));
+  TANDEM_REQUIRE(m.recompute != Recompute::kEveryK || m.recompute_every >= 1,
+                 "job.recompute_every: {} -- keeping every k-th layer's output needs k >= 1", m.recompute_every);
+  TANDEM_REQUIRE(m.zero >= 0 && m.zero <= 2, "job.zero: {} is not a ZeRO stage (0, 1 or 2)", m.zero);
+  const Strategy s = job.parallel.strategy;
+  TANDEM_REQUIRE(m.zero == 0 || s == Strategy::kSingle || s == Strategy::kDdp || s == Strategy::kPipeline || s == Strategy::kHybrid,
+                 "job.zero: sharding (zero {}) applies to all-reduce data parallelism (ddp, hybrid), not to strategy {}",
+                 m.zero, strategy_name(s));
 }
 
 SyncProgram sync_program(const CompiledJob& cj) {
@@ -201,6 +253,7 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
   const auto L = static_cast<int64_t>(job.model.layers.size());
   TANDEM_REQUIRE(L > 0, "model '{}' has no layers", job.model.name);
   resolve_grid(job.parallel, world, 0, L, job.batch);
+  check_memory_config(job);
   CompiledJob cj;
   cj.world = world;
   cj.boundaries = cut(job, job.parallel.pp, measured);
@@ -212,7 +265,7 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
   cj.pipeline = make_pipeline_plan(schedule_request(cj, cj.step_micro_batches));
   validate_pipeline_plan(cj.pipeline);
   const Job& j = cj.job;
-  const uint64_t wire_elem = cj.compressed() ? 2 : 4;
+  const uint64_t wire_elem = cj.compressed() || cj.mixed_precision() ? 2 : 4;
   for (int32_t s = 0; s < cj.pp(); ++s) {
     const StagePlan& sp = cj.pipeline.stage_plans[static_cast<size_t>(s)];
     StageProgram prog;
@@ -232,10 +285,50 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
     }
     prog.memory = stage_memory(cj, s);
     cj.stages.push_back(std::move(prog));
-    if (s + 1 < cj.pp()) cj.boundary_bytes_per_sample.push_back(crossing_bytes(j.model, sp.end_layer));
+    if (s + 1 < cj.pp()) cj.boundary_bytes_per_sample.push_back(crossing_bytes(j.model, sp.end_layer, activation_scale(j.memory)));
   }
   cj.sync = sync_program(cj);
   return cj;
+}
+
+const char* precision_name(Precision p) noexcept {
+  switch (p) {
+    case Precision::kF32: return "f32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kF16: return "fp16";
+  }
+  return "?";
+}
+
+Precision parse_precision(std::string_view s) {
+  if (s == "f32" || s == "fp32") return Precision::kF32;
+  if (s == "bf16") return Precision::kBF16;
+  if (s == "fp16" || s == "f16") return Precision::kF16;
+  TANDEM_THROW(Status::kInvalidArgument, "unknown precision '{}' (f32, bf16, fp16)", s);
+}
+
+void parse_recompute(std::string_view s, MemoryConfig& m) {
+  if (s == "none" || s == "stage") {
+    m.recompute = s == "none" ? Recompute::kNone : Recompute::kStageInputs;
+    m.recompute_every = 0;
+    return;
+  }
+  int32_t k = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), k);
+  TANDEM_REQUIRE(ec == std::errc() && end == s.data() + s.size() && k >= 1,
+                 "recompute '{}': expected none, stage (keep only stage inputs) or a layer count k >= 1 (keep every "
+                 "k-th layer's output)", s);
+  m.recompute = Recompute::kEveryK;
+  m.recompute_every = k;
+}
+
+std::string describe(const MemoryConfig& m) {
+  std::vector<std::string> parts;
+  if (m.precision != Precision::kF32) parts.push_back(fmt::format("precision {}", precision_name(m.precision)));
+  if (m.recompute == Recompute::kStageInputs) parts.emplace_back("recompute from stage inputs");
+  if (m.recompute == Recompute::kEveryK) parts.push_back(fmt::format("recompute every {} layers", m.recompute_every));
+  if (m.zero > 0) parts.push_back(fmt::format("zero {}", m.zero));
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 const char* exchange_name(Exchange e) noexcept {
@@ -280,6 +373,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("micro-batches per step", a.step_micro_batches, b.step_micro_batches));
   first(differ("samples per step", a.step_batch, b.step_batch));
   first(differ("schedule", a.pipeline.describe(), b.pipeline.describe()));
+  first(differ("memory options", describe(a.job.memory), describe(b.job.memory)));
   first(differ("compression", compression_name(a.job.parallel.compression), compression_name(b.job.parallel.compression)));
   first(differ("optimizer state bytes", optimizer_state_bytes_per_param(a.job.optimizer),
                optimizer_state_bytes_per_param(b.job.optimizer)));

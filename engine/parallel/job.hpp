@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/comm/plan.hpp"
@@ -23,6 +24,37 @@
 
 namespace tandem::engine::parallel {
 
+// Memory options of a job (issue #16). The runtime trains in f32 and keeps every activation; these describe how
+// other frameworks (or a future Tandem) train, so the memory model -- and the simulator's fit verdict -- covers them.
+enum class Precision : int32_t {
+  kF32 = 0,   // parameters, gradients and activations in f32
+  kBF16 = 1,  // mixed precision: bf16 working weights, gradients and activations; f32 master weights
+  kF16 = 2,   // the same with fp16
+};
+const char* precision_name(Precision p) noexcept;  // "f32", "bf16", "fp16"
+Precision parse_precision(std::string_view s);     // "f32"/"fp32", "bf16", "fp16"/"f16"; else kInvalidArgument
+
+enum class Recompute : int32_t {
+  kNone = 0,         // every layer's output kept for backward
+  kStageInputs = 1,  // activation checkpointing: only each micro-batch's stage input kept, the stage's forward
+                     // run again during backward
+  kEveryK = 2,       // the output of every k-th layer kept (recompute_every), each segment recomputed in backward
+};
+
+struct MemoryConfig {
+  Precision precision = Precision::kF32;
+  Recompute recompute = Recompute::kNone;
+  int32_t recompute_every = 0;  // kEveryK: k >= 1
+  // ZeRO-style sharding over each stage's data-parallel group: 1 shards the optimizer state (and under mixed
+  // precision the f32 master weights, which belong to it), 2 the gradients too. Bucket all-reduce exchanges only;
+  // the traffic stays that of the all-reduce (reduce-scatter + all-gather move the same bytes).
+  int32_t zero = 0;
+};
+// "none", "stage" (kStageInputs) or a layer count k >= 1 (kEveryK) into m.recompute and m.recompute_every.
+void parse_recompute(std::string_view s, MemoryConfig& m);
+// "precision bf16, recompute every 2 layers, zero 1" ("" for the defaults).
+std::string describe(const MemoryConfig& m);
+
 struct Job {
   nn::ModelSpec model;
   int64_t batch = 64;        // samples per replica per loader batch; an optimizer step takes `accumulation` of them
@@ -31,13 +63,20 @@ struct Job {
   uint64_t chunk_bytes = 0;  // its pipelining chunk; 0: the communicator's default
   optim::OptimizerConfig optimizer;
   bool overlap = true;       // all-reduce buckets while backward runs (else after it)
+  MemoryConfig memory;       // precision, recomputation, sharding (the runtime's own: the defaults)
 };
 
 // What one rank of a stage holds, from the layer specs (every replica of a stage holds the same).
+// With P the stage's parameters, D its data-parallel group, h = 2 under mixed precision (else 4):
+//   param_bytes      h * P                    (the working weights)
+//   grad_bytes       h * P, or h * ceil(P / D) with zero 2
+//   optimizer_bytes  (s + m) * P, or (s + m) * ceil(P / D) with zero >= 1; s the optimizer's state per
+//                    parameter, m = 4 (f32 master weights) under mixed precision, else 0
+//   activation_bytes see stage_memory() in job.cpp: h/4 of the f32 outputs, fewer kept under recomputation
 struct StageMemory {
-  double param_bytes = 0;       // f32 parameters of the stage's layers
-  double grad_bytes = 0;        // as many gradients
-  double optimizer_bytes = 0;   // optimizer state (momentum: 4 bytes per parameter, Adam: 8)
+  double param_bytes = 0;       // parameters of the stage's layers
+  double grad_bytes = 0;        // their gradients
+  double optimizer_bytes = 0;   // optimizer state (momentum: 4 bytes per parameter, Adam: 8; + master weights)
   double activation_bytes = 0;  // outputs kept for backward, of the samples in flight, plus the stage's input
   double bucket_bytes = 0;      // data parallelism: the bucket in flight and its receive scratch, plus every
                                 // bucket's 16-bit wire copy under compression (kept until the optimizer step)
@@ -138,6 +177,10 @@ class CompiledJob {
   int32_t servers() const noexcept { return sync.servers; }
   int32_t pp() const noexcept { return job.parallel.pp; }
   bool compressed() const noexcept { return job.parallel.compression != GradCompression::kNone; }
+  bool mixed_precision() const noexcept { return job.memory.precision != Precision::kF32; }
+  // Gradients converted to 16 bits before each bucket all-reduce and back: compression of f32 gradients (under
+  // mixed precision they are 16-bit already and travel as they are).
+  bool converts() const noexcept { return compressed() && !mixed_precision() && dp() > 1; }
   Grid grid(int rank) const;
   // The plan of a step of `micro_batches` micro-batches (the last, short batch of an epoch); the full step's
   // for step_micro_batches. Built on first use and kept; not thread-safe.

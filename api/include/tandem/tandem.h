@@ -980,6 +980,28 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_ROUND_DEADLINE   (UINT64_C(1) << 35)
 #define TANDEM_SIM_JOB_AVERAGE_EVERY    (UINT64_C(1) << 36)
 #define TANDEM_SIM_JOB_WARMUP_STEPS     (UINT64_C(1) << 37)
+/* issue #16: memory options and the framework's process (bits 38-49 are this group's) */
+#define TANDEM_SIM_JOB_PRECISION        (UINT64_C(1) << 38)
+#define TANDEM_SIM_JOB_RECOMPUTE        (UINT64_C(1) << 39) /* covers recompute, recompute_every */
+#define TANDEM_SIM_JOB_ZERO             (UINT64_C(1) << 40)
+#define TANDEM_SIM_JOB_FRAMEWORK        (UINT64_C(1) << 41)
+/* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
+ * counted with the optimizer state. */
+typedef enum tandem_precision {
+  TANDEM_PRECISION_F32 = 0, TANDEM_PRECISION_BF16 = 1, TANDEM_PRECISION_FP16 = 2,
+  TANDEM_PRECISION_FORCE_INT32_ = 0x7fffffff
+} tandem_precision_t;
+/* Activation recomputation: keep every output (NONE), only each micro-batch's stage input (STAGE_INPUTS), or every
+ * k-th layer's output (EVERY_K with recompute_every = k); what is dropped is recomputed during backward (timed). */
+typedef enum tandem_recompute {
+  TANDEM_RECOMPUTE_NONE = 0, TANDEM_RECOMPUTE_STAGE_INPUTS = 1, TANDEM_RECOMPUTE_EVERY_K = 2,
+  TANDEM_RECOMPUTE_FORCE_INT32_ = 0x7fffffff
+} tandem_recompute_t;
+/* Whose training process: its runtime memory allowance (PyTorch: 340 MiB per CPU process). */
+typedef enum tandem_framework {
+  TANDEM_FRAMEWORK_TANDEM = 0, TANDEM_FRAMEWORK_PYTORCH_DDP = 1,
+  TANDEM_FRAMEWORK_FORCE_INT32_ = 0x7fffffff
+} tandem_framework_t;
 typedef struct tandem_sim_job_params {
   uint64_t field_mask;
   const tandem_model_t* model;  /* read during the call; default: mobilenetv2 for the dataset's samples */
@@ -1030,6 +1052,13 @@ typedef struct tandem_sim_job_params {
   double round_deadline_s;      /* FEDAVG: a round closes then with whoever reported; 0 (default): no deadline */
   int32_t average_every;        /* LOCALSGD: H, steps between parameter averages; default 8 */
   int32_t warmup_steps;         /* LOCALSGD: DDP steps first; default 0 */
+  /* added for issue #16 */
+  tandem_precision_t precision; /* default F32 */
+  tandem_recompute_t recompute; /* default NONE */
+  int32_t recompute_every;      /* EVERY_K: k >= 1 */
+  int32_t zero;                 /* sharding over each stage's data-parallel group: 0 (default) none, 1 optimizer state
+                                   (and mixed precision's master weights), 2 gradients too; all-reduce strategies only */
+  tandem_framework_t framework; /* default TANDEM */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
@@ -1062,6 +1091,7 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
                                                           bottleneck, scaling_note */
 #define TANDEM_SIM_SUMMARY_SEARCH   (UINT64_C(1) << 8) /* evaluated, fitting, candidates, search_wall_s */
 #define TANDEM_SIM_SUMMARY_STRATEGY (UINT64_C(1) << 9) /* workers .. note (issue #13's strategies) */
+#define TANDEM_SIM_SUMMARY_MEMORY_DETAIL (UINT64_C(1) << 10) /* memory_node .. memory_advice (issue #16) */
 typedef struct tandem_sim_summary {
   uint64_t field_mask;      /* the groups wanted; the library fills only those */
   double step_time_s, epoch_time_s, total_time_s, images_per_sec;
@@ -1103,6 +1133,12 @@ typedef struct tandem_sim_summary {
   const char* exchange;            /* "bucket-allreduce", "push-pull", "param-average", "elastic", "gossip", "round" */
   const char* busiest_nic;         /* "rank 3 (server 0): 1.2 MB in per step (incast of 3 workers)", or "" */
   const char* note;                /* what the figures leave out (statistical efficiency), or "" */
+  /* added for issue #16: MEMORY_DETAIL -- the largest rank on the node that fits worst, by kind (they add up to its
+     need); when the job does not fit, the smallest change that fits */
+  int32_t memory_node, memory_rank;
+  double memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, memory_activation_bytes;
+  double memory_runtime_bytes, memory_buffer_bytes;
+  const char* memory_advice;       /* "fits with --recompute stage; or with --batch <= 96 as it is", or "" */
 } tandem_sim_summary_t;
 #define TANDEM_SIM_SUMMARY_INIT {0}
 
