@@ -157,13 +157,13 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_P2P,
                                              [&h](auto* a) { return tandem_calibration_query(h.cal, a); }),
       // The job's own fields plus the unknown bit: the mask is checked before the job is read.
-      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_WARMUP_STEPS,
+      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_FRAMEWORK,
        [&h](uint64_t m) {
          tandem_sim_job_params_t j = h.job();
          j.field_mask |= m;
          return tandem_simulate(h.cluster, &j, &result_out);
        }},
-      struct_case<tandem_sim_summary_t>("tandem_sim_summary_t", TANDEM_SIM_SUMMARY_STRATEGY,
+      struct_case<tandem_sim_summary_t>("tandem_sim_summary_t", TANDEM_SIM_SUMMARY_MEMORY_DETAIL,
                                         [&h](auto* s) { return tandem_sim_result_query(h.result, s); }),
       struct_case<tandem_sim_node_t>("tandem_sim_node_t", TANDEM_SIM_NODE_CREDITS,
                                      [&h](auto* n) { return tandem_sim_result_node(h.result, 0, n); }),

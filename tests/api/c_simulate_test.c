@@ -228,9 +228,9 @@ int main(void) {
     CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_INVALID_ARGUMENT &&
               strstr(tandem_last_error_message(), "3x32x32") != NULL,
           "model and data disagree");
-    job.field_mask = UINT64_C(1) << 40;
+    job.field_mask = UINT64_C(1) << 62;
     CHECK(tandem_simulate(cluster, &job, &none) == TANDEM_ERR_UNSUPPORTED, "unknown bit");
-    sum.field_mask = UINT64_C(1) << 40;
+    sum.field_mask = UINT64_C(1) << 62;
     CHECK(tandem_sim_result_query(result, &sum) == TANDEM_ERR_UNSUPPORTED, "unknown summary bit");
     CHECK(tandem_sim_result_write_trace(plan, trace_path) == TANDEM_ERR_INVALID_ARGUMENT, "trace without asking");
   }
