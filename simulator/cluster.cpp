@@ -24,6 +24,11 @@ int32_t ClusterSpec::node_of_endpoint(int32_t e) const {
   TANDEM_THROW(Status::kInvalidArgument, "endpoint out of range for cluster {}", text);
 }
 
+double NodeSpec::rank_cores() const noexcept {
+  const double c = static_cast<double>(hw.vcpus);
+  return std::max(1.0, c / static_cast<double>(ranks_per_node));
+}
+
 std::vector<network::HostNet> ClusterSpec::host_nets() const {
   std::vector<network::HostNet> out;
   for (const NodeSpec& nd : nodes) {
@@ -34,6 +39,15 @@ std::vector<network::HostNet> ClusterSpec::host_nets() const {
     h.nic_latency_s = nd.hw.nic_latency_s;
     h.intra_bytes_per_s = nd.hw.intra_bytes_per_s;
     h.intra_latency_s = nd.hw.intra_latency_s;
+    h.protocol = nd.protocol;
+    h.tcp_goodput = nd.tcp_goodput;
+    h.bucket_bytes_per_s = nd.bucket_bytes_per_s;
+    h.bucket_burst_bytes = nd.bucket_burst_bytes;
+    if (nd.hw.gpus == 0 && nd.ranks() > 1 && h.intra_bytes_per_s <= 0) {
+      // ranks of one CPU node exchange through memory: a copy reads and writes each byte
+      h.intra_bytes_per_s = nd.hw.mem_bytes_per_s / 2;
+      if (h.intra_latency_s <= 0) h.intra_latency_s = kCpuIntraLatencyS;
+    }
     out.push_back(h);
   }
   return out;
@@ -54,6 +68,7 @@ namespace {
 
 void set_defaults(NodeSpec& n) {
   n.credit_mode = n.hw.burst.default_mode;
+  n.protocol = n.hw.rdma ? network::Protocol::kRdma : network::Protocol::kTcp;
 }
 
 void default_topology(ClusterSpec& c) {
@@ -68,7 +83,9 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                       "peak_gflops", "peak_tflops", "efficiency", "mem_gbps", "mem_bytes_per_s", "usd_per_hour",
                       "vcpus", "gpus", "gpu_memory_gib", "gpu_memory_bytes", "intra_gbps", "intra_bytes_per_s",
                       "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib", "runtime_bytes",
-                      "runtime_mib", "runtime_gib"},
+                      "runtime_mib", "runtime_gib", "ranks_per_node", "cpu_quota", "cpu_period_s", "cpu_period_ms",
+                      "cpu_period_us", "protocol", "tcp_goodput", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
+                      "bucket_burst_bytes", "bucket_burst_mib"},
                   where);
   NodeSpec n;
   if (j.contains("preset")) {
@@ -125,6 +142,45 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
   if (auto v = json_seconds(j, "intra_latency", where)) n.hw.intra_latency_s = *v;
   if (auto v = json_number(j, "kernel_overhead_us", where)) n.hw.kernel_overhead_s = *v * 1e-6;
   if (auto v = json_number(j, "usd_per_hour", where)) n.hw.usd_per_hour = *v;
+  if (auto v = integer("ranks_per_node", 1, 4096)) {
+    TANDEM_REQUIRE(n.hw.gpus == 0, "{}.ranks_per_node: only for CPU nodes ({} has {} GPUs, one rank each)", where,
+                   n.hw.name, n.hw.gpus);
+    n.ranks_per_node = *v;
+  }
+  if (auto v = json_number(j, "cpu_quota", where)) {
+    TANDEM_REQUIRE(*v > 0 && *v <= n.hw.vcpus, "{}.cpu_quota: expected cores in (0, vcpus = {}], got {}", where,
+                   n.hw.vcpus, *v);
+    n.cpu_quota = *v;
+  }
+  if (auto v = json_seconds(j, "cpu_period", where)) {
+    TANDEM_REQUIRE(*v >= 1e-3 && *v <= 1.0, "{}.cpu_period: CFS allows 1 ms to 1 s, got {} s", where, *v);
+    TANDEM_REQUIRE(n.cpu_quota > 0, "{}.cpu_period: given without cpu_quota", where);
+    n.cpu_period_s = *v;
+  }
+  if (j.contains("protocol")) {
+    const std::string s = j["protocol"].is_string() ? j["protocol"].get<std::string>() : "";
+    TANDEM_REQUIRE(s == "tcp" || s == "rdma", "{}.protocol: expected \"tcp\" or \"rdma\", got {}", where,
+                   j["protocol"].dump());
+    n.protocol = s == "tcp" ? network::Protocol::kTcp : network::Protocol::kRdma;
+  }
+  if (auto v = json_number(j, "tcp_goodput", where)) {
+    TANDEM_REQUIRE(*v > 0 && *v <= 1, "{}.tcp_goodput: expected a factor in (0, 1], got {}", where, *v);
+    TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_goodput: the node's protocol is rdma", where);
+    n.tcp_goodput = *v;
+  }
+  if (auto v = json_bandwidth(j, "bucket", where)) {
+    TANDEM_REQUIRE(*v > 0 && *v < n.hw.nic_bytes_per_s, "{}.bucket: the token bucket's rate must be > 0 and below "
+                   "the NIC's line rate ({} Mbit/s), got {} Mbit/s", where, n.hw.nic_bytes_per_s * 8e-6, *v * 8e-6);
+    n.bucket_bytes_per_s = *v;
+    auto burst = json_bytes(j, "bucket_burst", where);
+    TANDEM_REQUIRE(burst.has_value(), "{}.bucket_burst_bytes: required with a token bucket", where);
+    TANDEM_REQUIRE(*burst >= network::kBucketFrameBytes, "{}.bucket_burst: must hold a frame ({} bytes), got {}",
+                   where, network::kBucketFrameBytes, *burst);
+    n.bucket_burst_bytes = *burst;
+  } else {
+    TANDEM_REQUIRE(!json_bytes(j, "bucket_burst", where), "{}.bucket_burst: given without a bucket rate (bucket_mbps)",
+                   where);
+  }
   if (j.contains("credit_mode")) {
     TANDEM_REQUIRE(j["credit_mode"].is_string(), "{}.credit_mode: expected \"standard\" or \"unlimited\"", where);
     TANDEM_REQUIRE(n.hw.burst.default_mode != CreditMode::kNone,

@@ -6,10 +6,17 @@
 //               "nic_mbps": 65, "nic_latency_us": 250, "memory_gib": 1, "swap_gib": 2, "swap_slowdown": 4,
 //               "peak_gflops": 80, "efficiency": 0.25, "mem_gbps": 8, "usd_per_hour": 0.0116,
 //               "vcpus": 1, "gpus": 0, "gpu_memory_gib": 16, "intra_gbps": 100, "intra_latency_us": 2,
-//               "runtime_mib": 40, "name": "worker"}, ...],
+//               "runtime_mib": 40, "name": "worker", "ranks_per_node": 4, "cpu_quota": 0.5,
+//               "cpu_period_ms": 100}, ...],
 //    "topology": {"kind": "star"} (see network/topology.hpp), "sharing": "max-min" | "rtt-weighted"}
 // A node without "preset" must give vcpus, memory, peak FLOP/s, memory bandwidth and NIC bandwidth.
 // Errors name the field: "cluster.nodes[1].nic_mbps: expected a finite number >= 0".
+// CPU nodes: ranks_per_node ranks share the node's vcpus (each on max(1, vcpus / ranks) cores, time
+// sliced when they are more than the cores); cpu_quota (cores, as cgroup cpu.max QUOTA / PERIOD) with
+// cpu_period_s|_ms|_us (default 100 ms) is a CFS quota on the whole node (compute/node_cpu.hpp).
+// Links (network/topology.hpp): "protocol": "tcp" | "rdma" (default: the preset's; custom nodes tcp),
+// "tcp_goodput" (0, 1], and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
+// rate, which is then the line rate) with bucket_burst_bytes|_mib.
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +29,10 @@
 
 namespace tandem::simulator {
 
+// One-way latency between two ranks of one CPU node when intra_latency_us is not given: a loopback
+// TCP message through the kernel (order of magnitude; give the measured figure where it matters).
+constexpr double kCpuIntraLatencyS = 10e-6;
+
 struct NodeSpec {
   std::string name;
   Preset hw;                               // the preset with the node's overrides applied
@@ -32,7 +43,17 @@ struct NodeSpec {
   // Memory each rank's runtime holds beyond tensors (runtime_bytes|_mib|_gib); default: the profile's
   // runtime_rss_bytes (CPU nodes), else kDefaultCpuRuntimeBytes / kDefaultGpuRuntimeBytes (simulate.hpp).
   std::optional<double> runtime_bytes;
-  int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : 1; }
+  int32_t ranks_per_node = 1;              // CPU nodes only (a GPU node hosts one rank per GPU)
+  double cpu_quota = 0;                    // CFS quota in cores; 0: none
+  double cpu_period_s = 0.1;               // CFS period
+  network::Protocol protocol = network::Protocol::kTcp;
+  double tcp_goodput = 1.0;
+  double bucket_bytes_per_s = 0;           // NIC token bucket (0: none)
+  double bucket_burst_bytes = 0;
+  int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : ranks_per_node; }
+  // Cores one rank of this node computes on: all of them alone, its share with several, one when
+  // they outnumber the cores. The roofline's per-rank peak is the node's over min(ranks, vcpus).
+  double rank_cores() const noexcept;
 };
 
 struct ClusterSpec {

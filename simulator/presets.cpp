@@ -140,6 +140,7 @@ std::vector<Preset> build() {
     p.mem_bytes_per_s = 1555e9;
     p.kernel_overhead_s = 5e-6;
     p.nic_bytes_per_s = 400 * kGbps;  // 4 x 100 Gbit/s EFA
+    p.rdma = true;  // EFA (SRD): no TCP stack on the path
     p.nic_latency_s = 15e-6;
     p.intra_bytes_per_s = 300e9;  // NVSwitch: 600 GB/s per GPU both directions
     p.intra_latency_s = 3e-6;
@@ -161,6 +162,7 @@ std::vector<Preset> build() {
     p.mem_bytes_per_s = 3350e9;
     p.kernel_overhead_s = 4e-6;
     p.nic_bytes_per_s = 3200 * kGbps;  // 32 x 100 Gbit/s EFA v2
+    p.rdma = true;
     p.nic_latency_s = 15e-6;
     p.intra_bytes_per_s = 450e9;  // NVLink 4: 900 GB/s per GPU both directions
     p.intra_latency_s = 2e-6;

@@ -38,6 +38,7 @@ struct Preset {
   double nic_latency_s = 0;           // one-way host to host through the switch
   double intra_bytes_per_s = 0;       // per GPU link to the host fabric (NVLink/NVSwitch or PCIe)
   double intra_latency_s = 0;
+  bool rdma = false;                  // the NIC moves data by RDMA (EFA, InfiniBand); else TCP over Ethernet
   double usd_per_hour = 0;            // on-demand
   double os_reserved_bytes = 0;       // host memory the OS and the runtime keep
   BurstSpec burst;                    // default_mode kNone: not burstable

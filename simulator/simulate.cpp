@@ -212,10 +212,20 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
                    "job.profile_network: profile {} has no p2p.bandwidth_bytes_per_s", run.profile);
     for (NodeSpec& n : p.cluster.nodes) {
       n.hw.nic_bytes_per_s = *profile->p2p_bytes_per_s;
+      n.protocol = network::Protocol::kRdma;  // a measured payload rate: TCP's costs are in it already
+      n.bucket_bytes_per_s = n.bucket_burst_bytes = 0;
       if (profile->p2p_latency_s) n.hw.nic_latency_s = *profile->p2p_latency_s;
     }
   }
-  for (const NodeSpec& n : p.cluster.nodes) p.models.push_back(compute_model(p.work, n.hw, profile, cj.job.optimizer));
+  for (const NodeSpec& n : p.cluster.nodes) {
+    Preset hw = n.hw;  // a rank's share of a CPU node's peak (the roofline; a profile is per rank already)
+    if (hw.gpus == 0 && n.ranks_per_node > 1) {
+      const double k = std::min<double>(n.ranks_per_node, hw.vcpus);
+      hw.peak_flops /= k;
+      hw.mem_bytes_per_s /= k;
+    }
+    p.models.push_back(compute_model(p.work, hw, profile, cj.job.optimizer));
+  }
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t batch = cj.step_batch;
   if (run.epoch_time_s > 0) {
@@ -237,6 +247,18 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   s.pp = cj.pp();
   s.overlap = cj.job.overlap;
   s.symmetric = run.symmetric;
+  s.node_of_rank = p.node_of_rank;
+  bool cpu_model = false;
+  for (const NodeSpec& n : p.cluster.nodes) {
+    CpuShare c;  // GPU nodes: their ranks drive GPUs, never modelled
+    c.cores = n.hw.gpus > 0 ? n.ranks() : n.hw.vcpus;
+    c.task_cores = n.hw.gpus > 0 ? 1.0 : std::min(c.cores, n.rank_cores());
+    c.quota_cores = n.hw.gpus > 0 ? 0.0 : n.cpu_quota;
+    c.period_s = n.cpu_period_s;
+    cpu_model = cpu_model || c.needs_model(n.ranks());
+    s.node_cpu.push_back(c);
+  }
+  if (!cpu_model) s.node_of_rank.clear(), s.node_cpu.clear();  // the plain model is exact: keep it fast
   for (double per_sample : cj.boundary_bytes_per_sample) {
     std::vector<double> v;
     for (int64_t n : mbs) v.push_back(per_sample * static_cast<double>(n));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -79,6 +80,8 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   int32_t rank_of(int32_t replica, int32_t stage) const { return replica * s_.pp + stage; }
   void advance(int32_t r);
   void start_compute(int32_t r, double full_s, std::string name);
+  // `seconds` of the rank's CPU (at its speed), then on_event(arg): on its node's CPU model if it has one
+  void run_cpu(int32_t r, double seconds, uint64_t arg);
   void end_wait(int32_t r, des::TimeNs posted);
   void try_start_comm(int32_t r);
   void member_done(int32_t r);
@@ -109,6 +112,8 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   network::Network& net_;
   des::Simulator& sim_;
   std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<NodeCpu>> shared_cpus_;  // one per modelled node
+  std::vector<NodeCpu*> cpus_;                         // per rank: its node's CPU model, or null
   std::vector<Instance> inst_;
   std::vector<std::vector<uint32_t>> inst_of_;  // [stage][bucket] -> instance
   std::vector<std::pair<std::pair<const CompiledPlan*, int32_t>, std::vector<network::RouteId>>> route_tables_;
@@ -152,6 +157,7 @@ StepResult StepExecutor::run() {
   TANDEM_REQUIRE(s_.pipeline.stages == s_.pp, "pipeline plan has {} stages, job pp is {}", s_.pipeline.stages, s_.pp);
   const int32_t M = s_.pipeline.micro_batches;
   sym_ = symmetric_possible();
+  topo_.fold_acks(sym_);
   ranks_.resize(world);
   inst_of_.resize(s_.pp);
   route_tables_.reserve(64);
@@ -193,6 +199,29 @@ StepResult StepExecutor::run() {
     TANDEM_REQUIRE(static_cast<int32_t>(rs.forward_s.size()) == M && static_cast<int32_t>(rs.backward_s.size()) == M,
                    "rank {}: compute times for {} / {} micro-batches, expected {}", r, rs.forward_s.size(),
                    rs.backward_s.size(), M);
+  }
+  if (!s_.node_cpu.empty()) {
+    TANDEM_REQUIRE(s_.node_of_rank.size() == static_cast<size_t>(world), "step setup: node_of_rank has {} ranks, expected {}",
+                   s_.node_of_rank.size(), world);
+    std::vector<int32_t> per_node(s_.node_cpu.size(), 0);
+    for (int32_t n : s_.node_of_rank) {
+      TANDEM_REQUIRE(n >= 0 && static_cast<size_t>(n) < s_.node_cpu.size(), "step setup: rank on node {} of {}", n,
+                     s_.node_cpu.size());
+      ++per_node[static_cast<size_t>(n)];
+    }
+    std::vector<NodeCpu*> node(s_.node_cpu.size(), nullptr);
+    cpus_.resize(static_cast<size_t>(world));
+    // modelled where the ranks alone can exceed the cores or a quota holds; then a rank's training
+    // thread and its all-reduce thread are both tasks of its node
+    for (int32_t r = 0; r < world; ++r) {
+      const size_t n = static_cast<size_t>(s_.node_of_rank[r]);
+      if (!s_.node_cpu[n].needs_model(per_node[n])) continue;
+      if (!node[n]) {
+        shared_cpus_.push_back(std::make_unique<NodeCpu>(sim_, s_.node_cpu[n]));
+        node[n] = shared_cpus_.back().get();
+      }
+      cpus_[static_cast<size_t>(r)] = node[n];
+    }
   }
   for (int32_t r = 0; r < (sym_ ? 1 : world); ++r) advance(r);
   sim_.run();
@@ -246,7 +275,12 @@ void StepExecutor::start_compute(int32_t r, double full_s, std::string name) {
   rk.compute_full_s = full_s;
   rk.compute_start = sim_.now();
   if (s_.record_trace) rk.compute_name = std::move(name);
-  sim_.schedule_in(des::ceil_ns(full_s / s_.ranks[r].speed), this, (static_cast<uint64_t>(r) << 2) | kEvCompute);
+  run_cpu(r, full_s / s_.ranks[r].speed, (static_cast<uint64_t>(r) << 2) | kEvCompute);
+}
+
+void StepExecutor::run_cpu(int32_t r, double seconds, uint64_t arg) {
+  if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg);
+  sim_.schedule_in(des::ceil_ns(seconds), this, arg);
 }
 
 void StepExecutor::advance(int32_t r) {
@@ -324,7 +358,7 @@ void StepExecutor::on_event(uint64_t arg) {
     const int32_t r = static_cast<int32_t>(arg >> 2);
     Rank& rk = ranks_[r];
     const double actual = des::to_seconds(sim_.now() - rk.compute_start);
-    if (s_.ranks[r].speed == 1.0) {
+    if (s_.ranks[r].speed == 1.0 && actual - rk.compute_full_s < 2e-9) {
       rk.bd.compute_s += actual;  // differs from compute_full_s only by rounding to whole nanoseconds
     } else {
       rk.bd.compute_s += rk.compute_full_s;
@@ -537,7 +571,7 @@ void StepExecutor::dispatch(uint32_t inst, int32_t m) {
   const double t = static_cast<double>(in.plan->op(m, mb.running).bytes) / rs.local_bytes_per_s / rs.speed;
   ranks_[r].bd.cpu_busy_s += t;
   if (s_.op_log) in.started[in.plan->first_op[m] + mb.running] = sim_.now();
-  sim_.schedule_in(des::ceil_ns(t), this, member_arg(inst, m, kEvLocal));
+  run_cpu(r, t, member_arg(inst, m, kEvLocal));
 }
 
 // Every op is done: the closing average (if any) on the CPU, then the member's all-reduce is over.
@@ -550,7 +584,7 @@ void StepExecutor::finish_member(uint32_t inst, int32_t m) {
     const double t = static_cast<double>(in.plan->finish_bytes) / rs.local_bytes_per_s / rs.speed;
     ranks_[r].bd.cpu_busy_s += t;
     mb.running = kFinish;
-    sim_.schedule_in(des::ceil_ns(t), this, member_arg(inst, m, kEvLocal));
+    run_cpu(r, t, member_arg(inst, m, kEvLocal));
     return;
   }
   mb.active = false;
@@ -581,6 +615,11 @@ void StepExecutor::member_done(int32_t r) {
 // images of those it sends. tests/simulator/symmetric_test.cpp checks equal times against the full model.
 bool StepExecutor::symmetric_possible() const {
   if (!s_.symmetric || s_.pp != 1 || s_.dp < 2 || !topo_.uniform_star()) return false;
+  if (!s_.node_cpu.empty()) {  // ranks sharing a node's CPU are not independent images of rank 0
+    std::vector<uint8_t> seen(s_.node_cpu.size(), 0);
+    for (int32_t n : s_.node_of_rank)
+      if (seen.at(static_cast<size_t>(n))++) return false;
+  }
   for (const auto& stage : s_.bucket_plans)
     for (const CompiledPlan* p : stage)
       if (!p->rotation_symmetric) return false;

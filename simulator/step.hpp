@@ -18,6 +18,7 @@
 
 #include "engine/parallel/schedule.hpp"
 #include "simulator/compiled_plan.hpp"
+#include "simulator/compute/node_cpu.hpp"
 #include "simulator/network/topology.hpp"
 
 namespace tandem::simulator {
@@ -55,6 +56,11 @@ struct StepSetup {
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical
   std::vector<OpSpan>* op_log = nullptr;        // if set, every all-reduce op's span is appended (tests)
+  // Nodes whose CPU is time-shared by several ranks or held by a CFS quota (compute/node_cpu.hpp):
+  // node_of_rank[r] indexes node_cpu; empty, or a node whose share needs no model, keeps the plain
+  // model (each rank computes alone at its speed).
+  std::vector<int32_t> node_of_rank;
+  std::vector<CpuShare> node_cpu;
 };
 
 struct RankBreakdown {

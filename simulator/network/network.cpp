@@ -8,7 +8,10 @@
 
 namespace tandem::simulator::network {
 
-Network::Network(des::Simulator& sim, Sharing sharing) : sim_(sim), sharing_(sharing) { sim_.add_instant_hook(this); }
+Network::Network(des::Simulator& sim, Sharing sharing) : sim_(sim), sharing_(sharing) {
+  sim_.add_instant_hook(this);
+  bucket_events_.net = this;
+}
 
 LinkId Network::add_link(double bandwidth_bytes_per_s, double latency_s) {
   TANDEM_REQUIRE(bandwidth_bytes_per_s > 0 && !std::isnan(bandwidth_bytes_per_s),
@@ -16,22 +19,51 @@ LinkId Network::add_link(double bandwidth_bytes_per_s, double latency_s) {
   TANDEM_REQUIRE(latency_s >= 0 && std::isfinite(latency_s), "link {}: latency must be >= 0 s, got {}", links_.size(),
                  latency_s);
   Link l;
-  l.capacity = bandwidth_bytes_per_s;
+  l.capacity = l.peak = bandwidth_bytes_per_s;
   l.latency_ns = des::to_ns(latency_s);
   links_.push_back(std::move(l));
   return static_cast<LinkId>(links_.size() - 1);
 }
 
-RouteId Network::add_route(const std::vector<LinkId>& links) {
+RouteId Network::add_route(const std::vector<LinkId>& links) { return add_route(links, RouteCost{}); }
+
+RouteId Network::add_route(const std::vector<LinkId>& links, const RouteCost& cost) {
+  TANDEM_REQUIRE(cost.data >= 1 && std::isfinite(cost.data) && cost.ack >= 0 && std::isfinite(cost.ack),
+                 "route {}: costs per payload byte must be finite, data >= 1 and ack >= 0, got {} and {}", routes_.size(),
+                 cost.data, cost.ack);
   Route r{static_cast<uint32_t>(route_links_.size()), static_cast<uint32_t>(links.size()), 0, 1.0};
   for (LinkId l : links) {
     TANDEM_REQUIRE(l < links_.size(), "route {}: link {} does not exist ({} links)", routes_.size(), l, links_.size());
     r.latency_ns += links_[l].latency_ns;
     route_links_.push_back(l);
+    route_coef_.push_back(cost.data);
+  }
+  if (cost.ack > 0) {
+    for (LinkId l : cost.ack_links) {
+      TANDEM_REQUIRE(l < links_.size(), "route {}: ACK link {} does not exist ({} links)", routes_.size(), l,
+                     links_.size());
+      route_links_.push_back(l);
+      route_coef_.push_back(cost.ack);
+      ++r.length;
+    }
   }
   if (sharing_ == Sharing::kRttWeighted && r.latency_ns > 0) r.weight = 1.0 / des::to_seconds(r.latency_ns);
   routes_.push_back(r);
   return static_cast<RouteId>(routes_.size() - 1);
+}
+
+void Network::set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_bytes) {
+  TANDEM_REQUIRE(l < links_.size(), "token bucket: link {} does not exist ({} links)", l, links_.size());
+  Link& k = links_[l];
+  TANDEM_REQUIRE(rate_bytes_per_s > 0 && rate_bytes_per_s < k.peak, "link {}: token bucket rate must be in (0, line "
+                 "rate {} bytes/s), got {}", l, k.peak, rate_bytes_per_s);
+  TANDEM_REQUIRE(burst_bytes >= kBucketFrameBytes && std::isfinite(burst_bytes),
+                 "link {}: token bucket burst must hold a frame ({} bytes), got {}", l, kBucketFrameBytes, burst_bytes);
+  TANDEM_REQUIRE(k.flows.empty(), "link {}: token bucket set while flows use it", l);
+  k.bucket_rate = rate_bytes_per_s;
+  k.burst = k.tokens = burst_bytes;
+  k.bucket_last = sim_.now();
+  has_buckets_ = true;
 }
 
 const std::vector<LinkId> Network::route_links(RouteId r) const {
@@ -106,14 +138,15 @@ void Network::activate(FlowId f) {
   double rate = kUnlimited;
   for (uint32_t i = 0; i < rt.length; ++i) {
     const Link& l = links_[route_links_[rt.offset + i]];
-    idle = idle && l.flows.empty();
-    rate = std::min(rate, l.capacity);
+    idle = idle && l.flows.empty() && l.bucket_rate == 0;  // a bucket's state is settled in recompute()
+    rate = std::min(rate, l.capacity / route_coef_[rt.offset + i]);
   }
   for (uint32_t i = 0; i < rt.length; ++i) {
     LinkId lid = route_links_[rt.offset + i];
     Link& l = links_[lid];
     fl.pos[i] = static_cast<uint32_t>(l.flows.size());
     l.flows.push_back(f);
+    l.coef.push_back(route_coef_[rt.offset + i]);
     ++l.stats.flows;
     if (!idle) mark_dirty(lid);
   }
@@ -131,9 +164,12 @@ void Network::finish(FlowId f) {
       LinkId lid = route_links_[rt.offset + i];
       Link& l = links_[lid];
       uint32_t p = fl.pos[i];
+      if (l.bucket_rate > 0) settle_bucket(l, sim_.now());
       FlowId moved = l.flows.back();
       l.flows[p] = moved;
       l.flows.pop_back();
+      l.coef[p] = l.coef.back();
+      l.coef.pop_back();
       if (moved != f) {
         // find which route position of `moved` refers to this link (routes are short)
         Flow& m = flows_[moved];
@@ -145,8 +181,13 @@ void Network::finish(FlowId f) {
           }
         }
       }
-      l.stats.bytes += fl.bytes;
-      if (!l.flows.empty()) mark_dirty(lid);
+      l.stats.bytes += fl.bytes * route_coef_[rt.offset + i];
+      if (!l.flows.empty()) {
+        mark_dirty(lid);
+      } else if (l.bucket_rate > 0) {
+        l.load = 0;
+        ++l.bucket_gen;  // no longer draining
+      }
     }
     --active_count_;
   }
@@ -208,18 +249,22 @@ void Network::recompute() {
 // entries skipped is exact.
 void Network::solve_component() {
   heap_.clear();
+  const des::TimeNs now = sim_.now();
   for (LinkId lid : comp_links_) {
     Link& l = links_[lid];
+    if (l.bucket_rate > 0) {  // the tokens as they are now set the link's capacity until the next change
+      settle_bucket(l, now);
+      l.capacity = l.tokens >= std::min(l.burst, kBucketFrameBytes) ? l.peak : l.bucket_rate;
+    }
     l.rem = l.capacity;
     l.unfixed = static_cast<uint32_t>(l.flows.size());
     l.wsum = 0;
-    for (FlowId f : l.flows) l.wsum += routes_[flows_[f].route].weight;
+    for (size_t i = 0; i < l.flows.size(); ++i) l.wsum += routes_[flows_[l.flows[i]].route].weight * l.coef[i];
     if (l.unfixed > 0) heap_.emplace_back(l.rem / l.wsum, lid);
   }
   for (FlowId f : comp_flows_) flows_[f].fixed = false;
   auto cmp = std::greater<std::pair<double, LinkId>>();
   std::make_heap(heap_.begin(), heap_.end(), cmp);
-  const des::TimeNs now = sim_.now();
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), cmp);
     auto [level, lid] = heap_.back();
@@ -235,9 +280,10 @@ void Network::solve_component() {
       for (uint32_t k = 0; k < rt.length; ++k) {
         LinkId l2id = route_links_[rt.offset + k];
         Link& l2 = links_[l2id];
+        const double c = route_coef_[rt.offset + k];
         --l2.unfixed;
-        l2.wsum = l2.unfixed == 0 ? 0.0 : std::max(l2.wsum - rt.weight, 1e-300);
-        if (!std::isinf(rate)) l2.rem = std::max(0.0, l2.rem - rate);
+        l2.wsum = l2.unfixed == 0 ? 0.0 : std::max(l2.wsum - rt.weight * c, 1e-300);
+        if (!std::isinf(rate)) l2.rem = std::max(0.0, l2.rem - rate * c);
         if (l2id != lid && l2.unfixed > 0) {
           heap_.emplace_back(l2.rem / l2.wsum, l2id);
           std::push_heap(heap_.begin(), heap_.end(), cmp);
@@ -251,6 +297,38 @@ void Network::solve_component() {
       }
     }
   }
+  if (has_buckets_)
+    for (LinkId lid : comp_links_)
+      if (links_[lid].bucket_rate > 0) bucket_load(lid);
+}
+
+void Network::settle_bucket(Link& l, des::TimeNs now) {
+  if (now > l.bucket_last) {
+    l.tokens = std::clamp(l.tokens + (l.bucket_rate - l.load) * des::to_seconds(now - l.bucket_last), 0.0, l.burst);
+    l.bucket_last = now;
+  }
+}
+
+void Network::bucket_load(LinkId lid) {
+  Link& l = links_[lid];
+  double load = 0;
+  for (size_t i = 0; i < l.flows.size(); ++i) load += flows_[l.flows[i]].rate * l.coef[i];
+  l.load = load;
+  ++l.bucket_gen;
+  if (load > l.bucket_rate && l.tokens > 0 && !std::isinf(load)) {
+    const des::TimeNs at = sim_.now() + des::ceil_ns(l.tokens / (load - l.bucket_rate));
+    sim_.schedule_at(at, &bucket_events_, (static_cast<uint64_t>(l.bucket_gen) << 32) | lid);
+  }
+}
+
+// A bucket ran dry: its link drops to the bucket's rate (recomputed at the end of the instant).
+void Network::bucket_empty(uint64_t arg) {
+  const auto lid = static_cast<LinkId>(arg & 0xffffffffu);
+  Link& l = links_[lid];
+  if (static_cast<uint32_t>(arg >> 32) != l.bucket_gen) return;
+  settle_bucket(l, sim_.now());
+  l.tokens = 0;
+  if (!l.flows.empty()) mark_dirty(lid);
 }
 
 void Network::settle(Flow& fl, des::TimeNs now) {

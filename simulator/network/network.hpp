@@ -13,6 +13,14 @@
 // Sharing::kRttWeighted is SimGrid CM02's variant: a flow's share on a link is proportional to
 // 1 / (its route latency), as TCP's throughput is to 1/RTT (a route with no latency weighs 1, as in
 // SimGrid). kMaxMin (the default) gives every flow the same weight.
+//
+// Wire costs (issue #16). A route may charge each of its links a multiple of the flow's rate (its
+// payload rate): TCP's headers make a data link carry 1514/1448 bytes per payload byte, and its ACKs
+// load the links of the reverse path (add_route's RouteCost); the max-min solution then holds
+// sum(coefficient x rate) <= capacity on every link. A link may also carry a token bucket
+// (set_token_bucket): it runs at its capacity (the line rate) while it holds at least one frame of
+// tokens, which fill at the bucket's rate up to the burst and drain at (load - rate); empty, its
+// capacity is the bucket's rate. Links without either keep the plain model, and so its speed.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -36,8 +44,19 @@ class FlowObserver {
   ~FlowObserver() = default;
 };
 
+// What a route's flows cost its links per payload byte: `data` on its own links, `ack` on
+// `ack_links` (the reverse path, whose latency the flow does not wait).
+struct RouteCost {
+  double data = 1.0;
+  std::vector<uint32_t> ack_links;
+  double ack = 0.0;
+};
+
+// Tokens one frame needs: a bucket with less runs at its rate (tbf sends whole packets).
+constexpr double kBucketFrameBytes = 1514;
+
 struct LinkStats {
-  double bytes = 0;       // bytes carried so far (by flows that have finished or been settled)
+  double bytes = 0;       // bytes carried so far (wire bytes: payload x the route's cost)
   uint64_t flows = 0;     // flows that have used the link
 };
 
@@ -53,6 +72,10 @@ class Network final : public des::EventHandler, public des::InstantHook {
   LinkId add_link(double bandwidth_bytes_per_s, double latency_s);
   // A route is an ordered list of links (it may be empty: a local copy that takes no time).
   RouteId add_route(const std::vector<LinkId>& links);
+  RouteId add_route(const std::vector<LinkId>& links, const RouteCost& cost);
+  // A token bucket on link l: tokens fill at rate_bytes_per_s (< the link's bandwidth) up to
+  // burst_bytes; the bucket starts full.
+  void set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_bytes);
 
   size_t num_links() const noexcept { return links_.size(); }
   double link_bandwidth(LinkId l) const { return links_.at(l).capacity; }
@@ -84,12 +107,22 @@ class Network final : public des::EventHandler, public des::InstantHook {
     double rem = 0;             // progressive filling scratch: capacity left,
     double wsum = 0;            // weight of the flows not yet fixed,
     uint32_t unfixed = 0;       // and their number
+    std::vector<double> coef;   // per entry of `flows`: the flow's cost per payload byte here
     LinkStats stats;
+    // token bucket (bucket_rate 0: none); `peak` is the line rate, `capacity` the current one
+    double peak = 0, bucket_rate = 0, burst = 0, tokens = 0, load = 0;
+    des::TimeNs bucket_last = 0;
+    uint32_t bucket_gen = 0;
+  };
+  // Token buckets' "empty" events (a separate handler: the network's own events are flows').
+  struct BucketEvents final : des::EventHandler {
+    Network* net = nullptr;
+    void on_event(uint64_t arg) override { net->bucket_empty(arg); }
   };
   struct Route {
     uint32_t offset;
-    uint32_t length;
-    des::TimeNs latency_ns;
+    uint32_t length;            // links: the data path, then the ACK path
+    des::TimeNs latency_ns;     // of the data path
     double weight;  // share weight of its flows (1, or 1/latency under kRttWeighted)
   };
   struct Flow {
@@ -117,12 +150,18 @@ class Network final : public des::EventHandler, public des::InstantHook {
   void solve_component();
   void settle(Flow& fl, des::TimeNs now);
   void schedule_completion(FlowId f);
+  void settle_bucket(Link& l, des::TimeNs now);
+  void bucket_load(LinkId l);  // after its flows' rates changed: the new load, and when it empties
+  void bucket_empty(uint64_t arg);
 
   des::Simulator& sim_;
   Sharing sharing_;
   std::vector<Link> links_;
   std::vector<Route> routes_;
   std::vector<LinkId> route_links_;
+  std::vector<double> route_coef_;  // per entry of route_links_
+  bool has_buckets_ = false;
+  BucketEvents bucket_events_;
   std::vector<Flow> flows_;
   std::vector<FlowId> free_flows_;
   std::vector<LinkId> dirty_;

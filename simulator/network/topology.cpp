@@ -62,6 +62,8 @@ TopologySpec topology_from_json(const nlohmann::json& j, const std::string& wher
   return s;
 }
 
+const char* protocol_name(Protocol p) noexcept { return p == Protocol::kTcp ? "tcp" : "rdma"; }
+
 Topology::Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, Network& net)
     : spec_(spec), hosts_(hosts), net_(net) {
   TANDEM_REQUIRE(!hosts_.empty(), "topology: the cluster has no hosts");
@@ -88,6 +90,16 @@ Topology::Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, 
     case TopologyKind::kFatTree: build_fat_tree(); break;
     case TopologyKind::kRing: build_ring(); break;
     case TopologyKind::kGraph: build_graph(); break;
+  }
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    const HostNet& hn = hosts_[h];
+    TANDEM_REQUIRE(hn.tcp_goodput > 0 && hn.tcp_goodput <= 1, "host {} ({}): TCP goodput factor must be in (0, 1], got {}",
+                   h, hn.name, hn.tcp_goodput);
+    if (hn.bucket_bytes_per_s <= 0) continue;
+    TANDEM_REQUIRE(h < nic_up_.size(), "host {} ({}): a token bucket needs a star or two-level topology (NIC links), "
+                   "not {}", h, hn.name, topology_kind_name(spec_.kind));
+    net_.set_token_bucket(nic_up_[h], hn.bucket_bytes_per_s, hn.bucket_burst_bytes);
+    net_.set_token_bucket(nic_down_[h], hn.bucket_bytes_per_s, hn.bucket_burst_bytes);
   }
 }
 
@@ -277,7 +289,22 @@ RouteId Topology::route(int32_t src, int32_t dst) {
   uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
   auto it = routes_.find(key);
   if (it != routes_.end()) return it->second;
-  RouteId r = net_.add_route(path(src, dst));
+  const HostNet& hs = hosts_[static_cast<size_t>(host_of(src))];
+  RouteId r;
+  if (hs.protocol == Protocol::kTcp && host_of(src) != host_of(dst)) {
+    RouteCost cost;
+    cost.data = kTcpFrameBytes / kTcpMssBytes / hs.tcp_goodput;
+    const double ack = kTcpAckBytes / (kTcpSegmentsPerAck * kTcpMssBytes);
+    if (fold_acks_) {
+      cost.data += ack;
+    } else {
+      cost.ack = ack;
+      cost.ack_links = path(dst, src);
+    }
+    r = net_.add_route(path(src, dst), cost);
+  } else {
+    r = net_.add_route(path(src, dst));
+  }
   routes_.emplace(key, r);
   return r;
 }
@@ -286,7 +313,10 @@ bool Topology::uniform_star() const {
   if (spec_.kind != TopologyKind::kStar && spec_.kind != TopologyKind::kTwoLevel) return false;
   if (has_backplane_) return false;
   for (const HostNet& h : hosts_) {
-    if (h.devices != 1 || h.nic_bytes_per_s != hosts_[0].nic_bytes_per_s || h.nic_latency_s != hosts_[0].nic_latency_s)
+    const HostNet& a = hosts_[0];
+    if (h.devices != 1 || h.nic_bytes_per_s != a.nic_bytes_per_s || h.nic_latency_s != a.nic_latency_s ||
+        h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
+        h.bucket_burst_bytes != a.bucket_burst_bytes)
       return false;
   }
   return true;

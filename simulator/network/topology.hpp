@@ -24,6 +24,18 @@ enum class TopologyKind : uint8_t { kStar = 0, kTwoLevel = 1, kFatTree = 2, kRin
 const char* topology_kind_name(TopologyKind k) noexcept;
 TopologyKind parse_topology_kind(const std::string& s);  // star, two-level, fat-tree, ring, graph
 
+// How a host's NIC moves data to other hosts. kRdma: the plain flow model (RDMA, InfiniBand, EFA:
+// no per-packet cost the link rate does not already hold). kTcp (Ethernet, MTU 1500, timestamps):
+// each payload byte costs kTcpFrameBytes / kTcpMssBytes on the data path, divided by the goodput
+// factor (1: what the headers allow; `tandem calibrate --network` or a measurement gives less), and
+// a delayed ACK (one kTcpAckBytes frame per kTcpSegmentsPerAck segments) loads the reverse path.
+enum class Protocol : uint8_t { kRdma = 0, kTcp = 1 };
+const char* protocol_name(Protocol p) noexcept;
+constexpr double kTcpMssBytes = 1448;     // 1500 - 20 (IP) - 20 (TCP) - 12 (timestamps)
+constexpr double kTcpFrameBytes = 1514;   // + 14 (Ethernet header); what tbf and a NIC's rate count
+constexpr double kTcpAckBytes = 66;       // an ACK frame: 14 + 20 + 20 + 12
+constexpr double kTcpSegmentsPerAck = 2;  // delayed ACKs (RFC 1122, RFC 5681)
+
 struct HostNet {
   std::string name;
   int32_t devices = 1;
@@ -31,6 +43,10 @@ struct HostNet {
   double nic_latency_s = 0;       // one-way host-to-host latency through a star (split over up/down)
   double intra_bytes_per_s = 0;   // per device link to the host fabric (devices > 1)
   double intra_latency_s = 0;     // one-way device-to-device inside the host
+  Protocol protocol = Protocol::kRdma;
+  double tcp_goodput = 1.0;       // kTcp: the fraction of the header-limited rate reached, (0, 1]
+  double bucket_bytes_per_s = 0;  // a token bucket on the NIC, each direction (tbf, cloud bursts); 0: none
+  double bucket_burst_bytes = 0;
 };
 
 struct TopologySpec {
@@ -61,6 +77,10 @@ class Topology {
   // A non-blocking star of hosts with one device each and identical NICs: every endpoint is like every
   // other (the condition for symmetric execution of ring-like collectives).
   bool uniform_star() const;
+  // Symmetric execution simulates one rank's flows only, so the ACKs its uplink carries (those of the
+  // flow it receives) are not there: with fold set, a TCP route charges its ACK cost on its own data
+  // path instead, which in a rotation-symmetric step loads every link exactly as the full model.
+  void fold_acks(bool fold) noexcept { fold_acks_ = fold; }
 
  private:
   std::vector<LinkId> host_path(int32_t hs, int32_t hd) const;
@@ -87,6 +107,7 @@ class Topology {
   std::vector<std::vector<std::pair<int32_t, LinkId>>> adj_;
   std::vector<std::vector<LinkId>> graph_paths_;  // [hs * hosts + hd]
   std::unordered_map<uint64_t, RouteId> routes_;
+  bool fold_acks_ = false;
 };
 
 }  // namespace tandem::simulator::network

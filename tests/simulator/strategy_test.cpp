@@ -61,7 +61,8 @@ void set_compute(StrategySetup& s, int32_t rank, double t) {
 ClusterSpec star(int32_t count, double slow_peak_factor = 1) {
   nlohmann::json nodes = nlohmann::json::array();
   nlohmann::json fast = {{"preset", "c5.large"}, {"count", slow_peak_factor == 1 ? count : count - 1}, {"nic_gbps", 0.8},
-                         {"nic_latency_us", 0}, {"mem_gbps", 1e6}, {"kernel_overhead_us", 0}};
+                         {"nic_latency_us", 0}, {"mem_gbps", 1e6}, {"kernel_overhead_us", 0},
+                         {"protocol", "rdma"}};  // the closed forms count payload at the NIC rate (no TCP costs)
   nodes.push_back(fast);
   if (slow_peak_factor != 1) {
     nlohmann::json slow = fast;

@@ -1,0 +1,213 @@
+// The link model of issue #16 (network/network.hpp, network/topology.hpp): token buckets, TCP's
+// header and ACK costs, RDMA without them, and their cluster JSON.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "engine/comm/plan.hpp"
+#include "engine/core/error.hpp"
+#include "simulator/cluster.hpp"
+#include "simulator/network/network.hpp"
+#include "simulator/network/topology.hpp"
+#include "tests/simulator/step_fixture.hpp"
+
+using namespace tandem::simulator;
+using namespace tandem::simulator::network;
+namespace tt = boost::test_tools;
+
+namespace {
+
+struct Times final : FlowObserver {
+  des::Simulator& sim;
+  std::vector<double> at;
+  explicit Times(des::Simulator& s) : sim(s) {}
+  void on_flow_done(uint64_t tag) override {
+    if (at.size() <= tag) at.resize(tag + 1, -1);
+    at[tag] = des::to_seconds(sim.now());
+  }
+};
+
+// One link of line rate `peak` with a bucket (rate, burst); a flow of `bytes` at time 0.
+double bucket_time(double bytes, double peak, double rate, double burst) {
+  des::Simulator sim;
+  Network net(sim);
+  LinkId l = net.add_link(peak, 0);
+  net.set_token_bucket(l, rate, burst);
+  Times t(sim);
+  net.start_flow(net.add_route({l}), bytes, &t, 0);
+  sim.run();
+  return t.at.at(0);
+}
+
+std::vector<HostNet> hosts(int n, Protocol p, double goodput = 1.0) {
+  std::vector<HostNet> h(n);
+  for (auto& x : h) {
+    x.nic_bytes_per_s = 1e8;
+    x.protocol = p;
+    x.tcp_goodput = goodput;
+  }
+  return h;
+}
+
+// Flows of `bytes` between hosts of a star (src, dst pairs), all at time 0; their completion times.
+std::vector<double> star_times(const std::vector<HostNet>& h, const std::vector<std::pair<int, int>>& flows,
+                               double bytes, std::vector<double>* up_bytes = nullptr) {
+  des::Simulator sim;
+  Network net(sim);
+  Topology topo(TopologySpec{}, h, net);
+  Times t(sim);
+  for (size_t i = 0; i < flows.size(); ++i) net.start_flow(topo.route(flows[i].first, flows[i].second), bytes, &t, i);
+  sim.run();
+  if (up_bytes)
+    for (int i = 0; i < topo.hosts(); ++i) up_bytes->push_back(net.link_stats(topo.path(i, (i + 1) % topo.hosts()).front()).bytes);
+  return t.at;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    BOOST_ERROR("no error; expected one mentioning \"" << needle << "\"");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find(needle) != std::string::npos, e.what() << " lacks " << needle);
+  }
+}
+
+constexpr double kData = kTcpFrameBytes / kTcpMssBytes;                 // wire bytes per payload byte
+constexpr double kAck = kTcpAckBytes / (kTcpSegmentsPerAck * kTcpMssBytes);  // ACK bytes per payload byte
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(token_bucket)
+
+// 500 kB of a 1 MB burst: the bucket (draining at 100 - 10 MB/s) never empties, so line rate
+BOOST_AUTO_TEST_CASE(a_transfer_within_the_burst_moves_at_line_rate) {
+  BOOST_TEST(bucket_time(5e5, 1e8, 1e7, 1e6) == 5e5 / 1e8, tt::tolerance(1e-9));
+}
+
+// 10 MB: line rate until the 1 MB of tokens is gone (t1 = 1e6 / 9e7 s, p t1 bytes moved), then the
+// bucket's 10 MB/s
+BOOST_AUTO_TEST_CASE(a_long_transfer_moves_at_the_bucket_rate) {
+  const double t1 = 1e6 / 9e7;
+  BOOST_TEST(bucket_time(1e7, 1e8, 1e7, 1e6) == t1 + (1e7 - 1e8 * t1) / 1e7, tt::tolerance(1e-7));
+}
+
+// The bucket refills while idle: a second burst-sized transfer 1 s later is at line rate again, one
+// 10 ms later (after 100 kB of refill) only partly
+BOOST_AUTO_TEST_CASE(tokens_refill_at_the_bucket_rate_while_idle) {
+  struct Later final : des::EventHandler {
+    Network& net;
+    RouteId r;
+    FlowObserver* obs;
+    Later(Network& n, RouteId rt, FlowObserver* o) : net(n), r(rt), obs(o) {}
+    void on_event(uint64_t arg) override { net.start_flow(r, 9e5, obs, arg); }
+  };
+  for (double gap : {1.0, 0.01}) {
+    des::Simulator sim;
+    Network net(sim);
+    LinkId l = net.add_link(1e8, 0);
+    net.set_token_bucket(l, 1e7, 1e6);
+    Times t(sim);
+    RouteId r = net.add_route({l});
+    net.start_flow(r, 9e5, &t, 0);  // leaves 1e6 - 9e5 (1 - 0.1) = 1e5 + 9e4 tokens at 9 ms
+    Later later(net, r, &t);
+    sim.schedule_at(des::to_ns(0.009 + gap), &later, 1);
+    sim.run();
+    const double left = 1e6 - 9e5 + 1e7 * 0.009;  // tokens at the end of the first transfer
+    const double tokens = std::min(1e6, left + 1e7 * gap);
+    const double t1 = tokens / 9e7;  // then line rate while they last
+    const double expect = 1e8 * t1 >= 9e5 ? 9e5 / 1e8 : t1 + (9e5 - 1e8 * t1) / 1e7;
+    BOOST_TEST(t.at.at(1) - (0.009 + gap) == expect, tt::tolerance(1e-6));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_buckets_are_refused) {
+  des::Simulator sim;
+  Network net(sim);
+  LinkId l = net.add_link(1e8, 0);
+  expect_error([&] { net.set_token_bucket(l, 2e8, 1e6); }, "line rate");
+  expect_error([&] { net.set_token_bucket(l, 1e7, 100); }, "burst");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(tcp_links)
+
+// One flow: payload at line rate x 1448/1514 (x the goodput factor); RDMA at line rate
+BOOST_AUTO_TEST_CASE(tcp_carries_payload_at_the_header_limited_rate) {
+  const double S = 1e7;
+  BOOST_TEST(star_times(hosts(2, Protocol::kTcp), {{0, 1}}, S).at(0) == S * kData / 1e8, tt::tolerance(1e-8));
+  BOOST_TEST(star_times(hosts(2, Protocol::kTcp, 0.9), {{0, 1}}, S).at(0) == S * kData / 0.9 / 1e8,
+             tt::tolerance(1e-8));
+  BOOST_TEST(star_times(hosts(2, Protocol::kRdma), {{0, 1}}, S).at(0) == S / 1e8, tt::tolerance(1e-12));
+}
+
+// ACKs load the reverse direction: one flow 0 -> 1 puts S x 66 / 2896 bytes on host 1's uplink; two
+// flows in opposite directions each share their uplink with the other's ACKs: rate = B / (d + a)
+BOOST_AUTO_TEST_CASE(acks_load_the_reverse_link) {
+  const double S = 1e7;
+  std::vector<double> up;
+  star_times(hosts(2, Protocol::kTcp), {{0, 1}}, S, &up);
+  BOOST_TEST(up.at(0) == S * kData, tt::tolerance(1e-9));
+  BOOST_TEST(up.at(1) == S * kAck, tt::tolerance(1e-9));
+  auto both = star_times(hosts(2, Protocol::kTcp), {{0, 1}, {1, 0}}, S);
+  BOOST_TEST(both.at(0) == S * (kData + kAck) / 1e8, tt::tolerance(1e-8));
+  BOOST_TEST(both.at(1) == S * (kData + kAck) / 1e8, tt::tolerance(1e-8));
+  // the payload efficiency of a ring's uplink: 1448/1514 less the ACKs = 93.6% (bench/emu measured 93.6-93.7%)
+  BOOST_TEST(1.0 / (kData + kAck) == 0.936, tt::tolerance(0.001));
+}
+
+// A ring all-reduce on a TCP star: symmetric execution (ACKs folded onto the data path) gives the
+// full model's time, and both are (d + a) / 1 times the RDMA one where the links bound it
+BOOST_AUTO_TEST_CASE(symmetric_execution_matches_the_full_model_with_acks) {
+  PlanCache cache;
+  const CompiledPlan& plan =
+      cache.get(testing::allreduce_request(4, tandem::engine::comm::Algorithm::kRing, 1 << 22, 1 << 20));
+  auto run = [&](Protocol p, bool symmetric) {
+    StepSetup s = testing::ddp_allreduce_step(plan);
+    s.symmetric = symmetric;
+    des::Simulator sim;
+    Network net(sim);
+    Topology topo(TopologySpec{}, hosts(4, p), net);
+    return simulate_step(s, topo, sim);
+  };
+  StepResult full = run(Protocol::kTcp, false), sym = run(Protocol::kTcp, true), rdma = run(Protocol::kRdma, true);
+  BOOST_TEST(sym.symmetric_used);
+  BOOST_TEST(!full.symmetric_used);
+  BOOST_TEST(sym.step_s == full.step_s, tt::tolerance(1e-6));
+  BOOST_TEST(full.step_s / rdma.step_s == kData + kAck, tt::tolerance(0.01));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(link_cluster_json)
+
+BOOST_AUTO_TEST_CASE(presets_and_nodes_say_which_protocol_applies) {
+  BOOST_TEST((parse_cluster("c5.large:2").host_nets()[0].protocol == Protocol::kTcp));
+  BOOST_TEST((parse_cluster("p4d.24xlarge:2").host_nets()[0].protocol == Protocol::kRdma));
+  ClusterSpec c = parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 4, "nic_mbps": 1000, "bucket_mbps": 65,
+                                    "bucket_burst_bytes": 15140, "tcp_goodput": 0.95}]})");
+  const HostNet h = c.host_nets()[3];
+  BOOST_TEST(h.bucket_bytes_per_s == 65e6 / 8);
+  BOOST_TEST(h.bucket_burst_bytes == 15140);
+  BOOST_TEST(h.tcp_goodput == 0.95);
+  BOOST_TEST((parse_cluster(R"({"nodes": [{"preset": "c5.large", "protocol": "rdma"}]})").host_nets()[0].protocol ==
+              Protocol::kRdma));
+}
+
+BOOST_AUTO_TEST_CASE(bad_link_fields_name_the_field) {
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "protocol": "udp"}]})"); },
+               "cluster.nodes[0].protocol");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "tcp_goodput": 1.5}]})"); }, "tcp_goodput");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "protocol": "rdma", "tcp_goodput": 0.9}]})"); },
+               "tcp_goodput");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "bucket_mbps": 100, "bucket_burst_bytes": 2e4}]})"); },
+               "line rate");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "nic_mbps": 1000, "bucket_mbps": 65}]})"); },
+               "bucket_burst_bytes");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "bucket_burst_bytes": 2e4}]})"); },
+               "without a bucket rate");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,203 @@
+// The node CPU model (simulator/compute/node_cpu.hpp): CFS quota windows, cores shared by time
+// slicing, and both through the step executor and the cluster JSON.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "engine/comm/plan.hpp"
+#include "engine/core/error.hpp"
+#include "simulator/cluster.hpp"
+#include "simulator/compute/node_cpu.hpp"
+#include "simulator/simulate.hpp"
+#include "tests/simulator/step_fixture.hpp"
+
+using namespace tandem::simulator;
+namespace tt = boost::test_tools;
+
+namespace {
+
+// Records when each task of a NodeCpu is done.
+struct Done final : des::EventHandler {
+  des::Simulator& sim;
+  std::vector<double> at;
+  explicit Done(des::Simulator& s) : sim(s) {}
+  void on_event(uint64_t arg) override {
+    if (at.size() <= arg) at.resize(arg + 1, -1);
+    at[arg] = des::to_seconds(sim.now());
+  }
+};
+
+// Starts task `arg` of `work_s` on `cpu` at absolute time `t_s`.
+struct Starter final : des::EventHandler {
+  NodeCpu& cpu;
+  Done& done;
+  std::vector<double> work;
+  Starter(NodeCpu& c, Done& d) : cpu(c), done(d) {}
+  void on_event(uint64_t arg) override { cpu.start(work[arg], &done, arg); }
+};
+
+std::vector<double> run_tasks(const CpuShare& share, const std::vector<std::pair<double, double>>& start_work) {
+  des::Simulator sim;
+  NodeCpu cpu(sim, share);
+  Done done(sim);
+  Starter st(cpu, done);
+  for (size_t i = 0; i < start_work.size(); ++i) {
+    st.work.push_back(start_work[i].second);
+    sim.schedule_at(des::to_ns(start_work[i].first), &st, i);
+  }
+  sim.run();
+  return done.at;
+}
+
+CpuShare quota(double cores, double period_s) {
+  CpuShare s;
+  s.cores = 1;
+  s.task_cores = 1;
+  s.quota_cores = cores;
+  s.period_s = period_s;
+  return s;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    BOOST_ERROR("no error; expected one mentioning \"" << needle << "\"");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find(needle) != std::string::npos, e.what() << " lacks " << needle);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cfs_quota)
+
+// 30 ms of work fits in the 50 ms quota of the first 100 ms period: full speed
+BOOST_AUTO_TEST_CASE(a_phase_within_the_quota_runs_at_full_speed) {
+  auto t = run_tasks(quota(0.5, 0.1), {{0.0, 0.030}});
+  BOOST_TEST(t.at(0) == 0.030, tt::tolerance(1e-9));
+}
+
+// 1 s of work at 50 ms per 100 ms: 20 windows, the last ends 50 ms into the 20th period
+BOOST_AUTO_TEST_CASE(a_long_phase_runs_at_quota_over_period) {
+  auto t = run_tasks(quota(0.5, 0.1), {{0.0, 1.0}});
+  BOOST_TEST(t.at(0) == 1.95, tt::tolerance(1e-9));
+  // a short period gives the same average: 1 s at 0.5 ms per 1 ms ends at 1.9995 s
+  auto s = run_tasks(quota(0.5, 0.001), {{0.0, 1.0}});
+  BOOST_TEST(s.at(0) == 1.9995, tt::tolerance(1e-9));
+}
+
+// 60 ms from time 0: 50 ms, off until 100 ms, 10 ms more. 40 ms from 80 ms: 20 ms to the period's end
+// (quota left), then 20 ms of the next period.
+BOOST_AUTO_TEST_CASE(the_quota_refills_at_each_period_start) {
+  auto a = run_tasks(quota(0.5, 0.1), {{0.0, 0.060}});
+  BOOST_TEST(a.at(0) == 0.110, tt::tolerance(1e-9));
+  auto b = run_tasks(quota(0.5, 0.1), {{0.080, 0.040}});
+  BOOST_TEST(b.at(0) == 0.120, tt::tolerance(1e-9));
+}
+
+// Two tasks on one core under the quota share both the core and the quota: 2 x 20 ms of work is
+// 40 ms of CPU, within 50 ms, done together at 40 ms; 2 x 40 ms needs 80: 50 ms, pause, 30 ms
+BOOST_AUTO_TEST_CASE(tasks_share_the_quota_of_their_node) {
+  auto a = run_tasks(quota(0.5, 0.1), {{0.0, 0.020}, {0.0, 0.020}});
+  BOOST_TEST(a.at(0) == 0.040, tt::tolerance(1e-9));
+  BOOST_TEST(a.at(1) == 0.040, tt::tolerance(1e-9));
+  auto b = run_tasks(quota(0.5, 0.1), {{0.0, 0.040}, {0.0, 0.040}});
+  BOOST_TEST(b.at(0) == 0.130, tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(shared_cores)
+
+// 4 tasks of 10 ms on 2 cores run at half speed: 20 ms; on 4 cores 10 ms. When two finish early the
+// others speed up: tasks of 10, 10, 30, 30 ms on 2 cores: the short ones end at 20 ms, the long
+// ones have 20 ms left at full speed: 40 ms
+BOOST_AUTO_TEST_CASE(more_tasks_than_cores_share_them_fairly) {
+  CpuShare two;
+  two.cores = 2;
+  auto a = run_tasks(two, {{0, 0.01}, {0, 0.01}, {0, 0.01}, {0, 0.01}});
+  for (double t : a) BOOST_TEST(t == 0.020, tt::tolerance(1e-9));
+  CpuShare four;
+  four.cores = 4;
+  auto b = run_tasks(four, {{0, 0.01}, {0, 0.01}, {0, 0.01}, {0, 0.01}});
+  for (double t : b) BOOST_TEST(t == 0.010, tt::tolerance(1e-9));
+  auto c = run_tasks(two, {{0, 0.01}, {0, 0.01}, {0, 0.03}, {0, 0.03}});
+  BOOST_TEST(c.at(0) == 0.020, tt::tolerance(1e-9));
+  BOOST_TEST(c.at(3) == 0.040, tt::tolerance(1e-9));
+}
+
+// Through the step executor: 4 data-parallel ranks on one node computing 10 ms each, then a 4-byte
+// all-reduce. On 2 cores every compute phase takes twice as long as on 4 (10 ms more, throttled).
+BOOST_AUTO_TEST_CASE(four_ranks_on_two_cores_take_twice_as_long_per_phase) {
+  using namespace tandem::simulator::testing;
+  PlanCache cache;
+  const CompiledPlan& plan = cache.get(allreduce_request(4, tandem::engine::comm::Algorithm::kRing, 16, 16));
+  auto step = [&](double cores) {
+    StepSetup s = ddp_allreduce_step(plan);
+    for (RankSetup& rs : s.ranks) rs.bucket_backward_s = rs.backward_s = rs.forward_s = {0.010};
+    s.node_of_rank = {0, 0, 0, 0};
+    CpuShare c;
+    c.cores = cores;
+    s.node_cpu = {c};
+    Bench b(4, 1e9, 1e-6);
+    return b.run(s);
+  };
+  StepResult four = step(4), two = step(2);
+  for (int r = 0; r < 4; ++r) {
+    BOOST_TEST(four.ranks[r].compute_s == 0.020, tt::tolerance(1e-6));
+    BOOST_TEST(four.ranks[r].throttled_s == 0.0, tt::tolerance(1e-6));
+    BOOST_TEST(two.ranks[r].compute_s == 0.020, tt::tolerance(1e-6));
+    BOOST_TEST(two.ranks[r].throttled_s == 0.020, tt::tolerance(1e-6));  // each phase doubled
+  }
+  BOOST_TEST(two.step_s - four.step_s == 0.020, tt::tolerance(1e-3));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(node_cpu_cluster)
+
+BOOST_AUTO_TEST_CASE(cluster_json_reads_quota_period_and_ranks_per_node) {
+  ClusterSpec c = parse_cluster(R"({"nodes": [{"preset": "c5.large", "count": 2, "ranks_per_node": 4,
+                                    "cpu_quota": 1.5, "cpu_period_ms": 10}]})");
+  BOOST_TEST(c.endpoints() == 8);
+  BOOST_TEST(c.nodes[1].cpu_quota == 1.5);
+  BOOST_TEST(c.nodes[1].cpu_period_s == 0.010, tt::tolerance(1e-12));
+  BOOST_TEST(c.nodes[0].rank_cores() == 1.0);           // 4 ranks on 2 vCPUs: one core each at most
+  BOOST_TEST(c.node_of_endpoint(5) == 1);
+  const auto nets = c.host_nets();
+  BOOST_TEST(nets[0].devices == 4);
+  BOOST_TEST(nets[0].intra_bytes_per_s > 0);            // ranks of a node talk through its memory
+}
+
+BOOST_AUTO_TEST_CASE(bad_cpu_fields_name_the_field) {
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "cpu_quota": 2}]})"); },
+               "cluster.nodes[0].cpu_quota");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "cpu_quota": 0}]})"); }, "cpu_quota");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "cpu_period_ms": 100}]})"); },
+               "without cpu_quota");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "cpu_quota": 0.5, "cpu_period_s": 5}]})"); },
+               "cpu_period");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "p3.2xlarge", "ranks_per_node": 2}]})"); },
+               "ranks_per_node");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "ranks_per_node": 0}]})"); },
+               "ranks_per_node");
+}
+
+// A long step on a node held to half a core takes about twice as long (the quota's average); the
+// same node without a quota is unchanged by the model.
+BOOST_AUTO_TEST_CASE(a_quota_halves_a_long_single_node_step) {
+  JobSpec j;
+  j.model = "lenet5";
+  j.dataset = "fashion-mnist";
+  j.batch = 4096;
+  j.epochs = 1;
+  SimResult full = simulate(parse_cluster(R"({"nodes": [{"preset": "c5.large"}]})"), j);
+  SimResult half = simulate(parse_cluster(R"({"nodes": [{"preset": "c5.large", "cpu_quota": 1,
+                                            "cpu_period_ms": 1}]})"), j);
+  BOOST_TEST(full.step_time_s > 0.05);  // many periods long
+  BOOST_TEST(half.step_time_s / full.step_time_s == 2.0, tt::tolerance(0.02));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
