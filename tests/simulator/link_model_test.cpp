@@ -12,6 +12,7 @@
 #include "simulator/network/network.hpp"
 #include "simulator/network/topology.hpp"
 #include "tests/simulator/step_fixture.hpp"
+#include "tests/simulator/expect_error.hpp"
 
 using namespace tandem::simulator;
 using namespace tandem::simulator::network;
@@ -65,14 +66,7 @@ std::vector<double> star_times(const std::vector<HostNet>& h, const std::vector<
   return t.at;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    BOOST_ERROR("no error; expected one mentioning \"" << needle << "\"");
-  } catch (const tandem::Error& e) {
-    BOOST_TEST(std::string(e.what()).find(needle) != std::string::npos, e.what() << " lacks " << needle);
-  }
-}
+using tandem::simulator::testing::expect_error;
 
 constexpr double kData = kTcpFrameBytes / kTcpMssBytes;                 // wire bytes per payload byte
 constexpr double kAck = kTcpAckBytes / (kTcpSegmentsPerAck * kTcpMssBytes);  // ACK bytes per payload byte

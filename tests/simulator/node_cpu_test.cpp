@@ -12,6 +12,7 @@
 #include "simulator/compute/node_cpu.hpp"
 #include "simulator/simulate.hpp"
 #include "tests/simulator/step_fixture.hpp"
+#include "tests/simulator/expect_error.hpp"
 
 using namespace tandem::simulator;
 namespace tt = boost::test_tools;
@@ -60,14 +61,7 @@ CpuShare quota(double cores, double period_s) {
   return s;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    BOOST_ERROR("no error; expected one mentioning \"" << needle << "\"");
-  } catch (const tandem::Error& e) {
-    BOOST_TEST(std::string(e.what()).find(needle) != std::string::npos, e.what() << " lacks " << needle);
-  }
-}
+using tandem::simulator::testing::expect_error;
 
 }  // namespace
 

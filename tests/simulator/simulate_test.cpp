@@ -11,6 +11,7 @@
 #include "simulator/search.hpp"
 #include "simulator/simulate.hpp"
 #include "tests/simulator/printers.hpp"
+#include "tests/simulator/expect_error.hpp"
 
 using namespace tandem::simulator;
 namespace tt = boost::test_tools;
@@ -26,14 +27,7 @@ JobSpec seed_job() {
   return j;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    BOOST_ERROR("no error; expected one mentioning \"" << needle << "\"");
-  } catch (const tandem::Error& e) {
-    BOOST_TEST(std::string(e.what()).find(needle) != std::string::npos, e.what() << " lacks " << needle);
-  }
-}
+using tandem::simulator::testing::expect_error;
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(cpu_credits)
