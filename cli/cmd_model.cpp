@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/enums.hpp"
 #include "tandem/tandem.h"
 
 namespace {
@@ -151,9 +152,7 @@ tandem::cli::Registration reg{"model", "inspect models (zoo names or JSON specs)
   app.require_subcommand(1);
   CLI::App* s = app.add_subcommand("summary", "per-layer table (output shape, parameters, FLOPs, activation bytes)");
   s->add_option("model", o->model,
-                "zoo name (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet: CIFAR-sized; resnet18_imagenet, resnet50, "
-                "resnet101, vgg16_imagenet, mobilenetv2_imagenet, alexnet_imagenet, inception_v3: torchvision's ImageNet "
-                "networks) or a JSON spec file")
+                std::string("zoo name (") + tandem::cli::kZooHelp + ") or a JSON spec file")
       ->required();
   s->add_option("--input", o->input, "input shape CxHxW for a zoo model (default: its usual input)");
   s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)");

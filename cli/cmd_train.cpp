@@ -477,7 +477,7 @@ int run_train(const TrainOptions& o) {
 
 tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::App& app) -> tandem::cli::Runner {
   auto o = std::make_shared<TrainOptions>();
-  app.add_option("--model", o->model, "zoo name (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet) or a JSON spec file")
+  app.add_option("--model", o->model, std::string("zoo name (") + tandem::cli::kZooHelp + ") or a JSON spec file")
       ->capture_default_str();
   app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
   app.add_option("--data-dir", o->data_dir, "directory of the data set's files");

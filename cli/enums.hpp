@@ -8,6 +8,11 @@
 
 namespace tandem::cli {
 
+// The zoo as the command line describes it (help texts of train, simulate, calibrate and model summary).
+inline constexpr const char* kZooHelp =
+    "mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet: CIFAR-sized; resnet18_imagenet, resnet50, resnet101, "
+    "vgg16_imagenet, mobilenetv2_imagenet, alexnet_imagenet, inception_v3: torchvision's ImageNet networks";
+
 inline const std::map<std::string, int>& strategy_names() {
   static const std::map<std::string, int> m{{"single", TANDEM_STRATEGY_SINGLE},
                                             {"ddp", TANDEM_STRATEGY_DDP},

@@ -69,7 +69,7 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--cluster", o->cluster, "PRESET:COUNT (e.g. t2.micro:4, joined by '+'), or a cluster JSON file")
       ->required();
   app.add_option("--job", o->job_file, "a job JSON file (keys as these options); options given here override it");
-  app.add_option("--model", o->model, "zoo model (mlp, lenet5, resnet18, mobilenetv2, vgg16, alexnet)")
+  app.add_option("--model", o->model, std::string("zoo model (") + kZooHelp + ")")
       ->capture_default_str();
   app.add_option("--model-file", o->model_file, "a JSON model spec file instead of a zoo model")->excludes("--model");
   app.add_option("--dataset", o->dataset, "cifar10, cifar100, fashion-mnist, mnist, imagenet; or '' with --samples "
