@@ -60,7 +60,9 @@ BOOST_AUTO_TEST_CASE(malformed_values_name_the_variable) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"TANDEM_TIMEOUT_MS", "0"},   {"TANDEM_TIMEOUT_MS", "12ms"},  {"TANDEM_CHUNK_BYTES", "-1"},
       {"TANDEM_DETERMINISTIC", "2"}, {"TANDEM_ALLREDUCE_ALGO", "fastest"}};
-  for (const auto& [var, value] : bad) {
+  for (const auto& entry : bad) {
+    const std::string& var = entry.first;  // not a structured binding: clang 14 cannot capture those in a lambda
+    const std::string& value = entry.second;
     std::string msg;
     const Status st = status_of([&] { comm_options_from_env(CommOptions{}, lookup_in({{var, value}})); }, &msg);
     BOOST_TEST((st == Status::kInvalidArgument), var << "=" << value << ": " << status_name(st));

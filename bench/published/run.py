@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Predict published GPU-cluster data-parallel results with `tandem simulate` and print the error per point.
+
+Only what a user knows before renting the machines goes in: the GPU's data sheet (or, where the paper gives one,
+its single-device rate), the node's GPUs per server and intra-node link, the NIC's rate and kind (RDMA / TCP),
+the model and the per-GPU batch. Nothing is fitted to the scaling figures being predicted. See README.md for the
+sources of every figure and the assumptions where a paper is silent.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+# GPU data sheets (f32 peak, memory bandwidth, memory).
+P100_SXM2 = {"peak_tflops": 10.6, "mem_gbps": 732 * 8, "gpu_memory_gib": 16}
+P100_PCIE = {"peak_tflops": 9.3, "mem_gbps": 732 * 8, "gpu_memory_gib": 16}
+
+IMAGENET_TRAIN = 1281167
+
+# Each case: a published scaling point (efficiency of N GPUs against `base_gpus` GPUs, linear scaling = 1).
+CASES = [
+    {
+        "source": "Goyal et al. 2017 (arXiv 1706.02677)",
+        "what": "ResNet-50, batch 32/GPU, 8x P100 SXM2 (NVLink) per server, 50 Gbit/s Ethernet",
+        "model": "resnet50", "batch": 32, "gpus_per_node": 8, "gpu": P100_SXM2,
+        "intra_gbps": 8 * 40, "nic_gbps": 50, "protocol": "tcp",
+        # the paper: 90 epochs take 29 h on 8 GPUs; the per-GPU rate assumes linear scaling inside the server
+        "epoch_time_s": 29 * 3600 / 90 * 8,
+        "base_gpus": 8, "points": [(256, 0.90)],
+    },
+    {
+        "source": "Sergeev & Del Balso 2018 (Horovod, 128-GPU benchmark)",
+        "what": "Inception V3, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
+        "model": "inception_v3", "input": "3x299x299", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
+        "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
+    },
+    {
+        "source": "Sergeev & Del Balso 2018 (Horovod)",
+        "what": "ResNet-101, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
+        "model": "resnet101", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
+        "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
+    },
+    {
+        "source": "Sergeev & Del Balso 2018 (Horovod)",
+        "what": "VGG-16, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
+        "model": "vgg16_imagenet", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
+        "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "base_gpus": 1, "points": [(128, 0.79), (512, 0.68)],
+    },
+]
+
+
+def cluster_file(case, nodes, tmp):
+    node = {"name": case["model"] + "-node", "count": nodes, "vcpus": 32, "gpus": case["gpus_per_node"],
+            "memory_gib": 256, "efficiency": 0.5, "nic_gbps": case["nic_gbps"], "nic_latency_us": 5,
+            "intra_gbps": case["intra_gbps"], "intra_latency_us": 5, "protocol": case["protocol"]}
+    node.update(case["gpu"])
+    path = os.path.join(tmp, f"{case['model']}-{nodes}.json")
+    with open(path, "w") as f:
+        json.dump({"nodes": [node], "topology": {"kind": "star"}}, f)
+    return path
+
+
+def simulate(tandem, case, gpus, tmp):
+    per = case["gpus_per_node"]
+    nodes = max(1, gpus // per)
+    cmd = [tandem, "simulate", "--cluster", cluster_file(case, nodes, tmp), "--model", case["model"],
+           "--dataset", "imagenet", "--batch", str(case["batch"]), "--strategy", "ddp", "--dp", str(gpus), "--json"]
+    if "input" in case:  # ImageNet at another crop size (Inception's 299x299): the data set described by hand
+        cmd[cmd.index("--dataset") + 1] = ""
+        cmd += ["--samples", str(IMAGENET_TRAIN), "--classes", "1000", "--input", case["input"]]
+    if "epoch_time_s" in case:
+        cmd += ["--epoch-time-s", f"{case['epoch_time_s']:.3f}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out), cmd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tandem", default="build/default/bin/tandem")
+    ap.add_argument("--json", help="write every point here")
+    ap.add_argument("--only", help="comma-separated models")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in CASES:
+            if args.only and case["model"] not in args.only.split(","):
+                continue
+            base, _ = simulate(args.tandem, case, case["base_gpus"], tmp)
+            for gpus, published in case["points"]:
+                d, cmd = simulate(args.tandem, case, gpus, tmp)
+                eff = d["images_per_sec"] / base["images_per_sec"] * case["base_gpus"] / gpus
+                rows.append({"source": case["source"], "what": case["what"], "gpus": gpus,
+                             "base_gpus": case["base_gpus"], "published": published, "predicted": eff,
+                             "error_points": 100 * (eff - published), "step_s": d["step_time_s"],
+                             "base_step_s": base["step_time_s"], "exposed_comm_s": d["comm_exposed_s"],
+                             "allreduce": d["allreduce"], "sim_wall_s": d["sim_wall_s"],
+                             "command": " ".join(cmd[1:])})
+                r = rows[-1]
+                print(f"{case['model']:>14} {gpus:>4} GPUs vs {case['base_gpus']}: published {published:.0%} "
+                      f"predicted {eff:.1%} ({r['error_points']:+.1f} points); step {d['step_time_s'] * 1e3:.1f} ms "
+                      f"(base {base['step_time_s'] * 1e3:.1f} ms), simulated in {d['sim_wall_s']:.1f} s",
+                      flush=True)
+    errs = sorted(abs(r["error_points"]) for r in rows)
+    if errs:
+        print(f"{len(errs)} points: median |error| {errs[len(errs) // 2]:.1f} points, max {errs[-1]:.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
