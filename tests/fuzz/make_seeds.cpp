@@ -114,6 +114,25 @@ void rendezvous_seeds() {
   put("rendezvous", "unauthenticated-set", std::string(1, '\0') + hdr(rdv::Op::kSet, 7) + sep + "k" + sep + "v");
 }
 
+// rendezvous_client inputs: [flags: bit 0 honest handshake, bits 1-3 the request][reply][rsep][reply]...; a reply is
+// [flags: bit 0 = a well-formed header with code flags >> 1][frame][fsep][frame]...
+void rendezvous_client_seeds() {
+  const std::string rsep("\xfb\xfa\xf9", 3), fsep("\xfe\xfd\xfc", 3);
+  auto ok = [&](const std::string& frames) { return std::string(1, '\x01') + frames; };
+  const std::string set = "\x01", get = "\x03", add = "\x05", erase = "\x07", barrier = "\x09";
+  put("rendezvous_client", "set-ok", set + ok(""));
+  put("rendezvous_client", "get-value", get + ok(fsep + "value"));
+  put("rendezvous_client", "add-counter", add + ok(fsep + rdv::encode_u64(3)));
+  put("rendezvous_client", "erase-existed", erase + ok(fsep + rdv::encode_u64(1)));
+  put("rendezvous_client", "barrier", barrier + ok(fsep + rdv::encode_u64(2)) + rsep + ok(fsep + "1"));
+  const auto code = [](rdv::Code c) { return std::string(1, static_cast<char>(1 | (static_cast<int>(c) << 1))); };
+  put("rendezvous_client", "set-bad-request", set + code(rdv::Code::kBadRequest) + fsep + "why");
+  put("rendezvous_client", "get-timeout", get + code(rdv::Code::kTimeout));
+  put("rendezvous_client", "challenge-wrong-proof",
+      std::string(1, '\0') + code(rdv::Code::kChallenge) + fsep + std::string(32, 'n') + fsep + std::string(32, 'p'));
+  put("rendezvous_client", "raw-header", std::string(1, '\0') + std::string(1, '\0') + std::string(10, '\x80'));
+}
+
 void json_seeds() {
   for (const char* m : {"mlp", "lenet5", "resnet18"})
     put("model_spec_json", m, nn::model_to_json(nn::zoo_model(m, nn::zoo_default_input(m), 10)).dump(1));
@@ -196,6 +215,7 @@ int main(int argc, char** argv) {
   root = argv[1];
   wire_seeds();
   rendezvous_seeds();
+  rendezvous_client_seeds();
   json_seeds();
   data_seeds();
   checkpoint_seeds();
