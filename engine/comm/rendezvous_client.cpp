@@ -192,7 +192,7 @@ std::optional<RendezvousClient::Reply> RendezvousClient::roundtrip(uint8_t op, s
       const auto wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                                    std::chrono::milliseconds(0), std::chrono::milliseconds(kDriveSlice));
       zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, wait);
+      rdv::poll_through_signals(&item, 1, wait);
       for (;;) {
         zmq::message_t first;
         if (!d.recv(first, zmq::recv_flags::dontwait)) break;

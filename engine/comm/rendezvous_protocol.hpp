@@ -30,6 +30,8 @@
 //   BYE   [hdr]                        -> (no reply) the client is closing; a stopping server waits for
 //                                         every joined client's BYE (bounded by its shutdown grace)
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,6 +39,7 @@
 #include <string_view>
 
 #include <sodium.h>
+#include <zmq.hpp>
 
 namespace tandem::engine::comm::rendezvous {
 
@@ -172,6 +175,18 @@ inline bool proof_equals(const Proof& expected, std::string_view got) {
 template <size_t N>
 inline std::string_view as_view(const std::array<unsigned char, N>& a) {
   return {reinterpret_cast<const char*>(a.data()), a.size()};
+}
+
+// zmq::poll that treats a signal delivered to the calling thread (SIGCHLD in a launcher, a profiler's SIGPROF, a
+// fuzzer's alarm) as "nothing happened yet" instead of throwing EINTR: the callers loop on their own deadlines.
+inline int poll_through_signals(zmq::pollitem_t* items, size_t n, std::chrono::milliseconds timeout) {
+  try {
+    return zmq::poll(items, n, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (size_t i = 0; i < n; ++i) items[i].revents = 0;
+    return 0;
+  }
 }
 
 }  // namespace tandem::engine::comm::rendezvous

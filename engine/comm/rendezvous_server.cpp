@@ -198,7 +198,7 @@ void RendezvousServer::Impl::run() {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {wake_rx.handle(), 0, ZMQ_POLLIN, 0},
                                {monitor_rx.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+    rdv::poll_through_signals(items, 3, std::chrono::milliseconds(wait_ms));
     if (items[2].revents & ZMQ_POLLIN) read_monitor();
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t m;

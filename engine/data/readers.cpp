@@ -101,9 +101,10 @@ IdxArray read_idx(const std::string& path) {
     const int64_t d = big_endian(dim_bytes + 4 * i);
     TANDEM_CHECK(d > 0 && d < (int64_t{1} << 31), Status::kIo, "'{}': dimension {} is {}", path, i, d);
     a.dims.push_back(d);
-    total *= d;
-    TANDEM_CHECK(total < (int64_t{1} << 36), Status::kIo, "'{}': dimensions {} describe an implausibly large array",
+    // checked before multiplying: total < 2^36 times d < 2^31 would overflow int64_t
+    TANDEM_CHECK(d < (int64_t{1} << 36) / total, Status::kIo, "'{}': dimensions {} describe an implausibly large array",
                  path, fmt::join(a.dims, "x"));
+    total *= d;
   }
   // The header's size is a claim: memory grows with the data actually read, so a short file announcing 2^35
   // values fails as truncated instead of allocating them first.

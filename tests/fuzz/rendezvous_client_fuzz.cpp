@@ -68,7 +68,7 @@ struct Server {
     size_t next_reply = 0;
     while (!stop.load()) {
       zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(10));
+      rdv::poll_through_signals(&item, 1, std::chrono::milliseconds(10));
       if (!(item.revents & ZMQ_POLLIN)) continue;
       std::vector<std::string> frames;
       zmq::message_t m;

@@ -47,7 +47,7 @@ struct Harness {
     const auto deadline = std::chrono::steady_clock::now() + kReplyTimeout;
     for (;;) {
       zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      rdv::poll_through_signals(&item, 1, std::chrono::milliseconds(100));
       std::vector<std::string> frames;
       zmq::message_t m;
       while (item.revents & ZMQ_POLLIN && dealer.recv(m, zmq::recv_flags::dontwait)) {

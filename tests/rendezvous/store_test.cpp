@@ -1,6 +1,8 @@
 // The rendezvous store's behaviour for peers that hold the secret: set/get/add/erase/barrier
 // across threads and processes, deadlines, limits and shutdown.
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +95,43 @@ BOOST_AUTO_TEST_CASE(get_waits_until_another_client_sets_the_key) {
   BOOST_TEST(v == "value");
   BOOST_TEST(ms_since(start) >= 140);
   BOOST_TEST(ms_since(start) < 2000);
+}
+
+BOOST_AUTO_TEST_CASE(signals_delivered_while_waiting_are_neither_errors_nor_fatal_to_the_server) {
+  // A process's threads receive signals (SIGCHLD in a launcher, a profiler's SIGPROF): zmq_poll then fails with EINTR
+  // whatever SA_RESTART says. That must not fail a client's wait, nor stop the server's thread.
+  struct sigaction quiet {}, old{};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  BOOST_REQUIRE(sigaction(SIGUSR1, &quiet, &old) == 0);
+  RendezvousServer server(server_options());
+  RendezvousClient reader(client_options(server, 0));
+  RendezvousClient writer(client_options(server, 1));
+  const pthread_t waiting = pthread_self();
+  std::atomic<bool> done{false};
+  std::atomic<int> sent{0};
+  std::thread pelter([&] {  // both at the waiting thread and at the process (any thread: the server's too)
+    for (int i = 0; !done.load() && i < 5000; ++i, sent.fetch_add(2)) {
+      pthread_kill(waiting, SIGUSR1);
+      kill(getpid(), SIGUSR1);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::thread late([&] {
+    std::this_thread::sleep_for(300ms);
+    writer.set("late", "value");
+  });
+  std::string v;
+  const Status st = status_of([&] { v = reader.get("late", 5000ms); });
+  late.join();
+  const Status after = status_of([&] { BOOST_TEST(reader.add("counter", 2) == 2); });
+  done.store(true);
+  pelter.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  BOOST_TEST(sent.load() > 20);
+  BOOST_TEST((st == Status::kOk));
+  BOOST_TEST(v == "value");
+  BOOST_TEST((after == Status::kOk));
 }
 
 BOOST_AUTO_TEST_CASE(get_timeout_throws_ktimeout_naming_the_key) {

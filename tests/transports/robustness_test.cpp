@@ -272,8 +272,12 @@ BOOST_AUTO_TEST_CASE(zmq_keeps_freed_frame_memory_at_the_top_of_the_heap) {
   const std::string msg = creation_error("zmq", "TANDEM_ZMQ_HEAP_PAD", "-1");
   BOOST_TEST(msg.find("TANDEM_ZMQ_HEAP_PAD") != std::string::npos, msg);
   MemoryStore store;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)  // gcc's names
   return;  // a sanitizer's allocator replaces glibc's heap: nothing of it to look at
+#elif defined(__has_feature)                                           // clang's
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return;
+#endif
 #endif
   const settings::ScopedProcessValue pad("TANDEM_ZMQ_HEAP_PAD", "8388608");
   auto t = create_transport(options_for("zmq", 0, 1, store, unique_prefix("pad")));

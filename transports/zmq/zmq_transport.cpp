@@ -353,7 +353,11 @@ void Core::connect(const TransportOptions& o) {
                  "zmq: rank {} did not hear from rank(s) {} within {} ms (key prefix '{}')", rank_, missing,
                  o.connect_timeout.count(), o.key_prefix);
     ::zmq::pollitem_t item{tx_->handle(), 0, ZMQ_POLLIN, 0};
-    ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    try {
+      ::zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    } catch (const ::zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal delivered to this thread: look again
+    }
   }
   // Read every DEALER dry once: its pipe's reader is then asleep, so the next message signals
   // the socket's ZMQ_FD (progress() polls those).
