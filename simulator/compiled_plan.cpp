@@ -16,6 +16,7 @@ using engine::comm::RankPlan;
 using Kind = CompiledPlan::Kind;
 
 uint64_t CompiledPlan::total_bytes_sent() const {
+  if (sizes_bounded) return exact_bytes_sent;
   uint64_t b = 0;
   for (size_t i = 0; i + 1 < ops.size(); ++i)
     if (ops[i].kind == Kind::kSend) b += ops[i].bytes;
@@ -175,52 +176,127 @@ void detect_symmetry(CompiledPlan& c) {
   c.rotation_symmetric = sym && find_mirrors(c);
 }
 
-// Where rank 0's regions lie (engine::comm::plan_address), in plan order: what every other rank is
-// compared with.
-std::vector<engine::comm::PlanAddress> addresses(const engine::comm::Plan& header, const RankPlan& rp) {
-  std::vector<engine::comm::PlanAddress> v;
+// Rank 0's regions as the runtime's dependency analysis sees them. Two non-empty regions of one
+// address space overlap exactly when each starts before the other ends, so what matters of their
+// places is the order of starts against ends: per space, rank 0's region ends sorted by position
+// (an end before a start at one position: touching regions do not overlap) and cut into blocks of
+// only ends or only starts. For every region (plan order): its space and the blocks of its start and
+// end. A region covering a whole space of known size overlaps everything there and is kept apart.
+struct Outline {
+  struct Ref {
+    int space = -1;      // -1: an empty region (no access)
+    bool whole = false;  // covers its whole space
+    uint32_t lo_block = 0, hi_block = 0;
+  };
+  std::vector<Ref> refs;
+  std::vector<uint8_t> block_is_end[3];
+  size_t anchor[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};  // the region that starts first (its start opens block 0)
+  int64_t sizes[3] = {0, 0, 0};
+};
+
+template <typename F>
+void for_each_region(const RankPlan& rp, F&& f) {
   for (const auto& round : rp.rounds)
     for (const auto& op : round.ops) {
-      if (op.kind != OpKind::kRecv) v.push_back(engine::comm::plan_address(header, 0, op.src));
-      if (op.kind != OpKind::kSend) v.push_back(engine::comm::plan_address(header, 0, op.dst));
+      if (op.kind != OpKind::kRecv) f(op.src);
+      if (op.kind != OpKind::kSend) f(op.dst);
     }
-  return v;
 }
 
-// Rank r's plan is rank 0's (`a`, its regions at `at0`) rotated, as the runtime's dependency analysis
-// sees it: the same rounds of the same ops, peers shifted by r, and in every address space
-// (engine::comm::plan_address) every non-empty region moved by one offset, modulo the space's size,
-// without wrapping around its end. A rigid rotation keeps which regions overlap, so
-// compile_rank_plan gives rank r rank 0's graph.
-bool congruent(const engine::comm::Plan& header, const RankPlan& a, const std::vector<engine::comm::PlanAddress>& at0,
-               const RankPlan& b, int32_t r) {
+Outline outline(const engine::comm::Plan& header, const RankPlan& rp) {
+  Outline o;
+  for (int sp = 0; sp < 3; ++sp)
+    o.sizes[sp] = static_cast<int64_t>(engine::comm::plan_buffer_count(header, static_cast<engine::comm::Buffer>(sp), 0));
+  struct End {
+    uint64_t pos;
+    bool start;  // ends sort before starts at one position
+    uint32_t region;
+    bool operator<(const End& e) const { return pos != e.pos ? pos < e.pos : start < e.start; }
+  };
+  std::vector<End> ends[3];
+  uint32_t k = 0;
+  for_each_region(rp, [&](const engine::comm::Region& r) {
+    Outline::Ref ref;
+    const auto a = engine::comm::plan_address(header, 0, r);
+    if (r.count > 0 && a.space >= 0 && a.space < 3) {
+      ref.space = a.space;
+      ref.whole = o.sizes[a.space] > 0 && static_cast<int64_t>(r.count) == o.sizes[a.space];
+      if (!ref.whole) {
+        ends[a.space].push_back({a.offset, true, k});
+        ends[a.space].push_back({a.offset + r.count, false, k});
+      }
+    }
+    o.refs.push_back(ref);
+    ++k;
+  });
+  for (int sp = 0; sp < 3; ++sp) {
+    auto& e = ends[sp];
+    std::sort(e.begin(), e.end());
+    for (size_t i = 0; i < e.size(); ++i) {
+      if (i == 0 || e[i].start != e[i - 1].start) o.block_is_end[sp].push_back(!e[i].start);
+      const auto block = static_cast<uint32_t>(o.block_is_end[sp].size() - 1);
+      (e[i].start ? o.refs[e[i].region].lo_block : o.refs[e[i].region].hi_block) = block;
+    }
+    if (!e.empty()) o.anchor[sp] = e[0].region;  // a start: every region ends after it starts
+  }
+  return o;
+}
+
+// The bytes an op moves, as append_member counts them.
+uint64_t op_bytes(const engine::comm::Op& op, uint64_t eb) {
+  switch (op.kind) {
+    case OpKind::kSend: return op.src.count * eb;
+    case OpKind::kRecv: return op.dst.count * eb;
+    case OpKind::kCopy: return 2 * op.src.count * eb;
+    case OpKind::kReduce: return 3 * op.src.count * eb;
+  }
+  return 0;
+}
+
+// Storage congruent() reuses rank after rank.
+struct Scratch {
+  engine::comm::PlanAddress base[3];    // where each buffer's element 0 lies for the rank compared
+  std::vector<uint64_t> offset, count;  // per region of the rank compared
+  std::vector<uint64_t> bytes;          // per op of the rank compared, in plan order (see op_bytes)
+  std::vector<int64_t> first[3], last[3];  // per block: the least and greatest position in it
+};
+
+// Rank r's plan is rank 0's (`a`, outlined in `o`) rotated, as the runtime's dependency analysis sees
+// it: the same rounds of the same ops, peers shifted by r, and in every address space
+// (engine::comm::plan_address) rank r's starts and ends in the order of rank 0's blocks -- read from
+// the image of rank 0's first start, around the space when its size is known (regions never wrap
+// around its end, so they overlap on the circle exactly when they do on the line). Then the same
+// pairs of ops touch overlapping regions with one of them writing, and compile_rank_plan, whose
+// dependencies order exactly those pairs (an identical range as a chain, the others pairwise), gives
+// rank r a graph with rank 0's transitive closure: every op waits for the same ops, so both start and
+// finish ops at the same times. A rigid rotation (equal segments) is such an image; so are unequal
+// segments (a count not divisible by the world). Region lengths may differ unless `same_sizes`.
+bool congruent(const engine::comm::Plan& header, const RankPlan& a, const Outline& o, const RankPlan& b, int32_t r,
+               bool same_sizes, uint64_t eb, Scratch& w) {
   using engine::comm::Region;
   const int32_t n = header.world;
   if (a.rounds.size() != b.rounds.size()) return false;
-  int64_t shift[3] = {0, 0, 0}, sizes[3];
-  bool seen[3] = {false, false, false};
-  for (int sp = 0; sp < 3; ++sp)
-    sizes[sp] = static_cast<int64_t>(engine::comm::plan_buffer_count(header, static_cast<engine::comm::Buffer>(sp), 0));
-  size_t next = 0;  // into at0
+  w.offset.assign(o.refs.size(), 0);
+  w.count.assign(o.refs.size(), 0);
+  w.bytes.clear();
+  for (int bf = 0; bf < 3; ++bf)
+    w.base[bf] = engine::comm::plan_address(header, r, Region{static_cast<engine::comm::Buffer>(bf), 0, 1});
+  size_t next = 0;  // into o.refs
   auto same_place = [&](const Region& x, const Region& y) {
-    const engine::comm::PlanAddress px = at0[next++];
-    if (x.count != y.count || x.buffer != y.buffer) return false;
+    const size_t k = next++;
+    const Outline::Ref& ref = o.refs[k];
+    if (x.buffer != y.buffer || (x.count == 0) != (y.count == 0)) return false;
+    if (same_sizes && x.count != y.count) return false;
     if (x.count == 0) return true;  // no access
-    const auto py = engine::comm::plan_address(header, r, y);
-    if (px.space != py.space || px.space < 0 || px.space > 2) return false;
-    const int64_t size = sizes[px.space];
-    const auto ox = static_cast<int64_t>(px.offset), oy = static_cast<int64_t>(py.offset);
-    const auto len = static_cast<int64_t>(x.count);
-    int64_t& d = shift[px.space];
-    if (size > 0) {
-      if (ox + len > size || oy + len > size) return false;
-      if (!seen[px.space]) d = ((oy - ox) % size + size) % size;
-      seen[px.space] = true;
-      return oy == ox + d || oy == ox + d - size;  // (ox + d) mod size, both in [0, size)
-    }
-    if (!seen[px.space]) d = oy - ox;  // a space of unknown size (scratch): translated, not rotated
-    seen[px.space] = true;
-    return oy == ox + d;
+    const engine::comm::PlanAddress& base = w.base[static_cast<size_t>(y.buffer)];  // affine in the offset
+    const engine::comm::PlanAddress py{base.space, base.offset + y.offset};
+    if (py.space != ref.space) return false;
+    const int64_t size = o.sizes[ref.space];
+    if (size > 0 && (static_cast<int64_t>(py.offset + y.count) > size || ref.whole != (static_cast<int64_t>(y.count) == size)))
+      return false;
+    w.offset[k] = py.offset;
+    w.count[k] = y.count;
+    return true;
   };
   for (size_t t = 0; t < a.rounds.size(); ++t) {
     const auto& x = a.rounds[t].ops;
@@ -233,9 +309,55 @@ bool congruent(const engine::comm::Plan& header, const RankPlan& a, const std::v
       if (p.kind != OpKind::kRecv && !same_place(p.src, q.src)) return false;
       if (p.kind != OpKind::kSend && !same_place(p.dst, q.dst)) return false;
       if ((p.kind == OpKind::kSend || p.kind == OpKind::kRecv) && q.peer != (p.peer + r) % n) return false;
+      w.bytes.push_back(op_bytes(q, eb));
     }
   }
+  if (next != o.refs.size()) return false;
+  uint64_t from[3] = {0, 0, 0};
+  for (int sp = 0; sp < 3; ++sp) {
+    w.first[sp].assign(o.block_is_end[sp].size(), INT64_MAX);
+    w.last[sp].assign(o.block_is_end[sp].size(), INT64_MIN);
+    if (o.sizes[sp] > 0 && o.anchor[sp] != SIZE_MAX) from[sp] = w.offset[o.anchor[sp]];
+  }
+  for (size_t k = 0; k < o.refs.size(); ++k) {
+    const Outline::Ref& ref = o.refs[k];
+    if (ref.space < 0 || ref.whole) continue;
+    const auto size = static_cast<uint64_t>(o.sizes[ref.space]);
+    const uint64_t lo = size > 0 ? (w.offset[k] + size - from[ref.space]) % size : w.offset[k];
+    const uint64_t hi = lo + w.count[k];
+    if (size > 0 && hi > size) return false;  // wraps around the image of rank 0's first start
+    const auto sp = static_cast<size_t>(ref.space);
+    w.first[sp][ref.lo_block] = std::min(w.first[sp][ref.lo_block], static_cast<int64_t>(lo));
+    w.last[sp][ref.lo_block] = std::max(w.last[sp][ref.lo_block], static_cast<int64_t>(lo));
+    w.first[sp][ref.hi_block] = std::min(w.first[sp][ref.hi_block], static_cast<int64_t>(hi));
+    w.last[sp][ref.hi_block] = std::max(w.last[sp][ref.hi_block], static_cast<int64_t>(hi));
+  }
+  // blocks in rank 0's order: ends no later than the next starts, starts before the next ends
+  for (int sp = 0; sp < 3; ++sp)
+    for (size_t i = 0; i + 1 < o.block_is_end[sp].size(); ++i) {
+      if (o.block_is_end[sp][i] ? w.last[sp][i] > w.first[sp][i + 1] : w.last[sp][i] >= w.first[sp][i + 1]) return false;
+    }
   return true;
+}
+
+// Where each op of `rp` (plan order) lies in compile_rank_plan's program order: each round's
+// transfers, then its local ops.
+std::vector<uint32_t> program_order(const RankPlan& rp) {
+  std::vector<uint32_t> at;
+  uint32_t next = 0, first = 0;
+  for (const auto& round : rp.rounds) {
+    for (int pass = 0; pass < 2; ++pass) {
+      uint32_t k = first;
+      for (const auto& op : round.ops) {
+        const bool transfer = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
+        if (at.size() <= k) at.resize(k + 1);
+        if (transfer == (pass == 0)) at[k] = next++;
+        ++k;
+      }
+    }
+    first += static_cast<uint32_t>(round.ops.size());
+  }
+  return at;
 }
 
 // Plan::describe()'s fields from counts (the whole plan is not at hand, or walking it is costly).
@@ -348,24 +470,46 @@ CompiledPlan compile_plan_by_rank(const PlanRequest& request) {
   return c;
 }
 
-std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request) {
+std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request, bool bound_sizes) {
   const int32_t n = request.world;
   if (n < 2 || !cheap_by_rank(request)) return std::nullopt;
-  const engine::comm::Plan head = engine::comm::plan_header(request);
+  // kAuto resolved once: make_rank_plan would weigh the topology again for every rank
+  PlanRequest req = request;
+  req.algorithm = engine::comm::choose_algorithm(request);
+  const engine::comm::Plan head = engine::comm::plan_header(req);
   CompiledPlan c = header(request, 1);
-  const RankPlan rp0 = engine::comm::make_rank_plan(request, 0);
+  const RankPlan rp0 = engine::comm::make_rank_plan(req, 0);
   engine::comm::CompiledPlan rt;
   c.first_op.push_back(0);
   append_member(c, head, rp0, 0, rt, nullptr);
   c.first_op.push_back(static_cast<uint32_t>(c.ops.size()));
   if (c.ops.empty()) return std::nullopt;
   close_ops(c);
-  const auto at0 = addresses(head, rp0);
+  const Outline o = outline(head, rp0);
+  const std::vector<uint32_t> at = program_order(rp0);
+  Scratch w;
+  const uint32_t count = c.op_count(0);
+  TANDEM_CHECK(at.size() == count, Status::kInternal, "plan {}: {} ops in plan order, {} compiled", c.description,
+               at.size(), count);
+  std::vector<uint64_t> most(count);  // per op of member 0: the most any rank moves
+  for (uint32_t i = 0; i < count; ++i) most[i] = c.ops[i].bytes;
+  uint64_t sent = 0;  // over every rank
+  for (uint32_t i = 0; i < count; ++i) sent += c.ops[i].kind == Kind::kSend ? c.ops[i].bytes : 0;
   RankPlan rp;  // one rank at a time, storage reused
   for (int32_t r = 1; r < n; ++r) {
-    engine::comm::make_rank_plan(request, r, rp);
-    if (!congruent(head, rp0, at0, rp, r)) return std::nullopt;
+    engine::comm::make_rank_plan(req, r, rp);
+    if (!congruent(head, rp0, o, rp, r, !bound_sizes, c.elem_bytes, w)) return std::nullopt;
+    for (uint32_t k = 0; k < count; ++k) {
+      const uint32_t i = at[k];
+      most[i] = std::max(most[i], w.bytes[k]);
+      sent += c.ops[i].kind == Kind::kSend ? w.bytes[k] : 0;
+    }
   }
+  for (uint32_t i = 0; i < count; ++i) {
+    c.sizes_bounded |= most[i] != c.ops[i].bytes;
+    c.ops[i].bytes = most[i];
+  }
+  if (c.sizes_bounded) c.exact_bytes_sent = sent;
   if (!find_mirrors(c)) return std::nullopt;
   c.rotation_symmetric = true;
   c.description = counted_description(head, c, rp0.rounds.size());
@@ -381,7 +525,7 @@ const CompiledPlan& PlanCache::get(const PlanRequest& r) {
   std::unique_ptr<CompiledPlan> compiled;
   if (r.world <= kRankByRankWorld) {
     compiled = std::make_unique<CompiledPlan>(compile_plan(engine::comm::make_plan(r), r.elem_bytes));
-  } else if (auto sym = compile_symmetric(r)) {
+  } else if (auto sym = compile_symmetric(r, /*bound_sizes=*/true)) {
     compiled = std::make_unique<CompiledPlan>(std::move(*sym));
   } else {
     compiled = std::make_unique<CompiledPlan>(compile_plan_by_rank(r));

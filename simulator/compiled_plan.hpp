@@ -54,6 +54,13 @@ struct CompiledPlan {
   // member 0's send i mirrors (see step.cpp, symmetric execution; per op of member 0).
   bool rotation_symmetric = false;
   std::vector<uint32_t> mirror_recv;
+  // Symmetric form only: ranks run member 0's graph but move unequal amounts (a ring whose count is
+  // not divisible by the world: segments differ by one element), and each op holds the most any rank
+  // moves with it. Symmetric execution then times every rank as the slowest image (an upper bound on
+  // the full model's step, tight to the time of a few elements per step); exact_bytes_sent keeps
+  // the true total.
+  bool sizes_bounded = false;
+  uint64_t exact_bytes_sent = 0;
   std::optional<engine::comm::PlanRequest> request;  // what the plan was built from (for full())
 
   uint32_t op_count(int32_t member) const { return first_op[member + 1] - first_op[member]; }
@@ -82,17 +89,20 @@ CompiledPlan compile_plan(const engine::comm::Plan& plan, uint64_t elem_bytes);
 // which is made from counts (as compile_plan makes it for worlds over 256).
 CompiledPlan compile_plan_by_rank(const engine::comm::PlanRequest& request);
 // The symmetric form, if every rank's plan (make_rank_plan, checked one rank at a time) is member 0's
-// rotated -- same ops, peers shifted, every region moved rigidly within its address space, so the
-// runtime's dependency analysis gives every rank member 0's graph -- and member 0's receives mirror
-// its sends; else nullopt. Costs O(ops of the whole plan) time and O(ops of one rank) memory.
-std::optional<CompiledPlan> compile_symmetric(const engine::comm::PlanRequest& request);
+// rotated -- same ops, peers shifted, its regions' ends the images of member 0's under one
+// order-keeping map per address space (a rigid rotation where segments are equal), so the runtime's
+// dependency analysis gives every rank member 0's graph -- and member 0's receives mirror its sends;
+// else nullopt. Ranks must move equal amounts op by op unless `bound_sizes`: then each op takes the
+// most any rank moves (CompiledPlan::sizes_bounded). Costs O(ops of the whole plan) time and O(ops
+// of one rank) memory.
+std::optional<CompiledPlan> compile_symmetric(const engine::comm::PlanRequest& request, bool bound_sizes = false);
 
 // Worlds above this compile rank by rank (symmetric form where proven); smaller ones from make_plan.
 constexpr int32_t kRankByRankWorld = 256;
 
 // make_plan + compile_plan, memoised per request (the same bucket sizes recur in every step and in
-// every configuration a search tries); above kRankByRankWorld, compile_symmetric or
-// compile_plan_by_rank. Not thread-safe; one cache per simulation.
+// every configuration a search tries); above kRankByRankWorld, compile_symmetric (sizes bounded, so
+// rings of unequal segments stay O(ops of one rank)) or compile_plan_by_rank. Not thread-safe; one cache per simulation.
 class PlanCache {
  public:
   const CompiledPlan& get(const engine::comm::PlanRequest& request);

@@ -194,3 +194,64 @@ BOOST_AUTO_TEST_CASE(large_worlds_get_the_symmetric_form_with_the_same_times) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(symmetric_execution_unequal_segments)
+
+// A ring whose count the world does not divide gives segments one element apart: every rank runs
+// rank 0's graph (proven rank by rank) but moves a little more or less. The bounded form times every
+// rank as the most any rank moves op by op: never below the full model, and above it by at most the
+// time of those extra elements (a few nanoseconds per step at 1 Gbit/s).
+BOOST_DATA_TEST_CASE(bounded_form_bounds_the_full_model_tightly, bdata::make({3, 5, 8, 33}), n) {
+  Case c{n, 4ull * (static_cast<uint64_t>(n) * 2640 + 7), 2, 0, network::Sharing::kMaxMin};
+  const comm::PlanRequest req = request(c);
+  BOOST_TEST(!compile_symmetric(req).has_value());  // sizes differ: not exact
+  const auto sym = compile_symmetric(req, /*bound_sizes=*/true);
+  BOOST_REQUIRE(sym.has_value());
+  BOOST_TEST(sym->members == 1);
+  BOOST_TEST(sym->sizes_bounded);
+  const CompiledPlan old = compile_plan(comm::make_plan(req), 4);
+  BOOST_TEST(!old.rotation_symmetric);
+  BOOST_TEST(sym->total_bytes_sent() == old.total_bytes_sent());  // the true total, not the bound's
+  BOOST_TEST(sym->transfers() == old.transfers());
+  const StepResult full = run_plan(c, false, old), bound = run_plan(c, true, *sym);
+  BOOST_TEST(!full.symmetric_used);
+  BOOST_REQUIRE(bound.symmetric_used);
+  BOOST_TEST(bound.step_s >= full.step_s);
+  // one element more per transfer at 1.25e8 B/s is 32 ns; a rank's critical path crosses at most
+  // 2(n - 1) steps of a bucket, two buckets
+  BOOST_TEST(bound.step_s - full.step_s <= 4.0 * n * 40e-9, bound.step_s << " vs " << full.step_s);
+}
+
+// Segments cut into several chunks, one element apart, put chunk borders at different places on
+// different ranks: which regions overlap is not rank 0's, so no symmetric form is claimed.
+BOOST_AUTO_TEST_CASE(bounded_form_is_refused_where_overlaps_differ) {
+  Case c{8, 4ull * (8 * 2640 + 7), 1, 4096, network::Sharing::kMaxMin};
+  BOOST_TEST(!compile_symmetric(request(c), /*bound_sizes=*/true).has_value());
+  c.bucket_bytes = 4ull * 8 * 2640;  // equal segments: exact
+  BOOST_TEST(compile_symmetric(request(c), /*bound_sizes=*/true).has_value());
+}
+
+// Above kRankByRankWorld the cache keeps one rank's ops for such a ring, so memory and events grow
+// with the ops of one rank (O(world)), not with every rank's (O(world^2)): a structural guard for
+// the 1,024-rank vgg16 regression (issue #16), where the full form held 3.8 GB.
+BOOST_AUTO_TEST_CASE(large_unequal_rings_keep_one_ranks_ops) {
+  std::vector<size_t> held;
+  std::vector<uint64_t> events;
+  for (int n : {300, 600}) {
+    Case c{n, 4ull * (static_cast<uint64_t>(n) * 64 + 5), 1, 0, network::Sharing::kMaxMin};
+    PlanCache cache;
+    const CompiledPlan& p = cache.get(request(c));
+    BOOST_TEST(p.members == 1);
+    BOOST_TEST(p.sizes_bounded);
+    BOOST_TEST(p.transfers() == 2ull * n * (n - 1));  // every rank's transfers are still counted
+    const StepResult r = run_plan(c, true, p);
+    BOOST_TEST(r.symmetric_used);
+    held.push_back(p.bytes_held());
+    events.push_back(r.events);
+  }
+  // doubling the world doubles one rank's ops; the full form would hold and run four times as many
+  BOOST_TEST(static_cast<double>(held[1]) <= 2.2 * static_cast<double>(held[0]), held[1] << " vs " << held[0]);
+  BOOST_TEST(static_cast<double>(events[1]) <= 2.2 * static_cast<double>(events[0]), events[1] << " vs " << events[0]);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
