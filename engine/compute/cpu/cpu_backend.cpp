@@ -1,6 +1,7 @@
 // oneDNN CPU backend: construction, layouts and reorders, elementwise ops, loss, dropout and the
 // fused optimizer updates (OpenMP loops; oneDNN itself runs on the same OpenMP threads).
 #include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_kernels.hpp"
 #include "engine/compute/cpu/cpu_plans.hpp"
 
 #include <omp.h>
@@ -322,21 +323,10 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& buf, cons
   float* w = static_cast<float*>(param.raw_data());
   const float* g = static_cast<const float*>(grad.raw_data());
   float* b = mom ? static_cast<float*>(buf.raw_data()) : nullptr;
-  const int64_t n = param.numel();
-  const float lr = p.lr, wd = p.weight_decay, m = p.momentum, damp = 1.0f - p.dampening;
-  const bool first = p.step == 1, nesterov = p.nesterov;
-  if (!mom) {
-#pragma omp parallel for simd num_threads(threads_) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-    return;
-  }
-#pragma omp parallel for simd num_threads(threads_) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * w[i];
-    const float nb = first ? d : m * b[i] + damp * d;
-    b[i] = nb;
-    w[i] -= lr * (nesterov ? d + m * nb : nb);
-  }
+  const kernels::SgdStep step{p.lr, p.weight_decay, p.momentum, 1.0f - p.dampening, mom, p.step == 1, p.nesterov};
+  kernels::parallel_chunks(param.numel(), threads_, kParallelMin, [&](int64_t lo, int64_t hi) {
+    kernels::sgd(w + lo, g + lo, mom ? b + lo : nullptr, hi - lo, step);
+  });
 }
 
 void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& mbuf, Tensor& vbuf, const AdamParams& p) {

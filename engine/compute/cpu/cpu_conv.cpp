@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_kernels.hpp"
 #include "engine/compute/cpu/cpu_plans.hpp"
 #include "engine/compute/cpu/dnnl_exec.hpp"
 #include "engine/compute/validate.hpp"
@@ -215,13 +216,8 @@ void CpuBackend::linear_backward_weights(const Tensor& x, const Tensor& dy, Tens
        {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(xp, plan.b)}, {DNNL_ARG_DST, mem(dw, plan.c)}},
        "linear backward weights");
   if (dbias.defined()) {
-    const float* g = static_cast<const float*>(d.raw_data());
-    float* b = static_cast<float*>(dbias.raw_data());
-    for (int64_t o = 0; o < Out; ++o) {
-      float s = 0;
-      for (int64_t n = 0; n < N; ++n) s += g[n * Out + o];
-      b[o] = accumulate ? b[o] + s : s;
-    }
+    kernels::bias_grad(static_cast<const float*>(d.raw_data()), static_cast<float*>(dbias.raw_data()), N, Out,
+                       accumulate);
   }
 }
 
