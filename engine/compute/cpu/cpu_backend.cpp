@@ -68,6 +68,19 @@ memory::desc plain_md(const Shape& s, memory::data_type dt) {
   return memory::desc(dims, dt, strides);
 }
 
+memory::desc channel_blocked_md(const Shape& s, int64_t lanes, memory::data_type dt) {
+  const memory::dims d{s[0], s[1], s[2], s[3]};
+  using tag = memory::format_tag;
+  return memory::desc(d, dt, lanes == 1 ? tag::nchw : lanes == 8 ? tag::aBcd8b : tag::aBcd16b);
+}
+
+int64_t channel_block_lanes(const memory::desc& md, const Shape& s, memory::data_type dt) {
+  if (s.rank() != 4) return 0;
+  for (int64_t lanes : {1, 8, 16})
+    if (md == channel_blocked_md(s, lanes, dt)) return lanes;
+  return 0;
+}
+
 CpuBackend::CpuBackend(const BackendOptions& options)
     : threads_(options.num_threads > 0 ? options.num_threads : omp_get_max_threads()),
       engine_(dnnl::engine::kind::cpu, 0),

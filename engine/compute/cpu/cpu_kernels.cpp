@@ -180,3 +180,121 @@ TANDEM_CPU_CLONES void bias_grad(const float* __restrict dy, float* __restrict d
 }
 
 }  // namespace tandem::engine::compute::cpu::kernels
+
+namespace tandem::engine::compute::cpu::kernels {
+
+namespace {
+
+// Channel c of image n of a tensor stored as [N, C / lanes, H, W, lanes] (lanes 1: plain NCHW):
+// element (h, w) is at plane[(h * W + w) * lanes].
+struct Blocked {
+  const float* p;
+  int64_t cb, h, w, lanes;
+  const float* plane(int64_t n, int64_t c) const { return p + ((n * cb + c / lanes) * h * w) * lanes + c % lanes; }
+};
+
+// L floats as one GCC vector (two SSE registers in the baseline clone, one AVX register for L 8).
+template <int L> struct Lanes;
+template <> struct Lanes<8> { typedef float V __attribute__((vector_size(32))); };
+template <> struct Lanes<16> { typedef float V __attribute__((vector_size(64))); };
+
+// acc[j] += x at kernel row i, column j of input channel c times dy, over one image's output
+// pixels (dyb: that image's L-lane block of dy). T = KW accumulators stay in registers.
+template <int L, int T>
+[[gnu::always_inline]] inline void conv_dw_image(const Blocked& x, const float* __restrict dyb,
+                                                 const ConvWeightsGeometry& g, int64_t n, int64_t c, int64_t i,
+                                                 typename Lanes<L>::V (&acc)[T]) {
+  using V = typename Lanes<L>::V;
+  const float* xp = x.plane(n, c);
+  const int64_t xl = x.lanes, dwx = g.dw * xl;
+  V a[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) a[t] = acc[t];
+  for (int64_t oh = 0; oh < g.oh; ++oh) {
+    const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+    if (ih < 0 || ih >= g.h) continue;
+    const float* row = xp + ih * g.w * xl;
+    for (int64_t ow = 0; ow < g.ow; ++ow) {
+      V d;
+      std::memcpy(&d, dyb + (oh * g.ow + ow) * L, sizeof d);
+      const int64_t iw0 = ow * g.sw - g.pw;
+      if (iw0 >= 0 && iw0 + (T - 1) * g.dw < g.w) {  // every tap inside the row
+        const float* r = row + iw0 * xl;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) a[t] += r[t * dwx] * d;
+      } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int64_t iw = iw0 + t * g.dw;
+          if (iw >= 0 && iw < g.w) a[t] += row[iw * xl] * d;
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = a[t];
+}
+
+template <int L, int T>
+[[gnu::always_inline]] inline void conv_dw_task(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g, int64_t ob, int64_t c,
+                  int64_t i, bool accumulate) {
+  using V = typename Lanes<L>::V;
+  const int64_t ob_count = (g.o + L - 1) / L, valid = std::min<int64_t>(L, g.o - ob * L);
+  V total[T] = {};
+  for (int64_t n = 0; n < g.n; ++n) {  // per-image partial sums keep the float error small
+    V acc[T] = {};
+    conv_dw_image<L, T>(x, dy + ((n * ob_count + ob) * g.oh * g.ow) * L, g, n, c, i, acc);
+    for (int t = 0; t < T; ++t) total[t] += acc[t];
+  }
+  for (int64_t l = 0; l < valid; ++l)
+    for (int t = 0; t < T; ++t) {
+      float& out = dw[(((ob * L + l) * g.c + c) * g.kh + i) * g.kw + t];
+      out = accumulate ? out + total[t][l] : total[t][l];
+    }
+}
+
+template <int L>
+TANDEM_CPU_CLONES void conv_dw_task_lanes(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
+                                          int64_t ob, int64_t c, int64_t i, bool accumulate) {
+  switch (g.kw) {
+    case 1: return conv_dw_task<L, 1>(x, dy, dw, g, ob, c, i, accumulate);
+    case 2: return conv_dw_task<L, 2>(x, dy, dw, g, ob, c, i, accumulate);
+    case 3: return conv_dw_task<L, 3>(x, dy, dw, g, ob, c, i, accumulate);
+    case 4: return conv_dw_task<L, 4>(x, dy, dw, g, ob, c, i, accumulate);
+    case 5: return conv_dw_task<L, 5>(x, dy, dw, g, ob, c, i, accumulate);
+    case 6: return conv_dw_task<L, 6>(x, dy, dw, g, ob, c, i, accumulate);
+    default: return conv_dw_task<L, 7>(x, dy, dw, g, ob, c, i, accumulate);
+  }
+}
+
+}  // namespace
+
+void conv_backward_weights_direct(const float* x, const float* dy, float* dw, float* db, const ConvWeightsGeometry& g,
+                                  bool accumulate, int threads) {
+  const int64_t L = g.dy_lanes, ob_count = (g.o + L - 1) / L;
+  const Blocked xb{x, (g.c + g.x_lanes - 1) / g.x_lanes, g.h, g.w, g.x_lanes};
+  const int64_t tasks = ob_count * g.c * g.kh;  // each writes its own dw entries
+  parallel_chunks(tasks, threads, 2, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const int64_t ob = k / (g.c * g.kh), c = k / g.kh % g.c, i = k % g.kh;
+      if (L == 8) conv_dw_task_lanes<8>(xb, dy, dw, g, ob, c, i, accumulate);
+      else conv_dw_task_lanes<16>(xb, dy, dw, g, ob, c, i, accumulate);
+    }
+  });
+  if (db == nullptr) return;
+  const int64_t plane = g.oh * g.ow;
+  for (int64_t ob = 0; ob < ob_count; ++ob) {
+    double s[16] = {};
+    for (int64_t n = 0; n < g.n; ++n) {
+      const float* d = dy + (n * ob_count + ob) * plane * L;
+      for (int64_t p = 0; p < plane; ++p)
+        for (int64_t l = 0; l < L; ++l) s[l] += d[p * L + l];
+    }
+    for (int64_t l = 0; l < L && ob * L + l < g.o; ++l) {
+      float& out = db[ob * L + l];
+      out = accumulate ? out + static_cast<float>(s[l]) : static_cast<float>(s[l]);
+    }
+  }
+}
+
+}  // namespace tandem::engine::compute::cpu::kernels

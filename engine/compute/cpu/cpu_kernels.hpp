@@ -49,6 +49,19 @@ void max_pool_forward(const float* x, float* y, uint8_t* arg, const MaxPoolGeome
 // dx (fully written, padding lanes zero) = dy scattered to where each maximum came from.
 void max_pool_backward(const float* dy, const uint8_t* arg, float* dx, const MaxPoolGeometry& g, int threads);
 
+// Convolution weight and bias gradients computed directly, for groups 1: dy stored as
+// [N, O / L, OH, OW, L] with L = dy_lanes (8 or 16: oneDNN's nChw8c / nChw16c), x as
+// [N, C / x_lanes, H, W, x_lanes] (x_lanes 1 is plain NCHW), dw plain [O, C, KH, KW], db [O] or
+// null. Meant for small layers whose channel counts are not whole vectors (LeNet-5's 1 -> 6 and
+// 6 -> 16), where oneDNN 2.6's AVX2 backward-weights kernels pad and mask (3.5-5 ms for
+// LeNet-5's first layer at batch 64). Dilations as in ConvParams: 1 is a dense kernel.
+constexpr int64_t kDirectConvMaxKw = 7;  // kernel width: one accumulator register per column
+struct ConvWeightsGeometry {
+  int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, x_lanes, dy_lanes;
+};
+void conv_backward_weights_direct(const float* x, const float* dy, float* dw, float* db, const ConvWeightsGeometry& g,
+                                  bool accumulate, int threads);
+
 // db[o] (= or +=) sum over rows n of dy[n, o], rows added in order (as a column loop would).
 void bias_grad(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate);
 

@@ -236,16 +236,6 @@ PoolPlan& CpuBackend::pool_plan(PoolKind kind, const Shape& x, const memory::des
 // 64x6x28x28 (channels padded 6 -> 8) on an AVX2 EPYC, where the kernel takes ~0.2 ms. Its
 // workspace is a u8 tensor of the output's shape, stored like the output (oneDNN's is rank 1).
 namespace {
-memory::desc pool_md(const Shape& s, int64_t lanes, dt type) {
-  const memory::dims d{s[0], s[1], s[2], s[3]};
-  return lanes == 1 ? memory::desc(d, type, tag::nchw) : memory::desc(d, type, lanes == 8 ? tag::aBcd8b : tag::aBcd16b);
-}
-// 1, 8 or 16 when md is s stored as nchw, nChw8c or nChw16c; 0 otherwise.
-int64_t pool_lanes(const memory::desc& md, const Shape& s, dt type) {
-  for (int64_t lanes : {1, 8, 16})
-    if (md == pool_md(s, lanes, type)) return lanes;
-  return 0;
-}
 kernels::MaxPoolGeometry max_pool_geometry(const Shape& x, const Shape& y, int64_t lanes, const PoolParams& p) {
   return {x[0], x[1], lanes, x[2], x[3], y[2], y[3], p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
 }
@@ -254,11 +244,11 @@ kernels::MaxPoolGeometry max_pool_geometry(const Shape& x, const Shape& y, int64
 PoolForward CpuBackend::pool_forward(PoolKind kind, const Tensor& x, const PoolParams& p) {
   const Shape ys = validate::pool(x, p, device());
   const memory::desc md = md_of(x);
-  const int64_t lanes = kind == PoolKind::kMax ? pool_lanes(md, x.shape(), dt::f32) : 0;
+  const int64_t lanes = kind == PoolKind::kMax ? channel_block_lanes(md, x.shape(), dt::f32) : 0;
   if (lanes > 0 && p.kernel_h * p.kernel_w <= kernels::kMaxPoolMaxTaps) {
-    PoolForward out{alloc(pool_md(ys, lanes, dt::f32), ys),
+    PoolForward out{alloc(channel_blocked_md(ys, lanes, dt::f32), ys),
                     Tensor::with_layout(ys, DType::kU8, Device::cpu(),
-                                        std::make_shared<DnnlLayout>(pool_md(ys, lanes, dt::u8)))};
+                                        std::make_shared<DnnlLayout>(channel_blocked_md(ys, lanes, dt::u8)))};
     kernels::max_pool_forward(static_cast<const float*>(x.raw_data()), static_cast<float*>(out.y.raw_data()),
                               static_cast<uint8_t*>(out.workspace.raw_data()),
                               max_pool_geometry(x.shape(), ys, lanes, p), threads_);
@@ -287,10 +277,10 @@ Tensor CpuBackend::pool_backward(PoolKind kind, const Tensor& dy, const Tensor& 
     TANDEM_REQUIRE(workspace.shape() == ys && workspace.dtype() == DType::kU8 && workspace.layout() != nullptr,
                    "pool_backward: max pooling needs the workspace its forward returned (got {})", workspace.str());
     const auto* wl = dynamic_cast<const DnnlLayout*>(workspace.layout());
-    const int64_t lanes = wl ? pool_lanes(wl->md(), ys, dt::u8) : 0;
+    const int64_t lanes = wl ? channel_block_lanes(wl->md(), ys, dt::u8) : 0;
     TANDEM_REQUIRE(lanes > 0, "pool_backward: workspace {} is not one max pooling forward returned", workspace.str());
-    Tensor dys = as_layout(dy, pool_md(ys, lanes, dt::f32));
-    Tensor dx = alloc(pool_md(x_shape, lanes, dt::f32), x_shape);
+    Tensor dys = as_layout(dy, channel_blocked_md(ys, lanes, dt::f32));
+    Tensor dx = alloc(channel_blocked_md(x_shape, lanes, dt::f32), x_shape);
     kernels::max_pool_backward(static_cast<const float*>(dys.raw_data()),
                                static_cast<const uint8_t*>(workspace.raw_data()), static_cast<float*>(dx.raw_data()),
                                max_pool_geometry(x_shape, ys, lanes, p), threads_);
