@@ -179,10 +179,6 @@ TANDEM_CPU_CLONES void bias_grad(const float* __restrict dy, float* __restrict d
   }
 }
 
-}  // namespace tandem::engine::compute::cpu::kernels
-
-namespace tandem::engine::compute::cpu::kernels {
-
 namespace {
 
 // Channel c of image n of a tensor stored as [N, C / lanes, H, W, lanes] (lanes 1: plain NCHW):
@@ -254,8 +250,9 @@ template <int L, int T>
 }
 
 template <int L>
-TANDEM_CPU_CLONES void conv_dw_task_lanes(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
-                                          int64_t ob, int64_t c, int64_t i, bool accumulate) {
+[[gnu::always_inline]] inline void conv_dw_task_kw(const Blocked& x, const float* dy, float* dw,
+                                                   const ConvWeightsGeometry& g, int64_t ob, int64_t c, int64_t i,
+                                                   bool accumulate) {
   switch (g.kw) {
     case 1: return conv_dw_task<L, 1>(x, dy, dw, g, ob, c, i, accumulate);
     case 2: return conv_dw_task<L, 2>(x, dy, dw, g, ob, c, i, accumulate);
@@ -265,6 +262,16 @@ TANDEM_CPU_CLONES void conv_dw_task_lanes(const Blocked& x, const float* dy, flo
     case 6: return conv_dw_task<L, 6>(x, dy, dw, g, ob, c, i, accumulate);
     default: return conv_dw_task<L, 7>(x, dy, dw, g, ob, c, i, accumulate);
   }
+}
+
+// Non-template entry points: clang multiversions no function templates.
+TANDEM_CPU_CLONES void conv_dw_task8(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
+                                     int64_t ob, int64_t c, int64_t i, bool accumulate) {
+  conv_dw_task_kw<8>(x, dy, dw, g, ob, c, i, accumulate);
+}
+TANDEM_CPU_CLONES void conv_dw_task16(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
+                                      int64_t ob, int64_t c, int64_t i, bool accumulate) {
+  conv_dw_task_kw<16>(x, dy, dw, g, ob, c, i, accumulate);
 }
 
 }  // namespace
@@ -277,8 +284,8 @@ void conv_backward_weights_direct(const float* x, const float* dy, float* dw, fl
   parallel_chunks(tasks, threads, 2, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       const int64_t ob = k / (g.c * g.kh), c = k / g.kh % g.c, i = k % g.kh;
-      if (L == 8) conv_dw_task_lanes<8>(xb, dy, dw, g, ob, c, i, accumulate);
-      else conv_dw_task_lanes<16>(xb, dy, dw, g, ob, c, i, accumulate);
+      if (L == 8) conv_dw_task8(xb, dy, dw, g, ob, c, i, accumulate);
+      else conv_dw_task16(xb, dy, dw, g, ob, c, i, accumulate);
     }
   });
   if (db == nullptr) return;

@@ -233,7 +233,7 @@ PoolPlan& CpuBackend::pool_plan(PoolKind kind, const Shape& x, const memory::des
 
 // Max pooling runs on cpu_kernels.hpp's kernel when the input is plain NCHW or blocked nChw8c /
 // nChw16c: oneDNN 2.6's max pooling took 8-11 ms forward and as long backward on LeNet-5's
-// 64x6x28x28 (channels padded 6 -> 8) on an AVX2 EPYC, where the kernel takes ~0.2 ms. Its
+// 64x6x28x28 (channels padded 6 -> 8) on an AVX2 EPYC, the kernel ~0.5 ms (both under load). Its
 // workspace is a u8 tensor of the output's shape, stored like the output (oneDNN's is rank 1).
 namespace {
 kernels::MaxPoolGeometry max_pool_geometry(const Shape& x, const Shape& y, int64_t lanes, const PoolParams& p) {
