@@ -1,15 +1,20 @@
 #!/usr/bin/python3
-"""Training throughput: Tandem vs PyTorch in the same run.
+"""Training throughput: Tandem vs PyTorch 2.x (and Debian's PyTorch 1.13) in the same run.
 
 For each model (lenet5, resnet18, mobilenetv2, mlp) and thread count (1, 2): images/s of forward + backward +
 SGD-momentum step at batch 64 on synthetic data of the model's usual input (1x28x28 for lenet5 and mlp, 3x32x32
 otherwise), and the peak RSS of each run (every run is its own process). PyTorch runs the same architectures
 (bench/train/torch_models.py); Tandem runs `tandem train --dataset synthetic` and reports the second (warm) epoch.
 
-Usage: /usr/bin/python3 bench/train/bench_train.py [--tandem build/x/bin/tandem] [--models m1,m2] [--threads 1,2]
-                                                   [--seconds 8] [--json]
-Needs python3-torch (Debian's 1.13: apt-get install -y python3-torch). Results are only meaningful on a quiet
-machine: the benchmark measures the load first and says whether it was.
+The primary peer is PyTorch 2.x from PyPI (MKL, oneDNN 3.x), the one a user would install, run by --torch2
+(default /opt/torch2/bin/python, installed as ../shared/TESTBED.md says); the ratio column is Tandem over it.
+Debian's python3-torch 1.13 (--torch1, default /usr/bin/python3) is a second column; --torch1 "" leaves it out.
+
+Usage: python3 bench/train/bench_train.py [--tandem build/x/bin/tandem] [--models m1,m2] [--threads 1,2]
+                                          [--seconds 8] [--torch2 PY] [--torch1 PY] [--json]
+The CPU model, its vector ISA and the load average are printed beside the figures: machines differ (AVX-512 on
+some, AVX2 only on others) and a busy 2-core machine slows 2-thread runs many-fold, so compare ratios from one
+run on one machine.
 """
 import argparse
 import glob
@@ -103,6 +108,42 @@ def find_tandem(arg):
     return found[0]
 
 
+def cpu_description():
+    """CPU model and the vector ISA level PyTorch and oneDNN will use (from /proc/cpuinfo)."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model == "unknown CPU":
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        extras = [n for f, n in (("avx512_vnni", "VNNI"), ("avx512_bf16", "BF16"), ("amx_tile", "AMX")) if f in flags]
+        isa = "AVX-512" + ("" if not extras else " (" + ", ".join(extras) + ")")
+    elif "avx2" in flags:
+        isa = "AVX2" + ("+FMA" if "fma" in flags else "")
+    else:
+        isa = "SSE only"
+    return "%s, %s, %d logical CPUs" % (model, isa, os.cpu_count() or 0)
+
+
+def torch2_env(python):
+    """The environment PyTorch 2.x's CUDA wheel needs to import without a GPU (../shared/TESTBED.md)."""
+    env = dict(os.environ)
+    site = glob.glob(os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "python3*", "site-packages",
+                                  "nvidia"))
+    if site:
+        libs = [os.path.join(site[0], d, "lib") for d in ("cu13", "nccl", "nvshmem")] + ["/usr/local/cuda/lib64"]
+        env["LD_LIBRARY_PATH"] = ":".join([p for p in libs if os.path.isdir(p)] +
+                                          [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p])
+    return env
+
+
 def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess):
     # Two epochs of a fixed number of batches; the second is warm (primitives created, caches filled).
     batches = max(5, int(seconds_hint * ips_guess / batch))
@@ -115,10 +156,10 @@ def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess):
     return epochs[-1]["images_per_sec"], rss
 
 
-def torch_run(model, threads, batch, seconds):
+def torch_run(python, env, model, threads, batch, seconds):
     code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds}
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out, rss = run_with_rss(["/usr/bin/python3", "-c", code], env)
+    env = dict(env, OMP_NUM_THREADS=str(threads))
+    out, rss = run_with_rss([python, "-c", code], env)
     return json.loads(out.strip().splitlines()[-1]), rss
 
 
@@ -129,33 +170,59 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds per run (each side)")
+    ap.add_argument("--torch2", default="/opt/torch2/bin/python", help="python with PyTorch 2.x (the primary peer)")
+    ap.add_argument("--torch1", default="/usr/bin/python3", help='python with Debian\'s PyTorch 1.13; "" for none')
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
+    if not os.access(args.torch2, os.X_OK):
+        sys.exit("bench_train: no PyTorch 2.x python at %s (install it as ../shared/TESTBED.md says, or pass --torch2)"
+                 % args.torch2)
+    peers = [("torch2", args.torch2, torch2_env(args.torch2))]
+    if args.torch1:
+        peers.append(("torch1", args.torch1, dict(os.environ)))
+    cpu = cpu_description()
+    load_before = os.getloadavg()
     busy = cpu_busy_fraction()
     quiet = busy < 0.10
     note = ("machine quiet: %.0f%% CPU busy before the runs" % (100 * busy) if quiet else
-            "WARNING: machine NOT quiet (%.0f%% CPU busy before the runs); OpenMP timings are unreliable" % (100 * busy))
+            "WARNING: machine NOT quiet (%.0f%% CPU busy before the runs); timings are unreliable" % (100 * busy))
     if not args.json:
-        print(note)
-        print("%-12s %3s  %12s %12s %7s   %10s %10s" % ("model", "thr", "tandem img/s", "torch img/s", "ratio",
-                                                     "tandem RSS", "torch RSS"))
+        print("CPU: %s" % cpu)
+        print("load average before: %.2f %.2f %.2f; %s" % (load_before + (note,)))
+        head = "%-12s %3s  %12s %12s %7s" % ("model", "thr", "tandem img/s", "torch2 img/s", "ratio")
+        if len(peers) > 1:
+            head += " %12s %7s" % ("torch1 img/s", "ratio")
+        print(head + "   %10s %10s" % ("tandem RSS", "torch2 RSS"))
     rows = []
     for model in args.models.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
-            t, t_rss = torch_run(model, threads, args.batch, args.seconds)
-            ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, t["images_per_sec"])
-            row = {"model": model, "threads": threads, "batch": args.batch, "tandem_images_per_sec": ips,
-                   "torch_images_per_sec": t["images_per_sec"], "ratio": ips / t["images_per_sec"],
-                   "tandem_peak_rss_mib": rss, "torch_peak_rss_mib": t_rss, "torch_version": t["torch"]}
+            row = {"model": model, "threads": threads, "batch": args.batch}
+            for name, python, env in peers:
+                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds)
+                row.update({name + "_images_per_sec": t["images_per_sec"], name + "_peak_rss_mib": t_rss,
+                            name + "_version": t["torch"]})
+            ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, row["torch2_images_per_sec"])
+            row.update({"tandem_images_per_sec": ips, "tandem_peak_rss_mib": rss})
+            for name, _, _ in peers:
+                row["ratio_" + name] = ips / row[name + "_images_per_sec"]
             rows.append(row)
             if not args.json:
-                print("%-12s %3d  %12.0f %12.0f %6.2fx   %8.0f MiB %6.0f MiB" % (
-                    model, threads, ips, t["images_per_sec"], row["ratio"], rss, t_rss), flush=True)
+                line = "%-12s %3d  %12.0f %12.0f %6.2fx" % (model, threads, ips, row["torch2_images_per_sec"],
+                                                          row["ratio_torch2"])
+                if len(peers) > 1:
+                    line += " %12.0f %6.2fx" % (row["torch1_images_per_sec"], row["ratio_torch1"])
+                print(line + "   %6.0f MiB %6.0f MiB" % (rss, row["torch2_peak_rss_mib"]), flush=True)
+    load_after = os.getloadavg()
     if args.json:
-        print(json.dumps({"quiet": quiet, "cpu_busy_before": busy, "note": note, "results": rows}, indent=1))
-    elif not quiet:
-        print(note)
+        print(json.dumps({"cpu": cpu, "quiet": quiet, "cpu_busy_before": busy, "load_before": load_before,
+                          "load_after": load_after, "note": note, "results": rows}, indent=1))
+    else:
+        print("peers: %s; load average after: %.2f %.2f %.2f" % (
+            ", ".join("%s = PyTorch %s" % (n, rows[0][n + "_version"]) for n, _, _ in peers) if rows else "-",
+            *load_after))
+        if not quiet:
+            print(note)
 
 
 if __name__ == "__main__":

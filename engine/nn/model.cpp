@@ -404,10 +404,24 @@ void Model::add_grad(Activations& a, int32_t producer, Tensor g) {
 
 void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
   const LayerSpec& l = spec_.layers[i];
+  const auto release = [&] {
+    a.out[i] = Tensor();
+    a.grad[i] = Tensor();
+    a.extra1[i] = Tensor();
+    a.extra2[i] = Tensor();
+  };
+  // A gradient is wanted for an input from before this range (a pipeline stage sends it back
+  // whatever that stage holds) or from a layer with parameters at or before it (layers are in
+  // topological order). Skipping the rest saves, e.g., the dx GEMM of the MLP's first linear
+  // layer (it reads a flatten of the input): 15% of the MLP's GEMM time.
+  const auto wanted = [&](int32_t p) {
+    return p != kModelInput && (p < static_cast<int32_t>(a.begin) || param_off_[static_cast<size_t>(p) + 1] > 0);
+  };
+  if (l.params == 0 && std::none_of(l.inputs.begin(), l.inputs.end(), wanted)) return release();  // nothing to do
   Tensor dy = a.grad[i];
   if (!dy.defined()) dy = backend_.zeros(a.out[i].shape());  // output unused downstream
   const Tensor x = input_of(a, l.inputs[0]);
-  const bool want_dx = l.inputs[0] != kModelInput;
+  const bool want_dx = wanted(l.inputs[0]);
   const int64_t po = local_param(i);
   switch (l.kind) {
     case LayerKind::kConv2d: {
@@ -473,10 +487,7 @@ void Model::backward_layer(size_t i, Activations& a, bool accumulate) {
     default:
       TANDEM_THROW(Status::kInternal, "layer '{}': unhandled kind", l.name);
   }
-  a.out[i] = Tensor();
-  a.grad[i] = Tensor();
-  a.extra1[i] = Tensor();
-  a.extra2[i] = Tensor();
+  release();
   if (l.params > 0 && grad_ready_) grad_ready_(i);
 }
 

@@ -1,6 +1,7 @@
 // oneDNN CPU backend: construction, layouts and reorders, elementwise ops, loss, dropout and the
 // fused optimizer updates (OpenMP loops; oneDNN itself runs on the same OpenMP threads).
 #include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_kernels.hpp"
 #include "engine/compute/cpu/cpu_plans.hpp"
 
 #include <omp.h>
@@ -65,6 +66,19 @@ memory::desc plain_md(const Shape& s, memory::data_type dt) {
     st *= std::max<int64_t>(dims[i], 1);
   }
   return memory::desc(dims, dt, strides);
+}
+
+memory::desc channel_blocked_md(const Shape& s, int64_t lanes, memory::data_type dt) {
+  const memory::dims d{s[0], s[1], s[2], s[3]};
+  using tag = memory::format_tag;
+  return memory::desc(d, dt, lanes == 1 ? tag::nchw : lanes == 8 ? tag::aBcd8b : tag::aBcd16b);
+}
+
+int64_t channel_block_lanes(const memory::desc& md, const Shape& s, memory::data_type dt) {
+  if (s.rank() != 4) return 0;
+  for (int64_t lanes : {1, 8, 16})
+    if (md == channel_blocked_md(s, lanes, dt)) return lanes;
+  return 0;
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
@@ -322,21 +336,10 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& buf, cons
   float* w = static_cast<float*>(param.raw_data());
   const float* g = static_cast<const float*>(grad.raw_data());
   float* b = mom ? static_cast<float*>(buf.raw_data()) : nullptr;
-  const int64_t n = param.numel();
-  const float lr = p.lr, wd = p.weight_decay, m = p.momentum, damp = 1.0f - p.dampening;
-  const bool first = p.step == 1, nesterov = p.nesterov;
-  if (!mom) {
-#pragma omp parallel for simd num_threads(threads_) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-    return;
-  }
-#pragma omp parallel for simd num_threads(threads_) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * w[i];
-    const float nb = first ? d : m * b[i] + damp * d;
-    b[i] = nb;
-    w[i] -= lr * (nesterov ? d + m * nb : nb);
-  }
+  const kernels::SgdStep step{p.lr, p.weight_decay, p.momentum, 1.0f - p.dampening, mom, p.step == 1, p.nesterov};
+  kernels::parallel_chunks(param.numel(), threads_, kParallelMin, [&](int64_t lo, int64_t hi) {
+    kernels::sgd(w + lo, g + lo, mom ? b + lo : nullptr, hi - lo, step);
+  });
 }
 
 void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& mbuf, Tensor& vbuf, const AdamParams& p) {

@@ -36,6 +36,10 @@ class DnnlLayout final : public Layout {
 // A short, unique text for a memory descriptor: dims, strides and inner blocks (plan keys).
 std::string md_key(const memory::desc& md);
 memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::f32);
+// 4-D s stored as nchw (lanes 1) or channel-blocked nChw8c / nChw16c (lanes 8 / 16), and the
+// inverse: md's lanes when it is one of those three for s, else 0.
+memory::desc channel_blocked_md(const Shape& s, int64_t lanes, memory::data_type dt = memory::data_type::f32);
+int64_t channel_block_lanes(const memory::desc& md, const Shape& s, memory::data_type dt = memory::data_type::f32);
 
 struct ConvPlan;
 struct NormPlan;
@@ -134,6 +138,10 @@ class CpuBackend final : public Backend {
   Tensor gemm_conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p);
   void gemm_conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                                   bool accumulate);
+  // Weight gradients by cpu_kernels.hpp's direct kernel when it suits the shapes and layouts;
+  // false when oneDNN should do it.
+  bool direct_conv_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
+                           bool accumulate);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);
