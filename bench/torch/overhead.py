@@ -4,7 +4,8 @@
 
 For each float32 size, every rank times (after a barrier) the mean of --iters calls of:
   raw     tandem.Communicator.allreduce on the tensor's memory (ctypes; no torch, no worker thread)
-  tandem  dist.all_reduce on the "tandem" group (what DDP pays: Python ProcessGroup, worker thread, future)
+  tandem  dist.all_reduce on the "tandem" group (what DDP pays: worker thread, future; tandem.torch.IMPL says which
+          implementation, TANDEM_TORCH_IMPL picks it)
   gloo    dist.all_reduce on a gloo group over the same ranks
 tandem - raw is the Python backend's own cost per call. Rank 0 prints one JSON line per size.
 """
@@ -15,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import tandem.torch  # noqa: F401
+import tandem.torch
 
 
 def timed(fn, iters):
@@ -35,12 +36,15 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("tandem")
     pg = dist.distributed_c10d._get_default_group()
-    comm = getattr(pg, "_comm", None)
+    comm = getattr(pg, "_comm", None)  # the Python backend's communicator
+    if comm is None and tandem.torch._CPP_GROUPS:
+        comm = tandem.torch._CPP_GROUPS[0][1]  # the C++ backend's (its worker is idle between our waits)
     gloo = dist.new_group(backend="gloo")
     for count in (int(s) for s in a.sizes.split(",")):
         x = torch.ones(count)
         arr = x.numpy()
-        row = {"elements": count, "bytes": 4 * count, "world": dist.get_world_size(), "torch": torch.__version__}
+        row = {"elements": count, "bytes": 4 * count, "world": dist.get_world_size(), "torch": torch.__version__,
+               "impl": tandem.torch.IMPL}
         iters = max(3, min(a.iters, int(a.iters * 262144 / max(count, 1)) or 3))
         if comm is not None:
             row["raw_ms"] = 1e3 * timed(lambda: comm.allreduce(arr), iters)

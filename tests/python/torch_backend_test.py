@@ -13,7 +13,6 @@ The ranks run under TANDEM_TORCH_PYTHON when set (CTest `python_torch2_backend`:
 TANDEM_TORCH_IMPL (cpp or python) picks the implementation under test; cpp is built once, before the ranks start.
 Without PyTorch there the test SKIPs (exit 77) saying so.
 """
-import glob
 import json
 import os
 import subprocess
@@ -26,19 +25,13 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 PYTHON = os.environ.get("TANDEM_TORCH_PYTHON") or sys.executable
 IMPL = os.environ.get("TANDEM_TORCH_IMPL") or "python"
+sys.path.insert(0, os.path.join(REPO, "bench", "torch"))
+import run as bench_run  # noqa: E402  (bench/torch/run.py: torch_env, the environment a PyPI wheel needs)
+DDP = os.path.join(REPO, "bench", "torch", "ddp.py")
 
 
 def torch_env():
-    """The environment a PyPI torch wheel needs to import on a machine without a GPU: its bundled NVIDIA runtime
-    libraries (site-packages/nvidia/*/lib) and the CUDA toolkit's on the loader path."""
-    env = dict(os.environ)
-    site = glob.glob(os.path.join(os.path.dirname(os.path.dirname(PYTHON)), "lib", "python3*", "site-packages"))
-    libs = sorted(glob.glob(os.path.join(site[0], "nvidia", "*", "lib"))) if site else []
-    libs += [d for d in ("/usr/local/cuda/lib64",) if os.path.isdir(d)]
-    if libs:
-        env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
-    return env
-DDP = os.path.join(REPO, "bench", "torch", "ddp.py")
+    return bench_run.torch_env(PYTHON)
 
 
 def launch(n, args, timeout=240):
