@@ -14,7 +14,7 @@ Two implementations, one behaviour (the same tests run on both):
         ninja) into ~/.cache/tandem/torch-ext/<torch version>-<hash>/ (TANDEM_TORCH_EXT_DIR overrides), then reused.
   Python: a ProcessGroup subclass over the ctypes bindings (PyTorch's PyProcessGroup trampoline dispatches DDP's C++
         calls to it) with a Python worker thread: each collective costs two GIL handoffs between that thread and
-        autograd's, milliseconds on oversubscribed cores. Used on PyTorch 1.x (Debian's python3-torch ships no C++
+        autograd's, up to milliseconds on oversubscribed cores. Used on PyTorch 1.x (Debian's python3-torch ships no C++
         headers) and wherever the extension cannot be built; the import then warns, naming why.
 TANDEM_TORCH_IMPL=python or cpp picks one (cpp: a failed build raises); `tandem.torch.IMPL` says which is in use.
 
