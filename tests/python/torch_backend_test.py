@@ -34,7 +34,7 @@ def torch_env():
     return bench_run.torch_env(PYTHON)
 
 
-def launch(n, args, timeout=240):
+def launch(n, args, timeout=480):  # 4 ranks importing PyTorch 2.x took over 240 s at load 25
     env = dict(torch_env(), PYTHONPATH=os.path.join(REPO, "bindings", "python"), OMP_NUM_THREADS="1",
                TANDEM_TIMEOUT_MS="60000")
     p = subprocess.run([CLI, "launch", "-n", str(n), "--json", "--", PYTHON] + args, env=env,
