@@ -2,13 +2,16 @@
 """The same PyTorch DDP script (ddp.py) on the "tandem" backend and on gloo, side by side.
 
     bench/torch/run.py [--tandem build/default/bin/tandem] [--ranks 2,4] [--models lenet5,resnet18] [--repeats 2]
+                       [--pythons /opt/torch2/bin/python,/usr/bin/python3]
 
-Every configuration runs under `tandem launch -n N` with both backends, alternating, --repeats times; the table shows
-the best images/s of each (all ranks together) and tandem / gloo. Prints the CPU, the PyTorch version and threads.
-Needs PyTorch for the Python that runs it (Debian: python3-torch) and the tandem package importable (PYTHONPATH is
-set to bindings/python here).
+Every configuration runs under `tandem launch -n N` with both backends, alternating, --repeats times, once per Python
+of --pythons (default: PyTorch 2.x from /opt/torch2 first when it is there, then Debian's 1.13); the table shows the
+best images/s of each (all ranks together) and tandem / gloo, with the PyTorch version and tandem.torch's
+implementation (cpp or python; TANDEM_TORCH_IMPL picks it). Prints the CPU and the load average before and after.
+The tandem package must be importable (PYTHONPATH is set to bindings/python here).
 """
 import argparse
+import glob
 import json
 import os
 import platform
@@ -30,12 +33,33 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def run_once(tandem, n, backend, model, steps, batch, transport):
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "bindings", "python"), OMP_NUM_THREADS="1",
+def torch_env(python):
+    """A PyPI torch wheel's bundled NVIDIA libraries on the loader path (it imports them even on a CPU-only run)."""
+    env = dict(os.environ)
+    site = glob.glob(os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "python3*", "site-packages"))
+    libs = sorted(glob.glob(os.path.join(site[0], "nvidia", "*", "lib"))) if site else []
+    libs += [d for d in ("/usr/local/cuda/lib64",) if os.path.isdir(d)]
+    if libs:
+        env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    return env
+
+
+def impl_of(python):
+    """Which tandem.torch implementation `python` gets (building the C++ one once, before any timing)."""
+    env = dict(torch_env(python), PYTHONPATH=os.path.join(REPO, "bindings", "python"))
+    p = subprocess.run([python, "-c", "import tandem.torch as t; print(t.IMPL)"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit("%s cannot import tandem.torch:\n%s" % (python, p.stderr[-3000:]))
+    return p.stdout.strip().splitlines()[-1]
+
+
+def run_once(python, tandem, n, backend, model, steps, batch, transport):
+    env = dict(torch_env(python), PYTHONPATH=os.path.join(REPO, "bindings", "python"), OMP_NUM_THREADS="1",
                TANDEM_TIMEOUT_MS="600000")
     if transport:
         env["TANDEM_TRANSPORT"] = transport
-    cmd = [tandem, "launch", "-n", str(n), "--json", "--", sys.executable, os.path.join(HERE, "ddp.py"),
+    cmd = [tandem, "launch", "-n", str(n), "--json", "--", python, os.path.join(HERE, "ddp.py"),
            "--backend", backend, "--model", model, "--steps", str(steps), "--batch", str(batch), "--warmup", "2"]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
     if p.returncode != 0:
@@ -50,37 +74,47 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--models", default="lenet5,resnet18")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--transport", default="", help="TANDEM_TRANSPORT for the tandem runs (default: auto)")
+    ap.add_argument("--transport", default="", help="TANDEM_TRANSPORT for the tandem runs (default: tcp)")
     ap.add_argument("--steps", default="lenet5=40,resnet18=6", help="timed steps per model")
     ap.add_argument("--batch", default="lenet5=64,resnet18=32", help="batch per rank per model")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pythons", default=",".join(p for p in ("/opt/torch2/bin/python", "/usr/bin/python3")
+                                                  if os.path.exists(p)) or sys.executable,
+                    help="interpreters with PyTorch, comma-separated; the first is the primary column")
     a = ap.parse_args()
     steps_of = dict((k, int(v)) for k, v in (kv.split("=") for kv in a.steps.split(",")))
     batch_of = dict((k, int(v)) for k, v in (kv.split("=") for kv in a.batch.split(",")))
     steps = {m: (steps_of[m], batch_of[m]) for m in steps_of}
+    pythons = a.pythons.split(",")
+    impls = {py: impl_of(py) for py in pythons}
+    load_before = os.getloadavg()
     rows = []
-    torch_version = "?"
     for model in a.models.split(","):
         for n in (int(x) for x in a.ranks.split(",")):
-            best = {"tandem": 0.0, "gloo": 0.0}
-            for _ in range(a.repeats):
-                for backend in ("tandem", "gloo"):
-                    ips, torch_version = run_once(a.tandem, n, backend, model, *steps[model], a.transport)
-                    best[backend] = max(best[backend], ips)
-            rows.append({"model": model, "ranks": n, "batch_per_rank": steps[model][1],
-                         "tandem_images_per_s": best["tandem"], "gloo_images_per_s": best["gloo"],
-                         "ratio": best["tandem"] / best["gloo"]})
-            if not a.json:
-                r = rows[-1]
-                print("%-9s %d ranks  tandem %8.1f img/s  gloo %8.1f img/s  tandem/gloo %.2fx" %
-                      (model, n, r["tandem_images_per_s"], r["gloo_images_per_s"], r["ratio"]), flush=True)
-    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch_version, "torch_threads_per_rank": 1,
-            "tandem_transport": a.transport or "auto"}
+            for py in pythons:
+                best = {"tandem": 0.0, "gloo": 0.0}
+                version = "?"
+                for _ in range(a.repeats):
+                    for backend in ("tandem", "gloo"):
+                        ips, version = run_once(py, a.tandem, n, backend, model, *steps[model], a.transport)
+                        best[backend] = max(best[backend], ips)
+                rows.append({"model": model, "ranks": n, "batch_per_rank": steps[model][1], "torch": version,
+                             "impl": impls[py], "timed_steps": steps[model][0],
+                             "tandem_images_per_s": best["tandem"], "gloo_images_per_s": best["gloo"],
+                             "ratio": best["tandem"] / best["gloo"]})
+                if not a.json:
+                    r = rows[-1]
+                    print("%-9s %d ranks  torch %-14s (%-6s)  tandem %8.1f img/s  gloo %8.1f img/s  tandem/gloo "
+                          "%.2fx" % (model, n, r["torch"], r["impl"], r["tandem_images_per_s"],
+                                     r["gloo_images_per_s"], r["ratio"]), flush=True)
+    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads_per_rank": 1,
+            "tandem_transport": a.transport or "tcp", "load_before": "%.1f %.1f %.1f" % load_before,
+            "load_after": "%.1f %.1f %.1f" % os.getloadavg()}
     if a.json:
         print(json.dumps({"machine": info, "rows": rows}))
     else:
-        print("CPU: %(cpu)s, %(cores)d cores; PyTorch %(torch)s, 1 thread per rank; tandem transport "
-              "%(tandem_transport)s" % info)
+        print("CPU: %(cpu)s, %(cores)d cores; 1 torch thread per rank; tandem transport %(tandem_transport)s; "
+              "load average (1, 5, 15 min) before %(load_before)s, after %(load_after)s" % info)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Run by `tandem launch -n N -- /usr/bin/python3 torch_collectives_script.py`: torch.distributed's collectives on
-the "tandem" backend (tandem.torch), checked against what they must give. Prints 'PASS rank r of n' per rank."""
+the "tandem" backend (tandem.torch), checked against what they must give; then bad calls, which must raise an
+exception naming the operation on every rank and never hang. Prints 'PASS rank r of n (impl)' per rank.
+TANDEM_TORCH_IMPL (cpp or python), when set, must be the implementation in use."""
 import os
 import sys
 
@@ -10,7 +12,46 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tandem.torch  # noqa: E402,F401
 
 
+def expect_error(what, words, fn):
+    try:
+        fn()
+    except Exception as e:  # RuntimeError, ValueError or TandemError, depending on where it was found
+        text = str(e)
+        missing = [w for w in words if w not in text]
+        assert not missing, "%s: error %r does not name %s" % (what, text, missing)
+        return
+    raise AssertionError("%s: no error" % what)
+
+
+def check_errors(r, n):
+    # Found locally (every rank passes the same bad argument): nothing is sent, the group stays usable.
+    expect_error("non-contiguous", ["allreduce", "contiguous"],
+                 lambda: dist.all_reduce(torch.ones(4, 6)[:, 1]))
+    expect_error("wrong output size", ["all_gather_into_tensor", "elements"],
+                 lambda: dist.all_gather_into_tensor(torch.empty(2 * n + 1), torch.ones(2)))
+    expect_error("wrong input size", ["reduce_scatter_tensor", "elements"],
+                 lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * n - 1)))
+    expect_error("wrong output list", ["allgather"],
+                 lambda: dist.all_gather([torch.empty(2)] * (n + 1), torch.ones(2)))
+    expect_error("unsupported op", ["all_to_all_single", "not supported"],
+                 lambda: dist.all_to_all_single(torch.empty(n), torch.ones(n)))
+    expect_error("unsupported dtype", ["allreduce", "dtype"],
+                 lambda: dist.all_reduce(torch.ones(3, dtype=torch.int8)))
+    x = torch.ones(5)
+    dist.all_reduce(x)
+    assert torch.all(x == n), x
+
+    # Found by the ranks together: sizes differ between ranks. Tandem's message headers catch it on every rank; the
+    # failed group is a throwaway subgroup so the default one can still say goodbye.
+    g = dist.new_group(list(range(n)))
+    expect_error("sizes differ between ranks", ["allreduce", "mismatch"],
+                 lambda: dist.all_reduce(torch.ones(3 + r), group=g))
+
+
+
 def main():
+    want = os.environ.get("TANDEM_TORCH_IMPL")
+    assert want in (None, "auto", tandem.torch.IMPL), (want, tandem.torch.IMPL)
     dist.init_process_group("tandem")
     r, n = dist.get_rank(), dist.get_world_size()
     assert dist.get_backend() == "tandem", dist.get_backend()
@@ -33,12 +74,6 @@ def main():
         w.wait()
         assert torch.all(x == k * n * (n - 1) / 2), (k, x[0])
 
-    # a non-contiguous tensor is reduced in place all the same
-    m = torch.full((8, 6), float(r + 1))
-    col = m[:, 1]
-    dist.all_reduce(col)
-    assert torch.all(m[:, 1] == n * (n + 1) / 2) and torch.all(m[:, 0] == r + 1), m
-
     root = n - 1
     b = torch.full((17,), float(r), dtype=torch.float64)
     dist.broadcast(b, src=root)
@@ -57,6 +92,21 @@ def main():
     rs = torch.empty(4)
     dist.reduce_scatter(rs, [torch.full((4,), float(r + k)) for k in range(n)])
     assert torch.all(rs == sum(q + r for q in range(n))), rs
+
+    # the flat-tensor forms (PyTorch >= 1.13: _allgather_base / _reduce_scatter_base underneath)
+    if hasattr(dist, "all_gather_into_tensor"):
+        flat = torch.empty(2 * n, dtype=torch.int32)
+        dist.all_gather_into_tensor(flat, torch.tensor([r, -r], dtype=torch.int32))
+        assert flat.tolist() == [v for k in range(n) for v in (k, -k)], flat
+    if hasattr(dist, "reduce_scatter_tensor"):
+        part = torch.empty(3, dtype=torch.float64)
+        dist.reduce_scatter_tensor(part, torch.arange(3 * n, dtype=torch.float64) + r)
+        assert part.tolist() == [n * (3 * r + i) + n * (n - 1) / 2 for i in range(3)], part
+
+    # a DDP-style communication hook: the work's future carries the reduced tensors
+    fut = dist.all_reduce(torch.full((7,), float(r)), async_op=True).get_future()
+    got = fut.wait()
+    assert torch.all(got[0] == n * (n - 1) / 2), got
 
     dist.barrier()
 
@@ -77,8 +127,9 @@ def main():
             dist.recv(t, src=0)
             assert torch.all(t == 42), t
 
+    check_errors(r, n)
     dist.barrier()
-    print("PASS rank %d of %d" % (r, n), flush=True)
+    print("PASS rank %d of %d (%s)" % (r, n, tandem.torch.IMPL), flush=True)
     dist.destroy_process_group()
 
 
