@@ -15,9 +15,11 @@ brought up once with W + (the most servers any configuration uses) hosts; hosts 
 
   tta     per strategy (DDP ring, PS sync with 1 and 2 servers, PS async, SSP S=2, asgd, EASGD, local SGD H=8,
           FedAvg IID and Dirichlet 0.5): `tandem train` on Fashion-MNIST, LeNet-5, evaluated on the full test set
-          after every --eval-every steps (FedAvg: after every round of one local epoch), capped at --max-evals
-          evaluations (--fedavg-rounds rounds) or --run-timeout-s: wall time to the target, steps (rounds), bytes
-          each worker's host sent (the emulated NIC's qdisc counter), final accuracy. The same run carries
+          after every --eval-every steps (FedAvg: after every round of one local epoch); the trainer stops at the
+          first evaluation at or above --target (`tandem train --target-accuracy`), capped at --max-evals
+          evaluations (--fedavg-rounds rounds) or --run-timeout-s: wall time to the target and steps (rounds) as
+          the trainer reports them, bytes each worker's host sent up to the stop (the emulated NIC's qdisc
+          counter), accuracy at the stop. The same run carries
           `--predict` with a profile from `tandem calibrate` on the worker hosts and the emulated cluster's
           description (never fitted to the measurement): predicted beside measured per step (round).
   psring  DDP ring on W workers against PS sync with 1, 2, 4 server hosts, --psring-steps steps per epoch, 2
@@ -152,7 +154,9 @@ class Bench:
         lines = per_rank.get(0, [])
         epochs = predict_lib.json_lines(lines, "epoch")
         pred = predict_lib.json_lines(lines, "prediction")
+        target = predict_lib.json_lines(lines, "target")
         return {"rc": rc, "epochs": epochs, "prediction": pred[-1]["prediction"] if pred else None,
+                "target": target[-1]["target"] if target else None,
                 "links": links[:n_ranks], "launch_wall_s": wall, "tail": "" if rc == 0 else text[-2500:]}
 
     def simulate(self, flags, n_ranks, fed):
@@ -186,11 +190,13 @@ class Bench:
             label, servers, flags = table[key]
             n = a.workers + servers
             cluster = predict_lib.cluster_description(self.st, hosts=n)
+            # the trainer stops at the first evaluation that reaches the target; the evaluations (rounds) stay the cap
             if key.startswith("fedavg"):
                 extra = ["--epochs", str(a.fedavg_rounds)] + (["--limit-batches", str(a.fedavg_limit)]
                                                              if a.fedavg_limit else [])
             else:
                 extra = ["--epochs", str(a.max_evals), "--limit-batches", str(a.eval_every)]
+            extra += ["--target-accuracy", str(a.target)]
             cpu0 = predict_lib.cpu_snapshot(self.name)
             r = self.train(n, flags + extra, cluster, a.run_timeout_s)
             cpu = predict_lib.cpu_use(cpu0, predict_lib.cpu_snapshot(self.name))
@@ -214,6 +220,9 @@ class Bench:
             steps += 1 if fed else a.eval_every
             points.append((wall, steps, e.get("test_accuracy", float("nan"))))
         reached = time_to_target(points, a.target)
+        t = r.get("target")
+        if t is not None:  # the trainer's own stop: its time and steps (rounds), which the curve must agree with
+            reached = ((t["train_s"], t["epoch"] if fed else t["steps"]) if t["reached"] else None)
         wb = [r["links"][w][0] for w in range(min(a.workers, len(r["links"])))]
         busiest = max((max(u, d) for u, d in r["links"]), default=0)
         row = {"key": key, "label": label, "servers": servers, "workers": a.workers, "rc": r["rc"],
