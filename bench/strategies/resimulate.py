@@ -10,7 +10,9 @@ optimizer totals at batch 32, memory bandwidth and the p2p bandwidth and latency
 simulates every recorded row again with the harness's own flags. The run's profile file itself was temporary;
 only its per-layer split is not recorded, so the split comes from a `tandem calibrate` of LeNet-5 here, scaled to
 the run's forward and backward totals (LeNet-5 is one gradient bucket, so the split moves only where in backward
-its single push starts). Nothing is taken from the training measurements.
+its single push starts). Nothing is taken from the training measurements. Today's prediction is given the
+training runs' seed (strategy_bench's SEED: FedAvg's shares, asgd's matching); the runs' own `tandem simulate`
+had no --seed, so --check-old leaves it out.
 
 Prints, per row: the prediction recorded in the run (`tandem simulate`'s where the run has it, else `train
 --predict`'s), today's, the measured step (round) and both errors. --check-old: fail when a row's recomputed
@@ -29,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
 sys.path.insert(0, HERE)
 import predict_lib  # noqa: E402
-from strategy_bench import strategies  # noqa: E402
+from strategy_bench import SEED, strategies  # noqa: E402
 
 DEFAULT_RUNS = ["run1.json", "run2.json", "run3_lr0.005.json"]
 
@@ -59,13 +61,13 @@ def run_profile(split, cal):
     return p
 
 
-def simulate(tandem, cluster, profile, flags, args, fed):
+def simulate(tandem, cluster, profile, flags, args, fed, seed):
     samples = args.get("train_limit") or 60000
     if fed and args.get("fedavg_limit"):
         samples = min(samples, args["fedavg_limit"] * args["batch"] * args["workers"])
     cmd = [tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist", "--samples",
            str(samples), "--batch", str(args["batch"]), "--dp", str(args["workers"]), "--profile", profile,
-           "--profile-network", "--json"] + flags
+           "--profile-network", "--json"] + flags + ([] if seed is None else ["--seed", str(seed)])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
@@ -102,7 +104,7 @@ def main():
                 with open(cluster, "w") as f:
                     f.write(predict_lib.cluster_description(status, hosts=run["args"]["workers"] + servers))
                 fed = key.startswith("fedavg")
-                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed)
+                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if a.check_old else SEED)
                 old = row.get("sim_predicted_s") or row["predicted_s"]
                 m = row["measured_s"]
                 if a.check_old and abs(new / old - 1) > 0.02:

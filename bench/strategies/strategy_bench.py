@@ -51,6 +51,7 @@ import predict_lib  # noqa: E402
 DATA_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fashion-mnist, where `tandem train` looks
 TORCH_DDP = os.path.join(REPO, "bench", "parallel", "torch_ddp.py")
 SYSTEM_PYTHON = "/usr/bin/python3"               # Debian's, which sees python3-torch
+SEED = 1                                         # every training run's --seed (and the simulator's, for its shares)
 
 
 def strategies():
@@ -132,7 +133,7 @@ class Bench:
     def data_args(self):
         a = self.a
         d = ["--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--batch", str(a.batch),
-             "--lr", str(a.lr), "--seed", "1"]
+             "--lr", str(a.lr), "--seed", str(SEED)]
         if a.train_limit:
             d += ["--train-limit", str(a.train_limit)]
         if a.test_limit:
@@ -173,7 +174,7 @@ class Bench:
             samples = min(samples, a.fedavg_limit * a.batch * a.workers)
         cmd = [self.tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist",
                "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
-               self.profile, "--profile-network", "--json"] + flags
+               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + flags
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         try:
             return json.loads(p.stdout)["step_time_s"]
