@@ -55,6 +55,7 @@ struct TrainOptions {
   double width_mult = 0;
   std::string init = "kaiming";
   bool json = false;
+  double target_accuracy = 0;  // --target-accuracy: stop at the first evaluation at or above it (0: off)
   tandem::cli::PredictOptions predict;  // --predict (issue #6; cli/predict.hpp)
   // Parallel training over the ranks of `tandem launch`, mpirun or srun (any of these options given).
   bool parallel = false;
@@ -425,13 +426,26 @@ int run_train(const TrainOptions& o) {
     std::fflush(stdout);
   }
   tandem_epoch_result_t last = TANDEM_EPOCH_RESULT_INIT;  // for --predict
-  for (int64_t epoch = done; epoch < o.epochs; ++epoch) {
+  // --target-accuracy: every rank gets the same all-reduced test accuracy, so every rank stops after the same epoch
+  // (no extra agreement needed); times and samples count this process's epochs (a resumed run's, from its resume).
+  double run_train_s = 0, run_wall_s = 0;
+  int64_t run_samples = 0;
+  bool reached = false;
+  int64_t reached_epoch = 0;
+  for (int64_t epoch = done; epoch < o.epochs && !reached; ++epoch) {
     tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
     r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
     const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);
     if (bar.enabled) std::fprintf(stderr, "\n");
     if (st != TANDEM_OK) return cli::fail(fmt::format("epoch {} failed", epoch + 1));
     last = r;
+    run_train_s += r.train_s;
+    run_wall_s += r.wall_s;
+    run_samples += r.train_samples;
+    if (o.target_accuracy > 0 && std::isfinite(r.test_accuracy) && r.test_accuracy >= o.target_accuracy) {
+      reached = true;
+      reached_epoch = r.epoch;
+    }
     if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }
@@ -454,6 +468,28 @@ int run_train(const TrainOptions& o) {
                   static_cast<long long>(r.epoch), r.train_loss, 100 * r.train_accuracy, r.test_loss,
                   100 * r.test_accuracy, r.images_per_sec, r.wall_s);
       if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
+    }
+    std::fflush(stdout);
+  }
+  if (o.target_accuracy > 0 && h.rank == 0) {
+    // steps per worker: the samples trained over the global batch (FedAvg: each worker's local steps)
+    const int64_t workers = o.parallel ? std::max<int64_t>(1, parallel_attr(h.trainer).dp) : 1;
+    const int64_t steps = run_samples / std::max<int64_t>(1, o.batch * workers);
+    if (o.json) {
+      nlohmann::json t = {{"accuracy", o.target_accuracy}, {"reached", reached},
+                          {"epoch", reached ? nlohmann::json(reached_epoch) : nlohmann::json(nullptr)},
+                          {"steps", steps}, {"samples", run_samples}, {"train_s", run_train_s},
+                          {"wall_s", run_wall_s}, {"test_accuracy", std::isfinite(last.test_accuracy)
+                                                                       ? nlohmann::json(last.test_accuracy)
+                                                                       : nlohmann::json(nullptr)}};
+      std::printf("%s\n", nlohmann::json{{"target", t}}.dump().c_str());
+    } else if (reached) {
+      std::printf("reached %.2f%% test accuracy (target %.2f%%) after epoch %lld: %lld steps, %.1f s training "
+                  "(%.1f s with evaluation)\n", 100 * last.test_accuracy, 100 * o.target_accuracy,
+                  static_cast<long long>(reached_epoch), static_cast<long long>(steps), run_train_s, run_wall_s);
+    } else {
+      std::printf("target %.2f%% test accuracy not reached in %lld epochs (last %.2f%%)\n", 100 * o.target_accuracy,
+                  static_cast<long long>(o.epochs), 100 * last.test_accuracy);
     }
     std::fflush(stdout);
   }
@@ -484,6 +520,17 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda")->capture_default_str();
   app.add_option("--epochs", o->epochs, "epochs to train (in total, counting resumed ones)")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--target-accuracy", o->target_accuracy,
+                 "stop after the first evaluation (end of an epoch; FedAvg: of a round) whose test accuracy is at or "
+                 "above this, in (0, 1]; --epochs stays the cap. --json adds a {\"target\": ...} line: reached, "
+                 "epoch, steps per worker, training and wall seconds")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            double x = 0;
+            if (!CLI::detail::lexical_cast(v, x) || !(x > 0 && x <= 1)) return "must be in (0, 1], got " + v;
+            return {};
+          },
+          "(0, 1]"));
   app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lr", o->lr, "base learning rate")->capture_default_str();
   app.add_option("--optimizer", o->optimizer, "sgd, adam or adamw")->capture_default_str();

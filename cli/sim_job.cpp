@@ -43,7 +43,7 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
       cmd += fmt::format(" --servers {}", s.servers);
     for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients",
                             "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s",
-                            "--average-every", "--warmup-steps"}) {
+                            "--average-every", "--warmup-steps", "--seed"}) {
       if (!has_knobs || !o.given(opt)) continue;
       const CLI::Option* x = o.app->get_option(opt);
       cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
@@ -98,8 +98,10 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
     app.add_option("--alpha", o->alpha, "easgd: moving rate (update math: not timed)")->group(grp);
     app.add_flag("--easgd-async", o->easgd_async, "easgd: push/pull with the servers, no barrier")->group(grp);
     app.add_option("--clients", o->clients, "fedavg: virtual clients (default: one per worker)")->group(grp);
-    app.add_option("--dirichlet-alpha", o->dirichlet_alpha, "fedavg: label skew of the clients' data (ignored for "
-                   "timing: it changes which labels a client holds, not how much data)")->group(grp);
+    app.add_option("--dirichlet-alpha", o->dirichlet_alpha, "fedavg: label skew of the clients' data (the shares "
+                   "are cut as the trainer cuts them, with --seed; a round waits for its largest client)")->group(grp);
+    app.add_option("--seed", o->seed, "the training run's seed (tandem train --seed): fedavg's client draw and "
+                   "Dirichlet shares, asgd's gossip matching")->group(grp)->capture_default_str();
     app.add_option("--client-fraction", o->client_fraction, "fedavg: clients sampled per round")->group(grp)
         ->capture_default_str();
     app.add_option("--local-epochs", o->local_epochs, "fedavg: epochs a client runs per round")->group(grp)
@@ -232,6 +234,7 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     if (set("--round-deadline-s", TANDEM_SIM_JOB_ROUND_DEADLINE)) p.round_deadline_s = o.round_deadline_s;
     if (set("--average-every", TANDEM_SIM_JOB_AVERAGE_EVERY)) p.average_every = o.average_every;
     if (set("--warmup-steps", TANDEM_SIM_JOB_WARMUP_STEPS)) p.warmup_steps = o.warmup_steps;
+    if (set("--seed", TANDEM_SIM_JOB_SEED)) p.seed = o.seed;
   }
   if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;

@@ -165,10 +165,10 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   st.sync = sync;
   st.ranks = p.setup.ranks;
   st.param_bytes = cj.stages.front().memory.param_bytes;
+  st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
   if (sync.exchange == Exchange::kRound) {
     st.clients = c.clients > 0 ? c.clients : sync.workers;
     st.client_fraction = c.client_fraction;
-    st.seed = p.run.seed;
     st.sampled = static_cast<int32_t>(engine::parallel::sample_clients(st.clients, c.client_fraction, st.seed, 0).size());
     // The clients' shards as the runtime cuts them; Dirichlet skew over a class-balanced training set (the
     // simulator knows the class count, not the labels).

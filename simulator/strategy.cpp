@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "engine/core/error.hpp"
+#include "engine/parallel/averaging.hpp"
 #include "engine/parallel/fedavg.hpp"
 
 namespace tandem::simulator {
@@ -93,7 +94,12 @@ class AsyncExecutor final : public FlowExecutor {
     Phase phase = Phase::kCompute;
     Work work = Work::kPre;
     int32_t bucket = 0;
-    int32_t pending = 0;  // flows the step still waits for (pulls, the gossip exchange)
+    int32_t pending = 0;  // flows the step still waits for (pulls, the elastic exchange)
+    // gossip: this step's partner (-1: sits the step out), whether its own send is done, and the steps whose
+    // partner's state has arrived (a partner ahead may send before this worker reaches the step)
+    int32_t partner = -1;
+    bool sent = true;
+    std::vector<char> received;
     des::TimeNs wait_since = 0, compute_start = 0, finish = 0;
     double compute_full_s = 0;
     RankBreakdown bd;
@@ -117,6 +123,7 @@ class AsyncExecutor final : public FlowExecutor {
   void compute(int32_t w, Work work, double full_s);
   void after_backward(int32_t w);
   void wait_comm(int32_t w);
+  bool comm_done(const Worker& wk) const;
   void end_step(int32_t w);
   void enqueue(int32_t server, Update u);
   void run_server(int32_t server);
@@ -127,8 +134,6 @@ class AsyncExecutor final : public FlowExecutor {
   std::vector<Worker> workers_;
   std::vector<Server> servers_;
 };
-
-int32_t peer_of(int32_t w, int32_t step, int32_t workers) { return (w + 1 + step % (workers - 1)) % workers; }
 
 StepResult AsyncExecutor::run() {
   const auto& sync = s_.sync;
@@ -143,6 +148,7 @@ StepResult AsyncExecutor::run() {
   for (const auto& r : sync.shards) total_elems_ += static_cast<double>(r.size());
   total_elems_ = std::max(total_elems_, 1.0);
   workers_.resize(W_);
+  for (Worker& wk : workers_) wk.received.assign(static_cast<size_t>(K_), 0);
   servers_.resize(sync.servers);
   for (Server& sv : servers_) sv.arrived.assign(sync.pieces.size(), 0);
   in_.assign(world, 0.0);
@@ -190,6 +196,13 @@ void AsyncExecutor::begin_step(int32_t w) {
   }
   if (wk.phase == Phase::kGate) wk.bd.staleness_wait_s += des::to_seconds(sim_.now() - wk.wait_since);
   const RankSetup& rs = s_.ranks[w];
+  if (s_.sync.exchange == Exchange::kGossip) {
+    // the runtime's Gossip::before_step: the step's partner from the seeded matching, and this worker's state
+    // snapshot sent to it at once, beside the step's compute (the communicator's progress thread moves it)
+    wk.partner = engine::parallel::gossip_partner(w, W_, s_.seed, wk.clock);
+    wk.sent = wk.partner < 0;
+    if (wk.partner >= 0) flow(w, wk.partner, s_.param_bytes, flow_tag(kGossip, w, static_cast<uint64_t>(wk.clock)));
+  }
   // push-pull splits the last backward by bucket (each bucket's pieces go as it completes); the others compute
   // the whole step before their exchange
   compute(w, Work::kPre, push_pull() ? pre_backward_s(rs) : step_compute_s(rs) - rs.optimizer_s);
@@ -269,18 +282,18 @@ void AsyncExecutor::after_backward(int32_t w) {
       flow(w, server_rank(sync.shards[sh].server), 4.0 * static_cast<double>(sync.shards[sh].size()),
            flow_tag(kPush, w, sh));
     }
-  } else if (sync.exchange == Exchange::kGossip && W_ > 1) {
-    const int32_t peer = peer_of(w, wk.clock, W_);
-    wk.pending += 2;
-    flow(w, peer, s_.param_bytes, flow_tag(kGossip, w, 0));
-    flow(peer, w, s_.param_bytes, flow_tag(kGossip, w, 1));
   }
   wait_comm(w);
 }
 
+bool AsyncExecutor::comm_done(const Worker& wk) const {
+  if (wk.pending > 0) return false;
+  return wk.partner < 0 || (wk.sent && wk.received[static_cast<size_t>(wk.clock)] != 0);
+}
+
 void AsyncExecutor::wait_comm(int32_t w) {
   Worker& wk = workers_[w];
-  if (wk.pending == 0) {
+  if (comm_done(wk)) {
     end_step(w);
     return;
   }
@@ -303,6 +316,20 @@ void AsyncExecutor::on_flow_done(uint64_t tag) {
   const uint64_t kind = tag & 3;
   const int32_t w = static_cast<int32_t>((tag >> 2) & 0x3fffffu);
   const int64_t index = static_cast<int64_t>(tag >> 24);
+  if (kind == kGossip) {  // worker w's snapshot of step `index` has reached its partner
+    Worker& from = workers_[w];
+    const int32_t to = engine::parallel::gossip_partner(w, W_, s_.seed, index);
+    workers_[to].received[static_cast<size_t>(index)] = 1;
+    if (from.clock == index) from.sent = true;
+    for (const int32_t x : {w, to}) {
+      Worker& wx = workers_[x];
+      if (wx.phase == Phase::kWaitComm && wx.clock == index && comm_done(wx)) {
+        wx.bd.comm_exposed_s += des::to_seconds(sim_.now() - wx.wait_since);
+        end_step(x);
+      }
+    }
+    return;
+  }
   if (kind == kPush) {
     const int32_t server = push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server
                                        : s_.sync.shards[static_cast<size_t>(index)].server;
@@ -316,8 +343,8 @@ void AsyncExecutor::on_flow_done(uint64_t tag) {
     }
     return;
   }
-  Worker& wk = workers_[w];  // a pull or a gossip exchange of this worker's step
-  if (--wk.pending == 0 && wk.phase == Phase::kWaitComm) {
+  Worker& wk = workers_[w];  // a pull (or the elastic reply) of this worker's step
+  if (--wk.pending == 0 && wk.phase == Phase::kWaitComm && comm_done(wk)) {
     wk.bd.comm_exposed_s += des::to_seconds(sim_.now() - wk.wait_since);
     end_step(w);
   }

@@ -11,9 +11,12 @@
 //       worker's clock) > staleness (the wait is reported as staleness_wait_s).
 //   elastic with servers (asynchronous easgd)  local steps (compute + local optimizer); every `period` steps a
 //       worker pushes its whole parameter shards to their servers and pulls the centre back, without a barrier.
-//   gossip (asgd)  local steps; after each, a worker exchanges its full parameters with one peer (step c:
-//       worker w with (w + 1 + c mod (W - 1)) mod W): its parameters to the peer and the peer's back, served by
-//       the peer's communication thread (never waiting for the peer's compute); no global barrier.
+//   gossip (asgd)  as the runtime's Gossip (engine/parallel/averaging.cpp): at the start of step c a worker sends
+//       a snapshot of its state to its partner of the step (gossip_partner: the seeded random perfect matching,
+//       a new one each step; an odd worker out sits the step out) and the partner sends its own, so each worker's
+//       uplink carries one model per step; the exchange runs beside the step's compute, and the step ends when
+//       the local step is done and both transfers are (the partner's starts when the partner reaches step c);
+//       no global barrier.
 //   round (fedavg)  see simulate_rounds.
 // A server's update of a piece (or shard) takes its node's optimizer time for the whole model scaled by the
 // piece's share of the parameters.

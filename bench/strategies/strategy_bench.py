@@ -15,9 +15,11 @@ brought up once with W + (the most servers any configuration uses) hosts; hosts 
 
   tta     per strategy (DDP ring, PS sync with 1 and 2 servers, PS async, SSP S=2, asgd, EASGD, local SGD H=8,
           FedAvg IID and Dirichlet 0.5): `tandem train` on Fashion-MNIST, LeNet-5, evaluated on the full test set
-          after every --eval-every steps (FedAvg: after every round of one local epoch), capped at --max-evals
-          evaluations (--fedavg-rounds rounds) or --run-timeout-s: wall time to the target, steps (rounds), bytes
-          each worker's host sent (the emulated NIC's qdisc counter), final accuracy. The same run carries
+          after every --eval-every steps (FedAvg: after every round of one local epoch); the trainer stops at the
+          first evaluation at or above --target (`tandem train --target-accuracy`), capped at --max-evals
+          evaluations (--fedavg-rounds rounds) or --run-timeout-s: wall time to the target and steps (rounds) as
+          the trainer reports them, bytes each worker's host sent up to the stop (the emulated NIC's qdisc
+          counter), accuracy at the stop. The same run carries
           `--predict` with a profile from `tandem calibrate` on the worker hosts and the emulated cluster's
           description (never fitted to the measurement): predicted beside measured per step (round).
   psring  DDP ring on W workers against PS sync with 1, 2, 4 server hosts, --psring-steps steps per epoch, 2
@@ -49,6 +51,7 @@ import predict_lib  # noqa: E402
 DATA_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fashion-mnist, where `tandem train` looks
 TORCH_DDP = os.path.join(REPO, "bench", "parallel", "torch_ddp.py")
 SYSTEM_PYTHON = "/usr/bin/python3"               # Debian's, which sees python3-torch
+SEED = 1                                         # every training run's --seed (and the simulator's, for its shares)
 
 
 def strategies():
@@ -130,7 +133,7 @@ class Bench:
     def data_args(self):
         a = self.a
         d = ["--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--batch", str(a.batch),
-             "--lr", str(a.lr), "--seed", "1"]
+             "--lr", str(a.lr), "--seed", str(SEED)]
         if a.train_limit:
             d += ["--train-limit", str(a.train_limit)]
         if a.test_limit:
@@ -152,7 +155,9 @@ class Bench:
         lines = per_rank.get(0, [])
         epochs = predict_lib.json_lines(lines, "epoch")
         pred = predict_lib.json_lines(lines, "prediction")
+        target = predict_lib.json_lines(lines, "target")
         return {"rc": rc, "epochs": epochs, "prediction": pred[-1]["prediction"] if pred else None,
+                "target": target[-1]["target"] if target else None,
                 "links": links[:n_ranks], "launch_wall_s": wall, "tail": "" if rc == 0 else text[-2500:]}
 
     def simulate(self, flags, n_ranks, fed):
@@ -169,7 +174,7 @@ class Bench:
             samples = min(samples, a.fedavg_limit * a.batch * a.workers)
         cmd = [self.tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist",
                "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
-               self.profile, "--profile-network", "--json"] + flags
+               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + flags
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         try:
             return json.loads(p.stdout)["step_time_s"]
@@ -186,11 +191,13 @@ class Bench:
             label, servers, flags = table[key]
             n = a.workers + servers
             cluster = predict_lib.cluster_description(self.st, hosts=n)
+            # the trainer stops at the first evaluation that reaches the target; the evaluations (rounds) stay the cap
             if key.startswith("fedavg"):
                 extra = ["--epochs", str(a.fedavg_rounds)] + (["--limit-batches", str(a.fedavg_limit)]
                                                              if a.fedavg_limit else [])
             else:
                 extra = ["--epochs", str(a.max_evals), "--limit-batches", str(a.eval_every)]
+            extra += ["--target-accuracy", str(a.target)]
             cpu0 = predict_lib.cpu_snapshot(self.name)
             r = self.train(n, flags + extra, cluster, a.run_timeout_s)
             cpu = predict_lib.cpu_use(cpu0, predict_lib.cpu_snapshot(self.name))
@@ -214,6 +221,9 @@ class Bench:
             steps += 1 if fed else a.eval_every
             points.append((wall, steps, e.get("test_accuracy", float("nan"))))
         reached = time_to_target(points, a.target)
+        t = r.get("target")
+        if t is not None:  # the trainer's own stop: its time and steps (rounds), which the curve must agree with
+            reached = ((t["train_s"], t["epoch"] if fed else t["steps"]) if t["reached"] else None)
         wb = [r["links"][w][0] for w in range(min(a.workers, len(r["links"])))]
         busiest = max((max(u, d) for u, d in r["links"]), default=0)
         row = {"key": key, "label": label, "servers": servers, "workers": a.workers, "rc": r["rc"],

@@ -126,6 +126,34 @@ int main(void) {
     tandem_sim_result_destroy(f16);
   }
 
+  /* the run's seed is a typed job field: it cuts FedAvg's Dirichlet shares as the trainer does, so another seed
+     times other client sizes (a round waits for its largest client), and seed 0 is the default */
+  {
+    tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r[3] = {NULL, NULL, NULL};
+    double round_s[3];
+    f.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_STRATEGY |
+                   TANDEM_SIM_JOB_DIRICHLET_ALPHA | TANDEM_SIM_JOB_BASELINE;
+    f.model = lenet;
+    f.dataset = "fashion-mnist";
+    f.batch = 32;
+    f.strategy = TANDEM_STRATEGY_FEDAVG;
+    f.dirichlet_alpha = 0.5;
+    f.baseline = 0;
+    for (int k = 0; k < 3; ++k) {
+      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
+      if (k > 0) f.field_mask |= TANDEM_SIM_JOB_SEED;
+      f.seed = (uint64_t)(k - 1 > 0 ? 1 : 0); /* default, explicit 0, 1 */
+      CHECK(tandem_simulate(cluster, &f, &r[k]) == TANDEM_OK, "fedavg seed case %d: %s", k, tandem_last_error_message());
+      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+      CHECK(tandem_sim_result_query(r[k], &q) == TANDEM_OK && q.step_time_s > 0, "fedavg round %d", k);
+      round_s[k] = q.step_time_s;
+      tandem_sim_result_destroy(r[k]);
+    }
+    CHECK(round_s[0] == round_s[1], "seed 0 is the default: %f vs %f", round_s[0], round_s[1]);
+    CHECK(round_s[2] != round_s[1], "seed 1 cuts other shares: %f vs %f", round_s[2], round_s[1]);
+  }
+
   /* JSON: size query, truncation, full text */
   CHECK(tandem_sim_result_json(result, NULL, &bytes) == TANDEM_OK && bytes > 100, "json size %zu", bytes);
   json = (char*)malloc(bytes);

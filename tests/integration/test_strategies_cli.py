@@ -1,6 +1,6 @@
 """The averaging strategies of issue #13 as users run them: `tandem launch -n 2/3 -- tandem train --strategy X` with
 tiny epochs. Each job finishes on every rank, reports its strategy, and its training loss goes down; a checkpoint of
-EASGD resumes. Run by CTest with TANDEM_CLI set; standard library only."""
+EASGD resumes; --target-accuracy stops every strategy at the first evaluation that reaches it. Run by CTest with TANDEM_CLI set; standard library only."""
 import json
 import os
 import subprocess
@@ -16,10 +16,19 @@ BASE = ["train", "--model", "mlp", "--dataset", "synthetic", "--batch", "16", "-
 def launch(n, extra, timeout=180, epochs=3):
     env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
     base = [str(epochs) if i > 0 and BASE[i - 1] == "--epochs" else a for i, a in enumerate(BASE)]
+    if "--lr" in extra:  # the test's own learning rate replaces BASE's
+        k = base.index("--lr")
+        del base[k:k + 2]
     p = subprocess.run([CLI, "launch", "-n", str(n), "--", CLI] + base + extra, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=timeout, text=True)
-    epochs = [json.loads(l.split("] ", 1)[1]) for l in p.stdout.splitlines() if "] {" in l]
-    return p.returncode, p.stdout, epochs
+    lines = [json.loads(l.split("] ", 1)[1]) for l in p.stdout.splitlines() if "] {" in l]
+    return p.returncode, p.stdout, [x for x in lines if "target" not in x]
+
+
+def target_line(out):
+    """The {"target": ...} line of --target-accuracy (rank 0's), or None."""
+    got = [json.loads(l.split("] ", 1)[1])["target"] for l in out.splitlines() if '] {"target"' in l]
+    return got[-1] if got else None
 
 
 class Strategies(unittest.TestCase):
@@ -53,6 +62,45 @@ class Strategies(unittest.TestCase):
             rc, out, epochs = launch(2, ["--strategy", "easgd", "--tau", "2", "--resume", ck], epochs=4)
             self.assertEqual(rc, 0, out)
             self.assertEqual([e["epoch"] for e in epochs], [4], out)
+
+    def test_target_accuracy_stops_every_strategy_at_the_first_evaluation_reaching_it(self):
+        # 0.01 is below chance (10 classes): the first evaluation reaches it, and every rank stops there (a rank
+        # that went on would hang its peers until the deadline, and the launch would fail)
+        for n, flags in [(2, ["--strategy", "ddp"]), (3, ["--strategy", "ps", "--servers", "1"]),
+                         (3, ["--strategy", "ps-async", "--servers", "1"]),
+                         (3, ["--strategy", "ssp", "--servers", "1", "--staleness", "1"]),
+                         (2, ["--strategy", "asgd"]), (2, ["--strategy", "easgd", "--tau", "2"]),
+                         (2, ["--strategy", "localsgd", "--average-every", "2"]),
+                         (2, ["--strategy", "fedavg", "--clients", "4"])]:
+            with self.subTest(strategy=flags[1]):
+                rc, out, epochs = launch(n, flags + ["--target-accuracy", "0.01"], epochs=4)
+                self.assertEqual(rc, 0, out)
+                self.assertEqual([e["epoch"] for e in epochs], [1], out)
+                t = target_line(out)
+                self.assertIsNotNone(t, out)
+                self.assertTrue(t["reached"], out)
+                self.assertEqual(t["epoch"], 1, out)
+                self.assertGreaterEqual(t["test_accuracy"], 0.01, out)
+                self.assertEqual(t["test_accuracy"], epochs[0]["test_accuracy"], out)
+                self.assertGreater(t["steps"], 0, out)
+                self.assertAlmostEqual(t["train_s"], epochs[0]["train_s"], places=9, msg=out)
+
+    def test_unreached_target_trains_to_the_cap(self):
+        # lr 0: the model never learns, so 99% is not reached; every epoch runs and the line says so
+        rc, out, epochs = launch(2, ["--strategy", "ddp", "--lr", "0", "--target-accuracy", "0.99"])
+        self.assertEqual(rc, 0, out)
+        self.assertEqual([e["epoch"] for e in epochs], [1, 2, 3], out)
+        t = target_line(out)
+        self.assertFalse(t["reached"], out)
+        self.assertIsNone(t["epoch"], out)
+        self.assertAlmostEqual(t["train_s"], sum(e["train_s"] for e in epochs), places=6, msg=out)
+
+    def test_bad_target_accuracy_is_refused(self):
+        for v in ("0", "1.5", "x"):
+            p = subprocess.run([CLI] + BASE + ["--target-accuracy", v], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, p.stdout)
+            self.assertIn("--target-accuracy: must be in (0, 1], got " + v, p.stdout)
 
     def test_bad_value_is_refused_on_every_rank_naming_the_field(self):
         rc, out, _ = launch(2, ["--strategy", "localsgd", "--average-every", "0"])

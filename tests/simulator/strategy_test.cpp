@@ -193,6 +193,44 @@ BOOST_AUTO_TEST_CASE(ssp_zero_is_ps_end_to_end) {
 // (b) Local SGD with period H: the parameters are all-reduced once per H steps, so the mean step is
 // compute + allreduce / H; one step of `single` gives the compute, H = 1 the all-reduce (a ring of 2(n-1)/n of
 // the model through each NIC). Warmup steps of DDP mix in by their share of the run.
+// asgd as the runtime's Gossip runs it (engine/parallel/averaging.cpp): each worker sends one snapshot of its state
+// per step to its partner of the seeded matching, beside the step's compute; the step ends when both are done.
+StrategySetup gossip(int32_t workers, double param_bytes, double compute_s) {
+  StrategySetup s;
+  s.sync.exchange = parallel::Exchange::kGossip;
+  s.sync.workers = workers;
+  s.param_bytes = param_bytes;
+  s.seed = 7;
+  for (int32_t w = 0; w < workers; ++w) {
+    s.ranks.emplace_back();
+    set_compute(s, w, compute_s);
+  }
+  return s;
+}
+
+BOOST_AUTO_TEST_CASE(gossip_overlaps_one_model_per_step_with_compute) {
+  // link-bound: one model each way per worker link, overlapped with compute -- not compute + a model each way
+  // in turn (80 ms), nor two models through each uplink
+  const double P = 4e6, link = P / kNic;  // 40 ms
+  const StepResult r = run_on_star(gossip(4, P, 0.25 * link), 4);
+  BOOST_TEST(r.step_s == link, tt::tolerance(0.001));
+  for (int32_t w = 0; w < 4; ++w) {
+    const auto k = static_cast<size_t>(w);
+    BOOST_TEST(r.nic_out_bytes[k] == P, tt::tolerance(1e-9));  // its own snapshot only
+    BOOST_TEST(r.nic_in_bytes[k] == P, tt::tolerance(1e-9));   // its partner's
+    BOOST_TEST(r.ranks[k].comm_exposed_s == 0.75 * link, tt::tolerance(0.001));
+  }
+  // compute-bound: the exchange hides entirely behind the step
+  const StepResult c = run_on_star(gossip(4, P, 4 * link), 4);
+  BOOST_TEST(c.step_s == 4 * link, tt::tolerance(0.001));
+  BOOST_TEST(c.ranks[0].comm_exposed_s < 1e-6);
+  // three workers: a perfect matching pairs two, the third sits the step out, so two models move per step
+  const StepResult o = run_on_star(gossip(3, P, 0.25 * link), 3);
+  double sent = 0;
+  for (double b : o.nic_out_bytes) sent += b;
+  BOOST_TEST(sent == 2 * P, tt::tolerance(1e-9));
+}
+
 BOOST_AUTO_TEST_CASE(localsgd_all_reduces_once_per_period) {
   const int32_t n = 4;
   const ClusterSpec c = star(n);
@@ -366,7 +404,8 @@ BOOST_AUTO_TEST_CASE(gossip_and_async_easgd_run_without_a_barrier) {
   const ClusterSpec c = star(4, 0.5);
   const SimResult g = simulate(c, lenet(Strategy::kAsgd), {.baseline = false});
   BOOST_TEST(g.exchange == "gossip");
-  BOOST_TEST(g.busiest_nic_bytes == 2 * model_bytes(g), tt::tolerance(1e-6));  // its own exchange and a peer's
+  // a matching: each worker sends its own snapshot and receives its partner's, one model each way per step
+  BOOST_TEST(g.busiest_nic_bytes == model_bytes(g), tt::tolerance(1e-6));
   BOOST_TEST(g.staleness_wait_s == 0.0);
   JobSpec e = lenet(Strategy::kEasgd);
   e.easgd_async = true;

@@ -985,6 +985,8 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_RECOMPUTE        (UINT64_C(1) << 39) /* covers recompute, recompute_every */
 #define TANDEM_SIM_JOB_ZERO             (UINT64_C(1) << 40)
 #define TANDEM_SIM_JOB_FRAMEWORK        (UINT64_C(1) << 41)
+/* issue #13, continued (bits 50- ) */
+#define TANDEM_SIM_JOB_SEED             (UINT64_C(1) << 50)
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1046,7 +1048,8 @@ typedef struct tandem_sim_job_params {
   int32_t easgd_async;          /* EASGD: push/pull with the servers without a barrier instead of an all-reduce */
   int32_t clients;              /* FEDAVG: virtual clients (client k on worker k mod workers); 0 (default): one
                                    per worker */
-  double dirichlet_alpha;       /* FEDAVG: label skew; ignored for timing (clients' shares stay equal) */
+  double dirichlet_alpha;       /* FEDAVG: label skew; the clients' shares are cut as the runtime cuts them (with
+                                   seed), and a client's round compute follows its share's size */
   double client_fraction;       /* FEDAVG: clients sampled per round, in (0, 1]; default 1 */
   int32_t local_epochs;         /* FEDAVG: epochs over its share a sampled client runs per round; default 1 */
   double round_deadline_s;      /* FEDAVG: a round closes then with whoever reported; 0 (default): no deadline */
@@ -1059,6 +1062,9 @@ typedef struct tandem_sim_job_params {
   int32_t zero;                 /* sharding over each stage's data-parallel group: 0 (default) none, 1 optimizer state
                                    (and mixed precision's master weights), 2 gradients too; all-reduce strategies only */
   tandem_framework_t framework; /* default TANDEM */
+  /* added for issue #13 (continued) */
+  uint64_t seed;                /* the training run's seed (tandem train --seed): FEDAVG's client draw and Dirichlet
+                                   shares, ASGD's gossip matching; default 0, as the trainer's */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 

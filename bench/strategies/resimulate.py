@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Re-predicts recorded strategy_bench runs with today's simulator, without re-running the emulated cluster.
+
+  bench/strategies/resimulate.py [--tandem build/default/bin/tandem] [RESULTS.json ...]
+
+For each results file (default: results/run1.json, run2.json, run3_lr0.005.json) it rebuilds what the harness
+gave `tandem simulate` in that run -- the cluster description of the emulated cluster (predict_lib's, from the
+recorded cluster_config) and a calibration profile with the run's recorded figures: forward, backward and
+optimizer totals at batch 32, memory bandwidth and the p2p bandwidth and latency (--profile-network) -- and
+simulates every recorded row again with the harness's own flags. The run's profile file itself was temporary;
+only its per-layer split is not recorded, so the split comes from a `tandem calibrate` of LeNet-5 here, scaled to
+the run's forward and backward totals (LeNet-5 is one gradient bucket, so the split moves only where in backward
+its single push starts). Nothing is taken from the training measurements. Today's prediction is given the
+training runs' seed (strategy_bench's SEED: FedAvg's shares, asgd's matching); the runs' own `tandem simulate`
+had no --seed, so --check-old leaves it out.
+
+Prints, per row: the prediction recorded in the run (`tandem simulate`'s where the run has it, else `train
+--predict`'s), today's, the measured step (round) and both errors. --check-old: fail when a row's recomputed
+prediction with this same simulator differs from the recorded one by more than 2% (the reconstruction's check;
+run it at the commit that recorded the figures).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
+sys.path.insert(0, HERE)
+import predict_lib  # noqa: E402
+from strategy_bench import SEED, strategies  # noqa: E402
+
+DEFAULT_RUNS = ["run1.json", "run2.json", "run3_lr0.005.json"]
+
+
+def local_split(tandem, tmp):
+    """Per-layer forward/backward shares of LeNet-5 at batch 32, measured here (1 thread)."""
+    out = os.path.join(tmp, "split.json")
+    subprocess.run([tandem, "calibrate", "--model", "lenet5", "--dataset", "synthetic", "--batch", "32", "--iters",
+                    "8", "--threads", "1", "--out", out, "--json"], check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)
+
+
+def run_profile(split, cal):
+    """The split's layers scaled to a run's recorded totals, with its optimizer, memory and p2p figures."""
+    p = json.loads(json.dumps(split))
+    f = sum(layer["forward_s"] for layer in p["layers"])
+    b = sum(layer["backward_s"] for layer in p["layers"])
+    for layer in p["layers"]:
+        layer["forward_s"] *= cal["forward_s"] / f
+        layer["backward_s"] *= cal["backward_s"] / b
+    p["batch"] = cal["batch"]
+    p["optimizer_step_s"] = cal["optimizer_step_s"]
+    p["memory_bytes_per_s"] = cal["memory_bytes_per_s"]
+    p["p2p"] = {"bandwidth_bytes_per_s": cal["p2p_bytes_per_s"], "latency_s": cal["p2p_latency_s"]}
+    p["machine"] = "reconstructed from " + cal.get("out", "a recorded calibration")
+    return p
+
+
+def simulate(tandem, cluster, profile, flags, args, fed, seed):
+    samples = args.get("train_limit") or 60000
+    if fed and args.get("fedavg_limit"):
+        samples = min(samples, args["fedavg_limit"] * args["batch"] * args["workers"])
+    cmd = [tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist", "--samples",
+           str(samples), "--batch", str(args["batch"]), "--dp", str(args["workers"]), "--profile", profile,
+           "--profile-network", "--json"] + flags + ([] if seed is None else ["--seed", str(seed)])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
+    return json.loads(p.stdout)["step_time_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="*", help="results JSON files (default: results/run1, run2, run3)")
+    ap.add_argument("--tandem", default=os.path.join(REPO, "build", "default", "bin", "tandem"))
+    ap.add_argument("--check-old", action="store_true")
+    a = ap.parse_args()
+    runs = a.runs or [os.path.join(HERE, "results", r) for r in DEFAULT_RUNS]
+    table = strategies()
+    bad = []
+    print("| run | strategy | measured | old prediction | error | new prediction | error |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="tandem_resim_") as tmp:
+        split = local_split(a.tandem, tmp)
+        for path in runs:
+            with open(path) as f:
+                run = json.load(f)
+            name = os.path.splitext(os.path.basename(path))[0]
+            profile = os.path.join(tmp, f"{name}_profile.json")
+            with open(profile, "w") as f:
+                json.dump(run_profile(split, run["calibration"]), f)
+            status = {"config": run["cluster_config"], "hosts": [None] * run["hosts"]}
+            for row in run["rows"]:
+                key = row["key"]
+                if key not in table or not row.get("measured_s"):
+                    continue
+                label, servers, flags = table[key]
+                cluster = os.path.join(tmp, f"{name}_cluster{run['args']['workers'] + servers}.json")
+                with open(cluster, "w") as f:
+                    f.write(predict_lib.cluster_description(status, hosts=run["args"]["workers"] + servers))
+                fed = key.startswith("fedavg")
+                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if a.check_old else SEED)
+                old = row.get("sim_predicted_s") or row["predicted_s"]
+                m = row["measured_s"]
+                if a.check_old and abs(new / old - 1) > 0.02:
+                    bad.append(f"{name} {key}: recorded {old * 1e3:.2f} ms, recomputed {new * 1e3:.2f} ms")
+                print(f"| {name} | {label} | {m * 1e3:.2f} ms | {old * 1e3:.2f} ms | {(old / m - 1) * 100:+.1f}% | "
+                      f"{new * 1e3:.2f} ms | {(new / m - 1) * 100:+.1f}% |", flush=True)
+    for b in bad:
+        print("reconstruction differs:", b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
