@@ -34,7 +34,7 @@ using engine::comm::Communicator;
       throw std::runtime_error(fmt::format("{}:{}: {} -- ", __FILE__, __LINE__, #cond) + fmt::format(__VA_ARGS__)); \
   } while (0)
 
-// Every transport, plus tcp and zmq kept off local sockets ("tcp+inet", "zmq+inet").
+// Every transport, plus the variants of tcp and zmq (tests/common/transport_variants.hpp).
 inline std::vector<std::string> transports_under_test() {
   return transports::testing::transport_variants(transports::available_transports());
 }
