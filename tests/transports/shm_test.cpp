@@ -7,10 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,9 +16,9 @@
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
+#include "tests/transports/peer_process.hpp"
 #include "transports/tcp/shm_ring.hpp"
 
-extern char** environ;
 
 namespace bdata = boost::unit_test::data;
 using namespace tandem;
@@ -136,12 +133,8 @@ BOOST_DATA_TEST_CASE(a_peer_killed_mid_message_fails_the_receive_naming_it, bdat
   std::filesystem::remove_all(dir);
   FileStore store(dir);
   const std::string prefix = "killed-mid";
-  std::vector<std::string> args = {TANDEM_TRANSPORT_PEER_EXE, spec, dir.string(), prefix, "0", "2", "mid"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  BOOST_REQUIRE(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, spec, dir.string(), prefix, "0", "2", "mid"});
+  BOOST_REQUIRE(pid > 0);
   std::string first, second;
   try {
     auto t = create_transport(options_for(spec, 1, 2, store, prefix));
@@ -155,16 +148,7 @@ BOOST_DATA_TEST_CASE(a_peer_killed_mid_message_fails_the_receive_naming_it, bdat
   } catch (const std::exception& e) {
     second = std::string("unexpected: ") + e.what();
   }
-  int status = 0;  // reap the child by PID; never leave it behind
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const int status = reap_peer(pid);  // by PID; never left behind
   std::filesystem::remove_all(dir);
   BOOST_TEST(WIFSIGNALED(status));
   BOOST_TEST(first == "ok", first);
