@@ -145,7 +145,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every runner this many times, interleaved, and keep each runner's best round per size "
                          "(the shared machine's noise only ever slows a runner down)")
-    ap.add_argument("--only", help="comma-separated subset of runners (tandem-tcp, tandem-unix, tandem-zmq, tandem-zipc, "
+    ap.add_argument("--only", help="comma-separated subset of runners (tandem-shm, tandem-tcp, tandem-unix, tandem-zmq, tandem-zipc, "
                     "tandem-ucx, gloo, mpi-tcp, mpi-shm)")
     ap.add_argument("--json", help="also write every result to this file")
     a = ap.parse_args()
@@ -155,9 +155,11 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="tandem-bench-")
     # tandem-tcp and tandem-zmq keep every connection on TCP (the path gloo and mpi-tcp take);
-    # tandem-unix and tandem-zipc are the tcp and zmq transports as they run by default, reaching the
-    # ranks of this host over local sockets (AF_UNIX streams; ZeroMQ's ipc).
-    runners = {"tandem-tcp": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="tcp"),
+    # tandem-unix and tandem-zipc reach the ranks of this host over local sockets (AF_UNIX streams;
+    # ZeroMQ's ipc: zmq as it runs by default); tandem-shm is the tcp transport as it runs by default,
+    # its frames between ranks of this host going through shared memory.
+    runners = {"tandem-shm": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="shm"),
+               "tandem-tcp": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="tcp"),
                "tandem-unix": tandem_runner(exe, "tcp", TANDEM_TCP_LOCAL="unix"),
                "tandem-zmq": tandem_runner(exe, "zmq", TANDEM_ZMQ_LOCAL="tcp"),
                "tandem-zipc": tandem_runner(exe, "zmq", TANDEM_ZMQ_LOCAL="ipc"),
@@ -222,15 +224,17 @@ def main():
           (a.iters, a.warmup, a.small_iters, a.small_warmup, a.rounds))
     print("# %d CPUs; 1-minute load average %.1f at the start, %.1f at the end (other work skews every column)" %
           (os.cpu_count(), load_start[0], os.getloadavg()[0]))
-    print("# ratios: tcp and zmq (every connection on TCP) against gloo and mpi-tcp, ucx against mpi-shm, unx and "
+    print("# ratios: shm (tcp through shared memory) against gloo and mpi-shm, tcp and zmq (every connection on TCP) "
+          "against gloo and mpi-tcp, ucx against mpi-shm, unx and "
           "zipc (tcp and zmq over local sockets) against gloo, mpi-tcp and mpi-shm (busbw, higher is better); lat = "
           "mpi/tandem time (higher is better), the local-socket runners against mpi-tcp")
-    pairs = [("tcp/gloo", "tandem-tcp", "gloo"), ("tcp/mpiT", "tandem-tcp", "mpi-tcp"),
+    pairs = [("shm/gloo", "tandem-shm", "gloo"), ("shm/mpiS", "tandem-shm", "mpi-shm"),
+             ("tcp/gloo", "tandem-tcp", "gloo"), ("tcp/mpiT", "tandem-tcp", "mpi-tcp"),
              ("zmq/gloo", "tandem-zmq", "gloo"), ("zmq/mpiT", "tandem-zmq", "mpi-tcp"),
              ("ucx/mpiS", "tandem-ucx", "mpi-shm"), ("unx/gloo", "tandem-unix", "gloo"),
              ("unx/mpiT", "tandem-unix", "mpi-tcp"), ("unx/mpiS", "tandem-unix", "mpi-shm"),
              ("zipc/glo", "tandem-zipc", "gloo"), ("zipc/mpT", "tandem-zipc", "mpi-tcp")]
-    lats = [("lat tcp", "mpi-tcp", "tandem-tcp"), ("lat zmq", "mpi-tcp", "tandem-zmq"),
+    lats = [("lat shm", "mpi-shm", "tandem-shm"), ("lat tcp", "mpi-tcp", "tandem-tcp"), ("lat zmq", "mpi-tcp", "tandem-zmq"),
             ("lat ucx", "mpi-shm", "tandem-ucx"), ("lat unx", "mpi-tcp", "tandem-unix"),
             ("lat zipc", "mpi-tcp", "tandem-zipc")]
     header = "%5s %6s " % ("world", "size") + " ".join("%10s" % c for c in cols) + "  " + \

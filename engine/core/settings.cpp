@@ -35,7 +35,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_CHUNK_BYTES", K::kInteger, 1, kNoLimit, "", "per algorithm", "pipelining chunk of large collectives"},
     // Transports.
     {"TANDEM_IFACE_ADDR", K::kText, 0, 0, "", "the bind host", "address tcp/zmq listen on"},
-    {"TANDEM_TCP_LOCAL", K::kChoice, 0, 0, "unix|tcp", "unix", "tcp: same-host ranks use TCP, not AF_UNIX"},
+    {"TANDEM_TCP_LOCAL", K::kChoice, 0, 0, "shm|unix|tcp", "shm",
+     "tcp: same-host ranks: shared memory, AF_UNIX streams, or TCP"},
     {"TANDEM_TCP_SPIN_US", K::kInteger, 0, 1000000, "", "100", "tcp: microseconds a waiter polls before blocking"},
     {"TANDEM_TCP_MAX_UNEXPECTED", K::kInteger, 0, int64_t{1} << 40, "", "4 GiB",
      "tcp: bytes one unexpected message may allocate"},

@@ -13,8 +13,10 @@ namespace tandem::transports::testing {
 // Suites run each transport under its name, plus variants written "<name>+<variant>":
 // "tcp+inet" and "zmq+inet" keep every connection on TCP (TANDEM_TCP_LOCAL / TANDEM_ZMQ_LOCAL =
 // tcp), where plain "tcp" and "zmq" reach the ranks of this host -- every rank of a test -- over
-// local sockets.
+// local sockets; plain "tcp" moves its frames through shared memory beside them, "tcp+unix" over
+// the local sockets themselves (TANDEM_TCP_LOCAL=unix).
 inline std::vector<std::string> transport_variants(std::vector<std::string> names) {
+  if (std::find(names.begin(), names.end(), "tcp") != names.end()) names.push_back("tcp+unix");
   for (const char* socket_transport : {"tcp", "zmq"})
     if (std::find(names.begin(), names.end(), socket_transport) != names.end())
       names.push_back(std::string(socket_transport) + "+inet");
@@ -29,10 +31,13 @@ inline std::string transport_name(const std::string& spec) { return spec.substr(
 class VariantEnv {
  public:
   explicit VariantEnv(const std::string& spec)
-      : var_(spec == "tcp+inet" ? "TANDEM_TCP_LOCAL" : spec == "zmq+inet" ? "TANDEM_ZMQ_LOCAL" : nullptr) {
+      : var_(spec == "tcp+inet" || spec == "tcp+unix" ? "TANDEM_TCP_LOCAL"
+             : spec == "zmq+inet"                     ? "TANDEM_ZMQ_LOCAL"
+                                                      : nullptr) {
     if (var_) {
-      ::setenv(var_, "tcp", 1);
-      setting_.emplace(var_, "tcp");
+      const char* value = spec == "tcp+unix" ? "unix" : "tcp";
+      ::setenv(var_, value, 1);
+      setting_.emplace(var_, value);
     }
   }
   ~VariantEnv() {

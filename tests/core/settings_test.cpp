@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(overrides_are_checked_and_unknown_names_refused) {
   expect_invalid([&] { s.validate(); }, "TANDEM_ZMQ_SPIN_US='12x'");
   s.assign("TANDEM_ZMQ_SPIN_US=0");
   s.assign("TANDEM_TCP_LOCAL=udp");
-  expect_invalid([&] { (void)s.text("TANDEM_TCP_LOCAL"); }, "unix|tcp");
+  expect_invalid([&] { (void)s.text("TANDEM_TCP_LOCAL"); }, "shm|unix|tcp");
   s.assign("TANDEM_TCP_LOCAL=tcp");
   s.assign("TANDEM_MEMORY_GUARD=0");
   BOOST_TEST(*s.flag("TANDEM_MEMORY_GUARD") == false);

@@ -26,6 +26,7 @@
 #include "engine/core/settings.hpp"
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
+#include "tests/transports/peer_process.hpp"
 #include "transports/socket_setup.hpp"
 #include "transports/tcp/wire.hpp"
 #include "transports/zmq/wire.hpp"
@@ -477,9 +478,11 @@ struct TcpAddress {
 };
 TcpAddress tcp_address(KvStore& store, const std::string& prefix, int rank) {
   const auto f = fields(store.get(prefix + "/tcp/" + std::to_string(rank), std::chrono::milliseconds(10000)));
-  CHECK_RANK(f.size() == 3 || f.size() == 5, "published address has " << f.size() << " fields");
+  // "<host> <port> <nonce>", then "<host id> <local name>" with local sockets, then "shm" with shared memory.
+  CHECK_RANK(f.size() == 3 || f.size() == 5 || (f.size() == 6 && f[5] == "shm"),
+             "published address has " << f.size() << " fields");
   TcpAddress a{f[0], std::stoi(f[1]), std::stoull(f[2], nullptr, 16), "", ""};
-  if (f.size() == 5) a.host_id = f[3], a.local_name = f[4];
+  if (f.size() >= 5) a.host_id = f[3], a.local_name = f[4];
   return a;
 }
 
@@ -892,12 +895,8 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
   std::filesystem::remove_all(dir);
   FileStore store(dir);
   const std::string prefix = "killed";
-  std::vector<std::string> args = {TANDEM_TRANSPORT_PEER_EXE, name, dir.string(), prefix, "0", "2"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  BOOST_REQUIRE(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, name, dir.string(), prefix, "0", "2"});
+  BOOST_REQUIRE(pid > 0);
 
   std::string outcome;
   bool delivered = false;
@@ -921,17 +920,7 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
   } catch (const std::exception& e) {
     outcome = std::string("unexpected: ") + e.what();
   }
-  // Reap the child by PID (it should already be dead); never leave it behind.
-  int status = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const int status = reap_peer(pid);  // by PID; never left behind
   std::filesystem::remove_all(dir);
   BOOST_TEST(WIFSIGNALED(status));
   BOOST_TEST(delivered);

@@ -36,6 +36,7 @@
 #include "transports/match_queues.hpp"
 #include "transports/spin.hpp"
 #include "transports/parts.hpp"
+#include "transports/tcp/shm_ring.hpp"
 #include "transports/tcp/wire.hpp"
 
 namespace tandem::transports::tcp {
@@ -87,7 +88,18 @@ struct Peer {
   std::shared_ptr<Incoming> current;  // the message whose payload is being read
   bool more = false;                  // the last read stopped on its budget: data may be waiting
   bool local = false;                 // a local (AF_UNIX) socket: the peer shares this host
+  // Shared memory with a peer of this host: frames go through its rings, the socket carries only
+  // wake-ups and the end of stream.
+  std::unique_ptr<ShmChannel> shm;
 };
+
+// How ranks of one host reach each other (TANDEM_TCP_LOCAL).
+enum class LocalPath { kShm, kUnix, kTcp };
+
+LocalPath local_path_from_env() {
+  const auto v = settings::current()->text("TANDEM_TCP_LOCAL");  // checked: shm, unix or tcp
+  return !v || *v == "shm" ? LocalPath::kShm : *v == "unix" ? LocalPath::kUnix : LocalPath::kTcp;
+}
 
 uint64_t max_unexpected_from_env() {
   static_assert(kFrameLimit == uint64_t{1} << 40, "the registry bounds TANDEM_TCP_MAX_UNEXPECTED to [0, 2^40]");
@@ -152,18 +164,48 @@ bool write_all(int fd, const void* data, size_t bytes, Clock::time_point deadlin
   return true;
 }
 
+// Writes `bytes` of `data` like write_all, passing `fd` (SCM_RIGHTS) with its first bytes.
+bool write_all_with_fd(int sock, const void* data, size_t bytes, int fd, Clock::time_point deadline) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec v{const_cast<void*>(data), bytes};
+  msghdr m{};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  for (;;) {
+    const ssize_t n = ::sendmsg(sock, &m, MSG_NOSIGNAL);
+    if (n > 0)
+      return write_all(sock, static_cast<const unsigned char*>(data) + n, bytes - static_cast<size_t>(n), deadline);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pf{sock, POLLOUT, 0};
+    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 100)));
+  }
+}
+
 // A rank's published "<host> <port> <nonce hex16>", followed by " <host id> <local socket name>"
-// when it also listens on a local socket; false when malformed.
+// when it also listens on a local socket, and then " shm" when it takes shared memory over it;
+// false when malformed.
 struct Address {
   std::string host;
   uint16_t port = 0;
   uint64_t nonce = 0;
   std::string host_id;     // empty: no local socket
   std::string local_name;  // abstract AF_UNIX name
+  bool shm = false;
 };
 bool parse_address(const std::string& value, Address& out) {
   const std::vector<std::string> f = address_fields(value);
-  if ((f.size() != 3 && f.size() != 5) || f[0].empty()) return false;
+  if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || f[0].empty()) return false;
+  if (f.size() == 6 && f[5] != "shm") return false;
   for (const auto& x : f)
     if (x.empty()) return false;
   char* end = nullptr;
@@ -172,11 +214,12 @@ bool parse_address(const std::string& value, Address& out) {
   if (f[2].size() != 16) return false;
   const unsigned long long nonce = std::strtoull(f[2].c_str(), &end, 16);
   if (*end != '\0') return false;
-  out = {f[0], static_cast<uint16_t>(port), nonce, "", ""};
-  if (f.size() == 5) {
+  out = {f[0], static_cast<uint16_t>(port), nonce, "", "", false};
+  if (f.size() >= 5) {
     if (f[4].size() > sizeof(sockaddr_un::sun_path) - 1) return false;
     out.host_id = f[3];
     out.local_name = f[4];
+    out.shm = f.size() == 6;
   }
   return true;
 }
@@ -252,14 +295,23 @@ class Core {
   void connect(const TransportOptions& o);
   void accept_peers(const TransportOptions& o, Clock::time_point deadline,
                     const std::function<Address(int)>& peer_address);
-  void add_peer(int peer, int fd, bool local);
+  void add_peer(int peer, int fd, bool local, std::unique_ptr<ShmChannel> shm = nullptr);
   // Greets lower rank p over a new connection (local socket when p shares this host, else TCP).
   void connect_to(int p, const Address& peer, const TransportOptions& o, Clock::time_point deadline);
   void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
   // Writes what the socket takes of the peer's queue.
   void write_peer(int peer);
-  // Reads what the socket has (up to the budget) and handles it.
+  // Reads what the socket (or ring) has (up to the budget) and handles it.
   void read_peer(int peer);
+  // One read of a peer's stream, socket or ring, with read(2)'s results (-1/EAGAIN: nothing waiting).
+  ssize_t read_stream(Peer& p, const iovec* iov, size_t count);
+  // A shared-memory peer's socket is readable: takes its wake-ups, reads its ring and, at the end
+  // of stream, fails it (after what its ring still held).
+  void read_wakeups(int peer);
+  // Tells a shared-memory peer that blocked on its ring to look again.
+  void send_wakeup(Peer& p);
+  // Why a stream read failed (errno or the ring's corruption).
+  std::string read_failure(int peer, ssize_t n) const;
   // Handles the staged bytes; false when the peer went.
   bool consume_stage(int peer);
   bool start_incoming(int peer, const FrameHeader& h);
@@ -277,6 +329,7 @@ class Core {
   int listen_fd_ = -1;
   int local_listen_fd_ = -1;  // abstract AF_UNIX listener for ranks of this host
   std::string host_id_;       // set when local sockets are on
+  const LocalPath local_path_ = local_path_from_env();
   const uint64_t own_nonce_ = random_nonce();
   int event_fd_ = -1;
   std::vector<Peer> peers_;
@@ -306,12 +359,13 @@ Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), peers_(o.s
   }
 }
 
-void Core::add_peer(int peer, int fd, bool local) {
+void Core::add_peer(int peer, int fd, bool local, std::unique_ptr<ShmChannel> shm) {
   set_nonblocking(fd);
   if (!local) set_nodelay(fd);
   Peer& p = peers_[peer];
   p.fd = fd;
   p.local = local;
+  p.shm = std::move(shm);
   p.stage.reset(new unsigned char[kStageBytes]);
   poll_dirty_ = true;
 }
@@ -335,14 +389,14 @@ void Core::connect(const TransportOptions& o) {
                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   set_nonblocking(listen_fd_);
   std::string published = fmt::format("{} {} {:016x}", host, port, own_nonce_);
-  if (local_sockets_setting("TANDEM_TCP_LOCAL", "unix") && !(host_id_ = local_host_id()).empty()) {
+  if (local_path_ != LocalPath::kTcp && !(host_id_ = local_host_id()).empty()) {
     const std::string name = fmt::format("tandem-tcp-{}-{:016x}", ::getpid(), own_nonce_);
     socklen_t ulen = 0;
     const sockaddr_un uaddr = abstract_address(name, ulen);
     local_listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (local_listen_fd_ >= 0 && ::bind(local_listen_fd_, reinterpret_cast<const sockaddr*>(&uaddr), ulen) == 0 &&
         ::listen(local_listen_fd_, std::max(size_, 64)) == 0) {
-      published += fmt::format(" {} {}", host_id_, name);
+      published += fmt::format(" {} {}{}", host_id_, name, local_path_ == LocalPath::kShm ? " shm" : "");
     } else {  // TCP still reaches everyone
       log::warn("tcp: rank {} cannot listen on a local socket ({}); ranks of this host connect over TCP", rank_,
                 errno_text(errno));
@@ -372,10 +426,13 @@ void Core::connect(const TransportOptions& o) {
       ::close(*fd);
       *fd = -1;
     }
-  int local = 0;
-  for (const Peer& p : peers_) local += p.local;
-  log::debug("tcp: rank {} of {} connected, listened on {}:{}; {} of {} peers over local sockets", rank_, size_, host,
-             port, local, size_ - 1);
+  int local = 0, shm = 0;
+  for (const Peer& p : peers_) {
+    local += p.local;
+    shm += p.shm != nullptr;
+  }
+  log::debug("tcp: rank {} of {} connected, listened on {}:{}; {} of {} peers over local sockets, {} of them through "
+             "shared memory", rank_, size_, host, port, local, size_ - 1, shm);
 }
 
 void Core::connect_to(int p, const Address& peer, const TransportOptions& o, Clock::time_point deadline) {
@@ -400,18 +457,34 @@ void Core::connect_to(int p, const Address& peer, const TransportOptions& o, Clo
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  // Shared memory when both sides take it: our segment travels with the hello. Without one (memfd
+  // refused), the pair keeps to the local socket, which the acceptor accepts as well.
+  int segment = -1;
+  std::unique_ptr<ShmChannel> shm;
+  if (local && peer.shm && local_path_ == LocalPath::kShm) {
+    std::string why;
+    if ((segment = shm_create_segment(kShmRingBytes, why)) >= 0 && !(shm = ShmChannel::map(segment, true, why))) {
+      ::close(segment);
+      segment = -1;
+    }
+    if (segment < 0)
+      log::warn("tcp: rank {} cannot share memory with rank {} ({}); using the local socket", rank_, p, why);
+  }
   Hello hello;
   hello.rank = rank_;
   hello.world = static_cast<uint32_t>(size_);
   hello.acceptor_nonce = peer.nonce;
   hello.connector_nonce = own_nonce_;
-  if (!write_all(fd, &hello, sizeof hello, deadline)) {
-    const std::string why = errno_text(errno);
+  const bool greeted = segment >= 0 ? write_all_with_fd(fd, &hello, sizeof hello, segment, deadline)
+                                    : write_all(fd, &hello, sizeof hello, deadline);
+  const int greet_errno = errno;
+  if (segment >= 0) ::close(segment);  // the peer holds its own descriptor now; our mapping stays
+  if (!greeted) {
     ::close(fd);
     TANDEM_THROW(Status::kTransport, "tcp: rank {} could not greet rank {} at {}: {}", rank_, p,
-                 local ? "its local socket" : fmt::format("{}:{}", peer.host, peer.port), why);
+                 local ? "its local socket" : fmt::format("{}:{}", peer.host, peer.port), errno_text(greet_errno));
   }
-  add_peer(p, fd, local);
+  add_peer(p, fd, local, std::move(shm));
 }
 
 void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
@@ -422,6 +495,8 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
     Hello hello;
     size_t got = 0;
     Clock::time_point since;
+    int segment = -1;         // a shared-memory segment that came with the hello
+    bool extra_fds = false;   // more descriptors than that one came
   };
   std::vector<Pending> pending;
   std::vector<Address> known(size_);  // the store's addresses of the ranks that greeted us
@@ -430,13 +505,18 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
     log::warn("tcp: rank {} refused a connection: {}", rank_, why);
     ::close(c.fd);
     c.fd = -1;
+    if (c.segment >= 0) ::close(c.segment);
+    c.segment = -1;
   };
   while (missing > 0) {
     if (Clock::now() >= deadline) {
       std::string who;
       for (int p = rank_ + 1; p < size_; ++p)
         if (peers_[p].fd < 0) who += fmt::format("{}{}", who.empty() ? "" : ", ", p);
-      for (auto& c : pending) ::close(c.fd);
+      for (auto& c : pending) {
+        ::close(c.fd);
+        if (c.segment >= 0) ::close(c.segment);
+      }
       TANDEM_THROW(Status::kTimeout, "tcp: rank {} did not hear from rank(s) {} within {} ms (key prefix '{}')", rank_,
                    who, o.connect_timeout.count(), o.key_prefix);
     }
@@ -449,8 +529,33 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
         pending.push_back({fd, lfd == local_listen_fd_, Hello{}, 0, Clock::now()});
     for (auto& c : pending) {
       if (c.got == sizeof(Hello)) continue;
-      const ssize_t n = ::recv(c.fd, reinterpret_cast<unsigned char*>(&c.hello) + c.got, sizeof(Hello) - c.got, 0);
-      if (n > 0) c.got += static_cast<size_t>(n);
+      // recvmsg: a local connector's shared-memory segment comes with its hello (SCM_RIGHTS).
+      alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+      iovec v{reinterpret_cast<unsigned char*>(&c.hello) + c.got, sizeof(Hello) - c.got};
+      msghdr m{};
+      m.msg_iov = &v;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof control;
+      const ssize_t n = ::recvmsg(c.fd, &m, MSG_CMSG_CLOEXEC);
+      if (n > 0) {
+        c.got += static_cast<size_t>(n);
+        c.extra_fds |= (m.msg_flags & MSG_CTRUNC) != 0;
+        for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+          if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+          const size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (size_t k = 0; k < count; ++k) {
+            int passed;
+            std::memcpy(&passed, CMSG_DATA(h) + k * sizeof(int), sizeof passed);
+            if (c.segment < 0) {
+              c.segment = passed;
+            } else {
+              ::close(passed);
+              c.extra_fds = true;
+            }
+          }
+        }
+      }
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
         reject(c, "closed before its hello");
       else if (c.got < sizeof(Hello) && Clock::now() - c.since > kHelloTimeout)
@@ -466,11 +571,24 @@ void Core::accept_peers(const TransportOptions& o, Clock::time_point deadline,
         if (known[p].port == 0) known[p] = peer_address(p);
         if (c.hello.connector_nonce != known[p].nonce) why = fmt::format("hello claiming rank {} with the wrong nonce", p);
       }
+      std::unique_ptr<ShmChannel> shm;
+      if (why.empty() && c.extra_fds) why = fmt::format("rank {} passed more than one descriptor with its hello", p);
+      if (why.empty() && c.segment >= 0) {
+        if (!c.local || local_path_ != LocalPath::kShm || !known[p].shm) {
+          why = fmt::format("rank {} passed a shared-memory segment that was not asked for", p);
+        } else {
+          std::string bad;
+          if (!(shm = ShmChannel::map(c.segment, false, bad)))
+            why = fmt::format("rank {} passed a shared-memory segment that cannot be used: {}", p, bad);
+        }
+      }
       if (!why.empty()) {
         reject(c, why);
         continue;
       }
-      add_peer(p, c.fd, c.local);
+      if (c.segment >= 0) ::close(c.segment);  // the mapping stays
+      c.segment = -1;
+      add_peer(p, c.fd, c.local, std::move(shm));
       c.fd = -1;
       --missing;
     }
@@ -564,7 +682,19 @@ void Core::write_peer(int peer) {
     msghdr m{};
     m.msg_iov = op.iov.data() + op.iov_at;
     m.msg_iovlen = std::min<size_t>(op.iov.size() - op.iov_at, IOV_MAX);
-    const ssize_t n = ::sendmsg(p.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = 0;
+    if (p.shm) {
+      n = p.shm->write(m.msg_iov, m.msg_iovlen);
+      if (n < 0) {
+        peer_gone(peer, PeerState::kLost,
+                  fmt::format("rank {} corrupted the shared memory of its connection: {}", peer, p.shm->error()));
+        return;
+      }
+      if (p.shm->take_reader_wake()) send_wakeup(p);
+      if (n == 0) return;  // the ring is full
+    } else {
+      n = ::sendmsg(p.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -690,10 +820,11 @@ void Core::read_peer(int peer) {
       // Straight into the destination: the matched receive's parts, or the unexpected message's storage.
       if (in->matched && in->received < in->matched->capacity) {
         iov_at(in->matched->parts, in->received, std::min<uint64_t>(left, budget), iov_scratch_);
-        n = ::readv(p.fd, iov_scratch_.data(), static_cast<int>(iov_scratch_.size()));
+        n = read_stream(p, iov_scratch_.data(), iov_scratch_.size());
         direct = true;
       } else if (!in->matched) {
-        n = ::recv(p.fd, in->data.get() + in->received, std::min<uint64_t>(left, budget), 0);
+        const iovec v{in->data.get() + in->received, static_cast<size_t>(std::min<uint64_t>(left, budget))};
+        n = read_stream(p, &v, 1);
         direct = true;
       }
     }
@@ -704,7 +835,8 @@ void Core::read_peer(int peer) {
         p.stage_begin = 0;
       }
       const size_t want = std::min<uint64_t>(kStageBytes - p.stage_end, left + kLookahead);
-      n = ::recv(p.fd, p.stage.get() + p.stage_end, want, 0);
+      const iovec v{p.stage.get() + p.stage_end, want};
+      n = read_stream(p, &v, 1);
     }
     if (n > 0) {
       budget -= std::min(budget, static_cast<size_t>(n));
@@ -718,11 +850,45 @@ void Core::read_peer(int peer) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    peer_gone(peer, PeerState::kLost,
-              n == 0 ? fmt::format("rank {} disconnected (its process died or its connection failed)", peer)
-                     : fmt::format("reading from rank {} failed: {}", peer, errno_text(errno)));
+    peer_gone(peer, PeerState::kLost, read_failure(peer, n));
     return;
   }
+}
+
+std::string Core::read_failure(int peer, ssize_t n) const {
+  const Peer& p = peers_[peer];
+  if (p.shm && !p.shm->error().empty())
+    return fmt::format("rank {} corrupted the shared memory of its connection: {}", peer, p.shm->error());
+  return n == 0 ? fmt::format("rank {} disconnected (its process died or its connection failed)", peer)
+                : fmt::format("reading from rank {} failed: {}", peer, errno_text(errno));
+}
+
+ssize_t Core::read_stream(Peer& p, const iovec* iov, size_t count) {
+  if (!p.shm) return ::readv(p.fd, iov, static_cast<int>(std::min<size_t>(count, IOV_MAX)));
+  const ptrdiff_t n = p.shm->read(iov, count);
+  if (n > 0 && p.shm->take_writer_wake()) send_wakeup(p);
+  if (n > 0) return n;
+  errno = n == 0 ? EAGAIN : EPROTO;
+  return -1;
+}
+
+void Core::send_wakeup(Peer& p) {
+  const unsigned char byte = 1;
+  // A full socket already holds wake-ups the peer has not taken: nothing is lost.
+  [[maybe_unused]] auto n = ::send(p.fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Core::read_wakeups(int peer) {
+  Peer& p = peers_[peer];
+  unsigned char sink[256];
+  ssize_t n;
+  while ((n = ::recv(p.fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+  }
+  const int err = errno;
+  read_peer(peer);  // the ring first: what the peer wrote before it went is delivered
+  if (p.state != PeerState::kAlive || (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))) return;
+  errno = err;
+  peer_gone(peer, PeerState::kLost, read_failure(peer, n));
 }
 
 void Core::peer_gone(int peer, PeerState state, const std::string& why) {
@@ -745,6 +911,7 @@ void Core::peer_gone(int peer, PeerState state, const std::string& why) {
   p.sendq.clear();
   if (p.fd >= 0) ::close(p.fd);
   p.fd = -1;
+  p.shm.reset();
   p.stage_begin = p.stage_end = 0;
   poll_dirty_ = true;
   news_.fetch_add(1, std::memory_order_relaxed);
@@ -764,8 +931,10 @@ void Core::progress() {
       }
     poll_dirty_ = false;
   }
-  for (size_t k = 0; k < poll_fds_.size(); ++k)
-    poll_fds_[k].events = static_cast<short>(POLLIN | (peers_[poll_peers_[k]].sendq.empty() ? 0 : POLLOUT));
+  for (size_t k = 0; k < poll_fds_.size(); ++k) {
+    const Peer& p = peers_[poll_peers_[k]];
+    poll_fds_[k].events = static_cast<short>(POLLIN | (p.sendq.empty() || p.shm ? 0 : POLLOUT));
+  }
   if (::poll(poll_fds_.data(), poll_fds_.size(), 0) < 0 && errno != EINTR)
     TANDEM_THROW(Status::kTransport, "tcp: rank {} cannot poll its sockets: {}", rank_, errno_text(errno));
   backlog_ = false;
@@ -776,6 +945,15 @@ void Core::progress() {
     const short ev = poll_fds_[k].revents;
     Peer& p = peers_[peer];
     if (p.state != PeerState::kAlive) continue;
+    if (p.shm) {  // the rings are looked at on every call; the socket only wakes and ends
+      if (!p.sendq.empty()) write_peer(peer);
+      if (p.state == PeerState::kAlive) {
+        if (ev & (POLLIN | POLLERR | POLLHUP)) read_wakeups(peer);
+        else read_peer(peer);
+      }
+      if (poll_dirty_) break;
+      continue;
+    }
     if (!p.sendq.empty() && (ev & (POLLOUT | POLLERR | POLLHUP))) write_peer(peer);
     if (p.state == PeerState::kAlive && (p.more || (ev & (POLLIN | POLLERR | POLLHUP)))) read_peer(peer);
     if (poll_dirty_) break;  // a peer went: the table changed under us
@@ -793,8 +971,18 @@ void Core::wait_for_progress(std::chrono::microseconds timeout) {
     std::lock_guard lock(mu_);
     if (closed_ || backlog_) return;
     fds.push_back({event_fd_, POLLIN, 0});
-    for (const auto& p : peers_)
-      if (p.fd >= 0) fds.push_back({p.fd, static_cast<short>(POLLIN | (p.sendq.empty() ? 0 : POLLOUT)), 0});
+    bool ready = false;
+    for (auto& p : peers_) {
+      if (p.fd < 0) continue;
+      // A shared-memory peer wakes us over the socket once we have said that we sleep.
+      if (p.shm) ready |= p.shm->arm(!p.sendq.empty());
+      fds.push_back({p.fd, static_cast<short>(POLLIN | (p.sendq.empty() || p.shm ? 0 : POLLOUT)), 0});
+    }
+    if (ready) fds.clear();
+  }
+  if (fds.empty()) {
+    progress();
+    return;
   }
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
   timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -857,13 +1045,17 @@ void Core::shutdown() noexcept {
         if (p.fd < 0 || p.state != PeerState::kAlive) continue;
         write_peer(peer);
         if (p.state != PeerState::kAlive || p.sendq.empty()) continue;
-        fds.push_back({p.fd, POLLIN | POLLOUT, 0});
+        if (p.shm) p.shm->arm(true);  // woken when the peer frees ring space
+        fds.push_back({p.fd, static_cast<short>(p.shm ? POLLIN : POLLIN | POLLOUT), 0});
         who.push_back(peer);
       }
       if (fds.empty() || Clock::now() >= deadline) break;
       ::poll(fds.data(), fds.size(), 10);
-      for (size_t k = 0; k < fds.size(); ++k)
-        if (fds[k].revents & (POLLIN | POLLERR | POLLHUP)) read_peer(who[k]);
+      for (size_t k = 0; k < fds.size(); ++k) {
+        Peer& p = peers_[who[k]];
+        if (p.shm && p.state == PeerState::kAlive) read_wakeups(who[k]);
+        else if (fds[k].revents & (POLLIN | POLLERR | POLLHUP)) read_peer(who[k]);
+      }
     }
     for (int peer = 0; peer < size_; ++peer) {
       Peer& p = peers_[peer];

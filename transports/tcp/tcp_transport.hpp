@@ -24,6 +24,13 @@
 //    1.4-1.9x faster than over loopback TCP here). If that connect fails the pair falls back to
 //    TCP with a warning.
 //    TANDEM_TCP_LOCAL=tcp turns local sockets off.
+//  - Shared memory (TANDEM_TCP_LOCAL=shm, the default): a local pair whose ranks both publish "shm"
+//    moves its frames through two single-producer/single-consumer rings in a sealed memfd that the
+//    connector passes with its hello (shm_ring.hpp) -- the same byte stream, so framing, matching and
+//    the frame checks are those of a socket, with no system call per message and nothing left in
+//    /dev/shm. The socket stays for the hello, wake-ups (a byte, only to a side that said it blocks)
+//    and the end of stream that tells a dead peer (its ring is read to the end first). Ring indices
+//    read from the segment are bounds-checked: a peer that corrupts them is failed by name.
 //  - Peer failure: end of stream or a socket error fails the peer's pending receives and sends
 //    with kPeerFailure naming it; messages it completed before are still delivered. A malformed
 //    frame (bad magic, wrong source, oversized) fails the peer the same way: a byte stream cannot
@@ -32,7 +39,7 @@
 //  - wait_for_progress polls (yielding) for up to TANDEM_TCP_SPIN_US (default 100 us) while
 //    messages flow, then blocks in ppoll on the sockets.
 // Environment: TANDEM_IFACE_ADDR (address to listen on and publish), TANDEM_TCP_SPIN_US,
-// TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB), TANDEM_TCP_LOCAL (unix | tcp, default unix).
+// TANDEM_TCP_MAX_UNEXPECTED (bytes, default 4 GiB), TANDEM_TCP_LOCAL (shm | unix | tcp, default shm).
 #include <memory>
 
 #include "transports/transport.hpp"

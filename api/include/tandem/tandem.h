@@ -135,7 +135,8 @@ typedef struct tandem_context_params {
  *   TANDEM_CHUNK_BYTES        pipelining chunk of large collectives, bytes   default per algorithm
  *  Transports
  *   TANDEM_IFACE_ADDR         address tcp and zmq listen on                  default the bind host
- *   TANDEM_TCP_LOCAL          unix, or tcp: same-host ranks use TCP instead of AF_UNIX   def. unix
+ *   TANDEM_TCP_LOCAL          shm, unix or tcp: same-host ranks use shared memory,
+ *                             AF_UNIX streams, or TCP                             default shm
  *   TANDEM_TCP_SPIN_US        tcp: us a waiter polls before blocking, 0..1000000   default 100
  *   TANDEM_TCP_MAX_UNEXPECTED tcp: bytes one unexpected message may allocate       default 4 GiB
  *   TANDEM_ZMQ_LOCAL          ipc, or tcp: same-host ranks use TCP instead of ipc  default ipc

@@ -1,8 +1,9 @@
 // A rank in a separate process, for the transport tests that need a peer to die for real.
-//   transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE
+//   transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid]
 // Connects, sends 100 bytes (payload(rank, 1, 9, 100)) with tag 3 to rank 1, waits until the
 // send completes and 200 ms more (a completed small zmq send may still sit in ZeroMQ's queue; the
 // test is about what reached the peer), then kills itself with SIGKILL: no goodbye, no destructor.
+// With "mid" it then starts a 64 MiB send with tag 5 and kills itself at once, mid-message.
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -13,8 +14,9 @@
 using namespace tandem::transports;
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE\n");
+  const bool mid = argc == 7 && std::string(argv[6]) == "mid";
+  if (argc != 6 && !mid) {
+    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid]\n");
     return 2;
   }
   try {
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
     testing::wait(*t, *rq);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (std::chrono::steady_clock::now() < until) t->wait_for_progress(std::chrono::milliseconds(10));
+    if (mid) {
+      std::vector<unsigned char> big(size_t{64} << 20, 0x5a);
+      ConstPart b{big.data(), big.size()};
+      auto started = t->isend(1, 5, std::span<const ConstPart>(&b, 1));
+      t->progress();
+      std::raise(SIGKILL);
+    }
     std::raise(SIGKILL);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_peer: %s\n", e.what());
