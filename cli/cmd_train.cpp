@@ -70,7 +70,7 @@ struct TrainOptions {
   // The parameter-server and averaging strategies (issue #13); defaults as tandem_parallel_params_t's.
   int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
   bool elastic = false;  // issue #17: ddp goes on when ranks die
-  int min_ranks = 0;     // 0: TANDEM_MIN_RANKS (tandem launch --min-ranks) or 1
+  int min_ranks = 0;     // 0: 1
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
 };
@@ -212,8 +212,7 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   if (o.elastic) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_ELASTIC;
     pp.elastic = 1;
-    const char* env_min = std::getenv("TANDEM_MIN_RANKS");
-    pp.min_ranks = o.min_ranks > 0 ? o.min_ranks : env_min != nullptr && std::atoi(env_min) > 0 ? std::atoi(env_min) : 1;
+    pp.min_ranks = o.min_ranks > 0 ? o.min_ranks : 1;
     pp.elastic_checkpoint = o.checkpoint.c_str();  // below min_ranks the survivors stop with it
   }
   if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
@@ -573,7 +572,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_flag("--elastic", o->elastic, "ddp: when ranks die the survivors go on with fewer replicas (same "
                    "per-replica batch, learning rate x survivors / ranks); see --min-ranks")->group(par),
       app.add_option("--min-ranks", o->min_ranks, "elastic: fewer ranks left stop the job with a checkpoint "
-                     "(--checkpoint) and an error naming the lost ranks (default: tandem launch's --min-ranks, or 1)")
+                     "(--checkpoint) and an error naming the lost ranks (default 1; give tandem launch's --min-ranks)")
           ->group(par)->check(CLI::PositiveNumber)};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;

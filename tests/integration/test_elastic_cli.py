@@ -12,7 +12,7 @@ import unittest
 
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 EPOCHS = 3
-TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--model", "lenet5", "--dataset", "synthetic",
+TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--min-ranks", "2", "--model", "lenet5", "--dataset", "synthetic",
          "--batch", "16", "--limit-batches", "60", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
          "--epochs", str(EPOCHS)]
 
