@@ -11,6 +11,10 @@
 // The first rank to fail decides the exit status (its code, or 128+signal) and the others are
 // stopped (SIGTERM, then SIGKILL after --grace-ms). SIGINT/SIGTERM/SIGHUP are forwarded. Every
 // rank runs in its own process group, and the launcher kills and reaps all of it.
+// Elastic jobs (--min-ranks A below -n; issue #17): a rank that dies is reported (which, and how)
+// but the others are left running -- they shrink their communicator and go on (tandem train
+// --elastic) -- and the launcher exits 0 when at least A ranks finished with status 0. The ranks
+// are not told A: give tandem train --min-ranks A too (TODO(#17): pass it once the setting is registered).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -57,6 +61,8 @@ struct LaunchOptions {
   int64_t grace_ms = 3000;
   bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
   std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
+  int min_ranks = 0;        // elastic below -n: ranks that must finish; 0: -n (not elastic)
+  int max_ranks = 0;        // 0: -n (ranks joining later, --join, are not supported yet)
   std::vector<std::string> command;
 };
 
@@ -256,6 +262,8 @@ class Launcher {
   std::optional<int> first_failure_;       // exit code to return
   int forwarded_signal_ = 0;               // a signal we received and passed on
   std::optional<Clock::time_point> kill_at_;  // SIGKILL stragglers at this time
+  std::vector<std::string> lost_;          // elastic: "rank i (how it ended)" for each rank that failed
+  bool elastic() const noexcept { return o_.min_ranks < o_.nprocs; }
 };
 
 bool Launcher::spawn(Rank& r, const std::vector<std::string>& env, const std::vector<std::string>& remote_env) {
@@ -421,7 +429,14 @@ void Launcher::reap() {
     r.running = false;
     if (r.stdin_fd >= 0) ::close(r.stdin_fd);
     r.stdin_fd = -1;
-    if (exit_code_of(r.status) != 0 && !first_failure_ && forwarded_signal_ == 0) {
+    if (exit_code_of(r.status) != 0 && forwarded_signal_ == 0 && elastic()) {
+      if (!first_failure_) first_failure_ = exit_code_of(r.status);
+      lost_.push_back("rank " + std::to_string(r.index) + " (" + describe_status(r.status) + ")");
+      int running = 0;
+      for (const auto& q : ranks_) running += q.running ? 1 : 0;
+      say("rank " + std::to_string(r.index) + " " + describe_status(r.status) + "; elastic job (--min-ranks " +
+          std::to_string(o_.min_ranks) + "): the other " + std::to_string(running) + " running rank(s) go on");
+    } else if (exit_code_of(r.status) != 0 && !first_failure_ && forwarded_signal_ == 0) {
       first_failure_ = exit_code_of(r.status);
       bool others = false;
       for (const auto& q : ranks_) others = others || q.running;
@@ -642,6 +657,16 @@ int Launcher::run() {
     }
   }
   sweep_orphans();
+  if (elastic() && forwarded_signal_ == 0 && !lost_.empty()) {
+    int finished = 0;
+    for (const auto& r : ranks_) finished += !r.running && exit_code_of(r.status) == 0 ? 1 : 0;
+    std::string lost;
+    for (const auto& l : lost_) lost += (lost.empty() ? "" : ", ") + l;
+    const bool ok = finished >= o_.min_ranks;
+    say("elastic job " + std::string(ok ? "finished" : "failed") + " with " + std::to_string(finished) + " of " +
+        std::to_string(o_.nprocs) + " ranks (--min-ranks " + std::to_string(o_.min_ranks) + "); lost: " + lost);
+    if (ok) return 0;
+  }
   if (first_failure_) return *first_failure_;
   if (forwarded_signal_ != 0) return 128 + forwarded_signal_;
   return 0;
@@ -677,6 +702,12 @@ tandem::cli::Registration reg{
       sub.add_flag("--json", o->json, "stdout carries only the ranks' JSON lines, each with a \"rank\" field; other "
                    "output goes to stderr");
       sub.add_option("--log-dir", o->log_dir, "write each rank's stdout and stderr to DIR/rank-<i>.out/.err");
+      sub.add_option("--min-ranks", o->min_ranks,
+                     "elastic job: when a rank dies the others go on (tandem train --elastic); success when at least "
+                     "this many ranks finish (default -n: not elastic, the first failure stops every rank)")
+          ->check(CLI::Range(1, 4096));
+      sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks (default -n; must be >= -n)")
+          ->check(CLI::Range(1, 4096));
       // After `--` every word is the rank's command, option-looking ones included.
       sub.add_option("command", o->command, "PROGRAM ARGS... (after --)")->required();
       return [o] {
@@ -713,6 +744,14 @@ tandem::cli::Registration reg{
           return 2;
         }
         if (o->master_addr.empty()) o->master_addr = "127.0.0.1";
+        if (o->min_ranks == 0) o->min_ranks = o->nprocs;
+        if (o->max_ranks == 0) o->max_ranks = o->nprocs;
+        if (o->min_ranks > o->nprocs || o->nprocs > o->max_ranks) {
+          say("--min-ranks " + std::to_string(o->min_ranks) + " <= -n " + std::to_string(o->nprocs) + " <= --max-ranks " +
+              std::to_string(o->max_ranks) + " does not hold (ranks joining later are not supported yet, so the job "
+              "starts with -n ranks)");
+          return 2;
+        }
         if (!o->log_dir.empty() && ::access(o->log_dir.c_str(), W_OK) != 0) {
           say("--log-dir " + o->log_dir + ": not a writable directory (" + std::strerror(errno) + ")");
           return 2;

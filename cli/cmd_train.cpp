@@ -70,6 +70,8 @@ struct TrainOptions {
   std::string trace;
   // The parameter-server and averaging strategies (issue #13); defaults as tandem_parallel_params_t's.
   int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
+  bool elastic = false;  // issue #17: ddp goes on when ranks die
+  int min_ranks = 0;     // 0: 1
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
 };
@@ -208,6 +210,12 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   pp.round_deadline_s = o.round_deadline_s;
   pp.average_every = o.average_every;
   pp.warmup_steps = o.warmup_steps;
+  if (o.elastic) {
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_ELASTIC;
+    pp.elastic = 1;
+    pp.min_ranks = o.min_ranks > 0 ? o.min_ranks : 1;
+    pp.elastic_checkpoint = o.checkpoint.c_str();  // below min_ranks the survivors stop with it
+  }
   if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
   tandem_comm_rank(h.comm, &h.rank);
   if (tandem_trainer_create_parallel(h.model, h.train, h.test, h.opt, &tp, &pp, h.comm, &h.trainer) != TANDEM_OK) {
@@ -261,7 +269,8 @@ class StopWatcher {
 
 tandem_parallel_attr_t parallel_attr(tandem_trainer_t* t) {
   tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
-  a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT;
+  a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT |
+                 TANDEM_PARALLEL_ATTR_ELASTIC;
   tandem_trainer_parallel_query(t, &a);
   return a;
 }
@@ -276,6 +285,10 @@ void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
   j["microbatches"] = a.micro_batches;
   j["schedule"] = a.schedule;
   j["partition"] = a.partition;
+  if (a.elastic) {
+    j["lost_ranks"] = a.lost_ranks;
+    j["lr_scale"] = a.lr_scale;
+  }
   j["time_split"] = {{"step_s", a.step_s},         {"compute_s", a.compute_s},   {"bubble_s", a.bubble_s},
                      {"exposed_comm_s", a.comm_s}, {"data_s", a.data_s},         {"other_s", a.other_s},
                      {"allreduce_s", a.allreduce_s}, {"bubble_fraction", a.bubble_fraction},
@@ -450,7 +463,8 @@ int run_train(const TrainOptions& o) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    if (h.rank != 0) continue;  // rank 0 speaks for the job (its figures are global)
+    // Rank 0 speaks for the job (its figures are global); elastic: rank 0 of the survivors.
+    if ((o.parallel ? parallel_attr(h.trainer).rank : h.rank) != 0) continue;
     if (o.json) {
       nlohmann::json j = {{"epoch", r.epoch},
                                 {"train_loss", num(r.train_loss)},
@@ -601,7 +615,12 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--average-every", o->average_every, "localsgd: steps between parameter averages (H)")
           ->group(par)->capture_default_str(),
       app.add_option("--warmup-steps", o->warmup_steps, "localsgd: synchronous DDP steps first (post-local SGD)")
-          ->group(par)->capture_default_str()};
+          ->group(par)->capture_default_str(),
+      app.add_flag("--elastic", o->elastic, "ddp: when ranks die the survivors go on with fewer replicas (same "
+                   "per-replica batch, learning rate x survivors / ranks); see --min-ranks")->group(par),
+      app.add_option("--min-ranks", o->min_ranks, "elastic: fewer ranks left stop the job with a checkpoint "
+                     "(--checkpoint) and an error naming the lost ranks (default 1; give tandem launch's --min-ranks)")
+          ->group(par)->check(CLI::PositiveNumber)};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);

@@ -60,7 +60,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_LOCALSGD), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_ELASTIC), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -128,6 +128,12 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
     c.average_every = p->average_every;
     c.warmup_steps = p->warmup_steps;
   }
+  if (m & TANDEM_PARALLEL_PARAM_ELASTIC) {
+    TANDEM_REQUIRE(p->min_ranks >= 1, "{}: parallel->min_ranks must be >= 1 (got {})", fn, p->min_ranks);
+    c.elastic = p->elastic != 0;
+    c.min_ranks = p->min_ranks;
+    c.elastic_checkpoint = p->elastic_checkpoint != nullptr ? p->elastic_checkpoint : "";
+  }
   return c;
 }
 
@@ -185,7 +191,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
     auto& h = checked(trainer, "tandem_trainer_parallel_query", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
-    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_SYNC), "tandem_parallel_attr_t");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_ELASTIC), "tandem_parallel_attr_t");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr,
                    "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
@@ -236,6 +242,13 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
       attr->round_deadline_s = c.round_deadline_s;
       attr->average_every = c.average_every;
       attr->warmup_steps = c.warmup_steps;
+    }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_ELASTIC) {
+      attr->elastic = c.elastic ? 1 : 0;
+      attr->min_ranks = c.min_ranks;
+      attr->lost_ranks = static_cast<int32_t>(t->lost_ranks().size());
+      attr->world_rank = t->world_rank();
+      attr->lr_scale = t->lr_scale();
     }
   });
 }

@@ -154,6 +154,16 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
       break;
     }
   }
+  if (c.elastic) {
+    TANDEM_CHECK(c.strategy == Strategy::kDdp, Status::kUnsupported,
+                 "elastic training runs strategy ddp only (got {}): hybrid and pipeline grids, parameter servers and "
+                 "the averaging strategies do not re-form after a rank is lost yet",
+                 name);
+    TANDEM_CHECK(c.compression == GradCompression::kNone, Status::kUnsupported,
+                 "elastic training does not support gradient compression ({}) yet", compression_name(c.compression));
+    TANDEM_REQUIRE(c.min_ranks >= 1 && c.min_ranks <= world,
+                   "elastic: min_ranks must be in [1, {}] (the world's size; got {})", world, c.min_ranks);
+  }
   TANDEM_REQUIRE(c.pp <= num_layers, "{} pipeline stages but the model has only {} layers (strategy {}, pp={})", c.pp,
                  num_layers, name, c.pp);
   TANDEM_REQUIRE(batch_size >= 1, "batch size must be >= 1 (got {})", batch_size);

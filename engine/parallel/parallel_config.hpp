@@ -75,6 +75,11 @@ struct ParallelConfig {
                                 // communicator's timeout (never an unbounded wait)
   int average_every = 8;        // localsgd: H, steps between parameter averages
   int warmup_steps = 0;         // localsgd: synchronous DDP steps first (post-local SGD)
+
+  // ---- issue #17: elastic DDP (parallel_trainer.hpp states the rules) ----
+  bool elastic = false;            // ddp: survive the loss of ranks, continuing with fewer replicas
+  int min_ranks = 1;               // elastic: fewer ranks left than this stops the job (with a checkpoint)
+  std::string elastic_checkpoint;  // elastic: where that stop writes its checkpoint ("": none)
 };
 
 struct Grid {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <thread>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -187,7 +188,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
     // parameter servers join no data-parallel group (color -1): the workers' group broadcasts their state
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
+    // Elastic (ddp: the group is the whole world): one communicator of the trainer's own carries every collective,
+    // so a failure always shows on it, and shrinking it leaves the caller's `world` alone.
+    if (pc_.elastic && dp_comm_) world_ = dp_comm_.get();
   }
+  for (int r = 0; r < grid_.world; ++r) members_.push_back(r);
+  initial_dp_ = grid_.dp;
   broadcast_replica_state();
   // With parameter servers the optimizer runs on the servers (ParameterServerSync); this rank's optimizer has no
   // buffer and only counts the steps (the schedule, the checkpoint's progress). Asynchronous EASGD's workers step
@@ -295,6 +301,8 @@ void ParallelTrainer::agree_on_settings() {
       {"round_deadline_s (bits)", std::bit_cast<int64_t>(pc_.round_deadline_s)},
       {"average_every", pc_.average_every},
       {"warmup_steps", pc_.warmup_steps},
+      {"elastic", pc_.elastic ? 1 : 0},
+      {"min_ranks", pc_.min_ranks},
   };
   const size_t K = mine.size();
   std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));
@@ -460,7 +468,7 @@ void ParallelTrainer::optimizer_step() {
       if (norm > config_.clip_norm) be.scale(g, static_cast<float>(config_.clip_norm / (norm + 1e-6)));
     }
   }
-  optimizer_->step({g}, optim::lr_at(schedule_, optimizer_->steps()));
+  optimizer_->step({g}, static_cast<float>(optim::lr_at(schedule_, optimizer_->steps()) * lr_scale_));
 }
 
 std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
@@ -468,7 +476,11 @@ std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
   if (pipe_comm_ && pipe_comm_->is_failed() && pipe_comm_->failure_message() == message) {
     for (int s = 0; s < grid_.pp; ++s) world_of.push_back(grid_.rank_of(grid_.dp_rank, s));
   } else if (dp_comm_ && dp_comm_->is_failed() && dp_comm_->failure_message() == message) {
-    for (int d = 0; d < grid_.dp; ++d) world_of.push_back(grid_.rank_of(d, grid_.stage));
+    if (pc_.elastic) {
+      world_of = members_;  // after a shrink, group ranks are indices into the survivors
+    } else {
+      for (int d = 0; d < grid_.dp; ++d) world_of.push_back(grid_.rank_of(d, grid_.stage));
+    }
   } else if (world_ != nullptr && world_->is_failed() && world_->failure_message() == message) {
     for (int r = 0; r < grid_.world; ++r) world_of.push_back(r);
   } else {
@@ -505,16 +517,180 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
     if (e.status() == Status::kInvalidArgument) throw;
     const std::string why = in_world_ranks(e.what());
     for (comm::Communicator* c : {world_, pipe_comm_.get(), dp_comm_.get()}) {
-      if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", grid_.rank, why));
+      if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", world_rank(), why));
     }
     const std::string role = grid_.server ? fmt::format("server {}", grid_.server_index)
                                           : fmt::format("stage {}, replica {}", grid_.stage, grid_.dp_rank);
-    throw Error(e.status(), fmt::format("world rank {} ({}): {}", grid_.rank, role, why));
+    throw Error(e.status(), fmt::format("world rank {} ({}): {}", world_rank(), role, why));
   }
 }
 
 train::StepResult ParallelTrainer::step() {
-  return failing_loudly([&] { return step_impl(); });
+  return failing_loudly([&] { return elastic_retry(Phase::kStep, [&] { return step_impl(); }); });
+}
+
+// ------------------------------------------------------------------------------ elastic DDP (issue #17)
+
+template <typename F>
+auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
+  if (!pc_.elastic || !dp_comm_) return f();
+  // Each pass shrinks the group by at least one rank (recover refuses otherwise), so this loop is bounded.
+  for (;;) {
+    take_snapshot();
+    const Snapshot mine = snapshot_;
+    try {
+      return f();
+    } catch (const Error& e) {
+      const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
+      if (!peer_gone || !dp_comm_->is_failed()) throw;
+      if (!recover(phase, in_world_ranks(e.what()))) continue;
+      // One step behind: the others completed this step (its update is in the adopted state); report it as done.
+      if constexpr (std::is_same_v<decltype(f()), train::StepResult>) {
+        train::StepResult r;
+        const data::DistributedSampler old(train_.size(), mine.sampler_world, 0, false, 0);
+        r.samples = std::min(loader_->options().batch_size, old.shard_size() - mine.sampler.position);
+        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * mine.sampler_world / initial_dp_);
+        r.epoch_end = completed_epochs_ > mine.completed_epochs;
+        return r;
+      }
+    }
+  }
+}
+
+void ParallelTrainer::take_snapshot() {
+  compute::Backend& be = model_.backend();
+  const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+  Snapshot& s = snapshot_;
+  s.params = host_floats(be, model_.range_params(first, end));
+  s.buffers = host_floats(be, model_.range_buffers(first, end));
+  const std::vector<Tensor> state = optimizer_->state_tensors();
+  s.state.resize(state.size());
+  for (size_t k = 0; k < state.size(); ++k) s.state[k] = host_floats(be, state[k]);
+  s.steps = optimizer_->steps();
+  s.completed_epochs = completed_epochs_;
+  s.sampler = sampler_.state();
+  s.sampler_world = grid_.dp;
+  s.rng = rng_.state();
+}
+
+void ParallelTrainer::restore_snapshot() {
+  compute::Backend& be = model_.backend();
+  const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+  const Snapshot& s = snapshot_;
+  copy_floats(be, s.params.data(), model_.range_params(first, end));
+  copy_floats(be, s.buffers.data(), model_.range_buffers(first, end));
+  std::vector<Tensor> state;
+  for (const std::vector<float>& v : s.state)
+    state.push_back(Tensor::wrap(const_cast<float*>(v.data()), Shape{static_cast<int64_t>(v.size())}, DType::kF32));
+  optimizer_->restore(s.steps, state);
+  completed_epochs_ = s.completed_epochs;
+  rng_.set_state(s.rng);
+  model_.zero_grads();
+  // The sampler: the epoch's global order kept; g samples taken at the old width continue at floor(g / dp').
+  loader_->reset();
+  data::SamplerState at = s.sampler;
+  const data::DistributedSampler before(train_.size(), s.sampler_world, 0, false, 0);
+  sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
+  at.position = at.position >= before.shard_size() ? sampler_.shard_size()
+                                                   : at.position * s.sampler_world / grid_.dp;
+  sampler_.restore(at);
+  loader_->reset();
+}
+
+bool ParallelTrainer::recover(Phase phase, const std::string& why) {
+  const auto t0 = Clock::now();
+  const size_t lost_before = lost_.size();
+  const int64_t my_steps = snapshot_.steps;
+  // The group's collective reducer goes first: it hooks the model and holds requests of the failed communicator.
+  executor_->set_reducer(nullptr);
+  reducer_.reset();
+  for (;;) {
+    std::unique_ptr<comm::Communicator> next = dp_comm_->shrink();
+    std::vector<int> now;
+    for (int p : next->parent_ranks()) now.push_back(members_[static_cast<size_t>(p)]);
+    TANDEM_CHECK(now.size() < members_.size(), Status::kInternal,
+                 "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
+    for (int r : members_)
+      if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
+    retired_.push_back(std::move(dp_comm_));
+    dp_comm_ = std::move(next);
+    world_ = dp_comm_.get();
+    members_ = std::move(now);
+    grid_.world = grid_.dp = dp_comm_->size();
+    grid_.rank = grid_.dp_rank = dp_comm_->rank();
+    config_.world = grid_.dp;
+    config_.rank = grid_.dp_rank;
+    try {
+      // The authoritative snapshot: the survivor with the most completed steps (the lowest such rank).
+      const int n = dp_comm_->size();
+      const int64_t mine[2] = {snapshot_.steps, static_cast<int64_t>(phase)};
+      std::vector<int64_t> all(2 * static_cast<size_t>(n));
+      dp_comm_->allgather(mine, all.data(), 2, DType::kI64)->wait();
+      int root = 0;
+      for (int r = 1; r < n; ++r)
+        if (all[2 * static_cast<size_t>(r)] > all[2 * static_cast<size_t>(root)]) root = r;
+      // A survivor one step behind must have been in that step; any other split cannot be re-formed.
+      for (int r = 0; r < n; ++r) {
+        const int64_t s = all[2 * static_cast<size_t>(r)], p = all[2 * static_cast<size_t>(r) + 1];
+        const int64_t top = all[2 * static_cast<size_t>(root)], top_phase = all[2 * static_cast<size_t>(root) + 1];
+        TANDEM_CHECK((s == top && p == top_phase) || (s + 1 == top && p == static_cast<int64_t>(Phase::kStep)),
+                     Status::kPeerFailure,
+                     "elastic: cannot re-form after {}: world rank {} was in phase {} after step {} while world rank "
+                     "{} was in phase {} after step {} (phases: 1 step, 2 epoch sums, 3 time split, 4 evaluation); "
+                     "resume from the last checkpoint",
+                     why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(root)], top_phase, top);
+      }
+      Snapshot s = snapshot_;  // received into a copy: a failure half-way leaves this rank's own snapshot whole
+      int64_t progress[10] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
+                              s.sampler.position, s.sampler_world};
+      for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(s.rng[k]);
+      dp_comm_->broadcast(progress, 10, DType::kI64, root)->wait();
+      const auto floats = [&](std::vector<float>& v) {
+        if (!v.empty()) dp_comm_->broadcast(v.data(), v.size(), DType::kF32, root)->wait();
+      };
+      floats(s.params);
+      floats(s.buffers);
+      for (std::vector<float>& v : s.state) floats(v);
+      s.steps = progress[0];
+      s.completed_epochs = progress[1];
+      s.sampler = {static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
+      s.sampler_world = static_cast<int>(progress[5]);
+      for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
+      snapshot_ = std::move(s);
+      break;
+    } catch (const Error& e) {
+      if (!dp_comm_->is_failed()) throw;
+      log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); shrinking again",
+                world_rank(), in_world_ranks(e.what()));
+    }
+  }
+  restore_snapshot();
+  lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  const std::vector<int> gone(lost_.begin() + static_cast<std::ptrdiff_t>(lost_before), lost_.end());
+  if (grid_.dp < pc_.min_ranks) {
+    std::string where = "no checkpoint was asked for";
+    if (!pc_.elastic_checkpoint.empty()) {
+      save_checkpoint(pc_.elastic_checkpoint);
+      where = fmt::format("checkpoint '{}' holds step {} (resume it at any width)", pc_.elastic_checkpoint,
+                          optimizer_->steps());
+    }
+    TANDEM_THROW(Status::kPeerFailure,
+                 "elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
+                 fmt::join(lost_, ", "), why, grid_.dp, initial_dp_, pc_.min_ranks, where);
+  }
+  if (dp_comm_->size() > 1) {
+    reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_, job_.pipeline.stage_plans[0].buckets,
+                                                 pc_.compression, tracer_);
+  }
+  executor_->set_reducer(reducer_.get());
+  const bool behind = optimizer_->steps() > my_steps;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (grid_.rank == 0)
+    log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) from step {} after {:.0f} ms: "
+              "learning rate x {:.4g}, epoch {} continues at sample {} of the new shards",
+              fmt::join(gone, ", "), why, grid_.dp, fmt::join(members_, ", "), optimizer_->steps(), ms, lr_scale_,
+              sampler_.epoch(), sampler_.position());
+  return behind;
 }
 
 train::StepResult ParallelTrainer::step_impl() {
@@ -542,7 +718,7 @@ train::StepResult ParallelTrainer::step_impl() {
   const int count = static_cast<int>(std::min<int64_t>(pc_.micro_batches * pc_.accumulation, batch.size));
   std::vector<Tensor> keep;
   const std::vector<MicroBatch> mbs = grid_.server ? std::vector<MicroBatch>{} : make_micro_batches(batch, count, keep);
-  r.lr = optim::lr_at(schedule_, optimizer_->steps());
+  r.lr = static_cast<float>(optim::lr_at(schedule_, optimizer_->steps()) * lr_scale_);
   StageResult s;
   if (grid_.server) {
     // A server rank serves the workers' pushes and pulls of this step (and of later steps of workers ahead).
@@ -643,10 +819,17 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     if (s.epoch_end) break;
   }
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
-  double train_s = seconds_since(t0);
-  // Global figures: the last stage of every replica scored its samples.
-  const std::vector<double> g = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
-  if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
+  const double my_train_s = seconds_since(t0);
+  double train_s = my_train_s;
+  // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
+  const std::vector<double> g = failing_loudly([&] {
+    return elastic_retry(Phase::kEpochSums, [&] {
+      std::vector<double> sums = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
+      train_s = my_train_s;
+      if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
+      return sums;
+    });
+  });
   e.train_s = train_s;
   e.train_samples = static_cast<int64_t>(g[2]);
   e.train_loss = g[2] > 0 ? g[0] / g[2] : 0.0;
@@ -660,7 +843,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   epoch.comm_ns -= before.comm_ns;
   epoch.data_ns -= before.data_ns;
   epoch.allreduce_ns -= before.allreduce_ns;
-  last_split_ = reduce_split(epoch);
+  last_split_ = failing_loudly([&] { return elastic_retry(Phase::kSplit, [&] { return reduce_split(epoch); }); });
   e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
   if (test_ != nullptr) {
     const train::EvalResult ev = evaluate(*test_);
@@ -672,7 +855,8 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
 }
 
 train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
-  return failing_loudly([&] { return with_consensus([&] { return evaluate_impl(d, limit_batches); }); });
+  return failing_loudly(
+      [&] { return elastic_retry(Phase::kEvaluate, [&] { return with_consensus([&] { return evaluate_impl(d, limit_batches); }); }); });
 }
 
 template <typename F>

@@ -28,6 +28,28 @@
 // pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
 // at which the workers leave their push/pull region and take the servers' parameters.
 //
+// Elastic DDP (issue #17; ParallelConfig::elastic, strategy ddp only). The trainer runs on a communicator of its
+// own (split from `world`) and survives the loss of ranks:
+//  - Detection: a peer failure or timeout of a collective inside step(), train_epoch()'s reductions or evaluate()
+//    (mid-step too: the step in flight is abandoned). Other failures stay fatal, as without elastic.
+//  - Membership: the survivors shrink the communicator (Communicator::shrink: one decision through the store, never
+//    two views), re-form the data-parallel group and redo the abandoned work. No process restarts.
+//  - Consistent state: every step starts from a host snapshot (parameters, buffers, optimizer state, step count,
+//    sampler, RNG). A step whose gradient all-reduce completed on any rank is a valid step of the old group: a
+//    completed all-reduce leaves the same bits on every rank that completed it, and a rank can be at most one step
+//    ahead of another (the next all-reduce needs everyone's gradient). So the survivor that completed the most
+//    steps is authoritative (the lowest such rank); every survivor takes its snapshot, bit for bit.
+//  - Global batch and learning rate: the per-replica batch is kept, so the global batch shrinks to batch x dp';
+//    the learning rate is scaled by dp' / dp (the linear scaling rule; dp the replicas the job started with) on top
+//    of its schedule, which stays indexed by optimizer steps.
+//  - Data: the epoch's global sample order is kept. With g = position x dp samples taken (the authoritative
+//    snapshot's), the dp' survivors continue at position floor(g / dp') of their new shards: no sample of the epoch
+//    is skipped and at most dp' - 1 are seen twice. An epoch is then longer in steps (ceil(N / dp') / batch).
+//  - Stop: fewer than min_ranks survivors write a checkpoint (elastic_checkpoint, atomically, resumable at any dp)
+//    and fail with kPeerFailure naming the lost world ranks, on every survivor.
+//  - Limits: over tcp the store lives in world rank 0, so losing rank 0 stops the job (kTimeout); a snapshot per
+//    step costs a host copy of the parameters and optimizer state.
+//
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
 #include <cstdint>
@@ -125,6 +147,14 @@ class ParallelTrainer {
   const RoundOutcome& last_round() const noexcept { return last_round_; }
   // ps, ps-async, ssp, asynchronous easgd: this rank's side of the servers (worker or server); null otherwise.
   const ParameterServerSync* param_server() const noexcept { return ps_.get(); }
+  // Elastic: the world ranks still training (index: this trainer's rank now), those lost (in the order they were
+  // found dead), and the learning-rate factor dp' / dp now applied.
+  const std::vector<int>& members() const noexcept { return members_; }
+  const std::vector<int>& lost_ranks() const noexcept { return lost_; }
+  double lr_scale() const noexcept { return lr_scale_; }
+  int world_rank() const noexcept { return members_.empty() ? grid_.rank : members_[static_cast<size_t>(grid_.rank)]; }
+  // This replica's position in its shard of the current epoch (samples taken).
+  int64_t sample_position() const noexcept { return sampler_.position(); }
 
  private:
   // Runs f; a failure other than a bad argument aborts this rank's communicators with its reason, so
@@ -137,6 +167,18 @@ class ParallelTrainer {
   bool parameter_server() const noexcept;  // ps, ps-async, ssp, or easgd with easgd_async: ranks with servers
   bool elastic_centre() const noexcept;    // easgd with easgd_async: the centre variable on the servers
   train::StepResult step_impl();
+  // ---- issue #17: elastic DDP ----
+  // The collective work elastic_retry guards: survivors must have been in the same one (or in the step that the
+  // authoritative survivor completed) to re-form.
+  enum class Phase : int64_t { kStep = 1, kEpochSums = 2, kSplit = 3, kEvaluate = 4 };
+  // Runs f; when elastic and f fails because a peer is gone, shrinks, adopts the consistent state and runs f again
+  // (a step that the authoritative survivor completed is not redone: step() returns it as done, without a loss).
+  template <typename F>
+  auto elastic_retry(Phase phase, F&& f) -> decltype(f());
+  void take_snapshot();
+  void restore_snapshot();
+  // Returns true when this rank was one step behind: its step in flight was completed by the others.
+  bool recover(Phase phase, const std::string& why);
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
   std::vector<double> measure_layer_costs();
@@ -186,6 +228,21 @@ class ParallelTrainer {
   RoundOutcome last_round_;
   TimeSplit local_;
   EpochSplit last_split_;
+  // ---- issue #17: elastic DDP (world_ then points at dp_comm_, the trainer's own communicator) ----
+  struct Snapshot {
+    std::vector<float> params, buffers;
+    std::vector<std::vector<float>> state;  // the optimizer's state tensors
+    int64_t steps = 0, completed_epochs = 0;
+    data::SamplerState sampler;
+    int sampler_world = 1;
+    Rng::State rng{};
+  };
+  Snapshot snapshot_;
+  std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
+  std::vector<int> members_;  // world ranks alive, by current rank
+  std::vector<int> lost_;
+  int initial_dp_ = 1;
+  double lr_scale_ = 1.0;
 };
 
 }  // namespace tandem::engine::parallel

@@ -48,12 +48,17 @@ static_assert(offsetof(tandem_parallel_params_t, local_epochs) == 120);
 static_assert(offsetof(tandem_parallel_params_t, round_deadline_s) == 128);
 static_assert(offsetof(tandem_parallel_params_t, average_every) == 136);
 static_assert(offsetof(tandem_parallel_params_t, warmup_steps) == 140);
-static_assert(sizeof(tandem_parallel_params_t) == 144);
+static_assert(offsetof(tandem_parallel_params_t, elastic) == 144);
+static_assert(offsetof(tandem_parallel_params_t, elastic_checkpoint) == 152);
+static_assert(sizeof(tandem_parallel_params_t) == 160);
 static_assert(offsetof(tandem_parallel_attr_t, max_bubble_fraction) == 144);
 static_assert(offsetof(tandem_parallel_attr_t, workers) == 152);
 static_assert(offsetof(tandem_parallel_attr_t, warmup_steps) == 220);
-static_assert(sizeof(tandem_parallel_attr_t) == 224);
-static_assert(TANDEM_PARALLEL_PARAM_SERVERS == (UINT64_C(1) << 10) && TANDEM_PARALLEL_PARAM_LOCALSGD == (UINT64_C(1) << 14));
+static_assert(offsetof(tandem_parallel_attr_t, elastic) == 224);
+static_assert(offsetof(tandem_parallel_attr_t, lr_scale) == 240);
+static_assert(sizeof(tandem_parallel_attr_t) == 248);
+static_assert(TANDEM_PARALLEL_PARAM_SERVERS == (UINT64_C(1) << 10) && TANDEM_PARALLEL_PARAM_LOCALSGD == (UINT64_C(1) << 14) &&
+              TANDEM_PARALLEL_PARAM_ELASTIC == (UINT64_C(1) << 15));
 static_assert(TANDEM_PARALLEL_ATTR_SYNC == (UINT64_C(1) << 3));
 
 BOOST_AUTO_TEST_SUITE(abi_guards)

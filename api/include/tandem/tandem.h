@@ -788,6 +788,7 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_EASGD         (UINT64_C(1) << 12) /* covers tau, alpha, easgd_async */
 #define TANDEM_PARALLEL_PARAM_FEDAVG        (UINT64_C(1) << 13) /* covers clients .. round_deadline_s */
 #define TANDEM_PARALLEL_PARAM_LOCALSGD      (UINT64_C(1) << 14) /* covers average_every, warmup_steps */
+#define TANDEM_PARALLEL_PARAM_ELASTIC       (UINT64_C(1) << 15) /* covers elastic, min_ranks, elastic_checkpoint */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -818,6 +819,14 @@ typedef struct tandem_parallel_params {
                                      * updates are dropped); default 0: the communicator's timeout */
   int32_t average_every;            /* LOCALSGD: H, steps between parameter averages; default 8, >= 1 */
   int32_t warmup_steps;             /* LOCALSGD: synchronous DDP steps first (post-local SGD); default 0 */
+  /* Elastic DDP (strategy DDP only): when ranks die, the survivors shrink the communicator and go on with fewer
+   * replicas -- the per-replica batch kept, the learning rate x survivors / starting replicas, the epoch's global
+   * sample order continued; the step in flight is redone from the last consistent parameters. Fewer survivors than
+   * min_ranks write elastic_checkpoint (atomically) and fail with TANDEM_ERR_PEER_FAILURE naming the lost ranks.
+   * Over tcp the rendezvous store lives in rank 0: losing rank 0 stops the job (TANDEM_ERR_TIMEOUT). */
+  int32_t elastic;                  /* non-zero: elastic; default 0 */
+  int32_t min_ranks;                /* elastic: in [1, world]; default 1 */
+  const char* elastic_checkpoint;   /* elastic: copied; NULL or "" (default): no checkpoint at the stop */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 
@@ -846,6 +855,7 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
 #define TANDEM_PARALLEL_ATTR_PLAN  (UINT64_C(1) << 1) /* strategy .. partition */
 #define TANDEM_PARALLEL_ATTR_SPLIT (UINT64_C(1) << 2) /* steps .. max_bubble_fraction */
 #define TANDEM_PARALLEL_ATTR_SYNC  (UINT64_C(1) << 3) /* workers .. warmup_steps */
+#define TANDEM_PARALLEL_ATTR_ELASTIC (UINT64_C(1) << 4) /* elastic .. lr_scale */
 typedef struct tandem_parallel_attr {
   uint64_t field_mask;
   int32_t world, rank, dp, pp;
@@ -879,6 +889,11 @@ typedef struct tandem_parallel_attr {
   int32_t local_epochs;
   double round_deadline_s;
   int32_t average_every, warmup_steps;
+  /* Elastic DDP: world, rank and dp (TANDEM_PARALLEL_ATTR_GRID) then describe the survivors. */
+  int32_t elastic, min_ranks;
+  int32_t lost_ranks;           /* ranks lost so far */
+  int32_t world_rank;           /* this rank in the world the job started with */
+  double lr_scale;              /* the learning-rate factor now applied: survivors / starting replicas */
 } tandem_parallel_attr_t;
 #define TANDEM_PARALLEL_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any (not during a call on

@@ -1,0 +1,94 @@
+"""Elastic DDP through the command line (issue #17): `tandem launch -n 3 --min-ranks 2 -- tandem train --strategy ddp
+--elastic` over tcp; rank 2 is SIGKILLed during training. The launcher names the dead rank and how it died, leaves
+the survivors running and exits 0; the survivors finish every epoch as a world of 2 with a finite loss. Run by CTest
+with TANDEM_CLI set; standard library only. Every process is bounded by a timeout and killed by PID."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+CLI = os.environ.get("TANDEM_CLI", "tandem")
+EPOCHS = 3
+TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--min-ranks", "2", "--model", "lenet5", "--dataset", "synthetic",
+         "--batch", "16", "--limit-batches", "60", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
+         "--epochs", str(EPOCHS)]
+
+
+def env():
+    return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1")
+
+
+def rank_pid(launcher_pid, rank):
+    """The pid of the launcher's child whose environment says TANDEM_RANK=rank."""
+    with open("/proc/%d/task/%d/children" % (launcher_pid, launcher_pid)) as f:
+        children = [int(p) for p in f.read().split()]
+    for pid in children:
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                if b"TANDEM_RANK=%d\0" % rank in f.read():
+                    return pid
+        except OSError:
+            pass
+    raise AssertionError("no child of the launcher has TANDEM_RANK=%d" % rank)
+
+
+def epochs_of(lines, rank):
+    out = {}
+    for line in lines:
+        m = re.match(r"\[rank %d\] (\{.*\})$" % rank, line.strip())
+        if m:
+            j = json.loads(m.group(1))
+            out[j["epoch"]] = j
+    return out
+
+
+class ElasticLaunch(unittest.TestCase):
+    def test_a_killed_rank_leaves_two_survivors_that_finish_and_the_launcher_exits_0(self):
+        p = subprocess.Popen([CLI, "launch", "-n", "3", "--min-ranks", "2", "--transport", "tcp", "--", CLI] + TRAIN,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+        lines = []
+        killed = False
+        try:
+            deadline = time.monotonic() + 240
+            for line in p.stdout:
+                lines.append(line)
+                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
+                if not killed and epochs_of([line], 0).get(1):
+                    # Epoch 1 is over on rank 0 (its checkpoint-free epoch line); the ranks are training epoch 2.
+                    os.kill(rank_pid(p.pid, 2), signal.SIGKILL)
+                    killed = True
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        out = "".join(lines)
+        self.assertTrue(killed, out)
+        self.assertEqual(p.returncode, 0, out)
+        self.assertRegex(out, r"tandem launch: rank 2 was killed by signal 9 .*the other 2 running rank\(s\) go on")
+        self.assertIn("elastic job finished with 2 of 3 ranks (--min-ranks 2); lost: rank 2 (was killed by signal 9",
+                      out)
+        # The survivors' final report: every epoch, the last ones as a world of 2 with rank 2 lost.
+        epochs = epochs_of(lines, 0)
+        self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
+        self.assertEqual(epochs[1]["world"], 3, out)
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 2, out)
+        self.assertEqual(last["lost_ranks"], 1, out)
+        self.assertAlmostEqual(last["lr_scale"], 2 / 3, places=6)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
+        self.assertIn("elastic: world rank(s) 2 lost", out)
+
+    def test_min_ranks_above_n_is_refused(self):
+        r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--min-ranks 3 <= -n 2 <= --max-ranks 2 does not hold", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,184 @@
+// Elastic DDP (issue #17): a rank's transport dies between steps; the survivors shrink their communicator, take
+// the authoritative snapshot and go on with fewer replicas -- per-replica batch kept, learning rate x dp'/dp, the
+// epoch's global sample order continued at floor(g / dp') -- and below min_ranks they stop on every survivor with an
+// error naming the lost rank and a checkpoint that loads.
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "engine/nn/zoo.hpp"
+#include "tests/parallel/harness.hpp"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+constexpr int64_t kBatch = 4;  // per replica
+
+const data::Dataset& train_set() {
+  static const data::Dataset d = data::make_synthetic(1, 12, 12, 4, 256, 1);
+  return d;
+}
+nn::ModelSpec lenet() { return nn::zoo_model("lenet5", {1, 12, 12}, 4); }
+
+par::ParallelConfig elastic_ddp(int min_ranks, const std::string& checkpoint = "") {
+  par::ParallelConfig p;
+  p.strategy = par::Strategy::kDdp;
+  p.bucket_mb = 0.004;  // several buckets: all-reduces in flight during backward
+  p.elastic = true;
+  p.min_ranks = min_ranks;
+  p.elastic_checkpoint = checkpoint;
+  return p;
+}
+
+comm::CommOptions quick_deadline() {
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(4000);  // a death is seen at once; the deadline only bounds the worst case
+  return o;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / fmt::format("tandem_elastic_{}_{}", ::getpid(), name)).string();
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(elastic)
+
+// 4 ranks; world rank 2 leaves after kBefore steps (its trainer, communicators and transport are destroyed). The
+// survivors' next step fails, is abandoned, and is redone by the three of them.
+BOOST_AUTO_TEST_CASE(survivors_of_a_dead_rank_continue_identical_with_the_stated_batch_and_lr) {
+  constexpr int kWorld = 4, kDead = 2, kBefore = 3, kAfter = 12;
+  struct Seen {
+    std::vector<float> params;
+    double loss_start = 0, loss_mid = 0, loss_end = 0;
+    std::vector<int> members, lost;
+    double lr_scale = 0;
+    int64_t steps = 0, position_after_recovery = -1, position_end = -1, samples_after = 0;
+    float lr_before = 0, lr_after = 0;
+  };
+  std::vector<Seen> seen(kWorld);
+  const train::TrainerConfig cfg = sgd_config(kBatch);
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, elastic_ddp(2), &c);
+    Seen& s = seen[static_cast<size_t>(r)];
+    s.loss_start = t.evaluate(train_set(), 0).loss;
+    for (int i = 0; i < kBefore; ++i) s.lr_before = t.step().lr;
+    s.loss_mid = t.evaluate(train_set(), 0).loss;
+    if (r == kDead) return;  // dies between steps
+    for (int i = 0; i < kAfter; ++i) {
+      const train::StepResult st = t.step();
+      if (st.samples != kBatch) throw std::runtime_error(fmt::format("step {}: {} samples", i, st.samples));
+      s.samples_after += st.samples;
+      if (i == 0) {
+        s.position_after_recovery = t.sample_position();
+        s.lr_after = st.lr;
+      }
+    }
+    s.position_end = t.sample_position();
+    s.loss_end = t.evaluate(train_set(), 0).loss;
+    s.params = host_params(m);
+    s.members = t.members();
+    s.lost = t.lost_ranks();
+    s.lr_scale = t.lr_scale();
+    s.steps = t.global_step();
+  });
+  require_no_errors(errors);
+  const std::vector<int> survivors = {0, 1, 3};
+  for (int r : survivors) {
+    const Seen& s = seen[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST((s.members == survivors));
+      BOOST_TEST((s.lost == std::vector<int>{kDead}));
+      // Replicas are identical after each synchronous step, bit for bit.
+      BOOST_TEST((s.params == seen[0].params));
+      // Every step is counted once: the abandoned one was redone, not added.
+      BOOST_TEST(s.steps == kBefore + kAfter);
+      // Per-replica batch kept; learning rate x 3/4.
+      BOOST_TEST(s.lr_scale == 0.75);
+      BOOST_TEST(s.lr_after == static_cast<float>(static_cast<double>(s.lr_before) * 0.75));
+      BOOST_TEST(s.samples_after == kAfter * kBatch);
+      // The epoch's global order continues: g = 3 steps x 4 replicas x 4 = 48 samples taken; 48 / 3 = 16 per
+      // survivor, then the redone step's batch.
+      BOOST_TEST(s.position_after_recovery == kBefore * kBatch * kWorld / 3 + kBatch);
+      BOOST_TEST(s.position_end == kBefore * kBatch * kWorld / 3 + kAfter * kBatch);
+      // Training goes on: the loss keeps decreasing.
+      BOOST_TEST(s.loss_mid < s.loss_start);
+      BOOST_TEST(s.loss_end < s.loss_mid);
+    }
+  }
+}
+
+// min_ranks 3 of 3: one loss stops the job on both survivors with the lost rank named and a checkpoint of the last
+// consistent step that a fresh trainer loads.
+BOOST_AUTO_TEST_CASE(below_min_ranks_every_survivor_stops_naming_the_dead_and_a_checkpoint_loads) {
+  constexpr int kWorld = 3, kDead = 1, kBefore = 2;
+  const std::string path = temp_path("stop.ckpt");
+  std::filesystem::remove(path);
+  std::vector<std::vector<float>> params(kWorld);
+  const train::TrainerConfig cfg = sgd_config(kBatch);
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, elastic_ddp(kWorld, path), &c);
+    for (int i = 0; i < kBefore; ++i) t.step();
+    params[static_cast<size_t>(r)] = host_params(m);
+    if (r == kDead) return;
+    t.step();  // throws: two of three left
+  });
+  BOOST_TEST((errors[kDead].status == Status::kOk), errors[kDead].message);
+  for (int r : {0, 2}) {
+    const RankError& e = errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, fmt::format("world rank {} (", r)));
+      BOOST_TEST(contains(e.message, "world rank(s) 1 lost"));
+      BOOST_TEST(contains(e.message, "2 of 3 ranks left, below min_ranks 3"));
+      BOOST_TEST(contains(e.message, path));
+    }
+  }
+  // The checkpoint holds the last consistent step: the parameters every rank had after kBefore steps.
+  BOOST_REQUIRE(std::filesystem::exists(path));
+  auto be = one_thread_backend();
+  nn::Model m(lenet(), *be, 99);
+  par::ParallelConfig single;
+  single.strategy = par::Strategy::kDdp;
+  par::ParallelTrainer t(m, train_set(), nullptr, cfg, single, nullptr);
+  t.load_checkpoint(path);
+  BOOST_TEST(t.global_step() == kBefore);
+  BOOST_TEST((host_params(m) == params[0]));
+  BOOST_TEST((params[2] == params[0]));
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(elastic_is_refused_for_other_strategies_and_bad_min_ranks) {
+  par::ParallelConfig p = elastic_ddp(1);
+  p.strategy = par::Strategy::kHybrid;
+  p.dp = 2;
+  p.pp = 2;
+  try {
+    par::resolve_grid(p, 4, 0, 10, 8);
+    BOOST_FAIL("hybrid elastic accepted");
+  } catch (const Error& e) {
+    BOOST_TEST((e.status() == Status::kUnsupported));
+    BOOST_TEST(contains(e.what(), "elastic training runs strategy ddp only (got hybrid)"), e.what());
+  }
+  p = elastic_ddp(5);
+  try {
+    par::resolve_grid(p, 4, 0, 10, 8);
+    BOOST_FAIL("min_ranks above the world accepted");
+  } catch (const Error& e) {
+    BOOST_TEST((e.status() == Status::kInvalidArgument));
+    BOOST_TEST(contains(e.what(), "min_ranks must be in [1, 4]"), e.what());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
