@@ -15,7 +15,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s"},
                   where);
-  TANDEM_REQUIRE(j.value("format", std::string()) == "tandem-calibration",
+  TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
   TANDEM_REQUIRE(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() == 1,
                  "{}.version: expected 1", where);
