@@ -402,7 +402,7 @@ ModelSpec model_from_json_text(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows
     TANDEM_THROW(Status::kInvalidArgument, "model spec: not valid JSON: {}", e.what());
   }
   return model_from_json(j);
