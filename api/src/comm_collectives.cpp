@@ -242,6 +242,37 @@ TANDEM_API tandem_status_t tandem_comm_broadcast(tandem_comm_t* comm, void* buf,
     return broadcast_start(fn, *comm, buf, count, dtype, root)(e);
   });
 }
+// Device memory (comm_device.cpp): the host form's argument checks, then the communicator's device path.
+TANDEM_API tandem_status_t tandem_comm_allreduce_ex(tandem_comm_t* comm, const void* send, void* recv, size_t count,
+                                                    tandem_dtype_t dtype, tandem_op_t op,
+                                                    const tandem_coll_params_t* params) TANDEM_NOEXCEPT {
+  constexpr const char* fn = "tandem_comm_allreduce_ex";
+  return guarded([&] {
+    auto& c = checked(comm, fn, "comm");
+    const DeviceCall d = device_call(fn, params);
+    auto start = allreduce_start(fn, c, send, recv, count, dtype, op);
+    if (!d.device) {
+      request_wait(*start_request("allreduce", c, start));
+      return;
+    }
+    device_allreduce(fn, c, d, send, recv, count, from_c(dtype), from_c(op));
+  });
+}
+TANDEM_API tandem_status_t tandem_comm_broadcast_ex(tandem_comm_t* comm, void* buf, size_t count,
+                                                    tandem_dtype_t dtype, int32_t root,
+                                                    const tandem_coll_params_t* params) TANDEM_NOEXCEPT {
+  constexpr const char* fn = "tandem_comm_broadcast_ex";
+  return guarded([&] {
+    auto& c = checked(comm, fn, "comm");
+    const DeviceCall d = device_call(fn, params);
+    auto start = broadcast_start(fn, c, buf, count, dtype, root);
+    if (!d.device) {
+      request_wait(*start_request("broadcast", c, start));
+      return;
+    }
+    device_broadcast(fn, c, d, buf, count, from_c(dtype), root);
+  });
+}
 TANDEM_API tandem_status_t tandem_comm_ibroadcast(tandem_comm_t* comm, void* buf, size_t count, tandem_dtype_t dtype,
                                                   int32_t root, tandem_request_t** req) TANDEM_NOEXCEPT {
   constexpr const char* fn = "tandem_comm_ibroadcast";

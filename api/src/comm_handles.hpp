@@ -9,15 +9,28 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "api/src/handles.hpp"
 #include "engine/comm/communicator.hpp"
+#include "engine/compute/device_runtime.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::api {
 
 constexpr uint32_t kCommMagic = 0x54434f4d;     // "TCOM"
 constexpr uint32_t kRequestMagic = 0x54524551;  // "TREQ"
+
+// How a communicator moves device memory (tandem_comm_allreduce_ex; comm_device.cpp): decided by every rank
+// together on the first device-memory call, then fixed.
+struct DeviceState {
+  bool decided = false;
+  tandem_device_path_t path = TANDEM_DEVICE_PATH_NONE;
+  std::string why;                                      // why this path (for NONE: why device memory is unusable)
+  int device = -1;                                      // the device NCCL is bound to
+  std::unique_ptr<engine::compute::NcclComm> nccl;      // path NCCL
+  std::vector<unsigned char> staging;                   // path STAGED: the host copy
+};
 
 // Shared by a communicator handle and every request it created; reference counted by StateRef.
 // (An intrusive count rather than std::shared_ptr: std templates instantiated only over std types
@@ -26,6 +39,7 @@ struct CommState {
   std::atomic<int> refs{0};
   std::unique_ptr<engine::comm::Communicator> comm;
   std::string transport_name;  // stable storage for tandem_comm_transport_name
+  DeviceState device;          // device memory (per handle: calls on a communicator are serialized)
   ContextEnv env;              // the creating context's settings and logger
 
   // First failure seen through this handle (sticky). Guarded by mu.
@@ -117,6 +131,21 @@ size_t checked_bytes(const char* fn, const char* what, size_t count, size_t rank
 void check_op(const char* fn, tandem_op_t op);
 void check_buffer(const char* fn, const char* what, const void* p, size_t bytes);
 void check_rank_arg(const char* fn, const char* what, int32_t r, int size);
+// Device memory (comm_device.cpp). What a tandem_coll_params_t asks for, checked (mask, memory type).
+struct DeviceCall {
+  bool device = false;  // false: host memory, the plain collective
+  int32_t index = 0;    // cuda:index
+  void* stream = nullptr;
+};
+DeviceCall device_call(const char* fn, const tandem_coll_params_t* params);
+// The collectives on device memory, after the host form's argument checks passed.
+void device_allreduce(const char* fn, tandem_comm& c, const DeviceCall& d, const void* send, void* recv, size_t count,
+                      DType dtype, ReduceOp op);
+void device_broadcast(const char* fn, tandem_comm& c, const DeviceCall& d, void* buf, size_t count, DType dtype,
+                      int root);
+// Decides comm's device path (collective) unless decided; returns the state.
+const DeviceState& device_path(const char* fn, tandem_comm& c, const DeviceCall& d);
+
 // send and recv must not overlap unless `in_place` (they are in the collective's in-place layout,
 // which `in_place_rule` describes for the message).
 void check_overlap(const char* fn, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,

@@ -14,6 +14,7 @@
 static int g_rank = -1; /* printed by failed checks; threads share it, so it names some rank */
 
 #include "../common/c_expect.h"
+#include "../common/c_comm.h"
 
 #define WORLD 4
 #define COUNT 1000
@@ -38,19 +39,9 @@ static float sum_over(tandem_comm_t* comm, float value, tandem_status_t* status)
 
 static void* rank_main(void* arg) {
   const int rank = (int)(intptr_t)arg;
-  tandem_comm_params_t p = TANDEM_COMM_PARAMS_INIT;
-  tandem_comm_t *comm = NULL, *survivors = NULL;
+  tandem_comm_t *comm = inproc_comm(g_ctx, rank, WORLD, 29871, "c-shrink-test", 4000), *survivors = NULL;
   tandem_status_t st = TANDEM_OK, async = TANDEM_OK;
   int32_t new_rank = -1, new_size = -1;
-  p.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_TRANSPORT |
-                 TANDEM_COMM_PARAM_TIMEOUT_MS | TANDEM_COMM_PARAM_MASTER_PORT | TANDEM_COMM_PARAM_SECRET;
-  p.rank = rank;
-  p.size = WORLD;
-  p.transport = "inproc";
-  p.timeout_ms = 4000;
-  p.master_port = 29871;
-  p.secret = "c-shrink-test";
-  EXPECT_OK(tandem_comm_create(g_ctx, &p, &comm));
   EXPECT(sum_over(comm, 1.f, &st) == (float)WORLD && st == TANDEM_OK);
   /* Nobody died yet: nothing to remove, and the communicator stays usable. */
   EXPECT_FAIL(tandem_comm_shrink(comm, &survivors), TANDEM_ERR_INVALID_ARGUMENT, "has not failed");

@@ -35,10 +35,12 @@ extern "C" {
 
 /* ---- Versions ----------------------------------------------------------------------------- */
 #define TANDEM_VERSION_MAJOR 0
-#define TANDEM_VERSION_MINOR 2
+#define TANDEM_VERSION_MINOR 3
 #define TANDEM_VERSION_PATCH 0
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
+/* 0.3 added (nothing changed or removed): collectives on device memory (tandem_coll_params_t,
+ * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version). */
 /* The loaded library's TANDEM_VERSION. Threads: any. */
 TANDEM_API uint32_t tandem_version(void) TANDEM_NOEXCEPT;
 /* The loaded library's version as "MAJOR.MINOR.PATCH"; static storage. Threads: any. */
@@ -149,6 +151,8 @@ typedef struct tandem_context_params {
  *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
  *  Compute, data, training
  *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
+ *   TANDEM_DEVICE_COLLECTIVES auto, nccl or staged: how collectives move device
+ *                             memory (see tandem_comm_allreduce_ex)               default auto
  *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset
  *   TANDEM_MEMORY_GUARD       0 skips the out-of-memory check before training      default 1
  *   TANDEM_MEMORY_LIMIT_BYTES memory limit that check uses       default cgroup or MemAvailable
@@ -391,6 +395,76 @@ TANDEM_API tandem_status_t tandem_comm_reduce(tandem_comm_t* comm, const void* s
 TANDEM_API tandem_status_t tandem_comm_ireduce(tandem_comm_t* comm, const void* send, void* recv, size_t count,
                                                tandem_dtype_t dtype, tandem_op_t op, int32_t root,
                                                tandem_request_t** req) TANDEM_NOEXCEPT;
+/* Device memory (issue #14). The collectives above take host memory. The _ex forms take a
+ * tandem_coll_params_t that says where the buffers live; with TANDEM_MEMORY_CUDA they are device
+ * pointers on cuda:`device`, and the call is stream-ordered as NCCL's are: it runs after the work
+ * queued on `stream` before it, and work queued on `stream` after it sees its result.
+ * How a communicator moves device memory (its device path) is decided once, on the first device-memory
+ * call, by every rank together, so every rank of comm must make that call (the first _ex call with
+ * TANDEM_MEMORY_CUDA, or tandem_comm_device_path) at the same point of its sequence of collectives:
+ *  - NCCL (TANDEM_DEVICE_PATH_NCCL): libnccl.so.2 is loaded at run time (never linked: one build runs on
+ *    CPU-only and GPU nodes alike); an NCCL communicator over comm's ranks is created then, bound to that
+ *    first call's device. The call only queues the work on `stream` and returns.
+ *  - Staged (TANDEM_DEVICE_PATH_STAGED): where NCCL is not loadable on every rank (or TANDEM_DEVICE_COLLECTIVES
+ *    =staged), `stream` is synchronized, the data is copied to host memory, reduced by comm's own transport,
+ *    and copied back before the call returns.
+ *  - None: a rank has no usable CUDA device (no driver, no device, a library built without CUDA):
+ *    every rank's call returns TANDEM_ERR_UNSUPPORTED naming the ranks and this rank's reason; comm stays
+ *    usable for host memory. The device path is fixed from then on.
+ * The setting TANDEM_DEVICE_COLLECTIVES (auto, nccl, staged) chooses; nccl where NCCL cannot be loaded is
+ * TANDEM_ERR_UNSUPPORTED on every rank. Where a peer dies during an NCCL call, NCCL reports it (or not:
+ * NCCL has no deadline of its own); the staged path keeps comm's deadlines and failure reports. */
+typedef enum tandem_memory_type {
+  TANDEM_MEMORY_HOST = 0,
+  TANDEM_MEMORY_CUDA = 1,
+  TANDEM_MEMORY_FORCE_INT32_ = 0x7fffffff
+} tandem_memory_type_t;
+
+typedef enum tandem_device_path {
+  TANDEM_DEVICE_PATH_NONE = 0,   /* device memory cannot be used on this communicator (see the message) */
+  TANDEM_DEVICE_PATH_NCCL = 1,   /* NCCL, queued on the caller's stream */
+  TANDEM_DEVICE_PATH_STAGED = 2, /* copied through host memory, reduced by comm's transport */
+  TANDEM_DEVICE_PATH_FORCE_INT32_ = 0x7fffffff
+} tandem_device_path_t;
+
+#define TANDEM_COLL_PARAM_MEMORY (UINT64_C(1) << 0) /* covers memory + device */
+#define TANDEM_COLL_PARAM_STREAM (UINT64_C(1) << 1)
+typedef struct tandem_coll_params {
+  uint64_t field_mask;
+  tandem_memory_type_t memory; /* default TANDEM_MEMORY_HOST */
+  int32_t device;              /* CUDA: the device holding the buffers (cuda:N); default 0 */
+  void* stream;                /* CUDA: the cudaStream_t the call is ordered on; default NULL (the
+                                  device's default stream) */
+} tandem_coll_params_t;
+#define TANDEM_COLL_PARAMS_INIT {0}
+
+/* tandem_comm_allreduce / tandem_comm_broadcast on the memory params names (params NULL or HOST: exactly
+ * the host forms). Returns as they do, and TANDEM_ERR_UNSUPPORTED (device memory unusable, see above; an
+ * unknown field_mask bit), TANDEM_ERR_INVALID_ARGUMENT (an unknown memory type, a device this host lacks,
+ * a device other than the one comm's NCCL path is bound to), TANDEM_ERR_BACKEND (a CUDA or NCCL call
+ * failed; the message names it). */
+TANDEM_API tandem_status_t tandem_comm_allreduce_ex(tandem_comm_t* comm, const void* send, void* recv, size_t count,
+                                                    tandem_dtype_t dtype, tandem_op_t op,
+                                                    const tandem_coll_params_t* params) TANDEM_NOEXCEPT;
+TANDEM_API tandem_status_t tandem_comm_broadcast_ex(tandem_comm_t* comm, void* buf, size_t count,
+                                                    tandem_dtype_t dtype, int32_t root,
+                                                    const tandem_coll_params_t* params) TANDEM_NOEXCEPT;
+/* The device path comm uses for the memory params names (HOST: TANDEM_DEVICE_PATH_NONE, nothing decided),
+ * deciding it first if it is not yet (collective then: see above).
+ * [out] path. [out] message: may be NULL; why the path was chosen (for NONE: why device memory cannot be
+ * used), NUL-terminated, truncated to fit; [in,out] message_bytes: as tandem_comm_get_async_status.
+ * Threads: per handle. Returns TANDEM_OK (also for NONE: the query worked),
+ * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown field_mask bit), and the errors of the
+ * collectives that agree on the path (TANDEM_ERR_TIMEOUT, TANDEM_ERR_PEER_FAILURE, ...). */
+TANDEM_API tandem_status_t tandem_comm_device_path(tandem_comm_t* comm, const tandem_coll_params_t* params,
+                                                   tandem_device_path_t* path, char* message,
+                                                   size_t* message_bytes) TANDEM_NOEXCEPT;
+/* [out] version: the version code of the NCCL this process can load (e.g. 22809 for 2.28.9), without
+ * needing a GPU. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (version NULL),
+ * TANDEM_ERR_UNSUPPORTED (a library built without CUDA, or libnccl.so.2 not loadable: the message says
+ * why). */
+TANDEM_API tandem_status_t tandem_nccl_version(int32_t* version) TANDEM_NOEXCEPT;
+
 /* Returns once every rank has entered the barrier. */
 TANDEM_API tandem_status_t tandem_comm_barrier(tandem_comm_t* comm) TANDEM_NOEXCEPT;
 TANDEM_API tandem_status_t tandem_comm_ibarrier(tandem_comm_t* comm, tandem_request_t** req) TANDEM_NOEXCEPT;
