@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/device.hpp"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
@@ -24,6 +25,7 @@ std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
 
 struct CalibrateOptions {
   std::string model = "lenet5";
+  std::string device = "cpu";  // --device: cpu, cuda, cuda:N (a GPU profile, for the simulator's GPU presets)
   std::string input;    // CxHxW; default from --dataset, else the zoo's usual input
   std::string dataset;  // fashion-mnist/mnist/synthetic (1x28x28) or cifar10 (3x32x32): the input shape
   int64_t classes = 10;
@@ -71,7 +73,9 @@ int run_calibrate(const CalibrateOptions& o) {
 
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
   mp.field_mask = TANDEM_MODEL_PARAM_BACKEND;
-  mp.backend = "cpu";
+  const auto backend = backend_for_device(o.device);
+  if (!backend) return fail("--device '" + o.device + "' is not cpu, cuda or cuda:N");
+  mp.backend = backend->c_str();
   if (is_file(o.model) || o.model.find(".json") != std::string::npos) {
     mp.field_mask |= TANDEM_MODEL_PARAM_SPEC_PATH;
     mp.spec_path = o.model.c_str();
@@ -197,6 +201,9 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                  [](CLI::App& app) -> Runner {
                    auto o = std::make_shared<CalibrateOptions>();
                    app.add_option("--model", o->model, "zoo name or a JSON model spec file")->capture_default_str();
+                   app.add_option("--device", o->device, std::string("where to measure: ") + kDeviceHelp +
+                                  "; a cuda profile serves the simulator's GPU presets")
+                       ->capture_default_str();
                    app.add_option("--batch", o->batch, "samples per measured pass (calibrate at the job's micro-batch)")
                        ->capture_default_str()
                        ->check(CLI::PositiveNumber);

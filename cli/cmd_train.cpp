@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/device.hpp"
 #include "cli/cut.hpp"
 #include "cli/enums.hpp"
 #include "cli/predict.hpp"
@@ -34,6 +35,7 @@ struct TrainOptions {
   std::string dataset = "fashion-mnist";
   std::string data_dir;
   std::string backend = "cpu";
+  std::string device;  // --device: cpu, cuda, cuda:N (sets the backend)
   int64_t epochs = 1;
   int64_t batch = 64;
   float lr = 0.01f;
@@ -352,7 +354,13 @@ int run_train(const TrainOptions& o) {
 
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
   mp.field_mask = TANDEM_MODEL_PARAM_BACKEND | TANDEM_MODEL_PARAM_SEED | TANDEM_MODEL_PARAM_INIT;
-  mp.backend = o.backend.c_str();
+  std::string backend = o.backend;
+  if (!o.device.empty()) {
+    const auto b = tandem::cli::backend_for_device(o.device);
+    if (!b) return cli::fail("--device '" + o.device + "' is not cpu, cuda or cuda:N");
+    backend = *b;
+  }
+  mp.backend = backend.c_str();
   mp.seed = o.seed;
   mp.init = o.init.c_str();
   if (looks_like_file(o.model)) {
@@ -531,7 +539,8 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       ->capture_default_str();
   app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
   app.add_option("--data-dir", o->data_dir, "directory of the data set's files");
-  app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda")->capture_default_str();
+  app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
+  app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);
   app.add_option("--epochs", o->epochs, "epochs to train (in total, counting resumed ones)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--target-accuracy", o->target_accuracy,

@@ -218,6 +218,15 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     }
   }
   for (const NodeSpec& n : p.cluster.nodes) {
+    // A profile times the device it was measured on: CPU figures on a GPU node (or the reverse) would
+    // predict another machine. Refused, naming the way to measure the node's kind.
+    if (profile && !profile->backend.empty() && (profile->backend.rfind("cuda", 0) == 0) != (n.hw.gpus > 0)) {
+      TANDEM_THROW(Status::kInvalidArgument,
+                   "profile {}: measured on the '{}' backend, but node {} ({}) is a {} node; calibrate one of its "
+                   "kind (tandem calibrate --device {})",
+                   run.profile, profile->backend, n.name, n.hw.name, n.hw.gpus > 0 ? "GPU" : "CPU",
+                   n.hw.gpus > 0 ? "cuda" : "cpu");
+    }
     Preset hw = n.hw;  // a rank's share of a CPU node's peak (the roofline; a profile is per rank already)
     if (hw.gpus == 0 && n.ranks_per_node > 1) {
       const double k = std::min<double>(n.ranks_per_node, hw.vcpus);

@@ -1,6 +1,7 @@
 #include "engine/compute/backend.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <mutex>
 
@@ -217,7 +218,21 @@ Registry& registry() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options) {
+std::unique_ptr<Backend> make_backend(std::string_view spec, const BackendOptions& given) {
+  // "cuda:N" names the device too (as `tandem train --device cuda:N`); the index wins over options.device_index.
+  BackendOptions options = given;
+  std::string_view name = spec;
+  if (const size_t colon = spec.find(':'); colon != std::string_view::npos) {
+    name = spec.substr(0, colon);
+    const std::string_view index = spec.substr(colon + 1);
+    TANDEM_REQUIRE(name == "cuda", "compute backend '{}': only cuda takes a device index (cuda:N)", std::string(spec));
+    int n = 0;
+    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), n);
+    TANDEM_REQUIRE(ec == std::errc() && end == index.data() + index.size() && n >= 0 && !index.empty(),
+                   "compute backend '{}': the device index '{}' is not a number >= 0", std::string(spec),
+                   std::string(index));
+    options.device_index = n;
+  }
   BackendFactory f;
   {
     Registry& r = registry();

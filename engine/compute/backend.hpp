@@ -192,6 +192,7 @@ class Backend {
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
 // Throws kInvalidArgument listing the known names when `name` is unknown, kUnsupported when the
 // backend is compiled in but unusable here (e.g. "cuda" without a device), with the reason.
+// `name` may be "cuda:N": the device index N (kInvalidArgument for another backend or a malformed index).
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options = {});
 void register_backend(const std::string& name, BackendFactory factory);  // replaces an existing one
 std::vector<std::string> backend_names();

@@ -150,6 +150,36 @@ BOOST_AUTO_TEST_CASE(lists_builtins_and_rejects_unknown_names) {
   BOOST_TEST((status_of([] { make_backend("cpu", BackendOptions{-1, 0}); }) == Status::kInvalidArgument));
 }
 
+BOOST_AUTO_TEST_CASE(a_device_index_is_cuda_only_and_checked) {
+  auto message_of = [](const char* spec) -> std::pair<Status, std::string> {
+    try {
+      make_backend(spec);
+    } catch (const Error& e) {
+      return {e.status(), e.what()};
+    }
+    return {Status::kOk, ""};
+  };
+  for (const char* bad : {"cpu:0", "reference:1"}) {
+    const auto [s, m] = message_of(bad);
+    BOOST_TEST((s == Status::kInvalidArgument));
+    BOOST_TEST(m.find("only cuda takes a device index") != std::string::npos, m);
+  }
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:-1", "cuda:1x"}) {
+    const auto [s, m] = message_of(bad);
+    BOOST_TEST((s == Status::kInvalidArgument));
+    BOOST_TEST(m.find("is not a number >= 0") != std::string::npos, m);
+  }
+  // A well-formed index reaches the CUDA backend itself: built without it, the registry says so; built with it
+  // on a host without that device, its factory names why (never a crash).
+  const auto [s, m] = message_of("cuda:3");
+  if (!backend_compiled("cuda")) {
+    BOOST_TEST(m.find("this build has no CUDA backend") != std::string::npos, m);
+  } else if (s != Status::kOk) {
+    BOOST_TEST((s == Status::kUnsupported || s == Status::kInvalidArgument), m);
+    BOOST_TEST((m.find("cuda backend") != std::string::npos), m);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(registered_factories_replace_and_extend) {
   register_backend("reference-alias", [](const BackendOptions& o) { return make_backend("reference", o); });
   BOOST_TEST(backend_compiled("reference-alias"));

@@ -37,6 +37,22 @@ class Mistakes(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("did you mean '--strategy'?", out)
 
+    def test_a_device_that_is_not_there_is_named_before_training(self):
+        rc, out = tandem("train", "--model", "lenet5", "--dataset", "synthetic", "--device", "gpu", "--epochs", "1")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--device 'gpu' is not cpu, cuda or cuda:N", out)
+        rc, out = tandem("calibrate", "--model", "lenet5", "--device", "cuda:x", "--out", os.devnull)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--device 'cuda:x'", out)
+        # A well-formed GPU on a host without one: a clear refusal naming CUDA, no crash, no training.
+        if not os.path.exists("/dev/nvidia0"):
+            rc, out = tandem("train", "--model", "lenet5", "--dataset", "synthetic", "--device", "cuda", "--epochs",
+                             "1", "--limit-batches", "2")
+            self.assertNotEqual(rc, 0, out)
+            self.assertLess(rc, 128, out)  # exited, not killed by a signal
+            self.assertIn("cuda", out.lower())
+            self.assertNotIn("epoch", out)
+
     def test_a_nested_command_checks_its_own_options(self):
         # `bench allreduce`'s options belong to allreduce, not to bench (they were refused as unknown)
         rc, out = tandem("bench", "allreduce", "-n", "2", "--sizes", "4K", "--iters", "1", "--transport", "tcp", timeout=120)
