@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,6 +28,7 @@ std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
 
 struct CalibrateOptions {
   std::string model = "lenet5";
+  std::string curve = "auto";  // --curve: auto (powers of two below --batch), none, or B1,B2,...
   std::string device = "cpu";  // --device: cpu, cuda, cuda:N (a GPU profile, for the simulator's GPU presets)
   std::string input;    // CxHxW; default from --dataset, else the zoo's usual input
   std::string dataset;  // fashion-mnist/mnist/synthetic (1x28x28) or cifar10 (3x32x32): the input shape
@@ -143,6 +147,27 @@ int run_calibrate(const CalibrateOptions& o) {
   p.optimizer = h.opt;
   p.p2p_bytes = o.p2p_bytes;
   p.p2p_iters = o.p2p_iters;
+  std::vector<int64_t> curve;
+  if (o.curve == "auto") {
+    for (int64_t b = 1; b < o.batch; b *= 2) curve.push_back(b);
+  } else if (o.curve != "none") {
+    size_t at = 0;
+    while (at <= o.curve.size()) {
+      const size_t comma = std::min(o.curve.find(',', at), o.curve.size());
+      const std::string item = o.curve.substr(at, comma - at);
+      char* end = nullptr;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 1)
+        return fail("--curve '" + o.curve + "': '" + item + "' is not a batch size >= 1 (expected auto, none or B1,B2,...)");
+      curve.push_back(v);
+      at = comma + 1;
+    }
+  }
+  if (!curve.empty()) {
+    p.field_mask |= TANDEM_CALIBRATE_PARAM_CURVE;
+    p.curve_batches = curve.data();
+    p.num_curve_batches = curve.size();
+  }
   if (!o.machine.empty()) {
     p.field_mask |= TANDEM_CALIBRATE_PARAM_MACHINE;
     p.machine = o.machine.c_str();
@@ -152,8 +177,11 @@ int run_calibrate(const CalibrateOptions& o) {
   if (tandem_calibration_write(h.cal, o.out.c_str()) != TANDEM_OK) return fail(fmt::format("cannot write '{}'", o.out));
 
   tandem_calibration_attr_t a = TANDEM_CALIBRATION_ATTR_INIT;
-  a.field_mask = TANDEM_CALIBRATION_ATTR_SHAPE | TANDEM_CALIBRATION_ATTR_TIMES | TANDEM_CALIBRATION_ATTR_P2P;
+  a.field_mask = TANDEM_CALIBRATION_ATTR_SHAPE | TANDEM_CALIBRATION_ATTR_TIMES | TANDEM_CALIBRATION_ATTR_P2P |
+                 TANDEM_CALIBRATION_ATTR_CURVE;
   tandem_calibration_query(h.cal, &a);
+  std::vector<std::pair<int64_t, double>> points(a.num_curve_points);
+  for (size_t i = 0; i < points.size(); ++i) tandem_calibration_curve(h.cal, i, &points[i].first, &points[i].second);
   if (o.json) {
     nlohmann::json j = {{"out", o.out},
                         {"model", o.model},
@@ -168,6 +196,7 @@ int run_calibrate(const CalibrateOptions& o) {
                         {"step_median_s", a.step_median_s},
                         {"scale", a.scale},
                         {"memory_bytes_per_s", a.memory_bytes_per_s}};
+    if (!points.empty()) j["batch_curve"] = points;
     if (a.has_p2p) {
       j["p2p_bytes_per_s"] = a.p2p_bytes_per_s;
       j["p2p_latency_s"] = a.p2p_latency_s;
@@ -188,6 +217,16 @@ int run_calibrate(const CalibrateOptions& o) {
               "%.3f)\n",
               ms(a.forward_s).c_str(), ms(a.backward_s).c_str(), ms(a.optimizer_step_s).c_str(),
               ms(a.step_mean_s).c_str(), o.iters, ms(a.step_median_s).c_str(), a.scale);
+  if (!points.empty()) {
+    // Per sample, relative to the calibrated batch: what the simulator charges a micro-batch of that size.
+    double ref = 0;
+    for (const auto& [b, t] : points)
+      if (b == a.batch) ref = t / static_cast<double>(b);
+    std::printf("cost per sample by batch (forward + backward, x the cost at batch %lld):",
+                static_cast<long long>(a.batch));
+    for (const auto& [b, t] : points) std::printf(" %lld: %.2fx", static_cast<long long>(b), t / b / ref);
+    std::printf("\n");
+  }
   std::printf("local reduction bandwidth %.2f GB/s\n", a.memory_bytes_per_s / 1e9);
   if (a.has_p2p) {
     std::printf("point-to-point rank 0 <-> 1: %.2f MB/s (%.1f Mbit/s), latency %.1f us one-way\n",
@@ -203,6 +242,10 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--model", o->model, "zoo name or a JSON model spec file")->capture_default_str();
                    app.add_option("--device", o->device, std::string("where to measure: ") + kDeviceHelp +
                                   "; a cuda profile serves the simulator's GPU presets")
+                       ->capture_default_str();
+                   app.add_option("--curve", o->curve,
+                                  "batch sizes whose whole pass is also timed, so the simulator prices micro-batches "
+                                  "by what they cost: auto (powers of two below --batch), none, or B1,B2,...")
                        ->capture_default_str();
                    app.add_option("--batch", o->batch, "samples per measured pass (calibrate at the job's micro-batch)")
                        ->capture_default_str()

@@ -47,6 +47,7 @@ std::string profile_text(const tandem_calibration& h) {
   p.batch = c.batch;
   for (const train::LayerTime& l : c.layers) p.layers.push_back({l.name, l.forward_s, l.backward_s});
   p.optimizer_step_s = c.optimizer_step_s;
+  p.batch_curve = c.batch_curve;
   if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
   if (h.fp16_convert_s.first > 0) p.fp16_convert_s = h.fp16_convert_s;
   if (h.bf16_convert_s.first > 0) p.bf16_convert_s = h.bf16_convert_s;
@@ -63,17 +64,19 @@ std::string profile_text(const tandem_calibration& h) {
 }
 
 // Every rank must calibrate the same thing: compare (layers, batch, a hash of the layer names) over the ranks.
-void agree(tandem::engine::comm::Communicator& c, const tandem::engine::nn::ModelSpec& spec, int64_t batch) {
+void agree(tandem::engine::comm::Communicator& c, const tandem::engine::nn::ModelSpec& spec, int64_t batch,
+           const std::vector<int64_t>& curve_batches) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& l : spec.layers)
     for (char ch : l.name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  for (int64_t b : curve_batches) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
   const int64_t mine[3] = {static_cast<int64_t>(spec.layers.size()), batch, static_cast<int64_t>(h >> 1)};
   int64_t lo[3], hi[3];
   c.allreduce(mine, lo, 3, tandem::DType::kI64, tandem::ReduceOp::kMin)->wait();
   c.allreduce(mine, hi, 3, tandem::DType::kI64, tandem::ReduceOp::kMax)->wait();
   TANDEM_CHECK(lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2], Status::kMismatch,
                "tandem_calibrate: rank {} calibrates model '{}' ({} layers, batch {}) but the ranks disagree on the "
-               "model or batch (layers {}..{}, batch {}..{})",
+               "model, batch or curve batches (layers {}..{}, batch {}..{})",
                c.rank(), spec.name, mine[0], batch, lo[0], hi[0], lo[1], hi[1]);
 }
 
@@ -88,6 +91,7 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
   v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, h.memory_bytes_per_s,
                      h.fp16_convert_s.first, h.fp16_convert_s.second, h.bf16_convert_s.first,
                      h.bf16_convert_s.second});
+  for (const auto& point : k.batch_curve) v.push_back(point.second);  // same batches on every rank (agree())
   c.allreduce(v.data(), v.data(), v.size(), tandem::DType::kF64, tandem::ReduceOp::kAvg)->wait();
   size_t i = 0;
   for (auto& l : k.layers) {
@@ -103,6 +107,7 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
     conv->first = v[i++];
     conv->second = v[i++];
   }
+  for (auto& point : k.batch_curve) point.second = v[i++];
   k.scale = k.unscaled_sum_s > 0 ? k.step_mean_s / k.unscaled_sum_s : 1.0;
   double mn = k.step_min_s, mx = k.step_max_s;
   c.allreduce(&mn, &mn, 1, tandem::DType::kF64, tandem::ReduceOp::kMin)->wait();
@@ -140,7 +145,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     std::string machine;
     if (params != nullptr) {
       const uint64_t k = params->field_mask;
-      check_field_mask(k, mask_through(TANDEM_CALIBRATE_PARAM_SEED), "tandem_calibrate_params_t");
+      check_field_mask(k, mask_through(TANDEM_CALIBRATE_PARAM_CURVE), "tandem_calibrate_params_t");
       if (k & TANDEM_CALIBRATE_PARAM_BATCH) o.batch = params->batch;
       if (k & TANDEM_CALIBRATE_PARAM_WARMUP) o.warmup = params->warmup;
       if (k & TANDEM_CALIBRATE_PARAM_ITERS) o.iters = params->iters;
@@ -158,6 +163,13 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         p2p_iters = params->p2p_iters;
       }
       if (k & TANDEM_CALIBRATE_PARAM_SEED) o.seed = params->seed;
+      if (k & TANDEM_CALIBRATE_PARAM_CURVE) {
+        TANDEM_REQUIRE(params->num_curve_batches <= 64, "{}: num_curve_batches {} is more than 64", fn,
+                       params->num_curve_batches);
+        TANDEM_REQUIRE(params->num_curve_batches == 0 || params->curve_batches != nullptr,
+                       "{}: curve_batches is NULL with num_curve_batches {}", fn, params->num_curve_batches);
+        o.curve_batches.assign(params->curve_batches, params->curve_batches + params->num_curve_batches);
+      }
     }
     o.validate();
     tandem::api::StateRef state;
@@ -168,7 +180,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     // Before anything is measured: the runtime as a job has it after setup, without activations or workspaces.
     h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(*m.model);
     if (multi) on_comm(*state, [&](auto& c) {
-      agree(c, m.spec, o.batch);
+      agree(c, m.spec, o.batch, o.curve_batches);
       c.barrier()->wait();  // every rank starts measuring at once, as the ranks of a job compute at once
     });
     h->cal = train::calibrate_model(*m.model, o);
@@ -207,7 +219,7 @@ TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* 
   return guarded([&] {
     const auto& h = checked(calibration, "tandem_calibration_query", "calibration");
     TANDEM_REQUIRE(attr != nullptr, "tandem_calibration_query: attr must be non-null");
-    check_field_mask(attr->field_mask, mask_through(TANDEM_CALIBRATION_ATTR_P2P), "tandem_calibration_attr_t");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_CALIBRATION_ATTR_CURVE), "tandem_calibration_attr_t");
     const train::Calibration& c = h.cal;
     if (attr->field_mask & TANDEM_CALIBRATION_ATTR_SHAPE) {
       attr->batch = c.batch;
@@ -229,6 +241,7 @@ TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* 
       attr->p2p_bytes_per_s = h.p2p ? h.p2p->bytes_per_s : 0.0;
       attr->p2p_latency_s = h.p2p ? h.p2p->latency_s : 0.0;
     }
+    if (attr->field_mask & TANDEM_CALIBRATION_ATTR_CURVE) attr->num_curve_points = c.batch_curve.size();
   });
 }
 
@@ -243,6 +256,18 @@ TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* 
     if (name != nullptr) *name = l.name.c_str();
     if (forward_s != nullptr) *forward_s = l.forward_s;
     if (backward_s != nullptr) *backward_s = l.backward_s;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_calibration_curve(const tandem_calibration_t* calibration, size_t index,
+                                                    int64_t* batch, double* seconds) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(calibration, "tandem_calibration_curve", "calibration");
+    TANDEM_REQUIRE(index < h.cal.batch_curve.size(),
+                   "tandem_calibration_curve: index {} out of range (the calibration has {} curve points)", index,
+                   h.cal.batch_curve.size());
+    if (batch != nullptr) *batch = h.cal.batch_curve[index].first;
+    if (seconds != nullptr) *seconds = h.cal.batch_curve[index].second;
   });
 }
 

@@ -134,6 +134,8 @@ void CalibrationOptions::validate() const {
   TANDEM_REQUIRE(warmup >= 0, "calibrate.warmup: must be >= 0, got {}", warmup);
   TANDEM_REQUIRE(iters >= 1, "calibrate.iters: must be >= 1, got {}", iters);
   optimizer.validate();
+  for (int64_t b : curve_batches)
+    TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.curve_batches: {} is not a batch size in [1, 2^20]", b);
 }
 
 double Calibration::forward_s() const {
@@ -221,6 +223,22 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.step_median_s = median(step);
   c.step_min_s = *std::min_element(step.begin(), step.end());
   c.step_max_s = *std::max_element(step.begin(), step.end());
+  // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
+  if (!o.curve_batches.empty()) {
+    std::map<int64_t, double> curve{{o.batch, median(fb)}};
+    for (int64_t n : o.curve_batches) {
+      if (curve.count(n) != 0) continue;
+      const Batch bn = make_batch(be, spec, n, o.seed);
+      std::vector<double> t;
+      for (int it = 0; it < std::max(1, o.warmup) + std::max(3, o.iters / 2); ++it) {
+        double fb_s = 0, opt_s = 0;
+        whole_step(model, bn, opt, kLr, fb_s, opt_s);
+        if (it >= std::max(1, o.warmup)) t.push_back(fb_s);
+      }
+      curve[n] = median(t);
+    }
+    c.batch_curve.assign(curve.begin(), curve.end());
+  }
   if (o.scale_to_step && c.unscaled_sum_s > 0) {
     c.scale = c.step_mean_s / c.unscaled_sum_s;
     for (LayerTime& t : c.layers) {

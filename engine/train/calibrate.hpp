@@ -14,6 +14,7 @@
 // The model's parameters, gradients and batch-norm statistics are restored afterwards.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/nn/model.hpp"
@@ -29,6 +30,10 @@ struct CalibrationOptions {
   optim::OptimizerConfig optimizer{optim::OptimizerKind::kSgd, 0.01f, 0.9f};  // `tandem train`'s default
   bool scale_to_step = true;  // scale layer medians so they add up to the whole step's mean
   uint64_t seed = 0;          // synthetic inputs and labels
+  // The per-sample cost curve: whole forward + loss + backward passes also timed at these batch sizes (each
+  // >= 1; `batch` itself is always a point), so the simulator prices a micro-batch of m samples by what m
+  // costs here, not by m/batch of the full pass (small batches cost more per sample: fixed per-layer work).
+  std::vector<int64_t> curve_batches;
   void validate() const;      // kInvalidArgument naming the field
 };
 
@@ -51,6 +56,9 @@ struct Calibration {
   double step_mean_s = 0, step_median_s = 0, step_min_s = 0, step_max_s = 0;
   double unscaled_sum_s = 0;
   double scale = 1;
+  // (batch, median seconds of forward + loss + backward at that batch), ascending by batch, `batch` included
+  // (empty unless curve_batches asked for more points).
+  std::vector<std::pair<int64_t, double>> batch_curve;
 
   double forward_s() const;   // sum over layers
   double backward_s() const;

@@ -76,7 +76,30 @@ ComputeModel ComputeModel::from_profile(const Workload& w, const CalibrationProf
     m.bwd_.push_back({p.layers[i].backward_s / static_cast<double>(p.batch), 0, 0});
     m.opt_.push_back(total_params > 0 ? p.optimizer_step_s * w.layers[i].param_bytes / total_params : 0.0);
   }
+  for (const auto& [b, t] : p.batch_curve) {
+    m.curve_.emplace_back(static_cast<double>(b), t);
+    if (b == p.batch) m.curve_ref_per_sample_s_ = t / static_cast<double>(b);
+  }
+  if (m.curve_ref_per_sample_s_ <= 0) m.curve_.clear();  // no point at the profile's batch: stay linear
   return m;
+}
+
+double ComputeModel::batch_factor(int64_t samples) const {
+  if (curve_.empty() || samples <= 0) return 1.0;
+  const double n = static_cast<double>(samples);
+  double per_sample = 0;
+  if (n <= curve_.front().first) {
+    per_sample = curve_.front().second / curve_.front().first;
+  } else if (n >= curve_.back().first) {
+    per_sample = curve_.back().second / curve_.back().first;
+  } else {
+    size_t i = 1;
+    while (curve_[i].first < n) ++i;
+    const auto& [b0, t0] = curve_[i - 1];
+    const auto& [b1, t1] = curve_[i];
+    per_sample = (t0 + (t1 - t0) * (n - b0) / (b1 - b0)) / n;
+  }
+  return per_sample / curve_ref_per_sample_s_;
 }
 
 double ComputeModel::eval(const Coef& c, int64_t samples) {
@@ -87,13 +110,13 @@ double ComputeModel::eval(const Coef& c, int64_t samples) {
 double ComputeModel::forward_s(size_t first, size_t end, int64_t samples) const {
   double t = 0;
   for (size_t i = first; i < end; ++i) t += eval(fwd_[i], samples);
-  return t * scale_;
+  return t * scale_ * batch_factor(samples);
 }
 
 double ComputeModel::backward_s(size_t first, size_t end, int64_t samples) const {
   double t = 0;
   for (size_t i = first; i < end; ++i) t += eval(bwd_[i], samples);
-  return t * scale_;
+  return t * scale_ * batch_factor(samples);
 }
 
 double ComputeModel::optimizer_s(size_t first, size_t end) const {

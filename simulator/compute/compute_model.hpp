@@ -3,11 +3,13 @@
 //  - roofline: time = max(FLOPs / (peak x efficiency), bytes / memory bandwidth) + a fixed per-layer
 //    overhead (GPU kernel launches), from the layer specs and the node's preset;
 //  - a calibration profile of times measured on the target machine (profile.hpp), scaled linearly in
-//    the number of samples.
+//    the number of samples -- or, when the profile carries a batch_curve, by the measured cost of that
+//    many samples (the whole pass's curve, interpolated between its points, shared by every layer).
 // Either can be scaled by one factor (set_scale), which is how --epoch-time-s calibrates with one
 // measured number.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simulator/compute/profile.hpp"
@@ -33,6 +35,10 @@ class ComputeModel {
   void set_scale(double s) { scale_ = s; }
   double scale() const noexcept { return scale_; }
   const char* source() const noexcept { return source_; }
+  // Per-sample cost of `samples` relative to the profile's batch (1 without a batch_curve): what a pass of
+  // `samples` costs over samples/batch of the profile's pass. Below the curve's first point its per-sample
+  // cost holds; between points the pass time is interpolated linearly; above the last, its per-sample cost.
+  double batch_factor(int64_t samples) const;
 
  private:
   struct Coef {
@@ -43,6 +49,8 @@ class ComputeModel {
   static double eval(const Coef& c, int64_t samples);
   std::vector<Coef> fwd_, bwd_;
   std::vector<double> opt_;
+  std::vector<std::pair<double, double>> curve_;  // (batch, pass seconds), ascending; empty: linear
+  double curve_ref_per_sample_s_ = 0;              // the curve's per-sample cost at the profile's batch
   double scale_ = 1.0;
   const char* source_ = "roofline";
 };

@@ -1,5 +1,6 @@
 #include "simulator/compute/profile.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -13,7 +14,7 @@ namespace tandem::simulator {
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
-                      "fp16_convert_s", "bf16_convert_s"},
+                      "fp16_convert_s", "bf16_convert_s", "batch_curve"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -70,6 +71,25 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
     (std::string(k) == "fp16_convert_s" ? p.fp16_convert_s : p.bf16_convert_s) =
         std::make_pair(a[0].get<double>(), a[1].get<double>());
   }
+  if (j.contains("batch_curve")) {
+    const auto& c = j["batch_curve"];
+    TANDEM_REQUIRE(c.is_array(), "{}.batch_curve: expected [[batch, seconds], ...]", where);
+    for (size_t i = 0; i < c.size(); ++i) {
+      const auto& q = c[i];
+      TANDEM_REQUIRE(q.is_array() && q.size() == 2 && q[0].is_number_integer() && q[0].get<int64_t>() >= 1 &&
+                         q[1].is_number() && q[1].get<double>() > 0,
+                     "{}.batch_curve[{}]: expected [batch >= 1, seconds > 0], got {}", where, i, q.dump());
+      const int64_t b = q[0].get<int64_t>();
+      TANDEM_REQUIRE(p.batch_curve.empty() || b > p.batch_curve.back().first,
+                     "{}.batch_curve[{}]: batch {} after {}: the points must ascend by batch", where, i, b,
+                     p.batch_curve.back().first);
+      p.batch_curve.emplace_back(b, q[1].get<double>());
+    }
+    TANDEM_REQUIRE(p.batch_curve.empty() || std::any_of(p.batch_curve.begin(), p.batch_curve.end(),
+                                                         [&](const auto& q) { return q.first == p.batch; }),
+                   "{}.batch_curve: needs a point at the profile's batch {} (what the layer times are for)", where,
+                   p.batch);
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -95,6 +115,10 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   if (p.runtime_rss_bytes) j["runtime_rss_bytes"] = *p.runtime_rss_bytes;
   if (p.fp16_convert_s) j["fp16_convert_s"] = {p.fp16_convert_s->first, p.fp16_convert_s->second};
   if (p.bf16_convert_s) j["bf16_convert_s"] = {p.bf16_convert_s->first, p.bf16_convert_s->second};
+  if (!p.batch_curve.empty()) {
+    j["batch_curve"] = nlohmann::json::array();
+    for (const auto& [b, t] : p.batch_curve) j["batch_curve"].push_back({b, t});
+  }
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

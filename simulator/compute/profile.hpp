@@ -12,8 +12,11 @@
 //                                  // (the simulator's per-rank runtime allowance on CPU nodes)
 //    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
 //        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
+//    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]
+//        // optional: seconds of one forward + loss + backward pass at each batch, ascending, with a point at
+//        // "batch"; the simulator prices m samples by the curve (interpolated) instead of m/batch of the layers
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
-// number of samples. Layer names must match the model's, in order. The p2p figures are recorded
+// number of samples, or by batch_curve when the profile has one. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
 #include <optional>
 #include <string>
@@ -38,6 +41,7 @@ struct CalibrationProfile {
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
   std::optional<double> runtime_rss_bytes;
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
+  std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
 };
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");

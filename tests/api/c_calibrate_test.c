@@ -48,6 +48,7 @@ int main(void) {
   tandem_model_t* spec_only = NULL;
   tandem_model_attr_t ma = TANDEM_MODEL_ATTR_INIT;
   tandem_calibrate_params_t p = TANDEM_CALIBRATE_PARAMS_INIT;
+  const int64_t curve[3] = {4, 1, 4}, bad_curve[2] = {2, 0};
   tandem_calibration_t* cal = NULL;
   tandem_calibration_t* untouched = (tandem_calibration_t*)&failures; /* must stay as it is on failure */
   tandem_calibration_attr_t a = TANDEM_CALIBRATION_ATTR_INIT;
@@ -83,18 +84,40 @@ int main(void) {
   CHECK(tandem_calibrate(spec_only, NULL, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
   CHECK(contains(tandem_last_error_message(), "none"));
   tandem_model_destroy(spec_only);
+  p.field_mask = TANDEM_CALIBRATE_PARAM_CURVE;
+  p.curve_batches = bad_curve;
+  p.num_curve_batches = 2;
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "curve_batches: 0"));
+  p.curve_batches = NULL;
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "curve_batches is NULL"));
 
-  /* ---- a calibration ---- */
+  /* ---- a calibration, with the per-sample cost curve at 1 and 4 samples (8, the batch, is always a point) ---- */
   p.field_mask = TANDEM_CALIBRATE_PARAM_BATCH | TANDEM_CALIBRATE_PARAM_WARMUP | TANDEM_CALIBRATE_PARAM_ITERS |
-                 TANDEM_CALIBRATE_PARAM_MACHINE;
+                 TANDEM_CALIBRATE_PARAM_MACHINE | TANDEM_CALIBRATE_PARAM_CURVE;
   p.batch = 8;
   p.warmup = 1;
   p.iters = 3;
   p.machine = "c test machine";
+  p.curve_batches = curve;
+  p.num_curve_batches = 3;
   CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_OK);
   if (cal == NULL) return 1;
-  a.field_mask = TANDEM_CALIBRATION_ATTR_SHAPE | TANDEM_CALIBRATION_ATTR_TIMES | TANDEM_CALIBRATION_ATTR_P2P;
+  a.field_mask = TANDEM_CALIBRATION_ATTR_SHAPE | TANDEM_CALIBRATION_ATTR_TIMES | TANDEM_CALIBRATION_ATTR_P2P |
+                 TANDEM_CALIBRATION_ATTR_CURVE;
   CHECK(tandem_calibration_query(cal, &a) == TANDEM_OK);
+  CHECK(a.num_curve_points == 3); /* 4, 1, 8: ascending, the duplicate 4 once, the batch included */
+  {
+    int64_t b[3] = {0, 0, 0};
+    double t[3] = {0, 0, 0};
+    for (i = 0; i < 3; ++i) CHECK(tandem_calibration_curve(cal, i, &b[i], &t[i]) == TANDEM_OK);
+    CHECK(b[0] == 1 && b[1] == 4 && b[2] == 8);
+    CHECK(t[0] > 0 && t[1] > 0 && t[2] > 0);
+    CHECK(tandem_calibration_curve(cal, 3, &b[0], NULL) == TANDEM_ERR_INVALID_ARGUMENT);
+    CHECK(b[0] == 1); /* untouched on failure */
+    CHECK(contains(tandem_last_error_message(), "3 curve points"));
+  }
   CHECK(a.batch == 8);
   CHECK(a.num_layers == ma.num_layers);
   CHECK(a.threads == 1);
@@ -129,6 +152,7 @@ int main(void) {
   /* The runtime's 16-bit gradient conversion, timed for the simulator's compression model. */
   CHECK(contains(json, "\"fp16_convert_s\""));
   CHECK(contains(json, "\"bf16_convert_s\""));
+  CHECK(contains(json, "\"batch_curve\""));
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */

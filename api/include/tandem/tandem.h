@@ -40,7 +40,9 @@ extern "C" {
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
 /* 0.3 added (nothing changed or removed): collectives on device memory (tandem_coll_params_t,
- * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version). */
+ * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version); the
+ * calibration's per-sample cost curve (TANDEM_CALIBRATE_PARAM_CURVE, TANDEM_CALIBRATION_ATTR_CURVE,
+ * tandem_calibration_curve). */
 /* The loaded library's TANDEM_VERSION. Threads: any. */
 TANDEM_API uint32_t tandem_version(void) TANDEM_NOEXCEPT;
 /* The loaded library's version as "MAJOR.MINOR.PATCH"; static storage. Threads: any. */
@@ -1306,6 +1308,7 @@ typedef struct tandem_calibration tandem_calibration_t;
 #define TANDEM_CALIBRATE_PARAM_MACHINE   (UINT64_C(1) << 4)
 #define TANDEM_CALIBRATE_PARAM_P2P       (UINT64_C(1) << 5) /* covers p2p_bytes, p2p_iters */
 #define TANDEM_CALIBRATE_PARAM_SEED      (UINT64_C(1) << 6)
+#define TANDEM_CALIBRATE_PARAM_CURVE     (UINT64_C(1) << 7) /* covers curve_batches, num_curve_batches (0.3) */
 typedef struct tandem_calibrate_params {
   uint64_t field_mask;
   int64_t batch;                       /* samples per measured pass; default 64 */
@@ -1316,6 +1319,11 @@ typedef struct tandem_calibrate_params {
   uint64_t p2p_bytes;                  /* bandwidth exchange size, >= 64; default 4 MiB */
   int32_t p2p_iters;                   /* timed exchanges (pings: 10x as many); default 3 */
   uint64_t seed;                       /* synthetic data; default 0 */
+  /* The per-sample cost curve: whole passes (forward, loss, backward) also timed at these batch sizes
+   * (each in [1, 2^20], at most 64 of them; `batch` is always a point), so the simulator prices a
+   * micro-batch of m samples by what m costs (smaller batches cost more per sample); default none. */
+  const int64_t* curve_batches;
+  size_t num_curve_batches;
 } tandem_calibrate_params_t;
 #define TANDEM_CALIBRATE_PARAMS_INIT {0}
 
@@ -1341,6 +1349,7 @@ TANDEM_API void tandem_calibration_destroy(tandem_calibration_t* calibration) TA
 #define TANDEM_CALIBRATION_ATTR_SHAPE (UINT64_C(1) << 0) /* batch, num_layers, threads, ranks */
 #define TANDEM_CALIBRATION_ATTR_TIMES (UINT64_C(1) << 1) /* forward_s .. scale */
 #define TANDEM_CALIBRATION_ATTR_P2P   (UINT64_C(1) << 2) /* has_p2p, p2p_bytes_per_s, p2p_latency_s */
+#define TANDEM_CALIBRATION_ATTR_CURVE (UINT64_C(1) << 3) /* num_curve_points (0.3) */
 typedef struct tandem_calibration_attr {
   uint64_t field_mask;
   int64_t batch;
@@ -1356,6 +1365,7 @@ typedef struct tandem_calibration_attr {
   double memory_bytes_per_s;     /* local reduction bandwidth (dst += src, 3 x 4 bytes per element) */
   int32_t has_p2p;               /* non-zero when p2p figures were measured */
   double p2p_bytes_per_s, p2p_latency_s;
+  size_t num_curve_points;       /* the cost curve's points (0 without curve_batches) */
 } tandem_calibration_attr_t;
 #define TANDEM_CALIBRATION_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any. Returns TANDEM_OK,
@@ -1367,6 +1377,11 @@ TANDEM_API tandem_status_t tandem_calibration_query(const tandem_calibration_t* 
 TANDEM_API tandem_status_t tandem_calibration_layer(const tandem_calibration_t* calibration, size_t index,
                                                     const char** name, double* forward_s,
                                                     double* backward_s) TANDEM_NOEXCEPT;
+/* Point `index` (< num_curve_points, ascending by batch) of the per-sample cost curve: [out] batch, and
+ * seconds of one forward + loss + backward pass at that batch (averaged over the ranks); either may be
+ * NULL. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (index out of range). */
+TANDEM_API tandem_status_t tandem_calibration_curve(const tandem_calibration_t* calibration, size_t index,
+                                                    int64_t* batch, double* seconds) TANDEM_NOEXCEPT;
 /* The calibration as profile JSON text. [out] json: may be NULL; receives the text, NUL-terminated,
  * truncated to fit. [in,out] json_bytes: in: capacity; out: bytes needed including the NUL.
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
