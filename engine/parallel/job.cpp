@@ -24,6 +24,8 @@ ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
   // buckets: with data parallelism, and with servers even for one worker (its pushes are per bucket)
   r.data_parallel = cj.dp() > 1 || has_servers(cj.job.parallel.strategy, cj.job.parallel.easgd_async);
   r.bucket_bytes = bucket_cap_bytes(cj.job.parallel);
+  const double first_mb = cj.job.parallel.first_bucket_mb;
+  r.first_bucket_bytes = first_mb > 0 ? std::max<uint64_t>(1, static_cast<uint64_t>(first_mb * kMiB)) : 0;
   for (const nn::LayerSpec& l : cj.job.model.layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
   return r;
 }
