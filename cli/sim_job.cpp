@@ -135,7 +135,7 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
                  "(keep every K-th layer's output)");
   app.add_option("--zero", o->zero, "sharded optimizer state over data-parallel ranks: 0, 1 (ZeRO-1), 2 (gradients too)")
       ->check(CLI::Range(0, 2));
-  app.add_option("--framework", o->framework, "whose training process: tandem or pytorch-ddp (runtime memory)")
+  app.add_option("--framework", o->framework, "whose training process: tandem or pytorch-ddp (runtime memory; pytorch-ddp: its first gradient bucket capped at 1 MiB)")
       ->transform(names(framework_names()));
   app.add_flag("--json", o->json, "one JSON object on stdout");
   return o;

@@ -340,6 +340,86 @@ bool congruent(const engine::comm::Plan& header, const RankPlan& a, const Outlin
   return true;
 }
 
+// The ring all-reduce's segments (split_even: `rem` of q + 1 elements, then q) for the sampled proof.
+struct RingSegments {
+  uint64_t q = 0, rem = 0;
+  int32_t n = 0;
+  uint64_t size(int64_t j) const { return static_cast<uint64_t>(j) < rem ? q + 1 : q; }
+  // The segment starting at element `offset`, or -1 when none does.
+  int64_t starting_at(uint64_t offset) const {
+    const uint64_t big = rem * (q + 1);
+    const uint64_t j = offset < big ? offset / (q + 1) : rem + (offset - big) / q;
+    const uint64_t start = j < rem ? j * (q + 1) : big + (j - rem) * q;
+    return j < static_cast<uint64_t>(n) && start == offset ? static_cast<int64_t>(j) : -1;
+  }
+  bool whole(uint64_t count) const { return count == q + (rem > 0) || (count == q && rem < static_cast<uint64_t>(n)); }
+};
+
+// Whether kRingSample applies to `req` (kAuto resolved), with rank 0's plan `rp0`: a ring all-reduce of one chunk
+// per segment, every region of rank 0 a whole segment (user buffers: one that starts where a segment does).
+std::optional<RingSegments> ring_segments(const PlanRequest& req, const RankPlan& rp0) {
+  using engine::comm::Algorithm;
+  using engine::comm::Buffer;
+  using engine::comm::Collective;
+  if (req.collective != Collective::kAllreduce || req.algorithm != Algorithm::kRing) return std::nullopt;
+  RingSegments s{req.count / static_cast<uint64_t>(req.world), req.count % static_cast<uint64_t>(req.world), req.world};
+  if (s.q == 0 || s.q + (s.rem > 0) > engine::comm::plan_chunk_count(req)) return std::nullopt;
+  bool ok = true;
+  for_each_region(rp0, [&](const engine::comm::Region& r) {
+    ok = ok && s.whole(r.count) && (r.buffer == Buffer::kScratch || s.starting_at(r.offset) >= 0);
+  });
+  if (!ok) return std::nullopt;
+  return s;
+}
+
+// Rank r's regions are rank 0's with every segment moved by r: user-buffer regions at the start of segment
+// (rank 0's + r) mod n and as long as it, scratch regions whole segments.
+bool segments_rotate(const RingSegments& s, const RankPlan& rp0, const RankPlan& rp, int32_t r,
+                     std::vector<int64_t>& seg0) {
+  using engine::comm::Buffer;
+  if (seg0.empty())
+    for_each_region(rp0, [&](const engine::comm::Region& x) {
+      seg0.push_back(x.buffer == Buffer::kScratch ? -1 : s.starting_at(x.offset));
+    });
+  size_t k = 0;
+  bool ok = true;
+  for_each_region(rp, [&](const engine::comm::Region& x) {
+    if (!ok || k >= seg0.size()) {
+      ok = false;
+      return;
+    }
+    const int64_t want = seg0[k++];
+    if (x.buffer == Buffer::kScratch) {
+      ok = want < 0 && s.whole(x.count);
+    } else {
+      const int64_t j = s.starting_at(x.offset);
+      ok = want >= 0 && j == (want + r) % s.n && x.count == s.size(j);
+    }
+  });
+  return ok && k == seg0.size();
+}
+
+// The ranks the sampled proof reads: the first and last three, those around the boundary between the long and the
+// short segments and around its image (n - rem), and 64 spread over [1, n).
+std::vector<int32_t> ring_sample(int32_t n, uint64_t rem) {
+  std::vector<int32_t> v;
+  const auto add = [&](int64_t r) {
+    if (r >= 1 && r < n) v.push_back(static_cast<int32_t>(r));
+  };
+  for (int64_t d = 1; d <= 3; ++d) {
+    add(d);
+    add(n - d);
+  }
+  for (int64_t d = -2; d <= 2; ++d) {
+    add(static_cast<int64_t>(rem) + d);
+    add(n - static_cast<int64_t>(rem) + d);
+  }
+  for (int64_t j = 0; j < 64; ++j) add(1 + j * (n - 1) / 64);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
 // Where each op of `rp` (plan order) lies in compile_rank_plan's program order: each round's
 // transfers, then its local ops.
 std::vector<uint32_t> program_order(const RankPlan& rp) {
@@ -470,7 +550,7 @@ CompiledPlan compile_plan_by_rank(const PlanRequest& request) {
   return c;
 }
 
-std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request, bool bound_sizes) {
+std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request, bool bound_sizes, SymmetryProof proof) {
   const int32_t n = request.world;
   if (n < 2 || !cheap_by_rank(request)) return std::nullopt;
   // kAuto resolved once: make_rank_plan would weigh the topology again for every rank
@@ -496,13 +576,35 @@ std::optional<CompiledPlan> compile_symmetric(const PlanRequest& request, bool b
   uint64_t sent = 0;  // over every rank
   for (uint32_t i = 0; i < count; ++i) sent += c.ops[i].kind == Kind::kSend ? c.ops[i].bytes : 0;
   RankPlan rp;  // one rank at a time, storage reused
-  for (int32_t r = 1; r < n; ++r) {
-    engine::comm::make_rank_plan(req, r, rp);
-    if (!congruent(head, rp0, o, rp, r, !bound_sizes, c.elem_bytes, w)) return std::nullopt;
-    for (uint32_t k = 0; k < count; ++k) {
-      const uint32_t i = at[k];
-      most[i] = std::max(most[i], w.bytes[k]);
-      sent += c.ops[i].kind == Kind::kSend ? w.bytes[k] : 0;
+  const std::optional<RingSegments> ring =
+      proof == SymmetryProof::kRingSample ? ring_segments(req, rp0) : std::optional<RingSegments>{};
+  if (ring) {
+    if (ring->rem > 0 && !bound_sizes) return std::nullopt;  // ranks move unequal amounts
+    std::vector<int64_t> seg0;
+    for (int32_t r : ring_sample(n, ring->rem)) {
+      engine::comm::make_rank_plan(req, r, rp);
+      if (!congruent(head, rp0, o, rp, r, !bound_sizes, c.elem_bytes, w) || !segments_rotate(*ring, rp0, rp, r, seg0))
+        return std::nullopt;
+    }
+    // every op visits each segment once over the ranks: at most q + 1 elements, the buffer's count in all
+    sent = 0;
+    uint32_t k = 0;
+    for (const auto& round : rp0.rounds)
+      for (const auto& op : round.ops) {
+        const uint32_t i = at[k++];
+        const uint64_t elems = op.kind == OpKind::kRecv ? op.dst.count : op.src.count;
+        most[i] = c.ops[i].bytes / elems * (ring->q + (ring->rem > 0));
+        sent += c.ops[i].kind == Kind::kSend ? req.count * c.elem_bytes : 0;
+      }
+  } else {
+    for (int32_t r = 1; r < n; ++r) {
+      engine::comm::make_rank_plan(req, r, rp);
+      if (!congruent(head, rp0, o, rp, r, !bound_sizes, c.elem_bytes, w)) return std::nullopt;
+      for (uint32_t k = 0; k < count; ++k) {
+        const uint32_t i = at[k];
+        most[i] = std::max(most[i], w.bytes[k]);
+        sent += c.ops[i].kind == Kind::kSend ? w.bytes[k] : 0;
+      }
     }
   }
   for (uint32_t i = 0; i < count; ++i) {
@@ -525,7 +627,7 @@ const CompiledPlan& PlanCache::get(const PlanRequest& r) {
   std::unique_ptr<CompiledPlan> compiled;
   if (r.world <= kRankByRankWorld) {
     compiled = std::make_unique<CompiledPlan>(compile_plan(engine::comm::make_plan(r), r.elem_bytes));
-  } else if (auto sym = compile_symmetric(r, /*bound_sizes=*/true)) {
+  } else if (auto sym = compile_symmetric(r, /*bound_sizes=*/true, SymmetryProof::kRingSample)) {
     compiled = std::make_unique<CompiledPlan>(std::move(*sym));
   } else {
     compiled = std::make_unique<CompiledPlan>(compile_plan_by_rank(r));

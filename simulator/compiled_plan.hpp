@@ -95,14 +95,26 @@ CompiledPlan compile_plan_by_rank(const engine::comm::PlanRequest& request);
 // else nullopt. Ranks must move equal amounts op by op unless `bound_sizes`: then each op takes the
 // most any rank moves (CompiledPlan::sizes_bounded). Costs O(ops of the whole plan) time and O(ops
 // of one rank) memory.
-std::optional<CompiledPlan> compile_symmetric(const engine::comm::PlanRequest& request, bool bound_sizes = false);
+//
+// How the proof reads the ranks. kEveryRank: every rank's plan is generated and checked (O(world^2) for a ring).
+// kRingSample, for a ring all-reduce whose every op moves one whole segment (segments of q or q + 1 elements, one
+// chunk each): the ring's structure -- rank r's ops are rank 0's with every segment index moved by r
+// (plan_blocks.cpp: step s sends segment r - s - 1 and receives r - s - 2, then r - s and r - s - 1) -- is checked
+// on a sample of ranks (the first and last few, those next to the boundary between the q + 1 and the q segments and
+// its image, and 64 spread over the world): congruent as above, each user-buffer region at the start of segment
+// (rank 0's + r) mod world and as long as it, every region a whole segment. Then each op visits every segment
+// once as r runs over the ranks, so the most any rank moves with it is its (q + 1)-element size and its bytes over
+// all ranks sum to the buffer's: the same figures the every-rank proof computes. Other plans: every rank.
+enum class SymmetryProof : uint8_t { kEveryRank = 0, kRingSample = 1 };
+std::optional<CompiledPlan> compile_symmetric(const engine::comm::PlanRequest& request, bool bound_sizes = false,
+                                              SymmetryProof proof = SymmetryProof::kEveryRank);
 
 // Worlds above this compile rank by rank (symmetric form where proven); smaller ones from make_plan.
 constexpr int32_t kRankByRankWorld = 256;
 
 // make_plan + compile_plan, memoised per request (the same bucket sizes recur in every step and in
 // every configuration a search tries); above kRankByRankWorld, compile_symmetric (sizes bounded, so
-// rings of unequal segments stay O(ops of one rank)) or compile_plan_by_rank. Not thread-safe; one cache per simulation.
+// rings of unequal segments stay O(ops of one rank); kRingSample) or compile_plan_by_rank. Not thread-safe; one cache per simulation.
 class PlanCache {
  public:
   const CompiledPlan& get(const engine::comm::PlanRequest& request);

@@ -114,6 +114,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.accumulation = j.accumulation;
   e.parallel.schedule = j.schedule;
   e.parallel.bucket_mb = j.bucket_mb;
+  e.parallel.first_bucket_mb = j.framework == Framework::kPytorchDdp ? kPytorchFirstBucketMb : 0.0;
   e.parallel.compression = j.compression;
   e.parallel.partition = j.partition;
   e.parallel.boundaries = j.boundaries;

@@ -56,8 +56,13 @@ struct RunSpec {
   bool symmetric = true;              // allow symmetric execution of provably identical ranks
   uint64_t seed = 0;                  // the runtime's seed (its default is 0): FedAvg's client draw and shards
   int64_t limit_batches = 0;          // > 0: the runtime's --limit-batches (a FedAvg client's local epoch)
-  Framework framework = Framework::kTandem;  // whose process: its runtime allowance (issue #16)
+  // whose process (issue #16): its runtime allowance, and for pytorch-ddp PyTorch DDP's buckets -- the first bucket
+  // formed (the last layers' gradients) capped at kPytorchFirstBucketMb, the others at bucket_mb
+  Framework framework = Framework::kTandem;
 };
+// PyTorch DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB; its buckets are rebuilt after the
+// first iteration in gradient-ready order with this cap first, then bucket_cap_mb).
+constexpr double kPytorchFirstBucketMb = 1.0;
 
 // A job as a description (the CLI's flags, a job JSON, the C ABI's fields): compiled by the simulator into the
 // same CompiledJob the trainer runs (engine::parallel::compile_job), never interpreted on its own.

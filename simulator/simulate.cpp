@@ -72,9 +72,10 @@ double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationPr
 }
 
 // Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
-// of the largest rank on the node that fits worst.
+// of the largest rank on the node that fits worst. Tandem's CPU ranks hold kTandemCpuActivationPeak times the
+// activations the job counts.
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
-                 const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
+                 Framework framework, const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
   const engine::parallel::SyncProgram& sync = cj.sync;
   std::vector<MemoryBreakdown> largest(nodes.size());
   for (int32_t r = 0; r < cj.world; ++r) {
@@ -84,10 +85,11 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
                                                  ? cj.stages[static_cast<size_t>(r % cj.pp())].memory
                                              : r < sync.workers ? sync.worker_memory
                                                                 : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
-    MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, m.activation_bytes,
+    const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
+    const double peak = framework == Framework::kTandem && !gpu ? kTandemCpuActivationPeak : 1.0;
+    MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, peak * m.activation_bytes,
                       runtime[static_cast<size_t>(n)], m.bucket_bytes};
     const double need = b.total();
-    const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
     ++nr.ranks;
     if (largest[static_cast<size_t>(n)].rank < 0 || need > largest[static_cast<size_t>(n)].total()) largest[static_cast<size_t>(n)] = b;
@@ -335,7 +337,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
-  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, p.cluster, p.nodes, p.memory);
+  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, run.framework, p.cluster, p.nodes, p.memory);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     NodeReport& nr = p.nodes[i];
     const NodeSpec& n = p.cluster.nodes[i];
@@ -626,7 +628,7 @@ bool fits_memory(Simulation& sim, const ClusterSpec& cluster, const JobSpec& job
     nodes[i].memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
   }
   MemoryBreakdown worst;
-  node_memory(cj, node_of_rank, runtime, cluster, nodes, worst);
+  node_memory(cj, node_of_rank, runtime, job.framework, cluster, nodes, worst);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const double swap = cluster.nodes[i].hw.gpus == 0 ? cluster.nodes[i].swap_bytes : 0.0;
     if (nodes[i].ranks > 0 && nodes[i].memory_bytes > nodes[i].memory_capacity_bytes + swap) return false;

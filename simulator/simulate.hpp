@@ -28,6 +28,15 @@ constexpr double kDefaultGpuRuntimeBytes = 600.0 * 1048576;
 // --framework pytorch-ddp on a CPU node: a PyTorch process's resident size besides its tensors (libtorch, oneDNN,
 // gloo, the Python interpreter), ~340 MiB as measured for issue #16; a Tandem profile's figure does not describe it.
 constexpr double kPytorchCpuRuntimeBytes = 340.0 * 1048576;
+// Tandem on a CPU node: its peak resident memory per byte of the activations the job compiler counts (StageMemory::
+// activation_bytes, the outputs with storage of their own). On top: the gradients alive during backward and the host
+// caching allocator's free blocks, kept per size class, which other sizes cannot reuse. Measured (issue #16) with
+// `tandem train --model mobilenetv2 --dataset cifar10 --optimizer adam --threads 1` on the cpu backend: peak RSS 332,
+// 598 and 1,128 MiB at batch 16, 32 and 64, i.e. 16.6 MiB per sample against 12.8 MiB counted (1.30); the hybrid 2x2
+// job at batch 64 in two micro-batches peaked at 975 MiB on a stage-0 rank. (The memory guard's kActivationOverhead,
+// 1.25, is the same measurement over its channel-padded figure.) PyTorch's CPU allocator returns freed blocks to
+// malloc: no factor is applied to pytorch-ddp.
+constexpr double kTandemCpuActivationPeak = 1.30;
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
 // profile does not give them (fp16_convert_s / bf16_convert_s): the runtime's scalar conversion loops
 // measured on this project's 2-vCPU Xeon (AVX-512) VM, 11 M elements, best of three. A pass never

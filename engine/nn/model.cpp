@@ -70,24 +70,15 @@ Model::Model(ModelSpec spec, compute::Backend& backend, uint64_t seed, InitSchem
   held_end_ = n;
   param_off_.assign(n + 1, 0);
   buffer_off_.assign(n + 1, 0);
-  consumers_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     param_off_[i + 1] = param_off_[i] + spec_.layers[i].params;
     buffer_off_[i + 1] = buffer_off_[i] + spec_.layers[i].buffers;
-    for (int32_t p : spec_.layers[i].inputs) {
-      if (p >= 0) ++consumers_[static_cast<size_t>(p)];
-    }
   }
+  // A relu overwrites its producer's output when nothing else reads it and the producer's backward does not need
+  // it (ModelSpec::shared_outputs, the rule the memory figures count by).
+  const std::vector<bool> shared = spec_.shared_outputs();
   inplace_relu_.assign(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    const LayerSpec& l = spec_.layers[i];
-    if (!is_relu(l.kind) || l.inputs[0] < 0) continue;
-    const auto p = static_cast<size_t>(l.inputs[0]);
-    // The producer's output may be overwritten when nothing else reads it and its own backward does not need it
-    // (relu needs its output; flatten's output aliases its input).
-    const LayerKind pk = spec_.layers[p].kind;
-    inplace_relu_[i] = consumers_[p] == 1 && !is_relu(pk) && pk != LayerKind::kFlatten;
-  }
+  for (size_t i = 0; i < n; ++i) inplace_relu_[i] = is_relu(spec_.layers[i].kind) && shared[i];
 }
 
 Model::Storage& Model::storage() const {

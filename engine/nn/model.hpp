@@ -126,7 +126,6 @@ class Model {
   size_t held_begin_ = 0, held_end_ = 0;
   mutable Storage st_;  // lazily allocated (storage()): logically part of the model from construction on
   std::vector<int64_t> param_off_, buffer_off_;
-  std::vector<int> consumers_;        // per layer: how many layers read its output
   std::vector<bool> inplace_relu_;    // per layer: relu may overwrite its input
   Activations acts_;
   std::function<void(size_t)> grad_ready_;

@@ -46,6 +46,35 @@ std::vector<int32_t> ModelSpec::crossing(size_t cut) const {
   return {out.begin(), out.end()};
 }
 
+std::vector<bool> ModelSpec::shared_outputs(size_t begin) const {
+  const auto is_relu = [](LayerKind k) { return k == LayerKind::kReLU || k == LayerKind::kReLU6; };
+  std::vector<int> consumers(layers.size(), 0);
+  for (const LayerSpec& l : layers)
+    for (int32_t p : l.inputs)
+      if (p >= 0) ++consumers[static_cast<size_t>(p)];
+  std::vector<bool> shared(layers.size(), false);
+  for (size_t i = begin; i < layers.size(); ++i) {
+    const LayerSpec& l = layers[i];
+    if (l.kind == LayerKind::kFlatten) {
+      shared[i] = true;
+    } else if (is_relu(l.kind) && !l.inputs.empty() && l.inputs[0] >= static_cast<int32_t>(begin)) {
+      const auto p = static_cast<size_t>(l.inputs[0]);
+      shared[i] = consumers[p] == 1 && !is_relu(layers[p].kind) && layers[p].kind != LayerKind::kFlatten;
+    }
+  }
+  return shared;
+}
+
+int64_t ModelSpec::stored_activation_bytes(size_t begin, size_t end) const {
+  TANDEM_REQUIRE(begin <= end && end <= layers.size(), "model '{}': layers [{}, {}) out of range ({} layers)", name,
+                 begin, end, layers.size());
+  const std::vector<bool> shared = shared_outputs(begin);
+  int64_t bytes = 0;
+  for (size_t i = begin; i < end; ++i)
+    if (!shared[i]) bytes += layers[i].activation_bytes;
+  return bytes;
+}
+
 int32_t ModelSpec::find(const std::string& layer_name) const {
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i].name == layer_name) return static_cast<int32_t>(i);

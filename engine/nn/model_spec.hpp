@@ -33,6 +33,14 @@ struct ModelSpec {
   // Indices of the layer outputs produced before `cut` and read at or after it (kModelInput for the input), in
   // ascending order: what a pipeline stage boundary at `cut` must send forward (and their gradients backward).
   std::vector<int32_t> crossing(size_t cut) const;
+  // Per layer: whether training layers [begin, ...) gives its output no storage of its own, as nn::Model runs them --
+  // a flatten (a view of its input) and a ReLU/ReLU6 that overwrites its producer's output, which it may when the
+  // producer lies in the range, has no other reader and is neither a ReLU (whose backward needs its own output) nor a
+  // flatten. False before `begin`. The memory figures (job compiler, memory guard) count only the other outputs.
+  std::vector<bool> shared_outputs(size_t begin = 0) const;
+  // Per sample, the bytes of the outputs of layers [begin, end) that training keeps with storage of their own (the
+  // sum of activation_bytes less the shared_outputs(begin)).
+  int64_t stored_activation_bytes(size_t begin, size_t end) const;
   // Index of the layer with this name; throws kInvalidArgument when absent.
   int32_t find(const std::string& layer_name) const;
   // Re-runs shape inference for every layer (after editing fields); throws naming the layer.

@@ -24,6 +24,8 @@ ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
   // buckets: with data parallelism, and with servers even for one worker (its pushes are per bucket)
   r.data_parallel = cj.dp() > 1 || has_servers(cj.job.parallel.strategy, cj.job.parallel.easgd_async);
   r.bucket_bytes = bucket_cap_bytes(cj.job.parallel);
+  const double first_mb = cj.job.parallel.first_bucket_mb;
+  r.first_bucket_bytes = first_mb > 0 ? std::max<uint64_t>(1, static_cast<uint64_t>(first_mb * kMiB)) : 0;
   for (const nn::LayerSpec& l : cj.job.model.layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
   return r;
 }
@@ -60,24 +62,28 @@ double crossing_bytes(const nn::ModelSpec& spec, int32_t cut, double act_scale) 
 
 // Per sample, what recomputation keeps of the stage's layer outputs for every sample in flight (`kept`), and what
 // it rebuilds for the one micro-batch being back-propagated (`rebuilt`: the largest segment's outputs besides the
-// checkpoint that ends it). Without recomputation everything is kept.
+// checkpoint that ends it). Without recomputation everything is kept. Outputs that share their producer's storage
+// (ModelSpec::shared_outputs: in-place ReLUs, flatten views) add nothing, as in the runtime, except a checkpoint,
+// which keeps its storage alive alone.
 struct ActivationSplit {
   double kept = 0, rebuilt = 0;
 };
 ActivationSplit split_activations(const Job& job, int32_t first, int32_t end) {
   const MemoryConfig& mc = job.memory;
   const double scale = activation_scale(mc);
-  const auto act = [&](int32_t i) { return scale * static_cast<double>(job.model.layers[static_cast<size_t>(i)].activation_bytes); };
+  const std::vector<bool> shared = job.model.shared_outputs(static_cast<size_t>(first));
+  const auto output = [&](int32_t i) { return scale * static_cast<double>(job.model.layers[static_cast<size_t>(i)].activation_bytes); };
+  const auto act = [&](int32_t i) { return shared[static_cast<size_t>(i)] ? 0.0 : output(i); };
   ActivationSplit a;
   if (mc.recompute == Recompute::kNone) {
-    for (int32_t i = first; i < end; ++i) a.kept += act(i);
+    a.kept = scale * static_cast<double>(job.model.stored_activation_bytes(static_cast<size_t>(first), static_cast<size_t>(end)));
     return a;
   }
   const int32_t k = mc.recompute == Recompute::kStageInputs ? end - first + 1 : mc.recompute_every;  // no checkpoint inside
   double segment = 0;
   for (int32_t i = first; i < end; ++i) {
     if ((i - first + 1) % k == 0) {  // a checkpoint: kept, and it closes its segment
-      a.kept += act(i);
+      a.kept += output(i);
       a.rebuilt = std::max(a.rebuilt, segment);
       segment = 0;
     } else {

@@ -72,7 +72,8 @@ struct Job {
 //   grad_bytes       h * P, or h * ceil(P / D) with zero 2
 //   optimizer_bytes  (s + m) * P, or (s + m) * ceil(P / D) with zero >= 1; s the optimizer's state per
 //                    parameter, m = 4 (f32 master weights) under mixed precision, else 0
-//   activation_bytes see stage_memory() in job.cpp: h/4 of the f32 outputs, fewer kept under recomputation
+//   activation_bytes see stage_memory() in job.cpp: h/4 of the f32 outputs that have storage of their own
+//                    (ModelSpec::stored_activation_bytes: not in-place ReLUs, flatten views), fewer under recomputation
 struct StageMemory {
   double param_bytes = 0;       // parameters of the stage's layers
   double grad_bytes = 0;        // their gradients

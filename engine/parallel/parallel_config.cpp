@@ -178,6 +178,8 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
                  c.micro_batches, c.accumulation);
   TANDEM_REQUIRE(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= 4096,
                  "bucket size must be in (0, 4096] MiB (got {})", c.bucket_mb);
+  TANDEM_REQUIRE(std::isfinite(c.first_bucket_mb) && c.first_bucket_mb >= 0 && c.first_bucket_mb <= 4096,
+                 "first bucket size must be in [0, 4096] MiB, 0 for bucket_mb (got {})", c.first_bucket_mb);
   if (!c.boundaries.empty()) {
     TANDEM_REQUIRE(static_cast<int>(c.boundaries.size()) == c.pp + 1,
                    "explicit stage cut has {} boundaries, {} stages need {}", c.boundaries.size(), c.pp, c.pp + 1);
@@ -202,8 +204,9 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
 }
 
 std::string describe(const ParallelConfig& c) {
-  return fmt::format("{} dp={} pp={} micro_batches={} schedule={} bucket_mb={} compression={} accumulation={}",
+  return fmt::format("{} dp={} pp={} micro_batches={} schedule={} bucket_mb={}{} compression={} accumulation={}",
                      strategy_name(c.strategy), c.dp, c.pp, c.micro_batches, schedule_name(c.schedule), c.bucket_mb,
+                     c.first_bucket_mb > 0 ? fmt::format(" first_bucket_mb={}", c.first_bucket_mb) : std::string(),
                      compression_name(c.compression), c.accumulation);
 }
 

@@ -55,6 +55,9 @@ struct ParallelConfig {
   int micro_batches = 1;      // per optimizer step and replica (pipeline: M)
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   double bucket_mb = 25.0;    // DDP gradient bucket size in MiB (PyTorch's default)
+  // > 0: the first bucket formed (the stage's last layers, whose gradients are ready first) closes at this size
+  // instead of bucket_mb, as PyTorch DDP's does (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); 0: every bucket bucket_mb.
+  double first_bucket_mb = 0;
   GradCompression compression = GradCompression::kNone;
   int accumulation = 1;       // batches whose gradients are summed before one all-reduce and step
   PartitionCost partition = PartitionCost::kFlops;

@@ -179,23 +179,12 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
   e.samples_in_flight = f.samples_in_flight;
   e.resident_bytes = resident_bytes();
   e.optimizer_bytes = static_cast<double>(spec.totals(a, b).params) * f.optimizer_state_bytes_per_param;
-  // Outputs that take no storage of their own, as nn::Model runs them: flatten is a view of its input, and a ReLU
-  // overwrites its producer's output when nothing else reads it (and the producer is neither a ReLU nor a flatten).
-  std::vector<int> consumers(spec.layers.size(), 0);
-  for (const nn::LayerSpec& l : spec.layers)
-    for (int32_t p : l.inputs)
-      if (p >= 0) ++consumers[static_cast<size_t>(p)];
-  auto is_relu = [](nn::LayerKind k) { return k == nn::LayerKind::kReLU || k == nn::LayerKind::kReLU6; };
-  auto aliased = [&](const nn::LayerSpec& l) {
-    if (l.kind == nn::LayerKind::kFlatten) return true;
-    if (!is_relu(l.kind) || l.inputs.empty() || l.inputs[0] < static_cast<int32_t>(a)) return false;
-    const nn::LayerKind pk = spec.layers[static_cast<size_t>(l.inputs[0])].kind;
-    return consumers[static_cast<size_t>(l.inputs[0])] == 1 && !is_relu(pk) && pk != nn::LayerKind::kFlatten;
-  };
+  // Outputs that take no storage of their own, as nn::Model runs them (in-place ReLUs, flatten views).
+  const std::vector<bool> shared = spec.shared_outputs(a);
   double per_sample = 0, largest = 0;
   for (size_t i = a; i < b; ++i) {
     const double o = stored_output_bytes(spec.layers[i]);
-    if (!aliased(spec.layers[i])) per_sample += o;
+    if (!shared[i]) per_sample += o;
     largest = std::max(largest, o);
   }
   // The stage's input: the model input on the first stage, else the activations received from the previous one.

@@ -6,6 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "engine/nn/zoo.hpp"
 #include "simulator/cluster.hpp"
 #include "simulator/simulate.hpp"
@@ -14,6 +17,7 @@
 using namespace tandem;
 using namespace tandem::testing;
 namespace sim = tandem::simulator;
+namespace tt = boost::test_tools;
 
 namespace {
 
@@ -122,6 +126,74 @@ BOOST_AUTO_TEST_CASE(compressed_gradients_are_predicted_to_send_less) {
   const sim::SimResult a = sim::simulate(cluster, f32, run, o), b = sim::simulate(cluster, f16, run, o);
   BOOST_TEST(a.comm_exposed_s > 0.0);
   BOOST_TEST(b.comm_exposed_s < 0.75 * a.comm_exposed_s, b.comm_exposed_s << " vs " << a.comm_exposed_s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(pytorch_ddp_buckets)
+
+namespace {
+
+// PyTorch DDP's documented rule (torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, limits
+// {dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB, bucket_cap_mb}, buckets rebuilt after the first iteration in
+// gradient-ready order): over the parameter tensors in ready order -- the reverse of the parameters' order, a layer's
+// bias before its weight -- each tensor joins the open bucket, which closes once it holds >= its limit: 1 MiB for the
+// first, the cap for the others. Returns the buckets' bytes.
+std::vector<uint64_t> pytorch_bucket_bytes(const nn::ModelSpec& m, uint64_t cap) {
+  std::vector<uint64_t> out;
+  uint64_t open = 0;
+  for (size_t l = m.layers.size(); l-- > 0;) {
+    const auto shapes = m.layers[l].param_shapes();
+    for (size_t t = shapes.size(); t-- > 0;) {
+      uint64_t n = 4;
+      for (int64_t d : shapes[t]) n *= static_cast<uint64_t>(d);
+      open += n;
+      if (open >= (out.empty() ? uint64_t{1} << 20 : cap)) {
+        out.push_back(open);
+        open = 0;
+      }
+    }
+  }
+  if (open > 0) out.push_back(open);
+  return out;
+}
+
+std::vector<uint64_t> compiled_bucket_bytes(const std::string& model, sim::Framework f, double bucket_mb) {
+  sim::JobSpec j;
+  j.model = model;
+  j.dataset = model == "lenet5" ? "fashion-mnist" : "cifar10";
+  j.batch = 32;
+  j.strategy = par::Strategy::kDdp;
+  j.framework = f;
+  j.bucket_mb = bucket_mb;
+  sim::Simulation s;
+  const par::CompiledJob cj = s.compile(sim::parse_cluster("c5.large:4"), j);
+  std::vector<uint64_t> out;
+  for (const par::GradientBucket& b : cj.pipeline.stage_plans[0].buckets) out.push_back(b.bytes);
+  return out;
+}
+
+}  // namespace
+
+// --framework pytorch-ddp describes PyTorch DDP's buckets exactly: lenet5 (247 KB of gradients: one bucket, below the
+// 1 MiB first cap) and resnet18 (44.7 MB: fc, the last batch norm and the last 9.4 MB convolution, which crosses
+// 1 MiB; then 25 MiB buckets). The expected bytes are PyTorch 1.13's own (dist._compute_bucket_assignment_by_size
+// over these models' tensor sizes in ready order, limits [1 MiB, 25 MiB] and [1 MiB, 5 MiB]), and the rule above
+// reproduces them. Tandem's own jobs keep 25 MiB from the first bucket.
+BOOST_AUTO_TEST_CASE(pytorch_ddp_caps_the_first_bucket_at_one_mib_in_ready_order) {
+  const std::vector<uint64_t> torch_lenet5{246824}, torch_resnet18{9461800, 26494976, 8739072},
+      torch_resnet18_cap5{9461800, 9441280, 9969664, 7084032, 6037504, 2701568};
+  const nn::ModelSpec lenet5 = nn::zoo_model("lenet5", nn::zoo_default_input("lenet5"), 10);
+  const nn::ModelSpec r18 = nn::zoo_model("resnet18", nn::zoo_default_input("resnet18"), 10);
+  BOOST_TEST(pytorch_bucket_bytes(lenet5, 25ull << 20) == torch_lenet5, tt::per_element());
+  BOOST_TEST(pytorch_bucket_bytes(r18, 25ull << 20) == torch_resnet18, tt::per_element());
+  BOOST_TEST(pytorch_bucket_bytes(r18, 5ull << 20) == torch_resnet18_cap5, tt::per_element());
+  BOOST_TEST(compiled_bucket_bytes("lenet5", sim::Framework::kPytorchDdp, 25) == torch_lenet5, tt::per_element());
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kPytorchDdp, 25) == torch_resnet18, tt::per_element());
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kPytorchDdp, 5) == torch_resnet18_cap5, tt::per_element());
+  const std::vector<uint64_t> own = compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25);
+  BOOST_TEST_MESSAGE("resnet18 tandem buckets: " << fmt::format("{}", fmt::join(own, ", ")));
+  BOOST_TEST(own.front() >= (25u << 20));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -231,6 +231,37 @@ BOOST_AUTO_TEST_CASE(bounded_form_is_refused_where_overlaps_differ) {
   BOOST_TEST(compile_symmetric(request(c), /*bound_sizes=*/true).has_value());
 }
 
+// The sampled proof (SymmetryProof::kRingSample, what the cache uses above kRankByRankWorld) reads about 80 ranks
+// instead of all of them and must reach the every-rank proof's plan: the same ops, bounds, dependencies, mirrors and
+// exact byte total, so the same step to the nanosecond. 300 ranks: vgg16's first bucket (7,087,626 elements: 26
+// segments one element longer), one long segment, all but one long, and equal segments.
+BOOST_DATA_TEST_CASE(the_sampled_proof_gives_the_every_rank_proofs_plan,
+                     bdata::make({7087626ull, 300ull * 5000 + 1, 300ull * 5000 + 299, 300ull * 5000}), count) {
+  Case c{300, 4 * count, 1, 0, network::Sharing::kMaxMin};
+  const comm::PlanRequest req = request(c);
+  const auto every = compile_symmetric(req, /*bound_sizes=*/true, SymmetryProof::kEveryRank);
+  const auto sampled = compile_symmetric(req, /*bound_sizes=*/true, SymmetryProof::kRingSample);
+  BOOST_REQUIRE(every.has_value());
+  BOOST_REQUIRE(sampled.has_value());
+  BOOST_TEST(sampled->sizes_bounded == (count % 300 != 0));
+  BOOST_TEST(sampled->exact_bytes_sent == every->exact_bytes_sent);
+  require_same_plan(*sampled, *every);
+  require_same_times(run_plan(c, true, *sampled), run_plan(c, true, *every));
+  // and the cache's plan is the sampled one
+  PlanCache cache;
+  require_same_plan(cache.get(req), *every);
+}
+
+// Where ranks are not rotations the sampled proof refuses as the every-rank one does: segments of several chunks
+// one element apart (not whole-segment ops: every rank is read), and a plan that is not a ring.
+BOOST_AUTO_TEST_CASE(the_sampled_proof_refuses_what_the_every_rank_proof_refuses) {
+  Case c{300, 4ull * (300 * 2640 + 7), 1, 4096, network::Sharing::kMaxMin};
+  BOOST_TEST(!compile_symmetric(request(c), true, SymmetryProof::kRingSample).has_value());
+  Case hd{300, 4ull * 300 * 2640, 1, 0, network::Sharing::kMaxMin};
+  BOOST_TEST(!compile_symmetric(request(hd, comm::Algorithm::kHalvingDoubling), true, SymmetryProof::kRingSample)
+                  .has_value());
+}
+
 // Above kRankByRankWorld the cache keeps one rank's ops for such a ring, so memory and events grow
 // with the ops of one rank (O(world)), not with every rank's (O(world^2)): a structural guard for
 // the 1,024-rank vgg16 regression (issue #16), where the full form held 3.8 GB.
