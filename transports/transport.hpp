@@ -30,7 +30,10 @@
 //    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
 //    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits (at
 //    most a couple of seconds per peer) until the message was delivered whole or dropped by the
-//    receiver (drop_unexpected), or the peer is gone.
+//    receiver (drop_unexpected), or the peer is gone; a cancelled receive matched to a message of a
+//    rank that died waits only until the death is seen and the grace for what it had put in shared
+//    memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
+//    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
 //    them to the socket, so a peer that posts its receive after the sender is gone still gets them;
@@ -115,10 +118,12 @@ class Transport {
   virtual std::unique_ptr<Request> irecv(int peer, uint64_t tag, std::span<const MutPart> parts) = 0;
   // Drives completions; never blocks.
   virtual void progress() = 0;
-  // Drops the messages that arrived on a tag t with (t & mask) == (tag & mask) and match no posted
-  // receive -- those of a failed communicator, which nobody will receive -- so that their senders'
-  // transports let go of the send buffers. Transports whose sends never wait for the receiver do
-  // nothing (the default).
+  // Retires the tags t with (t & mask) == (tag & mask) -- those of a failed communicator, which nobody
+  // will receive: the messages on them that match no posted receive are dropped, now and whenever
+  // they arrive later, so that their senders' transports let go of the send buffers (a sender may be
+  // waiting for that in a cancel while its own messages reach us). Retired tags are never received
+  // again (communicator ids are not reused on a transport). Transports whose sends never wait for
+  // the receiver do nothing (the default).
   virtual void drop_unexpected(uint64_t tag, uint64_t mask) {
     (void)tag;
     (void)mask;

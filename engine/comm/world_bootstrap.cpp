@@ -45,7 +45,15 @@ std::vector<std::string> exchange_hosts(transports::KvStore& store, const std::s
   store.set(fmt::format("{}host/{}", prefix, rank), host + "\n" + settings);
   std::vector<std::string> hosts(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
-    const std::string v = store.get(fmt::format("{}host/{}", prefix, r), timeout);
+    std::string v;
+    try {
+      v = store.get(fmt::format("{}host/{}", prefix, r), timeout);
+    } catch (const Error& e) {
+      // Name the rank that never came (stalled or dead before it joined), not only the store key.
+      if (e.status() != Status::kTimeout) throw;
+      TANDEM_THROW(Status::kTimeout, "communicator: rank {} did not join within {} ms (rank {} waited for it: {})", r,
+                   timeout.count(), rank, e.what());
+    }
     const size_t nl = v.find('\n');
     hosts[r] = v.substr(0, nl);
     const std::string theirs = nl == std::string::npos ? "" : v.substr(nl + 1);

@@ -67,6 +67,30 @@ BOOST_AUTO_TEST_CASE(hosts_are_exchanged_and_mismatched_settings_refused) {
              errors[1]);
 }
 
+// A rank that never joins (stalled or dead before it posted its host; the chaos benchmark stalls one there) is named
+// in the error of every rank that waited for it, not only through its store key.
+BOOST_AUTO_TEST_CASE(a_rank_that_never_joins_is_named_when_the_exchange_times_out) {
+  auto store = std::make_shared<transports::MemoryStore>();
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)  // ranks 0 and 1 of 3; rank 2 never comes
+    threads.emplace_back([&, r] {
+      try {
+        exchange_hosts(*store, "p/", r, 3, "h", "s", std::chrono::milliseconds(100));
+      } catch (const Error& e) {
+        errors[r] = fmt::format("{}|{}", status_name(e.status()), e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    BOOST_TEST(errors[r].find(status_name(Status::kTimeout)) == 0, errors[r]);
+    BOOST_TEST(errors[r].find(fmt::format("rank 2 did not join within 100 ms (rank {} waited for it", r)) !=
+                   std::string::npos,
+               errors[r]);
+    BOOST_TEST(errors[r].find("p/host/2") != std::string::npos, errors[r]);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(topology_numbers_hosts_by_first_appearance) {
   BOOST_TEST((topology_of({"b", "a", "b", "c", "a"}).host_of == std::vector<int32_t>{0, 1, 0, 2, 1}));
   BOOST_TEST(topology_of({}).host_of.empty());

@@ -177,6 +177,9 @@ class Core {
   void start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length);
   void finish_recv(Op& op, ucs_status_t status);
   void drive(int rounds);
+  // One round of everything progress() does (mu_ held): every waiting loop runs it, so a rank waiting in a cancel
+  // still takes what its peers wait for -- matches posted receives, drops retired tags, notices deaths.
+  void pump();
   void fail_stuck_receives();
   void touch() noexcept;  // the worker just did something: waiters keep polling
 
@@ -184,6 +187,13 @@ class Core {
   void match_posted();
   // Consumes every message still queued unmatched (at shutdown, so UCX has none to complain about).
   void discard_unexpected();
+  // Consumes the unmatched messages on the tags drop_unexpected retired (mu_ held).
+  void drop_retired();
+  // Receives without a buffer the unmatched messages from live ranks (and this one) whose tag matches `tag` under
+  // `mask` (the low 40 bits; `control`: control messages too). A gone rank's are left to UCX: answering its
+  // rendezvous would read a dead process's memory (UCX 1.13 aborts on that with CMA) or queue a reply on its
+  // closed endpoint, which ucp_worker_destroy then trips over.
+  void consume_unmatched(uint64_t tag, uint64_t mask, bool control);
   void peer_gone(int peer, PeerState state, std::string why);
   // Closes the endpoint to a peer that is gone without flushing: UCX completes what it still holds for
   // it (cancelled), so no buffer of ours stays with UCX.
@@ -204,6 +214,9 @@ class Core {
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
   std::unordered_map<Op*, std::shared_ptr<Op>> inflight_;
   std::vector<void*> closing_;  // force_close's requests, released at shutdown
+  // Tags retired by drop_unexpected (tag, mask): a failed communicator's, never received again. What arrives on them
+  // later is dropped too, in every waiting loop: its sender may be blocked in a cancel until it is.
+  std::vector<std::pair<uint64_t, uint64_t>> retired_;
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
   int gone_peers_ = 0;                     // peers no longer alive (fail_stuck_receives looks only then)
@@ -554,16 +567,24 @@ void Core::handle_control() {
   }
 }
 
-void Core::discard_unexpected() {
-  for (;;) {
-    ucp_tag_recv_info_t info{};
-    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
-    if (!msg) return;
-    auto op = std::make_shared<Op>();
-    op->core = this;
-    op->control = true;  // received without a buffer
-    op->peer = tag_source(info.sender_tag) < size_ ? tag_source(info.sender_tag) : rank_;
-    start_recv(op, msg, info.length);
+void Core::discard_unexpected() { consume_unmatched(0, 0, true); }
+
+void Core::consume_unmatched(uint64_t tag, uint64_t mask, bool control) {
+  const uint64_t low = (uint64_t{1} << kRankShift) - 1;
+  const uint64_t rank_bits = uint64_t{kMaxRank} << kRankShift;
+  for (int src = 0; src < size_; ++src) {
+    if (src != rank_ && (peers_[src].state != PeerState::kAlive || peers_[src].ep_failed)) continue;
+    for (;;) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, wire_tag(src, tag & mask & low),
+                                               rank_bits | (mask & low) | (control ? 0 : kControlBit), 1, &info);
+      if (!msg) break;
+      auto op = std::make_shared<Op>();
+      op->core = this;
+      op->control = true;  // received without a buffer: the sender's request completes
+      op->peer = src;
+      start_recv(op, msg, info.length);
+    }
   }
 }
 
@@ -615,10 +636,15 @@ void Core::watch_processes() {
 void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
+  pump();
+}
+
+void Core::pump() {
   drive(64);
   handle_control();
   watch_processes();
   match_posted();
+  drop_retired();
   fail_stuck_receives();
 }
 
@@ -643,8 +669,9 @@ void Core::let_go(Op& op) {
         force_close(op.peer);
         break;
       }
-      drive(16);
-      handle_control();
+      // All of progress, not only UCX's: the peer may itself be waiting in a cancel for this rank to take or drop
+      // its message (two survivors of one failure cancel towards each other); each waited out its deadline before.
+      pump();
     }
     if (op.req && p.state == PeerState::kAlive && !p.ep_failed)
       log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer until "
@@ -672,14 +699,26 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
     // A matched receive cannot be withdrawn from UCX: let it finish (or fail) so that nothing
     // writes into the caller's parts after cancel returns.
     ucp_request_cancel(worker_, op->req);
-    auto until = Clock::now() + kShutdownDeadline;
+    const auto deadline = Clock::now() + kShutdownDeadline;
     Peer& p = peers_[op->peer];
-    if (p.state != PeerState::kAlive) {  // a rendezvous from a dead rank may hang for good: wait once per rank
-      if (p.cancel_until == Clock::time_point{}) p.cancel_until = until;
-      until = p.cancel_until;
+    for (;;) {
+      auto until = deadline;
+      if (p.state == PeerState::kLost) {
+        // Dead (its process gone, or UCX failed it): nothing but our own progress can write into the parts, and
+        // what it had put in shared memory is taken in within the stuck-receive grace. Waiting longer only
+        // delayed the failure report of every survivor that received from it (the integration_faults flake).
+        until = std::min(until, p.gone_at + kStuckGrace);
+      } else if (p.state == PeerState::kClosed) {  // a closed rank flushed first: wait once per rank
+        if (p.cancel_until == Clock::time_point{}) p.cancel_until = deadline;
+        until = p.cancel_until;
+      }
+      if (!op->req || Clock::now() >= until) break;
+      pump();  // watches the peer's process too: a death is noticed while waiting
     }
-    while (op->req && Clock::now() < until) drive(16);
-    if (op->req) log::error("ucx: rank {}: a cancelled receive from rank {} is still in flight", rank_, op->peer);
+    if (op->req && p.state == PeerState::kAlive)
+      log::error("ucx: rank {}: a cancelled receive from rank {} is still in flight", rank_, op->peer);
+    else if (op->req)
+      log::debug("ucx: rank {}: a cancelled receive from rank {} stays with UCX ({})", rank_, op->peer, p.why);
   }
   op->done.fail(Status::kTransport, fmt::format("ucx: {} rank {} tag {} was cancelled", op->is_send ? "send to" : "receive from",
                                                 op->peer, op->tag));
@@ -700,20 +739,15 @@ void Core::force_close(int peer) {
 void Core::drop_unexpected(uint64_t tag, uint64_t mask) {
   std::lock_guard lock(mu_);
   if (closed_) return;
+  const std::pair<uint64_t, uint64_t> retired{tag & mask, mask};
+  if (std::find(retired_.begin(), retired_.end(), retired) == retired_.end()) retired_.push_back(retired);
   drive(16);       // take in what is arriving
   match_posted();  // what a posted receive matches is not unexpected
-  const uint64_t low = (uint64_t{1} << kRankShift) - 1;
-  for (;;) {
-    ucp_tag_recv_info_t info{};
-    // Any source (the rank bits are masked out); never a control message (bit 63 must be clear).
-    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag & mask & low, (mask & low) | kControlBit, 1, &info);
-    if (!msg) return;
-    auto op = std::make_shared<Op>();
-    op->core = this;
-    op->control = true;  // received without a buffer: the sender's request completes
-    op->peer = tag_source(info.sender_tag) < size_ ? tag_source(info.sender_tag) : rank_;
-    start_recv(op, msg, info.length);
-  }
+  drop_retired();
+}
+
+void Core::drop_retired() {
+  for (const auto& [tag, mask] : retired_) consume_unmatched(tag, mask, false);
 }
 
 void Core::shutdown() noexcept {
@@ -733,7 +767,11 @@ void Core::shutdown() noexcept {
                  peers_[op.peer].state == PeerState::kAlive && !peers_[op.peer].ep_failed;
         });
       };
-      while (sends_owed() && Clock::now() < until) drive(16);
+      // Deaths are noticed meanwhile: a rank that died cannot take what it is owed.
+      while (sends_owed() && Clock::now() < until) {
+        drive(16);
+        watch_processes();
+      }
       std::vector<std::shared_ptr<Op>> byes;
       for (int p = 0; p < size_; ++p)
         if (p != rank_ && peers_[p].ep && peers_[p].state == PeerState::kAlive && peers_[p].hello)
@@ -741,7 +779,10 @@ void Core::shutdown() noexcept {
       auto pending = [&] {
         return std::any_of(byes.begin(), byes.end(), [](const auto& b) { return b->done.pending(); });
       };
-      while (pending() && Clock::now() < until) drive(16);
+      while (pending() && Clock::now() < until) {
+        drive(16);
+        watch_processes();
+      }
       discard_unexpected();
 
       const std::string gone = fmt::format("ucx: rank {} destroyed its transport", rank_);
@@ -770,14 +811,19 @@ void Core::shutdown() noexcept {
       // itself or to a peer that closed or died waits for a receive nobody will post (UCX keeps
       // such requests until the worker goes; waiting for them only delayed every such shutdown
       // by the whole deadline).
+      // Nor do the bufferless receives that consumed dropped or control messages: a dropped rendezvous's stays
+      // with UCX after its sender was let go, and nothing of ours is at stake (waiting for it took the whole
+      // deadline in the shutdown of every rank that dropped a failed communicator's message).
       auto can_finish = [&](const Op& op) {
-        return op.peer != rank_ && peers_[op.peer].state == PeerState::kAlive && !peers_[op.peer].ep_failed;
+        return op.peer != rank_ && !(op.control && !op.is_send) && peers_[op.peer].state == PeerState::kAlive &&
+               !peers_[op.peer].ep_failed;
       };
       auto awaited = [&] {
         return std::count_if(inflight_.begin(), inflight_.end(), [&](const auto& kv) { return can_finish(*kv.second); });
       };
       while (Clock::now() < until) {
         drive(16);
+        watch_processes();
         std::erase_if(closing, [](void* r) {
           if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
           ucp_request_free(r);

@@ -3,10 +3,13 @@
 // Connects, sends 100 bytes (payload(rank, 1, 9, 100)) with tag 3 to rank 1, waits until the
 // send completes and 200 ms more (a completed small zmq send may still sit in ZeroMQ's queue; the
 // test is about what reached the peer), then kills itself with SIGKILL: no goodbye, no destructor.
-// With "mid" it then starts a 64 MiB send with tag 5 and kills itself at once, mid-message.
+// With "mid" it then starts a 64 MiB send with tag 5 and kills itself at once, mid-message; with "stuck" it starts
+// a 1 MiB send with tag 5, drives progress for 100 ms (the message is announced; a ucx rendezvous waits for the
+// receiver) and kills itself.
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
@@ -14,9 +17,10 @@
 using namespace tandem::transports;
 
 int main(int argc, char** argv) {
-  const bool mid = argc == 7 && std::string(argv[6]) == "mid";
+  const bool stuck = argc == 7 && std::string(argv[6]) == "stuck";
+  const bool mid = (argc == 7 && std::string(argv[6]) == "mid") || stuck;
   if (argc != 6 && !mid) {
-    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid]\n");
+    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid|stuck]\n");
     return 2;
   }
   try {
@@ -30,10 +34,12 @@ int main(int argc, char** argv) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (std::chrono::steady_clock::now() < until) t->wait_for_progress(std::chrono::milliseconds(10));
     if (mid) {
-      std::vector<unsigned char> big(size_t{64} << 20, 0x5a);
+      std::vector<unsigned char> big(stuck ? size_t{1} << 20 : size_t{64} << 20, 0x5a);
       ConstPart b{big.data(), big.size()};
       auto started = t->isend(1, 5, std::span<const ConstPart>(&b, 1));
       t->progress();
+      const auto announced = std::chrono::steady_clock::now() + std::chrono::milliseconds(stuck ? 100 : 0);
+      while (std::chrono::steady_clock::now() < announced) t->wait_for_progress(std::chrono::milliseconds(1));
       std::raise(SIGKILL);
     }
     std::raise(SIGKILL);
