@@ -120,6 +120,10 @@ class ParallelTrainer {
   void load_checkpoint(const std::string& path);
   // Collective: rank 0 writes one Chrome trace with every rank's spans (needs config.trace).
   void write_trace(const std::string& path);
+  // Leaves the job at once: aborts this rank's communicators (the others see it leave, as they see a killed
+  // process's transport close, and absorb or report the loss) so that nothing collective is left to do -- the
+  // destructor then skips the parameter servers' sync point. For tests of the survivors and a rank that must stop.
+  void abandon() noexcept;
 
   const Grid& grid() const noexcept { return grid_; }
   const ParallelConfig& parallel_config() const noexcept { return pc_; }
@@ -170,15 +174,24 @@ class ParallelTrainer {
   // ---- issue #17: elastic DDP ----
   // The collective work elastic_retry guards: survivors must have been in the same one (or in the step that the
   // authoritative survivor completed) to re-form.
-  enum class Phase : int64_t { kStep = 1, kEpochSums = 2, kSplit = 3, kEvaluate = 4 };
+  enum class Phase : int64_t { kStep = 1, kEpochSums = 2, kSplit = 3, kEvaluate = 4, kSyncPoint = 5 };
   // Runs f; when elastic and f fails because a peer is gone, shrinks, adopts the consistent state and runs f again
   // (a step that the authoritative survivor completed is not redone: step() returns it as done, without a loss).
   template <typename F>
   auto elastic_retry(Phase phase, F&& f) -> decltype(f());
   void take_snapshot();
-  void restore_snapshot();
-  // Returns true when this rank was one step behind: its step in flight was completed by the others.
+  // reshard: continue the epoch's global order over the new width (ddp, fedavg); else keep this rank's shard.
+  void restore_snapshot(bool reshard);
+  // Returns true when this rank's step in flight was completed (by the others, or by the servers).
   bool recover(Phase phase, const std::string& why);
+  // The trainer's own communicator (null when it has none): the one a failure shows on and that shrinks.
+  comm::Communicator* trainer_comm() const noexcept;
+  // Shrinks it to the survivors and updates members, lost ranks and the grid; a lost server stops the job.
+  void shrink_group(const std::string& why);
+  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy.
+  bool reform(Phase phase, const std::string& why, const std::vector<int>& before);
+  // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
+  std::string rank_label(int world_rank) const;
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
   std::vector<double> measure_layer_costs();
@@ -232,16 +245,24 @@ class ParallelTrainer {
   struct Snapshot {
     std::vector<float> params, buffers;
     std::vector<std::vector<float>> state;  // the optimizer's state tensors
+    bool whole = true;  // parameters and optimizer state kept (not with parameter servers)
     int64_t steps = 0, completed_epochs = 0;
     data::SamplerState sampler;
     int sampler_world = 1;
     Rng::State rng{};
   };
   Snapshot snapshot_;
+  int64_t progress_of(const Snapshot& s) const noexcept;
+  std::unique_ptr<comm::Communicator> own_comm_;  // parameter servers absorbing a loss: the trainer's own, every rank
+  // Buffers of operations in flight on retired communicators: declared before them, so destroyed after them.
+  std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
   std::vector<int> lost_;
   int initial_dp_ = 1;
+  int initial_world_ = 1;
+  int sampler_dp_ = 1;      // the width the sampler's shards were cut for
+  bool absorbing_ = false;  // absorbs_worker_loss(pc_) with a communicator to shrink
   double lr_scale_ = 1.0;
 };
 
