@@ -835,8 +835,8 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     default:
       break;
   }
-  log::warn("elastic: {}: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) after {:.0f} ms: {}",
-            rank_label(world_rank()), fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how);
+  log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) after {:.0f} ms: {} (seen by {})",
+            fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how, rank_label(world_rank()));
   return behind;
 }
 

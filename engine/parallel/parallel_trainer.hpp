@@ -28,7 +28,7 @@
 // pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
 // at which the workers leave their push/pull region and take the servers' parameters.
 //
-// Elastic DDP (issue #17; ParallelConfig::elastic, strategy ddp only). The trainer runs on a communicator of its
+// Elastic DDP (issue #17; ParallelConfig::elastic with strategy ddp). The trainer runs on a communicator of its
 // own (split from `world`) and survives the loss of ranks:
 //  - Detection: a peer failure or timeout of a collective inside step(), train_epoch()'s reductions or evaluate()
 //    (mid-step too: the step in flight is abandoned). Other failures stay fatal, as without elastic.
@@ -49,6 +49,35 @@
 //    and fail with kPeerFailure naming the lost world ranks, on every survivor.
 //  - Limits: over tcp the store lives in world rank 0, so losing rank 0 stops the job (kTimeout); a snapshot per
 //    step costs a host copy of the parameters and optimizer state.
+//
+// A lost worker absorbed (issues #13 and #17; absorbs_worker_loss in parallel_config.hpp): ps-async, ssp, asgd, easgd
+// (both variants), fedavg and localsgd always -- a dead worker does not stop them -- and ps and ddp with elastic. The
+// same membership as elastic DDP: one communicator of the trainer's own (with servers: over every rank, split from
+// `world`) is shrunk to the survivors (Communicator::shrink, one decision through the store); every survivor then
+// logs a warning naming the lost world rank(s) and how its strategy re-formed, and redoes the work it was in (its
+// step from its own snapshot, or the collective). min_ranks counts every rank, servers included; below it every
+// survivor stops as elastic DDP does (checkpoint, kPeerFailure naming the lost ranks). Per strategy:
+//  - ps-async, ssp, ps: the servers drop the worker from the ranks they expect (ParameterServerSync::reform): its
+//    pending pushes go, every clock now complete over the survivors is applied averaged over them, and ssp's bound
+//    is evaluated over the live workers only (a clock completes when every live worker pushed it); every worker takes
+//    the servers' newest parameters. A worker whose push of its step in flight was applied on every server counts
+//    the step as done; the others redo it (ps-async: a redone step whose first push reached a server is applied
+//    twice there -- one stale gradient, within its semantics). ps keeps DDP's average over the live workers.
+//  - easgd asynchronous: the centre's server expects the survivors; an exchange cut by the loss is redone (the
+//    centre may then take that worker's elastic move twice).
+//  - localsgd, easgd (synchronous), asgd: each survivor goes on from its own state; an exchange that some survivor
+//    completed with the old group before the loss runs locally on the survivors that redo that step, so the next
+//    exchange is at the same step everywhere; EASGD's centre is taken from the survivor with the most steps; gossip
+//    draws its matching over the survivors only, so it never pairs with the lost rank again.
+//  - fedavg: the survivors adopt the global model of the one with the most rounds and redo the round in flight, its
+//    sampled clients dealt over the survivors (the lost worker's clients are trained by the others).
+//  - Data: except ddp and fedavg (which re-shard as above), each survivor keeps its own shard of the starting width;
+//    the lost worker's shard is not trained any more. Learning rates are kept (ddp: x dp'/dp).
+//  - A lost parameter server stops the job on every survivor with kPeerFailure naming "parameter server N (world
+//    rank R)": its shard exists nowhere else. Synchronous ps without elastic stops naming the lost worker, as DDP.
+//  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
+//    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
+//    unsupported.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.

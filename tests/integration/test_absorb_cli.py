@@ -57,7 +57,7 @@ class AbsorbLaunch(unittest.TestCase):
                       out)
         # Every survivor (workers 0 and 1, the server 3) logs the loss, naming the rank.
         for r in (0, 1, 3):
-            self.assertRegex(out, r"\[rank %d\] .*elastic: world rank .*: world rank\(s\) 2 lost" % r)
+            self.assertRegex(out, r"\[rank %d\] .*elastic: world rank\(s\) 2 lost .*\(seen by world rank %d" % (r, r))
         epochs = epochs_of(lines, 0)
         self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
         self.assertEqual(epochs[1]["world"], 4, out)
