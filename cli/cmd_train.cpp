@@ -622,11 +622,23 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                    "on, each logging the lost rank); a dead parameter server always stops the job, naming it; "
                    "see --min-ranks")->group(par),
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
-                     "(--checkpoint) and an error naming the lost ranks (default 1; give tandem launch's --min-ranks)")
+                     "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
+                     "launch --min-ranks sets, else 1)")
           ->group(par)->check(CLI::PositiveNumber)};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
+    if (o->min_ranks == 0) {
+      // tandem launch --min-ranks A gives every rank TANDEM_MIN_RANKS=A: the same floor for the training
+      const char* v = std::getenv("TANDEM_MIN_RANKS");
+      if (v != nullptr && *v != '\0') {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (*end != '\0' || n < 1 || n > 1 << 20)
+          return tandem::cli::fail(fmt::format("TANDEM_MIN_RANKS='{}' is not a rank count >= 1", v));
+        o->min_ranks = static_cast<int>(n);
+      }
+    }
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule
       o->pipeline_schedule = o->schedule;
       o->schedule = "constant";
