@@ -1216,7 +1216,10 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       for (const std::vector<float>* v : p1 > p0 ? ck.optimizer_state : std::vector<const std::vector<float>*>{})
         state.push_back(Tensor::wrap(const_cast<float*>(v->data()) + p0, Shape{p1 - p0}, DType::kF32));
       steps = ck.progress.optimizer_steps;
-      if (ck.progress.sampler_world != grid_.dp) check_resharding(ck.file, ck.progress.sampler_world);
+      // The workers that wrote it: after a lost worker was absorbed without re-sharding, fewer than its sampler's
+      // width (each worker's own state is kept for those).
+      const int saved_dp = ck.file.meta.value("parallel", nlohmann::json::object()).value("dp", ck.progress.sampler_world);
+      if (saved_dp != grid_.dp) check_resharding(ck.file, saved_dp);
       const data::SamplerState before = sampler_.state();
       sampler_.restore(train::reshard_sampler(ck.progress, train_.size(), grid_.dp));
       try {
