@@ -515,6 +515,7 @@ int Launcher::run() {
   common["MASTER_PORT"] = std::to_string(port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
+  if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
@@ -703,8 +704,10 @@ tandem::cli::Registration reg{
                    "output goes to stderr");
       sub.add_option("--log-dir", o->log_dir, "write each rank's stdout and stderr to DIR/rank-<i>.out/.err");
       sub.add_option("--min-ranks", o->min_ranks,
-                     "elastic job: when a rank dies the others go on (tandem train --elastic); success when at least "
-                     "this many ranks finish (default -n: not elastic, the first failure stops every rank)")
+                     "elastic job: when a rank dies the others go on (tandem train --elastic, or a strategy that absorbs "
+                     "a lost worker); success when at least this many ranks finish (default -n: not elastic, the "
+                     "first failure stops every rank). The ranks get TANDEM_MIN_RANKS, tandem train's default "
+                     "--min-ranks")
           ->check(CLI::Range(1, 4096));
       sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks (default -n; must be >= -n)")
           ->check(CLI::Range(1, 4096));

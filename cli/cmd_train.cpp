@@ -72,7 +72,7 @@ struct TrainOptions {
   std::string trace;
   // The parameter-server and averaging strategies (issue #13); defaults as tandem_parallel_params_t's.
   int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
-  bool elastic = false;  // issue #17: ddp goes on when ranks die
+  bool elastic = false;  // issue #17: ddp and ps go on when workers die (the asynchronous strategies always do)
   int min_ranks = 0;     // 0: 1
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
@@ -212,9 +212,11 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   pp.round_deadline_s = o.round_deadline_s;
   pp.average_every = o.average_every;
   pp.warmup_steps = o.warmup_steps;
-  if (o.elastic) {
+  if (o.elastic || o.min_ranks > 0) {
+    // --min-ranks alone: the strategies that absorb a lost worker without --elastic (ps-async, ssp, asgd, easgd,
+    // fedavg, localsgd) stop below it.
     pp.field_mask |= TANDEM_PARALLEL_PARAM_ELASTIC;
-    pp.elastic = 1;
+    pp.elastic = o.elastic ? 1 : 0;
     pp.min_ranks = o.min_ranks > 0 ? o.min_ranks : 1;
     pp.elastic_checkpoint = o.checkpoint.c_str();  // below min_ranks the survivors stop with it
   }
@@ -287,10 +289,8 @@ void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
   j["microbatches"] = a.micro_batches;
   j["schedule"] = a.schedule;
   j["partition"] = a.partition;
-  if (a.elastic) {
-    j["lost_ranks"] = a.lost_ranks;
-    j["lr_scale"] = a.lr_scale;
-  }
+  if (a.elastic || a.lost_ranks > 0) j["lost_ranks"] = a.lost_ranks;  // a lost worker absorbed (issues #13, #17)
+  if (a.elastic) j["lr_scale"] = a.lr_scale;
   j["time_split"] = {{"step_s", a.step_s},         {"compute_s", a.compute_s},   {"bubble_s", a.bubble_s},
                      {"exposed_comm_s", a.comm_s}, {"data_s", a.data_s},         {"other_s", a.other_s},
                      {"allreduce_s", a.allreduce_s}, {"bubble_fraction", a.bubble_fraction},
@@ -626,13 +626,28 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--warmup-steps", o->warmup_steps, "localsgd: synchronous DDP steps first (post-local SGD)")
           ->group(par)->capture_default_str(),
       app.add_flag("--elastic", o->elastic, "ddp: when ranks die the survivors go on with fewer replicas (same "
-                   "per-replica batch, learning rate x survivors / ranks); see --min-ranks")->group(par),
-      app.add_option("--min-ranks", o->min_ranks, "elastic: fewer ranks left stop the job with a checkpoint "
-                     "(--checkpoint) and an error naming the lost ranks (default 1; give tandem launch's --min-ranks)")
+                   "per-replica batch, learning rate x survivors / ranks); ps: likewise with fewer workers. "
+                   "ps-async, ssp, asgd, easgd, fedavg and localsgd absorb a dead worker without it (the others go "
+                   "on, each logging the lost rank); a dead parameter server always stops the job, naming it; "
+                   "see --min-ranks")->group(par),
+      app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
+                     "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
+                     "launch --min-ranks sets, else 1)")
           ->group(par)->check(CLI::PositiveNumber)};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
+    if (o->min_ranks == 0) {
+      // tandem launch --min-ranks A gives every rank TANDEM_MIN_RANKS=A: the same floor for the training
+      const char* v = std::getenv("TANDEM_MIN_RANKS");
+      if (v != nullptr && *v != '\0') {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (*end != '\0' || n < 1 || n > 1 << 20)
+          return tandem::cli::fail(fmt::format("TANDEM_MIN_RANKS='{}' is not a rank count >= 1", v));
+        o->min_ranks = static_cast<int>(n);
+      }
+    }
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule
       o->pipeline_schedule = o->schedule;
       o->schedule = "constant";

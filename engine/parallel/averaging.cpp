@@ -25,19 +25,25 @@ class LocalSgd final : public StepSync {
  public:
   LocalSgd(comm::Communicator* workers, ReplicaState& state, int32_t period, int32_t warmup)
       : workers_(workers), state_(state), period_(period), warmup_(warmup) {}
-  bool synchronous(int64_t step) const override { return step < warmup_; }
+  bool synchronous(int64_t step) const override { return step < warmup_ && step >= resume_at_; }
   void after_step(int64_t done) override {
-    if (workers_ == nullptr || done <= warmup_ || (done - warmup_) % period_ != 0) return;
+    if (workers_ == nullptr || done <= resume_at_ || done <= warmup_ || (done - warmup_) % period_ != 0) return;
     std::vector<float> x = state_.get();
     allreduce_mean(*workers_, x);
     state_.set(x);
   }
   std::vector<float> consensus() override { return workers_mean(workers_, state_); }
+  std::shared_ptr<void> rebind(comm::Communicator* workers, int64_t resume_at, int /*root*/) override {
+    workers_ = workers != nullptr && workers->size() > 1 ? workers : nullptr;
+    resume_at_ = resume_at;
+    return nullptr;  // its exchanges are blocking: nothing in flight
+  }
 
  private:
   comm::Communicator* workers_;
   ReplicaState& state_;
   int32_t period_, warmup_;
+  int64_t resume_at_ = 0;
 };
 
 class Easgd final : public StepSync {
@@ -45,7 +51,7 @@ class Easgd final : public StepSync {
   Easgd(comm::Communicator* workers, ReplicaState& state, int32_t tau, double alpha)
       : workers_(workers), state_(state), tau_(tau), alpha_(static_cast<float>(alpha)), centre_(state.get()) {}
   void after_step(int64_t done) override {
-    if (done % tau_ != 0) return;
+    if (done % tau_ != 0 || done <= resume_at_) return;
     std::vector<float> x = state_.get();
     std::vector<float> d(x.size());
     for (size_t k = 0; k < x.size(); ++k) {
@@ -65,11 +71,21 @@ class Easgd final : public StepSync {
     centre_ = c;
   }
   const std::vector<float>& centre() const noexcept { return centre_; }
+  std::shared_ptr<void> rebind(comm::Communicator* workers, int64_t resume_at, int root) override {
+    workers_ = workers != nullptr && workers->size() > 1 ? workers : nullptr;
+    resume_at_ = resume_at;
+    // The centre's copies may differ by the exchange the loss cut (completed on some survivors only): the
+    // survivors adopt root's.
+    if (workers_ != nullptr && !centre_.empty())
+      workers_->broadcast(centre_.data(), centre_.size(), DType::kF32, root)->wait();
+    return nullptr;
+  }
 
  private:
   comm::Communicator* workers_;
   ReplicaState& state_;
   int32_t tau_;
+  int64_t resume_at_ = 0;
   float alpha_;
   std::vector<float> centre_;  // replicated: every worker applies the same all-reduced sum
 };
@@ -88,7 +104,8 @@ class Gossip final : public StepSync {
     }
   }
   void before_step(int64_t step) override {
-    partner_ = workers_ != nullptr ? gossip_partner(workers_->rank(), workers_->size(), seed_, step) : -1;
+    partner_ = workers_ != nullptr && step >= resume_at_ ? gossip_partner(workers_->rank(), workers_->size(), seed_, step)
+                                                         : -1;
     if (partner_ < 0) return;
     mine_ = state_.get();
     theirs_.assign(mine_.size(), 0.0f);
@@ -107,10 +124,25 @@ class Gossip final : public StepSync {
     partner_ = -1;
   }
   std::vector<float> consensus() override { return workers_mean(workers_, state_); }
+  std::shared_ptr<void> rebind(comm::Communicator* workers, int64_t resume_at, int /*root*/) override {
+    // The matching is drawn over the survivors from now on: the lost rank is never a partner again.
+    struct InFlight {
+      std::vector<float> mine, theirs;
+      std::unique_ptr<comm::Work> send, recv;
+    };
+    auto old = std::make_shared<InFlight>(InFlight{std::move(mine_), std::move(theirs_), std::move(send_), std::move(recv_)});
+    mine_.clear();
+    theirs_.clear();
+    partner_ = -1;
+    workers_ = workers != nullptr && workers->size() > 1 ? workers : nullptr;
+    resume_at_ = resume_at;
+    return old;
+  }
 
  private:
   comm::Communicator* workers_;
   ReplicaState& state_;
+  int64_t resume_at_ = 0;
   uint64_t seed_;
   int partner_ = -1;
   std::vector<float> mine_, theirs_;

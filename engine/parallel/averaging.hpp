@@ -69,6 +69,13 @@ class StepSync {
   virtual std::vector<float> consensus() { return {}; }
   // Replicas differ between exchanges: a checkpoint keeps every replica's own state beside the consensus.
   virtual bool replicas_diverge() const { return true; }
+  // Absorbing a lost worker (ParallelTrainer's recovery; collective over the survivors, all of whom call it):
+  // `workers` is the survivors' communicator (shrunk from the old one); steps before `resume_at` -- a step that
+  // some survivor completed with the old group before the loss -- run locally on a survivor that redoes them
+  // (no exchange, no synchronous reduction), so every survivor's next exchange is at the same step. `root` holds
+  // the state the survivors adopt where the strategy keeps one replicated (EASGD's centre). Returns the buffers of
+  // the old communicator's operations in flight; they must outlive that communicator.
+  virtual std::shared_ptr<void> rebind(comm::Communicator* workers, int64_t resume_at, int root) = 0;
   // The strategy's own checkpoint records (the same on every worker), and their restore.
   virtual void save(train::Checkpoint& /*ck*/) const {}
   virtual void load(const train::Checkpoint& /*ck*/, const std::string& /*path*/) {}

@@ -82,6 +82,21 @@ RoundExchange::~RoundExchange() {
   }
 }
 
+std::shared_ptr<void> RoundExchange::rebind(comm::Communicator* workers) {
+  struct InFlight {
+    std::vector<std::unique_ptr<Incoming>> incoming;
+    std::deque<std::unique_ptr<Incoming>> late;
+    std::deque<Outgoing> sent;
+  };
+  auto old = std::make_shared<InFlight>(InFlight{std::move(incoming_), std::move(late_), std::move(sent_)});
+  incoming_.clear();
+  late_.clear();
+  sent_.clear();
+  workers_ = workers != nullptr && workers->size() > 1 ? workers : nullptr;
+  round_ = -1;
+  return old;
+}
+
 void RoundExchange::reap_late() {
   for (auto it = late_.begin(); it != late_.end();) {
     if (!(*it)->done()) {

@@ -66,6 +66,11 @@ class RoundExchange {
   // update was counted). Worker 0 waits for the others' updates until the deadline, then averages and replies.
   RoundOutcome finish(std::vector<float>& sum, const RoundReport& mine, const std::vector<float>& previous);
   double deadline_s() const noexcept { return deadline_s_; }
+  // After worker(s) died (ParallelTrainer's recovery): rounds go on over `workers`, the survivors' communicator.
+  // The round in flight is abandoned (the trainer redoes it from the survivors' agreed global model, the sampled
+  // clients re-dealt over the survivors). Returns the old communicator's buffers still in flight; they must outlive
+  // that communicator.
+  std::shared_ptr<void> rebind(comm::Communicator* workers);
 
  private:
   struct Incoming {  // worker 0: one worker's update for one round

@@ -47,6 +47,20 @@ Strategy parse_strategy(std::string_view s) {
                s);
 }
 
+bool absorbs_worker_loss(const ParallelConfig& c) noexcept {
+  switch (c.strategy) {
+    case Strategy::kDdp:
+    case Strategy::kPs: return c.elastic;
+    case Strategy::kPsAsync:
+    case Strategy::kSsp:
+    case Strategy::kAsgd:
+    case Strategy::kEasgd:
+    case Strategy::kFedAvg:
+    case Strategy::kLocalSgd: return true;
+    default: return false;
+  }
+}
+
 const char* compression_name(GradCompression c) noexcept {
   switch (c) {
     case GradCompression::kNone: return "none";
@@ -155,12 +169,14 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
     }
   }
   if (c.elastic) {
-    TANDEM_CHECK(c.strategy == Strategy::kDdp, Status::kUnsupported,
-                 "elastic training runs strategy ddp only (got {}): hybrid and pipeline grids, parameter servers and "
-                 "the averaging strategies do not re-form after a rank is lost yet",
+    TANDEM_CHECK(absorbs_worker_loss(c), Status::kUnsupported,
+                 "elastic training runs strategies ddp, ps, ps-async, ssp, asgd, easgd, fedavg and localsgd (got {}): "
+                 "hybrid and pipeline grids do not re-form after a rank is lost yet",
                  name);
     TANDEM_CHECK(c.compression == GradCompression::kNone, Status::kUnsupported,
                  "elastic training does not support gradient compression ({}) yet", compression_name(c.compression));
+  }
+  if (c.elastic || absorbs_worker_loss(c)) {
     TANDEM_REQUIRE(c.min_ranks >= 1 && c.min_ranks <= world,
                    "elastic: min_ranks must be in [1, {}] (the world's size; got {})", world, c.min_ranks);
   }

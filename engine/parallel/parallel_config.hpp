@@ -79,11 +79,18 @@ struct ParallelConfig {
   int average_every = 8;        // localsgd: H, steps between parameter averages
   int warmup_steps = 0;         // localsgd: synchronous DDP steps first (post-local SGD)
 
-  // ---- issue #17: elastic DDP (parallel_trainer.hpp states the rules) ----
-  bool elastic = false;            // ddp: survive the loss of ranks, continuing with fewer replicas
-  int min_ranks = 1;               // elastic: fewer ranks left than this stops the job (with a checkpoint)
-  std::string elastic_checkpoint;  // elastic: where that stop writes its checkpoint ("": none)
+  // ---- issue #17: elastic training (parallel_trainer.hpp states the rules) ----
+  bool elastic = false;            // ddp, ps: survive the loss of workers, continuing with fewer (the asynchronous
+                                   // and averaging strategies always do: absorbs_worker_loss)
+  int min_ranks = 1;               // fewer ranks left than this stops the job (with a checkpoint)
+  std::string elastic_checkpoint;  // where that stop writes its checkpoint ("": none)
 };
+
+// Whether a lost worker is absorbed -- the survivors shrink their communicator and go on (parallel_trainer.hpp
+// states how each strategy re-forms): always for ps-async, ssp, asgd, easgd (both variants), fedavg and localsgd
+// (a dead worker does not stop them); for ddp and ps only with `elastic` (they otherwise stop naming the rank, as
+// synchronous training does); never for pipeline and hybrid grids. A lost parameter server is never absorbed.
+bool absorbs_worker_loss(const ParallelConfig& config) noexcept;
 
 struct Grid {
   int world = 1, rank = 0;

@@ -157,6 +157,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     job.algorithm = o.deterministic ? comm::Algorithm::kDeterministic : o.allreduce_algorithm;
     job.chunk_bytes = o.chunk_bytes;
   }
+  absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && grid_.pp == 1;
   job_ = compile_job(std::move(job), grid_.world, [this] {
     const std::vector<double> cost = measure_layer_costs();
     if (grid_.rank == 0) log::debug("measured partition: per-layer forward + backward times of rank 0 (s): {}",
@@ -186,14 +187,22 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // ---- 4. groups, replicated state, optimizer ----
   if (world_ != nullptr) {
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
+    // Absorbing a lost worker with parameter servers: a communicator of the trainer's own over every rank carries
+    // the push/pull traffic and the collectives, so shrinking it leaves the caller's `world` alone.
+    if (absorbing_ && parameter_server()) {
+      own_comm_ = world_->split(0, grid_.rank);
+      world_ = own_comm_.get();
+    }
     // parameter servers join no data-parallel group (color -1): the workers' group broadcasts their state
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
-    // Elastic (ddp: the group is the whole world): one communicator of the trainer's own carries every collective,
-    // so a failure always shows on it, and shrinking it leaves the caller's `world` alone.
-    if (pc_.elastic && dp_comm_) world_ = dp_comm_.get();
+    // Elastic or absorbing without servers (pp = 1: the group is the whole world): likewise one communicator of
+    // the trainer's own carries every collective, so a failure always shows on it.
+    if (absorbing_ && !parameter_server() && dp_comm_) world_ = dp_comm_.get();
   }
   for (int r = 0; r < grid_.world; ++r) members_.push_back(r);
   initial_dp_ = grid_.dp;
+  initial_world_ = grid_.world;
+  sampler_dp_ = grid_.dp;
   broadcast_replica_state();
   // With parameter servers the optimizer runs on the servers (ParameterServerSync); this rank's optimizer has no
   // buffer and only counts the steps (the schedule, the checkpoint's progress). Asynchronous EASGD's workers step
@@ -249,6 +258,17 @@ ParallelTrainer::~ParallelTrainer() {
   executor_.reset();
   reducer_.reset();
   ps_.reset();  // leaves the push/pull region with the other ranks (bounded by the deadline)
+}
+
+void ParallelTrainer::abandon() noexcept {
+  const std::string why = fmt::format("world rank {} left the job", world_rank());
+  for (comm::Communicator* c : {world_, own_comm_.get(), dp_comm_.get(), pipe_comm_.get()}) {
+    try {
+      if (c != nullptr && !c->is_failed()) c->abort(why);
+    } catch (...) {
+      // best effort: the others learn it from the closed transport otherwise
+    }
+  }
 }
 
 bool ParallelTrainer::parameter_server() const noexcept { return has_servers(pc_.strategy, pc_.easgd_async); }
@@ -476,13 +496,13 @@ std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
   if (pipe_comm_ && pipe_comm_->is_failed() && pipe_comm_->failure_message() == message) {
     for (int s = 0; s < grid_.pp; ++s) world_of.push_back(grid_.rank_of(grid_.dp_rank, s));
   } else if (dp_comm_ && dp_comm_->is_failed() && dp_comm_->failure_message() == message) {
-    if (pc_.elastic) {
-      world_of = members_;  // after a shrink, group ranks are indices into the survivors
+    if (absorbing_) {
+      world_of = members_;  // after a shrink, group ranks are indices into the survivors (workers come first)
     } else {
       for (int d = 0; d < grid_.dp; ++d) world_of.push_back(grid_.rank_of(d, grid_.stage));
     }
   } else if (world_ != nullptr && world_->is_failed() && world_->failure_message() == message) {
-    for (int r = 0; r < grid_.world; ++r) world_of.push_back(r);
+    world_of = members_;
   } else {
     return message;
   }
@@ -499,7 +519,7 @@ std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
     out.append(message, i, k - i);
     if (e > k + 5 && !world) {
       const size_t n = std::stoul(message.substr(k + 5, e - k - 5));
-      out += n < world_of.size() ? fmt::format("world rank {}", world_of[n]) : message.substr(k, e - k);
+      out += n < world_of.size() ? rank_label(world_of[n]) : message.substr(k, e - k);
     } else {
       out.append(message, k, e - k);
     }
@@ -533,23 +553,30 @@ train::StepResult ParallelTrainer::step() {
 
 template <typename F>
 auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
-  if (!pc_.elastic || !dp_comm_) return f();
+  if (!absorbing_ || trainer_comm() == nullptr) return f();
+  bool again = false;
   // Each pass shrinks the group by at least one rank (recover refuses otherwise), so this loop is bounded.
   for (;;) {
     take_snapshot();
     const Snapshot mine = snapshot_;
     try {
+      // Parameter servers after a re-form: every rank is back in the push/pull region; a rank redoing a world
+      // collective leaves it first, as the others do at their next sync point.
+      if (again && ps_ && phase != Phase::kStep) ps_->sync_point();
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone || !dp_comm_->is_failed()) throw;
+      if (!peer_gone || !trainer_comm()->is_failed()) throw;
+      again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
-      // One step behind: the others completed this step (its update is in the adopted state); report it as done.
+      // The step in flight was completed: by the others (ddp, fedavg: its update is in the adopted state), or by
+      // the servers (ps, ssp: its push was applied everywhere). Report it as done.
       if constexpr (std::is_same_v<decltype(f()), train::StepResult>) {
         train::StepResult r;
         const data::DistributedSampler old(train_.size(), mine.sampler_world, 0, false, 0);
-        r.samples = std::min(loader_->options().batch_size, old.shard_size() - mine.sampler.position);
-        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * mine.sampler_world / initial_dp_);
+        r.samples = rounds_ ? 0 : std::min(loader_->options().batch_size, old.shard_size() - mine.sampler.position);
+        const double scale = pc_.strategy == Strategy::kDdp ? static_cast<double>(mine.sampler_world) / initial_dp_ : 1.0;
+        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * scale);
         r.epoch_end = completed_epochs_ > mine.completed_epochs;
         return r;
       }
@@ -561,113 +588,203 @@ void ParallelTrainer::take_snapshot() {
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   Snapshot& s = snapshot_;
-  s.params = host_floats(be, model_.range_params(first, end));
+  // With parameter servers a failed step changes neither the parameters (workers take the servers' after a
+  // re-form; an asynchronous EASGD worker's exchange comes before its local update) nor the optimizer.
+  s.whole = !ps_;
+  s.params = s.whole ? host_floats(be, model_.range_params(first, end)) : std::vector<float>{};
   s.buffers = host_floats(be, model_.range_buffers(first, end));
-  const std::vector<Tensor> state = optimizer_->state_tensors();
+  const std::vector<Tensor> state = s.whole ? optimizer_->state_tensors() : std::vector<Tensor>{};
   s.state.resize(state.size());
   for (size_t k = 0; k < state.size(); ++k) s.state[k] = host_floats(be, state[k]);
   s.steps = optimizer_->steps();
   s.completed_epochs = completed_epochs_;
   s.sampler = sampler_.state();
-  s.sampler_world = grid_.dp;
+  s.sampler_world = sampler_dp_;
   s.rng = rng_.state();
 }
 
-void ParallelTrainer::restore_snapshot() {
+void ParallelTrainer::restore_snapshot(bool reshard) {
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   const Snapshot& s = snapshot_;
-  copy_floats(be, s.params.data(), model_.range_params(first, end));
+  if (s.whole) {
+    copy_floats(be, s.params.data(), model_.range_params(first, end));
+    std::vector<Tensor> state;
+    for (const std::vector<float>& v : s.state)
+      state.push_back(Tensor::wrap(const_cast<float*>(v.data()), Shape{static_cast<int64_t>(v.size())}, DType::kF32));
+    optimizer_->restore(s.steps, state);
+  }
   copy_floats(be, s.buffers.data(), model_.range_buffers(first, end));
-  std::vector<Tensor> state;
-  for (const std::vector<float>& v : s.state)
-    state.push_back(Tensor::wrap(const_cast<float*>(v.data()), Shape{static_cast<int64_t>(v.size())}, DType::kF32));
-  optimizer_->restore(s.steps, state);
   completed_epochs_ = s.completed_epochs;
   rng_.set_state(s.rng);
   model_.zero_grads();
-  // The sampler: the epoch's global order kept; g samples taken at the old width continue at floor(g / dp').
   loader_->reset();
-  data::SamplerState at = s.sampler;
-  const data::DistributedSampler before(train_.size(), s.sampler_world, 0, false, 0);
-  sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
-  at.position = at.position >= before.shard_size() ? sampler_.shard_size()
-                                                   : at.position * s.sampler_world / grid_.dp;
-  sampler_.restore(at);
+  if (reshard) {
+    // The epoch's global order kept; g samples taken at the old width continue at floor(g / dp').
+    data::SamplerState at = s.sampler;
+    const data::DistributedSampler before(train_.size(), s.sampler_world, 0, false, 0);
+    sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
+    at.position = at.position >= before.shard_size() ? sampler_.shard_size()
+                                                     : at.position * s.sampler_world / grid_.dp;
+    sampler_.restore(at);
+    sampler_dp_ = grid_.dp;
+  } else {
+    sampler_.restore(s.sampler);  // each survivor keeps its own shard of the starting width
+  }
   loader_->reset();
+}
+
+comm::Communicator* ParallelTrainer::trainer_comm() const noexcept {
+  return own_comm_ ? own_comm_.get() : dp_comm_.get();
+}
+
+std::string ParallelTrainer::rank_label(int world_rank) const {
+  const int workers = initial_world_ - grid_.servers;
+  if (parameter_server() && world_rank >= workers)
+    return fmt::format("world rank {} (server {})", world_rank, world_rank - workers);
+  return fmt::format("world rank {}", world_rank);
+}
+
+int64_t ParallelTrainer::progress_of(const Snapshot& s) const noexcept {
+  return rounds_ ? s.completed_epochs : s.steps;  // fedavg: one round per epoch, no optimizer steps of its own
+}
+
+void ParallelTrainer::shrink_group(const std::string& why) {
+  std::unique_ptr<comm::Communicator>& group = own_comm_ ? own_comm_ : dp_comm_;
+  std::unique_ptr<comm::Communicator> next = group->shrink();
+  std::vector<int> now;
+  for (int p : next->parent_ranks()) now.push_back(members_[static_cast<size_t>(p)]);
+  TANDEM_CHECK(now.size() < members_.size(), Status::kInternal,
+               "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
+  for (int r : members_)
+    if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
+  retired_.push_back(std::move(group));
+  group = std::move(next);
+  world_ = group.get();
+  members_ = std::move(now);
+  grid_.world = world_->size();
+  grid_.rank = world_->rank();
+  if (parameter_server()) {
+    // Servers hold the only copy of their shard: a lost one stops the job on every survivor.
+    const int workers = initial_world_ - grid_.servers;
+    for (int s = 0; s < grid_.servers; ++s) {
+      TANDEM_CHECK(std::find(members_.begin(), members_.end(), workers + s) != members_.end(), Status::kPeerFailure,
+                   "parameter server {} (world rank {}) was lost ({}): its shard of the {} is gone, so the job cannot "
+                   "go on; restart it from the last checkpoint",
+                   s, workers + s, why, elastic_centre() ? "elastic centre" : "parameters and optimizer state");
+    }
+    grid_.dp = grid_.world - grid_.servers;
+    TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
+    if (!grid_.server) grid_.dp_rank = grid_.rank;
+  } else {
+    grid_.dp = grid_.world;
+    grid_.dp_rank = grid_.rank;
+  }
+  config_.world = grid_.dp;
+  config_.rank = grid_.dp_rank;
+}
+
+bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vector<int>& before) {
+  // Where every survivor was: its progress (steps; fedavg: rounds) and the collective work it was in.
+  const int n = world_->size();
+  const int64_t mine[2] = {progress_of(snapshot_), static_cast<int64_t>(phase)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(n));
+  world_->allgather(mine, all.data(), 2, DType::kI64)->wait();
+  const auto at = [&](int r, int k) { return all[2 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  int root = 0;  // the lowest survivor with the most progress
+  for (int r = 1; r < n; ++r)
+    if (at(r, 0) > at(root, 0)) root = r;
+  const bool adopt = pc_.strategy == Strategy::kDdp || rounds_;
+  const auto late = [](int64_t p) {
+    return p == static_cast<int64_t>(Phase::kSplit) || p == static_cast<int64_t>(Phase::kEvaluate);
+  };
+  int64_t late_phase = 0;
+  for (int r = 0; r < n; ++r)
+    if (late(at(r, 1))) late_phase = at(r, 1);
+  for (int r = 0; r < n; ++r) {
+    const int64_t s = at(r, 0), p = at(r, 1), top = at(root, 0), top_phase = at(root, 1);
+    // ddp, fedavg (replicas identical after each step or round): a survivor one step behind must have been in that
+    // step. The others: ranks go on from where each was, but past the epoch's sums every rank must redo the same.
+    const bool ok = adopt ? (s == top && p == top_phase) || (s + 1 == top && p == static_cast<int64_t>(Phase::kStep))
+                          : late_phase == 0 || p == late_phase;
+    TANDEM_CHECK(ok, Status::kPeerFailure,
+                 "elastic: cannot re-form after {}: world rank {} was in phase {} after step {} while world rank {} "
+                 "was in phase {} after step {} (phases: 1 step, 2 epoch sums, 3 time split, 4 evaluation, 5 sync "
+                 "point); resume from the last checkpoint",
+                 why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(root)], top_phase, top);
+  }
+  const int64_t my_progress = progress_of(snapshot_);
+  if (ps_) {
+    // kept: the worker index each surviving worker had before this shrink (workers come first in both lists).
+    std::vector<int> kept;
+    for (int w = 0; w < grid_.dp; ++w)
+      kept.push_back(static_cast<int>(std::find(before.begin(), before.end(), members_[static_cast<size_t>(w)]) -
+                                       before.begin()));
+    retired_.push_back(std::move(dp_comm_));
+    if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
+    ParameterServerSync::Reformed r = ps_->reform(*world_, kept, snapshot_.steps);
+    retired_buffers_.push_back(std::move(r.retired));
+    if (r.step_done) {
+      // This worker's push of the step in flight was applied on every server (only the pull was lost): the step
+      // is done -- its batch consumed, counted -- and the reform gave it the servers' parameters.
+      optimizer_step();
+      if (epoch_exhausted()) ++completed_epochs_;
+      return true;
+    }
+    restore_snapshot(false);
+    return false;
+  }
+  if (adopt) {
+    Snapshot s = snapshot_;  // received into a copy: a failure half-way leaves this rank's own snapshot whole
+    int64_t progress[10] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
+                            s.sampler.position, s.sampler_world};
+    for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(s.rng[k]);
+    world_->broadcast(progress, 10, DType::kI64, root)->wait();
+    const auto floats = [&](std::vector<float>& v) {
+      if (!v.empty()) world_->broadcast(v.data(), v.size(), DType::kF32, root)->wait();
+    };
+    floats(s.params);
+    floats(s.buffers);
+    for (std::vector<float>& v : s.state) floats(v);
+    s.steps = progress[0];
+    s.completed_epochs = progress[1];
+    s.sampler = {static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
+    s.sampler_world = static_cast<int>(progress[5]);
+    for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
+    snapshot_ = std::move(s);
+    if (rounds_) retired_buffers_.push_back(rounds_->rebind(dp_comm_.get()));
+    restore_snapshot(true);
+    if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+    return progress_of(snapshot_) > my_progress;
+  }
+  // localsgd, easgd, asgd: each survivor goes on from its own state; steps some survivor completed with the old
+  // group run locally on the others (StepSync::rebind), so the next exchange is at the same step everywhere.
+  retired_buffers_.push_back(sync_->rebind(dp_comm_.get(), at(root, 0), root));
+  restore_snapshot(false);
+  return false;
 }
 
 bool ParallelTrainer::recover(Phase phase, const std::string& why) {
   const auto t0 = Clock::now();
   const size_t lost_before = lost_.size();
-  const int64_t my_steps = snapshot_.steps;
   // The group's collective reducer goes first: it hooks the model and holds requests of the failed communicator.
   executor_->set_reducer(nullptr);
   reducer_.reset();
+  bool behind = false;
   for (;;) {
-    std::unique_ptr<comm::Communicator> next = dp_comm_->shrink();
-    std::vector<int> now;
-    for (int p : next->parent_ranks()) now.push_back(members_[static_cast<size_t>(p)]);
-    TANDEM_CHECK(now.size() < members_.size(), Status::kInternal,
-                 "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
-    for (int r : members_)
-      if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
-    retired_.push_back(std::move(dp_comm_));
-    dp_comm_ = std::move(next);
-    world_ = dp_comm_.get();
-    members_ = std::move(now);
-    grid_.world = grid_.dp = dp_comm_->size();
-    grid_.rank = grid_.dp_rank = dp_comm_->rank();
-    config_.world = grid_.dp;
-    config_.rank = grid_.dp_rank;
+    const std::vector<int> before = members_;
+    shrink_group(why);
     try {
-      // The authoritative snapshot: the survivor with the most completed steps (the lowest such rank).
-      const int n = dp_comm_->size();
-      const int64_t mine[2] = {snapshot_.steps, static_cast<int64_t>(phase)};
-      std::vector<int64_t> all(2 * static_cast<size_t>(n));
-      dp_comm_->allgather(mine, all.data(), 2, DType::kI64)->wait();
-      int root = 0;
-      for (int r = 1; r < n; ++r)
-        if (all[2 * static_cast<size_t>(r)] > all[2 * static_cast<size_t>(root)]) root = r;
-      // A survivor one step behind must have been in that step; any other split cannot be re-formed.
-      for (int r = 0; r < n; ++r) {
-        const int64_t s = all[2 * static_cast<size_t>(r)], p = all[2 * static_cast<size_t>(r) + 1];
-        const int64_t top = all[2 * static_cast<size_t>(root)], top_phase = all[2 * static_cast<size_t>(root) + 1];
-        TANDEM_CHECK((s == top && p == top_phase) || (s + 1 == top && p == static_cast<int64_t>(Phase::kStep)),
-                     Status::kPeerFailure,
-                     "elastic: cannot re-form after {}: world rank {} was in phase {} after step {} while world rank "
-                     "{} was in phase {} after step {} (phases: 1 step, 2 epoch sums, 3 time split, 4 evaluation); "
-                     "resume from the last checkpoint",
-                     why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(root)], top_phase, top);
-      }
-      Snapshot s = snapshot_;  // received into a copy: a failure half-way leaves this rank's own snapshot whole
-      int64_t progress[10] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
-                              s.sampler.position, s.sampler_world};
-      for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(s.rng[k]);
-      dp_comm_->broadcast(progress, 10, DType::kI64, root)->wait();
-      const auto floats = [&](std::vector<float>& v) {
-        if (!v.empty()) dp_comm_->broadcast(v.data(), v.size(), DType::kF32, root)->wait();
-      };
-      floats(s.params);
-      floats(s.buffers);
-      for (std::vector<float>& v : s.state) floats(v);
-      s.steps = progress[0];
-      s.completed_epochs = progress[1];
-      s.sampler = {static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
-      s.sampler_world = static_cast<int>(progress[5]);
-      for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
-      snapshot_ = std::move(s);
+      behind = reform(phase, why, before);
       break;
     } catch (const Error& e) {
-      if (!dp_comm_->is_failed()) throw;
+      if (!world_->is_failed()) throw;
       log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); shrinking again",
                 world_rank(), in_world_ranks(e.what()));
     }
   }
-  restore_snapshot();
-  lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
   const std::vector<int> gone(lost_.begin() + static_cast<std::ptrdiff_t>(lost_before), lost_.end());
-  if (grid_.dp < pc_.min_ranks) {
+  if (static_cast<int>(members_.size()) < pc_.min_ranks) {
     std::string where = "no checkpoint was asked for";
     if (!pc_.elastic_checkpoint.empty()) {
       save_checkpoint(pc_.elastic_checkpoint);
@@ -676,20 +793,50 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     }
     TANDEM_THROW(Status::kPeerFailure,
                  "elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
-                 fmt::join(lost_, ", "), why, grid_.dp, initial_dp_, pc_.min_ranks, where);
+                 fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
   }
-  if (dp_comm_->size() > 1) {
+  if (!ps_ && dp_comm_ && dp_comm_->size() > 1) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_, job_.pipeline.stage_plans[0].buckets,
                                                  pc_.compression, tracer_);
   }
-  executor_->set_reducer(reducer_.get());
-  const bool behind = optimizer_->steps() > my_steps;
+  executor_->set_reducer(ps_ ? static_cast<GradientSync*>(ps_.get()) : rounds_ ? nullptr : reducer_.get());
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (grid_.rank == 0)
-    log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) from step {} after {:.0f} ms: "
-              "learning rate x {:.4g}, epoch {} continues at sample {} of the new shards",
-              fmt::join(gone, ", "), why, grid_.dp, fmt::join(members_, ", "), optimizer_->steps(), ms, lr_scale_,
-              sampler_.epoch(), sampler_.position());
+  // Every survivor logs the event, naming the lost rank(s) and how its strategy absorbed them.
+  std::string how;
+  switch (pc_.strategy) {
+    case Strategy::kDdp:
+      how = fmt::format("from step {}: learning rate x {:.4g}, epoch {} continues at sample {} of the new shards",
+                        optimizer_->steps(), lr_scale_, sampler_.epoch(), sampler_.position());
+      break;
+    case Strategy::kPs:
+    case Strategy::kPsAsync:
+    case Strategy::kSsp:
+      how = fmt::format("the servers expect {} worker(s) now{}; this rank continues from step {}", grid_.dp,
+                        pc_.strategy == Strategy::kPsAsync ? ""
+                        : pc_.strategy == Strategy::kPs
+                            ? " (each step averages the live workers' gradients)"
+                            : fmt::format(" (the staleness bound of {} clocks holds over the live workers)", pc_.staleness),
+                        optimizer_->steps());
+      break;
+    case Strategy::kEasgd:
+      how = pc_.easgd_async ? fmt::format("the centre's server expects {} worker(s) now", grid_.dp)
+                            : fmt::format("the centre is averaged over {} worker(s) now", grid_.dp);
+      break;
+    case Strategy::kFedAvg:
+      how = fmt::format("round {} is redone with the sampled clients dealt over {} worker(s)", completed_epochs_,
+                        grid_.dp);
+      break;
+    case Strategy::kAsgd:
+      how = fmt::format("gossip pairs only the {} live worker(s) from step {}", grid_.dp, optimizer_->steps());
+      break;
+    case Strategy::kLocalSgd:
+      how = fmt::format("parameters are averaged over {} worker(s)", grid_.dp);
+      break;
+    default:
+      break;
+  }
+  log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) after {:.0f} ms: {} (seen by {})",
+            fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how, rank_label(world_rank()));
   return behind;
 }
 
@@ -818,7 +965,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     }
     if (s.epoch_end) break;
   }
-  if (ps_) failing_loudly([&] { ps_->sync_point(); });
+  if (ps_) failing_loudly([&] { elastic_retry(Phase::kSyncPoint, [&] { ps_->sync_point(); }); });
   const double my_train_s = seconds_since(t0);
   double train_s = my_train_s;
   // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
@@ -992,7 +1139,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       p.optimizer_steps = optimizer_->steps();
       p.completed_epochs = completed_epochs_;
       p.sampler = sampler_.state();
-      p.sampler_world = grid_.dp;
+      p.sampler_world = sampler_dp_;
       p.sampler_rank = 0;
       p.rng = rng_.state();
       if (!consensus.empty()) {  // pp = 1: the whole model
@@ -1069,7 +1216,10 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       for (const std::vector<float>* v : p1 > p0 ? ck.optimizer_state : std::vector<const std::vector<float>*>{})
         state.push_back(Tensor::wrap(const_cast<float*>(v->data()) + p0, Shape{p1 - p0}, DType::kF32));
       steps = ck.progress.optimizer_steps;
-      if (ck.progress.sampler_world != grid_.dp) check_resharding(ck.file, ck.progress.sampler_world);
+      // The workers that wrote it: after a lost worker was absorbed without re-sharding, fewer than its sampler's
+      // width (each worker's own state is kept for those).
+      const int saved_dp = ck.file.meta.value("parallel", nlohmann::json::object()).value("dp", ck.progress.sampler_world);
+      if (saved_dp != grid_.dp) check_resharding(ck.file, saved_dp);
       const data::SamplerState before = sampler_.state();
       sampler_.restore(train::reshard_sampler(ck.progress, train_.size(), grid_.dp));
       try {

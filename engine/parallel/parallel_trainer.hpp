@@ -28,7 +28,7 @@
 // pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
 // at which the workers leave their push/pull region and take the servers' parameters.
 //
-// Elastic DDP (issue #17; ParallelConfig::elastic, strategy ddp only). The trainer runs on a communicator of its
+// Elastic DDP (issue #17; ParallelConfig::elastic with strategy ddp). The trainer runs on a communicator of its
 // own (split from `world`) and survives the loss of ranks:
 //  - Detection: a peer failure or timeout of a collective inside step(), train_epoch()'s reductions or evaluate()
 //    (mid-step too: the step in flight is abandoned). Other failures stay fatal, as without elastic.
@@ -49,6 +49,35 @@
 //    and fail with kPeerFailure naming the lost world ranks, on every survivor.
 //  - Limits: over tcp the store lives in world rank 0, so losing rank 0 stops the job (kTimeout); a snapshot per
 //    step costs a host copy of the parameters and optimizer state.
+//
+// A lost worker absorbed (issues #13 and #17; absorbs_worker_loss in parallel_config.hpp): ps-async, ssp, asgd, easgd
+// (both variants), fedavg and localsgd always -- a dead worker does not stop them -- and ps and ddp with elastic. The
+// same membership as elastic DDP: one communicator of the trainer's own (with servers: over every rank, split from
+// `world`) is shrunk to the survivors (Communicator::shrink, one decision through the store); every survivor then
+// logs a warning naming the lost world rank(s) and how its strategy re-formed, and redoes the work it was in (its
+// step from its own snapshot, or the collective). min_ranks counts every rank, servers included; below it every
+// survivor stops as elastic DDP does (checkpoint, kPeerFailure naming the lost ranks). Per strategy:
+//  - ps-async, ssp, ps: the servers drop the worker from the ranks they expect (ParameterServerSync::reform): its
+//    pending pushes go, every clock now complete over the survivors is applied averaged over them, and ssp's bound
+//    is evaluated over the live workers only (a clock completes when every live worker pushed it); every worker takes
+//    the servers' newest parameters. A worker whose push of its step in flight was applied on every server counts
+//    the step as done; the others redo it (ps-async: a redone step whose first push reached a server is applied
+//    twice there -- one stale gradient, within its semantics). ps keeps DDP's average over the live workers.
+//  - easgd asynchronous: the centre's server expects the survivors; an exchange cut by the loss is redone (the
+//    centre may then take that worker's elastic move twice).
+//  - localsgd, easgd (synchronous), asgd: each survivor goes on from its own state; an exchange that some survivor
+//    completed with the old group before the loss runs locally on the survivors that redo that step, so the next
+//    exchange is at the same step everywhere; EASGD's centre is taken from the survivor with the most steps; gossip
+//    draws its matching over the survivors only, so it never pairs with the lost rank again.
+//  - fedavg: the survivors adopt the global model of the one with the most rounds and redo the round in flight, its
+//    sampled clients dealt over the survivors (the lost worker's clients are trained by the others).
+//  - Data: except ddp and fedavg (which re-shard as above), each survivor keeps its own shard of the starting width;
+//    the lost worker's shard is not trained any more. Learning rates are kept (ddp: x dp'/dp).
+//  - A lost parameter server stops the job on every survivor with kPeerFailure naming "parameter server N (world
+//    rank R)": its shard exists nowhere else. Synchronous ps without elastic stops naming the lost worker, as DDP.
+//  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
+//    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
+//    unsupported.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
@@ -120,6 +149,10 @@ class ParallelTrainer {
   void load_checkpoint(const std::string& path);
   // Collective: rank 0 writes one Chrome trace with every rank's spans (needs config.trace).
   void write_trace(const std::string& path);
+  // Leaves the job at once: aborts this rank's communicators (the others see it leave, as they see a killed
+  // process's transport close, and absorb or report the loss) so that nothing collective is left to do -- the
+  // destructor then skips the parameter servers' sync point. For tests of the survivors and a rank that must stop.
+  void abandon() noexcept;
 
   const Grid& grid() const noexcept { return grid_; }
   const ParallelConfig& parallel_config() const noexcept { return pc_; }
@@ -170,15 +203,24 @@ class ParallelTrainer {
   // ---- issue #17: elastic DDP ----
   // The collective work elastic_retry guards: survivors must have been in the same one (or in the step that the
   // authoritative survivor completed) to re-form.
-  enum class Phase : int64_t { kStep = 1, kEpochSums = 2, kSplit = 3, kEvaluate = 4 };
+  enum class Phase : int64_t { kStep = 1, kEpochSums = 2, kSplit = 3, kEvaluate = 4, kSyncPoint = 5 };
   // Runs f; when elastic and f fails because a peer is gone, shrinks, adopts the consistent state and runs f again
   // (a step that the authoritative survivor completed is not redone: step() returns it as done, without a loss).
   template <typename F>
   auto elastic_retry(Phase phase, F&& f) -> decltype(f());
   void take_snapshot();
-  void restore_snapshot();
-  // Returns true when this rank was one step behind: its step in flight was completed by the others.
+  // reshard: continue the epoch's global order over the new width (ddp, fedavg); else keep this rank's shard.
+  void restore_snapshot(bool reshard);
+  // Returns true when this rank's step in flight was completed (by the others, or by the servers).
   bool recover(Phase phase, const std::string& why);
+  // The trainer's own communicator (null when it has none): the one a failure shows on and that shrinks.
+  comm::Communicator* trainer_comm() const noexcept;
+  // Shrinks it to the survivors and updates members, lost ranks and the grid; a lost server stops the job.
+  void shrink_group(const std::string& why);
+  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy.
+  bool reform(Phase phase, const std::string& why, const std::vector<int>& before);
+  // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
+  std::string rank_label(int world_rank) const;
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
   void agree_on_settings();
   std::vector<double> measure_layer_costs();
@@ -232,16 +274,24 @@ class ParallelTrainer {
   struct Snapshot {
     std::vector<float> params, buffers;
     std::vector<std::vector<float>> state;  // the optimizer's state tensors
+    bool whole = true;  // parameters and optimizer state kept (not with parameter servers)
     int64_t steps = 0, completed_epochs = 0;
     data::SamplerState sampler;
     int sampler_world = 1;
     Rng::State rng{};
   };
   Snapshot snapshot_;
+  int64_t progress_of(const Snapshot& s) const noexcept;
+  std::unique_ptr<comm::Communicator> own_comm_;  // parameter servers absorbing a loss: the trainer's own, every rank
+  // Buffers of operations in flight on retired communicators: declared before them, so destroyed after them.
+  std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
   std::vector<int> lost_;
   int initial_dp_ = 1;
+  int initial_world_ = 1;
+  int sampler_dp_ = 1;      // the width the sampler's shards were cut for
+  bool absorbing_ = false;  // absorbs_worker_loss(pc_) with a communicator to shrink
   double lr_scale_ = 1.0;
 };
 

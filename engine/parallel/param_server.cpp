@@ -85,7 +85,7 @@ void ParameterServerSync::expect(const Message& m, int from, int32_t kind, int32
 ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& model, SyncProgram program,
                                          std::vector<GradientBucket> buckets, optim::OptimizerConfig optimizer,
                                          optim::ScheduleConfig schedule, double alpha, Tracer& tracer)
-    : world_(world),
+    : world_(&world),
       model_(model),
       program_(std::move(program)),
       buckets_(std::move(buckets)),
@@ -145,7 +145,7 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
     const int64_t n = shard_range_.size();
     Message init;
     init.buf.resize(kHeaderFloats + static_cast<size_t>(n));
-    world_.recv(init.buf.data(), init.buf.size(), DType::kF32, 0, kTagInit)->wait();
+    world_->recv(init.buf.data(), init.buf.size(), DType::kF32, 0, kTagInit)->wait();
     expect(init, 0, kInit, server_, 0, n);
     shard_host_.assign(init.payload(), init.payload() + n);
     if (be.device().is_cpu()) {
@@ -184,7 +184,7 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
       Message& m = out[static_cast<size_t>(s)];
       m.set(Header{kInit, rank_, s, 0, 0, r.size()});
       std::copy(p + r.begin, p + r.end, m.payload());
-      m.work = world_.send(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagInit);
+      m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagInit);
     }
     for (Message& m : out) m.work->wait();
   }
@@ -193,7 +193,7 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
 ParameterServerSync::~ParameterServerSync() {
   if (server_ < 0 && !elastic_) model_.set_grad_ready_hook({});
   try {
-    if (!world_.is_failed()) sync_point();
+    if (!world_->is_failed()) sync_point();
   } catch (...) {
     // the trainer already reports failures of collective calls; a destructor must not throw
   }
@@ -230,7 +230,7 @@ void ParameterServerSync::send_control(int32_t kind, int64_t clock) {
     auto& w = control_sends_[static_cast<size_t>(s)];
     if (w) w->wait();  // the previous control message to this server (long delivered)
     control_out_[static_cast<size_t>(s)] = Header{kind, rank_, s, 0, clock, 0};
-    w = world_.send(&control_out_[static_cast<size_t>(s)], kHeaderFloats, DType::kF32, W + s, kTagControl);
+    w = world_->send(&control_out_[static_cast<size_t>(s)], kHeaderFloats, DType::kF32, W + s, kTagControl);
   }
 }
 
@@ -269,10 +269,28 @@ void ParameterServerSync::issue(int b) {
       const Tensor h = be.to_host(g);
       std::memcpy(m.payload(), h.data<float>(), static_cast<size_t>(n) * sizeof(float));
     }
-    m.work = world_.send(m.buf.data(), m.buf.size(), DType::kF32, to, push_tag(k));
+    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, to, push_tag(k));
     Message& r = pull_[static_cast<size_t>(k)];
     r.buf.assign(kHeaderFloats + static_cast<size_t>(n), 0.0f);
-    r.work = world_.recv(r.buf.data(), r.buf.size(), DType::kF32, to, pull_tag(k));
+    r.work = world_->recv(r.buf.data(), r.buf.size(), DType::kF32, to, pull_tag(k));
+  }
+}
+
+void ParameterServerSync::receive_shards() {
+  const int W = program_.workers;
+  std::vector<Message> finals(static_cast<size_t>(program_.servers));
+  for (int s = 0; s < program_.servers; ++s) {
+    Message& m = finals[static_cast<size_t>(s)];
+    m.buf.assign(kHeaderFloats + static_cast<size_t>(program_.shards[static_cast<size_t>(s)].size()), 0.0f);
+    m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagFinal);
+  }
+  for (int s = 0; s < program_.servers; ++s) {
+    const KeyRange& r = program_.shards[static_cast<size_t>(s)];
+    Message& m = finals[static_cast<size_t>(s)];
+    m.work->wait();
+    m.work.reset();
+    expect(m, W + s, kFinal, s, clock_, r.size());
+    copy_into_params(r.begin, r.size(), m.payload());
   }
 }
 
@@ -332,10 +350,10 @@ void ParameterServerSync::elastic_exchange() {
     Message& m = push_[static_cast<size_t>(s)];
     m.set(Header{kCentre, rank_, s, 0, e, r.size()});
     std::copy(x + r.begin, x + r.end, m.payload());
-    m.work = world_.send(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagCentre);
+    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagCentre);
     Message& d = pull_[static_cast<size_t>(s)];
     d.buf.assign(kHeaderFloats + static_cast<size_t>(r.size()), 0.0f);
-    d.work = world_.recv(d.buf.data(), d.buf.size(), DType::kF32, W + s, kTagDelta);
+    d.work = world_->recv(d.buf.data(), d.buf.size(), DType::kF32, W + s, kTagDelta);
   }
   std::vector<float> updated(x, x + host.numel());
   for (int s = 0; s < program_.servers; ++s) {
@@ -362,7 +380,7 @@ void ParameterServerSync::enter_region() {
     WorkerState& ws = peers_[w];
     ws.paused = false;
     ws.control.buf.assign(kHeaderFloats, 0.0f);
-    ws.control.work = world_.recv(ws.control.buf.data(), kHeaderFloats, DType::kF32, static_cast<int>(w), kTagControl);
+    ws.control.work = world_->recv(ws.control.buf.data(), kHeaderFloats, DType::kF32, static_cast<int>(w), kTagControl);
   }
 }
 
@@ -409,7 +427,7 @@ bool ParameterServerSync::poll_worker(int w) {
         for (size_t j = 0; j < pieces_.size(); ++j) {
           Message& m = ws.push[j];
           m.buf.assign(kHeaderFloats + static_cast<size_t>(pieces_[j].size), 0.0f);
-          m.work = world_.recv(m.buf.data(), m.buf.size(), DType::kF32, w, push_tag(pieces_[j].global));
+          m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, w, push_tag(pieces_[j].global));
         }
         if (pieces_.empty()) ws.done = ws.started;
         break;
@@ -418,7 +436,7 @@ bool ParameterServerSync::poll_worker(int w) {
         if (!idle || h.clock != ws.started + 1) bad("out of order");
         ws.started = h.clock;
         ws.elastic.buf.assign(kHeaderFloats + static_cast<size_t>(shard_range_.size()), 0.0f);
-        ws.elastic.work = world_.recv(ws.elastic.buf.data(), ws.elastic.buf.size(), DType::kF32, w, kTagCentre);
+        ws.elastic.work = world_->recv(ws.elastic.buf.data(), ws.elastic.buf.size(), DType::kF32, w, kTagCentre);
         break;
       case kPause:
         if (!idle || h.clock != ws.done) bad("before its last pushes");
@@ -427,7 +445,7 @@ bool ParameterServerSync::poll_worker(int w) {
       default: bad("which is not a control message");
     }
     ws.control.buf.assign(kHeaderFloats, 0.0f);
-    ws.control.work = world_.recv(ws.control.buf.data(), kHeaderFloats, DType::kF32, w, kTagControl);
+    ws.control.work = world_->recv(ws.control.buf.data(), kHeaderFloats, DType::kF32, w, kTagControl);
   }
   return progressed;
 }
@@ -445,9 +463,20 @@ void ParameterServerSync::on_push(int w, int j) {
     reply(w, j, t);
     return;
   }
+  if (t <= p.applied) {
+    // A step redone after a reform (reform()): its first push of this piece was applied already; answer with the
+    // current values rather than apply it twice (or leave it pending forever behind the applied clock).
+    reply(w, j, t);
+    return;
+  }
   auto& slot = p.pending[t];
   if (slot.empty()) slot.resize(peers_.size());
   slot[static_cast<size_t>(w)] = std::move(m.buf);
+  apply_complete(p);
+  withheld_.push_back(Withheld{w, j, t});
+}
+
+void ParameterServerSync::apply_complete(ServerPiece& p) {
   // Clocks complete in order (every worker pushes its clocks in order), so apply every complete one from the oldest.
   for (auto it = p.pending.begin(); it != p.pending.end() && it->first == p.applied + 1;) {
     const bool complete = std::all_of(it->second.begin(), it->second.end(), [](const auto& g) { return !g.empty(); });
@@ -455,7 +484,6 @@ void ParameterServerSync::on_push(int w, int j) {
     apply_clock(p, it->first);
     it = p.pending.erase(it);
   }
-  withheld_.push_back(Withheld{w, j, t});
 }
 
 void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
@@ -506,7 +534,7 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
   if (r.work) r.work->wait();  // the last reply of this piece (the worker received it before pushing again)
   r.set(Header{kPull, rank_, p.global, 0, clock, p.size});
   std::copy_n(shard_host_.begin() + p.offset, p.size, r.payload());
-  r.work = world_.send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
+  r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
     // The worker may start its next step once it has every server's replies: its clock against the slowest's.
     max_gap_ = std::max(max_gap_, clock - slowest());
@@ -545,7 +573,7 @@ void ParameterServerSync::on_elastic(int w) {
   if (!model_.backend().device().is_cpu()) {
     model_.backend().copy(Tensor::wrap(shard_host_.data(), Shape{n}, DType::kF32), shard_);
   }
-  d.work = world_.send(d.buf.data(), d.buf.size(), DType::kF32, w, kTagDelta);
+  d.work = world_->send(d.buf.data(), d.buf.size(), DType::kF32, w, kTagDelta);
   ws.done = ws.started;
 }
 
@@ -568,7 +596,7 @@ comm::Work* ParameterServerSync::next_receive(int64_t due) {
 
 template <typename Done>
 void ParameterServerSync::serve_until(const Done& done, int64_t due, const char* what) {
-  const auto limit = world_.options().timeout + std::chrono::seconds(5);
+  const auto limit = world_->options().timeout + std::chrono::seconds(5);
   auto last = Clock::now();
   auto pause = std::chrono::microseconds(20);
   while (!done()) {
@@ -637,21 +665,7 @@ void ParameterServerSync::sync_point() {
     TANDEM_CHECK(!step_started_, Status::kInternal, "sync point in the middle of a step");
     send_control(kPause, elastic_ ? exchanges_ : clock_);
     if (!elastic_) {
-      // Every worker leaves with the servers' parameters.
-      std::vector<Message> finals(static_cast<size_t>(program_.servers));
-      for (int s = 0; s < program_.servers; ++s) {
-        Message& m = finals[static_cast<size_t>(s)];
-        m.buf.assign(kHeaderFloats + static_cast<size_t>(program_.shards[static_cast<size_t>(s)].size()), 0.0f);
-        m.work = world_.recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagFinal);
-      }
-      for (int s = 0; s < program_.servers; ++s) {
-        const KeyRange& r = program_.shards[static_cast<size_t>(s)];
-        Message& m = finals[static_cast<size_t>(s)];
-        m.work->wait();
-        m.work.reset();
-        expect(m, W + s, kFinal, s, clock_, r.size());
-        copy_into_params(r.begin, r.size(), m.payload());
-      }
+      receive_shards();  // every worker leaves with the servers' parameters
     }
     for (auto& w : control_sends_) w->wait();
     in_region_ = false;
@@ -677,7 +691,7 @@ void ParameterServerSync::sync_point() {
   m.set(Header{kFinal, rank_, server_, 0, clock_, shard_range_.size()});
   std::copy(shard_host_.begin(), shard_host_.end(), m.payload());
   std::vector<std::unique_ptr<comm::Work>> sends;
-  for (int w = 0; w < W; ++w) sends.push_back(world_.send(m.buf.data(), m.buf.size(), DType::kF32, w, kTagFinal));
+  for (int w = 0; w < W; ++w) sends.push_back(world_->send(m.buf.data(), m.buf.size(), DType::kF32, w, kTagFinal));
   for (auto& s : sends) s->wait();
   for (WorkerState& ws : peers_) {
     for (Message& r : ws.reply) {
@@ -708,7 +722,7 @@ std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
         std::copy_n(h.data<float>(), p.size, m.payload() + static_cast<int64_t>(k) * n + p.offset);
       }
     }
-    world_.send(m.buf.data(), m.buf.size(), DType::kF32, root, kTagState)->wait();
+    world_->send(m.buf.data(), m.buf.size(), DType::kF32, root, kTagState)->wait();
   }
   if (rank_ != root) return {};
   std::vector<std::vector<float>> out(K, std::vector<float>(static_cast<size_t>(model_.total_params()), 0.0f));
@@ -716,7 +730,7 @@ std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
     const KeyRange& r = program_.shards[static_cast<size_t>(s)];
     Message m;
     m.buf.assign(kHeaderFloats + K * static_cast<size_t>(r.size()), 0.0f);
-    world_.recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagState)->wait();
+    world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagState)->wait();
     expect(m, W + s, kState, s, clock_, static_cast<int64_t>(K) * r.size());
     for (size_t k = 0; k < K; ++k)
       std::copy_n(m.payload() + static_cast<int64_t>(k) * r.size(), r.size(), out[k].begin() + r.begin);
@@ -756,6 +770,132 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
     std::fill(ws.push_clock.begin(), ws.push_clock.end(), steps);
   }
   withheld_.clear();
+}
+
+}  // namespace tandem::engine::parallel
+
+namespace tandem::engine::parallel {
+
+// ------------------------------------------------------------------------------------ absorbing a lost worker
+
+ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
+                                                          int64_t steps) {
+  const int S = program_.servers;
+  const int W = survivors.size() - S;
+  TANDEM_CHECK(W >= 1 && static_cast<int>(kept.size()) == W && survivors.rank() < survivors.size(), Status::kInternal,
+               "parameter server reform: {} ranks left for {} servers, {} kept workers", survivors.size(), S,
+               kept.size());
+  // ---- clocks: [worker's completed clock, server's lowest applied clock] from every survivor ----
+  const bool sync = !elastic_ && program_.staleness >= 0;
+  int64_t mine[2] = {0, INT64_MAX};
+  if (server_ < 0) {
+    mine[0] = elastic_ ? exchanges_ : clock_;
+  } else if (sync) {
+    for (const ServerPiece& p : pieces_) mine[1] = std::min(mine[1], p.applied);
+  }
+  std::vector<int64_t> all(2 * static_cast<size_t>(survivors.size()));
+  survivors.allgather(mine, all.data(), 2, DType::kI64)->wait();
+  int64_t applied_everywhere = INT64_MIN;
+  if (sync) {
+    applied_everywhere = INT64_MAX;
+    for (int s = 0; s < S; ++s) applied_everywhere = std::min(applied_everywhere, all[2 * static_cast<size_t>(W + s) + 1]);
+  }
+  std::vector<int64_t> clocks(static_cast<size_t>(W));
+  for (int w = 0; w < W; ++w) clocks[static_cast<size_t>(w)] = std::max(all[2 * static_cast<size_t>(w)], applied_everywhere);
+
+  // Everything in flight on the failed communicator: its buffers outlive it (the caller keeps `retired`).
+  struct Retired {
+    std::vector<Message> messages;
+    std::vector<std::unique_ptr<comm::Work>> works;
+    std::vector<WorkerState> peers;
+    std::vector<Header> control_out;
+  };
+  auto retired = std::make_shared<Retired>();
+  for (auto* v : {&push_, &pull_})
+    for (Message& m : *v)
+      if (m.work) retired->messages.push_back(std::move(m));
+  for (auto& w : control_sends_) retired->works.push_back(std::move(w));
+  retired->control_out = std::move(control_out_);
+  control_out_.assign(static_cast<size_t>(S), Header{});
+  control_sends_.clear();
+  control_sends_.resize(static_cast<size_t>(S));
+  for (Message& m : push_) m = Message{};
+  for (Message& m : pull_) m = Message{};
+  std::vector<WorkerState> old = std::move(peers_);
+  peers_.clear();
+
+  world_ = &survivors;
+  rank_ = survivors.rank();
+  program_.workers = W;
+  withheld_.clear();
+  step_started_ = false;
+  armed_ = false;
+  std::fill(issued_.begin(), issued_.end(), false);
+
+  Reformed out;
+  if (server_ < 0) {
+    const int64_t c = clocks[static_cast<size_t>(rank_)];
+    out.step_done = c > mine[0];
+    if (elastic_) {
+      exchanges_ = c;
+      clock_ = steps;
+    } else {
+      clock_ = c;
+    }
+    in_region_ = true;
+  } else {
+    // ---- server: the survivors' states, their pending pushes re-indexed ----
+    peers_.resize(static_cast<size_t>(W));
+    for (int w = 0; w < W; ++w) {
+      WorkerState& ws = peers_[static_cast<size_t>(w)];
+      const int64_t c = clocks[static_cast<size_t>(w)];
+      ws.push.resize(pieces_.size());
+      ws.reply.resize(pieces_.size());
+      ws.push_clock.assign(pieces_.size(), c);
+      ws.started = ws.done = c;
+      ws.replied = 0;
+      ws.paused = true;
+    }
+    for (ServerPiece& p : pieces_) {
+      std::map<int64_t, std::vector<std::vector<float>>> pending;
+      for (auto& [t, slot] : p.pending) {
+        std::vector<std::vector<float>> now(static_cast<size_t>(W));
+        bool any = false;
+        for (int w = 0; w < W; ++w) {
+          const auto from = static_cast<size_t>(kept[static_cast<size_t>(w)]);
+          // only the pushes of a completed step: a step in flight is pushed again
+          if (from < slot.size() && clocks[static_cast<size_t>(w)] >= t && !slot[from].empty()) {
+            now[static_cast<size_t>(w)] = std::move(slot[from]);
+            any = true;
+          }
+        }
+        if (any) pending.emplace(t, std::move(now));
+      }
+      p.pending = std::move(pending);
+      if (sync) apply_complete(p);
+    }
+    for (WorkerState& ws : old) retired->peers.push_back(std::move(ws));
+    in_region_ = false;
+    enter_region();
+  }
+
+  // ---- parameters: the workers go on from the servers' newest values (push/pull) ----
+  if (!elastic_) {
+    if (server_ >= 0) {
+      std::vector<Message> sends(static_cast<size_t>(W));
+      for (int w = 0; w < W; ++w) {
+        Message& m = sends[static_cast<size_t>(w)];
+        m.set(Header{kFinal, rank_, server_, 0, clocks[static_cast<size_t>(w)], shard_range_.size()});
+        std::copy(shard_host_.begin(), shard_host_.end(), m.payload());
+        m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, w, kTagFinal);
+      }
+      for (Message& m : sends) m.work->wait();
+    } else {
+      receive_shards();
+    }
+  }
+  out.retired = std::move(retired);
+  return out;
 }
 
 }  // namespace tandem::engine::parallel

@@ -98,6 +98,28 @@ class ParameterServerSync final : public GradientSync {
   // ---- every rank ----
   // Collective: leaves the push/pull region (see the header comment); a no-op outside it.
   void sync_point();
+  // Collective over `survivors` after worker(s) died (issue #13/#17: a worker loss is absorbed). `survivors` is the
+  // communicator shrunk from this one's (Communicator::shrink: workers first, then every server -- a lost server is
+  // the trainer's to refuse before this call); kept[i] is the worker index new worker i had here; `steps`: on a
+  // worker, the steps it completed (its step in flight, if any, is abandoned). Every survivor calls it, whatever it
+  // was doing when the failure surfaced. The rule:
+  //  - clocks: each worker keeps its own (elastic: exchanges made). ps and ssp: A = the clock that every piece of
+  //    every server has applied; a worker below A (its push of step A was applied everywhere, only the pull was lost)
+  //    moves to A and its step in flight counts as done (step_done);
+  //  - servers: the lost worker's state and pending pushes are dropped, as are the pushes of a step in flight (it is
+  //    pushed again); every clock now complete over the survivors is applied, averaged over them. A push of a clock
+  //    a piece applied already (a step redone after its first push arrived) is answered with the current values and
+  //    not applied twice. ps-async: nothing pending. Elastic (easgd): the centre is kept as it is;
+  //  - parameters (push/pull): every server sends its shard to every worker, so the workers go on from the servers'
+  //    newest parameters (elastic workers keep their own);
+  //  - everyone is back in the push/pull region; ssp's bound holds over the survivors.
+  // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
+  struct Reformed {
+    bool step_done = false;
+    std::shared_ptr<void> retired;
+  };
+  Reformed reform(comm::Communicator& survivors, const std::vector<int>& kept, int64_t steps);
+
   // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
   // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.
   std::vector<std::vector<float>> gather_state(int root);
@@ -160,11 +182,13 @@ class ParameterServerSync final : public GradientSync {
   // worker
   void on_grad_ready(size_t layer);
   void copy_into_params(int64_t begin, int64_t size, const float* src);
+  void receive_shards();  // every server's kFinal shard (clock clock_) into the model's parameters
   // server
   void enter_region();
   bool poll_worker(int w);
   void on_push(int w, int j);
   void apply_clock(ServerPiece& p, int64_t clock);
+  void apply_complete(ServerPiece& p);  // ps/ssp: every complete clock from the oldest
   void apply_async(ServerPiece& p, const float* grad);
   void reply(int w, int j, int64_t clock);
   bool release_withheld();
@@ -175,7 +199,7 @@ class ParameterServerSync final : public GradientSync {
   template <typename Done>
   void serve_until(const Done& done, int64_t due, const char* what);
 
-  comm::Communicator& world_;
+  comm::Communicator* world_;  // the job's communicator (reform() moves to the survivors')
   nn::Model& model_;
   SyncProgram program_;
   std::vector<GradientBucket> buckets_;

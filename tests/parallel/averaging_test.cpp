@@ -50,23 +50,6 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / fmt::format("tandem_averaging_{}_{}", ::getpid(), name)).string();
 }
 
-// A logger that keeps what it is told (installed on one rank's thread).
-struct Captured {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  static void sink(int, const char* m, void* user) {
-    auto* c = static_cast<Captured*>(user);
-    std::lock_guard lock(c->mu);
-    c->lines.emplace_back(m);
-  }
-  bool contains(const std::string& needle) {
-    std::lock_guard lock(mu);
-    for (const auto& l : lines)
-      if (l.find(needle) != std::string::npos) return true;
-    return false;
-  }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(local_sgd)

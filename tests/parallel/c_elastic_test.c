@@ -91,7 +91,7 @@ static void* rank_main(void* arg) {
   pp = elastic_params(1);
   pp.strategy = TANDEM_STRATEGY_PIPELINE;
   EXPECT_FAIL(tandem_trainer_create_parallel(model, g_train, NULL, g_opt, &tp, &pp, comm, &bad),
-              TANDEM_ERR_UNSUPPORTED, "elastic training runs strategy ddp only");
+              TANDEM_ERR_UNSUPPORTED, "hybrid and pipeline grids do not re-form");
   EXPECT(bad == NULL);
 
   pp = elastic_params(2);

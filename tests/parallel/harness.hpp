@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "engine/core/error.hpp"
 #include "engine/data/dataset.hpp"
 #include "engine/nn/model.hpp"
+#include "engine/nn/zoo.hpp"
 #include "engine/parallel/parallel_trainer.hpp"
 #include "engine/train/trainer.hpp"
 #include "transports/memory_store.hpp"
@@ -60,6 +62,34 @@ inline std::vector<RankError> run_world(int n, comm::CommOptions opts,
   for (auto& t : threads) t.join();
   return errors;
 }
+
+// A logger that keeps what it is told (install it on a rank's thread with log::Scope).
+struct Captured {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  static void sink(int, const char* m, void* user) {
+    auto* c = static_cast<Captured*>(user);
+    std::lock_guard lock(c->mu);
+    c->lines.emplace_back(m);
+  }
+  bool contains(const std::string& needle) {
+    std::lock_guard lock(mu);
+    for (const auto& l : lines)
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+};
+
+// Synthetic 1x12x12 images of 4 classes (256 to train, 64 to test) and LeNet-5 for them: the parameter-server tests'.
+inline const data::Dataset& synthetic12_train() {
+  static const data::Dataset d = data::make_synthetic(1, 12, 12, 4, 256, 1);
+  return d;
+}
+inline const data::Dataset& synthetic12_test() {
+  static const data::Dataset d = data::make_synthetic(1, 12, 12, 4, 64, 2);
+  return d;
+}
+inline nn::ModelSpec lenet12() { return nn::zoo_model("lenet5", {1, 12, 12}, 4); }
 
 inline void require_no_errors(const std::vector<RankError>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)

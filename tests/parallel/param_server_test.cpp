@@ -25,15 +25,9 @@ namespace {
 
 constexpr int kSteps = 4;
 
-const data::Dataset& train_set() {
-  static const data::Dataset d = data::make_synthetic(1, 12, 12, 4, 256, 1);
-  return d;
-}
-const data::Dataset& test_set() {
-  static const data::Dataset d = data::make_synthetic(1, 12, 12, 4, 64, 2);
-  return d;
-}
-nn::ModelSpec lenet() { return nn::zoo_model("lenet5", {1, 12, 12}, 4); }
+const data::Dataset& train_set() { return synthetic12_train(); }
+const data::Dataset& test_set() { return synthetic12_test(); }
+nn::ModelSpec lenet() { return lenet12(); }
 
 par::ParallelConfig pconfig(par::Strategy s, int servers, int staleness = 2) {
   par::ParallelConfig p;

@@ -895,9 +895,12 @@ typedef struct tandem_parallel_params {
                                      * updates are dropped); default 0: the communicator's timeout */
   int32_t average_every;            /* LOCALSGD: H, steps between parameter averages; default 8, >= 1 */
   int32_t warmup_steps;             /* LOCALSGD: synchronous DDP steps first (post-local SGD); default 0 */
-  /* Elastic DDP (strategy DDP only): when ranks die, the survivors shrink the communicator and go on with fewer
+  /* Elastic DDP: when ranks die, the survivors shrink the communicator and go on with fewer
    * replicas -- the per-replica batch kept, the learning rate x survivors / starting replicas, the epoch's global
-   * sample order continued; the step in flight is redone from the last consistent parameters. Fewer survivors than
+   * sample order continued; the step in flight is redone from the last consistent parameters. Elastic PS likewise
+   * goes on with fewer workers; PS_ASYNC, SSP, ASGD, EASGD, FEDAVG and LOCALSGD absorb a lost worker without
+   * elastic (min_ranks still applies); a lost parameter server fails the job naming it; PIPELINE and HYBRID refuse
+   * elastic (TANDEM_ERR_UNSUPPORTED). Fewer survivors than
    * min_ranks write elastic_checkpoint (atomically) and fail with TANDEM_ERR_PEER_FAILURE naming the lost ranks.
    * Over tcp the rendezvous store lives in rank 0: losing rank 0 stops the job (TANDEM_ERR_TIMEOUT). */
   int32_t elastic;                  /* non-zero: elastic; default 0 */

@@ -1,0 +1,79 @@
+"""A lost worker absorbed through the command line (issues #13 and #17): `tandem launch -n 4 --min-ranks 3 -- tandem
+train --strategy ps-async --servers 1` over tcp (workers: ranks 0-2, the server: rank 3). A worker SIGKILLed during
+training: the launcher names it and exits 0, the other two workers and the server finish every epoch, and every
+survivor's log names the lost rank. The server SIGKILLed instead: every worker stops with an error naming
+"parameter server 0 (world rank 3)" and the launcher fails. Run by CTest with TANDEM_CLI set; standard library only.
+Every process is bounded by a timeout and killed by PID."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from test_elastic_cli import epochs_of, rank_pid
+
+CLI = os.environ.get("TANDEM_CLI", "tandem")
+EPOCHS = 3
+TRAIN = ["train", "--json", "--strategy", "ps-async", "--servers", "1", "--model", "lenet5", "--dataset", "synthetic",
+         "--batch", "16", "--lr", "0.01", "--limit-batches", "40", "--eval-limit-batches", "4", "--threads", "1",
+         "--seed", "5", "--epochs", str(EPOCHS)]
+
+
+def env():
+    return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1")
+
+
+def launch_and_kill(test, rank):
+    """Runs the job; SIGKILLs `rank` once rank 0 has reported epoch 1. Returns (exit code, output lines)."""
+    p = subprocess.Popen([CLI, "launch", "-n", "4", "--min-ranks", "3", "--transport", "tcp", "--", CLI] + TRAIN,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+    lines = []
+    killed = False
+    try:
+        deadline = time.monotonic() + 240
+        for line in p.stdout:
+            lines.append(line)
+            test.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
+            if not killed and epochs_of([line], 0).get(1):
+                os.kill(rank_pid(p.pid, rank), signal.SIGKILL)  # the ranks are training epoch 2
+                killed = True
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+    test.assertTrue(killed, "".join(lines))
+    return p.returncode, lines
+
+
+class AbsorbLaunch(unittest.TestCase):
+    def test_a_killed_worker_is_absorbed_and_the_launcher_exits_0(self):
+        code, lines = launch_and_kill(self, 2)
+        out = "".join(lines)
+        self.assertEqual(code, 0, out)
+        self.assertRegex(out, r"tandem launch: rank 2 was killed by signal 9 .*the other 3 running rank\(s\) go on")
+        self.assertIn("elastic job finished with 3 of 4 ranks (--min-ranks 3); lost: rank 2 (was killed by signal 9",
+                      out)
+        # Every survivor (workers 0 and 1, the server 3) logs the loss, naming the rank.
+        for r in (0, 1, 3):
+            self.assertRegex(out, r"\[rank %d\] .*elastic: world rank\(s\) 2 lost .*\(seen by world rank %d" % (r, r))
+        epochs = epochs_of(lines, 0)
+        self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
+        self.assertEqual(epochs[1]["world"], 4, out)
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 3, out)
+        self.assertEqual(last["dp"], 2, out)
+        self.assertEqual(last["lost_ranks"], 1, out)
+        self.assertTrue(last["train_loss"] is not None and last["test_loss"] is not None, out)
+
+    def test_a_killed_server_stops_every_worker_naming_it(self):
+        code, lines = launch_and_kill(self, 3)
+        out = "".join(lines)
+        self.assertNotEqual(code, 0, out)
+        for r in (0, 1, 2):
+            self.assertRegex(out, r"\[rank %d\] .*parameter server 0 \(world rank 3\) was lost" % r)
+
+
+if __name__ == "__main__":
+    unittest.main()
