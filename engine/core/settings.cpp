@@ -65,6 +65,8 @@ constexpr Variable kVariables[] = {
     // The `tandem` CLI only.
     {"TANDEM_PREDICT_CLUSTER", K::kText, 0, 0, "", "unset", "cli: cluster for --predict"},
     {"TANDEM_PROFILE", K::kText, 0, 0, "", "unset", "cli: calibration profile for --predict"},
+    {"TANDEM_MIN_RANKS", K::kInteger, 1, 1 << 20, "", "unset",
+     "cli: tandem train's default --min-ranks (tandem launch --min-ranks sets it)"},
 };
 
 size_t index_of(std::string_view name) {

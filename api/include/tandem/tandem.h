@@ -166,6 +166,8 @@ typedef struct tandem_context_params {
  *                             (set by tools/emu-cluster)                           default unset
  *   TANDEM_PREDICT_CLUSTER, TANDEM_PROFILE   the `tandem` CLI's --predict cluster and profile
  *                             (read by the CLI only, not by the library)          default unset
+ *   TANDEM_MIN_RANKS          the `tandem` CLI's default train --min-ranks; `tandem launch
+ *                             --min-ranks` sets it (read by the CLI only)         default unset
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
