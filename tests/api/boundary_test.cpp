@@ -130,6 +130,10 @@ std::vector<MaskCase> mask_cases(Handles& h) {
                                            }),
       struct_case<tandem_comm_params_t>("tandem_comm_params_t", TANDEM_COMM_PARAM_DETERMINISTIC,
                                         [&h](auto* p) { return tandem_comm_create(h.ctx, p, &comm_out); }),
+      struct_case<tandem_coll_params_t>("tandem_coll_params_t", TANDEM_COLL_PARAM_STREAM, [&h](auto* p) {
+        static float x[4];
+        return tandem_comm_allreduce_ex(h.comm, x, x, 4, TANDEM_F32, TANDEM_SUM, p);
+      }),
       struct_case<tandem_model_params_t>("tandem_model_params_t", TANDEM_MODEL_PARAM_INIT,
                                          [&h](auto* p) { return tandem_model_create(h.ctx, p, &model_out); }),
       struct_case<tandem_model_attr_t>("tandem_model_attr_t", TANDEM_MODEL_ATTR_HELD,
@@ -152,9 +156,9 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       }),
       struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_ELASTIC,
                                           [&h](auto* a) { return tandem_trainer_parallel_query(h.trainer, a); }),
-      struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_SEED,
+      struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_CURVE,
                                              [&h](auto* p) { return tandem_calibrate(h.model, p, nullptr, &cal_out); }),
-      struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_P2P,
+      struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_CURVE,
                                              [&h](auto* a) { return tandem_calibration_query(h.cal, a); }),
       // The job's own fields plus the unknown bit: the mask is checked before the job is read.
       {"tandem_sim_job_params_t", TANDEM_SIM_JOB_SEED,
