@@ -45,6 +45,7 @@ constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 constexpr auto kDefaultBusyWindow = std::chrono::microseconds(2000);  // TANDEM_UCX_BUSY_US
 constexpr auto kIdleSleep = std::chrono::microseconds(50);
 constexpr auto kStuckGrace = std::chrono::milliseconds(200);
+constexpr auto kDropInterval = std::chrono::milliseconds(1);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
@@ -217,6 +218,7 @@ class Core {
   // Tags retired by drop_unexpected (tag, mask): a failed communicator's, never received again. What arrives on them
   // later is dropped too, in every waiting loop: its sender may be blocked in a cancel until it is.
   std::vector<std::pair<uint64_t, uint64_t>> retired_;
+  Clock::time_point next_drop_{};  // pump drops at most once per kDropInterval (a probe per live rank and tag)
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
   int gone_peers_ = 0;                     // peers no longer alive (fail_stuck_receives looks only then)
@@ -644,7 +646,13 @@ void Core::pump() {
   handle_control();
   watch_processes();
   match_posted();
-  drop_retired();
+  if (!retired_.empty()) {
+    const auto now = Clock::now();
+    if (now >= next_drop_) {
+      next_drop_ = now + kDropInterval;
+      drop_retired();
+    }
+  }
   fail_stuck_receives();
 }
 
