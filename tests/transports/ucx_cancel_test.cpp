@@ -98,8 +98,9 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
   const char* old_tls = std::getenv("UCX_TLS");
   const std::string saved = old_tls ? old_tls : "";
   ::setenv("UCX_TLS", "posix,self", 1);  // before the spawn: the peer inherits it
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("tandem-ucx-cancel-{}-{}", ::getpid(), unique_prefix("dead").substr(5));
+  std::string unique = unique_prefix("dead");  // "test/dead/N": flattened, so that remove_all takes the whole dir
+  std::replace(unique.begin(), unique.end(), '/', '-');
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tandem-ucx-cancel-{}-{}", ::getpid(), unique);
   std::filesystem::remove_all(dir);
   FileStore store(dir);
   const std::string prefix = "dead-stuck";
