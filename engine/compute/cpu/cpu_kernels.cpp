@@ -8,7 +8,7 @@
 namespace tandem::engine::compute::cpu::kernels {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TANDEM_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define TANDEM_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TANDEM_CPU_CLONES
 #endif
