@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 
@@ -45,6 +46,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
   constexpr uint64_t kTag = 0x1200;           // a failed communicator's collective tag
   constexpr uint64_t kMask = (uint64_t{1} << 40) - 1;
   long cancel_ms[2] = {-1, -1};
+  std::atomic<bool> rank1_cancelled{false};  // rank 0 polls it while rank 1 cancels (cancel_ms[1] is read after (3))
   const auto start = Clock::now();
   run_ranks("ucx", 2, [&](Rank& rk) {
     std::vector<unsigned char> buf(kBytes, static_cast<unsigned char>(0x10 + rk.rank));
@@ -60,7 +62,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
       rk.sync.arrive_and_wait();  // (2)
       // Only progress from here on, as a failed communicator's idle rank (or one in another wait) does.
       const auto until = Clock::now() + std::chrono::seconds(4);
-      while (Clock::now() < until && cancel_ms[1] < 0) rk.t.wait_for_progress(std::chrono::milliseconds(1));
+      while (Clock::now() < until && !rank1_cancelled.load()) rk.t.wait_for_progress(std::chrono::milliseconds(1));
       rk.sync.arrive_and_wait();  // (3)
       return;
     }
@@ -73,6 +75,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
     const auto t0 = Clock::now();
     req->cancel();  // waits until rank 0 drops this message
     cancel_ms[1] = ms_since(t0);
+    rank1_cancelled.store(true);
     rk.sync.arrive_and_wait();  // (3)
   });
   const long total_ms = ms_since(start);

@@ -7,7 +7,18 @@
 
 namespace tandem::engine::compute::cpu::kernels {
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// ThreadSanitizer instruments the clones' ifunc resolvers, which the dynamic loader runs before the sanitizer's runtime
+// is up: the process crashed in bias_grad's resolver at load. Under TSan the kernels are built once, for the baseline.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TANDEM_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TANDEM_TSAN 1
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(TANDEM_TSAN)
 #define TANDEM_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TANDEM_CPU_CLONES
