@@ -39,6 +39,8 @@ import predict_lib  # noqa: E402
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 TORCH_JOB = os.path.join(HERE, "torch_job.py")
+NETPROBE = os.path.join(predict_lib.REPO, "tests", "emu", "netprobe.py")
+TCP_PAYLOAD = 1448.0 / 1514.0  # payload per wire byte of a full TCP segment (the simulator's TCP model)
 
 # name: (hosts, ranks, link Mbit/s or None, one-way delay ms, CPU quota in cores or None)
 CASES = {
@@ -78,8 +80,22 @@ def up(name, hosts, bw, lat, quota):
     return predict_lib.cluster_status(name)
 
 
-def cluster_json(hosts, ranks, bw, lat, quota, mem_bytes_per_s):
-    """The simulator's description of a case: what the emulation was configured with."""
+def pair_goodput(name, addr1, seconds=2.5):
+    """One TCP flow from host 0 to host 1 alone (tests/emu/netprobe.py): its steady payload rate in Mbit/s, the
+    one-pair measurement of the link (what `tandem calibrate --network` is meant to give)."""
+    port = 5301
+    recv = subprocess.Popen(host_exec(name, 1) + [SYSTEM_PYTHON, NETPROBE, "tcp-recv", str(port), str(seconds - 0.5),
+                                                  "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    sh(host_exec(name, 0) + [SYSTEM_PYTHON, NETPROBE, "tcp-send", addr1, str(port), str(seconds)], timeout=60)
+    out = recv.communicate(timeout=60)[0]
+    got = predict_lib.json_lines(out.splitlines(), "mbit")
+    return got[-1]["mbit"] if got else None
+
+
+def cluster_json(hosts, ranks, bw, lat, quota, mem_bytes_per_s, pair_mbit=None):
+    """The simulator's description of a case: what the emulation was configured with, and the one-pair TCP
+    goodput where measured (as `tcp_goodput`, the share of the TCP ceiling one flow reached; at most 1)."""
     node = {"name": "emu", "count": hosts, "os_reserved_mib": 0, "peak_gflops": 20.0, "protocol": "tcp",
             "mem_gbps": mem_bytes_per_s / 1e9, "memory_mib": 1024 if quota else 8192}
     if quota:
@@ -90,6 +106,8 @@ def cluster_json(hosts, ranks, bw, lat, quota, mem_bytes_per_s):
         node["ranks_per_node"] = ranks // hosts
     node["nic_mbps"] = bw or 10000.0
     node["nic_latency_us"] = 50.0 + 1000.0 * lat
+    if bw and pair_mbit:
+        node["tcp_goodput"] = round(min(1.0, pair_mbit / (bw * TCP_PAYLOAD)), 4)
     return {"nodes": [node], "topology": {"kind": "star"}}
 
 
@@ -103,7 +121,7 @@ def model_args(model, width):
 class Bench:
     def __init__(self, a, tandem, tmp):
         self.a, self.tandem, self.tmp = a, tandem, tmp
-        self.profiles, self.rows, self.calib = {}, [], {}
+        self.profiles, self.rows, self.calib, self.pairs, self.clusters = {}, [], {}, {}, {}
 
     # ---- 1. one host ----------------------------------------------------------------------------------------
     def calibrate(self):
@@ -157,18 +175,25 @@ class Bench:
     def run_case(self, case):
         hosts, ranks, bw, lat, quota = CASES[case]
         name = self.a.name
-        cl = cluster_json(hosts, ranks, bw, lat, quota, self.mem_bps)
-        cfile = os.path.join(self.tmp, f"cluster-{case}.json")
-        with open(cfile, "w") as f:
-            json.dump(cl, f)
         try:
             st = up(name, hosts, bw, lat, quota)
             addr0 = st["hosts"][0]["addr"]
+            pair = pair_goodput(name, st["hosts"][1]["addr"]) if hosts > 1 and bw and self.a.pair_probe else None
+            if pair is not None:
+                print(f"# one pair (host 0 -> 1, one TCP flow): {pair:.1f} Mbit/s of payload; TCP ceiling "
+                      f"{bw * TCP_PAYLOAD:.1f}", flush=True)
+            self.pairs[case] = pair
+            cl = cluster_json(hosts, ranks, bw, lat, quota, self.mem_bps, pair)
+            cfile = os.path.join(self.tmp, f"cluster-{case}.json")
+            with open(cfile, "w") as f:
+                json.dump(cl, f)
+            self.clusters[case] = cl
             print(f"\n## {case}: {hosts} host(s), {ranks} ranks, link {bw or '-'} Mbit/s, delay {lat} ms, quota "
                   f"{quota or 'none'}; load {os.getloadavg()[0]:.2f}\n# simulator cluster: {json.dumps(cl)}",
                   flush=True)
             for job in self.jobs:
                 t0 = time.monotonic()
+                self.cpu0 = predict_lib.cpu_snapshot(name)
                 try:
                     if job.startswith("tandem-"):
                         meas, pred, extra = self.tandem_job(job, name, addr0, hosts, ranks, cl)
@@ -180,20 +205,25 @@ class Bench:
                     print(f"  {job}: FAILED: {e}", flush=True)
                     self.rows.append({"case": case, "job": job, "failure": str(e)[-1500:]})
                     continue
-                self.add(case, job, meas, pred, extra, time.monotonic() - t0)
+                self.add(case, job, meas, pred, extra, time.monotonic() - t0, name)
             ars = [j for j in self.jobs if j.startswith("allreduce-")]
             if ars:
+                self.cpu0 = predict_lib.cpu_snapshot(name)
                 self.allreduce(case, ars, name, addr0, hosts, ranks, cfile)
         finally:
             predict_lib.emu(["down", "--name", name], check=False)
 
-    def add(self, case, job, meas, pred, extra, wall):
+    def add(self, case, job, meas, pred, extra, wall, name):
+        """One row; with the machine's CPU over the job's run (the hosts' cgroups, every other process, softirq):
+        a host slowed by anything but its quota shows there."""
         err = pred / meas - 1.0
+        cpu = predict_lib.cpu_use(self.cpu0, predict_lib.cpu_snapshot(name))
         row = dict(case=case, job=job, measured_s=meas, predicted_s=pred, error=err, wall_s=wall,
-                   load=os.getloadavg()[0], **extra)
+                   load=os.getloadavg()[0], cpu_cores=cpu, **extra)
         self.rows.append(row)
         print(f"  {job:<20} measured {meas * 1e3:9.2f} ms  predicted {pred * 1e3:9.2f} ms  error {err * 100:+6.1f}%  "
-              f"({wall:.0f} s)", flush=True)
+              f"({wall:.0f} s; cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f})",
+              flush=True)
 
     def launch(self, name, addr0, hosts, ranks, cmd, timeout=900):
         tmpl = f"{predict_lib.TOOL} exec --name {name} " + ("{rank}" if hosts == ranks else "0") + " --"
@@ -281,7 +311,7 @@ class Bench:
                 print(f"  {job}: prediction FAILED: {e}", flush=True)
                 continue
             self.add(case, job, got[b]["time_us"] * 1e-6, sim["step_time_s"],
-                     {"algo": got[b]["algo"], "sim_allreduce": sim.get("allreduce")}, wall / len(sizes))
+                     {"algo": got[b]["algo"], "sim_allreduce": sim.get("allreduce")}, wall / len(sizes), name)
 
     def allreduce_model(self, nbytes):
         """A model whose gradients are `nbytes` (flatten + linear 1 -> K with bias: 2K floats) and a profile that
@@ -330,6 +360,8 @@ def main():
     ap.add_argument("--width-mult", type=float, default=0.25, help="MobileNetV2's width")
     ap.add_argument("--batch", type=int, default=32, help="per rank")
     ap.add_argument("--ar-iters", type=int, default=4, help="timed all-reduces per size")
+    ap.add_argument("--no-pair-probe", dest="pair_probe", action="store_false",
+                    help="leave the one-pair TCP goodput out of the description (configured rate only)")
     ap.add_argument("--tandem")
     ap.add_argument("--json")
     ap.add_argument("--name", default=f"emuv{os.getpid() % 10000}")
@@ -365,6 +397,7 @@ def main():
             print(f"validate_bench: {e}", file=sys.stderr)
             rc = 1
         out["rows"] = b.rows
+        out["pair_mbit"], out["clusters"] = b.pairs, b.clusters
         out["summary"] = print_table(b.rows)
     out["load_end"] = os.getloadavg()
     print(f"# load average at start {out['load_start'][0]:.2f}, at end {out['load_end'][0]:.2f}")
