@@ -49,7 +49,10 @@ CASES = {
     "4x65": (4, 4, 65.0, 0.0, 0.5),
     "4x200+1ms": (4, 4, 200.0, 1.0, 0.5),
     "4r2c": (1, 4, None, 0.0, None),
+    # Not in the default list: 4x200+1ms without its delay, which tells the rate from the latency emulation.
+    "4x200": (4, 4, 200.0, 0.0, 0.5),
 }
+DEFAULT_CASES = ["2x65", "3x65", "4x65", "4x200+1ms", "4r2c"]
 JOBS = ["tandem-lenet5", "tandem-mobilenetv2", "torch-lenet5", "torch-mobilenetv2", "allreduce-1M", "allreduce-4M",
         "allreduce-16M"]
 SIZES = {"1M": 1 << 20, "4M": 4 << 20, "16M": 16 << 20}
@@ -355,7 +358,7 @@ def print_table(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"of {', '.join(CASES)}")
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--width-mult", type=float, default=0.25, help="MobileNetV2's width")
     ap.add_argument("--batch", type=int, default=32, help="per rank")
