@@ -14,7 +14,7 @@ namespace tandem::simulator {
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
-                      "fp16_convert_s", "bf16_convert_s", "batch_curve"},
+                      "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -90,6 +90,15 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                    "{}.batch_curve: needs a point at the profile's batch {} (what the layer times are for)", where,
                    p.batch);
   }
+  if (j.contains("threads")) {
+    TANDEM_REQUIRE(j["threads"].is_number_integer() && j["threads"].get<int64_t>() >= 1,
+                   "{}.threads: expected an integer >= 1 (compute threads of the measured passes)", where);
+    p.threads = j["threads"].get<int64_t>();
+  }
+  if (auto v = json_number(j, "cpu_quota", where)) {
+    TANDEM_REQUIRE(*v > 0, "{}.cpu_quota: expected cores > 0 (the measuring process's CFS quota), got {}", where, *v);
+    p.cpu_quota = *v;
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -101,6 +110,22 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
 
 CalibrationProfile load_profile(const std::string& path) {
   return profile_from_json(read_json_file(path, "calibration profile"), path);
+}
+
+CalibrationProfile full_speed_profile(CalibrationProfile p) {
+  if (!p.cpu_quota) return p;
+  const double f = *p.cpu_quota / static_cast<double>(p.threads);
+  p.cpu_quota.reset();
+  if (f >= 1.0) return p;
+  for (auto& l : p.layers) {
+    l.forward_s *= f;
+    l.backward_s *= f;
+  }
+  p.optimizer_step_s *= f;
+  for (auto& q : p.batch_curve) q.second *= f;
+  for (auto* c : {&p.fp16_convert_s, &p.bf16_convert_s})
+    if (*c) *c = std::make_pair((*c)->first * f, (*c)->second * f);
+  return p;
 }
 
 nlohmann::json profile_to_json(const CalibrationProfile& p) {
@@ -119,6 +144,8 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
     j["batch_curve"] = nlohmann::json::array();
     for (const auto& [b, t] : p.batch_curve) j["batch_curve"].push_back({b, t});
   }
+  j["threads"] = p.threads;
+  if (p.cpu_quota) j["cpu_quota"] = *p.cpu_quota;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

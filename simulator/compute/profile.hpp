@@ -15,6 +15,9 @@
 //    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]
 //        // optional: seconds of one forward + loss + backward pass at each batch, ascending, with a point at
 //        // "batch"; the simulator prices m samples by the curve (interpolated) instead of m/batch of the layers
+//    "threads": 1,         // optional: compute threads the passes ran on (default 1)
+//    "cpu_quota": 0.5      // optional: the CFS quota, in cores, of the process that measured (a cgroup's
+//                          // cpu.cfs_quota_us / cpu.cfs_period_us); see full_speed_profile
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples, or by batch_curve when the profile has one. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
@@ -42,7 +45,18 @@ struct CalibrationProfile {
   std::optional<double> runtime_rss_bytes;
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
+  int64_t threads = 1;
+  std::optional<double> cpu_quota;  // cores the measuring process was allowed by a CFS quota
 };
+
+// A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's
+// average, not the CPU's speed: the process ran at full speed for its quota, then stood still until the period
+// ended, so a mean over back-to-back passes is T / min(1, q / threads) for a pass that takes T at full speed
+// (tandem calibrate scales its layer medians to that mean). The simulator's node model applies a quota as the
+// on/off windows it is (compute/node_cpu.hpp), so it needs T: this returns the profile with its times (layers,
+// optimizer, batch curve, conversions) multiplied by q / threads where that is below 1, and cpu_quota cleared;
+// unchanged otherwise.
+CalibrationProfile full_speed_profile(CalibrationProfile p);
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");
 CalibrationProfile load_profile(const std::string& path);  // unreadable: kIo; malformed: kInvalidArgument
