@@ -13,6 +13,15 @@ import torch_ddp  # noqa: E402  (puts bench/train on the path)
 import torch_models  # noqa: E402
 
 
+def evaluate_unwrapped(tta):
+    """torch_ddp.time_to_accuracy evaluates on rank 0 alone; a DDP-wrapped model with buffers (MobileNetV2's batch
+    norms) would broadcast them in that forward, a collective the other ranks never join (gloo: connection reset).
+    Evaluate the wrapped module instead: DDP keeps every rank's buffers equal to rank 0's in training."""
+    def run(args, model, step, rank, world):
+        return tta(args, getattr(model, "module", model), step, rank, world)
+    return run
+
+
 def main():
     argv, width, model = [], 1.0, None
     it = iter(sys.argv[1:])
@@ -26,6 +35,7 @@ def main():
     if model == "mobilenetv2":
         torch_models.mobilenetv2_width = functools.partial(torch_models.mobilenetv2, wm=width)
         model = "mobilenetv2_width"
+    torch_ddp.time_to_accuracy = evaluate_unwrapped(torch_ddp.time_to_accuracy)
     sys.argv = [sys.argv[0]] + (["--model", model] if model else []) + argv
     return torch_ddp.main()
 
