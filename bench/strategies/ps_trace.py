@@ -12,9 +12,9 @@ runtime's Chrome trace (one clock: the ranks share this machine's). Per step it 
   reply spread   last worker's pull end - first worker's pull end. The simulator's flow model shares the server's
                  uplink max-min fairly between the W replies, so they end together (spread ~0); replies served one
                  after another (FIFO) end 1/W of the reply phase apart (spread ~ (W-1)/W of it).
-  overlap        the time, summed over the step window, during which one worker's push/pull span has ended
-                 and it is already pushing its next step while another worker still waits for its reply: push
-                 traffic into the server beside reply traffic out of it (both directions of its link busy).
+  nearest reply  per reply, the time to the nearest reply end of another worker (median): ~0 in a convoy (every
+                 reply ends with the others', as max-min sharing keeps them); about step / W with workers spread
+                 evenly out of phase (replies one after another, or workers on different steps).
 
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
@@ -57,25 +57,15 @@ def analyse(sp, workers, skip):
     steps = range(skip, n)
     spread = [max(sp[w][i][1] for w in range(workers)) - min(sp[w][i][1] for w in range(workers)) for i in steps]
     reply = [max(sp[w][i][1] for w in range(workers)) - max(sp[w][i][2] for w in range(workers)) for i in steps]
-    # step time: the mean over workers of the time between consecutive pull ends
+    # step time: the mean over workers of the time between their first and last pull end, per step
     step = statistics.mean((sp[w][n - 1][1] - sp[w][skip][1]) / max(1, n - 1 - skip) for w in range(workers))
-    # time some worker pushes its next step (push/pull span open, before its wait) while another waits on a reply
-    push_iv = [(sp[w][i][0], sp[w][i][2]) for w in range(workers) for i in steps]
-    wait_iv = {w: [(sp[w][i][2], sp[w][i][1]) for i in steps] for w in range(workers)}
-    overlap = 0.0
-    for w in range(workers):
-        for i in steps:
-            ps, pe = sp[w][i][0], sp[w][i][2]
-            for o in range(workers):
-                if o == w:
-                    continue
-                for ws, we in wait_iv[o]:
-                    overlap += max(0.0, min(pe, we) - max(ps, ws))
-    total = sp[0][n - 1][1] - sp[0][skip][1]
+    ends = {w: [sp[w][i][1] for i in steps] for w in range(workers)}
+    nearest = [min(abs(t - u) for o in range(workers) if o != w for u in ends[o]) for w in range(workers)
+               for t in ends[w]]
     return {"steps": len(spread), "step_ms": step, "reply_spread_ms_median": statistics.median(spread),
             "reply_phase_ms_median": statistics.median(reply),
-            "push_beside_reply_ms_per_step": overlap / max(1, len(spread)) if total > 0 else None,
-            "push_spans": len(push_iv)}
+            "nearest_reply_ms_median": statistics.median(nearest),
+            "pull_ends_ms": {str(w): ends[w] for w in range(workers)}}
 
 
 def main():
@@ -116,8 +106,8 @@ def main():
                 res["rows"].append(r)
                 print(f"{key:<9} step {r['step_ms']:.1f} ms; reply phase (last wait start -> last reply) "
                       f"{r['reply_phase_ms_median']:.1f} ms, reply spread (first -> last reply) "
-                      f"{r['reply_spread_ms_median']:.1f} ms (medians over {r['steps']} steps); a worker pushing "
-                      f"while another waits for its reply: {r['push_beside_reply_ms_per_step']:.1f} ms per step",
+                      f"{r['reply_spread_ms_median']:.1f} ms, nearest other worker's reply {r['nearest_reply_ms_median']:.1f} "
+                      f"ms (medians over {r['steps']} steps; a convoy: ~0, evenly out of phase: ~step/{W})",
                       flush=True)
     finally:
         predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
