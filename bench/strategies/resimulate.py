@@ -12,7 +12,8 @@ only its per-layer split is not recorded, so the split comes from a `tandem cali
 the run's forward and backward totals (LeNet-5 is one gradient bucket, so the split moves only where in backward
 its single push starts). Nothing is taken from the training measurements. Today's prediction is given the
 training runs' seed (strategy_bench's SEED: FedAvg's shares, asgd's matching); the runs' own `tandem simulate`
-had no --seed, so --check-old leaves it out.
+had no --seed, so --check-old leaves it out for them. From run 4 on the results JSON holds the run's profile
+itself, which is used as it is.
 
 Prints, per row: the prediction recorded in the run (`tandem simulate`'s where the run has it, else `train
 --predict`'s), today's, the measured step (round) and both errors. --check-old: fail when a row's recomputed
@@ -30,8 +31,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
 sys.path.insert(0, HERE)
-import predict_lib  # noqa: E402
-from strategy_bench import SEED, strategies  # noqa: E402
+from strategy_bench import SEED, cluster_json, model_args, strategies  # noqa: E402
 
 DEFAULT_RUNS = ["run1.json", "run2.json", "run3_lr0.005.json"]
 
@@ -62,10 +62,11 @@ def run_profile(split, cal):
 
 
 def simulate(tandem, cluster, profile, flags, args, fed, seed):
+    a = argparse.Namespace(**{"model": "lenet5", "width_mult": 0.25, "ranks_per_host": 1, **args})
     samples = args.get("train_limit") or 60000
     if fed and args.get("fedavg_limit"):
         samples = min(samples, args["fedavg_limit"] * args["batch"] * args["workers"])
-    cmd = [tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist", "--samples",
+    cmd = [tandem, "simulate", "--cluster", cluster] + model_args(a) + ["--dataset", "fashion-mnist", "--samples",
            str(samples), "--batch", str(args["batch"]), "--dp", str(args["workers"]), "--profile", profile,
            "--profile-network", "--json"] + flags + ([] if seed is None else ["--seed", str(seed)])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
@@ -86,14 +87,16 @@ def main():
     print("| run | strategy | measured | old prediction | error | new prediction | error |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="tandem_resim_") as tmp:
-        split = local_split(a.tandem, tmp)
+        split = None
         for path in runs:
             with open(path) as f:
                 run = json.load(f)
             name = os.path.splitext(os.path.basename(path))[0]
             profile = os.path.join(tmp, f"{name}_profile.json")
-            with open(profile, "w") as f:
-                json.dump(run_profile(split, run["calibration"]), f)
+            with open(profile, "w") as f:  # the run's own profile where it recorded it (from run 4 on)
+                if not run.get("profile") and split is None:
+                    split = local_split(a.tandem, tmp)
+                json.dump(run.get("profile") or run_profile(split, run["calibration"]), f)
             status = {"config": run["cluster_config"], "hosts": [None] * run["hosts"]}
             for row in run["rows"]:
                 key = row["key"]
@@ -102,9 +105,12 @@ def main():
                 label, servers, flags = table[key]
                 cluster = os.path.join(tmp, f"{name}_cluster{run['args']['workers'] + servers}.json")
                 with open(cluster, "w") as f:
-                    f.write(predict_lib.cluster_description(status, hosts=run["args"]["workers"] + servers))
+                    ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
+                    f.write(cluster_json(ra, status, run["args"]["workers"] + servers))
                 fed = key.startswith("fedavg")
-                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if a.check_old else SEED)
+                # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)
+                old_seedless = a.check_old and os.path.basename(path) in DEFAULT_RUNS
+                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if old_seedless else SEED)
                 old = row.get("sim_predicted_s") or row["predicted_s"]
                 m = row["measured_s"]
                 if a.check_old and abs(new / old - 1) > 0.02:

@@ -49,7 +49,8 @@ sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
 import predict_lib  # noqa: E402
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fashion-mnist, where `tandem train` looks
-TORCH_DDP = os.path.join(REPO, "bench", "parallel", "torch_ddp.py")
+TORCH_PEER = os.path.join(HERE, "torch_peer.py")      # bench/parallel/torch_ddp.py with MobileNetV2's width
+EMU_EXEC = os.path.join(HERE, "emu_exec.sh")          # rank -> host placement with --ranks-per-host
 SYSTEM_PYTHON = "/usr/bin/python3"               # Debian's, which sees python3-torch
 SEED = 1                                         # every training run's --seed (and the simulator's, for its shares)
 
@@ -69,6 +70,47 @@ def strategies():
         "fedavg-dir": ("FedAvg Dirichlet 0.5, E=1", 0, ["--strategy", "fedavg", "--local-epochs", "1",
                                                         "--dirichlet-alpha", "0.5"]),
     }
+
+
+def model_label(a):
+    return "LeNet-5" if a.model == "lenet5" else f"MobileNetV2 x{a.width_mult:g}"
+
+
+def model_args(a):
+    return ["--model", a.model] + (["--width-mult", str(a.width_mult)] if a.model == "mobilenetv2" else [])
+
+
+def worker_hosts(a):
+    return a.workers // a.ranks_per_host
+
+
+def host_of(a, rank):
+    """Workers w = 0..W-1 share hosts R at a time (host w // R); server rank W+s gets host W/R + s of its own."""
+    return rank // a.ranks_per_host if rank < a.workers else worker_hosts(a) + rank - a.workers
+
+
+def launch_cmd(a, name, addr0, n, cmd):
+    if a.ranks_per_host == 1:
+        return predict_lib.launch_cmd(a.tandem_path, name, addr0, n, cmd, timeout_ms=a.comm_timeout_ms,
+                                      transport=a.transport)
+    return [a.tandem_path, "launch", "--transport", a.transport, "--host-exec",
+            f"{EMU_EXEC} {name} {a.ranks_per_host} {a.workers} {{rank}} --", "--master-addr", addr0,
+            "--timeout-ms", str(a.comm_timeout_ms), "-n", str(n), "--"] + cmd
+
+
+def cluster_json(a, status, n_ranks):
+    """The simulator's cluster for ranks 0..n-1 placed as host_of places them: one node per rank
+    (predict_lib.cluster_description), or with --ranks-per-host R the worker nodes hold R ranks each
+    (`ranks_per_node`, sharing the node's one vCPU) and each server has a node of its own."""
+    if a.ranks_per_host == 1:
+        return predict_lib.cluster_description(status, hosts=n_ranks)
+    base = json.loads(predict_lib.cluster_description(status, hosts=1))
+    node = base["nodes"][0]
+    nodes = [dict(node, count=worker_hosts(a), ranks_per_node=a.ranks_per_host, name=node["name"] + "-worker")]
+    if n_ranks > a.workers:
+        nodes.append(dict(node, count=n_ranks - a.workers, name=node["name"] + "-server"))
+    base["nodes"] = nodes
+    return json.dumps(base)
 
 
 def finite(x):
@@ -132,7 +174,7 @@ class Bench:
 
     def data_args(self):
         a = self.a
-        d = ["--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--batch", str(a.batch),
+        d = model_args(a) + ["--dataset", "fashion-mnist", "--threads", "1", "--batch", str(a.batch),
              "--lr", str(a.lr), "--seed", str(SEED)]
         if a.train_limit:
             d += ["--train-limit", str(a.train_limit)]
@@ -145,20 +187,22 @@ class Bench:
         per-epoch lines, the prediction (or None), the link counters' deltas per host and the wall time."""
         cmd = [self.tandem, "train"] + self.data_args() + flags + [
             "--predict", "--predict-cluster", cluster, "--profile", self.profile, "--profile-network", "--json"]
-        launch = predict_lib.launch_cmd(self.tandem, self.name, self.addr0, n_ranks, cmd,
-                                        timeout_ms=self.a.comm_timeout_ms, transport=self.a.transport)
+        launch = launch_cmd(self.a, self.name, self.addr0, n_ranks, cmd)
         before = link_bytes(self.status())
         t0 = time.monotonic()
         rc, per_rank, text = run_ranks(launch, timeout_s)
         wall = time.monotonic() - t0
-        links = link_delta(before, link_bytes(self.status()))
+        links = link_delta(before, link_bytes(self.status()))[:self.hosts_for(n_ranks)]
         lines = per_rank.get(0, [])
         epochs = predict_lib.json_lines(lines, "epoch")
         pred = predict_lib.json_lines(lines, "prediction")
         target = predict_lib.json_lines(lines, "target")
         return {"rc": rc, "epochs": epochs, "prediction": pred[-1]["prediction"] if pred else None,
                 "target": target[-1]["target"] if target else None,
-                "links": links[:n_ranks], "launch_wall_s": wall, "tail": "" if rc == 0 else text[-2500:]}
+                "links": links, "launch_wall_s": wall, "tail": "" if rc == 0 else text[-2500:]}
+
+    def hosts_for(self, n_ranks):
+        return host_of(self.a, n_ranks - 1) + 1
 
     def simulate(self, flags, n_ranks, fed):
         """`tandem simulate` of the same job on the emulated cluster's description with the same profile: the
@@ -168,11 +212,11 @@ class Bench:
         a = self.a
         cluster = os.path.join(self.tmp, f"cluster{n_ranks}.json")
         with open(cluster, "w") as f:
-            f.write(predict_lib.cluster_description(self.st, hosts=n_ranks))
+            f.write(cluster_json(a, self.st, n_ranks))
         samples = a.train_limit or 60000
         if fed and a.fedavg_limit:
             samples = min(samples, a.fedavg_limit * a.batch * a.workers)
-        cmd = [self.tandem, "simulate", "--cluster", cluster, "--model", "lenet5", "--dataset", "fashion-mnist",
+        cmd = [self.tandem, "simulate", "--cluster", cluster] + model_args(a) + ["--dataset", "fashion-mnist",
                "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
                self.profile, "--profile-network", "--seed", str(SEED), "--json"] + flags
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
@@ -190,7 +234,7 @@ class Bench:
         for key in keys:
             label, servers, flags = table[key]
             n = a.workers + servers
-            cluster = predict_lib.cluster_description(self.st, hosts=n)
+            cluster = cluster_json(a, self.st, n)
             # the trainer stops at the first evaluation that reaches the target; the evaluations (rounds) stay the cap
             if key.startswith("fedavg"):
                 extra = ["--epochs", str(a.fedavg_rounds)] + (["--limit-batches", str(a.fedavg_limit)]
@@ -224,7 +268,8 @@ class Bench:
         t = r.get("target")
         if t is not None:  # the trainer's own stop: its time and steps (rounds), which the curve must agree with
             reached = ((t["train_s"], t["epoch"] if fed else t["steps"]) if t["reached"] else None)
-        wb = [r["links"][w][0] for w in range(min(a.workers, len(r["links"])))]
+        # bytes a worker sent: its host's upload (over R workers with --ranks-per-host R)
+        wb = [r["links"][h][0] / a.ranks_per_host for h in range(min(worker_hosts(a), len(r["links"])))]
         busiest = max((max(u, d) for u, d in r["links"]), default=0)
         row = {"key": key, "label": label, "servers": servers, "workers": a.workers, "rc": r["rc"],
                "unit": "round" if fed else "step", "evals": len(points), "curve": points,
@@ -272,7 +317,7 @@ class Bench:
             for s in server_counts]
         for label, servers, flags in configs:
             n = a.workers + servers
-            cluster = predict_lib.cluster_description(self.st, hosts=n)
+            cluster = cluster_json(a, self.st, n)
             # two epochs: the first warms up; the counters cover both, so bytes are per step over 2 * steps
             r = self.train(n, flags + ["--epochs", "2", "--limit-batches", str(a.psring_steps),
                                        "--eval-limit-batches", "1"], cluster, a.run_timeout_s)
@@ -280,6 +325,8 @@ class Bench:
             last = r["epochs"][-1] if r["epochs"] else {}
             busiest_i, busiest = max(enumerate(max(u, d) for u, d in r["links"]), key=lambda t: t[1],
                                      default=(None, 0))
+            busiest_i = None if busiest_i is None else (busiest_i if busiest_i < worker_hosts(a) else
+                                                        a.workers + busiest_i - worker_hosts(a))  # as a rank
             row = {"label": label, "servers": servers, "rc": r["rc"], "images_per_sec": last.get("images_per_sec"),
                    "step_s": (last.get("time_split") or {}).get("step_s"),
                    "busiest_host": busiest_i, "busiest_host_role": None if busiest_i is None else (
@@ -310,8 +357,9 @@ class Bench:
         for w in range(a.workers):
             env = ["env", f"RANK={w}", f"WORLD_SIZE={a.workers}", f"MASTER_ADDR={self.addr0}",
                    f"MASTER_PORT={port}", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1"]
-            cmd = [predict_lib.TOOL, "exec", "--name", self.name, str(w), "--"] + env + [
-                SYSTEM_PYTHON, TORCH_DDP, "--batch", str(a.batch), "--lr", str(a.lr), "--threads", "1",
+            cmd = [predict_lib.TOOL, "exec", "--name", self.name, str(host_of(a, w)), "--"] + env + [
+                SYSTEM_PYTHON, TORCH_PEER, "--model", a.model, "--width-mult", str(a.width_mult),
+                "--batch", str(a.batch), "--lr", str(a.lr), "--threads", "1",
                 "--eval-every", str(a.eval_every), "--max-evals", str(a.max_evals), "--target", str(a.target),
                 "--steps", "0"] + (["--train-limit", str(a.train_limit)] if a.train_limit else []) + (
                 ["--test-limit", str(a.test_limit)] if a.test_limit else [])
@@ -329,7 +377,7 @@ class Bench:
         links = link_delta(before, link_bytes(self.status()))
         got = predict_lib.json_lines(outs[0].splitlines(), "peer")
         res = {"rcs": [p.returncode for p in procs], "launch_wall_s": wall,
-               "bytes_sent_per_worker": sum(u for u, _ in links[:a.workers]) / a.workers}
+               "bytes_sent_per_worker": sum(u for u, _ in links[:worker_hosts(a)]) / a.workers}
         if got:
             res.update(got[-1])
             res["reached"] = res.get("tta_wall_s") is not None
@@ -346,10 +394,10 @@ class Bench:
             print(f"  peer FAILED (exit codes {res['rcs']}):\n{res['tail']}", flush=True)
 
 
-def print_tables(out, target):
+def print_tables(out, target, label="LeNet-5"):
     rows = out["rows"]
     if rows:
-        print(f"\n## time to {target:.0%} test accuracy, LeNet-5, Fashion-MNIST")
+        print(f"\n## time to {target:.0%} test accuracy, {label}, Fashion-MNIST")
         print("| strategy | time to target | steps/rounds | sent per worker | final accuracy |")
         print("|---|---:|---:|---:|---:|")
         for r in rows:
@@ -393,6 +441,11 @@ def print_tables(out, target):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--model", choices=("lenet5", "mobilenetv2"), default="lenet5")
+    ap.add_argument("--width-mult", type=float, default=0.25, help="mobilenetv2's width multiplier")
+    ap.add_argument("--ranks-per-host", type=int, default=1,
+                    help="workers per emulated host (servers keep a host each); the profile is calibrated at one "
+                         "rank per host and the simulator shares the node (ranks_per_node)")
     ap.add_argument("--parts", default="tta,psring,peer")
     ap.add_argument("--strategies", default=",".join(strategies()))
     ap.add_argument("--psring-servers", default="1,2,4")
@@ -429,6 +482,10 @@ def main():
     parts = a.parts.split(",")
     keys = [k for k in a.strategies.split(",") if k]
     bad = [k for k in keys if k not in strategies()]
+    if a.ranks_per_host < 1 or a.workers % a.ranks_per_host:
+        print(f"strategy_bench: --ranks-per-host {a.ranks_per_host} must divide --workers {a.workers}",
+              file=sys.stderr)
+        return 2
     if bad or any(p not in ("tta", "psring", "peer") for p in parts):
         print(f"strategy_bench: unknown strategy {bad} or part in {parts}; strategies: {', '.join(strategies())}",
               file=sys.stderr)
@@ -441,13 +498,13 @@ def main():
               file=sys.stderr)
         return 77
     try:
-        tandem = predict_lib.find_tandem(a.tandem)
+        tandem = a.tandem_path = predict_lib.find_tandem(a.tandem)
     except predict_lib.NotReady as e:
         print(f"strategy_bench: {e}", file=sys.stderr)
         return 2
     psring_servers = [int(s) for s in a.psring_servers.split(",") if s] if "psring" in parts else []
     max_servers = max([strategies()[k][1] for k in keys] + psring_servers + [0])
-    hosts = a.workers + max_servers
+    hosts = worker_hosts(a) + max_servers
     b = Bench(a, tandem, a.name)
     out = b.out
     out.update(args=vars(a), started_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -464,22 +521,26 @@ def main():
         cfg = b.st["config"]
         print(f"# {out['started_utc']} UTC, load {out['load_start']:.1f} (measured under load: other engineers' "
               f"builds share the 2 cores); {out['cpu']}")
-        print(f"# emulated cluster {a.name}: {hosts} x t2.micro ({a.workers} worker hosts + up to {max_servers} "
+        print(f"# emulated cluster {a.name}: {hosts} x t2.micro ({worker_hosts(a)} worker hosts with "
+              f"{a.ranks_per_host} worker rank(s) each + up to {max_servers} "
               f"server hosts): link {cfg['bw_mbit']} Mbit/s, memory {cfg['mem_mb']} MiB, cpu {cfg['cpu_quota']} "
               f"core each; {b.st['caveat']}")
-        print(f"# {tandem}; LeNet-5, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum 0.9, transport "
+        print(f"# {tandem}; {model_label(a)}, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum 0.9, transport "
               f"{a.transport}", flush=True)
         out.update(cluster_config=cfg, caveat=b.st["caveat"], hosts=hosts)
         with tempfile.TemporaryDirectory(prefix="tandem_strategy_bench_") as tmp:
             os.chmod(tmp, 0o755)
             b.tmp = tmp
-            b.profile = os.path.join(tmp, "lenet5.json")
+            b.profile = os.path.join(tmp, f"{a.model}.json")
             t0 = time.monotonic()
-            cal = predict_lib.calibrate(tandem, a.name, b.addr0, a.workers, ["--model", "lenet5", "--dataset",
-                                        "synthetic"], a.batch, b.profile, iters=a.calib_iters,
+            # one rank per worker host: the simulator shares a node between its ranks_per_node ranks itself
+            cal = predict_lib.calibrate(tandem, a.name, b.addr0, worker_hosts(a), model_args(a) + [
+                                        "--dataset", "synthetic"], a.batch, b.profile, iters=a.calib_iters,
                                         transport=a.transport)
             out["calibration"] = cal
-            print(f"# calibrated on the {a.workers} worker hosts in {time.monotonic() - t0:.0f} s: step "
+            with open(b.profile) as f:
+                out["profile"] = json.load(f)  # the simulator's input as it was (resimulate.py reuses it)
+            print(f"# calibrated on the {worker_hosts(a)} worker hosts in {time.monotonic() - t0:.0f} s: step "
                   f"{cal['step_mean_s'] * 1e3:.2f} ms at batch {a.batch}, link "
                   f"{cal.get('p2p_bytes_per_s', 0) * 8 / 1e6:.1f} Mbit/s, latency "
                   f"{cal.get('p2p_latency_s', 0) * 1e6:.0f} us", flush=True)
@@ -499,7 +560,7 @@ def main():
         predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
     out["load_end"] = os.getloadavg()[0]
     out["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-    print_tables(out, a.target)
+    print_tables(out, a.target, model_label(a))
     if any(r["rc"] != 0 for r in out["rows"] + out["psring"]):
         rc = 1
     if a.json:

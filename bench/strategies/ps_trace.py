@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Why the parameter-server predictions miss: when each worker's pull (the server's reply) ends, measured.
+
+  bench/strategies/ps_trace.py [--workers 4] [--steps 40] [--strategies ps,ps-async,ssp] [--tandem PATH]
+                               [--name N] [--json OUT]
+
+Brings up W + 1 emulated t2.micro hosts (tools/emu-cluster; the server on a host of its own, as strategy_bench.py
+places it), runs `tandem train --strategy S --servers 1 --trace` of LeNet-5 for --steps steps per strategy and
+reads every worker's `push/pull` span (first push issued .. last reply received) and `wait pull` span from the
+runtime's Chrome trace (one clock: the ranks share this machine's). Per step it reports:
+
+  reply spread   last worker's pull end - first worker's pull end. The simulator's flow model shares the server's
+                 uplink max-min fairly between the W replies, so they end together (spread ~0); replies served one
+                 after another (FIFO) end 1/W of the reply phase apart (spread ~ (W-1)/W of it).
+  nearest reply  per reply, the time to the nearest reply end of another worker (median): ~0 in a convoy (every
+                 reply ends with the others', as max-min sharing keeps them); about step / W with workers spread
+                 evenly out of phase (replies one after another, or workers on different steps).
+
+Needs root; exit 77 without it. The cluster is brought down on every exit.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
+import predict_lib  # noqa: E402
+
+FLAGS = {"ps": ["--strategy", "ps"], "ps-async": ["--strategy", "ps-async"],
+         "ssp": ["--strategy", "ssp", "--staleness", "2"]}
+
+
+def spans(trace, workers):
+    """{worker: [(push_start, pull_end, wait_start)]} in step order, in ms."""
+    ev = trace["traceEvents"] if isinstance(trace, dict) else trace
+    pp = {w: [] for w in range(workers)}
+    wait = {w: [] for w in range(workers)}
+    for e in ev:
+        if e.get("pid") in pp and e.get("name") == "push/pull":
+            pp[e["pid"]].append((e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3))
+        if e.get("pid") in pp and e.get("name") == "wait pull":
+            wait[e["pid"]].append(e["ts"] / 1e3)
+    out = {}
+    for w in range(workers):
+        a, b = sorted(pp[w]), sorted(wait[w])
+        out[w] = [(s, t, b[i] if i < len(b) else s) for i, (s, t) in enumerate(a)]
+    return out
+
+
+def analyse(sp, workers, skip):
+    n = min(len(v) for v in sp.values())
+    steps = range(skip, n)
+    spread = [max(sp[w][i][1] for w in range(workers)) - min(sp[w][i][1] for w in range(workers)) for i in steps]
+    reply = [max(sp[w][i][1] for w in range(workers)) - max(sp[w][i][2] for w in range(workers)) for i in steps]
+    # step time: the mean over workers of the time between their first and last pull end, per step
+    step = statistics.mean((sp[w][n - 1][1] - sp[w][skip][1]) / max(1, n - 1 - skip) for w in range(workers))
+    ends = {w: [sp[w][i][1] for i in steps] for w in range(workers)}
+    nearest = [min(abs(t - u) for o in range(workers) if o != w for u in ends[o]) for w in range(workers)
+               for t in ends[w]]
+    return {"steps": len(spread), "step_ms": step, "reply_spread_ms_median": statistics.median(spread),
+            "reply_phase_ms_median": statistics.median(reply),
+            "nearest_reply_ms_median": statistics.median(nearest),
+            "pull_ends_ms": {str(w): ends[w] for w in range(workers)}}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip", type=int, default=5, help="leading steps left out (warm-up)")
+    ap.add_argument("--strategies", default="ps,ps-async,ssp")
+    ap.add_argument("--tandem")
+    ap.add_argument("--name", default=f"pst{os.getpid() % 100000}")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("ps_trace: needs root (network namespaces, cgroups); not run", file=sys.stderr)
+        return 77
+    tandem = predict_lib.find_tandem(a.tandem)
+    W = a.workers
+    res = {"args": vars(a), "load_start": os.getloadavg(), "rows": []}
+    try:
+        predict_lib.emu(["up", "--name", a.name, "--hosts", str(W + 1), "--preset", "t2.micro"], timeout=300)
+        st = predict_lib.cluster_status(a.name)
+        addr0 = st["hosts"][0]["addr"]
+        with tempfile.TemporaryDirectory(prefix="tandem_ps_trace_") as tmp:
+            os.chmod(tmp, 0o777)
+            for key in a.strategies.split(","):
+                path = os.path.join(tmp, f"{key}.json")
+                cmd = [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1",
+                       "--batch", "32", "--lr", "0.005", "--seed", "1", "--servers", "1", "--epochs", "1",
+                       "--limit-batches", str(a.steps), "--eval-limit-batches", "1", "--trace", path,
+                       "--json"] + FLAGS[key]
+                rc, per_rank, text = predict_lib.run_launch(tandem, a.name, addr0, W + 1, cmd, timeout=300)
+                if rc != 0 or not os.path.exists(path):
+                    print(f"{key}: failed (exit {rc}):\n{text[-1500:]}", file=sys.stderr)
+                    continue
+                with open(path) as f:
+                    r = analyse(spans(json.load(f), W), W, a.skip)
+                r["strategy"] = key
+                res["rows"].append(r)
+                print(f"{key:<9} step {r['step_ms']:.1f} ms; reply phase (last wait start -> last reply) "
+                      f"{r['reply_phase_ms_median']:.1f} ms, reply spread (first -> last reply) "
+                      f"{r['reply_spread_ms_median']:.1f} ms, nearest other worker's reply {r['nearest_reply_ms_median']:.1f} "
+                      f"ms (medians over {r['steps']} steps; a convoy: ~0, evenly out of phase: ~step/{W})",
+                      flush=True)
+    finally:
+        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
+    res["load_end"] = os.getloadavg()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
