@@ -30,7 +30,8 @@ bool ParallelTrainer::reforms_grid() const noexcept {
 }
 
 bool ParallelTrainer::probe_loss(const std::string& why) {
-  // Whoever waits on this rank in a stage or replica group fails at once, instead of at its deadline...
+  // Whoever waits on this rank in a stage or replica group fails at once, instead of at its deadline (the
+  // survivors then all reach the shrink within its window)...
   for (comm::Communicator* c : {pipe_comm_.get(), dp_comm_.get()}) {
     try {
       if (c != nullptr && !c->is_failed()) c->abort(why);
@@ -38,6 +39,7 @@ bool ParallelTrainer::probe_loss(const std::string& why) {
       // best effort
     }
   }
+  if (own_comm_->is_failed()) return true;
   // ... and the trainer's own communicator, over every rank, shows whether a rank is gone.
   try {
     own_comm_->barrier()->wait();
@@ -168,6 +170,7 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
   world_ = own_comm_.get();
   regrid(pp);
   has_prev_ = false;
+  snapshot_valid_ = false;  // the snapshots were of the old grid
   // 4. Every rank takes its new stage's slices (from_checkpoint: as load_checkpoint does from the file).
   if (from_checkpoint) {
     load_checkpoint(pc_.elastic_checkpoint);

@@ -307,7 +307,7 @@ void ParallelTrainer::agree_on_settings(bool growing) {
       {"bucket bytes", static_cast<int64_t>(pc_.bucket_mb * 1048576.0)},
       {"compression", static_cast<int64_t>(pc_.compression)},
       {"partition", static_cast<int64_t>(pc_.partition)},
-      {"explicit stage cut", static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},
+      {"explicit stage cut", growing ? 0 : static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},
       {"batch size", config_.batch_size},
       {"model layers", static_cast<int64_t>(model_.num_layers())},
       {"model parameters", model_.total_params()},
@@ -586,7 +586,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
       if (!peer_gone) throw;
-      if (!trainer_comm()->is_failed() && !(grid_.pp > 1 && probe_loss(e.what()))) throw;
+      if (grid_.pp > 1 ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
       again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
       // The step in flight was completed: by the others (ddp, fedavg: its update is in the adopted state), or by
@@ -609,7 +609,8 @@ void ParallelTrainer::take_snapshot() {
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   if (grid_.pp > 1) {
     prev_snapshot_ = std::move(snapshot_);
-    has_prev_ = true;
+    has_prev_ = snapshot_valid_;  // a snapshot of this grid (none before the first, nor across a re-form)
+    snapshot_valid_ = true;
   }
   Snapshot& s = snapshot_;
   // With parameter servers a failed step changes neither the parameters (workers take the servers' after a

@@ -268,8 +268,8 @@ class ParallelTrainer {
   void adopt_state(int root);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
-  // f failed with a peer gone but the trainer's own communicator is healthy: aborts the stage and replica groups
-  // (whoever waits on this rank there fails at once) and probes the own communicator; true when it failed.
+  // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)
+  // and returns whether the trainer's own communicator failed (probed with a barrier when it looks healthy).
   bool probe_loss(const std::string& why);
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
   bool reform_grid(const std::string& why);
@@ -335,6 +335,7 @@ class ParallelTrainer {
   Snapshot snapshot_;
   Snapshot prev_snapshot_;  // elastic pipeline/hybrid: the snapshot before (a rank may be one step ahead)
   bool has_prev_ = false;
+  bool snapshot_valid_ = false;
   int64_t progress_of(const Snapshot& s) const noexcept;
   std::unique_ptr<comm::Communicator> own_comm_;  // parameter servers absorbing a loss: the trainer's own, every rank
   // Buffers of operations in flight on retired communicators: declared before them, so destroyed after them.

@@ -16,7 +16,7 @@ from test_elastic_cli import epochs_of
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 EPOCHS = 4
 TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--model", "lenet5", "--dataset", "synthetic",
-         "--batch", "16", "--limit-batches", "60", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
+         "--batch", "16", "--limit-batches", "400", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
          "--epochs", str(EPOCHS)]
 
 
