@@ -237,9 +237,9 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
                                  o.strategy, o.elastic ? "" : " without --elastic"));
   }
   if (joining) {
-    // Waits as long as the job may take to reach a step boundary: the job's deadline, at least 10 minutes.
+    // How long a joiner waits for the job's next step boundary that admits it: TANDEM_JOIN_WAIT_MS, else 10 minutes.
     int64_t wait_ms = 600000;
-    if (const char* t = std::getenv("TANDEM_TIMEOUT_MS"); t != nullptr) wait_ms = std::max<int64_t>(wait_ms, std::atoll(t));
+    if (const char* t = std::getenv("TANDEM_JOIN_WAIT_MS"); t != nullptr && std::atoll(t) > 0) wait_ms = std::atoll(t);
     if (tandem_comm_join(h.ctx, nullptr, wait_ms, &h.comm) != TANDEM_OK)
       return cli::fail("cannot join the running job");
   } else if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) {

@@ -168,6 +168,11 @@ typedef struct tandem_context_params {
  *                             (read by the CLI only, not by the library)          default unset
  *   TANDEM_MIN_RANKS          the `tandem` CLI's default train --min-ranks; `tandem launch
  *                             --min-ranks` sets it (read by the CLI only)         default unset
+ *   TANDEM_MAX_RANKS          the `tandem` CLI's default train --max-ranks; `tandem launch
+ *                             --max-ranks` above -n sets it (read by the CLI only) default unset
+ *   TANDEM_JOIN               1: `tandem train` joins a running elastic job (tandem_comm_join);
+ *                             `tandem launch --join` sets it (read by the CLI only) default 0
+ *   TANDEM_JOIN_WAIT_MS       how long such a joiner waits for admission (CLI only) def. 600000
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
