@@ -1,5 +1,6 @@
 // C shims: parallel trainers (DDP, pipeline, hybrid DP x PP over a communicator), and the trainer
 // interface that lets every tandem_trainer_* call drive single-process and parallel trainers alike.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -136,10 +137,10 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   }
   if (m & TANDEM_PARALLEL_PARAM_GROW) {
     TANDEM_REQUIRE(p->max_ranks >= 0, "{}: parallel->max_ranks must be >= 0 (0: no bound; got {})", fn, p->max_ranks);
-    TANDEM_REQUIRE(p->join_poll_steps >= 1, "{}: parallel->join_poll_steps must be >= 1 (got {})", fn,
+    TANDEM_REQUIRE(p->join_poll_steps >= 0, "{}: parallel->join_poll_steps must be >= 0 (0: every step; got {})", fn,
                    p->join_poll_steps);
     c.max_ranks = p->max_ranks;
-    c.join_poll_steps = p->join_poll_steps;
+    c.join_poll_steps = std::max(1, p->join_poll_steps);
     c.joining = p->joining != 0;
   }
   return c;

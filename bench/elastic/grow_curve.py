@@ -6,7 +6,8 @@ trains; when rank 0 reports epoch JOIN_AFTER, `tandem launch --join -n 2 --secre
 admitted at the next step boundary. Printed beside the same job uninterrupted at 2 ranks and at 4 ranks (lr x 2,
 the rule's). Admission time: from starting the joiners' launcher to the job's log line "N rank(s) joined at step S"
 (written right before the first step at 4 ranks; it includes the joiners' process start, model build and dataset
-load), and the old ranks' own share of it ("after X ms": the agreement, the new connections and the state).
+load), and the old ranks' own share of it ("after X ms": the agreement, the new connections and the state). When the
+second joiner asks a moment after the first, one step boundary admits them one after the other (2 -> 3 -> 4).
 
 Hybrid kill: `tandem launch -n 4 --min-ranks 2 -- tandem train --strategy hybrid --dp 2 --pp 2 --elastic`; world rank 3
 is SIGKILLed after rank 0 reports epoch 1; the survivors re-form at 1 x 2 (rank 2 leaves). Printed beside the
@@ -94,7 +95,8 @@ def grow(a):
             state["asked"] = time.monotonic()
             state["joiners"] = subprocess.Popen(joiner_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                 text=True, env=env())
-        if "joined at step" in line and state["joined"] is None:
+        # The joiners come in together, or one after the other at one step boundary (2 -> 3 -> 4).
+        if "joined at step" in line and "4 ranks go on" in line and state["joined"] is None:
             state["joined"] = t
             state["line"] = line.strip()
 
@@ -171,8 +173,8 @@ def main():
             print("| %d | %.6f | %.6f | %.6f | %d |" % (e, two[e][key], four[e][key], grown[e][key], grown[e]["world"]))
         print()
     ms = re.search(r"after (\d+) ms", st["line"])
-    print("admission: joiners' launcher started -> job's \"joined\" line (first step at 4 ranks next): %.0f ms; the "
-          "old ranks' share (agreement, connections, state): %s ms" %
+    print("admission: joiners' launcher started -> job's \"4 ranks go on\" line (first step at 4 ranks next): %.0f ms; "
+          "the old ranks' share of the last admission (agreement, connections, state): %s ms" %
           (1e3 * (st["joined"] - st["asked"]), ms.group(1) if ms else "?"))
     print("  %s\n" % st["line"])
     print("Hybrid 2x2, world rank 3 SIGKILLed after epoch 1: `%s`\n" % hyb_cmd)

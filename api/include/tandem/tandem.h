@@ -963,8 +963,8 @@ typedef struct tandem_parallel_params {
    * batch x dp'; the learning rate is x dp' / starting replicas -- the rule shrink uses. A joiner creates its
    * trainer with joining non-zero over the communicator tandem_comm_join returned, with the job's settings. */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
-  int32_t join_poll_steps;          /* grow: steps between checks for joiners; default 1 (each costs one store
-                                     * round trip on rank 0 and an 8-byte broadcast) */
+  int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
+                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast) */
   int32_t joining;                  /* grow: non-zero on a joiner; default 0 */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
