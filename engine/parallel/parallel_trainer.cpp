@@ -701,7 +701,7 @@ void ParallelTrainer::shrink_group(const std::string& why) {
     grid_.dp = grid_.world - grid_.servers;
     TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
     if (!grid_.server) grid_.dp_rank = grid_.rank;
-  } else {
+  } else if (grid_.pp == 1) {  // a pipeline or hybrid grid is re-formed by reform_grid
     grid_.dp = grid_.world;
     grid_.dp_rank = grid_.rank;
   }
