@@ -14,13 +14,18 @@
 // Elastic jobs (--min-ranks A below -n; issue #17): a rank that dies is reported (which, and how)
 // but the others are left running -- they shrink their communicator and go on (tandem train
 // --elastic) -- and the launcher exits 0 when at least A ranks finished with status 0. The ranks
-// are not told A: give tandem train --min-ranks A too (TODO(#17): pass it once the setting is registered).
+// get TANDEM_MIN_RANKS=A, tandem train's default --min-ranks.
+// Growing jobs (issue #17): `--max-ranks B` above -n lets ranks join later: `tandem launch --join -n K --port P
+// --secret-file F -- tandem train ...` starts K ranks with TANDEM_JOIN=1 and the running job's rendezvous and
+// secret (F, written by the job's own launch with --secret-file F); its elastic ranks admit them at a step
+// boundary, at most B in all.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -62,7 +67,9 @@ struct LaunchOptions {
   bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
   std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
   int min_ranks = 0;        // elastic below -n: ranks that must finish; 0: -n (not elastic)
-  int max_ranks = 0;        // 0: -n (ranks joining later, --join, are not supported yet)
+  int max_ranks = 0;        // 0: -n; above -n the ranks get TANDEM_MAX_RANKS (tandem train's default --max-ranks)
+  bool join = false;        // --join: the ranks join a running elastic job (TANDEM_JOIN=1) instead of starting one
+  std::string secret_file;  // start: write the job's secret there (0600); --join: read it from there
   std::vector<std::string> command;
 };
 
@@ -113,6 +120,34 @@ std::optional<std::string> random_secret() {
     s += hex[b & 15];
   }
   return s;
+}
+
+// --secret-file for a joining launch: the running job's secret (written by its launcher), else TANDEM_SECRET.
+std::optional<std::string> read_secret_file(const std::string& path) {
+  if (path.empty()) {
+    const char* env = std::getenv("TANDEM_SECRET");
+    if (env != nullptr && *env != '\0') return std::string(env);
+    say("--join needs the running job's secret: give --secret-file (the file its `tandem launch --secret-file` "
+        "wrote) or export TANDEM_SECRET");
+    return std::nullopt;
+  }
+  std::ifstream in(path);
+  std::string secret;
+  if (!in || !std::getline(in, secret) || secret.empty()) {
+    say("--secret-file " + path + ": cannot read a secret from it (" + std::strerror(errno) + ")");
+    return std::nullopt;
+  }
+  return secret;
+}
+
+// --secret-file for a new job: the secret, readable by this user only, for `tandem launch --join`.
+bool write_secret_file(const std::string& path, const std::string& secret) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const std::string line = secret + "\n";
+  const bool ok = fd >= 0 && ::fchmod(fd, 0600) == 0 && write_all(fd, line.data(), line.size());
+  if (fd >= 0) ::close(fd);
+  if (!ok) say("--secret-file " + path + ": cannot write the job's secret there (" + std::strerror(errno) + ")");
+  return ok;
 }
 
 // A TCP port free right now (the kernel's choice); 0 on failure.
@@ -490,10 +525,18 @@ int Launcher::run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 #endif
 
-  const auto secret = random_secret();
-  if (!secret) {
-    say("cannot read 32 random bytes from /dev/urandom for the job secret");
-    return 1;
+  // A joining launch proves the running job's secret (from --secret-file, else TANDEM_SECRET); a new job draws one.
+  std::optional<std::string> secret;
+  if (o_.join) {
+    secret = read_secret_file(o_.secret_file);
+    if (!secret) return 2;
+  } else {
+    secret = random_secret();
+    if (!secret) {
+      say("cannot read 32 random bytes from /dev/urandom for the job secret");
+      return 1;
+    }
+    if (!o_.secret_file.empty() && !write_secret_file(o_.secret_file, *secret)) return 1;
   }
   secret_ = *secret;
   const bool loopback = is_loopback(o_.master_addr);
@@ -516,6 +559,8 @@ int Launcher::run() {
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
   if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
+  if (o_.max_ranks > o_.nprocs) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);  // and --max-ranks
+  if (o_.join) common["TANDEM_JOIN"] = "1";  // TANDEM_RANK / TANDEM_WORLD_SIZE then number the joiners
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
@@ -709,8 +754,14 @@ tandem::cli::Registration reg{
                      "first failure stops every rank). The ranks get TANDEM_MIN_RANKS, tandem train's default "
                      "--min-ranks")
           ->check(CLI::Range(1, 4096));
-      sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks (default -n; must be >= -n)")
+      sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks, joiners included (default -n; "
+                     "must be >= -n); above -n the ranks get TANDEM_MAX_RANKS, tandem train's default --max-ranks")
           ->check(CLI::Range(1, 4096));
+      sub.add_flag("--join", o->join, "start -n ranks that join the running elastic job at --port (tandem train "
+                   "--strategy ddp --elastic, with the job's other options): they get TANDEM_JOIN=1 and are admitted "
+                   "at its next step boundary, up to its --max-ranks");
+      sub.add_option("--secret-file", o->secret_file, "write the job's secret to this file (mode 0600), for "
+                     "`tandem launch --join`; with --join: read it from there (default: TANDEM_SECRET)");
       // After `--` every word is the rank's command, option-looking ones included.
       sub.add_option("command", o->command, "PROGRAM ARGS... (after --)")->required();
       return [o] {
@@ -751,8 +802,12 @@ tandem::cli::Registration reg{
         if (o->max_ranks == 0) o->max_ranks = o->nprocs;
         if (o->min_ranks > o->nprocs || o->nprocs > o->max_ranks) {
           say("--min-ranks " + std::to_string(o->min_ranks) + " <= -n " + std::to_string(o->nprocs) + " <= --max-ranks " +
-              std::to_string(o->max_ranks) + " does not hold (ranks joining later are not supported yet, so the job "
-              "starts with -n ranks)");
+              std::to_string(o->max_ranks) + " does not hold (the job starts with -n ranks; more join later with "
+              "tandem launch --join, up to --max-ranks)");
+          return 2;
+        }
+        if (o->join && o->port == 0) {
+          say("--join: give --port, the running job's rendezvous port (and --master-addr unless it is this host)");
           return 2;
         }
         if (!o->log_dir.empty() && ::access(o->log_dir.c_str(), W_OK) != 0) {

@@ -74,6 +74,8 @@ struct TrainOptions {
   int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
   bool elastic = false;  // issue #17: ddp and ps go on when workers die (the asynchronous strategies always do)
   int min_ranks = 0;     // 0: 1
+  int max_ranks = -1;    // --max-ranks (-1: TANDEM_MAX_RANKS, else 0: no bound); joiners beyond it are refused
+  int join_poll_steps = 1;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
 };
@@ -220,7 +222,29 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
     pp.min_ranks = o.min_ranks > 0 ? o.min_ranks : 1;
     pp.elastic_checkpoint = o.checkpoint.c_str();  // below min_ranks the survivors stop with it
   }
-  if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) return cli::fail("cannot join the job");
+  // Growth (issue #17): `tandem launch --join` starts ranks with TANDEM_JOIN=1; they join the running job at its next
+  // step boundary that checks for joiners, and receive its state.
+  const char* join = std::getenv("TANDEM_JOIN");
+  const bool joining = join != nullptr && std::string(join) == "1";
+  if (o.elastic && o.strategy == "ddp") {
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
+    pp.max_ranks = std::max(0, o.max_ranks);
+    pp.join_poll_steps = o.join_poll_steps;
+    pp.joining = joining ? 1 : 0;
+  } else if (joining) {
+    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp admits new ranks (give --strategy ddp --elastic, as "
+                                 "the running job has; this one has --strategy {}{})",
+                                 o.strategy, o.elastic ? "" : " without --elastic"));
+  }
+  if (joining) {
+    // How long a joiner waits for the job's next step boundary that admits it: TANDEM_JOIN_WAIT_MS, else 10 minutes.
+    int64_t wait_ms = 600000;
+    if (const char* t = std::getenv("TANDEM_JOIN_WAIT_MS"); t != nullptr && std::atoll(t) > 0) wait_ms = std::atoll(t);
+    if (tandem_comm_join(h.ctx, nullptr, wait_ms, &h.comm) != TANDEM_OK)
+      return cli::fail("cannot join the running job");
+  } else if (tandem_comm_create(h.ctx, nullptr, &h.comm) != TANDEM_OK) {
+    return cli::fail("cannot join the job");
+  }
   tandem_comm_rank(h.comm, &h.rank);
   if (tandem_trainer_create_parallel(h.model, h.train, h.test, h.opt, &tp, &pp, h.comm, &h.trainer) != TANDEM_OK) {
     return cli::fail(fmt::format("rank {}: cannot create the {} trainer", h.rank, o.strategy));
@@ -633,7 +657,14 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
-          ->group(par)->check(CLI::PositiveNumber)};
+          ->group(par)->check(CLI::PositiveNumber),
+      app.add_option("--max-ranks", o->max_ranks, "elastic ddp: ranks started later (tandem launch --join) are "
+                     "admitted at a step boundary up to this many ranks in all, the others refused (default: "
+                     "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
+          ->group(par)->check(CLI::PositiveNumber),
+      app.add_option("--join-poll-steps", o->join_poll_steps, "elastic ddp: check for joining ranks every this many "
+                     "steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast)")
+          ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
@@ -646,6 +677,16 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
         if (*end != '\0' || n < 1 || n > 1 << 20)
           return tandem::cli::fail(fmt::format("TANDEM_MIN_RANKS='{}' is not a rank count >= 1", v));
         o->min_ranks = static_cast<int>(n);
+      }
+    }
+    if (o->max_ranks < 0) {
+      o->max_ranks = 0;
+      if (const char* v = std::getenv("TANDEM_MAX_RANKS"); v != nullptr && *v != '\0') {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (*end != '\0' || n < 1 || n > 1 << 20)
+          return tandem::cli::fail(fmt::format("TANDEM_MAX_RANKS='{}' is not a rank count >= 1", v));
+        o->max_ranks = static_cast<int>(n);
       }
     }
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule

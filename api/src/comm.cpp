@@ -100,6 +100,37 @@ TANDEM_API tandem_status_t tandem_comm_shrink(tandem_comm_t* failed, tandem_comm
   });
 }
 
+TANDEM_API tandem_status_t tandem_comm_pending_joins(tandem_comm_t* comm, int64_t* pending) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = checked(comm, "tandem_comm_pending_joins", "comm");
+    TANDEM_REQUIRE(pending != nullptr, "tandem_comm_pending_joins: pending is NULL");
+    *pending = recording(*c.state, [&] { return c.state->comm->pending_joins(); });
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int32_t max_ranks, tandem_comm_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    auto& c = checked(comm, "tandem_comm_grow", "comm");
+    TANDEM_REQUIRE(out != nullptr, "tandem_comm_grow: out is NULL");
+    TANDEM_REQUIRE(max_ranks >= 0, "tandem_comm_grow: max_ranks must be >= 0 (0: no bound; got {})", max_ranks);
+    tandem::engine::comm::GrowOptions o;
+    o.max_ranks = max_ranks;
+    auto grown = recording(*c.state, [&] { return c.state->comm->grow(o); });
+    *out = grown ? wrap(std::move(grown), c.state->env) : nullptr;
+  });
+}
+
+TANDEM_API tandem_status_t tandem_comm_join(tandem_context_t* ctx, const tandem_comm_params_t* params,
+                                            int64_t wait_ms, tandem_comm_t** out) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const ContextEnv& env = checked(ctx, "tandem_comm_join", "context").env;
+    TANDEM_REQUIRE(out != nullptr, "tandem_comm_join: out is NULL");
+    TANDEM_REQUIRE(wait_ms > 0, "tandem_comm_join: wait_ms must be > 0 (got {})", wait_ms);
+    const ContextScope scope(env);
+    *out = wrap(join_engine_comm(to_create_params(params), std::chrono::milliseconds(wait_ms)), env);
+  });
+}
+
 TANDEM_API void tandem_comm_destroy(tandem_comm_t* comm) TANDEM_NOEXCEPT {
   destroy_handle(comm);  // the engine communicator lives on while requests still reference it
 }

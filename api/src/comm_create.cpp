@@ -39,7 +39,10 @@ class OverlaidEnv {
 
 }  // namespace
 
-std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParams& p) {
+namespace {
+
+// The job these settings name: explicit settings first, the environment for the rest.
+std::pair<engine::comm::BootstrapConfig, engine::comm::CommOptions> resolve(const CreateParams& p) {
   using namespace engine::comm;
   OverlaidEnv env;
   if (p.rank || p.size) {
@@ -84,7 +87,19 @@ std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParam
   log::debug("tandem_comm_create: rank {} of {} ({}), rendezvous {}:{}, transport {}, timeout {} ms", config.info.rank,
              config.info.size, config.source, config.master_addr, config.master_port, options.transport,
              options.timeout.count());
-  return create_communicator(config, options);
+  return {config, options};
+}
+
+}  // namespace
+
+std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParams& p) {
+  const auto [config, options] = resolve(p);
+  return engine::comm::create_communicator(config, options);
+}
+
+std::unique_ptr<engine::comm::Communicator> join_engine_comm(const CreateParams& p, std::chrono::milliseconds wait) {
+  const auto [config, options] = resolve(p);
+  return engine::comm::join_communicator(config, options, wait);
 }
 
 }  // namespace tandem::api

@@ -92,6 +92,8 @@ struct CreateParams {
 // Bootstraps the engine communicator: explicit settings first, the environment for the rest
 // (comm_create.cpp).
 std::unique_ptr<engine::comm::Communicator> create_engine_comm(const CreateParams& params);
+// Joins the running job those settings name (tandem_comm_join; engine::comm::join_communicator).
+std::unique_ptr<engine::comm::Communicator> join_engine_comm(const CreateParams& params, std::chrono::milliseconds wait);
 
 // Runs `body` under the communicator's context (ContextScope) and, if it throws a tandem::Error,
 // records it as the communicator's failure before rethrowing (argument errors are not failures of

@@ -1,5 +1,6 @@
 // C shims: parallel trainers (DDP, pipeline, hybrid DP x PP over a communicator), and the trainer
 // interface that lets every tandem_trainer_* call drive single-process and parallel trainers alike.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -60,7 +61,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_ELASTIC), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_GROW), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -133,6 +134,14 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
     c.elastic = p->elastic != 0;
     c.min_ranks = p->min_ranks;
     c.elastic_checkpoint = p->elastic_checkpoint != nullptr ? p->elastic_checkpoint : "";
+  }
+  if (m & TANDEM_PARALLEL_PARAM_GROW) {
+    TANDEM_REQUIRE(p->max_ranks >= 0, "{}: parallel->max_ranks must be >= 0 (0: no bound; got {})", fn, p->max_ranks);
+    TANDEM_REQUIRE(p->join_poll_steps >= 0, "{}: parallel->join_poll_steps must be >= 0 (0: every step; got {})", fn,
+                   p->join_poll_steps);
+    c.max_ranks = p->max_ranks;
+    c.join_poll_steps = std::max(1, p->join_poll_steps);
+    c.joining = p->joining != 0;
   }
   return c;
 }

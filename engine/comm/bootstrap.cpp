@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/comm/admission.hpp"
 #include "engine/comm/bootstrapped_communicator.hpp"
+#include "engine/comm/world_bootstrap.hpp"
+#include "transports/socket_setup.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 
@@ -57,6 +60,31 @@ std::unique_ptr<Communicator> create_communicator(const BootstrapConfig& config,
   std::unique_ptr<Communicator> inner = Communicator::create(info, rdv.store, options);
   TANDEM_CHECK(inner != nullptr, Status::kInternal, "rank {}: Communicator::create returned no communicator",
                config.info.rank);
+  return std::make_unique<BootstrappedCommunicator>(std::move(rdv), std::move(inner));
+}
+
+std::unique_ptr<Communicator> join_communicator(const BootstrapConfig& config, const CommOptions& options_in,
+                                                std::chrono::milliseconds wait) {
+  const CommOptions options = comm_options_from_env(options_in);
+  transports::require_known_transport(options.transport);
+  TANDEM_REQUIRE(wait.count() > 0, "join: the wait for admission must be positive (got {} ms)", wait.count());
+  Rendezvous rdv = join_rendezvous(config, options.transport, options.timeout);
+  std::string host = config.info.host.empty() ? local_hostname() : config.info.host;
+  host += "@" + transports::local_host_id();
+  log::info("join: joiner {} asks the job at {}:{} for admission (waiting up to {} ms)", config.info.rank,
+            config.master_addr, config.master_port, wait.count());
+  const JoinAnswer a = request_admission(*rdv.store, host, wait);
+  BootstrapInfo info = config.info;
+  info.rank = a.rank;
+  info.size = a.size;
+  if (info.listen_addr.empty() && options.transport != "inproc" && !is_loopback_address(config.master_addr))
+    info.listen_addr = route_source_address(config.master_addr, config.master_port);
+  std::vector<int> parents(static_cast<size_t>(a.size), -1);
+  for (int r = 0; r < a.old_size; ++r) parents[static_cast<size_t>(r)] = r;
+  std::unique_ptr<Communicator> inner =
+      create_world(info, rdv.store, options, grow_prefix(a.grow_id), a.epoch, std::move(parents), host);
+  await_outcome(*rdv.store, a.grow_id, 2 * options.timeout);
+  log::info("join: admitted as rank {} of {} (epoch {})", a.rank, a.size, a.epoch);
   return std::make_unique<BootstrappedCommunicator>(std::move(rdv), std::move(inner));
 }
 

@@ -63,6 +63,21 @@ Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::millisec
 // meets the others' k-th.
 Rendezvous in_process_rendezvous(const BootstrapConfig& config);
 
+// Joins a running elastic job as a new rank (issue #17; admission.hpp states the rule): proves the job's
+// secret to its rendezvous (kAuth when wrong: never admitted), asks for admission and waits up to `wait` for
+// the running ranks to admit it at a step boundary, then connects to the grown world and returns it (its rank
+// follows the old ranks'). config names the job as its ranks' do (address, port, secret; for the inproc
+// transport also the job's size); config.info.rank/size only number the joiners for logs. Errors: kAuth,
+// kUnsupported (refused: the job is at its maximum size), kTimeout (no admission within `wait`),
+// kPeerFailure (the running ranks abandoned this admission).
+std::unique_ptr<Communicator> join_communicator(const BootstrapConfig& config, const CommOptions& options,
+                                                std::chrono::milliseconds wait);
+
+// A joiner's meeting point: the job's store (tcp: a client of rank 0's server, authenticated with config's secret;
+// inproc: the job's store in this process). No server.
+Rendezvous join_rendezvous(const BootstrapConfig& config, const std::string& transport,
+                           std::chrono::milliseconds timeout);
+
 // The environment's job (bootstrap_config_from_env + comm_options_from_env) as a communicator.
 // Rank 0's rendezvous server lives as long as the returned communicator (and any split of it).
 std::unique_ptr<Communicator> create_communicator_from_env(const CommOptions& options = {});

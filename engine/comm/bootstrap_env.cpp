@@ -142,6 +142,55 @@ std::shared_ptr<RendezvousServer> serve(const RendezvousServerOptions& so) {
 
 }  // namespace
 
+namespace {
+
+// The in-process jobs' stores, by (job, generation): in_process_rendezvous and a joiner's join_rendezvous.
+std::mutex inproc_stores_mu;
+std::map<std::pair<std::string, uint64_t>, std::weak_ptr<transports::KvStore>>& inproc_stores() {
+  static std::map<std::pair<std::string, uint64_t>, std::weak_ptr<transports::KvStore>> stores;
+  return stores;
+}
+
+std::string inproc_job(const BootstrapConfig& config) {
+  // The job's identity never leaves the process; the secret is part of it so that two jobs that share
+  // an address and port (defaults) but not a secret stay apart.
+  return fmt::format("{}:{}/{}/{}", config.master_addr, config.master_port, config.info.size, config.secret);
+}
+
+}  // namespace
+
+Rendezvous join_rendezvous(const BootstrapConfig& config, const std::string& transport,
+                           std::chrono::milliseconds timeout) {
+  Rendezvous r;
+  if (transport == "inproc") {
+    // The job's newest live store in this process (the one its ranks' communicators use now).
+    const std::string job = inproc_job(config);
+    std::lock_guard lock(inproc_stores_mu);
+    for (const auto& [key, weak] : inproc_stores())
+      if (key.first == job)
+        if (auto s = weak.lock()) r.store = s;
+    TANDEM_CHECK(r.store != nullptr, Status::kTimeout,
+                 "join: no job of {} ranks at {}:{} with this secret runs in this process (inproc)", config.info.size,
+                 config.master_addr, config.master_port);
+    return r;
+  }
+  TANDEM_REQUIRE(config.master_port > 0 && config.master_port <= 65535,
+                 "join: the job's rendezvous port must be in 1..65535, got {}", config.master_port);
+  RendezvousClientOptions co;
+  co.host = config.master_addr;
+  if (co.host.size() > 2 && co.host.front() == '[' && co.host.back() == ']') co.host = co.host.substr(1, co.host.size() - 2);
+  co.port = config.master_port;
+  co.secret = config.secret;
+  co.rank = 0;  // a joiner has no rank in the job's world yet; 0 passes the server's range check
+  co.size = 0;  // and announces no size
+  co.name = fmt::format("joiner {} on {}", config.info.rank, config.info.host);
+  co.timeout = timeout;
+  co.generation = 0;  // the job's first communicator's namespace, where elastic jobs admit joiners
+  r.client = std::make_shared<RendezvousClient>(co);
+  r.store = std::make_shared<ServingStore>(nullptr, r.client);
+  return r;
+}
+
 Rendezvous in_process_rendezvous(const BootstrapConfig& config) {
   const BootstrapInfo& info = config.info;
   TANDEM_REQUIRE(info.size >= 1 && info.rank >= 0 && info.rank < info.size, "rank {} is outside a world of size {}",
@@ -152,13 +201,10 @@ Rendezvous in_process_rendezvous(const BootstrapConfig& config) {
     r.store = std::make_shared<transports::MemoryStore>();
     return r;
   }
-  // The job's identity never leaves the process; the secret is part of it so that two jobs that share
-  // an address and port (defaults) but not a secret stay apart.
-  const std::string job = fmt::format("{}:{}/{}/{}", config.master_addr, config.master_port, info.size, config.secret);
+  const std::string job = inproc_job(config);
   const uint64_t generation = next_generation("inproc:" + job, info.rank);
-  static std::mutex mu;
-  static std::map<std::pair<std::string, uint64_t>, std::weak_ptr<transports::KvStore>> stores;
-  std::lock_guard lock(mu);
+  std::lock_guard lock(inproc_stores_mu);
+  auto& stores = inproc_stores();
   std::erase_if(stores, [](const auto& kv) { return kv.second.expired(); });
   auto& slot = stores[{job, generation}];
   r.store = slot.lock();

@@ -12,4 +12,9 @@ std::unique_ptr<Communicator> BootstrappedCommunicator::shrink() {
   return std::make_unique<BootstrappedCommunicator>(rendezvous_, inner_->shrink());
 }
 
+std::unique_ptr<Communicator> BootstrappedCommunicator::grow(const GrowOptions& options) {
+  std::unique_ptr<Communicator> grown = inner_->grow(options);
+  return grown ? std::make_unique<BootstrappedCommunicator>(rendezvous_, std::move(grown)) : nullptr;
+}
+
 }  // namespace tandem::engine::comm

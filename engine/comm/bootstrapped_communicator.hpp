@@ -26,6 +26,9 @@ class BootstrappedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   // Likewise for the survivors' communicator.
   std::unique_ptr<Communicator> shrink() override;
+  // The grown world shares it too (rank 0's server keeps serving the joiners).
+  int64_t pending_joins() override { return inner_->pending_joins(); }
+  std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
   int epoch() const override { return inner_->epoch(); }
   std::vector<int> parent_ranks() const override { return inner_->parent_ranks(); }
   std::unique_ptr<Work> allreduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {

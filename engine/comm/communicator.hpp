@@ -59,6 +59,12 @@ struct FailureStatus {
   std::string message;  // as failure_message()
 };
 
+// Communicator::grow's bounds.
+struct GrowOptions {
+  int max_ranks = 0;                       // > 0: joiners beyond this size are refused (with the reason)
+  std::chrono::milliseconds window{0};     // how long to wait for a joiner's request after its ticket; 0 = timeout
+};
+
 class Work {
  public:
   virtual ~Work() = default;
@@ -120,10 +126,22 @@ class Communicator {
   // declared dead (it came back too late, or it aborted); kTimeout when no decision came (the store or
   // the coordinator died); kUnsupported for a store without counters.
   virtual std::unique_ptr<Communicator> shrink() = 0;
-  // Membership epoch: 0 for a communicator from create or split, its parent's + 1 for shrink's result.
+  // Elastic growth (admission.hpp states the rule), collective over this healthy communicator's ranks:
+  // pending_joins() returns how many joiners (join_communicator) wait for admission -- rank 0 reads the job's
+  // store and broadcasts the count, so every rank gets the same number. grow() admits them: one decision by
+  // rank 0 (joiners beyond options.max_ranks are refused with the reason), then the old ranks (ranks
+  // 0..size()-1, in order) and the admitted joiners (the next ranks, in the order they asked) build a new
+  // communicator over a new transport. Returns it, or nullptr when nobody was admitted or when building it
+  // failed on any old rank within options().timeout (a joiner died while being admitted: logged, this communicator
+  // stays usable). This communicator stays as it was; destroy it when done. Errors: kUnsupported for a
+  // communicator without a store; the errors of a failed collective on this communicator.
+  virtual int64_t pending_joins() = 0;
+  virtual std::unique_ptr<Communicator> grow(const GrowOptions& options) = 0;
+  // Membership epoch: 0 for a communicator from create or split, its parent's + 1 for shrink's and grow's result
+  // (a joiner's: the epoch it was admitted at).
   virtual int epoch() const = 0;
   // For shrink's result: the rank each of its ranks had in the communicator it was shrunk from
-  // (ascending). Empty for a communicator from create or split.
+  // (ascending). For grow's: 0..n-1 for the old ranks, -1 for each joiner. Empty for create or split.
   virtual std::vector<int> parent_ranks() const = 0;
 
   // The algorithm `auto` would choose (or the override), for logs and benchmarks.

@@ -164,7 +164,7 @@ std::unique_ptr<Communicator> CommunicatorImpl::split(int color, int key) {
   }
   log::debug("comm {} rank {}: split color {} key {} -> comm {} rank {}/{}", comm_id_, rank_, color, key,
              layout.child_id, layout.child_rank, members.size());
-  Lineage lineage{lineage_.store, lineage_.key_prefix, 0, {}};
+  Lineage lineage{lineage_.store, lineage_.key_prefix, 0, {}, lineage_.listen_addr};
   return std::make_unique<CommunicatorImpl>(shared_, layout.child_rank, std::move(members), layout.child_id, options_,
                                             std::move(hosts), std::move(lineage));
 }
@@ -199,7 +199,7 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   }
   log::info("comm {} rank {}: shrunk to comm {} rank {}/{} (epoch {}, kept ranks {})", comm_id_, rank_, m.comm_id,
             m.new_rank, m.members.size(), m.epoch, format_rank_list(m.members));
-  Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members};
+  Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members, lineage_.listen_addr};
   return std::make_unique<CommunicatorImpl>(shared_, m.new_rank, std::move(members), m.comm_id, options_,
                                             std::move(hosts), std::move(lineage));
 }

@@ -23,6 +23,7 @@ class CommunicatorImpl final : public Communicator {
     std::string key_prefix;
     int epoch = 0;
     std::vector<int> parent_ranks;
+    std::string listen_addr;  // where its transport listens ("" = the default): a grown world listens there too
   };
   // `members[r]`: the transport rank of communicator rank r; `hosts[r]` its host name.
   CommunicatorImpl(std::shared_ptr<SharedTransport> transport, int rank, std::vector<int> members, uint32_t comm_id,
@@ -49,6 +50,8 @@ class CommunicatorImpl final : public Communicator {
   FailureStatus failure_status() const override { return peers_.failure_status(); }
   void abort(const std::string& reason) override;
   std::unique_ptr<Communicator> shrink() override;
+  int64_t pending_joins() override;
+  std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
   int epoch() const override { return lineage_.epoch; }
   std::vector<int> parent_ranks() const override { return lineage_.parent_ranks; }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;

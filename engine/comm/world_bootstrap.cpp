@@ -100,16 +100,23 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
 
   // Every world communicator built on one store gets its own key namespace.
   const std::string prefix = world_key_prefix(store, info.rank);
+  return create_world(info, std::move(store), options, prefix, 0, {});
+}
 
-  // Host names and the settings ranks must agree on. Ranks group by host name *and* by kernel boot
-  // and network namespace (local_host_id): machines that share a name (containers all called
-  // "localhost") and the emulated hosts of one machine (bench/emu: a namespace each) are apart.
-  std::string host = info.host;
+std::unique_ptr<Communicator> create_world(const BootstrapInfo& info, std::shared_ptr<transports::KvStore> store,
+                                           const CommOptions& options, const std::string& prefix, int epoch,
+                                           std::vector<int> parent_ranks, std::string host) {
+  // Ranks group by host name *and* by kernel boot and network namespace (local_host_id): machines that share a
+  // name (containers all called "localhost") and the emulated hosts of one machine (bench/emu: a namespace each)
+  // are apart.
   if (host.empty()) {
-    char buf[256] = {};
-    host = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
+    host = info.host;
+    if (host.empty()) {
+      char buf[256] = {};
+      host = gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "localhost";
+    }
+    host += "@" + transports::local_host_id();
   }
-  host += "@" + transports::local_host_id();
   std::vector<std::string> hosts =
       exchange_hosts(*store, prefix, info.rank, info.size, host, agreed_settings(options), options.timeout);
 
@@ -124,12 +131,13 @@ std::unique_ptr<Communicator> Communicator::create(const BootstrapInfo& info,
   auto shared = std::make_shared<SharedTransport>(transports::create_transport(to));
   std::vector<int> members(static_cast<size_t>(info.size));
   for (int r = 0; r < info.size; ++r) members[r] = r;
-  CommunicatorImpl::Lineage lineage{store, prefix, 0, {}};
+  CommunicatorImpl::Lineage lineage{store, prefix, epoch, std::move(parent_ranks), info.listen_addr};
   auto comm = std::make_unique<CommunicatorImpl>(std::move(shared), info.rank, std::move(members), 0, options,
                                                  std::move(hosts), std::move(lineage));
-  log::info("comm: rank {}/{} connected over {} (allreduce {}{}, timeout {} ms)", info.rank, info.size,
+  log::info("comm: rank {}/{} connected over {} (allreduce {}{}, timeout {} ms{})", info.rank, info.size,
             comm->transport_name(), algorithm_name(options.allreduce_algorithm),
-            options.deterministic ? ", deterministic" : "", options.timeout.count());
+            options.deterministic ? ", deterministic" : "", options.timeout.count(),
+            epoch > 0 ? fmt::format(", epoch {}", epoch) : std::string());
   return comm;
 }
 

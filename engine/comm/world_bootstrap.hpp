@@ -26,6 +26,14 @@ std::vector<std::string> exchange_hosts(transports::KvStore& store, const std::s
                                         const std::string& host, const std::string& settings,
                                         std::chrono::milliseconds timeout);
 
+// The world communicator of `info` under the key namespace `prefix` (Communicator::create with the
+// prefix given, not counted): a grown world (Communicator::grow, join_communicator) is built by old
+// and new ranks alike this way. `epoch` and `parent_ranks` become its lineage; `host` is this rank's
+// host identity as exchange_hosts publishes it ("" = this machine's).
+std::unique_ptr<Communicator> create_world(const BootstrapInfo& info, std::shared_ptr<transports::KvStore> store,
+                                           const CommOptions& options, const std::string& prefix, int epoch,
+                                           std::vector<int> parent_ranks, std::string host = "");
+
 // host_of[r]: index of rank r's host, numbered in order of first appearance.
 Topology topology_of(const std::vector<std::string>& hosts);
 

@@ -67,6 +67,11 @@ constexpr Variable kVariables[] = {
     {"TANDEM_PROFILE", K::kText, 0, 0, "", "unset", "cli: calibration profile for --predict"},
     {"TANDEM_MIN_RANKS", K::kInteger, 1, 1 << 20, "", "unset",
      "cli: tandem train's default --min-ranks (tandem launch --min-ranks sets it)"},
+    {"TANDEM_MAX_RANKS", K::kInteger, 1, 1 << 20, "", "unset",
+     "cli: tandem train's default --max-ranks (tandem launch --max-ranks above -n sets it)"},
+    {"TANDEM_JOIN", K::kChoice, 0, 0, "0|1", "0",
+     "cli: 1: tandem train joins a running elastic job (tandem launch --join sets it)"},
+    {"TANDEM_JOIN_WAIT_MS", K::kInteger, 1, kNoLimit, "", "600000", "cli: how long a joiner waits for admission"},
 };
 
 size_t index_of(std::string_view name) {

@@ -1,5 +1,7 @@
 #include "engine/parallel/parallel_config.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include <fmt/format.h>
@@ -50,7 +52,9 @@ Strategy parse_strategy(std::string_view s) {
 bool absorbs_worker_loss(const ParallelConfig& c) noexcept {
   switch (c.strategy) {
     case Strategy::kDdp:
-    case Strategy::kPs: return c.elastic;
+    case Strategy::kPs:
+    case Strategy::kPipeline:
+    case Strategy::kHybrid: return c.elastic;
     case Strategy::kPsAsync:
     case Strategy::kSsp:
     case Strategy::kAsgd:
@@ -170,15 +174,19 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
   }
   if (c.elastic) {
     TANDEM_CHECK(absorbs_worker_loss(c), Status::kUnsupported,
-                 "elastic training runs strategies ddp, ps, ps-async, ssp, asgd, easgd, fedavg and localsgd (got {}): "
-                 "hybrid and pipeline grids do not re-form after a rank is lost yet",
+                 "elastic training runs strategies ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg and "
+                 "localsgd (got {})",
                  name);
     TANDEM_CHECK(c.compression == GradCompression::kNone, Status::kUnsupported,
                  "elastic training does not support gradient compression ({}) yet", compression_name(c.compression));
   }
   if (c.elastic || absorbs_worker_loss(c)) {
-    TANDEM_REQUIRE(c.min_ranks >= 1 && c.min_ranks <= world,
+    TANDEM_REQUIRE(c.min_ranks >= 1 && (c.joining || c.min_ranks <= world),
                    "elastic: min_ranks must be in [1, {}] (the world's size; got {})", world, c.min_ranks);
+    TANDEM_REQUIRE(c.max_ranks == 0 || c.max_ranks >= std::max(world, c.joining ? 1 : c.min_ranks),
+                   "elastic: max_ranks must be 0 (no bound) or at least the world's size {} and min_ranks {} (got {})",
+                   world, c.min_ranks, c.max_ranks);
+    TANDEM_REQUIRE(c.join_poll_steps >= 1, "elastic: join_poll_steps must be >= 1 (got {})", c.join_poll_steps);
   }
   TANDEM_REQUIRE(c.pp <= num_layers, "{} pipeline stages but the model has only {} layers (strategy {}, pp={})", c.pp,
                  num_layers, name, c.pp);

@@ -80,16 +80,21 @@ struct ParallelConfig {
   int warmup_steps = 0;         // localsgd: synchronous DDP steps first (post-local SGD)
 
   // ---- issue #17: elastic training (parallel_trainer.hpp states the rules) ----
-  bool elastic = false;            // ddp, ps: survive the loss of workers, continuing with fewer (the asynchronous
+  bool elastic = false;            // ddp, ps, pipeline, hybrid: survive the loss of ranks, continuing with fewer (the asynchronous
                                    // and averaging strategies always do: absorbs_worker_loss)
   int min_ranks = 1;               // fewer ranks left than this stops the job (with a checkpoint)
   std::string elastic_checkpoint;  // where that stop writes its checkpoint ("": none)
+  // Growth (ddp with elastic, pp = 1): joiners are admitted at step boundaries (parallel_trainer.hpp).
+  int max_ranks = 0;               // > 0: joiners beyond this many ranks are refused (0: no bound)
+  int join_poll_steps = 1;         // check for joiners every this many steps (a store read on rank 0 + a broadcast)
+  bool joining = false;            // this rank joins a running job: `world` came from join_communicator
 };
 
 // Whether a lost worker is absorbed -- the survivors shrink their communicator and go on (parallel_trainer.hpp
 // states how each strategy re-forms): always for ps-async, ssp, asgd, easgd (both variants), fedavg and localsgd
-// (a dead worker does not stop them); for ddp and ps only with `elastic` (they otherwise stop naming the rank, as
-// synchronous training does); never for pipeline and hybrid grids. A lost parameter server is never absorbed.
+// (a dead worker does not stop them); for ddp, ps, pipeline and hybrid only with `elastic` (they otherwise stop naming
+// the rank, as synchronous training does; pipeline and hybrid re-form their grid). A lost parameter server is never
+// absorbed.
 bool absorbs_worker_loss(const ParallelConfig& config) noexcept;
 
 struct Grid {

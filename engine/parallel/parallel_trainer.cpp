@@ -141,7 +141,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   lo.prefetch = config_.prefetch;
   lo.seed = config_.seed;
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
-  agree_on_settings();
+  agree_on_settings(pc_.joining);
   // ---- 3. the job, compiled once: the cut, the plan, the buckets and their all-reduces, the memory ----
   // Defaults that depend on the grid, resolved once for the job, the logs and tandem_trainer_parallel_query.
   if (pc_.strategy == Strategy::kEasgd) pc_.alpha = easgd_alpha(pc_.alpha, grid_.dp);
@@ -157,7 +157,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     job.algorithm = o.deterministic ? comm::Algorithm::kDeterministic : o.allreduce_algorithm;
     job.chunk_bytes = o.chunk_bytes;
   }
-  absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && grid_.pp == 1;
+  absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && (grid_.pp == 1 || reforms_grid());
   job_ = compile_job(std::move(job), grid_.world, [this] {
     const std::vector<double> cost = measure_layer_costs();
     if (grid_.rank == 0) log::debug("measured partition: per-layer forward + backward times of rank 0 (s): {}",
@@ -186,6 +186,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
 
   // ---- 4. groups, replicated state, optimizer ----
   if (world_ != nullptr) {
+    // Elastic pipeline/hybrid: a communicator of the trainer's own over every rank, which shrinks after a loss;
+    // the stage and replica groups are split from it.
+    if (absorbing_ && grid_.pp > 1) {
+      own_comm_ = world_->split(0, grid_.rank);
+      world_ = own_comm_.get();
+    }
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
     // Absorbing a lost worker with parameter servers: a communicator of the trainer's own over every rank carries
     // the push/pull traffic and the collectives, so shrinking it leaves the caller's `world` alone.
@@ -197,7 +203,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
     // Elastic or absorbing without servers (pp = 1: the group is the whole world): likewise one communicator of
     // the trainer's own carries every collective, so a failure always shows on it.
-    if (absorbing_ && !parameter_server() && dp_comm_) world_ = dp_comm_.get();
+    if (absorbing_ && !parameter_server() && grid_.pp == 1 && dp_comm_) world_ = dp_comm_.get();
   }
   for (int r = 0; r < grid_.world; ++r) members_.push_back(r);
   initial_dp_ = grid_.dp;
@@ -213,7 +219,8 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       std::vector<Tensor>{counting_only ? Tensor::empty(Shape{0})
                                              : model_.range_params(static_cast<size_t>(first_),
                                                                    static_cast<size_t>(end_))});
-  schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, batches_per_epoch(), config_.epochs);
+  schedule_epoch_steps_ = batches_per_epoch();
+  schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, schedule_epoch_steps_, config_.epochs);
   if (parameter_server()) {
     TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "strategy {} needs at least one worker and one server",
                  strategy_name(pc_.strategy));
@@ -228,6 +235,13 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                                               ps_ ? static_cast<GradientSync*>(ps_.get()) : reducer_.get(), tracer_);
   setup_strategy();
   if (world_ != nullptr) world_->barrier()->wait();
+  // A joiner (issue #17): the running ranks mirrored the collectives above; now it takes their state.
+  if (pc_.joining) {
+    TANDEM_CHECK(grows(), Status::kUnsupported,
+                 "joining a running job needs elastic ddp with one pipeline stage (strategy {}, pp {}, elastic {})",
+                 strategy_name(pc_.strategy), grid_.pp, pc_.elastic);
+    share_grown_state();
+  }
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
 
@@ -277,7 +291,7 @@ bool ParallelTrainer::elastic_centre() const noexcept {
   return pc_.strategy == Strategy::kEasgd && pc_.easgd_async;
 }
 
-void ParallelTrainer::agree_on_settings() {
+void ParallelTrainer::agree_on_settings(bool growing) {
   if (world_ == nullptr) return;
   const optim::OptimizerConfig& oc = config_.optimizer;
   float lr = oc.lr;
@@ -285,7 +299,7 @@ void ParallelTrainer::agree_on_settings() {
   std::memcpy(&lr_bits, &lr, sizeof lr_bits);
   const std::vector<std::pair<const char*, int64_t>> mine = {
       {"strategy", static_cast<int64_t>(pc_.strategy)},
-      {"dp", pc_.dp},
+      {"dp", growing ? 0 : pc_.dp},
       {"pp", pc_.pp},
       {"micro_batches", pc_.micro_batches},
       {"schedule", static_cast<int64_t>(pc_.schedule)},
@@ -293,13 +307,13 @@ void ParallelTrainer::agree_on_settings() {
       {"bucket bytes", static_cast<int64_t>(pc_.bucket_mb * 1048576.0)},
       {"compression", static_cast<int64_t>(pc_.compression)},
       {"partition", static_cast<int64_t>(pc_.partition)},
-      {"explicit stage cut", static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},
+      {"explicit stage cut", growing ? 0 : static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},
       {"batch size", config_.batch_size},
       {"model layers", static_cast<int64_t>(model_.num_layers())},
       {"model parameters", model_.total_params()},
       {"training samples", train_.size()},
       {"test samples", test_ != nullptr ? test_->size() : -1},
-      {"steps per epoch", batches_per_epoch()},
+      {"steps per epoch", growing ? 0 : batches_per_epoch()},
       {"seed", static_cast<int64_t>(config_.seed)},
       {"epochs", config_.epochs},
       {"optimizer", static_cast<int64_t>(oc.kind)},
@@ -322,7 +336,7 @@ void ParallelTrainer::agree_on_settings() {
       {"average_every", pc_.average_every},
       {"warmup_steps", pc_.warmup_steps},
       {"elastic", pc_.elastic ? 1 : 0},
-      {"min_ranks", pc_.min_ranks},
+      {"min_ranks", growing ? 0 : pc_.min_ranks},
   };
   const size_t K = mine.size();
   std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));
@@ -496,7 +510,7 @@ std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
   if (pipe_comm_ && pipe_comm_->is_failed() && pipe_comm_->failure_message() == message) {
     for (int s = 0; s < grid_.pp; ++s) world_of.push_back(grid_.rank_of(grid_.dp_rank, s));
   } else if (dp_comm_ && dp_comm_->is_failed() && dp_comm_->failure_message() == message) {
-    if (absorbing_) {
+    if (absorbing_ && grid_.pp == 1) {
       world_of = members_;  // after a shrink, group ranks are indices into the survivors (workers come first)
     } else {
       for (int d = 0; d < grid_.dp; ++d) world_of.push_back(grid_.rank_of(d, grid_.stage));
@@ -546,7 +560,12 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
 }
 
 train::StepResult ParallelTrainer::step() {
-  return failing_loudly([&] { return elastic_retry(Phase::kStep, [&] { return step_impl(); }); });
+  return failing_loudly([&] {
+    return elastic_retry(Phase::kStep, [&] {
+      maybe_admit();  // a step boundary: joiners come in here (elastic ddp)
+      return step_impl();
+    });
+  });
 }
 
 // ------------------------------------------------------------------------------ elastic DDP (issue #17)
@@ -566,7 +585,8 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone || !trainer_comm()->is_failed()) throw;
+      if (!peer_gone) throw;
+      if (grid_.pp > 1 ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
       again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
       // The step in flight was completed: by the others (ddp, fedavg: its update is in the adopted state), or by
@@ -587,6 +607,11 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
 void ParallelTrainer::take_snapshot() {
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+  if (grid_.pp > 1) {
+    prev_snapshot_ = std::move(snapshot_);
+    has_prev_ = snapshot_valid_;  // a snapshot of this grid (none before the first, nor across a re-form)
+    snapshot_valid_ = true;
+  }
   Snapshot& s = snapshot_;
   // With parameter servers a failed step changes neither the parameters (workers take the servers' after a
   // re-form; an asynchronous EASGD worker's exchange comes before its local update) nor the optimizer.
@@ -676,7 +701,7 @@ void ParallelTrainer::shrink_group(const std::string& why) {
     grid_.dp = grid_.world - grid_.servers;
     TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
     if (!grid_.server) grid_.dp_rank = grid_.rank;
-  } else {
+  } else if (grid_.pp == 1) {  // a pipeline or hybrid grid is re-formed by reform_grid
     grid_.dp = grid_.world;
     grid_.dp_rank = grid_.rank;
   }
@@ -735,26 +760,8 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
     return false;
   }
   if (adopt) {
-    Snapshot s = snapshot_;  // received into a copy: a failure half-way leaves this rank's own snapshot whole
-    int64_t progress[10] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
-                            s.sampler.position, s.sampler_world};
-    for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(s.rng[k]);
-    world_->broadcast(progress, 10, DType::kI64, root)->wait();
-    const auto floats = [&](std::vector<float>& v) {
-      if (!v.empty()) world_->broadcast(v.data(), v.size(), DType::kF32, root)->wait();
-    };
-    floats(s.params);
-    floats(s.buffers);
-    for (std::vector<float>& v : s.state) floats(v);
-    s.steps = progress[0];
-    s.completed_epochs = progress[1];
-    s.sampler = {static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
-    s.sampler_world = static_cast<int>(progress[5]);
-    for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
-    snapshot_ = std::move(s);
     if (rounds_) retired_buffers_.push_back(rounds_->rebind(dp_comm_.get()));
-    restore_snapshot(true);
-    if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+    adopt_state(root);
     return progress_of(snapshot_) > my_progress;
   }
   // localsgd, easgd, asgd: each survivor goes on from its own state; steps some survivor completed with the old
@@ -775,7 +782,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     const std::vector<int> before = members_;
     shrink_group(why);
     try {
-      behind = reform(phase, why, before);
+      behind = grid_.pp > 1 ? reform_grid(why) : reform(phase, why, before);
       break;
     } catch (const Error& e) {
       if (!world_->is_failed()) throw;
@@ -796,7 +803,8 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
                  fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
   }
   if (!ps_ && dp_comm_ && dp_comm_->size() > 1) {
-    reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_, job_.pipeline.stage_plans[0].buckets,
+    reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
+                                                 job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
                                                  pc_.compression, tracer_);
   }
   executor_->set_reducer(ps_ ? static_cast<GradientSync*>(ps_.get()) : rounds_ ? nullptr : reducer_.get());

@@ -50,6 +50,37 @@
 //  - Limits: over tcp the store lives in world rank 0, so losing rank 0 stops the job (kTimeout); a snapshot per
 //    step costs a host copy of the parameters and optimizer state.
 //
+// Growth (issue #17; elastic ddp at pp = 1; elastic_grow.cpp). New ranks join a running job (comm::join_communicator,
+// `tandem launch --join`) and build their trainer with ParallelConfig::joining over the communicator it returns:
+//  - When: at step boundaries. Every join_poll_steps optimizer steps (default 1), at the start of step(), rank 0 reads
+//    the join counter in the job's store and broadcasts it over the trainer's group (Communicator::pending_joins:
+//    one store round trip on rank 0 and an 8-byte broadcast; the same answer everywhere, so the ranks never split).
+//  - Membership: Communicator::grow -- one decision by rank 0 through the store (admission.hpp), joiners beyond
+//    max_ranks refused with the reason, the old ranks keep their ranks, joiners follow; a joiner that dies while
+//    being admitted costs at most the communicator's timeout, after which the old ranks go on without it.
+//  - State: the old ranks re-form the data-parallel group over the grown world with the same collectives the joiners'
+//    constructor runs, then every rank takes rank 0's snapshot (parameters, buffers, optimizer state, step and epoch
+//    counters, RNG, the sampler's global position) -- the adoption the survivors of a loss use.
+//  - Global batch and learning rate: the rule of shrink, mirrored -- the per-replica batch is kept, so the global
+//    batch grows to batch x dp'; the learning rate is x dp' / dp (dp: the replicas the job started with). The epoch's
+//    global sample order is kept: g samples taken continue at floor(g / dp') of the new shards.
+//  - Limits: pipeline and hybrid grids do not grow; the joiners must be started with the job's settings (checked:
+//    kMismatch naming the field).
+//
+// Elastic pipeline and hybrid DP x PP (issue #17; elastic_reform.cpp). The trainer's own communicator spans every rank
+// (the stage and replica groups are split from it). A failure seen on any group aborts this rank's groups -- whoever
+// waits on it there fails at once -- and a barrier on the own communicator shows whether a rank is gone; then:
+//  - Membership: shrink (one decision through the store), as for DDP.
+//  - State: every survivor has its two newest step snapshots (a rank can have completed the step the others were cut
+//    off in); all roll back to the newest step every survivor has. For each pipeline stage the lowest surviving rank
+//    holding it sends its slice (parameters, buffers, optimizer state) to survivor 0, which assembles the whole model
+//    and deals it out at the new grid -- the reshard of load_checkpoint, in memory. A stage with no surviving replica
+//    is restored, with everything else, from elastic_checkpoint (all ranks go back to its step); without one every
+//    survivor stops with kPeerFailure naming the stage.
+//  - Grid rule: pp kept and dp' = floor(n' / pp) for n' survivors (the survivors beyond dp' x pp leave the job with
+//    kPeerFailure saying so); n' < pp: pp' = n', dp' = 1 (the model re-cut). Learning rate x dp' / dp, per-replica
+//    batch kept, the sampler's global position kept, as for DDP.
+//
 // A lost worker absorbed (issues #13 and #17; absorbs_worker_loss in parallel_config.hpp): ps-async, ssp, asgd, easgd
 // (both variants), fedavg and localsgd always -- a dead worker does not stop them -- and ps and ddp with elastic. The
 // same membership as elastic DDP: one communicator of the trainer's own (with servers: over every rank, split from
@@ -185,6 +216,8 @@ class ParallelTrainer {
   const std::vector<int>& members() const noexcept { return members_; }
   const std::vector<int>& lost_ranks() const noexcept { return lost_; }
   double lr_scale() const noexcept { return lr_scale_; }
+  // The last admission of joiners on this rank: ms from the agreement to the grown group's first step (-1: none).
+  double last_admission_ms() const noexcept { return last_admission_ms_; }
   int world_rank() const noexcept { return members_.empty() ? grid_.rank : members_[static_cast<size_t>(grid_.rank)]; }
   // This replica's position in its shard of the current epoch (samples taken).
   int64_t sample_position() const noexcept { return sampler_.position(); }
@@ -222,7 +255,26 @@ class ParallelTrainer {
   // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
   std::string rank_label(int world_rank) const;
   train::EvalResult evaluate_impl(const data::Dataset& data, int64_t limit_batches);
-  void agree_on_settings();
+  // growing: the width-dependent fields (dp, steps per epoch) are left out (a joiner's and the job's differ).
+  void agree_on_settings(bool growing = false);
+  // ---- issue #17: growth (elastic_grow.cpp) ----
+  bool grows() const noexcept;  // elastic ddp at pp = 1 with a group to grow
+  // At a step boundary: admits waiting joiners (every join_poll_steps steps), re-forms the group over old + new.
+  void maybe_admit();
+  bool admit();  // one admission; false when nobody came in
+  // Both sides of an admission, after the group is re-formed: labels, the job's starting width, rank 0's state.
+  void share_grown_state();
+  // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
+  void adopt_state(int root);
+  // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
+  bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
+  // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)
+  // and returns whether the trainer's own communicator failed (probed with a barrier when it looks healthy).
+  bool probe_loss(const std::string& why);
+  // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
+  bool reform_grid(const std::string& why);
+  // The constructor's grid-dependent steps again, on world_, at pp stages.
+  void regrid(int pp);
   std::vector<double> measure_layer_costs();
   void broadcast_replica_state();
   void begin_epoch_if_needed();
@@ -281,6 +333,9 @@ class ParallelTrainer {
     Rng::State rng{};
   };
   Snapshot snapshot_;
+  Snapshot prev_snapshot_;  // elastic pipeline/hybrid: the snapshot before (a rank may be one step ahead)
+  bool has_prev_ = false;
+  bool snapshot_valid_ = false;
   int64_t progress_of(const Snapshot& s) const noexcept;
   std::unique_ptr<comm::Communicator> own_comm_;  // parameter servers absorbing a loss: the trainer's own, every rank
   // Buffers of operations in flight on retired communicators: declared before them, so destroyed after them.
@@ -293,6 +348,9 @@ class ParallelTrainer {
   int sampler_dp_ = 1;      // the width the sampler's shards were cut for
   bool absorbing_ = false;  // absorbs_worker_loss(pc_) with a communicator to shrink
   double lr_scale_ = 1.0;
+  int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
+  std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
+  double last_admission_ms_ = -1;
 };
 
 }  // namespace tandem::engine::parallel

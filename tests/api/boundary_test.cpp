@@ -151,7 +151,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
       struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_TIME,
                                          [&h](auto* r) { return tandem_trainer_epoch(h.trainer, r); }),
-      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_ELASTIC, [&h](auto* p) {
+      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_GROW, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);
       }),
       struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_ELASTIC,
@@ -297,6 +297,9 @@ BOOST_AUTO_TEST_CASE(a_null_handle_is_an_invalid_argument_naming_it_for_every_fu
       {"tandem_comm_create", "context", [&] { return tandem_comm_create(nullptr, nullptr, &comm_out); }},
       {"tandem_comm_split", "comm", [&] { return tandem_comm_split(nullptr, 0, 0, &comm_out); }},
       {"tandem_comm_shrink", "failed", [&] { return tandem_comm_shrink(nullptr, &comm_out); }},
+      {"tandem_comm_pending_joins", "comm", [&] { return tandem_comm_pending_joins(nullptr, &i64); }},
+      {"tandem_comm_grow", "comm", [&] { return tandem_comm_grow(nullptr, 0, &comm_out); }},
+      {"tandem_comm_join", "context", [&] { return tandem_comm_join(nullptr, nullptr, 1000, &comm_out); }},
       {"tandem_comm_rank", "comm", [&] { return tandem_comm_rank(nullptr, &i32); }},
       {"tandem_comm_size", "comm", [&] { return tandem_comm_size(nullptr, &i32); }},
       {"tandem_comm_transport_name", "comm", [&] { return tandem_comm_transport_name(nullptr, &name); }},

@@ -89,9 +89,10 @@ static void* rank_main(void* arg) {
   EXPECT_FAIL(tandem_trainer_create_parallel(model, g_train, NULL, g_opt, &tp, &pp, comm, &bad),
               TANDEM_ERR_INVALID_ARGUMENT, "min_ranks must be in [1, 3]");
   pp = elastic_params(1);
-  pp.strategy = TANDEM_STRATEGY_PIPELINE;
+  pp.field_mask |= TANDEM_PARALLEL_PARAM_COMPRESSION;
+  pp.compression = TANDEM_COMPRESSION_FP16;
   EXPECT_FAIL(tandem_trainer_create_parallel(model, g_train, NULL, g_opt, &tp, &pp, comm, &bad),
-              TANDEM_ERR_UNSUPPORTED, "hybrid and pipeline grids do not re-form");
+              TANDEM_ERR_UNSUPPORTED, "does not support gradient compression");
   EXPECT(bad == NULL);
 
   pp = elastic_params(2);

@@ -22,22 +22,7 @@ EnvLookup lookup_in(const std::map<std::string, std::string>& env) {
   };
 }
 
-// Runs `body(rank)` on kRanks threads and returns each rank's error ("" when it returned).
-template <typename Fn>
-std::vector<std::string> on_ranks(int ranks, Fn body) {
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < ranks; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : ts) t.join();
-  return errors;
-}
+using rdv_test::on_ranks;
 
 // A listening TCP socket on 127.0.0.1:port, held by the test (as another job would hold the port); -1 if taken.
 int hold_port(int port) {

@@ -16,11 +16,29 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/log.hpp"
 
 namespace rdv_test {
+
+// Runs `body(rank)` on `ranks` threads and returns each rank's error ("" when it returned).
+template <typename Fn>
+inline std::vector<std::string> on_ranks(int ranks, Fn body) {
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < ranks; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errors;
+}
 
 using Clock = std::chrono::steady_clock;
 

@@ -168,6 +168,11 @@ typedef struct tandem_context_params {
  *                             (read by the CLI only, not by the library)          default unset
  *   TANDEM_MIN_RANKS          the `tandem` CLI's default train --min-ranks; `tandem launch
  *                             --min-ranks` sets it (read by the CLI only)         default unset
+ *   TANDEM_MAX_RANKS          the `tandem` CLI's default train --max-ranks; `tandem launch
+ *                             --max-ranks` above -n sets it (read by the CLI only) default unset
+ *   TANDEM_JOIN               1: `tandem train` joins a running elastic job (tandem_comm_join);
+ *                             `tandem launch --join` sets it (read by the CLI only) default 0
+ *   TANDEM_JOIN_WAIT_MS       how long such a joiner waits for admission (CLI only) def. 600000
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
@@ -292,6 +297,48 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
  * or failed has not failed: nobody to remove), TANDEM_ERR_PEER_FAILURE (this rank was declared dead),
  * TANDEM_ERR_TIMEOUT (no decision: the store or the coordinator died), TANDEM_ERR_TRANSPORT. */
 TANDEM_API tandem_status_t tandem_comm_shrink(tandem_comm_t* failed, tandem_comm_t** out) TANDEM_NOEXCEPT;
+
+/* Elastic growth (issue #17): ranks started later join a running job, and its ranks admit them together.
+ * Rule: a joiner (tandem_comm_join) proves the job's secret to its rendezvous -- a wrong secret is refused
+ * there (TANDEM_ERR_AUTH) and is never counted -- takes a ticket from a counter in the job's store and
+ * waits. The running ranks check for joiners at points of their choosing (a trainer: step boundaries)
+ * with tandem_comm_pending_joins, and admit them with tandem_comm_grow: rank 0 of comm decides once
+ * (joiners in ticket order; those beyond max_ranks are refused with the reason), the old ranks keep
+ * ranks 0..n-1 and joiners take the next ones, and every old rank and joiner builds a new communicator
+ * over new connections (epoch + 1). The old ranks then vote on comm: when any of them could not build
+ * it within timeout_ms (a joiner died while being admitted), every old rank gets *out = NULL and goes
+ * on with comm, and the joiners get TANDEM_ERR_PEER_FAILURE. Never two views: the decision is one
+ * record in the store, and comm stays as it was (destroy it when done with it).
+ *
+ * tandem_comm_pending_joins: collective over comm (a healthy communicator built by tandem_comm_create,
+ * tandem_comm_grow or tandem_comm_join); rank 0 reads the job's store and every rank gets the same count.
+ * [out] pending: joiners waiting for admission (>= 0).
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed comm, pending
+ * NULL), TANDEM_ERR_UNSUPPORTED (a communicator without a store: a split or a single-rank job),
+ * TANDEM_ERR_PEER_FAILURE, TANDEM_ERR_TIMEOUT, TANDEM_ERR_TRANSPORT (comm failed). */
+TANDEM_API tandem_status_t tandem_comm_pending_joins(tandem_comm_t* comm, int64_t* pending) TANDEM_NOEXCEPT;
+
+/* tandem_comm_grow: collective over comm. [in] max_ranks: > 0 bounds the grown size (joiners beyond it
+ * are refused with TANDEM_ERR_UNSUPPORTED naming the bound); 0: no bound.
+ * [out] out: the grown communicator, or NULL when nobody was admitted (none waiting, all refused, or the
+ * admission abandoned) -- comm stays usable either way.
+ * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed comm, out NULL,
+ * max_ranks < 0), TANDEM_ERR_UNSUPPORTED (a communicator without a store), TANDEM_ERR_PEER_FAILURE,
+ * TANDEM_ERR_TIMEOUT, TANDEM_ERR_TRANSPORT (comm failed on the way). */
+TANDEM_API tandem_status_t tandem_comm_grow(tandem_comm_t* comm, int32_t max_ranks, tandem_comm_t** out) TANDEM_NOEXCEPT;
+
+/* tandem_comm_join: joins the running job that params (or the environment, as for tandem_comm_create)
+ * names: master_addr, master_port and secret as its ranks have them (with transport "inproc", size too:
+ * the job's size at creation); rank and size only number the joiners. Waits up to wait_ms for admission.
+ * [out] out: the grown communicator (this rank follows the old ranks); destroy with tandem_comm_destroy.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed ctx, out NULL, wait_ms
+ * <= 0, a field out of range), TANDEM_ERR_AUTH (wrong secret: refused, never admitted),
+ * TANDEM_ERR_UNSUPPORTED (refused: the job is at its max_ranks; or an unknown transport),
+ * TANDEM_ERR_TIMEOUT (no admission within wait_ms: the job is not elastic, or gone; or the rendezvous is
+ * unreachable), TANDEM_ERR_PEER_FAILURE (the running ranks abandoned this admission),
+ * TANDEM_ERR_TRANSPORT. */
+TANDEM_API tandem_status_t tandem_comm_join(tandem_context_t* ctx, const tandem_comm_params_t* params,
+                                            int64_t wait_ms, tandem_comm_t** out) TANDEM_NOEXCEPT;
 
 /* Destroys a communicator. Requests created from it stay valid until destroyed (they keep the
  * underlying connections alive). A live communicator that is not failed should be destroyed by all
@@ -867,6 +914,7 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_FEDAVG        (UINT64_C(1) << 13) /* covers clients .. round_deadline_s */
 #define TANDEM_PARALLEL_PARAM_LOCALSGD      (UINT64_C(1) << 14) /* covers average_every, warmup_steps */
 #define TANDEM_PARALLEL_PARAM_ELASTIC       (UINT64_C(1) << 15) /* covers elastic, min_ranks, elastic_checkpoint */
+#define TANDEM_PARALLEL_PARAM_GROW          (UINT64_C(1) << 16) /* covers max_ranks, join_poll_steps, joining */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -908,6 +956,16 @@ typedef struct tandem_parallel_params {
   int32_t elastic;                  /* non-zero: elastic; default 0 */
   int32_t min_ranks;                /* elastic: in [1, world]; default 1 */
   const char* elastic_checkpoint;   /* elastic: copied; NULL or "" (default): no checkpoint at the stop */
+  /* Growth (elastic DDP with one pipeline stage): every join_poll_steps optimizer steps, at the step boundary, rank 0
+   * checks the job's store for joiners (tandem_comm_join) and the ranks admit them together (tandem_comm_grow): the
+   * joiners get the whole state (parameters, buffers, optimizer state, step and epoch counters, the sampler's
+   * global position, RNG) and the grid widens to dp'. The per-replica batch is kept, so the global batch becomes
+   * batch x dp'; the learning rate is x dp' / starting replicas -- the rule shrink uses. A joiner creates its
+   * trainer with joining non-zero over the communicator tandem_comm_join returned, with the job's settings. */
+  int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
+  int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
+                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast) */
+  int32_t joining;                  /* grow: non-zero on a joiner; default 0 */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 

@@ -1,0 +1,219 @@
+// Elastic pipeline and hybrid DP x PP (issue #17; the rule is in parallel_trainer.hpp): after a loss the survivors
+// re-form a grid. Every pipeline stage's state comes from a surviving replica of that stage (or, when none survived,
+// from the last checkpoint), assembled into the whole model and dealt out again at the new grid -- the resharding
+// of resume-at-any-world-size, done in memory.
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/parallel/parallel_trainer.hpp"
+
+namespace tandem::engine::parallel {
+
+namespace {
+
+constexpr uint32_t kTagStageState = 15;  // the survivors' communicator: a stage's slice of the state, to rank 0
+
+void put_floats(compute::Backend& be, const float* src, Tensor dst) {
+  if (dst.numel() == 0) return;
+  be.copy(Tensor::wrap(const_cast<float*>(src), dst.shape(), DType::kF32), dst);
+}
+
+}  // namespace
+
+bool ParallelTrainer::reforms_grid() const noexcept {
+  return pc_.elastic && (pc_.strategy == Strategy::kHybrid || pc_.strategy == Strategy::kPipeline);
+}
+
+bool ParallelTrainer::probe_loss(const std::string& why) {
+  // Whoever waits on this rank in a stage or replica group fails at once, instead of at its deadline (the
+  // survivors then all reach the shrink within its window)...
+  for (comm::Communicator* c : {pipe_comm_.get(), dp_comm_.get()}) {
+    try {
+      if (c != nullptr && !c->is_failed()) c->abort(why);
+    } catch (...) {
+      // best effort
+    }
+  }
+  if (own_comm_->is_failed()) return true;
+  // ... and the trainer's own communicator, over every rank, shows whether a rank is gone.
+  try {
+    own_comm_->barrier()->wait();
+  } catch (const Error&) {
+    return own_comm_->is_failed();
+  }
+  return false;
+}
+
+void ParallelTrainer::regrid(int pp) {
+  // The constructor's steps 1, 3 and 4 at the new grid, on world_ (the grid's ranks).
+  executor_.reset();
+  reducer_.reset();
+  retired_.push_back(std::move(pipe_comm_));
+  retired_.push_back(std::move(dp_comm_));
+  if (pp != pc_.pp) pc_.boundaries.clear();  // an explicit cut was for the old depth
+  pc_.dp = 0;
+  pc_.pp = pp;
+  grid_ = resolve_grid(pc_, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
+                       config_.batch_size);
+  config_.world = grid_.dp;
+  config_.rank = grid_.dp_rank;
+  const data::LoaderOptions lo = loader_->options();
+  loader_.reset();
+  sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
+  loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
+  sampler_dp_ = grid_.dp;
+  Job job = job_.job;
+  job.parallel = pc_;
+  job_ = compile_job(std::move(job), grid_.world, [this] { return measure_layer_costs(); });
+  pc_ = job_.job.parallel;
+  const StageProgram& mine = job_.stages[static_cast<size_t>(grid_.stage)];
+  first_ = mine.first_layer;
+  end_ = mine.end_layer;
+  model_.hold(static_cast<size_t>(first_), static_cast<size_t>(end_));
+  if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
+  if (grid_.dp > 1) dp_comm_ = world_->split(grid_.stage, grid_.dp_rank);
+  optimizer_ = std::make_unique<optim::Optimizer>(
+      model_.backend(), config_.optimizer,
+      std::vector<Tensor>{model_.range_params(static_cast<size_t>(first_), static_cast<size_t>(end_))});
+  executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(), nullptr,
+                                              tracer_);
+}
+
+bool ParallelTrainer::reform_grid(const std::string& why) {
+  comm::Communicator& S = *own_comm_;  // the survivors (shrink_group), ranks in their old order
+  const int n = S.size(), old_pp = grid_.pp;
+  const std::vector<int32_t> old_bounds = job_.boundaries;
+  // 1. Where every survivor is: its stage and the progress of its last two snapshots (a rank may have completed
+  //    the step the others were cut off in; they all roll back to the newest step every one of them has).
+  const int64_t mine[3] = {grid_.stage, progress_of(snapshot_), has_prev_ ? progress_of(prev_snapshot_) : -1};
+  std::vector<int64_t> all(3 * static_cast<size_t>(n));
+  S.allgather(mine, all.data(), 3, DType::kI64)->wait();
+  const auto at = [&](int r, int k) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  int64_t P = at(0, 1);
+  for (int r = 1; r < n; ++r) P = std::min(P, at(r, 1));
+  for (int r = 0; r < n; ++r)
+    TANDEM_CHECK(at(r, 1) == P || at(r, 2) == P, Status::kPeerFailure,
+                 "elastic: cannot re-form after {}: world rank {} has no state of step {} (it is at step {}); resume "
+                 "from the last checkpoint",
+                 why, members_[static_cast<size_t>(r)], P, at(r, 1));
+  std::vector<int> source(static_cast<size_t>(old_pp), -1);  // the lowest survivor of each stage
+  for (int r = n - 1; r >= 0; --r) source[static_cast<size_t>(at(r, 0))] = r;
+  std::vector<int> missing;
+  for (int s = 0; s < old_pp; ++s)
+    if (source[static_cast<size_t>(s)] < 0) missing.push_back(s);
+  const bool from_checkpoint = !missing.empty();
+  if (from_checkpoint) {
+    TANDEM_CHECK(!pc_.elastic_checkpoint.empty() && std::filesystem::exists(pc_.elastic_checkpoint),
+                 Status::kPeerFailure,
+                 "elastic: pipeline stage(s) {} lost on every replica ({}) and {}: its parameters exist nowhere, so "
+                 "the job stops; restart it from a checkpoint",
+                 fmt::join(missing, ", "), why,
+                 pc_.elastic_checkpoint.empty() ? std::string("no checkpoint to restore it from (elastic_checkpoint)")
+                                                : fmt::format("checkpoint '{}' does not exist", pc_.elastic_checkpoint));
+  }
+  // 2. The whole model at step P, assembled on survivor 0 from one surviving replica of each stage.
+  const Snapshot& snap = progress_of(snapshot_) == P ? snapshot_ : prev_snapshot_;
+  const size_t K = snap.state.size();
+  const auto P_all = static_cast<size_t>(model_.total_params()), B_all = static_cast<size_t>(model_.total_buffers());
+  std::vector<float> params, buffers, state;  // state: K tensors of P_all each, back to back
+  if (!from_checkpoint) {
+    std::vector<float> packed = snap.params;
+    packed.insert(packed.end(), snap.buffers.begin(), snap.buffers.end());
+    for (const std::vector<float>& v : snap.state) packed.insert(packed.end(), v.begin(), v.end());
+    if (S.rank() == 0) {
+      params.resize(P_all);
+      buffers.resize(B_all);
+      state.resize(K * P_all);
+      for (int s = 0; s < old_pp; ++s) {
+        const auto f = static_cast<size_t>(old_bounds[static_cast<size_t>(s)]);
+        const auto e = static_cast<size_t>(old_bounds[static_cast<size_t>(s) + 1]);
+        const auto p0 = static_cast<size_t>(model_.param_offset(f)), p1 = static_cast<size_t>(model_.param_offset(e));
+        const auto q0 = static_cast<size_t>(model_.buffer_offset(f)), q1 = static_cast<size_t>(model_.buffer_offset(e));
+        const size_t np = p1 - p0, nb = q1 - q0;
+        std::vector<float> theirs(np + nb + K * np);
+        if (source[static_cast<size_t>(s)] == 0) {
+          TANDEM_CHECK(packed.size() == theirs.size(), Status::kInternal, "elastic: stage {} state of {} floats, not {}",
+                       s, packed.size(), theirs.size());
+          theirs = packed;
+        } else if (!theirs.empty()) {
+          S.recv(theirs.data(), theirs.size(), DType::kF32, source[static_cast<size_t>(s)], kTagStageState)->wait();
+        }
+        std::copy_n(theirs.begin(), np, params.begin() + static_cast<std::ptrdiff_t>(p0));
+        std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np), nb, buffers.begin() + static_cast<std::ptrdiff_t>(q0));
+        for (size_t k = 0; k < K; ++k)
+          std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np,
+                      state.begin() + static_cast<std::ptrdiff_t>(k * P_all + p0));
+      }
+    } else if (source[static_cast<size_t>(grid_.stage)] == S.rank() && !packed.empty()) {
+      S.send(packed.data(), packed.size(), DType::kF32, 0, kTagStageState)->wait();
+    }
+  }
+  // 3. The new grid: pp kept, dp' = floor(n / pp) replicas; fewer survivors than stages: pp' = n, dp' = 1. The
+  //    survivors beyond dp' x pp' leave.
+  const int pp = n >= old_pp ? old_pp : n, dp = n / pp;
+  const bool in_grid = S.rank() < dp * pp;
+  std::unique_ptr<comm::Communicator> G = S.split(in_grid ? 0 : -1, S.rank());
+  if (!in_grid) {
+    TANDEM_THROW(Status::kPeerFailure,
+                 "elastic: world rank {} leaves the job: the re-formed grid {} x {} (dp x pp) of the {} survivors has "
+                 "no place for it",
+                 world_rank(), dp, pp, n);
+  }
+  members_.resize(static_cast<size_t>(dp * pp));
+  retired_.push_back(std::move(own_comm_));
+  own_comm_ = std::move(G);
+  world_ = own_comm_.get();
+  regrid(pp);
+  has_prev_ = false;
+  snapshot_valid_ = false;  // the snapshots were of the old grid
+  // 4. Every rank takes its new stage's slices (from_checkpoint: as load_checkpoint does from the file).
+  if (from_checkpoint) {
+    load_checkpoint(pc_.elastic_checkpoint);
+    log::warn("elastic: pipeline stage(s) {} had no surviving replica: restored from checkpoint '{}' (step {})",
+              fmt::join(missing, ", "), pc_.elastic_checkpoint, optimizer_->steps());
+  } else {
+    int64_t progress[10] = {snap.steps, snap.completed_epochs, static_cast<int64_t>(snap.sampler.seed),
+                            snap.sampler.epoch, snap.sampler.position, snap.sampler_world};
+    for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(snap.rng[k]);
+    world_->broadcast(progress, 10, DType::kI64, 0)->wait();
+    params.resize(P_all);
+    buffers.resize(B_all);
+    state.resize(K * P_all);
+    if (P_all > 0) world_->broadcast(params.data(), P_all, DType::kF32, 0)->wait();
+    if (B_all > 0) world_->broadcast(buffers.data(), B_all, DType::kF32, 0)->wait();
+    if (!state.empty()) world_->broadcast(state.data(), state.size(), DType::kF32, 0)->wait();
+    compute::Backend& be = model_.backend();
+    const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
+    const int64_t p0 = model_.param_offset(first), p1 = model_.param_offset(end), q0 = model_.buffer_offset(first);
+    put_floats(be, params.data() + p0, model_.range_params(first, end));
+    put_floats(be, buffers.data() + q0, model_.range_buffers(first, end));
+    std::vector<Tensor> st;
+    for (size_t k = 0; k < K && p1 > p0; ++k)
+      st.push_back(Tensor::wrap(state.data() + k * P_all + static_cast<size_t>(p0), Shape{p1 - p0}, DType::kF32));
+    optimizer_->restore(progress[0], st);
+    completed_epochs_ = progress[1];
+    Rng::State rng{};
+    for (size_t k = 0; k < 4; ++k) rng[k] = static_cast<uint64_t>(progress[6 + k]);
+    rng_.set_state(rng);
+    // The epoch's global order kept: g samples taken at the old width continue at floor(g / dp').
+    data::SamplerState s{static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
+    const data::DistributedSampler before(train_.size(), static_cast<int>(progress[5]), 0, false, 0);
+    s.position = s.position >= before.shard_size() ? sampler_.shard_size() : s.position * progress[5] / grid_.dp;
+    sampler_.restore(s);
+    loader_->reset();
+    model_.zero_grads();
+  }
+  lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  log::warn("elastic: the grid re-formed at {} x {} (dp x pp) over world ranks {} from step {}; each stage's state "
+            "from {}; learning rate x {:.4g}",
+            grid_.dp, grid_.pp, fmt::join(members_, ", "), optimizer_->steps(),
+            from_checkpoint ? "the checkpoint" : "a surviving replica of it", lr_scale_);
+  return false;
+}
+
+}  // namespace tandem::engine::parallel

@@ -1,0 +1,112 @@
+"""Elastic growth through the command line (issue #17): `tandem launch -n 2 --max-ranks 4 --secret-file F -- tandem
+train --strategy ddp --elastic` over tcp on loopback; after its first epoch `tandem launch --join -n 2 --secret-file F`
+starts two more ranks that join at a step boundary, and the job ends as a world of 4 (learning rate x 2). A joiner
+with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Run by CTest with TANDEM_CLI
+set; standard library only. Every process is bounded by a timeout and killed by PID."""
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+from test_elastic_cli import epochs_of
+
+CLI = os.environ.get("TANDEM_CLI", "tandem")
+EPOCHS = 8
+TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--model", "lenet5", "--dataset", "synthetic",
+         "--batch", "16", "--limit-batches", "400", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
+         "--epochs", str(EPOCHS)]
+
+
+def env(**extra):
+    return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1", **extra)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_joiner(port, secret_file, n, extra_env=None, timeout=120):
+    args = [CLI, "launch", "--join", "-n", str(n), "--port", str(port), "--transport", "tcp"]
+    if secret_file:
+        args += ["--secret-file", secret_file]
+    return subprocess.run(args + ["--", CLI] + TRAIN, capture_output=True, text=True, timeout=timeout,
+                          env=env(TANDEM_JOIN_WAIT_MS="60000", **(extra_env or {})))
+
+
+class GrowLaunch(unittest.TestCase):
+    def test_two_ranks_grow_to_four_and_finish_together(self):
+        port = free_port()
+        tmp = tempfile.mkdtemp(prefix="tandem_grow_")
+        secret_file = os.path.join(tmp, "secret")
+        p = subprocess.Popen([CLI, "launch", "-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
+                              "--secret-file", secret_file, "--", CLI] + TRAIN,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+        lines = []
+        results = {}
+        threads = []
+
+        def later(name, *args, **kwargs):
+            def body():
+                results[name] = run_joiner(*args, **kwargs)
+            t = threading.Thread(target=body)
+            t.start()
+            threads.append(t)
+
+        try:
+            deadline = time.monotonic() + 240
+            for line in p.stdout:
+                lines.append(line)
+                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
+                if "intruder" not in results and epochs_of([line], 0).get(1):
+                    # Epoch 1 is over: a joiner with the wrong secret first, refused by the rendezvous.
+                    results["intruder"] = run_joiner(port, None, 1, {"TANDEM_SECRET": "not-the-secret"}, timeout=60)
+                    later("joiners", port, secret_file, 2)
+                if "joined at step" in line and "4 ranks go on" in line and "late" not in results:
+                    later("late", port, secret_file, 1)
+                    results["late"] = None
+            p.wait(timeout=60)
+            for t in threads:
+                t.join(timeout=150)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        out = "".join(lines)
+        self.assertEqual(p.returncode, 0, out)
+        intruder = results["intruder"]
+        self.assertNotEqual(intruder.returncode, 0, intruder.stdout + intruder.stderr)
+        self.assertRegex(intruder.stdout + intruder.stderr, r"(?i)secret|auth")
+        joiners = results["joiners"]
+        self.assertEqual(joiners.returncode, 0, joiners.stdout + joiners.stderr)
+        late = results["late"]
+        self.assertIsNotNone(late, out)
+        self.assertNotEqual(late.returncode, 0, late.stdout + late.stderr)
+        self.assertIn("--max-ranks is 4", late.stdout + late.stderr)
+        # Rank 0's report: the first epoch as a world of 2, the last as a world of 4 with the learning rate x 2.
+        epochs = epochs_of(lines, 0)
+        self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
+        self.assertEqual(epochs[1]["world"], 2, out)
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 4, out)
+        self.assertAlmostEqual(last["lr_scale"], 2.0, places=6)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
+        # Both joiners in one admission, or one after the other at the same step boundary (2 -> 3 -> 4).
+        self.assertRegex(out, r"elastic: [12] rank\(s\) joined at step \d+; 4 ranks go on")
+        os.remove(secret_file)
+        os.rmdir(tmp)
+
+    def test_join_without_a_port_is_refused(self):
+        r = subprocess.run([CLI, "launch", "--join", "-n", "1", "--", "true"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--join: give --port", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,163 @@
+// Elastic pipeline and hybrid DP x PP (issue #17): a 2 x 2 grid loses ranks; the survivors re-form a grid, each
+// stage's state taken from a surviving replica of it (or from the checkpoint when none survived), and train on.
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tests/parallel/harness.hpp"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+constexpr int64_t kBatch = 4;  // per replica
+
+par::ParallelConfig grid(par::Strategy s, int dp, const std::string& checkpoint) {
+  par::ParallelConfig p;
+  p.strategy = s;
+  p.dp = dp;
+  p.pp = 2;
+  p.micro_batches = 2;
+  p.elastic = s == par::Strategy::kHybrid;
+  p.elastic_checkpoint = checkpoint;
+  return p;
+}
+
+comm::CommOptions quick_deadline() {
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(4000);
+  return o;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / fmt::format("tandem_reform_{}_{}", ::getpid(), name)).string();
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct Seen {
+  std::vector<float> params;
+  double loss_mid = 0, loss_end = 0;
+  std::vector<int> members;
+  par::Grid grid;
+  double lr_scale = 0;
+  int64_t steps = 0;
+};
+
+// 2 x 2 hybrid: kBefore steps, a checkpoint, `extra` more steps, then the ranks in `dead` leave; the others call
+// step() kAfter times.
+std::vector<RankError> run_loss(const std::vector<int>& dead, const std::string& checkpoint, int kBefore, int extra,
+                                int kAfter, std::vector<Seen>& seen) {
+  seen.assign(4, Seen{});
+  const train::TrainerConfig cfg = sgd_config(kBatch);
+  return run_world(4, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, grid(par::Strategy::kHybrid, 2, checkpoint), &c);
+    Seen& s = seen[static_cast<size_t>(r)];
+    for (int i = 0; i < kBefore; ++i) t.step();
+    if (!checkpoint.empty()) t.save_checkpoint(checkpoint);
+    for (int i = 0; i < extra; ++i) t.step();
+    s.loss_mid = t.evaluate(synthetic12_train(), 0).loss;
+    if (std::find(dead.begin(), dead.end(), r) != dead.end()) {
+      t.abandon();
+      return;
+    }
+    for (int i = 0; i < kAfter; ++i) {
+      const train::StepResult st = t.step();
+      if (st.samples != kBatch) throw std::runtime_error(fmt::format("step {}: {} samples", i, st.samples));
+    }
+    s.loss_end = t.evaluate(synthetic12_train(), 0).loss;
+    s.params = host_params(m);
+    s.members = t.members();
+    s.grid = t.grid();
+    s.lr_scale = t.lr_scale();
+    s.steps = t.global_step();
+  });
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(reform)
+
+// World rank 3 (replica 1, stage 1) dies: 3 survivors, pp 2 kept -> 1 x 2 on world ranks 0 and 1 (stage 0 from
+// rank 0, stage 1 from rank 1, the surviving replica); world rank 2 leaves. The result equals a 1 x 2 pipeline
+// resumed from the checkpoint of the same step with the learning rate x 1/2 (the stated rule).
+BOOST_AUTO_TEST_CASE(a_2x2_grid_losing_one_rank_continues_at_1x2_equal_to_the_resumed_reference) {
+  constexpr int kBefore = 4, kAfter = 8;
+  const std::string ck = temp_path("one.ckpt");
+  std::vector<Seen> seen;
+  const auto errors = run_loss({3}, ck, kBefore, 0, kAfter, seen);
+  BOOST_TEST(errors[0].message.empty(), errors[0].message);
+  BOOST_TEST(errors[1].message.empty(), errors[1].message);
+  BOOST_TEST((errors[2].status == Status::kPeerFailure));
+  BOOST_TEST(contains(errors[2].message, "leaves the job"), errors[2].message);
+  BOOST_TEST(contains(errors[2].message, "1 x 2"), errors[2].message);
+  // The reference: a 1 x 2 pipeline from the checkpoint, learning rate x 1/2.
+  train::TrainerConfig half = sgd_config(kBatch);
+  half.optimizer.lr *= 0.5f;
+  std::vector<std::vector<float>> ref(2);
+  const auto ref_errors = run_world(2, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, half, grid(par::Strategy::kPipeline, 1, ""), &c);
+    t.load_checkpoint(ck);
+    for (int i = 0; i < kAfter; ++i) t.step();
+    ref[static_cast<size_t>(r)] = host_params(m);
+  });
+  require_no_errors(ref_errors);
+  for (int r = 0; r < 2; ++r) {
+    const Seen& s = seen[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST(s.grid.dp == 1);
+      BOOST_TEST(s.grid.pp == 2);
+      BOOST_TEST((s.members == std::vector<int>{0, 1}));
+      BOOST_TEST(s.lr_scale == 0.5);
+      BOOST_TEST(s.steps == kBefore + kAfter);
+      BOOST_TEST(std::isfinite(s.loss_end));
+      BOOST_TEST(s.loss_end < s.loss_mid);
+      BOOST_TEST(rel_diff(s.params, ref[static_cast<size_t>(r)]) < 1e-5, rel_diff(s.params, ref[static_cast<size_t>(r)]));
+    }
+  }
+  std::filesystem::remove(ck);
+}
+
+// World ranks 1 and 3 hold stage 1 in both replicas. Without a checkpoint the survivors stop naming the stage.
+BOOST_AUTO_TEST_CASE(losing_every_replica_of_a_stage_without_a_checkpoint_stops_naming_the_stage) {
+  std::vector<Seen> seen;
+  const auto errors = run_loss({1, 3}, "", 3, 0, 2, seen);
+  for (int r : {0, 2}) {
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST((errors[static_cast<size_t>(r)].status == Status::kPeerFailure));
+      BOOST_TEST(contains(errors[static_cast<size_t>(r)].message, "pipeline stage(s) 1 lost on every replica"),
+                 errors[static_cast<size_t>(r)].message);
+    }
+  }
+}
+
+// With a checkpoint (written at step 3, two steps before the loss) the survivors 0 and 2 re-form at 1 x 2 from it.
+BOOST_AUTO_TEST_CASE(losing_every_replica_of_a_stage_with_a_checkpoint_restores_it_from_there) {
+  constexpr int kBefore = 3, kExtra = 2, kAfter = 6;
+  const std::string ck = temp_path("both.ckpt");
+  std::vector<Seen> seen;
+  const auto errors = run_loss({1, 3}, ck, kBefore, kExtra, kAfter, seen);
+  for (int r : {0, 2}) {
+    const Seen& s = seen[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST(errors[static_cast<size_t>(r)].message.empty(), errors[static_cast<size_t>(r)].message);
+      BOOST_TEST(s.grid.dp == 1);
+      BOOST_TEST(s.grid.pp == 2);
+      BOOST_TEST((s.members == std::vector<int>{0, 2}));
+      BOOST_TEST(s.steps == kBefore + kAfter);  // back to the checkpoint's step, then kAfter steps
+      BOOST_TEST(std::isfinite(s.loss_end));
+      BOOST_TEST(s.loss_end < s.loss_mid);
+    }
+  }
+  std::filesystem::remove(ck);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
