@@ -286,8 +286,11 @@ class Bench:
         p = pred[-1]["prediction"]
         # before (no communication CPU): the run's own prediction scaled by what `tandem simulate` of the same job
         # gives without the fields over with them
+        with open(self.profiles[job]) as f:
+            shape = "x".join(str(d) for d in json.load(f)["input"])  # the synthetic data set's: the profile's input
         sim_with, sim_without = self.before(cfile, model_args(model, self.a.width_mult) + [
-            "--dataset", "synthetic", "--batch", str(self.a.batch), "--strategy", "ddp"], self.profiles[job])
+            "--dataset", "", "--samples", "960", "--input", shape, "--batch", str(self.a.batch), "--strategy", "ddp"],
+            self.profiles[job])
         return p["measured_step_s"], p["predicted_step_s"], {
             "measured_comm_s": p.get("measured_comm_s"), "predicted_comm_s": p.get("predicted_comm_s"),
             "predicted_before_s": p["predicted_step_s"] * sim_without / sim_with,
