@@ -253,12 +253,12 @@ class Bench:
         row = dict(case=case, job=job, measured_s=meas, predicted_s=pred, error=err, wall_s=wall,
                    load=os.getloadavg()[0], cpu_cores=cpu, **extra)
         self.rows.append(row)
-        if "error_before" in extra:
-            print(f"  {'':<20} without communication CPU: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
-                  f"{extra['error_before'] * 100:+6.1f}%", flush=True)
         print(f"  {job:<20} measured {meas * 1e3:9.2f} ms  predicted {pred * 1e3:9.2f} ms  error {err * 100:+6.1f}%  "
               f"({wall:.0f} s; cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f})",
               flush=True)
+        if "error_before" in extra:
+            print(f"  {'':<20} without communication CPU: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
+                  f"{extra['error_before'] * 100:+6.1f}%", flush=True)
 
     def launch(self, name, addr0, hosts, ranks, cmd, timeout=900):
         tmpl = f"{predict_lib.TOOL} exec --name {name} " + ("{rank}" if hosts == ranks else "0") + " --"
