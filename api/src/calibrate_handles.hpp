@@ -42,6 +42,8 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
 void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint64_t count = 16);
 // This thread's local reduction bandwidth: dst += src over f32 buffers larger than the caches, counted as
 // the simulator counts a reduction (read dst, read src, write dst: 12 bytes per element).
+// Timed in thread CPU time, so a quota's pauses do not lower it (a full-speed figure, like the layers'
+// after full_speed_profile).
 double measure_reduce_bandwidth();
 // CPU seconds per payload byte that moving a message costs one side (simulator/compute/profile.hpp
 // tcp_cpu_s_per_byte, copy_cpu_s_per_byte), from thread CPU time (CLOCK_THREAD_CPUTIME_ID): a loopback TCP

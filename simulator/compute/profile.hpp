@@ -7,6 +7,7 @@
 //    "layers": [{"name": "conv0", "forward_s": 0.0021, "backward_s": 0.0043}, ...],   // every layer, in order
 //    "optimizer": "sgd", "optimizer_step_s": 0.0031,        // one step over all parameters
 //    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
+//                                                           // (tandem calibrate: thread CPU time, full speed)
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
 //    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory after setup, before the model
 //                                  // (the simulator's per-rank runtime allowance on CPU nodes)
