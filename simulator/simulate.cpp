@@ -260,16 +260,22 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   s.symmetric = run.symmetric;
   s.node_of_rank = p.node_of_rank;
   bool cpu_model = false;
+  // Moving a message costs CPU on CPU nodes (the profile's tcp_cpu_s_per_byte, copy_cpu_s_per_byte; absent: 0);
+  // a rank whose transfers cost CPU keeps two threads busy, its training thread and its collectives'.
+  const double tcp_cpu = profile && profile->tcp_cpu_s_per_byte ? *profile->tcp_cpu_s_per_byte : 0.0;
+  const double copy_cpu = profile && profile->copy_cpu_s_per_byte ? *profile->copy_cpu_s_per_byte : 0.0;
+  const int32_t threads_per_rank = tcp_cpu > 0 || copy_cpu > 0 ? 2 : 1;
   for (const NodeSpec& n : p.cluster.nodes) {
     CpuShare c;  // GPU nodes: their ranks drive GPUs, never modelled
     c.cores = n.hw.gpus > 0 ? n.ranks() : n.hw.vcpus;
     c.task_cores = n.hw.gpus > 0 ? 1.0 : std::min(c.cores, n.rank_cores());
     c.quota_cores = n.hw.gpus > 0 ? 0.0 : n.cpu_quota;
     c.period_s = n.cpu_period_s;
-    cpu_model = cpu_model || c.needs_model(n.ranks());
+    cpu_model = cpu_model || c.needs_model(n.ranks() * (n.hw.gpus > 0 ? 1 : threads_per_rank));
     s.node_cpu.push_back(c);
   }
   if (!cpu_model) s.node_of_rank.clear(), s.node_cpu.clear();  // the plain model is exact: keep it fast
+  if (threads_per_rank > 1) s.host_of_rank = p.node_of_rank;
   for (double per_sample : cj.boundary_bytes_per_sample) {
     std::vector<double> v;
     for (int64_t n : mbs) v.push_back(per_sample * static_cast<double>(n));
@@ -306,6 +312,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
                                      (recompute ? m.forward_s(bk.first_layer, bk.end_layer, last_mb) : 0.0));
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
+    if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
+      rs.net_cpu_s_per_byte = node.protocol == network::Protocol::kTcp ? tcp_cpu : 0.0;  // RDMA: the NIC copies
+      rs.copy_cpu_s_per_byte = copy_cpu;
+    }
     if (cj.converts()) {
       // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory
       // bandwidth or by the runtime's per-element conversion, whichever is slower. On a GPU the pass is a
@@ -367,7 +377,7 @@ void scale_step(StepResult& r, double k) {
   r.step_s *= k;
   for (RankBreakdown& b : r.ranks) {
     b.finish_s *= k, b.compute_s *= k, b.throttled_s *= k, b.comm_exposed_s *= k, b.bubble_s *= k, b.idle_s *= k;
-    b.staleness_wait_s *= k, b.cpu_busy_s *= k;
+    b.staleness_wait_s *= k, b.cpu_busy_s *= k, b.comm_cpu_s *= k;
   }
 }
 
@@ -390,6 +400,7 @@ StepResult periodic_step(const Prepared& p, const std::vector<double>& node_spee
     RankBreakdown &a = r.ranks[i], &b = w.ranks[i];
     a.finish_s += b.finish_s, a.compute_s += b.compute_s, a.throttled_s += b.throttled_s, a.idle_s += b.idle_s;
     a.comm_exposed_s += b.comm_exposed_s, a.bubble_s += b.bubble_s, a.cpu_busy_s += b.cpu_busy_s;
+    a.comm_cpu_s += b.comm_cpu_s;
   }
   r.events += w.events;
   r.flows += w.flows;

@@ -17,7 +17,7 @@ using network::FlowObserver;
 
 namespace {
 
-constexpr uint64_t kEvCompute = 0, kEvLocal = 1, kEvDispatch = 2;
+constexpr uint64_t kEvCompute = 0, kEvLocal = 1, kEvDispatch = 2, kEvXferCpu = 3;
 constexpr uint64_t kTagP2p = 0, kTagColl = 1;
 
 class StepExecutor final : public des::EventHandler, public FlowObserver {
@@ -60,6 +60,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   // CPU (the executor's thread), the lowest ready op in program order first.
   static constexpr uint32_t kIdle = UINT32_MAX, kFinish = UINT32_MAX - 1;
   static constexpr uint8_t kReleased = 1, kArrived = 2, kDone = 4;
+  static constexpr uint8_t kSendCpu = 1, kRecvCpu = 2, kFlowDone = 4;
   struct Member {
     uint32_t left = 0;          // ops not done
     uint32_t running = kIdle;   // the local op on the CPU (member-local), kFinish (closing average), kIdle
@@ -74,6 +75,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     std::vector<uint32_t> remaining;  // per op: dependencies not yet met
     std::vector<uint8_t> state;       // per op: kReleased | kArrived | kDone
     std::vector<des::TimeNs> started;  // per op, when op_log is recorded
+    std::vector<uint8_t> xfer;  // per send, when transfers cost CPU: kSendCpu | kRecvCpu pending, kFlowDone
     const std::vector<network::RouteId>* routes;  // per op (sends)
   };
 
@@ -91,6 +93,12 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   void request_dispatch(uint32_t inst, int32_t m);
   void dispatch(uint32_t inst, int32_t m);
   void finish_member(uint32_t inst, int32_t m);
+  // A transfer's parts: its flow, and (when transfers cost CPU) the sender's and the receiver's CPU work.
+  void start_xfer_cpu(uint32_t inst, int32_t m, uint32_t g, double bytes);
+  double xfer_cpu_s(int32_t r, int32_t peer, double bytes) const;
+  void xfer_part_done(uint32_t inst, uint32_t g, uint8_t part);
+  void send_done(uint32_t inst, uint32_t g);
+  void recv_arrived(uint32_t inst, uint32_t g);
   static uint64_t member_arg(uint32_t inst, int32_t m, uint64_t type) {
     return (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | type;
   }
@@ -131,6 +139,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     return (static_cast<uint64_t>(static_cast<uint32_t>(from)) << 32) | static_cast<uint32_t>(to);
   }
   int32_t finished_ = 0;
+  bool xfer_cpu_ = false;  // some rank's transfers cost CPU (RankSetup::net_cpu_s_per_byte, copy_cpu_s_per_byte)
   bool sym_ = false;  // symmetric execution: rank 0 alone stands for every rank (see symmetric_possible)
   StepResult result_;
 };
@@ -156,6 +165,14 @@ StepResult StepExecutor::run() {
                  topo_.endpoints(), world);
   TANDEM_REQUIRE(s_.pipeline.stages == s_.pp, "pipeline plan has {} stages, job pp is {}", s_.pipeline.stages, s_.pp);
   const int32_t M = s_.pipeline.micro_batches;
+  for (const RankSetup& rs : s_.ranks) {
+    TANDEM_REQUIRE(rs.net_cpu_s_per_byte >= 0 && rs.copy_cpu_s_per_byte >= 0,
+                   "step setup: transfer CPU costs must be >= 0 (net {}, copy {} s per byte)", rs.net_cpu_s_per_byte,
+                   rs.copy_cpu_s_per_byte);
+    xfer_cpu_ = xfer_cpu_ || rs.net_cpu_s_per_byte > 0 || rs.copy_cpu_s_per_byte > 0;
+  }
+  TANDEM_REQUIRE(s_.host_of_rank.empty() || s_.host_of_rank.size() == static_cast<size_t>(world),
+                 "step setup: host_of_rank has {} ranks, expected {}", s_.host_of_rank.size(), world);
   sym_ = symmetric_possible();
   topo_.fold_acks(sym_);
   ranks_.resize(world);
@@ -174,12 +191,13 @@ StepResult StepExecutor::run() {
       TANDEM_REQUIRE(plan->world == s_.dp, "stage {} bucket {}: plan for {} ranks, data-parallel group has {}", st, b,
                      plan->world, s_.dp);
       inst_of_[st].push_back(static_cast<uint32_t>(inst_.size()));
-      Instance in{plan, st, static_cast<int32_t>(b), std::vector<Member>(s_.dp), {}, {}, {}, nullptr};
+      Instance in{plan, st, static_cast<int32_t>(b), std::vector<Member>(s_.dp), {}, {}, {}, {}, nullptr};
       const size_t nops = sym_ ? plan->first_op[1] : plan->ops.size() - 1;
       in.remaining.resize(nops);
       for (size_t g = 0; g < nops; ++g) in.remaining[g] = plan->ops[g].deps;
       in.state.assign(nops, 0);
       if (s_.op_log) in.started.assign(nops, 0);
+      if (xfer_cpu_) in.xfer.assign(nops, 0);
       in.routes = &routes_for(plan, st);
       inst_.push_back(std::move(in));
     }
@@ -215,7 +233,8 @@ StepResult StepExecutor::run() {
     // thread and its all-reduce thread are both tasks of its node
     for (int32_t r = 0; r < world; ++r) {
       const size_t n = static_cast<size_t>(s_.node_of_rank[r]);
-      if (!s_.node_cpu[n].needs_model(per_node[n])) continue;
+      // a rank whose transfers cost CPU runs two busy threads: training and collectives
+      if (!s_.node_cpu[n].needs_model(per_node[n] * (xfer_cpu_ ? 2 : 1))) continue;
       if (!node[n]) {
         shared_cpus_.push_back(std::make_unique<NodeCpu>(sim_, s_.node_cpu[n]));
         node[n] = shared_cpus_.back().get();
@@ -397,6 +416,9 @@ void StepExecutor::on_event(uint64_t arg) {
     }
     ++rk.pc;
     advance(r);
+  } else if (type == kEvXferCpu) {
+    xfer_part_done(static_cast<uint32_t>((arg >> 3) & 0x3fffffu), static_cast<uint32_t>(arg >> 25),
+                   (arg & 4) ? kRecvCpu : kSendCpu);
   } else {
     const uint32_t inst = static_cast<uint32_t>((arg >> 2) & 0x3fffffu);
     const int32_t m = static_cast<int32_t>(arg >> 24);
@@ -469,6 +491,21 @@ void StepExecutor::on_flow_done(uint64_t tag) {
   }
   const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
   const auto g = static_cast<uint32_t>(tag >> 23);
+  if (xfer_cpu_) return xfer_part_done(inst, g, kFlowDone);
+  send_done(inst, g);
+  recv_arrived(inst, g);
+}
+
+// Send g's sender is done with it: the send completes.
+void StepExecutor::send_done(uint32_t inst, uint32_t g) {
+  const CompiledPlan& plan = *inst_[inst].plan;
+  const int32_t src =
+      sym_ ? 0 : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) - plan.first_op.begin() - 1);
+  complete(inst, src, g - plan.first_op[src]);
+}
+
+// Send g's data is in its receiver's buffer: the receive completes if it is posted.
+void StepExecutor::recv_arrived(uint32_t inst, uint32_t g) {
   Instance& in = inst_[inst];
   const CompiledPlan& plan = *in.plan;
   int32_t dst = 0;
@@ -481,10 +518,50 @@ void StepExecutor::on_flow_done(uint64_t tag) {
     j = plan.first_op[dst] + plan.ops[g].link;
   }
   in.state[j] |= kArrived;
-  const int32_t src =
-      sym_ ? 0 : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) - plan.first_op.begin() - 1);
-  complete(inst, src, g - plan.first_op[src]);
   if ((in.state[j] & (kReleased | kDone)) == kReleased) complete(inst, dst, j - plan.first_op[dst]);
+}
+
+// CPU seconds rank r spends on `bytes` of a message to or from `peer` (at its speed).
+double StepExecutor::xfer_cpu_s(int32_t r, int32_t peer, double bytes) const {
+  const RankSetup& rs = s_.ranks[r];
+  const bool local = !s_.host_of_rank.empty() && s_.host_of_rank[r] == s_.host_of_rank[peer];
+  return bytes * (local ? rs.copy_cpu_s_per_byte : rs.net_cpu_s_per_byte) / rs.speed;
+}
+
+// Send g (member m's) is posted: its sender's and its receiver's CPU work start with its flow, on their nodes'
+// CPUs beside whatever else runs there. In symmetric execution rank 0 does both: its receive that mirrors g
+// (plan.mirror_recv) streams in at the same time, from the image of rank 0.
+void StepExecutor::start_xfer_cpu(uint32_t inst, int32_t m, uint32_t g, double bytes) {
+  Instance& in = inst_[inst];
+  const int32_t src = rank_of(m, in.stage);
+  const int32_t dst = sym_ ? src : rank_of(in.plan->ops[g].peer, in.stage);
+  const int32_t other = sym_ ? rank_of(in.plan->ops[g].peer, in.stage) : src;  // dst's peer
+  const double send_s = xfer_cpu_s(src, sym_ ? other : dst, bytes), recv_s = xfer_cpu_s(dst, other, bytes);
+  const uint64_t base = (static_cast<uint64_t>(g) << 25) | (static_cast<uint64_t>(inst) << 3) | kEvXferCpu;
+  if (send_s > 0) {
+    in.xfer[g] |= kSendCpu;
+    ranks_[src].bd.cpu_busy_s += send_s;
+    ranks_[src].bd.comm_cpu_s += send_s;
+    run_cpu(src, send_s, base);
+  }
+  if (recv_s > 0) {
+    in.xfer[g] |= kRecvCpu;
+    ranks_[dst].bd.cpu_busy_s += recv_s;
+    ranks_[dst].bd.comm_cpu_s += recv_s;
+    run_cpu(dst, recv_s, base | 4);
+  }
+}
+
+// One part of send g is over: the send completes once its flow and its sender's CPU work are done, the data
+// arrives once the flow and the receiver's CPU work are.
+void StepExecutor::xfer_part_done(uint32_t inst, uint32_t g, uint8_t part) {
+  uint8_t& x = inst_[inst].xfer[g];
+  x = part == kFlowDone ? static_cast<uint8_t>(x | kFlowDone) : static_cast<uint8_t>(x & ~part);
+  if (!(x & kFlowDone)) return;
+  const bool send_now = !(x & kSendCpu) && (part == kFlowDone || part == kSendCpu);
+  const bool recv_now = !(x & kRecvCpu) && (part == kFlowDone || part == kRecvCpu);
+  if (send_now) send_done(inst, g);
+  if (recv_now) recv_arrived(inst, g);
 }
 
 void StepExecutor::try_start_comm(int32_t r) {
@@ -531,6 +608,7 @@ void StepExecutor::release(uint32_t inst, int32_t m, uint32_t i) {
   if (op.kind == CompiledPlan::Kind::kSend) {
     const uint64_t tag = (static_cast<uint64_t>(g) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
     net_.start_flow((*in.routes)[g], static_cast<double>(op.bytes), this, tag);
+    if (xfer_cpu_) start_xfer_cpu(inst, m, g, static_cast<double>(op.bytes));
   }
   if (op.fifo_next != CompiledPlan::kNone && --in.remaining[plan.first_op[m] + op.fifo_next] == 0)
     release(inst, m, op.fifo_next);
@@ -627,8 +705,14 @@ bool StepExecutor::symmetric_possible() const {
   for (const RankSetup& b : s_.ranks) {
     if (b.speed != a.speed || b.local_bytes_per_s != a.local_bytes_per_s || b.forward_s != a.forward_s ||
         b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s ||
-        b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s)
+        b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s ||
+        b.net_cpu_s_per_byte != a.net_cpu_s_per_byte || b.copy_cpu_s_per_byte != a.copy_cpu_s_per_byte)
       return false;
+  }
+  if (xfer_cpu_ && !s_.host_of_rank.empty()) {  // shared-memory transfers between some ranks only
+    std::vector<int32_t> hosts = s_.host_of_rank;
+    std::sort(hosts.begin(), hosts.end());
+    if (std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end()) return false;
   }
   return true;
 }

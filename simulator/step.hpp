@@ -34,6 +34,14 @@ struct RankSetup {
   // the last one (training thread, at the rank's speed); empty / 0 without compression
   std::vector<double> bucket_compress_s;
   double decompress_s = 0;
+  // CPU seconds (at full speed, divided by `speed`) per payload byte that one side of a message spends on
+  // moving it: `net_cpu_s_per_byte` through the network stack to or from a rank on another node (TCP: system
+  // calls, the kernel's protocol work and copies), `copy_cpu_s_per_byte` through shared memory to or from a rank
+  // of the same node (one memcpy into or out of the ring). Charged to the sender and to the receiver of every
+  // all-reduce transfer, as CPU tasks on their node's CPU model that run while the flow is in flight (a send is
+  // done once its flow and its sender's CPU work are; a receive once the flow and the receiver's). 0: free.
+  double net_cpu_s_per_byte = 0;
+  double copy_cpu_s_per_byte = 0;
 };
 
 // When one op of an all-reduce ran (StepSetup::op_log): member `member`'s op `op` (member-local, as
@@ -61,6 +69,9 @@ struct StepSetup {
   // model (each rank computes alone at its speed).
   std::vector<int32_t> node_of_rank;
   std::vector<CpuShare> node_cpu;
+  // Node of each rank, for telling a shared-memory transfer (same node) from a network one when a rank's
+  // transfers cost CPU (RankSetup::copy_cpu_s_per_byte); empty: every transfer crosses the network.
+  std::vector<int32_t> host_of_rank;
 };
 
 struct RankBreakdown {
@@ -71,7 +82,8 @@ struct RankBreakdown {
   double bubble_s = 0;
   double idle_s = 0;
   double staleness_wait_s = 0;  // ssp: blocked at the start of a step, more than `staleness` clocks ahead of the slowest
-  double cpu_busy_s = 0;   // compute plus local reductions, at the rank's speed (for CPU credits)
+  double cpu_busy_s = 0;   // compute, local reductions and transfers' CPU work, at the rank's speed (for CPU credits)
+  double comm_cpu_s = 0;   // of which the CPU work of moving all-reduce messages (RankSetup::net_cpu_s_per_byte)
 };
 
 // One FedAvg round (simulator/strategy.hpp).

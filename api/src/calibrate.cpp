@@ -49,6 +49,8 @@ std::string profile_text(const tandem_calibration& h) {
   p.optimizer_step_s = c.optimizer_step_s;
   p.batch_curve = c.batch_curve;
   if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
+  if (h.comm_cpu.tcp_s_per_byte > 0) p.tcp_cpu_s_per_byte = h.comm_cpu.tcp_s_per_byte;
+  if (h.comm_cpu.copy_s_per_byte > 0) p.copy_cpu_s_per_byte = h.comm_cpu.copy_s_per_byte;
   if (h.fp16_convert_s.first > 0) p.fp16_convert_s = h.fp16_convert_s;
   if (h.bf16_convert_s.first > 0) p.bf16_convert_s = h.bf16_convert_s;
   if (h.p2p) {
@@ -185,6 +187,12 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     });
     h->cal = train::calibrate_model(*m.model, o);
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
+    std::string comm_cpu_note;
+    try {
+      h->comm_cpu = tandem::api::measure_comm_cpu();
+    } catch (const tandem::Error& e) {  // no loopback here: the profile says so and goes without the figures
+      comm_cpu_note = fmt::format("; communication CPU not measured ({})", e.what());
+    }
     h->fp16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kF16);
     h->bf16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kBF16);
     if (multi) {
@@ -197,6 +205,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     }
     h->machine = machine.empty() ? tandem::api::describe_machine(h->cal.threads) : machine;
     if (h->ranks > 1) h->machine += fmt::format("; compute averaged over {} ranks measuring at once", h->ranks);
+    h->machine += comm_cpu_note;
     if (h->p2p) {
       const tandem::api::P2pFigures& q = *h->p2p;
       h->machine += fmt::format(

@@ -42,7 +42,19 @@ P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters)
 void measure_allreduce_rounds(engine::comm::Communicator& c, P2pFigures& p, uint64_t count = 16);
 // This thread's local reduction bandwidth: dst += src over f32 buffers larger than the caches, counted as
 // the simulator counts a reduction (read dst, read src, write dst: 12 bytes per element).
+// Timed in thread CPU time, so a quota's pauses do not lower it (a full-speed figure, like the layers'
+// after full_speed_profile).
 double measure_reduce_bandwidth();
+// CPU seconds per payload byte that moving a message costs one side (simulator/compute/profile.hpp
+// tcp_cpu_s_per_byte, copy_cpu_s_per_byte), from thread CPU time (CLOCK_THREAD_CPUTIME_ID): a loopback TCP
+// transfer of `bytes` between two threads of this process (half the sender's and the receiver's CPU per byte),
+// and a memcpy pass over buffers past the caches (one copy into or out of a shared-memory ring). Thread CPU time
+// is what a CFS quota charges and is not stretched by the quota's pauses: full-speed seconds. Throws kIo (naming
+// the call) when a loopback socket cannot be set up.
+struct CommCpuFigures {
+  double tcp_s_per_byte = 0, copy_s_per_byte = 0;
+};
+CommCpuFigures measure_comm_cpu(uint64_t bytes = uint64_t{8} << 20, int iters = 3);
 // Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
 // back), timed on a bucket-sized buffer: {to, back}.
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);
@@ -58,6 +70,7 @@ struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> 
   tandem::engine::train::Calibration cal;
   int32_t ranks = 1;
   double memory_bytes_per_s = 0;
+  tandem::api::CommCpuFigures comm_cpu;  // 0: not measured (not written)
   std::optional<tandem::api::P2pFigures> p2p;
   double runtime_rss_bytes = 0;  // 0: unknown (not written)
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured

@@ -1,5 +1,6 @@
 // Measurements behind tandem_calibrate besides compute: point-to-point figures between two ranks, the local
 // reduction bandwidth, and a description of the machine.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -195,10 +196,18 @@ double measure_reduce_bandwidth() {
   constexpr size_t kElems = size_t{8} << 20;  // 32 MiB per buffer: past the caches, like a gradient bucket
   std::vector<float> dst(kElems, 1.0f), src(kElems, 1e-7f);
   std::vector<double> t;
+  // Thread CPU time, not wall time: under a CFS quota a pass longer than the quota's window stands still between
+  // windows, and the simulator applies a node's quota itself (the reductions run on its CPU model): the figure
+  // must be the full-speed bandwidth, as the comm CPU figures are (calibrate_comm_cpu.cpp).
+  const auto cpu_now = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
   for (int i = 0; i < 4; ++i) {
-    const auto t0 = Clock::now();
+    const double t0 = cpu_now();
     engine::comm::reduce_kernel(dst.data(), src.data(), kElems, DType::kF32, ReduceOp::kSum);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double s = cpu_now() - t0;
     if (i > 0) t.push_back(s);  // the first pass also faults the pages in
   }
   const double s = median(t);

@@ -163,6 +163,14 @@ class Bench:
                     got = predict_lib.json_lines(text.splitlines(), "profile")
                     if rc != 0 or not got:
                         raise RuntimeError(f"torch profile {model} failed ({rc}):\n{text[-2000:]}")
+                    # The CPU cost of moving a byte is the host's (tandem calibrate's loopback TCP), and gloo moves
+                    # even a same-host rank's bytes through TCP: both fields from the Tandem profile's TCP figure.
+                    with open(tout) as f:
+                        tprof = json.load(f)
+                    if "tcp_cpu_s_per_byte" in prof:
+                        tprof["tcp_cpu_s_per_byte"] = tprof["copy_cpu_s_per_byte"] = prof["tcp_cpu_s_per_byte"]
+                    with open(tout, "w") as f:
+                        json.dump(tprof, f, indent=1)
                     self.profiles[f"torch-{model}"] = tout
                     self.calib[f"torch-{model}"] = got[-1]
                     g = got[-1]
@@ -172,7 +180,26 @@ class Bench:
         finally:
             predict_lib.emu(["down", "--name", name], check=False)
         with open(self.profiles["tandem-lenet5"]) as f:
-            self.mem_bps = json.load(f).get("memory_bytes_per_s", 8e9)
+            lp = json.load(f)
+        self.mem_bps = lp.get("memory_bytes_per_s", 8e9)
+        self.comm_cpu = {k: lp[k] for k in COMM_CPU if k in lp}
+        print(f"  communication CPU per byte and side: {self.comm_cpu or 'not measured'}", flush=True)
+
+    def stripped(self, profile):
+        """`profile` without the communication CPU fields: what the simulator predicted before they existed."""
+        out = profile[:-len(".json")] + ".nocomm.json"
+        with open(profile) as f:
+            p = json.load(f)
+        for k in COMM_CPU:
+            p.pop(k, None)
+        with open(out, "w") as f:
+            json.dump(p, f, indent=1)
+        return out
+
+    def before(self, cfile, args, profile):
+        """`tandem simulate` with and without the profile's communication CPU: (with, without) step seconds."""
+        return (self.simulate(cfile, args + ["--profile", profile])["step_time_s"],
+                self.simulate(cfile, args + ["--profile", self.stripped(profile)])["step_time_s"])
 
     # ---- 2. the cases ---------------------------------------------------------------------------------------
     def run_case(self, case):
@@ -199,7 +226,7 @@ class Bench:
                 self.cpu0 = predict_lib.cpu_snapshot(name)
                 try:
                     if job.startswith("tandem-"):
-                        meas, pred, extra = self.tandem_job(job, name, addr0, hosts, ranks, cl)
+                        meas, pred, extra = self.tandem_job(job, name, addr0, hosts, ranks, cl, cfile)
                     elif job.startswith("torch-"):
                         meas, pred, extra = self.torch_job(job, name, addr0, hosts, ranks, cfile)
                     else:
@@ -221,12 +248,17 @@ class Bench:
         a host slowed by anything but its quota shows there."""
         err = pred / meas - 1.0
         cpu = predict_lib.cpu_use(self.cpu0, predict_lib.cpu_snapshot(name))
+        if extra.get("predicted_before_s"):
+            extra["error_before"] = extra["predicted_before_s"] / meas - 1.0
         row = dict(case=case, job=job, measured_s=meas, predicted_s=pred, error=err, wall_s=wall,
                    load=os.getloadavg()[0], cpu_cores=cpu, **extra)
         self.rows.append(row)
         print(f"  {job:<20} measured {meas * 1e3:9.2f} ms  predicted {pred * 1e3:9.2f} ms  error {err * 100:+6.1f}%  "
               f"({wall:.0f} s; cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f})",
               flush=True)
+        if "error_before" in extra:
+            print(f"  {'':<20} without communication CPU: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
+                  f"{extra['error_before'] * 100:+6.1f}%", flush=True)
 
     def launch(self, name, addr0, hosts, ranks, cmd, timeout=900):
         tmpl = f"{predict_lib.TOOL} exec --name {name} " + ("{rank}" if hosts == ranks else "0") + " --"
@@ -240,7 +272,7 @@ class Bench:
                 per.setdefault(int(r), []).append(rest)
         return rc, per, text
 
-    def tandem_job(self, job, name, addr0, hosts, ranks, cl):
+    def tandem_job(self, job, name, addr0, hosts, ranks, cl, cfile):
         model = job.split("-", 1)[1]
         steps = "30" if model == "lenet5" else "10"
         cmd = [self.tandem, "train"] + model_args(model, self.a.width_mult) + [
@@ -252,8 +284,17 @@ class Bench:
         if rc != 0 or not pred:
             raise RuntimeError(f"tandem train failed ({rc}):\n{text[-2000:]}")
         p = pred[-1]["prediction"]
+        # before (no communication CPU): the run's own prediction scaled by what `tandem simulate` of the same job
+        # gives without the fields over with them
+        with open(self.profiles[job]) as f:
+            shape = "x".join(str(d) for d in json.load(f)["input"])  # the synthetic data set's: the profile's input
+        sim_with, sim_without = self.before(cfile, model_args(model, self.a.width_mult) + [
+            "--dataset", "", "--samples", "960", "--input", shape, "--batch", str(self.a.batch), "--strategy", "ddp"],
+            self.profiles[job])
         return p["measured_step_s"], p["predicted_step_s"], {
-            "measured_comm_s": p.get("measured_comm_s"), "predicted_comm_s": p.get("predicted_comm_s")}
+            "measured_comm_s": p.get("measured_comm_s"), "predicted_comm_s": p.get("predicted_comm_s"),
+            "predicted_before_s": p["predicted_step_s"] * sim_without / sim_with,
+            "simulate_with_s": sim_with, "simulate_without_s": sim_without}
 
     def simulate(self, cfile, args):
         rc, text = sh([self.tandem, "simulate", "--cluster", cfile, "--json"] + args, timeout=300)
@@ -284,10 +325,12 @@ class Bench:
         got = predict_lib.json_lines(outs[0].splitlines(), "peer")
         if any(p.returncode != 0 for p in procs) or not got:
             raise RuntimeError(f"pytorch ddp failed ({[p.returncode for p in procs]}):\n{outs[0][-2000:]}")
-        sim = self.simulate(cfile, model_args(model, self.a.width_mult) + [
+        args = model_args(model, self.a.width_mult) + [
             "--dataset", "fashion-mnist", "--batch", str(self.a.batch), "--strategy", "ddp", "--framework",
-            "pytorch-ddp", "--profile", self.profiles[job]])
-        return got[-1]["step_s"], sim["step_time_s"], {"torch": got[-1]["torch"],
+            "pytorch-ddp"]
+        sim = self.simulate(cfile, args + ["--profile", self.profiles[job]])
+        _, without = self.before(cfile, args, self.profiles[job])
+        return got[-1]["step_s"], sim["step_time_s"], {"torch": got[-1]["torch"], "predicted_before_s": without,
                                                        "predicted_comm_s": sim["step_ranks"][0]["comm_exposed_s"]}
 
     def allreduce(self, case, jobs, name, addr0, hosts, ranks, cfile):
@@ -307,14 +350,17 @@ class Bench:
                 continue
             try:
                 # The algorithm the bench's `auto` ran (the runtime's choice for this size and world), by name.
-                sim = self.simulate(cfile, self.allreduce_model(b) + ["--batch", "1", "--strategy", "ddp",
-                                                                      "--bucket-mb", "64", "--no-overlap",
-                                                                      "--algo", got[b]["algo"]])
+                args = self.allreduce_model(b) + ["--batch", "1", "--strategy", "ddp", "--bucket-mb", "64",
+                                                  "--no-overlap", "--algo", got[b]["algo"]]
+                sim = self.simulate(cfile, args)
+                without = self.simulate(cfile, args[:args.index("--profile") + 1] + [
+                    self.stripped(args[args.index("--profile") + 1])] + args[args.index("--profile") + 2:])
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"  {job}: prediction FAILED: {e}", flush=True)
                 continue
             self.add(case, job, got[b]["time_us"] * 1e-6, sim["step_time_s"],
-                     {"algo": got[b]["algo"], "sim_allreduce": sim.get("allreduce")}, wall / len(sizes), name)
+                     {"algo": got[b]["algo"], "sim_allreduce": sim.get("allreduce"),
+                      "predicted_before_s": without["step_time_s"]}, wall / len(sizes), name)
 
     def allreduce_model(self, nbytes):
         """A model whose gradients are `nbytes` (flatten + linear 1 -> K with bias: 2K floats) and a profile that
@@ -328,19 +374,25 @@ class Bench:
                 {"name": "fc1", "type": "linear", "inputs": ["flatten0"], "out_features": k, "bias": True}]}, f)
         with open(prof, "w") as f:
             json.dump({"format": "tandem-calibration", "version": 1, "backend": "cpu", "model": f"allreduce{nbytes}",
-                       "batch": 1, "optimizer_step_s": 1e-9, "memory_bytes_per_s": self.mem_bps,
+                       "batch": 1, "optimizer_step_s": 1e-9, "memory_bytes_per_s": self.mem_bps, **self.comm_cpu,
                        "layers": [{"name": "flatten0", "forward_s": 1e-9, "backward_s": 1e-9},
                                   {"name": "fc1", "forward_s": 1e-9, "backward_s": 1e-9}]}, f)
         return ["--model-file", spec, "--profile", prof, "--dataset", "", "--samples", "64", "--input", "1x1x1"]
 
 
+COMM_CPU = ("tcp_cpu_s_per_byte", "copy_cpu_s_per_byte")  # the profile's communication CPU (simulator/README.md)
+
+
 def print_table(rows):
     ok = [r for r in rows if "measured_s" in r]
-    print("\n| case | job | measured | predicted | error |\n|---|---|---:|---:|---:|")
+    print("\n| case | job | measured | predicted | error | before: predicted | before: error |\n"
+          "|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         if r in ok:
+            b = (f"{r['predicted_before_s'] * 1e3:.2f} ms | {r['error_before'] * 100:+.1f}%" if "error_before" in r
+                 else "- | -")
             print(f"| {r['case']} | {r['job']} | {r['measured_s'] * 1e3:.2f} ms | {r['predicted_s'] * 1e3:.2f} ms | "
-                  f"{r['error'] * 100:+.1f}% |")
+                  f"{r['error'] * 100:+.1f}% | {b} |")
         else:
             print(f"| {r['case']} | {r['job']} | failed | - | - |")
     if not ok:
@@ -349,6 +401,13 @@ def print_table(rows):
     s = {"rows": len(ok), "failed": len(rows) - len(ok), "max_abs_error": max(errs),
          "median_abs_error": statistics.median(errs), "within_10": sum(e <= 0.10 for e in errs),
          "within_5": sum(e <= 0.05 for e in errs)}
+    eb = [abs(r["error_before"]) for r in ok if "error_before" in r]
+    if eb:
+        s["before"] = {"rows": len(eb), "max_abs_error": max(eb), "median_abs_error": statistics.median(eb),
+                       "within_10": sum(e <= 0.10 for e in eb), "within_5": sum(e <= 0.05 for e in eb)}
+        print(f"\nbefore (no communication CPU): max |error| {max(eb) * 100:.1f}%, median |error| "
+              f"{statistics.median(eb) * 100:.1f}%; within 10%: {s['before']['within_10']}/{len(eb)}, within 5%: "
+              f"{s['before']['within_5']}/{len(eb)}", flush=True)
     print(f"\nmax |error| {s['max_abs_error'] * 100:.1f}% (target 10%: {'met' if s['max_abs_error'] <= 0.10 else 'NOT met'}),"
           f" median |error| {s['median_abs_error'] * 100:.1f}% (target 5%: "
           f"{'met' if s['median_abs_error'] <= 0.05 else 'NOT met'}); within 10%: {s['within_10']}/{len(ok)}, within "

@@ -14,7 +14,8 @@ namespace tandem::simulator {
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
-                      "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota"},
+                      "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
+                      "copy_cpu_s_per_byte"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -99,6 +100,13 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
     TANDEM_REQUIRE(*v > 0, "{}.cpu_quota: expected cores > 0 (the measuring process's CFS quota), got {}", where, *v);
     p.cpu_quota = *v;
   }
+  for (auto [key, field] : {std::pair{"tcp_cpu_s_per_byte", &p.tcp_cpu_s_per_byte},
+                             std::pair{"copy_cpu_s_per_byte", &p.copy_cpu_s_per_byte}}) {
+    if (auto v = json_number(j, key, where)) {
+      TANDEM_REQUIRE(*v >= 0 && *v < 1e-3, "{}.{}: expected CPU seconds per byte in [0, 1e-3), got {}", where, key, *v);
+      *field = *v;
+    }
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -146,6 +154,8 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   }
   j["threads"] = p.threads;
   if (p.cpu_quota) j["cpu_quota"] = *p.cpu_quota;
+  if (p.tcp_cpu_s_per_byte) j["tcp_cpu_s_per_byte"] = *p.tcp_cpu_s_per_byte;
+  if (p.copy_cpu_s_per_byte) j["copy_cpu_s_per_byte"] = *p.copy_cpu_s_per_byte;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

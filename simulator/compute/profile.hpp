@@ -7,6 +7,7 @@
 //    "layers": [{"name": "conv0", "forward_s": 0.0021, "backward_s": 0.0043}, ...],   // every layer, in order
 //    "optimizer": "sgd", "optimizer_step_s": 0.0031,        // one step over all parameters
 //    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
+//                                                           // (tandem calibrate: thread CPU time, full speed)
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
 //    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory after setup, before the model
 //                                  // (the simulator's per-rank runtime allowance on CPU nodes)
@@ -16,8 +17,16 @@
 //        // optional: seconds of one forward + loss + backward pass at each batch, ascending, with a point at
 //        // "batch"; the simulator prices m samples by the curve (interpolated) instead of m/batch of the layers
 //    "threads": 1,         // optional: compute threads the passes ran on (default 1)
-//    "cpu_quota": 0.5      // optional: the CFS quota, in cores, of the process that measured (a cgroup's
+//    "cpu_quota": 0.5,     // optional: the CFS quota, in cores, of the process that measured (a cgroup's
 //                          // cpu.cfs_quota_us / cpu.cfs_period_us); see full_speed_profile
+//    "tcp_cpu_s_per_byte": 2.1e-10,   // optional: CPU seconds one side of a TCP transfer spends per payload byte
+//                                     // (system calls, the kernel's protocol work, copies): half the sender's and
+//                                     // receiver's thread CPU time over a loopback transfer, per byte
+//    "copy_cpu_s_per_byte": 1.3e-10   // optional: CPU seconds per byte of one copy into or out of the shared-memory
+//                                     // ring between two ranks of a host (a memcpy pass past the caches)
+//        // Both are thread CPU time (CLOCK_THREAD_CPUTIME_ID), which a CFS quota does not stretch: they are
+//        // full-speed seconds as measured, and full_speed_profile leaves them alone. Absent: 0 -- messages cost
+//        // no CPU, the simulator's behaviour before these fields existed (simulator/README.md).
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples, or by batch_curve when the profile has one. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
@@ -47,6 +56,7 @@ struct CalibrationProfile {
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
   int64_t threads = 1;
   std::optional<double> cpu_quota;  // cores the measuring process was allowed by a CFS quota
+  std::optional<double> tcp_cpu_s_per_byte, copy_cpu_s_per_byte;  // CPU cost of moving a byte (one side)
 };
 
 // A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's
