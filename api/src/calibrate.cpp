@@ -61,6 +61,8 @@ std::string profile_text(const tandem_calibration& h) {
   // The runtime's own resident memory per rank (see runtime_rss_bytes), for the simulator's memory check.
   if (h.runtime_rss_bytes > 0) j["runtime_rss_bytes"] = static_cast<int64_t>(h.runtime_rss_bytes);
   j["threads"] = c.threads;
+  // Measured under a CFS quota, the times are the quota's average; the simulator takes it out (full_speed_profile).
+  if (const auto q = tandem::api::cpu_quota_cores()) j["cpu_quota"] = *q;
   j["created"] = utc_now();
   return j.dump(1);
 }

@@ -60,6 +60,9 @@ CommCpuFigures measure_comm_cpu(uint64_t bytes = uint64_t{8} << 20, int iters = 
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);
 // "host <name>, <CPU model>, <n> threads" (+ the emulated host and the CPU quota where there are some).
 std::string describe_machine(int threads);
+// The CFS quota of this process's cgroup in cores (cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us, else v2
+// cpu.max); nullopt when unlimited or unknown. A profile records it: its times are the quota's average.
+std::optional<double> cpu_quota_cores();
 // What this process holds besides the model's tensors: its resident size (VmRSS) with the model's parameter,
 // gradient and buffer storage in place (allocated here if the model allocates lazily), less that storage -- the
 // runtime's own memory (libraries, backend, communicator, threads) the simulator adds per rank. 0 without /proc.

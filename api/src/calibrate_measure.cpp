@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,28 +52,9 @@ std::string first_line_with(const char* path, const char* key) {
   return {};
 }
 
-// The CPU quota of this process's cgroup as a fraction of a core ("" when unlimited or unknown); v1 then v2.
-std::string cpu_quota_text() {
-  for (const CgroupEntry& e : self_cgroups()) {
-    if (e.has("cpu")) {
-      for (const std::string mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
-        std::ifstream q(mount + e.path + "/cpu.cfs_quota_us"), p(mount + e.path + "/cpu.cfs_period_us");
-        long quota = -1, period = 0;
-        if ((q >> quota) && (p >> period) && quota > 0 && period > 0)
-          return fmt::format("cpu quota {:.2f} core", static_cast<double>(quota) / static_cast<double>(period));
-      }
-    } else if (e.controllers.empty()) {
-      std::ifstream m("/sys/fs/cgroup" + e.path + "/cpu.max");
-      std::string quota;
-      long period = 0;
-      if ((m >> quota >> period) && quota != "max" && period > 0)
-        return fmt::format("cpu quota {:.2f} core", std::atof(quota.c_str()) / static_cast<double>(period));
-    }
-  }
-  return {};
-}
-
 }  // namespace
+
+std::optional<double> cpu_quota_cores() { return cgroup_cpu_quota_cores(); }
 
 P2pFigures measure_p2p(engine::comm::Communicator& c, uint64_t bytes, int iters) {
   TANDEM_REQUIRE(c.size() >= 2, "calibrate: point-to-point needs 2 ranks, the communicator has {}", c.size());
@@ -249,7 +231,7 @@ std::string describe_machine(int threads) {
   std::string cpu = first_line_with("/proc/cpuinfo", "model name");
   std::string s = fmt::format("host {}, {}, {} thread{}", host[0] ? host : "?", cpu.empty() ? "unknown CPU" : cpu,
                               threads, threads == 1 ? "" : "s");
-  if (const std::string q = cpu_quota_text(); !q.empty()) s += ", " + q;
+  if (const auto q = cpu_quota_cores()) s += fmt::format(", cpu quota {:.2f} core", *q);
   const auto env = settings::current();
   const auto emu = env->text("TANDEM_EMU_NAME");
   const auto emu_host = env->text("TANDEM_EMU_HOST");

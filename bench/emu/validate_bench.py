@@ -145,9 +145,10 @@ class Bench:
                     raise RuntimeError(f"tandem calibrate {model} failed ({rc}):\n{text[-2000:]}")
                 with open(out) as f:
                     prof = json.load(f)
-                prof["cpu_quota"] = CALIB_QUOTA
-                with open(out, "w") as f:
-                    json.dump(prof, f, indent=1)
+                # tandem calibrate records its cgroup's quota itself (the simulator takes it out of the times)
+                if abs(float(prof.get("cpu_quota") or 0) - CALIB_QUOTA) > 1e-6:
+                    raise RuntimeError(f"tandem calibrate on a {CALIB_QUOTA}-core host recorded cpu_quota "
+                                       f"{prof.get('cpu_quota')} in {out}")
                 self.profiles[f"tandem-{model}"] = out
                 self.calib[f"tandem-{model}"] = got[-1]
                 print(f"  tandem {model}: step {got[-1]['step_mean_s'] * 1e3:.2f} ms (mean, at the quota), full speed "

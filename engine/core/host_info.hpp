@@ -1,6 +1,7 @@
 #pragma once
 // Small readers of what Linux says about this process and host (/proc, cgroups), shared by the memory guard and
 // the calibration's machine description.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,5 +19,20 @@ struct CgroupEntry {
   bool has(std::string_view controller) const;
 };
 std::vector<CgroupEntry> self_cgroups();
+
+// Where the hierarchy of one controller ("memory", "cpu"; v2: the unified one) that this process belongs to is
+// mounted, and the process's cgroup in it. `ip netns exec` (the emulated cluster's hosts) remounts /sys without the
+// cgroup file systems while the process's cgroup still limits it: then an ancestor's view (/proc/<pid>/root) is used.
+struct CgroupMount {
+  int version = 0;          // 1 or 2
+  std::string mount;        // /sys/fs/cgroup/memory (v1) or /sys/fs/cgroup (v2), possibly under /proc/<pid>/root
+  std::string mount_root;   // the hierarchy path mounted there (usually "/")
+  std::string path;         // the process's cgroup, relative to the hierarchy root
+};
+std::optional<CgroupMount> find_cgroup(std::string_view controller);
+
+// The smallest CFS quota, in cores, on the way from this process's cgroup up to the mounted root (v1
+// cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max); nullopt when unlimited or unknown.
+std::optional<double> cgroup_cpu_quota_cores();
 
 }  // namespace tandem

@@ -44,76 +44,9 @@ std::string read_first_line(const std::string& path) {
   return s;
 }
 
-// One memory-controller hierarchy this process belongs to: where it is mounted and the process's cgroup.
-struct MemoryCgroup {
-  int version = 0;          // 1 or 2
-  std::string mount;        // /sys/fs/cgroup/memory (v1) or /sys/fs/cgroup (v2)
-  std::string mount_root;   // the hierarchy path mounted there (usually "/")
-  std::string path;         // the process's cgroup, relative to the hierarchy root
-};
-
-std::optional<MemoryCgroup> find_memory_cgroup() {
-  std::string v1_path, v2_path;
-  bool have_v1 = false, have_v2 = false;
-  for (const CgroupEntry& e : self_cgroups()) {
-    if (e.has("memory")) {
-      have_v1 = true;
-      v1_path = e.path;
-    } else if (e.controllers.empty() && e.hierarchy == "0") {
-      have_v2 = true;
-      v2_path = e.path;
-    }
-  }
-  if (!have_v1 && !have_v2) return std::nullopt;
-  // Where the hierarchy is mounted, from a mountinfo file: "id parent maj:min root mountpoint opts ... - fstype
-  // source superopts". `prefix` is prepended to the mount point (to reach another mount namespace's view).
-  auto from_mountinfo = [&](const std::string& mountinfo, const std::string& prefix) -> std::optional<MemoryCgroup> {
-    std::ifstream in(mountinfo);
-    std::string line;
-    std::optional<MemoryCgroup> v2;
-    while (std::getline(in, line)) {
-      const size_t dash = line.find(" - ");
-      if (dash == std::string::npos) continue;
-      std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
-      std::string id, parent, dev, root, mountpoint, fstype, source, superopts;
-      head >> id >> parent >> dev >> root >> mountpoint;
-      tail >> fstype >> source >> superopts;
-      if (fstype == "cgroup" && have_v1) {
-        std::stringstream os(superopts);
-        for (std::string o; std::getline(os, o, ',');)
-          if (o == "memory") return MemoryCgroup{1, prefix + mountpoint, root, v1_path};
-      } else if (fstype == "cgroup2" && have_v2 && !v2) {
-        v2 = MemoryCgroup{2, prefix + mountpoint, root, v2_path};
-      }
-    }
-    return v2;
-  };
-  if (auto mine = from_mountinfo("/proc/self/mountinfo", "")) return mine;
-  // `ip netns exec` (how the emulated cluster's hosts run) remounts /sys without the cgroup file systems, while the
-  // process's cgroup still limits it. An ancestor started before that (the launcher, the shell) still sees them,
-  // and its view is reachable through /proc/<pid>/root.
-  pid_t pid = ::getppid();
-  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
-    const std::string dir = "/proc/" + std::to_string(pid);
-    if (auto theirs = from_mountinfo(dir + "/mountinfo", dir + "/root")) {
-      if (::access((theirs->mount + "/").c_str(), R_OK) == 0) return theirs;
-    }
-    // The next ancestor: field 4 of /proc/<pid>/stat ("pid (comm) state ppid ..."; comm may hold spaces).
-    const std::string stat = read_first_line(dir + "/stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) break;
-    std::istringstream rest(stat.substr(close + 1));
-    std::string state;
-    long ppid = 0;
-    if (!(rest >> state >> ppid)) break;
-    pid = static_cast<pid_t>(ppid);
-  }
-  return std::nullopt;
-}
-
 // The smallest limit on the way from the process's cgroup up to the mounted root.
 std::optional<MemoryLimit> cgroup_limit() {
-  const auto cg = find_memory_cgroup();
+  const auto cg = find_cgroup("memory");
   if (!cg) return std::nullopt;
   std::string rel = cg->path;
   if (cg->mount_root != "/" && rel.rfind(cg->mount_root, 0) == 0) rel = rel.substr(cg->mount_root.size());
