@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/calibrate_network.hpp"
 #include "cli/command.hpp"
 #include "cli/device.hpp"
 #include "tandem/tandem.h"
@@ -44,6 +45,8 @@ struct CalibrateOptions {
   uint64_t p2p_bytes = uint64_t{4} << 20;
   int p2p_iters = 3;
   bool json = false;
+  bool network = false;  // --network: RTT and TCP goodput between two hosts instead (calibrate_network.hpp)
+  NetworkCalibrateOptions net;
 };
 
 struct Handles {
@@ -265,9 +268,31 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--p2p-bytes", o->p2p_bytes, "bandwidth message size (two or more ranks)")
                        ->capture_default_str();
                    app.add_option("--p2p-iters", o->p2p_iters, "timed bandwidth transfers")->capture_default_str();
-                   app.add_option("--out", o->out, "the profile to write (atomically)")->required();
+                   app.add_option("--out", o->out, "the profile to write (atomically); with --network the JSON "
+                                  "(default: stdout)");
                    app.add_flag("--json", o->json, "a JSON summary on stdout instead of the table");
-                   return [o] { return run_calibrate(*o); };
+                   app.add_flag("--network", o->network, "measure TCP RTT and goodput between two hosts instead: "
+                                "--listen PORT on one, --peer HOST:PORT on the other");
+                   app.add_option("--listen", o->net.listen_port, "--network: wait for one peer on this port (0: any)");
+                   app.add_option("--peer", o->net.peer, "--network: measure against HOST:PORT");
+                   app.add_option("--nominal-mbps", o->net.nominal_mbps,
+                                  "--network: the link's line rate, for tcp_goodput (goodput over what TCP's headers "
+                                  "allow at that rate)");
+                   app.add_option("--seconds", o->net.seconds, "--network: bulk transfer time")->capture_default_str();
+                   app.add_option("--rounds", o->net.rounds, "--network: RTT ping-pongs")->capture_default_str();
+                   app.add_option("--timeout-s", o->net.timeout_s,
+                                  "--network: deadline of every read and write, and of the wait for a peer")
+                       ->capture_default_str();
+                   return [o] {
+                     if (o->network) {
+                       o->net.out = o->out;
+                       return run_network_calibrate(o->net);
+                     }
+                     if (o->net.listen_port >= 0 || !o->net.peer.empty())
+                       return fail("--listen and --peer are for --network");
+                     if (o->out.empty()) return fail("--out: required (the profile to write)");
+                     return run_calibrate(*o);
+                   };
                  }};
 
 }  // namespace

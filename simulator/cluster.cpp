@@ -41,6 +41,7 @@ std::vector<network::HostNet> ClusterSpec::host_nets() const {
     h.intra_latency_s = nd.hw.intra_latency_s;
     h.protocol = nd.protocol;
     h.tcp_goodput = nd.tcp_goodput;
+    h.tcp_slow_start_after_idle = nd.tcp_slow_start_after_idle;
     h.bucket_bytes_per_s = nd.bucket_bytes_per_s;
     h.bucket_burst_bytes = nd.bucket_burst_bytes;
     if (nd.hw.gpus == 0 && nd.ranks() > 1 && h.intra_bytes_per_s <= 0) {
@@ -84,7 +85,7 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                       "vcpus", "gpus", "gpu_memory_gib", "gpu_memory_bytes", "intra_gbps", "intra_bytes_per_s",
                       "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib", "runtime_bytes",
                       "runtime_mib", "runtime_gib", "ranks_per_node", "cpu_quota", "cpu_period_s", "cpu_period_ms",
-                      "cpu_period_us", "protocol", "tcp_goodput", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
+                      "cpu_period_us", "protocol", "tcp_goodput", "tcp_slow_start_after_idle", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
                       "bucket_burst_bytes", "bucket_burst_mib"},
                   where);
   NodeSpec n;
@@ -167,6 +168,14 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
     TANDEM_REQUIRE(*v > 0 && *v <= 1, "{}.tcp_goodput: expected a factor in (0, 1], got {}", where, *v);
     TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_goodput: the node's protocol is rdma", where);
     n.tcp_goodput = *v;
+  }
+  if (j.contains("tcp_slow_start_after_idle")) {
+    const auto& v = j["tcp_slow_start_after_idle"];
+    TANDEM_REQUIRE(v.is_boolean() || (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)),
+                   "{}.tcp_slow_start_after_idle: expected true or false (or the sysctl's 1 or 0), got {}", where, v.dump());
+    TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_slow_start_after_idle: the node's protocol is rdma",
+                   where);
+    n.tcp_slow_start_after_idle = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() == 1;
   }
   if (auto v = json_bandwidth(j, "bucket", where)) {
     TANDEM_REQUIRE(*v > 0 && *v < n.hw.nic_bytes_per_s, "{}.bucket: the token bucket's rate must be > 0 and below "

@@ -15,7 +15,10 @@
 // sliced when they are more than the cores); cpu_quota (cores, as cgroup cpu.max QUOTA / PERIOD) with
 // cpu_period_s|_ms|_us (default 100 ms) is a CFS quota on the whole node (compute/node_cpu.hpp).
 // Links (network/topology.hpp): "protocol": "tcp" | "rdma" (default: the preset's; custom nodes tcp),
-// "tcp_goodput" (0, 1], and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
+// "tcp_goodput" (0, 1], "tcp_slow_start_after_idle" (tcp only; default true, as Linux's
+// net.ipv4.tcp_slow_start_after_idle=1: a connection idle for more than its RTO -- RTT + 200 ms -- restarts
+// from at most the initial window of 10 segments and doubles it every RTT; false turns it off, as
+// `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` does; see network/network.hpp), and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
 // rate, which is then the line rate) with bucket_burst_bytes|_mib.
 #include <optional>
 #include <string>
@@ -48,6 +51,7 @@ struct NodeSpec {
   double cpu_period_s = 0.1;               // CFS period
   network::Protocol protocol = network::Protocol::kTcp;
   double tcp_goodput = 1.0;
+  bool tcp_slow_start_after_idle = true;   // tcp only: the sender's connections slow start after idle
   double bucket_bytes_per_s = 0;           // NIC token bucket (0: none)
   double bucket_burst_bytes = 0;
   int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : ranks_per_node; }

@@ -144,7 +144,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
                       "partition", "boundaries", "compression", "accumulation", "servers", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
-                      "average_every", "warmup_steps", "precision", "recompute", "zero", "framework", "seed"},
+                      "average_every", "warmup_steps", "precision", "recompute", "zero", "framework", "broadcast_buffers", "seed"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -245,6 +245,11 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
     job.memory.zero = static_cast<int32_t>(*v);
   }
   if (j.contains("framework")) job.framework = named("framework", [](const std::string& s) { return parse_framework(s); });
+  if (j.contains("broadcast_buffers")) {
+    TANDEM_REQUIRE(j["broadcast_buffers"].is_boolean(), "{}.broadcast_buffers: expected true or false, got {}", where,
+                   j["broadcast_buffers"].dump());
+    job.broadcast_buffers = j["broadcast_buffers"].get<bool>();
+  }
   if (j.contains("boundaries")) {
     const auto& b = j["boundaries"];
     TANDEM_REQUIRE(b.is_array() && b.size() >= 2, "{}.boundaries: expected [0, ..., layers] (pp + 1 layer indices), "

@@ -59,6 +59,9 @@ struct RunSpec {
   // whose process (issue #16): its runtime allowance, and for pytorch-ddp PyTorch DDP's buckets -- the first bucket
   // formed (the last layers' gradients) capped at kPytorchFirstBucketMb, the others at bucket_mb
   Framework framework = Framework::kTandem;
+  // pytorch-ddp: DDP's broadcast_buffers (its default True): rank 0's module buffers are broadcast before every
+  // forward pass (simulator/broadcast.hpp); job JSON "broadcast_buffers"
+  bool broadcast_buffers = true;
 };
 // PyTorch DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB; its buckets are rebuilt after the
 // first iteration in gradient-ready order with this cap first, then bucket_cap_mb).

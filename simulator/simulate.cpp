@@ -11,6 +11,7 @@
 #include "engine/data/partition.hpp"
 #include "engine/parallel/fedavg.hpp"
 #include "engine/nn/zoo.hpp"
+#include "simulator/broadcast.hpp"
 #include "simulator/compute/credits.hpp"
 #include "simulator/compute/workload.hpp"
 #include "simulator/strategy.hpp"
@@ -407,9 +408,43 @@ StepResult periodic_step(const Prepared& p, const std::vector<double>& node_spee
   return r;
 }
 
+// PyTorch DDP's buffer broadcast before every forward (broadcast.hpp): each stage's data-parallel group broadcasts
+// the stage's buffers from its replica 0, and every rank's step starts that much later.
+void add_buffer_broadcast(const Prepared& p, StepResult& st) {
+  const CompiledJob& cj = p.cj;
+  const int32_t dp = cj.dp(), pp = cj.pp();
+  if (p.run.framework != Framework::kPytorchDdp || !p.run.broadcast_buffers || dp < 2) return;
+  std::vector<BroadcastGroup> groups(static_cast<size_t>(pp));
+  for (int32_t s = 0; s < pp; ++s) {
+    groups[s].bytes = pytorch_buffer_bytes(cj.job.model, static_cast<size_t>(cj.boundaries.at(s)),
+                                           static_cast<size_t>(cj.boundaries.at(s + 1)));
+    for (int32_t d = 0; d < dp; ++d) groups[s].members.push_back(d * pp + s);
+  }
+  des::Simulator sim;
+  network::Network net(sim, p.cluster.sharing);
+  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+  const double b = simulate_tree_broadcast(topo, sim, groups);
+  if (b <= 0) return;
+  st.step_s += b;
+  for (RankBreakdown& r : st.ranks) {
+    r.finish_s += b;
+    r.comm_exposed_s += b;
+  }
+  for (TraceSpan& t : st.trace) t.start_s += b, t.end_s += b;
+  if (!st.trace.empty())
+    for (int32_t r = 0; r < static_cast<int32_t>(st.ranks.size()); ++r)
+      st.trace.push_back({r, 1, "broadcast buffers", "comm", 0.0, b});
+  st.events += sim.events_processed();
+  st.flows += net.flows_started();
+}
+
 StepResult run_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
   const engine::parallel::SyncProgram& sync = p.cj.sync;
-  if (sync.exchange == Exchange::kBucketAllreduce) return ddp_step(p, p.setup, node_speed, trace);
+  if (sync.exchange == Exchange::kBucketAllreduce) {
+    StepResult st = ddp_step(p, p.setup, node_speed, trace);
+    add_buffer_broadcast(p, st);
+    return st;
+  }
   if (sync.exchange == Exchange::kParamAverage || (sync.exchange == Exchange::kElastic && sync.servers == 0))
     return periodic_step(p, node_speed, trace);
   des::Simulator sim;

@@ -11,6 +11,7 @@ namespace tandem::simulator::network {
 Network::Network(des::Simulator& sim, Sharing sharing) : sim_(sim), sharing_(sharing) {
   sim_.add_instant_hook(this);
   bucket_events_.net = this;
+  round_events_.net = this;
 }
 
 LinkId Network::add_link(double bandwidth_bytes_per_s, double latency_s) {
@@ -26,6 +27,29 @@ LinkId Network::add_link(double bandwidth_bytes_per_s, double latency_s) {
 }
 
 RouteId Network::add_route(const std::vector<LinkId>& links) { return add_route(links, RouteCost{}); }
+
+RouteId Network::add_route(const std::vector<LinkId>& links, const RouteCost& cost, const SlowStart& ss) {
+  TANDEM_REQUIRE(ss.rtt_s >= 0 && std::isfinite(ss.rtt_s) && (ss.rtt_s == 0 || ss.initial_window > 0),
+                 "route {}: slow start needs a finite RTT >= 0 s and an initial window > 0 bytes, got {} s and {}",
+                 routes_.size(), ss.rtt_s, ss.initial_window);
+  const RouteId r = add_route(links, cost);
+  if (ss.rtt_s <= 0 || links.empty() || des::to_ns(ss.rtt_s) == 0) return r;
+  double full = kUnlimited;
+  for (LinkId l : links) full = std::min(full, links_[l].peak / cost.data);
+  if (std::isinf(full)) return r;  // nothing to ramp up to
+  const LinkId c = add_link(kUnlimited, 0);
+  Link& k = links_[c];
+  k.conn_rtt = des::to_ns(ss.rtt_s);
+  k.conn_iw = ss.initial_window;
+  k.full_rate = full;
+  Route& rt = routes_[r];
+  TANDEM_CHECK(rt.offset + rt.length == route_links_.size(), Status::kInternal, "route {} is not the last", r);
+  route_links_.push_back(c);
+  route_coef_.push_back(1.0);
+  ++rt.length;
+  rt.conn = true;
+  return r;
+}
 
 RouteId Network::add_route(const std::vector<LinkId>& links, const RouteCost& cost) {
   TANDEM_REQUIRE(cost.data >= 1 && std::isfinite(cost.data) && cost.ack >= 0 && std::isfinite(cost.ack),
@@ -68,7 +92,7 @@ void Network::set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_b
 
 const std::vector<LinkId> Network::route_links(RouteId r) const {
   const Route& rt = routes_.at(r);
-  return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length};
+  return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length - (rt.conn ? 1 : 0)};
 }
 
 std::vector<double> Network::current_rates() const {
@@ -132,6 +156,10 @@ void Network::activate(FlowId f) {
   fl.rate = 0;
   fl.pos.resize(rt.length);
   ++active_count_;
+  if (rt.conn) {
+    Link& c = links_[route_links_[rt.offset + rt.length - 1]];
+    if (c.flows.empty()) conn_start(c);
+  }
   // Fast path: when every link of the route is idle, the flow is a component of its own and its
   // rate is the route's narrowest link; later changes on these links recompute it with the rest.
   bool idle = true;
@@ -184,6 +212,8 @@ void Network::finish(FlowId f) {
       l.stats.bytes += fl.bytes * route_coef_[rt.offset + i];
       if (!l.flows.empty()) {
         mark_dirty(lid);
+      } else if (l.conn_rtt > 0) {
+        conn_idle(l, fl.rate);
       } else if (l.bucket_rate > 0) {
         l.load = 0;
         ++l.bucket_gen;  // no longer draining
@@ -329,6 +359,56 @@ void Network::bucket_empty(uint64_t arg) {
   settle_bucket(l, sim_.now());
   l.tokens = 0;
   if (!l.flows.empty()) mark_dirty(lid);
+}
+
+// As Linux's tcp_cwnd_restart: after more than an RTO of idle, the window held is halved once per RTO
+// beyond the first, down to the initial window; below the path's full rate it starts a slow start.
+void Network::conn_start(Link& c) {
+  const des::TimeNs now = sim_.now();
+  if (c.held < 0) c.held = c.full_rate * des::to_seconds(c.conn_rtt);  // as if it had run at full rate
+  const des::TimeNs rto = c.conn_rtt + des::to_ns(kTcpMinRtoS);
+  if (now - c.conn_idle_since <= rto) return;
+  const double restart = std::min(c.conn_iw, c.held);
+  double w = c.held;
+  for (des::TimeNs d = now - c.conn_idle_since - rto; d > 0 && w > restart; d -= rto) w /= 2;
+  w = std::max(w, restart);
+  if (w / des::to_seconds(c.conn_rtt) >= c.full_rate) return;
+  ++slow_starts_;
+  c.window = w;
+  c.capacity = w / des::to_seconds(c.conn_rtt);
+  ++c.conn_gen;
+  const auto lid = static_cast<LinkId>(&c - links_.data());
+  sim_.schedule_in(c.conn_rtt, &round_events_, (static_cast<uint64_t>(c.conn_gen) << 32) | lid);
+}
+
+// The connection's last flow left: it holds the window it reached (its last rate over one RTT).
+void Network::conn_idle(Link& c, double last_rate) {
+  const double rtt = des::to_seconds(c.conn_rtt);
+  c.held = std::max(c.conn_iw, c.window > 0 ? std::min(c.window, last_rate * rtt) : last_rate * rtt);
+  c.conn_idle_since = sim_.now();
+  c.window = 0;
+  c.capacity = kUnlimited;
+  ++c.conn_gen;  // its pending round is void
+}
+
+// One RTT of slow start passed: a window that bound the connection's rate doubles; one that did not
+// (the flows are limited elsewhere), or that reaches the path's full rate, ends slow start.
+void Network::slow_start_round(uint64_t arg) {
+  const auto lid = static_cast<LinkId>(arg & 0xffffffffu);
+  Link& c = links_[lid];
+  if (static_cast<uint32_t>(arg >> 32) != c.conn_gen || c.window <= 0 || c.flows.empty()) return;
+  double rate = 0;
+  for (FlowId f : c.flows) rate += flows_[f].rate;
+  const double rtt = des::to_seconds(c.conn_rtt);
+  if (rate < c.capacity * (1 - 1e-9) || 2 * c.window / rtt >= c.full_rate) {
+    c.capacity = kUnlimited;
+    c.window = 0;
+  } else {
+    c.window *= 2;
+    c.capacity = c.window / rtt;
+    sim_.schedule_in(c.conn_rtt, &round_events_, (static_cast<uint64_t>(c.conn_gen) << 32) | lid);
+  }
+  mark_dirty(lid);
 }
 
 void Network::settle(Flow& fl, des::TimeNs now) {

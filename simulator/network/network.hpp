@@ -21,6 +21,17 @@
 // (set_token_bucket): it runs at its capacity (the line rate) while it holds at least one frame of
 // tokens, which fill at the bucket's rate up to the burst and drain at (load - rate); empty, its
 // capacity is the bucket's rate. Links without either keep the plain model, and so its speed.
+//
+// Slow start after idle (issue #16; Linux's net.ipv4.tcp_slow_start_after_idle=1, tcp_cwnd_restart,
+// RFC 2861). A route given a SlowStart is one TCP connection: it gets a private "connection" link,
+// unlimited unless it is in slow start, that all its flows cross. When a flow starts on a connection
+// that has carried nothing for longer than its RTO (RTT + the 200 ms minimum), the congestion window it
+// held (the last rate times the RTT; a connection never used counts as having run at its path's full
+// rate) is halved once per RTO of the idle time beyond the first, but not below the initial window
+// (10 segments, RFC 6928). While that window is below the path's full rate times the RTT, the
+// connection link's capacity is window / RTT, and it doubles every RTT for as long as it binds
+// (the connection is window limited); once it no longer binds or reaches the full rate, slow start
+// ends. Concurrent flows of one connection share its window.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -52,6 +63,14 @@ struct RouteCost {
   double ack = 0.0;
 };
 
+// A TCP connection's slow start after idle (rtt_s 0: none; see the header comment).
+constexpr double kTcpMinRtoS = 0.2;            // Linux's TCP_RTO_MIN
+constexpr double kTcpInitialWindowSegments = 10;  // RFC 6928, Linux's TCP_INIT_CWND
+struct SlowStart {
+  double rtt_s = 0;           // round trip: the data path's latency and the ACK path's
+  double initial_window = 0;  // payload bytes (kTcpInitialWindowSegments x MSS)
+};
+
 // Tokens one frame needs: a bucket with less runs at its rate (tbf sends whole packets).
 constexpr double kBucketFrameBytes = 1514;
 
@@ -73,12 +92,15 @@ class Network final : public des::EventHandler, public des::InstantHook {
   // A route is an ordered list of links (it may be empty: a local copy that takes no time).
   RouteId add_route(const std::vector<LinkId>& links);
   RouteId add_route(const std::vector<LinkId>& links, const RouteCost& cost);
+  // A route that is one TCP connection with slow start after idle (ss.rtt_s > 0 and a non-empty route).
+  RouteId add_route(const std::vector<LinkId>& links, const RouteCost& cost, const SlowStart& ss);
   // A token bucket on link l: tokens fill at rate_bytes_per_s (< the link's bandwidth) up to
   // burst_bytes; the bucket starts full.
   void set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_bytes);
 
   size_t num_links() const noexcept { return links_.size(); }
   double link_bandwidth(LinkId l) const { return links_.at(l).capacity; }
+  double link_latency_s(LinkId l) const { return des::to_seconds(links_.at(l).latency_ns); }
   double route_latency_s(RouteId r) const { return des::to_seconds(routes_.at(r).latency_ns); }
   const std::vector<LinkId> route_links(RouteId r) const;
   const LinkStats& link_stats(LinkId l) const { return links_.at(l).stats; }
@@ -90,6 +112,7 @@ class Network final : public des::EventHandler, public des::InstantHook {
   size_t active_flows() const noexcept { return active_count_; }
   uint64_t flows_started() const noexcept { return flows_started_; }
   uint64_t rate_updates() const noexcept { return rate_updates_; }
+  uint64_t slow_starts() const noexcept { return slow_starts_; }  // restarts after idle so far
   // Current rate of every flow in transmission, for tests (bytes/s), in no particular order.
   std::vector<double> current_rates() const;
 
@@ -113,17 +136,27 @@ class Network final : public des::EventHandler, public des::InstantHook {
     double peak = 0, bucket_rate = 0, burst = 0, tokens = 0, load = 0;
     des::TimeNs bucket_last = 0;
     uint32_t bucket_gen = 0;
+    // a connection link (conn_rtt > 0): window while in slow start (0: not), the window held when it
+    // went idle (< 0: never used), when it went idle, its path's full payload rate
+    des::TimeNs conn_rtt = 0, conn_idle_since = 0;
+    double conn_iw = 0, window = 0, held = -1, full_rate = 0;
+    uint32_t conn_gen = 0;
   };
   // Token buckets' "empty" events (a separate handler: the network's own events are flows').
   struct BucketEvents final : des::EventHandler {
     Network* net = nullptr;
     void on_event(uint64_t arg) override { net->bucket_empty(arg); }
   };
+  struct RoundEvents final : des::EventHandler {  // slow start's rounds
+    Network* net = nullptr;
+    void on_event(uint64_t arg) override { net->slow_start_round(arg); }
+  };
   struct Route {
     uint32_t offset;
     uint32_t length;            // links: the data path, then the ACK path
     des::TimeNs latency_ns;     // of the data path
     double weight;  // share weight of its flows (1, or 1/latency under kRttWeighted)
+    bool conn = false;          // its last link is its connection link (slow start)
   };
   struct Flow {
     State state = State::kFree;
@@ -153,6 +186,9 @@ class Network final : public des::EventHandler, public des::InstantHook {
   void settle_bucket(Link& l, des::TimeNs now);
   void bucket_load(LinkId l);  // after its flows' rates changed: the new load, and when it empties
   void bucket_empty(uint64_t arg);
+  void conn_start(Link& c);     // a flow starts on an idle connection
+  void conn_idle(Link& c, double last_rate);
+  void slow_start_round(uint64_t arg);
 
   des::Simulator& sim_;
   Sharing sharing_;
@@ -162,6 +198,8 @@ class Network final : public des::EventHandler, public des::InstantHook {
   std::vector<double> route_coef_;  // per entry of route_links_
   bool has_buckets_ = false;
   BucketEvents bucket_events_;
+  RoundEvents round_events_;
+  uint64_t slow_starts_ = 0;
   std::vector<Flow> flows_;
   std::vector<FlowId> free_flows_;
   std::vector<LinkId> dirty_;

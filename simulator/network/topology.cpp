@@ -301,7 +301,13 @@ RouteId Topology::route(int32_t src, int32_t dst) {
       cost.ack = ack;
       cost.ack_links = path(dst, src);
     }
-    r = net_.add_route(path(src, dst), cost);
+    SlowStart ss;
+    if (hs.tcp_slow_start_after_idle) {
+      for (LinkId l : path(src, dst)) ss.rtt_s += net_.link_latency_s(l);
+      for (LinkId l : path(dst, src)) ss.rtt_s += net_.link_latency_s(l);
+      ss.initial_window = kTcpInitialWindowSegments * kTcpMssBytes;
+    }
+    r = net_.add_route(path(src, dst), cost, ss);
   } else {
     r = net_.add_route(path(src, dst));
   }
@@ -315,7 +321,8 @@ bool Topology::uniform_star() const {
   for (const HostNet& h : hosts_) {
     const HostNet& a = hosts_[0];
     if (h.devices != 1 || h.nic_bytes_per_s != a.nic_bytes_per_s || h.nic_latency_s != a.nic_latency_s ||
-        h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
+        h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput ||
+        h.tcp_slow_start_after_idle != a.tcp_slow_start_after_idle || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
         h.bucket_burst_bytes != a.bucket_burst_bytes)
       return false;
   }

@@ -49,6 +49,9 @@ struct HostNet {
   double intra_latency_s = 0;     // one-way device-to-device inside the host
   Protocol protocol = Protocol::kRdma;
   double tcp_goodput = 1.0;       // kTcp: the fraction of the header-limited rate reached, (0, 1]
+  // kTcp: the sender's connections restart slow start after idle (Linux's net.ipv4.tcp_slow_start_after_idle,
+  // default 1; network.hpp's SlowStart): one connection per ordered pair of endpoints on different hosts
+  bool tcp_slow_start_after_idle = true;
   double bucket_bytes_per_s = 0;  // a token bucket on the NIC, each direction (tbf, cloud bursts); 0: none
   double bucket_burst_bytes = 0;
 };

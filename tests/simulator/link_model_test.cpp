@@ -225,3 +225,134 @@ BOOST_AUTO_TEST_CASE(bad_link_fields_name_the_field) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(tcp_slow_start)
+
+namespace {
+
+// Two hosts of a star at 10 Gbit/s with 1 ms one-way latency (RTT 2 ms); flows 0 -> 1 of `bytes` each start at
+// the given times; their durations (start to last byte).
+std::vector<double> idle_times(Protocol p, bool slow_start, const std::vector<double>& starts, double bytes,
+                               uint64_t* restarts = nullptr) {
+  struct Later final : des::EventHandler {
+    Network& net;
+    RouteId r;
+    FlowObserver* obs;
+    double bytes;
+    Later(Network& n, RouteId rt, FlowObserver* o, double b) : net(n), r(rt), obs(o), bytes(b) {}
+    void on_event(uint64_t arg) override { net.start_flow(r, bytes, obs, arg); }
+  };
+  std::vector<HostNet> h = hosts(2, p);
+  for (auto& x : h) {
+    x.nic_bytes_per_s = 1.25e9;
+    x.nic_latency_s = 1e-3;
+    x.tcp_slow_start_after_idle = slow_start;
+  }
+  des::Simulator sim;
+  Network net(sim);
+  Topology topo(TopologySpec{}, h, net);
+  Times t(sim);
+  Later later(net, topo.route(0, 1), &t, bytes);
+  for (size_t i = 0; i < starts.size(); ++i) sim.schedule_at(des::to_ns(starts[i]), &later, i);
+  sim.run();
+  if (restarts) *restarts = net.slow_starts();
+  std::vector<double> d;
+  for (size_t i = 0; i < starts.size(); ++i) d.push_back(t.at.at(i) - starts[i]);
+  return d;
+}
+
+constexpr double kRtt = 2e-3, kLat = 1e-3;
+constexpr double kIw = kTcpInitialWindowSegments * kTcpMssBytes;  // 14,480 bytes
+const double kFull = 1.25e9 / kData;                                // payload rate the headers allow
+
+}  // namespace
+
+// 4 MB 10 s after the connection was last used (idle >> RTO): the window restarts at 10 segments and
+// doubles every RTT while the next doubling stays below the path's rate: 128 IW < F x RTT <= 256 IW, so
+// 8 rounds (windows IW .. 128 IW, 255 IW in all), then the rest at the full rate.
+BOOST_AUTO_TEST_CASE(a_message_after_idle_takes_the_rtt_rounds) {
+  BOOST_TEST(128 * kIw < kFull * kRtt);
+  BOOST_TEST(kFull * kRtt <= 256 * kIw);
+  const double bytes = 4e6;
+  uint64_t restarts = 0;
+  const double d = idle_times(Protocol::kTcp, true, {10.0}, bytes, &restarts).at(0);
+  const double expect = kLat + 8 * kRtt + (bytes - 255 * kIw) / kFull;
+  BOOST_TEST(d == expect, tt::tolerance(1e-6));
+  BOOST_TEST(restarts == 1u);
+  // the same message on a link that was never idle for an RTO takes bytes / rate
+  BOOST_TEST(idle_times(Protocol::kTcp, true, {0.0}, bytes).at(0) == kLat + bytes / kFull, tt::tolerance(1e-6));
+  // a message smaller than the first rounds: 3 IW go in 2 rounds (IW, then 2 IW)
+  BOOST_TEST(idle_times(Protocol::kTcp, true, {10.0}, 3 * kIw).at(0) == kLat + 2 * kRtt, tt::tolerance(1e-6));
+}
+
+// A connection kept busy (the next message within an RTO of the last) sends at the full rate; one idle for
+// 0.3 s (one RTO of 0.202 s, and 0.098 s more) halves the window it held (F x RTT) once, as Linux's
+// tcp_cwnd_restart: one RTT at F/2, then the full rate.
+BOOST_AUTO_TEST_CASE(a_busy_connection_keeps_its_window_and_a_short_idle_halves_it) {
+  const double bytes = 4e6, busy = kLat + bytes / kFull;  // the first message, at t = 0, is not after idle
+  auto d = idle_times(Protocol::kTcp, true, {0.0, busy + 0.1}, bytes);
+  BOOST_TEST(d.at(0) == busy, tt::tolerance(1e-6));
+  BOOST_TEST(d.at(1) == busy, tt::tolerance(1e-6));
+  uint64_t restarts = 0;
+  d = idle_times(Protocol::kTcp, true, {0.0, busy + 0.3}, bytes, &restarts);
+  BOOST_TEST(d.at(1) == kLat + kRtt + (bytes - kFull * kRtt / 2) / kFull, tt::tolerance(1e-6));
+  BOOST_TEST(restarts == 1u);
+}
+
+// RDMA has no congestion window to restart, and with the option off TCP has none either
+BOOST_AUTO_TEST_CASE(rdma_and_the_option_off_are_unaffected) {
+  const double bytes = 4e6;
+  // (1e-6: the flow's start and end are 10 s, and whole nanoseconds)
+  BOOST_TEST(idle_times(Protocol::kRdma, true, {10.0}, bytes).at(0) == kLat + bytes / 1.25e9, tt::tolerance(1e-6));
+  uint64_t restarts = 1;
+  BOOST_TEST(idle_times(Protocol::kTcp, false, {10.0}, bytes, &restarts).at(0) == kLat + bytes / kFull,
+             tt::tolerance(1e-6));
+  BOOST_TEST(restarts == 0u);
+}
+
+// Off, a TCP route is the plain route of before (no connection link); on, the connection link is neutral
+// outside slow start: a ring all-reduce at time 0 (no idle) takes exactly the same time either way.
+BOOST_AUTO_TEST_CASE(the_connection_link_is_neutral_outside_slow_start) {
+  PlanCache cache;
+  const CompiledPlan& plan =
+      cache.get(testing::allreduce_request(4, tandem::engine::comm::Algorithm::kRing, 1 << 22, 1 << 20));
+  auto run = [&](bool on, bool symmetric, size_t* links) {
+    std::vector<HostNet> h = hosts(4, Protocol::kTcp);
+    for (auto& x : h) {
+      x.nic_latency_s = 1e-3;
+      x.tcp_slow_start_after_idle = on;
+    }
+    StepSetup s = testing::ddp_allreduce_step(plan);
+    s.symmetric = symmetric;
+    des::Simulator sim;
+    Network net(sim);
+    Topology topo(TopologySpec{}, h, net);
+    const size_t before = net.num_links();
+    const double t = simulate_step(s, topo, sim).step_s;
+    *links = net.num_links() - before;
+    return t;
+  };
+  for (bool sym : {false, true}) {
+    size_t off_links = 0, on_links = 0;
+    const double off = run(false, sym, &off_links), on = run(true, sym, &on_links);
+    BOOST_TEST(off == on);
+    BOOST_TEST(off_links == 0u);
+    BOOST_TEST(on_links > 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_cluster_json_key_turns_it_off) {
+  BOOST_TEST(parse_cluster("c5.large:2").host_nets()[0].tcp_slow_start_after_idle);
+  BOOST_TEST(!parse_cluster(R"({"nodes": [{"preset": "c5.large", "count": 2, "tcp_slow_start_after_idle": false}]})")
+                  .host_nets()[1]
+                  .tcp_slow_start_after_idle);
+  BOOST_TEST(!parse_cluster(R"({"nodes": [{"preset": "c5.large", "tcp_slow_start_after_idle": 0}]})")
+                  .host_nets()[0]
+                  .tcp_slow_start_after_idle);
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "c5.large", "tcp_slow_start_after_idle": "no"}]})"); },
+               "cluster.nodes[0].tcp_slow_start_after_idle");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "p4d.24xlarge", "tcp_slow_start_after_idle": false}]})"); },
+               "protocol is rdma");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,380 @@
+// `tandem calibrate --network` (calibrate_network.hpp): RTT and TCP goodput between two hosts.
+#include "cli/calibrate_network.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace tandem::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kHello[16] = "TANDEM-NET v1\n";  // 14 characters, then two bytes of 0
+constexpr size_t kPingBytes = 64;
+constexpr uint32_t kFrameBytes = 1u << 20;
+// Per payload byte on an Ethernet link with MTU 1500 and TCP timestamps (simulator/network/topology.hpp).
+constexpr double kMssBytes = 1448, kFrameWireBytes = 1514;
+
+struct NetError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Socket {
+ public:
+  explicit Socket(int fd = -1) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket& operator=(Socket&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  Socket(const Socket&) = delete;
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Waits until fd is ready for `events` or the deadline passes (then throws naming `what`).
+void wait_ready(int fd, short events, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) throw NetError(fmt::format("{}: timed out", what));
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (n < 0 && errno != EINTR) throw NetError(fmt::format("{}: poll: {}", what, std::strerror(errno)));
+    if (n > 0) return;
+  }
+}
+
+void write_all(int fd, const void* data, size_t len, Clock::time_point deadline, const std::string& what) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    const ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      wait_ready(fd, POLLOUT, deadline, what);
+    } else {
+      throw NetError(fmt::format("{}: the other side is gone ({})", what, n < 0 ? std::strerror(errno) : "closed"));
+    }
+  }
+}
+
+void read_all(int fd, void* data, size_t len, Clock::time_point deadline, const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    const ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+    } else if (n == 0) {
+      throw NetError(fmt::format("{}: the other side closed the connection", what));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_ready(fd, POLLIN, deadline, what);
+    } else {
+      throw NetError(fmt::format("{}: {}", what, std::strerror(errno)));
+    }
+  }
+}
+
+void put_u64(unsigned char* b, uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) b[i] = static_cast<unsigned char>(v & 0xff);
+}
+uint64_t get_u64(const unsigned char* b) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
+  return v;
+}
+
+Clock::time_point after(double s) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// The hello both sides send first; anything else is named in the error.
+void exchange_hello(int fd, double timeout_s, const std::string& who) {
+  write_all(fd, kHello, sizeof kHello, after(timeout_s), fmt::format("sending the hello to {}", who));
+  char got[sizeof kHello];
+  read_all(fd, got, sizeof got, after(timeout_s), fmt::format("waiting for {}'s hello", who));
+  if (std::memcmp(got, kHello, sizeof kHello) != 0) {
+    std::string shown;
+    for (char c : got) shown += (c >= 32 && c < 127) ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    throw NetError(fmt::format("{} did not answer as `tandem calibrate --network` does (expected \"TANDEM-NET v1\", "
+                               "got \"{}\")", who, shown));
+  }
+}
+
+std::pair<std::string, int> split_host_port(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw NetError(fmt::format("--peer: expected HOST:PORT, got \"{}\"", s));
+  std::string host = s.substr(0, colon), port = s.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535) throw NetError(fmt::format("--peer: port must be 1..65535, got \"{}\"", port));
+  return {host, static_cast<int>(p)};
+}
+
+Socket connect_to(const std::string& host, int port, double timeout_s) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) throw NetError(fmt::format("--peer {}:{}: cannot resolve the host: {}", host, port, ::gai_strerror(rc)));
+  std::string last = "no address";
+  const auto deadline = after(timeout_s);
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (s.fd() < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    if (::connect(s.fd(), a->ai_addr, a->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = std::strerror(errno);
+        continue;
+      }
+      try {
+        wait_ready(s.fd(), POLLOUT, deadline, "connecting");
+      } catch (const NetError&) {
+        last = "timed out";
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = std::strerror(err);
+        continue;
+      }
+    }
+    ::freeaddrinfo(res);
+    set_nodelay(s.fd());
+    return s;
+  }
+  ::freeaddrinfo(res);
+  throw NetError(fmt::format("cannot connect to {}:{}: {} (is `tandem calibrate --network --listen {}` running there?)",
+                             host, port, last, port));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Listener: one peer, then exit.
+int listen_side(const NetworkCalibrateOptions& o) {
+  Socket ls(::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  bool v6 = ls.fd() >= 0;
+  if (v6) {
+    int zero = 0;
+    ::setsockopt(ls.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 peers too
+  } else {
+    ls = Socket(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  }
+  if (ls.fd() < 0) throw NetError(fmt::format("--listen: socket: {}", std::strerror(errno)));
+  int one = 1;
+  ::setsockopt(ls.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_any;
+    a->sin6_port = htons(static_cast<uint16_t>(o.listen_port));
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_ANY);
+    a->sin_port = htons(static_cast<uint16_t>(o.listen_port));
+    len = sizeof *a;
+  }
+  if (::bind(ls.fd(), reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(ls.fd(), 1) != 0)
+    throw NetError(fmt::format("--listen {}: {}", o.listen_port, std::strerror(errno)));
+  len = sizeof ss;
+  ::getsockname(ls.fd(), reinterpret_cast<sockaddr*>(&ss), &len);
+  const int port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  std::printf("listening on port %d\n", port);
+  std::fflush(stdout);
+  wait_ready(ls.fd(), POLLIN, after(o.timeout_s), fmt::format("--listen {}: waiting for a peer", port));
+  Socket s(::accept4(ls.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (s.fd() < 0) throw NetError(fmt::format("--listen {}: accept: {}", port, std::strerror(errno)));
+  set_nodelay(s.fd());
+  const int fd = s.fd();
+  exchange_hello(fd, o.timeout_s, "the peer");
+  // ping-pongs: a round count, then that many 64-byte echoes
+  unsigned char hdr[8];
+  read_all(fd, hdr, 8, after(o.timeout_s), "RTT phase: waiting for the round count");
+  const uint64_t rounds = get_u64(hdr);
+  if (rounds < 1 || rounds > 100000)
+    throw NetError(fmt::format("RTT phase: the peer asked for {} rounds (1..100000): not a tandem peer?", rounds));
+  char ping[kPingBytes];
+  for (uint64_t i = 0; i < rounds; ++i) {
+    read_all(fd, ping, sizeof ping, after(o.timeout_s), "RTT phase: waiting for a ping");
+    write_all(fd, ping, sizeof ping, after(o.timeout_s), "RTT phase: answering a ping");
+  }
+  // bulk: frames until one of length 0
+  std::vector<char> buf(kFrameBytes);
+  uint64_t bytes = 0;
+  Clock::time_point first{}, last{};
+  for (;;) {
+    unsigned char lenb[4];
+    read_all(fd, lenb, 4, after(o.timeout_s), "bulk phase: waiting for data");
+    const uint32_t n = (uint32_t{lenb[0]} << 24) | (uint32_t{lenb[1]} << 16) | (uint32_t{lenb[2]} << 8) | lenb[3];
+    if (n == 0) break;
+    if (n > kFrameBytes) throw NetError(fmt::format("bulk phase: a frame of {} bytes (at most {}): not a tandem peer?", n, kFrameBytes));
+    if (bytes == 0) first = Clock::now();
+    read_all(fd, buf.data(), n, after(o.timeout_s), "bulk phase: reading data");
+    bytes += n;
+    last = Clock::now();
+  }
+  const uint64_t ns = bytes ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(last - first).count()) : 0;
+  unsigned char reply[16];
+  put_u64(reply, bytes);
+  put_u64(reply + 8, ns);
+  write_all(fd, reply, sizeof reply, after(o.timeout_s), "bulk phase: sending the result");
+  std::printf("received %.1f MB in %.3f s: %.1f Mbit/s\n", static_cast<double>(bytes) / 1e6, static_cast<double>(ns) / 1e9,
+              ns ? static_cast<double>(bytes) * 8 / (static_cast<double>(ns) / 1e9) / 1e6 : 0.0);
+  return 0;
+}
+
+int peer_side(const NetworkCalibrateOptions& o) {
+  auto [host, port] = split_host_port(o.peer);
+  Socket s = connect_to(host, port, o.timeout_s);
+  const int fd = s.fd();
+  const std::string who = fmt::format("{}:{}", host, port);
+  exchange_hello(fd, o.timeout_s, who);
+  unsigned char hdr[8];
+  put_u64(hdr, static_cast<uint64_t>(o.rounds));
+  write_all(fd, hdr, 8, after(o.timeout_s), "RTT phase: sending the round count");
+  char ping[kPingBytes], pong[kPingBytes];
+  std::vector<double> rtts;
+  for (int i = 0; i < o.rounds; ++i) {
+    std::memset(ping, i & 0xff, sizeof ping);
+    const auto t0 = Clock::now();
+    write_all(fd, ping, sizeof ping, after(o.timeout_s), "RTT phase: sending a ping");
+    read_all(fd, pong, sizeof pong, after(o.timeout_s), "RTT phase: waiting for the answer");
+    rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (std::memcmp(ping, pong, sizeof ping) != 0) throw NetError(fmt::format("RTT phase: {} echoed other bytes", who));
+  }
+  std::vector<char> frame(4 + kFrameBytes, 'x');
+  frame[0] = static_cast<char>(kFrameBytes >> 24);
+  frame[1] = static_cast<char>((kFrameBytes >> 16) & 0xff);
+  frame[2] = static_cast<char>((kFrameBytes >> 8) & 0xff);
+  frame[3] = static_cast<char>(kFrameBytes & 0xff);
+  const auto end = after(o.seconds);
+  uint64_t sent = 0;
+  while (Clock::now() < end) {
+    write_all(fd, frame.data(), frame.size(), after(o.timeout_s), "bulk phase: sending data");
+    sent += kFrameBytes;
+  }
+  const char zero[4] = {0, 0, 0, 0};
+  write_all(fd, zero, 4, after(o.timeout_s), "bulk phase: ending the data");
+  unsigned char reply[16];
+  read_all(fd, reply, sizeof reply, after(o.timeout_s), "bulk phase: waiting for the listener's result");
+  const uint64_t bytes = get_u64(reply), ns = get_u64(reply + 8);
+  if (bytes != sent || ns == 0)
+    throw NetError(fmt::format("bulk phase: {} reports {} bytes in {} ns, {} were sent: not a tandem listener?", who,
+                               bytes, ns, sent));
+  const double rtt = median(rtts);
+  const double goodput_bps = static_cast<double>(bytes) * 8 / (static_cast<double>(ns) * 1e-9);
+  nlohmann::json j = {{"peer", who},
+                      {"rtt_us", rtt * 1e6},
+                      {"rtt_min_us", *std::min_element(rtts.begin(), rtts.end()) * 1e6},
+                      {"rtt_samples", rtts.size()},
+                      {"goodput_mbps", goodput_bps / 1e6},
+                      {"bytes", bytes},
+                      {"seconds", static_cast<double>(ns) * 1e-9}};
+  // What a cluster JSON node takes (simulator/cluster.hpp): one-way latency, and the line rate with the goodput
+  // factor over what TCP's headers allow; without a nominal rate, the line rate that carries this goodput.
+  nlohmann::json node = {{"nic_latency_us", rtt * 1e6 / 2}};
+  if (o.nominal_mbps > 0) {
+    const double header_limited = o.nominal_mbps * kMssBytes / kFrameWireBytes;
+    const double g = goodput_bps / 1e6 / header_limited;
+    j["nominal_mbps"] = o.nominal_mbps;
+    j["goodput_fraction"] = goodput_bps / 1e6 / o.nominal_mbps;
+    j["tcp_goodput"] = std::min(1.0, g);
+    if (g > 1.0)
+      std::fprintf(stderr, "tandem: warning: %.1f Mbit/s of goodput is more than TCP's headers allow at the nominal "
+                   "%.1f Mbit/s (%.1f): is --nominal-mbps the link's line rate? tcp_goodput capped at 1\n",
+                   goodput_bps / 1e6, o.nominal_mbps, header_limited);
+    node["nic_mbps"] = o.nominal_mbps;
+    node["tcp_goodput"] = std::min(1.0, g);
+  } else {
+    node["nic_mbps"] = goodput_bps / 1e6 * kFrameWireBytes / kMssBytes;
+  }
+  node["protocol"] = "tcp";
+  j["cluster_node"] = node;
+  const std::string text = j.dump(2) + "\n";
+  if (o.out.empty()) {
+    std::fputs(text.c_str(), stdout);
+  } else {
+    const std::string tmp = o.out + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << text;
+      if (!f) throw NetError(fmt::format("--out {}: cannot write", o.out));
+    }
+    if (std::rename(tmp.c_str(), o.out.c_str()) != 0)
+      throw NetError(fmt::format("--out {}: {}", o.out, std::strerror(errno)));
+    std::fprintf(stderr, "RTT %.1f us, goodput %.1f Mbit/s; wrote %s\n", rtt * 1e6, goodput_bps / 1e6, o.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_network_calibrate(const NetworkCalibrateOptions& o) {
+  try {
+    const bool listen = o.listen_port >= 0, peer = !o.peer.empty();
+    if (listen == peer) throw NetError("--network needs exactly one of --listen PORT (this host waits) and --peer "
+                                       "HOST:PORT (this host measures)");
+    if (o.listen_port > 65535) throw NetError(fmt::format("--listen: port must be 0..65535, got {}", o.listen_port));
+    if (!(o.seconds > 0 && o.seconds <= 600)) throw NetError(fmt::format("--seconds: expected (0, 600], got {}", o.seconds));
+    if (!(o.timeout_s > 0)) throw NetError(fmt::format("--timeout-s: expected > 0, got {}", o.timeout_s));
+    if (o.rounds < 1 || o.rounds > 100000) throw NetError(fmt::format("--rounds: expected 1..100000, got {}", o.rounds));
+    if (!(o.nominal_mbps >= 0 && std::isfinite(o.nominal_mbps)))
+      throw NetError(fmt::format("--nominal-mbps: expected a rate > 0, got {}", o.nominal_mbps));
+    if (listen && (o.nominal_mbps > 0 || !o.out.empty()))
+      throw NetError("--nominal-mbps and --out belong to the measuring side (--peer)");
+    return listen ? listen_side(o) : peer_side(o);
+  } catch (const NetError& e) {
+    std::fprintf(stderr, "tandem: calibrate --network: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace tandem::cli

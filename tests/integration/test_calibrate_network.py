@@ -1,0 +1,193 @@
+"""`tandem calibrate --network` (cli/calibrate_network.hpp) on loopback (run by CTest with TANDEM_CLI set; standard
+library only): the two sides measure RTT and goodput and the peer writes the JSON the cluster JSON takes; no peer,
+a peer that speaks something else, one that dies mid-way and bad arguments each end in a clear error within the
+deadline. Every process the test starts is bounded by a timeout and killed by its PID."""
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+CLI = os.environ.get("TANDEM_CLI", "tandem")
+
+
+def tandem(*args, timeout=60):
+    p = subprocess.run([CLI] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout
+
+
+class Listener:
+    """`calibrate --network --listen 0` in the background; .port is the port it printed."""
+
+    def __init__(self, *extra):
+        self.p = subprocess.Popen([CLI, "calibrate", "--network", "--listen", "0", *extra], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        line = self.p.stdout.readline()
+        assert line.startswith("listening on port "), line
+        self.port = int(line.split()[-1])
+
+    def finish(self, timeout=30):
+        try:
+            out, _ = self.p.communicate(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                os.kill(self.p.pid, 9)
+                self.p.wait()
+        return self.p.returncode, out
+
+
+def fake_server(behaviour):
+    """A one-connection TCP server on loopback running behaviour(conn) in a thread; returns (port, thread)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(20)
+
+    def run():
+        try:
+            conn, _ = srv.accept()
+            with conn:
+                behaviour(conn)
+        except OSError:
+            pass
+        finally:
+            srv.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return srv.getsockname()[1], t
+
+
+HELLO = b"TANDEM-NET v1\n\0\0"
+
+
+def peer_against(behaviour, timeout_s):
+    """`calibrate --network --peer` against a fake server; (exit code, output, seconds it took)."""
+    port, t = fake_server(behaviour)
+    t0 = time.monotonic()
+    rc, out = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{port}", "--timeout-s", str(timeout_s))
+    took = time.monotonic() - t0
+    t.join(10)
+    return rc, out, took
+
+
+class NetworkCalibrate(unittest.TestCase):
+    def test_loopback_measures_rtt_and_goodput(self):
+        lst = Listener()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "net.json")
+            t0 = time.monotonic()
+            rc, text = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{lst.port}", "--seconds", "0.5",
+                              "--rounds", "20", "--nominal-mbps", "1000000", "--out", out)
+            self.assertEqual(rc, 0, text)
+            self.assertLess(time.monotonic() - t0, 20)
+            lrc, ltext = lst.finish()
+            self.assertEqual(lrc, 0, ltext)
+            self.assertIn("Mbit/s", ltext)
+            with open(out) as f:
+                j = json.load(f)
+        self.assertEqual(j["rtt_samples"], 20)
+        self.assertGreater(j["rtt_us"], 0)
+        self.assertLess(j["rtt_us"], 1e5)  # loopback: well under 100 ms
+        self.assertLessEqual(j["rtt_min_us"], j["rtt_us"])
+        self.assertGreater(j["goodput_mbps"], 10)  # loopback moves far more than 10 Mbit/s
+        self.assertGreater(j["seconds"], 0.1)
+        self.assertAlmostEqual(j["goodput_mbps"], j["bytes"] * 8 / j["seconds"] / 1e6, delta=1e-6 * j["goodput_mbps"])
+        # the factor the link model wants: goodput over what the headers allow at the nominal rate
+        self.assertAlmostEqual(j["tcp_goodput"], j["goodput_mbps"] / (1e6 * 1448 / 1514), delta=1e-9)
+        node = j["cluster_node"]
+        self.assertEqual(node["nic_mbps"], 1e6)
+        self.assertEqual(node["tcp_goodput"], j["tcp_goodput"])
+        self.assertAlmostEqual(node["nic_latency_us"], j["rtt_us"] / 2)
+
+    def test_without_a_nominal_rate_the_line_rate_carries_the_goodput(self):
+        lst = Listener()
+        rc, text = tandem("calibrate", "--network", "--peer", f"localhost:{lst.port}", "--seconds", "0.2")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(lst.finish()[0], 0)
+        j = json.loads(text)
+        self.assertNotIn("tcp_goodput", j)
+        self.assertAlmostEqual(j["cluster_node"]["nic_mbps"], j["goodput_mbps"] * 1514 / 1448)
+
+    def test_no_peer_is_a_clear_error(self):
+        held = socket.socket()  # bound, never listening: connections to it are refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        t0 = time.monotonic()
+        rc, out = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{port}", "--timeout-s", "5")
+        self.assertEqual(rc, 1, out)
+        self.assertIn(f"cannot connect to 127.0.0.1:{port}", out)
+        self.assertLess(time.monotonic() - t0, 10)
+        held.close()
+
+    def test_a_peer_speaking_something_else_is_named(self):
+        rc, out, _ = peer_against(lambda c: (c.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\0\0"), time.sleep(1)), 5)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("did not answer as `tandem calibrate --network`", out)
+        self.assertIn("SSH-2.0", out)
+
+    def test_a_peer_that_dies_mid_way_is_named(self):
+        def hello_then_die(c):
+            c.sendall(HELLO)
+            c.recv(16)
+            c.recv(8)  # the round count
+            c.recv(64)  # one ping, no answer
+
+        rc, out, took = peer_against(hello_then_die, 5)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("RTT phase", out)
+        self.assertIn("closed the connection", out)
+        self.assertLess(took, 4)
+
+    def test_a_silent_peer_times_out(self):
+        rc, out, took = peer_against(lambda c: time.sleep(4), 1)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("hello", out)
+        self.assertIn("timed out", out)
+        self.assertLess(took, 3.5)
+
+    def test_the_listener_refuses_garbage_and_a_missing_peer(self):
+        lst = Listener("--timeout-s", "5")
+        with socket.create_connection(("127.0.0.1", lst.port), timeout=5) as s:
+            s.sendall(HELLO)
+            s.recv(16)
+            s.sendall(b"\xff" * 8)  # an absurd round count
+            rc, out = lst.finish()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("rounds", out)
+        lst = Listener("--timeout-s", "1")
+        t0 = time.monotonic()
+        rc, out = lst.finish()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("waiting for a peer: timed out", out)
+        self.assertLess(time.monotonic() - t0, 5)
+
+    def test_bad_arguments(self):
+        rc, out = tandem("calibrate", "--network")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("exactly one of --listen PORT", out)
+        rc, out = tandem("calibrate", "--network", "--listen", "0", "--peer", "a:1")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("exactly one of", out)
+        for bad, msg in (("nohost", "expected HOST:PORT"), ("h:99999", "port must be 1..65535"),
+                         ("h:x", "port must be")):
+            rc, out = tandem("calibrate", "--network", "--peer", bad)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(msg, out)
+        rc, out = tandem("calibrate", "--network", "--peer", "no-such-host.invalid:5", "--timeout-s", "5")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("cannot resolve", out)
+        rc, out = tandem("calibrate", "--peer", "h:1", "--out", os.devnull)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--listen and --peer are for --network", out)
+        rc, out = tandem("calibrate", "--model", "lenet5")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--out", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
