@@ -35,7 +35,7 @@ RouteId Network::add_route(const std::vector<LinkId>& links, const RouteCost& co
   const RouteId r = add_route(links, cost);
   if (ss.rtt_s <= 0 || links.empty() || des::to_ns(ss.rtt_s) == 0) return r;
   double full = kUnlimited;
-  for (LinkId l : links) full = std::min(full, links_[l].peak / cost.data);
+  for (LinkId l : links) full = std::min(full, links_[l].peak / (ss.data_cost > 0 ? ss.data_cost : cost.data));
   if (std::isinf(full)) return r;  // nothing to ramp up to
   const LinkId c = add_link(kUnlimited, 0);
   Link& k = links_[c];

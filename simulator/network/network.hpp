@@ -69,6 +69,7 @@ constexpr double kTcpInitialWindowSegments = 10;  // RFC 6928, Linux's TCP_INIT_
 struct SlowStart {
   double rtt_s = 0;           // round trip: the data path's latency and the ACK path's
   double initial_window = 0;  // payload bytes (kTcpInitialWindowSegments x MSS)
+  double data_cost = 0;       // wire bytes per payload byte that bound the path's full rate (0: the route's data cost)
 };
 
 // Tokens one frame needs: a bucket with less runs at its rate (tbf sends whole packets).

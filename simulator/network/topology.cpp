@@ -306,6 +306,7 @@ RouteId Topology::route(int32_t src, int32_t dst) {
       for (LinkId l : path(src, dst)) ss.rtt_s += net_.link_latency_s(l);
       for (LinkId l : path(dst, src)) ss.rtt_s += net_.link_latency_s(l);
       ss.initial_window = kTcpInitialWindowSegments * kTcpMssBytes;
+      ss.data_cost = kTcpFrameBytes / kTcpMssBytes / hs.tcp_goodput;  // not the ACKs symmetric execution folds in
     }
     r = net_.add_route(path(src, dst), cost, ss);
   } else {

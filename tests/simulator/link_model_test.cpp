@@ -341,6 +341,35 @@ BOOST_AUTO_TEST_CASE(the_connection_link_is_neutral_outside_slow_start) {
   }
 }
 
+// In a step: a ring all-reduce after a forward pass longer than the RTO starts every connection in slow start, so
+// the step is longer than with the option off (by at least one RTT); after a shorter one it is the same. Symmetric
+// execution (rank 0's connections alone) gives the full model's time.
+BOOST_AUTO_TEST_CASE(a_step_after_a_long_forward_pays_the_restart) {
+  PlanCache cache;
+  const CompiledPlan& plan =
+      cache.get(testing::allreduce_request(4, tandem::engine::comm::Algorithm::kRing, 1 << 24, 1 << 20));
+  auto run = [&](bool on, bool symmetric, double forward_s) {
+    std::vector<HostNet> h = hosts(4, Protocol::kTcp);
+    for (auto& x : h) {
+      x.nic_bytes_per_s = 1.25e9;
+      x.nic_latency_s = 1e-3;
+      x.tcp_slow_start_after_idle = on;
+    }
+    StepSetup s = testing::ddp_allreduce_step(plan);
+    s.symmetric = symmetric;
+    for (auto& r : s.ranks) r.forward_s = {forward_s};
+    des::Simulator sim;
+    Network net(sim);
+    Topology topo(TopologySpec{}, h, net);
+    return simulate_step(s, topo, sim).step_s;
+  };
+  const double off = run(false, true, 0.5), on = run(true, true, 0.5), full = run(true, false, 0.5);
+  BOOST_TEST(on >= off + kRtt);
+  BOOST_TEST(full == on, tt::tolerance(1e-6));
+  BOOST_TEST(run(true, true, 0.1) == run(false, true, 0.1));
+  BOOST_TEST_MESSAGE("16 MiB ring on 4 x 10 Gbit/s, 1 ms: " << off << " s off, " << on << " s on");
+}
+
 BOOST_AUTO_TEST_CASE(the_cluster_json_key_turns_it_off) {
   BOOST_TEST(parse_cluster("c5.large:2").host_nets()[0].tcp_slow_start_after_idle);
   BOOST_TEST(!parse_cluster(R"({"nodes": [{"preset": "c5.large", "count": 2, "tcp_slow_start_after_idle": false}]})")
