@@ -21,6 +21,12 @@
 //   moderation and NAPI polling (50-125 us in common drivers' defaults) gather them, so a wake-up takes what
 //   arrived in that interval; the bulk per-byte figure carries the rest. Not measured here: at 65 and 200 Mbit/s
 //   two segments arrive every 357 / 124 us, so the batch rules and this constant does not enter bench/emu's cases.
+// Within a node a message is copied into and out of the shared-memory ring (per byte). Where the node's ranks
+// outnumber its cores, each side also pays one wake-up per message (`copy_s_per_message`, the profile's
+// tcp_cpu_s_per_wakeup): the transport's waiter spins for at most 100 us (transports/spin.hpp) and then sleeps until
+// the peer's one-byte wake-up on the pair's socket (transports/tcp/shm_ring.hpp), and with more runnable ranks than
+// cores the peer is rarely running within the spin -- the same socket wake-up the paced loopback transfer times.
+// With a core per rank the spin catches the data and no wake-up is charged.
 // pace_bytes_per_s is the payload rate of the slower NIC of the two ends (its line rate less TCP's headers, times
 // its goodput, a token bucket's rate where it has one): the link's pace, not the flow's share of it.
 #include <algorithm>
@@ -44,13 +50,13 @@ inline double tcp_pace_bytes_per_s(double nic_bytes_per_s, double tcp_goodput, d
   return line * network::kTcpMssBytes / network::kTcpFrameBytes * tcp_goodput;
 }
 
-// CPU seconds (at full speed) one side spends on a transfer of `bytes`: a copy within a node (`local`) costs
-// bytes x copy_s_per_byte; a TCP transfer bytes x tcp_s_per_byte plus its wake-ups at the link's pace
+// CPU seconds (at full speed) one side spends on a transfer of `bytes` (one message): a copy within a node
+// (`local`) costs bytes x copy_s_per_byte + copy_s_per_message; a TCP transfer bytes x tcp_s_per_byte plus its wake-ups at the link's pace
 // (`pace_bytes_per_s`, used only when tcp_s_per_wakeup > 0).
 struct TransferCpuCost {
-  double tcp_s_per_byte = 0, tcp_s_per_wakeup = 0, copy_s_per_byte = 0;
+  double tcp_s_per_byte = 0, tcp_s_per_wakeup = 0, copy_s_per_byte = 0, copy_s_per_message = 0;
   double seconds(double bytes, bool local, double pace_bytes_per_s) const {
-    if (local) return bytes * copy_s_per_byte;
+    if (local) return bytes * copy_s_per_byte + copy_s_per_message;
     const double wake = tcp_s_per_wakeup > 0 ? tcp_wakeups(bytes, pace_bytes_per_s) * tcp_s_per_wakeup : 0.0;
     return bytes * tcp_s_per_byte + wake;
   }

@@ -318,6 +318,8 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
       rs.net_cpu_s_per_byte = node.protocol == network::Protocol::kTcp ? tcp_cpu : 0.0;  // RDMA: the NIC copies
       rs.copy_cpu_s_per_byte = copy_cpu;
+      // ranks outnumbering the node's cores sleep and are woken per message (simulator/comm_cpu.hpp)
+      if (node.ranks() > node.hw.vcpus) rs.copy_cpu_s_per_message = wake_cpu;
       if (node.protocol == network::Protocol::kTcp && wake_cpu > 0) {
         rs.net_cpu_s_per_wakeup = wake_cpu;
         rs.net_pace_bytes_per_s =

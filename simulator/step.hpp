@@ -47,6 +47,9 @@ struct RankSetup {
   // slower of its two ends' (> 0 wherever net_cpu_s_per_wakeup is). 0: no wake-up cost (the per-byte model alone).
   double net_cpu_s_per_wakeup = 0;
   double net_pace_bytes_per_s = 0;
+  // Each message to or from a rank of the same node also costs one wake-up where the node's ranks outnumber its
+  // cores (simulator/comm_cpu.hpp): CPU seconds per message and side; 0: none.
+  double copy_cpu_s_per_message = 0;
 };
 
 // When one op of an all-reduce ran (StepSetup::op_log): member `member`'s op `op` (member-local, as

@@ -4,6 +4,7 @@
 // and CPU-bound communication takes the quota's time. Closed forms on links fast enough that the CPU is the bound.
 // Network transfers also cost per wake-up (RankSetup::net_cpu_s_per_wakeup, the profile's tcp_cpu_s_per_wakeup),
 // their wake-ups set by the link's pace (simulator/comm_cpu.hpp): bytes / max(2 segments, pace x 100 us).
+#include <cmath>
 #include <string>
 
 #include <boost/test/unit_test.hpp>
@@ -140,6 +141,38 @@ BOOST_AUTO_TEST_CASE(intra_node_allreduce_is_charged_its_copies) {
   // free copies (the model before): the links alone
   for (RankSetup& rs : s.ranks) rs.copy_cpu_s_per_byte = rs.net_cpu_s_per_byte = rs.net_cpu_s_per_wakeup = 0;
   BOOST_TEST(run(s, 4).step_s < 0.1 * r.step_s);
+}
+
+// Four ranks of one node on two cores pay a wake-up per message and side besides their copies (the waiter spins,
+// then sleeps until the peer's socket wake-up); on four cores, or with no per-message cost, only the copies.
+BOOST_AUTO_TEST_CASE(oversubscribed_node_pays_a_wakeup_per_message) {
+  PlanCache cache;
+  const uint64_t bytes = 1 << 20;
+  const CompiledPlan& plan = cache.get(allreduce_request(4, engine::comm::Algorithm::kRing, bytes, 256 << 10));
+  const CompiledPlan& full = plan.full();
+  double sends = 0, recvs = 0;  // member 2's messages
+  for (uint32_t g = full.first_op[2]; g < full.first_op[3]; ++g) {
+    sends += full.ops[g].kind == CompiledPlan::Kind::kSend;
+    recvs += full.ops[g].kind == CompiledPlan::Kind::kRecv;
+  }
+  BOOST_REQUIRE(sends >= 6);  // reduce-scatter and all-gather: 3 steps each, in 256 KiB pieces
+  StepSetup s = ddp_allreduce_step(plan);
+  const double c = 1.0e-10, m = 20e-6;
+  for (RankSetup& rs : s.ranks) {
+    rs.copy_cpu_s_per_byte = c;
+    rs.copy_cpu_s_per_message = m;
+  }
+  s.node_of_rank = s.host_of_rank = {0, 0, 0, 0};
+  CpuShare two;
+  two.cores = 2;
+  s.node_cpu = {two};
+  const StepResult r = run(s, 4);
+  const double copies = 2 * 2 * 0.75 * static_cast<double>(bytes) * c;
+  BOOST_TEST(r.ranks[2].comm_cpu_s == copies + (sends + recvs) * m, tt::tolerance(1e-6));
+  for (RankSetup& rs : s.ranks) rs.copy_cpu_s_per_message = 0;
+  const StepResult plain = run(s, 4);
+  BOOST_TEST(plain.ranks[2].comm_cpu_s == copies, tt::tolerance(1e-6));
+  BOOST_TEST(r.step_s > plain.step_s);
 }
 
 // Ring of 2 over B bytes on a slow link's pace (65 Mbit/s of payload: two segments arrive every ~370 us, far apart
@@ -335,6 +368,28 @@ BOOST_AUTO_TEST_CASE(old_profiles_behave_as_before) {
 // Through simulate(): a rank's wake-ups follow its node's NIC (line rate less TCP's headers, times the goodput):
 // at 65 Mbit/s every 2,896 bytes sent or received wake it once; at 10 Gbit/s every 1.25e9 x 1448/1514 x 100 us.
 // A node without TCP (rdma) pays none.
+// Through simulate(): four ranks on one node pay the profile's wake-up cost per intra-node message and side only
+// where they outnumber its cores (two vcpus), not with a core each (four).
+BOOST_AUTO_TEST_CASE(intra_node_messages_wake_ranks_only_on_shared_cores) {
+  const nlohmann::json one = {{"count", 1}, {"ranks_per_node", 4}, {"memory_mib", 8192}};
+  auto node = [&](int vcpus) {
+    nlohmann::json n = one;
+    n["vcpus"] = vcpus;
+    return n;
+  };
+  const nlohmann::json per_byte = {{"copy_cpu_s_per_byte", 1e-10}};
+  nlohmann::json woken = per_byte;
+  woken["tcp_cpu_s_per_wakeup"] = 2e-5;
+  const SimResult own_cores = emu(woken, "own", node(4)), own_plain = emu(per_byte, "own_plain", node(4));
+  BOOST_TEST(own_cores.rank_step[1].comm_cpu_s == own_plain.rank_step[1].comm_cpu_s, tt::tolerance(1e-12));
+  const SimResult shared = emu(woken, "shared", node(2)), shared_plain = emu(per_byte, "shared_plain", node(2));
+  const double extra = shared.rank_step[1].comm_cpu_s - shared_plain.rank_step[1].comm_cpu_s;
+  const double messages = extra / 2e-5;  // sent and received, a whole number
+  BOOST_TEST(messages >= 2);
+  BOOST_TEST(std::abs(messages - std::round(messages)) < 1e-6);
+  BOOST_TEST(shared.step_time_s > shared_plain.step_time_s);
+}
+
 BOOST_AUTO_TEST_CASE(wakeups_follow_the_nodes_link) {
   const double w = 40e-6;
   const SimResult slow = emu({{"tcp_cpu_s_per_wakeup", w}}, "slow");
