@@ -5,7 +5,7 @@
 //   cpu_s = bytes x per_byte + wakeups x per_wakeup
 //
 // per_byte is the profile's tcp_cpu_s_per_byte (across nodes) or copy_cpu_s_per_byte (within a node: copies into
-// and out of a shared-memory ring, no wake-up term); per_wakeup is tcp_cpu_s_per_wakeup (simulator/compute/
+// and out of a shared-memory ring; wake-ups only on shared cores, below); per_wakeup is tcp_cpu_s_per_wakeup (simulator/compute/
 // profile.hpp). A TCP transfer at a link's pace wakes each side once per batch of arriving data: the receiver
 // sleeps in recv until segments arrive, the sender until ACKs free its window. Its wake-ups are
 //
@@ -15,8 +15,10 @@
 //   ACKs), so the sender is woken once per two segments; the receiver, woken per arrival, reads what came. The data
 //   behind it (bench/emu/README.md, runs 6-8): a paced loopback probe (bench/emu/results/tcp_paced_probe.c) costs
 //   ~40 us of CPU per wake-up and side whether a wake-up brings 2,896 or 14,480 bytes (9.6-14 ns/B against 3.1), so
-//   the cost follows the wake-ups, not the bytes; emulated t2.micro hosts at 65 Mbit/s spent ~1.65e-8 s per byte and
-//   side over bare all-reduces, one ~40 us wake-up per ~2,400 bytes -- two segments' worth.
+//   the cost follows the wake-ups, not the bytes; emulated t2.micro hosts at 65 Mbit/s spent ~1.0-1.65e-8 s per byte
+//   and side over bare all-reduces (an upper bound), one ~40 us wake-up per ~2,400-4,000 bytes. `tandem calibrate`'s
+//   paced transfer gives 14-16 us on a quiet VM (~40 us under a build), so with two segments per wake-up the model
+//   accounts for about half of what the emulated hosts spent (the rest: their veth / bridge / tbf path, run 8).
 // - kTcpMinWakeIntervalS = 100 us: on a fast link segments arrive faster than a side wakes, and the NIC's interrupt
 //   moderation and NAPI polling (50-125 us in common drivers' defaults) gather them, so a wake-up takes what
 //   arrived in that interval; the bulk per-byte figure carries the rest. Not measured here: at 65 and 200 Mbit/s
@@ -51,8 +53,8 @@ inline double tcp_pace_bytes_per_s(double nic_bytes_per_s, double tcp_goodput, d
 }
 
 // CPU seconds (at full speed) one side spends on a transfer of `bytes` (one message): a copy within a node
-// (`local`) costs bytes x copy_s_per_byte + copy_s_per_message; a TCP transfer bytes x tcp_s_per_byte plus its wake-ups at the link's pace
-// (`pace_bytes_per_s`, used only when tcp_s_per_wakeup > 0).
+// (`local`) costs bytes x copy_s_per_byte + copy_s_per_message; a TCP transfer bytes x tcp_s_per_byte plus its
+// wake-ups at the link's pace (`pace_bytes_per_s`, used only when tcp_s_per_wakeup > 0).
 struct TransferCpuCost {
   double tcp_s_per_byte = 0, tcp_s_per_wakeup = 0, copy_s_per_byte = 0, copy_s_per_message = 0;
   double seconds(double bytes, bool local, double pace_bytes_per_s) const {
