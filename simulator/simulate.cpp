@@ -12,6 +12,7 @@
 #include "engine/parallel/fedavg.hpp"
 #include "engine/nn/zoo.hpp"
 #include "simulator/broadcast.hpp"
+#include "simulator/comm_cpu.hpp"
 #include "simulator/compute/credits.hpp"
 #include "simulator/compute/workload.hpp"
 #include "simulator/strategy.hpp"
@@ -261,11 +262,13 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   s.symmetric = run.symmetric;
   s.node_of_rank = p.node_of_rank;
   bool cpu_model = false;
-  // Moving a message costs CPU on CPU nodes (the profile's tcp_cpu_s_per_byte, copy_cpu_s_per_byte; absent: 0);
-  // a rank whose transfers cost CPU keeps two threads busy, its training thread and its collectives'.
+  // Moving a message costs CPU on CPU nodes (the profile's tcp_cpu_s_per_byte, copy_cpu_s_per_byte,
+  // tcp_cpu_s_per_wakeup; absent: 0; simulator/comm_cpu.hpp); a rank whose transfers cost CPU keeps two threads
+  // busy, its training thread and its collectives'.
   const double tcp_cpu = profile && profile->tcp_cpu_s_per_byte ? *profile->tcp_cpu_s_per_byte : 0.0;
   const double copy_cpu = profile && profile->copy_cpu_s_per_byte ? *profile->copy_cpu_s_per_byte : 0.0;
-  const int32_t threads_per_rank = tcp_cpu > 0 || copy_cpu > 0 ? 2 : 1;
+  const double wake_cpu = profile && profile->tcp_cpu_s_per_wakeup ? *profile->tcp_cpu_s_per_wakeup : 0.0;
+  const int32_t threads_per_rank = tcp_cpu > 0 || copy_cpu > 0 || wake_cpu > 0 ? 2 : 1;
   for (const NodeSpec& n : p.cluster.nodes) {
     CpuShare c;  // GPU nodes: their ranks drive GPUs, never modelled
     c.cores = n.hw.gpus > 0 ? n.ranks() : n.hw.vcpus;
@@ -316,6 +319,13 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
       rs.net_cpu_s_per_byte = node.protocol == network::Protocol::kTcp ? tcp_cpu : 0.0;  // RDMA: the NIC copies
       rs.copy_cpu_s_per_byte = copy_cpu;
+      // ranks outnumbering the node's cores sleep and are woken per message (simulator/comm_cpu.hpp)
+      if (node.ranks() > node.hw.vcpus) rs.copy_cpu_s_per_message = wake_cpu;
+      if (node.protocol == network::Protocol::kTcp && wake_cpu > 0) {
+        rs.net_cpu_s_per_wakeup = wake_cpu;
+        rs.net_pace_bytes_per_s =
+            tcp_pace_bytes_per_s(node.hw.nic_bytes_per_s, node.tcp_goodput, node.bucket_bytes_per_s);
+      }
     }
     if (cj.converts()) {
       // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "simulator/comm_cpu.hpp"
 
 namespace tandem::simulator {
 
@@ -166,10 +167,16 @@ StepResult StepExecutor::run() {
   TANDEM_REQUIRE(s_.pipeline.stages == s_.pp, "pipeline plan has {} stages, job pp is {}", s_.pipeline.stages, s_.pp);
   const int32_t M = s_.pipeline.micro_batches;
   for (const RankSetup& rs : s_.ranks) {
-    TANDEM_REQUIRE(rs.net_cpu_s_per_byte >= 0 && rs.copy_cpu_s_per_byte >= 0,
-                   "step setup: transfer CPU costs must be >= 0 (net {}, copy {} s per byte)", rs.net_cpu_s_per_byte,
-                   rs.copy_cpu_s_per_byte);
-    xfer_cpu_ = xfer_cpu_ || rs.net_cpu_s_per_byte > 0 || rs.copy_cpu_s_per_byte > 0;
+    TANDEM_REQUIRE(rs.net_cpu_s_per_byte >= 0 && rs.copy_cpu_s_per_byte >= 0 && rs.net_cpu_s_per_wakeup >= 0 &&
+                       rs.copy_cpu_s_per_message >= 0,
+                   "step setup: transfer CPU costs must be >= 0 (net {}, copy {} s per byte, net {} s per wake-up, "
+                   "copy {} s per message)",
+                   rs.net_cpu_s_per_byte, rs.copy_cpu_s_per_byte, rs.net_cpu_s_per_wakeup, rs.copy_cpu_s_per_message);
+    TANDEM_REQUIRE(rs.net_cpu_s_per_wakeup == 0 || rs.net_pace_bytes_per_s > 0,
+                   "step setup: a wake-up cost ({} s) needs the rank's link pace (net_pace_bytes_per_s > 0, got {})",
+                   rs.net_cpu_s_per_wakeup, rs.net_pace_bytes_per_s);
+    xfer_cpu_ = xfer_cpu_ || rs.net_cpu_s_per_byte > 0 || rs.copy_cpu_s_per_byte > 0 || rs.net_cpu_s_per_wakeup > 0 ||
+                rs.copy_cpu_s_per_message > 0;
   }
   TANDEM_REQUIRE(s_.host_of_rank.empty() || s_.host_of_rank.size() == static_cast<size_t>(world),
                  "step setup: host_of_rank has {} ranks, expected {}", s_.host_of_rank.size(), world);
@@ -521,11 +528,15 @@ void StepExecutor::recv_arrived(uint32_t inst, uint32_t g) {
   if ((in.state[j] & (kReleased | kDone)) == kReleased) complete(inst, dst, j - plan.first_op[dst]);
 }
 
-// CPU seconds rank r spends on `bytes` of a message to or from `peer` (at its speed).
+// CPU seconds rank r spends on `bytes` of a message to or from `peer` (at its speed; simulator/comm_cpu.hpp).
 double StepExecutor::xfer_cpu_s(int32_t r, int32_t peer, double bytes) const {
   const RankSetup& rs = s_.ranks[r];
   const bool local = !s_.host_of_rank.empty() && s_.host_of_rank[r] == s_.host_of_rank[peer];
-  return bytes * (local ? rs.copy_cpu_s_per_byte : rs.net_cpu_s_per_byte) / rs.speed;
+  const TransferCpuCost cost{rs.net_cpu_s_per_byte, rs.net_cpu_s_per_wakeup, rs.copy_cpu_s_per_byte,
+                             rs.copy_cpu_s_per_message};
+  const double peer_pace = s_.ranks[peer].net_pace_bytes_per_s;  // 0: the peer's NIC sets no pace of its own
+  const double pace = peer_pace > 0 ? std::min(rs.net_pace_bytes_per_s, peer_pace) : rs.net_pace_bytes_per_s;
+  return cost.seconds(bytes, local, pace) / rs.speed;
 }
 
 // Send g (member m's) is posted: its sender's and its receiver's CPU work start with its flow, on their nodes'
@@ -706,7 +717,9 @@ bool StepExecutor::symmetric_possible() const {
     if (b.speed != a.speed || b.local_bytes_per_s != a.local_bytes_per_s || b.forward_s != a.forward_s ||
         b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s ||
         b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s ||
-        b.net_cpu_s_per_byte != a.net_cpu_s_per_byte || b.copy_cpu_s_per_byte != a.copy_cpu_s_per_byte)
+        b.net_cpu_s_per_byte != a.net_cpu_s_per_byte || b.copy_cpu_s_per_byte != a.copy_cpu_s_per_byte ||
+        b.net_cpu_s_per_wakeup != a.net_cpu_s_per_wakeup || b.net_pace_bytes_per_s != a.net_pace_bytes_per_s ||
+        b.copy_cpu_s_per_message != a.copy_cpu_s_per_message)
       return false;
   }
   if (xfer_cpu_ && !s_.host_of_rank.empty()) {  // shared-memory transfers between some ranks only

@@ -42,6 +42,14 @@ struct RankSetup {
   // done once its flow and its sender's CPU work are; a receive once the flow and the receiver's). 0: free.
   double net_cpu_s_per_byte = 0;
   double copy_cpu_s_per_byte = 0;
+  // Network transfers also cost `net_cpu_s_per_wakeup` per wake-up, their wake-ups set by the link's pace
+  // (simulator/comm_cpu.hpp): `net_pace_bytes_per_s` is this rank's NIC payload rate, and a transfer goes at the
+  // slower of its two ends' (> 0 wherever net_cpu_s_per_wakeup is). 0: no wake-up cost (the per-byte model alone).
+  double net_cpu_s_per_wakeup = 0;
+  double net_pace_bytes_per_s = 0;
+  // Each message to or from a rank of the same node also costs one wake-up where the node's ranks outnumber its
+  // cores (simulator/comm_cpu.hpp): CPU seconds per message and side; 0: none.
+  double copy_cpu_s_per_message = 0;
 };
 
 // When one op of an all-reduce ran (StepSetup::op_log): member `member`'s op `op` (member-local, as

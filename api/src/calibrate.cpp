@@ -51,6 +51,7 @@ std::string profile_text(const tandem_calibration& h) {
   if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
   if (h.comm_cpu.tcp_s_per_byte > 0) p.tcp_cpu_s_per_byte = h.comm_cpu.tcp_s_per_byte;
   if (h.comm_cpu.copy_s_per_byte > 0) p.copy_cpu_s_per_byte = h.comm_cpu.copy_s_per_byte;
+  if (h.comm_cpu.tcp_s_per_wakeup > 0) p.tcp_cpu_s_per_wakeup = h.comm_cpu.tcp_s_per_wakeup;
   if (h.fp16_convert_s.first > 0) p.fp16_convert_s = h.fp16_convert_s;
   if (h.bf16_convert_s.first > 0) p.bf16_convert_s = h.bf16_convert_s;
   if (h.p2p) {

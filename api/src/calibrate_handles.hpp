@@ -51,10 +51,21 @@ double measure_reduce_bandwidth();
 // and a memcpy pass over buffers past the caches (one copy into or out of a shared-memory ring). Thread CPU time
 // is what a CFS quota charges and is not stretched by the quota's pauses: full-speed seconds. Throws kIo (naming
 // the call) when a loopback socket cannot be set up.
+// Also the CPU per wake-up (tcp_cpu_s_per_wakeup), by measure_tcp_wakeup_cpu.
 struct CommCpuFigures {
-  double tcp_s_per_byte = 0, copy_s_per_byte = 0;
+  double tcp_s_per_byte = 0, copy_s_per_byte = 0, tcp_s_per_wakeup = 0;
 };
 CommCpuFigures measure_comm_cpu(uint64_t bytes = uint64_t{8} << 20, int iters = 3);
+// The CPU one side of a TCP transfer spends per wake-up at a slow link's pace (simulator/compute/profile.hpp
+// tcp_cpu_s_per_wakeup; the model: simulator/comm_cpu.hpp): a loopback transfer of kTcpWakeupWrites sends of
+// kTcpWakeupChunkBytes (two segments) kTcpWakeupIntervalUs apart -- about 65 Mbit/s with the sleep's overshoot --
+// and a receiver reading what arrives, each in thread CPU time; per side, the sender's CPU per write and the
+// receiver's per read, each less the bytes' share at `tcp_s_per_byte`, averaged (tcp_cpu_s_per_wakeup). The
+// minimum over `reps` repetitions (other work on the machine only adds to a thread's CPU time); ~0.1 s each.
+constexpr size_t kTcpWakeupChunkBytes = 2896;
+constexpr uint64_t kTcpWakeupWrites = 300;
+constexpr long kTcpWakeupIntervalUs = 200;
+double measure_tcp_wakeup_cpu(double tcp_s_per_byte, int reps = 4);
 // Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
 // back), timed on a bucket-sized buffer: {to, back}.
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);

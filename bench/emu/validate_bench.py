@@ -170,6 +170,8 @@ class Bench:
                         tprof = json.load(f)
                     if "tcp_cpu_s_per_byte" in prof:
                         tprof["tcp_cpu_s_per_byte"] = tprof["copy_cpu_s_per_byte"] = prof["tcp_cpu_s_per_byte"]
+                    if "tcp_cpu_s_per_wakeup" in prof:  # the host's, as the per-byte figure
+                        tprof["tcp_cpu_s_per_wakeup"] = prof["tcp_cpu_s_per_wakeup"]
                     with open(tout, "w") as f:
                         json.dump(tprof, f, indent=1)
                     self.profiles[f"torch-{model}"] = tout
@@ -184,21 +186,21 @@ class Bench:
             lp = json.load(f)
         self.mem_bps = lp.get("memory_bytes_per_s", 8e9)
         self.comm_cpu = {k: lp[k] for k in COMM_CPU if k in lp}
-        print(f"  communication CPU per byte and side: {self.comm_cpu or 'not measured'}", flush=True)
+        print(f"  communication CPU per side (per byte, per wake-up): {self.comm_cpu or 'not measured'}", flush=True)
 
     def stripped(self, profile):
-        """`profile` without the communication CPU fields: what the simulator predicted before they existed."""
+        """`profile` without BEFORE_DROP (the wake-up cost): what the previous model (run 7's) predicted."""
         out = profile[:-len(".json")] + ".nocomm.json"
         with open(profile) as f:
             p = json.load(f)
-        for k in COMM_CPU:
+        for k in BEFORE_DROP:
             p.pop(k, None)
         with open(out, "w") as f:
             json.dump(p, f, indent=1)
         return out
 
     def before(self, cfile, args, profile):
-        """`tandem simulate` with and without the profile's communication CPU: (with, without) step seconds."""
+        """`tandem simulate` with and without the profile's BEFORE_DROP fields: (with, without) step seconds."""
         return (self.simulate(cfile, args + ["--profile", profile])["step_time_s"],
                 self.simulate(cfile, args + ["--profile", self.stripped(profile)])["step_time_s"])
 
@@ -258,7 +260,7 @@ class Bench:
               f"({wall:.0f} s; cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f})",
               flush=True)
         if "error_before" in extra:
-            print(f"  {'':<20} without communication CPU: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
+            print(f"  {'':<20} without the wake-up cost: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
                   f"{extra['error_before'] * 100:+6.1f}%", flush=True)
 
     def launch(self, name, addr0, hosts, ranks, cmd, timeout=900):
@@ -285,7 +287,7 @@ class Bench:
         if rc != 0 or not pred:
             raise RuntimeError(f"tandem train failed ({rc}):\n{text[-2000:]}")
         p = pred[-1]["prediction"]
-        # before (no communication CPU): the run's own prediction scaled by what `tandem simulate` of the same job
+        # before (without BEFORE_DROP): the run's own prediction scaled by what `tandem simulate` of the same job
         # gives without the fields over with them
         with open(self.profiles[job]) as f:
             shape = "x".join(str(d) for d in json.load(f)["input"])  # the synthetic data set's: the profile's input
@@ -381,7 +383,10 @@ class Bench:
         return ["--model-file", spec, "--profile", prof, "--dataset", "", "--samples", "64", "--input", "1x1x1"]
 
 
-COMM_CPU = ("tcp_cpu_s_per_byte", "copy_cpu_s_per_byte")  # the profile's communication CPU (simulator/README.md)
+# the profile's communication CPU (simulator/README.md, simulator/comm_cpu.hpp)
+COMM_CPU = ("tcp_cpu_s_per_byte", "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup")
+# the "before" column: the prediction without these (run 8: the per-wake-up cost; runs 6-7 dropped all of COMM_CPU)
+BEFORE_DROP = ("tcp_cpu_s_per_wakeup",)
 
 
 def print_table(rows):
@@ -406,7 +411,7 @@ def print_table(rows):
     if eb:
         s["before"] = {"rows": len(eb), "max_abs_error": max(eb), "median_abs_error": statistics.median(eb),
                        "within_10": sum(e <= 0.10 for e in eb), "within_5": sum(e <= 0.05 for e in eb)}
-        print(f"\nbefore (no communication CPU): max |error| {max(eb) * 100:.1f}%, median |error| "
+        print(f"\nbefore (without {', '.join(BEFORE_DROP)}): max |error| {max(eb) * 100:.1f}%, median |error| "
               f"{statistics.median(eb) * 100:.1f}%; within 10%: {s['before']['within_10']}/{len(eb)}, within 5%: "
               f"{s['before']['within_5']}/{len(eb)}", flush=True)
     print(f"\nmax |error| {s['max_abs_error'] * 100:.1f}% (target 10%: {'met' if s['max_abs_error'] <= 0.10 else 'NOT met'}),"

@@ -22,9 +22,15 @@
 //    "tcp_cpu_s_per_byte": 2.1e-10,   // optional: CPU seconds one side of a TCP transfer spends per payload byte
 //                                     // (system calls, the kernel's protocol work, copies): half the sender's and
 //                                     // receiver's thread CPU time over a loopback transfer, per byte
-//    "copy_cpu_s_per_byte": 1.3e-10   // optional: CPU seconds per byte of one copy into or out of the shared-memory
+//    "copy_cpu_s_per_byte": 1.3e-10,  // optional: CPU seconds per byte of one copy into or out of the shared-memory
 //                                     // ring between two ranks of a host (a memcpy pass past the caches)
-//        // Both are thread CPU time (CLOCK_THREAD_CPUTIME_ID), which a CFS quota does not stretch: they are
+//    "tcp_cpu_s_per_wakeup": 3.5e-5   // optional: CPU seconds one side of a TCP transfer spends per wake-up (a
+//                                     // sleeping receiver woken by arriving segments, a sender by the ACKs that free
+//                                     // its window: scheduler, softirq, system call), on top of the per-byte figure:
+//                                     // a loopback transfer paced by small writes at a fixed interval, half the
+//                                     // sender's and receiver's thread CPU per write, less the writes' per-byte
+//                                     // part. How many wake-ups a transfer takes: simulator/comm_cpu.hpp
+//        // All three are thread CPU time (CLOCK_THREAD_CPUTIME_ID), which a CFS quota does not stretch: they are
 //        // full-speed seconds as measured, and full_speed_profile leaves them alone. Absent: 0 -- messages cost
 //        // no CPU, the simulator's behaviour before these fields existed (simulator/README.md).
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
@@ -57,6 +63,7 @@ struct CalibrationProfile {
   int64_t threads = 1;
   std::optional<double> cpu_quota;  // cores the measuring process was allowed by a CFS quota
   std::optional<double> tcp_cpu_s_per_byte, copy_cpu_s_per_byte;  // CPU cost of moving a byte (one side)
+  std::optional<double> tcp_cpu_s_per_wakeup;                       // CPU cost of one wake-up (one side)
 };
 
 // A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's

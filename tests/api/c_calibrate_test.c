@@ -153,6 +153,16 @@ int main(void) {
   CHECK(contains(json, "\"fp16_convert_s\""));
   CHECK(contains(json, "\"bf16_convert_s\""));
   CHECK(contains(json, "\"batch_curve\""));
+  /* Communication CPU (loopback here): per byte, and per wake-up of a paced transfer -- tens of microseconds on
+   * common machines, more than a 2,896-byte write's per-byte share (simulator/comm_cpu.hpp). */
+  CHECK(contains(json, "\"tcp_cpu_s_per_byte\""));
+  CHECK(contains(json, "\"copy_cpu_s_per_byte\""));
+  CHECK(contains(json, "\"tcp_cpu_s_per_wakeup\""));
+  if (contains(json, "\"tcp_cpu_s_per_wakeup\"") && contains(json, "\"tcp_cpu_s_per_byte\"")) {
+    const double wake = strtod(strchr(strstr(json, "\"tcp_cpu_s_per_wakeup\""), ':') + 1, NULL);
+    const double per_byte = strtod(strchr(strstr(json, "\"tcp_cpu_s_per_byte\""), ':') + 1, NULL);
+    CHECK(wake > 2896 * per_byte && wake > 1e-7 && wake < 1e-2);
+  }
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */
