@@ -166,6 +166,9 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   StrategySetup& st = p.strategy;
   st.sync = sync;
   st.ranks = p.setup.ranks;
+  st.node_of_rank = p.setup.node_of_rank;  // the node CPU model and transfer CPU, as the DDP step's
+  st.node_cpu = p.setup.node_cpu;
+  st.host_of_rank = p.setup.host_of_rank;
   st.param_bytes = cj.stages.front().memory.param_bytes;
   st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
   if (sync.exchange == Exchange::kRound) {

@@ -106,7 +106,7 @@ def main():
                 cluster = os.path.join(tmp, f"{name}_cluster{run['args']['workers'] + servers}.json")
                 with open(cluster, "w") as f:
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
-                    f.write(cluster_json(ra, status, run["args"]["workers"] + servers))
+                    f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)
                 old_seedless = a.check_old and os.path.basename(path) in DEFAULT_RUNS
