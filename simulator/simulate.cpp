@@ -251,6 +251,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     for (ComputeModel& m : p.models) m.set_scale(p.scale);
   }
   p.steps_per_epoch = ceil_div(p.data.samples, batch * cj.dp());
+  TANDEM_REQUIRE(run.limit_batches >= 0, "job.limit_batches: must be >= 0 (0: whole epochs), got {}", run.limit_batches);
+  // the trainer's --limit-batches ends each rank's epoch after that many batches (FedAvg: each client's local
+  // epoch, in prepare_strategy)
+  if (run.limit_batches > 0) p.steps_per_epoch = std::min(p.steps_per_epoch, run.limit_batches);
   // ranks and stages: the compiled job's plan, buckets and their all-reduce requests
   const int32_t world = cj.world;
   for (int32_t r = 0; r < world; ++r) p.node_of_rank.push_back(p.cluster.node_of_endpoint(r));

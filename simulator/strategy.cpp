@@ -296,6 +296,7 @@ StepResult AsyncExecutor::run() {
   res.step_s = step / k;
   auto per_step = [&](RankBreakdown b, double finish) {
     b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.staleness_wait_s /= k, b.cpu_busy_s /= k;
+    b.comm_cpu_s /= k;
     b.finish_s = finish / k;
     b.idle_s = std::max(0.0, res.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s - b.staleness_wait_s);
     return b;
@@ -583,7 +584,7 @@ StepResult RoundExecutor::run() {
   res_.step_s = total / k;
   for (Worker& wk : workers_) {
     RankBreakdown b = wk.bd;
-    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.cpu_busy_s /= k;
+    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.cpu_busy_s /= k, b.comm_cpu_s /= k;
     b.finish_s = res_.step_s;
     b.idle_s = std::max(0.0, res_.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s);
     res_.ranks.push_back(b);
