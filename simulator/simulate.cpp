@@ -320,7 +320,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
     if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
-      rs.net_cpu_s_per_byte = node.protocol == network::Protocol::kTcp ? tcp_cpu : 0.0;  // RDMA: the NIC copies
+      // RDMA: the NIC copies. The transport as described, not as --profile-network restates the link (a measured
+      // payload rate, marked RDMA so that TCP's wire overheads are not counted twice): TCP still costs CPU.
+      const bool tcp = cluster_in.nodes[static_cast<size_t>(p.node_of_rank[r])].protocol == network::Protocol::kTcp;
+      rs.net_cpu_s_per_byte = tcp ? tcp_cpu : 0.0;
       rs.copy_cpu_s_per_byte = copy_cpu;
     }
     if (cj.converts()) {
