@@ -223,11 +223,11 @@ class Bench:
         with open(cluster, "w") as f:
             f.write(cluster_json(a, self.st, n_ranks, self.profile_json))
         samples = a.train_limit or 60000
-        if fed and a.fedavg_limit:
-            samples = min(samples, a.fedavg_limit * a.batch * a.workers)
+        # the run's own --limit-batches (a FedAvg client's local epoch), so simulate times the job that was run
+        limit = ["--limit-batches", str(a.fedavg_limit)] if fed and a.fedavg_limit else []
         cmd = [self.tandem, "simulate", "--cluster", cluster] + model_args(a) + ["--dataset", "fashion-mnist",
                "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
-               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + flags
+               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + limit + flags
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         try:
             return json.loads(p.stdout)["step_time_s"]
