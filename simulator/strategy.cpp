@@ -120,6 +120,11 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
       cpus_[static_cast<size_t>(r)] = node[n];
     }
   }
+  // Stops rank r's CPU work started with `arg` (its node's share goes to the rest); without a CPU model its event
+  // still comes and the caller ignores it.
+  void cancel_cpu(int32_t r, uint64_t arg) {
+    if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) cpus_[static_cast<size_t>(r)]->cancel(this, arg);
+  }
   // `seconds` of rank r's CPU (at its speed already); event(arg) when done.
   void run_cpu(int32_t r, double seconds, uint64_t arg) {
     if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg);
@@ -667,6 +672,7 @@ void RoundExecutor::close_round() {
     wk.clients.clear();
     if (wk.computing) {
       wk.computing = false;
+      cancel_cpu(w, round_event(kEvWorker, w));  // on a modelled node its CPU goes to what runs next
       const double actual = des::to_seconds(sim_.now() - wk.compute_start);
       account_compute(wk.bd, actual * s_.ranks[w].speed, actual, s_.ranks[w].speed);
     }
