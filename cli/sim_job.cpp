@@ -53,6 +53,7 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
     cmd += fmt::format(" --microbatches {} --pipeline-schedule {}", s.micro_batches, name_of(schedule_names(), s.schedule));
   if (s.compression != TANDEM_COMPRESSION_NONE) cmd += fmt::format(" --compress {}", name_of(compression_names(), s.compression));
   if (o.given("--bucket-mb")) cmd += fmt::format(" --bucket-mb {}", o.bucket_mb);
+  if (o.given("--limit-batches")) cmd += fmt::format(" --limit-batches {}", o.limit_batches);
   return cmd;
 }
 
@@ -79,6 +80,8 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--classes", o->classes, "classes of a zoo model (default: the dataset's)");
   app.add_option("--batch", o->batch, "batch per data-parallel replica (as in PyTorch DDP)")->capture_default_str();
   app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
+  app.add_option("--limit-batches", o->limit_batches, "the training run's --limit-batches: an epoch (a fedavg "
+                 "client's local epoch) ends after this many batches (0: all)")->check(CLI::NonNegativeNumber);
   if (strategy_options) {
     app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, "
                    "localsgd")->transform(names(strategy_names()));
@@ -210,6 +213,7 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
   if (set("--samples", TANDEM_SIM_JOB_SAMPLES)) p.samples = o.samples;
   if (set("--batch", TANDEM_SIM_JOB_BATCH)) p.batch = o.batch;
   if (set("--epochs", TANDEM_SIM_JOB_EPOCHS)) p.epochs = o.epochs;
+  if (set("--limit-batches", TANDEM_SIM_JOB_LIMIT_BATCHES)) p.limit_batches = o.limit_batches;
   if (o.app->get_option_no_throw("--strategy") != nullptr) {
     if (set("--strategy", TANDEM_SIM_JOB_STRATEGY)) p.strategy = static_cast<tandem_strategy_t>(o.strategy);
     if (set("--dp", TANDEM_SIM_JOB_DP)) p.dp = o.dp;

@@ -144,7 +144,8 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
                       "partition", "boundaries", "compression", "accumulation", "servers", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
-                      "average_every", "warmup_steps", "precision", "recompute", "zero", "framework", "broadcast_buffers", "seed"},
+                      "average_every", "warmup_steps", "precision", "recompute", "zero", "framework",
+                      "broadcast_buffers", "seed", "limit_batches"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -231,6 +232,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = integer("average_every", 1)) job.average_every = static_cast<int32_t>(*v);
   if (auto v = integer("warmup_steps", 0)) job.warmup_steps = static_cast<int32_t>(*v);
   if (auto v = integer("seed", 0)) job.seed = static_cast<uint64_t>(*v);
+  if (auto v = integer("limit_batches", 0)) job.limit_batches = *v;
   if (j.contains("precision"))
     job.memory.precision = named("precision", [](const std::string& s) { return engine::parallel::parse_precision(s); });
   if (j.contains("recompute")) {

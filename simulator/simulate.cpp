@@ -168,6 +168,9 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   StrategySetup& st = p.strategy;
   st.sync = sync;
   st.ranks = p.setup.ranks;
+  st.node_of_rank = p.setup.node_of_rank;  // the node CPU model and transfer CPU, as the DDP step's
+  st.node_cpu = p.setup.node_cpu;
+  st.host_of_rank = p.setup.host_of_rank;
   st.param_bytes = cj.stages.front().memory.param_bytes;
   st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
   if (sync.exchange == Exchange::kRound) {
@@ -250,6 +253,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     for (ComputeModel& m : p.models) m.set_scale(p.scale);
   }
   p.steps_per_epoch = ceil_div(p.data.samples, batch * cj.dp());
+  TANDEM_REQUIRE(run.limit_batches >= 0, "job.limit_batches: must be >= 0 (0: whole epochs), got {}", run.limit_batches);
+  // the trainer's --limit-batches ends each rank's epoch after that many batches (FedAvg: each client's local
+  // epoch, in prepare_strategy)
+  if (run.limit_batches > 0) p.steps_per_epoch = std::min(p.steps_per_epoch, run.limit_batches);
   // ranks and stages: the compiled job's plan, buckets and their all-reduce requests
   const int32_t world = cj.world;
   for (int32_t r = 0; r < world; ++r) p.node_of_rank.push_back(p.cluster.node_of_endpoint(r));
@@ -317,11 +324,14 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
     if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
-      rs.net_cpu_s_per_byte = node.protocol == network::Protocol::kTcp ? tcp_cpu : 0.0;  // RDMA: the NIC copies
+      // RDMA: the NIC copies. The transport as described, not as --profile-network restates the link (a measured
+      // payload rate, marked RDMA so that TCP's wire overheads are not counted twice): TCP still costs CPU.
+      const bool tcp = cluster_in.nodes[static_cast<size_t>(p.node_of_rank[r])].protocol == network::Protocol::kTcp;
+      rs.net_cpu_s_per_byte = tcp ? tcp_cpu : 0.0;
       rs.copy_cpu_s_per_byte = copy_cpu;
       // ranks outnumbering the node's cores sleep and are woken per message (simulator/comm_cpu.hpp)
       if (node.ranks() > node.hw.vcpus) rs.copy_cpu_s_per_message = wake_cpu;
-      if (node.protocol == network::Protocol::kTcp && wake_cpu > 0) {
+      if (tcp && wake_cpu > 0) {
         rs.net_cpu_s_per_wakeup = wake_cpu;
         rs.net_pace_bytes_per_s =
             tcp_pace_bytes_per_s(node.hw.nic_bytes_per_s, node.tcp_goodput, node.bucket_bytes_per_s);

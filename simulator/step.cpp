@@ -175,8 +175,7 @@ StepResult StepExecutor::run() {
     TANDEM_REQUIRE(rs.net_cpu_s_per_wakeup == 0 || rs.net_pace_bytes_per_s > 0,
                    "step setup: a wake-up cost ({} s) needs the rank's link pace (net_pace_bytes_per_s > 0, got {})",
                    rs.net_cpu_s_per_wakeup, rs.net_pace_bytes_per_s);
-    xfer_cpu_ = xfer_cpu_ || rs.net_cpu_s_per_byte > 0 || rs.copy_cpu_s_per_byte > 0 || rs.net_cpu_s_per_wakeup > 0 ||
-                rs.copy_cpu_s_per_message > 0;
+    xfer_cpu_ = xfer_cpu_ || transfers_cost_cpu(rs);
   }
   TANDEM_REQUIRE(s_.host_of_rank.empty() || s_.host_of_rank.size() == static_cast<size_t>(world),
                  "step setup: host_of_rank has {} ranks, expected {}", s_.host_of_rank.size(), world);
@@ -528,15 +527,8 @@ void StepExecutor::recv_arrived(uint32_t inst, uint32_t g) {
   if ((in.state[j] & (kReleased | kDone)) == kReleased) complete(inst, dst, j - plan.first_op[dst]);
 }
 
-// CPU seconds rank r spends on `bytes` of a message to or from `peer` (at its speed; simulator/comm_cpu.hpp).
 double StepExecutor::xfer_cpu_s(int32_t r, int32_t peer, double bytes) const {
-  const RankSetup& rs = s_.ranks[r];
-  const bool local = !s_.host_of_rank.empty() && s_.host_of_rank[r] == s_.host_of_rank[peer];
-  const TransferCpuCost cost{rs.net_cpu_s_per_byte, rs.net_cpu_s_per_wakeup, rs.copy_cpu_s_per_byte,
-                             rs.copy_cpu_s_per_message};
-  const double peer_pace = s_.ranks[peer].net_pace_bytes_per_s;  // 0: the peer's NIC sets no pace of its own
-  const double pace = peer_pace > 0 ? std::min(rs.net_pace_bytes_per_s, peer_pace) : rs.net_pace_bytes_per_s;
-  return cost.seconds(bytes, local, pace) / rs.speed;
+  return transfer_cpu_s(s_.ranks, s_.host_of_rank, r, peer, bytes);
 }
 
 // Send g (member m's) is posted: its sender's and its receiver's CPU work start with its flow, on their nodes'
@@ -731,6 +723,17 @@ bool StepExecutor::symmetric_possible() const {
 }
 
 }  // namespace
+
+double transfer_cpu_s(const std::vector<RankSetup>& ranks, const std::vector<int32_t>& host_of_rank, int32_t r,
+                      int32_t peer, double bytes) {
+  const RankSetup& rs = ranks[static_cast<size_t>(r)];
+  const bool local = !host_of_rank.empty() && host_of_rank[static_cast<size_t>(r)] == host_of_rank[static_cast<size_t>(peer)];
+  const TransferCpuCost cost{rs.net_cpu_s_per_byte, rs.net_cpu_s_per_wakeup, rs.copy_cpu_s_per_byte,
+                             rs.copy_cpu_s_per_message};
+  const double peer_pace = ranks[static_cast<size_t>(peer)].net_pace_bytes_per_s;  // 0: the peer sets no pace
+  const double pace = peer_pace > 0 ? std::min(rs.net_pace_bytes_per_s, peer_pace) : rs.net_pace_bytes_per_s;
+  return cost.seconds(bytes, local, pace) / rs.speed;
+}
 
 StepResult simulate_step(const StepSetup& setup, network::Topology& topology, des::Simulator& sim) {
   StepExecutor ex(setup, topology, sim);

@@ -127,6 +127,18 @@ struct StepResult {
 
 // Runs one step on `topology` (whose network and simulator must be fresh). Throws kInternal if the
 // plans deadlock (some rank never finishes).
+// Whether any of rank r's transfers cost CPU (some figure of transfer_cpu_s's is set).
+inline bool transfers_cost_cpu(const RankSetup& rs) {
+  return rs.net_cpu_s_per_byte > 0 || rs.copy_cpu_s_per_byte > 0 || rs.net_cpu_s_per_wakeup > 0 ||
+         rs.copy_cpu_s_per_message > 0;
+}
+
+// CPU seconds (at its speed) rank r spends on `bytes` of one message to or from `peer`: a copy when host_of_rank
+// puts them on one node, else a network transfer at the slower of the two ends' paces (simulator/comm_cpu.hpp).
+// The one cost every executor charges -- this step executor and the strategies' (simulator/strategy.cpp).
+double transfer_cpu_s(const std::vector<RankSetup>& ranks, const std::vector<int32_t>& host_of_rank, int32_t r,
+                      int32_t peer, double bytes);
+
 StepResult simulate_step(const StepSetup& setup, network::Topology& topology, des::Simulator& sim);
 
 }  // namespace tandem::simulator

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <memory>
 #include <limits>
 #include <numeric>
 
@@ -48,17 +49,103 @@ double step_compute_s(const RankSetup& r) {
   return f + b + r.optimizer_s;
 }
 
-// What both executors share: the setup, the network, and the bytes each rank's flows carried.
+// CPU seconds rank r spends moving `bytes` of a message to or from `peer`, at its speed: the step executor's cost
+// (transfer_cpu_s in simulator/step.hpp: per byte, plus TCP's wake-ups at the link's pace, simulator/comm_cpu.hpp).
+double message_cpu_s(const StrategySetup& s, int32_t r, int32_t peer, double bytes) {
+  return transfer_cpu_s(s.ranks, s.host_of_rank, r, peer, bytes);
+}
+
+// Event kind of a message's CPU work (the others: kEvWorker, kEvServer, kEvDeadline); the transfer above.
+constexpr uint64_t kEvXfer = 3;
+// Flow tags of messages whose CPU work is modelled: the transfer's index, this bit set.
+constexpr uint64_t kXferFlow = uint64_t{1} << 63;
+
+// What both executors share: the setup, the network, the nodes' CPUs, and the bytes each rank's flows carried.
 class FlowExecutor : public des::EventHandler, public network::FlowObserver {
  public:
   FlowExecutor(const StrategySetup& s, network::Topology& topo, des::Simulator& sim)
       : s_(s), topo_(topo), net_(topo.network()), sim_(sim) {}
 
+  void on_flow_done(uint64_t tag) final {
+    if ((tag & kXferFlow) == 0) {
+      wire_done(tag);
+      delivered(tag);
+      return;
+    }
+    const uint64_t id = tag & ~kXferFlow;
+    wire_done(xfers_[static_cast<size_t>(id)].tag);  // may start flows (and grow xfers_)
+    xfer_part_done(id);
+  }
+  void on_event(uint64_t arg) final {
+    if ((arg & 3) == kEvXfer) return xfer_part_done(arg >> 2);
+    event(arg);
+  }
+
  protected:
+  // The ranks' CPUs: a node's CPU model where step.cpp would model it (its ranks' threads can exceed its cores,
+  // or a quota holds; a rank whose messages cost CPU runs two threads, its training and its transfers).
+  void setup_cpus(int32_t world) {
+    for (int32_t r = 0; r < world; ++r) {
+      const RankSetup& rs = s_.ranks[static_cast<size_t>(r)];
+      TANDEM_REQUIRE(rs.net_cpu_s_per_byte >= 0 && rs.copy_cpu_s_per_byte >= 0,
+                     "strategy setup: transfer CPU costs must be >= 0 (net {}, copy {} s per byte)",
+                     rs.net_cpu_s_per_byte, rs.copy_cpu_s_per_byte);
+      xfer_cpu_ = xfer_cpu_ || transfers_cost_cpu(rs);
+    }
+    TANDEM_REQUIRE(s_.host_of_rank.empty() || s_.host_of_rank.size() >= static_cast<size_t>(world),
+                   "strategy setup: host_of_rank has {} ranks, expected {}", s_.host_of_rank.size(), world);
+    if (s_.node_cpu.empty()) return;
+    TANDEM_REQUIRE(s_.node_of_rank.size() >= static_cast<size_t>(world),
+                   "strategy setup: node_of_rank has {} ranks, expected {}", s_.node_of_rank.size(), world);
+    std::vector<int32_t> per_node(s_.node_cpu.size(), 0);
+    for (int32_t r = 0; r < world; ++r) {
+      const int32_t n = s_.node_of_rank[static_cast<size_t>(r)];
+      TANDEM_REQUIRE(n >= 0 && static_cast<size_t>(n) < s_.node_cpu.size(), "strategy setup: rank {} on node {} of {}",
+                     r, n, s_.node_cpu.size());
+      ++per_node[static_cast<size_t>(n)];
+    }
+    std::vector<NodeCpu*> node(s_.node_cpu.size(), nullptr);
+    cpus_.assign(static_cast<size_t>(world), nullptr);
+    for (int32_t r = 0; r < world; ++r) {
+      const auto n = static_cast<size_t>(s_.node_of_rank[static_cast<size_t>(r)]);
+      if (!s_.node_cpu[n].needs_model(per_node[n] * (xfer_cpu_ ? 2 : 1))) continue;
+      if (!node[n]) {
+        owned_cpus_.push_back(std::make_unique<NodeCpu>(sim_, s_.node_cpu[n]));
+        node[n] = owned_cpus_.back().get();
+      }
+      cpus_[static_cast<size_t>(r)] = node[n];
+    }
+  }
+  // Stops rank r's CPU work started with `arg` (its node's share goes to the rest); without a CPU model its event
+  // still comes and the caller ignores it.
+  void cancel_cpu(int32_t r, uint64_t arg) {
+    if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) cpus_[static_cast<size_t>(r)]->cancel(this, arg);
+  }
+  // `seconds` of rank r's CPU (at its speed already); event(arg) when done.
+  void run_cpu(int32_t r, double seconds, uint64_t arg) {
+    if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg);
+    sim_.schedule_in(des::ceil_ns(seconds), this, arg);
+  }
+  // A message: its flow, and where moving it costs CPU, the sender's and the receiver's CPU work beside it.
   void flow(int32_t from, int32_t to, double bytes, uint64_t tag) {
-    out_[from] += bytes;
-    in_[to] += bytes;
-    net_.start_flow(topo_.route(from, to), bytes, this, tag);
+    out_[static_cast<size_t>(from)] += bytes;
+    in_[static_cast<size_t>(to)] += bytes;
+    const double send_s = xfer_cpu_ ? message_cpu_s(s_, from, to, bytes) : 0.0;
+    const double recv_s = xfer_cpu_ ? message_cpu_s(s_, to, from, bytes) : 0.0;
+    if (send_s <= 0 && recv_s <= 0) {
+      net_.start_flow(topo_.route(from, to), bytes, this, tag);
+      return;
+    }
+    const uint64_t id = xfers_.size();
+    xfers_.push_back({tag, static_cast<int32_t>(1 + (send_s > 0) + (recv_s > 0))});
+    for (const auto& [rank, cpu] : {std::pair{from, send_s}, std::pair{to, recv_s}}) {
+      if (cpu <= 0) continue;
+      RankBreakdown& bd = breakdown(rank);
+      bd.cpu_busy_s += cpu;
+      bd.comm_cpu_s += cpu;
+      run_cpu(rank, cpu, (id << 2) | kEvXfer);
+    }
+    net_.start_flow(topo_.route(from, to), bytes, this, kXferFlow | id);
   }
   // The bytes per step (round) of a window of k.
   void report_bytes(StepResult& r, double k) const {
@@ -70,21 +157,49 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
     r.flows = net_.flows_started();
   }
 
+  // The executor's own events (kinds kEvWorker, kEvServer, kEvDeadline).
+  virtual void event(uint64_t arg) = 0;
+  // A message's flow has left the wire (its sender's NIC is free of it).
+  virtual void wire_done(uint64_t /*tag*/) {}
+  // A message is in its receiver's hands: its flow and both sides' CPU work are done.
+  virtual void delivered(uint64_t tag) = 0;
+  virtual RankBreakdown& breakdown(int32_t rank) = 0;
+
   const StrategySetup& s_;
   network::Topology& topo_;
   network::Network& net_;
   des::Simulator& sim_;
   std::vector<double> in_, out_;
+
+ private:
+  struct Transfer {
+    uint64_t tag;
+    int32_t left;  // parts not done: the flow, the sender's CPU work, the receiver's
+  };
+  void xfer_part_done(uint64_t id) {
+    Transfer& x = xfers_[static_cast<size_t>(id)];
+    if (--x.left == 0) delivered(x.tag);
+  }
+
+  bool xfer_cpu_ = false;  // some rank's messages cost CPU
+  std::vector<std::unique_ptr<NodeCpu>> owned_cpus_;
+  std::vector<NodeCpu*> cpus_;  // per rank: its node's CPU model, or null
+  std::vector<Transfer> xfers_;
 };
 
 class AsyncExecutor final : public FlowExecutor {
  public:
   using FlowExecutor::FlowExecutor;
   StepResult run();
-  void on_event(uint64_t arg) override;
-  void on_flow_done(uint64_t tag) override;
 
  private:
+  void event(uint64_t arg) override;
+  void wire_done(uint64_t tag) override;
+  void delivered(uint64_t tag) override;
+  RankBreakdown& breakdown(int32_t rank) override {
+    return rank < W_ ? workers_[static_cast<size_t>(rank)].bd : servers_[static_cast<size_t>(rank - W_)].bd;
+  }
+
   enum class Phase : uint8_t { kGate, kCompute, kWaitComm, kDone };
   // What a worker is computing: the step before its last backward, a bucket of the last backward, the local
   // optimizer step.
@@ -108,11 +223,19 @@ class AsyncExecutor final : public FlowExecutor {
     int64_t index;   // piece (push-pull) or shard (elastic)
     int32_t worker;  // -1: every worker's push of the piece (synchronous)
   };
+  struct Reply {
+    int32_t worker;
+    double bytes;
+    uint64_t tag;
+  };
   struct Server {
     std::deque<Update> queue;
     bool busy = false;
     des::TimeNs start = 0;
     std::vector<int32_t> arrived;  // synchronous: pushes of each piece received for the current step
+    // its NIC's send queue: each update's replies, in the order the updates ran; the head's are on the wire
+    std::deque<std::vector<Reply>> nic_queue;
+    int32_t on_wire = 0;  // replies of the head still on the wire
     RankBreakdown bd;
   };
 
@@ -127,6 +250,11 @@ class AsyncExecutor final : public FlowExecutor {
   void end_step(int32_t w);
   void enqueue(int32_t server, Update u);
   void run_server(int32_t server);
+  void send_replies(int32_t server, std::vector<Reply> replies);
+  void start_replies(int32_t server);
+  int32_t server_of(int64_t index) const {
+    return push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server : s_.sync.shards[static_cast<size_t>(index)].server;
+  }
   double update_s(int32_t server, const Update& u) const;
 
   int32_t W_ = 1, K_ = 1;
@@ -153,6 +281,7 @@ StepResult AsyncExecutor::run() {
   for (Server& sv : servers_) sv.arrived.assign(sync.pieces.size(), 0);
   in_.assign(world, 0.0);
   out_.assign(world, 0.0);
+  setup_cpus(world);
   for (int32_t w = 0; w < W_; ++w) begin_step(w);
   sim_.run();
   StepResult res;
@@ -168,6 +297,7 @@ StepResult AsyncExecutor::run() {
   res.step_s = step / k;
   auto per_step = [&](RankBreakdown b, double finish) {
     b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.staleness_wait_s /= k, b.cpu_busy_s /= k;
+    b.comm_cpu_s /= k;
     b.finish_s = finish / k;
     b.idle_s = std::max(0.0, res.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s - b.staleness_wait_s);
     return b;
@@ -214,10 +344,10 @@ void AsyncExecutor::compute(int32_t w, Work work, double full_s) {
   wk.work = work;
   wk.compute_full_s = full_s;
   wk.compute_start = sim_.now();
-  sim_.schedule_in(des::ceil_ns(full_s / s_.ranks[w].speed), this, (static_cast<uint64_t>(w) << 2) | kEvWorker);
+  run_cpu(w, full_s / s_.ranks[w].speed, (static_cast<uint64_t>(w) << 2) | kEvWorker);
 }
 
-void AsyncExecutor::on_event(uint64_t arg) {
+void AsyncExecutor::event(uint64_t arg) {
   const int32_t i = static_cast<int32_t>(arg >> 2);
   if ((arg & 3) == kEvServer) {
     Server& sv = servers_[i];
@@ -226,16 +356,17 @@ void AsyncExecutor::on_event(uint64_t arg) {
     const double actual = des::to_seconds(sim_.now() - sv.start);
     account_compute(sv.bd, update_s(i, u), actual, s_.ranks[server_rank(i)].speed);
     sv.busy = false;
-    const int32_t from = server_rank(i);
+    std::vector<Reply> replies;
     if (push_pull()) {
       const auto& piece = s_.sync.pieces[static_cast<size_t>(u.index)];
       const double bytes = 4.0 * static_cast<double>(piece.end - piece.begin);
       for (int32_t w = 0; w < W_; ++w)
-        if (u.worker < 0 || u.worker == w) flow(from, w, bytes, flow_tag(kPull, w, static_cast<uint64_t>(u.index)));
+        if (u.worker < 0 || u.worker == w) replies.push_back({w, bytes, flow_tag(kPull, w, static_cast<uint64_t>(u.index))});
     } else {  // elastic: the centre's shard back to its worker
       const double bytes = 4.0 * static_cast<double>(s_.sync.shards[static_cast<size_t>(u.index)].size());
-      flow(from, u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)));
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
     }
+    send_replies(i, std::move(replies));
     run_server(i);
     return;
   }
@@ -312,7 +443,33 @@ void AsyncExecutor::end_step(int32_t w) {
       if (workers_[o].phase == Phase::kGate) begin_step(o);
 }
 
-void AsyncExecutor::on_flow_done(uint64_t tag) {
+// The server's NIC sends one update's replies at a time, in the order the updates ran (a FIFO queue): the
+// replies of one update (ps: every worker's pull of the piece) leave together and share the link.
+void AsyncExecutor::send_replies(int32_t server, std::vector<Reply> replies) {
+  Server& sv = servers_[static_cast<size_t>(server)];
+  sv.nic_queue.push_back(std::move(replies));
+  if (sv.nic_queue.size() == 1) start_replies(server);
+}
+
+void AsyncExecutor::start_replies(int32_t server) {
+  Server& sv = servers_[static_cast<size_t>(server)];
+  while (!sv.nic_queue.empty() && sv.nic_queue.front().empty()) sv.nic_queue.pop_front();
+  if (sv.nic_queue.empty()) return;
+  const std::vector<Reply> head = sv.nic_queue.front();  // flows may finish, and the queue move, while starting
+  sv.on_wire = static_cast<int32_t>(head.size());
+  for (const Reply& r : head) flow(server_rank(server), r.worker, r.bytes, r.tag);
+}
+
+void AsyncExecutor::wire_done(uint64_t tag) {
+  if ((tag & 3) != kPull) return;
+  const int32_t server = server_of(static_cast<int64_t>(tag >> 24));
+  Server& sv = servers_[static_cast<size_t>(server)];
+  if (--sv.on_wire > 0) return;
+  sv.nic_queue.pop_front();
+  start_replies(server);
+}
+
+void AsyncExecutor::delivered(uint64_t tag) {
   const uint64_t kind = tag & 3;
   const int32_t w = static_cast<int32_t>((tag >> 2) & 0x3fffffu);
   const int64_t index = static_cast<int64_t>(tag >> 24);
@@ -331,8 +488,7 @@ void AsyncExecutor::on_flow_done(uint64_t tag) {
     return;
   }
   if (kind == kPush) {
-    const int32_t server = push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server
-                                       : s_.sync.shards[static_cast<size_t>(index)].server;
+    const int32_t server = server_of(index);
     if (synchronous()) {
       int32_t& n = servers_[server].arrived[static_cast<size_t>(index)];
       if (++n < W_) return;
@@ -369,7 +525,7 @@ void AsyncExecutor::run_server(int32_t server) {
   sv.busy = true;
   sv.start = sim_.now();
   const double t = update_s(server, sv.queue.front()) / s_.ranks[server_rank(server)].speed;
-  sim_.schedule_in(des::ceil_ns(t), this, (static_cast<uint64_t>(server) << 2) | kEvServer);
+  run_cpu(server_rank(server), t, (static_cast<uint64_t>(server) << 2) | kEvServer);
 }
 
 // FedAvg rounds (see simulate_rounds). Events and uploads carry their round so that a dropped client's late
@@ -378,10 +534,12 @@ class RoundExecutor final : public FlowExecutor {
  public:
   using FlowExecutor::FlowExecutor;
   StepResult run();
-  void on_event(uint64_t arg) override;
-  void on_flow_done(uint64_t tag) override;
 
  private:
+  void event(uint64_t arg) override;
+  void delivered(uint64_t tag) override;
+  RankBreakdown& breakdown(int32_t rank) override { return workers_[static_cast<size_t>(rank)].bd; }
+
   enum class Stage : uint8_t { kClients, kAveraging, kBroadcast };
   struct Worker {
     std::deque<int32_t> clients;  // this round's, not yet started
@@ -394,7 +552,7 @@ class RoundExecutor final : public FlowExecutor {
   void next_client(int32_t w);
   void uploaded();
   void close_round();
-  uint64_t event(uint64_t kind, int32_t rank) const {
+  uint64_t round_event(uint64_t kind, int32_t rank) const {
     return (static_cast<uint64_t>(round_) << 24) | (static_cast<uint64_t>(rank) << 2) | kind;
   }
 
@@ -417,6 +575,7 @@ StepResult RoundExecutor::run() {
   workers_.resize(W_);
   in_.assign(W_, 0.0);
   out_.assign(W_, 0.0);
+  setup_cpus(W_);
   open_round();
   sim_.run();
   TANDEM_CHECK(round_ == R_, Status::kInternal, "simulated fedavg stopped in round {} of {}", round_, R_);
@@ -426,7 +585,7 @@ StepResult RoundExecutor::run() {
   res_.step_s = total / k;
   for (Worker& wk : workers_) {
     RankBreakdown b = wk.bd;
-    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.cpu_busy_s /= k;
+    b.compute_s /= k, b.throttled_s /= k, b.comm_exposed_s /= k, b.cpu_busy_s /= k, b.comm_cpu_s /= k;
     b.finish_s = res_.step_s;
     b.idle_s = std::max(0.0, res_.step_s - b.compute_s - b.throttled_s - b.comm_exposed_s);
     res_.ranks.push_back(b);
@@ -446,7 +605,7 @@ void RoundExecutor::open_round() {
                "fedavg round {}: {} clients drawn, {} expected", round_, sampled.size(), s_.sampled);
   for (int32_t w = 0; w < W_; ++w)
     for (const int32_t client : engine::parallel::clients_of_worker(sampled, w, W_)) workers_[w].clients.push_back(client);
-  if (s_.deadline_s > 0) sim_.schedule_in(des::ceil_ns(s_.deadline_s), this, event(kEvDeadline, 0));
+  if (s_.deadline_s > 0) sim_.schedule_in(des::ceil_ns(s_.deadline_s), this, round_event(kEvDeadline, 0));
   for (int32_t w = 0; w < W_; ++w) next_client(w);
 }
 
@@ -459,10 +618,10 @@ void RoundExecutor::next_client(int32_t w) {
   wk.computing = true;
   wk.compute_start = sim_.now();
   wk.client_full_s = static_cast<double>(s_.client_steps.at(static_cast<size_t>(client))) * step_compute_s(rs);
-  sim_.schedule_in(des::ceil_ns(wk.client_full_s / rs.speed), this, event(kEvWorker, w));
+  run_cpu(w, wk.client_full_s / rs.speed, round_event(kEvWorker, w));
 }
 
-void RoundExecutor::on_event(uint64_t arg) {
+void RoundExecutor::event(uint64_t arg) {
   const auto round = static_cast<int32_t>(arg >> 24);
   const int32_t rank = static_cast<int32_t>((arg >> 2) & 0x3fffffu);
   if (round != round_) return;  // a dropped client's work, or the deadline of a round that closed before it
@@ -489,7 +648,7 @@ void RoundExecutor::on_event(uint64_t arg) {
       stage_ = Stage::kBroadcast;
       broadcasts_ = W_ - 1;
       for (int32_t w = 1; w < W_; ++w) flow(0, w, s_.param_bytes, flow_tag(kPull, w, static_cast<uint64_t>(round_)));
-      if (broadcasts_ == 0) on_flow_done(flow_tag(kPull, 0, static_cast<uint64_t>(round_)));
+      if (broadcasts_ == 0) delivered(flow_tag(kPull, 0, static_cast<uint64_t>(round_)));
       return;
     }
   }
@@ -509,6 +668,7 @@ void RoundExecutor::close_round() {
     wk.clients.clear();
     if (wk.computing) {
       wk.computing = false;
+      cancel_cpu(w, round_event(kEvWorker, w));  // on a modelled node its CPU goes to what runs next
       const double actual = des::to_seconds(sim_.now() - wk.compute_start);
       account_compute(wk.bd, actual * s_.ranks[w].speed, actual, s_.ranks[w].speed);
     }
@@ -516,10 +676,10 @@ void RoundExecutor::close_round() {
   const RankSetup& r0 = s_.ranks[0];
   const double avg = r0.local_bytes_per_s > 0 ? counted_ * s_.param_bytes / r0.local_bytes_per_s / r0.speed : 0.0;
   avg_start_ = sim_.now();
-  sim_.schedule_in(des::ceil_ns(avg), this, event(kEvServer, 0));
+  run_cpu(0, avg, round_event(kEvServer, 0));
 }
 
-void RoundExecutor::on_flow_done(uint64_t tag) {
+void RoundExecutor::delivered(uint64_t tag) {
   const auto round = static_cast<int32_t>(tag >> 24);
   if (round != round_) return;  // a dropped client's upload arriving late
   if ((tag & 3) == kUpload) {

@@ -19,7 +19,16 @@
 //       no global barrier.
 //   round (fedavg)  see simulate_rounds.
 // A server's update of a piece (or shard) takes its node's optimizer time for the whole model scaled by the
-// piece's share of the parameters.
+// piece's share of the parameters. A server is one thread serving one request at a time in arrival order (its
+// updates queue), and its NIC sends in the order it answers: the replies of one update leave together (ps: every
+// worker's pull of the piece, sharing the link), a later update's replies wait behind them (a FIFO queue, as a
+// host's bytes queue in its NIC). So asynchronous workers whose pushes arrive together are answered one after
+// another and drift out of phase, as the runtime's trace shows (bench/strategies/ps_trace.py), instead of moving
+// as a convoy; a synchronous step's replies still share the link.
+// CPU (every executor here, as the DDP step executor does it): on nodes with a CPU model (StepSetup::node_cpu:
+// a CFS quota, or more threads than cores) compute, a server's updates and the CPU work of moving each message
+// (RankSetup::net_cpu_s_per_byte, copy_cpu_s_per_byte, on the sender and on the receiver, beside the flow) run as
+// tasks of the node's CPU; a message is delivered once its flow and both sides' CPU work are done.
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +43,11 @@ struct StrategySetup {
   // workers [0, sync.workers) then servers; a worker's micro-batch times, bucket split and local optimizer step
   // as for DDP; a server's optimizer_s is one update of the whole model on its node (at full speed)
   std::vector<RankSetup> ranks;
+  // as StepSetup's: each rank's node and the nodes' CPU shares (empty: no CPU model), the host of each rank where
+  // transfers between ranks of one host cost copy_cpu_s_per_byte (empty: every transfer crosses the network)
+  std::vector<int32_t> node_of_rank;
+  std::vector<CpuShare> node_cpu;
+  std::vector<int32_t> host_of_rank;
   double param_bytes = 0;  // the model's f32 parameters
   int32_t steps = 0;       // steps (rounds) to simulate; 0: chosen from the exchange (window_steps)
   // fedavg, as the runtime runs it (engine/parallel/fedavg.hpp): the virtual clients, the fraction sampled per

@@ -24,7 +24,7 @@ namespace {
 
 constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TANDEM_SIM_JOB_PRECISION |
                                    TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK |
-                                   TANDEM_SIM_JOB_SEED;
+                                   TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES;
 constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DETAIL << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
@@ -135,6 +135,10 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   }
   if (m & TANDEM_SIM_JOB_ZERO) j.memory.zero = p->zero;  // checked by the job compiler ("job.zero: ...")
   if (m & TANDEM_SIM_JOB_SEED) j.seed = p->seed;
+  if (m & TANDEM_SIM_JOB_LIMIT_BATCHES) {
+    TANDEM_REQUIRE(p->limit_batches >= 0, "job.limit_batches: must be >= 0 (0: whole epochs), got {}", p->limit_batches);
+    j.limit_batches = p->limit_batches;
+  }
   if (m & TANDEM_SIM_JOB_FRAMEWORK)
     j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");
   if (j.dataset.empty() && j.model_spec && !j.input) {

@@ -61,14 +61,24 @@ def run_profile(split, cal):
     return p
 
 
+def takes_limit_batches(tandem):
+    """Whether this tandem's simulate has --limit-batches (older builds: the data set is shrunk instead)."""
+    p = subprocess.run([tandem, "simulate", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return "--limit-batches" in p.stdout
+
+
 def simulate(tandem, cluster, profile, flags, args, fed, seed):
     a = argparse.Namespace(**{"model": "lenet5", "width_mult": 0.25, "ranks_per_host": 1, **args})
     samples = args.get("train_limit") or 60000
+    limit = []
     if fed and args.get("fedavg_limit"):
-        samples = min(samples, args["fedavg_limit"] * args["batch"] * args["workers"])
+        if takes_limit_batches(tandem):  # the run's own job: each client's local epoch capped
+            limit = ["--limit-batches", str(args["fedavg_limit"])]
+        else:  # the run's own `tandem simulate` (before --limit-batches): a smaller data set instead
+            samples = min(samples, args["fedavg_limit"] * args["batch"] * args["workers"])
     cmd = [tandem, "simulate", "--cluster", cluster] + model_args(a) + ["--dataset", "fashion-mnist", "--samples",
            str(samples), "--batch", str(args["batch"]), "--dp", str(args["workers"]), "--profile", profile,
-           "--profile-network", "--json"] + flags + ([] if seed is None else ["--seed", str(seed)])
+           "--profile-network", "--json"] + limit + flags + ([] if seed is None else ["--seed", str(seed)])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
@@ -106,7 +116,7 @@ def main():
                 cluster = os.path.join(tmp, f"{name}_cluster{run['args']['workers'] + servers}.json")
                 with open(cluster, "w") as f:
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
-                    f.write(cluster_json(ra, status, run["args"]["workers"] + servers))
+                    f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)
                 old_seedless = a.check_old and os.path.basename(path) in DEFAULT_RUNS

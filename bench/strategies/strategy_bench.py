@@ -98,18 +98,26 @@ def launch_cmd(a, name, addr0, n, cmd):
             "--timeout-ms", str(a.comm_timeout_ms), "-n", str(n), "--"] + cmd
 
 
-def cluster_json(a, status, n_ranks):
+def cluster_json(a, status, n_ranks, profile=None):
     """The simulator's cluster for ranks 0..n-1 placed as host_of places them: one node per rank
     (predict_lib.cluster_description), or with --ranks-per-host R the worker nodes hold R ranks each
-    (`ranks_per_node`, sharing the node's one vCPU) and each server has a node of its own."""
+    (`ranks_per_node`, sharing the node's one vCPU) and each server has a node of its own. When the profile
+    records the quota it was measured under (`cpu_quota`: tandem calibrate writes it since main b1d3fa3; the
+    simulator then takes it out of the profile's times), every node gets the cluster's quota and period, as
+    bench/emu/validate_bench.py describes its hosts -- without it the nodes would compute at full speed."""
     if a.ranks_per_host == 1:
-        return predict_lib.cluster_description(status, hosts=n_ranks)
-    base = json.loads(predict_lib.cluster_description(status, hosts=1))
-    node = base["nodes"][0]
-    nodes = [dict(node, count=worker_hosts(a), ranks_per_node=a.ranks_per_host, name=node["name"] + "-worker")]
-    if n_ranks > a.workers:
-        nodes.append(dict(node, count=n_ranks - a.workers, name=node["name"] + "-server"))
-    base["nodes"] = nodes
+        base = json.loads(predict_lib.cluster_description(status, hosts=n_ranks))
+    else:
+        base = json.loads(predict_lib.cluster_description(status, hosts=1))
+        node = base["nodes"][0]
+        nodes = [dict(node, count=worker_hosts(a), ranks_per_node=a.ranks_per_host, name=node["name"] + "-worker")]
+        if n_ranks > a.workers:
+            nodes.append(dict(node, count=n_ranks - a.workers, name=node["name"] + "-server"))
+        base["nodes"] = nodes
+    cfg = status["config"]
+    if profile and profile.get("cpu_quota") and cfg.get("cpu_quota"):
+        for node in base["nodes"]:
+            node.update(vcpus=1, cpu_quota=float(cfg["cpu_quota"]), cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
     return json.dumps(base)
 
 
@@ -168,6 +176,7 @@ class Bench:
     def __init__(self, a, tandem, name):
         self.a, self.tandem, self.name = a, tandem, name
         self.out = {"tandem": tandem, "rows": [], "psring": [], "peer": None}
+        self.profile_json = None
 
     def status(self):
         return predict_lib.cluster_status(self.name)
@@ -212,13 +221,13 @@ class Bench:
         a = self.a
         cluster = os.path.join(self.tmp, f"cluster{n_ranks}.json")
         with open(cluster, "w") as f:
-            f.write(cluster_json(a, self.st, n_ranks))
+            f.write(cluster_json(a, self.st, n_ranks, self.profile_json))
         samples = a.train_limit or 60000
-        if fed and a.fedavg_limit:
-            samples = min(samples, a.fedavg_limit * a.batch * a.workers)
+        # the run's own --limit-batches (a FedAvg client's local epoch), so simulate times the job that was run
+        limit = ["--limit-batches", str(a.fedavg_limit)] if fed and a.fedavg_limit else []
         cmd = [self.tandem, "simulate", "--cluster", cluster] + model_args(a) + ["--dataset", "fashion-mnist",
                "--samples", str(samples), "--batch", str(a.batch), "--dp", str(a.workers), "--profile",
-               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + flags
+               self.profile, "--profile-network", "--seed", str(SEED), "--json"] + limit + flags
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         try:
             return json.loads(p.stdout)["step_time_s"]
@@ -234,7 +243,7 @@ class Bench:
         for key in keys:
             label, servers, flags = table[key]
             n = a.workers + servers
-            cluster = cluster_json(a, self.st, n)
+            cluster = cluster_json(a, self.st, n, self.profile_json)
             # the trainer stops at the first evaluation that reaches the target; the evaluations (rounds) stay the cap
             if key.startswith("fedavg"):
                 extra = ["--epochs", str(a.fedavg_rounds)] + (["--limit-batches", str(a.fedavg_limit)]
@@ -317,7 +326,7 @@ class Bench:
             for s in server_counts]
         for label, servers, flags in configs:
             n = a.workers + servers
-            cluster = cluster_json(a, self.st, n)
+            cluster = cluster_json(a, self.st, n, self.profile_json)
             # two epochs: the first warms up; the counters cover both, so bytes are per step over 2 * steps
             r = self.train(n, flags + ["--epochs", "2", "--limit-batches", str(a.psring_steps),
                                        "--eval-limit-batches", "1"], cluster, a.run_timeout_s)
@@ -540,6 +549,7 @@ def main():
             out["calibration"] = cal
             with open(b.profile) as f:
                 out["profile"] = json.load(f)  # the simulator's input as it was (resimulate.py reuses it)
+            b.profile_json = out["profile"]
             print(f"# calibrated on the {worker_hosts(a)} worker hosts in {time.monotonic() - t0:.0f} s: step "
                   f"{cal['step_mean_s'] * 1e3:.2f} ms at batch {a.batch}, link "
                   f"{cal.get('p2p_bytes_per_s', 0) * 8 / 1e6:.1f} Mbit/s, latency "

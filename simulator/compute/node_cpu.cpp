@@ -63,6 +63,15 @@ void NodeCpu::start(double work_s, des::EventHandler* handler, uint64_t arg) {
   reschedule();
 }
 
+bool NodeCpu::cancel(des::EventHandler* handler, uint64_t arg) {
+  const auto it = std::find_if(tasks_.begin(), tasks_.end(), [&](const Task& t) { return t.handler == handler && t.arg == arg; });
+  if (it == tasks_.end()) return false;
+  settle();
+  tasks_.erase(it);
+  reschedule();
+  return true;
+}
+
 // The next instant something changes: the first task done, the quota spent, or (quota spent) the
 // next period's start.
 void NodeCpu::reschedule() {

@@ -35,6 +35,9 @@ class NodeCpu final : public des::EventHandler {
 
   // Runs `work_s` seconds of full-speed work; handler->on_event(arg) when it is done.
   void start(double work_s, des::EventHandler* handler, uint64_t arg);
+  // Stops the task started with (handler, arg), if it still runs: its event never comes, and the others get its
+  // share from now. Returns whether there was one.
+  bool cancel(des::EventHandler* handler, uint64_t arg);
   size_t running() const noexcept { return tasks_.size(); }
   // CPU seconds the node has used so far (for tests).
   double cpu_seconds() const noexcept { return cpu_s_; }

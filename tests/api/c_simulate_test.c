@@ -22,6 +22,17 @@
     }                                                     \
   } while (0)
 
+/* LeNet-5 on Fashion-MNIST at batch 32 with `strategy`, no baseline: the small jobs of the strategy checks. */
+static void lenet_job(tandem_sim_job_params_t* f, tandem_model_t* lenet, tandem_strategy_t strategy) {
+  f->field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_STRATEGY |
+                  TANDEM_SIM_JOB_BASELINE;
+  f->model = lenet;
+  f->dataset = "fashion-mnist";
+  f->batch = 32;
+  f->strategy = strategy;
+  f->baseline = 0;
+}
+
 int main(void) {
   tandem_context_t* ctx = NULL;
   tandem_sim_cluster_t* cluster = NULL;
@@ -132,14 +143,9 @@ int main(void) {
     tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
     tandem_sim_result_t* r[3] = {NULL, NULL, NULL};
     double round_s[3];
-    f.field_mask = TANDEM_SIM_JOB_MODEL | TANDEM_SIM_JOB_DATASET | TANDEM_SIM_JOB_BATCH | TANDEM_SIM_JOB_STRATEGY |
-                   TANDEM_SIM_JOB_DIRICHLET_ALPHA | TANDEM_SIM_JOB_BASELINE;
-    f.model = lenet;
-    f.dataset = "fashion-mnist";
-    f.batch = 32;
-    f.strategy = TANDEM_STRATEGY_FEDAVG;
+    lenet_job(&f, lenet, TANDEM_STRATEGY_FEDAVG);
+    f.field_mask |= TANDEM_SIM_JOB_DIRICHLET_ALPHA;
     f.dirichlet_alpha = 0.5;
-    f.baseline = 0;
     for (int k = 0; k < 3; ++k) {
       tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
       if (k > 0) f.field_mask |= TANDEM_SIM_JOB_SEED;
@@ -152,6 +158,39 @@ int main(void) {
     }
     CHECK(round_s[0] == round_s[1], "seed 0 is the default: %f vs %f", round_s[0], round_s[1]);
     CHECK(round_s[2] != round_s[1], "seed 1 cuts other shares: %f vs %f", round_s[2], round_s[1]);
+  }
+
+  /* the run's --limit-batches is a typed job field: a FedAvg client's local epoch stops after that many batches
+     (a shorter round), a DDP epoch too (fewer steps per epoch, the same step); a negative count is refused by name */
+  {
+    tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r[2] = {NULL, NULL};
+    tandem_sim_summary_t q[2] = {TANDEM_SIM_SUMMARY_INIT, TANDEM_SIM_SUMMARY_INIT};
+    int k;
+    for (int s = 0; s < 2; ++s) {
+      lenet_job(&f, lenet, s == 0 ? TANDEM_STRATEGY_FEDAVG : TANDEM_STRATEGY_DDP);
+      for (k = 0; k < 2; ++k) {
+        f.field_mask = k == 0 ? f.field_mask & ~TANDEM_SIM_JOB_LIMIT_BATCHES : f.field_mask | TANDEM_SIM_JOB_LIMIT_BATCHES;
+        f.limit_batches = 50;
+        CHECK(tandem_simulate(cluster, &f, &r[k]) == TANDEM_OK, "limit_batches case %d/%d: %s", s, k,
+              tandem_last_error_message());
+        q[k].field_mask = TANDEM_SIM_SUMMARY_TIMES | TANDEM_SIM_SUMMARY_JOB;
+        CHECK(tandem_sim_result_query(r[k], &q[k]) == TANDEM_OK && q[k].step_time_s > 0, "limit_batches query %d", k);
+        tandem_sim_result_destroy(r[k]);
+      }
+      if (s == 0) {
+        /* 60,000 / 4 clients / 32 = 469 batches a client: capped at 50, the round is far shorter */
+        CHECK(q[1].step_time_s < 0.2 * q[0].step_time_s, "fedavg round with 50 batches %f vs %f", q[1].step_time_s,
+              q[0].step_time_s);
+      } else {
+        CHECK(q[1].steps_per_epoch == 50 && q[0].steps_per_epoch == 469 && q[1].step_time_s == q[0].step_time_s,
+              "ddp: %lld vs %lld steps per epoch", (long long)q[1].steps_per_epoch, (long long)q[0].steps_per_epoch);
+      }
+    }
+    f.limit_batches = -1;
+    CHECK(tandem_simulate(cluster, &f, &r[0]) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "limit_batches") != NULL,
+          "negative limit_batches: %s", tandem_last_error_message());
   }
 
   /* JSON: size query, truncation, full text */

@@ -75,6 +75,23 @@ class Mistakes(unittest.TestCase):
         for l in notes:
             self.assertIn("super-linear", l)
 
+    def test_simulate_takes_the_runs_limit_batches(self):
+        # `tandem simulate --limit-batches N` is the training run's option: a fedavg client's local epoch (the
+        # round) and a ddp epoch stop after N batches; the step is unchanged
+        def sim(strategy, *extra):
+            rc, out = tandem("simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--dataset", "fashion-mnist",
+                             "--batch", "32", "--strategy", strategy, "--json", *extra)
+            self.assertEqual(rc, 0, out)
+            return json.loads(out)
+        full, cut = sim("fedavg"), sim("fedavg", "--limit-batches", "50")
+        self.assertLess(cut["step_time_s"], 0.2 * full["step_time_s"])
+        full, cut = sim("ddp"), sim("ddp", "--limit-batches", "50")
+        self.assertEqual((full["steps_per_epoch"], cut["steps_per_epoch"]), (469, 50))
+        self.assertEqual(full["step_time_s"], cut["step_time_s"])
+        rc, out = tandem("simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--limit-batches", "-1")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--limit-batches", out)
+
     def test_unknown_model_and_preset_name_the_closest(self):
         rc, out = tandem("simulate", "--cluster", "t2.mikro:2")
         self.assertNotEqual(rc, 0)

@@ -101,6 +101,34 @@ BOOST_AUTO_TEST_CASE(tasks_share_the_quota_of_their_node) {
   BOOST_TEST(b.at(0) == 0.130, tt::tolerance(1e-9));
 }
 
+// A cancelled task stops taking its share: two 20 ms tasks under half a core share the quota until the first is
+// cancelled at 20 ms (10 ms done each); the other then has the core alone: its last 10 ms end at 30 ms (within
+// the period's 50 ms of quota). Cancelling a task that is not running does nothing.
+BOOST_AUTO_TEST_CASE(a_cancelled_task_gives_its_share_back) {
+  des::Simulator sim;
+  NodeCpu cpu(sim, quota(0.5, 0.1));
+  Done done(sim);
+  struct Cancel final : des::EventHandler {
+    NodeCpu& cpu;
+    Done& done;
+    bool found = false, again = true;
+    Cancel(NodeCpu& c, Done& d) : cpu(c), done(d) {}
+    void on_event(uint64_t) override {
+      found = cpu.cancel(&done, 0);
+      again = cpu.cancel(&done, 0);
+    }
+  } cancel(cpu, done);
+  cpu.start(0.020, &done, 0);
+  cpu.start(0.020, &done, 1);
+  sim.schedule_at(des::to_ns(0.020), &cancel, 0);
+  sim.run();
+  BOOST_TEST(cancel.found);
+  BOOST_TEST(!cancel.again);
+  BOOST_TEST(done.at.at(0) == -1.0);
+  BOOST_TEST(done.at.at(1) == 0.030, tt::tolerance(1e-9));
+  BOOST_TEST(cpu.running() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(shared_cores)

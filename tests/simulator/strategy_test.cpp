@@ -39,9 +39,9 @@ StrategySetup push_pull(int32_t workers, int32_t servers, int64_t params, int32_
   return s;
 }
 
-StepResult run_on_star(const StrategySetup& s, int32_t hosts) {
+StepResult run_on_star(const StrategySetup& s, int32_t hosts, double nic = kNic) {
   std::vector<network::HostNet> h(static_cast<size_t>(hosts));
-  for (auto& x : h) x.nic_bytes_per_s = kNic;
+  for (auto& x : h) x.nic_bytes_per_s = nic;
   des::Simulator sim;
   network::Network net(sim);
   network::Topology topo(network::TopologySpec{}, h, net);
@@ -82,6 +82,13 @@ JobSpec lenet(Strategy s) {
   j.strategy = s;
   j.bucket_mb = 1000;  // one bucket
   return j;
+}
+
+// Every rank on a node of its own with `share`.
+void own_nodes(StrategySetup& s, CpuShare share) {
+  s.node_of_rank.clear();
+  for (size_t r = 0; r < s.ranks.size(); ++r) s.node_of_rank.push_back(static_cast<int32_t>(r));
+  s.node_cpu.assign(s.ranks.size(), share);
 }
 
 double model_bytes(const SimResult& r) { return r.job->stages.front().memory.param_bytes; }
@@ -422,7 +429,7 @@ BOOST_AUTO_TEST_CASE(gossip_and_async_easgd_run_without_a_barrier) {
 BOOST_AUTO_TEST_CASE(job_json_takes_the_strategy_fields) {
   const JobSpec j = parse_job_text(R"({"strategy": "ssp", "servers": 2, "staleness": 3, "tau": 5, "alpha": 0.1,
       "easgd_async": true, "clients": 8, "dirichlet_alpha": 0.5, "client_fraction": 0.25, "local_epochs": 2,
-      "round_deadline_s": 10, "average_every": 4, "warmup_steps": 100})");
+      "round_deadline_s": 10, "average_every": 4, "warmup_steps": 100, "limit_batches": 50})");
   BOOST_TEST((j.strategy == Strategy::kSsp));
   BOOST_TEST(j.servers == 2);
   BOOST_TEST(j.staleness == 3);
@@ -434,6 +441,7 @@ BOOST_AUTO_TEST_CASE(job_json_takes_the_strategy_fields) {
   BOOST_TEST(j.round_deadline_s == 10.0);
   BOOST_TEST(j.average_every == 4);
   BOOST_TEST(j.warmup_steps == 100);
+  BOOST_TEST(j.limit_batches == 50);
   try {
     simulate(parse_cluster("c5.large:2"), [] {
       JobSpec p = lenet(Strategy::kPs);
@@ -444,6 +452,152 @@ BOOST_AUTO_TEST_CASE(job_json_takes_the_strategy_fields) {
   } catch (const tandem::Error& e) {
     BOOST_TEST(std::string(e.what()).find("server") != std::string::npos, e.what());
   }
+}
+
+
+// ---- the executors' queues and CPU: a parameter server serves one request at a time in arrival order and its NIC
+// sends one update's replies at a time (FIFO), so asynchronous workers spread out instead of moving as a convoy;
+// moving a message costs CPU (the DDP executor's per-byte figures) on nodes with a CPU model.
+// ps-async, W workers with no compute, the server's link the bottleneck (b = one model over the NIC): the
+// pushes of the first step share the server's downlink and land together at W b; the server answers them one
+// after another (b each, in arrival order), so worker i's first step ends at (W + i + 1) b. From then on each
+// worker pushes alone (b) while the others' replies leave, and its reply waits its turn: the server's uplink is
+// never idle and every worker's step is W b. After K steps worker i ends at (W + i + 1 + (K - 1) W) b. A convoy
+// (every reply sharing the link, then every push) would take 2 W b per step.
+BOOST_AUTO_TEST_CASE(async_ps_replies_leave_the_server_one_at_a_time) {
+  const int32_t W = 4, K = 12;
+  const int64_t P = 250000;
+  const double b = 4.0 * P / kNic;  // 10 ms
+  StrategySetup s = push_pull(W, 1, P, -1);
+  s.steps = K;
+  const StepResult r = run_on_star(s, W + 1);
+  std::vector<double> finish;
+  for (int32_t w = 0; w < W; ++w) finish.push_back(r.ranks[static_cast<size_t>(w)].finish_s * K);
+  std::sort(finish.begin(), finish.end());
+  for (int32_t i = 0; i < W; ++i) BOOST_TEST(finish[static_cast<size_t>(i)] == (W + i + 1 + (K - 1) * W) * b, tt::tolerance(1e-6));
+  BOOST_TEST(r.step_s * K == (K + 1) * W * b, tt::tolerance(1e-6));
+  // the server's uplink carries one model per worker per step, and is busy all the time from W b on
+  BOOST_TEST(r.nic_out_bytes[static_cast<size_t>(W)] == W * 4.0 * P, tt::tolerance(1e-9));
+  // synchronous: one update answers every worker, its W replies share the link (2 W b per step, as before)
+  StrategySetup y = push_pull(W, 1, P, 0);
+  y.steps = K;
+  BOOST_TEST(run_on_star(y, W + 1).step_s == 2 * W * b, tt::tolerance(1e-6));
+}
+
+// The server's CPU as a queue (machine repairman, deterministic): 2 workers computing c0 < c1 per step, a
+// network too fast to matter, each update u on the server, served in arrival order.
+//  - saturated (every c_i <= (W - 1) u): the server never idles after the first push and serves the workers in
+//    turn, so each worker's step is W u whatever its compute; utilisation 1.
+//  - unsaturated (c >= (W - 1) u, equal compute): each step is c + u, the second worker a constant u behind;
+//    utilisation W u / (c + u).
+BOOST_AUTO_TEST_CASE(async_ps_server_cpu_follows_the_machine_repairman_closed_form) {
+  const int32_t W = 2, K = 10;
+  const double u = 0.01;
+  StrategySetup s = push_pull(W, 1, 10, -1);  // 40 bytes: 0.4 ns on the wire
+  s.steps = K;
+  s.ranks[static_cast<size_t>(W)].optimizer_s = u;
+  set_compute(s, 0, 0.2 * u);
+  set_compute(s, 1, 0.7 * u);
+  const StepResult a = run_on_star(s, W + 1);
+  // worker 0 is served at [0.2u + 2k u, 1.2u + 2k u], worker 1 a u later
+  BOOST_TEST(a.ranks[0].finish_s * K == 0.2 * u + (2 * K - 1) * u, tt::tolerance(1e-5));
+  BOOST_TEST(a.ranks[1].finish_s * K == 0.2 * u + 2 * K * u, tt::tolerance(1e-5));
+  const double busy = a.ranks[static_cast<size_t>(W)].compute_s;  // the server's update time per step
+  BOOST_TEST(busy == W * u, tt::tolerance(1e-9));
+  BOOST_TEST(busy / a.step_s == 2 * K * u / (0.2 * u + 2 * K * u), tt::tolerance(1e-5));  // utilisation -> 1
+  // unsaturated
+  set_compute(s, 0, 3 * u);
+  set_compute(s, 1, 3 * u);
+  const StepResult b = run_on_star(s, W + 1);
+  // (each push and pull of 40 bytes adds a few nanoseconds on the wire)
+  BOOST_TEST(b.ranks[0].finish_s * K == K * 4 * u, tt::tolerance(1e-4));
+  BOOST_TEST(b.ranks[1].finish_s * K == K * 4 * u + u, tt::tolerance(1e-4));
+  BOOST_TEST(b.ranks[static_cast<size_t>(W)].compute_s / b.step_s == W * u / (4 * u + u / K), tt::tolerance(1e-4));
+}
+
+// Without per-byte transfer CPU the executors take the plain path: the same events and times whether or not
+// the nodes' CPUs are described (with cores to spare), and no communication CPU.
+BOOST_AUTO_TEST_CASE(no_transfer_cpu_changes_nothing) {
+  StrategySetup ps = push_pull(3, 1, 100000, -1);
+  ps.ranks[3].optimizer_s = 0.002;
+  set_compute(ps, 0, 0.003);
+  set_compute(ps, 1, 0.005);
+  StrategySetup g = gossip(4, 4e5, 0.004);
+  StrategySetup e = push_pull(3, 1, 100000, 0);
+  e.sync.exchange = parallel::Exchange::kElastic;
+  e.sync.period = 2;
+  for (StrategySetup* s : {&ps, &g, &e}) {
+    const int32_t n = static_cast<int32_t>(s->ranks.size());
+    const StepResult plain = run_on_star(*s, n);
+    StrategySetup d = *s;
+    own_nodes(d, CpuShare{4, 1, 0, 0.1});
+    d.host_of_rank = d.node_of_rank;
+    const StepResult described = run_on_star(d, n);
+    BOOST_TEST(described.step_s == plain.step_s);
+    BOOST_TEST(described.events == plain.events);
+    for (const RankBreakdown& rb : described.ranks) BOOST_TEST(rb.comm_cpu_s == 0.0);
+  }
+}
+
+// CPU-bound: moving a message costs k s/B on each side. Gossip on one-core nodes: a worker's step runs its
+// compute c, the CPU of sending its snapshot (B k) and of receiving its partner's (B k) on the one core, so a
+// step takes c + 2 B k (the link, 100x faster, does not matter); under a CFS quota of half a core with a period
+// p, the same work takes windows of p / 2: K steps of n half-periods of work end at (K n - 1/2) p (to p / 2).
+BOOST_AUTO_TEST_CASE(transfer_cpu_makes_gossip_cpu_bound) {
+  const double c = 0.004, B = 1e5, k = 1e-8;  // 2 B k = 2 ms
+  StrategySetup g = gossip(2, B, c);
+  g.steps = 8;
+  for (RankSetup& r : g.ranks) r.net_cpu_s_per_byte = k;
+  StrategySetup one = g;
+  own_nodes(one, CpuShare{1, 1, 0, 0.1});
+  const StepResult r = run_on_star(one, 2, 100 * kNic);
+  BOOST_TEST(r.step_s == c + 2 * B * k, tt::tolerance(1e-6));
+  BOOST_TEST(r.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
+  // without a CPU model the transfers' CPU runs beside the compute (another thread on cores to spare)
+  const StepResult spare = run_on_star(g, 2, 100 * kNic);
+  BOOST_TEST(spare.step_s == c, tt::tolerance(1e-6));
+  BOOST_TEST(spare.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
+  // quota 0.5 core, period 2 ms: 6 ms of work a step is 6 half-periods
+  StrategySetup q = g;
+  const double p = 0.002;
+  own_nodes(q, CpuShare{1, 1, 0.5, p});
+  const StepResult h = run_on_star(q, 2, 100 * kNic);
+  // (a step whose work ends exactly as the window's quota runs out may be reported at the next period's start)
+  BOOST_TEST(h.step_s * 8 >= (8 * 6 - 0.5) * p * (1 - 1e-6));
+  BOOST_TEST(h.step_s * 8 <= 8 * 6 * p * (1 + 1e-6));
+}
+
+// The parameter server's CPU-bound closed form: ps with W workers, no compute, a link 100x too fast to matter,
+// k s/B on every side, every rank on a one-core node. The server receives W pushes (W B k of its CPU, shared on
+// its core, all done together) and then sends W replies (W B k): a step is 2 W B k; each worker spends B k on
+// its push and B k on its pull.
+BOOST_AUTO_TEST_CASE(transfer_cpu_on_the_server_is_2_w_b_k_per_ps_step) {
+  const int32_t W = 2;
+  const int64_t P = 25000;  // B = 100 kB
+  const double B = 4.0 * P, k = 1e-8;
+  StrategySetup s = push_pull(W, 1, P, 0);
+  s.steps = 4;
+  for (RankSetup& r : s.ranks) r.net_cpu_s_per_byte = k;
+  own_nodes(s, CpuShare{1, 1, 0, 0.1});
+  const StepResult r = run_on_star(s, W + 1, 100 * kNic);
+  BOOST_TEST(r.step_s == 2 * W * B * k, tt::tolerance(1e-5));
+  BOOST_TEST(r.ranks[static_cast<size_t>(W)].comm_cpu_s == 2 * W * B * k, tt::tolerance(1e-9));
+  BOOST_TEST(r.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
+  // FedAvg: a round's upload and broadcast cost rank 0 B k each (1 other worker), the other worker the same
+  StrategySetup f;
+  f.sync.exchange = parallel::Exchange::kRound;
+  f.sync.workers = 2;
+  f.param_bytes = B;
+  f.clients = f.sampled = 2;
+  f.client_steps = {1, 1};
+  f.steps = 2;
+  f.ranks.resize(2);
+  for (auto& rk : f.ranks) rk.forward_s = {0}, rk.backward_s = {0}, rk.optimizer_s = 0.01, rk.net_cpu_s_per_byte = k;
+  own_nodes(f, CpuShare{1, 1, 0, 0.1});
+  const StepResult fr = run_on_star(f, 2, 100 * kNic);
+  // the clients compute 10 ms, then the upload (B k on both cores) and the broadcast (B k on both)
+  BOOST_TEST(fr.step_s == 0.01 + 2 * B * k, tt::tolerance(1e-4));
+  BOOST_TEST(fr.ranks[1].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1142,6 +1142,7 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_FRAMEWORK        (UINT64_C(1) << 41)
 /* issue #13, continued (bits 50- ) */
 #define TANDEM_SIM_JOB_SEED             (UINT64_C(1) << 50)
+#define TANDEM_SIM_JOB_LIMIT_BATCHES    (UINT64_C(1) << 51)
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1220,6 +1221,8 @@ typedef struct tandem_sim_job_params {
   /* added for issue #13 (continued) */
   uint64_t seed;                /* the training run's seed (tandem train --seed): FEDAVG's client draw and Dirichlet
                                    shares, ASGD's gossip matching; default 0, as the trainer's */
+  int64_t limit_batches;        /* the training run's --limit-batches: > 0 ends an epoch (a FEDAVG client's local
+                                   epoch) after that many batches, as the trainer does; 0 (default): whole epochs */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
