@@ -27,6 +27,9 @@ struct RendezvousServerOptions {
   // wait on the store (e.g. in a final barrier).
   std::chrono::milliseconds shutdown_grace{3000};
   uint64_t generation = 0;  // the communicator generation served first (rendezvous_protocol.hpp); see admit()
+  // true: every generation is served (a store hosted outside the ranks, e.g. by `tandem launch`, which cannot
+  // know how many communicators the ranks create; `generation` and admit() are then moot).
+  bool every_generation = false;
 };
 
 struct RendezvousServerStats {
