@@ -1,6 +1,7 @@
 """Elastic DDP through the command line (issue #17): `tandem launch -n 3 --min-ranks 2 -- tandem train --strategy ddp
 --elastic` over tcp; rank 2 is SIGKILLed during training. The launcher names the dead rank and how it died, leaves
-the survivors running and exits 0; the survivors finish every epoch as a world of 2 with a finite loss. Run by CTest
+the survivors running and exits 0; the survivors finish every epoch as a world of 2 with a finite loss. Rank 0 too:
+the launcher serves the rendezvous store, so its death is survived the same way. Run by CTest
 with TANDEM_CLI set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import json
 import os
@@ -82,6 +83,50 @@ class ElasticLaunch(unittest.TestCase):
         self.assertAlmostEqual(last["lr_scale"], 2 / 3, places=6)
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
         self.assertIn("elastic: world rank(s) 2 lost", out)
+
+    def test_losing_rank_0_is_survived_through_the_launchers_store(self):
+        # The launcher serves the rendezvous store (TANDEM_STORE), so the survivors of rank 0 agree on their
+        # membership there; old rank 1 becomes rank 0 and reports the remaining epochs as a world of 2.
+        p = subprocess.Popen([CLI, "launch", "-n", "3", "--min-ranks", "2", "--transport", "tcp", "--", CLI] + TRAIN,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+        lines = []
+        killed_at = None
+        resumed_at = None
+        try:
+            deadline = time.monotonic() + 240
+            for line in p.stdout:
+                lines.append(line)
+                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
+                if killed_at is None and epochs_of([line], 0).get(1):
+                    os.kill(rank_pid(p.pid, 0), signal.SIGKILL)
+                    killed_at = time.monotonic()
+                if killed_at is not None and resumed_at is None and "2 ranks go on" in line:
+                    resumed_at = time.monotonic()
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        out = "".join(lines)
+        self.assertIsNotNone(killed_at, out)
+        self.assertEqual(p.returncode, 0, out)
+        self.assertIn("elastic job finished with 2 of 3 ranks (--min-ranks 2); lost: rank 0 (was killed by signal 9",
+                      out)
+        self.assertIn("elastic: world rank(s) 0 lost", out)
+        self.assertIsNotNone(resumed_at, out)
+        # Well within one deadline (10 s): nobody waited for a store that died with rank 0.
+        self.assertLess(resumed_at - killed_at, 5.0, out)
+        before, after = epochs_of(lines, 0), epochs_of(lines, 1)  # old rank 1 reports once it is rank 0
+        self.assertEqual(sorted(before), [1], out)
+        self.assertEqual(before[1]["world"], 3, out)
+        self.assertEqual(sorted(after), list(range(2, EPOCHS + 1)), out)
+        for e in range(2, EPOCHS + 1):
+            self.assertEqual(after[e]["world"], 2, out)
+            self.assertEqual(after[e]["lost_ranks"], 1, out)
+            self.assertAlmostEqual(after[e]["lr_scale"], 2 / 3, places=6)
+        # The loss continues from where the 3-rank epoch left it (every replica held the state).
+        self.assertTrue(after[EPOCHS]["train_loss"] < before[1]["train_loss"], out)
 
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,

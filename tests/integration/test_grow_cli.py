@@ -1,9 +1,11 @@
 """Elastic growth through the command line (issue #17): `tandem launch -n 2 --max-ranks 4 --secret-file F -- tandem
 train --strategy ddp --elastic` over tcp on loopback; after its first epoch `tandem launch --join -n 2 --secret-file F`
 starts two more ranks that join at a step boundary, and the job ends as a world of 4 (learning rate x 2). A joiner
-with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Run by CTest with TANDEM_CLI
+with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Growth also works after rank 0
+died (the launcher serves the store). Run by CTest with TANDEM_CLI
 set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -11,7 +13,7 @@ import threading
 import time
 import unittest
 
-from test_elastic_cli import epochs_of
+from test_elastic_cli import epochs_of, rank_pid
 
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 EPOCHS = 8
@@ -98,6 +100,56 @@ class GrowLaunch(unittest.TestCase):
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
         # Both joiners in one admission, or one after the other at the same step boundary (2 -> 3 -> 4).
         self.assertRegex(out, r"elastic: [12] rank\(s\) joined at step \d+; 4 ranks go on")
+        os.remove(secret_file)
+        os.rmdir(tmp)
+
+    def test_after_rank_0_dies_the_survivors_still_admit_a_joiner(self):
+        # The launcher serves the store, so rank 0's death is survived (3 -> 2, old rank 1 becomes rank 0) and the
+        # job's store still takes joiners: one joins the 2 survivors and the job ends as a world of 3.
+        port = free_port()
+        tmp = tempfile.mkdtemp(prefix="tandem_grow0_")
+        secret_file = os.path.join(tmp, "secret")
+        p = subprocess.Popen([CLI, "launch", "-n", "3", "--min-ranks", "2", "--max-ranks", "3", "--transport", "tcp",
+                              "--port", str(port), "--secret-file", secret_file, "--", CLI] + TRAIN,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+        lines = []
+        results = {}
+        thread = None
+        killed = False
+        try:
+            deadline = time.monotonic() + 240
+            for line in p.stdout:
+                lines.append(line)
+                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
+                if not killed and epochs_of([line], 0).get(1):
+                    os.kill(rank_pid(p.pid, 0), signal.SIGKILL)
+                    killed = True
+                if killed and thread is None and "2 ranks go on" in line:
+                    def body():
+                        results["joiner"] = run_joiner(port, secret_file, 1)
+                    thread = threading.Thread(target=body)
+                    thread.start()
+            p.wait(timeout=60)
+            if thread is not None:
+                thread.join(timeout=150)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        out = "".join(lines)
+        self.assertTrue(killed, out)
+        self.assertEqual(p.returncode, 0, out)
+        self.assertIn("elastic: world rank(s) 0 lost", out)
+        joiner = results.get("joiner")
+        self.assertIsNotNone(joiner, out)
+        self.assertEqual(joiner.returncode, 0, joiner.stdout + joiner.stderr)
+        self.assertRegex(out, r"elastic: 1 rank\(s\) joined at step \d+; 3 ranks go on")
+        epochs = epochs_of(lines, 1)  # old rank 1 reports once rank 0 is gone
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 3, out)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs_of(lines, 0)[1]["train_loss"],
+                        out)
         os.remove(secret_file)
         os.rmdir(tmp)
 
