@@ -43,8 +43,9 @@ RANKS = 4
 MIN_RANKS = 2
 SEED = 7  # the training's seed (the checkpoint check resumes with the same)
 OUTCOMES = ("continued", "stopped", "hung", "corrupted", "other")
-GO_ON = re.compile(r"elastic: world rank\(s\) ([\d, ]+) lost \((.*)\); (\d+) ranks go on \(world ranks ([\d, ]+)\) "
-                   r"from step (\d+) after (\d+) ms")
+# The survivors' "go on" line (parallel_trainer.cpp): "... N ranks go on (world ranks ...) after T ms: from step S: ...".
+GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
+                   r"\(world ranks [\d, ]+\) after (?P<ms>\d+) ms: from step (?P<step>\d+)")
 # Rank 0's text report (not --json: its "training ..." line, printed once every rank joined and the trainer exists,
 # marks the start of training): "epoch E: train loss L acc ...", then "  ddp world W = dp ...".
 STARTED = re.compile(r"^\[rank 0\] training lenet5 ")
@@ -297,8 +298,8 @@ def run_trial(a, transport, idx, window, rng, tmp):
     for t, line in lines:
         m = GO_ON.search(line)
         if m:
-            go_ons.append({"t_s": round(t, 3), "lost": m.group(1), "ranks": int(m.group(3)), "step": int(m.group(5)),
-                           "reported_ms": int(m.group(6))})
+            go_ons.append({"t_s": round(t, 3), "lost": m.group("lost"), "ranks": int(m.group("ranks")),
+                           "step": int(m.group("step")), "reported_ms": int(m.group("ms"))})
     rec["go_on"] = go_ons
     if fault_t is not None:
         after = [g for g in go_ons if g["t_s"] >= fault_t]
