@@ -22,24 +22,14 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "integration")]
 from grow_curve import launch, train_args  # noqa: E402
+from test_elastic_cli import rank_pid  # noqa: E402  (the launcher's child whose TANDEM_RANK is the rank)
 
 GO_ON = re.compile(r"elastic: world rank\(s\) (\d+) lost .*; 2 ranks go on .* after (\d+) ms")
 REPORT = re.compile(r"\[rank (\d+)\] (\{.*\})$")
 FIRST_EPOCH = re.compile(r'\[rank 0\] \{.*"epoch":1,')
-
-
-def rank_pid(launcher_pid, rank):
-    with open("/proc/%d/task/%d/children" % (launcher_pid, launcher_pid)) as f:
-        for pid in map(int, f.read().split()):
-            try:
-                with open("/proc/%d/environ" % pid, "rb") as g:
-                    if b"TANDEM_RANK=%d\0" % rank in g.read():
-                        return pid
-            except OSError:
-                pass
-    return None
 
 
 def trial(a, victim, rng):
@@ -51,10 +41,8 @@ def trial(a, victim, rng):
     def on_line(line, t, p):
         if state["kill_at"] is None and FIRST_EPOCH.match(line.strip()):
             time.sleep(delay)  # into epoch 2
-            pid = rank_pid(p.pid, victim)
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-                state["kill_at"] = time.monotonic()
+            os.kill(rank_pid(p.pid, victim), signal.SIGKILL)
+            state["kill_at"] = time.monotonic()
         m = GO_ON.search(line)
         if m and state["kill_at"] is not None and state["go_on"] is None:
             state["go_on"] = t
