@@ -256,8 +256,9 @@ typedef struct tandem_comm_params {
 #define TANDEM_COMM_PARAMS_INIT {0}
 
 /* Creates this process's communicator over all ranks of the job (collective: every rank calls it).
- * Rank 0 serves the rendezvous; the others connect with the shared secret and exchange transport
- * addresses. Blocks until every rank has joined or timeout_ms passes.
+ * Rank 0 serves the rendezvous (unless TANDEM_STORE names another process's, below); the others connect
+ * with the shared secret and exchange transport addresses. Blocks until every rank has joined or timeout_ms
+ * passes.
  * Who serves the rendezvous store: rank 0, in its process -- unless TANDEM_STORE=HOST:PORT names the
  * communicator's rendezvous (its master_addr and master_port, spelled as in TANDEM_STORE): then another
  * process serves the store there (tandem_store_serve; `tandem launch` does, for every job it starts, when
@@ -289,8 +290,7 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
                                              tandem_comm_t** out) TANDEM_NOEXCEPT;
 
 /* A rendezvous store served by this process (not by a rank): the job's ranks reach it through TANDEM_STORE
- * (see tandem_comm_create) and outlive none of it -- it lives until tandem_store_destroy, so it survives the
- * death of any rank. Peers authenticate with the job's secret exactly as with rank 0's store (a mutual
+ * (see tandem_comm_create); it lives until tandem_store_destroy, however many ranks die. Peers authenticate with the job's secret exactly as with rank 0's store (a mutual
  * challenge-response; the secret never crosses the wire); it serves every communicator the ranks create.
  * `tandem launch` hosts one per job.
  * tandem_store_serve: [in] ctx: the owning context; must outlive the store. [in] bind_addr: an IP literal,
