@@ -47,10 +47,11 @@ OUTCOMES = ("continued", "stopped", "hung", "corrupted", "other")
 GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
                    r"\(world ranks [\d, ]+\) after (?P<ms>\d+) ms: from step (?P<step>\d+)")
 # Rank 0's text report (not --json: its "training ..." line, printed once every rank joined and the trainer exists,
-# marks the start of training): "epoch E: train loss L acc ...", then "  ddp world W = dp ...".
+# marks the start of training): "epoch E: train loss L acc ...", then "  ddp world W = dp ...". The trainer's rank 0
+# prints the epochs: after world rank 0 is lost, the lowest survivor (another launcher index).
 STARTED = re.compile(r"^\[rank 0\] training lenet5 ")
-EPOCH = re.compile(r"^\[rank 0\] epoch (\d+): train loss (\S+) acc")
-WORLD = re.compile(r"^\[rank 0\]\s+ddp world (\d+) = dp")
+EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc")
+WORLD = re.compile(r"^\[rank \d+\]\s+ddp world (\d+) = dp")
 
 
 def cpu_model():
@@ -252,7 +253,7 @@ def names_rank(lines, victim):
 def run_trial(a, transport, idx, window, rng, tmp):
     ckpt = os.path.join(tmp, "t%d.ckpt" % idx)
     mode = rng.choice(a.modes)
-    victim = rng.randint(1, RANKS - 1)
+    victim = rng.choice(a.victim_ranks)
     at = rng.uniform(*window)  # seconds after training started
     cmd = [a.cli, "launch", "-n", str(RANKS), "--min-ranks", str(MIN_RANKS), "--transport", transport, "--",
            a.cli] + train_args(a, ckpt)
@@ -402,6 +403,9 @@ def main():
     ap.add_argument("--modes", default="kill,stall-cont,stall-kill",
                     help="faults drawn from (comma-separated): kill, stall-cont, stall-kill")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--victims", default="0,1,2,3",
+                    help="world ranks a fault may hit, one drawn per trial (default every rank: tandem launch serves "
+                    "the rendezvous store, so rank 0 is survived too; before, 1,2,3)")
     ap.add_argument("--dataset", default="fashion-mnist")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40, help="steps per epoch (--limit-batches)")
@@ -421,6 +425,12 @@ def main():
                     help="exit 1 unless every trial continued or stopped cleanly (for CTest)")
     a = ap.parse_args()
     a.modes = [m for m in a.modes.split(",") if m]
+    try:
+        a.victim_ranks = sorted({int(v) for v in a.victims.split(",") if v})
+    except ValueError:
+        ap.error("--victims: '%s' is not a comma-separated list of ranks" % a.victims)
+    if not a.victim_ranks or not all(0 <= v < RANKS for v in a.victim_ranks):
+        ap.error("--victims: '%s' names no rank, or one outside 0..%d" % (a.victims, RANKS - 1))
     for m in a.modes:
         if m not in ("kill", "stall-cont", "stall-kill"):
             ap.error("--modes: '%s' is not kill, stall-cont or stall-kill" % m)
