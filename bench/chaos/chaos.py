@@ -43,7 +43,8 @@ RANKS = 4
 MIN_RANKS = 2
 SEED = 7  # the training's seed (the checkpoint check resumes with the same)
 OUTCOMES = ("continued", "stopped", "hung", "corrupted", "other")
-# The survivors' "go on" line (parallel_trainer.cpp): "... N ranks go on (world ranks ...) after T ms: from step S: ...".
+# The survivors' "go on" line (parallel_trainer.cpp):
+# "... N ranks go on (world ranks ...) after T ms: from step S: ...".
 GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
                    r"\(world ranks [\d, ]+\) after (?P<ms>\d+) ms: from step (?P<step>\d+)")
 # Rank 0's text report (not --json: its "training ..." line, printed once every rank joined and the trainer exists,

@@ -1,7 +1,7 @@
 #pragma once
 // The rendezvous server: a small key-value store that rank 0 (or `tandem launch`, see bootstrap.hpp) serves over
-// ZeroMQ (ROUTER on TCP) from a background thread, for as long as the object lives. Peers must prove they know the job's
-// shared secret (challenge-response, rendezvous_protocol.hpp) before anything they send is acted
+// ZeroMQ (ROUTER on TCP) from a background thread, for as long as the object lives. Peers must prove they know
+// the job's shared secret (challenge-response, rendezvous_protocol.hpp) before anything they send is acted
 // on; refused peers are logged with their address and get no data. Garbage on the port, oversized
 // frames and half-open connections never crash, stall or disturb the store.
 //

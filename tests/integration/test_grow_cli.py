@@ -110,9 +110,9 @@ class GrowLaunch(unittest.TestCase):
                 threads[0].start()
 
         try:
-            rc, lines, _ = launch_and_kill(self, ["-n", "3", "--min-ranks", "2", "--max-ranks", "3", "--transport", "tcp",
-                                                  "--port", str(port), "--secret-file", secret_file], 0, train=TRAIN,
-                                           on_line=on_line)
+            args = ["-n", "3", "--min-ranks", "2", "--max-ranks", "3", "--transport", "tcp", "--port", str(port),
+                    "--secret-file", secret_file]
+            rc, lines, _ = launch_and_kill(self, args, 0, train=TRAIN, on_line=on_line)
         finally:
             for t in threads:
                 t.join(timeout=150)

@@ -290,8 +290,9 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
                                              tandem_comm_t** out) TANDEM_NOEXCEPT;
 
 /* A rendezvous store served by this process (not by a rank): the job's ranks reach it through TANDEM_STORE
- * (see tandem_comm_create); it lives until tandem_store_destroy, however many ranks die. Peers authenticate with the job's secret exactly as with rank 0's store (a mutual
- * challenge-response; the secret never crosses the wire); it serves every communicator the ranks create.
+ * (see tandem_comm_create); it lives until tandem_store_destroy, however many ranks die. Peers authenticate
+ * with the job's secret exactly as with rank 0's store (a mutual challenge-response; the secret never crosses
+ * the wire); it serves every communicator the ranks create.
  * `tandem launch` hosts one per job.
  * tandem_store_serve: [in] ctx: the owning context; must outlive the store. [in] bind_addr: an IP literal,
  * "*" (every interface) or an interface name; NULL: "127.0.0.1". [in] port: 0..65535, 0 = a free port (see
