@@ -19,8 +19,17 @@
 // --secret-file F -- tandem train ...` starts K ranks with TANDEM_JOIN=1 and the running job's rendezvous and
 // secret (F, written by the job's own launch with --secret-file F); its elastic ranks admit them at a step
 // boundary, at most B in all.
+// The job's rendezvous store (issue #17): a new job's launcher serves it itself at the rendezvous port (--port,
+// else a free one), where it outlives every rank, and tells the ranks so with TANDEM_STORE=ADDR:PORT (equal to
+// TANDEM_MASTER_ADDR:TANDEM_MASTER_PORT): no rank serves it, so the survivors of any rank's death, rank 0's
+// included, agree on their membership there (tandem_store_serve). It needs --master-addr to be an address of
+// this machine (the default 127.0.0.1, or --hosts run from the first host); otherwise rank 0 serves the store as
+// before and losing rank 0 stops an elastic job. torchrun's MASTER_PORT is then another free port, for programs
+// whose rank 0 serves a rendezvous of its own there (PyTorch's env://). A joining launch (--join) serves nothing:
+// its ranks meet the running job's store at --port.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -44,6 +53,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "tandem/tandem.h"
 
 extern char** environ;
 
@@ -168,6 +178,58 @@ int pick_free_port(bool loopback) {
 }
 
 bool is_loopback(const std::string& a) { return a == "localhost" || a == "::1" || a.rfind("127.", 0) == 0; }
+
+// Whether `addr` (a name or an address, [v6] allowed) is an address of this machine: a socket can bind it.
+bool is_local_address(const std::string& addr) {
+  std::string h = addr;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(h.c_str(), "0", &hints, &res) != 0 || res == nullptr) return false;
+  bool local = false;
+  for (addrinfo* a = res; a != nullptr && !local; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+    local = fd >= 0 && ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (fd >= 0) ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return local;
+}
+
+// The job's rendezvous store, served by the launcher (the header comment above); empty when it serves none.
+class HostedStore {
+ public:
+  HostedStore() = default;
+  HostedStore(const HostedStore&) = delete;
+  HostedStore& operator=(const HostedStore&) = delete;
+  ~HostedStore() {
+    tandem_store_destroy(store_);
+    tandem_context_destroy(ctx_);
+  }
+  // Serves at bind_addr:port (0: a free one) with the job's secret; the port, or 0 after saying why not.
+  int serve(const std::string& bind_addr, int port, const std::string& secret) {
+    int32_t bound = 0;
+    // The store's threads take none of the signals the launcher handles (they inherit this mask).
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&block, sig);
+    ::pthread_sigmask(SIG_BLOCK, &block, &old);
+    const bool ok = tandem_context_create(nullptr, &ctx_) == TANDEM_OK &&
+                    tandem_store_serve(ctx_, bind_addr.c_str(), port, secret.c_str(), &store_) == TANDEM_OK &&
+                    tandem_store_port(store_, &bound) == TANDEM_OK;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (!ok) {
+      say(std::string("cannot serve the job's rendezvous store: ") + tandem_last_error_message());
+      return 0;
+    }
+    return bound;
+  }
+
+ private:
+  tandem_context_t* ctx_ = nullptr;
+  tandem_store_t* store_ = nullptr;
+};
 
 std::vector<std::string> split_words(const std::string& s) {
   std::istringstream in(s);
@@ -298,6 +360,7 @@ class Launcher {
   int forwarded_signal_ = 0;               // a signal we received and passed on
   std::optional<Clock::time_point> kill_at_;  // SIGKILL stragglers at this time
   std::vector<std::string> lost_;          // elastic: "rank i (how it ended)" for each rank that failed
+  HostedStore store_;                      // the job's rendezvous store, when served here
   bool elastic() const noexcept { return o_.min_ranks < o_.nprocs; }
 };
 
@@ -540,8 +603,20 @@ int Launcher::run() {
   }
   secret_ = *secret;
   const bool loopback = is_loopback(o_.master_addr);
-  const int port = o_.port != 0 ? o_.port : pick_free_port(loopback);
-  if (port == 0) {
+  // A new job's store is served here when the ranks reach this machine at --master-addr (header comment).
+  const bool host_store = !o_.join && (loopback || is_local_address(o_.master_addr));
+  int port = o_.port;
+  if (host_store) {
+    std::string bind = loopback ? (o_.master_addr == "localhost" ? "127.0.0.1" : o_.master_addr) : "*";
+    if (bind.size() > 2 && bind.front() == '[' && bind.back() == ']') bind = bind.substr(1, bind.size() - 2);
+    port = store_.serve(bind, o_.port, *secret);
+    if (port == 0) return 1;
+  } else if (port == 0) {
+    port = pick_free_port(loopback);
+  }
+  // torchrun's MASTER_PORT: where such a program's rank 0 may serve its own rendezvous, so not the store's port.
+  const int torch_port = host_store ? pick_free_port(loopback) : port;
+  if (port == 0 || torch_port == 0) {
     say("cannot find a free TCP port; give one with --port");
     return 1;
   }
@@ -552,10 +627,11 @@ int Launcher::run() {
       {"TANDEM_MASTER_PORT", std::to_string(port)},
       {"TANDEM_SECRET", *secret},
   };
+  if (host_store) common["TANDEM_STORE"] = o_.master_addr + ":" + std::to_string(port);
   // torchrun's names too, so scripts written for it (PyTorch's env:// rendezvous) run unchanged
   common["WORLD_SIZE"] = common["TANDEM_WORLD_SIZE"];
   common["MASTER_ADDR"] = o_.master_addr;
-  common["MASTER_PORT"] = std::to_string(port);
+  common["MASTER_PORT"] = std::to_string(torch_port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
   if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
@@ -737,7 +813,8 @@ tandem::cli::Registration reg{
       sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
           ->check(CLI::PositiveNumber);
-      sub.add_option("--port", o->port, "rendezvous port (default: a free one)")->check(CLI::Range(0, 65535));
+      sub.add_option("--port", o->port, "rendezvous port; a new job's launcher serves the store there (default: a "
+                     "free one)")->check(CLI::Range(0, 65535));
       sub.add_option("--master-addr", o->master_addr,
                      "rank 0's address as the other ranks reach it (default 127.0.0.1; needed with --host-exec)");
       sub.add_option("--host-exec", o->host_exec,

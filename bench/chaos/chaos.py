@@ -43,13 +43,16 @@ RANKS = 4
 MIN_RANKS = 2
 SEED = 7  # the training's seed (the checkpoint check resumes with the same)
 OUTCOMES = ("continued", "stopped", "hung", "corrupted", "other")
-GO_ON = re.compile(r"elastic: world rank\(s\) ([\d, ]+) lost \((.*)\); (\d+) ranks go on \(world ranks ([\d, ]+)\) "
-                   r"from step (\d+) after (\d+) ms")
+# The survivors' "go on" line (parallel_trainer.cpp):
+# "... N ranks go on (world ranks ...) after T ms: from step S: ...".
+GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
+                   r"\(world ranks [\d, ]+\) after (?P<ms>\d+) ms: from step (?P<step>\d+)")
 # Rank 0's text report (not --json: its "training ..." line, printed once every rank joined and the trainer exists,
-# marks the start of training): "epoch E: train loss L acc ...", then "  ddp world W = dp ...".
+# marks the start of training): "epoch E: train loss L acc ...", then "  ddp world W = dp ...". The trainer's rank 0
+# prints the epochs: after world rank 0 is lost, the lowest survivor (another launcher index).
 STARTED = re.compile(r"^\[rank 0\] training lenet5 ")
-EPOCH = re.compile(r"^\[rank 0\] epoch (\d+): train loss (\S+) acc")
-WORLD = re.compile(r"^\[rank 0\]\s+ddp world (\d+) = dp")
+EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc")
+WORLD = re.compile(r"^\[rank \d+\]\s+ddp world (\d+) = dp")
 
 
 def cpu_model():
@@ -251,7 +254,7 @@ def names_rank(lines, victim):
 def run_trial(a, transport, idx, window, rng, tmp):
     ckpt = os.path.join(tmp, "t%d.ckpt" % idx)
     mode = rng.choice(a.modes)
-    victim = rng.randint(1, RANKS - 1)
+    victim = rng.choice(a.victim_ranks)
     at = rng.uniform(*window)  # seconds after training started
     cmd = [a.cli, "launch", "-n", str(RANKS), "--min-ranks", str(MIN_RANKS), "--transport", transport, "--",
            a.cli] + train_args(a, ckpt)
@@ -297,8 +300,8 @@ def run_trial(a, transport, idx, window, rng, tmp):
     for t, line in lines:
         m = GO_ON.search(line)
         if m:
-            go_ons.append({"t_s": round(t, 3), "lost": m.group(1), "ranks": int(m.group(3)), "step": int(m.group(5)),
-                           "reported_ms": int(m.group(6))})
+            go_ons.append({"t_s": round(t, 3), "lost": m.group("lost"), "ranks": int(m.group("ranks")),
+                           "step": int(m.group("step")), "reported_ms": int(m.group("ms"))})
     rec["go_on"] = go_ons
     if fault_t is not None:
         after = [g for g in go_ons if g["t_s"] >= fault_t]
@@ -401,6 +404,9 @@ def main():
     ap.add_argument("--modes", default="kill,stall-cont,stall-kill",
                     help="faults drawn from (comma-separated): kill, stall-cont, stall-kill")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--victims", default="0,1,2,3",
+                    help="world ranks a fault may hit, one drawn per trial (default every rank: tandem launch serves "
+                    "the rendezvous store, so rank 0 is survived too; before, 1,2,3)")
     ap.add_argument("--dataset", default="fashion-mnist")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40, help="steps per epoch (--limit-batches)")
@@ -420,6 +426,12 @@ def main():
                     help="exit 1 unless every trial continued or stopped cleanly (for CTest)")
     a = ap.parse_args()
     a.modes = [m for m in a.modes.split(",") if m]
+    try:
+        a.victim_ranks = sorted({int(v) for v in a.victims.split(",") if v})
+    except ValueError:
+        ap.error("--victims: '%s' is not a comma-separated list of ranks" % a.victims)
+    if not a.victim_ranks or not all(0 <= v < RANKS for v in a.victim_ranks):
+        ap.error("--victims: '%s' names no rank, or one outside 0..%d" % (a.victims, RANKS - 1))
     for m in a.modes:
         if m not in ("kill", "stall-cont", "stall-kill"):
             ap.error("--modes: '%s' is not kill, stall-cont or stall-kill" % m)

@@ -11,6 +11,11 @@
 //   4. Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 //   5. nothing set: a single rank (size 1).
 // The secret is TANDEM_SECRET (`tandem launch` generates a random one per job).
+// Who serves the rendezvous store: rank 0 of the job, in its process -- unless TANDEM_STORE=HOST:PORT names the
+// job's rendezvous address and port (TANDEM_MASTER_ADDR:TANDEM_MASTER_PORT, exactly as spelled there): another
+// process (`tandem launch`, which outlives every rank) serves it there, and every rank, rank 0 included, is
+// only its client -- so the store, and the shrink agreement it carries, survive the death of any rank. A
+// communicator that meets elsewhere (an explicit port, e.g. a sub-job's) ignores TANDEM_STORE.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +34,7 @@ struct BootstrapConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;     // 0 only for a single rank
   std::string secret;
+  bool external_store = false;     // TANDEM_STORE names this rendezvous: no rank serves it (see above)
   std::string source = "default";  // which family gave rank/size: TANDEM, torchrun, Open MPI, Slurm, default
   std::vector<std::string> notes;  // decisions taken without being told (derived port, default secret), for logs
 };
@@ -38,8 +44,8 @@ struct BootstrapConfig {
 BootstrapConfig bootstrap_config_from_env();
 BootstrapConfig bootstrap_config_from_env(const EnvLookup& lookup);
 
-// The job's meeting point for this process: rank 0 owns the server; every rank (rank 0 included)
-// talks to it through `client`. For a single rank there is neither and `store` is in-memory.
+// The job's meeting point for this process: rank 0 owns the server (none when config.external_store); every rank
+// (rank 0 included) talks to it through `client`. For a single rank there is neither and `store` is in-memory.
 struct Rendezvous {
   std::shared_ptr<RendezvousServer> server;  // rank 0 only
   std::shared_ptr<RendezvousClient> client;  // size > 1

@@ -329,6 +329,16 @@ BootstrapConfig bootstrap_config_from_env(const EnvLookup& env) {
                                   c.info.size, c.master_addr));
   }
 
+  if (const char* s = env("TANDEM_STORE"); s != nullptr && *s != '\0') {
+    // HOST:PORT of a store another process serves (bootstrap.hpp); it applies when it is this job's rendezvous.
+    const std::string v = s;
+    const size_t colon = v.rfind(':');
+    TANDEM_REQUIRE(colon != std::string::npos && colon > 0 && colon + 1 < v.size(),
+                   "TANDEM_STORE='{}' is not HOST:PORT (the rendezvous store `tandem launch` serves)", v);
+    const Var store_port{"TANDEM_STORE's port", v.substr(colon + 1)};
+    const int64_t p = parse_int(store_port, 1, 65535);
+    c.external_store = v.substr(0, colon) == c.master_addr && p == c.master_port;
+  }
   if (const char* s = env("TANDEM_SECRET"); s != nullptr && *s != '\0') {
     c.secret = s;
   } else {
@@ -363,7 +373,10 @@ Rendezvous start_rendezvous(const BootstrapConfig& config, std::chrono::millisec
                  "the rendezvous port must be in 1..65535 for a job of {} ranks, got {}", info.size,
                  config.master_port);
   const uint64_t generation = next_generation(fmt::format("{}:{}", config.master_addr, config.master_port), info.rank);
-  if (info.rank == 0) {
+  if (config.external_store) {
+    log::debug("rank {}: the rendezvous store at {}:{} is served by another process (TANDEM_STORE)", info.rank,
+               config.master_addr, config.master_port);
+  } else if (info.rank == 0) {
     RendezvousServerOptions so;
     so.bind_host = is_loopback_address(config.master_addr) ? (config.master_addr == "localhost" ? "127.0.0.1"
                                                                                           : config.master_addr)

@@ -12,7 +12,8 @@
 //     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
 //  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
 //     comes back late is refused, never admitted into a second view.
-// Limits: the store must survive (on tcp it is served by rank 0 of the job's world); a coordinator
+// Limits: the store must survive (on tcp it is served by rank 0 of the job's world unless TANDEM_STORE names one
+// served elsewhere, as `tandem launch` does: bootstrap.hpp); a coordinator
 // that dies between its ticket and its decision makes every survivor fail with kTimeout.
 #include <chrono>
 #include <cstdint>

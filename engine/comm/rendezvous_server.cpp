@@ -75,6 +75,7 @@ struct RendezvousServer::Impl {
   std::set<uint64_t> generations;  // guarded by stats_mu
 
   bool serves(uint64_t g) const {
+    if (options.every_generation) return true;
     std::lock_guard lock(stats_mu);
     return generations.count(g) != 0;
   }

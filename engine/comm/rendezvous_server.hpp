@@ -1,7 +1,7 @@
 #pragma once
-// The rendezvous server: a small key-value store that rank 0 serves over ZeroMQ (ROUTER on TCP)
-// from a background thread, for as long as the object lives. Peers must prove they know the job's
-// shared secret (challenge-response, rendezvous_protocol.hpp) before anything they send is acted
+// The rendezvous server: a small key-value store that rank 0 (or `tandem launch`, see bootstrap.hpp) serves over
+// ZeroMQ (ROUTER on TCP) from a background thread, for as long as the object lives. Peers must prove they know
+// the job's shared secret (challenge-response, rendezvous_protocol.hpp) before anything they send is acted
 // on; refused peers are logged with their address and get no data. Garbage on the port, oversized
 // frames and half-open connections never crash, stall or disturb the store.
 //
@@ -27,6 +27,9 @@ struct RendezvousServerOptions {
   // wait on the store (e.g. in a final barrier).
   std::chrono::milliseconds shutdown_grace{3000};
   uint64_t generation = 0;  // the communicator generation served first (rendezvous_protocol.hpp); see admit()
+  // true: every generation is served (a store hosted outside the ranks, e.g. by `tandem launch`, which cannot
+  // know how many communicators the ranks create; `generation` and admit() are then moot).
+  bool every_generation = false;
 };
 
 struct RendezvousServerStats {

@@ -25,6 +25,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_MASTER_ADDR", K::kText, 0, 0, "", "127.0.0.1", "rendezvous host (rank 0 serves it)"},
     {"TANDEM_MASTER_PORT", K::kInteger, 1, 65535, "", "derived", "rendezvous port"},
     {"TANDEM_SECRET", K::kText, 0, 0, "", "derived from the job (logged)", "the job's shared rendezvous secret"},
+    {"TANDEM_STORE", K::kText, 0, 0, "", "unset (rank 0 serves)",
+     "HOST:PORT of the rendezvous store another process serves (tandem launch sets it)"},
     // Communicator.
     {"TANDEM_TRANSPORT", K::kText, 0, 0, "", "auto", "transport: auto, inproc, tcp, zmq, ucx, rdma"},
     {"TANDEM_TIMEOUT_MS", K::kInteger, 1, kNoLimit, "", "60000", "deadline of every blocking operation"},

@@ -47,8 +47,10 @@
 //    is skipped and at most dp' - 1 are seen twice. An epoch is then longer in steps (ceil(N / dp') / batch).
 //  - Stop: fewer than min_ranks survivors write a checkpoint (elastic_checkpoint, atomically, resumable at any dp)
 //    and fail with kPeerFailure naming the lost world ranks, on every survivor.
-//  - Limits: over tcp the store lives in world rank 0, so losing rank 0 stops the job (kTimeout); a snapshot per
-//    step costs a host copy of the parameters and optimizer state.
+//  - Rank 0: losing it is survived like any rank when the store is served outside the ranks (TANDEM_STORE; `tandem
+//    launch` serves it): the lowest survivor becomes rank 0 and reports from then on. With the store in world rank 0
+//    (no launcher, or a --master-addr not on the launcher's machine) losing rank 0 stops the job (kTimeout).
+//  - Limits: a snapshot per step costs a host copy of the parameters and optimizer state.
 //
 // Growth (issue #17; elastic ddp at pp = 1; elastic_grow.cpp). New ranks join a running job (comm::join_communicator,
 // `tandem launch --join`) and build their trainer with ParallelConfig::joining over the communicator it returns:

@@ -268,6 +268,7 @@ BOOST_AUTO_TEST_CASE(a_null_handle_is_an_invalid_argument_naming_it_for_every_fu
   tandem_algo_t algo = TANDEM_ALGO_AUTO;
   tandem_status_t st = TANDEM_OK;
   tandem_comm_t* comm_out = nullptr;
+  tandem_store_t* store_out = nullptr;
   tandem_request_t* req = nullptr;
   tandem_model_t* model_out = nullptr;
   tandem_dataset_t* data_out = nullptr;
@@ -300,6 +301,8 @@ BOOST_AUTO_TEST_CASE(a_null_handle_is_an_invalid_argument_naming_it_for_every_fu
       {"tandem_comm_pending_joins", "comm", [&] { return tandem_comm_pending_joins(nullptr, &i64); }},
       {"tandem_comm_grow", "comm", [&] { return tandem_comm_grow(nullptr, 0, &comm_out); }},
       {"tandem_comm_join", "context", [&] { return tandem_comm_join(nullptr, nullptr, 1000, &comm_out); }},
+      {"tandem_store_serve", "context", [&] { return tandem_store_serve(nullptr, nullptr, 0, "s", &store_out); }},
+      {"tandem_store_port", "store", [&] { return tandem_store_port(nullptr, &i32); }},
       {"tandem_comm_rank", "comm", [&] { return tandem_comm_rank(nullptr, &i32); }},
       {"tandem_comm_size", "comm", [&] { return tandem_comm_size(nullptr, &i32); }},
       {"tandem_comm_transport_name", "comm", [&] { return tandem_comm_transport_name(nullptr, &name); }},

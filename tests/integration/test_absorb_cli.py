@@ -5,12 +5,9 @@ survivor's log names the lost rank. The server SIGKILLed instead: every worker s
 "parameter server 0 (world rank 3)" and the launcher fails. Run by CTest with TANDEM_CLI set; standard library only.
 Every process is bounded by a timeout and killed by PID."""
 import os
-import signal
-import subprocess
-import time
 import unittest
 
-from test_elastic_cli import epochs_of, rank_pid
+from test_elastic_cli import epochs_of, launch_and_kill
 
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 EPOCHS = 3
@@ -19,37 +16,15 @@ TRAIN = ["train", "--json", "--strategy", "ps-async", "--servers", "1", "--model
          "--seed", "5", "--epochs", str(EPOCHS)]
 
 
-def env():
-    return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1")
-
-
-def launch_and_kill(test, rank):
+def kill_during_training(test, rank):
     """Runs the job; SIGKILLs `rank` once rank 0 has reported epoch 1. Returns (exit code, output lines)."""
-    p = subprocess.Popen([CLI, "launch", "-n", "4", "--min-ranks", "3", "--transport", "tcp", "--", CLI] + TRAIN,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
-    lines = []
-    killed = False
-    try:
-        deadline = time.monotonic() + 240
-        for line in p.stdout:
-            lines.append(line)
-            test.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
-            if not killed and epochs_of([line], 0).get(1):
-                os.kill(rank_pid(p.pid, rank), signal.SIGKILL)  # the ranks are training epoch 2
-                killed = True
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-    test.assertTrue(killed, "".join(lines))
-    return p.returncode, lines
+    code, lines, _ = launch_and_kill(test, ["-n", "4", "--min-ranks", "3", "--transport", "tcp"], rank, train=TRAIN)
+    return code, lines
 
 
 class AbsorbLaunch(unittest.TestCase):
     def test_a_killed_worker_is_absorbed_and_the_launcher_exits_0(self):
-        code, lines = launch_and_kill(self, 2)
+        code, lines = kill_during_training(self, 2)
         out = "".join(lines)
         self.assertEqual(code, 0, out)
         self.assertRegex(out, r"tandem launch: rank 2 was killed by signal 9 .*the other 3 running rank\(s\) go on")
@@ -68,7 +43,7 @@ class AbsorbLaunch(unittest.TestCase):
         self.assertTrue(last["train_loss"] is not None and last["test_loss"] is not None, out)
 
     def test_a_killed_server_stops_every_worker_naming_it(self):
-        code, lines = launch_and_kill(self, 3)
+        code, lines = kill_during_training(self, 3)
         out = "".join(lines)
         self.assertNotEqual(code, 0, out)
         for r in (0, 1, 2):

@@ -1,6 +1,7 @@
 """Elastic DDP through the command line (issue #17): `tandem launch -n 3 --min-ranks 2 -- tandem train --strategy ddp
 --elastic` over tcp; rank 2 is SIGKILLed during training. The launcher names the dead rank and how it died, leaves
-the survivors running and exits 0; the survivors finish every epoch as a world of 2 with a finite loss. Run by CTest
+the survivors running and exits 0; the survivors finish every epoch as a world of 2 with a finite loss. Rank 0 too:
+the launcher serves the rendezvous store, so its death is survived the same way. Run by CTest
 with TANDEM_CLI set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import json
 import os
@@ -45,30 +46,50 @@ def epochs_of(lines, rank):
     return out
 
 
+def run_launch(test, launch_args, on_line, train=None, limit_s=240):
+    """Runs `tandem launch LAUNCH_ARGS -- tandem TRAIN` (train: other `tandem` arguments), stdout and stderr merged,
+    calling on_line(launcher pid, line) for each line; fails `test` past limit_s and kills the launcher by pid.
+    Returns (exit code, lines)."""
+    p = subprocess.Popen([CLI, "launch"] + launch_args + ["--", CLI] + (train or TRAIN), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+    lines = []
+    try:
+        deadline = time.monotonic() + limit_s
+        for line in p.stdout:
+            lines.append(line)
+            test.assertLess(time.monotonic(), deadline, "the job ran past %d s:\n" % limit_s + "".join(lines))
+            on_line(p.pid, line)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+    return p.returncode, lines
+
+
+def launch_and_kill(test, launch_args, rank, train=None, on_line=None):
+    """run_launch; SIGKILLs `rank` once rank 0 has reported epoch 1 (the ranks are training epoch 2), then hands
+    every later line to on_line(line, monotonic time of the kill). Returns (exit code, lines, that time)."""
+    killed = []
+
+    def watch(launcher, line):
+        if killed and on_line:
+            on_line(line, killed[0])
+        if not killed and epochs_of([line], 0).get(1):
+            os.kill(rank_pid(launcher, rank), signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    rc, lines = run_launch(test, launch_args, watch, train)
+    test.assertTrue(killed, "".join(lines))
+    return rc, lines, killed[0]
+
+
 class ElasticLaunch(unittest.TestCase):
     def test_a_killed_rank_leaves_two_survivors_that_finish_and_the_launcher_exits_0(self):
-        p = subprocess.Popen([CLI, "launch", "-n", "3", "--min-ranks", "2", "--transport", "tcp", "--", CLI] + TRAIN,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
-        lines = []
-        killed = False
-        try:
-            deadline = time.monotonic() + 240
-            for line in p.stdout:
-                lines.append(line)
-                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
-                if not killed and epochs_of([line], 0).get(1):
-                    # Epoch 1 is over on rank 0 (its checkpoint-free epoch line); the ranks are training epoch 2.
-                    os.kill(rank_pid(p.pid, 2), signal.SIGKILL)
-                    killed = True
-            p.wait(timeout=60)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdout.close()
+        rc, lines, _ = launch_and_kill(self, ["-n", "3", "--min-ranks", "2", "--transport", "tcp"], 2)
         out = "".join(lines)
-        self.assertTrue(killed, out)
-        self.assertEqual(p.returncode, 0, out)
+        self.assertEqual(rc, 0, out)
         self.assertRegex(out, r"tandem launch: rank 2 was killed by signal 9 .*the other 2 running rank\(s\) go on")
         self.assertIn("elastic job finished with 2 of 3 ranks (--min-ranks 2); lost: rank 2 (was killed by signal 9",
                       out)
@@ -82,6 +103,34 @@ class ElasticLaunch(unittest.TestCase):
         self.assertAlmostEqual(last["lr_scale"], 2 / 3, places=6)
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
         self.assertIn("elastic: world rank(s) 2 lost", out)
+
+    def test_losing_rank_0_is_survived_through_the_launchers_store(self):
+        # The launcher serves the rendezvous store (TANDEM_STORE), so the survivors of rank 0 agree on their
+        # membership there; old rank 1 becomes rank 0 and reports the remaining epochs as a world of 2.
+        resumed = []
+
+        def on_line(line, killed_at):
+            if not resumed and "2 ranks go on" in line:
+                resumed.append(time.monotonic() - killed_at)
+
+        rc, lines, _ = launch_and_kill(self, ["-n", "3", "--min-ranks", "2", "--transport", "tcp"], 0, on_line=on_line)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("elastic job finished with 2 of 3 ranks (--min-ranks 2); lost: rank 0 (was killed by signal 9",
+                      out)
+        self.assertIn("elastic: world rank(s) 0 lost", out)
+        # Well within one deadline (10 s): nobody waited for a store that died with rank 0.
+        self.assertTrue(resumed and resumed[0] < 5.0, out)
+        before, after = epochs_of(lines, 0), epochs_of(lines, 1)  # old rank 1 reports once it is rank 0
+        self.assertEqual(sorted(before), [1], out)
+        self.assertEqual(before[1]["world"], 3, out)
+        self.assertEqual(sorted(after), list(range(2, EPOCHS + 1)), out)
+        for e in range(2, EPOCHS + 1):
+            self.assertEqual(after[e]["world"], 2, out)
+            self.assertEqual(after[e]["lost_ranks"], 1, out)
+            self.assertAlmostEqual(after[e]["lr_scale"], 2 / 3, places=6)
+        # The loss continues from where the 3-rank epoch left it (every replica held the state).
+        self.assertTrue(after[EPOCHS]["train_loss"] < before[1]["train_loss"], out)
 
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,

@@ -1,17 +1,18 @@
 """Elastic growth through the command line (issue #17): `tandem launch -n 2 --max-ranks 4 --secret-file F -- tandem
 train --strategy ddp --elastic` over tcp on loopback; after its first epoch `tandem launch --join -n 2 --secret-file F`
 starts two more ranks that join at a step boundary, and the job ends as a world of 4 (learning rate x 2). A joiner
-with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Run by CTest with TANDEM_CLI
+with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Growth also works after rank 0
+died (the launcher serves the store). Run by CTest with TANDEM_CLI
 set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 
-from test_elastic_cli import epochs_of
+from test_elastic_cli import epochs_of, launch_and_kill, run_launch
 
 CLI = os.environ.get("TANDEM_CLI", "tandem")
 EPOCHS = 8
@@ -39,14 +40,14 @@ def run_joiner(port, secret_file, n, extra_env=None, timeout=120):
 
 
 class GrowLaunch(unittest.TestCase):
-    def test_two_ranks_grow_to_four_and_finish_together(self):
-        port = free_port()
+    def job_files(self):
+        """A free rendezvous port and a --secret-file path in a folder removed after the test."""
         tmp = tempfile.mkdtemp(prefix="tandem_grow_")
-        secret_file = os.path.join(tmp, "secret")
-        p = subprocess.Popen([CLI, "launch", "-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                              "--secret-file", secret_file, "--", CLI] + TRAIN,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
-        lines = []
+        self.addCleanup(shutil.rmtree, tmp, True)
+        return free_port(), os.path.join(tmp, "secret")
+
+    def test_two_ranks_grow_to_four_and_finish_together(self):
+        port, secret_file = self.job_files()
         results = {}
         threads = []
 
@@ -57,28 +58,23 @@ class GrowLaunch(unittest.TestCase):
             t.start()
             threads.append(t)
 
+        def on_line(_, line):
+            if "intruder" not in results and epochs_of([line], 0).get(1):
+                # Epoch 1 is over: a joiner with the wrong secret first, refused by the rendezvous.
+                results["intruder"] = run_joiner(port, None, 1, {"TANDEM_SECRET": "not-the-secret"}, timeout=60)
+                later("joiners", port, secret_file, 2)
+            if "joined at step" in line and "4 ranks go on" in line and "late" not in results:
+                later("late", port, secret_file, 1)
+                results["late"] = None
+
         try:
-            deadline = time.monotonic() + 240
-            for line in p.stdout:
-                lines.append(line)
-                self.assertLess(time.monotonic(), deadline, "the job ran past 240 s:\n" + "".join(lines))
-                if "intruder" not in results and epochs_of([line], 0).get(1):
-                    # Epoch 1 is over: a joiner with the wrong secret first, refused by the rendezvous.
-                    results["intruder"] = run_joiner(port, None, 1, {"TANDEM_SECRET": "not-the-secret"}, timeout=60)
-                    later("joiners", port, secret_file, 2)
-                if "joined at step" in line and "4 ranks go on" in line and "late" not in results:
-                    later("late", port, secret_file, 1)
-                    results["late"] = None
-            p.wait(timeout=60)
+            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
+                                          "--secret-file", secret_file], on_line, train=TRAIN)
+        finally:
             for t in threads:
                 t.join(timeout=150)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdout.close()
         out = "".join(lines)
-        self.assertEqual(p.returncode, 0, out)
+        self.assertEqual(rc, 0, out)
         intruder = results["intruder"]
         self.assertNotEqual(intruder.returncode, 0, intruder.stdout + intruder.stderr)
         self.assertRegex(intruder.stdout + intruder.stderr, r"(?i)secret|auth")
@@ -98,8 +94,40 @@ class GrowLaunch(unittest.TestCase):
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
         # Both joiners in one admission, or one after the other at the same step boundary (2 -> 3 -> 4).
         self.assertRegex(out, r"elastic: [12] rank\(s\) joined at step \d+; 4 ranks go on")
-        os.remove(secret_file)
-        os.rmdir(tmp)
+
+    def test_after_rank_0_dies_the_survivors_still_admit_a_joiner(self):
+        # The launcher serves the store, so rank 0's death is survived (3 -> 2, old rank 1 becomes rank 0) and the
+        # job's store still takes joiners: one joins the 2 survivors and the job ends as a world of 3.
+        port, secret_file = self.job_files()
+        results = {}
+        threads = []
+
+        def on_line(line, _):
+            if not threads and "2 ranks go on" in line:
+                def body():
+                    results["joiner"] = run_joiner(port, secret_file, 1)
+                threads.append(threading.Thread(target=body))
+                threads[0].start()
+
+        try:
+            args = ["-n", "3", "--min-ranks", "2", "--max-ranks", "3", "--transport", "tcp", "--port", str(port),
+                    "--secret-file", secret_file]
+            rc, lines, _ = launch_and_kill(self, args, 0, train=TRAIN, on_line=on_line)
+        finally:
+            for t in threads:
+                t.join(timeout=150)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("elastic: world rank(s) 0 lost", out)
+        joiner = results.get("joiner")
+        self.assertIsNotNone(joiner, out)
+        self.assertEqual(joiner.returncode, 0, joiner.stdout + joiner.stderr)
+        self.assertRegex(out, r"elastic: 1 rank\(s\) joined at step \d+; 3 ranks go on")
+        epochs = epochs_of(lines, 1)  # old rank 1 reports once rank 0 is gone
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 3, out)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs_of(lines, 0)[1]["train_loss"],
+                        out)
 
     def test_join_without_a_port_is_refused(self):
         r = subprocess.run([CLI, "launch", "--join", "-n", "1", "--", "true"], capture_output=True, text=True,

@@ -45,7 +45,7 @@ for p in os.listdir("/proc"):
             pass
 names = ("TANDEM_RANK", "TANDEM_WORLD_SIZE", "TANDEM_LOCAL_RANK", "TANDEM_LOCAL_WORLD_SIZE", "TANDEM_MASTER_ADDR",
          "TANDEM_MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-         "TANDEM_TIMEOUT_MS", "HOME_MARK")
+         "TANDEM_TIMEOUT_MS", "TANDEM_STORE", "HOME_MARK")
 out = {n: os.environ.get(n) for n in names}
 out.update(secret_len=len(s), secret_in_cmdline=bool(s) and seen, netns=os.readlink("/proc/self/ns/net"),
            cwd=os.getcwd())
@@ -159,6 +159,9 @@ class OverSsh(unittest.TestCase):
             self.assertEqual(j["TANDEM_LOCAL_WORLD_SIZE"], "2")
             self.assertEqual((j["TANDEM_MASTER_ADDR"], j["MASTER_ADDR"]), (self.hosts.addr[0], self.hosts.addr[0]))
             self.assertEqual(j["TANDEM_MASTER_PORT"], lines[0]["TANDEM_MASTER_PORT"])
+            # The launcher (on host 0) serves the job's store at the rendezvous address; remote ranks are told so.
+            self.assertEqual(j["TANDEM_STORE"], "%s:%s" % (self.hosts.addr[0], j["TANDEM_MASTER_PORT"]))
+            self.assertNotEqual(j["MASTER_PORT"], j["TANDEM_MASTER_PORT"])  # free for torch's own rendezvous
             self.assertEqual(j["TANDEM_TIMEOUT_MS"], "20000")  # a TANDEM_* setting of the launcher's goes along
             self.assertIsNone(j["HOME_MARK"])  # ...other variables do not (ssh forwards none)
             self.assertEqual(j["secret_len"], 64)

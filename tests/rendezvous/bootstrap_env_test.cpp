@@ -292,4 +292,59 @@ BOOST_AUTO_TEST_CASE(rendezvous_from_env_connects_every_rank) {
   BOOST_TEST(invalid(bad).find("TANDEM_MASTER_PORT") != std::string::npos);
 }
 
+// TANDEM_STORE (issue #17): a store served by another process (tandem launch). It applies to the rendezvous it
+// names -- then rank 0 serves nothing and every rank is a client -- and a malformed value is named.
+BOOST_AUTO_TEST_CASE(tandem_store_names_an_external_store_for_the_rendezvous_it_matches) {
+  const Env base = {{"TANDEM_RANK", "0"}, {"TANDEM_WORLD_SIZE", "2"}, {"TANDEM_MASTER_ADDR", "127.0.0.1"},
+                    {"TANDEM_MASTER_PORT", "4000"}};
+  BOOST_TEST(!parse(base).external_store);
+  Env env = base;
+  env["TANDEM_STORE"] = "127.0.0.1:4000";
+  BOOST_TEST(parse(env).external_store);
+  env["TANDEM_STORE"] = "127.0.0.1:4001";  // another rendezvous (a sub-job's port): rank 0 serves its own
+  BOOST_TEST(!parse(env).external_store);
+  env["TANDEM_STORE"] = "10.0.0.1:4000";
+  BOOST_TEST(!parse(env).external_store);
+  for (const char* bad : {"127.0.0.1", ":4000", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:99999", "127.0.0.1:4x"}) {
+    env["TANDEM_STORE"] = bad;
+    const std::string msg = invalid(env);
+    BOOST_TEST(msg.find("TANDEM_STORE") != std::string::npos, bad << " gave: '" << msg << "'");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(with_an_external_store_no_rank_serves_and_the_store_outlives_rank_0) {
+  RendezvousServerOptions so;
+  so.secret = "external-secret";
+  so.every_generation = true;
+  so.shutdown_grace = 0ms;
+  RendezvousServer server(so);
+  constexpr int kRanks = 3;
+  std::vector<BootstrapConfig> configs;
+  for (int r = 0; r < kRanks; ++r) {
+    const Env env = {{"TANDEM_RANK", std::to_string(r)}, {"TANDEM_WORLD_SIZE", std::to_string(kRanks)},
+                     {"TANDEM_MASTER_ADDR", "127.0.0.1"}, {"TANDEM_MASTER_PORT", std::to_string(server.port())},
+                     {"TANDEM_SECRET", "external-secret"},
+                     {"TANDEM_STORE", "127.0.0.1:" + std::to_string(server.port())}};
+    configs.push_back(parse(env));
+  }
+  std::vector<Rendezvous> rdv;
+  for (int r = 0; r < kRanks; ++r) rdv.push_back(start_rendezvous(configs[r], 5000ms));
+  for (int r = 0; r < kRanks; ++r) BOOST_TEST(!rdv[r].server, "rank " << r << " serves a store of its own");
+  rdv[0].store->set("from-0", "hello");
+  rdv.erase(rdv.begin());  // rank 0 is gone: what it wrote, and the store, are not
+  BOOST_TEST(rdv[1].store->get("from-0", 2000ms) == "hello");
+  BOOST_TEST(rdv[0].store->add("survivors", 1) + rdv[1].store->add("survivors", 1) == 3);
+  // A wrong secret is refused by the external store as by rank 0's.
+  Env wrong = {{"TANDEM_RANK", "1"}, {"TANDEM_WORLD_SIZE", "2"}, {"TANDEM_MASTER_ADDR", "127.0.0.1"},
+               {"TANDEM_MASTER_PORT", std::to_string(server.port())}, {"TANDEM_SECRET", "wrong"},
+               {"TANDEM_STORE", "127.0.0.1:" + std::to_string(server.port())}};
+  Status st = Status::kOk;
+  try {
+    start_rendezvous(parse(wrong), 2000ms);
+  } catch (const Error& e) {
+    st = e.status();
+  }
+  BOOST_TEST((st == Status::kAuth));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -122,6 +122,38 @@ BOOST_AUTO_TEST_CASE(sets_the_job_environment_with_a_fresh_secret) {
   if (!secrets.empty()) BOOST_TEST(b.out.find(*secrets.begin()) == std::string::npos);  // ... fresh for each job
 }
 
+// Issue #17: the launcher serves the job's store itself at the rendezvous port and says so with TANDEM_STORE;
+// torchrun's MASTER_PORT is another port, free for a program's own rank-0 rendezvous (PyTorch's env://).
+BOOST_AUTO_TEST_CASE(the_launcher_serves_the_store_and_names_it_in_tandem_store) {
+  const int port = rdv_test::free_port();
+  const auto r = launch({"-n", "2", "--port", std::to_string(port), "--", "sh", "-c",
+                         "echo store $TANDEM_STORE $TANDEM_MASTER_ADDR:$TANDEM_MASTER_PORT $MASTER_PORT"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  const std::string want = "store 127.0.0.1:" + std::to_string(port) + " 127.0.0.1:" + std::to_string(port) + " ";
+  int seen = 0;
+  for (const auto& l : lines_of(r.out)) {
+    const size_t at = l.find("] store ");
+    if (at == std::string::npos) continue;
+    ++seen;
+    BOOST_TEST(l.substr(at + 2, want.size()) == want, l);
+    BOOST_TEST(l.substr(at + 2 + want.size()) != std::to_string(port), l);  // MASTER_PORT is another port
+  }
+  BOOST_TEST(seen == 2, r.out);
+  // The port taken: the launcher says so before starting any rank.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 1) == 0 &&
+                ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const auto taken = launch({"-n", "2", "--port", std::to_string(ntohs(a.sin_port)), "--", "echo", "ran"});
+  ::close(fd);
+  BOOST_TEST(taken.exit_code() == 1, taken.err);
+  BOOST_TEST(taken.err.find("cannot serve the job's rendezvous store") != std::string::npos, taken.err);
+  BOOST_TEST(taken.out.find("ran") == std::string::npos, taken.out);
+}
+
 BOOST_AUTO_TEST_CASE(ranks_meet_through_the_rendezvous_store) {
   const auto r = launch({"-n", "3", "--", kProbe, "exchange"});
   BOOST_TEST(r.exit_code() == 0, r.err);

@@ -128,9 +128,11 @@ typedef struct tandem_context_params {
  *   TANDEM_WORLD_SIZE         ranks in the job                                     default 1
  *   TANDEM_LOCAL_RANK         rank among the job's ranks on this host              default derived
  *   TANDEM_LOCAL_WORLD_SIZE   the job's ranks on this host                         default derived
- *   TANDEM_MASTER_ADDR        rendezvous host (rank 0 serves it)                   default 127.0.0.1
+ *   TANDEM_MASTER_ADDR        rendezvous host (rank 0 serves it, see TANDEM_STORE) default 127.0.0.1
  *   TANDEM_MASTER_PORT        rendezvous port, 1..65535                            default derived
  *   TANDEM_SECRET             the job's shared rendezvous secret          default derived (logged)
+ *   TANDEM_STORE              HOST:PORT of a rendezvous store another process serves
+ *                             (`tandem launch` sets it; see tandem_store_serve)  default unset
  *  Communicator (tandem_comm_params_t fields win over these)
  *   TANDEM_TRANSPORT          auto, inproc, tcp, zmq, ucx, rdma                    default auto
  *   TANDEM_TIMEOUT_MS         deadline of every blocking operation, ms             default 60000
@@ -254,8 +256,15 @@ typedef struct tandem_comm_params {
 #define TANDEM_COMM_PARAMS_INIT {0}
 
 /* Creates this process's communicator over all ranks of the job (collective: every rank calls it).
- * Rank 0 serves the rendezvous; the others connect with the shared secret and exchange transport
- * addresses. Blocks until every rank has joined or timeout_ms passes.
+ * Rank 0 serves the rendezvous (unless TANDEM_STORE names another process's, below); the others connect
+ * with the shared secret and exchange transport addresses. Blocks until every rank has joined or timeout_ms
+ * passes.
+ * Who serves the rendezvous store: rank 0, in its process -- unless TANDEM_STORE=HOST:PORT names the
+ * communicator's rendezvous (its master_addr and master_port, spelled as in TANDEM_STORE): then another
+ * process serves the store there (tandem_store_serve; `tandem launch` does, for every job it starts, when
+ * --master-addr is an address of its own machine) and every rank, rank 0 included, is only its client. Such
+ * a store survives the death of any rank, so elastic recovery (tandem_comm_shrink) works after rank 0 dies.
+ * A communicator that meets elsewhere (another port, e.g. a sub-job's) ignores TANDEM_STORE.
  * [in] ctx: the owning context; must outlive the communicator.
  * [in] params: may be NULL (everything from the environment); strings are copied.
  * [out] out: the new communicator; destroy with tandem_comm_destroy.
@@ -280,6 +289,27 @@ TANDEM_API tandem_status_t tandem_comm_create(tandem_context_t* ctx, const tande
 TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color, int32_t key,
                                              tandem_comm_t** out) TANDEM_NOEXCEPT;
 
+/* A rendezvous store served by this process (not by a rank): the job's ranks reach it through TANDEM_STORE
+ * (see tandem_comm_create); it lives until tandem_store_destroy, however many ranks die. Peers authenticate
+ * with the job's secret exactly as with rank 0's store (a mutual challenge-response; the secret never crosses
+ * the wire); it serves every communicator the ranks create.
+ * `tandem launch` hosts one per job.
+ * tandem_store_serve: [in] ctx: the owning context; must outlive the store. [in] bind_addr: an IP literal,
+ * "*" (every interface) or an interface name; NULL: "127.0.0.1". [in] port: 0..65535, 0 = a free port (see
+ * tandem_store_port). [in] secret: the job's secret, non-empty (copied). [out] out: the store.
+ * Threads: any (the store answers from a thread of its own). Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT
+ * (NULL/destroyed ctx, out NULL, secret NULL or empty, port out of range), TANDEM_ERR_TRANSPORT (cannot
+ * listen there, e.g. the port is taken; the message names the address). */
+typedef struct tandem_store tandem_store_t;
+TANDEM_API tandem_status_t tandem_store_serve(tandem_context_t* ctx, const char* bind_addr, int32_t port,
+                                              const char* secret, tandem_store_t** out) TANDEM_NOEXCEPT;
+/* The port the store listens on. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed store,
+ * port NULL). */
+TANDEM_API tandem_status_t tandem_store_port(const tandem_store_t* store, int32_t* port) TANDEM_NOEXCEPT;
+/* Stops serving at once (requests still waiting are answered "shutting down"; destroy it after the ranks
+ * are done) and frees the store. NULL or a destroyed store is a no-op. Threads: any, once. */
+TANDEM_API void tandem_store_destroy(tandem_store_t* store) TANDEM_NOEXCEPT;
+
 /* Elastic recovery (shrink, not revoke + rebuild): after comm failed because ranks died, stalled or
  * aborted, the ranks still alive each call this and get a new communicator of the survivors, over the
  * same connections, without restarting any process. Collective over the survivors.
@@ -288,9 +318,11 @@ TANDEM_API tandem_status_t tandem_comm_split(tandem_comm_t* comm, int32_t color,
  * tandem_comm_get_failure; an aborting rank included) and every rank that has not called
  * tandem_comm_shrink within comm's timeout_ms -- a slow rank counts as dead, and when it calls later it
  * is refused (TANDEM_ERR_PEER_FAILURE, "declared dead"), so there are never two views at once.
- * The survivors keep their order: new rank i is the i-th surviving old rank. The store must survive
- * (with tcp, zmq or ucx rank 0 of the job serves it): when it or the coordinator dies while deciding,
- * every survivor gets TANDEM_ERR_TIMEOUT.
+ * The survivors keep their order: new rank i is the i-th surviving old rank (the lowest survivor becomes
+ * rank 0). The store must survive: with tcp, zmq or ucx rank 0 of the job serves it unless TANDEM_STORE
+ * names a store served elsewhere (tandem_store_serve; `tandem launch` does), so losing rank 0 can be
+ * survived only then. When the store or the coordinator dies while deciding, every survivor gets
+ * TANDEM_ERR_TIMEOUT.
  * [in] failed: a communicator whose async status is a failure; it stays failed (destroy it when done).
  * [out] out: the survivors' communicator (independent of failed; destroy each separately).
  * Threads: per handle. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed handle, out NULL,
@@ -952,7 +984,9 @@ typedef struct tandem_parallel_params {
    * elastic (min_ranks still applies); a lost parameter server fails the job naming it; PIPELINE and HYBRID refuse
    * elastic (TANDEM_ERR_UNSUPPORTED). Fewer survivors than
    * min_ranks write elastic_checkpoint (atomically) and fail with TANDEM_ERR_PEER_FAILURE naming the lost ranks.
-   * Over tcp the rendezvous store lives in rank 0: losing rank 0 stops the job (TANDEM_ERR_TIMEOUT). */
+   * Losing rank 0 over tcp, zmq or ucx is survived when the store is served outside the ranks (TANDEM_STORE, as
+   * `tandem launch` sets it; the lowest survivor becomes rank 0); with rank 0 serving the store it stops the job
+   * (TANDEM_ERR_TIMEOUT). */
   int32_t elastic;                  /* non-zero: elastic; default 0 */
   int32_t min_ranks;                /* elastic: in [1, world]; default 1 */
   const char* elastic_checkpoint;   /* elastic: copied; NULL or "" (default): no checkpoint at the stop */
