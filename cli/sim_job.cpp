@@ -140,6 +140,8 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
       ->check(CLI::Range(0, 2));
   app.add_option("--framework", o->framework, "whose training process: tandem or pytorch-ddp (runtime memory; pytorch-ddp: its first gradient bucket capped at 1 MiB)")
       ->transform(names(framework_names()));
+  app.add_flag("--no-broadcast-buffers", o->no_broadcast_buffers, "pytorch-ddp: the job sets DDP's broadcast_buffers="
+               "False (by default rank 0's buffers, e.g. BatchNorm statistics, are broadcast before every forward)");
   app.add_flag("--json", o->json, "one JSON object on stdout");
   return o;
 }
@@ -277,6 +279,7 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
   }
   if (set("--zero", TANDEM_SIM_JOB_ZERO)) p.zero = o.zero;
   if (set("--framework", TANDEM_SIM_JOB_FRAMEWORK)) p.framework = static_cast<tandem_framework_t>(o.framework);
+  if (set("--no-broadcast-buffers", TANDEM_SIM_JOB_BROADCAST_BUFFERS)) p.broadcast_buffers = 0;
   return 0;
 }
 

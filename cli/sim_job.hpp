@@ -29,8 +29,9 @@ struct SimJobCli {
   int32_t servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
-  uint64_t seed = 0;
-  int64_t limit_batches = 0;  // the training run's --limit-batches: batches per epoch (0: all)  // the training run's --seed: fedavg's client draw and shares, asgd's matching
+  uint64_t seed = 0;          // the training run's --seed: fedavg's client draw and shares, asgd's matching
+  int64_t limit_batches = 0;  // the training run's --limit-batches: batches per epoch (0: all)
+  bool no_broadcast_buffers = false;  // pytorch-ddp with broadcast_buffers=False
   // issue #16: memory options and the framework's process
   int precision = TANDEM_PRECISION_F32, framework = TANDEM_FRAMEWORK_TANDEM;
   std::string recompute = "none";

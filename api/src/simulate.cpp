@@ -24,7 +24,8 @@ namespace {
 
 constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TANDEM_SIM_JOB_PRECISION |
                                    TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK |
-                                   TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES;
+                                   TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES |
+                                   TANDEM_SIM_JOB_BROADCAST_BUFFERS;
 constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DETAIL << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
@@ -138,6 +139,11 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   if (m & TANDEM_SIM_JOB_LIMIT_BATCHES) {
     TANDEM_REQUIRE(p->limit_batches >= 0, "job.limit_batches: must be >= 0 (0: whole epochs), got {}", p->limit_batches);
     j.limit_batches = p->limit_batches;
+  }
+  if (m & TANDEM_SIM_JOB_BROADCAST_BUFFERS) {
+    TANDEM_REQUIRE(p->broadcast_buffers == 0 || p->broadcast_buffers == 1,
+                   "job.broadcast_buffers: must be 0 or 1, got {}", p->broadcast_buffers);
+    j.broadcast_buffers = p->broadcast_buffers == 1;
   }
   if (m & TANDEM_SIM_JOB_FRAMEWORK)
     j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");

@@ -92,6 +92,17 @@ class Mistakes(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn("--limit-batches", out)
 
+    def test_simulate_pytorch_ddp_without_its_buffer_broadcast(self):
+        # --framework pytorch-ddp broadcasts BatchNorm buffers before every forward (DDP's default);
+        # --no-broadcast-buffers is a job with broadcast_buffers=False: a shorter step for mobilenetv2
+        def sim(*extra):
+            rc, out = tandem("simulate", "--cluster", "t2.micro:4", "--model", "mobilenetv2", "--dataset",
+                             "fashion-mnist", "--batch", "32", "--strategy", "ddp", "--framework", "pytorch-ddp",
+                             "--json", *extra)
+            self.assertEqual(rc, 0, out)
+            return json.loads(out)["step_time_s"]
+        self.assertLess(sim("--no-broadcast-buffers"), sim())
+
     def test_unknown_model_and_preset_name_the_closest(self):
         rc, out = tandem("simulate", "--cluster", "t2.mikro:2")
         self.assertNotEqual(rc, 0)

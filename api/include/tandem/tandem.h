@@ -1177,6 +1177,7 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 /* issue #13, continued (bits 50- ) */
 #define TANDEM_SIM_JOB_SEED             (UINT64_C(1) << 50)
 #define TANDEM_SIM_JOB_LIMIT_BATCHES    (UINT64_C(1) << 51)
+#define TANDEM_SIM_JOB_BROADCAST_BUFFERS (UINT64_C(1) << 52)
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1257,6 +1258,10 @@ typedef struct tandem_sim_job_params {
                                    shares, ASGD's gossip matching; default 0, as the trainer's */
   int64_t limit_batches;        /* the training run's --limit-batches: > 0 ends an epoch (a FEDAVG client's local
                                    epoch) after that many batches, as the trainer does; 0 (default): whole epochs */
+  /* added for issue #16 (continued) */
+  int32_t broadcast_buffers;    /* FRAMEWORK PYTORCH_DDP only: 1 as DDP's broadcast_buffers=True (its default; rank 0's
+                                   module buffers, e.g. BatchNorm statistics, are broadcast before every forward),
+                                   0 as broadcast_buffers=False; other values are refused. Unset: 1 */
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
