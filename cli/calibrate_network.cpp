@@ -146,7 +146,8 @@ void exchange_hello(int fd, double timeout_s, const std::string& who) {
     if (std::memcmp(got, kHelloPrefix, sizeof kHelloPrefix - 1) == 0) {  // a tandem of another protocol version
       const char* nl = static_cast<const char*>(std::memchr(got, '\n', sizeof got));
       const char* from = got + sizeof kHelloPrefix - 1;
-      const std::string theirs(from, static_cast<size_t>((nl ? nl : got + sizeof got) - from));
+      std::string theirs;
+      for (const char* c = from; c < (nl ? nl : got + sizeof got); ++c) theirs += (*c >= 32 && *c < 127) ? *c : '?';
       throw NetError(fmt::format("{} speaks `tandem calibrate --network` protocol v{} and this tandem speaks v2 (v2 "
                                  "also measures the CPU a transfer costs on each side): run the same tandem version "
                                  "on both hosts", who, theirs));
