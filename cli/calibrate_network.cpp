@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,15 +25,22 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/src/comm_cpu_fit.hpp"
+
 namespace tandem::cli {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kHello[16] = "TANDEM-NET v1\n";  // 14 characters, then two bytes of 0
+constexpr char kHelloPrefix[] = "TANDEM-NET v";
+constexpr char kHello[16] = "TANDEM-NET v2\n";  // 14 characters, then two bytes of 0
 constexpr size_t kPingBytes = 64;
 constexpr uint32_t kFrameBytes = 1u << 20;
+// The paced phase: small writes at a fixed interval, as `tandem calibrate`'s loopback one (api/src/calibrate_handles.hpp
+// kTcpWakeup*: two segments a write) but twice the interval, so that it stays under a 65 Mbit/s link's rate
+// (2,896 bytes / 400 us = 58 Mbit/s, less with the sleep's overshoot) and each write is a wake-up of both sides.
+constexpr uint64_t kPacedChunkBytes = 2896, kPacedWrites = 1000, kPacedIntervalUs = 400;
 // Per payload byte on an Ethernet link with MTU 1500 and TCP timestamps (simulator/network/topology.hpp).
 constexpr double kMssBytes = 1448, kFrameWireBytes = 1514;
 
@@ -111,6 +119,13 @@ uint64_t get_u64(const unsigned char* b) {
   return v;
 }
 
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+uint64_t to_ns(double s) { return static_cast<uint64_t>(std::max(0.0, s) * 1e9 + 0.5); }
+
 Clock::time_point after(double s) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
@@ -128,7 +143,16 @@ void exchange_hello(int fd, double timeout_s, const std::string& who) {
   if (std::memcmp(got, kHello, sizeof kHello) != 0) {
     std::string shown;
     for (char c : got) shown += (c >= 32 && c < 127) ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    throw NetError(fmt::format("{} did not answer as `tandem calibrate --network` does (expected \"TANDEM-NET v1\", "
+    if (std::memcmp(got, kHelloPrefix, sizeof kHelloPrefix - 1) == 0) {  // a tandem of another protocol version
+      const char* nl = static_cast<const char*>(std::memchr(got, '\n', sizeof got));
+      const char* from = got + sizeof kHelloPrefix - 1;
+      std::string theirs;
+      for (const char* c = from; c < (nl ? nl : got + sizeof got); ++c) theirs += (*c >= 32 && *c < 127) ? *c : '?';
+      throw NetError(fmt::format("{} speaks `tandem calibrate --network` protocol v{} and this tandem speaks v2 (v2 "
+                                 "also measures the CPU a transfer costs on each side): run the same tandem version "
+                                 "on both hosts", who, theirs));
+    }
+    throw NetError(fmt::format("{} did not answer as `tandem calibrate --network` does (expected \"TANDEM-NET v2\", "
                                "got \"{}\")", who, shown));
   }
 }
@@ -250,6 +274,7 @@ int listen_side(const NetworkCalibrateOptions& o) {
   std::vector<char> buf(kFrameBytes);
   uint64_t bytes = 0;
   Clock::time_point first{}, last{};
+  const double bulk_cpu0 = thread_cpu_s();
   for (;;) {
     unsigned char lenb[4];
     read_all(fd, lenb, 4, after(o.timeout_s), "bulk phase: waiting for data");
@@ -261,11 +286,41 @@ int listen_side(const NetworkCalibrateOptions& o) {
     bytes += n;
     last = Clock::now();
   }
+  const double bulk_cpu = thread_cpu_s() - bulk_cpu0;
   const uint64_t ns = bytes ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(last - first).count()) : 0;
-  unsigned char reply[16];
+  unsigned char reply[24];
   put_u64(reply, bytes);
   put_u64(reply + 8, ns);
+  put_u64(reply + 16, to_ns(bulk_cpu));
   write_all(fd, reply, sizeof reply, after(o.timeout_s), "bulk phase: sending the result");
+  // paced: {chunk bytes, writes, interval us}, then chunk x writes bytes read as they arrive, each read one wake-up
+  unsigned char paced[24];
+  read_all(fd, paced, sizeof paced, after(o.timeout_s), "paced phase: waiting for its size");
+  const uint64_t chunk = get_u64(paced), writes = get_u64(paced + 8);
+  if (chunk < 1 || chunk > kFrameBytes || writes < 1 || writes > 1000000)
+    throw NetError(fmt::format("paced phase: the peer asked for {} writes of {} bytes (1..1000000 of 1..{}): not a "
+                               "tandem peer?", writes, chunk, kFrameBytes));
+  const uint64_t want = chunk * writes;
+  uint64_t got = 0, reads = 0;
+  const double paced_cpu0 = thread_cpu_s();
+  while (got < want) {
+    const ssize_t n = ::recv(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(want - got, buf.size())), MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<uint64_t>(n);
+      ++reads;
+    } else if (n == 0) {
+      throw NetError("paced phase: the other side closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_ready(fd, POLLIN, after(o.timeout_s), "paced phase: waiting for data");
+    } else {
+      throw NetError(fmt::format("paced phase: {}", std::strerror(errno)));
+    }
+  }
+  const double paced_cpu = thread_cpu_s() - paced_cpu0;
+  put_u64(reply, got);
+  put_u64(reply + 8, reads);
+  put_u64(reply + 16, to_ns(paced_cpu));
+  write_all(fd, reply, sizeof reply, after(o.timeout_s), "paced phase: sending the result");
   std::printf("received %.1f MB in %.3f s: %.1f Mbit/s\n", static_cast<double>(bytes) / 1e6, static_cast<double>(ns) / 1e9,
               ns ? static_cast<double>(bytes) * 8 / (static_cast<double>(ns) / 1e9) / 1e6 : 0.0);
   return 0;
@@ -297,18 +352,48 @@ int peer_side(const NetworkCalibrateOptions& o) {
   frame[3] = static_cast<char>(kFrameBytes & 0xff);
   const auto end = after(o.seconds);
   uint64_t sent = 0;
+  const double bulk_cpu0 = thread_cpu_s();
   while (Clock::now() < end) {
     write_all(fd, frame.data(), frame.size(), after(o.timeout_s), "bulk phase: sending data");
     sent += kFrameBytes;
   }
   const char zero[4] = {0, 0, 0, 0};
   write_all(fd, zero, 4, after(o.timeout_s), "bulk phase: ending the data");
-  unsigned char reply[16];
+  const double bulk_send_cpu = thread_cpu_s() - bulk_cpu0;
+  unsigned char reply[24];
   read_all(fd, reply, sizeof reply, after(o.timeout_s), "bulk phase: waiting for the listener's result");
   const uint64_t bytes = get_u64(reply), ns = get_u64(reply + 8);
+  const double bulk_recv_cpu = static_cast<double>(get_u64(reply + 16)) * 1e-9;
   if (bytes != sent || ns == 0)
     throw NetError(fmt::format("bulk phase: {} reports {} bytes in {} ns, {} were sent: not a tandem listener?", who,
                                bytes, ns, sent));
+  // paced phase (calibrate_network.hpp): small writes at a fixed interval
+  unsigned char paced[24];
+  put_u64(paced, kPacedChunkBytes);
+  put_u64(paced + 8, kPacedWrites);
+  put_u64(paced + 16, kPacedIntervalUs);
+  write_all(fd, paced, sizeof paced, after(o.timeout_s), "paced phase: sending its size");
+  const timespec pause{0, static_cast<long>(kPacedIntervalUs * 1000)};
+  const auto paced_t0 = Clock::now();
+  const double paced_cpu0 = thread_cpu_s();
+  for (uint64_t i = 0; i < kPacedWrites; ++i) {
+    write_all(fd, frame.data() + 4, kPacedChunkBytes, after(o.timeout_s), "paced phase: sending data");
+    ::nanosleep(&pause, nullptr);
+  }
+  const double paced_send_cpu = thread_cpu_s() - paced_cpu0;
+  read_all(fd, reply, sizeof reply, after(o.timeout_s), "paced phase: waiting for the listener's result");
+  const double paced_s = std::chrono::duration<double>(Clock::now() - paced_t0).count();
+  const uint64_t paced_bytes = get_u64(reply), paced_reads = get_u64(reply + 8);
+  const double paced_recv_cpu = static_cast<double>(get_u64(reply + 16)) * 1e-9;
+  if (paced_bytes != kPacedChunkBytes * kPacedWrites || paced_reads < 1 || paced_reads > paced_bytes)
+    throw NetError(fmt::format("paced phase: {} reports {} bytes in {} reads, {} were sent: not a tandem listener?",
+                               who, paced_bytes, paced_reads, kPacedChunkBytes * kPacedWrites));
+  // The loopback calibration's arithmetic (api/src/comm_cpu_fit.hpp), per side; a per-wake-up figure below 0 (the
+  // bulk phase's per-byte cost already holds wake-ups as dense as the paced phase's) is reported as 0, as there.
+  const double send_b = api::comm_cpu_s_per_byte(bulk_send_cpu, bytes);
+  const double recv_b = api::comm_cpu_s_per_byte(bulk_recv_cpu, bytes);
+  const double send_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_send_cpu, kPacedWrites, paced_bytes, send_b));
+  const double recv_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_recv_cpu, paced_reads, paced_bytes, recv_b));
   const double rtt = median(rtts);
   const double goodput_bps = static_cast<double>(bytes) * 8 / (static_cast<double>(ns) * 1e-9);
   nlohmann::json j = {{"peer", who},
@@ -317,7 +402,21 @@ int peer_side(const NetworkCalibrateOptions& o) {
                       {"rtt_samples", rtts.size()},
                       {"goodput_mbps", goodput_bps / 1e6},
                       {"bytes", bytes},
-                      {"seconds", static_cast<double>(ns) * 1e-9}};
+                      {"seconds", static_cast<double>(ns) * 1e-9},
+                      {"tcp_cpu_s_per_byte", {{"sender", send_b}, {"receiver", recv_b}, {"mean", (send_b + recv_b) / 2}}},
+                      {"tcp_cpu_s_per_wakeup", {{"sender", send_w}, {"receiver", recv_w}, {"mean", (send_w + recv_w) / 2}}},
+                      {"comm_cpu",
+                       {{"clock", "CLOCK_THREAD_CPUTIME_ID of each side's measuring thread"},
+                        {"bulk", {{"bytes", bytes}, {"sender_cpu_s", bulk_send_cpu}, {"receiver_cpu_s", bulk_recv_cpu}}},
+                        {"paced",
+                         {{"chunk_bytes", kPacedChunkBytes},
+                          {"interval_us", kPacedIntervalUs},
+                          {"bytes", paced_bytes},
+                          {"seconds", paced_s},
+                          {"sender_writes", kPacedWrites},
+                          {"receiver_reads", paced_reads},
+                          {"sender_cpu_s", paced_send_cpu},
+                          {"receiver_cpu_s", paced_recv_cpu}}}}}};
   // What a cluster JSON node takes (simulator/cluster.hpp): one-way latency, and the line rate with the goodput
   // factor over what TCP's headers allow; without a nominal rate, the line rate that carries this goodput.
   nlohmann::json node = {{"nic_latency_us", rtt * 1e6 / 2}};
@@ -350,7 +449,9 @@ int peer_side(const NetworkCalibrateOptions& o) {
     }
     if (std::rename(tmp.c_str(), o.out.c_str()) != 0)
       throw NetError(fmt::format("--out {}: {}", o.out, std::strerror(errno)));
-    std::fprintf(stderr, "RTT %.1f us, goodput %.1f Mbit/s; wrote %s\n", rtt * 1e6, goodput_bps / 1e6, o.out.c_str());
+    std::fprintf(stderr, "RTT %.1f us, goodput %.1f Mbit/s, CPU per byte %.3g s, per wake-up %.3g s (mean of the two "
+                 "sides); wrote %s\n", rtt * 1e6, goodput_bps / 1e6, (send_b + recv_b) / 2, (send_w + recv_w) / 2,
+                 o.out.c_str());
   }
   return 0;
 }

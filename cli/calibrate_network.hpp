@@ -1,14 +1,37 @@
 #pragma once
-// `tandem calibrate --network`: TCP round-trip time and bulk goodput between two hosts, the figures the simulator's
-// link model wants (simulator/cluster.hpp: nic_latency_us, tcp_goodput). One host listens:
+// `tandem calibrate --network`: TCP round-trip time, bulk goodput and the CPU a transfer costs on each side between
+// two hosts, the figures the simulator's link model (simulator/cluster.hpp: nic_latency_us, tcp_goodput) and transfer
+// CPU model (simulator/comm_cpu.hpp: tcp_cpu_s_per_byte, tcp_cpu_s_per_wakeup) want. One host listens:
 //   tandem calibrate --network --listen PORT                      (PORT 0: any; it prints the port it got)
 // the other measures against it and writes the JSON:
 //   tandem calibrate --network --peer HOST:PORT [--nominal-mbps R] [--seconds S] [--out net.json]
-// Protocol (one TCP connection, peer -> listener): a 16-byte hello each way ("TANDEM-NET v1\n" + 2 bytes of 0),
-// `rounds` ping-pongs of 64-byte messages (RTT: their median), then a bulk phase: frames of a 4-byte big-endian
-// length and that many bytes for S seconds, ended by a frame of length 0; the listener answers with the bytes it
-// received and its receive time (first byte to last, ns), 8 bytes each, big-endian. The goodput is the listener's
-// bytes over its receive time: what reaches the application, after the kernel's buffers.
+// Protocol v2 (one TCP connection, peer -> listener): a 16-byte hello each way ("TANDEM-NET v2\n" + 2 bytes of 0; a
+// tandem speaking another version, e.g. v1 from before the CPU phases, is named as such), `rounds` ping-pongs of
+// 64-byte messages (RTT: their median), then
+// - bulk: frames of a 4-byte big-endian length and that many bytes (1 MiB) for S seconds, ended by a frame of
+//   length 0; the listener answers with the bytes it received, its receive time (first byte to last, ns) and its
+//   thread CPU time over the phase (ns), 8 bytes each, big-endian. The goodput is the listener's bytes over its
+//   receive time: what reaches the application, after the kernel's buffers.
+// - paced: the peer sends {chunk bytes, writes, interval us} (8 bytes each; 2,896 bytes = two segments, 1,000
+//   writes, 400 us: 58 Mbit/s before the sleep's overshoot, under a 65 Mbit/s link's rate) and then the writes, a
+//   sleep after each; the listener reads what arrives (each read one wake-up) and answers with the bytes, its reads
+//   and its thread CPU time (ns).
+// The CPU a transfer costs on the real path, per side, the loopback calibration's arithmetic (api/src/comm_cpu_fit.hpp;
+// `tandem calibrate`, api/src/calibrate_comm_cpu.cpp): per byte = the bulk phase's thread CPU / bytes; per wake-up =
+// (the paced phase's thread CPU - its bytes x per byte) / writes (sender) or reads (receiver), at least 0. The JSON
+// has `tcp_cpu_s_per_byte` and `tcp_cpu_s_per_wakeup`, each {sender, receiver, mean}, and the raw times under
+// `comm_cpu`. The means override a profile's loopback figures (simulator/compute/profile.hpp):
+//   jq -s '.[0] + {tcp_cpu_s_per_byte: .[1].tcp_cpu_s_per_byte.mean,
+//                  tcp_cpu_s_per_wakeup: .[1].tcp_cpu_s_per_wakeup.mean}' profile.json net.json > merged.json
+// What is measured: CLOCK_THREAD_CPUTIME_ID of the thread that sends or receives, i.e. its system calls and
+// whatever kernel work runs in its context -- including softirq work (segments, ACKs, the qdisc) that happens to run
+// while that thread is on the CPU (on return from its own transmit, or interrupting it); softirq work that runs on
+// another CPU, in ksoftirqd or while the thread sleeps is in neither side's figure. So the split between the sides
+// follows where the kernel ran the work (over veth pairs the receiver's ACKs are processed at the sender's socket in
+// the receiver's context: emulated hosts showed ~4e-10 s per byte at the sender and ~1-1.6e-8 at the receiver); use
+// the mean, which is what the profile's per-side figures are. The bulk per-byte figure holds the wake-ups a bulk
+// transfer takes at the link's pace (on a slow link the receiver wakes per arriving segment or two), so where the
+// paced phase costs no more per byte than the bulk phase, the per-wake-up figure comes out near 0.
 // Every read and write has a deadline (--timeout-s); a peer that sends anything else, closes early or stops
 // answering ends the run with an error naming the phase.
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/src/calibrate_handles.hpp"
+#include "api/src/comm_cpu_fit.hpp"
 #include "engine/core/error.hpp"
 
 namespace tandem::api {
@@ -163,9 +164,8 @@ double per_wakeup_s(double send_cpu_s, uint64_t writes, double recv_cpu_s, uint6
                     double tcp_s_per_byte) {
   TANDEM_REQUIRE(writes > 0 && reads > 0, "calibrate: a paced transfer needs writes and reads (got {} and {})", writes,
                  reads);
-  const double per_byte = static_cast<double>(bytes) * tcp_s_per_byte;
-  const double send = (send_cpu_s - per_byte) / static_cast<double>(writes);
-  const double recv = (recv_cpu_s - per_byte) / static_cast<double>(reads);
+  const double send = comm_cpu_s_per_wakeup(send_cpu_s, writes, bytes, tcp_s_per_byte);
+  const double recv = comm_cpu_s_per_wakeup(recv_cpu_s, reads, bytes, tcp_s_per_byte);
   return (send + recv) / 2;
 }
 
@@ -191,7 +191,7 @@ CommCpuFigures measure_comm_cpu(uint64_t bytes, int iters) {
   tcp_once(bytes);  // the first transfer also faults the buffers in and grows the socket buffers
   for (int i = 0; i < iters; ++i) {
     const auto [s, r] = tcp_once(bytes);
-    tcp.push_back((s + r) / 2 / static_cast<double>(bytes));
+    tcp.push_back((comm_cpu_s_per_byte(s, bytes) + comm_cpu_s_per_byte(r, bytes)) / 2);
   }
   f.tcp_s_per_byte = median_of(tcp);
   f.tcp_s_per_wakeup = measure_tcp_wakeup_cpu(f.tcp_s_per_byte);

@@ -3,6 +3,7 @@ library only): the two sides measure RTT and goodput and the peer writes the JSO
 a peer that speaks something else, one that dies mid-way and bad arguments each end in a clear error within the
 deadline. Every process the test starts is bounded by a timeout and killed by its PID."""
 import json
+import math
 import os
 import socket
 import subprocess
@@ -62,7 +63,8 @@ def fake_server(behaviour):
     return srv.getsockname()[1], t
 
 
-HELLO = b"TANDEM-NET v1\n\0\0"
+HELLO = b"TANDEM-NET v2\n\0\0"
+OLD_HELLO = b"TANDEM-NET v1\n\0\0"  # a tandem from before the CPU phases
 
 
 def peer_against(behaviour, timeout_s):
@@ -103,6 +105,27 @@ class NetworkCalibrate(unittest.TestCase):
         self.assertEqual(node["nic_mbps"], 1e6)
         self.assertEqual(node["tcp_goodput"], j["tcp_goodput"])
         self.assertAlmostEqual(node["nic_latency_us"], j["rtt_us"] / 2)
+        # the CPU a transfer costs on each side: per byte (bulk phase) and per wake-up (paced phase)
+        for key in ("tcp_cpu_s_per_byte", "tcp_cpu_s_per_wakeup"):
+            f = j[key]
+            for side in ("sender", "receiver", "mean"):
+                self.assertTrue(math.isfinite(f[side]), (key, f))
+                self.assertGreater(f[side], 0, (key, f))
+            self.assertAlmostEqual(f["mean"], (f["sender"] + f["receiver"]) / 2, delta=1e-9 * f["mean"])
+        self.assertLess(j["tcp_cpu_s_per_byte"]["mean"], 1e-6)  # loopback: ~2e-10 here; 1 us a byte is absurd
+        self.assertLess(j["tcp_cpu_s_per_wakeup"]["mean"], 0.01)
+        cpu = j["comm_cpu"]
+        self.assertEqual(cpu["bulk"]["bytes"], j["bytes"])
+        self.assertAlmostEqual(j["tcp_cpu_s_per_byte"]["sender"], cpu["bulk"]["sender_cpu_s"] / j["bytes"])
+        paced = cpu["paced"]
+        self.assertEqual(paced["bytes"], paced["chunk_bytes"] * paced["sender_writes"])
+        self.assertGreaterEqual(paced["receiver_reads"], 1)
+        self.assertLessEqual(paced["receiver_reads"], paced["bytes"])
+        # per wake-up: the paced CPU less the bytes' share at the bulk per-byte figure (api/src/comm_cpu_fit.hpp)
+        want = (paced["receiver_cpu_s"] - paced["bytes"] * j["tcp_cpu_s_per_byte"]["receiver"]) / paced["receiver_reads"]
+        self.assertAlmostEqual(j["tcp_cpu_s_per_wakeup"]["receiver"], max(want, 0), delta=1e-9)
+        # it writes at a fixed interval: 1000 writes 400 us apart take at least 0.4 s
+        self.assertGreater(paced["seconds"], paced["sender_writes"] * paced["interval_us"] * 1e-6)
 
     def test_without_a_nominal_rate_the_line_rate_carries_the_goodput(self):
         lst = Listener()
@@ -129,6 +152,19 @@ class NetworkCalibrate(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("did not answer as `tandem calibrate --network`", out)
         self.assertIn("SSH-2.0", out)
+
+    def test_a_peer_speaking_the_old_version_is_named(self):
+        rc, out, _ = peer_against(lambda c: (c.sendall(OLD_HELLO), time.sleep(1)), 5)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("protocol v1 and this tandem speaks v2", out)
+        self.assertIn("run the same tandem version on both hosts", out)
+        lst = Listener("--timeout-s", "5")  # and the listener, when an old peer connects to it
+        with socket.create_connection(("127.0.0.1", lst.port), timeout=5) as s:
+            s.sendall(OLD_HELLO)
+            self.assertEqual(s.recv(16), HELLO)
+            rc, out = lst.finish()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("the peer speaks `tandem calibrate --network` protocol v1", out)
 
     def test_a_peer_that_dies_mid_way_is_named(self):
         def hello_then_die(c):
