@@ -1,6 +1,7 @@
 #pragma once
 // The CPU one side of a message spends on moving it (issue #16), shared by the step executor (simulator/step.cpp)
-// and, when they charge it, the strategies' executors (simulator/strategy.cpp): one formula, one set of constants.
+// and the strategies' executors (simulator/strategy.cpp), both through transfer_cpu_s (simulator/step.hpp): one
+// formula, one set of constants.
 //
 //   cpu_s = bytes x per_byte + wakeups x per_wakeup
 //

@@ -27,7 +27,7 @@
 // as a convoy; a synchronous step's replies still share the link.
 // CPU (every executor here, as the DDP step executor does it): on nodes with a CPU model (StepSetup::node_cpu:
 // a CFS quota, or more threads than cores) compute, a server's updates and the CPU work of moving each message
-// (RankSetup::net_cpu_s_per_byte, copy_cpu_s_per_byte, on the sender and on the receiver, beside the flow) run as
+// (transfer_cpu_s of step.hpp: per byte plus TCP wake-ups, on the sender and on the receiver, beside the flow) run as
 // tasks of the node's CPU; a message is delivered once its flow and both sides' CPU work are done.
 #include <cstdint>
 #include <vector>
