@@ -108,7 +108,9 @@ def analyse(packets, server, skip):
                      "first_push_ms": (pushes[0] - start) * 1e3 if pushes else None,
                      "period_ms": (nxt - start) * 1e3})
     if not rows:
-        raise ValueError(f"no reply phase from {server} in the capture ({len(sent)} outgoing data packets)")
+        raise ValueError(f"no step boundary in {server}'s {len(sent)} outgoing data packets (no gap over "
+                         f"{GAP_S * 1e3:g} ms after the first {skip} steps): its uplink never idles, as under ps-async, "
+                         "where replies leave as pushes arrive; this reading needs steps that the server ends together")
     W = max(len(r["order"]) for r in rows)
     full = [r for r in rows if len(r["order"]) == W]
     med = statistics.median
