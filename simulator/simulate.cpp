@@ -387,8 +387,9 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   return p;
 }
 
-// Draws of a synchronous step with variable compute (see ddp_step).
-constexpr int32_t kComputeDraws = 32;
+// Draws of a synchronous step with variable compute (see ddp_step): 32 for up to 8 ranks, fewer for more (the
+// maximum over many ranks varies less from draw to draw), at least 2 -- a 1,024-rank step costs 2 executions.
+int32_t compute_draws(size_t ranks) { return static_cast<int32_t>(std::clamp<size_t>(256 / std::max<size_t>(ranks, 1), 2, 32)); }
 
 // a += b * k for every time of a rank's breakdown.
 void add_breakdown(RankBreakdown& a, const RankBreakdown& b, double k) {
@@ -399,7 +400,7 @@ void add_breakdown(RankBreakdown& a, const RankBreakdown& b, double k) {
 
 // One step of `setup` (`steps` local steps each, for a period of parameter averaging). Where the profile gives the
 // compute's pass-to-pass variability and several ranks meet at a barrier, a step waits for its slowest rank: the
-// step is then the mean over kComputeDraws seeded draws, each with every rank's compute (forward and backward) times
+// step is then the mean over compute_draws seeded draws, each with every rank's compute (forward and backward) times
 // its own factor of mean 1 and CV compute_cv / sqrt(steps) (compute/step_noise.hpp); the trace is the first draw's.
 StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace,
                     double steps = 1) {
@@ -422,15 +423,16 @@ StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector
     return simulate_step(s, topo, sim);
   };
   if (!noisy) return once(-1);
+  const int32_t draws = compute_draws(setup.ranks.size());
   StepResult mean = once(0);
-  const double k = 1.0 / kComputeDraws;
+  const double k = 1.0 / draws;
   mean.step_s *= k;
   for (RankBreakdown& b : mean.ranks) {
     RankBreakdown z;
     add_breakdown(z, b, k);
     b = z;
   }
-  for (int32_t d = 1; d < kComputeDraws; ++d) {
+  for (int32_t d = 1; d < draws; ++d) {
     const StepResult r = once(d);
     mean.step_s += r.step_s * k;
     for (size_t i = 0; i < mean.ranks.size(); ++i) add_breakdown(mean.ranks[i], r.ranks[i], k);

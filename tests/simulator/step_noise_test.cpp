@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(synchronous_step_waits_for_the_slowest_rank) {
   const SimResult zero = fast_star(4, Strategy::kDdp, {{"compute_cv", 0.0}}, "zero");
   BOOST_TEST(zero.step_time_s == none.step_time_s);  // bit-identical
   const SimResult noisy = fast_star(4, Strategy::kDdp, {{"compute_cv", 0.3}}, "noisy");
-  constexpr int kDraws = 32;  // simulate.cpp's kComputeDraws
+  constexpr int kDraws = 32;  // simulate.cpp's compute_draws for 4 ranks
   for (const int32_t H : {1, 8}) {
     double mean_max = 0;
     for (int d = 0; d < kDraws; ++d) {
