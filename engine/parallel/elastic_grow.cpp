@@ -14,10 +14,11 @@ namespace tandem::engine::parallel {
 
 void ParallelTrainer::adopt_state(int root) {
   Snapshot s = snapshot_;  // received into a copy: a failure half-way leaves this rank's own snapshot whole
-  int64_t progress[10] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
+  int64_t progress[11] = {s.steps, s.completed_epochs, static_cast<int64_t>(s.sampler.seed), s.sampler.epoch,
                           s.sampler.position, s.sampler_world};
   for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(s.rng[k]);
-  world_->broadcast(progress, 10, DType::kI64, root)->wait();
+  progress[10] = s.taken;
+  world_->broadcast(progress, 11, DType::kI64, root)->wait();
   const auto floats = [&](std::vector<float>& v) {
     if (!v.empty()) world_->broadcast(v.data(), v.size(), DType::kF32, root)->wait();
   };
@@ -28,6 +29,7 @@ void ParallelTrainer::adopt_state(int root) {
   s.completed_epochs = progress[1];
   s.sampler = {static_cast<uint64_t>(progress[2]), progress[3], progress[4]};
   s.sampler_world = static_cast<int>(progress[5]);
+  s.taken = progress[10];
   for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
   snapshot_ = std::move(s);
   restore_snapshot(true);

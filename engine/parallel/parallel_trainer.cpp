@@ -668,6 +668,7 @@ void ParallelTrainer::take_snapshot() {
   s.completed_epochs = completed_epochs_;
   s.sampler = sampler_.state();
   s.sampler_world = sampler_dp_;
+  s.taken = taken_ >= 0 && sampler_.epoch() == taken_epoch_ && sampler_.position() == taken_position_ ? taken_ : -1;
   s.rng = rng_.state();
 }
 
@@ -692,8 +693,12 @@ void ParallelTrainer::restore_snapshot(bool reshard) {
     data::SamplerState at = s.sampler;
     const data::DistributedSampler before(train_.size(), s.sampler_world, 0, false, 0);
     sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
-    at.position = at.position >= before.shard_size() ? sampler_.shard_size()
-                                                     : at.position * s.sampler_world / grid_.dp;
+    const bool done = at.position >= before.shard_size();
+    const int64_t g = s.taken >= 0 ? s.taken : at.position * s.sampler_world;
+    at.position = done ? sampler_.shard_size() : g / grid_.dp;
+    taken_ = done ? -1 : g;
+    taken_epoch_ = at.epoch;
+    taken_position_ = at.position;
     sampler_.restore(at);
     sampler_dp_ = grid_.dp;
   } else {

@@ -372,6 +372,9 @@ class ParallelTrainer {
     int64_t steps = 0, completed_epochs = 0;
     data::SamplerState sampler;
     int sampler_world = 1;
+    // Samples of the epoch taken over all replicas when known exactly (a re-shard's g, until the next step), else
+    // -1 (then position x sampler_world): two admissions at one step boundary (2 -> 3 -> 4) re-shard as one.
+    int64_t taken = -1;
     Rng::State rng{};
   };
   Snapshot snapshot_;
@@ -400,7 +403,8 @@ class ParallelTrainer {
   bool released_ = false;             // a spare the job refused (it ended): step() returns at once from then on
   int spare_label_ = -1;              // a spare's world-rank label (kept when it is drafted)
   comm::Communicator* spare_via_ = nullptr;  // the communicator a spare rejoins through (in retired_)
-  int64_t last_job_step_ = 0;         // a spare: the job's step when it left the grid
+  // The last re-shard's exact g, valid while the sampler stays at (taken_epoch_, taken_position_).
+  int64_t taken_ = -1, taken_epoch_ = -1, taken_position_ = -1;
 };
 
 }  // namespace tandem::engine::parallel

@@ -43,6 +43,15 @@ def run_joiner(port, secret_file, n, extra_env=None, timeout=120, train=TRAIN):
                           env=env(TANDEM_JOIN_WAIT_MS="60000", **(extra_env or {})))
 
 
+def start_joiner(results, threads, name, *args, **kwargs):
+    """run_joiner on a thread of its own (appended to `threads`); its result goes to results[name]."""
+    def body():
+        results[name] = run_joiner(*args, **kwargs)
+    t = threading.Thread(target=body)
+    t.start()
+    threads.append(t)
+
+
 class GrowLaunch(unittest.TestCase):
     def job_files(self):
         """A free rendezvous port and a --secret-file path in a folder removed after the test."""
@@ -56,11 +65,7 @@ class GrowLaunch(unittest.TestCase):
         threads = []
 
         def later(name, *args, **kwargs):
-            def body():
-                results[name] = run_joiner(*args, **kwargs)
-            t = threading.Thread(target=body)
-            t.start()
-            threads.append(t)
+            start_joiner(results, threads, name, *args, **kwargs)
 
         def on_line(_, line):
             if "intruder" not in results and epochs_of([line], 0).get(1):
@@ -141,12 +146,8 @@ class GrowLaunch(unittest.TestCase):
         results = {}
         threads = []
 
-        def later(name, *args, **kwargs):
-            def body():
-                results[name] = run_joiner(*args, train=HYBRID, **kwargs)
-            t = threading.Thread(target=body)
-            t.start()
-            threads.append(t)
+        def later(name, *args):
+            start_joiner(results, threads, name, *args, train=HYBRID)
 
         def on_line(_, line):
             epochs = epochs_of([line], 0)
