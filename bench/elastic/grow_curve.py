@@ -7,7 +7,8 @@ admitted at the next step boundary. Printed beside the same job uninterrupted at
 the rule's). Admission time: from starting the joiners' launcher to the job's log line "N rank(s) joined at step S"
 (written right before the first step at 4 ranks; it includes the joiners' process start, model build and dataset
 load), and the old ranks' own share of it ("after X ms": the agreement, the new connections and the state). When the
-second joiner asks a moment after the first, one step boundary admits them one after the other (2 -> 3 -> 4).
+second joiner asks a moment after the first, one step boundary admits them one after the other (2 -> 3 -> 4), which
+re-shards the sampler exactly as one admission 2 -> 4.
 
 --strategy hybrid grows a hybrid grid instead: 1 x 2 (dp x pp) with `--pp 2 --microbatches 2`, two joiners, admitted
 together as one row (the log line "the grid widened from 1 to 2 x 2"); compared with 1 x 2 and 2 x 2 (lr x 2) run

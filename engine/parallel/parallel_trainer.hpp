@@ -65,7 +65,9 @@
 //    counters, RNG, the sampler's global position) -- the adoption the survivors of a loss use.
 //  - Global batch and learning rate: the rule of shrink, mirrored -- the per-replica batch is kept, so the global
 //    batch grows to batch x dp'; the learning rate is x dp' / dp (dp: the replicas the job started with). The epoch's
-//    global sample order is kept: g samples taken continue at floor(g / dp') of the new shards.
+//    global sample order is kept: g samples taken continue at floor(g / dp') of the new shards. Joiners that ask a
+//    moment apart may be admitted one after the other at one step boundary (2 -> 3 -> 4); both re-shards start from
+//    the same exact g (Snapshot::taken), so this is the same as one admission 2 -> 4 (no extra sample repeated).
 //  - Limits: the joiners must be started with the job's settings (checked: kMismatch naming the field). Pipeline and
 //    hybrid grids grow by whole rows (below).
 //
