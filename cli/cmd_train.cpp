@@ -226,14 +226,14 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   // step boundary that checks for joiners, and receive its state.
   const char* join = std::getenv("TANDEM_JOIN");
   const bool joining = join != nullptr && std::string(join) == "1";
-  if (o.elastic && o.strategy == "ddp") {
+  if (o.elastic && (o.strategy == "ddp" || o.strategy == "pipeline" || o.strategy == "hybrid")) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
     pp.max_ranks = std::max(0, o.max_ranks);
     pp.join_poll_steps = o.join_poll_steps;
     pp.joining = joining ? 1 : 0;
   } else if (joining) {
-    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp admits new ranks (give --strategy ddp --elastic, as "
-                                 "the running job has; this one has --strategy {}{})",
+    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp, pipeline and hybrid jobs admit new ranks (give the "
+                                 "running job's --strategy and --elastic; this one has --strategy {}{})",
                                  o.strategy, o.elastic ? "" : " without --elastic"));
   }
   if (joining) {
@@ -477,7 +477,12 @@ int run_train(const TrainOptions& o) {
   int64_t run_samples = 0;
   bool reached = false;
   int64_t reached_epoch = 0;
+  // The epochs done are read again each time: a joiner or spare of an elastic grid learns the job's count when it
+  // is placed (and a spare released at the job's end is told it is done).
   for (int64_t epoch = done; epoch < o.epochs && !reached; ++epoch) {
+    tandem_trainer_progress(h.trainer, &done, nullptr);
+    if (done >= o.epochs) break;
+    epoch = std::max(epoch, done);
     tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
     r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
     const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);

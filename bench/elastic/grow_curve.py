@@ -7,10 +7,15 @@ admitted at the next step boundary. Printed beside the same job uninterrupted at
 the rule's). Admission time: from starting the joiners' launcher to the job's log line "N rank(s) joined at step S"
 (written right before the first step at 4 ranks; it includes the joiners' process start, model build and dataset
 load), and the old ranks' own share of it ("after X ms": the agreement, the new connections and the state). When the
-second joiner asks a moment after the first, one step boundary admits them one after the other (2 -> 3 -> 4).
+second joiner asks a moment after the first, one step boundary admits them one after the other (2 -> 3 -> 4), which
+re-shards the sampler exactly as one admission 2 -> 4.
+
+--strategy hybrid grows a hybrid grid instead: 1 x 2 (dp x pp) with `--pp 2 --microbatches 2`, two joiners, admitted
+together as one row (the log line "the grid widened from 1 to 2 x 2"); compared with 1 x 2 and 2 x 2 (lr x 2) run
+uninterrupted. --skip-kill leaves out the hybrid kill below.
 
 Hybrid kill: `tandem launch -n 4 --min-ranks 2 -- tandem train --strategy hybrid --dp 2 --pp 2 --elastic`; world rank 3
-is SIGKILLed after rank 0 reports epoch 1; the survivors re-form at 1 x 2 (rank 2 leaves). Printed beside the
+is SIGKILLed after rank 0 reports epoch 1; the survivors re-form at 1 x 2 (rank 2 waits as a spare). Printed beside the
 uninterrupted 2x2 run, with the time from the kill to the log line "the grid re-formed". Standard library only.
 
   python3 bench/elastic/grow_curve.py --cli build/default/bin/tandem
@@ -79,14 +84,25 @@ def launch(cmd, on_line=None, timeout=900):
     return epochs, lines
 
 
+GRID = ["--pp", "2", "--microbatches", "2"]  # --strategy hybrid: a 1 x 2 grid that grows to 2 x 2
+
+
+def grown_line(a, line):
+    """The job's log line written right before its first step at 4 ranks."""
+    if a.strategy == "hybrid":
+        return "the grid widened from 1 to 2 x 2" in line
+    return "joined at step" in line and "4 ranks go on" in line
+
+
 def grow(a):
+    extra = GRID if a.strategy == "hybrid" else []
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="tandem_grow_bench_")
     secret = os.path.join(tmp, "secret")
     job = [a.cli, "launch", "-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-           "--secret-file", secret, "--", a.cli] + train_args(a, "ddp", a.lr)
+           "--secret-file", secret, "--", a.cli] + train_args(a, a.strategy, a.lr, extra)
     joiner_cmd = [a.cli, "launch", "--join", "-n", "2", "--transport", "tcp", "--port", str(port),
-                  "--secret-file", secret, "--", a.cli] + train_args(a, "ddp", a.lr)
+                  "--secret-file", secret, "--", a.cli] + train_args(a, a.strategy, a.lr, extra)
     state = {"joiners": None, "asked": None, "joined": None, "line": ""}
 
     def on_line(line, t, _p):
@@ -96,7 +112,7 @@ def grow(a):
             state["joiners"] = subprocess.Popen(joiner_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                 text=True, env=env())
         # The joiners come in together, or one after the other at one step boundary (2 -> 3 -> 4).
-        if "joined at step" in line and "4 ranks go on" in line and state["joined"] is None:
+        if grown_line(a, line) and state["joined"] is None:
             state["joined"] = t
             state["line"] = line.strip()
 
@@ -153,14 +169,16 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=20)
     ap.add_argument("--batch", type=int, default=32, help="per rank")
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--strategy", choices=("ddp", "hybrid"), default="ddp", help="the job that grows")
+    ap.add_argument("--skip-kill", action="store_true", help="leave out the hybrid 2x2 kill")
     a = ap.parse_args()
     t0 = time.time()
-    two, _ = launch([a.cli, "launch", "-n", "2", "--transport", "tcp", "--", a.cli] + train_args(a, "ddp", a.lr))
-    four, _ = launch([a.cli, "launch", "-n", "4", "--transport", "tcp", "--", a.cli] + train_args(a, "ddp", 2 * a.lr))
+    extra = GRID if a.strategy == "hybrid" else []
+    two, _ = launch([a.cli, "launch", "-n", "2", "--transport", "tcp", "--", a.cli] +
+                    train_args(a, a.strategy, a.lr, extra))
+    four, _ = launch([a.cli, "launch", "-n", "4", "--transport", "tcp", "--", a.cli] +
+                     train_args(a, a.strategy, 2 * a.lr, extra))
     grown, st, job_cmd, join_cmd = grow(a)
-    hyb_straight, _ = launch([a.cli, "launch", "-n", "4", "--transport", "tcp", "--", a.cli] +
-                             train_args(a, "hybrid", a.lr, ["--dp", "2", "--pp", "2", "--microbatches", "2"]))
-    hyb, hs, hyb_cmd = hybrid_kill(a)
 
     print("LeNet-5, %s, per-rank batch %d, %d steps/epoch, SGD lr %g momentum 0.9; tcp on loopback\n"
           % (a.dataset, a.batch, a.batches, a.lr))
@@ -173,10 +191,16 @@ def main():
             print("| %d | %.6f | %.6f | %.6f | %d |" % (e, two[e][key], four[e][key], grown[e][key], grown[e]["world"]))
         print()
     ms = re.search(r"after (\d+) ms", st["line"])
-    print("admission: joiners' launcher started -> job's \"4 ranks go on\" line (first step at 4 ranks next): %.0f ms; "
+    print("admission: joiners' launcher started -> job's admission line (first step at 4 ranks next): %.0f ms; "
           "the old ranks' share of the last admission (agreement, connections, state): %s ms" %
           (1e3 * (st["joined"] - st["asked"]), ms.group(1) if ms else "?"))
     print("  %s\n" % st["line"])
+    if a.skip_kill:
+        print("wall time %.0f s" % (time.time() - t0))
+        return
+    hyb_straight, _ = launch([a.cli, "launch", "-n", "4", "--transport", "tcp", "--", a.cli] +
+                             train_args(a, "hybrid", a.lr, ["--dp", "2", "--pp", "2", "--microbatches", "2"]))
+    hyb, hs, hyb_cmd = hybrid_kill(a)
     print("Hybrid 2x2, world rank 3 SIGKILLed after epoch 1: `%s`\n" % hyb_cmd)
     for key in ("train_loss", "test_loss"):
         print("| epoch | 2x2 uninterrupted %s | 2x2, rank 3 killed %s | killed: dp x pp |" % (key, key))

@@ -25,13 +25,14 @@ std::string grow_prefix(int64_t grow_id) { return fmt::format("tandem/grow/{}/",
 int64_t joiners_waiting(transports::KvStore& store) { return store.add(kAsked, 0) - store.add(kHandled, 0); }
 
 Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max_ranks,
-                        std::chrono::milliseconds window) {
+                        std::chrono::milliseconds window, int limit) {
   const int64_t asked = store.add(kAsked, 0);
   const int64_t handled = store.add(kHandled, 0);
   Admission a;
-  a.grow_id = asked;
   std::vector<std::string> hosts;
-  for (int64_t t = handled + 1; t <= asked; ++t) {
+  int64_t last = handled;  // the tickets handled+1..last are handled here; later ones keep waiting (limit)
+  for (int64_t t = handled + 1; t <= asked && (limit <= 0 || static_cast<int>(a.tickets.size()) < limit); ++t) {
+    last = t;
     std::string host;
     try {
       host = store.get(request_key(t), window);
@@ -51,7 +52,9 @@ Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max
     a.tickets.push_back(t);
     hosts.push_back(host);
   }
-  store.add(kHandled, asked - handled);
+  // The grown world's namespace: the last ticket handled, unique (every grow handles at least one new ticket).
+  a.grow_id = last;
+  store.add(kHandled, last - handled);
   const int grown = size + static_cast<int>(a.tickets.size());
   for (size_t i = 0; i < a.tickets.size(); ++i) {
     store.set(answer_key(a.tickets[i]),
@@ -60,6 +63,14 @@ Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max
               size + static_cast<int>(i), grown, epoch);
   }
   return a;
+}
+
+int64_t refuse_waiting(transports::KvStore& store, const std::string& why) {
+  const int64_t asked = store.add(kAsked, 0);
+  const int64_t handled = store.add(kHandled, 0);
+  for (int64_t t = handled + 1; t <= asked; ++t) store.set(answer_key(t), "refuse " + why);
+  if (asked > handled) store.add(kHandled, asked - handled);
+  return asked - handled;
 }
 
 JoinAnswer request_admission(transports::KvStore& store, const std::string& host, std::chrono::milliseconds wait) {

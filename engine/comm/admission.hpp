@@ -14,12 +14,17 @@
 //     window is dropped (the joiner died between its ticket and its request); one beyond max_ranks is
 //     answered "refuse" with the reason. It marks them handled, answers each admitted joiner "admit"
 //     (the grown world's key namespace, its rank, the new size, the epoch) and broadcasts the count to
-//     the running ranks. The old ranks keep their ranks 0..n-1; joiners follow in ticket order.
+//     the running ranks. The old ranks keep their ranks 0..n-1; joiners follow in ticket order. With a limit
+//     (GrowOptions::limit: a pipeline grid widens by whole rows) only the oldest tickets are taken; the others stay
+//     unhandled and wait, unanswered, for a later grow -- the grid's spares wait there too (Communicator::rejoin).
+//     The grown world's namespace is named by the last ticket handled, so it is never used twice.
 //  4. Every old rank and every admitted joiner builds the grown world (a new transport over the same
 //     store, under its own namespace); the old ranks then vote on the old communicator, which is still
 //     healthy: all built it -> rank 0 writes "ok", else "abandoned" and the old ranks go on without
 //     the joiners (a joiner that died while being admitted costs at most one window, never a hang).
 //     A joiner waits for that outcome and fails with kPeerFailure on "abandoned".
+//  5. When the job ends, its rank 0 may answer every ticket still waiting "refuse <why>" (refuse_waiting), so
+//     joiners and spares stop at once instead of at the end of their wait.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -38,9 +43,14 @@ struct Admission {
 // Joiners asked but not yet handled (rank 0's view; Communicator::pending_joins broadcasts it).
 int64_t joiners_waiting(transports::KvStore& store);
 
-// Step 3 on the coordinator: `size` ranks run now; max_ranks > 0 bounds the grown size.
+// Step 3 on the coordinator: `size` ranks run now; max_ranks > 0 bounds the grown size; limit > 0 admits at most
+// that many (the oldest tickets first) and leaves the later tickets waiting, unhandled, for a later grow.
 Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max_ranks,
-                        std::chrono::milliseconds window);
+                        std::chrono::milliseconds window, int limit = 0);
+
+// Answers every ticket not yet handled "refuse <why>" (the job ends: its joiners and spares stop waiting). Returns
+// how many there were.
+int64_t refuse_waiting(transports::KvStore& store, const std::string& why);
 
 // "tandem/grow/<id>/": the grown world's key namespace (unique: ids are ticket counts, which only grow).
 std::string grow_prefix(int64_t grow_id);

@@ -17,4 +17,8 @@ std::unique_ptr<Communicator> BootstrappedCommunicator::grow(const GrowOptions& 
   return grown ? std::make_unique<BootstrappedCommunicator>(rendezvous_, std::move(grown)) : nullptr;
 }
 
+std::unique_ptr<Communicator> BootstrappedCommunicator::rejoin(std::chrono::milliseconds wait) {
+  return std::make_unique<BootstrappedCommunicator>(rendezvous_, inner_->rejoin(wait));
+}
+
 }  // namespace tandem::engine::comm

@@ -29,6 +29,8 @@ class BootstrappedCommunicator final : public Communicator {
   // The grown world shares it too (rank 0's server keeps serving the joiners).
   int64_t pending_joins() override { return inner_->pending_joins(); }
   std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
+  std::unique_ptr<Communicator> rejoin(std::chrono::milliseconds wait) override;
+  void refuse_joiners(const std::string& why) override { inner_->refuse_joiners(why); }
   int epoch() const override { return inner_->epoch(); }
   std::vector<int> parent_ranks() const override { return inner_->parent_ranks(); }
   std::unique_ptr<Work> allreduce(const void* s, void* r, size_t n, DType t, ReduceOp op) override {

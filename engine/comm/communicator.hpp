@@ -63,6 +63,8 @@ struct FailureStatus {
 struct GrowOptions {
   int max_ranks = 0;                       // > 0: joiners beyond this size are refused (with the reason)
   std::chrono::milliseconds window{0};     // how long to wait for a joiner's request after its ticket; 0 = timeout
+  int limit = 0;                           // > 0: admit at most this many joiners, the oldest tickets first; the
+                                           // others keep waiting, unanswered, for a later grow (a grid's spares)
 };
 
 class Work {
@@ -137,6 +139,15 @@ class Communicator {
   // communicator without a store; the errors of a failed collective on this communicator.
   virtual int64_t pending_joins() = 0;
   virtual std::unique_ptr<Communicator> grow(const GrowOptions& options) = 0;
+  // A rank of this communicator that has no place in its group's next grid (a spare) waits for a later grow
+  // exactly as a joiner does (admission.hpp, step 1: a ticket in the job's store, then the answer), up to `wait`,
+  // and returns the grown world it is admitted into (a joiner's communicator). Not collective: the others have
+  // gone on without this rank. Errors: kUnsupported without a store, or with the job's reason when it refused
+  // this rank (refuse_joiners: the job ended); kTimeout when no grow admitted it within `wait`.
+  virtual std::unique_ptr<Communicator> rejoin(std::chrono::milliseconds wait) = 0;
+  // Not collective (one rank, usually the job's rank 0 as it ends): answers every joiner still waiting in the job's
+  // store "refuse <why>", so joiners and spares stop waiting at once. A no-op without a store.
+  virtual void refuse_joiners(const std::string& why) = 0;
   // Membership epoch: 0 for a communicator from create or split, its parent's + 1 for shrink's and grow's result
   // (a joiner's: the epoch it was admitted at).
   virtual int epoch() const = 0;

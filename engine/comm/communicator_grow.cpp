@@ -25,11 +25,12 @@ std::unique_ptr<Communicator> CommunicatorImpl::grow(const GrowOptions& o) {
   TANDEM_CHECK(lineage_.store != nullptr, Status::kUnsupported,
                "grow: communicator {} was built without a store, so no rank can join it", comm_id_);
   TANDEM_REQUIRE(o.max_ranks >= 0, "grow: max_ranks must be >= 0 (0: no bound; got {})", o.max_ranks);
+  TANDEM_REQUIRE(o.limit >= 0, "grow: limit must be >= 0 (0: every joiner waiting; got {})", o.limit);
   const std::chrono::milliseconds window = o.window.count() > 0 ? o.window : options_.timeout;
   // 1. One decision, rank 0's, told to every old rank over this (healthy) communicator.
   int64_t decision[2] = {0, 0};  // admitted joiners, grow id
   if (rank_ == 0) {
-    const Admission a = admit_joiners(*lineage_.store, size_, lineage_.epoch + 1, o.max_ranks, window);
+    const Admission a = admit_joiners(*lineage_.store, size_, lineage_.epoch + 1, o.max_ranks, window, o.limit);
     decision[0] = static_cast<int64_t>(a.tickets.size());
     decision[1] = a.grow_id;
   }
@@ -64,6 +65,33 @@ std::unique_ptr<Communicator> CommunicatorImpl::grow(const GrowOptions& o) {
   log::info("comm {} rank {}: grown to {} ranks (epoch {}, {} joiner(s) admitted)", comm_id_, rank_, grown_size,
             lineage_.epoch + 1, decision[0]);
   return grown;
+}
+
+std::unique_ptr<Communicator> CommunicatorImpl::rejoin(std::chrono::milliseconds wait) {
+  TANDEM_CHECK(lineage_.store != nullptr, Status::kUnsupported,
+               "rejoin: communicator {} was built without a store, so this rank cannot wait as a spare", comm_id_);
+  TANDEM_REQUIRE(wait.count() > 0, "rejoin: the wait for admission must be positive (got {} ms)", wait.count());
+  const std::string& host = hosts_[static_cast<size_t>(rank_)];
+  log::info("comm {} rank {}: waits as a spare for the job's next grow (up to {} ms)", comm_id_, rank_, wait.count());
+  const JoinAnswer a = request_admission(*lineage_.store, host, wait);
+  BootstrapInfo info;
+  info.rank = a.rank;
+  info.size = a.size;
+  info.listen_addr = lineage_.listen_addr;
+  std::vector<int> parents(static_cast<size_t>(a.size), -1);
+  for (int r = 0; r < a.old_size; ++r) parents[static_cast<size_t>(r)] = r;
+  std::unique_ptr<Communicator> grown =
+      create_world(info, lineage_.store, options_, grow_prefix(a.grow_id), a.epoch, std::move(parents), host);
+  await_outcome(*lineage_.store, a.grow_id, 2 * options_.timeout);
+  log::info("comm {} rank {}: the spare was admitted as rank {} of {} (epoch {})", comm_id_, rank_, a.rank, a.size,
+            a.epoch);
+  return grown;
+}
+
+void CommunicatorImpl::refuse_joiners(const std::string& why) {
+  if (lineage_.store == nullptr) return;
+  const int64_t n = refuse_waiting(*lineage_.store, why);
+  if (n > 0) log::info("comm {} rank {}: {} waiting joiner(s) or spare(s) refused: {}", comm_id_, rank_, n, why);
 }
 
 }  // namespace tandem::engine::comm

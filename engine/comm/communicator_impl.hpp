@@ -52,6 +52,8 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<Communicator> shrink() override;
   int64_t pending_joins() override;
   std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
+  std::unique_ptr<Communicator> rejoin(std::chrono::milliseconds wait) override;
+  void refuse_joiners(const std::string& why) override;
   int epoch() const override { return lineage_.epoch; }
   std::vector<int> parent_ranks() const override { return lineage_.parent_ranks; }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;

@@ -4,6 +4,8 @@
 // of resume-at-any-world-size, done in memory.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,6 +19,12 @@ namespace tandem::engine::parallel {
 namespace {
 
 constexpr uint32_t kTagStageState = 15;  // the survivors' communicator: a stage's slice of the state, to rank 0
+
+// The grid rule (parallel_trainer.hpp): pp' = min(pp0, n), dp' = floor(n / pp').
+std::pair<int, int> grid_for(int n, int pp0) {
+  const int pp = std::max(1, std::min(pp0, n));
+  return {n / pp, pp};
+}
 
 void put_floats(compute::Backend& be, const float* src, Tensor dst) {
   if (dst.numel() == 0) return;
@@ -39,6 +47,7 @@ bool ParallelTrainer::probe_loss(const std::string& why) {
       // best effort
     }
   }
+  if (own_comm_ == nullptr) return false;
   if (own_comm_->is_failed()) return true;
   // ... and the trainer's own communicator, over every rank, shows whether a rank is gone.
   try {
@@ -58,6 +67,7 @@ void ParallelTrainer::regrid(int pp) {
   if (pp != pc_.pp) pc_.boundaries.clear();  // an explicit cut was for the old depth
   pc_.dp = 0;
   pc_.pp = pp;
+  if (pc_.strategy == Strategy::kPipeline && world_->size() / pp > 1) pc_.strategy = Strategy::kHybrid;  // widened
   grid_ = resolve_grid(pc_, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
                        config_.batch_size);
   config_.world = grid_.dp;
@@ -84,25 +94,102 @@ void ParallelTrainer::regrid(int pp) {
                                               tracer_);
 }
 
-bool ParallelTrainer::reform_grid(const std::string& why) {
-  comm::Communicator& S = *own_comm_;  // the survivors (shrink_group), ranks in their old order
-  const int n = S.size(), old_pp = grid_.pp;
-  const std::vector<int32_t> old_bounds = job_.boundaries;
-  // 1. Where every survivor is: its stage and the progress of its last two snapshots (a rank may have completed
-  //    the step the others were cut off in; they all roll back to the newest step every one of them has).
-  const int64_t mine[3] = {grid_.stage, progress_of(snapshot_), has_prev_ ? progress_of(prev_snapshot_) : -1};
+bool ParallelTrainer::reform_grid(const std::string& why, bool draft) {
+  form_grid(why, draft);
+  return false;
+}
+
+int ParallelTrainer::to_draft(int n, int64_t waiting) const {
+  if (waiting <= 0) return 0;
+  int64_t m = n + waiting;
+  if (pc_.max_ranks > 0) m = std::min<int64_t>(m, pc_.max_ranks);
+  const auto [dp, pp] = grid_for(static_cast<int>(m), launch_pp_);
+  return std::max(0, dp * pp - n);
+}
+
+std::vector<int> ParallelTrainer::share_grid_head(int& old_pp) {
+  comm::Communicator& S = *own_comm_;
+  const int n = S.size();
+  // Every rank's label (a joiner: -1): rank 0 numbers the joiners after every world rank the job ever had.
+  const int64_t mine = world_rank();
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  S.allgather(&mine, labels.data(), 1, DType::kI64)->wait();
+  int64_t head[12] = {initial_dp_, initial_world_, schedule_epoch_steps_, pc_.min_ranks, pc_.max_ranks,
+                      pc_.join_poll_steps, launch_pp_, old_pp, static_cast<int64_t>(pc_.strategy),
+                      static_cast<int64_t>(pc_.boundaries.size()), static_cast<int64_t>(launch_strategy_), 0};
+  if (S.rank() == 0) {
+    int64_t next = initial_world_;
+    for (int64_t r : labels) next = std::max(next, r + 1);
+    for (int r : lost_) next = std::max<int64_t>(next, r + 1);
+    for (int64_t& r : labels)
+      if (r < 0) r = next++;
+  }
+  S.broadcast(head, 12, DType::kI64, 0)->wait();
+  S.broadcast(labels.data(), labels.size(), DType::kI64, 0)->wait();
+  std::vector<int64_t> bounds(static_cast<size_t>(head[9]));
+  for (size_t i = 0; i < bounds.size() && S.rank() == 0; ++i) bounds[i] = pc_.boundaries[i];
+  if (!bounds.empty()) S.broadcast(bounds.data(), bounds.size(), DType::kI64, 0)->wait();
+  initial_dp_ = static_cast<int>(head[0]);
+  initial_world_ = static_cast<int>(head[1]);
+  pc_.min_ranks = static_cast<int>(head[3]);
+  pc_.max_ranks = static_cast<int>(head[4]);
+  pc_.join_poll_steps = static_cast<int>(head[5]);
+  launch_pp_ = static_cast<int>(head[6]);
+  old_pp = static_cast<int>(head[7]);
+  launch_strategy_ = static_cast<Strategy>(head[10]);
+  if (grid_.stage < 0) {  // a joiner or spare: the grid that holds the state is the job's, as it is now
+    pc_.strategy = static_cast<Strategy>(head[8]);
+    pc_.pp = old_pp;
+    pc_.boundaries.assign(bounds.begin(), bounds.end());
+  }
+  if (schedule_epoch_steps_ != head[2]) {
+    schedule_epoch_steps_ = head[2];
+    schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, schedule_epoch_steps_, config_.epochs);
+  }
+  return {labels.begin(), labels.end()};
+}
+
+void ParallelTrainer::form_grid(const std::string& why, bool draft) {
+  // 0. After a loss in a step: ranks waiting to join (spares, joiners) come in first when they make a wider grid.
+  if (draft) {
+    const int k = to_draft(own_comm_->size(), own_comm_->pending_joins());
+    if (k > 0) {
+      comm::GrowOptions o;
+      o.max_ranks = pc_.max_ranks;
+      o.limit = k;
+      std::unique_ptr<comm::Communicator> grown = own_comm_->grow(o);
+      if (grown) {
+        enter_grown(std::move(grown), nullptr);
+        return;
+      }
+    }
+  }
+  comm::Communicator& S = *own_comm_;  // ranks holding state first (in their old order), then the new ones
+  const int n = S.size();
+  const bool holds = grid_.stage >= 0;
+  int old_pp = holds ? grid_.pp : 0;
+  agree_on_settings(true);
+  const std::vector<int> labels = share_grid_head(old_pp);
+  const std::vector<int32_t> old_bounds = job_.boundaries;  // on the ranks that hold state
+  // 1. Where every rank is: its stage (-1: no state) and the progress of its last two snapshots (a rank may have
+  //    completed the step the others were cut off in; they all roll back to the newest step every one of them has).
+  const int64_t mine[3] = {holds ? grid_.stage : -1, holds ? progress_of(snapshot_) : -1,
+                           holds && has_prev_ ? progress_of(prev_snapshot_) : -1};
   std::vector<int64_t> all(3 * static_cast<size_t>(n));
   S.allgather(mine, all.data(), 3, DType::kI64)->wait();
   const auto at = [&](int r, int k) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
-  int64_t P = at(0, 1);
-  for (int r = 1; r < n; ++r) P = std::min(P, at(r, 1));
+  int64_t P = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < n; ++r)
-    TANDEM_CHECK(at(r, 1) == P || at(r, 2) == P, Status::kPeerFailure,
+    if (at(r, 0) >= 0) P = std::min(P, at(r, 1));
+  TANDEM_CHECK(at(0, 0) >= 0, Status::kInternal, "elastic: rank 0 of the re-formed group holds no state ({})", why);
+  for (int r = 0; r < n; ++r)
+    TANDEM_CHECK(at(r, 0) < 0 || at(r, 1) == P || at(r, 2) == P, Status::kPeerFailure,
                  "elastic: cannot re-form after {}: world rank {} has no state of step {} (it is at step {}); resume "
                  "from the last checkpoint",
-                 why, members_[static_cast<size_t>(r)], P, at(r, 1));
-  std::vector<int> source(static_cast<size_t>(old_pp), -1);  // the lowest survivor of each stage
-  for (int r = n - 1; r >= 0; --r) source[static_cast<size_t>(at(r, 0))] = r;
+                 why, labels[static_cast<size_t>(r)], P, at(r, 1));
+  std::vector<int> source(static_cast<size_t>(old_pp), -1);  // the lowest rank holding each stage
+  for (int r = n - 1; r >= 0; --r)
+    if (at(r, 0) >= 0) source[static_cast<size_t>(at(r, 0))] = r;
   std::vector<int> missing;
   for (int s = 0; s < old_pp; ++s)
     if (source[static_cast<size_t>(s)] < 0) missing.push_back(s);
@@ -116,10 +203,12 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
                  pc_.elastic_checkpoint.empty() ? std::string("no checkpoint to restore it from (elastic_checkpoint)")
                                                 : fmt::format("checkpoint '{}' does not exist", pc_.elastic_checkpoint));
   }
-  // 2. The whole model at step P, assembled on survivor 0 from one surviving replica of each stage.
-  const Snapshot& snap = progress_of(snapshot_) == P ? snapshot_ : prev_snapshot_;
-  const size_t K = snap.state.size();
+  // 2. The whole model at step P, assembled on rank 0 (which holds state) from one replica of each stage.
+  const Snapshot empty;
+  const Snapshot& snap = !holds ? empty : progress_of(snapshot_) == P ? snapshot_ : prev_snapshot_;
   const auto P_all = static_cast<size_t>(model_.total_params()), B_all = static_cast<size_t>(model_.total_buffers());
+  int64_t K = static_cast<int64_t>(snap.state.size());  // the optimizer's state tensors (a joiner learns how many)
+  S.broadcast(&K, 1, DType::kI64, 0)->wait();
   std::vector<float> params, buffers, state;  // state: K tensors of P_all each, back to back
   if (!from_checkpoint) {
     std::vector<float> packed = snap.params;
@@ -128,14 +217,14 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
     if (S.rank() == 0) {
       params.resize(P_all);
       buffers.resize(B_all);
-      state.resize(K * P_all);
+      state.resize(static_cast<size_t>(K) * P_all);
       for (int s = 0; s < old_pp; ++s) {
         const auto f = static_cast<size_t>(old_bounds[static_cast<size_t>(s)]);
         const auto e = static_cast<size_t>(old_bounds[static_cast<size_t>(s) + 1]);
         const auto p0 = static_cast<size_t>(model_.param_offset(f)), p1 = static_cast<size_t>(model_.param_offset(e));
         const auto q0 = static_cast<size_t>(model_.buffer_offset(f)), q1 = static_cast<size_t>(model_.buffer_offset(e));
         const size_t np = p1 - p0, nb = q1 - q0;
-        std::vector<float> theirs(np + nb + K * np);
+        std::vector<float> theirs(np + nb + static_cast<size_t>(K) * np);
         if (source[static_cast<size_t>(s)] == 0) {
           TANDEM_CHECK(packed.size() == theirs.size(), Status::kInternal, "elastic: stage {} state of {} floats, not {}",
                        s, packed.size(), theirs.size());
@@ -145,26 +234,39 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
         }
         std::copy_n(theirs.begin(), np, params.begin() + static_cast<std::ptrdiff_t>(p0));
         std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np), nb, buffers.begin() + static_cast<std::ptrdiff_t>(q0));
-        for (size_t k = 0; k < K; ++k)
+        for (size_t k = 0; k < static_cast<size_t>(K); ++k)
           std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np,
                       state.begin() + static_cast<std::ptrdiff_t>(k * P_all + p0));
       }
-    } else if (source[static_cast<size_t>(grid_.stage)] == S.rank() && !packed.empty()) {
+    } else if (holds && source[static_cast<size_t>(grid_.stage)] == S.rank() && !packed.empty()) {
       S.send(packed.data(), packed.size(), DType::kF32, 0, kTagStageState)->wait();
     }
   }
-  // 3. The new grid: pp kept, dp' = floor(n / pp) replicas; fewer survivors than stages: pp' = n, dp' = 1. The
-  //    survivors beyond dp' x pp' leave.
-  const int pp = n >= old_pp ? old_pp : n, dp = n / pp;
-  const bool in_grid = S.rank() < dp * pp;
+  // 3. The new grid (grid_for): ranks holding state first, then the new ones, each group in rank order; the ranks
+  //    beyond dp' x pp' become spares.
+  const auto [dp, pp] = grid_for(n, launch_pp_);
+  std::vector<int> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < n; ++r)
+      if ((at(r, 0) >= 0) == (pass == 0)) order.push_back(r);
+  order.resize(static_cast<size_t>(dp * pp));
+  const bool in_grid = std::find(order.begin(), order.end(), S.rank()) != order.end();
   std::unique_ptr<comm::Communicator> G = S.split(in_grid ? 0 : -1, S.rank());
+  std::sort(order.begin(), order.end());
+  members_.clear();
+  for (int r : order) members_.push_back(labels[static_cast<size_t>(r)]);
   if (!in_grid) {
-    TANDEM_THROW(Status::kPeerFailure,
-                 "elastic: world rank {} leaves the job: the re-formed grid {} x {} (dp x pp) of the {} survivors has "
-                 "no place for it",
-                 world_rank(), dp, pp, n);
+    spare_label_ = labels[static_cast<size_t>(S.rank())];
+    grid_.dp = dp;
+    grid_.pp = pp;
+    grid_.world = dp * pp;
+    become_spare(&S);
+    log::warn("elastic: world rank {} waits as a spare: the grid {} x {} (dp x pp) of {} ranks has no place for it; it "
+              "is drafted when the grid can widen",
+              spare_label_, dp, pp, n);
+    return;
   }
-  members_.resize(static_cast<size_t>(dp * pp));
+  spare_ = false;
   retired_.push_back(std::move(own_comm_));
   own_comm_ = std::move(G);
   world_ = own_comm_.get();
@@ -183,7 +285,7 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
     world_->broadcast(progress, 10, DType::kI64, 0)->wait();
     params.resize(P_all);
     buffers.resize(B_all);
-    state.resize(K * P_all);
+    state.resize(static_cast<size_t>(K) * P_all);
     if (P_all > 0) world_->broadcast(params.data(), P_all, DType::kF32, 0)->wait();
     if (B_all > 0) world_->broadcast(buffers.data(), B_all, DType::kF32, 0)->wait();
     if (!state.empty()) world_->broadcast(state.data(), state.size(), DType::kF32, 0)->wait();
@@ -193,7 +295,7 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
     put_floats(be, params.data() + p0, model_.range_params(first, end));
     put_floats(be, buffers.data() + q0, model_.range_buffers(first, end));
     std::vector<Tensor> st;
-    for (size_t k = 0; k < K && p1 > p0; ++k)
+    for (size_t k = 0; k < static_cast<size_t>(K) && p1 > p0; ++k)
       st.push_back(Tensor::wrap(state.data() + k * P_all + static_cast<size_t>(p0), Shape{p1 - p0}, DType::kF32));
     optimizer_->restore(progress[0], st);
     completed_epochs_ = progress[1];
@@ -212,8 +314,22 @@ bool ParallelTrainer::reform_grid(const std::string& why) {
   log::warn("elastic: the grid re-formed at {} x {} (dp x pp) over world ranks {} from step {}; each stage's state "
             "from {}; learning rate x {:.4g}",
             grid_.dp, grid_.pp, fmt::join(members_, ", "), optimizer_->steps(),
-            from_checkpoint ? "the checkpoint" : "a surviving replica of it", lr_scale_);
-  return false;
+            from_checkpoint ? "the checkpoint" : "a replica of it", lr_scale_);
+}
+
+void ParallelTrainer::become_spare(comm::Communicator* via) {
+  executor_.reset();
+  reducer_.reset();
+  retired_.push_back(std::move(pipe_comm_));
+  retired_.push_back(std::move(dp_comm_));
+  TANDEM_CHECK(own_comm_.get() == via, Status::kInternal, "elastic: a spare's communicator is not the trainer's");
+  retired_.push_back(std::move(own_comm_));  // kept: the spare waits for admission through its store
+  spare_via_ = via;
+  world_ = nullptr;
+  spare_ = true;
+  grid_.rank = grid_.stage = grid_.dp_rank = -1;
+  has_prev_ = false;
+  snapshot_valid_ = false;
 }
 
 }  // namespace tandem::engine::parallel

@@ -88,6 +88,7 @@ struct ParallelConfig {
   int max_ranks = 0;               // > 0: joiners beyond this many ranks are refused (0: no bound)
   int join_poll_steps = 1;         // check for joiners every this many steps (a store read on rank 0 + a broadcast)
   bool joining = false;            // this rank joins a running job: `world` came from join_communicator
+  int64_t spare_wait_ms = 3600000; // elastic pipeline/hybrid: how long a spare waits to be drafted (then kTimeout)
 };
 
 // Whether a lost worker is absorbed -- the survivors shrink their communicator and go on (parallel_trainer.hpp

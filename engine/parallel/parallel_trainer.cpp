@@ -88,6 +88,18 @@ data::Dataset shard_of(const data::Dataset& d, int part, int parts) {
   return s;
 }
 
+// A joiner of an elastic pipeline or hybrid job holds no stage until the job places it (form_grid): its grid is the
+// job's to choose, so the width and depth it was started with are not checked against its world here.
+Grid starting_grid(ParallelConfig& pc, const comm::Communicator* world, int64_t layers, int64_t batch) {
+  if (pc.joining && pc.elastic && (pc.strategy == Strategy::kPipeline || pc.strategy == Strategy::kHybrid)) {
+    Grid g;
+    g.world = world != nullptr ? world->size() : 1;
+    g.rank = g.stage = -1;
+    return g;
+  }
+  return resolve_grid(pc, world != nullptr ? world->size() : 1, world != nullptr ? world->rank() : 0, layers, batch);
+}
+
 uint64_t hash_bounds(const std::vector<int32_t>& b) {
   uint64_t h = 0x626f756e6473;
   for (int32_t v : b) h = mix64(h, static_cast<uint64_t>(v));
@@ -104,8 +116,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       config_(std::move(config)),
       pc_(std::move(parallel)),
       world_(world != nullptr && world->size() > 1 ? world : nullptr),
-      grid_(resolve_grid(pc_, world != nullptr ? world->size() : 1, world != nullptr ? world->rank() : 0,
-                         static_cast<int64_t>(model.num_layers()), config_.batch_size)),
+      grid_(starting_grid(pc_, world, static_cast<int64_t>(model.num_layers()), config_.batch_size)),
       tracer_(pc_.trace),
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
       rng_(mix64(config_.seed, 0x747261696e)) {
@@ -122,6 +133,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();
+  launch_pp_ = std::max(1, pc_.pp);
+  launch_strategy_ = pc_.strategy;
+  const bool joins_grid = pc_.joining && grid_.stage < 0;  // starting_grid: placed by the job (form_grid)
   const nn::SampleShape in = model_.spec().input;
   auto check_data = [&](const data::Dataset& d) {
     TANDEM_REQUIRE(d.channels * d.height * d.width == in.numel() &&
@@ -141,7 +155,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   lo.prefetch = config_.prefetch;
   lo.seed = config_.seed;
   loader_ = std::make_unique<data::Loader>(train_, sampler_, lo);
-  agree_on_settings(pc_.joining);
+  if (!joins_grid) agree_on_settings(pc_.joining);
   // ---- 3. the job, compiled once: the cut, the plan, the buckets and their all-reduces, the memory ----
   // Defaults that depend on the grid, resolved once for the job, the logs and tandem_trainer_parallel_query.
   if (pc_.strategy == Strategy::kEasgd) pc_.alpha = easgd_alpha(pc_.alpha, grid_.dp);
@@ -156,6 +170,17 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     const comm::CommOptions& o = world_->options();
     job.algorithm = o.deterministic ? comm::Algorithm::kDeterministic : o.allreduce_algorithm;
     job.chunk_bytes = o.chunk_bytes;
+  }
+  if (joins_grid) {
+    // A joiner of a pipeline or hybrid grid (issue #17): the running ranks admitted it into the grown world `world`;
+    // it mirrors their re-form (elastic_grow.cpp enter_grown) and so takes a stage, or waits as a spare.
+    TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "joining a running job needs the grown world");
+    job_.job = std::move(job);  // compiled at the grid the job chooses (regrid)
+    absorbing_ = true;
+    enter_grown(nullptr, world_);
+    attach_reducer();
+    tracer_.reset_zero();
+    return;
   }
   absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && (grid_.pp == 1 || reforms_grid());
   job_ = compile_job(std::move(job), grid_.world, [this] {
@@ -188,7 +213,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   if (world_ != nullptr) {
     // Elastic pipeline/hybrid: a communicator of the trainer's own over every rank, which shrinks after a loss;
     // the stage and replica groups are split from it.
-    if (absorbing_ && grid_.pp > 1) {
+    if (absorbing_ && reforms_grid()) {
       own_comm_ = world_->split(0, grid_.rank);
       world_ = own_comm_.get();
     }
@@ -203,7 +228,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : grid_.stage, grid_.dp_rank);
     // Elastic or absorbing without servers (pp = 1: the group is the whole world): likewise one communicator of
     // the trainer's own carries every collective, so a failure always shows on it.
-    if (absorbing_ && !parameter_server() && grid_.pp == 1 && dp_comm_) world_ = dp_comm_.get();
+    if (absorbing_ && !parameter_server() && !reforms_grid() && grid_.pp == 1 && dp_comm_) world_ = dp_comm_.get();
   }
   for (int r = 0; r < grid_.world; ++r) members_.push_back(r);
   initial_dp_ = grid_.dp;
@@ -238,7 +263,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // A joiner (issue #17): the running ranks mirrored the collectives above; now it takes their state.
   if (pc_.joining) {
     TANDEM_CHECK(grows(), Status::kUnsupported,
-                 "joining a running job needs elastic ddp with one pipeline stage (strategy {}, pp {}, elastic {})",
+                 "joining a running job needs elastic ddp, pipeline or hybrid (strategy {}, pp {}, elastic {})",
                  strategy_name(pc_.strategy), grid_.pp, pc_.elastic);
     share_grown_state();
   }
@@ -269,6 +294,15 @@ void ParallelTrainer::setup_strategy() {
 }
 
 ParallelTrainer::~ParallelTrainer() {
+  // The job ends here (elastic pipeline/hybrid): the grid's rank 0 refuses the spares and joiners still waiting, so
+  // they stop now rather than at the end of their wait.
+  if (reforms_grid() && own_comm_ && !spare_ && !own_comm_->is_failed() && own_comm_->rank() == 0) {
+    try {
+      own_comm_->refuse_joiners("the job ended");
+    } catch (...) {
+      // best effort: they stop at the end of their wait
+    }
+  }
   executor_.reset();
   reducer_.reset();
   ps_.reset();  // leaves the push/pull region with the other ranks (bounded by the deadline)
@@ -298,9 +332,11 @@ void ParallelTrainer::agree_on_settings(bool growing) {
   uint32_t lr_bits;
   std::memcpy(&lr_bits, &lr, sizeof lr_bits);
   const std::vector<std::pair<const char*, int64_t>> mine = {
-      {"strategy", static_cast<int64_t>(pc_.strategy)},
+      // growing: the job chooses the grid (a pipeline that widened runs as hybrid), so only the family is checked
+      {"strategy", static_cast<int64_t>(growing && launch_strategy_ == Strategy::kPipeline ? Strategy::kHybrid
+                                                                                            : launch_strategy_)},
       {"dp", growing ? 0 : pc_.dp},
-      {"pp", pc_.pp},
+      {"pp", growing ? 0 : pc_.pp},
       {"micro_batches", pc_.micro_batches},
       {"schedule", static_cast<int64_t>(pc_.schedule)},
       {"accumulation", pc_.accumulation},
@@ -554,6 +590,7 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
       if (c != nullptr && !c->is_failed()) c->abort(fmt::format("world rank {} stopped: {}", world_rank(), why));
     }
     const std::string role = grid_.server ? fmt::format("server {}", grid_.server_index)
+                             : spare_     ? std::string("spare")
                                           : fmt::format("stage {}, replica {}", grid_.stage, grid_.dp_rank);
     throw Error(e.status(), fmt::format("world rank {} ({}): {}", world_rank(), role, why));
   }
@@ -561,8 +598,13 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
 
 train::StepResult ParallelTrainer::step() {
   return failing_loudly([&] {
-    return elastic_retry(Phase::kStep, [&] {
-      maybe_admit();  // a step boundary: joiners come in here (elastic ddp)
+    return elastic_retry(Phase::kStep, [&]() -> train::StepResult {
+      if (spare_ && !wait_as_spare()) {  // a spare waits to be drafted; the job ended: a last, empty step
+        train::StepResult r;
+        r.epoch_end = true;
+        return r;
+      }
+      maybe_admit();  // a step boundary: joiners come in here (elastic ddp, pipeline, hybrid)
       return step_impl();
     });
   });
@@ -572,7 +614,7 @@ train::StepResult ParallelTrainer::step() {
 
 template <typename F>
 auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
-  if (!absorbing_ || trainer_comm() == nullptr) return f();
+  if (!absorbing_ || (trainer_comm() == nullptr && !spare_)) return f();
   bool again = false;
   // Each pass shrinks the group by at least one rank (recover refuses otherwise), so this loop is bounded.
   for (;;) {
@@ -585,8 +627,8 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone) throw;
-      if (grid_.pp > 1 ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
+      if (!peer_gone || spare_) throw;  // a spare in no group: its wait ran out
+      if (reforms_grid() ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
       again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
       // The step in flight was completed: by the others (ddp, fedavg: its update is in the adopted state), or by
@@ -605,9 +647,10 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
 }
 
 void ParallelTrainer::take_snapshot() {
+  if (spare_) return;  // holds no state
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
-  if (grid_.pp > 1) {
+  if (grid_.pp > 1 || reforms_grid()) {
     prev_snapshot_ = std::move(snapshot_);
     has_prev_ = snapshot_valid_;  // a snapshot of this grid (none before the first, nor across a re-form)
     snapshot_valid_ = true;
@@ -625,6 +668,7 @@ void ParallelTrainer::take_snapshot() {
   s.completed_epochs = completed_epochs_;
   s.sampler = sampler_.state();
   s.sampler_world = sampler_dp_;
+  s.taken = taken_ >= 0 && sampler_.epoch() == taken_epoch_ && sampler_.position() == taken_position_ ? taken_ : -1;
   s.rng = rng_.state();
 }
 
@@ -649,8 +693,12 @@ void ParallelTrainer::restore_snapshot(bool reshard) {
     data::SamplerState at = s.sampler;
     const data::DistributedSampler before(train_.size(), s.sampler_world, 0, false, 0);
     sampler_ = data::DistributedSampler(train_.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
-    at.position = at.position >= before.shard_size() ? sampler_.shard_size()
-                                                     : at.position * s.sampler_world / grid_.dp;
+    const bool done = at.position >= before.shard_size();
+    const int64_t g = s.taken >= 0 ? s.taken : at.position * s.sampler_world;
+    at.position = done ? sampler_.shard_size() : g / grid_.dp;
+    taken_ = done ? -1 : g;
+    taken_epoch_ = at.epoch;
+    taken_position_ = at.position;
     sampler_.restore(at);
     sampler_dp_ = grid_.dp;
   } else {
@@ -701,7 +749,7 @@ void ParallelTrainer::shrink_group(const std::string& why) {
     grid_.dp = grid_.world - grid_.servers;
     TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
     if (!grid_.server) grid_.dp_rank = grid_.rank;
-  } else if (grid_.pp == 1) {  // a pipeline or hybrid grid is re-formed by reform_grid
+  } else if (!reforms_grid()) {  // a pipeline or hybrid grid is re-formed by reform_grid
     grid_.dp = grid_.world;
     grid_.dp_rank = grid_.rank;
   }
@@ -782,7 +830,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     const std::vector<int> before = members_;
     shrink_group(why);
     try {
-      behind = grid_.pp > 1 ? reform_grid(why) : reform(phase, why, before);
+      behind = reforms_grid() ? reform_grid(why, phase == Phase::kStep) : reform(phase, why, before);
       break;
     } catch (const Error& e) {
       if (!world_->is_failed()) throw;
@@ -802,12 +850,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
                  "elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
                  fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
   }
-  if (!ps_ && dp_comm_ && dp_comm_->size() > 1) {
-    reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
-                                                 job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
-                                                 pc_.compression, tracer_);
-  }
-  executor_->set_reducer(ps_ ? static_cast<GradientSync*>(ps_.get()) : rounds_ ? nullptr : reducer_.get());
+  attach_reducer();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   // Every survivor logs the event, naming the lost rank(s) and how its strategy absorbed them.
   std::string how;
@@ -1031,6 +1074,7 @@ auto ParallelTrainer::with_consensus(F&& f) -> decltype(f()) {
 }
 
 train::EvalResult ParallelTrainer::evaluate_impl(const data::Dataset& d, int64_t limit_batches) {
+  if (spare_) return {};  // a spare scores nothing (it is in no group)
   if (ps_) ps_->sync_point();
   if (limit_batches < 0) limit_batches = config_.eval_limit_batches;
   // Replicas' batch-norm statistics drift apart (each saw its own samples): score with replica 0's,
@@ -1086,6 +1130,7 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 }
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
+  if (spare_) return;  // the grid writes it
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
   std::vector<std::vector<float>> server_state;
   TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
@@ -1207,6 +1252,8 @@ void ParallelTrainer::check_resharding(const train::Checkpoint& ck, int saved_dp
 }
 
 void ParallelTrainer::load_checkpoint(const std::string& path) {
+  TANDEM_CHECK(!spare_, Status::kUnsupported, "load_checkpoint('{}'): world rank {} is a spare (it holds no stage)",
+               path, world_rank());
   TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
                "checkpoint '{}': resuming asynchronous EASGD (its centre variable) is not supported yet", path);
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
@@ -1394,6 +1441,7 @@ train::StepResult ParallelTrainer::fedavg_round() {
 }
 
 void ParallelTrainer::write_trace(const std::string& path) {
+  if (spare_) return;  // in no group: the grid writes it
   TANDEM_REQUIRE(tracer_.enabled(), "write_trace: tracing was not enabled in the parallel configuration");
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
   const std::string body = tracer_.to_json(

@@ -65,9 +65,11 @@
 //    counters, RNG, the sampler's global position) -- the adoption the survivors of a loss use.
 //  - Global batch and learning rate: the rule of shrink, mirrored -- the per-replica batch is kept, so the global
 //    batch grows to batch x dp'; the learning rate is x dp' / dp (dp: the replicas the job started with). The epoch's
-//    global sample order is kept: g samples taken continue at floor(g / dp') of the new shards.
-//  - Limits: pipeline and hybrid grids do not grow; the joiners must be started with the job's settings (checked:
-//    kMismatch naming the field).
+//    global sample order is kept: g samples taken continue at floor(g / dp') of the new shards. Joiners that ask a
+//    moment apart may be admitted one after the other at one step boundary (2 -> 3 -> 4); both re-shards start from
+//    the same exact g (Snapshot::taken), so this is the same as one admission 2 -> 4 (no extra sample repeated).
+//  - Limits: the joiners must be started with the job's settings (checked: kMismatch naming the field). Pipeline and
+//    hybrid grids grow by whole rows (below).
 //
 // Elastic pipeline and hybrid DP x PP (issue #17; elastic_reform.cpp). The trainer's own communicator spans every rank
 // (the stage and replica groups are split from it). A failure seen on any group aborts this rank's groups -- whoever
@@ -79,9 +81,26 @@
 //    and deals it out at the new grid -- the reshard of load_checkpoint, in memory. A stage with no surviving replica
 //    is restored, with everything else, from elastic_checkpoint (all ranks go back to its step); without one every
 //    survivor stops with kPeerFailure naming the stage.
-//  - Grid rule: pp kept and dp' = floor(n' / pp) for n' survivors (the survivors beyond dp' x pp leave the job with
-//    kPeerFailure saying so); n' < pp: pp' = n', dp' = 1 (the model re-cut). Learning rate x dp' / dp, per-replica
-//    batch kept, the sampler's global position kept, as for DDP.
+//  - Grid rule (loss and growth alike; elastic_reform.cpp grid_for): for n ranks, pp' = min(pp0, n) and
+//    dp' = floor(n / pp'), pp0 the depth the job was launched with (a grid that lost depth regains it when it can); a
+//    changed depth re-cuts the model; a pipeline job that widens to dp' > 1 runs as hybrid from then on. Learning rate
+//    x dp' / dp, per-replica batch kept, the sampler's global position kept (floor(g / dp')), as for DDP.
+//  - Spares: the ranks beyond dp' x pp' (their state goes to no one; the grid prefers ranks that hold state, then
+//    the lowest ranks) stay in the job as spares: each waits in the job's admission queue as a joiner does
+//    (Communicator::rejoin; its step() blocks there) and is admitted, with the joiners waiting there, when the grid
+//    can widen by a whole row: at a step boundary when n + waiting gives a wider grid (another loss re-forms at
+//    once when it happens in a step: the waiting ranks are drafted into that re-form). A spare keeps its world-rank
+//    label. When the job ends, the grid's rank 0 (its trainer's destructor) refuses every rank still waiting
+//    (Communicator::refuse_joiners): a spare's step() then returns a last, empty step that ends the epoch and its
+//    completed_epochs() jumps to the job's epochs, so a `for` over epochs stops; its evaluate(), save_checkpoint()
+//    and write_trace() do nothing. A spare waits at most ParallelConfig::spare_wait_ms (kTimeout after).
+//  - Growth: at a step boundary (every join_poll_steps steps) the grid's rank 0 counts the waiting ranks (joiners and
+//    spares, one queue) and the grid admits just enough of them (the oldest first) to fill whole rows -- a pipeline
+//    1 x 2 with one joiner waits (3 ranks make no wider grid) and widens to 2 x 2 when a second one asks; the rest
+//    keep waiting. The admitted ranks run the same re-form as after a loss (state assembled from one replica of each
+//    stage, dealt out at the new grid), with the joiners' trainers mirroring it from their constructor
+//    (ParallelConfig::joining over join_communicator's world, with the job's settings: the data-parallel width and
+//    stage cut are the job's to choose).
 //
 // A lost worker absorbed (issues #13 and #17; absorbs_worker_loss in parallel_config.hpp): ps-async, ssp, asgd, easgd
 // (both variants), fedavg and localsgd always -- a dead worker does not stop them -- and ps and ddp with elastic. The
@@ -220,7 +239,11 @@ class ParallelTrainer {
   double lr_scale() const noexcept { return lr_scale_; }
   // The last admission of joiners on this rank: ms from the agreement to the grown group's first step (-1: none).
   double last_admission_ms() const noexcept { return last_admission_ms_; }
-  int world_rank() const noexcept { return members_.empty() ? grid_.rank : members_[static_cast<size_t>(grid_.rank)]; }
+  int world_rank() const noexcept {
+    return spare_ ? spare_label_ : members_.empty() ? grid_.rank : members_[static_cast<size_t>(grid_.rank)];
+  }
+  // Elastic pipeline/hybrid: this rank has no place in the grid and waits as a spare (grid().rank is then -1).
+  bool spare() const noexcept { return spare_; }
   // This replica's position in its shard of the current epoch (samples taken).
   int64_t sample_position() const noexcept { return sampler_.position(); }
 
@@ -274,9 +297,28 @@ class ParallelTrainer {
   // and returns whether the trainer's own communicator failed (probed with a barrier when it looks healthy).
   bool probe_loss(const std::string& why);
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
-  bool reform_grid(const std::string& why);
+  bool reform_grid(const std::string& why, bool draft);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
   void regrid(int pp);
+  // ---- issue #17: pipeline and hybrid grids that grow, and their spares (elastic_reform.cpp, elastic_grow.cpp) ----
+  // Collective over S = own_comm_ (ranks holding state first, then joiners/spares admitted into it): the job's head
+  // and settings, the newest common step, each stage's slice assembled on rank 0 and dealt out at grid_for(S);
+  // ranks without a place become spares. draft: waiting ranks may be admitted first (a re-form after a loss).
+  void form_grid(const std::string& why, bool draft);
+  // The grown world (old ranks: own_comm_->grow's; a joiner: its constructor's `world`; a spare: rejoin's): the
+  // trainer's own communicator is split from it, then form_grid.
+  void enter_grown(std::unique_ptr<comm::Communicator> grown, comm::Communicator* borrowed);
+  bool grows_grid() const noexcept;  // elastic pipeline/hybrid with a grid (not a spare)
+  // How many waiting ranks to admit into `n` grid ranks (0: no wider grid).
+  int to_draft(int n, int64_t waiting) const;
+  // A spare's step(): waits in the admission queue; true when drafted into the grid, false when the job ended.
+  bool wait_as_spare();
+  void become_spare(comm::Communicator* via);
+  void attach_reducer();
+  bool admit_grid(int k);  // a step boundary: admits k waiting ranks and re-forms the grid (false: nobody came in)
+  // The job's head from rank 0 of own_comm_ (widths, elastic bounds, launch depth, the stage cut, the strategy, the
+  // depth of the grid that holds the state) and every rank's world-rank label (joiners get new ones).
+  std::vector<int> share_grid_head(int& old_pp);
   std::vector<double> measure_layer_costs();
   void broadcast_replica_state();
   void begin_epoch_if_needed();
@@ -332,6 +374,9 @@ class ParallelTrainer {
     int64_t steps = 0, completed_epochs = 0;
     data::SamplerState sampler;
     int sampler_world = 1;
+    // Samples of the epoch taken over all replicas when known exactly (a re-shard's g, until the next step), else
+    // -1 (then position x sampler_world): two admissions at one step boundary (2 -> 3 -> 4) re-shard as one.
+    int64_t taken = -1;
     Rng::State rng{};
   };
   Snapshot snapshot_;
@@ -353,6 +398,15 @@ class ParallelTrainer {
   int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
   std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
   double last_admission_ms_ = -1;
+  // ---- issue #17: grids that grow, spares ----
+  int launch_pp_ = 1;                 // the depth the job was launched with (grid_for's pp0)
+  Strategy launch_strategy_ = Strategy::kSingle;
+  bool spare_ = false;
+  bool released_ = false;             // a spare the job refused (it ended): step() returns at once from then on
+  int spare_label_ = -1;              // a spare's world-rank label (kept when it is drafted)
+  comm::Communicator* spare_via_ = nullptr;  // the communicator a spare rejoins through (in retired_)
+  // The last re-shard's exact g, valid while the sampler stays at (taken_epoch_, taken_position_).
+  int64_t taken_ = -1, taken_epoch_ = -1, taken_position_ = -1;
 };
 
 }  // namespace tandem::engine::parallel

@@ -2,7 +2,7 @@
 train --strategy ddp --elastic` over tcp on loopback; after its first epoch `tandem launch --join -n 2 --secret-file F`
 starts two more ranks that join at a step boundary, and the job ends as a world of 4 (learning rate x 2). A joiner
 with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Growth also works after rank 0
-died (the launcher serves the store). Run by CTest with TANDEM_CLI
+died (the launcher serves the store), and a hybrid DP x PP grid grows by whole rows. Run by CTest with TANDEM_CLI
 set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import os
 import shutil
@@ -20,6 +20,10 @@ TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--model", "lenet5
          "--batch", "16", "--limit-batches", "400", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
          "--epochs", str(EPOCHS)]
 
+# Hybrid DP x PP (issue #17): a grid of pp = 2 stages that grows by whole rows.
+HYBRID = [w for w in TRAIN if w != "ddp"]
+HYBRID[HYBRID.index("--strategy") + 1:HYBRID.index("--strategy") + 1] = ["hybrid", "--pp", "2", "--microbatches", "2"]
+
 
 def env(**extra):
     return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1", **extra)
@@ -31,12 +35,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_joiner(port, secret_file, n, extra_env=None, timeout=120):
+def run_joiner(port, secret_file, n, extra_env=None, timeout=120, train=TRAIN):
     args = [CLI, "launch", "--join", "-n", str(n), "--port", str(port), "--transport", "tcp"]
     if secret_file:
         args += ["--secret-file", secret_file]
-    return subprocess.run(args + ["--", CLI] + TRAIN, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(args + ["--", CLI] + train, capture_output=True, text=True, timeout=timeout,
                           env=env(TANDEM_JOIN_WAIT_MS="60000", **(extra_env or {})))
+
+
+def start_joiner(results, threads, name, *args, **kwargs):
+    """run_joiner on a thread of its own (appended to `threads`); its result goes to results[name]."""
+    def body():
+        results[name] = run_joiner(*args, **kwargs)
+    t = threading.Thread(target=body)
+    t.start()
+    threads.append(t)
 
 
 class GrowLaunch(unittest.TestCase):
@@ -52,11 +65,7 @@ class GrowLaunch(unittest.TestCase):
         threads = []
 
         def later(name, *args, **kwargs):
-            def body():
-                results[name] = run_joiner(*args, **kwargs)
-            t = threading.Thread(target=body)
-            t.start()
-            threads.append(t)
+            start_joiner(results, threads, name, *args, **kwargs)
 
         def on_line(_, line):
             if "intruder" not in results and epochs_of([line], 0).get(1):
@@ -128,6 +137,50 @@ class GrowLaunch(unittest.TestCase):
         self.assertEqual(last["world"], 3, out)
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs_of(lines, 0)[1]["train_loss"],
                         out)
+
+    def test_a_hybrid_1x2_grows_to_2x2_and_a_lone_joiner_waits_for_a_whole_row(self):
+        # A hybrid grid of 1 x 2 (dp x pp) over tcp. After epoch 1 one joiner asks: 3 ranks make no wider grid, so it
+        # waits while the job trains on at 1 x 2; after epoch 2 a second one completes a row and both come in at one
+        # step boundary: 2 x 2 (learning rate x 2), each new replica given its stage's state.
+        port, secret_file = self.job_files()
+        results = {}
+        threads = []
+
+        def later(name, *args):
+            start_joiner(results, threads, name, *args, train=HYBRID)
+
+        def on_line(_, line):
+            epochs = epochs_of([line], 0)
+            if epochs.get(1) and "first" not in results:
+                results["first"] = None
+                later("first", port, secret_file, 1)
+            if epochs.get(2) and "second" not in results:
+                results["second"] = None
+                later("second", port, secret_file, 1)
+
+        try:
+            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
+                                          "--secret-file", secret_file], on_line, train=HYBRID)
+        finally:
+            for t in threads:
+                t.join(timeout=150)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        for name in ("first", "second"):
+            r = results.get(name)
+            self.assertIsNotNone(r, out)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        epochs = epochs_of(lines, 0)
+        self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
+        self.assertEqual((epochs[1]["world"], epochs[1]["dp"], epochs[1]["pp"]), (1 * 2, 1, 2), out)
+        self.assertEqual(epochs[2]["world"], 2, out)  # the first joiner waited through epoch 2
+        last = epochs[EPOCHS]
+        self.assertEqual((last["world"], last["dp"], last["pp"]), (4, 2, 2), out)
+        self.assertAlmostEqual(last["lr_scale"], 2.0, places=6)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
+        # One widening by a whole row, never 1 x 2 -> 3 ranks.
+        self.assertRegex(out, r"elastic: 2 rank\(s\) admitted at step \d+; the grid widened from 1 to 2 x 2")
+        self.assertNotIn("3 ranks go on", out)
 
     def test_join_without_a_port_is_refused(self):
         r = subprocess.run([CLI, "launch", "--join", "-n", "1", "--", "true"], capture_output=True, text=True,

@@ -990,12 +990,18 @@ typedef struct tandem_parallel_params {
   int32_t elastic;                  /* non-zero: elastic; default 0 */
   int32_t min_ranks;                /* elastic: in [1, world]; default 1 */
   const char* elastic_checkpoint;   /* elastic: copied; NULL or "" (default): no checkpoint at the stop */
-  /* Growth (elastic DDP with one pipeline stage): every join_poll_steps optimizer steps, at the step boundary, rank 0
+  /* Growth (elastic ddp, pipeline and hybrid): every join_poll_steps optimizer steps, at the step boundary, rank 0
    * checks the job's store for joiners (tandem_comm_join) and the ranks admit them together (tandem_comm_grow): the
    * joiners get the whole state (parameters, buffers, optimizer state, step and epoch counters, the sampler's
    * global position, RNG) and the grid widens to dp'. The per-replica batch is kept, so the global batch becomes
-   * batch x dp'; the learning rate is x dp' / starting replicas -- the rule shrink uses. A joiner creates its
-   * trainer with joining non-zero over the communicator tandem_comm_join returned, with the job's settings. */
+   * batch x dp'; the learning rate is x dp' / starting replicas -- the rule shrink uses. A pipeline or hybrid grid
+   * of pp stages widens by whole rows: for n ranks pp' = min(pp, n) and dp' = floor(n / pp') (pp: the launch depth),
+   * so a joiner that completes no row waits (a spare) until one does; each new replica of a stage gets that
+   * stage's state from an existing replica. A survivor of a loss that has no place in the re-formed grid waits
+   * there as a spare too (its tandem_trainer_step blocks) and is drafted when the grid can widen; when the job ends
+   * it is released (its last epoch returns at once; no error). A pipeline that widens runs as hybrid. A joiner
+   * creates its trainer with joining non-zero over the communicator tandem_comm_join returned, with the job's
+   * settings (the data-parallel width and the stage cut are the job's to choose). */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
   int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
                                      * (each check: one store round trip on rank 0 and an 8-byte broadcast) */
