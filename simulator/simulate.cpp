@@ -282,6 +282,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     c.task_cores = n.hw.gpus > 0 ? 1.0 : std::min(c.cores, n.rank_cores());
     c.quota_cores = n.hw.gpus > 0 ? 0.0 : n.cpu_quota;
     c.period_s = n.cpu_period_s;
+    if (profile && n.hw.gpus == 0) {  // measured on the calibrating host (compute/profile.hpp); absent: none
+      c.corun = profile->corun_slowdown;
+      c.wakeup_s = profile->wakeup_latency_s.value_or(0.0);
+    }
     cpu_model = cpu_model || c.needs_model(n.ranks() * (n.hw.gpus > 0 ? 1 : threads_per_rank));
     s.node_cpu.push_back(c);
   }
