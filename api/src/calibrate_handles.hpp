@@ -78,9 +78,9 @@ double measure_tcp_wakeup_cpu(double tcp_s_per_byte, int reps = 4);
 // What sharing cores costs compute (simulator/compute/profile.hpp corun_slowdown; the model:
 // simulator/compute/node_cpu.hpp): k threads, each with its own single-threaded backend `backend` and copy of the
 // model, run forward + loss + backward passes of `batch` samples at once for k = 1, c and 2c (c: the CPUs this
-// process may use; at most 8 threads), ~4 passes each at their share of the CPU (and of the cgroup's quota). Per k,
-// (k / c, the mean thread CPU seconds per pass over the same at k = 1): thread CPU time, which counts the caches,
-// memory bandwidth and context switches shared, not the waits for a core.
+// process may use; at most 8 threads), ~5 passes each at their share of the CPU (and of the cgroup's quota). Per k,
+// (k / c, the median thread CPU seconds of a pass over the same at k = 1): thread CPU time, which counts the
+// caches, memory bandwidth and context switches shared, not the waits for a core.
 std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::ModelSpec& spec,
                                                              const std::string& backend, int64_t batch);
 // How long a blocked process, woken by a message, waits for a core that a runnable competitor holds

@@ -73,7 +73,8 @@ struct Pass {
 };
 
 // k threads, each with its own backend (one compute thread) and copy of the model, pass back to back from a common
-// start until `window_s` has passed (each at least once): the mean thread CPU seconds per pass.
+// start until `window_s` has passed (each at least once): the median thread CPU seconds of a pass over every
+// thread's passes (a few passes disturbed by the machine's other work do not move it).
 double corun_cpu_per_pass(const engine::nn::ModelSpec& spec, const std::string& backend, int64_t batch, int k,
                           double window_s) {
   std::mutex mu;
@@ -81,7 +82,7 @@ double corun_cpu_per_pass(const engine::nn::ModelSpec& spec, const std::string& 
   int ready = 0;
   bool go = false;
   double start = 0;
-  std::vector<double> per_pass(static_cast<size_t>(k), 0.0);
+  std::vector<std::vector<double>> per_pass(static_cast<size_t>(k));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
   std::vector<std::thread> threads;
   for (int t = 0; t < k; ++t) {
@@ -99,13 +100,12 @@ double corun_cpu_per_pass(const engine::nn::ModelSpec& spec, const std::string& 
           cv.notify_all();
           cv.wait(lock, [&] { return go; });
         }
-        const double c0 = thread_cpu_s();
-        int64_t n = 0;
+        std::vector<double>& mine = per_pass[static_cast<size_t>(t)];
         do {
+          const double c0 = thread_cpu_s();
           pass.run();
-          ++n;
+          mine.push_back(thread_cpu_s() - c0);
         } while (mono_s() - start < window_s);
-        per_pass[static_cast<size_t>(t)] = (thread_cpu_s() - c0) / static_cast<double>(n);
       } catch (...) {
         errors[static_cast<size_t>(t)] = std::current_exception();
         std::unique_lock lock(mu);
@@ -124,9 +124,10 @@ double corun_cpu_per_pass(const engine::nn::ModelSpec& spec, const std::string& 
   for (std::thread& th : threads) th.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  double sum = 0;
-  for (double v : per_pass) sum += v;
-  return sum / static_cast<double>(k);
+  std::vector<double> all;
+  for (const auto& v : per_pass) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  return all[all.size() / 2];
 }
 
 // The cgroup's count of throttled periods (cpu.stat nr_throttled, summed from this process's cgroup up to the
@@ -217,8 +218,8 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
   std::vector<std::pair<double, double>> table;
   double alone = 0;
   for (int k : ks) {
-    // enough passes per thread for a mean: ~4 at its share of the CPU, within [0.4, 3] s
-    const double window = alone > 0 ? std::clamp(4.0 * k * alone / speed, 0.4, 3.0) : 0.4;
+    // ~5 passes per thread at its share of the CPU, within [0.5, 3] s
+    const double window = alone > 0 ? std::clamp(5.0 * k * alone / speed, 0.5, 3.0) : 0.5;
     const double per_pass = corun_cpu_per_pass(spec, backend, batch, k, window);
     if (k == 1) alone = per_pass;
     table.emplace_back(static_cast<double>(k) / cores, per_pass / alone);
