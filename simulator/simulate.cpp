@@ -387,14 +387,33 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   return p;
 }
 
+// Slow start after idle counts from each connection's last transfer, which in a steady run of steps is in the
+// previous step: a step long enough that its idle could pass an RTO (the 200 ms minimum) is run once more with its
+// connections resumed from the first run's tails (Topology::connection_tails: the window each held and how long
+// before the step's end it went idle). One iteration: the second run's own tails are not fed back.
 StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace) {
-  des::Simulator sim;
-  network::Network net(sim, p.cluster.sharing);
-  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
   StepSetup s = setup;
   s.record_trace = trace;
   for (size_t r = 0; r < s.ranks.size(); ++r) s.ranks[r].speed = node_speed[p.node_of_rank[r]];
-  return simulate_step(s, topo, sim);
+  std::vector<network::Topology::ConnectionTail> tails;
+  StepResult first;
+  {
+    des::Simulator sim;
+    network::Network net(sim, p.cluster.sharing);
+    network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+    first = simulate_step(s, topo, sim);
+    if (first.step_s <= network::kTcpMinRtoS) return first;
+    tails = topo.connection_tails(des::to_ns(first.step_s));
+    if (tails.empty()) return first;
+  }
+  des::Simulator sim;
+  network::Network net(sim, p.cluster.sharing);
+  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+  topo.resume_connections(tails);
+  StepResult second = simulate_step(s, topo, sim);
+  second.events += first.events;
+  second.flows += first.flows;
+  return second;
 }
 
 // Every time of `r` times k (a period's figures per step, or a share of a mix).

@@ -34,6 +34,7 @@
 // ends. Concurrent flows of one connection share its window.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,13 @@ struct SlowStart {
   double data_cost = 0;       // wire bytes per payload byte that bound the path's full rate (0: the route's data cost)
 };
 
+// A connection's slow-start state to carry into the next step: the window it held when it last went idle
+// (< 0: never used) and when.
+struct ConnectionState {
+  double held = -1;
+  des::TimeNs idle_since = 0;
+};
+
 // Tokens one frame needs: a bucket with less runs at its rate (tbf sends whole packets).
 constexpr double kBucketFrameBytes = 1514;
 
@@ -105,6 +113,10 @@ class Network final : public des::EventHandler, public des::InstantHook {
   double route_latency_s(RouteId r) const { return des::to_seconds(routes_.at(r).latency_ns); }
   const std::vector<LinkId> route_links(RouteId r) const;
   const LinkStats& link_stats(LinkId l) const { return links_.at(l).stats; }
+  // A slow-start route's connection (nullopt for other routes), and setting it (before its first flow): slow start
+  // after idle counted across steps (Topology::resume_connections).
+  std::optional<ConnectionState> connection_state(RouteId r) const;
+  void set_connection_state(RouteId r, const ConnectionState& s);
 
   // Starts a flow of `bytes` (>= 0) on route `r` now; observer->on_flow_done(tag) runs when its
   // last byte has arrived.
