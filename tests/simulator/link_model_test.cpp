@@ -353,15 +353,7 @@ BOOST_AUTO_TEST_CASE(a_long_optimizer_step_restarts_the_next_steps_connections) 
                         {"memory_mib", 8192},  {"peak_gflops", 10}, {"mem_gbps", 8},
                         {"nic_gbps", 10},      {"nic_latency_us", 1000}, {"protocol", "tcp"},
                         {"tcp_slow_start_after_idle", slow_start}};
-    JobSpec j;
-    j.model = "lenet5";
-    j.dataset = "fashion-mnist";
-    j.batch = 64;
-    j.epochs = 0.01;
-    j.strategy = Strategy::kDdp;
-    j.dp = 2;
-    j.profile = path;
-    const SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), j, {.baseline = false});
+    const SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), testing::lenet5_ddp(2, path), {.baseline = false});
     std::remove(path.c_str());
     return r.step_time_s;
   };

@@ -337,15 +337,8 @@ SimResult four_ranks(const nlohmann::json& extra, const std::string& tag, int vc
   nlohmann::json n = {{"name", "host"},      {"count", 1},          {"vcpus", vcpus}, {"memory_mib", 8192},
                       {"peak_gflops", 10},   {"mem_gbps", 8},       {"nic_mbps", 10000},
                       {"ranks_per_node", 4}, {"protocol", "tcp"}};
-  JobSpec j;
-  j.model = "lenet5";
-  j.dataset = "fashion-mnist";
-  j.batch = 64;
-  j.epochs = 0.01;
-  j.strategy = Strategy::kDdp;
-  j.dp = 4;
-  j.profile = path;
-  SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), j, {.baseline = false});
+  SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), tandem::simulator::testing::lenet5_ddp(4, path),
+                         {.baseline = false});
   std::remove(path.c_str());
   return r;
 }
