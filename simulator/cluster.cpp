@@ -44,6 +44,7 @@ std::vector<network::HostNet> ClusterSpec::host_nets() const {
     h.tcp_slow_start_after_idle = nd.tcp_slow_start_after_idle;
     h.bucket_bytes_per_s = nd.bucket_bytes_per_s;
     h.bucket_burst_bytes = nd.bucket_burst_bytes;
+    h.nic_queue_bytes = nd.nic_queue_bytes;
     if (nd.hw.gpus == 0 && nd.ranks() > 1 && h.intra_bytes_per_s <= 0) {
       // ranks of one CPU node exchange through memory: a copy reads and writes each byte
       h.intra_bytes_per_s = nd.hw.mem_bytes_per_s / 2;
@@ -86,7 +87,7 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                       "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib", "runtime_bytes",
                       "runtime_mib", "runtime_gib", "ranks_per_node", "cpu_quota", "cpu_period_s", "cpu_period_ms",
                       "cpu_period_us", "protocol", "tcp_goodput", "tcp_slow_start_after_idle", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
-                      "bucket_burst_bytes", "bucket_burst_mib"},
+                      "bucket_burst_bytes", "bucket_burst_mib", "nic_queue_bytes", "nic_queue_mib"},
                   where);
   NodeSpec n;
   if (j.contains("preset")) {
@@ -189,6 +190,13 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
   } else {
     TANDEM_REQUIRE(!json_bytes(j, "bucket_burst", where), "{}.bucket_burst: given without a bucket rate (bucket_mbps)",
                    where);
+  }
+  if (auto v = json_bytes(j, "nic_queue", where)) {
+    TANDEM_REQUIRE(*v >= network::kBucketFrameBytes && std::isfinite(*v), "{}.nic_queue: the NIC's queue must hold a "
+                   "frame ({} bytes), got {}", where, network::kBucketFrameBytes, *v);
+    TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.nic_queue: the node's protocol is rdma (the queue "
+                   "model is TCP's windows)", where);
+    n.nic_queue_bytes = *v;
   }
   if (j.contains("credit_mode")) {
     TANDEM_REQUIRE(j["credit_mode"].is_string(), "{}.credit_mode: expected \"standard\" or \"unlimited\"", where);

@@ -19,7 +19,9 @@
 // net.ipv4.tcp_slow_start_after_idle=1: a connection idle for more than its RTO -- RTT + 200 ms -- restarts
 // from at most the initial window of 10 segments and doubles it every RTT; false turns it off, as
 // `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` does; see network/network.hpp), and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
-// rate, which is then the line rate) with bucket_burst_bytes|_mib.
+// rate, which is then the line rate) with bucket_burst_bytes|_mib; "nic_queue_bytes|_mib" (tcp only; default
+// none): the NIC's egress queue, a drop-tail FIFO such as a tbf's limit, in which the connections a sender posts
+// at once queue their windows one after another (network/network.hpp's set_fifo_queue).
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +56,7 @@ struct NodeSpec {
   bool tcp_slow_start_after_idle = true;   // tcp only: the sender's connections slow start after idle
   double bucket_bytes_per_s = 0;           // NIC token bucket (0: none)
   double bucket_burst_bytes = 0;
+  double nic_queue_bytes = 0;              // tcp only: the NIC's egress FIFO (0: not modelled)
   int32_t ranks() const noexcept { return hw.gpus > 0 ? hw.gpus : ranks_per_node; }
   // Cores one rank of this node computes on: all of them alone, its share with several, one when
   // they outnumber the cores. The roofline's per-rank peak is the node's over min(ranks, vcpus).

@@ -14,6 +14,7 @@
 #include "simulator/broadcast.hpp"
 #include "simulator/comm_cpu.hpp"
 #include "simulator/compute/credits.hpp"
+#include "simulator/compute/step_noise.hpp"
 #include "simulator/compute/workload.hpp"
 #include "simulator/strategy.hpp"
 
@@ -46,6 +47,7 @@ struct Prepared {
   MemoryBreakdown memory;             // the worst node's largest rank
   int64_t steps_per_epoch = 0;
   double scale = 1;
+  double compute_cv = 0;  // the profile's pass-to-pass variability (compute/step_noise.hpp); 0: steps alike
 };
 
 struct ConvertCost {
@@ -173,6 +175,7 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   st.host_of_rank = p.setup.host_of_rank;
   st.param_bytes = cj.stages.front().memory.param_bytes;
   st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
+  st.compute_cv = p.compute_cv;
   if (sync.exchange == Exchange::kRound) {
     st.clients = c.clients > 0 ? c.clients : sync.workers;
     st.client_fraction = c.client_fraction;
@@ -214,13 +217,14 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   const int32_t L = static_cast<int32_t>(p.work.layers.size());
   // compute models
   const std::optional<CalibrationProfile> profile = run_profile(run);
+  if (profile && profile->compute_cv) p.compute_cv = *profile->compute_cv;
   if (profile && run.profile_network) {
     TANDEM_REQUIRE(profile->p2p_bytes_per_s && *profile->p2p_bytes_per_s > 0,
                    "job.profile_network: profile {} has no p2p.bandwidth_bytes_per_s", run.profile);
     for (NodeSpec& n : p.cluster.nodes) {
       n.hw.nic_bytes_per_s = *profile->p2p_bytes_per_s;
       n.protocol = network::Protocol::kRdma;  // a measured payload rate: TCP's costs are in it already
-      n.bucket_bytes_per_s = n.bucket_burst_bytes = 0;
+      n.bucket_bytes_per_s = n.bucket_burst_bytes = 0;  // the NIC's FIFO queue (nic_queue_bytes) stays
       if (profile->p2p_latency_s) n.hw.nic_latency_s = *profile->p2p_latency_s;
     }
   }
@@ -387,33 +391,77 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   return p;
 }
 
-// Slow start after idle counts from each connection's last transfer, which in a steady run of steps is in the
-// previous step: a step long enough that its idle could pass an RTO (the 200 ms minimum) is run once more with its
-// connections resumed from the first run's tails (Topology::connection_tails: the window each held and how long
-// before the step's end it went idle). One iteration: the second run's own tails are not fed back.
-StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace) {
-  StepSetup s = setup;
-  s.record_trace = trace;
-  for (size_t r = 0; r < s.ranks.size(); ++r) s.ranks[r].speed = node_speed[p.node_of_rank[r]];
-  std::vector<network::Topology::ConnectionTail> tails;
-  StepResult first;
-  {
+// Draws of a synchronous step with variable compute (see ddp_step): 32 for up to 8 ranks, fewer for more (the
+// maximum over many ranks varies less from draw to draw), at least 2 -- a 1,024-rank step costs 2 executions.
+int32_t compute_draws(size_t ranks) { return static_cast<int32_t>(std::clamp<size_t>(256 / std::max<size_t>(ranks, 1), 2, 32)); }
+
+// a += b * k for every time of a rank's breakdown.
+void add_breakdown(RankBreakdown& a, const RankBreakdown& b, double k) {
+  a.finish_s += b.finish_s * k, a.compute_s += b.compute_s * k, a.throttled_s += b.throttled_s * k;
+  a.comm_exposed_s += b.comm_exposed_s * k, a.bubble_s += b.bubble_s * k, a.idle_s += b.idle_s * k;
+  a.staleness_wait_s += b.staleness_wait_s * k, a.cpu_busy_s += b.cpu_busy_s * k, a.comm_cpu_s += b.comm_cpu_s * k;
+}
+
+// One step of `setup` (`steps` local steps each, for a period of parameter averaging). Slow start after idle counts
+// from each connection's last transfer, which in a steady run of steps is in the previous step: an execution long
+// enough that its idle could pass an RTO (the 200 ms minimum) is run once more with its connections resumed from
+// the first run's tails (Topology::connection_tails: the window each held and how long before the step's end it
+// went idle). One iteration: the second run's own tails are not fed back. Where the profile gives the
+// compute's pass-to-pass variability and several ranks meet at a barrier, a step waits for its slowest rank: the
+// step is then the mean over compute_draws seeded draws, each with every rank's compute (forward and backward) times
+// its own factor of mean 1 and CV compute_cv / sqrt(steps) (compute/step_noise.hpp); the trace is the first draw's.
+StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace,
+                    double steps = 1) {
+  const bool noisy = p.compute_cv > 0 && setup.ranks.size() > 1;
+  using Tails = std::vector<network::Topology::ConnectionTail>;
+  const auto run = [&](int32_t draw, const Tails* resume, Tails* tails) {
     des::Simulator sim;
     network::Network net(sim, p.cluster.sharing);
     network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
-    first = simulate_step(s, topo, sim);
-    if (first.step_s <= network::kTcpMinRtoS) return first;
-    tails = topo.connection_tails(des::to_ns(first.step_s));
+    if (resume) topo.resume_connections(*resume);
+    StepSetup s = setup;
+    s.record_trace = trace && draw <= 0;
+    for (size_t r = 0; r < s.ranks.size(); ++r) {
+      RankSetup& rs = s.ranks[r];
+      rs.speed = node_speed[p.node_of_rank[r]];
+      if (!noisy) continue;
+      const double f = compute_factor(p.compute_cv, p.run.seed, static_cast<int64_t>(r), draw, steps);
+      for (double& t : rs.forward_s) t *= f;
+      for (double& t : rs.backward_s) t *= f;
+      for (double& t : rs.bucket_backward_s) t *= f;
+    }
+    StepResult r = simulate_step(s, topo, sim);
+    if (tails && r.step_s > network::kTcpMinRtoS) *tails = topo.connection_tails(des::to_ns(r.step_s));
+    return r;
+  };
+  const auto once = [&](int32_t draw) {
+    Tails tails;
+    StepResult first = run(draw, nullptr, &tails);
     if (tails.empty()) return first;
+    StepResult second = run(draw, &tails, nullptr);
+    second.events += first.events;
+    second.flows += first.flows;
+    return second;
+  };
+  if (!noisy) return once(-1);
+  const int32_t draws = compute_draws(setup.ranks.size());
+  StepResult mean = once(0);
+  const double k = 1.0 / draws;
+  mean.step_s *= k;
+  for (RankBreakdown& b : mean.ranks) {
+    RankBreakdown z;
+    add_breakdown(z, b, k);
+    b = z;
   }
-  des::Simulator sim;
-  network::Network net(sim, p.cluster.sharing);
-  network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
-  topo.resume_connections(tails);
-  StepResult second = simulate_step(s, topo, sim);
-  second.events += first.events;
-  second.flows += first.flows;
-  return second;
+  for (int32_t d = 1; d < draws; ++d) {
+    const StepResult r = once(d);
+    mean.step_s += r.step_s * k;
+    for (size_t i = 0; i < mean.ranks.size(); ++i) add_breakdown(mean.ranks[i], r.ranks[i], k);
+    mean.events += r.events;
+    mean.flows += r.flows;
+    mean.symmetric_used = mean.symmetric_used && r.symmetric_used;
+  }
+  return mean;
 }
 
 // Every time of `r` times k (a period's figures per step, or a share of a mix).
@@ -429,7 +477,7 @@ void scale_step(StepResult& r, double k) {
 // of the run's steps.
 StepResult periodic_step(const Prepared& p, const std::vector<double>& node_speed, bool trace) {
   const int32_t H = p.cj.sync.period;
-  StepResult r = ddp_step(p, p.period, node_speed, trace);
+  StepResult r = ddp_step(p, p.period, node_speed, trace, H);
   r.window_steps = H;
   scale_step(r, 1.0 / H);
   const double total = static_cast<double>(p.steps_per_epoch) * p.run.epochs;

@@ -10,6 +10,7 @@
 #include "engine/core/error.hpp"
 #include "engine/parallel/averaging.hpp"
 #include "engine/parallel/fedavg.hpp"
+#include "simulator/compute/step_noise.hpp"
 
 namespace tandem::simulator {
 
@@ -217,6 +218,7 @@ class AsyncExecutor final : public FlowExecutor {
     std::vector<char> received;
     des::TimeNs wait_since = 0, compute_start = 0, finish = 0;
     double compute_full_s = 0;
+    double noise = 1;  // this step's compute factor (compute_factor)
     RankBreakdown bd;
   };
   struct Update {
@@ -326,6 +328,7 @@ void AsyncExecutor::begin_step(int32_t w) {
   }
   if (wk.phase == Phase::kGate) wk.bd.staleness_wait_s += des::to_seconds(sim_.now() - wk.wait_since);
   const RankSetup& rs = s_.ranks[w];
+  wk.noise = compute_factor(s_.compute_cv, s_.seed, w, wk.clock);
   if (s_.sync.exchange == Exchange::kGossip) {
     // the runtime's Gossip::before_step: the step's partner from the seeded matching, and this worker's state
     // snapshot sent to it at once, beside the step's compute (the communicator's progress thread moves it)
@@ -342,6 +345,7 @@ void AsyncExecutor::compute(int32_t w, Work work, double full_s) {
   Worker& wk = workers_[w];
   wk.phase = Phase::kCompute;
   wk.work = work;
+  if (work != Work::kOptimizer) full_s *= wk.noise;  // the forward and backward of this step vary, not the update
   wk.compute_full_s = full_s;
   wk.compute_start = sim_.now();
   run_cpu(w, full_s / s_.ranks[w].speed, (static_cast<uint64_t>(w) << 2) | kEvWorker);
@@ -617,7 +621,12 @@ void RoundExecutor::next_client(int32_t w) {
   const RankSetup& rs = s_.ranks[w];
   wk.computing = true;
   wk.compute_start = sim_.now();
-  wk.client_full_s = static_cast<double>(s_.client_steps.at(static_cast<size_t>(client))) * step_compute_s(rs);
+  const auto steps = static_cast<double>(s_.client_steps.at(static_cast<size_t>(client)));
+  // one factor for the client's local steps: their sum varies as cv / sqrt(steps)
+  const double noise = steps >= 1 ? compute_factor(s_.compute_cv, s_.seed, w,
+                                                   static_cast<int64_t>(round_) * s_.clients + client, steps)
+                                  : 1.0;
+  wk.client_full_s = steps * step_compute_s(rs) * noise;
   run_cpu(w, wk.client_full_s / rs.speed, round_event(kEvWorker, w));
 }
 

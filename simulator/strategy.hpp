@@ -59,6 +59,10 @@ struct StrategySetup {
   uint64_t seed = 0;
   std::vector<int64_t> client_steps;  // [client]
   double deadline_s = 0;
+  // The compute's pass-to-pass coefficient of variation (the profile's compute_cv, compute/step_noise.hpp): a
+  // worker's forward and backward of step c take compute_factor(cv, seed, worker, c) times their figures; a FedAvg
+  // client's local steps, one factor for their sum. 0: every step alike.
+  double compute_cv = 0;
 };
 
 // Steps (rounds) a setup's window simulates when `steps` is 0.

@@ -1,5 +1,6 @@
 // C shims: calibration (tandem_calibrate and the tandem_calibration_t queries), written as the simulator's
 // calibration profile (simulator/compute/profile.hpp).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include "api/src/train_handles.hpp"
 #include "engine/core/atomic_file.hpp"
 #include "simulator/compute/profile.hpp"
+#include "simulator/compute/step_noise.hpp"
 
 using tandem::Status;
 using tandem::api::check_field_mask;
@@ -48,6 +50,10 @@ std::string profile_text(const tandem_calibration& h) {
   for (const train::LayerTime& l : c.layers) p.layers.push_back({l.name, l.forward_s, l.backward_s});
   p.optimizer_step_s = c.optimizer_step_s;
   p.batch_curve = c.batch_curve;
+  // The passes' variability: of their wall time; under a CFS quota of their CPU time, since the simulator applies the
+  // quota's on/off windows itself (compute/node_cpu.hpp) and the wall times' spread would count them twice.
+  const double cv = tandem::api::cpu_quota_cores() ? c.pass_cpu_cv : c.pass_cv;
+  if (cv > 0) p.compute_cv = std::min(cv, tandem::simulator::kMaxComputeCv);
   if (h.memory_bytes_per_s > 0) p.memory_bytes_per_s = h.memory_bytes_per_s;
   if (h.comm_cpu.tcp_s_per_byte > 0) p.tcp_cpu_s_per_byte = h.comm_cpu.tcp_s_per_byte;
   if (h.comm_cpu.copy_s_per_byte > 0) p.copy_cpu_s_per_byte = h.comm_cpu.copy_s_per_byte;
@@ -95,7 +101,8 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
     v.push_back(l.forward_s);
     v.push_back(l.backward_s);
   }
-  v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, h.memory_bytes_per_s,
+  v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, k.pass_cv, k.pass_cpu_cv,
+                     h.memory_bytes_per_s,
                      h.fp16_convert_s.first, h.fp16_convert_s.second, h.bf16_convert_s.first,
                      h.bf16_convert_s.second});
   for (const auto& point : k.batch_curve) v.push_back(point.second);  // same batches on every rank (agree())
@@ -109,6 +116,8 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
   k.step_mean_s = v[i++];
   k.step_median_s = v[i++];
   k.unscaled_sum_s = v[i++];
+  k.pass_cv = v[i++];  // the ranks' mean CVs, each over its own passes
+  k.pass_cpu_cv = v[i++];
   h.memory_bytes_per_s = v[i++];
   for (auto* conv : {&h.fp16_convert_s, &h.bf16_convert_s}) {
     conv->first = v[i++];

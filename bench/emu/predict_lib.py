@@ -78,8 +78,21 @@ def cpu_use(a, b):
     return {"hosts": hosts, "outside": max(0.0, user + nice + system - hosts), "irq": irq + softirq, "steal": steal}
 
 
+def tbf_limit_bytes(rate_mbit, latency_ms):
+    """The queue (bytes) emu-cluster gives a host's tbf for this rate and added one-way latency: its own
+    tbf_args, so that the simulator is told the queue the emulated NIC really has."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+    loader = SourceFileLoader("emu_cluster_tool", TOOL)
+    mod = module_from_spec(spec_from_loader("emu_cluster_tool", loader))
+    loader.exec_module(mod)
+    args = mod.tbf_args(rate_mbit, latency_ms)
+    return int(args[args.index("limit") + 1])
+
+
 def cluster_description(status, hosts=None):
-    """The simulator's cluster (JSON text) for an emulated cluster's `status --json`."""
+    """The simulator's cluster (JSON text) for an emulated cluster's `status --json`. A host's tbf is a FIFO
+    (bfifo) of the tool's limit: `nic_queue_bytes` (the simulator's queue-at-the-sender model)."""
     cfg = status["config"]
     n = hosts or len(status["hosts"])
     node = {"name": f"emu-{cfg.get('preset') or 'host'}", "count": n, "vcpus": 1, "os_reserved_mib": 0,
@@ -89,6 +102,8 @@ def cluster_description(status, hosts=None):
     node["nic_mbps"] = cfg["bw_mbit"] if cfg.get("bw_mbit") else 10000
     # The bridge and veth pairs add tens of microseconds; the option adds its one-way delay on top.
     node["nic_latency_us"] = 50 + 1000.0 * float(cfg.get("latency_ms") or 0.0)
+    if cfg.get("bw_mbit") and os.environ.get("TANDEM_SIM_NIC_QUEUE", "1") != "0":
+        node["nic_queue_bytes"] = tbf_limit_bytes(cfg["bw_mbit"], float(cfg.get("latency_ms") or 0.0))
     return json.dumps({"nodes": [node], "topology": {"kind": "star"}})
 
 

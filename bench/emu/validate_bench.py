@@ -97,8 +97,9 @@ def pair_goodput(name, addr1, seconds=2.5):
 
 
 def cluster_json(hosts, ranks, bw, lat, quota, mem_bytes_per_s, pair_mbit=None):
-    """The simulator's description of a case: what the emulation was configured with, and the one-pair TCP
-    goodput where measured (as `tcp_goodput`, the share of the TCP ceiling one flow reached; at most 1)."""
+    """The simulator's description of a case: what the emulation was configured with (its tbf queue as
+    `nic_queue_bytes`; TANDEM_SIM_NIC_QUEUE=0 leaves it out), and the one-pair TCP goodput where measured (as
+    `tcp_goodput`, the share of the TCP ceiling one flow reached; at most 1)."""
     node = {"name": "emu", "count": hosts, "os_reserved_mib": 0, "peak_gflops": 20.0, "protocol": "tcp",
             "mem_gbps": mem_bytes_per_s / 1e9, "memory_mib": 1024 if quota else 8192}
     if quota:
@@ -111,6 +112,8 @@ def cluster_json(hosts, ranks, bw, lat, quota, mem_bytes_per_s, pair_mbit=None):
     node["nic_latency_us"] = 50.0 + 1000.0 * lat
     if bw and pair_mbit:
         node["tcp_goodput"] = round(min(1.0, pair_mbit / (bw * TCP_PAYLOAD)), 4)
+    if bw and os.environ.get("TANDEM_SIM_NIC_QUEUE", "1") != "0":  # the host's tbf is a FIFO of emu-cluster's limit
+        node["nic_queue_bytes"] = predict_lib.tbf_limit_bytes(bw, lat)
     return {"nodes": [node], "topology": {"kind": "star"}}
 
 

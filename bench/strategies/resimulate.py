@@ -90,6 +90,11 @@ def main():
     ap.add_argument("runs", nargs="*", help="results JSON files (default: results/run1, run2, run3)")
     ap.add_argument("--tandem", default=os.path.join(REPO, "build", "default", "bin", "tandem"))
     ap.add_argument("--check-old", action="store_true")
+    ap.add_argument("--cv-from", metavar="PROFILE",
+                    help="a calibration profile (tandem calibrate --out) whose compute_cv replaces the recorded "
+                         "profile's: for runs recorded before calibrate measured it (recalibrate on one host)")
+    ap.add_argument("--compute-cv", type=float,
+                    help="what-if: this compute_cv in every run's profile (a sensitivity, not a prediction)")
     a = ap.parse_args()
     runs = a.runs or [os.path.join(HERE, "results", r) for r in DEFAULT_RUNS]
     table = strategies()
@@ -106,7 +111,13 @@ def main():
             with open(profile, "w") as f:  # the run's own profile where it recorded it (from run 4 on)
                 if not run.get("profile") and split is None:
                     split = local_split(a.tandem, tmp)
-                json.dump(run.get("profile") or run_profile(split, run["calibration"]), f)
+                prof = run.get("profile") or run_profile(split, run["calibration"])
+                if a.cv_from:
+                    with open(a.cv_from) as g:
+                        prof["compute_cv"] = json.load(g).get("compute_cv", 0.0)
+                if a.compute_cv is not None:
+                    prof["compute_cv"] = a.compute_cv
+                json.dump(prof, f)
             status = {"config": run["cluster_config"], "hosts": [None] * run["hosts"]}
             for row in run["rows"]:
                 key = row["key"]

@@ -11,28 +11,6 @@ namespace tandem::engine::data {
 
 namespace {
 
-// Gamma(shape, 1) from the project's Rng (Marsaglia and Tsang 2000; shape < 1 boosted by U^(1/shape)), so a split
-// is the same on every platform (std::gamma_distribution is implementation-defined).
-double gamma_sample(Rng& rng, double shape) {
-  if (shape < 1.0) {
-    const double u = std::max(rng.uniform(), 1e-300);
-    return gamma_sample(rng, shape + 1.0) * std::pow(u, 1.0 / shape);
-  }
-  const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
-  for (int guard = 0; guard < 1000; ++guard) {
-    double x, v;
-    do {
-      x = rng.normal();
-      v = 1.0 + c * x;
-    } while (v <= 0.0);
-    v = v * v * v;
-    const double u = rng.uniform();
-    if (u < 1.0 - 0.0331 * x * x * x * x || std::log(std::max(u, 1e-300)) < 0.5 * x * x + d * (1.0 - v + std::log(v)))
-      return d * v;
-  }
-  return d;  // practically unreachable (acceptance is above 95% per try)
-}
-
 void shuffle(std::vector<int64_t>& v, Rng& rng) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
 }
@@ -75,7 +53,7 @@ ClientShards partition_dirichlet(const std::vector<int32_t>& labels, int64_t num
   for (auto& idx : by_class) {
     shuffle(idx, rng);
     double total = 0;
-    for (double& v : p) total += v = gamma_sample(rng, alpha);
+    for (double& v : p) total += v = rng.gamma(alpha);
     if (!(total > 0)) {  // every draw underflowed (tiny alpha): the whole class to one client
       std::fill(p.begin(), p.end(), 0.0);
       p[rng.below(p.size())] = total = 1.0;

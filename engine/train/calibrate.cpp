@@ -1,7 +1,9 @@
 #include "engine/train/calibrate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <numeric>
 
@@ -16,11 +18,28 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// CPU seconds the process has used (every thread): a CFS quota stops the process but does not stretch this.
+double process_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Sample standard deviation over the mean; 0 with fewer than 2 values or a zero mean.
+double coefficient_of_variation(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  if (mean <= 0) return 0;
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1)) / mean;
 }
 
 // The mean of the middle 80% (all of them below 10 values): a CPU quota's throttling stays in (it slows most
@@ -113,14 +132,17 @@ void layerwise_pass(nn::Model& model, const Batch& b, std::vector<double>& fwd, 
 }
 
 // One whole training step as the trainer runs it: forward, loss, backward, then the optimizer.
-void whole_step(nn::Model& model, const Batch& b, optim::Optimizer& opt, float lr, double& fb_s, double& opt_s) {
+void whole_step(nn::Model& model, const Batch& b, optim::Optimizer& opt, float lr, double& fb_s, double& opt_s,
+                double* fb_cpu_s = nullptr) {
   compute::Backend& be = model.backend();
+  const double c0 = process_cpu_s();
   auto t0 = Clock::now();
   const Tensor logits = model.forward(b.x, true);
   compute::LossOutput loss = be.softmax_cross_entropy(logits, b.labels, true, 0);
   model.backward(loss.dlogits);
   be.synchronize();
   fb_s = seconds_since(t0);
+  if (fb_cpu_s != nullptr) *fb_cpu_s = process_cpu_s() - c0;
   t0 = Clock::now();
   opt.step({model.grads()}, lr);
   be.synchronize();
@@ -186,13 +208,14 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   constexpr float kLr = 1e-6f;
 
   std::vector<std::vector<double>> fwd(L), bwd(L);
-  std::vector<double> fb, upd, step;
+  std::vector<double> fb, upd, step, fb_cpu_s;
   std::vector<double> f(L), g(L);
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     layerwise_pass(model, b, f, g);
-    double fb_s = 0, opt_s = 0;
-    whole_step(model, b, opt, kLr, fb_s, opt_s);
+    double fb_s = 0, opt_s = 0, fb_cpu = 0;
+    whole_step(model, b, opt, kLr, fb_s, opt_s, &fb_cpu);
     if (it < o.warmup) continue;
+    fb_cpu_s.push_back(fb_cpu);
     for (size_t i = 0; i < L; ++i) {
       fwd[i].push_back(f[i]);
       bwd[i].push_back(g[i]);
@@ -223,6 +246,8 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.step_median_s = median(step);
   c.step_min_s = *std::min_element(step.begin(), step.end());
   c.step_max_s = *std::max_element(step.begin(), step.end());
+  c.pass_cv = coefficient_of_variation(fb);
+  c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
   if (!o.curve_batches.empty()) {
     std::map<int64_t, double> curve{{o.batch, median(fb)}};

@@ -56,6 +56,12 @@ struct Calibration {
   double step_mean_s = 0, step_median_s = 0, step_min_s = 0, step_max_s = 0;
   double unscaled_sum_s = 0;
   double scale = 1;
+  // How much the whole forward + loss + backward pass varies from pass to pass here: the sample standard deviation
+  // of the timed passes' wall times over their mean (0 with fewer than 2 passes). The profile's compute_cv.
+  double pass_cv = 0;
+  // The same over the passes' process CPU time (every thread), which a CFS quota does not stretch: under a quota the
+  // wall times vary by where each pass falls in the quota's on/off windows, which the simulator models itself.
+  double pass_cpu_cv = 0;
   // (batch, median seconds of forward + loss + backward at that batch), ascending by batch, `batch` included
   // (empty unless curve_batches asked for more points).
   std::vector<std::pair<int64_t, double>> batch_curve;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "simulator/compute/step_noise.hpp"
 #include "simulator/units.hpp"
 
 namespace tandem::simulator {
@@ -15,7 +16,8 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
-                      "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s"},
+                      "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
+                      "compute_cv"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -133,6 +135,12 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
     TANDEM_REQUIRE(*v >= 0 && *v < 1, "{}.wakeup_latency_s: expected seconds in [0, 1), got {}", where, *v);
     p.wakeup_latency_s = *v;
   }
+  if (auto v = json_number(j, "compute_cv", where)) {
+    TANDEM_REQUIRE(*v >= 0 && *v <= kMaxComputeCv,
+                   "{}.compute_cv: expected the passes' coefficient of variation (sd / mean) in [0, {}], got {}", where,
+                   kMaxComputeCv, *v);
+    p.compute_cv = *v;
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -188,6 +196,7 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
     for (const auto& [x, f] : p.corun_slowdown) j["corun_slowdown"].push_back({x, f});
   }
   if (p.wakeup_latency_s) j["wakeup_latency_s"] = *p.wakeup_latency_s;
+  if (p.compute_cv) j["compute_cv"] = *p.compute_cv;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

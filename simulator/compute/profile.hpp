@@ -30,6 +30,13 @@
 //                                     // a loopback transfer paced by small writes at a fixed interval, half the
 //                                     // sender's and receiver's thread CPU per write, less the writes' per-byte
 //                                     // part. How many wake-ups a transfer takes: simulator/comm_cpu.hpp
+//    "compute_cv": 0.42,   // optional: how much a whole pass (forward + loss + backward at "batch") varies from
+//                          // pass to pass on the measuring host: the sample standard deviation of the timed passes'
+//                          // wall times over their mean -- of their process CPU time where the measuring process ran
+//                          // under a CFS quota (whose on/off windows the node model applies itself, so the wall
+//                          // times' spread would count them twice). The simulator times every rank's step with its compute
+//                          // times a seeded factor of mean 1 and this CV (simulator/compute/step_noise.hpp). Absent
+//                          // or 0: every step computes alike, the behaviour before the field existed.
 //        // All three are thread CPU time (CLOCK_THREAD_CPUTIME_ID), which a CFS quota does not stretch: they are
 //        // full-speed seconds as measured, and full_speed_profile leaves them alone. Absent: 0 -- messages cost
 //        // no CPU, the simulator's behaviour before these fields existed (simulator/README.md).
@@ -76,6 +83,7 @@ struct CalibrationProfile {
   std::optional<double> tcp_cpu_s_per_wakeup;                       // CPU cost of one wake-up (one side)
   std::vector<std::pair<double, double>> corun_slowdown;  // (runnable threads per core, slow-down), ascending
   std::optional<double> wakeup_latency_s;                 // a woken receiver's wait for a busy core
+  std::optional<double> compute_cv;  // pass-to-pass coefficient of variation of the compute (step_noise.hpp)
 };
 
 // A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's

@@ -90,6 +90,18 @@ void Network::set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_b
   has_buckets_ = true;
 }
 
+void Network::set_fifo_queue(LinkId l, double queue_bytes) {
+  TANDEM_REQUIRE(l < links_.size(), "FIFO queue: link {} does not exist ({} links)", l, links_.size());
+  TANDEM_REQUIRE(queue_bytes > 0 && std::isfinite(queue_bytes), "link {}: a FIFO queue must hold a finite number of "
+                 "bytes > 0, got {}", l, queue_bytes);
+  Link& k = links_[l];
+  TANDEM_REQUIRE(k.flows.empty(), "link {}: FIFO queue set while flows use it", l);
+  TANDEM_REQUIRE(std::isfinite(k.peak), "link {}: a FIFO queue needs a link of finite bandwidth", l);
+  k.fifo_q = queue_bytes;
+  k.fifo_at = sim_.now();
+  has_fifo_ = true;
+}
+
 const std::vector<LinkId> Network::route_links(RouteId r) const {
   const Route& rt = routes_.at(r);
   return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length - (rt.conn ? 1 : 0)};
@@ -138,6 +150,15 @@ void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64
   fl.tag = tag;
   ++flows_started_;
   const Route& rt = routes_[r];
+  if (has_fifo_ && bytes > 0 && rt.length > 0) {
+    const LinkId first = route_links_[rt.offset];
+    Link& q = links_[first];
+    if (q.fifo_q > 0) {  // waits in kLatency until admit_queued, at the end of this instant
+      if (q.fifo_new.empty()) fifo_links_.push_back(first);
+      q.fifo_new.push_back(f);
+      return;
+    }
+  }
   if (rt.latency_ns == 0 && bytes > 0 && rt.length > 0) {
     activate(f);
   } else {
@@ -254,7 +275,35 @@ void Network::mark_dirty(LinkId l) {
 }
 
 void Network::on_instant_end() {
+  if (!fifo_links_.empty()) admit_queued();
   if (!dirty_.empty()) recompute();
+}
+
+void Network::admit_queued() {
+  const des::TimeNs now = sim_.now();
+  for (LinkId lid : fifo_links_) {
+    Link& q = links_[lid];
+    // what the link could send since the last start drains the windows queued then (its rate now: a token
+    // bucket's varies, and the backlog is an estimate of the queue, not a record of it)
+    const double cap = q.capacity;
+    q.fifo_backlog = std::max(0.0, q.fifo_backlog - cap * des::to_seconds(now - q.fifo_at));
+    q.fifo_at = now;
+    const double window =
+        std::min(kTcpSmallQueueBytes, q.fifo_q / static_cast<double>(q.flows.size() + q.fifo_new.size()));
+    for (FlowId f : q.fifo_new) {
+      Flow& fl = flows_[f];
+      const Route& rt = routes_[fl.route];
+      const des::TimeNs wait = des::to_ns(q.fifo_backlog / cap);
+      q.fifo_backlog = std::min(q.fifo_q, q.fifo_backlog + std::min(fl.bytes * route_coef_[rt.offset], window));
+      if (wait == 0 && rt.latency_ns == 0) {
+        activate(f);
+      } else {
+        sim_.schedule_in(wait + rt.latency_ns, this, pack(f, fl.gen, true));
+      }
+    }
+    q.fifo_new.clear();
+  }
+  fifo_links_.clear();
 }
 
 void Network::recompute() {

@@ -32,6 +32,21 @@
 // connection link's capacity is window / RTT, and it doubles every RTT for as long as it binds
 // (the connection is window limited); once it no longer binds or reaches the full rate, slow start
 // ends. Concurrent flows of one connection share its window.
+//
+// A queue at the sender (issue #13; set_fifo_queue). A link may have a drop-tail FIFO of Q wire bytes at its
+// entrance: a host NIC's qdisc, such as a tbf's limit. TCP flows posted on it together (a parameter server
+// answering every worker at once) then do not start together: the sender's kernel queues each connection's
+// window in the order the flows were posted, and a flow's first byte leaves after the windows queued ahead of
+// it. Measured on the emulated t2.micro cluster (bench/strategies/ps_capture.py): a server's four replies started
+// on the wire after 0, 43, 166 and 295 kB of the others, and the first ended at 82 ms where max-min sharing of
+// replies started together ends all four at 122 ms. The model: when flows start on such a link, each of the n
+// flows then on it (in transmission, or starting in this instant) queues a window of min(Q / n, 128 KiB): flows
+// filling one drop-tail queue settle at equal shares of it, and Linux's TCP small queues let one socket hold at
+// most two 64 KB GSO packets in the qdisc (kTcpSmallQueueBytes). The link keeps a backlog, at most Q: the windows
+// queued by earlier starts less what the link could have sent since. A starting flow waits backlog / capacity
+// before it joins the link (before its route's latency), then adds min(its wire bytes, its window) to the
+// backlog; once it has joined it shares the link max-min as every flow does. Links without a queue, and every
+// flow that starts on one alone on an empty queue, start as before.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -80,6 +95,10 @@ struct ConnectionState {
   des::TimeNs idle_since = 0;
 };
 
+// What one TCP socket may hold in its host's qdisc: Linux's TCP small queues (tcp_small_queue_check) allow two
+// GSO packets of up to 64 KB, whatever the congestion window.
+constexpr double kTcpSmallQueueBytes = 2.0 * 65536;
+
 // Tokens one frame needs: a bucket with less runs at its rate (tbf sends whole packets).
 constexpr double kBucketFrameBytes = 1514;
 
@@ -106,6 +125,9 @@ class Network final : public des::EventHandler, public des::InstantHook {
   // A token bucket on link l: tokens fill at rate_bytes_per_s (< the link's bandwidth) up to
   // burst_bytes; the bucket starts full.
   void set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_bytes);
+  // A drop-tail FIFO of queue_bytes (> 0, wire bytes) at link l's entrance: flows whose route starts on l
+  // wait for the windows queued ahead of them (see the header comment).
+  void set_fifo_queue(LinkId l, double queue_bytes);
 
   size_t num_links() const noexcept { return links_.size(); }
   double link_bandwidth(LinkId l) const { return links_.at(l).capacity; }
@@ -154,6 +176,11 @@ class Network final : public des::EventHandler, public des::InstantHook {
     des::TimeNs conn_rtt = 0, conn_idle_since = 0;
     double conn_iw = 0, window = 0, held = -1, full_rate = 0;
     uint32_t conn_gen = 0;
+    // a FIFO at the entrance (fifo_q 0: none): the windows queued (wire bytes) as of fifo_at, and the flows
+    // that start on it in this instant, in the order they were posted
+    double fifo_q = 0, fifo_backlog = 0;
+    des::TimeNs fifo_at = 0;
+    std::vector<FlowId> fifo_new;
   };
   // Token buckets' "empty" events (a separate handler: the network's own events are flows').
   struct BucketEvents final : des::EventHandler {
@@ -202,6 +229,7 @@ class Network final : public des::EventHandler, public des::InstantHook {
   void conn_start(Link& c);     // a flow starts on an idle connection
   void conn_idle(Link& c, double last_rate);
   void slow_start_round(uint64_t arg);
+  void admit_queued();          // at the end of an instant: flows posted on FIFO links wait their turn
 
   des::Simulator& sim_;
   Sharing sharing_;
@@ -210,6 +238,8 @@ class Network final : public des::EventHandler, public des::InstantHook {
   std::vector<LinkId> route_links_;
   std::vector<double> route_coef_;  // per entry of route_links_
   bool has_buckets_ = false;
+  bool has_fifo_ = false;
+  std::vector<LinkId> fifo_links_;  // FIFO links with flows posted in this instant
   BucketEvents bucket_events_;
   RoundEvents round_events_;
   uint64_t slow_starts_ = 0;

@@ -95,6 +95,11 @@ Topology::Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, 
     const HostNet& hn = hosts_[h];
     TANDEM_REQUIRE(hn.tcp_goodput > 0 && hn.tcp_goodput <= 1, "host {} ({}): TCP goodput factor must be in (0, 1], got {}",
                    h, hn.name, hn.tcp_goodput);
+    if (hn.nic_queue_bytes > 0) {
+      TANDEM_REQUIRE(h < nic_up_.size(), "host {} ({}): a NIC queue needs a topology with NIC links (star, "
+                     "two-level or fat-tree), not {}", h, hn.name, topology_kind_name(spec_.kind));
+      net_.set_fifo_queue(nic_up_[h], hn.nic_queue_bytes);
+    }
     if (hn.bucket_bytes_per_s <= 0) continue;
     TANDEM_REQUIRE(h < nic_up_.size(), "host {} ({}): a token bucket needs a star or two-level topology (NIC links), "
                    "not {}", h, hn.name, topology_kind_name(spec_.kind));
@@ -347,7 +352,7 @@ bool Topology::uniform_star() const {
     if (h.devices != 1 || h.nic_bytes_per_s != a.nic_bytes_per_s || h.nic_latency_s != a.nic_latency_s ||
         h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput ||
         h.tcp_slow_start_after_idle != a.tcp_slow_start_after_idle || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
-        h.bucket_burst_bytes != a.bucket_burst_bytes)
+        h.bucket_burst_bytes != a.bucket_burst_bytes || h.nic_queue_bytes != a.nic_queue_bytes)
       return false;
   }
   return true;

@@ -54,6 +54,9 @@ struct HostNet {
   bool tcp_slow_start_after_idle = true;
   double bucket_bytes_per_s = 0;  // a token bucket on the NIC, each direction (tbf, cloud bursts); 0: none
   double bucket_burst_bytes = 0;
+  // the NIC's egress FIFO, wire bytes (Network::set_fifo_queue); 0: none. Its windows are TCP's: the cluster
+  // refuses it on an rdma node, but keeps it where a measured payload rate stands for TCP (profile_network)
+  double nic_queue_bytes = 0;
 };
 
 struct TopologySpec {

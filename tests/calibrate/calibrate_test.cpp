@@ -77,6 +77,17 @@ BOOST_AUTO_TEST_CASE(times_every_layer_in_order_and_adds_up_to_the_measured_step
   BOOST_TEST(c.step_median_s <= c.step_max_s);
   BOOST_TEST(c.step_min_s <= c.step_mean_s);
   BOOST_TEST(c.step_mean_s <= c.step_max_s);
+  // the passes' spread (the profile's compute_cv): a sample CV of 3 positive values lies in [0, sqrt(2)]
+  for (const double cv : {c.pass_cv, c.pass_cpu_cv}) {
+    BOOST_TEST(std::isfinite(cv));
+    BOOST_TEST(cv >= 0);
+    BOOST_TEST(cv <= std::sqrt(2.0));
+  }
+  BOOST_TEST(c.pass_cpu_cv > 0);  // three passes never take exactly the same CPU time
+  o.iters = 1;  // one pass has no spread
+  const train::Calibration one = train::calibrate_model(model, o);
+  BOOST_TEST(one.pass_cv == 0.0);
+  BOOST_TEST(one.pass_cpu_cv == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(leaves_parameters_gradients_and_statistics_as_they_were) {

@@ -449,3 +449,133 @@ BOOST_AUTO_TEST_CASE(the_cluster_json_key_turns_it_off) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The queue at the sender (network.hpp, set_fifo_queue): flows posted together on a link with a FIFO enter it one
+// window after another, then share it max-min.
+BOOST_AUTO_TEST_SUITE(sender_queue)
+
+namespace {
+// Flows of the given sizes posted at time 0 on one link of 1 MB/s (a FIFO of `queue` bytes, 0: none).
+std::vector<double> queued_times(const std::vector<double>& bytes, double queue) {
+  des::Simulator sim;
+  Network net(sim);
+  LinkId l = net.add_link(1e6, 0);
+  if (queue > 0) net.set_fifo_queue(l, queue);
+  const RouteId r = net.add_route({l});
+  Times t(sim);
+  for (size_t i = 0; i < bytes.size(); ++i) net.start_flow(r, bytes[i], &t, i);
+  sim.run();
+  return t.at;
+}
+// Posts a flow of `bytes` tagged with the event's argument when its event runs.
+struct Starter final : des::EventHandler {
+  Network* net = nullptr;
+  RouteId route = 0;
+  Times* times = nullptr;
+  double bytes = 0;
+  void on_event(uint64_t tag) override { net->start_flow(route, bytes, times, tag); }
+};
+// One link of 1 MB/s with a FIFO of `queue` bytes, and a starter that posts flows of `later_bytes` on it.
+struct QueuedLink {
+  des::Simulator sim;
+  Network net{sim};
+  RouteId route;
+  Times times{sim};
+  Starter later;
+  QueuedLink(double queue, double later_bytes) {
+    const LinkId l = net.add_link(1e6, 0);
+    net.set_fifo_queue(l, queue);
+    route = net.add_route({l});
+    later.net = &net;
+    later.route = route;
+    later.times = &times;
+    later.bytes = later_bytes;
+  }
+};
+}  // namespace
+
+// Messages smaller than their window are queued whole: they leave one after another, in the order posted, where
+// without the queue all four share the link and end together.
+BOOST_AUTO_TEST_CASE(small_messages_posted_together_leave_one_after_another) {
+  const std::vector<double> fifo = queued_times({1e4, 1e4, 1e4, 1e4}, 1e6), fair = queued_times({1e4, 1e4, 1e4, 1e4}, 0);
+  for (size_t k = 0; k < 4; ++k) {
+    BOOST_TEST(fifo[k] == (k + 1) * 0.01, tt::tolerance(1e-6));
+    BOOST_TEST(fair[k] == 0.04, tt::tolerance(1e-6));
+  }
+}
+
+// Two flows of B with windows w = Q / 2: the second starts w / C after the first, they share the rest, and the
+// first ends at (2B - w) / C, the second at 2B / C (the link never idles).
+BOOST_AUTO_TEST_CASE(large_flows_start_one_window_apart_then_share) {
+  const std::vector<double> at = queued_times({1e6, 1e6}, 1e5);
+  BOOST_TEST(at[0] == (2e6 - 5e4) / 1e6, tt::tolerance(1e-6));
+  BOOST_TEST(at[1] == 2.0, tt::tolerance(1e-6));
+}
+
+// However large the queue, one socket holds at most two 64 KB GSO packets in it (TCP small queues).
+BOOST_AUTO_TEST_CASE(a_window_is_at_most_what_tcp_small_queues_allow) {
+  const std::vector<double> at = queued_times({1e6, 1e6}, 1e8);
+  BOOST_TEST(at[0] == (2e6 - kTcpSmallQueueBytes) / 1e6, tt::tolerance(1e-6));
+  BOOST_TEST(at[1] == 2.0, tt::tolerance(1e-6));
+}
+
+// A flow alone on an empty queue starts as it would without one, and a flow posted after the queue has drained
+// does not wait.
+BOOST_AUTO_TEST_CASE(a_flow_on_a_drained_queue_starts_at_once) {
+  BOOST_TEST(queued_times({3e5}, 1e5)[0] == queued_times({3e5}, 0)[0]);
+  QueuedLink q(1e5, 1e5);
+  q.net.start_flow(q.route, 1e5, &q.times, 0);
+  q.sim.schedule_in(des::to_ns(1.0), &q.later, 1);
+  q.sim.run();
+  BOOST_TEST(q.times.at[0] == 0.1, tt::tolerance(1e-9));
+  BOOST_TEST(q.times.at[1] == 1.1, tt::tolerance(1e-9));
+}
+
+// The queue holds at most Q: flows posted while it is full wait Q / C, not for every window ever posted. One
+// flow at t = 0 fills a queue of 20 kB (20 ms at 1 MB/s); flows posted at 1 and 2 us both join at 20 ms.
+BOOST_AUTO_TEST_CASE(the_backlog_never_exceeds_the_queue) {
+  QueuedLink q(2e4, 1e6);
+  q.net.start_flow(q.route, 1e6, &q.times, 0);
+  q.sim.schedule_in(1000, &q.later, 1);
+  q.sim.schedule_in(2000, &q.later, 2);
+  q.sim.run(des::to_ns(0.0195));
+  BOOST_TEST(q.net.current_rates().size() == 1u);  // both wait behind the first flow's 20 kB
+  q.sim.run(des::to_ns(0.0205));
+  BOOST_TEST(q.net.current_rates().size() == 3u);  // without the cap the third would wait until 30 ms
+}
+
+// A server answering four workers at once (a star, TCP): with the NIC's queue the first reply ends well before the
+// last, and the last where max-min sharing ends all four (the uplink never idles).
+BOOST_AUTO_TEST_CASE(a_servers_replies_end_one_after_another) {
+  std::vector<HostNet> h = hosts(5, Protocol::kTcp);
+  const std::vector<std::pair<int, int>> replies = {{4, 0}, {4, 1}, {4, 2}, {4, 3}};
+  const std::vector<double> fair = star_times(h, replies, 247e3);
+  for (auto& x : h) x.nic_queue_bytes = 421390;  // emu-cluster's tbf limit at 65 Mbit/s
+  const std::vector<double> fifo = star_times(h, replies, 247e3);
+  BOOST_TEST(fifo[3] == fair[3], tt::tolerance(1e-6));
+  BOOST_TEST(fifo[0] < 0.8 * fair[0]);
+  for (size_t k = 1; k < 4; ++k) BOOST_TEST(fifo[k] >= fifo[k - 1]);
+}
+
+BOOST_AUTO_TEST_CASE(the_cluster_json_key_and_its_errors) {
+  BOOST_TEST(parse_cluster("t2.micro:2").host_nets()[0].nic_queue_bytes == 0.0);
+  BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2, "nic_queue_bytes": 421390}]})")
+                 .host_nets()[1]
+                 .nic_queue_bytes == 421390.0);
+  BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "nic_queue_mib": 0.5}]})").host_nets()[0].nic_queue_bytes ==
+             524288.0);
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "t2.micro", "nic_queue_bytes": 100}]})"); },
+               "cluster.nodes[0].nic_queue");
+  expect_error([] { parse_cluster(R"({"nodes": [{"preset": "p4d.24xlarge", "nic_queue_bytes": 1e6}]})"); },
+               "protocol is rdma");
+  std::vector<HostNet> h = hosts(3, Protocol::kTcp);
+  h[1].nic_queue_bytes = 1e5;
+  des::Simulator sim;
+  Network net(sim);
+  TopologySpec ring;
+  ring.kind = TopologyKind::kRing;
+  expect_error([&] { Topology topo(ring, h, net); }, "NIC queue needs a topology with NIC links");
+  expect_error([&] { net.set_fifo_queue(net.add_link(1e6, 0), 0); }, "FIFO queue must hold");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

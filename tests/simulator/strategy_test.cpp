@@ -7,6 +7,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/parallel/fedavg.hpp"
+#include "simulator/compute/step_noise.hpp"
 #include "simulator/simulate.hpp"
 #include "simulator/strategy.hpp"
 
@@ -236,6 +237,31 @@ BOOST_AUTO_TEST_CASE(gossip_overlaps_one_model_per_step_with_compute) {
   double sent = 0;
   for (double b : o.nic_out_bytes) sent += b;
   BOOST_TEST(sent == 2 * P, tt::tolerance(1e-9));
+}
+
+// Step noise (simulator/compute/step_noise.hpp). Two gossip workers are partners every step. A worker sends its snapshot when it starts a step and ends the step when
+// its compute is done and its partner's snapshot has arrived (the exchange of 4 bytes is free): with S_w(k) the step
+// starts, S_w(k + 1) = max(S_w(k) + f_w(k) c, S_p(k)). The window's step is the later worker's end over the steps.
+BOOST_AUTO_TEST_CASE(gossip_pair_waits_for_the_slower_partner) {
+  const double c = 0.01;
+  StrategySetup s = gossip(2, 4, c);
+  s.seed = 5;
+  s.steps = 64;
+  const auto run = [&](double cv) {
+    s.compute_cv = cv;
+    return run_on_star(s, 2, 1e12);
+  };
+  BOOST_TEST(run(0).step_s == c, tt::tolerance(1e-6));
+  double s0 = 0, s1 = 0;
+  for (int k = 0; k < s.steps; ++k) {
+    const double e0 = std::max(s0 + compute_factor(0.4, 5, 0, k) * c, s1);
+    const double e1 = std::max(s1 + compute_factor(0.4, 5, 1, k) * c, s0);
+    s0 = e0, s1 = e1;
+  }
+  const StepResult r = run(0.4);
+  BOOST_TEST(r.step_s == std::max(s0, s1) / s.steps, tt::tolerance(1e-4));  // (nanosecond rounding per event)
+  BOOST_TEST(r.step_s > c);  // a worker ahead waits for its partner to start: more than the mean compute
+  BOOST_TEST(run(0.4).step_s == r.step_s);  // seeded: the same again
 }
 
 BOOST_AUTO_TEST_CASE(localsgd_all_reduces_once_per_period) {
