@@ -286,6 +286,10 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     c.task_cores = n.hw.gpus > 0 ? 1.0 : std::min(c.cores, n.rank_cores());
     c.quota_cores = n.hw.gpus > 0 ? 0.0 : n.cpu_quota;
     c.period_s = n.cpu_period_s;
+    if (profile && n.hw.gpus == 0) {  // measured on the calibrating host (compute/profile.hpp); absent: none
+      c.corun = profile->corun_slowdown;
+      c.wakeup_s = profile->wakeup_latency_s.value_or(0.0);
+    }
     cpu_model = cpu_model || c.needs_model(n.ranks() * (n.hw.gpus > 0 ? 1 : threads_per_rank));
     s.node_cpu.push_back(c);
   }
@@ -398,17 +402,23 @@ void add_breakdown(RankBreakdown& a, const RankBreakdown& b, double k) {
   a.staleness_wait_s += b.staleness_wait_s * k, a.cpu_busy_s += b.cpu_busy_s * k, a.comm_cpu_s += b.comm_cpu_s * k;
 }
 
-// One step of `setup` (`steps` local steps each, for a period of parameter averaging). Where the profile gives the
+// One step of `setup` (`steps` local steps each, for a period of parameter averaging). Slow start after idle counts
+// from each connection's last transfer, which in a steady run of steps is in the previous step: an execution long
+// enough that its idle could pass an RTO (the 200 ms minimum) is run once more with its connections resumed from
+// the first run's tails (Topology::connection_tails: the window each held and how long before the step's end it
+// went idle). One iteration: the second run's own tails are not fed back. Where the profile gives the
 // compute's pass-to-pass variability and several ranks meet at a barrier, a step waits for its slowest rank: the
 // step is then the mean over compute_draws seeded draws, each with every rank's compute (forward and backward) times
 // its own factor of mean 1 and CV compute_cv / sqrt(steps) (compute/step_noise.hpp); the trace is the first draw's.
 StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector<double>& node_speed, bool trace,
                     double steps = 1) {
   const bool noisy = p.compute_cv > 0 && setup.ranks.size() > 1;
-  const auto once = [&](int32_t draw) {
+  using Tails = std::vector<network::Topology::ConnectionTail>;
+  const auto run = [&](int32_t draw, const Tails* resume, Tails* tails) {
     des::Simulator sim;
     network::Network net(sim, p.cluster.sharing);
     network::Topology topo(p.cluster.topology, p.cluster.host_nets(), net);
+    if (resume) topo.resume_connections(*resume);
     StepSetup s = setup;
     s.record_trace = trace && draw <= 0;
     for (size_t r = 0; r < s.ranks.size(); ++r) {
@@ -420,7 +430,18 @@ StepResult ddp_step(const Prepared& p, const StepSetup& setup, const std::vector
       for (double& t : rs.backward_s) t *= f;
       for (double& t : rs.bucket_backward_s) t *= f;
     }
-    return simulate_step(s, topo, sim);
+    StepResult r = simulate_step(s, topo, sim);
+    if (tails && r.step_s > network::kTcpMinRtoS) *tails = topo.connection_tails(des::to_ns(r.step_s));
+    return r;
+  };
+  const auto once = [&](int32_t draw) {
+    Tails tails;
+    StepResult first = run(draw, nullptr, &tails);
+    if (tails.empty()) return first;
+    StepResult second = run(draw, &tails, nullptr);
+    second.events += first.events;
+    second.flows += first.flows;
+    return second;
   };
   if (!noisy) return once(-1);
   const int32_t draws = compute_draws(setup.ranks.size());

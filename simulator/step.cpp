@@ -99,7 +99,17 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   double xfer_cpu_s(int32_t r, int32_t peer, double bytes) const;
   void xfer_part_done(uint32_t inst, uint32_t g, uint8_t part);
   void send_done(uint32_t inst, uint32_t g);
-  void recv_arrived(uint32_t inst, uint32_t g);
+  // `woken`: the receiver's wake-up wait (below) is already behind it.
+  void recv_arrived(uint32_t inst, uint32_t g, bool woken = false);
+  void p2p_arrived(uint64_t tag, bool woken);
+  // A message to a blocked receiver on a node with more ranks than cores waits for the receiver's slice
+  // (CpuShare::wakeup_s): the flow tag's delivery is delayed that long. Returns whether it was.
+  bool defer_wakeup(int32_t r, uint64_t tag);
+  struct Wake final : des::EventHandler {  // the delayed deliveries (flow tags)
+    StepExecutor* ex = nullptr;
+    void on_event(uint64_t tag) override { ex->wake_done(tag); }
+  };
+  void wake_done(uint64_t tag);
   static uint64_t member_arg(uint32_t inst, int32_t m, uint64_t type) {
     return (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | type;
   }
@@ -123,6 +133,8 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<NodeCpu>> shared_cpus_;  // one per modelled node
   std::vector<NodeCpu*> cpus_;                         // per rank: its node's CPU model, or null
+  std::vector<double> wake_s_;  // per rank: the wake-up wait of a message to it while blocked (empty: none)
+  Wake wake_;
   std::vector<Instance> inst_;
   std::vector<std::vector<uint32_t>> inst_of_;  // [stage][bucket] -> instance
   std::vector<std::pair<std::pair<const CompiledPlan*, int32_t>, std::vector<network::RouteId>>> route_tables_;
@@ -247,6 +259,14 @@ StepResult StepExecutor::run() {
       }
       cpus_[static_cast<size_t>(r)] = node[n];
     }
+    // more ranks than cores: a woken receiver waits for a core (the profile's wakeup_latency_s)
+    for (int32_t r = 0; r < world; ++r) {
+      const CpuShare& c = s_.node_cpu[static_cast<size_t>(s_.node_of_rank[r])];
+      if (c.wakeup_s <= 0 || per_node[static_cast<size_t>(s_.node_of_rank[r])] <= c.cores) continue;
+      wake_s_.resize(static_cast<size_t>(world), 0.0);
+      wake_s_[static_cast<size_t>(r)] = c.wakeup_s;
+    }
+    wake_.ex = this;
   }
   for (int32_t r = 0; r < (sym_ ? 1 : world); ++r) advance(r);
   sim_.run();
@@ -473,10 +493,32 @@ void StepExecutor::end_wait(int32_t r, des::TimeNs posted) {
   advance(r);
 }
 
+// A point-to-point message (flow tag) is in its receiver's buffer.
+void StepExecutor::p2p_arrived(uint64_t tag, bool woken) {
+  const int32_t r = static_cast<int32_t>(tag >> 34);
+  const int32_t mb = static_cast<int32_t>((tag >> 2) & 0xffffffffu);
+  const bool act = tag & 2;
+  Rank& rk = ranks_[r];
+  const bool waiting = rk.wait == (act ? Wait::kRecvAct : Wait::kRecvGrad) && rk.wait_mb == mb;
+  if (!woken && waiting && defer_wakeup(r, tag)) return;
+  (act ? rk.act_arrived : rk.grad_arrived)[mb] = sim_.now();
+  if (waiting) end_wait(r, (act ? rk.act_posted : rk.grad_posted)[mb]);
+}
+
+bool StepExecutor::defer_wakeup(int32_t r, uint64_t tag) {
+  if (wake_s_.empty() || wake_s_[static_cast<size_t>(r)] <= 0) return false;
+  sim_.schedule_in(des::ceil_ns(wake_s_[static_cast<size_t>(r)]), &wake_, tag);
+  return true;
+}
+
+void StepExecutor::wake_done(uint64_t tag) {
+  if ((tag & 1) == kTagP2p) return p2p_arrived(tag, true);
+  recv_arrived(static_cast<uint32_t>((tag >> 1) & 0x3fffffu), static_cast<uint32_t>(tag >> 23), true);
+}
+
 void StepExecutor::on_flow_done(uint64_t tag) {
   if ((tag & 1) == kTagP2p) {
     const int32_t r = static_cast<int32_t>(tag >> 34);
-    const int32_t mb = static_cast<int32_t>((tag >> 2) & 0xffffffffu);
     const bool act = tag & 2;
     // the next message of this pair goes now: activations come from the previous stage (rank - 1),
     // gradients from the next (rank + 1)
@@ -489,11 +531,7 @@ void StepExecutor::on_flow_done(uint64_t tag) {
     } else {
       p2p_busy_[pair_key(from, r)] = false;
     }
-    Rank& rk = ranks_[r];
-    (act ? rk.act_arrived : rk.grad_arrived)[mb] = sim_.now();
-    if (rk.wait == (act ? Wait::kRecvAct : Wait::kRecvGrad) && rk.wait_mb == mb)
-      end_wait(r, (act ? rk.act_posted : rk.grad_posted)[mb]);
-    return;
+    return p2p_arrived(tag, false);
   }
   const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
   const auto g = static_cast<uint32_t>(tag >> 23);
@@ -511,7 +549,7 @@ void StepExecutor::send_done(uint32_t inst, uint32_t g) {
 }
 
 // Send g's data is in its receiver's buffer: the receive completes if it is posted.
-void StepExecutor::recv_arrived(uint32_t inst, uint32_t g) {
+void StepExecutor::recv_arrived(uint32_t inst, uint32_t g, bool woken) {
   Instance& in = inst_[inst];
   const CompiledPlan& plan = *in.plan;
   int32_t dst = 0;
@@ -523,6 +561,11 @@ void StepExecutor::recv_arrived(uint32_t inst, uint32_t g) {
     dst = plan.ops[g].peer;
     j = plan.first_op[dst] + plan.ops[g].link;
   }
+  // the receive is posted and its member's thread has nothing on the CPU: it sleeps until woken
+  if (!woken && (in.state[j] & (kReleased | kDone)) == kReleased && in.members[dst].running == kIdle &&
+      in.members[dst].ready.empty() && !in.members[dst].dispatch_pending &&
+      defer_wakeup(rank_of(dst, in.stage), (static_cast<uint64_t>(g) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl))
+    return;
   in.state[j] |= kArrived;
   if ((in.state[j] & (kReleased | kDone)) == kReleased) complete(inst, dst, j - plan.first_op[dst]);
 }

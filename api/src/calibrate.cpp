@@ -58,6 +58,8 @@ std::string profile_text(const tandem_calibration& h) {
   if (h.comm_cpu.tcp_s_per_byte > 0) p.tcp_cpu_s_per_byte = h.comm_cpu.tcp_s_per_byte;
   if (h.comm_cpu.copy_s_per_byte > 0) p.copy_cpu_s_per_byte = h.comm_cpu.copy_s_per_byte;
   if (h.comm_cpu.tcp_s_per_wakeup > 0) p.tcp_cpu_s_per_wakeup = h.comm_cpu.tcp_s_per_wakeup;
+  p.corun_slowdown = h.corun_slowdown;
+  if (h.wakeup_latency_s >= 0) p.wakeup_latency_s = h.wakeup_latency_s;
   if (h.fp16_convert_s.first > 0) p.fp16_convert_s = h.fp16_convert_s;
   if (h.bf16_convert_s.first > 0) p.bf16_convert_s = h.bf16_convert_s;
   if (h.p2p) {
@@ -204,6 +206,15 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
       h->comm_cpu = tandem::api::measure_comm_cpu();
     } catch (const tandem::Error& e) {  // no loopback here: the profile says so and goes without the figures
       comm_cpu_note = fmt::format("; communication CPU not measured ({})", e.what());
+    }
+    // Cores shared by several ranks (CPU backends only: a GPU's compute is not the host's).
+    if (m.model->backend().device().is_cpu()) {
+      try {
+        h->corun_slowdown = tandem::api::measure_corun_slowdown(m.spec, m.backend_name, o.batch);
+        h->wakeup_latency_s = tandem::api::measure_wakeup_latency();
+      } catch (const tandem::Error& e) {
+        comm_cpu_note += fmt::format("; shared-core costs not measured ({})", e.what());
+      }
     }
     h->fp16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kF16);
     h->bf16_convert_s = tandem::api::measure_convert_s(tandem::engine::parallel::GradCompression::kBF16);

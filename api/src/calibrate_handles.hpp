@@ -1,9 +1,12 @@
 #pragma once
 // The struct behind tandem_calibration_t, and the measurements the calibration shims share.
+#include <time.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +17,12 @@
 #include "tandem/tandem.h"
 
 namespace tandem::api {
+// This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): what the calibration's CPU figures are timed in.
+inline double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 constexpr uint32_t kCalibrationMagic = 0x5443414c;  // "TCAL"
 
 struct P2pFigures {
@@ -66,6 +75,22 @@ constexpr size_t kTcpWakeupChunkBytes = 2896;
 constexpr uint64_t kTcpWakeupWrites = 300;
 constexpr long kTcpWakeupIntervalUs = 200;
 double measure_tcp_wakeup_cpu(double tcp_s_per_byte, int reps = 4);
+// What sharing cores costs compute (simulator/compute/profile.hpp corun_slowdown; the model:
+// simulator/compute/node_cpu.hpp): k threads, each with its own single-threaded backend `backend` and copy of the
+// model, run forward + loss + backward passes of `batch` samples at once for k = 1, c and 2c (c: the CPUs this
+// process may use; at most 8 threads), ~5 passes each at their share of the CPU (and of the cgroup's quota). Per k,
+// (k / c, the median thread CPU seconds of a pass over the same at k = 1): thread CPU time, which counts the
+// caches, memory bandwidth and context switches shared, not the waits for a core.
+std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::ModelSpec& spec,
+                                                             const std::string& backend, int64_t batch);
+// How long a blocked process, woken by a message, waits for a core that a runnable competitor holds
+// (simulator/compute/profile.hpp wakeup_latency_s): one-byte round trips through pipes, one every ~1 ms, to an
+// echoing process pinned to this process's first CPU (this thread pinned to its second, or the same where there is
+// one), first alone, then beside a process spinning on the echo's CPU; the difference of the mean round trips per
+// hop that meets the competitor. Rounds during which the cgroup was throttled (cpu.stat nr_throttled) are left
+// out, so that a CFS quota's pauses are not counted. Returns 0 when too few rounds were left. ~0.5-1 s.
+// Throws kIo naming the call when a pipe or a process cannot be made.
+double measure_wakeup_latency();
 // Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
 // back), timed on a bucket-sized buffer: {to, back}.
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);
@@ -85,6 +110,8 @@ struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> 
   int32_t ranks = 1;
   double memory_bytes_per_s = 0;
   tandem::api::CommCpuFigures comm_cpu;  // 0: not measured (not written)
+  std::vector<std::pair<double, double>> corun_slowdown;  // empty: not measured (not written)
+  double wakeup_latency_s = -1;                          // < 0: not measured (not written)
   std::optional<tandem::api::P2pFigures> p2p;
   double runtime_rss_bytes = 0;  // 0: unknown (not written)
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured

@@ -175,6 +175,9 @@ class Bench:
                         tprof["tcp_cpu_s_per_byte"] = tprof["copy_cpu_s_per_byte"] = prof["tcp_cpu_s_per_byte"]
                     if "tcp_cpu_s_per_wakeup" in prof:  # the host's, as the per-byte figure
                         tprof["tcp_cpu_s_per_wakeup"] = prof["tcp_cpu_s_per_wakeup"]
+                    for k in SHARED_CORES:  # the host's too: measured by tandem calibrate beside its own passes
+                        if k in prof:
+                            tprof[k] = prof[k]
                     with open(tout, "w") as f:
                         json.dump(tprof, f, indent=1)
                     self.profiles[f"torch-{model}"] = tout
@@ -188,11 +191,12 @@ class Bench:
         with open(self.profiles["tandem-lenet5"]) as f:
             lp = json.load(f)
         self.mem_bps = lp.get("memory_bytes_per_s", 8e9)
-        self.comm_cpu = {k: lp[k] for k in COMM_CPU if k in lp}
-        print(f"  communication CPU per side (per byte, per wake-up): {self.comm_cpu or 'not measured'}", flush=True)
+        self.comm_cpu = {k: lp[k] for k in COMM_CPU + SHARED_CORES if k in lp}
+        print(f"  communication CPU per side (per byte, per wake-up) and shared cores: {self.comm_cpu or 'not measured'}",
+              flush=True)
 
     def stripped(self, profile):
-        """`profile` without BEFORE_DROP (the wake-up cost): what the previous model (run 7's) predicted."""
+        """`profile` without BEFORE_DROP (the shared-core figures): what the previous model (run 8b's) predicted."""
         out = profile[:-len(".json")] + ".nocomm.json"
         with open(profile) as f:
             p = json.load(f)
@@ -263,7 +267,7 @@ class Bench:
               f"({wall:.0f} s; cores: hosts {cpu['hosts']:.2f}, outside {cpu['outside']:.2f}, irq {cpu['irq']:.2f})",
               flush=True)
         if "error_before" in extra:
-            print(f"  {'':<20} without the wake-up cost: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
+            print(f"  {'':<20} without {'/'.join(BEFORE_DROP)}: predicted {extra['predicted_before_s'] * 1e3:9.2f} ms  error "
                   f"{extra['error_before'] * 100:+6.1f}%", flush=True)
 
     def launch(self, name, addr0, hosts, ranks, cmd, timeout=900):
@@ -388,8 +392,11 @@ class Bench:
 
 # the profile's communication CPU (simulator/README.md, simulator/comm_cpu.hpp)
 COMM_CPU = ("tcp_cpu_s_per_byte", "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup")
-# the "before" column: the prediction without these (run 8: the per-wake-up cost; runs 6-7 dropped all of COMM_CPU)
-BEFORE_DROP = ("tcp_cpu_s_per_wakeup",)
+# the profile's shared-core figures (simulator/compute/profile.hpp; node_cpu.hpp, step.cpp)
+SHARED_CORES = ("corun_slowdown", "wakeup_latency_s")
+# the "before" column: the prediction without these (run 10: the shared-core figures; run 8: the per-wake-up cost;
+# runs 6-7 dropped all of COMM_CPU)
+BEFORE_DROP = SHARED_CORES
 
 
 def print_table(rows):

@@ -13,6 +13,16 @@ namespace {
 constexpr double kDoneS = 1e-9;
 }  // namespace
 
+double CpuShare::slowdown(int32_t tasks) const noexcept {
+  if (corun.empty() || tasks < 2) return 1.0;
+  const double x = static_cast<double>(tasks) / cores;
+  if (x <= corun.front().first) return std::max(1.0, corun.front().second);
+  if (x >= corun.back().first) return corun.back().second;
+  const auto hi = std::lower_bound(corun.begin(), corun.end(), x, [](const auto& p, double v) { return p.first < v; });
+  const auto lo = hi - 1;
+  return lo->second + (hi->second - lo->second) * (x - lo->first) / (hi->first - lo->first);
+}
+
 NodeCpu::NodeCpu(des::Simulator& sim, const CpuShare& share) : sim_(sim), share_(share) {
   TANDEM_REQUIRE(share.cores > 0 && std::isfinite(share.cores), "node CPU: cores must be > 0, got {}", share.cores);
   TANDEM_REQUIRE(share.task_cores > 0 && share.task_cores <= share.cores,
@@ -21,13 +31,22 @@ NodeCpu::NodeCpu(des::Simulator& sim, const CpuShare& share) : sim_(sim), share_
                  "node CPU: quota must be in [0, {}] cores, got {}", share.cores, share.quota_cores);
   TANDEM_REQUIRE(share.period_s > 0 && std::isfinite(share.period_s), "node CPU: period must be > 0 s, got {}",
                  share.period_s);
+  for (size_t i = 0; i < share.corun.size(); ++i)
+    TANDEM_REQUIRE(share.corun[i].first > 0 && share.corun[i].second > 0 &&
+                       (i == 0 || share.corun[i].first > share.corun[i - 1].first),
+                   "node CPU: co-run point {} ({} tasks per core, slow-down {}) must be > 0 and ascend", i,
+                   share.corun[i].first, share.corun[i].second);
+  TANDEM_REQUIRE(share.wakeup_s >= 0 && std::isfinite(share.wakeup_s), "node CPU: wake-up latency must be >= 0 s, got {}",
+                 share.wakeup_s);
   budget_s_ = share.quota_cores * share.period_s;
   last_ = sim.now();
 }
 
 double NodeCpu::rate() const {
   if (tasks_.empty()) return 0;
-  return std::min(1.0, share_.cores / (static_cast<double>(tasks_.size()) * share_.task_cores));
+  const double fair = std::min(1.0, share_.cores / (static_cast<double>(tasks_.size()) * share_.task_cores));
+  if (share_.corun.empty()) return fair;  // no co-run table: the fair share alone, as before it existed
+  return fair / share_.slowdown(static_cast<int32_t>(tasks_.size()));
 }
 
 double NodeCpu::cores_in_use() const {

@@ -11,6 +11,7 @@
 // handler->on_event(arg) with the caller's own event argument. Rates change only at task starts and
 // ends, window ends and period starts, so a task's completion is exact to the nanosecond.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "simulator/des/simulator.hpp"
@@ -22,9 +23,21 @@ struct CpuShare {
   double task_cores = 1;      // cores one task can use (a rank on a node of `cores` with R ranks: max(1, cores / R))
   double quota_cores = 0;     // CFS quota in cores (0: none)
   double period_s = 0.1;      // CFS period (the kernel's default is 100 ms)
+  // Co-run contention (the profile's corun_slowdown): (runnable tasks per core, CPU seconds per unit of work
+  // relative to a task alone), ascending; empty: none. With A >= 2 tasks running, each runs slowdown(A / cores)
+  // times slower besides its fair share: caches, memory bandwidth and context switches shared.
+  std::vector<std::pair<double, double>> corun;
+  // A woken receiver's wait for a core held by another runnable rank (the profile's wakeup_latency_s), paid by a
+  // message to a blocked rank of a node with more ranks than cores (the step executor); 0: none.
+  double wakeup_s = 0;
   bool shared() const noexcept { return quota_cores > 0; }
+  // The co-run slow-down of `tasks` tasks running at once: 1 for one task or an empty table, else the table
+  // interpolated linearly at tasks / cores, held at its ends (and never below 1 before its first point).
+  double slowdown(int32_t tasks) const noexcept;
   // Whether `tasks` tasks at once can ever run slower than alone (else the plain model is exact).
-  bool needs_model(int32_t tasks) const noexcept { return shared() || tasks * task_cores > cores; }
+  bool needs_model(int32_t tasks) const noexcept {
+    return shared() || tasks * task_cores > cores || slowdown(tasks) != 1.0;
+  }
 };
 
 class NodeCpu final : public des::EventHandler {

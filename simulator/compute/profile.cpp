@@ -16,7 +16,8 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
-                      "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "compute_cv"},
+                      "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
+                      "compute_cv"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -113,6 +114,27 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                    where, *v);
     p.tcp_cpu_s_per_wakeup = *v;
   }
+  if (j.contains("corun_slowdown")) {
+    const auto& c = j["corun_slowdown"];
+    TANDEM_REQUIRE(c.is_array(), "{}.corun_slowdown: expected [[threads per core, slowdown], ...]", where);
+    for (size_t i = 0; i < c.size(); ++i) {
+      const auto& q = c[i];
+      TANDEM_REQUIRE(q.is_array() && q.size() == 2 && q[0].is_number() && q[0].get<double>() > 0 &&
+                         q[0].get<double>() <= 64 && q[1].is_number() && q[1].get<double>() >= 0.5 &&
+                         q[1].get<double>() <= 10,
+                     "{}.corun_slowdown[{}]: expected [threads per core in (0, 64], slowdown in [0.5, 10]], got {}",
+                     where, i, q.dump());
+      const double x = q[0].get<double>();
+      TANDEM_REQUIRE(p.corun_slowdown.empty() || x > p.corun_slowdown.back().first,
+                     "{}.corun_slowdown[{}]: {} threads per core after {}: the points must ascend", where, i, x,
+                     p.corun_slowdown.back().first);
+      p.corun_slowdown.emplace_back(x, q[1].get<double>());
+    }
+  }
+  if (auto v = json_number(j, "wakeup_latency_s", where)) {
+    TANDEM_REQUIRE(*v >= 0 && *v < 1, "{}.wakeup_latency_s: expected seconds in [0, 1), got {}", where, *v);
+    p.wakeup_latency_s = *v;
+  }
   if (auto v = json_number(j, "compute_cv", where)) {
     TANDEM_REQUIRE(*v >= 0 && *v <= kMaxComputeCv,
                    "{}.compute_cv: expected the passes' coefficient of variation (sd / mean) in [0, {}], got {}", where,
@@ -169,6 +191,11 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   if (p.tcp_cpu_s_per_byte) j["tcp_cpu_s_per_byte"] = *p.tcp_cpu_s_per_byte;
   if (p.copy_cpu_s_per_byte) j["copy_cpu_s_per_byte"] = *p.copy_cpu_s_per_byte;
   if (p.tcp_cpu_s_per_wakeup) j["tcp_cpu_s_per_wakeup"] = *p.tcp_cpu_s_per_wakeup;
+  if (!p.corun_slowdown.empty()) {
+    j["corun_slowdown"] = nlohmann::json::array();
+    for (const auto& [x, f] : p.corun_slowdown) j["corun_slowdown"].push_back({x, f});
+  }
+  if (p.wakeup_latency_s) j["wakeup_latency_s"] = *p.wakeup_latency_s;
   if (p.compute_cv) j["compute_cv"] = *p.compute_cv;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();

@@ -40,6 +40,16 @@
 //        // All three are thread CPU time (CLOCK_THREAD_CPUTIME_ID), which a CFS quota does not stretch: they are
 //        // full-speed seconds as measured, and full_speed_profile leaves them alone. Absent: 0 -- messages cost
 //        // no CPU, the simulator's behaviour before these fields existed (simulator/README.md).
+//    "corun_slowdown": [[0.5, 1.0], [1, 1.04], [2, 1.31], [4, 1.33]],
+//        // optional: CPU seconds per unit of compute when k copies of the pass run at once on the host's c cores,
+//        // relative to one alone, at k / c runnable threads per core, ascending (cache and memory-bandwidth
+//        // sharing, context switches; tandem calibrate: thread CPU time, k = 1, c, 2c, 4c). The node CPU model
+//        // (compute/node_cpu.hpp) slows each task by it at its node's runnable tasks per core. Absent: no slow-down.
+//    "wakeup_latency_s": 2.1e-4,
+//        // optional: mean wall time a blocked process waits, once woken by a message, for a core held by a
+//        // runnable competitor (tandem calibrate: a ping-pong between two processes on one core beside a busy
+//        // one, less the same without it, per hop). The step executor delays a message to a blocked receiver by
+//        // it where the receiver's node has more ranks than cores. Absent: 0.
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples, or by batch_curve when the profile has one. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
@@ -71,6 +81,8 @@ struct CalibrationProfile {
   std::optional<double> cpu_quota;  // cores the measuring process was allowed by a CFS quota
   std::optional<double> tcp_cpu_s_per_byte, copy_cpu_s_per_byte;  // CPU cost of moving a byte (one side)
   std::optional<double> tcp_cpu_s_per_wakeup;                       // CPU cost of one wake-up (one side)
+  std::vector<std::pair<double, double>> corun_slowdown;  // (runnable threads per core, slow-down), ascending
+  std::optional<double> wakeup_latency_s;                 // a woken receiver's wait for a busy core
   std::optional<double> compute_cv;  // pass-to-pass coefficient of variation of the compute (step_noise.hpp)
 };
 

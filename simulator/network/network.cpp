@@ -107,6 +107,22 @@ const std::vector<LinkId> Network::route_links(RouteId r) const {
   return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length - (rt.conn ? 1 : 0)};
 }
 
+std::optional<ConnectionState> Network::connection_state(RouteId r) const {
+  const Route& rt = routes_.at(r);
+  if (!rt.conn) return std::nullopt;
+  const Link& c = links_[route_links_[rt.offset + rt.length - 1]];
+  return ConnectionState{c.held, c.conn_idle_since};
+}
+
+void Network::set_connection_state(RouteId r, const ConnectionState& s) {
+  const Route& rt = routes_.at(r);
+  TANDEM_REQUIRE(rt.conn, "route {}: not a connection with slow start", r);
+  Link& c = links_[route_links_[rt.offset + rt.length - 1]];
+  TANDEM_REQUIRE(c.flows.empty() && c.window == 0, "route {}: its connection is in use", r);
+  c.held = s.held;
+  c.conn_idle_since = s.idle_since;
+}
+
 std::vector<double> Network::current_rates() const {
   std::vector<double> out;
   for (const Flow& f : flows_)

@@ -49,6 +49,7 @@
 // flow that starts on one alone on an empty queue, start as before.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,13 @@ struct SlowStart {
   double rtt_s = 0;           // round trip: the data path's latency and the ACK path's
   double initial_window = 0;  // payload bytes (kTcpInitialWindowSegments x MSS)
   double data_cost = 0;       // wire bytes per payload byte that bound the path's full rate (0: the route's data cost)
+};
+
+// A connection's slow-start state to carry into the next step: the window it held when it last went idle
+// (< 0: never used) and when.
+struct ConnectionState {
+  double held = -1;
+  des::TimeNs idle_since = 0;
 };
 
 // What one TCP socket may hold in its host's qdisc: Linux's TCP small queues (tcp_small_queue_check) allow two
@@ -127,6 +135,10 @@ class Network final : public des::EventHandler, public des::InstantHook {
   double route_latency_s(RouteId r) const { return des::to_seconds(routes_.at(r).latency_ns); }
   const std::vector<LinkId> route_links(RouteId r) const;
   const LinkStats& link_stats(LinkId l) const { return links_.at(l).stats; }
+  // A slow-start route's connection (nullopt for other routes), and setting it (before its first flow): slow start
+  // after idle counted across steps (Topology::resume_connections).
+  std::optional<ConnectionState> connection_state(RouteId r) const;
+  void set_connection_state(RouteId r, const ConnectionState& s);
 
   // Starts a flow of `bytes` (>= 0) on route `r` now; observer->on_flow_done(tag) runs when its
   // last byte has arrived.

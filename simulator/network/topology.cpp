@@ -318,7 +318,30 @@ RouteId Topology::route(int32_t src, int32_t dst) {
     r = net_.add_route(path(src, dst));
   }
   routes_.emplace(key, r);
+  if (const auto it = resume_.find(key); it != resume_.end() && net_.connection_state(r))
+    net_.set_connection_state(r, it->second);
   return r;
+}
+
+std::vector<Topology::ConnectionTail> Topology::connection_tails(des::TimeNs end) const {
+  std::vector<ConnectionTail> out;
+  for (const auto& [key, r] : routes_) {
+    const auto c = net_.connection_state(r);
+    if (!c || c->held < 0) continue;  // not a connection, or never used
+    out.push_back({static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xffffffffu), c->held,
+                   end - c->idle_since});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return std::pair(a.src, a.dst) < std::pair(b.src, b.dst); });
+  return out;
+}
+
+void Topology::resume_connections(const std::vector<ConnectionTail>& tails) {
+  for (const ConnectionTail& t : tails) {
+    TANDEM_REQUIRE(t.idle_ns >= 0 && t.held > 0, "resume connection {} -> {}: idle {} ns and window {} B must be >= 0 and > 0",
+                   t.src, t.dst, t.idle_ns, t.held);
+    resume_[(static_cast<uint64_t>(static_cast<uint32_t>(t.src)) << 32) | static_cast<uint32_t>(t.dst)] =
+        ConnectionState{t.held, -t.idle_ns};
+  }
 }
 
 bool Topology::uniform_star() const {

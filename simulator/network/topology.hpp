@@ -91,6 +91,17 @@ class Topology {
   // flow it receives) are not there: with fold set, a TCP route charges its ACK cost on its own data
   // path instead, which in a rotation-symmetric step loads every link exactly as the full model.
   void fold_acks(bool fold) noexcept { fold_acks_ = fold; }
+  // Slow start after idle counted from the previous step's tail: every connection this topology's routes used, with
+  // the window it held and how long before `end` (the step's end) it went idle; and, on a fresh topology, those
+  // connections started as if that idle had passed by time 0 (applied when route() builds each route, so that its
+  // costs follow fold_acks as set then).
+  struct ConnectionTail {
+    int32_t src = 0, dst = 0;
+    double held = 0;
+    des::TimeNs idle_ns = 0;
+  };
+  std::vector<ConnectionTail> connection_tails(des::TimeNs end) const;
+  void resume_connections(const std::vector<ConnectionTail>& tails);
 
  private:
   std::vector<LinkId> host_path(int32_t hs, int32_t hd) const;
@@ -117,6 +128,7 @@ class Topology {
   std::vector<std::vector<std::pair<int32_t, LinkId>>> adj_;
   std::vector<std::vector<LinkId>> graph_paths_;  // [hs * hosts + hd]
   std::unordered_map<uint64_t, RouteId> routes_;
+  std::unordered_map<uint64_t, ConnectionState> resume_;  // resume_connections' states, by route key
   bool fold_acks_ = false;
 };
 

@@ -163,6 +163,21 @@ int main(void) {
     const double per_byte = strtod(strchr(strstr(json, "\"tcp_cpu_s_per_byte\""), ':') + 1, NULL);
     CHECK(wake > 2896 * per_byte && wake > 1e-7 && wake < 1e-2);
   }
+  /* The shared-core figures (simulator/compute/profile.hpp): a co-run table whose first point, one pass alone, is
+   * 1 by definition, and a wake-up latency >= 0 (0 where the machine's own load hid it). */
+  CHECK(contains(json, "\"corun_slowdown\""));
+  if (contains(json, "\"corun_slowdown\"")) {
+    const char* first = strchr(strchr(strstr(json, "\"corun_slowdown\""), '[') + 1, '[') + 1; /* [[x, f], ... */
+    char* end = NULL;
+    const double per_core = strtod(first, &end);
+    const double slowdown = strtod(strchr(end, ',') + 1, NULL);
+    CHECK(per_core > 0 && per_core <= 1 && slowdown == 1.0);
+  }
+  CHECK(contains(json, "\"wakeup_latency_s\""));
+  if (contains(json, "\"wakeup_latency_s\"")) {
+    const double lat = strtod(strchr(strstr(json, "\"wakeup_latency_s\""), ':') + 1, NULL);
+    CHECK(lat >= 0 && lat < 0.1);
+  }
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */

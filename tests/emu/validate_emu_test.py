@@ -55,6 +55,13 @@ def main():
         prof = (res.get("profiles") or {}).get("tandem-lenet5") or {}
         checks.check(prof.get("cpu_quota") == 0.5, "the one-host profile carries the host's quota",
                      f"cpu_quota {prof.get('cpu_quota')}")
+        # the shared-core figures tandem calibrate measures beside its passes (simulator/compute/profile.hpp)
+        corun = prof.get("corun_slowdown") or []
+        checks.check(len(corun) >= 2 and corun[0][1] == 1.0 and all(0.5 <= f <= 10 for _, f in corun),
+                     "the profile carries a co-run table starting at 1.0 alone", f"corun_slowdown {corun}")
+        wake = prof.get("wakeup_latency_s")
+        checks.check(wake is not None and 0 <= wake < 0.1, "the profile carries a wake-up latency",
+                     f"wakeup_latency_s {wake}")
         rows = {r["job"]: r for r in res.get("rows", []) if r.get("case") == "2x65"}
         for job in ("tandem-lenet5", "allreduce-1M"):
             r = rows.get(job, {})

@@ -1,16 +1,20 @@
 // The link model of issue #16 (network/network.hpp, network/topology.hpp): token buckets, TCP's
 // header and ACK costs, RDMA without them, and their cluster JSON.
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "engine/comm/plan.hpp"
 #include "engine/core/error.hpp"
 #include "simulator/cluster.hpp"
 #include "simulator/network/network.hpp"
 #include "simulator/network/topology.hpp"
+#include "simulator/simulate.hpp"
+#include "tests/simulator/profile_fixture.hpp"
 #include "tests/simulator/step_fixture.hpp"
 #include "tests/simulator/expect_error.hpp"
 
@@ -232,8 +236,9 @@ namespace {
 
 // Two hosts of a star at 10 Gbit/s with 1 ms one-way latency (RTT 2 ms); flows 0 -> 1 of `bytes` each start at
 // the given times; their durations (start to last byte).
+// With `tails`, the connections start as resumed from a previous step's (Topology::resume_connections).
 std::vector<double> idle_times(Protocol p, bool slow_start, const std::vector<double>& starts, double bytes,
-                               uint64_t* restarts = nullptr) {
+                               uint64_t* restarts = nullptr, const std::vector<Topology::ConnectionTail>& tails = {}) {
   struct Later final : des::EventHandler {
     Network& net;
     RouteId r;
@@ -251,6 +256,7 @@ std::vector<double> idle_times(Protocol p, bool slow_start, const std::vector<do
   des::Simulator sim;
   Network net(sim);
   Topology topo(TopologySpec{}, h, net);
+  topo.resume_connections(tails);
   Times t(sim);
   Later later(net, topo.route(0, 1), &t, bytes);
   for (size_t i = 0; i < starts.size(); ++i) sim.schedule_at(des::to_ns(starts[i]), &later, i);
@@ -297,6 +303,64 @@ BOOST_AUTO_TEST_CASE(a_busy_connection_keeps_its_window_and_a_short_idle_halves_
   d = idle_times(Protocol::kTcp, true, {0.0, busy + 0.3}, bytes, &restarts);
   BOOST_TEST(d.at(1) == kLat + kRtt + (bytes - kFull * kRtt / 2) / kFull, tt::tolerance(1e-6));
   BOOST_TEST(restarts == 1u);
+}
+
+// Idle counted from the previous step's tail (Topology::connection_tails, resume_connections): a message 0.15 s into
+// a step (within the RTO of 0.202 s of the step's start) on a connection that went idle 0.1 s before the previous
+// step ended holding F x RTT has been idle 0.25 s: the window is halved once, as after a 0.25 s gap within one run.
+// Not resumed (idle from the step's start), or resumed with no tail, it sends at the full rate.
+BOOST_AUTO_TEST_CASE(idle_counts_from_the_previous_steps_tail) {
+  const double bytes = 4e6, busy = kLat + bytes / kFull;
+  uint64_t restarts = 0;
+  const Topology::ConnectionTail tail{0, 1, kFull * kRtt, des::to_ns(0.1)};
+  const double d = idle_times(Protocol::kTcp, true, {0.15}, bytes, &restarts, {tail}).at(0);
+  BOOST_TEST(d == kLat + kRtt + (bytes - kFull * kRtt / 2) / kFull, tt::tolerance(1e-6));
+  BOOST_TEST(restarts == 1u);
+  BOOST_TEST(idle_times(Protocol::kTcp, true, {0.15}, bytes).at(0) == busy, tt::tolerance(1e-6));
+  Topology::ConnectionTail no_gap = tail;
+  no_gap.idle_ns = 0;
+  BOOST_TEST(idle_times(Protocol::kTcp, true, {0.15}, bytes, nullptr, {no_gap}).at(0) == busy, tt::tolerance(1e-6));
+  // the tails a run leaves: the one connection used, holding F x RTT, idle since its message ended
+  std::vector<HostNet> h = hosts(2, Protocol::kTcp);
+  for (auto& x : h) {
+    x.nic_bytes_per_s = 1.25e9;
+    x.nic_latency_s = 1e-3;
+  }
+  des::Simulator sim;
+  Network net(sim);
+  Topology topo(TopologySpec{}, h, net);
+  Times t(sim);
+  net.start_flow(topo.route(0, 1), bytes, &t, 0);
+  topo.route(1, 0);  // built, never used: no tail
+  sim.run();
+  const auto tails = topo.connection_tails(des::to_ns(1.0));
+  BOOST_REQUIRE_EQUAL(tails.size(), 1u);
+  BOOST_TEST(tails[0].src == 0);
+  BOOST_TEST(tails[0].dst == 1);
+  BOOST_TEST(tails[0].held == kFull * kRtt, tt::tolerance(1e-9));
+  BOOST_TEST(des::to_seconds(tails[0].idle_ns) == 1.0 - busy, tt::tolerance(1e-6));
+  expect_error([&] { topo.resume_connections({{0, 1, 0.0, 0}}); }, "resume connection 0 -> 1");
+}
+
+// Through simulate(): lenet5 DDP on two hosts at 10 Gbit/s and 1 ms, its backward's first all-reduce ~20 ms into
+// the step. An optimizer step of 0.25 s puts the previous step's last transfer more than an RTO before it: with slow
+// start after idle on, the step is longer than with it off; with a 50 ms optimizer (idle under the RTO) the same.
+BOOST_AUTO_TEST_CASE(a_long_optimizer_step_restarts_the_next_steps_connections) {
+  auto step = [](double optimizer_s, bool slow_start) {
+    const std::string path = testing::write_lenet5_profile("/tmp/tandem_tail_slow_start.json",
+                                                           {{"optimizer_step_s", optimizer_s}});
+    nlohmann::json n = {{"name", "host"},      {"count", 2},        {"vcpus", 4},
+                        {"memory_mib", 8192},  {"peak_gflops", 10}, {"mem_gbps", 8},
+                        {"nic_gbps", 10},      {"nic_latency_us", 1000}, {"protocol", "tcp"},
+                        {"tcp_slow_start_after_idle", slow_start}};
+    const SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), testing::lenet5_ddp(2, path), {.baseline = false});
+    std::remove(path.c_str());
+    return r.step_time_s;
+  };
+  const double on = step(0.25, true), off = step(0.25, false);
+  BOOST_TEST(off > 0.25);
+  BOOST_TEST(on > off + 1e-4);
+  BOOST_TEST(step(0.05, true) == step(0.05, false));
 }
 
 // RDMA has no congestion window to restart, and with the option off TCP has none either

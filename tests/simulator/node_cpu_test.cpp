@@ -1,16 +1,20 @@
 // The node CPU model (simulator/compute/node_cpu.hpp): CFS quota windows, cores shared by time
 // slicing, and both through the step executor and the cluster JSON.
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include "engine/comm/plan.hpp"
 #include "engine/core/error.hpp"
 #include "simulator/cluster.hpp"
 #include "simulator/compute/node_cpu.hpp"
+#include "simulator/compute/profile.hpp"
 #include "simulator/simulate.hpp"
+#include "tests/simulator/profile_fixture.hpp"
 #include "tests/simulator/step_fixture.hpp"
 #include "tests/simulator/expect_error.hpp"
 
@@ -220,6 +224,165 @@ BOOST_AUTO_TEST_CASE(a_quota_halves_a_long_single_node_step) {
                                             "cpu_period_ms": 1}]})"), j);
   BOOST_TEST(full.step_time_s > 0.05);  // many periods long
   BOOST_TEST(half.step_time_s / full.step_time_s == 2.0, tt::tolerance(0.02));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Co-run contention (CpuShare::corun, the profile's corun_slowdown): tasks sharing a node's cores run slower per CPU
+// second by the calibrated table at their tasks per core; a task alone, and a node without the table, as before.
+BOOST_AUTO_TEST_SUITE(corun_slowdown)
+
+namespace {
+CpuShare two_cores_with_table() {
+  CpuShare c;
+  c.cores = 2;
+  c.corun = {{0.5, 1.0}, {1.0, 1.1}, {2.0, 1.3}};
+  return c;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_table_is_read_at_tasks_per_core_and_held_at_its_ends) {
+  const CpuShare c = two_cores_with_table();
+  BOOST_TEST(c.slowdown(1) == 1.0);                            // alone: no co-run
+  BOOST_TEST(c.slowdown(2) == 1.1);                            // 1 per core
+  BOOST_TEST(c.slowdown(3) == 1.2, tt::tolerance(1e-12));      // 1.5 per core: between the points
+  BOOST_TEST(c.slowdown(4) == 1.3);
+  BOOST_TEST(c.slowdown(16) == 1.3);                           // held past the last point
+  CpuShare wide = c;
+  wide.cores = 8;
+  BOOST_TEST(wide.slowdown(2) == 1.0);                         // 0.25 per core: before the first point
+  BOOST_TEST(CpuShare{}.slowdown(4) == 1.0);                   // no table
+  BOOST_TEST(!CpuShare{}.needs_model(1));
+  CpuShare big = c;
+  big.cores = 4;
+  BOOST_TEST(big.needs_model(4));                              // 4 tasks on 4 cores: only the table slows them
+  BOOST_TEST(!big.needs_model(1));
+}
+
+// 4 tasks of 10 ms on 2 cores: 20 ms by fair share, x 1.3 by the table (2 per core) = 26 ms. When two end, the other
+// two run at 1 per core: tasks of 10, 10, 30, 30 ms: the short end at 26 ms; the long have 20 ms left at 1/1.1.
+BOOST_AUTO_TEST_CASE(tasks_sharing_cores_run_slower_by_the_table) {
+  const CpuShare c = two_cores_with_table();
+  const auto a = run_tasks(c, {{0, 0.01}, {0, 0.01}, {0, 0.01}, {0, 0.01}});
+  for (double t : a) BOOST_TEST(t == 0.026, tt::tolerance(1e-7));  // to the nanosecond
+  const auto b = run_tasks(c, {{0, 0.01}, {0, 0.01}, {0, 0.03}, {0, 0.03}});
+  BOOST_TEST(b.at(0) == 0.026, tt::tolerance(1e-7));
+  BOOST_TEST(b.at(3) == 0.026 + 0.020 * 1.1, tt::tolerance(1e-7));
+  const auto alone = run_tasks(c, {{0, 0.01}});
+  BOOST_TEST(alone.at(0) == 0.010, tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(a_table_must_ascend) {
+  des::Simulator sim;
+  CpuShare c = two_cores_with_table();
+  c.corun = {{1.0, 1.1}, {1.0, 1.2}};
+  expect_error([&] { NodeCpu cpu(sim, c); }, "co-run point 1");
+  c.corun.clear();
+  c.wakeup_s = -1;
+  expect_error([&] { NodeCpu cpu(sim, c); }, "wake-up latency");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// A message to a rank blocked in a receive on a node with more ranks than cores waits for the receiver's slice
+// (CpuShare::wakeup_s, the profile's wakeup_latency_s). Closed forms with no compute, no CPU costs and links far
+// faster than the latency: a ring all-reduce of n ranks in one piece per step is 2 (n - 1) receives in a row.
+BOOST_AUTO_TEST_SUITE(wakeup_latency)
+
+namespace {
+StepResult ring_on_one_node(int n, double cores, double wakeup_s) {
+  using namespace tandem::simulator::testing;
+  PlanCache cache;
+  const uint64_t bytes = 4096;
+  const CompiledPlan& plan = cache.get(allreduce_request(n, tandem::engine::comm::Algorithm::kRing, bytes, bytes));
+  StepSetup s = ddp_allreduce_step(plan);
+  s.node_of_rank.assign(static_cast<size_t>(n), 0);
+  CpuShare c;
+  c.cores = cores;
+  c.wakeup_s = wakeup_s;
+  s.node_cpu = {c};
+  Bench b(n, 1e13, 1e-9);
+  return b.run(s);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_ring_among_more_ranks_than_cores_pays_a_wakeup_per_hop) {
+  const double L = 1e-3;
+  for (int n : {3, 4}) {
+    const StepResult plain = ring_on_one_node(n, 2, 0);
+    const StepResult woken = ring_on_one_node(n, 2, L);
+    BOOST_TEST(plain.step_s < 1e-6);
+    BOOST_TEST(woken.step_s - plain.step_s == 2 * (n - 1) * L, tt::tolerance(1e-6));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_within_the_cores_pay_nothing) {
+  const StepResult plain = ring_on_one_node(4, 4, 0);
+  const StepResult woken = ring_on_one_node(4, 4, 1e-3);
+  BOOST_TEST(woken.step_s == plain.step_s);  // bit-identical
+  BOOST_TEST(ring_on_one_node(2, 2, 1e-3).step_s == ring_on_one_node(2, 2, 0).step_s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The profile's shared-core fields through simulate(): 4 ranks of lenet5 on one node of 2 vCPUs. A profile without
+// them predicts exactly as one whose table is all ones and whose latency is 0; the measured figures make the step
+// slower; on a node with a core per rank the latency changes nothing.
+BOOST_AUTO_TEST_SUITE(shared_core_profile)
+
+namespace {
+SimResult four_ranks(const nlohmann::json& extra, const std::string& tag, int vcpus = 2) {
+  const std::string path =
+      tandem::simulator::testing::write_lenet5_profile("/tmp/tandem_shared_core_profile_" + tag + ".json", extra);
+  nlohmann::json n = {{"name", "host"},      {"count", 1},          {"vcpus", vcpus}, {"memory_mib", 8192},
+                      {"peak_gflops", 10},   {"mem_gbps", 8},       {"nic_mbps", 10000},
+                      {"ranks_per_node", 4}, {"protocol", "tcp"}};
+  SimResult r = simulate(cluster_from_json({{"nodes", {n}}}), tandem::simulator::testing::lenet5_ddp(4, path),
+                         {.baseline = false});
+  std::remove(path.c_str());
+  return r;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fields_round_trip_and_bad_ones_are_named) {
+  nlohmann::json j = {{"format", "tandem-calibration"}, {"version", 1}, {"batch", 8}, {"optimizer_step_s", 0.001},
+                      {"layers", {{{"name", "x"}, {"forward_s", 0.001}, {"backward_s", 0.002}}}}};
+  const CalibrationProfile old = profile_from_json(j);
+  BOOST_TEST(old.corun_slowdown.empty());
+  BOOST_TEST(!old.wakeup_latency_s.has_value());
+  BOOST_TEST(!profile_to_json(old).contains("corun_slowdown"));
+  BOOST_TEST(!profile_to_json(old).contains("wakeup_latency_s"));
+  j["corun_slowdown"] = {{0.5, 1.0}, {1, 1.05}, {2, 1.3}};
+  j["wakeup_latency_s"] = 4e-4;
+  const CalibrationProfile p = full_speed_profile(profile_from_json(j));
+  BOOST_TEST(p.corun_slowdown.size() == 3u);
+  BOOST_TEST(p.corun_slowdown[2].second == 1.3);
+  BOOST_TEST(*p.wakeup_latency_s == 4e-4);
+  const nlohmann::json back = profile_to_json(p);
+  BOOST_TEST(back.at("corun_slowdown") == j["corun_slowdown"]);
+  BOOST_TEST(back.at("wakeup_latency_s").get<double>() == 4e-4);
+  j["corun_slowdown"] = {{1, 1.05}, {0.5, 1.0}};
+  expect_error([&] { profile_from_json(j); }, "profile.corun_slowdown[1]");
+  j["corun_slowdown"] = {{1, 0.1}};
+  expect_error([&] { profile_from_json(j); }, "profile.corun_slowdown[0]");
+  j.erase("corun_slowdown");
+  j["wakeup_latency_s"] = -1;
+  expect_error([&] { profile_from_json(j); }, "profile.wakeup_latency_s");
+}
+
+BOOST_AUTO_TEST_CASE(without_the_fields_predictions_are_unchanged_and_with_them_slower) {
+  const SimResult none = four_ranks(nlohmann::json::object(), "none");
+  const SimResult neutral =
+      four_ranks({{"corun_slowdown", {{0.5, 1.0}, {2, 1.0}}}, {"wakeup_latency_s", 0.0}}, "neutral");
+  BOOST_TEST(neutral.step_time_s == none.step_time_s);  // bit-identical
+  const SimResult slow = four_ranks({{"corun_slowdown", {{0.5, 1.0}, {1, 1.1}, {2, 1.3}}}}, "slow");
+  BOOST_TEST(slow.step_time_s > 1.2 * none.step_time_s);  // the step is compute: 4 ranks on 2 cores, x 1.3
+  BOOST_TEST(slow.step_time_s < 1.31 * none.step_time_s);
+  const SimResult woken = four_ranks({{"wakeup_latency_s", 1e-3}}, "woken");
+  BOOST_TEST(woken.step_time_s > none.step_time_s + 1e-3);  // the all-reduce's receives wait
+  // a core per rank: the latency is never paid
+  BOOST_TEST(four_ranks({{"wakeup_latency_s", 1e-3}}, "woken4", 4).step_time_s ==
+             four_ranks(nlohmann::json::object(), "none4", 4).step_time_s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -8,6 +8,7 @@
 
 #include "engine/nn/zoo.hpp"
 #include "simulator/compute/workload.hpp"
+#include "simulator/simulate.hpp"
 
 namespace tandem::simulator::testing {
 
@@ -20,6 +21,19 @@ inline std::string write_lenet5_profile(const std::string& path, const nlohmann:
   p.update(extra);
   std::ofstream(path) << p.dump();
   return path;
+}
+
+// lenet5 on fashion-mnist, DDP over `dp` ranks at batch 64, a hundredth of an epoch, priced by `profile`.
+inline JobSpec lenet5_ddp(int32_t dp, const std::string& profile) {
+  JobSpec j;
+  j.model = "lenet5";
+  j.dataset = "fashion-mnist";
+  j.batch = 64;
+  j.epochs = 0.01;
+  j.strategy = Strategy::kDdp;
+  j.dp = dp;
+  j.profile = profile;
+  return j;
 }
 
 }  // namespace tandem::simulator::testing
