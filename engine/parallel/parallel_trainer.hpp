@@ -344,6 +344,7 @@ class ParallelTrainer {
   std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
+  std::vector<int> kept_servers_;  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   int initial_dp_ = 1;
   int initial_world_ = 1;
