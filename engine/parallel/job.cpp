@@ -159,6 +159,9 @@ void size_servers(SyncProgram& p, const optim::OptimizerConfig& optimizer) {
     sm.param_bytes = 4.0 * n;
     sm.optimizer_bytes = n * state;
     sm.bucket_bytes = sm.param_bytes * p.workers * (2.0 + kept_clocks);
+  }
+  for (int32_t s = 0; s < p.servers; ++s) {
+    const double n = owned[static_cast<size_t>(s)];
     const std::vector<int32_t> backups = replica_servers(s, p.servers, p.replicas);
     p.replica_bytes_per_update[static_cast<size_t>(s)] = static_cast<double>(backups.size()) * (4.0 * n + n * state);
     for (int32_t b : backups) {  // server b keeps a backup of what s owns

@@ -1173,8 +1173,13 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
           }
           st.push_back(h);
         }
-        p.optimizer->restore(kp.updates, st);
-        p.applied = sync ? kp.updates : 0;
+        // ssp: the owner may have applied clocks after this replica's that every worker has pushed already (a
+        // worker's pull needed only clock t - S replicated); those updates are lost, and the piece goes on from the
+        // newest clock any worker completed, so no clock waits for pushes that will not come again. ps: the replica
+        // is never behind a completed clock, so this keeps its clock.
+        const int64_t updates = sync ? std::max(kp.updates, *std::max_element(clocks.begin(), clocks.end())) : kp.updates;
+        p.optimizer->restore(updates, st);
+        p.applied = sync ? updates : 0;
       }
     }
     // ---- the survivors' states, their pending pushes re-indexed ----

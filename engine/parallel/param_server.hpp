@@ -135,7 +135,9 @@ class ParameterServerSync final : public GradientSync {
   // replica on a survivor: with `checkpoint` true it goes to the next surviving server in ring order with empty
   // values and `from_checkpoint` is set -- the caller must restore every rank from its checkpoint (restore());
   // otherwise every survivor throws kPeerFailure naming the lost server and why (no replica, or an incomplete one,
-  // and no checkpoint). The replicas are then re-placed over the survivors and re-seeded on entering the region.
+  // and no checkpoint). ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
+  // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
+  // over the survivors and re-seeded on entering the region.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
   struct Reformed {
     bool step_done = false;

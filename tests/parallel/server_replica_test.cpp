@@ -59,13 +59,14 @@ struct Outcome {
   std::vector<std::vector<int>> members;
   std::vector<std::vector<int32_t>> owned;  // servers: the shards each holds at the end
   std::vector<int64_t> servers;  // the servers in the job's program at the end
+  std::vector<int64_t> steps;    // optimizer steps at the end
   std::vector<bool> logged;
   std::vector<double> seconds;  // from the loss to the end (or the failure)
 };
 
 // Every rank trains `before` steps (checkpoint: then saves `checkpoint` and trains `after_checkpoint` more); then
-// world rank `dead` (if >= 0) leaves without a word and the others train `after` more steps.
-Outcome run(const par::ParallelConfig& p, int before, int dead, int after, const std::string& checkpoint = "",
+// world rank `dead` (if >= 0) leaves without a word and the others train until their optimizer step is `until`.
+Outcome run(const par::ParallelConfig& p, int before, int dead, int until, const std::string& checkpoint = "",
             int after_checkpoint = 0, const std::string& expect_log = "") {
   const train::TrainerConfig cfg = sgd_config(kBatch);
   Outcome o;
@@ -73,6 +74,7 @@ Outcome run(const par::ParallelConfig& p, int before, int dead, int after, const
   o.members.resize(kWorld);
   o.owned.resize(kWorld);
   o.servers.assign(kWorld, 0);
+  o.steps.assign(kWorld, 0);
   o.logged.assign(kWorld, false);
   o.seconds.assign(kWorld, 0.0);
   std::vector<Captured> logs(kWorld);
@@ -94,7 +96,8 @@ Outcome run(const par::ParallelConfig& p, int before, int dead, int after, const
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      for (int i = 0; i < after; ++i) t.step();
+      // The lost server may take the step it was serving with it: that step is completed or redone by the survivors.
+      for (int i = 0; i < 3 * until && t.global_step() < until; ++i) t.step();
     } catch (...) {
       o.seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       throw;
@@ -103,10 +106,13 @@ Outcome run(const par::ParallelConfig& p, int before, int dead, int after, const
     o.params[static_cast<size_t>(r)] = host_params(m);
     o.members[static_cast<size_t>(r)] = t.members();
     o.servers[static_cast<size_t>(r)] = t.job().sync.servers;
+    o.steps[static_cast<size_t>(r)] = t.global_step();
     if (t.param_server() != nullptr && t.param_server()->is_server())
       o.owned[static_cast<size_t>(r)] = t.param_server()->owned_shards();
     o.logged[static_cast<size_t>(r)] = expect_log.empty() || logs[static_cast<size_t>(r)].contains(expect_log);
   });
+  if (std::getenv("TANDEM_TEST_SHOW_LOGS") != nullptr)
+    for (const std::string& line : logs[0].lines) std::fprintf(stderr, "rank 0: %s\n", line.c_str());
   return o;
 }
 
@@ -119,13 +125,13 @@ std::string temp_path(const char* name) {
 BOOST_AUTO_TEST_SUITE(server_replica)
 
 // Synchronous ps, 2 workers and 2 servers, one replica each: server 1 (world rank 3) is lost after 3 steps; server 0
-// takes its shard over from its replica and 5 more steps run. The workers end with the parameters of an uninterrupted
+// takes its shard over from its replica and the workers train to step 8. The workers end with the parameters of an uninterrupted
 // run of 8 steps (momentum SGD: the optimizer state came over too) -- to float rounding, and in fact bit for bit.
 BOOST_AUTO_TEST_CASE(sync_ps_loses_a_server_and_ends_where_the_uninterrupted_run_does) {
   const par::ParallelConfig p = ps_config(par::Strategy::kPs, 1);
-  const Outcome whole = run(p, 8, -1, 0);
+  const Outcome whole = run(p, 8, -1, 8);
   require_no_errors(whole.errors);
-  const Outcome lost = run(p, 3, kServer1, 5, "", 0, "each lost shard taken over from its replica");
+  const Outcome lost = run(p, 3, kServer1, 8, "", 0, "each lost shard taken over from its replica");
   BOOST_TEST((lost.errors[kServer1].status == Status::kOk), lost.errors[kServer1].message);
   for (int r : {0, 1, 2}) {
     BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
@@ -143,14 +149,14 @@ BOOST_AUTO_TEST_CASE(sync_ps_loses_a_server_and_ends_where_the_uninterrupted_run
     BOOST_TEST(rel_diff(a, b) <= 1e-6, "worker " << r << ": max relative difference " << rel_diff(a, b));
   }
   // and the run did move: the parameters after 8 steps differ from those after 3
-  const Outcome three = run(p, 3, -1, 0);
+  const Outcome three = run(p, 3, -1, 3);
   BOOST_TEST(rel_diff(three.params[0], whole.params[0]) > 1e-4);
 }
 
-// ps-async and ssp with a replica: server 1 lost after 3 steps, the survivors train 12 more steps and finish.
+// ps-async and ssp with a replica: server 1 lost after 3 steps, the survivors train to step 15 and finish.
 BOOST_DATA_TEST_CASE(async_and_ssp_survive_a_lost_server_with_a_replica,
                      bdata::make({par::Strategy::kPsAsync, par::Strategy::kSsp}), strategy) {
-  const Outcome lost = run(ps_config(strategy, 1), 3, kServer1, 12, "", 0, "world rank(s) 3 lost");
+  const Outcome lost = run(ps_config(strategy, 1), 3, kServer1, 15, "", 0, "world rank(s) 3 lost");
   for (int r : {0, 1, 2}) {
     BOOST_TEST_CONTEXT(par::strategy_name(strategy) << ", world rank " << r << ": "
                                                     << lost.errors[static_cast<size_t>(r)].message) {
@@ -164,21 +170,22 @@ BOOST_DATA_TEST_CASE(async_and_ssp_survive_a_lost_server_with_a_replica,
     for (float v : lost.params[static_cast<size_t>(r)]) BOOST_TEST_REQUIRE(std::isfinite(v));
 }
 
-// No replica, but a checkpoint (written after step 3): server 1 is lost at step 5; every rank goes back to the
-// checkpoint, server 0 restores both shards from it, and 4 more step() calls end at step 7 with the parameters of an
-// uninterrupted 7-step run.
+// No replica, but a checkpoint (written after step 3): server 1 is lost after step 5; every rank goes back to the
+// checkpoint, server 0 restores both shards from it, and the workers train to step 7, ending with the parameters of
+// an uninterrupted 7-step run.
 BOOST_AUTO_TEST_CASE(without_a_replica_the_shard_comes_back_from_the_checkpoint) {
   const std::string path = temp_path("ps_restore");
   par::ParallelConfig p = ps_config(par::Strategy::kPs, 0);
   p.elastic_checkpoint = path;
-  const Outcome whole = run(p, 7, -1, 0);
+  const Outcome whole = run(p, 7, -1, 7);
   require_no_errors(whole.errors);
-  const Outcome lost = run(p, 3, kServer1, 4, path, 2, "every rank goes back to checkpoint");
+  const Outcome lost = run(p, 3, kServer1, 7, path, 2, "every rank goes back to checkpoint");
   std::filesystem::remove(path);
   for (int r : {0, 1, 2}) {
     BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
       BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
       BOOST_TEST(lost.logged[static_cast<size_t>(r)]);
+      BOOST_TEST(lost.steps[static_cast<size_t>(r)] == 7);
     }
   }
   BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
@@ -190,7 +197,7 @@ BOOST_AUTO_TEST_CASE(without_a_replica_the_shard_comes_back_from_the_checkpoint)
 // communicator's deadline.
 BOOST_DATA_TEST_CASE(without_a_replica_or_checkpoint_every_survivor_stops_naming_the_server,
                      bdata::make({par::Strategy::kPs, par::Strategy::kPsAsync}), strategy) {
-  const Outcome lost = run(ps_config(strategy, 0), 3, kServer1, 10);
+  const Outcome lost = run(ps_config(strategy, 0), 3, kServer1, 13);
   for (int r : {0, 1, 2}) {
     const RankError& e = lost.errors[static_cast<size_t>(r)];
     BOOST_TEST_CONTEXT(par::strategy_name(strategy) << ", world rank " << r << ": " << e.message) {
