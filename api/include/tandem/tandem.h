@@ -982,7 +982,8 @@ typedef struct tandem_parallel_params {
    * replicas -- the per-replica batch kept, the learning rate x survivors / starting replicas, the epoch's global
    * sample order continued; the step in flight is redone from the last consistent parameters. Elastic PS likewise
    * goes on with fewer workers; PS_ASYNC, SSP, ASGD, EASGD, FEDAVG and LOCALSGD absorb a lost worker without
-   * elastic (min_ranks still applies); a lost parameter server fails the job naming it; PIPELINE and HYBRID refuse
+   * elastic (min_ranks still applies); a lost parameter server is taken over from a replica (server_replicas) or
+   * restored from elastic_checkpoint, else fails the job naming it; PIPELINE and HYBRID refuse
    * elastic (TANDEM_ERR_UNSUPPORTED). Fewer survivors than
    * min_ranks write elastic_checkpoint (atomically) and fail with TANDEM_ERR_PEER_FAILURE naming the lost ranks.
    * Losing rank 0 over tcp, zmq or ucx is survived when the store is served outside the ranks (TANDEM_STORE, as
