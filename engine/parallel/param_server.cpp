@@ -394,6 +394,7 @@ int64_t ParameterServerSync::finish() {
   const int64_t t1 = tracer_.now_ns();
   clock_ = t;
   step_started_ = false;
+  step_start_.clear();  // only a step in flight is redone from it
   std::fill(issued_.begin(), issued_.end(), false);
   last_busy_ns_ = t1 - first_issue_ns_;
   tracer_.add("push/pull", "allreduce", first_issue_ns_, t1, 1);
@@ -1230,6 +1231,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
         // applied it, others not), so its gradient is the one the uninterrupted run computes.
         copy_into_params(0, static_cast<int64_t>(step_start_.size()), step_start_.data());
       }
+      step_start_.clear();
     }
   }
   out.retired = std::move(retired);
