@@ -71,6 +71,7 @@ struct TrainOptions {
   std::vector<int32_t> cut_layers;  // parsed --cut (the params point into it)
   std::string trace;
   // The parameter-server and averaging strategies (issue #13); defaults as tandem_parallel_params_t's.
+  int server_replicas = 0;  // issue #17: backups of each server's shard on the next servers (ps, ps-async, ssp)
   int servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
   bool elastic = false;  // issue #17: ddp and ps go on when workers die (the asynchronous strategies always do)
   int min_ranks = 0;     // 0: 1
@@ -203,6 +204,8 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS | TANDEM_PARALLEL_PARAM_EASGD |
                    TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
   pp.servers = o.servers;
+  pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS;
+  pp.server_replicas = o.server_replicas;
   pp.staleness = o.staleness;
   pp.tau = o.tau;
   pp.alpha = o.alpha;
@@ -631,6 +634,10 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "--partition; `tandem model summary` numbers the layers)")->group(par),
       app.add_option("--trace", o->trace, "write one Chrome trace of every rank here (Perfetto)")->group(par),
       app.add_option("--servers", o->servers, "ps, ps-async, ssp, easgd --easgd-async: server ranks (the last ones)")
+          ->group(par)->capture_default_str(),
+      app.add_option("--server-replicas", o->server_replicas, "ps, ps-async, ssp: backups of each server's shard on "
+                     "the next servers (values, optimizer state, clock; at most --servers - 1); a lost server's shard "
+                     "is taken over from its backup without a restart (ps needs --elastic)")
           ->group(par)->capture_default_str(),
       app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: sync)")
           ->group(par)->capture_default_str(),

@@ -601,6 +601,10 @@ void describe_strategy(SimResult& res, const Prepared& p) {
                                   sync.staleness == 0 ? "synchronous"
                                   : sync.staleness < 0 ? "asynchronous"
                                                        : fmt::format("staleness {}", sync.staleness));
+      if (sync.replicas > 0)
+        res.note += fmt::format("; server replication ({} backup(s) per shard: {:.3g} MB per server per update of "
+                                "its shard, and a server-to-server round trip before each pull) is not timed",
+                                sync.replicas, sync.replica_bytes_per_update.front() / 1e6);
       break;
     case Exchange::kElastic:
       res.algorithm = sync.servers > 0 ? fmt::format("elastic push-pull with {} server(s) every {} steps", sync.servers, sync.period)

@@ -61,7 +61,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_GROW), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_SERVER_REPLICAS), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -143,6 +143,11 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
     c.join_poll_steps = std::max(1, p->join_poll_steps);
     c.joining = p->joining != 0;
   }
+  if (m & TANDEM_PARALLEL_PARAM_SERVER_REPLICAS) {
+    TANDEM_REQUIRE(p->server_replicas >= 0, "{}: parallel->server_replicas must be >= 0 (got {})", fn,
+                   p->server_replicas);
+    c.server_replicas = p->server_replicas;
+  }
   return c;
 }
 
@@ -200,7 +205,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
     auto& h = checked(trainer, "tandem_trainer_parallel_query", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
-    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_ELASTIC), "tandem_parallel_attr_t");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_REPLICAS), "tandem_parallel_attr_t");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr,
                    "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
@@ -251,6 +256,10 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
       attr->round_deadline_s = c.round_deadline_s;
       attr->average_every = c.average_every;
       attr->warmup_steps = c.warmup_steps;
+    }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_REPLICAS) {
+      attr->server_replicas = t->job().sync.replicas;
+      attr->shards = static_cast<int32_t>(t->job().sync.shards.size());
     }
     if (attr->field_mask & TANDEM_PARALLEL_ATTR_ELASTIC) {
       attr->elastic = c.elastic ? 1 : 0;

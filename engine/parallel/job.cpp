@@ -139,6 +139,38 @@ void check_memory_config(const Job& job) {
                  m.zero, strategy_name(s));
 }
 
+// What each server holds (ParameterServerSync) and sends to its backups, for the current ownership of the shards:
+// the values of the key ranges it owns (parameters, or the centre for asynchronous easgd), their optimizer state
+// (push-pull), the protocol's buffers -- each worker's receive and reply buffer, and for ps and ssp the pushes kept
+// until their clock is complete (up to staleness + 1 clocks of every worker's push, summed in worker order) -- and,
+// with replication, the backups it keeps of the shards of the servers before it (values and optimizer state). The
+// runtime and the simulator both read these figures; fail_over_servers recomputes them after a loss.
+void size_servers(SyncProgram& p, const optim::OptimizerConfig& optimizer) {
+  const bool push_pull = p.exchange == Exchange::kPushPull;
+  const double kept_clocks = push_pull && p.staleness >= 0 ? p.staleness + 1.0 : 0.0;
+  const double state = push_pull ? optimizer_state_bytes_per_param(optimizer) : 0.0;
+  std::vector<double> owned(static_cast<size_t>(p.servers), 0.0);
+  for (const KeyRange& r : p.shards) owned[static_cast<size_t>(r.server)] += static_cast<double>(r.size());
+  p.server_memory.assign(static_cast<size_t>(p.servers), StageMemory{});
+  p.replica_bytes_per_update.assign(static_cast<size_t>(p.servers), 0.0);
+  for (int32_t s = 0; s < p.servers; ++s) {
+    StageMemory& sm = p.server_memory[static_cast<size_t>(s)];
+    const double n = owned[static_cast<size_t>(s)];
+    sm.param_bytes = 4.0 * n;
+    sm.optimizer_bytes = n * state;
+    sm.bucket_bytes = sm.param_bytes * p.workers * (2.0 + kept_clocks);
+  }
+  for (int32_t s = 0; s < p.servers; ++s) {
+    const double n = owned[static_cast<size_t>(s)];
+    const std::vector<int32_t> backups = replica_servers(s, p.servers, p.replicas);
+    p.replica_bytes_per_update[static_cast<size_t>(s)] = static_cast<double>(backups.size()) * (4.0 * n + n * state);
+    for (int32_t b : backups) {  // server b keeps a backup of what s owns
+      p.server_memory[static_cast<size_t>(b)].param_bytes += 4.0 * n;
+      p.server_memory[static_cast<size_t>(b)].optimizer_bytes += n * state;
+    }
+  }
+}
+
 SyncProgram sync_program(const CompiledJob& cj) {
   const ParallelConfig& c = cj.job.parallel;
   SyncProgram p;
@@ -180,19 +212,8 @@ SyncProgram sync_program(const CompiledJob& cj) {
         if (x < y) p.pieces.push_back({static_cast<int32_t>(b), r.server, x, y});
       }
     }
-    // What a server holds (ParameterServerSync): its key range's values (parameters, or the centre for asynchronous
-    // easgd), their optimizer state (push-pull), and the protocol's buffers -- each worker's receive and reply
-    // buffer, and for ps and ssp the pushes kept until their clock is complete (up to staleness + 1 clocks of every
-    // worker's push, summed in worker order). The runtime and the simulator both read this one figure.
-    const bool push_pull = p.exchange == Exchange::kPushPull;
-    const double kept_clocks = push_pull && p.staleness >= 0 ? p.staleness + 1.0 : 0.0;
-    for (const KeyRange& r : p.shards) {
-      StageMemory sm;
-      sm.param_bytes = 4.0 * static_cast<double>(r.size());
-      sm.optimizer_bytes = push_pull ? static_cast<double>(r.size()) * optimizer_state_bytes_per_param(cj.job.optimizer) : 0;
-      sm.bucket_bytes = sm.param_bytes * p.workers * (2.0 + kept_clocks);
-      p.server_memory.push_back(sm);
-    }
+    p.replicas = std::min(c.server_replicas, p.servers - 1);
+    size_servers(p, cj.job.optimizer);
   }
   // simulator figures (see SyncProgram)
   const StageMemory& m = cj.stages.front().memory;
@@ -349,6 +370,51 @@ const char* exchange_name(Exchange e) noexcept {
   return "?";
 }
 
+std::vector<int32_t> replica_servers(int32_t owner, int32_t servers, int32_t replicas) {
+  std::vector<int32_t> out;
+  for (int32_t i = 1; i <= std::min(replicas, servers - 1); ++i) out.push_back((owner + i) % servers);
+  return out;
+}
+
+void fail_over_servers(CompiledJob& cj, const std::vector<int32_t>& lost, bool any_survivor) {
+  fail_over_servers(cj.sync, lost, any_survivor, cj.job.optimizer);
+  cj.world = cj.sync.workers + cj.sync.servers;
+}
+
+void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool any_survivor,
+                       const optim::OptimizerConfig& optimizer) {
+  const int32_t S = p.servers;
+  std::vector<int32_t> renumber(static_cast<size_t>(S), -1);  // old server index -> new, -1: lost
+  int32_t live = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    if (std::find(lost.begin(), lost.end(), s) == lost.end()) renumber[static_cast<size_t>(s)] = live++;
+  }
+  TANDEM_CHECK(live >= 1, Status::kPeerFailure, "every parameter server was lost: the model's shards exist nowhere");
+  std::vector<int32_t> owner(p.shards.size());
+  for (size_t k = 0; k < p.shards.size(); ++k) {
+    const int32_t o = p.shards[k].server;
+    int32_t to = renumber[static_cast<size_t>(o)];
+    for (int32_t b : replica_servers(o, S, p.replicas)) {
+      if (to >= 0) break;
+      to = renumber[static_cast<size_t>(b)];
+    }
+    for (int32_t i = 1; to < 0 && any_survivor && i < S; ++i) to = renumber[static_cast<size_t>((o + i) % S)];
+    TANDEM_CHECK(to >= 0, Status::kPeerFailure,
+                 "parameter server {} was lost and its shard [{}, {}) has no surviving replica ({} replica(s) per "
+                 "shard)",
+                 o, p.shards[k].begin, p.shards[k].end, p.replicas);
+    owner[k] = to;
+  }
+  for (size_t k = 0; k < p.shards.size(); ++k) p.shards[k].server = owner[k];
+  for (BucketPiece& piece : p.pieces) {
+    for (const KeyRange& r : p.shards)
+      if (piece.begin >= r.begin && piece.end <= r.end) piece.server = r.server;
+  }
+  p.servers = live;
+  p.replicas = std::min(p.replicas, live - 1);  // min(server_replicas, servers - 1) as compiled: servers only fall
+  size_servers(p, optimizer);
+}
+
 std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers) {
   TANDEM_REQUIRE(servers >= 1 && total >= 0, "cannot cut {} parameters over {} servers", total, servers);
   std::vector<KeyRange> r;
@@ -388,6 +454,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("servers", a.sync.servers, b.sync.servers));
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
+  first(differ("server replicas", a.sync.replicas, b.sync.replicas));
   first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));
   for (size_t k = 0; k < a.sync.server_memory.size() && k < b.sync.server_memory.size() && d.empty(); ++k)
     first(differ(fmt::format("server {} bytes", k).c_str(), a.sync.server_memory[k].total(),

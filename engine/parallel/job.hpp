@@ -113,7 +113,9 @@ enum class Exchange : int32_t {
 };
 const char* exchange_name(Exchange e) noexcept;  // "bucket-allreduce", "push-pull", ...
 
-// Elements [begin, end) of the model's flat f32 parameter vector (nn::Model::param_offset order).
+// Elements [begin, end) of the model's flat f32 parameter vector (nn::Model::param_offset order). `server` is the
+// server that owns the range: at compile time shard k is owned by server k; after a server loss (fail_over_servers)
+// a surviving server may own several.
 struct KeyRange {
   int32_t server = 0;
   int64_t begin = 0, end = 0;
@@ -124,6 +126,8 @@ struct BucketPiece {
   int32_t bucket = 0, server = 0;
   int64_t begin = 0, end = 0;
 };
+
+class CompiledJob;
 
 struct SyncProgram {
   Exchange exchange = Exchange::kBucketAllreduce;
@@ -137,6 +141,10 @@ struct SyncProgram {
   // along those ranges, bucket by bucket in the order backward completes them.
   std::vector<KeyRange> shards;
   std::vector<BucketPiece> pieces;
+  // Server replication (issue #17; ParallelConfig::server_replicas): every server keeps a backup of the shards
+  // that the `replicas` servers before it in ring order own (replica_servers), refreshed after every update it
+  // applies. min(server_replicas, servers - 1): 0 with one server.
+  int32_t replicas = 0;
 
 
   // ---- simulator: figures the simulator times, derived here so that it never re-derives the job ----
@@ -150,9 +158,31 @@ struct SyncProgram {
   // Per server (servers > 0), what ParameterServerSync holds: its shard's values (param_bytes: parameters, or the
   // centre for asynchronous easgd), their optimizer state (ps, ps-async, ssp), and in bucket_bytes each worker's
   // receive and reply buffer plus, for ps and ssp, the pushes kept until their clock completes (staleness + 1
-  // clocks of every worker's push). The runtime's memory figure and the simulator's are this one.
+  // clocks of every worker's push). With replicas, also the backups it keeps (values and optimizer state of the
+  // shards it backs up; counted as param_bytes and optimizer_bytes). The runtime's memory figure and the
+  // simulator's are this one.
   std::vector<StageMemory> server_memory;
+  // Replication traffic (replicas > 0): the bytes one server sends to its backups per update of its whole shard
+  // (values + optimizer state, to each of `replicas` servers). Reported beside the step; the simulator does not
+  // time it yet.
+  std::vector<double> replica_bytes_per_update;
 };
+
+// The servers that back up the shards server `owner` owns: owner + 1, ..., owner + replicas (mod servers),
+// replicas = min(replicas, servers - 1). Empty without replication.
+std::vector<int32_t> replica_servers(int32_t owner, int32_t servers, int32_t replicas);
+
+// After a server loss (issue #17): the program over the surviving servers. `lost` holds the lost servers' indices in
+// cj.sync; each of their shards goes to the first surviving server of replica_servers(owner) -- the backup that holds
+// it -- or, with `any_survivor` (no backup survived: the shard is restored from a checkpoint), to the next surviving
+// server in ring order. The survivors are renumbered in their order (the shrunk communicator's); the pieces follow
+// their shards, the replicas are re-placed over the survivors by the same rule, and the servers' memory is
+// recomputed by the code that sized it at compile time. Throws kPeerFailure naming the shard when a lost shard has
+// no surviving backup and !any_survivor, and when every server is lost.
+void fail_over_servers(CompiledJob& cj, const std::vector<int32_t>& lost, bool any_survivor);
+// The same on a SyncProgram alone (what ParameterServerSync holds); `optimizer` sizes the servers' state.
+void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool any_survivor,
+                       const optim::OptimizerConfig& optimizer);
 
 // Balanced key ranges: [0, total) cut into `servers` contiguous ranges whose sizes differ by at most one.
 std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers);

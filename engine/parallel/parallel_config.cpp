@@ -91,6 +91,9 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
   TANDEM_REQUIRE(world >= 1 && rank >= 0 && rank < world, "rank {} is outside a world of {}", rank, world);
   TANDEM_REQUIRE(c.dp >= 0 && c.pp >= 0, "--dp and --pp must be >= 1 (got dp={}, pp={})", c.dp, c.pp);
   const char* name = strategy_name(c.strategy);
+  TANDEM_REQUIRE(c.server_replicas == 0 || has_servers(c.strategy, c.easgd_async),
+                 "--server-replicas {}: strategy {} has no parameter servers to replicate (ps, ps-async and ssp have)",
+                 c.server_replicas, name);
   switch (c.strategy) {
     case Strategy::kSingle:
       TANDEM_REQUIRE(world == 1,
@@ -153,6 +156,17 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
       TANDEM_REQUIRE(c.dp == 0 || c.dp == world - servers,
                      "strategy {}: dp={} but {} ranks less {} server(s) leave {} workers", name, c.dp, world, servers,
                      world - servers);
+      TANDEM_REQUIRE(c.server_replicas >= 0, "--server-replicas must be >= 0 (got {})", c.server_replicas);
+      TANDEM_CHECK(c.server_replicas == 0 || c.strategy != Strategy::kEasgd, Status::kUnsupported,
+                   "--server-replicas {}: the asynchronous EASGD centre is not replicated yet (ps, ps-async and ssp "
+                   "are)", c.server_replicas);
+      TANDEM_REQUIRE(c.server_replicas < std::max(servers, 1),
+                     "--server-replicas {} needs more servers: each server's shard is backed up on other servers, so "
+                     "at most servers - 1 = {} replicas (got --servers {})",
+                     c.server_replicas, std::max(servers, 1) - 1, servers);
+      TANDEM_REQUIRE(c.server_replicas == 0 || absorbs_worker_loss(c),
+                     "--server-replicas {} with strategy {} needs --elastic (synchronous ps survives a lost rank only "
+                     "when elastic)", c.server_replicas, name);
       TANDEM_REQUIRE(c.staleness >= 0, "--staleness must be >= 0 (got {})", c.staleness);
       TANDEM_REQUIRE(c.tau >= 1, "--tau must be >= 1 step (got {})", c.tau);
       TANDEM_REQUIRE(std::isfinite(c.alpha) && c.alpha >= 0 && c.alpha < 1, "--alpha must be in [0, 1) (got {})",

@@ -66,6 +66,10 @@ struct ParallelConfig {
 
   // ---- issue #13: parameter servers, asynchronous and averaging strategies (pp = 1) ----
   int servers = 1;              // ps, ps-async, ssp, asynchronous easgd: server ranks (the last ones)
+  // ps, ps-async, ssp (issue #17): every server keeps a backup of the shards of the `server_replicas` servers before
+  // it in ring order (values, optimizer state, clock), refreshed after each update it applies; a lost server's shard
+  // is then taken over by its backup without a restart (param_server.hpp states the rule). In [0, servers - 1].
+  int server_replicas = 0;
   int staleness = 2;            // ssp: clocks a worker may run ahead of the slowest (0: synchronous)
   int tau = 4;                  // easgd: local steps between elastic exchanges
   double alpha = 0;             // easgd: moving rate; 0: 0.9 / workers (the paper's beta = 0.9)
@@ -94,8 +98,8 @@ struct ParallelConfig {
 // Whether a lost worker is absorbed -- the survivors shrink their communicator and go on (parallel_trainer.hpp
 // states how each strategy re-forms): always for ps-async, ssp, asgd, easgd (both variants), fedavg and localsgd
 // (a dead worker does not stop them); for ddp, ps, pipeline and hybrid only with `elastic` (they otherwise stop naming
-// the rank, as synchronous training does; pipeline and hybrid re-form their grid). A lost parameter server is never
-// absorbed.
+// the rank, as synchronous training does; pipeline and hybrid re-form their grid). A lost parameter server is taken
+// over from a replica (server_replicas) or restored from elastic_checkpoint; without either it stops the job.
 bool absorbs_worker_loss(const ParallelConfig& config) noexcept;
 
 struct Grid {

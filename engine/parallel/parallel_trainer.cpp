@@ -1,6 +1,7 @@
 #include "engine/parallel/parallel_trainer.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -712,7 +713,7 @@ comm::Communicator* ParallelTrainer::trainer_comm() const noexcept {
 }
 
 std::string ParallelTrainer::rank_label(int world_rank) const {
-  const int workers = initial_world_ - grid_.servers;
+  const int workers = initial_dp_;  // with servers: the workers the job started with
   if (parameter_server() && world_rank >= workers)
     return fmt::format("world rank {} (server {})", world_rank, world_rank - workers);
   return fmt::format("world rank {}", world_rank);
@@ -731,6 +732,7 @@ void ParallelTrainer::shrink_group(const std::string& why) {
                "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
   for (int r : members_)
     if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
+  const std::vector<int> before = members_;
   retired_.push_back(std::move(group));
   group = std::move(next);
   world_ = group.get();
@@ -738,16 +740,27 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   grid_.world = world_->size();
   grid_.rank = world_->rank();
   if (parameter_server()) {
-    // Servers hold the only copy of their shard: a lost one stops the job on every survivor.
-    const int workers = initial_world_ - grid_.servers;
-    for (int s = 0; s < grid_.servers; ++s) {
-      TANDEM_CHECK(std::find(members_.begin(), members_.end(), workers + s) != members_.end(), Status::kPeerFailure,
-                   "parameter server {} (world rank {}) was lost ({}): its shard of the {} is gone, so the job cannot "
-                   "go on; restart it from the last checkpoint",
-                   s, workers + s, why, elastic_centre() ? "elastic centre" : "parameters and optimizer state");
+    // Servers follow the workers in both lists. A lost server's shard is taken over in reform (ParameterServerSync).
+    const int servers_before = grid_.servers;
+    const size_t workers_before = before.size() - static_cast<size_t>(servers_before);
+    kept_servers_.clear();
+    for (size_t i = workers_before; i < before.size(); ++i)
+      if (std::find(members_.begin(), members_.end(), before[i]) != members_.end())
+        kept_servers_.push_back(static_cast<int>(i - workers_before));
+    if (kept_servers_.empty()) {
+      std::vector<std::string> names;
+      for (size_t i = workers_before; i < before.size(); ++i)
+        names.push_back(fmt::format("parameter server {} (world rank {})", i - workers_before, before[i]));
+      TANDEM_THROW(Status::kPeerFailure,
+                   "{} was lost ({}): no server is left to hold the {}, so the job cannot go on; restart it from the "
+                   "last checkpoint",
+                   fmt::format("{}", fmt::join(names, ", ")), why,
+                   elastic_centre() ? "elastic centre" : "parameters and optimizer state");
     }
+    grid_.servers = static_cast<int>(kept_servers_.size());
     grid_.dp = grid_.world - grid_.servers;
     TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
+    grid_.server_index = grid_.server ? grid_.rank - grid_.dp : -1;
     if (!grid_.server) grid_.dp_rank = grid_.rank;
   } else if (!reforms_grid()) {  // a pipeline or hybrid grid is re-formed by reform_grid
     grid_.dp = grid_.world;
@@ -795,8 +808,25 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
                                        before.begin()));
     retired_.push_back(std::move(dp_comm_));
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
-    ParameterServerSync::Reformed r = ps_->reform(*world_, kept, snapshot_.steps);
+    const bool checkpoint = !pc_.elastic_checkpoint.empty() && std::filesystem::exists(pc_.elastic_checkpoint);
+    ParameterServerSync::Reformed r = ps_->reform(*world_, kept, kept_servers_, snapshot_.steps, checkpoint);
     retired_buffers_.push_back(std::move(r.retired));
+    job_.sync = ps_->program();  // after a server loss: the job compiler's new ownership of the shards
+    job_.world = grid_.world;
+    if (!r.lost_servers.empty()) {
+      std::vector<std::string> names;
+      for (int32_t s : r.lost_servers) names.push_back(rank_label(before[before.size() - kept_servers_.size() -
+                                                                           r.lost_servers.size() + static_cast<size_t>(s)]));
+      log::warn("elastic: lost parameter server(s) {}: {} {} now hold the model's {} shards ({} replica(s) each){}",
+                fmt::join(names, ", "), grid_.servers, grid_.servers == 1 ? "server" : "servers", job_.sync.shards.size(),
+                job_.sync.replicas, r.from_checkpoint ? fmt::format("; no replica survived, so every rank goes back to "
+                                                                    "checkpoint '{}'", pc_.elastic_checkpoint)
+                                                      : std::string("; each lost shard taken over from its replica"));
+    }
+    if (r.from_checkpoint) {
+      load_checkpoint(pc_.elastic_checkpoint);
+      return false;
+    }
     if (r.step_done) {
       // This worker's push of the step in flight was applied on every server (only the pull was lost): the step
       // is done -- its batch consumed, counted -- and the reform gave it the servers' parameters.

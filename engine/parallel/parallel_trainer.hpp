@@ -125,8 +125,14 @@
 //    sampled clients dealt over the survivors (the lost worker's clients are trained by the others).
 //  - Data: except ddp and fedavg (which re-shard as above), each survivor keeps its own shard of the starting width;
 //    the lost worker's shard is not trained any more. Learning rates are kept (ddp: x dp'/dp).
-//  - A lost parameter server stops the job on every survivor with kPeerFailure naming "parameter server N (world
-//    rank R)": its shard exists nowhere else. Synchronous ps without elastic stops naming the lost worker, as DDP.
+//  - A lost parameter server (ps, ps-async, ssp; ParallelConfig::server_replicas, param_server.hpp states the rule):
+//    with a surviving replica, the backup server takes its shard over (values, optimizer state, clock) and the
+//    workers re-route that key range to it (fail_over_servers in job.hpp: the job compiler's ownership, which job()
+//    then shows); ps ends exactly where the uninterrupted run does. With no replica but an elastic_checkpoint on
+//    disk, the next surviving server takes the range and every rank goes back to the checkpoint (load_checkpoint).
+//    Otherwise every survivor stops with kPeerFailure naming the server and why; losing every server always stops
+//    ("parameter server N (world rank R) was lost"). Synchronous ps without elastic stops naming the lost worker, as
+//    DDP.
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
 //    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
 //    unsupported.
@@ -389,6 +395,7 @@ class ParallelTrainer {
   std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
+  std::vector<int> kept_servers_;  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   int initial_dp_ = 1;
   int initial_world_ = 1;

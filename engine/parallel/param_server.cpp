@@ -23,8 +23,13 @@ constexpr uint32_t kTagFinal = kTagBase + 2;
 constexpr uint32_t kTagState = kTagBase + 3;
 constexpr uint32_t kTagCentre = kTagBase + 4;
 constexpr uint32_t kTagDelta = kTagBase + 5;
+constexpr uint32_t kTagReplicaHeader = kTagBase + 6;  // replication: owner -> backup headers (and end markers)
+constexpr uint32_t kTagReplica = kTagBase + 7;        // owner -> backup: the payload after each header
+constexpr uint32_t kTagAck = kTagBase + 8;            // backup -> owner
 constexpr uint32_t kTagPush = kTagBase + 0x10000;  // + global piece index
 constexpr uint32_t kTagPull = kTagBase + 0x20000;
+constexpr uint32_t kTagFinalShard = kTagBase + 0x30000;  // + shard index: a shard's values at a sync point
+constexpr uint32_t kTagStateShard = kTagBase + 0x40000;  // + shard index: its optimizer state (gather_state)
 constexpr size_t kMaxPieces = 0x10000;
 constexpr size_t kHeaderFloats = 8;
 
@@ -61,6 +66,9 @@ const char* ParameterServerSync::kind_name(int32_t kind) noexcept {
     case kCentre: return "elastic parameters";
     case kDelta: return "elastic difference";
     case kState: return "optimizer state";
+    case kReplica: return "replica";
+    case kAck: return "replica acknowledgement";
+    case kReplicaEnd: return "end of replicas";
   }
   return "unknown";
 }
@@ -141,39 +149,20 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
     if (!elastic_) model_.set_grad_ready_hook([this](size_t layer) { on_grad_ready(layer); });
   } else {
     // ---- server: the shard, its pieces and their optimizers; the initial values come from world rank 0 ----
-    shard_range_ = program_.shards[static_cast<size_t>(server_)];
-    const int64_t n = shard_range_.size();
+    const int64_t n = program_.shards[static_cast<size_t>(server_)].size();
     Message init;
     init.buf.resize(kHeaderFloats + static_cast<size_t>(n));
     world_->recv(init.buf.data(), init.buf.size(), DType::kF32, 0, kTagInit)->wait();
     expect(init, 0, kInit, server_, 0, n);
-    shard_host_.assign(init.payload(), init.payload() + n);
-    if (be.device().is_cpu()) {
-      shard_ = Tensor::wrap(shard_host_.data(), Shape{n}, DType::kF32);
-    } else {
-      shard_ = be.empty(Shape{n});
-      be.copy(Tensor::wrap(shard_host_.data(), Shape{n}, DType::kF32), shard_);
-    }
-    for (size_t k = 0; k < program_.pieces.size() && !elastic_; ++k) {
-      const BucketPiece& p = program_.pieces[k];
-      if (p.server != server_) continue;
-      TANDEM_REQUIRE(p.begin >= shard_range_.begin && p.end <= shard_range_.end && p.begin < p.end,
-                     "parameter server {}: piece {} [{}, {}) is outside its key range [{}, {})", server_, k, p.begin,
-                     p.end, shard_range_.begin, shard_range_.end);
-      ServerPiece sp;
-      sp.global = static_cast<int32_t>(k);
-      sp.offset = p.begin - shard_range_.begin;
-      sp.size = p.end - p.begin;
-      sp.optimizer = std::make_unique<optim::Optimizer>(
-          be, optimizer_config_, std::vector<Tensor>{shard_.slice(sp.offset, Shape{sp.size})});
-      pieces_.push_back(std::move(sp));
-    }
+    owned_.reserve(program_.shards.size());
+    own_shard(server_, init.payload());
     peers_.resize(static_cast<size_t>(W));
     for (WorkerState& ws : peers_) {
       ws.push.resize(pieces_.size());
       ws.reply.resize(pieces_.size());
       ws.push_clock.assign(pieces_.size(), 0);
     }
+    place_replicas();
   }
   if (rank_ == 0) {
     const Tensor host = be.to_host(model_.params());
@@ -188,6 +177,56 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
     }
     for (Message& m : out) m.work->wait();
   }
+}
+
+ParameterServerSync::Shard& ParameterServerSync::own_shard(int32_t index, const float* values) {
+  compute::Backend& be = model_.backend();
+  const KeyRange& r = program_.shards[static_cast<size_t>(index)];
+  const int64_t n = r.size();
+  TANDEM_CHECK(owned_.size() < owned_.capacity(), Status::kInternal, "parameter server {}: no room for shard {}",
+               server_, index);  // reserved: a Shard never moves (its optimizers hold its buffer)
+  Shard& sh = owned_.emplace_back();
+  sh.index = index;
+  sh.range = r;
+  sh.host.assign(values, values + n);
+  if (be.device().is_cpu()) {
+    sh.dev = Tensor::wrap(sh.host.data(), Shape{n}, DType::kF32);
+  } else {
+    sh.dev = be.empty(Shape{n});
+    be.copy(Tensor::wrap(sh.host.data(), Shape{n}, DType::kF32), sh.dev);
+  }
+  for (size_t k = 0; k < program_.pieces.size() && !elastic_; ++k) {
+    const BucketPiece& p = program_.pieces[k];
+    if (p.begin < r.begin || p.end > r.end) continue;
+    TANDEM_REQUIRE(p.server == r.server && p.begin < p.end,
+                   "parameter server {}: piece {} [{}, {}) of shard {} [{}, {}) belongs to server {}", server_, k,
+                   p.begin, p.end, index, r.begin, r.end, p.server);
+    ServerPiece sp;
+    sp.global = static_cast<int32_t>(k);
+    sp.shard = static_cast<int32_t>(owned_.size() - 1);
+    sp.offset = p.begin - r.begin;
+    sp.size = p.end - p.begin;
+    sp.optimizer = std::make_unique<optim::Optimizer>(be, optimizer_config_,
+                                                      std::vector<Tensor>{sh.dev.slice(sp.offset, Shape{sp.size})});
+    pieces_.push_back(std::move(sp));
+  }
+  return sh;
+}
+
+const float* ParameterServerSync::host_of(const ServerPiece& p) const {
+  return owned_[static_cast<size_t>(p.shard)].host.data() + p.offset;
+}
+
+std::vector<int32_t> ParameterServerSync::owned_shards() const {
+  std::vector<int32_t> out;
+  for (const Shard& sh : owned_) out.push_back(sh.index);
+  return out;
+}
+
+int64_t ParameterServerSync::ServerPiece::replicated() const noexcept {
+  int64_t m = INT64_MAX;
+  for (int64_t a : acked) m = std::min(m, a);
+  return m;
 }
 
 ParameterServerSync::~ParameterServerSync() {
@@ -213,6 +252,12 @@ ParameterServerSync::~ParameterServerSync() {
     } catch (...) {
     }
   }
+  for (Message& m : ack_sends_) drain(m);
+  for (Link& l : backups_) {
+    for (Message& m : l.sends) drain(m);
+    drain(l.ack);
+  }
+  for (Primary& pr : primaries_) drain(pr.header);
   for (WorkerState& ws : peers_) {
     drain(ws.control);
     drain(ws.elastic);
@@ -252,6 +297,10 @@ void ParameterServerSync::issue(int b) {
     in_region_ = true;
     first_issue_ns_ = tracer_.now_ns();
     send_control(kStep, t);
+    if (program_.replicas > 0 && program_.staleness == 0) {  // what reform() redoes the step from
+      const Tensor h = model_.backend().to_host(model_.params());
+      step_start_.assign(h.data<float>(), h.data<float>() + h.numel());
+    }
   }
   compute::Backend& be = model_.backend();
   const bool host = be.device().is_cpu();
@@ -278,20 +327,37 @@ void ParameterServerSync::issue(int b) {
 
 void ParameterServerSync::receive_shards() {
   const int W = program_.workers;
-  std::vector<Message> finals(static_cast<size_t>(program_.servers));
-  for (int s = 0; s < program_.servers; ++s) {
-    Message& m = finals[static_cast<size_t>(s)];
-    m.buf.assign(kHeaderFloats + static_cast<size_t>(program_.shards[static_cast<size_t>(s)].size()), 0.0f);
-    m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagFinal);
+  const size_t K = program_.shards.size();
+  std::vector<Message> finals(K);
+  for (size_t k = 0; k < K; ++k) {
+    const KeyRange& r = program_.shards[k];
+    Message& m = finals[k];
+    m.buf.assign(kHeaderFloats + static_cast<size_t>(r.size()), 0.0f);
+    m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + r.server, kTagFinalShard + static_cast<uint32_t>(k));
   }
-  for (int s = 0; s < program_.servers; ++s) {
-    const KeyRange& r = program_.shards[static_cast<size_t>(s)];
-    Message& m = finals[static_cast<size_t>(s)];
+  for (size_t k = 0; k < K; ++k) {
+    const KeyRange& r = program_.shards[k];
+    Message& m = finals[k];
     m.work->wait();
     m.work.reset();
-    expect(m, W + s, kFinal, s, clock_, r.size());
+    expect(m, W + r.server, kFinal, static_cast<int32_t>(k), clock_, r.size());
     copy_into_params(r.begin, r.size(), m.payload());
   }
+}
+
+void ParameterServerSync::send_shards(const std::vector<int64_t>& clocks) {
+  std::vector<Message> sends;
+  sends.reserve(owned_.size() * clocks.size());
+  for (const Shard& sh : owned_) {
+    for (size_t w = 0; w < clocks.size(); ++w) {
+      Message& m = sends.emplace_back();
+      m.set(Header{kFinal, rank_, sh.index, 0, clocks[w], sh.range.size()});
+      std::copy(sh.host.begin(), sh.host.end(), m.payload());
+      m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, static_cast<int>(w),
+                            kTagFinalShard + static_cast<uint32_t>(sh.index));
+    }
+  }
+  for (Message& m : sends) m.work->wait();
 }
 
 void ParameterServerSync::copy_into_params(int64_t begin, int64_t size, const float* src) {
@@ -328,6 +394,7 @@ int64_t ParameterServerSync::finish() {
   const int64_t t1 = tracer_.now_ns();
   clock_ = t;
   step_started_ = false;
+  step_start_.clear();  // only a step in flight is redone from it
   std::fill(issued_.begin(), issued_.end(), false);
   last_busy_ns_ = t1 - first_issue_ns_;
   tracer_.add("push/pull", "allreduce", first_issue_ns_, t1, 1);
@@ -376,6 +443,15 @@ void ParameterServerSync::elastic_exchange() {
 void ParameterServerSync::enter_region() {
   if (in_region_) return;
   in_region_ = true;
+  for (Primary& pr : primaries_) {
+    pr.ended = false;
+    pr.header.buf.assign(kHeaderFloats, 0.0f);
+    pr.header.work = world_->recv(pr.header.buf.data(), kHeaderFloats, DType::kF32, pr.from, kTagReplicaHeader);
+  }
+  if (reseed_) {  // the backups start from a full replica of every piece
+    reseed_ = false;
+    for (ServerPiece& p : pieces_) replicate(p);
+  }
   for (size_t w = 0; w < peers_.size(); ++w) {
     WorkerState& ws = peers_[w];
     ws.paused = false;
@@ -435,7 +511,7 @@ bool ParameterServerSync::poll_worker(int w) {
         if (!elastic_) bad("but this job pushes gradients");
         if (!idle || h.clock != ws.started + 1) bad("out of order");
         ws.started = h.clock;
-        ws.elastic.buf.assign(kHeaderFloats + static_cast<size_t>(shard_range_.size()), 0.0f);
+        ws.elastic.buf.assign(kHeaderFloats + static_cast<size_t>(owned_.front().range.size()), 0.0f);
         ws.elastic.work = world_->recv(ws.elastic.buf.data(), ws.elastic.buf.size(), DType::kF32, w, kTagCentre);
         break;
       case kPause:
@@ -505,11 +581,13 @@ void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
     g = d;
   }
   p.optimizer->step({g}, optim::lr_at(schedule_, p.optimizer->steps()));
+  Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
-    const Tensor h = be.to_host(shard_.slice(p.offset, Shape{p.size}));
-    std::copy_n(h.data<float>(), p.size, shard_host_.begin() + p.offset);
+    const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
+    std::copy_n(h.data<float>(), p.size, sh.host.begin() + p.offset);
   }
   p.applied = clock;
+  replicate(p);
 }
 
 void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
@@ -521,10 +599,12 @@ void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
     g = d;
   }
   p.optimizer->step({g}, optim::lr_at(schedule_, p.optimizer->steps() / program_.workers));
+  Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
-    const Tensor h = be.to_host(shard_.slice(p.offset, Shape{p.size}));
-    std::copy_n(h.data<float>(), p.size, shard_host_.begin() + p.offset);
+    const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
+    std::copy_n(h.data<float>(), p.size, sh.host.begin() + p.offset);
   }
+  replicate(p);
 }
 
 void ParameterServerSync::reply(int w, int j, int64_t clock) {
@@ -533,7 +613,7 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
   Message& r = ws.reply[static_cast<size_t>(j)];
   if (r.work) r.work->wait();  // the last reply of this piece (the worker received it before pushing again)
   r.set(Header{kPull, rank_, p.global, 0, clock, p.size});
-  std::copy_n(shard_host_.begin() + p.offset, p.size, r.payload());
+  std::copy_n(host_of(p), p.size, r.payload());
   r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
     // The worker may start its next step once it has every server's replies: its clock against the slowest's.
@@ -545,7 +625,8 @@ bool ParameterServerSync::release_withheld() {
   bool progressed = false;
   for (size_t i = 0; i < withheld_.size();) {
     const Withheld x = withheld_[i];
-    if (pieces_[static_cast<size_t>(x.piece)].applied >= x.clock - program_.staleness) {
+    const ServerPiece& p = pieces_[static_cast<size_t>(x.piece)];
+    if (p.applied >= x.clock - program_.staleness && p.replicated() >= x.clock - program_.staleness) {
       reply(x.worker, x.piece, x.clock);
       withheld_.erase(withheld_.begin() + static_cast<std::ptrdiff_t>(i));
       progressed = true;
@@ -558,7 +639,8 @@ bool ParameterServerSync::release_withheld() {
 
 void ParameterServerSync::on_elastic(int w) {
   WorkerState& ws = peers_[static_cast<size_t>(w)];
-  const int64_t n = shard_range_.size();
+  Shard& centre = owned_.front();
+  const int64_t n = centre.range.size();
   expect(ws.elastic, w, kCentre, server_, ws.started, n);
   Message& d = ws.delta;
   if (d.work) d.work->wait();
@@ -567,11 +649,11 @@ void ParameterServerSync::on_elastic(int w) {
   float* delta = d.payload();
   for (int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<size_t>(i);
-    delta[i] = alpha_ * (x[i] - shard_host_[k]);
-    shard_host_[k] += delta[i];
+    delta[i] = alpha_ * (x[i] - centre.host[k]);
+    centre.host[k] += delta[i];
   }
   if (!model_.backend().device().is_cpu()) {
-    model_.backend().copy(Tensor::wrap(shard_host_.data(), Shape{n}, DType::kF32), shard_);
+    model_.backend().copy(Tensor::wrap(centre.host.data(), Shape{n}, DType::kF32), centre.dev);
   }
   d.work = world_->send(d.buf.data(), d.buf.size(), DType::kF32, w, kTagDelta);
   ws.done = ws.started;
@@ -602,6 +684,7 @@ void ParameterServerSync::serve_until(const Done& done, int64_t due, const char*
   while (!done()) {
     bool progressed = false;
     for (int w = 0; w < program_.workers; ++w) progressed |= poll_worker(w);
+    progressed |= poll_replication();
     progressed |= release_withheld();
     if (progressed) {
       last = Clock::now();
@@ -610,7 +693,7 @@ void ParameterServerSync::serve_until(const Done& done, int64_t due, const char*
     }
     // ps (staleness 0): every receive posted must complete before the step (or sync point) can, and no reply can be
     // released meanwhile, so block on one of them (woken when it lands) instead of polling.
-    if (program_.staleness == 0 && !elastic_) {
+    if (program_.staleness == 0 && !elastic_ && backups_.empty() && primaries_.empty()) {
       if (comm::Work* next = next_receive(due)) {
         next->wait();
         continue;
@@ -656,6 +739,127 @@ void ParameterServerSync::serve(int64_t steps) {
   tracer_.add(fmt::format("serve step {}", steps), "comm", t0, tracer_.now_ns());
 }
 
+// ------------------------------------------------------------------------------------ replication (issue #17)
+
+void ParameterServerSync::place_replicas() {
+  backups_.clear();
+  primaries_.clear();
+  kept_.clear();
+  for (ServerPiece& p : pieces_) p.acked.clear();
+  if (server_ < 0 || elastic_ || program_.replicas <= 0) return;
+  const int W = program_.workers, S = program_.servers;
+  for (int32_t b : replica_servers(server_, S, program_.replicas)) {
+    Link& l = backups_.emplace_back();
+    l.to = W + b;
+  }
+  for (ServerPiece& p : pieces_) p.acked.assign(backups_.size(), -1);
+  for (int32_t o = 0; o < S; ++o) {
+    const std::vector<int32_t> b = replica_servers(o, S, program_.replicas);
+    if (std::find(b.begin(), b.end(), server_) != b.end()) primaries_.push_back(Primary{W + o, Message{}, true});
+  }
+  reseed_ = true;
+}
+
+void ParameterServerSync::replicate(ServerPiece& p) {
+  if (backups_.empty()) return;
+  const std::vector<Tensor> st = p.optimizer->state_tensors();
+  compute::Backend& be = model_.backend();
+  const int64_t updates = p.optimizer->steps();
+  const int64_t count = static_cast<int64_t>(1 + st.size()) * p.size;
+  const auto local = static_cast<int32_t>(&p - pieces_.data());
+  for (Link& l : backups_) {
+    Message h;
+    h.set(Header{kReplica, rank_, p.global, 0, updates, count});
+    Message m;
+    m.buf.resize(static_cast<size_t>(count));
+    std::copy_n(host_of(p), p.size, m.buf.data());
+    for (size_t k = 0; k < st.size(); ++k) {
+      const Tensor t = be.to_host(st[k]);
+      std::copy_n(t.data<float>(), p.size, m.buf.data() + static_cast<int64_t>(k + 1) * p.size);
+    }
+    // (a Message's buffer keeps its address when the Message moves into the vector)
+    h.work = world_->send(h.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagReplicaHeader);
+    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, l.to, kTagReplica);
+    l.sends.push_back(std::move(h));
+    l.sends.push_back(std::move(m));
+    l.unacked.emplace_back(local, updates);
+    if (!l.ack.work) {
+      l.ack.buf.assign(kHeaderFloats, 0.0f);
+      l.ack.work = world_->recv(l.ack.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagAck);
+    }
+  }
+}
+
+bool ParameterServerSync::poll_replication() {
+  bool progressed = false;
+  for (size_t i = 0; i < backups_.size(); ++i) {
+    Link& l = backups_[i];
+    std::erase_if(l.sends, [](Message& m) { return !m.work || m.work->test(); });
+    while (l.ack.work && l.ack.work->test()) {
+      l.ack.work.reset();
+      progressed = true;
+      TANDEM_CHECK(!l.unacked.empty(), Status::kMismatch,
+                   "parameter server replication: world rank {} got an acknowledgement from world rank {} for no "
+                   "replica", rank_, l.to);
+      const auto [local, updates] = l.unacked.front();
+      l.unacked.erase(l.unacked.begin());
+      ServerPiece& p = pieces_[static_cast<size_t>(local)];
+      expect(l.ack, l.to, kAck, p.global, updates, 0);
+      p.acked[i] = updates;
+      if (!l.unacked.empty()) {
+        l.ack.buf.assign(kHeaderFloats, 0.0f);
+        l.ack.work = world_->recv(l.ack.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagAck);
+      }
+    }
+  }
+  std::erase_if(ack_sends_, [](Message& m) { return !m.work || m.work->test(); });
+  for (Primary& pr : primaries_) {
+    while (pr.header.work && pr.header.work->test()) {
+      pr.header.work.reset();
+      progressed = true;
+      const Header h = pr.header.header();
+      if (h.kind == kReplicaEnd) {
+        expect(pr.header, pr.from, kReplicaEnd, 0, 0, 0);
+        pr.ended = true;
+        break;
+      }
+      TANDEM_CHECK(h.kind == kReplica && h.sender == pr.from && h.piece >= 0 &&
+                       static_cast<size_t>(h.piece) < program_.pieces.size(),
+                   Status::kMismatch,
+                   "parameter server replication: world rank {} expected a replica header from world rank {} but got "
+                   "{} (kind {}, sender {}, piece {})",
+                   rank_, pr.from, kind_name(h.kind), h.kind, h.sender, h.piece);
+      const BucketPiece& bp = program_.pieces[static_cast<size_t>(h.piece)];
+      const int64_t size = bp.end - bp.begin;
+      TANDEM_CHECK(h.count > 0 && h.count % size == 0, Status::kMismatch,
+                   "parameter server replication: a replica of piece {} from world rank {} has {} values, not a "
+                   "multiple of its {}", h.piece, pr.from, h.count, size);
+      Kept& k = kept_[h.piece];
+      k.values.assign(static_cast<size_t>(h.count), 0.0f);
+      world_->recv(k.values.data(), k.values.size(), DType::kF32, pr.from, kTagReplica)->wait();  // sent with it
+      k.updates = h.clock;
+      Message& a = ack_sends_.emplace_back();
+      a.set(Header{kAck, rank_, h.piece, 0, h.clock, 0});
+      a.work = world_->send(a.buf.data(), kHeaderFloats, DType::kF32, pr.from, kTagAck);
+      pr.header.buf.assign(kHeaderFloats, 0.0f);
+      pr.header.work = world_->recv(pr.header.buf.data(), kHeaderFloats, DType::kF32, pr.from, kTagReplicaHeader);
+    }
+  }
+  return progressed;
+}
+
+bool ParameterServerSync::replication_flushed() const {
+  return std::all_of(backups_.begin(), backups_.end(), [](const Link& l) { return l.unacked.empty(); });
+}
+
+void ParameterServerSync::end_replication() {
+  for (Link& l : backups_) {
+    Message& m = l.sends.emplace_back();
+    m.set(Header{kReplicaEnd, rank_, 0, 0, 0, 0});
+    m.work = world_->send(m.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagReplicaHeader);
+  }
+}
+
 // ------------------------------------------------------------------------------------ every rank
 
 void ParameterServerSync::sync_point() {
@@ -676,6 +880,11 @@ void ParameterServerSync::sync_point() {
         return std::all_of(peers_.begin(), peers_.end(), [](const WorkerState& ws) { return ws.paused; });
       },
       INT64_MAX, "a sync point");
+  // Replication: every update acknowledged by the backups, then the end marker; and the primaries' markers here.
+  serve_until([&] { return replication_flushed(); }, INT64_MAX, "the backups' acknowledgements");
+  end_replication();
+  serve_until([&] { return std::all_of(primaries_.begin(), primaries_.end(), [](const Primary& p) { return p.ended; }); },
+              INT64_MAX, "the primaries' last replicas");
   for (size_t w = 0; w < peers_.size(); ++w) {
     TANDEM_CHECK(peers_[w].done == peers_[0].done, Status::kMismatch,
                  "parameter server (world rank {}): world rank {} left training at clock {} but world rank 0 at {} "
@@ -687,12 +896,7 @@ void ParameterServerSync::sync_point() {
   in_region_ = false;
   if (elastic_) return;
   clock_ = peers_.empty() ? clock_ : peers_[0].done;
-  Message m;
-  m.set(Header{kFinal, rank_, server_, 0, clock_, shard_range_.size()});
-  std::copy(shard_host_.begin(), shard_host_.end(), m.payload());
-  std::vector<std::unique_ptr<comm::Work>> sends;
-  for (int w = 0; w < W; ++w) sends.push_back(world_->send(m.buf.data(), m.buf.size(), DType::kF32, w, kTagFinal));
-  for (auto& s : sends) s->wait();
+  send_shards(std::vector<int64_t>(static_cast<size_t>(W), clock_));
   for (WorkerState& ws : peers_) {
     for (Message& r : ws.reply) {
       if (r.work) r.work->wait();
@@ -710,28 +914,35 @@ std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
   const int W = program_.workers;
   compute::Backend& be = model_.backend();
   if (server_ >= 0) {
-    const int64_t n = shard_range_.size();
-    Message m;
-    m.set(Header{kState, rank_, server_, 0, clock_, static_cast<int64_t>(K) * n});
+    std::vector<Message> out(owned_.size());
+    for (size_t i = 0; i < owned_.size(); ++i) {
+      const int64_t n = owned_[i].range.size();
+      out[i].set(Header{kState, rank_, owned_[i].index, 0, clock_, static_cast<int64_t>(K) * n});
+    }
     for (const ServerPiece& p : pieces_) {
       const std::vector<Tensor> st = p.optimizer->state_tensors();
       TANDEM_CHECK(st.size() == K, Status::kInternal, "optimizer of piece {} has {} state tensors, expected {}",
                    p.global, st.size(), K);
+      Message& m = out[static_cast<size_t>(p.shard)];
+      const int64_t n = owned_[static_cast<size_t>(p.shard)].range.size();
       for (size_t k = 0; k < K; ++k) {
         const Tensor h = be.to_host(st[k]);
         std::copy_n(h.data<float>(), p.size, m.payload() + static_cast<int64_t>(k) * n + p.offset);
       }
     }
-    world_->send(m.buf.data(), m.buf.size(), DType::kF32, root, kTagState)->wait();
+    for (size_t i = 0; i < owned_.size(); ++i)
+      out[i].work = world_->send(out[i].buf.data(), out[i].buf.size(), DType::kF32, root,
+                                 kTagStateShard + static_cast<uint32_t>(owned_[i].index));
+    for (Message& m : out) m.work->wait();
   }
   if (rank_ != root) return {};
   std::vector<std::vector<float>> out(K, std::vector<float>(static_cast<size_t>(model_.total_params()), 0.0f));
-  for (int s = 0; s < program_.servers; ++s) {
-    const KeyRange& r = program_.shards[static_cast<size_t>(s)];
+  for (size_t s = 0; s < program_.shards.size(); ++s) {
+    const KeyRange& r = program_.shards[s];
     Message m;
     m.buf.assign(kHeaderFloats + K * static_cast<size_t>(r.size()), 0.0f);
-    world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + s, kTagState)->wait();
-    expect(m, W + s, kState, s, clock_, static_cast<int64_t>(K) * r.size());
+    world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + r.server, kTagStateShard + static_cast<uint32_t>(s))->wait();
+    expect(m, W + r.server, kState, static_cast<int32_t>(s), clock_, static_cast<int64_t>(K) * r.size());
     for (size_t k = 0; k < K; ++k)
       std::copy_n(m.payload() + static_cast<int64_t>(k) * r.size(), r.size(), out[k].begin() + r.begin);
   }
@@ -745,16 +956,17 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   clock_ = steps;
   if (server_ < 0) return;
   compute::Backend& be = model_.backend();
-  const int64_t n = shard_range_.size();
-  std::copy(params + shard_range_.begin, params + shard_range_.end, shard_host_.begin());
-  if (!be.device().is_cpu()) be.copy(Tensor::wrap(shard_host_.data(), Shape{n}, DType::kF32), shard_);
+  for (Shard& sh : owned_) {
+    std::copy(params + sh.range.begin, params + sh.range.end, sh.host.begin());
+    if (!be.device().is_cpu()) be.copy(Tensor::wrap(sh.host.data(), Shape{sh.range.size()}, DType::kF32), sh.dev);
+  }
   const size_t K = state_tensors_per_buffer(optimizer_config_);
   TANDEM_REQUIRE(state.size() == K, "parameter server: the checkpoint has {} optimizer state tensors, this optimizer {}",
                  state.size(), K);
   // ps-async counts one optimizer update per push: W per worker step.
   const int64_t updates = program_.staleness < 0 ? steps * program_.workers : steps;
   for (ServerPiece& p : pieces_) {
-    const int64_t begin = shard_range_.begin + p.offset;
+    const int64_t begin = owned_[static_cast<size_t>(p.shard)].range.begin + p.offset;
     std::vector<Tensor> st;
     for (const std::vector<float>* v : state) {
       TANDEM_REQUIRE(v != nullptr && static_cast<int64_t>(v->size()) >= begin + p.size,
@@ -764,7 +976,9 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
     p.optimizer->restore(updates, st);
     p.applied = steps;
     p.pending.clear();
+    std::fill(p.acked.begin(), p.acked.end(), -1);
   }
+  reseed_ = true;  // the backups hold the state before the checkpoint
   for (WorkerState& ws : peers_) {
     ws.started = ws.done = steps;
     std::fill(ws.push_clock.begin(), ws.push_clock.end(), steps);
@@ -779,29 +993,101 @@ namespace tandem::engine::parallel {
 // ------------------------------------------------------------------------------------ absorbing a lost worker
 
 ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
-                                                          int64_t steps) {
-  const int S = program_.servers;
+                                                          const std::vector<int>& kept_servers, int64_t steps,
+                                                          bool checkpoint) {
+  const int S_old = program_.servers;
+  const int S = static_cast<int>(kept_servers.size());
   const int W = survivors.size() - S;
-  TANDEM_CHECK(W >= 1 && static_cast<int>(kept.size()) == W && survivors.rank() < survivors.size(), Status::kInternal,
-               "parameter server reform: {} ranks left for {} servers, {} kept workers", survivors.size(), S,
-               kept.size());
-  // ---- clocks: [worker's completed clock, server's lowest applied clock] from every survivor ----
+  TANDEM_CHECK(W >= 1 && S >= 1 && static_cast<int>(kept.size()) == W && survivors.rank() < survivors.size() &&
+                   std::is_sorted(kept_servers.begin(), kept_servers.end()) && kept_servers.back() < S_old,
+               Status::kInternal, "parameter server reform: {} ranks left for {} servers, {} kept workers",
+               survivors.size(), S, kept.size());
+  std::vector<int32_t> lost;
+  for (int32_t s = 0; s < S_old; ++s)
+    if (std::find(kept_servers.begin(), kept_servers.end(), s) == kept_servers.end()) lost.push_back(s);
+  const size_t NS = program_.shards.size();
+  const size_t row = 2 + NS;
+  // ---- [worker's completed clock, server's lowest applied clock, per shard: the update count of this server's
+  //      complete backup of it (-1: none)] from every survivor ----
   const bool sync = !elastic_ && program_.staleness >= 0;
-  int64_t mine[2] = {0, INT64_MAX};
+  std::vector<int64_t> mine(row, -1);
+  mine[0] = 0;
+  mine[1] = INT64_MAX;
   if (server_ < 0) {
     mine[0] = elastic_ ? exchanges_ : clock_;
-  } else if (sync) {
-    for (const ServerPiece& p : pieces_) mine[1] = std::min(mine[1], p.applied);
+  } else {
+    if (sync)
+      for (const ServerPiece& p : pieces_) mine[1] = std::min(mine[1], p.applied);
+    std::vector<int64_t> low(NS, INT64_MAX);
+    std::vector<bool> complete(NS, !kept_.empty());
+    for (size_t g = 0; g < program_.pieces.size(); ++g) {
+      const BucketPiece& bp = program_.pieces[g];
+      for (size_t k = 0; k < NS; ++k) {
+        if (bp.begin < program_.shards[k].begin || bp.end > program_.shards[k].end) continue;
+        const auto it = kept_.find(static_cast<int32_t>(g));
+        if (it == kept_.end() || it->second.updates < 0) complete[k] = false;
+        else low[k] = std::min(low[k], it->second.updates);
+      }
+    }
+    for (size_t k = 0; k < NS; ++k) mine[2 + k] = complete[k] && low[k] != INT64_MAX ? low[k] : -1;
   }
-  std::vector<int64_t> all(2 * static_cast<size_t>(survivors.size()));
-  survivors.allgather(mine, all.data(), 2, DType::kI64)->wait();
+  std::vector<int64_t> all(row * static_cast<size_t>(survivors.size()));
+  survivors.allgather(mine.data(), all.data(), row, DType::kI64)->wait();
+  const auto at = [&](int r, size_t k) { return all[row * static_cast<size_t>(r) + k]; };
+
+  // ---- lost servers: who takes each of their shards (the job compiler's rule), from a replica or the checkpoint ----
+  SyncProgram next = program_;
+  next.workers = W;
+  bool from_checkpoint = false;
+  std::vector<int64_t> taken(NS, -1);  // a shard taken over from a replica: the replica's update count
+  if (!lost.empty()) {
+    std::string why;
+    try {
+      fail_over_servers(next, lost, false, optimizer_config_);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    for (size_t k = 0; k < NS && why.empty(); ++k) {
+      const int32_t was = program_.shards[k].server;
+      if (std::find(lost.begin(), lost.end(), was) == lost.end()) continue;
+      const int32_t to = next.shards[k].server;
+      taken[k] = at(W + to, 2 + k);
+      if (taken[k] < 0)
+        why = fmt::format("parameter server {} was lost and its replica of shard [{}, {}) on server {} is incomplete "
+                          "(the replicas were being re-seeded)", was, program_.shards[k].begin, program_.shards[k].end,
+                          kept_servers[static_cast<size_t>(to)]);
+    }
+    if (!why.empty()) {
+      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure, "{}; and {}, so the job stops; restart it from the last "
+                   "checkpoint", why,
+                   elastic_ ? "the asynchronous EASGD centre is not restored from a checkpoint"
+                            : "no checkpoint to restore it from (elastic_checkpoint)");
+      next = program_;
+      next.workers = W;
+      fail_over_servers(next, lost, true, optimizer_config_);
+      from_checkpoint = true;
+      std::fill(taken.begin(), taken.end(), -1);
+    }
+  }
   int64_t applied_everywhere = INT64_MIN;
   if (sync) {
     applied_everywhere = INT64_MAX;
-    for (int s = 0; s < S; ++s) applied_everywhere = std::min(applied_everywhere, all[2 * static_cast<size_t>(W + s) + 1]);
+    for (int s = 0; s < S; ++s) applied_everywhere = std::min(applied_everywhere, at(W + s, 1));
+    for (size_t k = 0; k < NS; ++k)
+      if (taken[k] >= 0) applied_everywhere = std::min(applied_everywhere, taken[k]);
   }
   std::vector<int64_t> clocks(static_cast<size_t>(W));
-  for (int w = 0; w < W; ++w) clocks[static_cast<size_t>(w)] = std::max(all[2 * static_cast<size_t>(w)], applied_everywhere);
+  for (int w = 0; w < W; ++w) clocks[static_cast<size_t>(w)] = std::max(at(w, 0), applied_everywhere);
+  if (from_checkpoint) {
+    // Every rank goes back to the checkpoint (restore() resets the clocks): until then one clock for all, nothing
+    // pending, so the sync point before the restore closes cleanly.
+    const int64_t top = *std::max_element(clocks.begin(), clocks.end());
+    std::fill(clocks.begin(), clocks.end(), top);
+    for (ServerPiece& p : pieces_) {
+      p.pending.clear();
+      p.applied = top;
+    }
+  }
 
   // Everything in flight on the failed communicator: its buffers outlive it (the caller keeps `retired`).
   struct Retired {
@@ -809,30 +1095,39 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     std::vector<std::unique_ptr<comm::Work>> works;
     std::vector<WorkerState> peers;
     std::vector<Header> control_out;
+    std::vector<Link> links;
+    std::vector<Primary> primaries;
   };
   auto retired = std::make_shared<Retired>();
-  for (auto* v : {&push_, &pull_})
+  for (auto* v : {&push_, &pull_, &ack_sends_})
     for (Message& m : *v)
       if (m.work) retired->messages.push_back(std::move(m));
+  ack_sends_.clear();
   for (auto& w : control_sends_) retired->works.push_back(std::move(w));
   retired->control_out = std::move(control_out_);
-  control_out_.assign(static_cast<size_t>(S), Header{});
+  retired->links = std::move(backups_);
+  retired->primaries = std::move(primaries_);
+  const int S_now = S;
+  control_out_.assign(static_cast<size_t>(S_now), Header{});
   control_sends_.clear();
-  control_sends_.resize(static_cast<size_t>(S));
+  control_sends_.resize(static_cast<size_t>(S_now));
   for (Message& m : push_) m = Message{};
   for (Message& m : pull_) m = Message{};
   std::vector<WorkerState> old = std::move(peers_);
   peers_.clear();
 
+  const bool had_step = step_started_;
   world_ = &survivors;
   rank_ = survivors.rank();
-  program_.workers = W;
+  program_ = std::move(next);
   withheld_.clear();
   step_started_ = false;
   armed_ = false;
   std::fill(issued_.begin(), issued_.end(), false);
 
   Reformed out;
+  out.lost_servers = lost;
+  out.from_checkpoint = from_checkpoint;
   if (server_ < 0) {
     const int64_t c = clocks[static_cast<size_t>(rank_)];
     out.step_done = c > mine[0];
@@ -844,7 +1139,51 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     }
     in_region_ = true;
   } else {
-    // ---- server: the survivors' states, their pending pushes re-indexed ----
+    server_ = rank_ - W;
+    // ---- the shards this server takes over: from its replica (values, optimizer state, clock), or empty until the
+    //      caller restores the checkpoint ----
+    compute::Backend& be = model_.backend();
+    for (size_t k = 0; k < NS; ++k) {
+      const KeyRange& r = program_.shards[k];
+      if (r.server != server_ ||
+          std::any_of(owned_.begin(), owned_.end(), [&](const Shard& sh) { return sh.index == static_cast<int32_t>(k); }))
+        continue;
+      std::vector<float> values(static_cast<size_t>(r.size()), 0.0f);
+      if (taken[k] >= 0) {
+        for (size_t g = 0; g < program_.pieces.size(); ++g) {
+          const BucketPiece& bp = program_.pieces[g];
+          if (bp.begin >= r.begin && bp.end <= r.end)
+            std::copy_n(kept_.at(static_cast<int32_t>(g)).values.begin(), bp.end - bp.begin,
+                        values.begin() + (bp.begin - r.begin));
+        }
+      }
+      const size_t first = pieces_.size();
+      own_shard(static_cast<int32_t>(k), values.data());
+      for (size_t j = first; j < pieces_.size() && taken[k] >= 0; ++j) {
+        ServerPiece& p = pieces_[j];
+        const Kept& kp = kept_.at(p.global);
+        const size_t K = kp.values.size() / static_cast<size_t>(p.size) - 1;
+        std::vector<Tensor> st;
+        for (size_t i = 0; i < K; ++i) {
+          Tensor h = Tensor::wrap(const_cast<float*>(kp.values.data()) + static_cast<int64_t>(i + 1) * p.size,
+                                  Shape{p.size}, DType::kF32);
+          if (!be.device().is_cpu()) {
+            Tensor d = be.empty(Shape{p.size});
+            be.copy(h, d);
+            h = d;
+          }
+          st.push_back(h);
+        }
+        // ssp: the owner may have applied clocks after this replica's that every worker has pushed already (a
+        // worker's pull needed only clock t - S replicated); those updates are lost, and the piece goes on from the
+        // newest clock any worker completed, so no clock waits for pushes that will not come again. ps: the replica
+        // is never behind a completed clock, so this keeps its clock.
+        const int64_t updates = sync ? std::max(kp.updates, *std::max_element(clocks.begin(), clocks.end())) : kp.updates;
+        p.optimizer->restore(updates, st);
+        p.applied = sync ? updates : 0;
+      }
+    }
+    // ---- the survivors' states, their pending pushes re-indexed ----
     peers_.resize(static_cast<size_t>(W));
     for (int w = 0; w < W; ++w) {
       WorkerState& ws = peers_[static_cast<size_t>(w)];
@@ -872,8 +1211,10 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
         if (any) pending.emplace(t, std::move(now));
       }
       p.pending = std::move(pending);
-      if (sync) apply_complete(p);
     }
+    place_replicas();  // over the survivors; re-seeded on entering the region
+    for (ServerPiece& p : pieces_)
+      if (sync) apply_complete(p);
     for (WorkerState& ws : old) retired->peers.push_back(std::move(ws));
     in_region_ = false;
     enter_region();
@@ -882,16 +1223,15 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   // ---- parameters: the workers go on from the servers' newest values (push/pull) ----
   if (!elastic_) {
     if (server_ >= 0) {
-      std::vector<Message> sends(static_cast<size_t>(W));
-      for (int w = 0; w < W; ++w) {
-        Message& m = sends[static_cast<size_t>(w)];
-        m.set(Header{kFinal, rank_, server_, 0, clocks[static_cast<size_t>(w)], shard_range_.size()});
-        std::copy(shard_host_.begin(), shard_host_.end(), m.payload());
-        m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, w, kTagFinal);
-      }
-      for (Message& m : sends) m.work->wait();
+      send_shards(clocks);
     } else {
       receive_shards();
+      if (!out.step_done && had_step && !step_start_.empty()) {
+        // ps with replicas: the step in flight is redone from the parameters it started with (some shards may have
+        // applied it, others not), so its gradient is the one the uninterrupted run computes.
+        copy_into_params(0, static_cast<int64_t>(step_start_.size()), step_start_.data());
+      }
+      step_start_.clear();
     }
   }
   out.retired = std::move(retired);

@@ -35,6 +35,20 @@
 // Every wait is bounded by the communicator's deadline; a message whose header differs from what the protocol
 // expects (kind, sender, piece, clock, size) is a kMismatch error naming the world rank that sent it.
 //
+// Replication (issue #17; SyncProgram::replicas = r > 0, ps, ps-async and ssp): server s backs up the shards that
+// servers s - 1, ..., s - r (ring order, replica_servers) own -- values, optimizer state and the optimizer's update
+// count (ps, ssp: the piece's clock). After every update it applies to a piece, the owner sends that piece's new
+// values and state to each backup (kReplica: a header on the replica-header tag, then the payload), and the backup
+// acknowledges it (kAck). ps and ssp release a pull reply of clock t only once every backup acknowledged clock
+// t - S of the piece, so whatever a worker has pulled is on a backup: a backup's copy is never behind what any
+// worker has seen, and a lost server's shard is restored exactly (ps: up to float rounding -- the same values).
+// ps-async does not wait: a reply goes out at once and the updates a lost server applied after its backup's last
+// acknowledgement are lost (at most the pushes in flight at the loss). Cost: every update sends (values + state) of
+// the piece to r servers, and ps/ssp replies wait for one server-to-server round trip (the blocking wait on one
+// receive that ps otherwise uses is then a poll). A server enters the region by sending a full replica of every
+// piece when its state changed outside the stream (construction, restore, reform); at a sync point it waits for
+// its backups' acknowledgements and sends each an end marker, and serves until its own primaries' markers came.
+//
 // Collective points: ranks enter the push/pull region with their first step and leave it at sync_point(), which the
 // trainer calls before every world collective (end of an epoch, evaluate, checkpoint, trace) and at destruction:
 // workers send kPause(clock); a server serves until every worker has paused, then (push/pull) sends each worker its
@@ -85,7 +99,7 @@ class ParameterServerSync final : public GradientSync {
   // the worker's clock. Call it every tau local steps.
   void elastic_exchange();
   // Servers: the centre variable's shard [shards[s].begin, end).
-  const std::vector<float>& shard() const noexcept { return shard_host_; }
+  const std::vector<float>& shard() const noexcept { return owned_.front().host; }
 
   // ---- servers ----
   // Serves pushes, pulls and exchanges until every worker has completed `steps` steps (kElastic: made every exchange
@@ -113,12 +127,30 @@ class ParameterServerSync final : public GradientSync {
   //  - parameters (push/pull): every server sends its shard to every worker, so the workers go on from the servers'
   //    newest parameters (elastic workers keep their own);
   //  - everyone is back in the push/pull region; ssp's bound holds over the survivors.
+  // Lost servers (issue #17): `kept_servers` holds the index each surviving server had here (servers follow the
+  // workers in `survivors`). Every lost shard goes to its owner's first surviving backup (fail_over_servers, the job
+  // compiler's rule), which takes it over from its replica: values, optimizer state and clock (ps, ssp: applied =
+  // the replica's clock, which is never behind what a worker pulled, so the clock rule above stays exact: a worker
+  // that redoes its step starts again from the parameters it started it with). When a lost shard has no complete
+  // replica on a survivor: with `checkpoint` true it goes to the next surviving server in ring order with empty
+  // values and `from_checkpoint` is set -- the caller must restore every rank from its checkpoint (restore());
+  // otherwise every survivor throws kPeerFailure naming the lost server and why (no replica, or an incomplete one,
+  // and no checkpoint). ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
+  // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
+  // over the survivors and re-seeded on entering the region.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
   struct Reformed {
     bool step_done = false;
+    bool from_checkpoint = false;  // the caller restores every rank from the checkpoint (lost shard(s) with no replica)
+    std::vector<int32_t> lost_servers;  // indices the lost servers had before this reform
     std::shared_ptr<void> retired;
   };
-  Reformed reform(comm::Communicator& survivors, const std::vector<int>& kept, int64_t steps);
+  Reformed reform(comm::Communicator& survivors, const std::vector<int>& kept, const std::vector<int>& kept_servers,
+                  int64_t steps, bool checkpoint);
+  // The program as it is now (after a server loss: the surviving servers' shards and pieces).
+  const SyncProgram& program() const noexcept { return program_; }
+  // Servers: the shard indices (in program().shards) this server owns now.
+  std::vector<int32_t> owned_shards() const;
 
   // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
   // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.
@@ -146,9 +178,12 @@ class ParameterServerSync final : public GradientSync {
     const float* payload() const { return buf.data() + 8; }
     void set(const Header& h);
   };
-  struct ServerPiece {  // a piece of this server's shard
+  struct ServerPiece {  // a piece of a shard this server owns
     int32_t global = 0;  // index in program_.pieces
+    int32_t shard = 0;   // index in owned_
     int64_t offset = 0, size = 0;  // in the shard
+    std::vector<int64_t> acked;  // per backup link: the newest update count it acknowledged (-1: none)
+    int64_t replicated() const noexcept;  // the lowest of acked (INT64_MAX without backups)
     std::unique_ptr<optim::Optimizer> optimizer;
     int64_t applied = 0;  // ps/ssp: clocks applied
     std::map<int64_t, std::vector<std::vector<float>>> pending;  // clock -> per-worker gradients (empty: not in)
@@ -170,8 +205,30 @@ class ParameterServerSync final : public GradientSync {
     int64_t clock;
   };
 
+  struct Shard {  // a key range this server owns
+    int32_t index = 0;  // in program_.shards
+    KeyRange range;
+    std::vector<float> host;  // its values (parameters or the elastic centre), host memory
+    Tensor dev;               // the same on the backend (the optimizers' buffer)
+  };
+  struct Link {  // this server -> one of its backups
+    int to = 0;                                    // world rank
+    std::vector<Message> sends;                    // replica messages in flight (buffered sends complete at once)
+    std::vector<std::pair<int32_t, int64_t>> unacked;  // (local piece, update count), in send order
+    Message ack;                                   // the posted acknowledgement receive (while unacked is non-empty)
+  };
+  struct Primary {  // a server whose shards this server backs up
+    int from = 0;     // world rank
+    Message header;   // the posted replica-header receive (inside the region until the primary's end marker)
+    bool ended = true;
+  };
+  struct Kept {  // this server's backup of one piece
+    std::vector<float> values;  // values, then the optimizer's state tensors
+    int64_t updates = -1;       // the optimizer's update count (ps, ssp: the piece's clock); -1: none yet
+  };
+
   enum Kind : int32_t { kStep = 1, kPause = 2, kPush = 3, kPull = 4, kFinal = 5, kInit = 6, kElastic = 7,
-                        kCentre = 8, kDelta = 9, kState = 10 };
+                        kCentre = 8, kDelta = 9, kState = 10, kReplica = 11, kAck = 12, kReplicaEnd = 13 };
   static const char* kind_name(int32_t kind) noexcept;
   uint32_t push_tag(int32_t piece) const;
   uint32_t pull_tag(int32_t piece) const;
@@ -182,9 +239,19 @@ class ParameterServerSync final : public GradientSync {
   // worker
   void on_grad_ready(size_t layer);
   void copy_into_params(int64_t begin, int64_t size, const float* src);
-  void receive_shards();  // every server's kFinal shard (clock clock_) into the model's parameters
+  void receive_shards();  // every shard's kFinal (clock clock_) from its owner into the model's parameters
+  void send_shards(const std::vector<int64_t>& clocks);  // server: each owned shard to worker w, at clocks[w]
   // server
   void enter_region();
+  // The shard `index` of program_.shards, taken over with `values` (its whole range): its pieces get optimizers.
+  Shard& own_shard(int32_t index, const float* values);
+  const float* host_of(const ServerPiece& p) const;
+  // Replication: links to this server's backups and from its primaries, for the current program.
+  void place_replicas();
+  void replicate(ServerPiece& p);  // the piece's values and state to every backup
+  bool poll_replication();
+  bool replication_flushed() const;
+  void end_replication();  // sync point: the end marker to every backup
   bool poll_worker(int w);
   void on_push(int w, int j);
   void apply_clock(ServerPiece& p, int64_t clock);
@@ -227,11 +294,16 @@ class ParameterServerSync final : public GradientSync {
   bool step_started_ = false;
   int64_t first_issue_ns_ = 0;
 
+  std::vector<float> step_start_;  // ps with replicas: this worker's parameters at the start of its step in flight
+
   // server
-  KeyRange shard_range_;
-  std::vector<float> shard_host_;  // the shard (parameters or the elastic centre), host memory
-  Tensor shard_;                   // the same on the backend (the optimizer's buffer)
+  std::vector<Shard> owned_;  // the key ranges it owns (one at start; more after taking over a lost server's)
   std::vector<ServerPiece> pieces_;
+  std::vector<Link> backups_;
+  std::vector<Primary> primaries_;
+  std::map<int32_t, Kept> kept_;  // global piece -> this server's backup of it
+  std::vector<Message> ack_sends_;  // acknowledgements in flight
+  bool reseed_ = true;  // send a full replica of every piece on entering the region
   std::vector<WorkerState> peers_;
   std::vector<Withheld> withheld_;
 };

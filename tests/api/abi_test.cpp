@@ -53,13 +53,16 @@ static_assert(offsetof(tandem_parallel_params_t, elastic_checkpoint) == 152);
 static_assert(offsetof(tandem_parallel_params_t, max_ranks) == 160);
 static_assert(offsetof(tandem_parallel_params_t, join_poll_steps) == 164);
 static_assert(offsetof(tandem_parallel_params_t, joining) == 168);
+static_assert(offsetof(tandem_parallel_params_t, server_replicas) == 172);
 static_assert(sizeof(tandem_parallel_params_t) == 176);
 static_assert(offsetof(tandem_parallel_attr_t, max_bubble_fraction) == 144);
 static_assert(offsetof(tandem_parallel_attr_t, workers) == 152);
 static_assert(offsetof(tandem_parallel_attr_t, warmup_steps) == 220);
 static_assert(offsetof(tandem_parallel_attr_t, elastic) == 224);
 static_assert(offsetof(tandem_parallel_attr_t, lr_scale) == 240);
-static_assert(sizeof(tandem_parallel_attr_t) == 248);
+static_assert(offsetof(tandem_parallel_attr_t, server_replicas) == 248);
+static_assert(offsetof(tandem_parallel_attr_t, shards) == 252);
+static_assert(sizeof(tandem_parallel_attr_t) == 256);
 static_assert(TANDEM_PARALLEL_PARAM_SERVERS == (UINT64_C(1) << 10) && TANDEM_PARALLEL_PARAM_LOCALSGD == (UINT64_C(1) << 14) &&
               TANDEM_PARALLEL_PARAM_ELASTIC == (UINT64_C(1) << 15));
 static_assert(TANDEM_PARALLEL_ATTR_SYNC == (UINT64_C(1) << 3));

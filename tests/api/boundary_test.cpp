@@ -151,10 +151,10 @@ std::vector<MaskCase> mask_cases(Handles& h) {
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
       struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_TIME,
                                          [&h](auto* r) { return tandem_trainer_epoch(h.trainer, r); }),
-      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_GROW, [&h](auto* p) {
+      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_SERVER_REPLICAS, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);
       }),
-      struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_ELASTIC,
+      struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_REPLICAS,
                                           [&h](auto* a) { return tandem_trainer_parallel_query(h.trainer, a); }),
       struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_CURVE,
                                              [&h](auto* p) { return tandem_calibrate(h.model, p, nullptr, &cal_out); }),

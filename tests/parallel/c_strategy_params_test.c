@@ -180,9 +180,33 @@ int main(void) {
   tandem_trainer_destroy(t);
   t = NULL;
 
+  /* server_replicas: negative, or on a strategy without servers, refused naming it; unset, the job reports none. */
+  p = all_fields(TANDEM_STRATEGY_LOCALSGD);
+  p.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS;
+  p.server_replicas = -1;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "parallel->server_replicas must be >= 0");
+  EXPECT(t == NULL);
+  p.server_replicas = 1;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy localsgd has no parameter servers");
+  EXPECT(t == NULL);
+  p.field_mask &= ~TANDEM_PARALLEL_PARAM_SERVER_REPLICAS; /* not read without its bit */
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  {
+    tandem_parallel_attr_t r = TANDEM_PARALLEL_ATTR_INIT;
+    r.field_mask = TANDEM_PARALLEL_ATTR_REPLICAS;
+    r.server_replicas = r.shards = -5;
+    EXPECT_OK(tandem_trainer_parallel_query(t, &r));
+    EXPECT(r.server_replicas == 0 && r.shards == 0);
+    r.field_mask = TANDEM_PARALLEL_ATTR_REPLICAS << 1;
+    EXPECT_FAIL(tandem_trainer_parallel_query(t, &r), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_attr_t");
+  }
+  tandem_trainer_destroy(t);
+  t = NULL;
+
   /* The next bit is unknown to this library. */
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
-  p.field_mask |= TANDEM_PARALLEL_PARAM_GROW << 1;
+  p.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS << 1;
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_params_t");
 
   free_env(&e);

@@ -947,6 +947,7 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_LOCALSGD      (UINT64_C(1) << 14) /* covers average_every, warmup_steps */
 #define TANDEM_PARALLEL_PARAM_ELASTIC       (UINT64_C(1) << 15) /* covers elastic, min_ranks, elastic_checkpoint */
 #define TANDEM_PARALLEL_PARAM_GROW          (UINT64_C(1) << 16) /* covers max_ranks, join_poll_steps, joining */
+#define TANDEM_PARALLEL_PARAM_SERVER_REPLICAS (UINT64_C(1) << 17) /* covers server_replicas */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -981,7 +982,8 @@ typedef struct tandem_parallel_params {
    * replicas -- the per-replica batch kept, the learning rate x survivors / starting replicas, the epoch's global
    * sample order continued; the step in flight is redone from the last consistent parameters. Elastic PS likewise
    * goes on with fewer workers; PS_ASYNC, SSP, ASGD, EASGD, FEDAVG and LOCALSGD absorb a lost worker without
-   * elastic (min_ranks still applies); a lost parameter server fails the job naming it; PIPELINE and HYBRID refuse
+   * elastic (min_ranks still applies); a lost parameter server is taken over from a replica (server_replicas) or
+   * restored from elastic_checkpoint, else fails the job naming it; PIPELINE and HYBRID refuse
    * elastic (TANDEM_ERR_UNSUPPORTED). Fewer survivors than
    * min_ranks write elastic_checkpoint (atomically) and fail with TANDEM_ERR_PEER_FAILURE naming the lost ranks.
    * Losing rank 0 over tcp, zmq or ucx is survived when the store is served outside the ranks (TANDEM_STORE, as
@@ -1006,6 +1008,15 @@ typedef struct tandem_parallel_params {
   int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
                                      * (each check: one store round trip on rank 0 and an 8-byte broadcast) */
   int32_t joining;                  /* grow: non-zero on a joiner; default 0 */
+  /* PS, PS_ASYNC, SSP: every server keeps a backup of the shards of the server_replicas servers before it in ring
+   * order (values, optimizer state, clock), refreshed after each update it applies; PS and SSP release a pull only
+   * once the backups hold that update. A lost server's shard is then taken over by its backup and training goes on
+   * with no restart (PS: exactly the uninterrupted run's parameters; PS_ASYNC loses the updates not yet
+   * acknowledged, SSP at most the staleness bound's). Without a surviving replica a lost shard is restored from
+   * elastic_checkpoint (every rank goes back to it), else the job fails with TANDEM_ERR_PEER_FAILURE naming the
+   * server. In [0, servers - 1]; PS needs elastic. Cost: each update sends the piece's values and optimizer state to
+   * server_replicas servers, and a PS/SSP pull waits for one server-to-server round trip. */
+  int32_t server_replicas;          /* default 0: no replica */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 
@@ -1035,6 +1046,7 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
 #define TANDEM_PARALLEL_ATTR_SPLIT (UINT64_C(1) << 2) /* steps .. max_bubble_fraction */
 #define TANDEM_PARALLEL_ATTR_SYNC  (UINT64_C(1) << 3) /* workers .. warmup_steps */
 #define TANDEM_PARALLEL_ATTR_ELASTIC (UINT64_C(1) << 4) /* elastic .. lr_scale */
+#define TANDEM_PARALLEL_ATTR_REPLICAS (UINT64_C(1) << 5) /* server_replicas, shards */
 typedef struct tandem_parallel_attr {
   uint64_t field_mask;
   int32_t world, rank, dp, pp;
@@ -1073,6 +1085,9 @@ typedef struct tandem_parallel_attr {
   int32_t lost_ranks;           /* ranks lost so far */
   int32_t world_rank;           /* this rank in the world the job started with */
   double lr_scale;              /* the learning-rate factor now applied: survivors / starting replicas */
+  /* Parameter servers: replicas per shard now (min(server_replicas, servers - 1); 0 without servers) and the
+   * key-range shards the job started with, whatever servers hold them now (0 without servers). */
+  int32_t server_replicas, shards;
 } tandem_parallel_attr_t;
 #define TANDEM_PARALLEL_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any (not during a call on

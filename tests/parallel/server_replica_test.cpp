@@ -1,0 +1,288 @@
+// A lost parameter server's shard restored (issue #17): with server_replicas its backup takes it over from its
+// replica (values, optimizer state, clock) and training goes on with no restart -- synchronous ps to the very
+// parameters of an uninterrupted run; ps-async and ssp survive. Without a replica the shard comes back from
+// elastic_checkpoint (every rank back to its step, so again the uninterrupted run's parameters); without either every
+// survivor stops naming the server and why. The job compiler's fail-over rule and the bad settings are checked too.
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <unistd.h>
+
+#include "engine/core/log.hpp"
+#include "engine/nn/zoo.hpp"
+#include "engine/parallel/job.hpp"
+#include "engine/parallel/param_server.hpp"
+#include "tests/parallel/harness.hpp"
+
+namespace bdata = boost::unit_test::data;
+BOOST_TEST_DONT_PRINT_LOG_VALUE(tandem::engine::parallel::Strategy)
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+constexpr int64_t kBatch = 4;  // per worker
+constexpr int kWorld = 4;      // workers 0, 1; servers 0 and 1 = world ranks 2 and 3
+constexpr int kServer1 = 3;
+
+comm::CommOptions quick_deadline() {
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(4000);
+  return o;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+par::ParallelConfig ps_config(par::Strategy s, int replicas) {
+  par::ParallelConfig p;
+  p.strategy = s;
+  p.servers = 2;
+  p.server_replicas = replicas;
+  p.elastic = s == par::Strategy::kPs;
+  p.staleness = 1;
+  p.bucket_mb = 0.004;  // several buckets, so several pieces per shard
+  return p;
+}
+
+std::vector<float> host_params(nn::Model& m) {
+  const Tensor h = m.backend().to_host(m.params());
+  return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+}
+
+struct Outcome {
+  std::vector<RankError> errors;
+  std::vector<std::vector<float>> params;  // per rank: the model's parameters at the end (workers)
+  std::vector<std::vector<int>> members;
+  std::vector<std::vector<int32_t>> owned;  // servers: the shards each holds at the end
+  std::vector<int64_t> servers;  // the servers in the job's program at the end
+  std::vector<int64_t> steps;    // optimizer steps at the end
+  std::vector<bool> logged;
+  std::vector<double> seconds;  // from the loss to the end (or the failure)
+};
+
+// Every rank trains `before` steps (checkpoint: then saves `checkpoint` and trains `after_checkpoint` more); then
+// world rank `dead` (if >= 0) leaves without a word and the others train until their optimizer step is `until`.
+Outcome run(const par::ParallelConfig& p, int before, int dead, int until, const std::string& checkpoint = "",
+            int after_checkpoint = 0, const std::string& expect_log = "") {
+  const train::TrainerConfig cfg = sgd_config(kBatch);
+  Outcome o;
+  o.params.resize(kWorld);
+  o.members.resize(kWorld);
+  o.owned.resize(kWorld);
+  o.servers.assign(kWorld, 0);
+  o.steps.assign(kWorld, 0);
+  o.logged.assign(kWorld, false);
+  o.seconds.assign(kWorld, 0.0);
+  std::vector<Captured> logs(kWorld);
+  o.errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    log::Logger logger(log::Level::kWarn);
+    logger.set_sink(&Captured::sink, &logs[static_cast<size_t>(r)]);
+    log::Scope scope(&logger);
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, p, &comm);
+    for (int i = 0; i < before; ++i) t.step();
+    if (!checkpoint.empty()) {
+      t.save_checkpoint(checkpoint);
+      for (int i = 0; i < after_checkpoint; ++i) t.step();
+    }
+    if (r == dead) {
+      t.abandon();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      // The lost server may take the step it was serving with it: that step is completed or redone by the survivors.
+      for (int i = 0; i < 3 * until && t.global_step() < until; ++i) t.step();
+    } catch (...) {
+      o.seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      throw;
+    }
+    o.seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    o.params[static_cast<size_t>(r)] = host_params(m);
+    o.members[static_cast<size_t>(r)] = t.members();
+    o.servers[static_cast<size_t>(r)] = t.job().sync.servers;
+    o.steps[static_cast<size_t>(r)] = t.global_step();
+    if (t.param_server() != nullptr && t.param_server()->is_server())
+      o.owned[static_cast<size_t>(r)] = t.param_server()->owned_shards();
+    o.logged[static_cast<size_t>(r)] = expect_log.empty() || logs[static_cast<size_t>(r)].contains(expect_log);
+  });
+  if (std::getenv("TANDEM_TEST_SHOW_LOGS") != nullptr)
+    for (const std::string& line : logs[0].lines) std::fprintf(stderr, "rank 0: %s\n", line.c_str());
+  return o;
+}
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / fmt::format("tandem_{}_{}.ckpt", name, getpid())).string();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(server_replica)
+
+// Synchronous ps, 2 workers and 2 servers, one replica each: server 1 (world rank 3) is lost after 3 steps; server 0
+// takes its shard over from its replica and the workers train to step 8. The workers end with the parameters of an uninterrupted
+// run of 8 steps (momentum SGD: the optimizer state came over too) -- to float rounding, and in fact bit for bit.
+BOOST_AUTO_TEST_CASE(sync_ps_loses_a_server_and_ends_where_the_uninterrupted_run_does) {
+  const par::ParallelConfig p = ps_config(par::Strategy::kPs, 1);
+  const Outcome whole = run(p, 8, -1, 8);
+  require_no_errors(whole.errors);
+  const Outcome lost = run(p, 3, kServer1, 8, "", 0, "each lost shard taken over from its replica");
+  BOOST_TEST((lost.errors[kServer1].status == Status::kOk), lost.errors[kServer1].message);
+  for (int r : {0, 1, 2}) {
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
+      BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
+      BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2}));
+      BOOST_TEST(lost.servers[static_cast<size_t>(r)] == 1);  // the job's program now has one server
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)], "the survivor logs the take-over");
+    }
+  }
+  BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));  // server 0 holds both shards
+  for (int r : {0, 1}) {
+    const std::vector<float>& a = lost.params[static_cast<size_t>(r)];
+    const std::vector<float>& b = whole.params[static_cast<size_t>(r)];
+    BOOST_TEST_REQUIRE(a.size() == b.size());
+    BOOST_TEST(rel_diff(a, b) <= 1e-6, "worker " << r << ": max relative difference " << rel_diff(a, b));
+  }
+  // and the run did move: the parameters after 8 steps differ from those after 3
+  const Outcome three = run(p, 3, -1, 3);
+  BOOST_TEST(rel_diff(three.params[0], whole.params[0]) > 1e-4);
+}
+
+// ps-async and ssp with a replica: server 1 lost after 3 steps, the survivors train to step 15 and finish.
+BOOST_DATA_TEST_CASE(async_and_ssp_survive_a_lost_server_with_a_replica,
+                     bdata::make({par::Strategy::kPsAsync, par::Strategy::kSsp}), strategy) {
+  const Outcome lost = run(ps_config(strategy, 1), 3, kServer1, 15, "", 0, "world rank(s) 3 lost");
+  for (int r : {0, 1, 2}) {
+    BOOST_TEST_CONTEXT(par::strategy_name(strategy) << ", world rank " << r << ": "
+                                                    << lost.errors[static_cast<size_t>(r)].message) {
+      BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
+      BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2}));
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)]);
+    }
+  }
+  BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
+  for (int r : {0, 1})
+    for (float v : lost.params[static_cast<size_t>(r)]) BOOST_TEST_REQUIRE(std::isfinite(v));
+}
+
+// No replica, but a checkpoint (written after step 3): server 1 is lost after step 5; every rank goes back to the
+// checkpoint, server 0 restores both shards from it, and the workers train to step 7, ending with the parameters of
+// an uninterrupted 7-step run.
+BOOST_AUTO_TEST_CASE(without_a_replica_the_shard_comes_back_from_the_checkpoint) {
+  const std::string path = temp_path("ps_restore");
+  par::ParallelConfig p = ps_config(par::Strategy::kPs, 0);
+  p.elastic_checkpoint = path;
+  const Outcome whole = run(p, 7, -1, 7);
+  require_no_errors(whole.errors);
+  const Outcome lost = run(p, 3, kServer1, 7, path, 2, "every rank goes back to checkpoint");
+  std::filesystem::remove(path);
+  for (int r : {0, 1, 2}) {
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
+      BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)]);
+      BOOST_TEST(lost.steps[static_cast<size_t>(r)] == 7);
+    }
+  }
+  BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
+  for (int r : {0, 1})
+    BOOST_TEST(rel_diff(lost.params[static_cast<size_t>(r)], whole.params[static_cast<size_t>(r)]) <= 1e-6);
+}
+
+// No replica, no checkpoint: every survivor stops with kPeerFailure naming the lost server and why, within the
+// communicator's deadline.
+BOOST_DATA_TEST_CASE(without_a_replica_or_checkpoint_every_survivor_stops_naming_the_server,
+                     bdata::make({par::Strategy::kPs, par::Strategy::kPsAsync}), strategy) {
+  const Outcome lost = run(ps_config(strategy, 0), 3, kServer1, 13);
+  for (int r : {0, 1, 2}) {
+    const RankError& e = lost.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT(par::strategy_name(strategy) << ", world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "parameter server 1 was lost"));
+      BOOST_TEST(contains(e.message, "no surviving replica (0 replica(s) per shard)"));
+      BOOST_TEST(contains(e.message, "no checkpoint to restore it from"));
+      BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 4.0);
+    }
+  }
+}
+
+// The job compiler's fail-over: 3 servers with one replica each; server 1 lost: its shard goes to server 2 (its
+// backup), renumbered 1; the pieces follow; the memory grows by the taken shard; with no replica it is refused, and
+// with any_survivor the next surviving server takes it.
+BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
+  par::Job job;
+  job.model = lenet12();
+  job.batch = 4;
+  job.parallel.strategy = par::Strategy::kPs;
+  job.parallel.servers = 3;
+  job.parallel.server_replicas = 1;
+  job.parallel.elastic = true;
+  job.parallel.bucket_mb = 0.004;
+  job.optimizer.momentum = 0.9f;
+  par::CompiledJob cj = par::compile_job(job, 5);
+  BOOST_TEST(cj.sync.replicas == 1);
+  BOOST_TEST((par::replica_servers(2, 3, 1) == std::vector<int32_t>{0}));
+  BOOST_TEST((par::replica_servers(0, 3, 5) == std::vector<int32_t>{1, 2}));  // at most servers - 1
+  BOOST_TEST(cj.sync.replica_bytes_per_update[0] == 8.0 * static_cast<double>(cj.sync.shards[0].size()));
+  // server 1 keeps server 0's backup: its param bytes are two shards' worth
+  BOOST_TEST(cj.sync.server_memory[1].param_bytes ==
+             4.0 * static_cast<double>(cj.sync.shards[1].size() + cj.sync.shards[0].size()));
+  const double before = cj.sync.server_memory[2].param_bytes;
+  par::CompiledJob none = cj;
+  par::fail_over_servers(cj, {1}, false);
+  BOOST_TEST(cj.sync.servers == 2);
+  BOOST_TEST(cj.world == 4);
+  BOOST_TEST(cj.sync.shards[0].server == 0);
+  BOOST_TEST(cj.sync.shards[1].server == 1);
+  BOOST_TEST(cj.sync.shards[2].server == 1);
+  for (const par::BucketPiece& piece : cj.sync.pieces)
+    BOOST_TEST(piece.server == (piece.begin >= cj.sync.shards[1].begin ? 1 : 0));
+  BOOST_TEST(cj.sync.server_memory[1].param_bytes > before);
+  none.sync.replicas = 0;
+  BOOST_CHECK_EXCEPTION(par::fail_over_servers(none, {1}, false), Error, [](const Error& e) {
+    return e.status() == Status::kPeerFailure && contains(e.what(), "parameter server 1 was lost") &&
+           contains(e.what(), "no surviving replica");
+  });
+  par::fail_over_servers(none, {0}, true);  // from a checkpoint: the next surviving server, 1 (renumbered 0)
+  BOOST_TEST(none.sync.shards[0].server == 0);
+  BOOST_TEST(none.sync.shards[2].server == 1);
+}
+
+// Bad settings get a clear error before any communication.
+BOOST_AUTO_TEST_CASE(bad_replica_settings_are_refused_naming_the_flag) {
+  const auto refused = [](par::ParallelConfig p, int world, Status status, const std::string& part) {
+    try {
+      par::resolve_grid(p, world, 0, 8, 4);
+    } catch (const Error& e) {
+      BOOST_TEST_CONTEXT(e.what()) {
+        BOOST_TEST((e.status() == status));
+        BOOST_TEST(contains(e.what(), part));
+      }
+      return;
+    }
+    BOOST_ERROR("accepted: " << part);
+  };
+  par::ParallelConfig p = ps_config(par::Strategy::kPs, 2);  // 2 servers: at most 1 replica
+  refused(p, 4, Status::kInvalidArgument, "at most servers - 1 = 1 replicas");
+  p.server_replicas = -1;
+  refused(p, 4, Status::kInvalidArgument, "--server-replicas must be >= 0");
+  p = ps_config(par::Strategy::kPs, 1);
+  p.servers = 1;
+  refused(p, 3, Status::kInvalidArgument, "at most servers - 1 = 0 replicas");
+  p = ps_config(par::Strategy::kPs, 1);
+  p.elastic = false;
+  refused(p, 4, Status::kInvalidArgument, "needs --elastic");
+  p.strategy = par::Strategy::kDdp;
+  refused(p, 4, Status::kInvalidArgument, "strategy ddp has no parameter servers");
+  p = ps_config(par::Strategy::kEasgd, 1);
+  p.easgd_async = true;
+  refused(p, 4, Status::kUnsupported, "asynchronous EASGD centre is not replicated");
+  p = ps_config(par::Strategy::kSsp, 1);
+  par::resolve_grid(p, 4, 0, 8, 4);  // accepted
+}
+
+BOOST_AUTO_TEST_SUITE_END()
