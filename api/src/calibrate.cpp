@@ -187,6 +187,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         o.curve_batches.assign(params->curve_batches, params->curve_batches + params->num_curve_batches);
       }
     }
+    o.cpu_quota = tandem::api::cpu_quota_cores().value_or(0.0);
     o.validate();
     tandem::api::StateRef state;
     if (comm != nullptr) state = checked(comm, fn, "comm").state;

@@ -34,6 +34,9 @@ struct CalibrationOptions {
   // >= 1; `batch` itself is always a point), so the simulator prices a micro-batch of m samples by what m
   // costs here, not by m/batch of the full pass (small batches cost more per sample: fixed per-layer work).
   std::vector<int64_t> curve_batches;
+  // The CFS quota, in cores, of the measuring process (0: none). Below the backend's threads, the whole steps and
+  // the curve's passes are timed by the CPU time they use over the quota, not by the clock (calibrate_model).
+  double cpu_quota = 0;
   void validate() const;      // kInvalidArgument naming the field
 };
 

@@ -89,7 +89,8 @@ struct CalibrationProfile {
 // A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's
 // average, not the CPU's speed: the process ran at full speed for its quota, then stood still until the period
 // ended, so a mean over back-to-back passes is T / min(1, q / threads) for a pass that takes T at full speed
-// (tandem calibrate scales its layer medians to that mean). The simulator's node model applies a quota as the
+// (tandem calibrate scales its layer medians to that mean, and takes the mean as the passes' CPU time over q, which
+// does not depend on where in the quota's period a short pass falls). The simulator's node model applies a quota as the
 // on/off windows it is (compute/node_cpu.hpp), so it needs T: this returns the profile with its times (layers,
 // optimizer, batch curve, conversions) multiplied by q / threads where that is below 1, and cpu_quota cleared;
 // unchanged otherwise.

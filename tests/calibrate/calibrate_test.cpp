@@ -90,6 +90,30 @@ BOOST_AUTO_TEST_CASE(times_every_layer_in_order_and_adds_up_to_the_measured_step
   BOOST_TEST(one.pass_cpu_cv == 0.0);
 }
 
+// Under a CFS quota of q cores (below the backend's threads) the steps are timed by their CPU time over q, which
+// does not depend on where in the quota's period a short pass falls. Unthrottled here, a one-thread pass uses about
+// its wall time in CPU, so q = 0.5 about doubles the step; a quota at or above the threads is not binding and is
+// ignored (it is then timed by the clock as without one).
+BOOST_AUTO_TEST_CASE(under_a_quota_steps_are_their_cpu_time_over_the_quota) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 7);
+  train::CalibrationOptions o;
+  o.batch = 16;
+  o.warmup = 1;
+  o.iters = 9;
+  const double clock = train::calibrate_model(model, o).step_min_s;  // the least disturbed pass
+  o.cpu_quota = 0.5;
+  const train::Calibration q = train::calibrate_model(model, o);
+  const double ratio = q.step_median_s / clock;
+  BOOST_TEST_MESSAGE("step " << clock * 1e3 << " ms by the clock, " << q.step_median_s * 1e3 << " ms as CPU / 0.5");
+  BOOST_TEST(ratio > 1.5);  // about 2: a one-thread pass uses its undisturbed wall time in CPU
+  BOOST_TEST(ratio < 3.0);
+  // the layers still add up to the step
+  BOOST_TEST(std::abs(q.forward_s() + q.backward_s() + q.optimizer_step_s - q.step_mean_s) <= 1e-9 * q.step_mean_s);
+  o.cpu_quota = 1.0;  // one thread, one core: not binding
+  BOOST_TEST(train::calibrate_model(model, o).step_min_s < 1.5 * clock);
+}
+
 BOOST_AUTO_TEST_CASE(leaves_parameters_gradients_and_statistics_as_they_were) {
   auto be = cpu_backend();
   nn::Model model(residual_net(), *be, 3);
