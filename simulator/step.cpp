@@ -83,8 +83,9 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   int32_t rank_of(int32_t replica, int32_t stage) const { return replica * s_.pp + stage; }
   void advance(int32_t r);
   void start_compute(int32_t r, double full_s, std::string name);
-  // `seconds` of the rank's CPU (at its speed), then on_event(arg): on its node's CPU model if it has one
-  void run_cpu(int32_t r, double seconds, uint64_t arg);
+  // `seconds` of the rank's CPU (at its speed), then on_event(arg): on its node's CPU model if it has one;
+  // `contended`: compute, which the co-run table slows (copies, reductions and transfer CPU are not)
+  void run_cpu(int32_t r, double seconds, uint64_t arg, bool contended = true);
   void end_wait(int32_t r, des::TimeNs posted);
   void try_start_comm(int32_t r);
   void member_done(int32_t r);
@@ -323,8 +324,9 @@ void StepExecutor::start_compute(int32_t r, double full_s, std::string name) {
   run_cpu(r, full_s / s_.ranks[r].speed, (static_cast<uint64_t>(r) << 2) | kEvCompute);
 }
 
-void StepExecutor::run_cpu(int32_t r, double seconds, uint64_t arg) {
-  if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg);
+void StepExecutor::run_cpu(int32_t r, double seconds, uint64_t arg, bool contended) {
+  if (!cpus_.empty() && cpus_[static_cast<size_t>(r)])
+    return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg, contended);
   sim_.schedule_in(des::ceil_ns(seconds), this, arg);
 }
 
@@ -588,13 +590,13 @@ void StepExecutor::start_xfer_cpu(uint32_t inst, int32_t m, uint32_t g, double b
     in.xfer[g] |= kSendCpu;
     ranks_[src].bd.cpu_busy_s += send_s;
     ranks_[src].bd.comm_cpu_s += send_s;
-    run_cpu(src, send_s, base);
+    run_cpu(src, send_s, base, false);
   }
   if (recv_s > 0) {
     in.xfer[g] |= kRecvCpu;
     ranks_[dst].bd.cpu_busy_s += recv_s;
     ranks_[dst].bd.comm_cpu_s += recv_s;
-    run_cpu(dst, recv_s, base | 4);
+    run_cpu(dst, recv_s, base | 4, false);
   }
 }
 
@@ -695,7 +697,7 @@ void StepExecutor::dispatch(uint32_t inst, int32_t m) {
   const double t = static_cast<double>(in.plan->op(m, mb.running).bytes) / rs.local_bytes_per_s / rs.speed;
   ranks_[r].bd.cpu_busy_s += t;
   if (s_.op_log) in.started[in.plan->first_op[m] + mb.running] = sim_.now();
-  run_cpu(r, t, member_arg(inst, m, kEvLocal));
+  run_cpu(r, t, member_arg(inst, m, kEvLocal), false);
 }
 
 // Every op is done: the closing average (if any) on the CPU, then the member's all-reduce is over.
@@ -708,7 +710,7 @@ void StepExecutor::finish_member(uint32_t inst, int32_t m) {
     const double t = static_cast<double>(in.plan->finish_bytes) / rs.local_bytes_per_s / rs.speed;
     ranks_[r].bd.cpu_busy_s += t;
     mb.running = kFinish;
-    run_cpu(r, t, member_arg(inst, m, kEvLocal));
+    run_cpu(r, t, member_arg(inst, m, kEvLocal), false);
     return;
   }
   mb.active = false;

@@ -123,8 +123,10 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
     if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) cpus_[static_cast<size_t>(r)]->cancel(this, arg);
   }
   // `seconds` of rank r's CPU (at its speed already); event(arg) when done.
-  void run_cpu(int32_t r, double seconds, uint64_t arg) {
-    if (!cpus_.empty() && cpus_[static_cast<size_t>(r)]) return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg);
+  // `contended`: compute, which the co-run table slows (a transfer's CPU and an average are not)
+  void run_cpu(int32_t r, double seconds, uint64_t arg, bool contended = true) {
+    if (!cpus_.empty() && cpus_[static_cast<size_t>(r)])
+      return cpus_[static_cast<size_t>(r)]->start(seconds, this, arg, contended);
     sim_.schedule_in(des::ceil_ns(seconds), this, arg);
   }
   // A message: its flow, and where moving it costs CPU, the sender's and the receiver's CPU work beside it.
@@ -144,7 +146,7 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
       RankBreakdown& bd = breakdown(rank);
       bd.cpu_busy_s += cpu;
       bd.comm_cpu_s += cpu;
-      run_cpu(rank, cpu, (id << 2) | kEvXfer);
+      run_cpu(rank, cpu, (id << 2) | kEvXfer, false);
     }
     net_.start_flow(topo_.route(from, to), bytes, this, kXferFlow | id);
   }
@@ -685,7 +687,7 @@ void RoundExecutor::close_round() {
   const RankSetup& r0 = s_.ranks[0];
   const double avg = r0.local_bytes_per_s > 0 ? counted_ * s_.param_bytes / r0.local_bytes_per_s / r0.speed : 0.0;
   avg_start_ = sim_.now();
-  run_cpu(0, avg, round_event(kEvServer, 0));
+  run_cpu(0, avg, round_event(kEvServer, 0), false);
 }
 
 void RoundExecutor::delivered(uint64_t tag) {

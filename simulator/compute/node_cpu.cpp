@@ -1,6 +1,7 @@
 #include "simulator/compute/node_cpu.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "engine/core/error.hpp"
@@ -44,9 +45,13 @@ NodeCpu::NodeCpu(des::Simulator& sim, const CpuShare& share) : sim_(sim), share_
 
 double NodeCpu::rate() const {
   if (tasks_.empty()) return 0;
-  const double fair = std::min(1.0, share_.cores / (static_cast<double>(tasks_.size()) * share_.task_cores));
-  if (share_.corun.empty()) return fair;  // no co-run table: the fair share alone, as before it existed
-  return fair / share_.slowdown(static_cast<int32_t>(tasks_.size()));
+  return std::min(1.0, share_.cores / (static_cast<double>(tasks_.size()) * share_.task_cores));
+}
+
+double NodeCpu::rate(const Task& t) const {
+  // no co-run table, or a task it does not apply to: the fair share alone
+  if (share_.corun.empty() || !t.contended) return rate();
+  return rate() / share_.slowdown(static_cast<int32_t>(tasks_.size()));
 }
 
 double NodeCpu::cores_in_use() const {
@@ -69,16 +74,15 @@ void NodeCpu::settle() {
       used_s_ = 0;
     }
   }
-  const double r = rate();
-  for (Task& t : tasks_) t.remaining_s -= r * run_s;
+  for (Task& t : tasks_) t.remaining_s -= rate(t) * run_s;
   cpu_s_ += use * run_s;
   last_ = now;
 }
 
-void NodeCpu::start(double work_s, des::EventHandler* handler, uint64_t arg) {
+void NodeCpu::start(double work_s, des::EventHandler* handler, uint64_t arg, bool contended) {
   TANDEM_REQUIRE(work_s >= 0 && std::isfinite(work_s), "node CPU: work must be finite and >= 0 s, got {}", work_s);
   settle();
-  tasks_.push_back({work_s, handler, arg});
+  tasks_.push_back({work_s, handler, arg, contended});
   reschedule();
 }
 
@@ -97,10 +101,9 @@ void NodeCpu::reschedule() {
   ++gen_;
   if (tasks_.empty()) return;
   const des::TimeNs now = sim_.now();
-  const double r = rate();
-  double min_rem = tasks_.front().remaining_s;
-  for (const Task& t : tasks_) min_rem = std::min(min_rem, t.remaining_s);
-  des::TimeNs at = now + des::ceil_ns(std::max(0.0, min_rem) / r);
+  double first_s = std::numeric_limits<double>::infinity();  // the first task done, at the rates of now
+  for (const Task& t : tasks_) first_s = std::min(first_s, std::max(0.0, t.remaining_s) / rate(t));
+  des::TimeNs at = now + des::ceil_ns(first_s);
   if (share_.shared()) {
     const des::TimeNs period_ns = des::to_ns(share_.period_s);
     const des::TimeNs period_end = (now / period_ns + 1) * period_ns;

@@ -24,8 +24,11 @@ struct CpuShare {
   double quota_cores = 0;     // CFS quota in cores (0: none)
   double period_s = 0.1;      // CFS period (the kernel's default is 100 ms)
   // Co-run contention (the profile's corun_slowdown): (runnable tasks per core, CPU seconds per unit of work
-  // relative to a task alone), ascending; empty: none. With A >= 2 tasks running, each runs slowdown(A / cores)
-  // times slower besides its fair share: caches, memory bandwidth and context switches shared.
+  // relative to a task alone), ascending; empty: none. With A >= 2 tasks running, each compute task runs
+  // slowdown(A / cores) times slower besides its fair share: caches, memory bandwidth and context switches shared.
+  // The table is measured on model passes, so it applies to compute only: a task started as not contended (a
+  // copy, a reduction, a transfer's CPU) runs at its fair share. Applied to those too, it over-predicted the
+  // emulated 4r2c all-reduces of 4 and 16 MiB by 28% and 66% (bench/emu run 12).
   std::vector<std::pair<double, double>> corun;
   // A woken receiver's wait for a core held by another runnable rank (the profile's wakeup_latency_s), paid by a
   // message to a blocked rank of a node with more ranks than cores (the step executor); 0: none.
@@ -46,8 +49,9 @@ class NodeCpu final : public des::EventHandler {
   NodeCpu(const NodeCpu&) = delete;
   NodeCpu& operator=(const NodeCpu&) = delete;
 
-  // Runs `work_s` seconds of full-speed work; handler->on_event(arg) when it is done.
-  void start(double work_s, des::EventHandler* handler, uint64_t arg);
+  // Runs `work_s` seconds of full-speed work; handler->on_event(arg) when it is done. `contended`: whether the
+  // co-run table slows it (compute), or only the fair share does (copies, reductions, a transfer's CPU).
+  void start(double work_s, des::EventHandler* handler, uint64_t arg, bool contended = true);
   // Stops the task started with (handler, arg), if it still runs: its event never comes, and the others get its
   // share from now. Returns whether there was one.
   bool cancel(des::EventHandler* handler, uint64_t arg);
@@ -62,10 +66,12 @@ class NodeCpu final : public des::EventHandler {
     double remaining_s;
     des::EventHandler* handler;
     uint64_t arg;
+    bool contended;
   };
   void settle();
   void reschedule();
-  double rate() const;        // each task's share of full speed while the node may run
+  double rate() const;        // each task's fair share of full speed while the node may run
+  double rate(const Task& t) const;  // that over the co-run slow-down where it applies to t
   double cores_in_use() const;
 
   des::Simulator& sim_;

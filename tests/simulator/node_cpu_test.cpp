@@ -272,6 +272,28 @@ BOOST_AUTO_TEST_CASE(tasks_sharing_cores_run_slower_by_the_table) {
   BOOST_TEST(alone.at(0) == 0.010, tt::tolerance(1e-9));
 }
 
+// The table applies to compute only: of 4 tasks of 10 ms on 2 cores, the two not contended (copies, reductions, a
+// transfer's CPU) run at their fair share (half a core) and end at 20 ms; the two compute tasks have then done
+// 20 x 0.5 / 1.3 ms of work and run on at 1 per core for the rest: 20 + (10 - 20 x 0.5 / 1.3) x 1.1 ms.
+BOOST_AUTO_TEST_CASE(tasks_not_contended_run_at_their_fair_share) {
+  des::Simulator sim;
+  NodeCpu cpu(sim, two_cores_with_table());
+  Done done(sim);
+  struct Post final : des::EventHandler {
+    NodeCpu* cpu;
+    des::EventHandler* done;
+    void on_event(uint64_t i) override { cpu->start(0.01, done, i, /*contended=*/i >= 2); }
+  } post;
+  post.cpu = &cpu;
+  post.done = &done;
+  for (uint64_t i = 0; i < 4; ++i) sim.schedule_at(0, &post, i);
+  sim.run();
+  BOOST_TEST(done.at.at(0) == 0.020, tt::tolerance(1e-7));
+  BOOST_TEST(done.at.at(1) == 0.020, tt::tolerance(1e-7));
+  BOOST_TEST(done.at.at(2) == 0.020 + (0.010 - 0.020 * 0.5 / 1.3) * 1.1, tt::tolerance(1e-7));
+  BOOST_TEST(done.at.at(3) == done.at.at(2));
+}
+
 BOOST_AUTO_TEST_CASE(a_table_must_ascend) {
   des::Simulator sim;
   CpuShare c = two_cores_with_table();
