@@ -151,6 +151,21 @@ class ParallelStrategies(unittest.TestCase):
             self.assertGreater(first["train_samples"], 0, strategy)
             self.assertTrue(np.isfinite(first["test_loss"]), strategy)
 
+    def test_elastic_grow_and_replica_keywords_reach_their_fields(self):
+        # each value lands in its own field of tandem_parallel_params_t: the library names the field it read
+        with tempfile.TemporaryDirectory() as d:
+            first = self.make("ddp", elastic=True, min_ranks=1, elastic_checkpoint=os.path.join(d, "e.ckpt"),
+                              max_ranks=2, join_poll_steps=1).epoch()
+        self.assertGreater(first["train_samples"], 0)
+        for kw, field in ((dict(elastic=True, min_ranks=0), "min_ranks"), (dict(max_ranks=-1), "max_ranks"),
+                          (dict(join_poll_steps=-1), "join_poll_steps")):
+            with self.assertRaises(tandem.TandemError) as e:
+                self.make("ddp", **kw)
+            self.assertIn(field, str(e.exception))
+        with self.assertRaises(tandem.TandemError) as e:
+            self.make("ps-async", servers=1, server_replicas=-1)
+        self.assertIn("server_replicas", str(e.exception))
+
     def test_unknown_strategy_keyword_and_bad_value_are_refused(self):
         with self.assertRaises(tandem.TandemError):
             self.make("gossip")

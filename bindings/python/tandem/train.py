@@ -12,6 +12,7 @@
 Failures raise tandem.TandemError (status and the library's message).
 """
 import ctypes
+import os
 import math
 
 from . import _LIB, _check, _invalid
@@ -89,7 +90,9 @@ class _ParallelParams(ctypes.Structure):
                 ("partition", _i32), ("boundaries", P(_i32)), ("num_boundaries", _size), ("trace", _i32),
                 ("servers", _i32), ("staleness", _i32), ("tau", _i32), ("alpha", _f64), ("easgd_async", _i32),
                 ("clients", _i32), ("dirichlet_alpha", _f64), ("client_fraction", _f64), ("local_epochs", _i32),
-                ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32)]
+                ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32),
+                ("elastic", _i32), ("min_ranks", _i32), ("elastic_checkpoint", _str), ("max_ranks", _i32),
+                ("join_poll_steps", _i32), ("joining", _i32), ("server_replicas", _i32)]
 
 
 # tandem_strategy_t's names, and each parallel keyword: (field_mask bit, field or fields, type). A keyword left at
@@ -101,10 +104,15 @@ _PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "
                     "accumulation": (6, int), "servers": (10, int), "staleness": (11, int), "tau": (12, int),
                     "alpha": (12, float), "easgd_async": (12, bool), "clients": (13, int),
                     "dirichlet_alpha": (13, float), "client_fraction": (13, float), "local_epochs": (13, int),
-                    "round_deadline_s": (13, float), "average_every": (14, int), "warmup_steps": (14, int)}
+                    "round_deadline_s": (13, float), "average_every": (14, int), "warmup_steps": (14, int),
+                    "elastic": (15, bool), "min_ranks": (15, int), "elastic_checkpoint": (15, bytes),
+                    "max_ranks": (16, int), "join_poll_steps": (16, int), "joining": (16, bool),
+                    "server_replicas": (17, int)}
 _PARALLEL_DEFAULTS = {"dp": 0, "pp": 0, "servers": 1, "staleness": 2, "tau": 4, "alpha": 0.0, "easgd_async": False,
                       "clients": 0, "dirichlet_alpha": 0.0, "client_fraction": 1.0, "local_epochs": 1,
-                      "round_deadline_s": 0.0, "average_every": 8, "warmup_steps": 0}
+                      "round_deadline_s": 0.0, "average_every": 8, "warmup_steps": 0, "elastic": False, "min_ranks": 1,
+                      "elastic_checkpoint": None, "max_ranks": 0, "join_poll_steps": 0, "joining": False,
+                      "server_replicas": 0}
 
 
 def _parallel_params(strategy, kwargs):
@@ -123,7 +131,13 @@ def _parallel_params(strategy, kwargs):
         value = kwargs.get(name)
         if value is None:
             value = _PARALLEL_DEFAULTS.get(name, 0)
-        setattr(p, name, int(value) if conv is bool else conv(value))
+        if conv is bytes:  # a path: kept alive by the structure's own reference until the call returns
+            value = None if value is None else os.fsencode(value)
+        elif conv is bool:
+            value = int(bool(value))
+        else:
+            value = conv(value)
+        setattr(p, name, value)
     return p
 
 
@@ -349,7 +363,8 @@ class Trainer(_Handle):
     "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Comm (None: a one-rank job), plus
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
-    warmup_steps. Every rank creates its trainer with the same settings."""
+    warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
+    Every rank creates its trainer with the same settings."""
     _destroy = _LIB.tandem_trainer_destroy
 
     def __init__(self, model, train, test=None, optimizer=None, *, batch_size=64, epochs=1, seed=0,
