@@ -18,10 +18,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// CPU seconds the process has used (every thread): a CFS quota stops the process but does not stretch this.
-double process_cpu_s() {
+// CPU seconds used so far: a CFS quota stops the process but does not stretch this. One compute thread runs in
+// the calling thread, so only its own CPU counts (a communicator's progress thread polling beside it would not);
+// with more, every thread of the process.
+double cpu_s(bool whole_process) {
   timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  ::clock_gettime(whole_process ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
@@ -137,20 +139,21 @@ void layerwise_pass(nn::Model& model, const Batch& b, std::vector<double>& fwd, 
 void whole_step(nn::Model& model, const Batch& b, optim::Optimizer& opt, float lr, double& fb_s, double& opt_s,
                 double* fb_cpu_s = nullptr, double quota = 0) {
   compute::Backend& be = model.backend();
-  const double c0 = process_cpu_s();
+  const bool all_threads = be.num_threads() != 1;
+  const double c0 = cpu_s(all_threads);
   auto t0 = Clock::now();
   const Tensor logits = model.forward(b.x, true);
   compute::LossOutput loss = be.softmax_cross_entropy(logits, b.labels, true, 0);
   model.backward(loss.dlogits);
   be.synchronize();
   fb_s = seconds_since(t0);
-  const double c1 = process_cpu_s();
+  const double c1 = cpu_s(all_threads);
   if (fb_cpu_s != nullptr) *fb_cpu_s = c1 - c0;
   if (quota > 0) fb_s = (c1 - c0) / quota;
   t0 = Clock::now();
   opt.step({model.grads()}, lr);
   be.synchronize();
-  opt_s = quota > 0 ? (process_cpu_s() - c1) / quota : seconds_since(t0);
+  opt_s = quota > 0 ? (cpu_s(all_threads) - c1) / quota : seconds_since(t0);
 }
 
 }  // namespace
