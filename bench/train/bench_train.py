@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,25 +34,31 @@ sys.path.insert(0, %(here)r)
 import torch_models
 torch.set_num_threads(%(threads)d)
 torch.manual_seed(0)
+dev = torch.device(%(device)r)
 model, shape = torch_models.build(%(model)r)
+model = model.to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
-x = torch.randn(%(batch)d, *shape)
-y = torch.randint(0, 10, (%(batch)d,))
+x = torch.randn(%(batch)d, *shape, device=dev)
+y = torch.randint(0, 10, (%(batch)d,), device=dev)
+sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 model.train()
 def step():
     opt.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
-for _ in range(3):
+for _ in range(%(warmup)d):
     step()
+sync()
 n, t0 = 0, time.perf_counter()
 while True:
     step()
     n += 1
+    if n %% 10 == 0 or dev.type != "cuda":
+        sync()
     dt = time.perf_counter() - t0
-    if dt >= %(seconds)f and n >= 5:
+    if dt >= %(seconds)f and n >= 5 and (n %% 10 == 0 or dev.type != "cuda"):
         break
 print(json.dumps({"images_per_sec": n * %(batch)d / dt, "steps": n, "torch": torch.__version__,
                   "threads": torch.get_num_threads()}))
@@ -61,12 +68,12 @@ print(json.dumps({"images_per_sec": n * %(batch)d / dt, "steps": n, "torch": tor
 def run_with_rss(cmd, env=None):
     """Runs cmd as a child and returns (stdout, peak RSS MiB) from wait4's rusage of exactly that child."""
     r, w = os.pipe()
+    err = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         os.dup2(w, 1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
+        os.dup2(err.fileno(), 2)
         try:
             os.execvpe(cmd[0], cmd, env if env is not None else os.environ)
         finally:
@@ -82,7 +89,9 @@ def run_with_rss(cmd, env=None):
     _, status, ru = os.wait4(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        raise RuntimeError("command failed (%d): %s" % (code, " ".join(cmd)))
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-2000:]
+        raise RuntimeError("command failed (%d): %s\n%s" % (code, " ".join(cmd), tail))
     return b"".join(chunks).decode(), ru.ru_maxrss / 1024.0
 
 
@@ -132,6 +141,16 @@ def cpu_description():
     return "%s, %s, %d logical CPUs" % (model, isa, os.cpu_count() or 0)
 
 
+def gpu_description():
+    """The GPU's name, memory and driver (nvidia-smi), printed beside GPU figures."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return out.splitlines()[0] if out else "no GPU reported by nvidia-smi"
+    except (OSError, subprocess.SubprocessError):
+        return "nvidia-smi not found"
+
+
 def torch2_env(python):
     """The environment PyTorch 2.x's CUDA wheel needs to import without a GPU (../shared/TESTBED.md)."""
     env = dict(os.environ)
@@ -144,10 +163,10 @@ def torch2_env(python):
     return env
 
 
-def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess):
+def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu"):
     # Two epochs of a fixed number of batches; the second is warm (primitives created, caches filled).
     batches = max(5, int(seconds_hint * ips_guess / batch))
-    cmd = [tandem, "train", "--model", model, "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
+    cmd = [tandem, "train", "--device", device, "--model", model, "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
            "--lr", "0.01", "--momentum", "0.9", "--threads", str(threads), "--limit-batches", str(batches),
            "--train-limit", str(batch * batches), "--test-limit", str(batch), "--eval-limit-batches", "1", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -156,8 +175,9 @@ def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess):
     return epochs[-1]["images_per_sec"], rss
 
 
-def torch_run(python, env, model, threads, batch, seconds):
-    code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds}
+def torch_run(python, env, model, threads, batch, seconds, device="cpu"):
+    code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds,
+                          "device": device, "warmup": 3 if device == "cpu" else 20}
     env = dict(env, OMP_NUM_THREADS=str(threads))
     out, rss = run_with_rss([python, "-c", code], env)
     return json.loads(out.strip().splitlines()[-1]), rss
@@ -172,6 +192,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds per run (each side)")
     ap.add_argument("--torch2", default="/opt/torch2/bin/python", help="python with PyTorch 2.x (the primary peer)")
     ap.add_argument("--torch1", default="/usr/bin/python3", help='python with Debian\'s PyTorch 1.13; "" for none')
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N]: both sides train on that GPU (f32)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
@@ -182,6 +203,8 @@ def main():
     if args.torch1:
         peers.append(("torch1", args.torch1, dict(os.environ)))
     cpu = cpu_description()
+    if args.device != "cpu":
+        cpu += "; device %s: %s" % (args.device, gpu_description())
     load_before = os.getloadavg()
     busy = cpu_busy_fraction()
     quiet = busy < 0.10
@@ -199,10 +222,11 @@ def main():
         for threads in (int(t) for t in args.threads.split(",")):
             row = {"model": model, "threads": threads, "batch": args.batch}
             for name, python, env in peers:
-                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds)
+                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds, args.device)
                 row.update({name + "_images_per_sec": t["images_per_sec"], name + "_peak_rss_mib": t_rss,
                             name + "_version": t["torch"]})
-            ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, row["torch2_images_per_sec"])
+            ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, row["torch2_images_per_sec"],
+                                  args.device)
             row.update({"tandem_images_per_sec": ips, "tandem_peak_rss_mib": rss})
             for name, _, _ in peers:
                 row["ratio_" + name] = ips / row[name + "_images_per_sec"]

@@ -1,0 +1,77 @@
+#!/bin/bash
+# The GPU checks and measurements of issue #14, in one call on a lent GPU machine (the device tool), from a
+# bundle built here by bench/gpu/make_bundle.sh (.gpu/bundle.tar.xz, carried with the call):
+#   1. the gpu-labelled tests: test_compute_gpu (every CUDA op against the CPU reference) and
+#      c_device_collectives_gpu_test (device-buffer all-reduce/broadcast, staged and NCCL, against the host);
+#   2. device all-reduce (bench/gpu/device_allreduce_bench.c) at 1, 2 and 4 ranks beside host memory and NCCL
+#      called directly;
+#   3. training throughput against the machine's PyTorch on CUDA (bench/train/bench_train.py --device cuda);
+#   4. tandem calibrate --device cuda and tandem train --predict against the measured step.
+# Writes $OUT/device_check.log (everything) and prints a summary. STEPS (default all) picks some: "tests bench".
+set -u
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-"tests allreduce train predict"}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+log=$OUT/device_check.log
+exec > >(tee -a "$log") 2>&1
+G=/tmp/tandem-gpu
+rm -rf "$G" && mkdir -p "$G" && tar -C "$G" -xJf "$repo/.gpu/bundle.tar.xz" --strip-components=1
+py=$(command -v python3)
+site=$("$py" -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
+nvlibs=$(find "$site" /usr/local/cuda/lib64 -maxdepth 3 -type d -name lib\* 2>/dev/null | tr '\n' ':')
+export TANDEM_GPU_LD="$G/lib:$nvlibs"
+cat > "$G/tandem" <<W
+#!/bin/sh
+LD_LIBRARY_PATH="$TANDEM_GPU_LD\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$G/bin/tandem" "\$@"
+W
+chmod +x "$G/tandem"
+run() { LD_LIBRARY_PATH="$TANDEM_GPU_LD" "$@"; }
+section() { echo; echo "=== $* ($(date +%T))"; }
+
+section machine
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+lscpu | grep -E "Model name|^CPU\(s\)"
+for l in libcudnn.so.9 libcublas.so.13 libnccl.so.2; do
+  echo "$l: $(find ${nvlibs//:/ } -maxdepth 1 -name "$l" 2>/dev/null | head -1)"
+done
+run "$G/bin/tandem" version
+
+case " $STEPS " in *" tests "*)
+  section test_compute_gpu
+  run timeout 300 "$G/bin/test_compute_gpu" --log_level=test_suite --report_level=short; echo "rc=$?"
+  section c_device_collectives_gpu_test
+  run timeout 120 "$G/bin/c_device_collectives_gpu_test"; echo "rc=$?"
+;; esac
+
+case " $STEPS " in *" allreduce "*)
+  for n in 1 2 4; do
+    section "device all-reduce, $n rank(s)"
+    timeout 180 "$G/tandem" launch -n "$n" --timeout-ms 60000 -- "$G/bin/device_allreduce_bench" --sizes 1M,16M,64M \
+      --iters 20 | tee "$OUT/allreduce_$n.jsonl"
+  done
+;; esac
+
+case " $STEPS " in *" train "*)
+  section "training throughput, f32, batch 64, against PyTorch on CUDA"
+  PYTHONUNBUFFERED=1 timeout 600 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
+    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --models ${TRAIN_MODELS:-lenet5,mlp,resnet18,mobilenetv2}
+  section "training throughput, f32, batch 256"
+  PYTHONUNBUFFERED=1 timeout 600 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
+    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --models resnet18,mobilenetv2
+;; esac
+
+case " $STEPS " in *" predict "*)
+  section "calibrate --device cuda, then train --predict on p5:1"
+  timeout 300 "$G/tandem" calibrate --device cuda --model resnet18 --batch 64 --out "$OUT/profile_resnet18_cuda.json"
+  echo "rc=$?"
+  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 2 --batch 64 \
+    --limit-batches 100 --train-limit 6400 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5:1 \
+    --profile "$OUT/profile_resnet18_cuda.json"
+  echo "rc=$?"
+  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 1 --batch 64 \
+    --limit-batches 50 --train-limit 3200 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5:1
+  echo "rc=$?"
+;; esac
+section done
