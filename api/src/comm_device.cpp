@@ -9,6 +9,7 @@
 #include "api/src/comm_handles.hpp"
 #include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
+#include "api/src/handles.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/settings.hpp"
 
@@ -33,12 +34,14 @@ std::string rank_list(const std::vector<int32_t>& ranks) {
   return out;
 }
 
-// This rank's view: can it use cuda:device, can it load NCCL (each with the reason when not).
+// This rank's view: can it use cuda:device, can it load NCCL (each with the reason when not), and which
+// physical GPU cuda:device is (ranks on one GPU cannot share an NCCL communicator: NCCL refuses them).
 struct LocalView {
   bool device_ok = false;
   std::string device_why;
   bool nccl_ok = false;
   std::string nccl_why;
+  engine::compute::DeviceUuid uuid{};
 };
 
 LocalView local_view(const DeviceRuntime* rt, int device) {
@@ -50,6 +53,7 @@ LocalView local_view(const DeviceRuntime* rt, int device) {
   }
   try {
     rt->require_device(device);
+    v.uuid = rt->device_uuid(device);
     v.device_ok = true;
   } catch (const Error& e) {
     v.device_why = e.what();
@@ -63,24 +67,39 @@ LocalView local_view(const DeviceRuntime* rt, int device) {
   return v;
 }
 
+// The first pair of ranks whose devices are one physical GPU, as "ranks 0 and 1"; empty when none.
+std::string shared_gpu(const std::vector<int32_t>& all, int n, int stride) {
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b)
+      if (all[static_cast<size_t>(stride * a)] == 1 && all[static_cast<size_t>(stride * b)] == 1 &&
+          std::memcmp(&all[static_cast<size_t>(stride * a + 2)], &all[static_cast<size_t>(stride * b + 2)],
+                      sizeof(engine::compute::DeviceUuid)) == 0)
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " use one GPU";
+  return "";
+}
+
 void decide(const char* fn, tandem_comm& c, const DeviceCall& d) {
   DeviceState& s = c.state->device;
   engine::comm::Communicator& comm = *c.state->comm;
   const int n = comm.size();
   const int me = comm.rank();
+  const ContextScope scope(c.state->env);  // the communicator's context decides (its settings, its logger)
   const std::string mode = settings::current()->text("TANDEM_DEVICE_COLLECTIVES").value_or("auto");
   const DeviceRuntime* rt = engine::compute::device_runtime();
   const LocalView v = local_view(rt, d.index);
 
-  // Every rank's two flags, so that every rank reaches the same verdict and can name who lacks what.
-  const int32_t mine[2] = {v.device_ok ? 1 : 0, v.nccl_ok ? 1 : 0};
-  std::vector<int32_t> all(2 * static_cast<size_t>(n));
-  run_host(c, [&](engine::comm::Communicator& e) { return e.allgather(mine, all.data(), 2, DType::kI32); });
+  // Every rank's two flags and GPU, so that every rank reaches the same verdict and can name who lacks what.
+  constexpr int kWords = 2 + static_cast<int>(sizeof(engine::compute::DeviceUuid) / sizeof(int32_t));
+  int32_t mine[kWords] = {v.device_ok ? 1 : 0, v.nccl_ok ? 1 : 0};
+  std::memcpy(&mine[2], v.uuid.data(), v.uuid.size());
+  std::vector<int32_t> all(kWords * static_cast<size_t>(n));
+  run_host(c, [&](engine::comm::Communicator& e) { return e.allgather(mine, all.data(), kWords, DType::kI32); });
   std::vector<int32_t> no_device, no_nccl;
   for (int r = 0; r < n; ++r) {
-    if (all[2 * r] == 0) no_device.push_back(r);
-    if (all[2 * r + 1] == 0) no_nccl.push_back(r);
+    if (all[static_cast<size_t>(kWords * r)] == 0) no_device.push_back(r);
+    if (all[static_cast<size_t>(kWords * r + 1)] == 0) no_nccl.push_back(r);
   }
+  const std::string shared = shared_gpu(all, n, kWords);
   s.decided = true;
   if (!no_device.empty()) {
     s.path = TANDEM_DEVICE_PATH_NONE;
@@ -88,11 +107,17 @@ void decide(const char* fn, tandem_comm& c, const DeviceCall& d) {
             (v.device_ok ? "" : " (here, rank " + std::to_string(me) + ": " + v.device_why + ")");
     return;
   }
-  if (mode == "staged" || (mode == "auto" && !no_nccl.empty())) {
+  if (mode == "staged" || (mode == "auto" && (!no_nccl.empty() || !shared.empty()))) {
     s.path = TANDEM_DEVICE_PATH_STAGED;
-    s.why = mode == "staged" ? "TANDEM_DEVICE_COLLECTIVES=staged"
-                             : "NCCL cannot be loaded on rank(s) " + rank_list(no_nccl) +
-                                   (v.nccl_ok ? "" : " (here: " + v.nccl_why + ")") + "; staged through host memory";
+    s.why = mode == "staged"   ? "TANDEM_DEVICE_COLLECTIVES=staged"
+            : !shared.empty() ? shared + " (NCCL takes one rank per GPU); staged through host memory"
+                              : "NCCL cannot be loaded on rank(s) " + rank_list(no_nccl) +
+                                    (v.nccl_ok ? "" : " (here: " + v.nccl_why + ")") + "; staged through host memory";
+    return;
+  }
+  if (!shared.empty()) {  // mode nccl
+    s.path = TANDEM_DEVICE_PATH_NONE;
+    s.why = "TANDEM_DEVICE_COLLECTIVES=nccl, but " + shared + " and NCCL takes one rank per GPU";
     return;
   }
   if (!no_nccl.empty()) {  // mode nccl
@@ -125,6 +150,20 @@ const DeviceState& usable(const char* fn, tandem_comm& c, const DeviceCall& d) {
 
 }  // namespace
 
+void DeviceState::PinnedFree::operator()(unsigned char* p) const noexcept {
+  if (const auto* rt = engine::compute::device_runtime()) rt->pinned_free(p);
+}
+
+unsigned char* DeviceState::staging_for(size_t bytes) {
+  if (bytes > staging_bytes || !staging) {
+    staging.reset();
+    staging_bytes = 0;
+    staging.reset(static_cast<unsigned char*>(engine::compute::device_runtime()->pinned_alloc(bytes)));
+    staging_bytes = bytes;
+  }
+  return staging.get();
+}
+
 DeviceCall device_call(const char* fn, const tandem_coll_params_t* p) {
   DeviceCall d;
   if (p == nullptr) return d;
@@ -155,15 +194,13 @@ void device_allreduce(const char* fn, tandem_comm& c, const DeviceCall& d, const
     return;
   }
   const size_t bytes = count * dtype_size(dtype);
-  s.staging.resize(bytes);
+  unsigned char* host = recording(*c.state, [&] { return s.staging_for(bytes); });
   recording(*c.state, [&] {
     rt.stream_synchronize(d.index, d.stream);
-    rt.copy_to_host(d.index, s.staging.data(), send, bytes);
+    rt.copy_to_host(d.index, host, send, bytes);
   });
-  run_host(c, [&](engine::comm::Communicator& e) {
-    return e.allreduce(s.staging.data(), s.staging.data(), count, dtype, op);
-  });
-  recording(*c.state, [&] { rt.copy_to_device(d.index, recv, s.staging.data(), bytes); });
+  run_host(c, [&](engine::comm::Communicator& e) { return e.allreduce(host, host, count, dtype, op); });
+  recording(*c.state, [&] { rt.copy_to_device(d.index, recv, host, bytes); });
 }
 
 void device_broadcast(const char* fn, tandem_comm& c, const DeviceCall& d, void* buf, size_t count, DType dtype,
@@ -175,14 +212,14 @@ void device_broadcast(const char* fn, tandem_comm& c, const DeviceCall& d, void*
     return;
   }
   const size_t bytes = count * dtype_size(dtype);
-  s.staging.resize(bytes);
+  unsigned char* host = recording(*c.state, [&] { return s.staging_for(bytes); });
   const bool sender = c.state->comm->rank() == root;
   recording(*c.state, [&] {
     rt.stream_synchronize(d.index, d.stream);
-    if (sender) rt.copy_to_host(d.index, s.staging.data(), buf, bytes);
+    if (sender) rt.copy_to_host(d.index, host, buf, bytes);
   });
-  run_host(c, [&](engine::comm::Communicator& e) { return e.broadcast(s.staging.data(), count, dtype, root); });
-  if (!sender) recording(*c.state, [&] { rt.copy_to_device(d.index, buf, s.staging.data(), bytes); });
+  run_host(c, [&](engine::comm::Communicator& e) { return e.broadcast(host, count, dtype, root); });
+  if (!sender) recording(*c.state, [&] { rt.copy_to_device(d.index, buf, host, bytes); });
 }
 
 }  // namespace tandem::api

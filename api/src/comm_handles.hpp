@@ -29,7 +29,13 @@ struct DeviceState {
   std::string why;                                      // why this path (for NONE: why device memory is unusable)
   int device = -1;                                      // the device NCCL is bound to
   std::unique_ptr<engine::compute::NcclComm> nccl;      // path NCCL
-  std::vector<unsigned char> staging;                   // path STAGED: the host copy
+  // path STAGED: the host copy, page-locked (DeviceRuntime::pinned_alloc) so the copies run at the bus's rate
+  struct PinnedFree {
+    void operator()(unsigned char* p) const noexcept;
+  };
+  std::unique_ptr<unsigned char, PinnedFree> staging;
+  size_t staging_bytes = 0;
+  unsigned char* staging_for(size_t bytes);  // grows the buffer to `bytes` (contents not kept)
 };
 
 // Shared by a communicator handle and every request it created; reference counted by StateRef.

@@ -54,12 +54,14 @@ case " $STEPS " in *" allreduce "*)
 ;; esac
 
 case " $STEPS " in *" train "*)
-  section "training throughput, f32, batch 64, against PyTorch on CUDA"
-  PYTHONUNBUFFERED=1 timeout 600 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
-    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --models ${TRAIN_MODELS:-lenet5,mlp,resnet18,mobilenetv2}
-  section "training throughput, f32, batch 256"
-  PYTHONUNBUFFERED=1 timeout 600 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
-    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --models resnet18,mobilenetv2
+  bt() { PYTHONUNBUFFERED=1 timeout 600 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
+           --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} "$@"; }
+  section "training throughput, strict f32 (no TF32 on either side), batch 64, against PyTorch on CUDA"
+  bt --models ${TRAIN_MODELS:-lenet5,mlp,resnet18,mobilenetv2}
+  section "training throughput, strict f32, batch 256"
+  bt --batch 256 --models resnet18,mobilenetv2
+  section "training throughput, TF32 allowed on both sides, batch 256"
+  bt --batch 256 --tf32 1 --models resnet18,mobilenetv2
 ;; esac
 
 case " $STEPS " in *" predict "*)
@@ -67,11 +69,11 @@ case " $STEPS " in *" predict "*)
   timeout 300 "$G/tandem" calibrate --device cuda --model resnet18 --batch 64 --out "$OUT/profile_resnet18_cuda.json"
   echo "rc=$?"
   timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 2 --batch 64 \
-    --limit-batches 100 --train-limit 6400 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5:1 \
+    --limit-batches 100 --train-limit 6400 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5.48xlarge:1 \
     --profile "$OUT/profile_resnet18_cuda.json"
   echo "rc=$?"
   timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 1 --batch 64 \
-    --limit-batches 50 --train-limit 3200 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5:1
+    --limit-batches 50 --train-limit 3200 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5.48xlarge:1
   echo "rc=$?"
 ;; esac
 section done

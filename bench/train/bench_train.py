@@ -42,6 +42,9 @@ loss_fn = torch.nn.CrossEntropyLoss()
 x = torch.randn(%(batch)d, *shape, device=dev)
 y = torch.randint(0, 10, (%(batch)d,), device=dev)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+if dev.type == "cuda":  # the same arithmetic as Tandem's side: TF32 tensor cores on or off for both
+    torch.backends.cudnn.allow_tf32 = %(tf32)s
+    torch.backends.cuda.matmul.allow_tf32 = %(tf32)s
 model.train()
 def step():
     opt.zero_grad(set_to_none=True)
@@ -163,21 +166,21 @@ def torch2_env(python):
     return env
 
 
-def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu"):
+def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu", tf32=False):
     # Two epochs of a fixed number of batches; the second is warm (primitives created, caches filled).
     batches = max(5, int(seconds_hint * ips_guess / batch))
     cmd = [tandem, "train", "--device", device, "--model", model, "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
            "--lr", "0.01", "--momentum", "0.9", "--threads", str(threads), "--limit-batches", str(batches),
            "--train-limit", str(batch * batches), "--test-limit", str(batch), "--eval-limit-batches", "1", "--json"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TANDEM_CUDA_ALLOW_TF32="1" if tf32 else "0")
     out, rss = run_with_rss(cmd, env)
     epochs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return epochs[-1]["images_per_sec"], rss
 
 
-def torch_run(python, env, model, threads, batch, seconds, device="cpu"):
+def torch_run(python, env, model, threads, batch, seconds, device="cpu", tf32=False):
     code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds,
-                          "device": device, "warmup": 3 if device == "cpu" else 20}
+                          "device": device, "warmup": 3 if device == "cpu" else 20, "tf32": bool(tf32)}
     env = dict(env, OMP_NUM_THREADS=str(threads))
     out, rss = run_with_rss([python, "-c", code], env)
     return json.loads(out.strip().splitlines()[-1]), rss
@@ -193,6 +196,9 @@ def main():
     ap.add_argument("--torch2", default="/opt/torch2/bin/python", help="python with PyTorch 2.x (the primary peer)")
     ap.add_argument("--torch1", default="/usr/bin/python3", help='python with Debian\'s PyTorch 1.13; "" for none')
     ap.add_argument("--device", default="cpu", help="cpu, or cuda[:N]: both sides train on that GPU (f32)")
+    ap.add_argument("--tf32", type=int, default=0, choices=(0, 1),
+                    help="cuda: 1 lets both sides use TF32 tensor cores for convolutions and GEMMs (PyTorch's own "
+                         "default is on for cuDNN convolutions, off for GEMMs); 0, strict f32 on both")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
@@ -204,7 +210,8 @@ def main():
         peers.append(("torch1", args.torch1, dict(os.environ)))
     cpu = cpu_description()
     if args.device != "cpu":
-        cpu += "; device %s: %s" % (args.device, gpu_description())
+        cpu += "; device %s: %s; TF32 %s on both sides" % (args.device, gpu_description(),
+                                                             "allowed" if args.tf32 else "off")
     load_before = os.getloadavg()
     busy = cpu_busy_fraction()
     quiet = busy < 0.10
@@ -222,11 +229,11 @@ def main():
         for threads in (int(t) for t in args.threads.split(",")):
             row = {"model": model, "threads": threads, "batch": args.batch}
             for name, python, env in peers:
-                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds, args.device)
+                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds, args.device, args.tf32)
                 row.update({name + "_images_per_sec": t["images_per_sec"], name + "_peak_rss_mib": t_rss,
                             name + "_version": t["torch"]})
             ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, row["torch2_images_per_sec"],
-                                  args.device)
+                                  args.device, args.tf32)
             row.update({"tandem_images_per_sec": ips, "tandem_peak_rss_mib": rss})
             for name, _, _ in peers:
                 row["ratio_" + name] = ips / row[name + "_images_per_sec"]

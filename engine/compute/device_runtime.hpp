@@ -28,6 +28,7 @@ class NcclComm {
 };
 
 using NcclUniqueId = std::array<unsigned char, 128>;  // NCCL_UNIQUE_ID_BYTES
+using DeviceUuid = std::array<unsigned char, 16>;     // cudaDeviceProp::uuid: one physical GPU, host-wide
 
 class DeviceRuntime {
  public:
@@ -44,6 +45,11 @@ class DeviceRuntime {
   virtual void copy_to_device(int device, void* device_dst, const void* host_src, size_t bytes) const = 0;
   // 1 when `p` is device (or managed) memory of some device, 0 for host memory.
   virtual bool is_device_pointer(const void* p) const = 0;
+  // The physical GPU behind cuda:`device` (ranks that share one cannot form an NCCL communicator).
+  virtual DeviceUuid device_uuid(int device) const = 0;
+  // Page-locked host memory (cudaHostAlloc): copies to and from a device run at the bus's rate from it.
+  virtual void* pinned_alloc(size_t bytes) const = 0;
+  virtual void pinned_free(void* p) const noexcept = 0;
 
   // NCCL's version code (e.g. 22809 for 2.28.9); throws kUnsupported naming the loader's reason when
   // libnccl.so.2 cannot be loaded or lacks a symbol Tandem calls.

@@ -269,7 +269,8 @@ class CudaBackend final : public Backend {
     const int64_t N = dims.first, S = dims.second;
     TANDEM_REQUIRE(N * S > 1, "batch_norm: training needs more than one value per channel, input {}", x.shape().str());
     BatchNormForward out{empty(x.shape(), DType::kF32), empty({C}, DType::kF32), empty({C}, DType::kF32)};
-    kernels::bn_stats(f(x), f(out.mean), f(out.var), N, C, S, stream_);
+    Tensor acc = empty({2 * C}, DType::kF64);
+    kernels::bn_stats(f(x), f(out.mean), f(out.var), static_cast<double*>(acc.raw_data()), N, C, S, stream_);
     kernels::bn_apply(f(x), f(out.y), f(gamma), f(beta), f(out.mean), f(out.var), p.eps, N, C, S, stream_);
     const float unbias = static_cast<float>(static_cast<double>(N * S) / static_cast<double>(N * S - 1));
     kernels::bn_running_update(f(running_mean), f(running_var), f(out.mean), f(out.var), C, p.momentum, unbias,
@@ -304,8 +305,9 @@ class CudaBackend final : public Backend {
     const int64_t N = dims.first, S = dims.second;
     Tensor dx = empty(x.shape(), DType::kF32);
     Tensor scratch = empty({2 * C}, DType::kF32);
+    Tensor acc = empty({2 * C}, DType::kF64);
     kernels::bn_backward(f(dy), f(x), f(gamma), f(mean), f(var), eps, f(dx), f(dgamma), f(dbeta), accumulate,
-                         f(scratch), N, C, S, stream_);
+                         f(scratch), static_cast<double*>(acc.raw_data()), N, C, S, stream_);
     check_launch("batch_norm_backward");
     return dx;
   }

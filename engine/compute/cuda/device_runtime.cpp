@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -168,6 +170,23 @@ class Runtime final : public DeviceRuntime {
       return false;
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  DeviceUuid device_uuid(int device) const override {
+    require_device(device);
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    DeviceUuid out{};
+    static_assert(sizeof(prop.uuid.bytes) == std::tuple_size_v<DeviceUuid>);
+    std::memcpy(out.data(), prop.uuid.bytes, out.size());
+    return out;
+  }
+  void* pinned_alloc(size_t bytes) const override {
+    void* p = nullptr;
+    check_cuda(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    return p;
+  }
+  void pinned_free(void* p) const noexcept override {
+    if (p != nullptr) cudaFreeHost(p);
   }
   int nccl_version() const override {
     const NcclLib& l = loaded_nccl();

@@ -1,8 +1,11 @@
-// The CUDA backend's own kernels: grid-stride elementwise loops, one block per channel for
-// batch-norm reductions (double accumulators), one thread per output for pooling.
+// The CUDA backend's own kernels: grid-stride elementwise loops, batch-norm reductions split over
+// channels and parts of channels (double accumulators), one thread per output for pooling.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <stdexcept>
+#include <string>
 
 #include "engine/compute/cuda/kernels.hpp"
 #include "engine/compute/dropout_mask.hpp"
@@ -66,28 +69,70 @@ __global__ void k_bias_grad(const float* dy, float* db, int64_t N, int64_t C, in
   if (threadIdx.x == 0) db[c] = acc ? db[c] + static_cast<float>(s) : static_cast<float>(s);
 }
 
-__global__ void k_bn_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S) {
-  const int64_t c = blockIdx.x;
-  const int64_t M = N * S;
-  double s = 0;
-  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += x[((j / S) * C + c) * S + j % S];
-  const double mu = block_sum(s) / static_cast<double>(M);
-  double q = 0;
-  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
-    const double d = x[((j / S) * C + c) * S + j % S] - mu;
-    q += d * d;
+// Batch norm over [N, C, S]. The reductions split each channel over blockIdx.y parts of its N * S values
+// (so that a layer with few channels still fills the GPU) and add each part's double sums into acc[2C]
+// (zeroed by the launcher) with atomics; a per-channel pass then turns the sums into statistics. Indices are
+// 32-bit (the launchers check that N * C * S fits), since 64-bit division costs several times more.
+__device__ void block_sum2(double& a, double& b) {
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
   }
-  q = block_sum(q);
+  __shared__ double sa[32], sb[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sa[warp] = a;
+    sb[warp] = b;
+  }
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  a = threadIdx.x < warps ? sa[threadIdx.x] : 0.0;
+  b = threadIdx.x < warps ? sb[threadIdx.x] : 0.0;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_down_sync(0xffffffffu, a, o);
+      b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+}
+
+// The range [begin, end) of a channel's M = N * S values that part blockIdx.y of gridDim.y covers.
+__device__ void part_range(uint32_t M, uint32_t& begin, uint32_t& end) {
+  const uint32_t per = (M + gridDim.y - 1) / gridDim.y;
+  begin = blockIdx.y * per;
+  end = min(M, begin + per);
+}
+
+// acc[c] += sum x, acc[C + c] += sum x^2
+__global__ void k_bn_stats_part(const float* x, double* acc, uint32_t N, uint32_t C, uint32_t S) {
+  const uint32_t c = blockIdx.x;
+  uint32_t begin, end;
+  part_range(N * S, begin, end);
+  double s = 0, q = 0;
+  for (uint32_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const uint32_t n = j / S;
+    const double v = x[(n * C + c) * S + (j - n * S)];
+    s += v;
+    q += v * v;
+  }
+  block_sum2(s, q);
   if (threadIdx.x == 0) {
+    atomicAdd(&acc[c], s);
+    atomicAdd(&acc[C + c], q);
+  }
+}
+
+__global__ void k_bn_stats_final(const double* acc, float* mean, float* var, uint32_t C, double M) {
+  GRID_STRIDE(c, C) {
+    const double mu = acc[c] / M;
     mean[c] = static_cast<float>(mu);
-    var[c] = static_cast<float>(q / static_cast<double>(M));
+    var[c] = static_cast<float>(fmax(acc[C + c] / M - mu * mu, 0.0));
   }
 }
 
 __global__ void k_bn_apply(const float* x, float* y, const float* g, const float* b, const float* mean,
-                           const float* var, float eps, int64_t N, int64_t C, int64_t S) {
-  GRID_STRIDE(i, N * C * S) {
-    const int64_t c = (i / S) % C;
+                           const float* var, float eps, uint32_t C, uint32_t S, uint32_t total) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += blockDim.x * gridDim.x) {
+    const uint32_t c = (i / S) % C;
     y[i] = (x[i] - mean[c]) * rsqrtf(var[c] + eps) * g[c] + b[c];
   }
 }
@@ -100,33 +145,46 @@ __global__ void k_bn_running(float* rm, float* rv, const float* mean, const floa
   }
 }
 
-// One block per channel: sums of dy and dy * xhat into scratch [2C] and dgamma/dbeta.
-__global__ void k_bn_bwd_reduce(const float* dy, const float* x, const float* mean, const float* var, float eps,
-                                float* dgamma, float* dbeta, bool acc, float* scratch, int64_t N, int64_t C,
-                                int64_t S) {
-  const int64_t c = blockIdx.x;
-  const float mu = mean[c], istd = rsqrtf(var[c] + eps);
+// acc[c] += sum dy, acc[C + c] += sum dy * (x - mean)
+__global__ void k_bn_bwd_part(const float* dy, const float* x, const float* mean, double* acc, uint32_t N,
+                              uint32_t C, uint32_t S) {
+  const uint32_t c = blockIdx.x;
+  const float mu = mean[c];
+  uint32_t begin, end;
+  part_range(N * S, begin, end);
   double sd = 0, sdx = 0;
-  for (int64_t j = threadIdx.x; j < N * S; j += blockDim.x) {
-    const int64_t i = ((j / S) * C + c) * S + j % S;
-    sd += dy[i];
-    sdx += static_cast<double>(dy[i]) * (x[i] - mu) * istd;
+  for (uint32_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const uint32_t n = j / S;
+    const uint32_t i = (n * C + c) * S + (j - n * S);
+    const float d = dy[i];
+    sd += d;
+    sdx += static_cast<double>(d) * (x[i] - mu);
   }
-  sd = block_sum(sd);
-  sdx = block_sum(sdx);
+  block_sum2(sd, sdx);
   if (threadIdx.x == 0) {
-    scratch[c] = static_cast<float>(sd);
-    scratch[C + c] = static_cast<float>(sdx);
-    dbeta[c] = acc ? dbeta[c] + static_cast<float>(sd) : static_cast<float>(sd);
-    dgamma[c] = acc ? dgamma[c] + static_cast<float>(sdx) : static_cast<float>(sdx);
+    atomicAdd(&acc[c], sd);
+    atomicAdd(&acc[C + c], sdx);
+  }
+}
+
+// scratch [2C] = (sum dy, sum dy * xhat); dgamma/dbeta (= or +=).
+__global__ void k_bn_bwd_final(const double* acc, const float* var, float eps, float* dgamma, float* dbeta, bool acc_out,
+                               float* scratch, uint32_t C) {
+  GRID_STRIDE(c, C) {
+    const float sd = static_cast<float>(acc[c]);
+    const float sdx = static_cast<float>(acc[C + c] * static_cast<double>(rsqrtf(var[c] + eps)));
+    scratch[c] = sd;
+    scratch[C + c] = sdx;
+    dbeta[c] = acc_out ? dbeta[c] + sd : sd;
+    dgamma[c] = acc_out ? dgamma[c] + sdx : sdx;
   }
 }
 
 __global__ void k_bn_bwd_dx(const float* dy, const float* x, const float* g, const float* mean, const float* var,
-                            float eps, const float* scratch, float* dx, int64_t N, int64_t C, int64_t S) {
-  const float M = static_cast<float>(N * S);
-  GRID_STRIDE(i, N * C * S) {
-    const int64_t c = (i / S) % C;
+                            float eps, const float* scratch, float* dx, uint32_t C, uint32_t S, uint32_t total,
+                            float M) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += blockDim.x * gridDim.x) {
+    const uint32_t c = (i / S) % C;
     const float istd = rsqrtf(var[c] + eps);
     const float xhat = (x[i] - mean[c]) * istd;
     dx[i] = g[c] * istd / M * (M * dy[i] - scratch[c] - xhat * scratch[C + c]);
@@ -301,23 +359,47 @@ void bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t S, cudaStr
 void bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t S, bool acc, cudaStream_t s) {
   k_bias_grad<<<static_cast<unsigned>(C), kThreads, 0, s>>>(dy, db, N, C, S, acc);
 }
-void bn_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S, cudaStream_t s) {
-  k_bn_stats<<<static_cast<unsigned>(C), kThreads, 0, s>>>(x, mean, var, N, C, S);
+// Parts per channel for the batch-norm reductions: about 1024 blocks in all, none with fewer than 4096 values.
+unsigned bn_parts(int64_t N, int64_t C, int64_t S) {
+  const int64_t by_blocks = (1024 + C - 1) / C, by_values = (N * S + 4095) / 4096;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>({by_blocks, by_values, 65535})));
+}
+void check_32bit(int64_t N, int64_t C, int64_t S) {
+  if (N * C * S >= (int64_t{1} << 31))
+    throw std::length_error("cuda batch norm: tensor of " + std::to_string(N * C * S) + " values (over 2^31)");
+}
+constexpr unsigned kBnThreads = 512;
+
+void bn_stats(const float* x, float* mean, float* var, double* acc, int64_t N, int64_t C, int64_t S, cudaStream_t s) {
+  check_32bit(N, C, S);
+  cudaMemsetAsync(acc, 0, 2 * static_cast<size_t>(C) * sizeof(double), s);
+  const dim3 grid(static_cast<unsigned>(C), bn_parts(N, C, S));
+  k_bn_stats_part<<<grid, kBnThreads, 0, s>>>(x, acc, static_cast<uint32_t>(N), static_cast<uint32_t>(C),
+                                              static_cast<uint32_t>(S));
+  k_bn_stats_final<<<blocks_for(C), kThreads, 0, s>>>(acc, mean, var, static_cast<uint32_t>(C),
+                                                      static_cast<double>(N * S));
 }
 void bn_apply(const float* x, float* y, const float* g, const float* b, const float* mean, const float* var, float eps,
               int64_t N, int64_t C, int64_t S, cudaStream_t s) {
-  k_bn_apply<<<blocks_for(N * C * S), kThreads, 0, s>>>(x, y, g, b, mean, var, eps, N, C, S);
+  check_32bit(N, C, S);
+  k_bn_apply<<<blocks_for(N * C * S), kThreads, 0, s>>>(x, y, g, b, mean, var, eps, static_cast<uint32_t>(C),
+                                                        static_cast<uint32_t>(S), static_cast<uint32_t>(N * C * S));
 }
 void bn_running_update(float* rm, float* rv, const float* mean, const float* var, int64_t C, float m, float unbias,
                        cudaStream_t s) {
   k_bn_running<<<blocks_for(C), kThreads, 0, s>>>(rm, rv, mean, var, C, m, unbias);
 }
 void bn_backward(const float* dy, const float* x, const float* g, const float* mean, const float* var, float eps,
-                 float* dx, float* dgamma, float* dbeta, bool acc, float* scratch, int64_t N, int64_t C, int64_t S,
-                 cudaStream_t s) {
-  k_bn_bwd_reduce<<<static_cast<unsigned>(C), kThreads, 0, s>>>(dy, x, mean, var, eps, dgamma, dbeta, acc, scratch, N,
-                                                                 C, S);
-  k_bn_bwd_dx<<<blocks_for(N * C * S), kThreads, 0, s>>>(dy, x, g, mean, var, eps, scratch, dx, N, C, S);
+                 float* dx, float* dgamma, float* dbeta, bool acc_out, float* scratch, double* acc, int64_t N,
+                 int64_t C, int64_t S, cudaStream_t s) {
+  check_32bit(N, C, S);
+  cudaMemsetAsync(acc, 0, 2 * static_cast<size_t>(C) * sizeof(double), s);
+  const dim3 grid(static_cast<unsigned>(C), bn_parts(N, C, S));
+  const auto n32 = static_cast<uint32_t>(N), c32 = static_cast<uint32_t>(C), s32 = static_cast<uint32_t>(S);
+  k_bn_bwd_part<<<grid, kBnThreads, 0, s>>>(dy, x, mean, acc, n32, c32, s32);
+  k_bn_bwd_final<<<blocks_for(C), kThreads, 0, s>>>(acc, var, eps, dgamma, dbeta, acc_out, scratch, c32);
+  k_bn_bwd_dx<<<blocks_for(N * C * S), kThreads, 0, s>>>(dy, x, g, mean, var, eps, scratch, dx, c32, s32,
+                                                         static_cast<uint32_t>(N * C * S), static_cast<float>(N * S));
 }
 void pool_forward(bool max, const float* x, float* y, int32_t* idx, int64_t NC, int64_t H, int64_t W, int64_t OH,
                   int64_t OW, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool incl,

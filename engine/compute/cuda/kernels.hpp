@@ -24,17 +24,18 @@ void clamp_backward(const float* dy, const float* y, float* dx, int64_t n, float
 void bias_add(float* y, const float* b, int64_t N, int64_t C, int64_t S, cudaStream_t s);
 void bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t S, bool accumulate, cudaStream_t s);
 
-// Batch norm over [N, C, S]: statistics (biased variance), normalisation, running update,
-// and backward.
-void bn_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S, cudaStream_t s);
+// Batch norm over [N, C, S] (N * C * S < 2^31, else std::length_error): statistics (biased variance),
+// normalisation, running update, and backward. acc2c: device scratch of 2C doubles (zeroed here).
+void bn_stats(const float* x, float* mean, float* var, double* acc2c, int64_t N, int64_t C, int64_t S,
+              cudaStream_t s);
 void bn_apply(const float* x, float* y, const float* gamma, const float* beta, const float* mean, const float* var,
               float eps, int64_t N, int64_t C, int64_t S, cudaStream_t s);
 void bn_running_update(float* rm, float* rv, const float* mean, const float* var, int64_t C, float momentum,
                        float unbias, cudaStream_t s);
 // dgamma/dbeta (= or +=) and dx
 void bn_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* var, float eps,
-                 float* dx, float* dgamma, float* dbeta, bool accumulate, float* scratch2c, int64_t N, int64_t C,
-                 int64_t S, cudaStream_t s);
+                 float* dx, float* dgamma, float* dbeta, bool accumulate, float* scratch2c, double* acc2c, int64_t N,
+                 int64_t C, int64_t S, cudaStream_t s);
 
 // Pooling over planes [NC, H, W] -> [NC, OH, OW]; max records the in-plane argmax in idx.
 void pool_forward(bool max, const float* x, float* y, int32_t* idx, int64_t NC, int64_t H, int64_t W, int64_t OH,
