@@ -103,9 +103,8 @@ int run_calibrate(const CalibrateOptions& o) {
       }
     }
     if (!shape.empty()) {
-      long long c = 0, hh = 0, w = 0;
-      char tail = 0;
-      if (std::sscanf(shape.c_str(), "%lldx%lldx%lld%c", &c, &hh, &w, &tail) != 3) {
+      int64_t c = 0, hh = 0, w = 0;
+      if (!tandem::cli::parse_chw(shape, c, hh, w)) {
         std::fprintf(stderr, "tandem: --input '%s' must look like 3x32x32\n", shape.c_str());
         return 2;
       }

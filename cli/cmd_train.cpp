@@ -33,6 +33,7 @@ namespace {
 struct TrainOptions {
   std::string model = "lenet5";
   std::string dataset = "fashion-mnist";
+  std::string input;  // --input CxHxW: the synthetic data set's sample shape
   std::string data_dir;
   std::string backend = "cpu";
   std::string device;  // --device: cpu, cuda, cuda:N (sets the backend)
@@ -149,10 +150,14 @@ tandem_status_t make_dataset(const TrainOptions& o, bool train, Handles& h, tand
     p.field_mask |= TANDEM_DATASET_PARAM_LIMIT;
     p.limit = limit;
   }
-  if (o.dataset == "synthetic") {  // a quick stand-in: Fashion-MNIST-shaped, different seeds per split
+  if (o.dataset == "synthetic") {  // a quick stand-in: Fashion-MNIST-shaped unless --input, different seeds per split
     p.field_mask |= TANDEM_DATASET_PARAM_COUNT | TANDEM_DATASET_PARAM_SEED;
     p.count = train ? 6000 : 1000;
     p.seed = o.seed;
+    if (!o.input.empty()) {  // checked in run_train
+      p.field_mask |= TANDEM_DATASET_PARAM_SHAPE;
+      tandem::cli::parse_chw(o.input, p.channels, p.height, p.width);
+    }
   }
   return tandem_dataset_create(h.ctx, &p, out);
 }
@@ -374,6 +379,11 @@ int run_train(const TrainOptions& o) {
     cp.num_threads = threads;
   }
   if (tandem_context_create(&cp, &h.ctx) != TANDEM_OK) return cli::fail("cannot create a context");
+  if (!o.input.empty()) {
+    int64_t c = 0, hh = 0, w = 0;
+    if (o.dataset != "synthetic") return cli::fail("--input sets the synthetic data set's shape; --dataset is '" + o.dataset + "'");
+    if (!cli::parse_chw(o.input, c, hh, w)) return cli::fail("--input '" + o.input + "' must look like 3x32x32");
+  }
   if (make_dataset(o, true, h, &h.train) != TANDEM_OK) return cli::fail("cannot load the training data");
   if (make_dataset(o, false, h, &h.test) != TANDEM_OK) return cli::fail("cannot load the test data");
   int64_t size = 0, c = 0, hh = 0, w = 0, classes = 0;
@@ -570,6 +580,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--model", o->model, std::string("zoo name (") + tandem::cli::kZooHelp + ") or a JSON spec file")
       ->capture_default_str();
   app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
+  app.add_option("--input", o->input, "synthetic: sample shape CxHxW (default 1x28x28, Fashion-MNIST's)");
   app.add_option("--data-dir", o->data_dir, "directory of the data set's files");
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
   app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);

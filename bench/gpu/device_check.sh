@@ -65,14 +65,14 @@ case " $STEPS " in *" train "*)
 ;; esac
 
 case " $STEPS " in *" predict "*)
-  section "calibrate --device cuda, then train --predict on p5:1"
+  section "calibrate --device cuda, then train --predict on p5.48xlarge:1 (one of its GPUs)"
   timeout 300 "$G/tandem" calibrate --device cuda --model resnet18 --batch 64 --out "$OUT/profile_resnet18_cuda.json"
   echo "rc=$?"
-  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 2 --batch 64 \
+  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --input 3x32x32 --epochs 2 --batch 64 \
     --limit-batches 100 --train-limit 6400 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5.48xlarge:1 \
     --profile "$OUT/profile_resnet18_cuda.json"
   echo "rc=$?"
-  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --epochs 1 --batch 64 \
+  timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --input 3x32x32 --epochs 2 --batch 64 \
     --limit-batches 50 --train-limit 3200 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5.48xlarge:1
   echo "rc=$?"
 ;; esac

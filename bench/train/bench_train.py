@@ -35,7 +35,7 @@ import torch_models
 torch.set_num_threads(%(threads)d)
 torch.manual_seed(0)
 dev = torch.device(%(device)r)
-model, shape = torch_models.build(%(model)r)
+model, shape = torch_models.build(%(model)r, shape=%(shape)r)
 model = model.to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = torch.nn.CrossEntropyLoss()
@@ -166,10 +166,15 @@ def torch2_env(python):
     return env
 
 
+def input_shape(model):
+    """The sample shape both sides train on (Tandem's synthetic data takes it through --input)."""
+    return (1, 28, 28) if model in ("lenet5", "mlp") else (3, 32, 32)
+
+
 def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu", tf32=False):
     # Two epochs of a fixed number of batches; the second is warm (primitives created, caches filled).
     batches = max(5, int(seconds_hint * ips_guess / batch))
-    cmd = [tandem, "train", "--device", device, "--model", model, "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
+    cmd = [tandem, "train", "--device", device, "--model", model, "--input", "x".join(map(str, input_shape(model))), "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
            "--lr", "0.01", "--momentum", "0.9", "--threads", str(threads), "--limit-batches", str(batches),
            "--train-limit", str(batch * batches), "--test-limit", str(batch), "--eval-limit-batches", "1", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TANDEM_CUDA_ALLOW_TF32="1" if tf32 else "0")
@@ -180,7 +185,8 @@ def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="c
 
 def torch_run(python, env, model, threads, batch, seconds, device="cpu", tf32=False):
     code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds,
-                          "device": device, "warmup": 3 if device == "cpu" else 20, "tf32": bool(tf32)}
+                          "device": device, "warmup": 3 if device == "cpu" else 20, "tf32": bool(tf32),
+                          "shape": input_shape(model)}
     env = dict(env, OMP_NUM_THREADS=str(threads))
     out, rss = run_with_rss([python, "-c", code], env)
     return json.loads(out.strip().splitlines()[-1]), rss
