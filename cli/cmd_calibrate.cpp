@@ -30,6 +30,7 @@ std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
 struct CalibrateOptions {
   std::string model = "lenet5";
   std::string curve = "auto";  // --curve: auto (powers of two below --batch), none, or B1,B2,...
+  std::string precision = "f32";  // --precision f32|bf16 (cli/device.hpp)
   std::string device = "cpu";  // --device: cpu, cuda, cuda:N (a GPU profile, for the simulator's GPU presets)
   std::string input;    // CxHxW; default from --dataset, else the zoo's usual input
   std::string dataset;  // fashion-mnist/mnist/synthetic (1x28x28) or cifar10 (3x32x32): the input shape
@@ -75,6 +76,13 @@ int run_calibrate(const CalibrateOptions& o) {
   if (o.threads > 0) {
     cp.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
     cp.num_threads = o.threads;
+  }
+  const char* math = nullptr;
+  if (const std::string why = tandem::cli::math_setting(o.precision, o.device, math); !why.empty()) return fail(why);
+  if (math != nullptr) {
+    cp.field_mask |= TANDEM_CONTEXT_PARAM_SETTINGS;
+    cp.settings = &math;
+    cp.num_settings = 1;
   }
   if (tandem_context_create(&cp, &h.ctx) != TANDEM_OK) return fail("cannot create a context");
 
@@ -242,6 +250,7 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                  [](CLI::App& app) -> Runner {
                    auto o = std::make_shared<CalibrateOptions>();
                    app.add_option("--model", o->model, "zoo name or a JSON model spec file")->capture_default_str();
+                   app.add_option("--precision", o->precision, kPrecisionHelp)->capture_default_str();
                    app.add_option("--device", o->device, std::string("where to measure: ") + kDeviceHelp +
                                   "; a cuda profile serves the simulator's GPU presets")
                        ->capture_default_str();

@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string model = "lenet5";
   std::string dataset = "fashion-mnist";
   std::string input;  // --input CxHxW: the synthetic data set's sample shape
+  std::string precision = "f32";  // --precision f32|bf16 (cuda; see tandem::cli::math_setting)
   std::string data_dir;
   std::string backend = "cpu";
   std::string device;  // --device: cpu, cuda, cuda:N (sets the backend)
@@ -378,6 +379,15 @@ int run_train(const TrainOptions& o) {
     cp.field_mask = TANDEM_CONTEXT_PARAM_NUM_THREADS;
     cp.num_threads = threads;
   }
+  const char* math = nullptr;
+  if (const std::string why = cli::math_setting(o.precision, o.device.empty() ? o.backend : o.device, math);
+      !why.empty())
+    return cli::fail(why);
+  if (math != nullptr) {
+    cp.field_mask |= TANDEM_CONTEXT_PARAM_SETTINGS;
+    cp.settings = &math;
+    cp.num_settings = 1;
+  }
   if (tandem_context_create(&cp, &h.ctx) != TANDEM_OK) return cli::fail("cannot create a context");
   if (!o.input.empty()) {
     int64_t c = 0, hh = 0, w = 0;
@@ -581,6 +591,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       ->capture_default_str();
   app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
   app.add_option("--input", o->input, "synthetic: sample shape CxHxW (default 1x28x28, Fashion-MNIST's)");
+  app.add_option("--precision", o->precision, tandem::cli::kPrecisionHelp)->capture_default_str();
   app.add_option("--data-dir", o->data_dir, "directory of the data set's files");
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
   app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);

@@ -25,6 +25,29 @@ inline std::optional<std::string> backend_for_device(const std::string& device) 
   return std::nullopt;
 }
 
+// `--precision f32 | bf16 | fp16` (tandem train, tandem calibrate). bf16 is the cuda backend's bf16 math
+// (TANDEM_CUDA_MATH=bf16): convolutions and GEMMs on bf16 tensor cores, f32 accumulation, every tensor between
+// layers, the weights and the optimizer state f32. Sets `setting` to the context setting to add (nullptr for
+// none) and returns "" -- or why the combination is refused: bf16 on a CPU backend (which computes in f32), and
+// fp16, whose gradients need dynamic loss scaling that the trainer does not do.
+inline std::string math_setting(const std::string& precision, const std::string& device_or_backend,
+                                const char*& setting) {
+  setting = nullptr;
+  if (precision == "f32") return "";
+  if (precision == "fp16")
+    return "--precision fp16 needs dynamic loss scaling, which the trainer does not do yet; bf16 needs none "
+           "(same range as f32)";
+  if (precision != "bf16") return "--precision '" + precision + "' is not f32, bf16 or fp16";
+  if (device_or_backend.rfind("cuda", 0) != 0)
+    return "--precision bf16 needs --device cuda: the CPU backends compute in f32";
+  setting = "TANDEM_CUDA_MATH=bf16";
+  return "";
+}
+
+constexpr const char* kPrecisionHelp =
+    "f32, or bf16 (--device cuda: convolutions and GEMMs on bf16 tensor cores with f32 accumulation; tensors "
+    "between layers, weights and optimizer state stay f32)";
+
 constexpr const char* kDeviceHelp =
     "cpu, or cuda[:N] (a GPU: cuDNN convolutions, cuBLAS GEMMs; bare cuda under a launcher is cuda:<local rank>)";
 

@@ -64,6 +64,30 @@ case " $STEPS " in *" train "*)
   bt --batch 256 --tf32 1 --models resnet18,mobilenetv2
 ;; esac
 
+case " $STEPS " in *" parallel "*)
+  tr() { timeout 180 "$G/tandem" launch -n 2 --timeout-ms 60000 -- "$G/tandem" train --device cuda --model resnet18 \
+           --dataset synthetic --input 3x32x32 --epochs 2 --batch 64 --limit-batches 30 --train-limit 3840 \
+           --test-limit 64 --eval-limit-batches 1 "$@"; echo "rc=$?"; }
+  section "DDP, 2 ranks sharing the GPU (device path: staged)"
+  tr --strategy ddp
+  section "pipeline, 2 stages on the GPU, 4 micro-batches"
+  tr --strategy pipeline --microbatches 4
+;; esac
+
+case " $STEPS " in *" bf16 "*)
+  section "training throughput, bf16: Tandem --precision bf16 against PyTorch autocast(bfloat16), batch 256"
+  PYTHONUNBUFFERED=1 timeout 300 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
+    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --precision bf16 \
+    --models resnet18,mobilenetv2
+  section "calibrate and train --predict with --precision bf16"
+  timeout 120 "$G/tandem" calibrate --device cuda --precision bf16 --model resnet18 --batch 256 \
+    --out "$OUT/profile_resnet18_cuda_bf16.json" | tail -3
+  timeout 120 "$G/tandem" train --device cuda --precision bf16 --model resnet18 --dataset synthetic --input 3x32x32 \
+    --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --predict \
+    --predict-cluster p5.48xlarge:1 --profile "$OUT/profile_resnet18_cuda_bf16.json"
+  echo "rc=$?"
+;; esac
+
 case " $STEPS " in *" predict "*)
   section "calibrate --device cuda, then train --predict on p5.48xlarge:1 (one of its GPUs)"
   timeout 300 "$G/tandem" calibrate --device cuda --model resnet18 --batch 64 --out "$OUT/profile_resnet18_cuda.json"

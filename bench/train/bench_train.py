@@ -46,9 +46,11 @@ if dev.type == "cuda":  # the same arithmetic as Tandem's side: TF32 tensor core
     torch.backends.cudnn.allow_tf32 = %(tf32)s
     torch.backends.cuda.matmul.allow_tf32 = %(tf32)s
 model.train()
+amp = %(bf16)s and dev.type == "cuda"
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
 for _ in range(%(warmup)d):
@@ -171,10 +173,11 @@ def input_shape(model):
     return (1, 28, 28) if model in ("lenet5", "mlp") else (3, 32, 32)
 
 
-def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu", tf32=False):
+def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="cpu", tf32=False, precision="f32"):
     # Two epochs of a fixed number of batches; the second is warm (primitives created, caches filled).
     batches = max(5, int(seconds_hint * ips_guess / batch))
-    cmd = [tandem, "train", "--device", device, "--model", model, "--input", "x".join(map(str, input_shape(model))), "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
+    cmd = [tandem, "train", "--device", device, "--precision", precision, "--model", model, "--input",
+           "x".join(map(str, input_shape(model))), "--dataset", "synthetic", "--epochs", "2", "--batch", str(batch),
            "--lr", "0.01", "--momentum", "0.9", "--threads", str(threads), "--limit-batches", str(batches),
            "--train-limit", str(batch * batches), "--test-limit", str(batch), "--eval-limit-batches", "1", "--json"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TANDEM_CUDA_ALLOW_TF32="1" if tf32 else "0")
@@ -183,9 +186,10 @@ def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="c
     return epochs[-1]["images_per_sec"], rss
 
 
-def torch_run(python, env, model, threads, batch, seconds, device="cpu", tf32=False):
+def torch_run(python, env, model, threads, batch, seconds, device="cpu", tf32=False, precision="f32"):
     code = TORCH_CHILD % {"here": HERE, "threads": threads, "model": model, "batch": batch, "seconds": seconds,
                           "device": device, "warmup": 3 if device == "cpu" else 20, "tf32": bool(tf32),
+                          "bf16": precision == "bf16",
                           "shape": input_shape(model)}
     env = dict(env, OMP_NUM_THREADS=str(threads))
     out, rss = run_with_rss([python, "-c", code], env)
@@ -205,6 +209,9 @@ def main():
     ap.add_argument("--tf32", type=int, default=0, choices=(0, 1),
                     help="cuda: 1 lets both sides use TF32 tensor cores for convolutions and GEMMs (PyTorch's own "
                          "default is on for cuDNN convolutions, off for GEMMs); 0, strict f32 on both")
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                    help="cuda: bf16 trains Tandem with --precision bf16 (bf16 tensor-core convolutions and GEMMs, f32 "
+                         "tensors) and PyTorch under torch.autocast(bfloat16) (bf16 activations too)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tandem = find_tandem(args.tandem)
@@ -216,8 +223,9 @@ def main():
         peers.append(("torch1", args.torch1, dict(os.environ)))
     cpu = cpu_description()
     if args.device != "cpu":
-        cpu += "; device %s: %s; TF32 %s on both sides" % (args.device, gpu_description(),
-                                                             "allowed" if args.tf32 else "off")
+        cpu += "; device %s: %s; TF32 %s on both sides; precision %s" % (
+            args.device, gpu_description(), "allowed" if args.tf32 else "off",
+            "f32" if args.precision == "f32" else "bf16 (Tandem: bf16 math; PyTorch: autocast)")
     load_before = os.getloadavg()
     busy = cpu_busy_fraction()
     quiet = busy < 0.10
@@ -235,11 +243,12 @@ def main():
         for threads in (int(t) for t in args.threads.split(",")):
             row = {"model": model, "threads": threads, "batch": args.batch}
             for name, python, env in peers:
-                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds, args.device, args.tf32)
+                t, t_rss = torch_run(python, env, model, threads, args.batch, args.seconds, args.device, args.tf32,
+                                     args.precision)
                 row.update({name + "_images_per_sec": t["images_per_sec"], name + "_peak_rss_mib": t_rss,
                             name + "_version": t["torch"]})
             ips, rss = tandem_run(tandem, model, threads, args.batch, args.seconds, row["torch2_images_per_sec"],
-                                  args.device, args.tf32)
+                                  args.device, args.tf32, args.precision)
             row.update({"tandem_images_per_sec": ips, "tandem_peak_rss_mib": rss})
             for name, _, _ in peers:
                 row["ratio_" + name] = ips / row[name + "_images_per_sec"]

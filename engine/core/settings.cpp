@@ -51,6 +51,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_UCX_ERR_MODE", K::kChoice, 0, 0, "peer|auto", "auto", "ucx: peer: peer error mode on every endpoint"},
     // Compute, data, training.
     {"TANDEM_CUDA_ALLOW_TF32", K::kChoice, 0, 0, "0|1", "0", "cuda: 1 allows TF32 tensor cores"},
+    {"TANDEM_CUDA_MATH", K::kChoice, 0, 0, "f32|bf16", "f32",
+     "cuda: bf16 runs convolutions and GEMMs on bf16 tensor cores (f32 tensors, f32 accumulation)"},
     {"TANDEM_DEVICE_COLLECTIVES", K::kChoice, 0, 0, "auto|nccl|staged", "auto",
      "how collectives move device memory: NCCL, or copied through the host (see tandem_comm_allreduce_ex)"},
     {"TANDEM_DATA_DIR", K::kText, 0, 0, "", "unset", "extra dataset folder (DIR/fashion-mnist), tried first"},

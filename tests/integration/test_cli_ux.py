@@ -53,6 +53,28 @@ class Mistakes(unittest.TestCase):
             self.assertIn("cuda", out.lower())
             self.assertNotIn("epoch", out)
 
+    def test_precision_and_input_are_checked_before_training(self):
+        base = ("train", "--model", "lenet5", "--dataset", "synthetic", "--epochs", "1", "--limit-batches", "2")
+        for extra, says in ((("--precision", "bf16"), "--precision bf16 needs --device cuda"),
+                            (("--precision", "fp16", "--device", "cuda"), "needs dynamic loss scaling"),
+                            (("--precision", "half"), "--precision 'half' is not f32, bf16 or fp16"),
+                            (("--input", "3x32"), "--input '3x32' must look like 3x32x32"),
+                            (("--input", "0x32x32"), "--input '0x32x32' must look like 3x32x32")):
+            rc, out = tandem(*base, *extra)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(says, out)
+            self.assertNotIn("epoch", out)
+        rc, out = tandem("train", "--model", "lenet5", "--input", "1x28x28", "--epochs", "1")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("--input sets the synthetic data set's shape", out)
+        rc, out = tandem("calibrate", "--model", "lenet5", "--precision", "bf16", "--out", os.devnull)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("--precision bf16 needs --device cuda", out)
+        # --input shapes the synthetic samples, and the model follows them
+        rc, out = tandem(*base, "--input", "3x20x24", "--batch", "8", "--train-limit", "16", "--test-limit", "8")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("samples of 3x20x24", out)
+
     def test_a_nested_command_checks_its_own_options(self):
         # `bench allreduce`'s options belong to allreduce, not to bench (they were refused as unknown)
         rc, out = tandem("bench", "allreduce", "-n", "2", "--sizes", "4K", "--iters", "1", "--transport", "tcp", timeout=120)

@@ -155,6 +155,9 @@ typedef struct tandem_context_params {
  *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
  *  Compute, data, training
  *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
+ *   TANDEM_CUDA_MATH          cuda: f32, or bf16: convolutions and GEMMs round     default f32
+ *                             their inputs to bf16 for the tensor cores (f32
+ *                             accumulation; tensors between layers stay f32)
  *   TANDEM_DEVICE_COLLECTIVES auto, nccl or staged: how collectives move device
  *                             memory (see tandem_comm_allreduce_ex)               default auto
  *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset

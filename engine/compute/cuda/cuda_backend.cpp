@@ -144,8 +144,17 @@ class CudaBackend final : public Backend {
       L_->cudnnDestroy(dnn_);
       TANDEM_THROW(Status::kBackend, "cublasCreate failed on cuda:{}", dev_);
     }
-    // TF32 tensor cores change results in the 3rd decimal; opt in with TANDEM_CUDA_ALLOW_TF32=1.
+    // TF32 tensor cores change results in the 3rd decimal; opt in with TANDEM_CUDA_ALLOW_TF32=1 (convolutions and
+    // GEMMs alike, as PyTorch's two allow_tf32 switches together).
     allow_tf32_ = settings::current()->flag("TANDEM_CUDA_ALLOW_TF32").value_or(false);
+    if (allow_tf32_) L_->cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
+    // bf16 math: convolutions and GEMMs take their inputs rounded to bf16 (8-bit mantissa) on the tensor cores and
+    // accumulate in f32; every tensor between layers, the weights and the optimizer state stay f32. The same trade
+    // as PyTorch's float32_matmul_precision "medium", applied to convolutions too.
+    bf16_ = settings::current()->text("TANDEM_CUDA_MATH").value_or("f32") == "bf16";
+    TANDEM_CHECK(!bf16_ || prop.major >= 8, Status::kUnsupported,
+                 "cuda backend: TANDEM_CUDA_MATH=bf16 needs bf16 tensor cores (compute capability 8.0 or newer); {} "
+                 "has {}.{}", prop.name, prop.major, prop.minor);
   }
 
   ~CudaBackend() override {
@@ -210,9 +219,12 @@ class CudaBackend final : public Backend {
     Tensor y = empty(ys, DType::kF32);
     Tensor ws = workspace(plan.ws_fwd);
     const float one = 1.0f, zero = 0.0f;
-    dnn_check(L_->cudnnConvolutionForward(dnn_, &one, plan.x, f(x), plan.w, f(w), plan.conv, plan.fwd, ws.raw_data(),
-                                          plan.ws_fwd, &zero, plan.y, f(y)),
+    const Tensor xm = math_input(x), wm = math_input(w);
+    Tensor ym = math_output(y);
+    dnn_check(L_->cudnnConvolutionForward(dnn_, &one, plan.x, xm.raw_data(), plan.w, wm.raw_data(), plan.conv, plan.fwd,
+                                          ws.raw_data(), plan.ws_fwd, &zero, plan.y, ym.raw_data()),
               "cudnnConvolutionForward");
+    math_result(ym, y, false);
     if (bias.defined()) {
       kernels::bias_add(f(y), f(bias), ys[0], ys[1], ys[2] * ys[3], stream_);
       check_launch("bias_add");
@@ -229,9 +241,13 @@ class CudaBackend final : public Backend {
     Tensor dx = empty(x_shape, DType::kF32);
     Tensor ws = workspace(plan.ws_data);
     const float one = 1.0f, zero = 0.0f;
-    dnn_check(L_->cudnnConvolutionBackwardData(dnn_, &one, plan.w, f(w), plan.y, f(dy), plan.conv, plan.bwd_data,
-                                               ws.raw_data(), plan.ws_data, &zero, plan.x, f(dx)),
+    const Tensor wm = math_input(w), dym = math_input(dy);
+    Tensor dxm = math_output(dx);
+    dnn_check(L_->cudnnConvolutionBackwardData(dnn_, &one, plan.w, wm.raw_data(), plan.y, dym.raw_data(), plan.conv,
+                                               plan.bwd_data, ws.raw_data(), plan.ws_data, &zero, plan.x,
+                                               dxm.raw_data()),
               "cudnnConvolutionBackwardData");
+    math_result(dxm, dx, false);
     return dx;
   }
 
@@ -245,10 +261,15 @@ class CudaBackend final : public Backend {
     if (dbias.defined()) validate::plain(dbias, "conv_backward_weights", "dbias", device(), Shape{ys[1]}, DType::kF32);
     ConvPlan& plan = conv_plan(x.shape(), dw.shape(), p);
     Tensor ws = workspace(plan.ws_filter);
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    dnn_check(L_->cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, f(x), plan.y, f(dy), plan.conv, plan.bwd_filter,
-                                                 ws.raw_data(), plan.ws_filter, &beta, plan.w, f(dw)),
+    // In bf16 math the filter gradient comes out in bf16 and is added to dw in f32 (cuDNN's beta would blend in bf16).
+    const float one = 1.0f, beta = accumulate && !bf16_ ? 1.0f : 0.0f;
+    const Tensor xm = math_input(x), dym = math_input(dy);
+    Tensor dwm = math_output(dw);
+    dnn_check(L_->cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, xm.raw_data(), plan.y, dym.raw_data(), plan.conv,
+                                                 plan.bwd_filter, ws.raw_data(), plan.ws_filter, &beta, plan.w,
+                                                 dwm.raw_data()),
               "cudnnConvolutionBackwardFilter");
+    math_result(dwm, dw, accumulate);
     if (dbias.defined()) {
       kernels::bias_grad(f(dy), f(dbias), ys[0], ys[1], ys[2] * ys[3], accumulate, stream_);
       check_launch("bias_grad");
@@ -380,7 +401,7 @@ class CudaBackend final : public Backend {
     const int64_t Out = w.dim(0);
     Tensor y = empty({N, Out}, DType::kF32);
     // y^T[Out, N] = W[Out, In] . x^T[In, N]
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, Out, N, In, f(w), In, f(x), In, 0.0f, f(y), Out, "linear forward");
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, Out, N, In, w, In, x, In, 0.0f, f(y), Out, "linear forward");
     if (bias.defined()) {
       kernels::bias_add(f(y), f(bias), N, Out, 1, stream_);
       check_launch("bias_add");
@@ -391,14 +412,14 @@ class CudaBackend final : public Backend {
     const auto [N, In, Out] = validate::linear_data(dy, w, x_shape, device(), false);
     Tensor dx = empty(x_shape, DType::kF32);
     // dx^T[In, N] = W^T[In, Out] . dy^T[Out, N]
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, In, N, Out, f(w), In, f(dy), Out, 0.0f, f(dx), In, "linear backward data");
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, In, N, Out, w, In, dy, Out, 0.0f, f(dx), In, "linear backward data");
     return dx;
   }
   void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, bool accumulate) override {
     const auto [N, In, Out] = validate::linear_weights(x, dy, dw, dbias, device());
     require_f32(x, "linear_backward_weights");
     // dW^T[In, Out] = x^T[In, N] . dy[N, Out]
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, In, Out, N, f(x), In, f(dy), Out, accumulate ? 1.0f : 0.0f, f(dw), In,
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, In, Out, N, x, In, dy, Out, accumulate ? 1.0f : 0.0f, f(dw), In,
          "linear backward weights");
     if (dbias.defined()) {
       kernels::bias_grad(f(dy), f(dbias), N, Out, 1, accumulate, stream_);
@@ -540,12 +561,36 @@ class CudaBackend final : public Backend {
   }
   Tensor workspace(size_t bytes) { return empty({static_cast<int64_t>(bytes)}, DType::kU8); }
 
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-            const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const char* what) {
+  // bf16 math: what the tensor cores read (x rounded to bf16), the buffer they write, and that buffer back into the
+  // f32 result (added to it when accumulate). In f32 math each is the tensor itself and math_result does nothing.
+  Tensor math_input(const Tensor& x) {
+    if (!bf16_) return x;
+    Tensor h = empty(x.shape(), DType::kBF16);
+    kernels::to_bf16(f(x), static_cast<uint16_t*>(h.raw_data()), x.numel(), stream_);
+    return h;
+  }
+  Tensor math_output(const Tensor& y) { return bf16_ ? empty(y.shape(), DType::kBF16) : y; }
+  void math_result(const Tensor& ym, Tensor& y, bool accumulate) {
+    if (!bf16_) return;
+    kernels::from_bf16(static_cast<const uint16_t*>(ym.raw_data()), f(y), y.numel(), accumulate, stream_);
+    check_launch("bf16 to f32");
+  }
+
+  // f32 tensors a and b; in bf16 math they are rounded to bf16 for the tensor cores (f32 accumulation into c).
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
+            const Tensor& b, int64_t ldb, float beta, float* c, int64_t ldc, const char* what) {
     on_device();
     const float one = 1.0f;
-    const cublasStatus_t s = L_->cublasSgemm_v2(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, a,
-                                                as_int(lda, "lda"), b, as_int(ldb, "ldb"), &beta, c, as_int(ldc, "ldc"));
+    cublasStatus_t s;
+    if (bf16_) {
+      const Tensor am = math_input(a), bm = math_input(b);
+      s = L_->cublasGemmEx(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, am.raw_data(),
+                           CUDA_R_16BF, as_int(lda, "lda"), bm.raw_data(), CUDA_R_16BF, as_int(ldb, "ldb"), &beta, c,
+                           CUDA_R_32F, as_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else {
+      s = L_->cublasSgemm_v2(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, f(a),
+                             as_int(lda, "lda"), f(b), as_int(ldb, "ldb"), &beta, c, as_int(ldc, "ldc"));
+    }
     TANDEM_CHECK(s == CUBLAS_STATUS_SUCCESS, Status::kBackend, "cublasSgemm ({}) failed with status {}", what,
                  static_cast<int>(s));
   }
@@ -563,13 +608,14 @@ class CudaBackend final : public Backend {
     dnn_check(L_->cudnnCreateTensorDescriptor(&plan->y), "cudnnCreateTensorDescriptor");
     dnn_check(L_->cudnnCreateFilterDescriptor(&plan->w), "cudnnCreateFilterDescriptor");
     dnn_check(L_->cudnnCreateConvolutionDescriptor(&plan->conv), "cudnnCreateConvolutionDescriptor");
-    dnn_check(L_->cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(x[0], "N"),
+    const cudnnDataType_t dt = bf16_ ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    dnn_check(L_->cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, as_int(x[0], "N"),
                                              as_int(x[1], "C"), as_int(x[2], "H"), as_int(x[3], "W")),
               "cudnnSetTensor4dDescriptor");
-    dnn_check(L_->cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(y[0], "N"),
+    dnn_check(L_->cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, as_int(y[0], "N"),
                                              as_int(y[1], "O"), as_int(y[2], "OH"), as_int(y[3], "OW")),
               "cudnnSetTensor4dDescriptor");
-    dnn_check(L_->cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(w[0], "O"),
+    dnn_check(L_->cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, as_int(w[0], "O"),
                                              as_int(w[1], "C/groups"), as_int(w[2], "KH"), as_int(w[3], "KW")),
               "cudnnSetFilter4dDescriptor");
     dnn_check(L_->cudnnSetConvolution2dDescriptor(plan->conv, as_int(p.pad_h, "pad"), as_int(p.pad_w, "pad"),
@@ -579,7 +625,9 @@ class CudaBackend final : public Backend {
               "cudnnSetConvolution2dDescriptor");
     dnn_check(L_->cudnnSetConvolutionGroupCount(plan->conv, as_int(p.groups, "groups")),
               "cudnnSetConvolutionGroupCount");
-    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, allow_tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, bf16_        ? CUDNN_TENSOR_OP_MATH
+                                                          : allow_tf32_ ? CUDNN_DEFAULT_MATH
+                                                                        : CUDNN_FMA_MATH),
               "cudnnSetConvolutionMathType");
     choose_algorithms(*plan, key);
     return *conv_plans_.emplace(key, std::move(plan)).first->second;
@@ -626,6 +674,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the legacy default stream (see the file comment)
   bool allow_tf32_ = false;
+  bool bf16_ = false;  // TANDEM_CUDA_MATH=bf16
   std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans_;
 };
 
@@ -642,6 +691,7 @@ const CudaLibs& CudaLibs::get() {
 #define TANDEM_LOAD_BLAS(name) load_symbol(blas, blas_name.c_str(), #name, l.name);
     TANDEM_CUDNN_FUNCTIONS(TANDEM_LOAD_DNN)
     TANDEM_CUBLAS_FUNCTIONS(TANDEM_LOAD_BLAS)
+    load_symbol(blas, blas_name.c_str(), "cublasGemmEx", l.cublasGemmEx);
 #undef TANDEM_LOAD_DNN
 #undef TANDEM_LOAD_BLAS
     return l;

@@ -19,13 +19,18 @@ namespace tandem::engine::compute::cuda {
   X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnGetConvolutionBackwardFilterWorkspaceSize)  \
   X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter)
 
-#define TANDEM_CUBLAS_FUNCTIONS(X) X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSgemm_v2)
+#define TANDEM_CUBLAS_FUNCTIONS(X) \
+  X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSgemm_v2) X(cublasSetMathMode)
 
 struct CudaLibs {
 #define TANDEM_DECLARE_FN(name) decltype(&::name) name = nullptr;
   TANDEM_CUDNN_FUNCTIONS(TANDEM_DECLARE_FN)
   TANDEM_CUBLAS_FUNCTIONS(TANDEM_DECLARE_FN)
 #undef TANDEM_DECLARE_FN
+  // cublasGemmEx is overloaded in C++ (cublasComputeType_t or, older, cudaDataType): the compute-type form.
+  cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                 const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                 cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 
   // Loads both libraries once per process; throws kUnsupported naming the library and the
   // loader's reason when one is missing.

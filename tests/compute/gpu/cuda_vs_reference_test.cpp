@@ -2,6 +2,11 @@
 
 #include "tests/compute/conformance.hpp"
 #include "tests/compute/gpu/gpu_available.hpp"
+#include "engine/core/settings.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 using namespace tandem;
 using namespace tandem::engine::compute;
@@ -57,6 +62,68 @@ BOOST_AUTO_TEST_CASE(device_allocator_reuses_blocks, *boost::unit_test::precondi
   Tensor u = be->empty({1 << 20}, DType::kF32);
   BOOST_TEST(u.raw_data() == first);
   BOOST_TEST(reinterpret_cast<uintptr_t>(u.raw_data()) % 64 == 0);
+}
+
+// Relative error ||got - want|| / ||want|| of two equally long vectors.
+double rel_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    d += (got[i] - want[i]) * (got[i] - want[i]);
+    n += want[i] * want[i];
+  }
+  return std::sqrt(d / n);
+}
+
+// TANDEM_CUDA_MATH=bf16: convolutions and GEMMs round their inputs to bf16 (8-bit mantissa) and accumulate in
+// f32, so they land near bf16's unit roundoff from the f64-accumulating reference -- and not at f32's, which
+// would mean the bf16 path was not taken. Fresh random inputs, a conv with bias and groups 1, a depthwise conv,
+// and a linear layer; forward, both backward passes, and an accumulating weight gradient.
+BOOST_AUTO_TEST_CASE(bf16_math_convolutions_and_gemms_are_within_bf16_rounding,
+                     *boost::unit_test::precondition(CudaAvailable())) {
+  const settings::ScopedProcessValue math("TANDEM_CUDA_MATH", "bf16");
+  auto be = make_backend("cuda");
+  auto ref = make_backend("reference");
+  auto check = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+    const double e = rel_error(values(*be, got), values(*ref, want));
+    BOOST_TEST(e < 1e-2, what << ": relative error " << e << " is above bf16's rounding");
+    BOOST_TEST(e > 1e-5, what << ": relative error " << e << " is f32's: the bf16 path was not taken");
+  };
+  struct Case {
+    Shape x, w;
+    ConvParams p;
+  };
+  ConvParams dw3;
+  dw3.pad_h = dw3.pad_w = 1;
+  dw3.groups = 16;
+  ConvParams s2;
+  s2.stride_h = s2.stride_w = 2;
+  s2.pad_h = s2.pad_w = 1;
+  const Case cases[] = {{{4, 16, 12, 12}, {32, 16, 3, 3}, s2}, {{4, 16, 10, 10}, {16, 1, 3, 3}, dw3}};
+  uint32_t seed = 101;
+  for (const Case& c : cases) {
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++), bias = random_tensor({c.w[0]}, seed++);
+    const Tensor y = ref->conv_forward(x, w, bias, c.p);
+    const Tensor dy = random_tensor(y.shape(), seed++);
+    check(be->conv_forward(be->to_plain(x), be->to_plain(w), be->to_plain(bias), c.p), y, "conv forward");
+    check(be->conv_backward_data(be->to_plain(dy), be->to_plain(w), x.shape(), c.p),
+          ref->conv_backward_data(dy, w, x.shape(), c.p), "conv backward data");
+    Tensor dw_c = be->to_plain(random_tensor(w.shape(), seed)), db_c = be->zeros({c.w[0]}, DType::kF32);
+    Tensor dw_r = random_tensor(w.shape(), seed++), db_r = ref->zeros({c.w[0]}, DType::kF32);
+    be->conv_backward_weights(be->to_plain(x), be->to_plain(dy), dw_c, db_c, c.p, true);  // accumulates
+    ref->conv_backward_weights(x, dy, dw_r, db_r, c.p, true);
+    check(dw_c, dw_r, "conv backward weights (accumulated)");
+  }
+  const Tensor x = random_tensor({8, 96}, seed++), w = random_tensor({40, 96}, seed++), b = random_tensor({40}, seed++);
+  const Tensor dy = random_tensor({8, 40}, seed++);
+  check(be->linear_forward(be->to_plain(x), be->to_plain(w), be->to_plain(b)), ref->linear_forward(x, w, b),
+        "linear forward");
+  check(be->linear_backward_data(be->to_plain(dy), be->to_plain(w), x.shape()),
+        ref->linear_backward_data(dy, w, x.shape()), "linear backward data");
+  Tensor dw_c = be->zeros({40, 96}, DType::kF32), db_c = be->zeros({40}, DType::kF32);
+  Tensor dw_r = ref->zeros({40, 96}, DType::kF32), db_r = ref->zeros({40}, DType::kF32);
+  be->linear_backward_weights(be->to_plain(x), be->to_plain(dy), dw_c, db_c, false);
+  ref->linear_backward_weights(x, dy, dw_r, db_r, false);
+  check(dw_c, dw_r, "linear backward weights");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
