@@ -2,20 +2,34 @@
 // `--device cpu | cuda | cuda:N` (tandem train, tandem calibrate): the compute backend and its device. A bare
 // "cuda" under a launcher that names this rank's place on its host (TANDEM_LOCAL_RANK, LOCAL_RANK, Open MPI's
 // or Slurm's local rank) is cuda:<local rank>, one GPU per rank as on every multi-GPU node; alone, cuda:0.
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
+#include "tandem/tandem.h"
+
 namespace tandem::cli {
 
 // The backend name for tandem_model_params_t.backend ("cpu", "cuda:N"), or nullopt when `device` is not one
-// of the forms above (the caller names it).
+// of the forms above (the caller names it). With more local ranks than GPUs, bare "cuda" wraps around (local
+// rank modulo the GPUs this process sees) and says so once on stderr: the ranks then share GPUs, and their
+// device collectives stage through host memory (NCCL takes one rank per GPU).
 inline std::optional<std::string> backend_for_device(const std::string& device) {
   if (device == "cpu") return std::string("cpu");
   if (device == "cuda") {
     for (const char* v : {"TANDEM_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
       const char* s = std::getenv(v);
-      if (s != nullptr && *s != '\0') return "cuda:" + std::to_string(std::max(0, std::atoi(s)));
+      if (s == nullptr || *s == '\0') continue;
+      const int local = std::max(0, std::atoi(s));
+      int32_t gpus = 0;
+      if (local > 0 && tandem_cuda_device_count(&gpus) == TANDEM_OK && gpus > 0 && local >= gpus) {
+        std::fprintf(stderr, "tandem: local rank %d of a host with %d GPU%s: using cuda:%d, shared with other ranks\n",
+                     local, gpus, gpus == 1 ? "" : "s", local % gpus);
+        return "cuda:" + std::to_string(local % gpus);
+      }
+      return "cuda:" + std::to_string(local);
     }
     return std::string("cuda:0");
   }

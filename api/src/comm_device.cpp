@@ -257,3 +257,13 @@ TANDEM_API tandem_status_t tandem_nccl_version(int32_t* version) TANDEM_NOEXCEPT
     *version = static_cast<int32_t>(rt->nccl_version());
   });
 }
+
+TANDEM_API tandem_status_t tandem_cuda_device_count(int32_t* count) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    TANDEM_REQUIRE(count != nullptr, "tandem_cuda_device_count: count is NULL");
+    const auto* rt = tandem::engine::compute::device_runtime();
+    TANDEM_CHECK(rt != nullptr, tandem::Status::kUnsupported,
+                 "tandem_cuda_device_count: this libtandem was built without CUDA");
+    *count = static_cast<int32_t>(rt->device_count());
+  });
+}

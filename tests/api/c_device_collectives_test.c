@@ -135,6 +135,21 @@ static void nccl_version(void) {
   }
 }
 
+/* On this GPU-less host: unsupported, naming why, count untouched; with a device: at least one. */
+static void cuda_device_count(void) {
+  int32_t n = -1;
+  tandem_status_t s;
+  EXPECT_FAIL(tandem_cuda_device_count(NULL), TANDEM_ERR_INVALID_ARGUMENT, "count is NULL");
+  s = tandem_cuda_device_count(&n);
+  EXPECT(s == TANDEM_OK || s == TANDEM_ERR_UNSUPPORTED);
+  if (s == TANDEM_OK) {
+    EXPECT(n >= 1);
+  } else {
+    EXPECT(n == -1);
+    EXPECT(strstr(tandem_last_error_message(), "CUDA") != NULL || strstr(tandem_last_error_message(), "device") != NULL);
+  }
+}
+
 static void bad_setting(void) {
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
   tandem_context_t* ctx = NULL;
@@ -150,6 +165,7 @@ int main(void) {
   pthread_t t[WORLD];
   int r;
   nccl_version();
+  cuda_device_count();
   bad_setting();
   EXPECT_OK(tandem_context_create(NULL, &g_ctx));
   for (r = 0; r < WORLD; ++r) EXPECT(pthread_create(&t[r], NULL, rank_main, (void*)(intptr_t)r) == 0);

@@ -40,7 +40,8 @@ extern "C" {
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
 /* 0.3 added (nothing changed or removed): collectives on device memory (tandem_coll_params_t,
- * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version); the
+ * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version,
+ * tandem_cuda_device_count); the
  * calibration's per-sample cost curve (TANDEM_CALIBRATE_PARAM_CURVE, TANDEM_CALIBRATION_ATTR_CURVE,
  * tandem_calibration_curve). */
 /* The loaded library's TANDEM_VERSION. Threads: any. */
@@ -550,6 +551,10 @@ TANDEM_API tandem_status_t tandem_comm_device_path(tandem_comm_t* comm, const ta
  * TANDEM_ERR_UNSUPPORTED (a library built without CUDA, or libnccl.so.2 not loadable: the message says
  * why). */
 TANDEM_API tandem_status_t tandem_nccl_version(int32_t* version) TANDEM_NOEXCEPT;
+/* [out] count: the CUDA devices this process can use (0.3 addition). Threads: any. Returns TANDEM_OK,
+ * TANDEM_ERR_INVALID_ARGUMENT (count NULL), TANDEM_ERR_UNSUPPORTED (a library built without CUDA, no usable
+ * driver, or no device: the message says why; count untouched). */
+TANDEM_API tandem_status_t tandem_cuda_device_count(int32_t* count) TANDEM_NOEXCEPT;
 
 /* Returns once every rank has entered the barrier. */
 TANDEM_API tandem_status_t tandem_comm_barrier(tandem_comm_t* comm) TANDEM_NOEXCEPT;
