@@ -72,23 +72,8 @@ RouteId Network::add_route(const std::vector<LinkId>& links, const RouteCost& co
     }
   }
   if (sharing_ == Sharing::kRttWeighted && r.latency_ns > 0) r.weight = 1.0 / des::to_seconds(r.latency_ns);
-  const auto id = static_cast<RouteId>(routes_.size());
-  if (has_fifo_ && !links.empty() && cost.ack > 0 && !cost.ack_links.empty() && links_[links[0]].fifo_q > 0 &&
-      links_[cost.ack_links[0]].fifo_q > 0) {  // the ACK clock behind a reverse FIFO (header comment)
-    r.clock = true;
-    r.ack_first = cost.ack_links[0];
-    r.rtt_s = des::to_seconds(r.latency_ns);
-    for (LinkId l : cost.ack_links) r.rtt_s += des::to_seconds(links_[l].latency_ns);
-    r.clock_link = add_link(kUnlimited, 0);
-    route_links_.push_back(r.clock_link);
-    route_coef_.push_back(1.0);
-    ++r.length;
-    links_[links[0]].clock_data.push_back(id);
-    links_[r.ack_first].clock_ack.push_back(id);
-    has_clocks_ = true;
-  }
   routes_.push_back(r);
-  return id;
+  return static_cast<RouteId>(routes_.size() - 1);
 }
 
 void Network::set_token_bucket(LinkId l, double rate_bytes_per_s, double burst_bytes) {
@@ -119,55 +104,7 @@ void Network::set_fifo_queue(LinkId l, double queue_bytes) {
 
 const std::vector<LinkId> Network::route_links(RouteId r) const {
   const Route& rt = routes_.at(r);
-  return {route_links_.begin() + rt.offset,
-          route_links_.begin() + rt.offset + rt.length - (rt.conn ? 1 : 0) - (rt.clock ? 1 : 0)};
-}
-
-double Network::clock_cap(RouteId r) const {
-  const Route& rt = routes_.at(r);
-  return rt.clock ? links_[rt.clock_link].capacity : kUnlimited;
-}
-
-double Network::data_window(LinkId lid) const {
-  const Link& l = links_[lid];
-  size_t n = 0;
-  for (FlowId f : l.flows) n += route_links_[routes_[flows_[f].route].offset] == lid ? 1 : 0;
-  return std::min(kTcpSmallQueueBytes, l.fifo_q / static_cast<double>(std::max<size_t>(n, 1)));
-}
-
-double Network::fifo_backlog_now(LinkId lid) const {
-  const Link& l = links_[lid];
-  const double w = data_window(lid);
-  double b = 0;
-  for (FlowId f : l.flows) {
-    const Flow& fl = flows_[f];
-    const Route& rt = routes_[fl.route];
-    if (route_links_[rt.offset] == lid) b += std::min(fl.bytes * route_coef_[rt.offset], w);
-  }
-  return std::min(l.fifo_q, b);
-}
-
-void Network::update_clock(RouteId r) {
-  const Route& rt = routes_[r];
-  Link& c = links_[rt.clock_link];
-  const LinkId first = route_links_[rt.offset];
-  const double cost = route_coef_[rt.offset];
-  const double window = data_window(first) + links_[first].capacity * rt.rtt_s;  // wire bytes
-  bool bulk = false;  // a flow larger than its window: ACK clocked
-  for (FlowId f : c.flows) bulk = bulk || flows_[f].bytes * cost > window;
-  const double backlog = bulk ? fifo_backlog_now(rt.ack_first) : 0.0;
-  const double cap =
-      backlog > 0 ? window / ((rt.rtt_s + backlog / links_[rt.ack_first].capacity) * cost) : kUnlimited;
-  if (cap == c.capacity) return;
-  c.capacity = cap;
-  if (!c.flows.empty()) mark_dirty(rt.clock_link);
-}
-
-void Network::clocks_changed(LinkId lid) {
-  for (RouteId r : links_[lid].clock_data)
-    if (!links_[routes_[r].clock_link].flows.empty()) update_clock(r);
-  for (RouteId r : links_[lid].clock_ack)
-    if (!links_[routes_[r].clock_link].flows.empty()) update_clock(r);
+  return {route_links_.begin() + rt.offset, route_links_.begin() + rt.offset + rt.length - (rt.conn ? 1 : 0)};
 }
 
 std::optional<ConnectionState> Network::connection_state(RouteId r) const {
@@ -263,9 +200,11 @@ void Network::activate(FlowId f) {
   // Fast path: when every link of the route is idle, the flow is a component of its own and its
   // rate is the route's narrowest link; later changes on these links recompute it with the rest.
   bool idle = true;
+  double rate = kUnlimited;
   for (uint32_t i = 0; i < rt.length; ++i) {
     const Link& l = links_[route_links_[rt.offset + i]];
     idle = idle && l.flows.empty() && l.bucket_rate == 0;  // a bucket's state is settled in recompute()
+    rate = std::min(rate, l.capacity / route_coef_[rt.offset + i]);
   }
   for (uint32_t i = 0; i < rt.length; ++i) {
     LinkId lid = route_links_[rt.offset + i];
@@ -276,12 +215,7 @@ void Network::activate(FlowId f) {
     ++l.stats.flows;
     if (!idle) mark_dirty(lid);
   }
-  // a new data flow on a FIFO link changes the ACK clocks it sets (its own route's among them)
-  if (has_clocks_ && links_[route_links_[rt.offset]].fifo_q > 0) clocks_changed(route_links_[rt.offset]);
   if (idle) {
-    double rate = kUnlimited;
-    for (uint32_t i = 0; i < rt.length; ++i)
-      rate = std::min(rate, links_[route_links_[rt.offset + i]].capacity / route_coef_[rt.offset + i]);
     fl.rate = rate;
     schedule_completion(f);
   }
@@ -323,7 +257,6 @@ void Network::finish(FlowId f) {
       }
     }
     --active_count_;
-    if (has_clocks_ && links_[route_links_[rt.offset]].fifo_q > 0) clocks_changed(route_links_[rt.offset]);
   }
   FlowObserver* obs = fl.observer;
   uint64_t tag = fl.tag;

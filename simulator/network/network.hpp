@@ -21,6 +21,10 @@
 // (set_token_bucket): it runs at its capacity (the line rate) while it holds at least one frame of
 // tokens, which fill at the bucket's rate up to the burst and drain at (load - rate); empty, its
 // capacity is the bucket's rate. Links without either keep the plain model, and so its speed.
+// Max-min fixes every flow on its bottleneck, so a flow whose ACKs cross a busy link is held to that link's
+// level, C / (n x data + ack). That already couples a link's two directions at least as tightly as an ACK clock
+// behind a reverse FIFO would (window / (RTT + backlog / C) with the sender-queue windows below; tried and measured
+// in bench/strategies/README.md, session 13).
 //
 // Slow start after idle (issue #16; Linux's net.ipv4.tcp_slow_start_after_idle=1, tcp_cwnd_restart,
 // RFC 2861). A route given a SlowStart is one TCP connection: it gets a private "connection" link,
@@ -47,24 +51,6 @@
 // before it joins the link (before its route's latency), then adds min(its wire bytes, its window) to the
 // backlog; once it has joined it shares the link max-min as every flow does. Links without a queue, and every
 // flow that starts on one alone on an empty queue, start as before.
-//
-// The ACK clock behind a reverse queue (issue #13). A TCP flow sends no faster than its window per round trip, and
-// its ACKs cross the reverse path's first link -- the receiver's uplink. When that link has a FIFO (above) and
-// carries bulk data of its own, the ACKs wait behind that data's backlog, which lengthens the round trip. For a
-// route whose data and ACK paths both start on FIFO links (L and R), a flow is capped at
-//     window / (RTT + backlog_R / capacity_R)      (wire bytes per second on L)
-// where, from the facts the sender-queue model already has:
-//   - window = w_L + capacity_L x RTT: what a TSQ-limited socket keeps unacknowledged -- its queued window
-//     w_L = min(Q_L / n_L, 128 KiB) over the n_L data flows on L, plus the path's bandwidth-delay product;
-//   - backlog_R = min(Q_R, sum over the data flows g on R of min(g's wire bytes, w_R)): the windows R's own flows
-//     keep queued, the ACKs' wait;
-//   - RTT: the data path's latency plus the ACK path's.
-// The cap applies while the route has a flow larger than its window (a smaller message leaves as one window, not
-// ACK clocked), and only where R has data of its own: a flow with an idle reverse FIFO is uncapped. Two equal
-// flows in opposite directions are not slowed by it: each one's window covers the other's backlog plus the
-// bandwidth-delay product, i.e. it keeps the link busy (window / (RTT + w / C) = C). A flow is slowed where the
-// reverse FIFO holds more than its window: a server's uplink full of replies delays the ACKs of a push into it.
-// Routes without FIFOs at both ends have no such cap.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -152,8 +138,6 @@ class Network final : public des::EventHandler, public des::InstantHook {
   double link_latency_s(LinkId l) const { return des::to_seconds(links_.at(l).latency_ns); }
   double route_latency_s(RouteId r) const { return des::to_seconds(routes_.at(r).latency_ns); }
   const std::vector<LinkId> route_links(RouteId r) const;
-  // The ACK clock's cap of route r now (payload bytes/s; kUnlimited: none), for tests.
-  double clock_cap(RouteId r) const;
   const LinkStats& link_stats(LinkId l) const { return links_.at(l).stats; }
   // A slow-start route's connection (nullopt for other routes), and setting it (before its first flow): slow start
   // after idle counted across steps (Topology::resume_connections).
@@ -201,8 +185,6 @@ class Network final : public des::EventHandler, public des::InstantHook {
     double fifo_q = 0, fifo_backlog = 0;
     des::TimeNs fifo_at = 0;
     std::vector<FlowId> fifo_new;
-    // ACK-clocked routes (a private "clock" link each) whose data path starts here, and whose ACK path does
-    std::vector<RouteId> clock_data, clock_ack;
   };
   // Token buckets' "empty" events (a separate handler: the network's own events are flows').
   struct BucketEvents final : des::EventHandler {
@@ -219,9 +201,6 @@ class Network final : public des::EventHandler, public des::InstantHook {
     des::TimeNs latency_ns;     // of the data path
     double weight;  // share weight of its flows (1, or 1/latency under kRttWeighted)
     bool conn = false;          // its last link is its connection link (slow start)
-    bool clock = false;         // it has a clock link (the ACK clock behind a reverse FIFO), before any connection link
-    LinkId clock_link = 0, ack_first = 0;
-    double rtt_s = 0;           // data path's latency + ACK path's
   };
   struct Flow {
     State state = State::kFree;
@@ -255,10 +234,6 @@ class Network final : public des::EventHandler, public des::InstantHook {
   void conn_idle(Link& c, double last_rate);
   void slow_start_round(uint64_t arg);
   void admit_queued();          // at the end of an instant: flows posted on FIFO links wait their turn
-  double data_window(LinkId l) const;  // a data flow's queued window on FIFO link l (its current data flows)
-  double fifo_backlog_now(LinkId l) const;  // what l's data flows keep queued (0: no data flows)
-  void update_clock(RouteId r);       // sets r's clock link to its cap now (dirty if it changed and has flows)
-  void clocks_changed(LinkId l);      // l's data flows changed: the routes whose window or ACK wait it sets
 
   des::Simulator& sim_;
   Sharing sharing_;
@@ -268,7 +243,6 @@ class Network final : public des::EventHandler, public des::InstantHook {
   std::vector<double> route_coef_;  // per entry of route_links_
   bool has_buckets_ = false;
   bool has_fifo_ = false;
-  bool has_clocks_ = false;
   std::vector<LinkId> fifo_links_;  // FIFO links with flows posted in this instant
   BucketEvents bucket_events_;
   RoundEvents round_events_;
