@@ -21,6 +21,10 @@
 // (set_token_bucket): it runs at its capacity (the line rate) while it holds at least one frame of
 // tokens, which fill at the bucket's rate up to the burst and drain at (load - rate); empty, its
 // capacity is the bucket's rate. Links without either keep the plain model, and so its speed.
+// Max-min fixes every flow on its bottleneck, so a flow whose ACKs cross a busy link is held to that link's
+// level, C / (n x data + ack). That already couples a link's two directions at least as tightly as an ACK clock
+// behind a reverse FIFO would (window / (RTT + backlog / C) with the sender-queue windows below; tried and measured
+// in bench/strategies/README.md, session 13).
 //
 // Slow start after idle (issue #16; Linux's net.ipv4.tcp_slow_start_after_idle=1, tcp_cwnd_restart,
 // RFC 2861). A route given a SlowStart is one TCP connection: it gets a private "connection" link,

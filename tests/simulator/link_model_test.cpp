@@ -1,5 +1,7 @@
 // The link model of issue #16 (network/network.hpp, network/topology.hpp): token buckets, TCP's
 // header and ACK costs, RDMA without them, and their cluster JSON.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -576,6 +578,95 @@ BOOST_AUTO_TEST_CASE(the_cluster_json_key_and_its_errors) {
   ring.kind = TopologyKind::kRing;
   expect_error([&] { Topology topo(ring, h, net); }, "NIC queue needs a topology with NIC links");
   expect_error([&] { net.set_fifo_queue(net.add_link(1e6, 0), 0); }, "FIFO queue must hold");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Two directions of a link pair (issue #13, asgd): the ACK clock behind a reverse queue. A TCP flow whose ACKs
+// cross a FIFO holding the receiver's own bulk data runs at most window / (RTT + backlog / C), window = its queued
+// window + C x RTT (network.hpp). The max-min model with ACK costs already holds such a flow to the reverse link's
+// per-flow share, which is never above that bound (mediant: (w + C RTT) / (RTT + B / C) >= min(C w / B, C), and
+// C w / B >= C / n for the n flows of either end): the bound never binds, and every time below is the plain model's.
+BOOST_AUTO_TEST_SUITE(reverse_queue)
+
+namespace {
+using sender_queue::Starter;
+constexpr double kC = 1e8;        // hosts(): 100 MB/s NICs
+constexpr double kLat = 1e-3;     // one way, host to host (0.5 ms up, 0.5 ms down)
+constexpr double kRtt = 2 * kLat;
+constexpr double kQ = 421390;     // emu-cluster's tbf limit at 65 Mbit/s
+constexpr double kW = kTcpSmallQueueBytes + kC * kRtt;  // a lone sender's window: its TSQ share + the BDP
+
+std::vector<HostNet> queued_hosts(int n, double queue) {
+  std::vector<HostNet> h = hosts(n, Protocol::kTcp);
+  for (auto& x : h) {
+    x.nic_latency_s = kLat;
+    x.nic_queue_bytes = queue;
+  }
+  return h;
+}
+// Flows (src, dst, bytes, start time) on a star of hosts; their completion times.
+struct Posted {
+  int src, dst;
+  double bytes, at;
+};
+std::vector<double> run_star(const std::vector<HostNet>& h, const std::vector<Posted>& flows) {
+  des::Simulator sim;
+  Network net(sim);
+  Topology topo(TopologySpec{}, h, net);
+  Times t(sim);
+  std::vector<Starter> starters(flows.size());
+  for (size_t i = 0; i < flows.size(); ++i) {
+    starters[i].net = &net;
+    starters[i].route = topo.route(flows[i].src, flows[i].dst);
+    starters[i].times = &t;
+    starters[i].bytes = flows[i].bytes;
+    sim.schedule_in(des::to_ns(flows[i].at), &starters[i], i);
+  }
+  sim.run();
+  return t.at;
+}
+// The ACK-clock bound (payload bytes/s) of a lone sender whose reverse FIFO holds n windows of 128 KiB.
+double ack_clock(int n) { return kW / ((kRtt + n * kTcpSmallQueueBytes / kC) * kData); }
+}  // namespace
+
+// One flow alone: nothing on its reverse link, it runs at its uplink's rate, with or without the queue.
+BOOST_AUTO_TEST_CASE(one_flow_alone_is_unchanged) {
+  const double fifo = run_star(queued_hosts(2, kQ), {{0, 1, 1e7, 0}}).at(0);
+  BOOST_TEST(fifo == run_star(queued_hosts(2, 0), {{0, 1, 1e7, 0}}).at(0));
+  BOOST_TEST(fifo == kLat + 1e7 * kData / kC, tt::tolerance(1e-8));
+}
+
+// Two equal flows in opposite directions, started together: each one's window covers the other's backlog plus the
+// bandwidth-delay product (the bound is C / d exactly), and both end at the two-way max-min time S (d + a) / C --
+// longer than one alone by the other's ACKs only, with or without the queue.
+BOOST_AUTO_TEST_CASE(two_equal_opposite_flows_keep_the_line_rate) {
+  BOOST_TEST(ack_clock(1) * kData == kC, tt::tolerance(1e-12));
+  const std::vector<Posted> flows = {{0, 1, 1e7, 0}, {1, 0, 1e7, 0}};
+  const std::vector<double> fifo = run_star(queued_hosts(2, kQ), flows), none = run_star(queued_hosts(2, 0), flows);
+  for (size_t k = 0; k < 2; ++k) {
+    BOOST_TEST(fifo.at(k) == none.at(k), tt::tolerance(1e-12));
+    BOOST_TEST(fifo.at(k) == kLat + 1e7 * (kData + kAck) / kC, tt::tolerance(1e-8));
+  }
+}
+
+// A flow against three bulk flows leaving its receiver: the ACK coupling holds it to the reverse link's per-flow
+// share C / (3 d + a), below the ACK-clock bound W / ((RTT + 3 x 128 KiB / C) d). Host 1 sends 30 MB to each of
+// hosts 2-4 from t = 0; host 0 sends 10 MB to host 1 from 10 ms and ends long before them.
+BOOST_AUTO_TEST_CASE(a_flow_against_a_busy_reverse_link_is_held_to_its_share) {
+  const std::vector<Posted> flows = {{1, 2, 3e7, 0}, {1, 3, 3e7, 0}, {1, 4, 3e7, 0}, {0, 1, 1e7, 0.01}};
+  const std::vector<double> fifo = run_star(queued_hosts(5, kQ), flows), none = run_star(queued_hosts(5, 0), flows);
+  const double share = kC / (3 * kData + kAck);
+  BOOST_TEST(share < ack_clock(3));
+  BOOST_TEST(fifo.at(3) == 0.01 + kLat + 1e7 / share, tt::tolerance(1e-8));
+  BOOST_TEST(none.at(3) == fifo.at(3), tt::tolerance(1e-12));
+  BOOST_TEST(fifo.at(3) < fifo.at(0));
+}
+
+// Started far apart -- the reverse flows have ended before the flow starts -- there is no penalty.
+BOOST_AUTO_TEST_CASE(far_apart_there_is_no_penalty) {
+  const double apart = run_star(queued_hosts(3, kQ), {{1, 0, 1e6, 0}, {1, 2, 1e6, 0}, {0, 1, 1e7, 0.1}}).at(2);
+  BOOST_TEST(apart == run_star(queued_hosts(3, kQ), {{0, 1, 1e7, 0.1}}).at(0));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
