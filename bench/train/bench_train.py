@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 TORCH_CHILD = r"""
-import sys, time, json, torch
+import contextlib, sys, time, json, torch
 sys.path.insert(0, %(here)r)
 import torch_models
 torch.set_num_threads(%(threads)d)
@@ -49,7 +49,8 @@ model.train()
 amp = %(bf16)s and dev.type == "cuda"
 def step():
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+    # autocast only when asked: Debian's PyTorch 1.13 (no CUDA) refuses even a disabled bf16 "cuda" autocast
+    with torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext():
         loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()

@@ -42,6 +42,10 @@ inline void convolution_forward_and_backward(Pair& b) {
       {3, 4, 11, 11, 6, 5, 2, 2, 1, 2, true},    // groups 2, 5x5
       {2, 3, 9, 9, 4, 3, 1, 2, 2, 1, false},     // dilation 2
       {4, 16, 8, 8, 32, 3, 2, 1, 1, 1, true},    // blocked channels, stride 2
+      // 3x3 stride 1 with whole 16-channel blocks (the cpu backend's Winograd path on AVX-512)
+      {2, 16, 8, 8, 32, 3, 1, 1, 1, 1, true},    // with bias
+      {3, 32, 10, 6, 16, 3, 1, 1, 1, 1, false},  // planes not a whole number of 4x4 tiles
+      {1, 16, 9, 7, 48, 3, 1, 0, 1, 1, false},   // no padding, batch 1
       // tiny output planes (the cpu backend's im2col + matmul path)
       {2, 16, 1, 1, 24, 3, 1, 1, 1, 1, true},    // 1x1 plane, 3x3 kernel, padding 1
       {3, 8, 2, 2, 12, 3, 1, 1, 1, 1, false},    // 2x2 plane

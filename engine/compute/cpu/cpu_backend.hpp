@@ -142,6 +142,8 @@ class CpuBackend final : public Backend {
   // false when oneDNN should do it.
   bool direct_conv_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                            bool accumulate);
+  // Whether a convolution of these shapes uses Winograd (cpu_conv.cpp says when and why).
+  static bool winograd_suits(const Shape& x, const Shape& w, const ConvParams& p);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);

@@ -9,6 +9,9 @@ namespace tandem::engine::compute::cpu {
 using dnnl::memory;
 
 struct ConvPlan {
+  // convolution_winograd where cpu_conv.cpp's winograd_suits() picks it and oneDNN implements
+  // it here (AVX-512), else convolution_direct; the backward primitives use the same.
+  dnnl::algorithm algo = dnnl::algorithm::convolution_direct;
   memory::desc user_w;  // plain weights, 5-D (goihw) when grouped
   memory::dims strides, dilates, pad_l, pad_r;
   memory::desc x_any, w_any, y_any, b_md;
