@@ -50,6 +50,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_UCX_BUSY_US", K::kInteger, 0, 60000000, "", "2000", "ucx: microseconds of busy polling"},
     {"TANDEM_UCX_ERR_MODE", K::kChoice, 0, 0, "peer|auto", "auto", "ucx: peer: peer error mode on every endpoint"},
     // Compute, data, training.
+    {"TANDEM_CPU_WINOGRAD", K::kChoice, 0, 0, "0|1", "1",
+     "cpu: 0 runs 3x3 stride-1 convolutions on oneDNN's direct kernels instead of Winograd"},
     {"TANDEM_CUDA_ALLOW_TF32", K::kChoice, 0, 0, "0|1", "0", "cuda: 1 allows TF32 tensor cores"},
     {"TANDEM_CUDA_MATH", K::kChoice, 0, 0, "f32|bf16", "f32",
      "cuda: bf16 runs convolutions and GEMMs on bf16 tensor cores (f32 tensors, f32 accumulation)"},

@@ -155,6 +155,8 @@ typedef struct tandem_context_params {
  *   TANDEM_UCX_BUSY_US        ucx: us of busy polling before sleeping, 0..60000000 default 2000
  *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
  *  Compute, data, training
+ *   TANDEM_CPU_WINOGRAD       cpu: 0 keeps 3x3 stride-1 convolutions on oneDNN's    default 1
+ *                             direct kernels (1: Winograd F(4x4,3x3) where it runs)
  *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
  *   TANDEM_CUDA_MATH          cuda: f32, or bf16: convolutions and GEMMs round     default f32
  *                             their inputs to bf16 for the tensor cores (f32

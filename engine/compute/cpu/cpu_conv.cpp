@@ -10,6 +10,7 @@
 #include "engine/compute/cpu/dnnl_exec.hpp"
 #include "engine/compute/validate.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::compute::cpu {
 
@@ -26,10 +27,7 @@ using tag = memory::format_tag;
 // stem) oneDNN's Winograd is 4x slower than direct, so it is left out there.
 // TANDEM_CPU_WINOGRAD=0 turns it off (direct kernels everywhere).
 bool CpuBackend::winograd_suits(const Shape& x, const Shape& w, const ConvParams& p) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TANDEM_CPU_WINOGRAD");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  const bool enabled = settings::current()->flag("TANDEM_CPU_WINOGRAD").value_or(true);
   return enabled && p.groups == 1 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
          p.dilation_h == 1 && p.dilation_w == 1 && x[1] % 16 == 0 && w[0] % 16 == 0;
 }
