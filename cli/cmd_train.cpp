@@ -235,14 +235,18 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   // step boundary that checks for joiners, and receive its state.
   const char* join = std::getenv("TANDEM_JOIN");
   const bool joining = join != nullptr && std::string(join) == "1";
-  if (o.elastic && (o.strategy == "ddp" || o.strategy == "pipeline" || o.strategy == "hybrid")) {
+  // Parameter-server jobs (ps, ps-async, ssp) grow by workers; servers do not join.
+  const bool grows = o.strategy == "ddp" || o.strategy == "pipeline" || o.strategy == "hybrid" || o.strategy == "ps" ||
+                     o.strategy == "ps-async" || o.strategy == "ssp";
+  if (o.elastic && grows) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
     pp.max_ranks = std::max(0, o.max_ranks);
     pp.join_poll_steps = o.join_poll_steps;
     pp.joining = joining ? 1 : 0;
   } else if (joining) {
-    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp, pipeline and hybrid jobs admit new ranks (give the "
-                                 "running job's --strategy and --elastic; this one has --strategy {}{})",
+    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp, pipeline, hybrid, ps, ps-async and ssp jobs admit "
+                                 "new ranks (give the running job's --strategy and --elastic; this one has --strategy "
+                                 "{}{})",
                                  o.strategy, o.elastic ? "" : " without --elastic"));
   }
   if (joining) {

@@ -294,7 +294,15 @@ class ParallelTrainer {
   void maybe_admit();
   bool admit();  // one admission; false when nobody came in
   // Both sides of an admission, after the group is re-formed: labels, the job's starting width, rank 0's state.
-  void share_grown_state();
+  // from[i]: the rank that new rank i had in the trainer's communicator before (-1: a joiner); empty: the old ranks
+  // first, in their order.
+  void share_grown_state(const std::vector<int>& from = {});
+  // ---- issue #17: parameter-server jobs that grow by workers (elastic_grow.cpp) ----
+  bool grows_workers() const noexcept;  // elastic ps, ps-async, ssp with the trainer's own communicator
+  bool admit_workers();  // one admission of workers; false when nobody came in (or the joiners were refused)
+  // Collective over the grown world (old ranks first, joiners after): rank 0's shape (W workers, S servers) and the
+  // world reordered workers first -- old workers, joiners, then the servers with their indices; from: as above.
+  std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
   void adopt_state(int root);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
