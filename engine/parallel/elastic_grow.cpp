@@ -56,7 +56,7 @@ bool ParallelTrainer::grows_workers() const noexcept {
 
 void ParallelTrainer::maybe_admit() {
   if (grows_workers()) {
-    if (optimizer_->steps() % pc_.join_poll_steps != 0) return;
+    if (optimizer_->steps() < poll_from_ || optimizer_->steps() % pc_.join_poll_steps != 0) return;
     // The poll is collective over workers and servers: every rank leaves the push/pull region first (a sync point),
     // so that no rank waits in it for another's push or pull (ssp and ps-async workers may be ahead, and replies may
     // wait for replicas). Admit until nobody waits (the ranks admitted here poll once more with everyone).

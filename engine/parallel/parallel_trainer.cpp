@@ -822,6 +822,10 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   }
   const int64_t my_progress = progress_of(snapshot_);
   if (ps_) {
+    // A server counts a step once its pushes are in, a worker once its pulls are, and a worker may redo its step in
+    // flight: after a loss the ranks may be a step apart, which serve() absorbs within a step. The polls for joiners
+    // (collective at step boundaries) resume where every rank has gone past the most progress any rank had here.
+    for (int r = 0; r < n; ++r) poll_from_ = std::max(poll_from_, at(r, 0) + 1);
     // kept: the worker index each surviving worker had before this shrink (workers come first in both lists).
     std::vector<int> kept;
     for (int w = 0; w < grid_.dp; ++w)

@@ -412,6 +412,7 @@ class ParallelTrainer {
   double lr_scale_ = 1.0;
   int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
   std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
+  int64_t poll_from_ = 0;  // parameter servers: no poll for joiners before this step (re-aligned after a loss)
   double last_admission_ms_ = -1;
   // ---- issue #17: grids that grow, spares ----
   int launch_pp_ = 1;                 // the depth the job was launched with (grid_for's pp0)
