@@ -696,12 +696,14 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
           ->group(par)->check(CLI::PositiveNumber),
-      app.add_option("--max-ranks", o->max_ranks, "elastic ddp: ranks started later (tandem launch --join) are "
-                     "admitted at a step boundary up to this many ranks in all, the others refused (default: "
+      app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
+                     "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
+                     "parameter servers, as workers), the others refused (default: "
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
           ->group(par)->check(CLI::PositiveNumber),
-      app.add_option("--join-poll-steps", o->join_poll_steps, "elastic ddp: check for joining ranks every this many "
-                     "steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast)")
+      app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
+                     "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; with "
+                     "parameter servers also a sync point, the workers re-taking the servers' parameters)")
           ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;

@@ -64,6 +64,19 @@ class GrowLaunch(unittest.TestCase):
         self.addCleanup(shutil.rmtree, tmp, True)
         return free_port(), os.path.join(tmp, "secret")
 
+    def launch_growing(self, n, port, secret_file, on_line, train, threads):
+        """`tandem launch -n N --max-ranks 4` over tcp, on_line(launcher pid, line) starting joiners on `threads` (each
+        joined once the job ends); asserts that the job exited 0. Returns (lines, the merged output)."""
+        try:
+            rc, lines = run_launch(self, ["-n", str(n), "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
+                                          "--secret-file", secret_file], on_line, train=train)
+        finally:
+            for t in threads:
+                t.join(timeout=150)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        return lines, out
+
     def test_two_ranks_grow_to_four_and_finish_together(self):
         port, secret_file = self.job_files()
         results = {}
@@ -81,14 +94,7 @@ class GrowLaunch(unittest.TestCase):
                 later("late", port, secret_file, 1)
                 results["late"] = None
 
-        try:
-            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                                          "--secret-file", secret_file], on_line, train=TRAIN)
-        finally:
-            for t in threads:
-                t.join(timeout=150)
-        out = "".join(lines)
-        self.assertEqual(rc, 0, out)
+        lines, out = self.launch_growing(2, port, secret_file, on_line, TRAIN, threads)
         intruder = results["intruder"]
         self.assertNotEqual(intruder.returncode, 0, intruder.stdout + intruder.stderr)
         self.assertRegex(intruder.stdout + intruder.stderr, r"(?i)secret|auth")
@@ -163,14 +169,7 @@ class GrowLaunch(unittest.TestCase):
                 results["second"] = None
                 later("second", port, secret_file, 1)
 
-        try:
-            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                                          "--secret-file", secret_file], on_line, train=HYBRID)
-        finally:
-            for t in threads:
-                t.join(timeout=150)
-        out = "".join(lines)
-        self.assertEqual(rc, 0, out)
+        lines, out = self.launch_growing(2, port, secret_file, on_line, HYBRID, threads)
         for name in ("first", "second"):
             r = results.get(name)
             self.assertIsNotNone(r, out)
@@ -200,14 +199,7 @@ class GrowLaunch(unittest.TestCase):
                 results["joiner"] = None
                 start_joiner(results, threads, "joiner", port, secret_file, 1, train=PS)
 
-        try:
-            rc, lines = run_launch(self, ["-n", "3", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                                          "--secret-file", secret_file], on_line, train=PS)
-        finally:
-            for t in threads:
-                t.join(timeout=150)
-        out = "".join(lines)
-        self.assertEqual(rc, 0, out)
+        lines, out = self.launch_growing(3, port, secret_file, on_line, PS, threads)
         joiner = results.get("joiner")
         self.assertIsNotNone(joiner, out)
         self.assertEqual(joiner.returncode, 0, joiner.stdout + joiner.stderr)

@@ -20,7 +20,7 @@ using namespace tandem::testing;
 namespace {
 
 constexpr int64_t kBatch = 4;  // per worker
-constexpr int kOld = 3;        // 2 workers + 1 server
+constexpr int kOld = 3;        // 2 workers + 1 server (the growing job's shape)
 
 struct Case {
   const char* name;
@@ -35,10 +35,18 @@ const Case kCases[] = {
     {"ps-async", par::Strategy::kPsAsync, 0, 0.005f},
 };
 
-par::ParallelConfig elastic_ps(const Case& c, int max_ranks, bool joining) {
+// The running job: 2 workers and `servers` servers, each backed up on `replicas` others; world rank `dead` (>= 0)
+// leaves after the first steps.
+struct JobShape {
+  int servers = 1, replicas = 0, dead = -1;
+  int world() const { return 2 + servers; }
+};
+
+par::ParallelConfig elastic_ps(const Case& c, const JobShape& shape, int max_ranks, bool joining) {
   par::ParallelConfig p;
   p.strategy = c.strategy;
-  p.servers = 1;
+  p.servers = shape.servers;
+  p.server_replicas = shape.replicas;
   p.staleness = c.staleness;
   p.bucket_mb = 0.004;  // several pieces in flight during backward
   p.elastic = true;
@@ -60,14 +68,15 @@ struct Seen {
   int world = 0, workers = 0;
 };
 
-// Runs the job: the old ranks train kBefore steps, evaluate, then step until the joiner is in (at most kMaxPolls
-// steps; with `admits` false, until the joiner gave up); then every rank, the joiner too, runs kAfter more steps and
-// evaluates. Returns world ranks 0..2 and the joiner (index 3).
-std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits) {
+// Runs the job: the old ranks train kBefore steps (shape.dead leaves half-way), evaluate, then step until the joiner is in
+// (at most kMaxPolls steps; with `admits` false, until the joiner gave up); then every rank, the joiner too, runs
+// kAfter more steps and evaluates. Returns the old world ranks, then the joiner (last).
+std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, const JobShape& shape = {}) {
   constexpr int kBefore = 4, kAfter = 10, kMaxPolls = 500;
   const int port = 20000 + static_cast<int>((::getpid() * 7 + static_cast<int>(c.strategy)) % 20000);
   const std::string secret = fmt::format("grow-ps-{}-{}", c.name, max_ranks);
-  std::vector<Seen> seen(kOld + 1);
+  const int old = shape.world(), alive = old - (shape.dead >= 0 ? 1 : 0);
+  std::vector<Seen> seen(static_cast<size_t>(old) + 1);
   std::atomic<int> ready{0};
   std::atomic<bool> joiner_done{false};
   std::atomic<int64_t> stop_at{-1};  // !admits: the step every old rank stops at (the first to see the refusal sets it)
@@ -77,7 +86,7 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits) {
   o.transport = "inproc";
   o.timeout = std::chrono::milliseconds(10000);
   std::vector<std::thread> threads;
-  for (int i = 0; i <= kOld; ++i)
+  for (int i = 0; i <= old; ++i)
     threads.emplace_back([&, i] {
       Seen& s = seen[static_cast<size_t>(i)];
       try {
@@ -85,15 +94,22 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits) {
         nn::Model m(lenet12(), *be, 3);
         std::unique_ptr<comm::Communicator> comm;
         std::unique_ptr<par::ParallelTrainer> t;
-        if (i < kOld) {
-          comm = comm::create_communicator(i, kOld, "127.0.0.1", port, secret, o);
+        if (i < old) {
+          comm = comm::create_communicator(i, old, "127.0.0.1", port, secret, o);
           t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
-                                                     elastic_ps(c, max_ranks, false), comm.get());
-          for (int k = 0; k < kBefore; ++k) t->step();
+                                                     elastic_ps(c, shape, max_ranks, false), comm.get());
+          for (int k = 0; k < kBefore; ++k) {
+            if (i == shape.dead && k == kBefore / 2) {  // the others absorb it within their steps, before evaluating
+              t->abandon();
+              return;
+            }
+            t->step();
+          }
           s.loss_mid = t->evaluate(synthetic12_train(), 0).loss;
           ++ready;
           const bool server = t->grid().server;
-          for (int k = 0; k < kMaxPolls && t->grid().world == kOld; ++k) {
+          const int before = t->grid().world;
+          for (int k = 0; k < kMaxPolls && t->grid().world == before; ++k) {
             if (!admits && joiner_done) {
               int64_t none = -1;
               stop_at.compare_exchange_strong(none, t->global_step() + 3);  // the ranks are at most a step apart
@@ -101,16 +117,16 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits) {
             if (stop_at >= 0 && t->global_step() >= stop_at) break;
             const std::vector<float> shard = server ? t->param_server()->shard() : std::vector<float>{};
             t->step();
-            if (t->grid().world != kOld) s.at_admission = shard;
+            if (t->grid().world != before) s.at_admission = shard;
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
           }
-          if (admits && t->grid().world == kOld) throw std::runtime_error("the joiner was never admitted");
+          if (admits && t->grid().world == before) throw std::runtime_error("the joiner was never admitted");
           s.grew_at = t->global_step() - 1;  // the step right after the admission ran with the joiner
         } else {
-          for (int k = 0; k < 2000 && ready < kOld; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          for (int k = 0; k < 2000 && ready < alive; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           comm::BootstrapConfig bc;
           bc.info.rank = 0;
-          bc.info.size = kOld;  // the job's size at creation (inproc finds the job by it)
+          bc.info.size = old;  // the job's size at creation (inproc finds the job by it)
           bc.master_addr = "127.0.0.1";
           bc.master_port = port;
           bc.secret = secret;
@@ -121,7 +137,7 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits) {
             throw;
           }
           t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
-                                                     elastic_ps(c, max_ranks, true), comm.get());
+                                                     elastic_ps(c, shape, max_ranks, true), comm.get());
           s.first_pull = host_params(m);
           s.grew_at = t->global_step();
           t->step();  // the old ranks' step right after the admission
@@ -206,6 +222,29 @@ BOOST_AUTO_TEST_CASE(a_joiner_beyond_max_ranks_is_refused_naming_the_flag) {
     BOOST_TEST_REQUIRE(s.error.empty(), "rank " << i << ": " << s.error);
     BOOST_TEST(s.world == kOld);
     BOOST_TEST(s.workers == 2);
+    BOOST_TEST(s.loss_end < s.loss_mid);
+  }
+}
+
+// Servers do not join: ps with 2 servers backing each other up loses server 1 (world rank 3); server 0 takes its shard
+// over and the job goes on, but a rank that joins then would have to replace the lost server, so it is refused
+// saying why, and the job trains on without it.
+BOOST_AUTO_TEST_CASE(after_a_server_loss_a_joiner_is_refused_because_servers_do_not_join) {
+  JobShape shape;
+  shape.servers = 2;
+  shape.replicas = 1;
+  shape.dead = 3;
+  const std::vector<Seen> seen = run_growing_job(kCases[0], 5, false, shape);
+  const Seen& joiner = seen[4];
+  BOOST_TEST((joiner.status == Status::kUnsupported));
+  BOOST_TEST(joiner.error.find("lost 1 of its 2 parameter servers") != std::string::npos, joiner.error);
+  BOOST_TEST(joiner.error.find("servers do not join") != std::string::npos, joiner.error);
+  for (int i = 0; i < 3; ++i) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_REQUIRE(s.error.empty(), "rank " << i << ": " << s.error);
+    BOOST_TEST(s.world == 3);
+    BOOST_TEST(s.workers == 2);
+    BOOST_TEST((s.members == std::vector<int>{0, 1, 2}));
     BOOST_TEST(s.loss_end < s.loss_mid);
   }
 }
