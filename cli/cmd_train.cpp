@@ -698,7 +698,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->group(par)->check(CLI::PositiveNumber),
       app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
                      "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
-                     "parameter servers, as workers), the others refused (default: "
+                     "parameter servers, as workers, and only when this is given), the others refused (default: "
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
           ->group(par)->check(CLI::PositiveNumber),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "

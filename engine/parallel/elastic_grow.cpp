@@ -51,7 +51,10 @@ bool ParallelTrainer::grows_grid() const noexcept {
 }
 
 bool ParallelTrainer::grows_workers() const noexcept {
-  return pc_.elastic && ps_ != nullptr && !elastic_centre() && absorbing_ && own_comm_ != nullptr;
+  // Each poll costs a sync point, so a parameter-server job polls only when it was given a bound to grow to
+  // (max_ranks > 0; tandem launch --max-ranks above -n sets it); a joiner is always one (pc_.joining).
+  return pc_.elastic && ps_ != nullptr && !elastic_centre() && absorbing_ && own_comm_ != nullptr &&
+         (pc_.max_ranks > 0 || pc_.joining);
 }
 
 void ParallelTrainer::maybe_admit() {

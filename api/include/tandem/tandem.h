@@ -1014,7 +1014,7 @@ typedef struct tandem_parallel_params {
    * servers' current parameters and the data re-shards as above; the servers count it from the next step (SSP: at the
    * current clock); the learning rate is x workers' / starting workers for PS and SSP and kept for PS_ASYNC (one
    * worker's batch per update). Each check there starts with a sync point (the workers re-take the servers'
-   * parameters). Servers never join: after a server loss every joiner is refused (TANDEM_ERR_UNSUPPORTED on the
+   * parameters), so these jobs check only when max_ranks > 0. Servers never join: after a server loss every joiner is refused (TANDEM_ERR_UNSUPPORTED on the
    * joiner, naming why). A joiner creates its trainer with joining non-zero over the communicator tandem_comm_join
    * returned, with the job's settings (the data-parallel width and the stage cut are the job's to choose). */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
