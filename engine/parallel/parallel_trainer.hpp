@@ -77,11 +77,12 @@
 // rank 0's progress. What differs:
 //  - The poll is collective over workers and servers, so each one starts with a sync point (ParameterServerSync::
 //    sync_point: the workers pause and take the servers' parameters): its cost is that of an epoch's end, every
-//    join_poll_steps steps (measured: 20-40% of LeNet-5's throughput at every step) -- raise join_poll_steps for a
-//    large model. So a parameter-server job polls only when given a bound to grow to (max_ranks > 0; `tandem launch
-//    --max-ranks` above -n sets it); without one its joiners wait unanswered. After a loss is absorbed the ranks may be a
-//    step apart (a server counts a step once its pushes are in, a worker once its pulls are), so the polls resume at
-//    the first step past the most progress any rank had at the re-form.
+//    join_poll_steps steps (LeNet-5, 2 workers + 1 server, loopback: -22..-29% of ps' and ssp's images/s when every
+//    step polls, within the noise at every 10th) -- raise join_poll_steps for a large model. So a parameter-server
+//    job polls only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks` above -n sets it);
+//    without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step apart (a server counts
+//    a step once its pushes are in, a worker once its pulls are), so the polls resume at the first step past the most
+//    progress any rank had at the re-form.
 //  - Order: Communicator::grow puts the joiners after the servers; every rank then splits the grown world workers
 //    first (old workers, joiners, then the servers with their indices), so the servers stay the last ranks. A joiner
 //    is a worker and takes the next world-rank label after every rank the job had (the server keeps its own).
