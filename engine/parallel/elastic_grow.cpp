@@ -217,7 +217,8 @@ bool ParallelTrainer::admit_workers() {
     if (own_comm_->rank() == 0) {
       own_comm_->refuse_joiners(fmt::format(
           "the {} job lost {} of its {} parameter servers, and a rank that joins would have to be a server to replace "
-          "them; servers do not join (a joiner is a worker), so restart the job from its last checkpoint to add servers",
+          "them; servers do not join (a joiner is a worker), so restart the job from its last checkpoint to add "
+          "servers",
           strategy_name(pc_.strategy), pc_.servers - grid_.servers, pc_.servers));
     }
     return false;

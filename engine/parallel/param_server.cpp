@@ -599,8 +599,8 @@ void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
     be.copy(g, d);
     g = d;
   }
-  p.optimizer->step({g}, static_cast<float>(
-                             optim::lr_at(schedule_, p.schedule_step(p.optimizer->steps(), program_.workers)) * lr_scale_));
+  const int64_t at = p.schedule_step(p.optimizer->steps(), program_.workers);
+  p.optimizer->step({g}, static_cast<float>(optim::lr_at(schedule_, at) * lr_scale_));
   Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
     const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
