@@ -835,9 +835,10 @@ tandem::cli::Registration reg{
                      "must be >= -n); above -n the ranks get TANDEM_MAX_RANKS, tandem train's default --max-ranks")
           ->check(CLI::Range(1, 4096));
       sub.add_flag("--join", o->join, "start -n ranks that join the running elastic job at --port (tandem train "
-                   "--strategy ddp, pipeline or hybrid --elastic, with the job's other options): they get "
-                   "TANDEM_JOIN=1 and are admitted at its next step boundary, up to its --max-ranks (a pipeline or "
-                   "hybrid grid admits whole rows of pp ranks; the others wait as spares)");
+                   "--strategy ddp, pipeline, hybrid, ps, ps-async or ssp --elastic, with the job's other options): "
+                   "they get TANDEM_JOIN=1 and are admitted at its next step boundary, up to its --max-ranks (a "
+                   "pipeline or hybrid grid admits whole rows of pp ranks, the others wait as spares; a "
+                   "parameter-server job admits them as workers)");
       sub.add_option("--secret-file", o->secret_file, "write the job's secret to this file (mode 0600), for "
                      "`tandem launch --join`; with --join: read it from there (default: TANDEM_SECRET)");
       // After `--` every word is the rank's command, option-looking ones included.

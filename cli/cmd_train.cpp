@@ -235,14 +235,18 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   // step boundary that checks for joiners, and receive its state.
   const char* join = std::getenv("TANDEM_JOIN");
   const bool joining = join != nullptr && std::string(join) == "1";
-  if (o.elastic && (o.strategy == "ddp" || o.strategy == "pipeline" || o.strategy == "hybrid")) {
+  // Parameter-server jobs (ps, ps-async, ssp) grow by workers; servers do not join.
+  const bool grows = o.strategy == "ddp" || o.strategy == "pipeline" || o.strategy == "hybrid" || o.strategy == "ps" ||
+                     o.strategy == "ps-async" || o.strategy == "ssp";
+  if (o.elastic && grows) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
     pp.max_ranks = std::max(0, o.max_ranks);
     pp.join_poll_steps = o.join_poll_steps;
     pp.joining = joining ? 1 : 0;
   } else if (joining) {
-    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp, pipeline and hybrid jobs admit new ranks (give the "
-                                 "running job's --strategy and --elastic; this one has --strategy {}{})",
+    return cli::fail(fmt::format("TANDEM_JOIN=1: only elastic ddp, pipeline, hybrid, ps, ps-async and ssp jobs admit "
+                                 "new ranks (give the running job's --strategy and --elastic; this one has --strategy "
+                                 "{}{})",
                                  o.strategy, o.elastic ? "" : " without --elastic"));
   }
   if (joining) {
@@ -692,12 +696,14 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
           ->group(par)->check(CLI::PositiveNumber),
-      app.add_option("--max-ranks", o->max_ranks, "elastic ddp: ranks started later (tandem launch --join) are "
-                     "admitted at a step boundary up to this many ranks in all, the others refused (default: "
+      app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
+                     "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
+                     "parameter servers, as workers, and only when this is given), the others refused (default: "
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
           ->group(par)->check(CLI::PositiveNumber),
-      app.add_option("--join-poll-steps", o->join_poll_steps, "elastic ddp: check for joining ranks every this many "
-                     "steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast)")
+      app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
+                     "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; with "
+                     "parameter servers also a sync point, the workers re-taking the servers' parameters)")
           ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;

@@ -33,7 +33,12 @@ void ParallelTrainer::adopt_state(int root) {
   for (size_t k = 0; k < 4; ++k) s.rng[k] = static_cast<uint64_t>(progress[6 + k]);
   snapshot_ = std::move(s);
   restore_snapshot(true);
-  if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  // With parameter servers the workers' optimizer only counts steps (its state is on the servers): the count is the
+  // job's. The rule of DDP grow: learning rate x dp' / dp where the servers average dp' gradients per update (ps,
+  // ssp); ps-async applies one worker's gradient per update, whose batch does not change: x 1.
+  if (!snapshot_.whole) optimizer_->restore(snapshot_.steps, optimizer_->state_tensors());
+  if (pc_.strategy == Strategy::kDdp || (ps_ && pc_.strategy != Strategy::kPsAsync))
+    lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
 }
 
 bool ParallelTrainer::grows() const noexcept {
@@ -45,7 +50,24 @@ bool ParallelTrainer::grows_grid() const noexcept {
   return reforms_grid() && absorbing_ && own_comm_ != nullptr && !spare_;
 }
 
+bool ParallelTrainer::grows_workers() const noexcept {
+  // Each poll costs a sync point, so a parameter-server job polls only when it was given a bound to grow to
+  // (max_ranks > 0; tandem launch --max-ranks above -n sets it); a joiner is always one (pc_.joining).
+  return pc_.elastic && ps_ != nullptr && !elastic_centre() && absorbing_ && own_comm_ != nullptr &&
+         (pc_.max_ranks > 0 || pc_.joining);
+}
+
 void ParallelTrainer::maybe_admit() {
+  if (grows_workers()) {
+    if (optimizer_->steps() < poll_from_ || optimizer_->steps() % pc_.join_poll_steps != 0) return;
+    // The poll is collective over workers and servers: every rank leaves the push/pull region first (a sync point),
+    // so that no rank waits in it for another's push or pull (ssp and ps-async workers may be ahead, and replies may
+    // wait for replicas). Admit until nobody waits (the ranks admitted here poll once more with everyone).
+    ps_->sync_point();
+    while (own_comm_->pending_joins() > 0)
+      if (!admit_workers()) return;
+    return;
+  }
   if (grows_grid()) {
     if (optimizer_->steps() % pc_.join_poll_steps != 0) return;
     // Admit whole rows until no wider grid can be made (the ranks admitted here poll once more with everyone at their
@@ -173,7 +195,84 @@ bool ParallelTrainer::wait_as_spare() {
   return true;
 }
 
-void ParallelTrainer::share_grown_state() {
+std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::Communicator& grown,
+                                                                         std::vector<int>& from) {
+  // The running job's shape from its rank 0 (a worker): W workers, then S servers; the joiners follow them in `grown`.
+  int64_t head[2] = {grid_.dp, grid_.servers};
+  grown.broadcast(head, 2, DType::kI64, 0)->wait();
+  const int W = static_cast<int>(head[0]), S = static_cast<int>(head[1]), n = W + S;
+  const int k = grown.size() - n, r = grown.rank();
+  TANDEM_CHECK(W >= 1 && S >= 1 && k >= 1, Status::kInternal,
+               "grow: a world of {} ranks cannot hold {} workers, {} servers and a joiner", grown.size(), W, S);
+  from.assign(static_cast<size_t>(grown.size()), -1);  // new rank -> old rank (-1: a joiner)
+  for (int i = 0; i < W; ++i) from[static_cast<size_t>(i)] = i;
+  for (int s = 0; s < S; ++s) from[static_cast<size_t>(W + k + s)] = W + s;
+  return grown.split(0, r < W ? r : r < n ? r + k : r - S);
+}
+
+bool ParallelTrainer::admit_workers() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (grid_.servers < pc_.servers) {
+    // A new rank would have to replace a lost server, and servers do not join (only workers do).
+    if (own_comm_->rank() == 0) {
+      own_comm_->refuse_joiners(fmt::format(
+          "the {} job lost {} of its {} parameter servers, and a rank that joins would have to be a server to replace "
+          "them; servers do not join (a joiner is a worker), so restart the job from its last checkpoint to add "
+          "servers",
+          strategy_name(pc_.strategy), pc_.servers - grid_.servers, pc_.servers));
+    }
+    return false;
+  }
+  comm::GrowOptions o;
+  o.max_ranks = pc_.max_ranks;
+  std::unique_ptr<comm::Communicator> grown = own_comm_->grow(o);
+  if (!grown) return false;
+  const int before = grid_.world, workers_before = grid_.dp;
+  take_snapshot();
+  // The joiners' constructor, mirrored collective by collective: the job's shape and the reordered world (workers
+  // first), the settings, the job compiled at the new width, the workers' group and replicated state, the barrier;
+  // then every rank takes rank 0's progress and the servers' parameters.
+  std::vector<int> from;
+  std::unique_ptr<comm::Communicator> own = split_workers_first(*grown, from);
+  retired_.push_back(std::move(own_comm_));
+  if (dp_comm_) retired_.push_back(std::move(dp_comm_));
+  if (grown_) retired_.push_back(std::move(grown_));
+  grown_ = std::move(grown);
+  own_comm_ = std::move(own);
+  world_ = own_comm_.get();
+  grid_.world = world_->size();
+  grid_.rank = world_->rank();
+  grid_.dp = grid_.world - grid_.servers;
+  grid_.dp_rank = grid_.server ? 0 : grid_.rank;
+  grid_.server_index = grid_.server ? grid_.rank - grid_.dp : -1;
+  config_.world = grid_.dp;
+  config_.rank = grid_.dp_rank;
+  agree_on_settings(true);
+  Job job = job_.job;
+  job.parallel.dp = 0;  // resolved again at the new width
+  job_ = compile_job(std::move(job), grid_.world, nullptr);  // pp = 1: no measured cut, nothing collective
+  pc_.dp = grid_.dp;
+  if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
+  broadcast_replica_state();
+  world_->barrier()->wait();
+  share_grown_state(from);
+  std::vector<int> from_worker(from.begin(), from.begin() + grid_.dp);
+  ps_->grow(*world_, from_worker, job_.sync, optimizer_->steps(), lr_scale_);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  last_admission_ms_ = ms;
+  log::warn("elastic: {} worker(s) joined at step {}; {} ranks go on (world ranks {}; {} worker(s) and {} server(s)) "
+            "after {:.0f} ms: the servers expect {} worker(s) from the next step{}, learning rate x {:.4g}, epoch {} "
+            "continues at sample {} of the new shards (seen by {}; {} workers before)",
+            grid_.world - before, optimizer_->steps(), grid_.world, fmt::join(members_, ", "), grid_.dp, grid_.servers,
+            ms, grid_.dp,
+            pc_.strategy == Strategy::kSsp ? fmt::format(" (the joiners start at clock {}, the slowest)",
+                                                         optimizer_->steps())
+                                           : std::string(),
+            lr_scale_, sampler_.epoch(), sampler_.position(), rank_label(world_rank()), workers_before);
+  return true;
+}
+
+void ParallelTrainer::share_grown_state(const std::vector<int>& from) {
   // Who is who (world ranks: joiners take numbers after every rank the job ever had), the job's starting width
   // (the learning-rate rule), the epoch length its schedule was laid out with and its elastic settings.
   int64_t head[7] = {initial_dp_, initial_world_, schedule_epoch_steps_, 0, pc_.min_ranks, pc_.max_ranks,
@@ -183,8 +282,10 @@ void ParallelTrainer::share_grown_state() {
     int next = initial_world_;
     for (int r : members_) next = std::max(next, r + 1);
     for (int r : lost_) next = std::max(next, r + 1);
-    for (size_t i = 0; i < labels.size(); ++i)
-      labels[i] = i < members_.size() ? members_[i] : next++;
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const int was = from.empty() ? (i < members_.size() ? static_cast<int>(i) : -1) : from[i];
+      labels[i] = was >= 0 ? members_[static_cast<size_t>(was)] : next++;
+    }
     head[3] = next;
   }
   world_->broadcast(head, 7, DType::kI64, 0)->wait();

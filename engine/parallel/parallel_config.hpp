@@ -88,7 +88,8 @@ struct ParallelConfig {
                                    // and averaging strategies always do: absorbs_worker_loss)
   int min_ranks = 1;               // fewer ranks left than this stops the job (with a checkpoint)
   std::string elastic_checkpoint;  // where that stop writes its checkpoint ("": none)
-  // Growth (ddp with elastic, pp = 1): joiners are admitted at step boundaries (parallel_trainer.hpp).
+  // Growth (elastic ddp, pipeline, hybrid; ps, ps-async and ssp by workers): joiners are admitted at step boundaries
+  // (parallel_trainer.hpp).
   int max_ranks = 0;               // > 0: joiners beyond this many ranks are refused (0: no bound)
   int join_poll_steps = 1;         // check for joiners every this many steps (a store read on rank 0 + a broadcast)
   bool joining = false;            // this rank joins a running job: `world` came from join_communicator

@@ -98,6 +98,9 @@ Grid starting_grid(ParallelConfig& pc, const comm::Communicator* world, int64_t 
     g.rank = g.stage = -1;
     return g;
   }
+  // A worker joining an elastic parameter-server job: its place comes from the job once the grown world is ordered
+  // workers first (the constructor's split_workers_first).
+  if (pc.joining && pc.elastic && has_servers(pc.strategy, pc.easgd_async) && !pc.easgd_async) return Grid{};
   return resolve_grid(pc, world != nullptr ? world->size() : 1, world != nullptr ? world->rank() : 0, layers, batch);
 }
 
@@ -131,6 +134,18 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                "strategy {}: gradient clipping (clip_norm {}) needs the global norm over every server's shard before "
                "any update; not supported with parameter servers yet",
                strategy_name(pc_.strategy), config_.clip_norm);
+  const bool joins_workers = pc_.joining && pc_.elastic && parameter_server() && !elastic_centre();
+  if (joins_workers) {
+    // A worker joining a parameter-server job (issue #17): the running ranks admitted it into `world` after their
+    // servers; both sides reorder it workers first (admit_workers mirrors this constructor), and the job places it.
+    TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "joining a running job needs the grown world");
+    std::vector<int> from;
+    own_comm_ = split_workers_first(*world_, from);
+    world_ = own_comm_.get();
+    grid_ = resolve_grid(pc_, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
+                         config_.batch_size);
+    sampler_ = data::DistributedSampler(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
+  }
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   config_.validate();
@@ -221,7 +236,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     if (grid_.pp > 1) pipe_comm_ = world_->split(grid_.dp_rank, grid_.stage);
     // Absorbing a lost worker with parameter servers: a communicator of the trainer's own over every rank carries
     // the push/pull traffic and the collectives, so shrinking it leaves the caller's `world` alone.
-    if (absorbing_ && parameter_server()) {
+    if (absorbing_ && parameter_server() && !joins_workers) {  // a joiner has its own already (reordered)
       own_comm_ = world_->split(0, grid_.rank);
       world_ = own_comm_.get();
     }
@@ -263,10 +278,15 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   if (world_ != nullptr) world_->barrier()->wait();
   // A joiner (issue #17): the running ranks mirrored the collectives above; now it takes their state.
   if (pc_.joining) {
-    TANDEM_CHECK(grows(), Status::kUnsupported,
-                 "joining a running job needs elastic ddp, pipeline or hybrid (strategy {}, pp {}, elastic {})",
+    TANDEM_CHECK(grows() || grows_workers(), Status::kUnsupported,
+                 "joining a running job needs elastic ddp, pipeline, hybrid, ps, ps-async or ssp (strategy {}, pp {}, "
+                 "elastic {})",
                  strategy_name(pc_.strategy), grid_.pp, pc_.elastic);
-    share_grown_state();
+    share_grown_state();  // the labels are rank 0's to give (an old worker)
+    // A worker's side of the servers' growth: it takes the job's clock and pulls its first parameters (the old
+    // ranks' from-worker indices matter only on a server).
+    if (joins_workers) ps_->grow(*world_, std::vector<int>(static_cast<size_t>(grid_.dp), -1), job_.sync,
+                                 optimizer_->steps(), lr_scale_);
   }
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
@@ -714,7 +734,8 @@ comm::Communicator* ParallelTrainer::trainer_comm() const noexcept {
 
 std::string ParallelTrainer::rank_label(int world_rank) const {
   const int workers = initial_dp_;  // with servers: the workers the job started with
-  if (parameter_server() && world_rank >= workers)
+  // Servers keep world ranks [workers, initial_world_); workers that joined later are numbered after them.
+  if (parameter_server() && world_rank >= workers && world_rank < initial_world_)
     return fmt::format("world rank {} (server {})", world_rank, world_rank - workers);
   return fmt::format("world rank {}", world_rank);
 }
@@ -801,6 +822,10 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   }
   const int64_t my_progress = progress_of(snapshot_);
   if (ps_) {
+    // A server counts a step once its pushes are in, a worker once its pulls are, and a worker may redo its step in
+    // flight: after a loss the ranks may be a step apart, which serve() absorbs within a step. The polls for joiners
+    // (collective at step boundaries) resume where every rank has gone past the most progress any rank had here.
+    for (int r = 0; r < n; ++r) poll_from_ = std::max(poll_from_, at(r, 0) + 1);
     // kept: the worker index each surviving worker had before this shrink (workers come first in both lists).
     std::vector<int> kept;
     for (int w = 0; w < grid_.dp; ++w)

@@ -69,7 +69,38 @@
 //    moment apart may be admitted one after the other at one step boundary (2 -> 3 -> 4); both re-shards start from
 //    the same exact g (Snapshot::taken), so this is the same as one admission 2 -> 4 (no extra sample repeated).
 //  - Limits: the joiners must be started with the job's settings (checked: kMismatch naming the field). Pipeline and
-//    hybrid grids grow by whole rows (below).
+//    hybrid grids grow by whole rows (below); parameter-server jobs by workers (below).
+//
+// Parameter-server jobs grow by workers (issue #17; elastic ps, ps-async and ssp; elastic_grow.cpp admit_workers).
+// The same machinery: the poll (Communicator::pending_joins) every join_poll_steps steps, Communicator::grow's one
+// decision with max_ranks, the joiner's constructor mirrored by the running ranks, share_grown_state's labels and
+// rank 0's progress. What differs:
+//  - The poll is collective over workers and servers, so each one starts with a sync point (ParameterServerSync::
+//    sync_point: the workers pause and take the servers' parameters): its cost is that of an epoch's end, every
+//    join_poll_steps steps (LeNet-5, 2 workers + 1 server, loopback: -22..-29% of ps' and ssp's images/s when every
+//    step polls, within the noise at every 10th) -- raise join_poll_steps for a large model. So a parameter-server
+//    job polls only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks` above -n sets it);
+//    without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step apart (a server counts
+//    a step once its pushes are in, a worker once its pulls are), so the polls resume at the first step past the most
+//    progress any rank had at the re-form.
+//  - Order: Communicator::grow puts the joiners after the servers; every rank then splits the grown world workers
+//    first (old workers, joiners, then the servers with their indices), so the servers stay the last ranks. A joiner
+//    is a worker and takes the next world-rank label after every rank the job had (the server keeps its own).
+//  - The job is compiled again at the new width (compile_job: the compiler sizes the servers); the shards and their
+//    owners stay the running job's.
+//  - Servers (ParameterServerSync::grow): ps counts the new workers in every clock from the next (each update
+//    averages dp' pushes); ssp starts them at the current clock -- every worker's after the sync point, so the
+//    slowest -- and its bound holds over all of them; ps-async has nothing to wait for, and its schedule keeps its
+//    place (one step per dp' updates from here). Every server then sends its shards to every worker: a joiner's first
+//    pull is the servers' current parameters.
+//  - Data and learning rate: DDP grow's rule. The per-worker batch is kept and the epoch's global order continues at
+//    floor(g / dp') of the new shards, on the servers too (they count batches as worker 0 does); the learning rate
+//    (applied by the servers) is x dp' / dp where an update averages the workers' gradients (ps, ssp) and x 1 for
+//    ps-async, whose updates each take one worker's gradient, whose batch does not change. A shrink keeps the factor
+//    (the strategies' loss rule below). Every rank takes worker 0's batch-norm buffers.
+//  - Servers do not join: after a server loss a joiner would have to replace it, so the job's rank 0 refuses every
+//    joiner then with the reason (the joiner fails with kUnsupported); a new server needs a restart from a
+//    checkpoint.
 //
 // Elastic pipeline and hybrid DP x PP (issue #17; elastic_reform.cpp). The trainer's own communicator spans every rank
 // (the stage and replica groups are split from it). A failure seen on any group aborts this rank's groups -- whoever
@@ -294,7 +325,15 @@ class ParallelTrainer {
   void maybe_admit();
   bool admit();  // one admission; false when nobody came in
   // Both sides of an admission, after the group is re-formed: labels, the job's starting width, rank 0's state.
-  void share_grown_state();
+  // from[i]: the rank that new rank i had in the trainer's communicator before (-1: a joiner); empty: the old ranks
+  // first, in their order.
+  void share_grown_state(const std::vector<int>& from = {});
+  // ---- issue #17: parameter-server jobs that grow by workers (elastic_grow.cpp) ----
+  bool grows_workers() const noexcept;  // elastic ps, ps-async, ssp with the trainer's own communicator
+  bool admit_workers();  // one admission of workers; false when nobody came in (or the joiners were refused)
+  // Collective over the grown world (old ranks first, joiners after): rank 0's shape (W workers, S servers) and the
+  // world reordered workers first -- old workers, joiners, then the servers with their indices; from: as above.
+  std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
   void adopt_state(int root);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
@@ -404,6 +443,7 @@ class ParallelTrainer {
   double lr_scale_ = 1.0;
   int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
   std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
+  int64_t poll_from_ = 0;  // parameter servers: no poll for joiners before this step (re-aligned after a loss)
   double last_admission_ms_ = -1;
   // ---- issue #17: grids that grow, spares ----
   int launch_pp_ = 1;                 // the depth the job was launched with (grid_for's pp0)

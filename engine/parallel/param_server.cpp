@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -580,7 +581,7 @@ void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
     be.copy(g, d);
     g = d;
   }
-  p.optimizer->step({g}, optim::lr_at(schedule_, p.optimizer->steps()));
+  p.optimizer->step({g}, static_cast<float>(optim::lr_at(schedule_, p.optimizer->steps()) * lr_scale_));
   Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
     const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
@@ -598,7 +599,8 @@ void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
     be.copy(g, d);
     g = d;
   }
-  p.optimizer->step({g}, optim::lr_at(schedule_, p.optimizer->steps() / program_.workers));
+  const int64_t at = p.schedule_step(p.optimizer->steps(), program_.workers);
+  p.optimizer->step({g}, static_cast<float>(optim::lr_at(schedule_, at) * lr_scale_));
   Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
     const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
@@ -974,6 +976,7 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
       st.push_back(Tensor::wrap(const_cast<float*>(v->data()) + begin, Shape{p.size}, DType::kF32));
     }
     p.optimizer->restore(updates, st);
+    p.lr_steps = p.lr_updates = 0;
     p.applied = steps;
     p.pending.clear();
     std::fill(p.acked.begin(), p.acked.end(), -1);
@@ -1117,6 +1120,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   peers_.clear();
 
   const bool had_step = step_started_;
+  if (next.workers != program_.workers) rebase_schedule();
   world_ = &survivors;
   rank_ = survivors.rank();
   program_ = std::move(next);
@@ -1186,14 +1190,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     // ---- the survivors' states, their pending pushes re-indexed ----
     peers_.resize(static_cast<size_t>(W));
     for (int w = 0; w < W; ++w) {
-      WorkerState& ws = peers_[static_cast<size_t>(w)];
-      const int64_t c = clocks[static_cast<size_t>(w)];
-      ws.push.resize(pieces_.size());
-      ws.reply.resize(pieces_.size());
-      ws.push_clock.assign(pieces_.size(), c);
-      ws.started = ws.done = c;
-      ws.replied = 0;
-      ws.paused = true;
+      reset_peer(peers_[static_cast<size_t>(w)], clocks[static_cast<size_t>(w)]);
     }
     for (ServerPiece& p : pieces_) {
       std::map<int64_t, std::vector<std::vector<float>>> pending;
@@ -1236,6 +1233,92 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   }
   out.retired = std::move(retired);
   return out;
+}
+
+}  // namespace tandem::engine::parallel
+
+namespace tandem::engine::parallel {
+
+// ------------------------------------------------------------------------------------ growth (issue #17)
+
+void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>& from_worker,
+                               const SyncProgram& program, int64_t clock, double lr_scale) {
+  const int W = program.workers, S = program.servers;
+  TANDEM_CHECK(!in_region_ && !step_started_, Status::kInternal,
+               "parameter server grow: world rank {} is inside the push/pull region (call sync_point first)", rank_);
+  TANDEM_CHECK(!elastic_ && S == program_.servers && grown.size() == W + S &&
+                   static_cast<int>(from_worker.size()) == W && W >= program_.workers &&
+                   program.shards.size() == program_.shards.size() && program.pieces.size() == program_.pieces.size(),
+               Status::kInternal,
+               "parameter server grow: {} workers and {} servers over a world of {} ({} worker indices) from {} workers "
+               "and {} servers",
+               W, S, grown.size(), from_worker.size(), program_.workers, program_.servers);
+  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server grow: learning-rate scale {} must be > 0",
+                 lr_scale);
+  const bool was_server = server_ >= 0;
+  // Sends still in flight on the old communicator (the replicas' end markers) complete before it is left.
+  for (Link& l : backups_)
+    for (Message& m : l.sends)
+      if (m.work) m.work->wait();
+  rebase_schedule();
+  world_ = &grown;
+  rank_ = grown.rank();
+  // Shard ownership is the running job's (it may differ from a fresh compile after a server loss); the compiler's
+  // program brings the new width and the servers' sizes.
+  SyncProgram next = program;
+  next.shards = program_.shards;
+  next.pieces = program_.pieces;
+  program_ = std::move(next);
+  clock_ = clock;
+  lr_scale_ = lr_scale;
+  withheld_.clear();
+  armed_ = false;
+  std::fill(issued_.begin(), issued_.end(), false);
+  if (rank_ >= W) {
+    TANDEM_CHECK(was_server && server_ == rank_ - W, Status::kInternal,
+                 "parameter server grow: world rank {} would become server {} (it was {}); servers do not join",
+                 rank_, rank_ - W, server_);
+    std::vector<WorkerState> old = std::move(peers_);
+    peers_.clear();
+    peers_.resize(static_cast<size_t>(W));
+    for (int w = 0; w < W; ++w) {
+      WorkerState& ws = peers_[static_cast<size_t>(w)];
+      const int from = from_worker[static_cast<size_t>(w)];
+      if (from >= 0) ws = std::move(old.at(static_cast<size_t>(from)));  // its reply buffers; nothing in flight
+      reset_peer(ws, clock);
+    }
+    for (ServerPiece& p : pieces_) {
+      TANDEM_CHECK(p.pending.empty() && (program_.staleness < 0 || p.applied == clock), Status::kInternal,
+                   "parameter server {}: piece {} has pending clocks or applied {} at the job's clock {} when workers "
+                   "join", server_, p.global, p.applied, clock);
+    }
+    place_replicas();  // the backups' world ranks moved with the workers; re-seeded on entering the region
+    send_shards(std::vector<int64_t>(static_cast<size_t>(W), clock));
+  } else {
+    TANDEM_CHECK(!was_server, Status::kInternal, "parameter server grow: server {} would become worker {}", server_,
+                 rank_);
+    receive_shards();  // a joiner's first pull: the servers' current parameters
+  }
+}
+
+}  // namespace tandem::engine::parallel
+
+namespace tandem::engine::parallel {
+
+void ParameterServerSync::reset_peer(WorkerState& ws, int64_t clock) const {
+  ws.push.resize(pieces_.size());
+  ws.reply.resize(pieces_.size());
+  ws.push_clock.assign(pieces_.size(), clock);
+  ws.started = ws.done = clock;
+  ws.replied = 0;
+  ws.paused = true;
+}
+
+void ParameterServerSync::rebase_schedule() {
+  for (ServerPiece& p : pieces_) {
+    p.lr_steps = p.schedule_step(p.optimizer->steps(), program_.workers);
+    p.lr_updates = p.optimizer->steps();
+  }
 }
 
 }  // namespace tandem::engine::parallel

@@ -147,6 +147,21 @@ class ParameterServerSync final : public GradientSync {
   };
   Reformed reform(comm::Communicator& survivors, const std::vector<int>& kept, const std::vector<int>& kept_servers,
                   int64_t steps, bool checkpoint);
+  // Collective over `grown` after new workers joined (issue #17: growth at a step boundary). Every rank is outside
+  // the push/pull region (the trainer's sync point before it polled for joiners; a joiner's object is new), at one
+  // clock. `grown` orders the workers first (the old ones in their order, then the joiners) and then the servers,
+  // which keep their indices; from_worker[i] is the index worker i had before (-1: a joiner). `program` is the job
+  // compiled at the new width (the compiler sizes the servers; the shards and pieces are those of the running job, as
+  // no server joins). `clock`: the job's steps, which every rank takes (the joiner starts at the current clock).
+  // The rule: ps counts the new workers in every clock from the next (each clock averages W' pushes); ssp starts them
+  // at the current clock, the slowest, so its bound holds over all W'; ps-async has nothing to wait for (the schedule
+  // keeps its pace: one step per W' updates from here). The replicas are re-placed (their world ranks moved) and
+  // re-seeded on entering the region. Then every server sends its shards to every worker: the joiners' first pull
+  // is the servers' current parameters (the old workers get the values they hold already). `lr_scale` multiplies
+  // the servers' learning rate from now on (the trainer's rule).
+  void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
+            double lr_scale);
+  double lr_scale() const noexcept { return lr_scale_; }
   // The program as it is now (after a server loss: the surviving servers' shards and pieces).
   const SyncProgram& program() const noexcept { return program_; }
   // Servers: the shard indices (in program().shards) this server owns now.
@@ -186,6 +201,12 @@ class ParameterServerSync final : public GradientSync {
     int64_t replicated() const noexcept;  // the lowest of acked (INT64_MAX without backups)
     std::unique_ptr<optim::Optimizer> optimizer;
     int64_t applied = 0;  // ps/ssp: clocks applied
+    // ps-async: the schedule's step is lr_steps + (updates - lr_updates) / workers; the base moves when the number of
+    // workers changes (grow, reform), so the schedule keeps its place rather than jump.
+    int64_t lr_steps = 0, lr_updates = 0;
+    int64_t schedule_step(int64_t updates, int32_t workers) const noexcept {
+      return lr_steps + (updates - lr_updates) / workers;
+    }
     std::map<int64_t, std::vector<std::vector<float>>> pending;  // clock -> per-worker gradients (empty: not in)
   };
   struct WorkerState {  // a server's view of one worker
@@ -252,6 +273,10 @@ class ParameterServerSync final : public GradientSync {
   bool poll_replication();
   bool replication_flushed() const;
   void end_replication();  // sync point: the end marker to every backup
+  // A server's view of a worker (re)started at `clock`, outside the region, for the current pieces.
+  void reset_peer(WorkerState& ws, int64_t clock) const;
+  // ps-async: before the number of workers changes, each piece's schedule keeps its place (ServerPiece::lr_steps).
+  void rebase_schedule();
   bool poll_worker(int w);
   void on_push(int w, int j);
   void apply_clock(ServerPiece& p, int64_t clock);
@@ -282,6 +307,7 @@ class ParameterServerSync final : public GradientSync {
   int64_t exchanges_ = 0;  // elastic exchanges made (worker)
   int64_t max_gap_ = 0;
   int64_t last_busy_ns_ = 0;
+  double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)
 
   // worker
   std::vector<std::vector<int32_t>> bucket_pieces_;  // per bucket: global piece indices

@@ -2,7 +2,8 @@
 train --strategy ddp --elastic` over tcp on loopback; after its first epoch `tandem launch --join -n 2 --secret-file F`
 starts two more ranks that join at a step boundary, and the job ends as a world of 4 (learning rate x 2). A joiner
 with a wrong secret is refused before that, and a fifth rank after it (--max-ranks 4). Growth also works after rank 0
-died (the launcher serves the store), and a hybrid DP x PP grid grows by whole rows. Run by CTest with TANDEM_CLI
+died (the launcher serves the store), a hybrid DP x PP grid grows by whole rows, and a parameter-server job grows by
+workers. Run by CTest with TANDEM_CLI
 set; standard library only. Every process is bounded by a timeout and killed by PID."""
 import os
 import shutil
@@ -19,6 +20,10 @@ EPOCHS = 8
 TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--model", "lenet5", "--dataset", "synthetic",
          "--batch", "16", "--limit-batches", "400", "--eval-limit-batches", "4", "--threads", "1", "--seed", "5",
          "--epochs", str(EPOCHS)]
+
+# Parameter servers (issue #17): ps with 2 workers and 1 server (the last rank) grows by workers.
+PS = [w for w in TRAIN if w != "ddp"]
+PS[PS.index("--strategy") + 1:PS.index("--strategy") + 1] = ["ps", "--servers", "1"]
 
 # Hybrid DP x PP (issue #17): a grid of pp = 2 stages that grows by whole rows.
 HYBRID = [w for w in TRAIN if w != "ddp"]
@@ -59,6 +64,19 @@ class GrowLaunch(unittest.TestCase):
         self.addCleanup(shutil.rmtree, tmp, True)
         return free_port(), os.path.join(tmp, "secret")
 
+    def launch_growing(self, n, port, secret_file, on_line, train, threads):
+        """`tandem launch -n N --max-ranks 4` over tcp, on_line(launcher pid, line) starting joiners on `threads` (each
+        joined once the job ends); asserts that the job exited 0. Returns (lines, the merged output)."""
+        try:
+            rc, lines = run_launch(self, ["-n", str(n), "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
+                                          "--secret-file", secret_file], on_line, train=train)
+        finally:
+            for t in threads:
+                t.join(timeout=150)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        return lines, out
+
     def test_two_ranks_grow_to_four_and_finish_together(self):
         port, secret_file = self.job_files()
         results = {}
@@ -76,14 +94,7 @@ class GrowLaunch(unittest.TestCase):
                 later("late", port, secret_file, 1)
                 results["late"] = None
 
-        try:
-            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                                          "--secret-file", secret_file], on_line, train=TRAIN)
-        finally:
-            for t in threads:
-                t.join(timeout=150)
-        out = "".join(lines)
-        self.assertEqual(rc, 0, out)
+        lines, out = self.launch_growing(2, port, secret_file, on_line, TRAIN, threads)
         intruder = results["intruder"]
         self.assertNotEqual(intruder.returncode, 0, intruder.stdout + intruder.stderr)
         self.assertRegex(intruder.stdout + intruder.stderr, r"(?i)secret|auth")
@@ -158,14 +169,7 @@ class GrowLaunch(unittest.TestCase):
                 results["second"] = None
                 later("second", port, secret_file, 1)
 
-        try:
-            rc, lines = run_launch(self, ["-n", "2", "--max-ranks", "4", "--transport", "tcp", "--port", str(port),
-                                          "--secret-file", secret_file], on_line, train=HYBRID)
-        finally:
-            for t in threads:
-                t.join(timeout=150)
-        out = "".join(lines)
-        self.assertEqual(rc, 0, out)
+        lines, out = self.launch_growing(2, port, secret_file, on_line, HYBRID, threads)
         for name in ("first", "second"):
             r = results.get(name)
             self.assertIsNotNone(r, out)
@@ -181,6 +185,41 @@ class GrowLaunch(unittest.TestCase):
         # One widening by a whole row, never 1 x 2 -> 3 ranks.
         self.assertRegex(out, r"elastic: 2 rank\(s\) admitted at step \d+; the grid widened from 1 to 2 x 2")
         self.assertNotIn("3 ranks go on", out)
+
+    def test_a_ps_job_of_2_workers_and_a_server_grows_to_3_workers(self):
+        # `tandem launch -n 3 -- tandem train --strategy ps --servers 1 --elastic`: world ranks 0 and 1 are workers,
+        # 2 the server. After epoch 1 a joiner comes in as worker 2 (world rank 3; the server stays the last rank),
+        # pulls the server's parameters and trains on: learning rate x 3/2, the loss keeps falling.
+        port, secret_file = self.job_files()
+        results = {}
+        threads = []
+
+        def on_line(_, line):
+            if epochs_of([line], 0).get(1) and "joiner" not in results:
+                results["joiner"] = None
+                start_joiner(results, threads, "joiner", port, secret_file, 1, train=PS)
+
+        lines, out = self.launch_growing(3, port, secret_file, on_line, PS, threads)
+        joiner = results.get("joiner")
+        self.assertIsNotNone(joiner, out)
+        self.assertEqual(joiner.returncode, 0, joiner.stdout + joiner.stderr)
+        self.assertRegex(out, r"elastic: 1 worker\(s\) joined at step \d+; 4 ranks go on \(world ranks 0, 1, 3, 2; "
+                              r"3 worker\(s\) and 1 server\(s\)\)")
+        epochs = epochs_of(lines, 0)
+        self.assertEqual(sorted(epochs), list(range(1, EPOCHS + 1)), out)
+        self.assertEqual(epochs[1]["world"], 3, out)
+        last = epochs[EPOCHS]
+        self.assertEqual(last["world"], 4, out)
+        self.assertAlmostEqual(last["lr_scale"], 1.5, places=6)
+        self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
+
+    def test_a_joiner_of_a_parameter_server_job_without_elastic_is_refused_naming_the_flag(self):
+        r = subprocess.run([CLI, "train", "--strategy", "ssp", "--servers", "1", "--model", "lenet5", "--dataset",
+                            "synthetic", "--epochs", "1", "--threads", "1"], capture_output=True, text=True,
+                           timeout=60, env=env(TANDEM_JOIN="1"))
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--elastic", r.stderr)
+        self.assertIn("--strategy ssp without --elastic", r.stderr)
 
     def test_join_without_a_port_is_refused(self):
         r = subprocess.run([CLI, "launch", "--join", "-n", "1", "--", "true"], capture_output=True, text=True,

@@ -1011,12 +1011,18 @@ typedef struct tandem_parallel_params {
    * so a joiner that completes no row waits (a spare) until one does; each new replica of a stage gets that
    * stage's state from an existing replica. A survivor of a loss that has no place in the re-formed grid waits
    * there as a spare too (its tandem_trainer_step blocks) and is drafted when the grid can widen; when the job ends
-   * it is released (its last epoch returns at once; no error). A pipeline that widens runs as hybrid. A joiner
-   * creates its trainer with joining non-zero over the communicator tandem_comm_join returned, with the job's
-   * settings (the data-parallel width and the stage cut are the job's to choose). */
+   * it is released (its last epoch returns at once; no error). A pipeline that widens runs as hybrid. PS, PS_ASYNC
+   * and SSP (elastic) grow by workers: a joiner becomes a worker (the servers stay the last ranks), pulls the
+   * servers' current parameters and the data re-shards as above; the servers count it from the next step (SSP: at the
+   * current clock); the learning rate is x workers' / starting workers for PS and SSP and kept for PS_ASYNC (one
+   * worker's batch per update). Each check there starts with a sync point (the workers re-take the servers'
+   * parameters), so these jobs check only when max_ranks > 0. Servers never join: after a server loss every joiner is refused (TANDEM_ERR_UNSUPPORTED on the
+   * joiner, naming why). A joiner creates its trainer with joining non-zero over the communicator tandem_comm_join
+   * returned, with the job's settings (the data-parallel width and the stage cut are the job's to choose). */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
   int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
-                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast) */
+                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast; with
+                                     * parameter servers also a sync point) */
   int32_t joining;                  /* grow: non-zero on a joiner; default 0 */
   /* PS, PS_ASYNC, SSP: every server keeps a backup of the shards of the server_replicas servers before it in ring
    * order (values, optimizer state, clock), refreshed after each update it applies; PS and SSP release a pull only

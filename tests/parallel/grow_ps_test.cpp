@@ -1,0 +1,252 @@
+// Parameter-server jobs grow by workers (issue #17): a job of 2 workers and 1 server (world ranks 0, 1 and 2) trains;
+// a rank started later joins it (join_communicator + a ParallelTrainer with `joining`), is admitted at a step boundary
+// as worker 2 (the server stays the last rank), pulls the servers' current parameters and trains on with them.
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "engine/comm/bootstrap.hpp"
+#include "engine/parallel/param_server.hpp"
+#include "tests/parallel/harness.hpp"
+
+namespace bdata = boost::unit_test::data;
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+constexpr int64_t kBatch = 4;  // per worker
+constexpr int kOld = 3;        // 2 workers + 1 server (the growing job's shape)
+
+struct Case {
+  const char* name;
+  par::Strategy strategy;
+  int staleness;
+  float lr;
+};
+std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
+const Case kCases[] = {
+    {"ps", par::Strategy::kPs, 0, 0.05f},
+    {"ssp", par::Strategy::kSsp, 1, 0.01f},
+    {"ps-async", par::Strategy::kPsAsync, 0, 0.005f},
+};
+
+// The running job: 2 workers and `servers` servers, each backed up on `replicas` others; world rank `dead` (>= 0)
+// leaves after the first steps.
+struct JobShape {
+  int servers = 1, replicas = 0, dead = -1;
+  int world() const { return 2 + servers; }
+};
+
+par::ParallelConfig elastic_ps(const Case& c, const JobShape& shape, int max_ranks, bool joining) {
+  par::ParallelConfig p;
+  p.strategy = c.strategy;
+  p.servers = shape.servers;
+  p.server_replicas = shape.replicas;
+  p.staleness = c.staleness;
+  p.bucket_mb = 0.004;  // several pieces in flight during backward
+  p.elastic = true;
+  p.max_ranks = max_ranks;
+  p.joining = joining;
+  return p;
+}
+
+// What one rank saw.
+struct Seen {
+  std::string error;
+  Status status = Status::kOk;
+  std::vector<float> first_pull;    // a joiner: its parameters right after it was admitted
+  std::vector<float> at_admission;  // the server: its shard before the step that admitted the joiner
+  std::vector<float> params_end;    // a worker: after its last step (before any sync point)
+  double loss_mid = 0, loss_end = 0, lr_scale = 0;
+  std::vector<int> members;
+  int64_t steps = 0, grew_at = -1, position_after = -1, clock_gap = -1;
+  int world = 0, workers = 0;
+};
+
+// Runs the job: the old ranks train kBefore steps (shape.dead leaves half-way), evaluate, then step until the joiner is in
+// (at most kMaxPolls steps; with `admits` false, until the joiner gave up); then every rank, the joiner too, runs
+// kAfter more steps and evaluates. Returns the old world ranks, then the joiner (last).
+std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, const JobShape& shape = {}) {
+  constexpr int kBefore = 4, kAfter = 10, kMaxPolls = 500;
+  const int port = 20000 + static_cast<int>((::getpid() * 7 + static_cast<int>(c.strategy)) % 20000);
+  const std::string secret = fmt::format("grow-ps-{}-{}", c.name, max_ranks);
+  const int old = shape.world(), alive = old - (shape.dead >= 0 ? 1 : 0);
+  std::vector<Seen> seen(static_cast<size_t>(old) + 1);
+  std::atomic<int> ready{0};
+  std::atomic<bool> joiner_done{false};
+  std::atomic<int64_t> stop_at{-1};  // !admits: the step every old rank stops at (the first to see the refusal sets it)
+  train::TrainerConfig cfg = sgd_config(kBatch);
+  cfg.optimizer.lr = c.lr;
+  comm::CommOptions o;
+  o.transport = "inproc";
+  o.timeout = std::chrono::milliseconds(10000);
+  std::vector<std::thread> threads;
+  for (int i = 0; i <= old; ++i)
+    threads.emplace_back([&, i] {
+      Seen& s = seen[static_cast<size_t>(i)];
+      try {
+        auto be = one_thread_backend();
+        nn::Model m(lenet12(), *be, 3);
+        std::unique_ptr<comm::Communicator> comm;
+        std::unique_ptr<par::ParallelTrainer> t;
+        if (i < old) {
+          comm = comm::create_communicator(i, old, "127.0.0.1", port, secret, o);
+          t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
+                                                     elastic_ps(c, shape, max_ranks, false), comm.get());
+          for (int k = 0; k < kBefore; ++k) {
+            if (i == shape.dead && k == kBefore / 2) {  // the others absorb it within their steps, before evaluating
+              t->abandon();
+              return;
+            }
+            t->step();
+          }
+          s.loss_mid = t->evaluate(synthetic12_train(), 0).loss;
+          ++ready;
+          const bool server = t->grid().server;
+          const int before = t->grid().world;
+          for (int k = 0; k < kMaxPolls && t->grid().world == before; ++k) {
+            if (!admits && joiner_done) {
+              int64_t none = -1;
+              stop_at.compare_exchange_strong(none, t->global_step() + 3);  // the ranks are at most a step apart
+            }
+            if (stop_at >= 0 && t->global_step() >= stop_at) break;
+            const std::vector<float> shard = server ? t->param_server()->shard() : std::vector<float>{};
+            t->step();
+            if (t->grid().world != before) s.at_admission = shard;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+          if (admits && t->grid().world == before) throw std::runtime_error("the joiner was never admitted");
+          s.grew_at = t->global_step() - 1;  // the step right after the admission ran with the joiner
+        } else {
+          for (int k = 0; k < 2000 && ready < alive; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          comm::BootstrapConfig bc;
+          bc.info.rank = 0;
+          bc.info.size = old;  // the job's size at creation (inproc finds the job by it)
+          bc.master_addr = "127.0.0.1";
+          bc.master_port = port;
+          bc.secret = secret;
+          try {
+            comm = comm::join_communicator(bc, o, std::chrono::milliseconds(30000));
+          } catch (...) {
+            joiner_done = true;
+            throw;
+          }
+          t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
+                                                     elastic_ps(c, shape, max_ranks, true), comm.get());
+          s.first_pull = host_params(m);
+          s.grew_at = t->global_step();
+          t->step();  // the old ranks' step right after the admission
+        }
+        s.position_after = t->sample_position();
+        for (int k = 0; k < kAfter; ++k) {
+          const train::StepResult st = t->step();
+          if (st.epoch_end && st.samples == 0) continue;  // an epoch's end: no work in this call
+          if (!t->grid().server && (st.samples != kBatch || !std::isfinite(st.loss)))
+            throw std::runtime_error(fmt::format("step {}: {} samples, loss {}", k, st.samples, st.loss));
+        }
+        if (!t->grid().server) s.params_end = host_params(m);
+        if (t->grid().server) s.clock_gap = t->param_server()->max_clock_gap();
+        s.loss_end = t->evaluate(synthetic12_train(), 0).loss;
+        s.members = t->members();
+        s.lr_scale = t->lr_scale();
+        s.steps = t->global_step();
+        s.world = t->grid().world;
+        s.workers = t->grid().dp;
+      } catch (const Error& e) {
+        s.status = e.status();
+        s.error = e.what();
+      } catch (const std::exception& e) {
+        s.status = Status::kInternal;
+        s.error = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  return seen;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(grow_ps)
+
+// 2 workers + 1 server grow to 3 workers + 1 server mid-training: the joiner is worker 2 (world rank 3, after the
+// server's 2), its first pull is the server's shard at the admission, the loss keeps falling, and under ps every
+// worker ends with the same parameters, bit for bit.
+BOOST_DATA_TEST_CASE(a_joiner_becomes_a_worker_with_the_servers_parameters, bdata::make(kCases), c) {
+  const std::vector<Seen> seen = run_growing_job(c, 4, true);
+  for (int i = 0; i <= kOld; ++i)
+    BOOST_TEST_REQUIRE(seen[static_cast<size_t>(i)].error.empty(), "rank " << i << ": " << seen[i].error);
+  const Seen& server = seen[2];
+  const Seen& joiner = seen[3];
+  BOOST_TEST_REQUIRE(!server.at_admission.empty());
+  BOOST_TEST((joiner.first_pull == server.at_admission));  // the joiner's first pull: the servers' current values
+  for (int i = 0; i <= kOld; ++i) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST(s.world == 4);
+      BOOST_TEST(s.workers == 3);
+      // Labels: the workers 0, 1 and the joiner 3 (after every rank the job had), then the server, world rank 2.
+      BOOST_TEST((s.members == std::vector<int>{0, 1, 3, 2}));
+      BOOST_TEST(s.steps == seen[0].steps);
+      BOOST_TEST(s.grew_at == seen[0].grew_at);
+      // Learning rate: DDP grow's rule where the servers average the workers' gradients (x 3/2); ps-async applies
+      // one worker's gradient per update, whose batch is unchanged (x 1).
+      BOOST_TEST(s.lr_scale == (c.strategy == par::Strategy::kPsAsync ? 1.0 : 1.5));
+      BOOST_TEST(std::isfinite(s.loss_end));
+      BOOST_TEST(s.loss_end < seen[0].loss_mid);  // training goes on: lower than before the admission
+    }
+  }
+  // The data re-shards as DDP grow's: g = grew_at steps x 2 workers x 4 samples, g / 3 per worker, then a step.
+  const int64_t g = seen[0].grew_at * kBatch * 2;
+  for (int i : {0, 1, 3}) BOOST_TEST(seen[static_cast<size_t>(i)].position_after == g / 3 + kBatch, "rank " << i);
+  BOOST_TEST(seen[0].grew_at >= 4);
+  if (c.strategy == par::Strategy::kPs) {
+    BOOST_TEST((seen[0].params_end == seen[1].params_end));
+    BOOST_TEST((joiner.params_end == seen[0].params_end));
+  }
+  if (c.strategy == par::Strategy::kSsp) BOOST_TEST(server.clock_gap <= c.staleness);  // the bound holds over all 3
+}
+
+// --max-ranks 3 with 3 ranks running: the joiner is refused naming the flag, and the job goes on without it.
+BOOST_AUTO_TEST_CASE(a_joiner_beyond_max_ranks_is_refused_naming_the_flag) {
+  const std::vector<Seen> seen = run_growing_job(kCases[0], 3, false);
+  const Seen& joiner = seen[3];
+  BOOST_TEST((joiner.status == Status::kUnsupported));
+  BOOST_TEST(joiner.error.find("--max-ranks is 3") != std::string::npos, joiner.error);
+  for (int i = 0; i < kOld; ++i) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_REQUIRE(s.error.empty(), "rank " << i << ": " << s.error);
+    BOOST_TEST(s.world == kOld);
+    BOOST_TEST(s.workers == 2);
+    BOOST_TEST(s.loss_end < s.loss_mid);
+  }
+}
+
+// Servers do not join: ps with 2 servers backing each other up loses server 1 (world rank 3); server 0 takes its shard
+// over and the job goes on, but a rank that joins then would have to replace the lost server, so it is refused
+// saying why, and the job trains on without it.
+BOOST_AUTO_TEST_CASE(after_a_server_loss_a_joiner_is_refused_because_servers_do_not_join) {
+  JobShape shape;
+  shape.servers = 2;
+  shape.replicas = 1;
+  shape.dead = 3;
+  const std::vector<Seen> seen = run_growing_job(kCases[0], 5, false, shape);
+  const Seen& joiner = seen[4];
+  BOOST_TEST((joiner.status == Status::kUnsupported));
+  BOOST_TEST(joiner.error.find("lost 1 of its 2 parameter servers") != std::string::npos, joiner.error);
+  BOOST_TEST(joiner.error.find("servers do not join") != std::string::npos, joiner.error);
+  for (int i = 0; i < 3; ++i) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_REQUIRE(s.error.empty(), "rank " << i << ": " << s.error);
+    BOOST_TEST(s.world == 3);
+    BOOST_TEST(s.workers == 2);
+    BOOST_TEST((s.members == std::vector<int>{0, 1, 2}));
+    BOOST_TEST(s.loss_end < s.loss_mid);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
