@@ -55,8 +55,10 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     RankBreakdown bd;
   };
   // A member of an all-reduce runs its ops as the runtime's executor does (compiled_plan.hpp): an op
-  // starts once its dependencies are done -- a transfer also once the previous one to its peer is
-  // posted -- so chunks pipeline across the plan's rounds. Sends are flows; a receive completes when
+  // starts once its dependencies are done -- a receive also once the previous one from its peer is
+  // posted, a send once the previous one to its peer has left (a member's messages to one peer go through one
+  // TCP connection, gloo's pair or the runtime's, in order: the next does not share the link with it) -- so
+  // chunks pipeline across the plan's rounds. Sends are flows; a receive completes when
   // it is posted and its data has arrived; copies and reductions run one at a time on the rank's
   // CPU (the executor's thread), the lowest ready op in program order first.
   static constexpr uint32_t kIdle = UINT32_MAX, kFinish = UINT32_MAX - 1;
@@ -100,6 +102,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   double xfer_cpu_s(int32_t r, int32_t peer, double bytes) const;
   void xfer_part_done(uint32_t inst, uint32_t g, uint8_t part);
   void send_done(uint32_t inst, uint32_t g);
+  void release_next_send(uint32_t inst, uint32_t g);
   // `woken`: the receiver's wake-up wait (below) is already behind it.
   void recv_arrived(uint32_t inst, uint32_t g, bool woken = false);
   void p2p_arrived(uint64_t tag, bool woken);
@@ -537,6 +540,7 @@ void StepExecutor::on_flow_done(uint64_t tag) {
   }
   const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
   const auto g = static_cast<uint32_t>(tag >> 23);
+  release_next_send(inst, g);
   if (xfer_cpu_) return xfer_part_done(inst, g, kFlowDone);
   send_done(inst, g);
   recv_arrived(inst, g);
@@ -548,6 +552,17 @@ void StepExecutor::send_done(uint32_t inst, uint32_t g) {
   const int32_t src =
       sym_ ? 0 : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) - plan.first_op.begin() - 1);
   complete(inst, src, g - plan.first_op[src]);
+}
+
+// Send g's bytes have left: the same member's next send to that peer (one connection, in order) is posted.
+void StepExecutor::release_next_send(uint32_t inst, uint32_t g) {
+  Instance& in = inst_[inst];
+  const CompiledPlan& plan = *in.plan;
+  const uint32_t next = plan.ops[g].fifo_next;
+  if (next == CompiledPlan::kNone) return;
+  const int32_t m =
+      sym_ ? 0 : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) - plan.first_op.begin() - 1);
+  if (--in.remaining[plan.first_op[m] + next] == 0) release(inst, m, next);
 }
 
 // Send g's data is in its receiver's buffer: the receive completes if it is posted.
@@ -658,7 +673,9 @@ void StepExecutor::release(uint32_t inst, int32_t m, uint32_t i) {
     net_.start_flow((*in.routes)[g], static_cast<double>(op.bytes), this, tag);
     if (xfer_cpu_) start_xfer_cpu(inst, m, g, static_cast<double>(op.bytes));
   }
-  if (op.fifo_next != CompiledPlan::kNone && --in.remaining[plan.first_op[m] + op.fifo_next] == 0)
+  // the next receive from this peer may be posted now; the next send to it waits for this one's flow
+  if (op.kind != CompiledPlan::Kind::kSend && op.fifo_next != CompiledPlan::kNone &&
+      --in.remaining[plan.first_op[m] + op.fifo_next] == 0)
     release(inst, m, op.fifo_next);
   if (op.kind == CompiledPlan::Kind::kRecv && (in.state[g] & (kArrived | kDone)) == kArrived) complete(inst, m, i);
 }
