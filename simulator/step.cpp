@@ -78,7 +78,13 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     std::vector<des::TimeNs> started;  // per op, when op_log is recorded
     std::vector<uint8_t> xfer;  // per send, when transfers cost CPU: kSendCpu | kRecvCpu pending, kFlowDone
     const std::vector<network::RouteId>* routes;  // per op (sends)
+    // One connection per peer: a send posted while the previous one to its peer is still on the wire waits
+    // behind it (its bytes follow that one's, as on a TCP connection), not beside it sharing the link.
+    std::vector<uint32_t> conn_prev;  // per send: the previous send to its peer (global index), else kNone
+    std::vector<uint8_t> conn;        // per send: kOnWire while its flow runs, kHeld while it waits behind one
+    std::vector<des::TimeNs> held_at;  // per held send: when it was posted
   };
+  static constexpr uint8_t kOnWire = 1, kHeld = 2;
 
   int32_t rank_of(int32_t replica, int32_t stage) const { return replica * s_.pp + stage; }
   void advance(int32_t r);
@@ -100,6 +106,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   double xfer_cpu_s(int32_t r, int32_t peer, double bytes) const;
   void xfer_part_done(uint32_t inst, uint32_t g, uint8_t part);
   void send_done(uint32_t inst, uint32_t g);
+  void start_send(uint32_t inst, int32_t m, uint32_t g);
   // `woken`: the receiver's wake-up wait (below) is already behind it.
   void recv_arrived(uint32_t inst, uint32_t g, bool woken = false);
   void p2p_arrived(uint64_t tag, bool woken);
@@ -217,6 +224,13 @@ StepResult StepExecutor::run() {
       in.state.assign(nops, 0);
       if (s_.op_log) in.started.assign(nops, 0);
       if (xfer_cpu_) in.xfer.assign(nops, 0);
+      in.conn_prev.assign(nops, CompiledPlan::kNone);
+      in.conn.assign(nops, 0);
+      in.held_at.assign(nops, 0);
+      for (int32_t m = 0; m < (sym_ ? 1 : plan->world); ++m)
+        for (uint32_t g = plan->first_op[m]; g < plan->first_op[m + 1]; ++g)
+          if (plan->ops[g].kind == CompiledPlan::Kind::kSend && plan->ops[g].fifo_next != CompiledPlan::kNone)
+            in.conn_prev[plan->first_op[m] + plan->ops[g].fifo_next] = g;
       in.routes = &routes_for(plan, st);
       inst_.push_back(std::move(in));
     }
@@ -537,9 +551,39 @@ void StepExecutor::on_flow_done(uint64_t tag) {
   }
   const uint32_t inst = static_cast<uint32_t>((tag >> 1) & 0x3fffffu);
   const auto g = static_cast<uint32_t>(tag >> 23);
+  {  // off the wire: a send held behind it on the connection goes now
+    Instance& in = inst_[inst];
+    in.conn[g] = 0;
+    const CompiledPlan& plan = *in.plan;
+    const uint32_t next = plan.ops[g].fifo_next;
+    if (next != CompiledPlan::kNone) {
+      const int32_t m = sym_ ? 0
+                             : static_cast<int32_t>(std::upper_bound(plan.first_op.begin(), plan.first_op.end(), g) -
+                                                    plan.first_op.begin() - 1);
+      const uint32_t n = plan.first_op[m] + next;
+      if (in.conn[n] & kHeld) start_send(inst, m, n);
+    }
+  }
   if (xfer_cpu_) return xfer_part_done(inst, g, kFlowDone);
   send_done(inst, g);
   recv_arrived(inst, g);
+}
+
+// Send g (member m's) goes on the wire: its flow, and its sender's and receiver's CPU work.
+// A send held behind the previous one (on_flow_done, when that one's last byte has arrived) began to leave when
+// that one's last byte left, one route latency L earlier, or when it was posted if later: it waits what is left of
+// its own latency, max(0, posted + L - now), and arrives right behind.
+void StepExecutor::start_send(uint32_t inst, int32_t m, uint32_t g) {
+  Instance& in = inst_[inst];
+  const CompiledPlan::Op& op = in.plan->ops[g];
+  const network::RouteId route = (*in.routes)[g];
+  des::TimeNs wait = -1;
+  if (in.conn[g] == kHeld)
+    wait = std::max<des::TimeNs>(0, in.held_at[g] + des::to_ns(net_.route_latency_s(route)) - sim_.now());
+  in.conn[g] = kOnWire;
+  const uint64_t tag = (static_cast<uint64_t>(g) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
+  net_.start_flow(route, static_cast<double>(op.bytes), this, tag, wait);
+  if (xfer_cpu_) start_xfer_cpu(inst, m, g, static_cast<double>(op.bytes));
 }
 
 // Send g's sender is done with it: the send completes.
@@ -654,9 +698,14 @@ void StepExecutor::release(uint32_t inst, int32_t m, uint32_t i) {
     return;
   }
   if (op.kind == CompiledPlan::Kind::kSend) {
-    const uint64_t tag = (static_cast<uint64_t>(g) << 23) | (static_cast<uint64_t>(inst) << 1) | kTagColl;
-    net_.start_flow((*in.routes)[g], static_cast<double>(op.bytes), this, tag);
-    if (xfer_cpu_) start_xfer_cpu(inst, m, g, static_cast<double>(op.bytes));
+    const uint32_t prev = in.conn_prev[g];
+    if (prev != CompiledPlan::kNone && in.conn[prev] != 0)
+    {
+      in.conn[g] = kHeld;  // leaves when the previous send to this peer is off the wire (on_flow_done), in order
+      in.held_at[g] = sim_.now();
+    }
+    else
+      start_send(inst, m, g);
   }
   if (op.fifo_next != CompiledPlan::kNone && --in.remaining[plan.first_op[m] + op.fifo_next] == 0)
     release(inst, m, op.fifo_next);

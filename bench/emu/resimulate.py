@@ -31,6 +31,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tandem")
     ap.add_argument("--cases", help="only these cases (comma-separated)")
+    ap.add_argument("--torch-mobilenetv2-compute-cv", type=float,
+                    help="compute_cv for a PyTorch MobileNetV2 profile that lacks it (runs before torch_job.py recorded it): "
+                         "the CV of a PyTorch pass's CPU time measured on one emulated host")
     ap.add_argument("results")
     a = ap.parse_args()
     tandem = predict_lib.find_tandem(a.tandem, need=("simulate",))
@@ -78,7 +81,10 @@ def main():
                                       "--no-overlap", "--algo", r["algo"]])
             else:
                 model = job.split("-", 1)[1]
-                prof = write(f"{job}.json", run["profiles"][job])
+                p = dict(run["profiles"][job])
+                if job == "torch-mobilenetv2" and a.torch_mobilenetv2_compute_cv is not None and "compute_cv" not in p:
+                    p["compute_cv"] = a.torch_mobilenetv2_compute_cv
+                prof = write(f"{job}.json", p)
                 if job.startswith("tandem-"):
                     shape = "x".join(str(d) for d in run["profiles"][job]["input"])
                     s = simulate(case, vb.model_args(model, 0.25) + [

@@ -87,6 +87,13 @@ def profile(a, net, opt, x, y):
                         f"DDP on a one-rank gloo group; layer split by the Tandem profile's shares")}
     if a.cpu_quota:
         prof["cpu_quota"] = a.cpu_quota
+    # The passes' variability, as `tandem calibrate` records it (api/src/calibrate.cpp): of their process CPU time
+    # under a quota (the simulator applies the quota's windows itself), else of their wall time. A DDP step waits
+    # for its slowest rank; without it the simulator predicts PyTorch ranks that never drift apart.
+    v = cpu if a.cpu_quota else [x + y + z for x, y, z in zip(fwd, bwd, step)]
+    mean = sum(v) / len(v)
+    if len(v) > 1 and mean > 0:
+        prof["compute_cv"] = (sum((x - mean) ** 2 for x in v) / len(v)) ** 0.5 / mean
     if "memory_bytes_per_s" in tp:
         prof["memory_bytes_per_s"] = tp["memory_bytes_per_s"]
     with open(a.out, "w") as fh:

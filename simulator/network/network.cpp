@@ -130,7 +130,7 @@ std::vector<double> Network::current_rates() const {
   return out;
 }
 
-void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag) {
+void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag, des::TimeNs latency_ns) {
   TANDEM_REQUIRE(r < routes_.size(), "flow on route {}: no such route ({} routes)", r, routes_.size());
   TANDEM_REQUIRE(bytes >= 0 && std::isfinite(bytes), "flow of {} bytes: size must be finite and >= 0", bytes);
   FlowId f;
@@ -150,6 +150,7 @@ void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64
   fl.tag = tag;
   ++flows_started_;
   const Route& rt = routes_[r];
+  fl.latency = latency_ns >= 0 ? latency_ns : rt.latency_ns;
   if (has_fifo_ && bytes > 0 && rt.length > 0) {
     const LinkId first = route_links_[rt.offset];
     Link& q = links_[first];
@@ -159,10 +160,10 @@ void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64
       return;
     }
   }
-  if (rt.latency_ns == 0 && bytes > 0 && rt.length > 0) {
+  if (fl.latency == 0 && bytes > 0 && rt.length > 0) {
     activate(f);
   } else {
-    sim_.schedule_in(rt.latency_ns, this, pack(f, fl.gen, true));
+    sim_.schedule_in(fl.latency, this, pack(f, fl.gen, true));
   }
 }
 
@@ -295,10 +296,10 @@ void Network::admit_queued() {
       const Route& rt = routes_[fl.route];
       const des::TimeNs wait = des::to_ns(q.fifo_backlog / cap);
       q.fifo_backlog = std::min(q.fifo_q, q.fifo_backlog + std::min(fl.bytes * route_coef_[rt.offset], window));
-      if (wait == 0 && rt.latency_ns == 0) {
+      if (wait == 0 && fl.latency == 0) {
         activate(f);
       } else {
-        sim_.schedule_in(wait + rt.latency_ns, this, pack(f, fl.gen, true));
+        sim_.schedule_in(wait + fl.latency, this, pack(f, fl.gen, true));
       }
     }
     q.fifo_new.clear();

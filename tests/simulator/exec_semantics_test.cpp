@@ -139,19 +139,24 @@ size_t data_rounds(const comm::Plan& plan) {
 
 // A chunked ring's rounds overlap. Run round by round, a ring of C chunks per step pays the latency
 // once per round, R = 2(n - 2 + C) rounds (reduce-scatter, then allgather): R L + 2(n-1) S/(nB). The
-// runtime posts a send once its data is there and the previous send to that neighbour is posted.
-// With C = 2 the step-s chunk 1 precedes the step-(s+1) chunk 0 in that order and both are ready
-// together, so every step's two chunks leave at once and share the NIC: 2(n-1) waves of
-// L + S/(nB). With n = 2 each half (reduce-scatter, allgather) is one step, all C chunks at once:
-// 2(L + S/(2B)). Free reductions; symmetric and full execution alike.
+// runtime posts a send once its data is there and the previous send to that neighbour is posted, and a
+// member's sends to one neighbour leave one behind the other on its one connection (chunk time c = chunk/B;
+// a send posted while the previous one is on the wire arrives c after it). With C = 2 and L >= c the step-s
+// chunk 1 leaves behind chunk 0, and the step-(s+1) chunk 0 as soon as the step-s chunk 0 has arrived: step s
+// sends at s(L + c), and the last chunk arrives at 2(n-1)(L + c) + c. With n = 2 each half (reduce-scatter,
+// allgather) is one step, C chunks back to back: the link's 2C chunks after one latency, L + 2Cc, or the last
+// reduce-scatter chunk's arrival L + Cc and its allgather's L + c, whichever is later. Free reductions;
+// symmetric and full execution alike.
 BOOST_DATA_TEST_CASE(chunked_ring_is_timed_overlapped,
                      bdata::make({3, 4, 8}) * bdata::make({2}) + bdata::make({2}) * bdata::make({2, 4, 8}), n, C) {
   const double B = 1e9, L = 10e-6;
   const uint64_t chunk = 4 * 1024, S = static_cast<uint64_t>(n) * C * chunk;
   const comm::Plan plan = comm::make_plan(allreduce(n, comm::Algorithm::kRing, S, chunk));
   BOOST_REQUIRE(data_rounds(plan) == static_cast<size_t>(2 * (n - 2 + C)));
-  const double seg_s = static_cast<double>(S) / n / B;
-  const double overlapped = 2.0 * (n - 1) * (L + seg_s);
+  const double seg_s = static_cast<double>(S) / n / B, c = chunk / B;
+  BOOST_REQUIRE(L >= c);
+  const double overlapped =
+      n == 2 ? std::max(2 * L + (C + 1) * c, L + 2 * C * c) : 2.0 * (n - 1) * (L + c) + c;
   const double by_round = 2.0 * (n - 2 + C) * L + 2.0 * (n - 1) * seg_s;
   const CompiledPlan sim = tandem::simulator::compile_plan(plan, 4);
   for (bool symmetric : {false, true}) {
@@ -179,16 +184,16 @@ BOOST_DATA_TEST_CASE(longer_chunked_rings_beat_round_by_round, bdata::make({3, 4
 
 // (Times are whole nanoseconds, each duration rounded up: hence the 1e-6 tolerances.)
 // Two ranks, C chunks, reductions costing rho = 3x/b each (x bytes a chunk, b the memory bandwidth,
-// rho >= x/B). The reduce-scatter's C chunks arrive together at L + Cx/B; the reductions run one
-// after another, and each chunk's allgather send leaves as soon as its reduction is done, alone on
-// the NIC: the last arrives at L + Cx/B + C rho + L + x/B. Round by round would take
-// 2C(L + x/B) + C rho.
+// rho >= x/B). The reduce-scatter's C chunks leave one behind the other on the rank's connection to its peer
+// (chunk k arrives at L + (k+1)x/B); the reductions, slower than the link, run back to back from L + x/B, and
+// each chunk's allgather send leaves as soon as its reduction is done, the link free by then: the last arrives
+// at L + x/B + C rho + L + x/B. Round by round would take 2C(L + x/B) + C rho.
 BOOST_DATA_TEST_CASE(ring_reductions_pipeline_with_transfers, bdata::make({2, 4, 8}), C) {
   const double B = 1e9, L = 10e-6, b = 1e9;
   const uint64_t x = 64 * 1024, S = 2ull * C * x;
   const CompiledPlan sim = tandem::simulator::compile_plan(comm::make_plan(allreduce(2, comm::Algorithm::kRing, S, x)), 4);
   const double rho = 3.0 * x / b;
-  const double expect = 2 * L + (C + 1) * (x / B) + C * rho;
+  const double expect = 2 * L + 2 * (x / B) + C * rho;
   const double by_round = 2 * C * (L + x / B) + C * rho;
   for (bool symmetric : {false, true}) {
     const StepResult r = run_allreduce(sim, B, L, b, symmetric);

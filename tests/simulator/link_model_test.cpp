@@ -408,7 +408,9 @@ BOOST_AUTO_TEST_CASE(the_connection_link_is_neutral_outside_slow_start) {
 }
 
 // In a step: a ring all-reduce after a forward pass longer than the RTO starts every connection in slow start, so
-// the step is longer than with the option off (by at least one RTT); after a shorter one it is the same. Symmetric
+// the step is longer than with the option off; after a shorter one it is the same. (A member's chunks to its
+// neighbour follow one another on one connection and ride its one growing window: the restart costs the step about
+// one RTT here, not one per chunk in flight.) Symmetric
 // execution (rank 0's connections alone) gives the full model's time.
 BOOST_AUTO_TEST_CASE(a_step_after_a_long_forward_pays_the_restart) {
   PlanCache cache;
@@ -430,7 +432,7 @@ BOOST_AUTO_TEST_CASE(a_step_after_a_long_forward_pays_the_restart) {
     return simulate_step(s, topo, sim).step_s;
   };
   const double off = run(false, true, 0.5), on = run(true, true, 0.5), full = run(true, false, 0.5);
-  BOOST_TEST(on >= off + kRtt);
+  BOOST_TEST(on > off + 0.5 * kRtt);
   BOOST_TEST(full == on, tt::tolerance(1e-6));
   BOOST_TEST(run(true, true, 0.1) == run(false, true, 0.1));
   BOOST_TEST_MESSAGE("16 MiB ring on 4 x 10 Gbit/s, 1 ms: " << off << " s off, " << on << " s on");
@@ -667,6 +669,47 @@ BOOST_AUTO_TEST_CASE(a_flow_against_a_busy_reverse_link_is_held_to_its_share) {
 BOOST_AUTO_TEST_CASE(far_apart_there_is_no_penalty) {
   const double apart = run_star(queued_hosts(3, kQ), {{1, 0, 1e6, 0}, {1, 2, 1e6, 0}, {0, 1, 1e7, 0.1}}).at(2);
   BOOST_TEST(apart == run_star(queued_hosts(3, kQ), {{0, 1, 1e7, 0.1}}).at(0));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// One connection per peer (issue #16, the PyTorch MobileNetV2 rows of bench/emu): a member's messages to one peer
+// leave one behind the other, so a rank that reaches a two-rank ring all-reduce delta late delays the step by
+// delta and no more. With rank 0's reduce-scatter long done when rank 1 starts, rank 1's link carries its 2C chunks
+// back to back (the last arrives L + 2Cc after it starts) and rank 0's allgather chunks follow rank 1's
+// reduce-scatter chunks in, the last at 2L + (C+1)c: the step is delta + max(L + 2Cc, 2L + (C+1)c), the
+// no-skew step plus delta. (Sharing the link, rank 1's reduce-scatter and allgather chunks all arrived together at
+// the end and rank 0's allgather went after them: several times delta, measured as a launch skew of 34 ms costing
+// the step 34 ms on the emulated cluster.) RDMA links: no wire costs; symmetric execution is off with skew.
+BOOST_AUTO_TEST_SUITE(one_connection_per_peer)
+
+BOOST_AUTO_TEST_CASE(a_late_rank_delays_a_ring_by_its_lateness) {
+ for (const int C : {2, 4}) {
+  const double B = 1.25e8, L = 50e-6, delta = 0.05;
+  const uint64_t chunk = 64 * 1024;
+  PlanCache cache;
+  const CompiledPlan& plan =
+      cache.get(testing::allreduce_request(2, tandem::engine::comm::Algorithm::kRing, 2 * C * chunk, chunk));
+  auto run = [&](double late) {
+    std::vector<HostNet> h = hosts(2, Protocol::kRdma);
+    for (auto& x : h) {
+      x.nic_bytes_per_s = B;
+      x.nic_latency_s = L;  // a route's latency
+    }
+    StepSetup s = testing::ddp_allreduce_step(plan);
+    s.symmetric = false;
+    s.ranks[0].forward_s = {0.01};
+    s.ranks[1].forward_s = {0.01 + late};
+    des::Simulator sim;
+    Network net(sim);
+    Topology topo(TopologySpec{}, h, net);
+    return simulate_step(s, topo, sim).step_s;
+  };
+  const double c = chunk / B, base = run(0);
+  BOOST_TEST(base == 0.01 + std::max(L + 2 * C * c, 2 * L + (C + 1) * c), tt::tolerance(1e-6));
+  BOOST_TEST(run(delta) == base + delta, tt::tolerance(1e-6));
+  BOOST_TEST_CONTEXT("C = " << C) {}
+ }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
