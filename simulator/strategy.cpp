@@ -462,8 +462,9 @@ void AsyncExecutor::end_step(int32_t w) {
   begin_step(w);
 }
 
-// The server's NIC sends one update's replies at a time, in the order the updates ran (a FIFO queue): the
-// replies of one update (ps: every worker's pull of the piece) leave together and share the link.
+// The server's NIC sends one batch of replies at a time, in the order the server produced them (a FIFO queue): the
+// replies of one batch (ps-async: an update's; ps: every worker's pull of an applied clock; ssp: those one handled
+// push or applied clock released) leave together and share the link.
 void AsyncExecutor::send_replies(int32_t server, std::vector<Reply> replies) {
   Server& sv = servers_[static_cast<size_t>(server)];
   sv.nic_queue.push_back(std::move(replies));
