@@ -89,7 +89,7 @@ struct RankBreakdown {
   double comm_exposed_s = 0;
   double bubble_s = 0;
   double idle_s = 0;
-  double staleness_wait_s = 0;  // ssp: blocked at the start of a step, more than `staleness` clocks ahead of the slowest
+  double staleness_wait_s = 0;  // ssp: waiting for pulls withheld while more than `staleness` clocks ahead of the slowest
   double cpu_busy_s = 0;   // compute, local reductions and transfers' CPU work, at the rank's speed (for CPU credits)
   double comm_cpu_s = 0;   // of which the CPU work of moving all-reduce messages (RankSetup::net_cpu_s_per_byte)
 };

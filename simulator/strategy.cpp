@@ -203,7 +203,7 @@ class AsyncExecutor final : public FlowExecutor {
     return rank < W_ ? workers_[static_cast<size_t>(rank)].bd : servers_[static_cast<size_t>(rank - W_)].bd;
   }
 
-  enum class Phase : uint8_t { kGate, kCompute, kWaitComm, kDone };
+  enum class Phase : uint8_t { kCompute, kWaitComm, kDone };
   // What a worker is computing: the step before its last backward, a bucket of the last backward, the local
   // optimizer step.
   enum class Work : uint8_t { kPre, kBucket, kOptimizer };
@@ -219,13 +219,24 @@ class AsyncExecutor final : public FlowExecutor {
     bool sent = true;
     std::vector<char> received;
     des::TimeNs wait_since = 0, compute_start = 0, finish = 0;
+    // ssp: when the last of this step's replies that the bound withheld was released (its wait up to then is a
+    // staleness wait, the rest exposed communication)
+    des::TimeNs held_until = 0;
     double compute_full_s = 0;
     double noise = 1;  // this step's compute factor (compute_factor)
     RankBreakdown bd;
   };
   struct Update {
-    int64_t index;   // piece (push-pull) or shard (elastic)
-    int32_t worker;  // -1: every worker's push of the piece (synchronous)
+    int64_t index;      // piece (push-pull) or shard (elastic)
+    int32_t worker;     // whose push (or elastic exchange) it is
+    int32_t clock = 0;  // ps, ssp: the push's clock (the worker's step, from 1)
+  };
+  // ps, ssp: a push whose reply waits until the piece has applied clock - staleness
+  struct Withheld {
+    int32_t worker;
+    int64_t piece;
+    int32_t clock;
+    bool held = false;  // not answered by the server's handling of the push itself
   };
   struct Reply {
     int32_t worker;
@@ -236,7 +247,7 @@ class AsyncExecutor final : public FlowExecutor {
     std::deque<Update> queue;
     bool busy = false;
     des::TimeNs start = 0;
-    std::vector<int32_t> arrived;  // synchronous: pushes of each piece received for the current step
+    std::vector<Withheld> withheld;  // ps, ssp: in the order the pushes were handled
     // its NIC's send queue: each update's replies, in the order the updates ran; the head's are on the wire
     std::deque<std::vector<Reply>> nic_queue;
     int32_t on_wire = 0;  // replies of the head still on the wire
@@ -244,7 +255,9 @@ class AsyncExecutor final : public FlowExecutor {
   };
 
   bool push_pull() const { return s_.sync.exchange == Exchange::kPushPull; }
-  bool synchronous() const { return push_pull() && s_.sync.staleness == 0; }
+  // ps and ssp apply a piece once per clock, when every worker's push of the clock is in (the runtime's
+  // apply_complete); ps-async (staleness -1) applies each push on its own
+  bool per_clock() const { return push_pull() && s_.sync.staleness >= 0; }
   int32_t server_rank(int32_t server) const { return W_ + server; }
   void begin_step(int32_t w);
   void compute(int32_t w, Work work, double full_s);
@@ -256,6 +269,7 @@ class AsyncExecutor final : public FlowExecutor {
   void run_server(int32_t server);
   void send_replies(int32_t server, std::vector<Reply> replies);
   void start_replies(int32_t server);
+  void release(int32_t server);
   int32_t server_of(int64_t index) const {
     return push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server : s_.sync.shards[static_cast<size_t>(index)].server;
   }
@@ -265,6 +279,9 @@ class AsyncExecutor final : public FlowExecutor {
   double total_elems_ = 1;
   std::vector<Worker> workers_;
   std::vector<Server> servers_;
+  // per clock: [piece] the last clock applied, [piece][clock] the pushes of the clock handled
+  std::vector<int32_t> applied_;
+  std::vector<std::vector<int32_t>> got_;
 };
 
 StepResult AsyncExecutor::run() {
@@ -282,7 +299,8 @@ StepResult AsyncExecutor::run() {
   workers_.resize(W_);
   for (Worker& wk : workers_) wk.received.assign(static_cast<size_t>(K_), 0);
   servers_.resize(sync.servers);
-  for (Server& sv : servers_) sv.arrived.assign(sync.pieces.size(), 0);
+  applied_.assign(sync.pieces.size(), 0);
+  got_.assign(sync.pieces.size(), std::vector<int32_t>(static_cast<size_t>(K_) + 1, 0));
   in_.assign(world, 0.0);
   out_.assign(world, 0.0);
   setup_cpus(world);
@@ -319,16 +337,9 @@ void AsyncExecutor::begin_step(int32_t w) {
     wk.finish = sim_.now();
     return;
   }
-  if (push_pull() && s_.sync.staleness > 0) {
-    int32_t slowest = K_;
-    for (const Worker& o : workers_) slowest = std::min(slowest, o.clock);
-    if (wk.clock - slowest > s_.sync.staleness) {
-      if (wk.phase != Phase::kGate) wk.wait_since = sim_.now();
-      wk.phase = Phase::kGate;
-      return;
-    }
-  }
-  if (wk.phase == Phase::kGate) wk.bd.staleness_wait_s += des::to_seconds(sim_.now() - wk.wait_since);
+  // no gate here: as in the runtime, a worker starts its next step once it has its pulls, and ssp's bound holds
+  // it by withholding them (release)
+  wk.held_until = 0;
   const RankSetup& rs = s_.ranks[w];
   wk.noise = compute_factor(s_.compute_cv, s_.seed, w, wk.clock);
   if (s_.sync.exchange == Exchange::kGossip) {
@@ -362,12 +373,18 @@ void AsyncExecutor::event(uint64_t arg) {
     const double actual = des::to_seconds(sim_.now() - sv.start);
     account_compute(sv.bd, update_s(i, u), actual, s_.ranks[server_rank(i)].speed);
     sv.busy = false;
+    if (per_clock()) {  // the clock is applied: its last push joins the withheld, and what may go goes
+      applied_[static_cast<size_t>(u.index)] = u.clock;
+      sv.withheld.push_back({u.worker, u.index, u.clock});
+      release(i);
+      run_server(i);
+      return;
+    }
     std::vector<Reply> replies;
-    if (push_pull()) {
+    if (push_pull()) {  // ps-async: the push's own worker pulls the piece back
       const auto& piece = s_.sync.pieces[static_cast<size_t>(u.index)];
       const double bytes = 4.0 * static_cast<double>(piece.end - piece.begin);
-      for (int32_t w = 0; w < W_; ++w)
-        if (u.worker < 0 || u.worker == w) replies.push_back({w, bytes, flow_tag(kPull, w, static_cast<uint64_t>(u.index))});
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
     } else {  // elastic: the centre's shard back to its worker
       const double bytes = 4.0 * static_cast<double>(s_.sync.shards[static_cast<size_t>(u.index)].size());
       replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
@@ -443,14 +460,11 @@ void AsyncExecutor::end_step(int32_t w) {
   ++wk.clock;
   wk.phase = Phase::kCompute;
   begin_step(w);
-  // a worker that completes a step may release those held by the staleness bound
-  if (push_pull() && s_.sync.staleness > 0)
-    for (int32_t o = 0; o < W_; ++o)
-      if (workers_[o].phase == Phase::kGate) begin_step(o);
 }
 
-// The server's NIC sends one update's replies at a time, in the order the updates ran (a FIFO queue): the
-// replies of one update (ps: every worker's pull of the piece) leave together and share the link.
+// The server's NIC sends one batch of replies at a time, in the order the server produced them (a FIFO queue): the
+// replies of one batch (ps-async: an update's; ps: every worker's pull of an applied clock; ssp: those one handled
+// push or applied clock released) leave together and share the link.
 void AsyncExecutor::send_replies(int32_t server, std::vector<Reply> replies) {
   Server& sv = servers_[static_cast<size_t>(server)];
   sv.nic_queue.push_back(std::move(replies));
@@ -494,20 +508,17 @@ void AsyncExecutor::delivered(uint64_t tag) {
     return;
   }
   if (kind == kPush) {
-    const int32_t server = server_of(index);
-    if (synchronous()) {
-      int32_t& n = servers_[server].arrived[static_cast<size_t>(index)];
-      if (++n < W_) return;
-      n = 0;
-      enqueue(server, {index, -1});
-    } else {
-      enqueue(server, {index, w});
-    }
+    // the push of the worker's step in progress (it waits for the pull before its next step)
+    enqueue(server_of(index), {index, w, workers_[w].clock + 1});
     return;
   }
   Worker& wk = workers_[w];  // a pull (or the elastic reply) of this worker's step
   if (--wk.pending == 0 && wk.phase == Phase::kWaitComm && comm_done(wk)) {
-    wk.bd.comm_exposed_s += des::to_seconds(sim_.now() - wk.wait_since);
+    const double waited = des::to_seconds(sim_.now() - wk.wait_since);
+    const double held =
+        s_.sync.staleness > 0 ? std::clamp(des::to_seconds(wk.held_until - wk.wait_since), 0.0, waited) : 0.0;
+    wk.bd.staleness_wait_s += held;
+    wk.bd.comm_exposed_s += waited - held;
     end_step(w);
   }
 }
@@ -525,13 +536,56 @@ double AsyncExecutor::update_s(int32_t server, const Update& u) const {
   return s_.ranks[server_rank(server)].optimizer_s * elems / total_elems_;
 }
 
+// The server handles its pushes one at a time in arrival order. ps-async: each is an update. ps, ssp (the
+// runtime's on_push and apply_complete): a push is stored, and the last of its clock's W pushes applies the clock
+// (one optimizer step of the piece, as ps's; the sum of the W gradients before it, a pass at memory bandwidth, is
+// not charged, for ps as for ssp); the other pushes take no server time and may be answered at once (release).
 void AsyncExecutor::run_server(int32_t server) {
   Server& sv = servers_[server];
-  if (sv.busy || sv.queue.empty()) return;
-  sv.busy = true;
-  sv.start = sim_.now();
-  const double t = update_s(server, sv.queue.front()) / s_.ranks[server_rank(server)].speed;
-  run_cpu(server_rank(server), t, (static_cast<uint64_t>(server) << 2) | kEvServer);
+  while (!sv.busy && !sv.queue.empty()) {
+    const Update& u = sv.queue.front();
+    if (per_clock() && ++got_[static_cast<size_t>(u.index)][static_cast<size_t>(u.clock)] < W_) {
+      sv.withheld.push_back({u.worker, u.index, u.clock});
+      sv.queue.pop_front();
+      release(server);
+      continue;
+    }
+    sv.busy = true;
+    sv.start = sim_.now();
+    const double t = update_s(server, u) / s_.ranks[server_rank(server)].speed;
+    run_cpu(server_rank(server), t, (static_cast<uint64_t>(server) << 2) | kEvServer);
+  }
+}
+
+// ps, ssp (the runtime's release_withheld): every withheld push whose piece has applied its clock - staleness is
+// answered with the piece's values now. Those released together leave together (one entry of the NIC's FIFO,
+// sharing the link: ps's W pulls of an applied clock; ssp's pushes held by the bound, released by the slowest
+// worker's push of clock - staleness, with that push's own reply).
+void AsyncExecutor::release(int32_t server) {
+  Server& sv = servers_[static_cast<size_t>(server)];
+  std::vector<Withheld> go;
+  std::vector<Withheld> keep;
+  for (Withheld& x : sv.withheld) {
+    if (applied_[static_cast<size_t>(x.piece)] >= x.clock - s_.sync.staleness) {
+      go.push_back(x);
+    } else {
+      x.held = true;  // waits past the handling of its push
+      keep.push_back(x);
+    }
+  }
+  sv.withheld = std::move(keep);
+  if (go.empty()) return;
+  std::sort(go.begin(), go.end(), [](const Withheld& a, const Withheld& b) {
+    return a.worker != b.worker ? a.worker < b.worker : a.piece < b.piece;
+  });
+  std::vector<Reply> replies;
+  for (const Withheld& x : go) {
+    const auto& piece = s_.sync.pieces[static_cast<size_t>(x.piece)];
+    replies.push_back({x.worker, 4.0 * static_cast<double>(piece.end - piece.begin),
+                       flow_tag(kPull, x.worker, static_cast<uint64_t>(x.piece))});
+    if (x.held) workers_[static_cast<size_t>(x.worker)].held_until = sim_.now();
+  }
+  send_replies(server, std::move(replies));
 }
 
 // FedAvg rounds (see simulate_rounds). Events and uploads carry their round so that a dropped client's late

@@ -4,11 +4,15 @@
 //
 //   push-pull (ps, ps-async, ssp)  every step a worker computes; as backward completes bucket b it pushes each
 //       piece (bucket, server) to that server (worker -> server flows: a server's NIC sees the incast of every
-//       worker, an uneven shard shows). staleness 0 (ps): a server applies the optimizer to a piece once every
-//       worker's push of the step is in, then every worker pulls the piece back; a worker's next step waits for
-//       its pulls. Otherwise (ps-async, ssp) each push is applied on arrival (a server's updates run one at a
-//       time) and pulled back by its worker alone; ssp: a worker does not start step c while c - (the slowest
-//       worker's clock) > staleness (the wait is reported as staleness_wait_s).
+//       worker, an uneven shard shows); a worker's next step waits for its pulls (there is no other gate).
+//       ps-async (staleness -1): each push is applied on arrival (a server's updates run one at a time) and pulled
+//       back by its worker alone. ps and ssp (staleness S >= 0), as the runtime's ParameterServerSync runs them
+//       (on_push, apply_complete, release_withheld): a push of clock c is stored; the last of a piece's W pushes
+//       of clock c applies the clock (one optimizer step of the piece; the other pushes take no server time); the
+//       reply to a push of clock c is withheld until the piece has applied clock c - S, and the replies one
+//       applied clock releases leave together. S = 0 is ps: every worker pulls the piece once the step's clock is
+//       applied. S > 0: a worker more than S clocks ahead of the slowest waits for its pulls (the part of its wait
+//       before the last withheld reply was released is reported as staleness_wait_s).
 //   elastic with servers (asynchronous easgd)  local steps (compute + local optimizer); every `period` steps a
 //       worker pushes its whole parameter shards to their servers and pulls the centre back, without a barrier.
 //   gossip (asgd)  as the runtime's Gossip (engine/parallel/averaging.cpp): at the start of step c a worker sends
@@ -20,9 +24,9 @@
 //   round (fedavg)  see simulate_rounds.
 // A server's update of a piece (or shard) takes its node's optimizer time for the whole model scaled by the
 // piece's share of the parameters. A server is one thread serving one request at a time in arrival order (its
-// updates queue), and its NIC sends in the order it answers: the replies of one update leave together (ps: every
-// worker's pull of the piece, sharing the link), a later update's replies wait behind them (a FIFO queue, as a
-// host's bytes queue in its NIC). So asynchronous workers whose pushes arrive together are answered one after
+// updates queue), and its NIC sends in the order it answers: the replies released together leave together (ps:
+// every worker's pull of the piece, sharing the link; ssp: the pushes one applied clock releases), a later
+// release waits behind them (a FIFO queue, as a host's bytes queue in its NIC). So asynchronous workers whose pushes arrive together are answered one after
 // another and drift out of phase, as the runtime's trace shows (bench/strategies/ps_trace.py), instead of moving
 // as a convoy; a synchronous step's replies still share the link.
 // CPU (every executor here, as the DDP step executor does it): on nodes with a CPU model (StepSetup::node_cpu:

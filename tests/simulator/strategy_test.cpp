@@ -132,10 +132,14 @@ BOOST_AUTO_TEST_CASE(sync_ps_server_update_sits_between_push_and_pull) {
   BOOST_TEST(r.ranks[2].compute_s == 0.05, tt::tolerance(1e-6));
 }
 
-// (c) SSP with one worker 2x slower and staleness S: a fast worker may start step c once the slow one has
-// finished c - S steps; its waits follow start_c = max(end_{c-1}, 2t (c - S)). S = 0 is synchronous: ps.
-// ps-async: the fast workers never wait for the slow one.
-BOOST_AUTO_TEST_CASE(ssp_waits_match_the_closed_form) {
+// (c) SSP as the runtime runs it (engine/parallel/param_server.cpp): a piece applies clock c once every worker's
+// push of c is in, and the reply to a push of clock c is withheld until clock c - S is applied; a worker starts
+// its next step when it has its pulls (no gate at the start of a step). With one worker 2x slower (2t a step) and
+// negligible messages, the slow worker pushes clock c at 2tc and is never held; a fast one pushes clock c at
+// end_{c-1} + t and gets its pull at end_c = max(end_{c-1} + t, 2t (c - S)), the slow worker's push of c - S.
+// ps-async: the fast workers never wait for the slow one; ps (S = 0): everyone waits for the slow worker, the wait
+// counted as exposed communication.
+BOOST_AUTO_TEST_CASE(ssp_withheld_pulls_match_the_closed_form) {
   const double t = 0.01;
   const int32_t K = 24;
   for (int32_t S : {1, 2, 4}) {
@@ -146,15 +150,21 @@ BOOST_AUTO_TEST_CASE(ssp_waits_match_the_closed_form) {
     set_compute(s, 2, 2 * t);
     const StepResult r = run_on_star(s, 4);
     double end = 0, wait = 0;
-    for (int32_t c = 0; c < K; ++c) {
-      const double start = std::max(end, 2 * t * (c - S));
-      wait += start - end;
-      end = start + t;
+    for (int32_t c = 1; c <= K; ++c) {
+      const double pushed = end + t;
+      end = std::max(pushed, 2 * t * (c - S));
+      wait += end - pushed;
     }
+    BOOST_TEST_INFO("S = " << S);
+    BOOST_TEST(wait > 0);
     BOOST_TEST(r.ranks[0].staleness_wait_s * K == wait, tt::tolerance(0.01));
     BOOST_TEST(r.ranks[1].staleness_wait_s * K == wait, tt::tolerance(0.01));
+    BOOST_TEST(r.ranks[0].finish_s * K == end, tt::tolerance(0.01));
     BOOST_TEST(r.ranks[2].staleness_wait_s == 0.0);
     BOOST_TEST(r.step_s == 2 * t, tt::tolerance(0.01));  // the slow worker sets the pace
+    // a fast worker is never more than S + 1 clocks of the slow one's pace ahead: its clock c ends no earlier
+    // than the slow worker's push of c - S
+    BOOST_TEST(r.ranks[0].finish_s * K >= 2 * t * (K - S) * (1 - 1e-9));
   }
   // asynchronous: each fast worker runs at its own speed
   StrategySetup a = push_pull(3, 1, 10, -1);
@@ -171,7 +181,60 @@ BOOST_AUTO_TEST_CASE(ssp_waits_match_the_closed_form) {
   y.sync.staleness = 0;
   const StepResult q = run_on_star(y, 4);
   BOOST_TEST(q.ranks[0].comm_exposed_s == t, tt::tolerance(0.01));
+  BOOST_TEST(q.ranks[0].staleness_wait_s == 0.0);
   BOOST_TEST(q.step_s == 2 * t, tt::tolerance(0.01));
+}
+
+// SSP's server applies a piece once per clock (one optimizer step of u), ps-async once per push (W of them). With
+// identical workers (compute t, no noise, negligible messages), every push but the last of a clock is answered at
+// once; the last waits for the update, so its worker takes t + u a step and sets the pace, falling u further behind
+// the others each step. With K u < t its lag stays under a clock: the bound (S >= 1) never binds and the others
+// finish K steps in K t, never held -- with S = 2 as with S = K.
+BOOST_AUTO_TEST_CASE(ssp_applies_once_per_clock) {
+  const double t = 0.01;
+  const int32_t W = 4, K = 20;
+  const double u = t / (2 * K);
+  for (int32_t S : {2, K}) {
+    StrategySetup s = push_pull(W, 1, 10, S);
+    s.steps = K;
+    for (int32_t w = 0; w < W; ++w) set_compute(s, w, t);
+    s.ranks[static_cast<size_t>(W)].optimizer_s = u;
+    const StepResult r = run_on_star(s, W + 1);
+    BOOST_TEST_INFO("S = " << S);
+    BOOST_TEST(r.ranks[static_cast<size_t>(W)].compute_s == u, tt::tolerance(1e-6));  // one update per clock
+    BOOST_TEST(r.step_s == t + u, tt::tolerance(0.001));
+    int32_t last = 0;  // the worker whose push completes every clock
+    for (int32_t w = 0; w < W; ++w)
+      if (r.ranks[static_cast<size_t>(w)].finish_s > r.ranks[static_cast<size_t>(last)].finish_s) last = w;
+    for (int32_t w = 0; w < W; ++w) {
+      BOOST_TEST(r.ranks[static_cast<size_t>(w)].staleness_wait_s == 0.0);
+      if (w != last) BOOST_TEST(r.ranks[static_cast<size_t>(w)].finish_s == t, tt::tolerance(0.001));
+    }
+  }
+  StrategySetup a = push_pull(W, 1, 10, -1);
+  a.steps = K;
+  for (int32_t w = 0; w < W; ++w) set_compute(a, w, t);
+  a.ranks[static_cast<size_t>(W)].optimizer_s = u;
+  BOOST_TEST(run_on_star(a, W + 1).ranks[static_cast<size_t>(W)].compute_s == W * u, tt::tolerance(1e-6));
+}
+
+// The replies one applied clock releases leave together and share the server's uplink (the NIC's FIFO entry).
+// Two workers, S = 1: worker 0 computes nothing, worker 1 takes T a step; a piece crosses a link in L. Worker 0's
+// push of clock c + 1 is held until worker 1's push of clock c arrives (T + L after worker 1's step began); then
+// both replies leave at once and take 2L. So worker 1's step is T + 3L (its last one T + 2L, alone): the mean
+// step is T + 3L - L / K. A gate at the start of a step instead of withheld replies would give T + 2L.
+BOOST_AUTO_TEST_CASE(ssp_released_replies_share_the_uplink) {
+  const int64_t P = 1000000;
+  const double L = 4.0 * P / kNic, T = 10 * L;
+  const int32_t K = 12;
+  StrategySetup s = push_pull(2, 1, P, 1);
+  s.steps = K;
+  set_compute(s, 1, T);
+  const StepResult r = run_on_star(s, 3);
+  BOOST_TEST(r.step_s == T + 3 * L - L / K, tt::tolerance(0.001));
+  BOOST_TEST(r.ranks[1].finish_s == T + 3 * L - L / K, tt::tolerance(0.001));
+  BOOST_TEST(r.ranks[1].staleness_wait_s == 0.0);  // its own replies are never withheld
+  BOOST_TEST(r.ranks[0].staleness_wait_s > 0);
 }
 
 // End to end: ssp with staleness 0 compiles to ps's program and times the same; with one node at half speed
