@@ -425,6 +425,8 @@ void ParallelTrainer::agree_on_settings(bool growing) {
                                                        ? config_.loss_scale.scale
                                                        : config_.loss_scale.init)},
       {"loss scale growth interval", config_.loss_scale.growth_interval},
+      {"loss scale growth (bits)", std::bit_cast<int64_t>(config_.loss_scale.growth)},
+      {"loss scale backoff (bits)", std::bit_cast<int64_t>(config_.loss_scale.backoff)},
   };
   const size_t K = mine.size();
   std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));

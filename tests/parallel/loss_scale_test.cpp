@@ -6,9 +6,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/core/settings.hpp"
 #include "tests/parallel/harness.hpp"
@@ -121,6 +125,48 @@ BOOST_AUTO_TEST_CASE(loss_scaled_ddp_matches_one_process) {
   const std::vector<float> want = reference_params(lenet12(), synthetic12_train(), one, 3);
   BOOST_TEST(rel_diff(run.params[0], want) < 1e-3);
   BOOST_TEST(run.params[0] == run.params[1]);
+}
+
+// Issue #14 (d) over ranks: a 2-stage pipeline's checkpoint keeps the scaler (scale, growth count, skips);
+// trainers that load it go on growing where the saving run would.
+BOOST_AUTO_TEST_CASE(a_parallel_checkpoint_keeps_the_scaler) {
+  const settings::ScopedProcessValue math("TANDEM_CPU_MATH", "fp16");
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tandem_parallel_loss_scale_" + std::to_string(::getpid()) + ".ckpt")).string();
+  struct Rm {
+    std::string p;
+    ~Rm() { std::remove(p.c_str()); }
+  } rm{path};
+  par::ParallelConfig pc;
+  pc.strategy = par::Strategy::kPipeline;
+  const train::TrainerConfig cfg = scaled_config(std::ldexp(1.0, 100), std::ldexp(1.0, -90));
+  std::mutex mu;
+  std::vector<std::string> problems;
+  const auto note = [&](const std::string& s) {
+    std::lock_guard lock(mu);
+    problems.push_back(s);
+  };
+  require_no_errors(run_world(2, {}, [&](int, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, pc, &c);
+    t.step();  // skipped: 2^100 -> 1024
+    t.step();  // finite: growth count 1
+    t.save_checkpoint(path);
+  }));
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 5);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, pc, &c);
+    t.load_checkpoint(path);
+    const train::LossScaleState& s = t.loss_scaler().state();
+    if (s.scale != 1024.0 || s.growth_tracker != 1 || s.skipped != 1)
+      note("rank " + std::to_string(r) + " loaded scale " + std::to_string(s.scale) + ", count " +
+           std::to_string(s.growth_tracker) + ", skipped " + std::to_string(s.skipped));
+    if (t.step().skipped) note("rank " + std::to_string(r) + " skipped after resuming");
+    if (t.loss_scaler().state().scale != 2048.0) note("rank " + std::to_string(r) + " did not grow after resuming");
+  }));
+  for (const std::string& p : problems) BOOST_ERROR(p);
 }
 
 BOOST_AUTO_TEST_CASE(strategies_without_a_common_step_are_refused) {

@@ -57,6 +57,8 @@ BOOST_AUTO_TEST_CASE(the_job_describes_the_agreement_over_every_rank) {
 BOOST_AUTO_TEST_CASE(a_pipeline_meets_before_the_optimizer_and_pays_for_it) {
   const SimResult off = run(compiled(par::Strategy::kPipeline, 1, 2, false), "c5.xlarge:2");
   const SimResult on = run(compiled(par::Strategy::kPipeline, 1, 2, true), "c5.xlarge:2");
+  BOOST_TEST_MESSAGE("lenet5 pipeline 1x2 on c5.xlarge:2: step " << off.step_time_s << " s without loss scaling, "
+                                                                 << on.step_time_s << " s with");
   BOOST_TEST(on.step_time_s > off.step_time_s);
   int meetings = 0;
   double last_arrival = 0, first_release = 1e30;
@@ -79,6 +81,8 @@ BOOST_AUTO_TEST_CASE(ddp_pays_the_flags_latency_in_both_executions) {
   const par::CompiledJob cj = compiled(par::Strategy::kDdp, 4, 1, true);
   const SimResult off = run(compiled(par::Strategy::kDdp, 4, 1, false), "c5.xlarge:4");
   const SimResult on = run(cj, "c5.xlarge:4");
+  BOOST_TEST_MESSAGE("lenet5 ddp 4x1 on c5.xlarge:4: step " << off.step_time_s << " s without loss scaling, "
+                                                            << on.step_time_s << " s with");
   BOOST_TEST(on.step_time_s > off.step_time_s);
   RunSpec r;
   r.dataset = "fashion-mnist";
