@@ -1,5 +1,7 @@
 #include "engine/compute/fp16_math.hpp"
 
+#include "engine/compute/forwarding_backend.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -15,23 +17,13 @@ void round_to_half(float* x, int64_t n) noexcept {
 
 namespace {
 
-class Fp16Emulation final : public Backend {
+class Fp16Emulation final : public ForwardingBackend {
  public:
-  explicit Fp16Emulation(std::unique_ptr<Backend> inner) : be_(std::move(inner)) {
-    TANDEM_REQUIRE(be_ && be_->device().is_cpu(), "fp16 emulation: wraps a host backend (cpu or reference), not {}",
-                   be_ ? std::string(be_->name()) : std::string("nothing"));
+  // Everything but convolutions and GEMMs is the wrapped backend's f32 (ForwardingBackend).
+  explicit Fp16Emulation(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)), be_(&this->inner()) {
+    TANDEM_REQUIRE(be_->device().is_cpu(), "fp16 emulation: wraps a host backend (cpu or reference), not {}",
+                   be_->name());
   }
-
-  std::string_view name() const override { return be_->name(); }
-  Device device() const override { return be_->device(); }
-  void set_num_threads(int n) override { be_->set_num_threads(n); }
-  int num_threads() const override { return be_->num_threads(); }
-  void synchronize() override { be_->synchronize(); }
-  Tensor empty(const Shape& s, DType t) override { return be_->empty(s, t); }
-  Tensor zeros(const Shape& s, DType t) override { return be_->zeros(s, t); }
-  Tensor to_plain(const Tensor& x) override { return be_->to_plain(x); }
-  void copy(const Tensor& src, Tensor& dst) override { be_->copy(src, dst); }
-  Tensor to_host(const Tensor& x) override { return be_->to_host(x); }
 
   // ---- convolution: fp16 operands and fp16 results, bias in f32 ----
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p) override {
@@ -75,60 +67,6 @@ class Fp16Emulation final : public Backend {
     if (dbias.defined()) bias_grad(dy, dbias, accumulate);
   }
 
-  // ---- the rest: the wrapped backend's f32 ----
-  BatchNormForward batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                               Tensor& running_mean, Tensor& running_var,
-                                               const BatchNormParams& p) override {
-    return be_->batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
-  }
-  Tensor batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                      const Tensor& running_mean, const Tensor& running_var, float eps) override {
-    return be_->batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps);
-  }
-  Tensor batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                             const Tensor& var, float eps, Tensor& dgamma, Tensor& dbeta, bool accumulate) override {
-    return be_->batch_norm_backward(dy, x, gamma, mean, var, eps, dgamma, dbeta, accumulate);
-  }
-  Tensor activation_forward(Activation a, const Tensor& x, bool in_place) override {
-    return be_->activation_forward(a, x, in_place);
-  }
-  Tensor activation_backward(Activation a, const Tensor& dy, const Tensor& y) override {
-    return be_->activation_backward(a, dy, y);
-  }
-  PoolForward pool_forward(PoolKind kind, const Tensor& x, const PoolParams& p) override {
-    return be_->pool_forward(kind, x, p);
-  }
-  Tensor pool_backward(PoolKind kind, const Tensor& dy, const Tensor& ws, const Shape& x_shape,
-                       const PoolParams& p) override {
-    return be_->pool_backward(kind, dy, ws, x_shape, p);
-  }
-  Tensor global_avg_pool_forward(const Tensor& x) override { return be_->global_avg_pool_forward(x); }
-  Tensor global_avg_pool_backward(const Tensor& dy, const Shape& x_shape) override {
-    return be_->global_avg_pool_backward(dy, x_shape);
-  }
-  DropoutForward dropout_forward(const Tensor& x, float p, uint64_t seed) override {
-    return be_->dropout_forward(x, p, seed);
-  }
-  Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) override {
-    return be_->dropout_backward(dy, mask, p);
-  }
-  LossOutput softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad,
-                                   int64_t normalizer) override {
-    return be_->softmax_cross_entropy(logits, labels, want_grad, normalizer);
-  }
-  Tensor add(const Tensor& a, const Tensor& b) override { return be_->add(a, b); }
-  void add_inplace(Tensor& a, const Tensor& b) override { be_->add_inplace(a, b); }
-  void scale(Tensor& x, float alpha) override { be_->scale(x, alpha); }
-  void axpy(float alpha, const Tensor& x, Tensor& y) override { be_->axpy(alpha, x, y); }
-  void fill(Tensor& x, float value) override { be_->fill(x, value); }
-  double sum_squares(const Tensor& x) override { return be_->sum_squares(x); }
-  void sgd_update(Tensor& param, const Tensor& grad, Tensor& buf, const SgdParams& p) override {
-    be_->sgd_update(param, grad, buf, p);
-  }
-  void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& p) override {
-    be_->adam_update(param, grad, m, v, p);
-  }
-
  private:
   // A plain f32 copy of x rounded to half (x itself is never changed: it is the caller's f32 tensor).
   Tensor half(const Tensor& x) {
@@ -169,7 +107,7 @@ class Fp16Emulation final : public Backend {
     }
   }
 
-  std::unique_ptr<Backend> be_;
+  Backend* be_;  // the wrapped backend (inner())
 };
 
 }  // namespace
