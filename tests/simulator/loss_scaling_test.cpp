@@ -94,4 +94,26 @@ BOOST_AUTO_TEST_CASE(ddp_pays_the_flags_latency_in_both_executions) {
   BOOST_TEST(full.step_time_s == on.step_time_s, boost::test_tools::tolerance(1e-3));
 }
 
+// A described job (tandem simulate, a job JSON, the C ABI) compiles with loss scaling exactly where Tandem's trainer
+// would scale: fp16, Tandem's own runtime, a strategy whose ranks step together.
+BOOST_AUTO_TEST_CASE(a_described_fp16_job_scales_its_loss_where_the_trainer_would) {
+  const ClusterSpec cluster = parse_cluster("c5.xlarge:2");
+  auto described = [&](par::Precision precision, Strategy strategy, Framework framework) {
+    JobSpec j;
+    j.model = "lenet5";
+    j.dataset = "fashion-mnist";
+    j.strategy = strategy;
+    j.memory.precision = precision;
+    j.framework = framework;
+    Simulation sim;
+    return sim.compile(cluster, j).job.loss_scaling;
+  };
+  BOOST_TEST(described(par::Precision::kF16, Strategy::kDdp, Framework::kTandem));
+  BOOST_TEST(described(par::Precision::kF16, Strategy::kPipeline, Framework::kTandem));
+  BOOST_TEST(!described(par::Precision::kBF16, Strategy::kDdp, Framework::kTandem));
+  BOOST_TEST(!described(par::Precision::kF32, Strategy::kDdp, Framework::kTandem));
+  BOOST_TEST(!described(par::Precision::kF16, Strategy::kDdp, Framework::kPytorchDdp));
+  BOOST_TEST(!described(par::Precision::kF16, Strategy::kLocalSgd, Framework::kTandem));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
