@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -34,7 +35,12 @@ struct TrainOptions {
   std::string model = "lenet5";
   std::string dataset = "fashion-mnist";
   std::string input;  // --input CxHxW: the synthetic data set's sample shape
-  std::string precision = "f32";  // --precision f32|bf16 (cuda; see tandem::cli::math_setting)
+  std::string precision = "f32";  // --precision f32|bf16|fp16 (see tandem::cli::math_setting)
+  // Loss scaling (engine/train/loss_scaler.hpp): "" = dynamic under fp16, else off; "dynamic", "off" or a number.
+  std::string loss_scale;
+  double loss_scale_init = 65536, loss_scale_growth = 2, loss_scale_backoff = 0.5;
+  int64_t loss_scale_growth_interval = 2000;
+  bool loss_scaler_given = false;  // any of the four above given
   std::string data_dir;
   std::string backend = "cpu";
   std::string device;  // --device: cpu, cuda, cuda:N (sets the backend)
@@ -135,6 +141,39 @@ void draw_bar(const tandem_progress_t* p, void* user) {
 bool looks_like_file(const std::string& p) {
   struct stat st{};
   return p.find(".json") != std::string::npos || (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode));
+}
+
+// --loss-scale and its --loss-scale-* settings into tandem_trainer_params_t.loss_scale (0 off, > 0 fixed,
+// TANDEM_LOSS_SCALE_DYNAMIC); returns why they are refused ("" when fine). The values themselves are checked by
+// tandem_trainer_create, whose message names the field.
+std::string loss_scale_value(const TrainOptions& o, double& out) {
+  std::string mode = o.loss_scale;
+  if (mode.empty()) mode = o.precision == "fp16" ? "dynamic" : "off";
+  if (mode == "off" || mode == "none") {
+    out = 0;
+  } else if (mode == "dynamic") {
+    out = TANDEM_LOSS_SCALE_DYNAMIC;
+  } else {
+    char* end = nullptr;
+    const double v = std::strtod(mode.c_str(), &end);
+    if (end == mode.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
+      return "--loss-scale '" + mode + "' is not dynamic, off, or a finite scale > 0";
+    out = v;
+  }
+  if (o.loss_scaler_given && out != TANDEM_LOSS_SCALE_DYNAMIC)
+    return "--loss-scale-init/-growth/-backoff/-growth-interval set dynamic loss scaling, but --loss-scale is '" +
+           mode + "'";
+  if (out == TANDEM_LOSS_SCALE_DYNAMIC) {
+    if (!(std::isfinite(o.loss_scale_init) && o.loss_scale_init > 0))
+      return fmt::format("--loss-scale-init {} must be a finite number > 0", o.loss_scale_init);
+    if (!(std::isfinite(o.loss_scale_growth) && o.loss_scale_growth > 1))
+      return fmt::format("--loss-scale-growth {} must be > 1", o.loss_scale_growth);
+    if (!(o.loss_scale_backoff > 0 && o.loss_scale_backoff < 1))
+      return fmt::format("--loss-scale-backoff {} must be in (0, 1)", o.loss_scale_backoff);
+    if (o.loss_scale_growth_interval < 1)
+      return fmt::format("--loss-scale-growth-interval {} must be >= 1 step", o.loss_scale_growth_interval);
+  }
+  return "";
 }
 
 tandem_status_t make_dataset(const TrainOptions& o, bool train, Handles& h, tandem_dataset_t** out) {
@@ -384,9 +423,11 @@ int run_train(const TrainOptions& o) {
     cp.num_threads = threads;
   }
   const char* math = nullptr;
-  if (const std::string why = cli::math_setting(o.precision, o.device.empty() ? o.backend : o.device, math);
+  if (const std::string why = cli::math_setting(o.precision, o.device.empty() ? o.backend : o.device, math, true);
       !why.empty())
     return cli::fail(why);
+  double loss_scale = 0;  // tandem_trainer_params_t.loss_scale
+  if (const std::string why = loss_scale_value(o, loss_scale); !why.empty()) return cli::fail(why);
   if (math != nullptr) {
     cp.field_mask |= TANDEM_CONTEXT_PARAM_SETTINGS;
     cp.settings = &math;
@@ -466,6 +507,14 @@ int run_train(const TrainOptions& o) {
   tp.limit_batches = o.limit_batches;
   tp.eval_limit_batches = o.eval_limit_batches;
   tp.augment = o.augment ? 1 : 0;
+  if (loss_scale != 0) {
+    tp.field_mask |= TANDEM_TRAINER_PARAM_LOSS_SCALE | TANDEM_TRAINER_PARAM_LOSS_SCALER;
+    tp.loss_scale = loss_scale;
+    tp.loss_scale_init = o.loss_scale_init;
+    tp.loss_scale_growth = o.loss_scale_growth;
+    tp.loss_scale_backoff = o.loss_scale_backoff;
+    tp.loss_scale_growth_interval = o.loss_scale_growth_interval;
+  }
   if (bar.enabled) {
     tp.field_mask |= TANDEM_TRAINER_PARAM_PROGRESS;
     tp.progress = draw_bar;
@@ -540,12 +589,26 @@ int run_train(const TrainOptions& o) {
                                 {"train_s", num(r.train_s)},  // training only; wall_s adds evaluation
                                 {"wall_s", num(r.wall_s)}};
       if (o.parallel) add_parallel_fields(h.trainer, j);
+      if (loss_scale != 0) {
+        double scale = 0;
+        int64_t skipped = 0;
+        tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
+        j["loss_scale"] = scale;
+        j["skipped_steps"] = skipped;
+      }
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",
                   static_cast<long long>(r.epoch), r.train_loss, 100 * r.train_accuracy, r.test_loss,
                   100 * r.test_accuracy, r.images_per_sec, r.wall_s);
       if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
+      if (loss_scale != 0) {
+        double scale = 0;
+        int64_t skipped = 0;
+        tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
+        std::printf("loss scale %g, %lld step%s skipped (non-finite gradients)\n", scale,
+                    static_cast<long long>(skipped), skipped == 1 ? "" : "s");
+      }
     }
     std::fflush(stdout);
   }
@@ -596,6 +659,19 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--dataset", o->dataset, "fashion-mnist, cifar10 (needs --data-dir) or synthetic")->capture_default_str();
   app.add_option("--input", o->input, "synthetic: sample shape CxHxW (default 1x28x28, Fashion-MNIST's)");
   app.add_option("--precision", o->precision, tandem::cli::kPrecisionHelp)->capture_default_str();
+  app.add_option("--loss-scale", o->loss_scale,
+                 "loss scaling: dynamic (the default with --precision fp16; as PyTorch's GradScaler), a fixed scale "
+                 "S > 0, or off (the default otherwise). The loss gradient is multiplied by S, the gradients divided "
+                 "by S before clipping and the optimizer (f32 master weights); a step with an inf or NaN gradient on "
+                 "any rank is skipped on every rank");
+  for (auto [flag, dst, what] : {std::tuple{"--loss-scale-init", &o->loss_scale_init, "dynamic: the first scale (> 0)"},
+                                 std::tuple{"--loss-scale-growth", &o->loss_scale_growth, "dynamic: growth factor (> 1)"},
+                                 std::tuple{"--loss-scale-backoff", &o->loss_scale_backoff,
+                                            "dynamic: factor after a skipped step, in (0, 1)"}})
+    app.add_option(flag, *dst, what)->capture_default_str()->each([o](const std::string&) { o->loss_scaler_given = true; });
+  app.add_option("--loss-scale-growth-interval", o->loss_scale_growth_interval,
+                 "dynamic: finite steps in a row before the scale grows (>= 1)")
+      ->capture_default_str()->each([o](const std::string&) { o->loss_scaler_given = true; });
   app.add_option("--data-dir", o->data_dir, "directory of the data set's files");
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
   app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);

@@ -39,28 +39,41 @@ inline std::optional<std::string> backend_for_device(const std::string& device) 
   return std::nullopt;
 }
 
-// `--precision f32 | bf16 | fp16` (tandem train, tandem calibrate). bf16 is the cuda backend's bf16 math
-// (TANDEM_CUDA_MATH=bf16): convolutions and GEMMs on bf16 tensor cores, f32 accumulation, every tensor between
-// layers, the weights and the optimizer state f32. Sets `setting` to the context setting to add (nullptr for
-// none) and returns "" -- or why the combination is refused: bf16 on a CPU backend (which computes in f32), and
-// fp16, whose gradients need dynamic loss scaling that the trainer does not do.
+// `--precision f32 | bf16 | fp16` (tandem train, tandem calibrate). bf16 and fp16 are the cuda backend's 16-bit
+// math (TANDEM_CUDA_MATH): convolutions and GEMMs on bf16 / fp16 tensor cores, f32 accumulation, every tensor between
+// layers, the weights and the optimizer state f32. On a CPU backend fp16 is an emulation (TANDEM_CPU_MATH=fp16:
+// operands rounded to IEEE half exactly as the GPU sees them, computed in f32 -- slower, not faster), for checking
+// that a model trains in fp16 before renting a GPU; `emulation` says whether the command takes it (tandem train
+// does; tandem calibrate does not: it would time the emulation). fp16 needs loss scaling, which tandem train turns on
+// (--loss-scale). Sets `setting` to the context setting to add (nullptr for none) and returns "" -- or why the
+// combination is refused: bf16 on a CPU backend (which computes in f32), fp16 on a CPU where emulation is not taken.
 inline std::string math_setting(const std::string& precision, const std::string& device_or_backend,
-                                const char*& setting) {
+                                const char*& setting, bool emulation = false) {
   setting = nullptr;
   if (precision == "f32") return "";
-  if (precision == "fp16")
-    return "--precision fp16 needs dynamic loss scaling, which the trainer does not do yet; bf16 needs none "
-           "(same range as f32)";
-  if (precision != "bf16") return "--precision '" + precision + "' is not f32, bf16 or fp16";
-  if (device_or_backend.rfind("cuda", 0) != 0)
-    return "--precision bf16 needs --device cuda: the CPU backends compute in f32";
-  setting = "TANDEM_CUDA_MATH=bf16";
+  if (precision != "bf16" && precision != "fp16") return "--precision '" + precision + "' is not f32, bf16 or fp16";
+  const bool cuda = device_or_backend.rfind("cuda", 0) == 0;
+  if (precision == "bf16") {
+    if (!cuda) return "--precision bf16 needs --device cuda: the CPU backends compute in f32 (fp16 has a CPU emulation)";
+    setting = "TANDEM_CUDA_MATH=bf16";
+    return "";
+  }
+  if (cuda) {
+    setting = "TANDEM_CUDA_MATH=fp16";
+    return "";
+  }
+  if (!emulation)
+    return "--precision fp16 needs --device cuda here: on a CPU it is only an emulation (tandem train "
+           "--precision fp16 runs it), whose speed says nothing about a GPU's";
+  setting = "TANDEM_CPU_MATH=fp16";
   return "";
 }
 
 constexpr const char* kPrecisionHelp =
-    "f32, or bf16 (--device cuda: convolutions and GEMMs on bf16 tensor cores with f32 accumulation; tensors "
-    "between layers, weights and optimizer state stay f32)";
+    "f32, bf16 (--device cuda: convolutions and GEMMs on bf16 tensor cores with f32 accumulation; tensors "
+    "between layers, weights and optimizer state stay f32) or fp16 (the same on fp16 tensor cores, with dynamic loss "
+    "scaling; on a CPU an EMULATION that rounds the operands to half as the GPU would -- slower than f32, for "
+    "checking that a model trains in fp16)";
 
 constexpr const char* kDeviceHelp =
     "cpu, or cuda[:N] (a GPU: cuDNN convolutions, cuBLAS GEMMs; bare cuda under a launcher is cuda:<local rank>)";

@@ -133,7 +133,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
   app.add_option("--chunk-bytes", o->chunk_bytes, "collective pipelining chunk (default: the runtime's)");
   app.add_option("--precision", o->precision, "f32, or mixed precision bf16/fp16 (16-bit weights, gradients and "
-                 "activations; f32 master weights)")->transform(names(precision_names()));
+                 "activations; f32 master weights). fp16 of Tandem's runtime (single, ddp, pipeline, hybrid) also "
+                 "pays loss scaling: an unscale pass and a found-inf flag all-reduced over every rank per step")
+      ->transform(names(precision_names()));
   app.add_option("--recompute", o->recompute, "activation recomputation: none, stage (keep only stage inputs) or K "
                  "(keep every K-th layer's output)");
   app.add_option("--zero", o->zero, "sharded optimizer state over data-parallel ranks: 0, 1 (ZeRO-1), 2 (gradients too)")

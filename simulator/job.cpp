@@ -136,6 +136,12 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.average_every = j.average_every;
   e.parallel.warmup_steps = j.warmup_steps;
   e.memory = j.memory;
+  // Tandem trains fp16 with loss scaling (tandem train --precision fp16), whose skip decision every rank of these
+  // strategies agrees on (CompiledJob::agree_finite); the others refuse loss scaling.
+  const bool common_step = j.strategy == Strategy::kSingle || j.strategy == Strategy::kDdp ||
+                           j.strategy == Strategy::kPipeline || j.strategy == Strategy::kHybrid;
+  e.loss_scaling = j.memory.precision == engine::parallel::Precision::kF16 && j.framework == Framework::kTandem &&
+                   common_step;
   return e;
 }
 

@@ -310,6 +310,11 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
       s.bucket_plans[st].push_back(&plans.get(req));
     }
   }
+  if (cj.job.loss_scaling && world > 1) {  // the found-non-finite flag's all-reduce over every rank
+    engine::comm::PlanRequest req = cj.agree_finite;
+    for (int32_t r = 0; r < world; ++r) req.topology.host_of.push_back(p.node_of_rank[r]);
+    s.agree_plan = &plans.get(req);
+  }
   for (int32_t r = 0; r < world; ++r) {
     const int32_t st = r % cj.pp();
     const auto& sp = cj.pipeline.stage_plans[st];
@@ -344,6 +349,13 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
         rs.net_pace_bytes_per_s =
             tcp_pace_bytes_per_s(node.hw.nic_bytes_per_s, node.tcp_goodput, node.bucket_bytes_per_s);
       }
+    }
+    if (cj.job.loss_scaling) {
+      // unscale (read and write 4 bytes per gradient) and check (read 4): a pass over the stage's gradients at the
+      // memory bandwidth -- the device's on a GPU, as the conversions below
+      const double bytes = 12.0 * static_cast<double>(cj.job.model.totals(sp.first_layer, sp.end_layer).params);
+      const double bw = node.hw.gpus > 0 ? node.hw.mem_bytes_per_s : rs.local_bytes_per_s;
+      rs.unscale_s = bw > 0 ? bytes / bw : 0.0;
     }
     if (cj.converts()) {
       // a pass per bucket (read 4 bytes, write 2; back before the optimizer), bound by the memory

@@ -31,7 +31,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   void on_flow_done(uint64_t tag) override;
 
  private:
-  enum class Wait : uint8_t { kNone, kCompute, kRecvAct, kRecvGrad, kAllreduce, kDone };
+  enum class Wait : uint8_t { kNone, kCompute, kRecvAct, kRecvGrad, kAllreduce, kAgree, kDone };
   struct Rank {
     int32_t stage = 0, replica = 0;
     size_t pc = 0;
@@ -42,6 +42,7 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     bool segment_compressed = false;  // the running segment's bucket has been converted to 16 bits
     int32_t compressing_bucket = -1;  // converting this bucket (all-reduces after backward)
     bool decompressing = false, decompressed = false;  // converting the gradients back before the optimizer
+    bool unscaling = false, unscaled = false, agreed = false;  // loss scaling: the unscale pass, the flag's meeting
     double compute_full_s = 0;  // of the running compute op
     des::TimeNs compute_start = 0;
     std::string compute_name;
@@ -118,6 +119,17 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     void on_event(uint64_t tag) override { ex->wake_done(tag); }
   };
   void wake_done(uint64_t tag);
+  // Loss scaling: rank r reached the found-non-finite meeting; when the last has, every rank goes on after the
+  // agreement plan's latency (agree_done).
+  void arrive_agree(int32_t r);
+  void agree_done();
+  double agree_latency_s();
+  struct AgreeEvent final : des::EventHandler {
+    StepExecutor* ex = nullptr;
+    void on_event(uint64_t) override { ex->agree_done(); }
+  };
+  AgreeEvent agree_;
+  int32_t agree_arrived_ = 0;
   static uint64_t member_arg(uint32_t inst, int32_t m, uint64_t type) {
     return (static_cast<uint64_t>(m) << 24) | (static_cast<uint64_t>(inst) << 2) | type;
   }
@@ -403,6 +415,15 @@ void StepExecutor::advance(int32_t r) {
           start_compute(r, rs.decompress_s, "decompress gradients");
           return;
         }
+        if (rs.unscale_s > 0 && !rk.unscaled) {
+          rk.unscaled = rk.unscaling = true;
+          start_compute(r, rs.unscale_s, "unscale gradients");
+          return;
+        }
+        if (s_.agree_plan != nullptr && !rk.agreed) {
+          arrive_agree(r);
+          return;
+        }
         start_compute(r, rs.optimizer_s, "optimizer");
         return;
     }
@@ -451,8 +472,8 @@ void StepExecutor::on_event(uint64_t arg) {
       rk.compressing_bucket = -1;
       try_start_comm(r);
     }
-    if (rk.decompressing) {  // the optimizer op is still ahead
-      rk.decompressing = false;
+    if (rk.decompressing || rk.unscaling) {  // the optimizer op is still ahead
+      rk.decompressing = rk.unscaling = false;
       advance(r);
       return;
     }
@@ -477,6 +498,77 @@ void StepExecutor::on_event(uint64_t arg) {
     if (!mb.ready.empty()) request_dispatch(inst, m);
     complete(inst, m, i);
   }
+}
+
+void StepExecutor::arrive_agree(int32_t r) {
+  Rank& rk = ranks_[r];
+  rk.wait = Wait::kAgree;
+  rk.wait_since = sim_.now();
+  // symmetric execution runs rank 0 for every (identical) rank: its arrival is everyone's
+  if (++agree_arrived_ < (sym_ ? 1 : s_.dp * s_.pp)) return;
+  agree_.ex = this;
+  sim_.schedule_in(des::ceil_ns(agree_latency_s()), &agree_, 0);
+}
+
+void StepExecutor::agree_done() {
+  const des::TimeNs now = sim_.now();
+  for (int32_t r = 0; r < (sym_ ? 1 : s_.dp * s_.pp); ++r) {
+    Rank& rk = ranks_[r];
+    if (rk.wait != Wait::kAgree) continue;
+    rk.bd.comm_exposed_s += des::to_seconds(now - rk.wait_since);  // as waiting for an all-reduce
+    span(r, 0, "agree finite", "comm", rk.wait_since, now);
+    rk.wait = Wait::kNone;
+    rk.agreed = true;
+    advance(r);
+  }
+}
+
+// The agreement plan's critical path when every transfer costs its route's latency and nothing else: an op starts
+// when its dependencies are done, a receive is done once its matching send has started and the latency passed.
+double StepExecutor::agree_latency_s() {
+  const CompiledPlan& plan = s_.agree_plan->full();
+  const size_t n = plan.ops.size() - 1;
+  std::vector<uint32_t> indeg(n, 0);
+  std::vector<double> start(n, 0.0), done(n, 0.0), lat(n, 0.0);
+  std::vector<int32_t> member(n, 0);
+  for (int32_t m = 0; m < plan.world; ++m)
+    for (uint32_t i = 0; i < plan.op_count(m); ++i) {
+      const uint32_t g = plan.first_op[m] + i;
+      member[g] = m;
+      for (const uint32_t* p = plan.succ_begin(m, i); p != plan.succ_end(m, i); ++p) ++indeg[plan.first_op[m] + *p];
+      const CompiledPlan::Op& op = plan.op(m, i);
+      if (op.kind == CompiledPlan::Kind::kSend) {
+        ++indeg[plan.first_op[op.peer] + op.link];
+        lat[g] = net_.route_latency_s(topo_.route(m, op.peer));
+      }
+    }
+  std::vector<uint32_t> ready;
+  for (uint32_t g = 0; g < n; ++g)
+    if (indeg[g] == 0) ready.push_back(g);
+  double end = 0;
+  auto release = [&](uint32_t g, double t, double& at) {
+    at = std::max(at, t);
+    if (--indeg[g] == 0) ready.push_back(g);
+  };
+  size_t seen = 0;
+  while (!ready.empty()) {
+    const uint32_t g = ready.back();
+    ready.pop_back();
+    ++seen;
+    const int32_t m = member[g];
+    const uint32_t i = g - plan.first_op[m];
+    const CompiledPlan::Op& op = plan.op(m, i);
+    // a receive's start already holds its matching send's start plus latency (released below)
+    done[g] = start[g];
+    end = std::max(end, done[g]);
+    if (op.kind == CompiledPlan::Kind::kSend) release(plan.first_op[op.peer] + op.link, start[g] + lat[g],
+                                                       start[plan.first_op[op.peer] + op.link]);
+    for (const uint32_t* p = plan.succ_begin(m, i); p != plan.succ_end(m, i); ++p)
+      release(plan.first_op[m] + *p, done[g], start[plan.first_op[m] + *p]);
+  }
+  TANDEM_CHECK(seen == n, Status::kInternal, "the loss-scaling agreement plan ({}) has a dependency cycle",
+               plan.description);
+  return end;
 }
 
 void StepExecutor::p2p_send(int32_t from, int32_t to, bool activation, int32_t mb, double bytes) {
@@ -802,7 +894,7 @@ bool StepExecutor::symmetric_possible() const {
   for (const RankSetup& b : s_.ranks) {
     if (b.speed != a.speed || b.local_bytes_per_s != a.local_bytes_per_s || b.forward_s != a.forward_s ||
         b.backward_s != a.backward_s || b.bucket_backward_s != a.bucket_backward_s || b.optimizer_s != a.optimizer_s ||
-        b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s ||
+        b.bucket_compress_s != a.bucket_compress_s || b.decompress_s != a.decompress_s || b.unscale_s != a.unscale_s ||
         b.net_cpu_s_per_byte != a.net_cpu_s_per_byte || b.copy_cpu_s_per_byte != a.copy_cpu_s_per_byte ||
         b.net_cpu_s_per_wakeup != a.net_cpu_s_per_wakeup || b.net_pace_bytes_per_s != a.net_pace_bytes_per_s ||
         b.copy_cpu_s_per_message != a.copy_cpu_s_per_message)

@@ -34,6 +34,9 @@ struct RankSetup {
   // the last one (training thread, at the rank's speed); empty / 0 without compression
   std::vector<double> bucket_compress_s;
   double decompress_s = 0;
+  // fp16 loss scaling (CompiledJob::agree_finite): the pass that unscales the stage's gradients and checks them
+  // (scale, then sum of squares), before the optimizer step; 0 without loss scaling
+  double unscale_s = 0;
   // CPU seconds (at full speed, divided by `speed`) per payload byte that one side of a message spends on
   // moving it: `net_cpu_s_per_byte` through the network stack to or from a rank on another node (TCP: system
   // calls, the kernel's protocol work and copies), `copy_cpu_s_per_byte` through shared memory to or from a rank
@@ -68,6 +71,10 @@ struct StepSetup {
   std::vector<std::vector<double>> boundary_bytes;  // [stage s -> s+1][micro-batch] activation bytes
   // [stage][bucket]: the all-reduce plan over the stage's data-parallel group (member d = replica d)
   std::vector<std::vector<const CompiledPlan*>> bucket_plans;
+  // fp16 loss scaling: the found-non-finite flag all-reduced over every rank (member r = rank r) before each
+  // optimizer step (CompiledJob::agree_finite). Every rank waits there for the last to arrive, then for the plan's
+  // critical path of message latencies (its 4 bytes take no bandwidth to speak of); null: no such meeting.
+  const CompiledPlan* agree_plan = nullptr;
   bool overlap = true;                          // all-reduce buckets during backward (else after it)
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical

@@ -24,6 +24,7 @@ class AnyTrainer {
   virtual int64_t completed_epochs() const = 0;
   virtual int64_t global_step() const = 0;
   virtual const engine::train::TrainerConfig& config() const = 0;
+  virtual const engine::train::LossScaler& loss_scaler() const = 0;
   // The parallel trainer, or null for a single-process one.
   virtual engine::parallel::ParallelTrainer* parallel() { return nullptr; }
 };

@@ -37,6 +37,7 @@ class Forwarding : public AnyTrainer {
   int64_t completed_epochs() const override { return t_->completed_epochs(); }
   int64_t global_step() const override { return t_->global_step(); }
   const train::TrainerConfig& config() const override { return t_->config(); }
+  const train::LossScaler& loss_scaler() const override { return t_->loss_scaler(); }
 
  protected:
   std::unique_ptr<T> t_;

@@ -87,7 +87,7 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
     auto h = std::make_unique<tandem_trainer>();
     if (params != nullptr) {
       const uint64_t m = params->field_mask;
-      check_field_mask(m, mask_through(TANDEM_TRAINER_PARAM_NORMALIZE), "tandem_trainer_params_t");
+      check_field_mask(m, mask_through(TANDEM_TRAINER_PARAM_LOSS_SCALER), "tandem_trainer_params_t");
       if (m & TANDEM_TRAINER_PARAM_BATCH_SIZE) c.batch_size = params->batch_size;
       if (m & TANDEM_TRAINER_PARAM_EPOCHS) c.epochs = params->epochs;
       if (m & TANDEM_TRAINER_PARAM_SEED) c.seed = params->seed;
@@ -96,6 +96,28 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
       if (m & TANDEM_TRAINER_PARAM_AUGMENT) c.augment = params->augment != 0;
       if (m & TANDEM_TRAINER_PARAM_NORMALIZE) c.normalize = params->normalize != 0;
       if (m & TANDEM_TRAINER_PARAM_PREFETCH) c.prefetch = params->prefetch;
+      if (m & TANDEM_TRAINER_PARAM_LOSS_SCALE) {
+        const double ls = params->loss_scale;
+        TANDEM_REQUIRE(ls == 0 || ls == TANDEM_LOSS_SCALE_DYNAMIC || (std::isfinite(ls) && ls > 0),
+                       "{}: params->loss_scale must be 0 (off), > 0 (a fixed scale) or TANDEM_LOSS_SCALE_DYNAMIC "
+                       "(-1), got {}", "tandem_trainer_create", ls);
+        c.loss_scale.mode = ls == 0 ? train::LossScaleConfig::Mode::kOff
+                            : ls < 0 ? train::LossScaleConfig::Mode::kDynamic
+                                     : train::LossScaleConfig::Mode::kFixed;
+        if (ls > 0) c.loss_scale.scale = ls;
+      }
+      if (m & TANDEM_TRAINER_PARAM_LOSS_SCALER) {
+        c.loss_scale.init = params->loss_scale_init;
+        c.loss_scale.growth = params->loss_scale_growth;
+        c.loss_scale.backoff = params->loss_scale_backoff;
+        c.loss_scale.growth_interval = params->loss_scale_growth_interval;
+        if (c.loss_scale.mode != train::LossScaleConfig::Mode::kDynamic) {
+          // Checked here: validate() looks at these only under dynamic scaling.
+          train::LossScaleConfig d = c.loss_scale;
+          d.mode = train::LossScaleConfig::Mode::kDynamic;
+          d.validate();
+        }
+      }
       if (m & TANDEM_TRAINER_PARAM_PROGRESS) {
         h->progress = params->progress;
         h->progress_user_data = params->progress_user_data;
@@ -205,6 +227,17 @@ TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* train
     const ContextScope scope(h.model->env);
     if (epochs != nullptr) *epochs = h.trainer->completed_epochs();
     if (steps != nullptr) *steps = h.trainer->global_step();
+  });
+}
+
+TANDEM_API tandem_status_t tandem_trainer_loss_scale(const tandem_trainer_t* trainer, double* scale,
+                                                     int64_t* skipped_steps) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& h = checked(trainer, "tandem_trainer_loss_scale", "trainer");
+    const ContextScope scope(h.model->env);
+    const train::LossScaler& s = h.trainer->loss_scaler();
+    if (scale != nullptr) *scale = s.enabled() ? s.state().scale : 1.0;
+    if (skipped_steps != nullptr) *skipped_steps = s.state().skipped;
   });
 }
 

@@ -5,7 +5,9 @@
 #include <map>
 #include <mutex>
 
+#include "engine/compute/fp16_math.hpp"
 #include "engine/compute/validate.hpp"
+#include "engine/core/settings.hpp"
 #include "engine/core/error.hpp"
 
 namespace tandem::engine::compute {
@@ -248,7 +250,11 @@ std::unique_ptr<Backend> make_backend(std::string_view spec, const BackendOption
   }
   TANDEM_REQUIRE(options.num_threads >= 0, "backend '{}': num_threads {} must be >= 0", std::string(name),
                  options.num_threads);
-  return f(options);
+  std::unique_ptr<Backend> be = f(options);
+  // TANDEM_CPU_MATH=fp16: the host backends emulate the cuda backend's fp16 math (fp16_math.hpp).
+  if ((name == "cpu" || name == "reference") && settings::current()->text("TANDEM_CPU_MATH").value_or("f32") == "fp16")
+    be = make_fp16_emulation(std::move(be));
+  return be;
 }
 
 void register_backend(const std::string& name, BackendFactory factory) {

@@ -315,6 +315,16 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
     if (s + 1 < cj.pp()) cj.boundary_bytes_per_sample.push_back(crossing_bytes(j.model, sp.end_layer, activation_scale(j.memory)));
   }
   cj.sync = sync_program(cj);
+  if (j.loss_scaling) {
+    comm::PlanRequest& req = cj.agree_finite;
+    req.collective = comm::Collective::kAllreduce;
+    req.algorithm = j.algorithm;
+    req.world = cj.world;
+    req.count = 1;
+    req.elem_bytes = 4;
+    req.chunk_bytes = comm::effective_chunk_bytes(j.chunk_bytes, 4);
+    req.in_place = true;
+  }
   return cj;
 }
 
@@ -446,6 +456,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("samples per step", a.step_batch, b.step_batch));
   first(differ("schedule", a.pipeline.describe(), b.pipeline.describe()));
   first(differ("memory options", describe(a.job.memory), describe(b.job.memory)));
+  first(differ("loss scaling", a.job.loss_scaling, b.job.loss_scaling));
   first(differ("compression", compression_name(a.job.parallel.compression), compression_name(b.job.parallel.compression)));
   first(differ("optimizer state bytes", optimizer_state_bytes_per_param(a.job.optimizer),
                optimizer_state_bytes_per_param(b.job.optimizer)));

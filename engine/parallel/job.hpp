@@ -64,6 +64,10 @@ struct Job {
   optim::OptimizerConfig optimizer;
   bool overlap = true;       // all-reduce buckets while backward runs (else after it)
   MemoryConfig memory;       // precision, recomputation, sharding (the runtime's own: the defaults)
+  // fp16 loss scaling (train::LossScaler): before every optimizer step each rank unscales its gradients (a pass
+  // over them: scale, then sum of squares) and the whole world all-reduces one found-non-finite flag
+  // (CompiledJob::agree_finite), so that every rank steps or skips together -- a meeting of all ranks.
+  bool loss_scaling = false;
 };
 
 // What one rank of a stage holds, from the layer specs (every replica of a stage holds the same).
@@ -203,6 +207,9 @@ class CompiledJob {
   std::vector<StageProgram> stages;
   std::vector<double> boundary_bytes_per_sample;  // [s]: bytes crossing from stage s to s + 1 (and gradients back)
   SyncProgram sync;                 // the strategy's exchanges (issue #13); kBucketAllreduce for ddp/pipeline/hybrid
+  // job.loss_scaling: the found-non-finite flag's all-reduce (one int32, max) over every rank (world), member r =
+  // world rank r, before the optimizer step of every stage (unused without loss scaling).
+  comm::PlanRequest agree_finite;
 
   int32_t dp() const noexcept { return job.parallel.dp; }     // workers
   int32_t servers() const noexcept { return sync.servers; }

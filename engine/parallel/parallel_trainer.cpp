@@ -1,5 +1,7 @@
 #include "engine/parallel/parallel_trainer.hpp"
 
+#include "engine/core/settings.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <cctype>
@@ -46,6 +48,19 @@ void fedavg_test_stall(int rank, int64_t round) {
   if (std::sscanf(v, "%d:%lld:%lf", &r, &k, &s) != 3 || r != rank || k != round || !(s > 0)) return;
   log::warn("fedavg round {}: TANDEM_TEST_FEDAVG_STALL: world rank {} sleeps {:.3g} s before it reports", round, rank, s);
   std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+// Test hook (loss scaling): TANDEM_TEST_NONFINITE="rank:step" writes a NaN into world rank `rank`'s gradients (after
+// any all-reduce, before the loss scaler's check) at its `step`-th step (1-based, skipped steps counted): only that
+// rank sees a non-finite gradient, so the others skip only through the agreement.
+bool nonfinite_test_hook(int rank, int64_t step) {
+  const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_NONFINITE");
+  if (!v) return false;
+  int r = -1;
+  long long k = -1;
+  if (std::sscanf(v->c_str(), "%d:%lld", &r, &k) != 2 || r != rank || k != step) return false;
+  log::warn("step {}: TANDEM_TEST_NONFINITE: world rank {} gets a NaN gradient", step, rank);
+  return true;
 }
 
 // Blocking helpers over a communicator's host buffers.
@@ -123,8 +138,18 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
       grid_(starting_grid(pc_, world, static_cast<int64_t>(model.num_layers()), config_.batch_size)),
       tracer_(pc_.trace),
       sampler_(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed),
-      rng_(mix64(config_.seed, 0x747261696e)) {
+      rng_(mix64(config_.seed, 0x747261696e)),
+      scaler_(config_.loss_scale) {
   // ---- 1. local checks (the same verdict on every rank) ----
+  // fp16 loss scaling skips a step on every rank at once (agree_nonfinite). The strategies that step on their own
+  // (local steps, servers, rounds) and elastic jobs (whose recovery counts optimizer steps) do not take it yet.
+  TANDEM_CHECK(!scaler_.enabled() || ((pc_.strategy == Strategy::kSingle || pc_.strategy == Strategy::kDdp ||
+                                       pc_.strategy == Strategy::kPipeline || pc_.strategy == Strategy::kHybrid) &&
+                                      !pc_.elastic),
+               Status::kUnsupported,
+               "strategy {}{}: loss scaling ({}) runs with single, ddp, pipeline and hybrid, not elastic; train this "
+               "strategy in f32 or bf16", strategy_name(pc_.strategy), pc_.elastic ? " (elastic)" : "",
+               config_.loss_scale.describe());
   // Every strategy runs here: the averaging family of issue #13 through a StepSync (averaging.hpp, fedavg.hpp), the
   // parameter-server family (ps, ps-async, ssp, asynchronous easgd) through ParameterServerSync (param_server.hpp).
   TANDEM_CHECK(!parameter_server() || pc_.compression == GradCompression::kNone, Status::kUnsupported,
@@ -181,6 +206,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   job.batch = config_.batch_size;
   job.parallel = pc_;
   job.optimizer = config_.optimizer;
+  job.loss_scaling = scaler_.enabled();  // agree_nonfinite: the job's agree_finite all-reduce
   if (world_ != nullptr) {
     // the data-parallel groups are split from `world` and keep its options: the runtime's request_for
     const comm::CommOptions& o = world_->options();
@@ -394,6 +420,13 @@ void ParallelTrainer::agree_on_settings(bool growing) {
       {"warmup_steps", pc_.warmup_steps},
       {"elastic", pc_.elastic ? 1 : 0},
       {"min_ranks", growing ? 0 : pc_.min_ranks},
+      {"loss scaling", static_cast<int64_t>(config_.loss_scale.mode)},
+      {"loss scale (bits)", std::bit_cast<int64_t>(config_.loss_scale.mode == train::LossScaleConfig::Mode::kFixed
+                                                       ? config_.loss_scale.scale
+                                                       : config_.loss_scale.init)},
+      {"loss scale growth interval", config_.loss_scale.growth_interval},
+      {"loss scale growth (bits)", std::bit_cast<int64_t>(config_.loss_scale.growth)},
+      {"loss scale backoff (bits)", std::bit_cast<int64_t>(config_.loss_scale.backoff)},
   };
   const size_t K = mine.size();
   std::vector<int64_t> send(K), all(K * static_cast<size_t>(world_->size()));
@@ -547,6 +580,13 @@ void ParallelTrainer::optimizer_step() {
   if (ps_ && elastic_centre() && !grid_.server && optimizer_->steps() % job_.sync.period == 0) ps_->elastic_exchange();
   compute::Backend& be = model_.backend();
   Tensor g = model_.range_grads(static_cast<size_t>(first_), static_cast<size_t>(end_));
+  // fp16 loss scaling: unscale; a step with non-finite gradients on any rank is skipped on every rank.
+  if (scaler_.enabled() && g.numel() > 0 && nonfinite_test_hook(world_rank(), ++scaled_steps_)) {
+    Tensor first = g.slice(0, Shape{1});
+    be.copy(Tensor::full({1}, std::numeric_limits<double>::quiet_NaN()), first);
+  }
+  last_skipped_ = !scaler_.unscale_and_update(be, g, [this](bool local) { return agree_nonfinite(local); });
+  if (last_skipped_) return;
   if (config_.clip_norm > 0) {
     if (!pipe_comm_) {
       std::vector<Tensor> gs{g};
@@ -560,6 +600,13 @@ void ParallelTrainer::optimizer_step() {
     }
   }
   optimizer_->step({g}, static_cast<float>(optim::lr_at(schedule_, optimizer_->steps()) * lr_scale_));
+}
+
+bool ParallelTrainer::agree_nonfinite(bool local) {
+  if (world_ == nullptr) return local;
+  int32_t flag = local ? 1 : 0;
+  world_->allreduce(&flag, &flag, 1, DType::kI32, ReduceOp::kMax)->wait();
+  return flag != 0;
 }
 
 std::string ParallelTrainer::in_world_ranks(const std::string& message) const {
@@ -985,6 +1032,8 @@ train::StepResult ParallelTrainer::step_impl() {
       sync_->before_step(steps_before);
       executor_->set_reducer(sync_->synchronous(steps_before) ? reducer_.get() : nullptr);
     }
+    executor_->set_loss_scale(scaler_.scale());
+    last_skipped_ = false;
     s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
     if (sync_) {
       const int64_t x0 = tracer_.now_ns();
@@ -998,6 +1047,7 @@ train::StepResult ParallelTrainer::step_impl() {
   t.step_ns = tracer_.now_ns() - t0;
   local_ += t;
   r.samples = batch.size;
+  r.skipped = last_skipped_;
   r.correct = s.correct;
   r.loss = s.samples > 0 ? s.loss_sum / static_cast<double>(s.samples) : std::numeric_limits<double>::quiet_NaN();
   if (epoch_exhausted()) {
@@ -1262,6 +1312,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
                              {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
                              {"accumulation", pc_.accumulation}, {"boundaries", job_.boundaries}};
       if (pc_.strategy == Strategy::kFedAvg) ck.meta["parallel"]["clients"] = pc_.clients;
+      if (scaler_.enabled()) ck.meta["loss_scale"] = scaler_.to_json();
       try {
         train::save_checkpoint(path, ck);
       } catch (const Error& e) {
@@ -1348,6 +1399,7 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       copy_floats(be, ck.buffers->data() + q0, model_.range_buffers(first, end));
       rng_.set_state(ck.progress.rng);
       completed_epochs_ = ck.progress.completed_epochs;
+      if (scaler_.enabled() && ck.file.meta.contains("loss_scale")) scaler_.restore(ck.file.meta.at("loss_scale"));
       if (sync_) {
         load_replica(ck.file, path);
         sync_->load(ck.file, path);

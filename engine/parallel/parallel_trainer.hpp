@@ -246,6 +246,8 @@ class ParallelTrainer {
   const Grid& grid() const noexcept { return grid_; }
   const ParallelConfig& parallel_config() const noexcept { return pc_; }
   const train::TrainerConfig& config() const noexcept { return config_; }
+  // fp16 loss scaling (config.loss_scale): the scale and the steps skipped, the same on every rank.
+  const train::LossScaler& loss_scaler() const noexcept { return scaler_; }
   // The job this trainer executes, compiled once (engine/parallel/job.hpp): the simulator times the same object.
   const CompiledJob& job() const noexcept { return job_; }
   int64_t train_samples() const noexcept { return train_.size(); }  // the whole training set (every rank's)
@@ -370,6 +372,9 @@ class ParallelTrainer {
   bool epoch_exhausted() const;
   std::vector<MicroBatch> make_micro_batches(const data::Batch& b, int count, std::vector<Tensor>& keep);
   void optimizer_step();
+  // fp16 loss scaling: this rank's "found non-finite" flag combined over every rank of the job (one all-reduce of
+  // the flag over world_, the step's kAgreeFinite): the same skip-or-step decision everywhere.
+  bool agree_nonfinite(bool local);
   std::vector<double> allreduce_sum(std::vector<double> v);
   EpochSplit reduce_split(const TimeSplit& s);
   // ---- issue #13: the averaging family ----
@@ -399,6 +404,9 @@ class ParallelTrainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::ScheduleConfig schedule_;
   Rng rng_;
+  train::LossScaler scaler_;  // fp16 loss scaling (off unless config_.loss_scale asks)
+  bool last_skipped_ = false;
+  int64_t scaled_steps_ = 0;  // optimizer steps run under loss scaling, skipped ones counted (the test hook's clock)
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<ParameterServerSync> ps_;  // ps, ps-async, ssp (before executor_, which points at it)
   std::unique_ptr<StageExecutor> executor_;

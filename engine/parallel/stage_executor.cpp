@@ -181,6 +181,7 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
           res.loss_sum += lo.loss * static_cast<double>(normalizer);
           res.correct += lo.correct;
           dlogits[m] = std::move(lo.dlogits);
+          if (loss_scale_ != 1.0f) be_.scale(dlogits[m], loss_scale_);
           outputs[m].clear();
         });
         break;

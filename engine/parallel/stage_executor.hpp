@@ -67,12 +67,16 @@ class StageExecutor {
   // The data-parallel reducer of the next train_step calls; null: local steps (the plan's bucket all-reduces are
   // skipped and each replica keeps its own gradients) -- the averaging strategies of issue #13.
   void set_reducer(GradientSync* reducer) noexcept { reducer_ = reducer; }
+  // fp16 loss scaling (train::LossScaler): the last stage multiplies each micro-batch's loss gradient by `scale`
+  // before its backward (1: untouched).
+  void set_loss_scale(float scale) noexcept { loss_scale_ = scale; }
 
   int stage() const noexcept { return stage_; }
   int32_t first_layer() const noexcept { return first_; }
   int32_t end_layer() const noexcept { return end_; }
 
  private:
+  float loss_scale_ = 1.0f;
   enum Kind : uint32_t { kActivation = 0, kGradient = 1, kEvalActivation = 2 };
   static uint32_t tag(Kind kind, int64_t micro_batch, size_t index);
   Shape boundary_shape(int32_t producer, int64_t n) const;

@@ -36,6 +36,7 @@ void TrainerConfig::validate() const {
                  "trainer: batch limits and the evaluation batch size must be >= 0");
   TANDEM_REQUIRE(world >= 1 && rank >= 0 && rank < world, "trainer: rank {} outside world of {}", rank, world);
   optimizer.validate();
+  loss_scale.validate();
 }
 
 data::Augment default_augment(const data::Dataset& d, bool normalize, bool augment) {
@@ -55,7 +56,8 @@ Trainer::Trainer(nn::Model& model, const data::Dataset& train, const data::Datas
       test_(test),
       config_(std::move(config)),
       sampler_(train.size(), config_.world, config_.rank, true, config_.seed),
-      rng_(mix64(config_.seed, 0x747261696e)) {
+      rng_(mix64(config_.seed, 0x747261696e)),
+      scaler_(config_.loss_scale) {
   config_.validate();
   const nn::SampleShape in = model.spec().input;
   auto check_data = [&](const data::Dataset& d) {
@@ -141,13 +143,18 @@ StepResult Trainer::step() {
   const Tensor x = to_device(batch, labels);
   const Tensor logits = model_.forward(x, true);
   compute::LossOutput loss = be.softmax_cross_entropy(logits, labels, true, 0);
+  if (scaler_.enabled()) be.scale(loss.dlogits, scaler_.scale());  // fp16: small gradients kept above half's floor
   model_.backward(loss.dlogits);
-  if (config_.clip_norm > 0) {
-    std::vector<Tensor> g{model_.grads()};
-    optim::clip_grad_norm(be, g, config_.clip_norm);
-  }
   r.lr = optim::lr_at(schedule_, opt.steps());
-  opt.step({model_.grads()}, r.lr);
+  Tensor grads = model_.grads();
+  r.skipped = !scaler_.unscale_and_update(be, grads);  // f32 gradients again; a non-finite step is skipped
+  if (!r.skipped) {
+    if (config_.clip_norm > 0) {
+      std::vector<Tensor> g{grads};
+      optim::clip_grad_norm(be, g, config_.clip_norm);
+    }
+    opt.step({grads}, r.lr);
+  }
   r.loss = loss.loss;
   r.correct = loss.correct;
   r.samples = batch.size;
@@ -251,8 +258,10 @@ void Trainer::save_checkpoint(const std::string& path) {
   p.rng = rng_.state();
   std::vector<std::vector<float>> state;
   for (const Tensor& t : optimizer().state_tensors()) state.push_back(to_host_vector(be, t));
-  train::save_checkpoint(path, make_training_checkpoint(identity(), p, to_host_vector(be, model_.params()),
-                                                        to_host_vector(be, model_.buffers()), std::move(state)));
+  Checkpoint ck = make_training_checkpoint(identity(), p, to_host_vector(be, model_.params()),
+                                           to_host_vector(be, model_.buffers()), std::move(state));
+  if (scaler_.enabled()) ck.meta["loss_scale"] = scaler_.to_json();
+  train::save_checkpoint(path, ck);
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -274,6 +283,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     copy_into(be, *ck.buffers, model_.buffers(), "model.buffers");
     rng_.set_state(ck.progress.rng);
     completed_epochs_ = ck.progress.completed_epochs;
+    if (scaler_.enabled() && ck.file.meta.contains("loss_scale")) scaler_.restore(ck.file.meta.at("loss_scale"));
   });
   loader_->reset();
   model_.zero_grads();

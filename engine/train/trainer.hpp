@@ -13,6 +13,7 @@
 #include "engine/optim/optimizer.hpp"
 #include "engine/optim/schedule.hpp"
 #include "engine/train/checkpoint.hpp"
+#include "engine/train/loss_scaler.hpp"
 
 namespace tandem::engine::train {
 
@@ -30,6 +31,7 @@ struct TrainerConfig {
   bool normalize = true;            // per-channel normalisation with the dataset's usual statistics
   int prefetch = 2;
   int world = 1, rank = 0;          // data sharding (the data-parallel trainer uses these)
+  LossScaleConfig loss_scale;       // fp16 training: loss scaling (loss_scaler.hpp); off by default
   void validate() const;
 };
 
@@ -39,6 +41,7 @@ struct StepResult {
   int64_t samples = 0;
   float lr = 0;
   bool epoch_end = false; // no batch was left: nothing was trained
+  bool skipped = false;   // loss scaling: the gradients were not finite, the optimizer did not step
 };
 
 struct EvalResult {
@@ -90,6 +93,7 @@ class Trainer {
   nn::Model& model() noexcept { return model_; }
   optim::Optimizer& optimizer();  // created on first use (the model's storage with it)
   data::DistributedSampler& sampler() noexcept { return sampler_; }
+  const LossScaler& loss_scaler() const noexcept { return scaler_; }
 
   void save_checkpoint(const std::string& path);
   // Restores model, optimizer, schedule position, sampler and RNG. Throws kIo for bad files and kInvalidArgument
@@ -111,6 +115,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::ScheduleConfig schedule_;
   Rng rng_;
+  LossScaler scaler_;
   int64_t completed_epochs_ = 0;
 };
 

@@ -145,7 +145,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       struct_case<tandem_optimizer_params_t>("tandem_optimizer_params_t", TANDEM_OPTIMIZER_PARAM_CLIP_NORM,
                                              [&h](auto* p) { return tandem_optimizer_create(h.ctx, p, &opt_out); }),
       struct_case<tandem_trainer_params_t>(
-          "tandem_trainer_params_t", TANDEM_TRAINER_PARAM_NORMALIZE,
+          "tandem_trainer_params_t", TANDEM_TRAINER_PARAM_LOSS_SCALER,
           [&h](auto* p) { return tandem_trainer_create(h.model, h.data, nullptr, h.opt, p, &trainer_out); }),
       struct_case<tandem_step_result_t>("tandem_step_result_t", TANDEM_STEP_RESULT_EPOCH_END,
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
@@ -358,6 +358,7 @@ BOOST_AUTO_TEST_CASE(a_null_handle_is_an_invalid_argument_naming_it_for_every_fu
       {"tandem_trainer_save_checkpoint", "trainer", [&] { return tandem_trainer_save_checkpoint(nullptr, "/tmp/x"); }},
       {"tandem_trainer_load_checkpoint", "trainer", [&] { return tandem_trainer_load_checkpoint(nullptr, "/tmp/x"); }},
       {"tandem_trainer_progress", "trainer", [&] { return tandem_trainer_progress(nullptr, &i64, &i64); }},
+      {"tandem_trainer_loss_scale", "trainer", [&] { return tandem_trainer_loss_scale(nullptr, &d, &i64); }},
       {"tandem_trainer_create_parallel", "model",
        [&] {
          return tandem_trainer_create_parallel(nullptr, h.data, nullptr, h.opt, nullptr, nullptr, nullptr,

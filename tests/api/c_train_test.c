@@ -190,6 +190,45 @@ int main(void) {
   EXPECT(!isnan(logits[0]) && !isnan(logits[19]));
   EXPECT(tandem_model_forward(model, input, 2, logits, 19) == TANDEM_ERR_INVALID_ARGUMENT);
 
+  /* Loss scaling (issue #14): off reports scale 1; dynamic starts at its init and keeps it over finite f32 steps;
+   * bad values are refused naming the field; NULL outs are fine. */
+  {
+    tandem_trainer_params_t lp = TANDEM_TRAINER_PARAMS_INIT;
+    tandem_trainer_t* scaled = NULL;
+    tandem_trainer_t* bad = NULL;
+    double scale = 0;
+    int64_t skipped = -1;
+    EXPECT(tandem_trainer_loss_scale(resumed, &scale, &skipped) == TANDEM_OK && scale == 1.0 && skipped == 0);
+    EXPECT(tandem_trainer_loss_scale(resumed, NULL, NULL) == TANDEM_OK);
+    EXPECT(tandem_trainer_loss_scale(NULL, &scale, &skipped) == TANDEM_ERR_INVALID_ARGUMENT);
+    lp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_LOSS_SCALE | TANDEM_TRAINER_PARAM_LOSS_SCALER;
+    lp.batch_size = 32;
+    lp.loss_scale = TANDEM_LOSS_SCALE_DYNAMIC;
+    lp.loss_scale_init = 4096;
+    lp.loss_scale_growth = 2;
+    lp.loss_scale_backoff = 0.5;
+    lp.loss_scale_growth_interval = 100;
+    EXPECT(tandem_trainer_create(model, train, NULL, opt, &lp, &scaled) == TANDEM_OK);
+    EXPECT(tandem_trainer_loss_scale(scaled, &scale, &skipped) == TANDEM_OK && scale == 4096.0 && skipped == 0);
+    EXPECT(tandem_trainer_step(scaled, &sr) == TANDEM_OK && sr.samples == 32 && sr.loss > 0);
+    EXPECT(tandem_trainer_loss_scale(scaled, &scale, &skipped) == TANDEM_OK && scale == 4096.0 && skipped == 0);
+    EXPECT(tandem_trainer_progress(scaled, NULL, &steps) == TANDEM_OK && steps == 1);
+    tandem_trainer_destroy(scaled);
+    lp.loss_scale = -2;
+    EXPECT(tandem_trainer_create(model, train, NULL, opt, &lp, &bad) == TANDEM_ERR_INVALID_ARGUMENT && bad == NULL);
+    EXPECT(strstr(tandem_last_error_message(), "loss_scale") != NULL);
+    lp.loss_scale = TANDEM_LOSS_SCALE_DYNAMIC;
+    lp.loss_scale_backoff = 1.0;
+    EXPECT(tandem_trainer_create(model, train, NULL, opt, &lp, &bad) == TANDEM_ERR_INVALID_ARGUMENT && bad == NULL);
+    EXPECT(strstr(tandem_last_error_message(), "backoff") != NULL);
+    lp.loss_scale = 128; /* fixed: the dynamic fields are still checked when flagged */
+    EXPECT(tandem_trainer_create(model, train, NULL, opt, &lp, &bad) == TANDEM_ERR_INVALID_ARGUMENT && bad == NULL);
+    lp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_LOSS_SCALE;
+    EXPECT(tandem_trainer_create(model, train, NULL, opt, &lp, &scaled) == TANDEM_OK);
+    EXPECT(tandem_trainer_loss_scale(scaled, &scale, NULL) == TANDEM_OK && scale == 128.0);
+    tandem_trainer_destroy(scaled);
+  }
+
   tandem_trainer_destroy(resumed);
   tandem_trainer_destroy(NULL);
   tandem_optimizer_destroy(opt);

@@ -56,8 +56,19 @@ class Mistakes(unittest.TestCase):
     def test_precision_and_input_are_checked_before_training(self):
         base = ("train", "--model", "lenet5", "--dataset", "synthetic", "--epochs", "1", "--limit-batches", "2")
         for extra, says in ((("--precision", "bf16"), "--precision bf16 needs --device cuda"),
-                            (("--precision", "fp16", "--device", "cuda"), "needs dynamic loss scaling"),
                             (("--precision", "half"), "--precision 'half' is not f32, bf16 or fp16"),
+                            (("--precision", "fp16", "--loss-scale", "0"),
+                             "--loss-scale '0' is not dynamic, off, or a finite scale > 0"),
+                            (("--precision", "fp16", "--loss-scale", "lots"), "--loss-scale 'lots' is not dynamic"),
+                            (("--precision", "fp16", "--loss-scale", "128", "--loss-scale-init", "1024"),
+                             "set dynamic loss scaling, but --loss-scale is '128'"),
+                            (("--precision", "fp16", "--loss-scale-backoff", "1.5"),
+                             "--loss-scale-backoff 1.5 must be in (0, 1)"),
+                            (("--precision", "fp16", "--loss-scale-growth", "1"), "--loss-scale-growth 1 must be > 1"),
+                            (("--precision", "fp16", "--loss-scale-growth-interval", "0"),
+                             "--loss-scale-growth-interval 0 must be >= 1 step"),
+                            (("--precision", "fp16", "--loss-scale-init", "inf"),
+                             "--loss-scale-init inf must be a finite number > 0"),
                             (("--input", "3x32"), "--input '3x32' must look like 3x32x32"),
                             (("--input", "0x32x32"), "--input '0x32x32' must look like 3x32x32")):
             rc, out = tandem(*base, *extra)
@@ -70,6 +81,17 @@ class Mistakes(unittest.TestCase):
         rc, out = tandem("calibrate", "--model", "lenet5", "--precision", "bf16", "--out", os.devnull)
         self.assertEqual(rc, 1, out)
         self.assertIn("--precision bf16 needs --device cuda", out)
+        # calibrate would time the emulation, not a GPU
+        rc, out = tandem("calibrate", "--model", "lenet5", "--precision", "fp16", "--out", os.devnull)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("--precision fp16 needs --device cuda here", out)
+        # fp16 on a CPU: the emulation trains, with dynamic loss scaling by default (scale and skips reported)
+        rc, out = tandem(*base, "--precision", "fp16", "--batch", "8", "--train-limit", "32", "--test-limit", "8",
+                         "--json")
+        self.assertEqual(rc, 0, out)
+        epoch = json.loads(out.strip().splitlines()[-1])
+        self.assertIn(epoch["loss_scale"], (65536.0, 32768.0, 16384.0), out)
+        self.assertGreaterEqual(epoch["skipped_steps"], 0)
         # --input shapes the synthetic samples, and the model follows them
         rc, out = tandem(*base, "--input", "3x20x24", "--batch", "8", "--train-limit", "16", "--test-limit", "8")
         self.assertEqual(rc, 0, out)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/compute/backend.hpp"
+#include "engine/compute/forwarding_backend.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/rng.hpp"
 #include "engine/nn/model.hpp"
@@ -62,97 +63,20 @@ BOOST_AUTO_TEST_CASE(gradients_match_finite_differences_for_every_layer_kind) {
 namespace counting {
 using namespace tandem::engine::compute;
 // The reference backend, counting the data-gradient (dx) convolutions and matmuls it is asked for.
-class CountingBackend final : public Backend {
+class CountingBackend final : public ForwardingBackend {
  public:
+  CountingBackend() : ForwardingBackend(make_backend("reference")) {}
   int data_grads = 0;
 
-  std::string_view name() const override { return inner_->name(); }
-  Device device() const override { return inner_->device(); }
-  void set_num_threads(int n) override { return inner_->set_num_threads(n); }
-  int num_threads() const override { return inner_->num_threads(); }
-  void synchronize() override { return inner_->synchronize(); }
-  Tensor empty(const tandem::Shape& shape, DType dtype) override { return inner_->empty(shape, dtype); }
-  Tensor zeros(const tandem::Shape& shape, DType dtype) override { return inner_->zeros(shape, dtype); }
-  Tensor to_plain(const Tensor& x) override { return inner_->to_plain(x); }
-  void copy(const Tensor& src, Tensor& dst) override { return inner_->copy(src, dst); }
-  Tensor to_host(const Tensor& x) override { return inner_->to_host(x); }
-  Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p) override {
-    return inner_->conv_forward(x, w, bias, p);
-  }
   Tensor conv_backward_data(const Tensor& dy, const Tensor& w, const tandem::Shape& x_shape,
                             const ConvParams& p) override {
     ++data_grads;
-    return inner_->conv_backward_data(dy, w, x_shape, p);
-  }
-  void conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
-                             bool accumulate) override {
-    return inner_->conv_backward_weights(x, dy, dw, dbias, p, accumulate);
-  }
-  BatchNormForward batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                               Tensor& running_mean, Tensor& running_var,
-                                               const BatchNormParams& p) override {
-    return inner_->batch_norm_forward_training(x, gamma, beta, running_mean, running_var, p);
-  }
-  Tensor batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                      const Tensor& running_mean, const Tensor& running_var, float eps) override {
-    return inner_->batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps);
-  }
-  Tensor batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                             const Tensor& var, float eps, Tensor& dgamma, Tensor& dbeta, bool accumulate) override {
-    return inner_->batch_norm_backward(dy, x, gamma, mean, var, eps, dgamma, dbeta, accumulate);
-  }
-  Tensor activation_forward(Activation a, const Tensor& x, bool in_place) override {
-    return inner_->activation_forward(a, x, in_place);
-  }
-  Tensor activation_backward(Activation a, const Tensor& dy, const Tensor& y) override {
-    return inner_->activation_backward(a, dy, y);
-  }
-  PoolForward pool_forward(PoolKind kind, const Tensor& x, const PoolParams& p) override {
-    return inner_->pool_forward(kind, x, p);
-  }
-  Tensor pool_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, const tandem::Shape& x_shape,
-                       const PoolParams& p) override {
-    return inner_->pool_backward(kind, dy, workspace, x_shape, p);
-  }
-  Tensor global_avg_pool_forward(const Tensor& x) override { return inner_->global_avg_pool_forward(x); }
-  Tensor global_avg_pool_backward(const Tensor& dy, const tandem::Shape& x_shape) override {
-    return inner_->global_avg_pool_backward(dy, x_shape);
-  }
-  Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) override {
-    return inner_->linear_forward(x, w, bias);
+    return inner().conv_backward_data(dy, w, x_shape, p);
   }
   Tensor linear_backward_data(const Tensor& dy, const Tensor& w, const tandem::Shape& x_shape) override {
     ++data_grads;
-    return inner_->linear_backward_data(dy, w, x_shape);
+    return inner().linear_backward_data(dy, w, x_shape);
   }
-  void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, bool accumulate) override {
-    return inner_->linear_backward_weights(x, dy, dw, dbias, accumulate);
-  }
-  DropoutForward dropout_forward(const Tensor& x, float p, uint64_t seed) override {
-    return inner_->dropout_forward(x, p, seed);
-  }
-  Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) override {
-    return inner_->dropout_backward(dy, mask, p);
-  }
-  LossOutput softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad,
-                                   int64_t normalizer) override {
-    return inner_->softmax_cross_entropy(logits, labels, want_grad, normalizer);
-  }
-  Tensor add(const Tensor& a, const Tensor& b) override { return inner_->add(a, b); }
-  void add_inplace(Tensor& a, const Tensor& b) override { return inner_->add_inplace(a, b); }
-  void scale(Tensor& x, float alpha) override { return inner_->scale(x, alpha); }
-  void axpy(float alpha, const Tensor& x, Tensor& y) override { return inner_->axpy(alpha, x, y); }
-  void fill(Tensor& x, float value) override { return inner_->fill(x, value); }
-  double sum_squares(const Tensor& x) override { return inner_->sum_squares(x); }
-  void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p) override {
-    return inner_->sgd_update(param, grad, momentum_buf, p);
-  }
-  void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& p) override {
-    return inner_->adam_update(param, grad, m, v, p);
-  }
-
- private:
-  std::unique_ptr<Backend> inner_ = make_backend("reference");
 };
 }  // namespace counting
 using counting::CountingBackend;

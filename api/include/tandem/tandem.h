@@ -158,14 +158,22 @@ typedef struct tandem_context_params {
  *   TANDEM_CPU_WINOGRAD       cpu: 0 keeps 3x3 stride-1 convolutions on oneDNN's    default 1
  *                             direct kernels (1: Winograd F(4x4,3x3) where it runs)
  *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
- *   TANDEM_CUDA_MATH          cuda: f32, or bf16: convolutions and GEMMs round     default f32
- *                             their inputs to bf16 for the tensor cores (f32
- *                             accumulation; tensors between layers stay f32)
+ *   TANDEM_CPU_MATH           cpu, reference: f32, or fp16: an EMULATION of the    default f32
+ *                             cuda backend's fp16 math (operands of convolutions
+ *                             and GEMMs rounded to IEEE half, convolution results
+ *                             too; f32 otherwise). Slower than f32, not faster: it
+ *                             checks that a model trains in fp16 before a GPU does
+ *   TANDEM_CUDA_MATH          cuda: f32, or bf16 / fp16: convolutions and GEMMs    default f32
+ *                             round their inputs to bf16 / fp16 for the tensor
+ *                             cores (f32 accumulation; tensors between layers stay
+ *                             f32). fp16 needs loss scaling (trainer params)
  *   TANDEM_DEVICE_COLLECTIVES auto, nccl or staged: how collectives move device
  *                             memory (see tandem_comm_allreduce_ex)               default auto
  *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset
  *   TANDEM_MEMORY_GUARD       0 skips the out-of-memory check before training      default 1
  *   TANDEM_MEMORY_LIMIT_BYTES memory limit that check uses       default cgroup or MemAvailable
+ *   TANDEM_TEST_NONFINITE     test hook, "rank:step": that world rank's gradients get a NaN at
+ *                             that step of a loss-scaled parallel job (every rank must skip)  default unset
  *   TANDEM_TEST_FEDAVG_STALL  test hook, "rank:round:seconds": that world rank sleeps before it
  *                             reports that FedAvg round (a straggler for deadline tests) default unset
  *  Logging and tools
@@ -807,6 +815,11 @@ typedef void (*tandem_progress_fn)(const tandem_progress_t* progress, void* user
 #define TANDEM_TRAINER_PARAM_PREFETCH           (UINT64_C(1) << 6)
 #define TANDEM_TRAINER_PARAM_PROGRESS           (UINT64_C(1) << 7) /* covers progress + progress_user_data */
 #define TANDEM_TRAINER_PARAM_NORMALIZE          (UINT64_C(1) << 8)
+#define TANDEM_TRAINER_PARAM_LOSS_SCALE         (UINT64_C(1) << 9)  /* covers loss_scale */
+#define TANDEM_TRAINER_PARAM_LOSS_SCALER        (UINT64_C(1) << 10) /* covers loss_scale_init, _growth, _backoff,
+                                                                       _growth_interval */
+/* tandem_trainer_params_t.loss_scale: dynamic loss scaling. */
+#define TANDEM_LOSS_SCALE_DYNAMIC (-1.0)
 typedef struct tandem_trainer_params {
   uint64_t field_mask;
   int64_t batch_size;         /* default 64 */
@@ -819,6 +832,16 @@ typedef struct tandem_trainer_params {
   tandem_progress_fn progress;
   void* progress_user_data;
   int32_t normalize;          /* default 1: per-channel normalisation with the data set's statistics */
+  /* Loss scaling, for fp16 math (TANDEM_CUDA_MATH=fp16, or its emulation TANDEM_CPU_MATH=fp16): the loss gradient
+   * is multiplied by the scale S before backward and the gradients divided by S before clipping and the optimizer
+   * (f32 master weights); a step whose gradients hold an inf or NaN on ANY rank is skipped on every rank. */
+  double loss_scale;          /* 0: off (default); > 0: a fixed S; TANDEM_LOSS_SCALE_DYNAMIC: dynamic, as
+                                 PyTorch's GradScaler: S backs off after a skipped step and grows after
+                                 loss_scale_growth_interval finite steps in a row */
+  double loss_scale_init;     /* dynamic: the first S, > 0; default 65536 */
+  double loss_scale_growth;   /* dynamic: > 1; default 2 */
+  double loss_scale_backoff;  /* dynamic: in (0, 1); default 0.5 */
+  int64_t loss_scale_growth_interval; /* dynamic: >= 1 step; default 2000 */
 } tandem_trainer_params_t;
 #define TANDEM_TRAINER_PARAMS_INIT {0}
 /* Creates a trainer. [in] model, train: retained until the trainer is destroyed. [in] test: may be
@@ -892,6 +915,12 @@ TANDEM_API tandem_status_t tandem_trainer_load_checkpoint(tandem_trainer_t* trai
  * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
 TANDEM_API tandem_status_t tandem_trainer_progress(const tandem_trainer_t* trainer, int64_t* epochs,
                                                    int64_t* steps) TANDEM_NOEXCEPT;
+/* Loss scaling's state (tandem_trainer_params_t.loss_scale), the same on every rank of a parallel job.
+ * [out] scale: the scale the next step uses (1 with loss scaling off); [out] skipped_steps: steps whose
+ * gradients were not finite and which the optimizer skipped; either may be NULL. Checkpoints keep both.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT. */
+TANDEM_API tandem_status_t tandem_trainer_loss_scale(const tandem_trainer_t* trainer, double* scale,
+                                                     int64_t* skipped_steps) TANDEM_NOEXCEPT;
 
 /* ---- Parallel training -------------------------------------------------------------------- *
  * A trainer whose work is spread over the ranks of a communicator: data parallelism (DDP: gradient

@@ -70,7 +70,9 @@ _PROGRESS_FN = ctypes.CFUNCTYPE(None, P(_Progress), _ptr)
 class _TrainerParams(ctypes.Structure):
     _fields_ = [("field_mask", _u64), ("batch_size", _i64), ("epochs", _i64), ("seed", _u64),
                 ("limit_batches", _i64), ("eval_limit_batches", _i64), ("augment", _i32), ("prefetch", _i32),
-                ("progress", _PROGRESS_FN), ("progress_user_data", _ptr), ("normalize", _i32)]
+                ("progress", _PROGRESS_FN), ("progress_user_data", _ptr), ("normalize", _i32),
+                ("loss_scale", _f64), ("loss_scale_init", _f64), ("loss_scale_growth", _f64),
+                ("loss_scale_backoff", _f64), ("loss_scale_growth_interval", _i64)]
 
 
 class _StepResult(ctypes.Structure):

@@ -148,12 +148,18 @@ class CudaBackend final : public Backend {
     // GEMMs alike, as PyTorch's two allow_tf32 switches together).
     allow_tf32_ = settings::current()->flag("TANDEM_CUDA_ALLOW_TF32").value_or(false);
     if (allow_tf32_) L_->cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
-    // bf16 math: convolutions and GEMMs take their inputs rounded to bf16 (8-bit mantissa) on the tensor cores and
-    // accumulate in f32; every tensor between layers, the weights and the optimizer state stay f32. The same trade
-    // as PyTorch's float32_matmul_precision "medium", applied to convolutions too.
-    bf16_ = settings::current()->text("TANDEM_CUDA_MATH").value_or("f32") == "bf16";
-    TANDEM_CHECK(!bf16_ || prop.major >= 8, Status::kUnsupported,
+    // bf16 / fp16 math: convolutions and GEMMs take their inputs rounded to bf16 (8-bit mantissa) or IEEE half
+    // (11-bit, range +-65504) on the tensor cores and accumulate in f32; every tensor between layers, the weights
+    // and the optimizer state stay f32. bf16 is the trade of PyTorch's float32_matmul_precision "medium", applied
+    // to convolutions too; fp16's narrow range needs loss scaling (the trainer's, engine/train/loss_scaler.hpp).
+    // The host backends emulate fp16 math bit for bit in their operands (TANDEM_CPU_MATH=fp16, fp16_math.hpp).
+    const std::string math = settings::current()->text("TANDEM_CUDA_MATH").value_or("f32");
+    half_ = math == "bf16" ? Half::kBF16 : math == "fp16" ? Half::kF16 : Half::kNone;
+    TANDEM_CHECK(half_ != Half::kBF16 || prop.major >= 8, Status::kUnsupported,
                  "cuda backend: TANDEM_CUDA_MATH=bf16 needs bf16 tensor cores (compute capability 8.0 or newer); {} "
+                 "has {}.{}", prop.name, prop.major, prop.minor);
+    TANDEM_CHECK(half_ != Half::kF16 || prop.major >= 7, Status::kUnsupported,
+                 "cuda backend: TANDEM_CUDA_MATH=fp16 needs fp16 tensor cores (compute capability 7.0 or newer); {} "
                  "has {}.{}", prop.name, prop.major, prop.minor);
   }
 
@@ -261,8 +267,9 @@ class CudaBackend final : public Backend {
     if (dbias.defined()) validate::plain(dbias, "conv_backward_weights", "dbias", device(), Shape{ys[1]}, DType::kF32);
     ConvPlan& plan = conv_plan(x.shape(), dw.shape(), p);
     Tensor ws = workspace(plan.ws_filter);
-    // In bf16 math the filter gradient comes out in bf16 and is added to dw in f32 (cuDNN's beta would blend in bf16).
-    const float one = 1.0f, beta = accumulate && !bf16_ ? 1.0f : 0.0f;
+    // In 16-bit math the filter gradient comes out in 16 bits and is added to dw in f32 (cuDNN's beta would blend in
+    // 16 bits).
+    const float one = 1.0f, beta = accumulate && half_ == Half::kNone ? 1.0f : 0.0f;
     const Tensor xm = math_input(x), dym = math_input(dy);
     Tensor dwm = math_output(dw);
     dnn_check(L_->cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, xm.raw_data(), plan.y, dym.raw_data(), plan.conv,
@@ -561,32 +568,44 @@ class CudaBackend final : public Backend {
   }
   Tensor workspace(size_t bytes) { return empty({static_cast<int64_t>(bytes)}, DType::kU8); }
 
-  // bf16 math: what the tensor cores read (x rounded to bf16), the buffer they write, and that buffer back into the
-  // f32 result (added to it when accumulate). In f32 math each is the tensor itself and math_result does nothing.
+  // 16-bit math: what the tensor cores read (x rounded to bf16 or fp16), the buffer they write, and that buffer back
+  // into the f32 result (added to it when accumulate). In f32 math each is the tensor itself and math_result does
+  // nothing.
   Tensor math_input(const Tensor& x) {
-    if (!bf16_) return x;
-    Tensor h = empty(x.shape(), DType::kBF16);
-    kernels::to_bf16(f(x), static_cast<uint16_t*>(h.raw_data()), x.numel(), stream_);
+    if (half_ == Half::kNone) return x;
+    Tensor h = empty(x.shape(), half_dtype());
+    if (half_ == Half::kBF16) {
+      kernels::to_bf16(f(x), static_cast<uint16_t*>(h.raw_data()), x.numel(), stream_);
+    } else {
+      kernels::to_f16(f(x), static_cast<uint16_t*>(h.raw_data()), x.numel(), stream_);
+    }
     return h;
   }
-  Tensor math_output(const Tensor& y) { return bf16_ ? empty(y.shape(), DType::kBF16) : y; }
+  Tensor math_output(const Tensor& y) { return half_ != Half::kNone ? empty(y.shape(), half_dtype()) : y; }
   void math_result(const Tensor& ym, Tensor& y, bool accumulate) {
-    if (!bf16_) return;
-    kernels::from_bf16(static_cast<const uint16_t*>(ym.raw_data()), f(y), y.numel(), accumulate, stream_);
-    check_launch("bf16 to f32");
+    if (half_ == Half::kNone) return;
+    if (half_ == Half::kBF16) {
+      kernels::from_bf16(static_cast<const uint16_t*>(ym.raw_data()), f(y), y.numel(), accumulate, stream_);
+    } else {
+      kernels::from_f16(static_cast<const uint16_t*>(ym.raw_data()), f(y), y.numel(), accumulate, stream_);
+    }
+    check_launch("16-bit to f32");
   }
+  DType half_dtype() const noexcept { return half_ == Half::kBF16 ? DType::kBF16 : DType::kF16; }
 
-  // f32 tensors a and b; in bf16 math they are rounded to bf16 for the tensor cores (f32 accumulation into c).
+  // f32 tensors a and b; in 16-bit math they are rounded to bf16 / fp16 for the tensor cores (f32 accumulation
+  // into c).
   void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
             const Tensor& b, int64_t ldb, float beta, float* c, int64_t ldc, const char* what) {
     on_device();
     const float one = 1.0f;
     cublasStatus_t s;
-    if (bf16_) {
+    if (half_ != Half::kNone) {
       const Tensor am = math_input(a), bm = math_input(b);
-      s = L_->cublasGemmEx(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, am.raw_data(),
-                           CUDA_R_16BF, as_int(lda, "lda"), bm.raw_data(), CUDA_R_16BF, as_int(ldb, "ldb"), &beta, c,
-                           CUDA_R_32F, as_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      const cudaDataType_t in = half_ == Half::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+      s = L_->cublasGemmEx(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, am.raw_data(), in,
+                           as_int(lda, "lda"), bm.raw_data(), in, as_int(ldb, "ldb"), &beta, c, CUDA_R_32F,
+                           as_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     } else {
       s = L_->cublasSgemm_v2(blas_, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), &one, f(a),
                              as_int(lda, "lda"), f(b), as_int(ldb, "ldb"), &beta, c, as_int(ldc, "ldc"));
@@ -608,7 +627,9 @@ class CudaBackend final : public Backend {
     dnn_check(L_->cudnnCreateTensorDescriptor(&plan->y), "cudnnCreateTensorDescriptor");
     dnn_check(L_->cudnnCreateFilterDescriptor(&plan->w), "cudnnCreateFilterDescriptor");
     dnn_check(L_->cudnnCreateConvolutionDescriptor(&plan->conv), "cudnnCreateConvolutionDescriptor");
-    const cudnnDataType_t dt = bf16_ ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    const cudnnDataType_t dt = half_ == Half::kBF16 ? CUDNN_DATA_BFLOAT16
+                               : half_ == Half::kF16  ? CUDNN_DATA_HALF
+                                                      : CUDNN_DATA_FLOAT;
     dnn_check(L_->cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, as_int(x[0], "N"),
                                              as_int(x[1], "C"), as_int(x[2], "H"), as_int(x[3], "W")),
               "cudnnSetTensor4dDescriptor");
@@ -625,7 +646,7 @@ class CudaBackend final : public Backend {
               "cudnnSetConvolution2dDescriptor");
     dnn_check(L_->cudnnSetConvolutionGroupCount(plan->conv, as_int(p.groups, "groups")),
               "cudnnSetConvolutionGroupCount");
-    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, bf16_        ? CUDNN_TENSOR_OP_MATH
+    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, half_ != Half::kNone ? CUDNN_TENSOR_OP_MATH
                                                           : allow_tf32_ ? CUDNN_DEFAULT_MATH
                                                                         : CUDNN_FMA_MATH),
               "cudnnSetConvolutionMathType");
@@ -674,7 +695,8 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the legacy default stream (see the file comment)
   bool allow_tf32_ = false;
-  bool bf16_ = false;  // TANDEM_CUDA_MATH=bf16
+  enum class Half : uint8_t { kNone, kBF16, kF16 };
+  Half half_ = Half::kNone;  // TANDEM_CUDA_MATH=bf16 / fp16
   std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans_;
 };
 

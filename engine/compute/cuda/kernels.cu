@@ -1,6 +1,7 @@
 // The CUDA backend's own kernels: grid-stride elementwise loops, batch-norm reductions split over
 // channels and parts of channels (double accumulators), one thread per output for pooling.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +43,10 @@ __global__ void k_fill(float* x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = 
 __global__ void k_to_bf16(const float* x, __nv_bfloat16* y, int64_t n) { GRID_STRIDE(i, n) y[i] = __float2bfloat16_rn(x[i]); }
 __global__ void k_from_bf16(const __nv_bfloat16* x, float* y, int64_t n, bool acc) {
   GRID_STRIDE(i, n) y[i] = acc ? y[i] + __bfloat162float(x[i]) : __bfloat162float(x[i]);
+}
+__global__ void k_to_f16(const float* x, __half* y, int64_t n) { GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]); }
+__global__ void k_from_f16(const __half* x, float* y, int64_t n, bool acc) {
+  GRID_STRIDE(i, n) y[i] = acc ? y[i] + __half2float(x[i]) : __half2float(x[i]);
 }
 __global__ void k_add(float* o, const float* a, const float* b, int64_t n) { GRID_STRIDE(i, n) o[i] = a[i] + b[i]; }
 __global__ void k_scale(float* x, int64_t n, float a) { GRID_STRIDE(i, n) x[i] *= a; }
@@ -345,6 +350,12 @@ void to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
 }
 void from_bf16(const uint16_t* x, float* y, int64_t n, bool acc, cudaStream_t s) {
   k_from_bf16<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), y, n, acc);
+}
+void to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) {
+  k_to_f16<<<blocks_for(n), kThreads, 0, s>>>(x, reinterpret_cast<__half*>(y), n);
+}
+void from_f16(const uint16_t* x, float* y, int64_t n, bool acc, cudaStream_t s) {
+  k_from_f16<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const __half*>(x), y, n, acc);
 }
 void add(float* o, const float* a, const float* b, int64_t n, cudaStream_t s) {
   k_add<<<blocks_for(n), kThreads, 0, s>>>(o, a, b, n);

@@ -13,6 +13,9 @@ void fill(float* x, int64_t n, float v, cudaStream_t s);
 // bf16 (stored as uint16_t, round to nearest even) to and from f32; from_bf16 adds into y when accumulate.
 void to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
 void from_bf16(const uint16_t* x, float* y, int64_t n, bool accumulate, cudaStream_t s);
+// IEEE half likewise (__float2half_rn: round to nearest even, subnormals, overflow to inf).
+void to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+void from_f16(const uint16_t* x, float* y, int64_t n, bool accumulate, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
 void scale(float* x, int64_t n, float alpha, cudaStream_t s);
 void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s);

@@ -126,6 +126,56 @@ BOOST_AUTO_TEST_CASE(bf16_math_convolutions_and_gemms_are_within_bf16_rounding,
   check(dw_c, dw_r, "linear backward weights");
 }
 
+// TANDEM_CUDA_MATH=fp16 against its CPU emulation (TANDEM_CPU_MATH=fp16 on the reference backend): both round the
+// operands to IEEE half (and convolution results too), so they agree to f32 accumulation order -- at most a half ulp
+// of a convolution's result (2^-11 relative) -- far below plain f32's distance from them. Values up to 4 keep every
+// operand normal in half. Forward, both backward passes, an accumulating weight gradient, and a linear layer.
+BOOST_AUTO_TEST_CASE(fp16_math_matches_the_cpu_emulation, *boost::unit_test::precondition(CudaAvailable())) {
+  const settings::ScopedProcessValue gpu_math("TANDEM_CUDA_MATH", "fp16");
+  auto be = make_backend("cuda");
+  const settings::ScopedProcessValue cpu_math("TANDEM_CPU_MATH", "fp16");
+  auto emu = make_backend("reference");
+  const settings::ScopedProcessValue plain_cpu("TANDEM_CPU_MATH", "f32");
+  auto f32 = make_backend("reference");
+  auto check = [&](const Tensor& got, const Tensor& emulated, const Tensor& plain, const std::string& what) {
+    const std::vector<double> g = values(*be, got), e = values(*emu, emulated), p = values(*f32, plain);
+    const double to_emulation = rel_error(g, e), to_f32 = rel_error(g, p);
+    BOOST_TEST(to_emulation < 1e-3, what << ": relative error " << to_emulation << " to the CPU emulation");
+    BOOST_TEST(to_f32 > 4 * to_emulation, what << ": the GPU is as near f32 (" << to_f32 << ") as the emulation ("
+                                               << to_emulation << "): the fp16 path was not taken");
+  };
+  ConvParams s2;
+  s2.stride_h = s2.stride_w = 2;
+  s2.pad_h = s2.pad_w = 1;
+  uint32_t seed = 201;
+  const Tensor x = random_tensor({4, 16, 12, 12}, seed++, -4, 4), w = random_tensor({32, 16, 3, 3}, seed++, -1, 1);
+  const Tensor bias = random_tensor({32}, seed++);
+  const Tensor dy = random_tensor(conv_output_shape(x.shape(), w.shape(), s2), seed++);
+  check(be->conv_forward(be->to_plain(x), be->to_plain(w), be->to_plain(bias), s2), emu->conv_forward(x, w, bias, s2),
+        f32->conv_forward(x, w, bias, s2), "conv forward");
+  check(be->conv_backward_data(be->to_plain(dy), be->to_plain(w), x.shape(), s2),
+        emu->conv_backward_data(dy, w, x.shape(), s2), f32->conv_backward_data(dy, w, x.shape(), s2),
+        "conv backward data");
+  Tensor dw_c = be->to_plain(random_tensor(w.shape(), seed)), db_c = be->zeros({32}, DType::kF32);
+  Tensor dw_e = random_tensor(w.shape(), seed), db_e = emu->zeros({32}, DType::kF32);
+  Tensor dw_f = random_tensor(w.shape(), seed++), db_f = f32->zeros({32}, DType::kF32);
+  be->conv_backward_weights(be->to_plain(x), be->to_plain(dy), dw_c, db_c, s2, true);
+  emu->conv_backward_weights(x, dy, dw_e, db_e, s2, true);
+  f32->conv_backward_weights(x, dy, dw_f, db_f, s2, true);
+  check(dw_c, dw_e, dw_f, "conv backward weights (accumulated)");
+  const Tensor lx = random_tensor({8, 96}, seed++, -4, 4), lw = random_tensor({40, 96}, seed++);
+  const Tensor lb = random_tensor({40}, seed++), ldy = random_tensor({8, 40}, seed++);
+  check(be->linear_forward(be->to_plain(lx), be->to_plain(lw), be->to_plain(lb)), emu->linear_forward(lx, lw, lb),
+        f32->linear_forward(lx, lw, lb), "linear forward");
+  Tensor ldw_c = be->zeros({40, 96}, DType::kF32), ldb_c = be->zeros({40}, DType::kF32);
+  Tensor ldw_e = emu->zeros({40, 96}, DType::kF32), ldb_e = emu->zeros({40}, DType::kF32);
+  Tensor ldw_f = f32->zeros({40, 96}, DType::kF32), ldb_f = f32->zeros({40}, DType::kF32);
+  be->linear_backward_weights(be->to_plain(lx), be->to_plain(ldy), ldw_c, ldb_c, false);
+  emu->linear_backward_weights(lx, ldy, ldw_e, ldb_e, false);
+  f32->linear_backward_weights(lx, ldy, ldw_f, ldb_f, false);
+  check(ldw_c, ldw_e, ldw_f, "linear backward weights");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // Runs everywhere: without a GPU, creating the backend must fail with kUnsupported and a reason.
