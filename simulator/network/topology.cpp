@@ -330,10 +330,11 @@ double Topology::two_way_bytes_factor(int32_t src, int32_t dst) const {
   if (hs == hd) return 1.0;
   const HostNet& a = hosts_[static_cast<size_t>(hs)];
   const HostNet& b = hosts_[static_cast<size_t>(hd)];
-  if (a.protocol != Protocol::kTcp || b.protocol != Protocol::kTcp) return 1.0;
   const double f = std::max(a.tcp_two_way_factor, b.tcp_two_way_factor);
   if (f <= 1) return 1.0;
-  if (fold_acks_) return f;
+  // a payload-rate route (no TCP costs: a TCP node whose measured p2p rate stands for its NIC, profile_network) runs
+  // both directions at full rate, so its one-way and two-way times are the same
+  if (fold_acks_ || a.protocol != Protocol::kTcp) return f;
   const double d = kTcpFrameBytes / kTcpMssBytes / a.tcp_goodput;
   const double ack = kTcpAckBytes / (kTcpSegmentsPerAck * kTcpMssBytes);
   return std::max(1.0, f - ack / d);

@@ -100,8 +100,9 @@ class Topology {
   // f x the one-way time). In TCP one direction of such an exchange loses (it leaves slow start early while the
   // other's data delays its ACKs) and the other runs at line rate, so the second flow plays the loser: both run at
   // C / (d + a) (data cost d, the reverse flow's ACK cost a) until the first is done, then it alone at C / d, which
-  // ends at f S d / C for k = f - a / d (folded ACKs: both at C / (d + a) throughout, k = f). 1 for anything else:
-  // RDMA, a host with itself, f = 1.
+  // ends at f S d / C for k = f - a / d (folded ACKs: both at C / (d + a) throughout, k = f; a payload-rate route
+  // without TCP costs, as profile_network makes a TCP node's, k = f). 1 for a host with itself and f = 1; a cluster
+  // JSON refuses the factor on an rdma node, so only a TCP node's measured factor reaches here.
   double two_way_bytes_factor(int32_t src, int32_t dst) const;
   // Slow start after idle counted from the previous step's tail: every connection this topology's routes used, with
   // the window it held and how long before `end` (the step's end) it went idle; and, on a fresh topology, those
