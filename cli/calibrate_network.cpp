@@ -34,13 +34,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kHelloPrefix[] = "TANDEM-NET v";
-constexpr char kHello[16] = "TANDEM-NET v2\n";  // 14 characters, then two bytes of 0
+constexpr char kHello[16] = "TANDEM-NET v3\n";  // 14 characters, then two bytes of 0
+constexpr int kVersion = 3;
 constexpr size_t kPingBytes = 64;
 constexpr uint32_t kFrameBytes = 1u << 20;
 // The paced phase: small writes at a fixed interval, as `tandem calibrate`'s loopback one (api/src/calibrate_handles.hpp
 // kTcpWakeup*: two segments a write) but twice the interval, so that it stays under a 65 Mbit/s link's rate
 // (2,896 bytes / 400 us = 58 Mbit/s, less with the sleep's overshoot) and each write is a wake-up of both sides.
 constexpr uint64_t kPacedChunkBytes = 2896, kPacedWrites = 1000, kPacedIntervalUs = 400;
+// The two-way phase's bounds (what a listener accepts).
+constexpr uint64_t kMaxTwoWayBytes = 1ull << 30, kMaxTwoWayReps = 1000, kMaxTwoWayGapUs = 60'000'000;
 // Per payload byte on an Ethernet link with MTU 1500 and TCP timestamps (simulator/network/topology.hpp).
 constexpr double kMssBytes = 1448, kFrameWireBytes = 1514;
 
@@ -110,6 +113,43 @@ void read_all(int fd, void* data, size_t len, Clock::time_point deadline, const 
   }
 }
 
+// Sends `out` and receives `in` at once (a simultaneous exchange on one connection); each side's end time is set
+// when its last byte has gone into the socket (sent) or arrived (received).
+void exchange_all(int fd, const char* out, size_t out_len, char* in, size_t in_len, Clock::time_point deadline,
+                  const std::string& what, Clock::time_point* sent_at, Clock::time_point* received_at) {
+  size_t sent = 0, got = 0;
+  if (out_len == 0) *sent_at = Clock::now();
+  if (in_len == 0) *received_at = Clock::now();
+  while (sent < out_len || got < in_len) {
+    bool progress = false;
+    if (sent < out_len) {
+      const ssize_t n = ::send(fd, out + sent, out_len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        progress = true;
+        if (sent == out_len) *sent_at = Clock::now();
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw NetError(fmt::format("{}: the other side is gone ({})", what, std::strerror(errno)));
+      }
+    }
+    if (got < in_len) {
+      const ssize_t n = ::recv(fd, in + got, in_len - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        progress = true;
+        if (got == in_len) *received_at = Clock::now();
+      } else if (n == 0) {
+        throw NetError(fmt::format("{}: the other side closed the connection", what));
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw NetError(fmt::format("{}: {}", what, std::strerror(errno)));
+      }
+    }
+    if (progress) continue;
+    const short events = static_cast<short>((sent < out_len ? POLLOUT : 0) | (got < in_len ? POLLIN : 0));
+    wait_ready(fd, events, deadline, what);
+  }
+}
+
 void put_u64(unsigned char* b, uint64_t v) {
   for (int i = 7; i >= 0; --i, v >>= 8) b[i] = static_cast<unsigned char>(v & 0xff);
 }
@@ -148,12 +188,12 @@ void exchange_hello(int fd, double timeout_s, const std::string& who) {
       const char* from = got + sizeof kHelloPrefix - 1;
       std::string theirs;
       for (const char* c = from; c < (nl ? nl : got + sizeof got); ++c) theirs += (*c >= 32 && *c < 127) ? *c : '?';
-      throw NetError(fmt::format("{} speaks `tandem calibrate --network` protocol v{} and this tandem speaks v2 (v2 "
-                                 "also measures the CPU a transfer costs on each side): run the same tandem version "
-                                 "on both hosts", who, theirs));
+      throw NetError(fmt::format("{} speaks `tandem calibrate --network` protocol v{} and this tandem speaks v{} (v2 "
+                                 "added the CPU a transfer costs on each side, v3 the two-way exchange): run the same "
+                                 "tandem version on both hosts", who, theirs, kVersion));
     }
-    throw NetError(fmt::format("{} did not answer as `tandem calibrate --network` does (expected \"TANDEM-NET v2\", "
-                               "got \"{}\")", who, shown));
+    throw NetError(fmt::format("{} did not answer as `tandem calibrate --network` does (expected \"TANDEM-NET v{}\", "
+                               "got \"{}\")", who, kVersion, shown));
   }
 }
 
@@ -321,6 +361,31 @@ int listen_side(const NetworkCalibrateOptions& o) {
   put_u64(reply + 8, reads);
   put_u64(reply + 16, to_ns(paced_cpu));
   write_all(fd, reply, sizeof reply, after(o.timeout_s), "paced phase: sending the result");
+  // two-way (calibrate_network.hpp): {bytes, repetitions, gap us}, then per repetition the peer's one-way transfer
+  // (answered by 8 bytes once in), a go (8 bytes) for this side's one-way transfer, and a go for the exchange
+  // (answered by this side's receive time from the go, ns, once both directions are done here)
+  unsigned char tw[24];
+  read_all(fd, tw, sizeof tw, after(o.timeout_s), "two-way phase: waiting for its size");
+  const uint64_t tw_bytes = get_u64(tw), tw_reps = get_u64(tw + 8), tw_gap_us = get_u64(tw + 16);
+  if (tw_reps > kMaxTwoWayReps || tw_gap_us > kMaxTwoWayGapUs || (tw_reps > 0 && (tw_bytes < 1 || tw_bytes > kMaxTwoWayBytes)))
+    throw NetError(fmt::format("two-way phase: the peer asked for {} repetitions of {} bytes {} us apart (0..{} of 1..{}, "
+                               "at most {} us): not a tandem peer?", tw_reps, tw_bytes, tw_gap_us, kMaxTwoWayReps,
+                               kMaxTwoWayBytes, kMaxTwoWayGapUs));
+  std::vector<char> mine(tw_reps > 0 ? tw_bytes : 0, 'y'), theirs(mine.size());
+  for (uint64_t r = 0; r < tw_reps; ++r) {
+    read_all(fd, theirs.data(), theirs.size(), after(o.timeout_s), "two-way phase: receiving the one-way transfer");
+    put_u64(reply, r);
+    write_all(fd, reply, 8, after(o.timeout_s), "two-way phase: answering the one-way transfer");
+    read_all(fd, reply, 8, after(o.timeout_s), "two-way phase: waiting for the go of this side's one-way transfer");
+    write_all(fd, mine.data(), mine.size(), after(o.timeout_s), "two-way phase: sending the one-way transfer");
+    read_all(fd, reply, 8, after(o.timeout_s), "two-way phase: waiting for the go of the exchange");
+    const auto go = Clock::now();
+    Clock::time_point sent_at{}, received_at{};
+    exchange_all(fd, mine.data(), mine.size(), theirs.data(), theirs.size(), after(o.timeout_s),
+                 "two-way phase: the exchange", &sent_at, &received_at);
+    put_u64(reply, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(received_at - go).count()));
+    write_all(fd, reply, 8, after(o.timeout_s), "two-way phase: sending the exchange's result");
+  }
   std::printf("received %.1f MB in %.3f s: %.1f Mbit/s\n", static_cast<double>(bytes) / 1e6, static_cast<double>(ns) / 1e9,
               ns ? static_cast<double>(bytes) * 8 / (static_cast<double>(ns) / 1e9) / 1e6 : 0.0);
   return 0;
@@ -388,13 +453,62 @@ int peer_side(const NetworkCalibrateOptions& o) {
   if (paced_bytes != kPacedChunkBytes * kPacedWrites || paced_reads < 1 || paced_reads > paced_bytes)
     throw NetError(fmt::format("paced phase: {} reports {} bytes in {} reads, {} were sent: not a tandem listener?",
                                who, paced_bytes, paced_reads, kPacedChunkBytes * kPacedWrites));
+  const double rtt = median(rtts);
+  // two-way phase (calibrate_network.hpp): per repetition each direction's one-way transfer, then the simultaneous
+  // exchange; every time from the sender's first write to the receiver's last byte, one-way latency rtt / 2 taken
+  // out where a small message (the answer, the go) is in the measured span
+  {
+    unsigned char tw[24];
+    put_u64(tw, o.two_way_bytes);
+    put_u64(tw + 8, static_cast<uint64_t>(o.two_way_reps));
+    put_u64(tw + 16, static_cast<uint64_t>(std::llround(o.two_way_gap_ms * 1e3)));
+    write_all(fd, tw, sizeof tw, after(o.timeout_s), "two-way phase: sending its size");
+  }
+  const double lat = rtt / 2;
+  std::vector<char> mine(o.two_way_reps > 0 ? o.two_way_bytes : 0, 'x'), theirs(mine.size());
+  std::vector<double> one_pl, one_lp, ex_pl, ex_lp, exch, factors;
+  const auto since = [](Clock::time_point t0, Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  const timespec gap{static_cast<time_t>(o.two_way_gap_ms / 1e3),
+                     static_cast<long>(std::fmod(o.two_way_gap_ms, 1e3) * 1e6)};
+  for (int r = 0; r < o.two_way_reps; ++r) {
+    unsigned char msg[8];
+    ::nanosleep(&gap, nullptr);  // idle as between training steps: slow start after idle applies to each transfer
+    auto t0 = Clock::now();
+    write_all(fd, mine.data(), mine.size(), after(o.timeout_s), "two-way phase: sending the one-way transfer");
+    read_all(fd, msg, 8, after(o.timeout_s), "two-way phase: waiting for the one-way transfer's answer");
+    if (get_u64(msg) != static_cast<uint64_t>(r))
+      throw NetError(fmt::format("two-way phase: {} answered repetition {} for {}: not a tandem listener?", who,
+                                 get_u64(msg), r));
+    one_pl.push_back(std::max(0.0, since(t0, Clock::now()) - lat));
+    ::nanosleep(&gap, nullptr);
+    put_u64(msg, static_cast<uint64_t>(r));
+    t0 = Clock::now();
+    write_all(fd, msg, 8, after(o.timeout_s), "two-way phase: sending the go of the listener's one-way transfer");
+    read_all(fd, theirs.data(), theirs.size(), after(o.timeout_s), "two-way phase: receiving the one-way transfer");
+    one_lp.push_back(std::max(0.0, since(t0, Clock::now()) - lat));
+    ::nanosleep(&gap, nullptr);
+    t0 = Clock::now();
+    write_all(fd, msg, 8, after(o.timeout_s), "two-way phase: sending the go of the exchange");
+    Clock::time_point sent_at{}, received_at{};
+    exchange_all(fd, mine.data(), mine.size(), theirs.data(), theirs.size(), after(o.timeout_s),
+                 "two-way phase: the exchange", &sent_at, &received_at);
+    read_all(fd, msg, 8, after(o.timeout_s), "two-way phase: waiting for the exchange's result");
+    const double listener_recv = static_cast<double>(get_u64(msg)) * 1e-9;
+    if (!(listener_recv > 0 && listener_recv < o.timeout_s))
+      throw NetError(fmt::format("two-way phase: {} reports a receive time of {} s: not a tandem listener?", who,
+                                 listener_recv));
+    ex_pl.push_back(lat + listener_recv);                                   // the go reached it `lat` after t0
+    ex_lp.push_back(std::max(0.0, since(t0, received_at) - lat));           // it started `lat` after t0
+    exch.push_back(std::max(ex_pl.back(), ex_lp.back()));
+    const double one = std::max(one_pl.back(), one_lp.back());
+    factors.push_back(one > 0 ? exch.back() / one : 1.0);
+  }
   // The loopback calibration's arithmetic (api/src/comm_cpu_fit.hpp), per side; a per-wake-up figure below 0 (the
   // bulk phase's per-byte cost already holds wake-ups as dense as the paced phase's) is reported as 0, as there.
   const double send_b = api::comm_cpu_s_per_byte(bulk_send_cpu, bytes);
   const double recv_b = api::comm_cpu_s_per_byte(bulk_recv_cpu, bytes);
   const double send_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_send_cpu, kPacedWrites, paced_bytes, send_b));
   const double recv_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_recv_cpu, paced_reads, paced_bytes, recv_b));
-  const double rtt = median(rtts);
   const double goodput_bps = static_cast<double>(bytes) * 8 / (static_cast<double>(ns) * 1e-9);
   nlohmann::json j = {{"peer", who},
                       {"rtt_us", rtt * 1e6},
@@ -417,6 +531,31 @@ int peer_side(const NetworkCalibrateOptions& o) {
                           {"receiver_reads", paced_reads},
                           {"sender_cpu_s", paced_send_cpu},
                           {"receiver_cpu_s", paced_recv_cpu}}}}}};
+  double factor_mean = 0, factor_sd = 0;
+  if (!factors.empty()) {
+    for (double f : factors) factor_mean += f / static_cast<double>(factors.size());
+    for (double f : factors) factor_sd += (f - factor_mean) * (f - factor_mean);
+    factor_sd = factors.size() > 1 ? std::sqrt(factor_sd / static_cast<double>(factors.size() - 1)) : 0.0;
+    const auto ms = [](const std::vector<double>& v) {
+      nlohmann::json a = nlohmann::json::array();
+      for (double x : v) a.push_back(x * 1e3);
+      return a;
+    };
+    j["tcp_two_way_factor"] = factor_mean;
+    j["two_way"] = {{"bytes", o.two_way_bytes},
+                    {"repetitions", o.two_way_reps},
+                    {"gap_ms", o.two_way_gap_ms},
+                    {"factor", factors},
+                    {"factor_mean", factor_mean},
+                    {"factor_sd", factor_sd},
+                    {"factor_min", *std::min_element(factors.begin(), factors.end())},
+                    {"factor_max", *std::max_element(factors.begin(), factors.end())},
+                    {"one_way_ms", {{"peer_to_listener", ms(one_pl)}, {"listener_to_peer", ms(one_lp)}}},
+                    {"exchange_ms", ms(exch)},
+                    {"exchange_direction_ms", {{"peer_to_listener", ms(ex_pl)}, {"listener_to_peer", ms(ex_lp)}}},
+                    {"definition", "per repetition: the exchange's time (its slower direction, from the sender's first "
+                                   "write to the receiver's last byte) over the slower one-way transfer's"}};
+  }
   // What a cluster JSON node takes (simulator/cluster.hpp): one-way latency, and the line rate with the goodput
   // factor over what TCP's headers allow; without a nominal rate, the line rate that carries this goodput.
   nlohmann::json node = {{"nic_latency_us", rtt * 1e6 / 2}};
@@ -436,6 +575,9 @@ int peer_side(const NetworkCalibrateOptions& o) {
     node["nic_mbps"] = goodput_bps / 1e6 * kFrameWireBytes / kMssBytes;
   }
   node["protocol"] = "tcp";
+  // the simulator takes the exchange's slowdown, at least none (a mean under 1 is noise: the directions share nothing
+  // but the ACKs, which its link model already charges)
+  if (!factors.empty()) node["tcp_two_way_factor"] = std::max(1.0, factor_mean);
   j["cluster_node"] = node;
   const std::string text = j.dump(2) + "\n";
   if (o.out.empty()) {
@@ -450,7 +592,8 @@ int peer_side(const NetworkCalibrateOptions& o) {
     if (std::rename(tmp.c_str(), o.out.c_str()) != 0)
       throw NetError(fmt::format("--out {}: {}", o.out, std::strerror(errno)));
     std::fprintf(stderr, "RTT %.1f us, goodput %.1f Mbit/s, CPU per byte %.3g s, per wake-up %.3g s (mean of the two "
-                 "sides); wrote %s\n", rtt * 1e6, goodput_bps / 1e6, (send_b + recv_b) / 2, (send_w + recv_w) / 2,
+                 "sides)%s; wrote %s\n", rtt * 1e6, goodput_bps / 1e6, (send_b + recv_b) / 2, (send_w + recv_w) / 2,
+                 factors.empty() ? "" : fmt::format(", two-way factor {:.3f} +- {:.3f}", factor_mean, factor_sd).c_str(),
                  o.out.c_str());
   }
   return 0;
@@ -469,6 +612,12 @@ int run_network_calibrate(const NetworkCalibrateOptions& o) {
     if (o.rounds < 1 || o.rounds > 100000) throw NetError(fmt::format("--rounds: expected 1..100000, got {}", o.rounds));
     if (!(o.nominal_mbps >= 0 && std::isfinite(o.nominal_mbps)))
       throw NetError(fmt::format("--nominal-mbps: expected a rate > 0, got {}", o.nominal_mbps));
+    if (o.two_way_reps < 0 || static_cast<uint64_t>(o.two_way_reps) > kMaxTwoWayReps)
+      throw NetError(fmt::format("--two-way-reps: expected 0..{} (0: no two-way phase), got {}", kMaxTwoWayReps, o.two_way_reps));
+    if (o.two_way_bytes < 1 || o.two_way_bytes > kMaxTwoWayBytes)
+      throw NetError(fmt::format("--two-way-bytes: expected 1..{}, got {}", kMaxTwoWayBytes, o.two_way_bytes));
+    if (!(o.two_way_gap_ms >= 0 && o.two_way_gap_ms * 1e3 <= static_cast<double>(kMaxTwoWayGapUs)))
+      throw NetError(fmt::format("--two-way-gap-ms: expected 0..{}, got {}", kMaxTwoWayGapUs / 1000, o.two_way_gap_ms));
     if (listen && (o.nominal_mbps > 0 || !o.out.empty()))
       throw NetError("--nominal-mbps and --out belong to the measuring side (--peer)");
     return listen ? listen_side(o) : peer_side(o);

@@ -5,8 +5,9 @@
 //   tandem calibrate --network --listen PORT                      (PORT 0: any; it prints the port it got)
 // the other measures against it and writes the JSON:
 //   tandem calibrate --network --peer HOST:PORT [--nominal-mbps R] [--seconds S] [--out net.json]
-// Protocol v2 (one TCP connection, peer -> listener): a 16-byte hello each way ("TANDEM-NET v2\n" + 2 bytes of 0; a
-// tandem speaking another version, e.g. v1 from before the CPU phases, is named as such), `rounds` ping-pongs of
+// Protocol v3 (one TCP connection, peer -> listener): a 16-byte hello each way ("TANDEM-NET v3\n" + 2 bytes of 0; a
+// tandem speaking another version, e.g. v1 from before the CPU phases or v2 from before the two-way phase, is named
+// as such), `rounds` ping-pongs of
 // 64-byte messages (RTT: their median), then
 // - bulk: frames of a 4-byte big-endian length and that many bytes (1 MiB) for S seconds, ended by a frame of
 //   length 0; the listener answers with the bytes it received, its receive time (first byte to last, ns) and its
@@ -16,6 +17,21 @@
 //   writes, 400 us: 58 Mbit/s before the sleep's overshoot, under a 65 Mbit/s link's rate) and then the writes, a
 //   sleep after each; the listener reads what arrives (each read one wake-up) and answers with the bytes, its reads
 //   and its thread CPU time (ns).
+// - two-way (v3): the peer sends {bytes B, repetitions N, gap us} (8 bytes each; --two-way-bytes, default 1 MiB;
+//   --two-way-reps, default 8, 0: none; --two-way-gap-ms, default 300 -- idle longer than TCP's minimum RTO, 200 ms,
+//   so each transfer restarts slow start after idle as a training step's exchange does). Each repetition, a gap
+//   before each of: (1) B bytes peer -> listener, answered by 8 bytes (the repetition) once in; (2) an 8-byte go,
+//   on which the listener sends B bytes; (3) an 8-byte go, after which the peer sends B bytes while the listener,
+//   on the go, sends its B bytes too (one connection, both directions at once: a gossip swap), answered by the
+//   listener's receive time from the go (ns) once both directions are done there. Every time runs from the
+//   sender's first write to the receiver's last byte, with the one-way latency (rtt / 2) of the small message in
+//   the span taken out. The factor of a repetition is the exchange's time (its slower direction) over the slower
+//   of (1) and (2); `tcp_two_way_factor` is their mean (1: the directions do not slow each other; 2: as if one
+//   waited for the other), with `two_way` holding the spread and every time. The cluster JSON node takes
+//   max(1, mean) as `tcp_two_way_factor` (simulator/cluster.hpp). The slowdown is TCP's, not the line's: in a
+//   simultaneous exchange one direction can leave slow start early (CUBIC's HyStart ACK-train test) while the
+//   other's data delays its ACKs, and which direction loses is a packet-level race (bench/strategies/README.md,
+//   session 14). It depends on the size: measure at the size the job swaps (e.g. the model's parameter bytes).
 // The CPU a transfer costs on the real path, per side, the loopback calibration's arithmetic (api/src/comm_cpu_fit.hpp;
 // `tandem calibrate`, api/src/calibrate_comm_cpu.cpp): per byte = the bulk phase's thread CPU / bytes; per wake-up =
 // (the paced phase's thread CPU - its bytes x per byte) / writes (sender) or reads (receiver), at least 0. The JSON
@@ -47,6 +63,9 @@ struct NetworkCalibrateOptions {
   int rounds = 50;          // ping-pongs
   double timeout_s = 60;    // per read/write, and the listener's wait for a peer
   std::string out;          // JSON file (peer side); empty: stdout
+  uint64_t two_way_bytes = 1u << 20;  // two-way phase: bytes each way
+  int two_way_reps = 8;               // its repetitions (0: none)
+  double two_way_gap_ms = 300;        // idle before each transfer
 };
 
 // Runs the listener or the peer side; returns the exit code (errors printed as "tandem: ...").

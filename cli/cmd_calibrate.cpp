@@ -288,6 +288,16 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                                   "allow at that rate)");
                    app.add_option("--seconds", o->net.seconds, "--network: bulk transfer time")->capture_default_str();
                    app.add_option("--rounds", o->net.rounds, "--network: RTT ping-pongs")->capture_default_str();
+                   app.add_option("--two-way-bytes", o->net.two_way_bytes,
+                                  "--network: bytes each way of the simultaneous two-way exchange (e.g. the model's "
+                                  "parameter bytes, which a gossip step swaps)")
+                       ->capture_default_str();
+                   app.add_option("--two-way-reps", o->net.two_way_reps, "--network: two-way repetitions (0: none)")
+                       ->capture_default_str();
+                   app.add_option("--two-way-gap-ms", o->net.two_way_gap_ms,
+                                  "--network: idle before each two-way phase transfer (over 200 ms: slow start after "
+                                  "idle, as between training steps)")
+                       ->capture_default_str();
                    app.add_option("--timeout-s", o->net.timeout_s,
                                   "--network: deadline of every read and write, and of the wait for a peer")
                        ->capture_default_str();

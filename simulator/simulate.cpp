@@ -224,6 +224,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     for (NodeSpec& n : p.cluster.nodes) {
       n.hw.nic_bytes_per_s = *profile->p2p_bytes_per_s;
       n.protocol = network::Protocol::kRdma;  // a measured payload rate: TCP's costs are in it already
+      // (but not a simultaneous exchange's: tcp_two_way_factor, measured on the same TCP path, stays and applies)
       n.bucket_bytes_per_s = n.bucket_burst_bytes = 0;  // the NIC's FIFO queue (nic_queue_bytes) stays
       if (profile->p2p_latency_s) n.hw.nic_latency_s = *profile->p2p_latency_s;
     }

@@ -130,13 +130,15 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
     sim_.schedule_in(des::ceil_ns(seconds), this, arg);
   }
   // A message: its flow, and where moving it costs CPU, the sender's and the receiver's CPU work beside it.
-  void flow(int32_t from, int32_t to, double bytes, uint64_t tag) {
+  // `wire_factor`: the flow's bytes on the network are that many times the message's (a swap's loser,
+  // Topology::two_way_bytes_factor); what the NICs count and the CPU work stay the message's.
+  void flow(int32_t from, int32_t to, double bytes, uint64_t tag, double wire_factor = 1.0) {
     out_[static_cast<size_t>(from)] += bytes;
     in_[static_cast<size_t>(to)] += bytes;
     const double send_s = xfer_cpu_ ? message_cpu_s(s_, from, to, bytes) : 0.0;
     const double recv_s = xfer_cpu_ ? message_cpu_s(s_, to, from, bytes) : 0.0;
     if (send_s <= 0 && recv_s <= 0) {
-      net_.start_flow(topo_.route(from, to), bytes, this, tag);
+      net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, tag);
       return;
     }
     const uint64_t id = xfers_.size();
@@ -148,7 +150,7 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
       bd.comm_cpu_s += cpu;
       run_cpu(rank, cpu, (id << 2) | kEvXfer, false);
     }
-    net_.start_flow(topo_.route(from, to), bytes, this, kXferFlow | id);
+    net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, kXferFlow | id);
   }
   // The bytes per step (round) of a window of k.
   void report_bytes(StepResult& r, double k) const {
@@ -347,7 +349,14 @@ void AsyncExecutor::begin_step(int32_t w) {
     // snapshot sent to it at once, beside the step's compute (the communicator's progress thread moves it)
     wk.partner = engine::parallel::gossip_partner(w, W_, s_.seed, wk.clock);
     wk.sent = wk.partner < 0;
-    if (wk.partner >= 0) flow(w, wk.partner, s_.param_bytes, flow_tag(kGossip, w, static_cast<uint64_t>(wk.clock)));
+    if (wk.partner >= 0) {
+      // the partner's snapshot of this step still on its way: a simultaneous swap, whose TCP cost the cluster's
+      // measured two-way factor gives (this flow, the second, is the one that loses; 1 where none is measured)
+      const Worker& p = workers_[static_cast<size_t>(wk.partner)];
+      const bool swap = p.clock == wk.clock && !p.sent && p.partner == w;
+      flow(w, wk.partner, s_.param_bytes, flow_tag(kGossip, w, static_cast<uint64_t>(wk.clock)),
+           swap ? topo_.two_way_bytes_factor(w, wk.partner) : 1.0);
+    }
   }
   // push-pull splits the last backward by bucket (each bucket's pieces go as it completes); the others compute
   // the whole step before their exchange

@@ -93,6 +93,10 @@ def main():
     ap.add_argument("--cv-from", metavar="PROFILE",
                     help="a calibration profile (tandem calibrate --out) whose compute_cv replaces the recorded "
                          "profile's: for runs recorded before calibrate measured it (recalibrate on one host)")
+    ap.add_argument("--strategies", help="only these rows (strategy_bench keys, comma-separated)")
+    ap.add_argument("--tcp-two-way-factor", type=float,
+                    help="every node's tcp_two_way_factor in place of the run's own (0: none), e.g. one measured by "
+                         "two_way_calibrate.sh on a fresh pair")
     ap.add_argument("--compute-cv", type=float,
                     help="what-if: this compute_cv in every run's profile (a sensitivity, not a prediction)")
     a = ap.parse_args()
@@ -121,12 +125,14 @@ def main():
             status = {"config": run["cluster_config"], "hosts": [None] * run["hosts"]}
             for row in run["rows"]:
                 key = row["key"]
-                if key not in table or not row.get("measured_s"):
+                if key not in table or not row.get("measured_s") or (a.strategies and key not in a.strategies.split(",")):
                     continue
                 label, servers, flags = table[key]
                 cluster = os.path.join(tmp, f"{name}_cluster{run['args']['workers'] + servers}.json")
                 with open(cluster, "w") as f:
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
+                    if a.tcp_two_way_factor is not None:
+                        ra.tcp_two_way_factor = a.tcp_two_way_factor
                     f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)

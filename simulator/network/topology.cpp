@@ -95,6 +95,8 @@ Topology::Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, 
     const HostNet& hn = hosts_[h];
     TANDEM_REQUIRE(hn.tcp_goodput > 0 && hn.tcp_goodput <= 1, "host {} ({}): TCP goodput factor must be in (0, 1], got {}",
                    h, hn.name, hn.tcp_goodput);
+    TANDEM_REQUIRE(hn.tcp_two_way_factor >= 1 && hn.tcp_two_way_factor <= 16, "host {} ({}): TCP two-way factor must be "
+                   "in [1, 16], got {}", h, hn.name, hn.tcp_two_way_factor);
     if (hn.nic_queue_bytes > 0) {
       TANDEM_REQUIRE(h < nic_up_.size(), "host {} ({}): a NIC queue needs a topology with NIC links (star, "
                      "two-level or fat-tree), not {}", h, hn.name, topology_kind_name(spec_.kind));
@@ -323,6 +325,21 @@ RouteId Topology::route(int32_t src, int32_t dst) {
   return r;
 }
 
+double Topology::two_way_bytes_factor(int32_t src, int32_t dst) const {
+  const int32_t hs = host_of(src), hd = host_of(dst);
+  if (hs == hd) return 1.0;
+  const HostNet& a = hosts_[static_cast<size_t>(hs)];
+  const HostNet& b = hosts_[static_cast<size_t>(hd)];
+  const double f = std::max(a.tcp_two_way_factor, b.tcp_two_way_factor);
+  if (f <= 1) return 1.0;
+  // a payload-rate route (no TCP costs: a TCP node whose measured p2p rate stands for its NIC, profile_network) runs
+  // both directions at full rate, so its one-way and two-way times are the same
+  if (fold_acks_ || a.protocol != Protocol::kTcp) return f;
+  const double d = kTcpFrameBytes / kTcpMssBytes / a.tcp_goodput;
+  const double ack = kTcpAckBytes / (kTcpSegmentsPerAck * kTcpMssBytes);
+  return std::max(1.0, f - ack / d);
+}
+
 std::vector<Topology::ConnectionTail> Topology::connection_tails(des::TimeNs end) const {
   std::vector<ConnectionTail> out;
   for (const auto& [key, r] : routes_) {
@@ -350,7 +367,7 @@ bool Topology::uniform_star() const {
   for (const HostNet& h : hosts_) {
     const HostNet& a = hosts_[0];
     if (h.devices != 1 || h.nic_bytes_per_s != a.nic_bytes_per_s || h.nic_latency_s != a.nic_latency_s ||
-        h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput ||
+        h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput || h.tcp_two_way_factor != a.tcp_two_way_factor ||
         h.tcp_slow_start_after_idle != a.tcp_slow_start_after_idle || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
         h.bucket_burst_bytes != a.bucket_burst_bytes || h.nic_queue_bytes != a.nic_queue_bytes)
       return false;

@@ -52,6 +52,9 @@ struct HostNet {
   // kTcp: the sender's connections restart slow start after idle (Linux's net.ipv4.tcp_slow_start_after_idle,
   // default 1; network.hpp's SlowStart): one connection per ordered pair of endpoints on different hosts
   bool tcp_slow_start_after_idle = true;
+  // kTcp: a simultaneous two-way exchange's time over a one-way transfer's, as `tandem calibrate --network` measures
+  // it (>= 1; 1: the fluid model's own two-way time); see Topology::two_way_bytes_factor
+  double tcp_two_way_factor = 1.0;
   double bucket_bytes_per_s = 0;  // a token bucket on the NIC, each direction (tbf, cloud bursts); 0: none
   double bucket_burst_bytes = 0;
   // the NIC's egress FIFO, wire bytes (Network::set_fifo_queue); 0: none. Its windows are TCP's: the cluster
@@ -91,6 +94,16 @@ class Topology {
   // flow it receives) are not there: with fold set, a TCP route charges its ACK cost on its own data
   // path instead, which in a rotation-symmetric step loads every link exactly as the full model.
   void fold_acks(bool fold) noexcept { fold_acks_ = fold; }
+  // A simultaneous two-way exchange of equal messages between src and dst (a gossip swap), both on TCP hosts
+  // measured with tcp_two_way_factor f > 1 (the larger of the two hosts'): the factor on the bytes of the flow that
+  // starts second, so that with both flows alone on their links the exchange ends at max(the fluid two-way time,
+  // f x the one-way time). In TCP one direction of such an exchange loses (it leaves slow start early while the
+  // other's data delays its ACKs) and the other runs at line rate, so the second flow plays the loser: both run at
+  // C / (d + a) (data cost d, the reverse flow's ACK cost a) until the first is done, then it alone at C / d, which
+  // ends at f S d / C for k = f - a / d (folded ACKs: both at C / (d + a) throughout, k = f; a payload-rate route
+  // without TCP costs, as profile_network makes a TCP node's, k = f). 1 for a host with itself and f = 1; a cluster
+  // JSON refuses the factor on an rdma node, so only a TCP node's measured factor reaches here.
+  double two_way_bytes_factor(int32_t src, int32_t dst) const;
   // Slow start after idle counted from the previous step's tail: every connection this topology's routes used, with
   // the window it held and how long before `end` (the step's end) it went idle; and, on a fresh topology, those
   // connections started as if that idle had passed by time 0 (applied when route() builds each route, so that its

@@ -63,8 +63,9 @@ def fake_server(behaviour):
     return srv.getsockname()[1], t
 
 
-HELLO = b"TANDEM-NET v2\n\0\0"
+HELLO = b"TANDEM-NET v3\n\0\0"
 OLD_HELLO = b"TANDEM-NET v1\n\0\0"  # a tandem from before the CPU phases
+V2_HELLO = b"TANDEM-NET v2\n\0\0"  # a tandem from before the two-way phase
 
 
 def peer_against(behaviour, timeout_s):
@@ -156,7 +157,7 @@ class NetworkCalibrate(unittest.TestCase):
     def test_a_peer_speaking_the_old_version_is_named(self):
         rc, out, _ = peer_against(lambda c: (c.sendall(OLD_HELLO), time.sleep(1)), 5)
         self.assertEqual(rc, 1, out)
-        self.assertIn("protocol v1 and this tandem speaks v2", out)
+        self.assertIn("protocol v1 and this tandem speaks v3", out)
         self.assertIn("run the same tandem version on both hosts", out)
         lst = Listener("--timeout-s", "5")  # and the listener, when an old peer connects to it
         with socket.create_connection(("127.0.0.1", lst.port), timeout=5) as s:
@@ -165,6 +166,92 @@ class NetworkCalibrate(unittest.TestCase):
             rc, out = lst.finish()
         self.assertEqual(rc, 1, out)
         self.assertIn("the peer speaks `tandem calibrate --network` protocol v1", out)
+
+    def test_a_peer_from_before_the_two_way_phase_is_named(self):
+        rc, out, _ = peer_against(lambda c: (c.sendall(V2_HELLO), time.sleep(1)), 5)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("protocol v2 and this tandem speaks v3", out)
+        self.assertIn("v3 the two-way exchange", out)
+
+    def test_two_way_exchange_against_one_way_transfers(self):
+        lst = Listener()
+        reps, size, gap = 4, 300000, 20
+        rc, text = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{lst.port}", "--seconds", "0.2",
+                          "--rounds", "10", "--two-way-bytes", str(size), "--two-way-reps", str(reps),
+                          "--two-way-gap-ms", str(gap))
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(lst.finish()[0], 0)
+        j = json.loads(text)
+        t = j["two_way"]
+        self.assertEqual((t["bytes"], t["repetitions"], t["gap_ms"]), (size, reps, gap))
+        for key in ("peer_to_listener", "listener_to_peer"):
+            self.assertEqual(len(t["one_way_ms"][key]), reps)
+            self.assertEqual(len(t["exchange_direction_ms"][key]), reps)
+            for ms in t["one_way_ms"][key] + t["exchange_direction_ms"][key]:
+                self.assertTrue(0 < ms < 5000, t)  # loopback: 300 kB in well under 5 s
+        for i in range(reps):  # the exchange is its slower direction; the factor, it over the slower one-way transfer
+            d = t["exchange_direction_ms"]
+            self.assertAlmostEqual(t["exchange_ms"][i], max(d["peer_to_listener"][i], d["listener_to_peer"][i]))
+            one = max(t["one_way_ms"]["peer_to_listener"][i], t["one_way_ms"]["listener_to_peer"][i])
+            self.assertAlmostEqual(t["factor"][i], t["exchange_ms"][i] / one, delta=1e-9 * t["factor"][i])
+        f = t["factor"]
+        mean = sum(f) / reps
+        self.assertAlmostEqual(t["factor_mean"], mean, delta=1e-9 * mean)
+        self.assertAlmostEqual(j["tcp_two_way_factor"], mean, delta=1e-9 * mean)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in f) / (reps - 1))
+        self.assertAlmostEqual(t["factor_sd"], sd, delta=1e-9 + 1e-9 * sd)
+        self.assertEqual((t["factor_min"], t["factor_max"]), (min(f), max(f)))
+        self.assertEqual(j["cluster_node"]["tcp_two_way_factor"], max(1.0, mean))  # what the cluster JSON takes
+        # each repetition waits the gap before each of its three transfers
+        lst = Listener()
+        t0 = time.monotonic()
+        rc, text = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{lst.port}", "--seconds", "0.1",
+                          "--rounds", "5", "--two-way-bytes", "1000", "--two-way-reps", "3", "--two-way-gap-ms", "300")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(lst.finish()[0], 0)
+        self.assertGreater(time.monotonic() - t0, 3 * 3 * 0.3)
+        # none asked for: no two-way figures, and none in the cluster node
+        lst = Listener()
+        rc, text = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{lst.port}", "--seconds", "0.1",
+                          "--two-way-reps", "0")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(lst.finish()[0], 0)
+        j = json.loads(text)
+        self.assertNotIn("two_way", j)
+        self.assertNotIn("tcp_two_way_factor", j["cluster_node"])
+
+    def test_a_listener_that_stops_in_the_two_way_phase_is_named(self):
+        def until_two_way_then_silent(c):
+            c.sendall(HELLO)
+            f = c.makefile("rb")
+            f.read(16)
+            rounds = int.from_bytes(f.read(8), "big")
+            for _ in range(rounds):
+                c.sendall(f.read(64))
+            total = 0
+            while True:  # bulk frames until a zero length
+                n = int.from_bytes(f.read(4), "big")
+                if n == 0:
+                    break
+                f.read(n)
+                total += n
+            c.sendall(total.to_bytes(8, "big") + (10**8).to_bytes(8, "big") + (10**6).to_bytes(8, "big"))
+            chunk, writes = int.from_bytes(f.read(8), "big"), int.from_bytes(f.read(8), "big")
+            f.read(8)
+            f.read(chunk * writes)
+            c.sendall((chunk * writes).to_bytes(8, "big") + writes.to_bytes(8, "big") + (10**6).to_bytes(8, "big"))
+            f.read(24)  # the two-way phase's size, then no answer to the one-way transfer
+            time.sleep(4)
+
+        port, t = fake_server(until_two_way_then_silent)
+        t0 = time.monotonic()
+        rc, out = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{port}", "--seconds", "0.1", "--rounds", "3",
+                         "--two-way-bytes", "1000", "--two-way-gap-ms", "0", "--timeout-s", "1")
+        took = time.monotonic() - t0
+        t.join(10)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("two-way phase: waiting for the one-way transfer's answer: timed out", out)
+        self.assertLess(took, 3.5)
 
     def test_a_peer_that_dies_mid_way_is_named(self):
         def hello_then_die(c):
@@ -217,6 +304,12 @@ class NetworkCalibrate(unittest.TestCase):
         rc, out = tandem("calibrate", "--network", "--peer", "no-such-host.invalid:5", "--timeout-s", "5")
         self.assertEqual(rc, 1, out)
         self.assertIn("cannot resolve", out)
+        for flag, value, msg in (("--two-way-reps", "-1", "--two-way-reps: expected 0..1000"),
+                                 ("--two-way-bytes", "0", "--two-way-bytes: expected 1.."),
+                                 ("--two-way-gap-ms", "-5", "--two-way-gap-ms: expected 0..")):
+            rc, out = tandem("calibrate", "--network", "--peer", "h:1", flag, value)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(msg, out)
         rc, out = tandem("calibrate", "--peer", "h:1", "--out", os.devnull)
         self.assertNotEqual(rc, 0, out)
         self.assertIn("--listen and --peer are for --network", out)

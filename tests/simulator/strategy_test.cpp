@@ -327,6 +327,59 @@ BOOST_AUTO_TEST_CASE(gossip_pair_waits_for_the_slower_partner) {
   BOOST_TEST(run(0.4).step_s == r.step_s);  // seeded: the same again
 }
 
+// A measured two-way factor f (`tandem calibrate --network`'s tcp_two_way_factor) on TCP hosts: two gossip partners
+// swap at the same moment every step (equal compute, no noise), so the swap takes max(the fluid two-way time
+// S (d + a) / C, f S d / C) with d = 1514 / 1448 wire bytes per payload byte and a the reverse flow's ACKs, 66 / (2 x
+// 1448); a link-bound step is that time. f = 1 (or no field) is the fluid model's time, an rdma node refuses f, and
+// the NICs still count one model each way.
+BOOST_AUTO_TEST_CASE(gossip_swap_takes_the_measured_two_way_factor) {
+  const double P = 4e6, d = 1514.0 / 1448, a = 66.0 / (2 * 1448);
+  const auto run = [&](network::Protocol proto, double f, int32_t workers = 2) {
+    std::vector<network::HostNet> h(static_cast<size_t>(workers));
+    for (auto& x : h) {
+      x.nic_bytes_per_s = kNic;
+      x.protocol = proto;
+      x.tcp_slow_start_after_idle = false;
+      x.tcp_two_way_factor = f;
+    }
+    des::Simulator sim;
+    network::Network net(sim);
+    network::Topology topo(network::TopologySpec{}, h, net);
+    return simulate_async_steps(gossip(workers, P, 0.01 * P / kNic), topo, sim);
+  };
+  const double two_way = P * (d + a) / kNic, one_way = P * d / kNic;
+  BOOST_TEST(run(network::Protocol::kTcp, 1.0).step_s == two_way, tt::tolerance(1e-4));
+  const StepResult r = run(network::Protocol::kTcp, 1.6);
+  BOOST_TEST(r.step_s == 1.6 * one_way, tt::tolerance(1e-4));
+  BOOST_TEST(r.nic_out_bytes[0] == P, tt::tolerance(1e-9));  // the wire factor is time, not bytes sent
+  BOOST_TEST(r.nic_in_bytes[1] == P, tt::tolerance(1e-9));
+  // a factor under the fluid model's own (d + a) / d changes nothing
+  BOOST_TEST(run(network::Protocol::kTcp, 1.01).step_s == two_way, tt::tolerance(1e-4));
+  BOOST_TEST(run(network::Protocol::kRdma, 1.0).step_s == P / kNic, tt::tolerance(1e-4));
+  // a payload-rate link (a TCP node under profile_network, whose measured p2p rate has TCP's costs in it): no ACK
+  // costs, so the factor applies as measured
+  BOOST_TEST(run(network::Protocol::kRdma, 1.6).step_s == 1.6 * P / kNic, tt::tolerance(1e-4));
+  // four workers: two pairs, each swapping on its own links -- the same time
+  BOOST_TEST(run(network::Protocol::kTcp, 1.6, 4).step_s == 1.6 * one_way, tt::tolerance(1e-4));
+  // the cluster JSON's field reaches the hosts, and bad values are refused naming it
+  const ClusterSpec c = parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "tcp",
+                                          "tcp_two_way_factor": 1.4}]})");
+  BOOST_TEST(c.host_nets()[1].tcp_two_way_factor == 1.4);
+  BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2}]})").host_nets()[0].tcp_two_way_factor == 1.0);
+  const auto refused = [](const std::string& j, const std::string& what) {
+    try {
+      parse_cluster(j);
+    } catch (const std::exception& e) {
+      return std::string(e.what()).find(what) != std::string::npos;
+    }
+    return false;
+  };
+  BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_two_way_factor": 0.9}]})",
+                     "cluster.nodes[0].tcp_two_way_factor: expected a factor in [1, 16]"));
+  BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "rdma", "tcp_two_way_factor": 1.2}]})",
+                     "tcp_two_way_factor: the node's protocol is rdma"));
+}
+
 BOOST_AUTO_TEST_CASE(localsgd_all_reduces_once_per_period) {
   const int32_t n = 4;
   const ClusterSpec c = star(n);
