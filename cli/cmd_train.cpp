@@ -471,6 +471,14 @@ int run_train(const TrainOptions& o) {
     }
   }
   if (tandem_model_create(h.ctx, &mp, &h.model) != TANDEM_OK) return cli::fail(fmt::format("cannot create model '{}'", o.model));
+  // The CPU backend's vector ISAs (TANDEM_CPU_MAX_ISA), printed with the figures: machines and caps differ.
+  nlohmann::json cpu_isa;
+  if (backend == "cpu") {
+    const char *isa_host = nullptr, *isa_cap = nullptr, *isa_kernels = nullptr, *isa_onednn = nullptr;
+    if (tandem_context_cpu_isa(h.ctx, &isa_host, &isa_cap, &isa_kernels, &isa_onednn) != TANDEM_OK)
+      return cli::fail("cannot query the CPU ISA");
+    cpu_isa = {{"host", isa_host}, {"cap", isa_cap}, {"kernels", isa_kernels}, {"onednn", isa_onednn}};
+  }
 
   tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
   op.field_mask = TANDEM_OPTIMIZER_PARAM_KIND | TANDEM_OPTIMIZER_PARAM_LR | TANDEM_OPTIMIZER_PARAM_WEIGHT_DECAY |
@@ -544,6 +552,10 @@ int run_train(const TrainOptions& o) {
                 static_cast<long long>(classes),
                 done > 0 ? fmt::format(", resuming after epoch {}", done).c_str() : "");
     if (o.parallel) std::printf("%s\n", parallel_attr(h.trainer).partition);
+    if (!cpu_isa.is_null())
+      std::printf("cpu isa: host %s, TANDEM_CPU_MAX_ISA %s: kernels %s, oneDNN %s\n",
+                  cpu_isa["host"].get<std::string>().c_str(), cpu_isa["cap"].get<std::string>().c_str(),
+                  cpu_isa["kernels"].get<std::string>().c_str(), cpu_isa["onednn"].get<std::string>().c_str());
     std::fflush(stdout);
   }
   tandem_epoch_result_t last = TANDEM_EPOCH_RESULT_INIT;  // for --predict
@@ -596,6 +608,7 @@ int run_train(const TrainOptions& o) {
         j["loss_scale"] = scale;
         j["skipped_steps"] = skipped;
       }
+      if (!cpu_isa.is_null()) j["cpu_isa"] = cpu_isa;
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",

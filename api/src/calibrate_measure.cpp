@@ -186,9 +186,10 @@ double measure_reduce_bandwidth() {
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
+  const CpuIsa isa = active_cpu_isa();  // the variant this context's collectives run (TANDEM_CPU_MAX_ISA)
   for (int i = 0; i < 4; ++i) {
     const double t0 = cpu_now();
-    engine::comm::reduce_kernel(dst.data(), src.data(), kElems, DType::kF32, ReduceOp::kSum);
+    engine::comm::reduce_kernel(isa, dst.data(), src.data(), kElems, DType::kF32, ReduceOp::kSum);
     const double s = cpu_now() - t0;
     if (i > 0) t.push_back(s);  // the first pass also faults the pages in
   }

@@ -311,7 +311,7 @@ void PlanExecutor::run_local(uint32_t i) {
   if (o.kind == OpKind::kCopy) {
     if (dst != src) std::memcpy(dst, src, o.src.count * elem_bytes_);
   } else {
-    reduce_kernel(dst, src, o.src.count, buffers_.dtype, buffers_.op);
+    reduce_kernel(reduce_isa_, dst, src, o.src.count, buffers_.dtype, buffers_.op);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "engine/comm/plan.hpp"
 #include "engine/comm/wire.hpp"
+#include "engine/core/cpu_isa.hpp"
 #include "engine/core/dtype.hpp"
 #include "transports/transport.hpp"
 
@@ -98,6 +99,8 @@ class PlanExecutor {
   // Communicator ranks this rank still has a posted, incomplete transfer with.
   std::vector<int> waiting_peers() const;
   size_t ops_done() const { return done_; }
+  // The ISA variant of the reduction kernels local reductions run (variant_cpu_isa of reduce_isa_).
+  CpuIsa reduce_isa() const { return reduce_isa_; }
   // The communicator rank whose transfer threw the error that ended the last run (-1: none did).
   int failed_peer() const { return failed_peer_; }
 
@@ -107,6 +110,9 @@ class PlanExecutor {
   void run_local(uint32_t i);
   bool test_request(uint32_t i);  // requests_[i]->test(), noting the peer when it throws
 
+  // The reduction kernels' ISA: TANDEM_CPU_MAX_ISA of the settings in force where the executor is made (its
+  // communicator's creation, under the caller's context), capped by the CPU.
+  CpuIsa reduce_isa_ = active_cpu_isa();
   const CompiledPlan* plan_ = nullptr;
   ExecBuffers buffers_;
   size_t elem_bytes_ = 0;

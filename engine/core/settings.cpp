@@ -52,6 +52,8 @@ constexpr Variable kVariables[] = {
     // Compute, data, training.
     {"TANDEM_CPU_WINOGRAD", K::kChoice, 0, 0, "0|1", "1",
      "cpu: 0 runs 3x3 stride-1 convolutions on oneDNN's direct kernels instead of Winograd"},
+    {"TANDEM_CPU_MAX_ISA", K::kChoice, 0, 0, "all|avx512|avx2|sse41", "all",
+     "cpu: the highest vector ISA Tandem's kernels and oneDNN may use (process-wide for oneDNN)"},
     {"TANDEM_CUDA_ALLOW_TF32", K::kChoice, 0, 0, "0|1", "0", "cuda: 1 allows TF32 tensor cores"},
     {"TANDEM_CPU_MATH", K::kChoice, 0, 0, "f32|fp16", "f32",
      "cpu, reference: fp16 emulates the cuda backend's fp16 math (operands rounded to half; slower, not faster)"},

@@ -157,6 +157,13 @@ typedef struct tandem_context_params {
  *  Compute, data, training
  *   TANDEM_CPU_WINOGRAD       cpu: 0 keeps 3x3 stride-1 convolutions on oneDNN's    default 1
  *                             direct kernels (1: Winograd F(4x4,3x3) where it runs)
+ *   TANDEM_CPU_MAX_ISA        cpu: all, avx512, avx2 or sse41: the highest vector  default all
+ *                             ISA of the CPU backend's own kernels, the collectives'
+ *                             reductions and oneDNN (min of it and the CPU's; see
+ *                             tandem_context_cpu_isa). oneDNN's cap is process-wide and
+ *                             takes effect only before the process's first oneDNN
+ *                             primitive: a later, stricter cap fails with
+ *                             TANDEM_ERR_UNSUPPORTED naming it
  *   TANDEM_CUDA_ALLOW_TF32    cuda: 1 allows TF32 tensor cores                     default 0
  *   TANDEM_CPU_MATH           cpu, reference: f32, or fp16: an EMULATION of the    default f32
  *                             cuda backend's fp16 math (operands of convolutions
@@ -213,6 +220,19 @@ static inline tandem_status_t tandem_context_create(const tandem_context_params_
 /* Destroys a context; every handle created from it must be destroyed first. NULL is a no-op.
  * Threads: creator only. */
 TANDEM_API void tandem_context_destroy(tandem_context_t* ctx) TANDEM_NOEXCEPT;
+
+/* The CPU vector ISAs in effect under ctx's TANDEM_CPU_MAX_ISA (see the settings table), as static
+ * names; any out pointer may be NULL.
+ * [out] host: the best this CPU runs ("avx512", "avx2" or "baseline"); [out] cap: the setting
+ * ("all", "avx512", "avx2" or "sse41"); [out] kernels: the variant of the CPU backend's own kernels
+ * and of the collectives' reductions under the cap ("avx512", "avx2" or "baseline");
+ * [out] onednn: oneDNN's effective ISA in this process ("avx2", "avx512_core_bf16", ...).
+ * It applies the cap to oneDNN as creating a CPU model does, which fixes oneDNN's ISA for the
+ * process. Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (ctx NULL),
+ * TANDEM_ERR_UNSUPPORTED (oneDNN already runs above the cap in this process; the message names
+ * the setting). */
+TANDEM_API tandem_status_t tandem_context_cpu_isa(tandem_context_t* ctx, const char** host, const char** cap,
+                                                  const char** kernels, const char** onednn) TANDEM_NOEXCEPT;
 
 /* ---- Communicator ------------------------------------------------------------------------- *
  * A communicator is a group of ranks (processes, or threads with the inproc transport) that run

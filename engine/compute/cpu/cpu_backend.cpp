@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "engine/compute/cpu/dnnl_exec.hpp"
 #include "engine/compute/dropout_mask.hpp"
 #include "engine/compute/validate.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::compute {
 
@@ -81,8 +84,75 @@ int64_t channel_block_lanes(const memory::desc& md, const Shape& s, memory::data
   return 0;
 }
 
+namespace {
+
+dnnl_cpu_isa_t onednn_isa_for(CpuIsa cap) {
+  switch (cap) {
+    case CpuIsa::kAvx512: return dnnl_cpu_isa_avx512_core_amx;  // every AVX-512 level oneDNN 2.6 has
+    case CpuIsa::kAvx2: return dnnl_cpu_isa_avx2;
+    case CpuIsa::kBaseline: break;
+  }
+  return dnnl_cpu_isa_sse41;
+}
+
+// dnnl_cpu_isa_t values are bit masks: each ISA's includes those of every ISA it implies. avx2_vnni (AVX2 with
+// VNNI, no AVX-512) is below an AVX-512 cap though its bit is not in avx512_core_amx's mask.
+bool onednn_within(dnnl_cpu_isa_t isa, dnnl_cpu_isa_t cap) {
+  unsigned allowed = static_cast<unsigned>(cap);
+  if (cap == dnnl_cpu_isa_avx512_core_amx) allowed |= static_cast<unsigned>(dnnl_cpu_isa_avx2_vnni);
+  return (static_cast<unsigned>(isa) & ~allowed) == 0;
+}
+
+const char* onednn_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_all: return "all";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: break;
+  }
+  return "unknown";
+}
+
+std::mutex g_isa_mu;
+
+}  // namespace
+
+CpuIsa apply_cpu_isa_cap() {
+  const std::optional<CpuIsa> cap = cpu_isa_cap(*settings::current());
+  if (cap) {
+    const std::lock_guard lock(g_isa_mu);
+    const dnnl_cpu_isa_t want = onednn_isa_for(*cap);
+    // Fails (harmlessly) once oneDNN has fixed its ISA; what matters is whether that ISA is within the cap.
+    const dnnl_status_t set = dnnl_set_max_cpu_isa(want);
+    const dnnl_cpu_isa_t now = dnnl_get_effective_cpu_isa();
+    TANDEM_CHECK(onednn_within(now, want), Status::kUnsupported,
+                 "TANDEM_CPU_MAX_ISA={} cannot take effect: oneDNN already runs {} in this process (its ISA is "
+                 "fixed at the process's first oneDNN primitive; set the cap in the environment or on the first "
+                 "context that creates a CPU model)",
+                 cpu_isa_cap_name(cap), onednn_name(now));
+    if (set != dnnl_success)
+      log::debug("TANDEM_CPU_MAX_ISA={}: oneDNN's ISA was already fixed at {}, within the cap", cpu_isa_cap_name(cap),
+                 onednn_name(now));
+  }
+  return variant_cpu_isa(effective_cpu_isa(cap));
+}
+
+const char* onednn_isa_name() {
+  const std::lock_guard lock(g_isa_mu);
+  return onednn_name(dnnl_get_effective_cpu_isa());
+}
+
 CpuBackend::CpuBackend(const BackendOptions& options)
     : threads_(options.num_threads > 0 ? options.num_threads : omp_get_max_threads()),
+      isa_(apply_cpu_isa_cap()),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
@@ -338,7 +408,7 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& buf, cons
   float* b = mom ? static_cast<float*>(buf.raw_data()) : nullptr;
   const kernels::SgdStep step{p.lr, p.weight_decay, p.momentum, 1.0f - p.dampening, mom, p.step == 1, p.nesterov};
   kernels::parallel_chunks(param.numel(), threads_, kParallelMin, [&](int64_t lo, int64_t hi) {
-    kernels::sgd(w + lo, g + lo, mom ? b + lo : nullptr, hi - lo, step);
+    kernels::sgd(isa_, w + lo, g + lo, mom ? b + lo : nullptr, hi - lo, step);
   });
 }
 

@@ -16,6 +16,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/compute/backend.hpp"
+#include "engine/core/cpu_isa.hpp"
 
 namespace tandem::engine::compute::cpu {
 
@@ -41,6 +42,14 @@ memory::desc plain_md(const Shape& s, memory::data_type dt = memory::data_type::
 memory::desc channel_blocked_md(const Shape& s, int64_t lanes, memory::data_type dt = memory::data_type::f32);
 int64_t channel_block_lanes(const memory::desc& md, const Shape& s, memory::data_type dt = memory::data_type::f32);
 
+// Applies settings::current()'s TANDEM_CPU_MAX_ISA to oneDNN (dnnl_set_max_cpu_isa: process-wide, and only
+// before the process's first primitive; avx512 caps oneDNN at avx512_core_amx, avx2 at avx2, sse41 at sse41)
+// and returns the variant of Tandem's own kernels under it (variant_cpu_isa). kUnsupported naming the
+// setting when oneDNN already runs above the cap in this process. Every CpuBackend calls it first.
+CpuIsa apply_cpu_isa_cap();
+// oneDNN's effective ISA in this process ("avx2", "avx512_core_bf16", ...). Fixes it: a later cap fails.
+const char* onednn_isa_name();
+
 struct ConvPlan;
 struct NormPlan;
 struct EltwisePlan;
@@ -56,6 +65,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu(); }
   void set_num_threads(int n) override;
   int num_threads() const override { return threads_; }
+  // The variant of cpu_kernels.hpp's kernels this backend runs (apply_cpu_isa_cap at construction).
+  CpuIsa kernel_isa() const { return isa_; }
   void synchronize() override {}
 
   Tensor empty(const Shape& shape, DType dtype) override;
@@ -151,6 +162,7 @@ class CpuBackend final : public Backend {
   EltwisePlan& eltwise_plan(Activation a, const memory::desc& md);
 
   int threads_;
+  CpuIsa isa_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans_;

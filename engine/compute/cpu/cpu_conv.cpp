@@ -215,7 +215,7 @@ bool CpuBackend::direct_conv_weights(const Tensor& x_in, const Tensor& dy_in, Te
   const kernels::ConvWeightsGeometry g{xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], dw.dim(2), dw.dim(3),
                                        p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
                                        x_lanes, dy_lanes};
-  kernels::conv_backward_weights_direct(static_cast<const float*>(x.raw_data()), static_cast<const float*>(dy.raw_data()),
+  kernels::conv_backward_weights_direct(isa_, static_cast<const float*>(x.raw_data()), static_cast<const float*>(dy.raw_data()),
                                         static_cast<float*>(dw.raw_data()),
                                         dbias.defined() ? static_cast<float*>(dbias.raw_data()) : nullptr, g, accumulate,
                                         threads_);
@@ -297,7 +297,7 @@ void CpuBackend::linear_backward_weights(const Tensor& x, const Tensor& dy, Tens
        {{DNNL_ARG_SRC, mem(d, plan.a)}, {DNNL_ARG_WEIGHTS, mem(xp, plan.b)}, {DNNL_ARG_DST, mem(dw, plan.c)}},
        "linear backward weights");
   if (dbias.defined()) {
-    kernels::bias_grad(static_cast<const float*>(d.raw_data()), static_cast<float*>(dbias.raw_data()), N, Out,
+    kernels::bias_grad(isa_, static_cast<const float*>(d.raw_data()), static_cast<float*>(dbias.raw_data()), N, Out,
                        accumulate);
   }
 }

@@ -1,71 +1,15 @@
-// Vectorized CPU kernels (cpu_kernels.hpp). target_clones builds each for AVX2 and the baseline
-// and picks one when the library loads; "avx2" does not enable FMA, so both clones round alike.
+// Vectorized CPU kernels (cpu_kernels.hpp). Each kernel that vectorizes is compiled once per ISA
+// (cpu_kernels_isa.inc: AVX-512F, AVX2 and the baseline) and the caller picks one variant by the
+// CpuIsa it passes (the backend's, from TANDEM_CPU_MAX_ISA and the CPU). This file is built with
+// -ffp-contract=off and "avx2" does not enable FMA, so every variant rounds alike: same bits.
 #include "engine/compute/cpu/cpu_kernels.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 namespace tandem::engine::compute::cpu::kernels {
-
-// ThreadSanitizer instruments the clones' ifunc resolvers, which the dynamic loader runs before the sanitizer's runtime
-// is up: the process crashed in bias_grad's resolver at load. Under TSan the kernels are built once, for the baseline.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TANDEM_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define TANDEM_TSAN 1
-#endif
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(TANDEM_TSAN)
-#define TANDEM_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TANDEM_CPU_CLONES
-#endif
-
 namespace {
-
-// The loops below take every branch outside the element loop, so each one vectorizes.
-TANDEM_CPU_CLONES void sgd_plain(float* __restrict w, const float* __restrict g, int64_t n, float lr, float wd) {
-  for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-}
-
-TANDEM_CPU_CLONES void sgd_first(float* __restrict w, const float* __restrict g, float* __restrict b, int64_t n,
-                                 float lr, float wd, float m, bool nesterov) {
-  if (nesterov) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      b[i] = d;
-      w[i] -= lr * (d + m * d);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      b[i] = d;
-      w[i] -= lr * d;
-    }
-  }
-}
-
-TANDEM_CPU_CLONES void sgd_momentum(float* __restrict w, const float* __restrict g, float* __restrict b, int64_t n,
-                                    float lr, float wd, float m, float damp, bool nesterov) {
-  if (nesterov) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      const float nb = m * b[i] + damp * d;
-      b[i] = nb;
-      w[i] -= lr * (d + m * nb);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      const float nb = m * b[i] + damp * d;
-      b[i] = nb;
-      w[i] -= lr * nb;
-    }
-  }
-}
 
 // One image's channel block: x [H, W, L], y and arg [OH, OW, L]; lanes >= valid are zeroed.
 template <int L>
@@ -124,74 +68,6 @@ void max_pool_backward_plane(const float* __restrict dy, const uint8_t* __restri
     }
 }
 
-// Compiled per lane count (the lane loops then unroll into whole vectors).
-TANDEM_CPU_CLONES void max_pool_plane1(const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int64_t v) {
-  max_pool_plane<1>(x, y, arg, g, v);
-}
-TANDEM_CPU_CLONES void max_pool_plane8(const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int64_t v) {
-  max_pool_plane<8>(x, y, arg, g, v);
-}
-TANDEM_CPU_CLONES void max_pool_plane16(const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int64_t v) {
-  max_pool_plane<16>(x, y, arg, g, v);
-}
-
-// f(plane, valid lanes) for every plane, split across threads when the input is large enough.
-template <typename F> void for_planes(const MaxPoolGeometry& g, int threads, F&& f) {
-  constexpr int64_t kParallelMinElems = 1 << 15;
-  const int64_t planes = g.n * g.blocks();
-  const bool big = planes * g.h * g.w * g.lanes >= kParallelMinElems;
-  parallel_chunks(planes, big ? threads : 1, 2, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) f(p, std::min(g.lanes, g.channels - (p % g.blocks()) * g.lanes));
-  });
-}
-
-}  // namespace
-
-void sgd(float* w, const float* g, float* b, int64_t n, const SgdStep& s) {
-  if (!s.use_momentum) return sgd_plain(w, g, n, s.lr, s.weight_decay);
-  if (s.first) return sgd_first(w, g, b, n, s.lr, s.weight_decay, s.momentum, s.nesterov);
-  sgd_momentum(w, g, b, n, s.lr, s.weight_decay, s.momentum, s.damp, s.nesterov);
-}
-
-void max_pool_forward(const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int threads) {
-  const int64_t xs = g.h * g.w * g.lanes, ys = g.oh * g.ow * g.lanes;
-  for_planes(g, threads, [&](int64_t p, int64_t valid) {
-    switch (g.lanes) {
-      case 1: return max_pool_plane1(x + p * xs, y + p * ys, arg + p * ys, g, valid);
-      case 8: return max_pool_plane8(x + p * xs, y + p * ys, arg + p * ys, g, valid);
-      default: return max_pool_plane16(x + p * xs, y + p * ys, arg + p * ys, g, valid);
-    }
-  });
-}
-
-void max_pool_backward(const float* dy, const uint8_t* arg, float* dx, const MaxPoolGeometry& g, int threads) {
-  const int64_t xs = g.h * g.w * g.lanes, ys = g.oh * g.ow * g.lanes;
-  for_planes(g, threads, [&](int64_t p, int64_t valid) {
-    switch (g.lanes) {
-      case 1: return max_pool_backward_plane<1>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
-      case 8: return max_pool_backward_plane<8>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
-      default: return max_pool_backward_plane<16>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
-    }
-  });
-}
-
-TANDEM_CPU_CLONES void bias_grad(const float* __restrict dy, float* __restrict db, int64_t rows, int64_t cols,
-                                 bool accumulate) {
-  constexpr int64_t kBlock = 256;  // column sums kept on the stack, rows streamed in order
-  for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-    const int64_t nc = std::min(kBlock, cols - c0);
-    float s[kBlock];
-    for (int64_t j = 0; j < nc; ++j) s[j] = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = dy + r * cols + c0;
-      for (int64_t j = 0; j < nc; ++j) s[j] += row[j];
-    }
-    for (int64_t j = 0; j < nc; ++j) db[c0 + j] = accumulate ? db[c0 + j] + s[j] : s[j];
-  }
-}
-
-namespace {
-
 // Channel c of image n of a tensor stored as [N, C / lanes, H, W, lanes] (lanes 1: plain NCHW):
 // element (h, w) is at plane[(h * W + w) * lanes].
 struct Blocked {
@@ -200,7 +76,7 @@ struct Blocked {
   const float* plane(int64_t n, int64_t c) const { return p + ((n * cb + c / lanes) * h * w) * lanes + c % lanes; }
 };
 
-// L floats as one GCC vector (two SSE registers in the baseline clone, one AVX register for L 8).
+// L floats as one GCC vector (two SSE registers in the baseline variant, one AVX register for L 8).
 template <int L> struct Lanes;
 template <> struct Lanes<8> { typedef float V __attribute__((vector_size(32))); };
 template <> struct Lanes<16> { typedef float V __attribute__((vector_size(64))); };
@@ -275,28 +151,94 @@ template <int L>
   }
 }
 
-// Non-template entry points: clang multiversions no function templates.
-TANDEM_CPU_CLONES void conv_dw_task8(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
-                                     int64_t ob, int64_t c, int64_t i, bool accumulate) {
-  conv_dw_task_kw<8>(x, dy, dw, g, ob, c, i, accumulate);
+}  // namespace
+}  // namespace tandem::engine::compute::cpu::kernels
+
+// The per-ISA variants; the always_inline helpers above are inlined into each and compiled for its ISA.
+#define TANDEM_ISA_VARIANTS_FILE "engine/compute/cpu/cpu_kernels_isa.inc"
+#include "engine/core/cpu_isa_variants.inc"
+
+namespace tandem::engine::compute::cpu::kernels {
+namespace {
+
+// One ISA's entry points.
+struct Variant {
+  decltype(&isa_baseline::sgd_plain) sgd_plain;
+  decltype(&isa_baseline::sgd_first) sgd_first;
+  decltype(&isa_baseline::sgd_momentum) sgd_momentum;
+  decltype(&isa_baseline::max_pool_plane1) max_pool_plane1, max_pool_plane8, max_pool_plane16;
+  decltype(&isa_baseline::bias_grad) bias_grad;
+  decltype(&isa_baseline::conv_dw_task8) conv_dw_task8, conv_dw_task16;
+};
+#define TANDEM_VARIANT(NS)                                                                                \
+  Variant {                                                                                               \
+    NS::sgd_plain, NS::sgd_first, NS::sgd_momentum, NS::max_pool_plane1, NS::max_pool_plane8,             \
+        NS::max_pool_plane16, NS::bias_grad, NS::conv_dw_task8, NS::conv_dw_task16                        \
+  }
+
+// The variant for `isa`, never above what this CPU runs.
+const Variant& variant(CpuIsa isa) {
+#if defined(TANDEM_CPU_ISA_VARIANTS)
+  static const Variant v[3] = {TANDEM_VARIANT(isa_baseline), TANDEM_VARIANT(isa_avx2), TANDEM_VARIANT(isa_avx512)};
+  return v[static_cast<int>(variant_cpu_isa(isa))];
+#else
+  static const Variant v = TANDEM_VARIANT(isa_baseline);
+  (void)isa;
+  return v;
+#endif
 }
-TANDEM_CPU_CLONES void conv_dw_task16(const Blocked& x, const float* dy, float* dw, const ConvWeightsGeometry& g,
-                                      int64_t ob, int64_t c, int64_t i, bool accumulate) {
-  conv_dw_task_kw<16>(x, dy, dw, g, ob, c, i, accumulate);
+
+template <typename F> void for_planes(const MaxPoolGeometry& g, int threads, F&& f) {
+  constexpr int64_t kParallelMinElems = 1 << 15;
+  const int64_t planes = g.n * g.blocks();
+  const bool big = planes * g.h * g.w * g.lanes >= kParallelMinElems;
+  parallel_chunks(planes, big ? threads : 1, 2, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) f(p, std::min(g.lanes, g.channels - (p % g.blocks()) * g.lanes));
+  });
 }
 
 }  // namespace
 
-void conv_backward_weights_direct(const float* x, const float* dy, float* dw, float* db, const ConvWeightsGeometry& g,
-                                  bool accumulate, int threads) {
+void sgd(CpuIsa isa, float* w, const float* g, float* b, int64_t n, const SgdStep& s) {
+  const Variant& v = variant(isa);
+  if (!s.use_momentum) return v.sgd_plain(w, g, n, s.lr, s.weight_decay);
+  if (s.first) return v.sgd_first(w, g, b, n, s.lr, s.weight_decay, s.momentum, s.nesterov);
+  v.sgd_momentum(w, g, b, n, s.lr, s.weight_decay, s.momentum, s.damp, s.nesterov);
+}
+
+void max_pool_forward(CpuIsa isa, const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int threads) {
+  const Variant& v = variant(isa);
+  const auto plane = g.lanes == 1 ? v.max_pool_plane1 : g.lanes == 8 ? v.max_pool_plane8 : v.max_pool_plane16;
+  const int64_t xs = g.h * g.w * g.lanes, ys = g.oh * g.ow * g.lanes;
+  for_planes(g, threads, [&](int64_t p, int64_t valid) { plane(x + p * xs, y + p * ys, arg + p * ys, g, valid); });
+}
+
+void max_pool_backward(const float* dy, const uint8_t* arg, float* dx, const MaxPoolGeometry& g, int threads) {
+  const int64_t xs = g.h * g.w * g.lanes, ys = g.oh * g.ow * g.lanes;
+  for_planes(g, threads, [&](int64_t p, int64_t valid) {
+    switch (g.lanes) {
+      case 1: return max_pool_backward_plane<1>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
+      case 8: return max_pool_backward_plane<8>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
+      default: return max_pool_backward_plane<16>(dy + p * ys, arg + p * ys, dx + p * xs, g, valid);
+    }
+  });
+}
+
+void bias_grad(CpuIsa isa, const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate) {
+  variant(isa).bias_grad(dy, db, rows, cols, accumulate);
+}
+
+void conv_backward_weights_direct(CpuIsa isa, const float* x, const float* dy, float* dw, float* db,
+                                  const ConvWeightsGeometry& g, bool accumulate, int threads) {
+  const Variant& v = variant(isa);
   const int64_t L = g.dy_lanes, ob_count = (g.o + L - 1) / L;
   const Blocked xb{x, (g.c + g.x_lanes - 1) / g.x_lanes, g.h, g.w, g.x_lanes};
   const int64_t tasks = ob_count * g.c * g.kh;  // each writes its own dw entries
+  const auto task = L == 8 ? v.conv_dw_task8 : v.conv_dw_task16;
   parallel_chunks(tasks, threads, 2, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       const int64_t ob = k / (g.c * g.kh), c = k / g.kh % g.c, i = k % g.kh;
-      if (L == 8) conv_dw_task8(xb, dy, dw, g, ob, c, i, accumulate);
-      else conv_dw_task16(xb, dy, dw, g, ob, c, i, accumulate);
+      task(xb, dy, dw, g, ob, c, i, accumulate);
     }
   });
   if (db == nullptr) return;

@@ -1,13 +1,16 @@
 #pragma once
 // Hand-written CPU kernels of the oneDNN backend, where they beat oneDNN 2.6 at the small shapes
 // of LeNet-5 and the MLP (see bench/train/README.md for the profile that chose them). They are
-// compiled for AVX2 and for the baseline ISA and picked at load time; the AVX2 clone does the
-// same IEEE operations in the same order as the baseline one (no FMA contraction), so results
-// do not depend on the machine.
+// compiled for AVX-512F, AVX2 and the baseline ISA; each call takes the CpuIsa to run (the
+// backend's: TANDEM_CPU_MAX_ISA capped by the CPU; a call runs variant_cpu_isa(isa), never above the CPU). Every variant
+// does the same IEEE operations in the same order (no FMA contraction), so results do not depend
+// on the machine or the cap.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+
+#include "engine/core/cpu_isa.hpp"
 
 namespace tandem::engine::compute::cpu::kernels {
 
@@ -33,7 +36,7 @@ struct SgdStep {
   float lr, weight_decay, momentum, damp;
   bool use_momentum, first, nesterov;
 };
-void sgd(float* w, const float* g, float* b, int64_t n, const SgdStep& s);
+void sgd(CpuIsa isa, float* w, const float* g, float* b, int64_t n, const SgdStep& s);
 
 // Max pooling over tensors stored as [planes, H, W, lanes]: plain NCHW is lanes = 1 with
 // planes = N * C; oneDNN's nChw8c / nChw16c blocks are lanes = 8 / 16 with planes = N * C / lanes
@@ -45,7 +48,7 @@ struct MaxPoolGeometry {
 // Largest window whose tap index fits the u8 workspace.
 constexpr int64_t kMaxPoolMaxTaps = 256;
 // y and arg (the window tap, kh * KW + kw, of each maximum; ties keep the first) in y's storage.
-void max_pool_forward(const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int threads);
+void max_pool_forward(CpuIsa isa, const float* x, float* y, uint8_t* arg, const MaxPoolGeometry& g, int threads);
 // dx (fully written, padding lanes zero) = dy scattered to where each maximum came from.
 void max_pool_backward(const float* dy, const uint8_t* arg, float* dx, const MaxPoolGeometry& g, int threads);
 
@@ -59,10 +62,10 @@ constexpr int64_t kDirectConvMaxKw = 7;  // kernel width: one accumulator regist
 struct ConvWeightsGeometry {
   int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, x_lanes, dy_lanes;
 };
-void conv_backward_weights_direct(const float* x, const float* dy, float* dw, float* db, const ConvWeightsGeometry& g,
-                                  bool accumulate, int threads);
+void conv_backward_weights_direct(CpuIsa isa, const float* x, const float* dy, float* dw, float* db,
+                                  const ConvWeightsGeometry& g, bool accumulate, int threads);
 
 // db[o] (= or +=) sum over rows n of dy[n, o], rows added in order (as a column loop would).
-void bias_grad(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate);
+void bias_grad(CpuIsa isa, const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate);
 
 }  // namespace tandem::engine::compute::cpu::kernels

@@ -249,7 +249,7 @@ PoolForward CpuBackend::pool_forward(PoolKind kind, const Tensor& x, const PoolP
     PoolForward out{alloc(channel_blocked_md(ys, lanes, dt::f32), ys),
                     Tensor::with_layout(ys, DType::kU8, Device::cpu(),
                                         std::make_shared<DnnlLayout>(channel_blocked_md(ys, lanes, dt::u8)))};
-    kernels::max_pool_forward(static_cast<const float*>(x.raw_data()), static_cast<float*>(out.y.raw_data()),
+    kernels::max_pool_forward(isa_, static_cast<const float*>(x.raw_data()), static_cast<float*>(out.y.raw_data()),
                               static_cast<uint8_t*>(out.workspace.raw_data()),
                               max_pool_geometry(x.shape(), ys, lanes, p), threads_);
     return out;

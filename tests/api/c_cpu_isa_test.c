@@ -1,0 +1,106 @@
+/* TANDEM_CPU_MAX_ISA through the C ABI (tandem_context_cpu_isa), in a process of its own: the first
+ * context's cap reaches oneDNN before any primitive, a model trains under it, a later context without
+ * a cap keeps oneDNN where it is, and a stricter later cap is refused naming the setting. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tandem/tandem.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                     \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fprintf(stderr, "\n");                                 \
+      ++failures;                                            \
+    }                                                        \
+  } while (0)
+
+static tandem_context_t* context_with(const char* setting) {
+  tandem_context_params_t p = TANDEM_CONTEXT_PARAMS_INIT;
+  tandem_context_t* ctx = NULL;
+  if (setting != NULL) {
+    p.field_mask = TANDEM_CONTEXT_PARAM_SETTINGS;
+    p.settings = &setting;
+    p.num_settings = 1;
+  }
+  if (tandem_context_create(&p, &ctx) != TANDEM_OK) return NULL;
+  return ctx;
+}
+
+int main(void) {
+  const char *host = NULL, *cap = NULL, *kernels = NULL, *onednn = NULL;
+  tandem_context_t* bad = context_with("TANDEM_CPU_MAX_ISA=avx3");
+  CHECK(bad == NULL, "a bad TANDEM_CPU_MAX_ISA was accepted");
+  CHECK(strstr(tandem_last_error_message(), "TANDEM_CPU_MAX_ISA") != NULL, "message: %s", tandem_last_error_message());
+  CHECK(tandem_context_cpu_isa(NULL, &host, NULL, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT, "NULL ctx accepted");
+
+  /* The first context caps at AVX2: nothing of oneDNN has run in this process yet. */
+  tandem_context_t* avx2 = context_with("TANDEM_CPU_MAX_ISA=avx2");
+  CHECK(avx2 != NULL, "%s", tandem_last_error_message());
+  if (avx2 == NULL) return 1;
+  tandem_status_t st = tandem_context_cpu_isa(avx2, &host, &cap, &kernels, &onednn);
+  CHECK(st == TANDEM_OK, "%s", tandem_last_error_message());
+  if (st != TANDEM_OK) return 1;
+  printf("host %s, cap %s: kernels %s, oneDNN %s\n", host, cap, kernels, onednn);
+  CHECK(strcmp(cap, "avx2") == 0, "cap %s", cap);
+  if (strcmp(host, "baseline") == 0) {
+    CHECK(strcmp(kernels, "baseline") == 0, "kernels %s on a baseline host", kernels);
+  } else {
+    CHECK(strcmp(kernels, "avx2") == 0, "kernels %s under an avx2 cap on an %s host", kernels, host);
+    CHECK(strcmp(onednn, "avx2") == 0, "oneDNN %s under an avx2 cap on an %s host", onednn, host);
+  }
+  /* Queries with NULL outs are fine. */
+  CHECK(tandem_context_cpu_isa(avx2, NULL, NULL, NULL, NULL) == TANDEM_OK, "%s", tandem_last_error_message());
+
+  /* A CPU model runs under the cap (oneDNN's AVX2 kernels, Tandem's avx2 max-pool variant). */
+  {
+    tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+    tandem_model_t* model = NULL;
+    static float input[2 * 28 * 28];
+    float logits[2 * 10];
+    int i, finite = 1;
+    mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND;
+    mp.name = "lenet5";
+    mp.backend = "cpu";
+    st = tandem_model_create(avx2, &mp, &model);
+    CHECK(st == TANDEM_OK, "lenet5 under the avx2 cap: %s", tandem_last_error_message());
+    for (i = 0; i < 2 * 28 * 28; ++i) input[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    if (st == TANDEM_OK) {
+      st = tandem_model_forward(model, input, 2, logits, 20);
+      CHECK(st == TANDEM_OK, "forward under the avx2 cap: %s", tandem_last_error_message());
+      for (i = 0; i < 20; ++i) finite = finite && logits[i] == logits[i] && logits[i] < 1e30f && logits[i] > -1e30f;
+      CHECK(st != TANDEM_OK || finite, "non-finite logits under the avx2 cap");
+    }
+    tandem_model_destroy(model);
+  }
+
+  /* A later context without a cap: oneDNN stays at its process-wide ISA, kernels run the host's best. */
+  tandem_context_t* all = context_with(NULL);
+  CHECK(all != NULL, "%s", tandem_last_error_message());
+  if (all != NULL) {
+    const char* onednn2 = NULL;
+    CHECK(tandem_context_cpu_isa(all, NULL, &cap, &kernels, &onednn2) == TANDEM_OK, "%s", tandem_last_error_message());
+    CHECK(strcmp(cap, "all") == 0, "cap %s", cap);
+    CHECK(strcmp(kernels, host) == 0, "kernels %s without a cap on an %s host", kernels, host);
+    CHECK(strcmp(onednn2, onednn) == 0, "oneDNN moved from %s to %s", onednn, onednn2);
+    tandem_context_destroy(all);
+  }
+
+  /* A stricter cap after oneDNN has fixed its ISA cannot take effect: refused, naming the setting. */
+  tandem_context_t* sse = context_with("TANDEM_CPU_MAX_ISA=sse41");
+  CHECK(sse != NULL, "%s", tandem_last_error_message());
+  if (sse != NULL) {
+    if (strcmp(onednn, "sse41") != 0) {
+      st = tandem_context_cpu_isa(sse, NULL, NULL, &kernels, NULL);
+      CHECK(st == TANDEM_ERR_UNSUPPORTED, "status %d", (int)st);
+      CHECK(strstr(tandem_last_error_message(), "TANDEM_CPU_MAX_ISA=sse41") != NULL, "message: %s",
+            tandem_last_error_message());
+    }
+    tandem_context_destroy(sse);
+  }
+  tandem_context_destroy(avx2);
+  if (failures == 0) printf("c_cpu_isa_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
