@@ -37,8 +37,12 @@ void ParallelTrainer::adopt_state(int root) {
   // job's. The rule of DDP grow: learning rate x dp' / dp where the servers average dp' gradients per update (ps,
   // ssp); ps-async applies one worker's gradient per update, whose batch does not change: x 1.
   if (!snapshot_.whole) optimizer_->restore(snapshot_.steps, optimizer_->state_tensors());
-  if (pc_.strategy == Strategy::kDdp || (ps_ && pc_.strategy != Strategy::kPsAsync))
-    lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  if (ps_ && !elastic_centre()) lr_scale_ = workers_lr_scale();
+}
+
+double ParallelTrainer::workers_lr_scale() const noexcept {
+  return pc_.strategy == Strategy::kPsAsync ? 1.0 : static_cast<double>(grid_.dp) / initial_dp_;
 }
 
 bool ParallelTrainer::grows() const noexcept {

@@ -641,6 +641,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
   for (;;) {
     take_snapshot();
     const Snapshot mine = snapshot_;
+    const double lr_before = lr_scale_;  // a step completed before a re-form ran at its group's factor
     try {
       // Parameter servers after a re-form: every rank is back in the push/pull region; a rank redoing a world
       // collective leaves it first, as the others do at their next sync point.
@@ -658,8 +659,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
         train::StepResult r;
         const data::DistributedSampler old(train_.size(), mine.sampler_world, 0, false, 0);
         r.samples = rounds_ ? 0 : std::min(loader_->options().batch_size, old.shard_size() - mine.sampler.position);
-        const double scale = pc_.strategy == Strategy::kDdp ? static_cast<double>(mine.sampler_world) / initial_dp_ : 1.0;
-        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * scale);
+        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * lr_before);
         r.epoch_end = completed_epochs_ > mine.completed_epochs;
         return r;
       }
@@ -838,6 +838,12 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
     retired_buffers_.push_back(std::move(r.retired));
     job_.sync = ps_->program();  // after a server loss: the job compiler's new ownership of the shards
     job_.world = grid_.world;
+    if (!elastic_centre()) {
+      // The learning rate follows the workers now training (growth's rule), so a shrink after a grow does not keep
+      // the grown factor; every rank computes it from the same grid.
+      lr_scale_ = workers_lr_scale();
+      ps_->set_lr_scale(lr_scale_);
+    }
     if (!r.lost_servers.empty()) {
       std::vector<std::string> names;
       for (int32_t s : r.lost_servers) names.push_back(rank_label(before[before.size() - kept_servers_.size() -
@@ -917,12 +923,13 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     case Strategy::kPs:
     case Strategy::kPsAsync:
     case Strategy::kSsp:
-      how = fmt::format("the servers expect {} worker(s) now{}; this rank continues from step {}", grid_.dp,
+      how = fmt::format("the servers expect {} worker(s) now{}; learning rate x {:.4g}; this rank continues from step {}",
+                        grid_.dp,
                         pc_.strategy == Strategy::kPsAsync ? ""
                         : pc_.strategy == Strategy::kPs
                             ? " (each step averages the live workers' gradients)"
                             : fmt::format(" (the staleness bound of {} clocks holds over the live workers)", pc_.staleness),
-                        optimizer_->steps());
+                        lr_scale_, optimizer_->steps());
       break;
     case Strategy::kEasgd:
       how = pc_.easgd_async ? fmt::format("the centre's server expects {} worker(s) now", grid_.dp)

@@ -96,8 +96,9 @@
 //  - Data and learning rate: DDP grow's rule. The per-worker batch is kept and the epoch's global order continues at
 //    floor(g / dp') of the new shards, on the servers too (they count batches as worker 0 does); the learning rate
 //    (applied by the servers) is x dp' / dp where an update averages the workers' gradients (ps, ssp) and x 1 for
-//    ps-async, whose updates each take one worker's gradient, whose batch does not change. A shrink keeps the factor
-//    (the strategies' loss rule below). Every rank takes worker 0's batch-norm buffers.
+//    ps-async, whose updates each take one worker's gradient, whose batch does not change. A worker loss applies the
+//    same rule to the workers left (dp' / dp, dp the job's starting width), so a shrink after a grow does not keep
+//    the grown factor. Every rank takes worker 0's batch-norm buffers.
 //  - Servers do not join: after a server loss a joiner would have to replace it, so the job's rank 0 refuses every
 //    joiner then with the reason (the joiner fails with kUnsupported); a new server needs a restart from a
 //    checkpoint.
@@ -155,7 +156,8 @@
 //  - fedavg: the survivors adopt the global model of the one with the most rounds and redo the round in flight, its
 //    sampled clients dealt over the survivors (the lost worker's clients are trained by the others).
 //  - Data: except ddp and fedavg (which re-shard as above), each survivor keeps its own shard of the starting width;
-//    the lost worker's shard is not trained any more. Learning rates are kept (ddp: x dp'/dp).
+//    the lost worker's shard is not trained any more. Learning rates are kept, except ddp, ps and ssp:
+//    x dp'/dp (dp the workers the job started with; ps and ssp average dp' gradients per update, as DDP).
 //  - A lost parameter server (ps, ps-async, ssp; ParallelConfig::server_replicas, param_server.hpp states the rule):
 //    with a surviving replica, the backup server takes its shard over (values, optimizer state, clock) and the
 //    workers re-route that key range to it (fail_over_servers in job.hpp: the job compiler's ownership, which job()
@@ -336,6 +338,9 @@ class ParallelTrainer {
   std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
   void adopt_state(int root);
+  // ps, ssp: dp' / dp (the servers average dp' gradients per update: DDP's rule, after growth and loss alike);
+  // ps-async: 1 (an update takes one worker's gradient, whose batch does not change).
+  double workers_lr_scale() const noexcept;
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
   // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)

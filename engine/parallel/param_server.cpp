@@ -1253,8 +1253,7 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
                "parameter server grow: {} workers and {} servers over a world of {} ({} worker indices) from {} workers "
                "and {} servers",
                W, S, grown.size(), from_worker.size(), program_.workers, program_.servers);
-  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server grow: learning-rate scale {} must be > 0",
-                 lr_scale);
+  set_lr_scale(lr_scale);
   const bool was_server = server_ >= 0;
   // Sends still in flight on the old communicator (the replicas' end markers) complete before it is left.
   for (Link& l : backups_)
@@ -1270,7 +1269,6 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
   next.pieces = program_.pieces;
   program_ = std::move(next);
   clock_ = clock;
-  lr_scale_ = lr_scale;
   withheld_.clear();
   armed_ = false;
   std::fill(issued_.begin(), issued_.end(), false);
@@ -1304,6 +1302,12 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
 }  // namespace tandem::engine::parallel
 
 namespace tandem::engine::parallel {
+
+void ParameterServerSync::set_lr_scale(double lr_scale) {
+  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server: learning-rate scale {} must be > 0",
+                 lr_scale);
+  lr_scale_ = lr_scale;
+}
 
 void ParameterServerSync::reset_peer(WorkerState& ws, int64_t clock) const {
   ws.push.resize(pieces_.size());

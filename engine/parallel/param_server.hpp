@@ -162,6 +162,9 @@ class ParameterServerSync final : public GradientSync {
   void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
+  // Servers: the learning-rate factor from the next update on (the trainer's rule after the workers changed: a loss
+  // re-applies it as growth does, so a shrink after a grow does not keep the grown factor). kInvalidArgument unless > 0.
+  void set_lr_scale(double lr_scale);
   // The program as it is now (after a server loss: the surviving servers' shards and pieces).
   const SyncProgram& program() const noexcept { return program_; }
   // Servers: the shard indices (in program().shards) this server owns now.

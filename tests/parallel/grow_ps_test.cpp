@@ -39,6 +39,7 @@ const Case kCases[] = {
 // leaves after the first steps.
 struct JobShape {
   int servers = 1, replicas = 0, dead = -1;
+  int dead_after = -1;  // an old world rank that leaves half-way through the steps after the admission
   int world() const { return 2 + servers; }
 };
 
@@ -62,7 +63,8 @@ struct Seen {
   std::vector<float> first_pull;    // a joiner: its parameters right after it was admitted
   std::vector<float> at_admission;  // the server: its shard before the step that admitted the joiner
   std::vector<float> params_end;    // a worker: after its last step (before any sync point)
-  double loss_mid = 0, loss_end = 0, lr_scale = 0;
+  double loss_mid = 0, loss_end = 0, lr_scale = 0, server_lr_scale = 0;
+  std::vector<int32_t> owners;  // the server owning each shard (the trainer's job), after the admission
   std::vector<int> members;
   int64_t steps = 0, grew_at = -1, position_after = -1, clock_gap = -1;
   int world = 0, workers = 0;
@@ -144,6 +146,10 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
         }
         s.position_after = t->sample_position();
         for (int k = 0; k < kAfter; ++k) {
+          if (i == shape.dead_after && k == kAfter / 2) {
+            t->abandon();
+            return;
+          }
           const train::StepResult st = t->step();
           if (st.epoch_end && st.samples == 0) continue;  // an epoch's end: no work in this call
           if (!t->grid().server && (st.samples != kBatch || !std::isfinite(st.loss)))
@@ -154,6 +160,8 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
         s.loss_end = t->evaluate(synthetic12_train(), 0).loss;
         s.members = t->members();
         s.lr_scale = t->lr_scale();
+        if (t->grid().server) s.server_lr_scale = t->param_server()->lr_scale();
+        for (const par::KeyRange& r : t->job().sync.shards) s.owners.push_back(r.server);
         s.steps = t->global_step();
         s.world = t->grid().world;
         s.workers = t->grid().dp;
@@ -247,6 +255,27 @@ BOOST_AUTO_TEST_CASE(after_a_server_loss_a_joiner_is_refused_because_servers_do_
     BOOST_TEST((s.members == std::vector<int>{0, 1, 2}));
     BOOST_TEST(s.loss_end < s.loss_mid);
   }
+}
+
+// A shrink after a grow: 2 workers grow to 3 (learning rate x 3/2), then worker 1 leaves. The learning rate follows
+// the workers training now: x 2/2 on every survivor and on the server that applies it (it kept x 3/2 before);
+// ps-async stays x 1.
+BOOST_DATA_TEST_CASE(a_shrink_after_a_grow_rescales_the_learning_rate_to_the_workers_left, bdata::make(kCases), c) {
+  JobShape shape;
+  shape.dead_after = 1;
+  const std::vector<Seen> seen = run_growing_job(c, 4, true, shape);
+  for (int i : {0, 2, 3}) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST_REQUIRE(s.error.empty(), s.error);
+      BOOST_TEST(s.world == 3);
+      BOOST_TEST(s.workers == 2);
+      BOOST_TEST((s.members == std::vector<int>{0, 3, 2}));
+      BOOST_TEST(s.lr_scale == 1.0);
+      BOOST_TEST(std::isfinite(s.loss_end));
+    }
+  }
+  BOOST_TEST(seen[2].server_lr_scale == 1.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
