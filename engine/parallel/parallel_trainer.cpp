@@ -142,7 +142,10 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     std::vector<int> from;
     own_comm_ = split_workers_first(*world_, from);
     world_ = own_comm_.get();
-    grid_ = resolve_grid(pc_, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
+    ParallelConfig now = pc_;  // the servers running now (after a server loss: fewer than the job started with)
+    now.servers = ownership_.servers;
+    now.server_replicas = ownership_.replicas;
+    grid_ = resolve_grid(now, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
                          config_.batch_size);
     sampler_ = data::DistributedSampler(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
   }
@@ -199,13 +202,18 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     return;
   }
   absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && (grid_.pp == 1 || reforms_grid());
-  job_ = compile_job(std::move(job), grid_.world, [this] {
+  const ParallelConfig launched = pc_;
+  job_ = joins_workers ? compile_grown(std::move(job)) : compile_job(std::move(job), grid_.world, [this] {
     const std::vector<double> cost = measure_layer_costs();
     if (grid_.rank == 0) log::debug("measured partition: per-layer forward + backward times of rank 0 (s): {}",
                                     fmt::join(cost, ", "));
     return cost;
   });
   pc_ = job_.job.parallel;
+  if (joins_workers) {  // the job's settings as launched (a later admission compares them); job() holds the servers now
+    pc_.servers = launched.servers;
+    pc_.server_replicas = launched.server_replicas;
+  }
   const StageProgram& mine = job_.stages[static_cast<size_t>(grid_.stage)];
   first_ = mine.first_layer;
   end_ = mine.end_layer;

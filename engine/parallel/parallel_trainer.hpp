@@ -99,9 +99,11 @@
 //    ps-async, whose updates each take one worker's gradient, whose batch does not change. A worker loss applies the
 //    same rule to the workers left (dp' / dp, dp the job's starting width), so a shrink after a grow does not keep
 //    the grown factor. Every rank takes worker 0's batch-norm buffers.
-//  - Servers do not join: after a server loss a joiner would have to replace it, so the job's rank 0 refuses every
-//    joiner then with the reason (the joiner fails with kUnsupported); a new server needs a restart from a
-//    checkpoint.
+//  - Servers do not join; after a server loss a joiner is a worker as before. The surviving servers keep the shards
+//    they own (fail_over_servers' ownership); rank 0 sends that ownership to every rank of the grown world (each old
+//    rank checks it holds the same: kMismatch everywhere otherwise), the job is compiled over the servers running
+//    now with it (adopt_ownership), and the joiner pulls each shard from its current owner. A new server needs a
+//    restart from a checkpoint.
 //
 // Elastic pipeline and hybrid DP x PP (issue #17; elastic_reform.cpp). The trainer's own communicator spans every rank
 // (the stage and replica groups are split from it). A failure seen on any group aborts this rank's groups -- whoever
@@ -335,7 +337,11 @@ class ParallelTrainer {
   bool admit_workers();  // one admission of workers; false when nobody came in (or the joiners were refused)
   // Collective over the grown world (old ranks first, joiners after): rank 0's shape (W workers, S servers) and the
   // world reordered workers first -- old workers, joiners, then the servers with their indices; from: as above.
+  // It also shares the ownership of the shards (ownership_): rank 0's, checked against every old rank's (kMismatch on
+  // every rank when one differs).
   std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
+  // The job compiled at the grown width over the servers running now, with the ownership shared above.
+  CompiledJob compile_grown(Job job) const;
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
   void adopt_state(int root);
   // ps, ssp: dp' / dp (the servers average dp' gradients per update: DDP's rule, after growth and loss alike);
@@ -448,6 +454,7 @@ class ParallelTrainer {
   double lr_scale_ = 1.0;
   int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
   std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
+  SyncProgram ownership_;  // growing with servers: the running job's servers, replicas, shards and pieces (rank 0's)
   int64_t poll_from_ = 0;  // parameter servers: no poll for joiners before this step (re-aligned after a loss)
   double last_admission_ms_ = -1;
   // ---- issue #17: grids that grow, spares ----

@@ -110,7 +110,16 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
   elastic_ = program_.exchange == Exchange::kElastic;
   TANDEM_REQUIRE(elastic_ || program_.exchange == Exchange::kPushPull,
                  "parameter server: the job's exchange is {}, not push-pull or elastic", exchange_name(program_.exchange));
-  TANDEM_REQUIRE(program_.shards.size() == static_cast<size_t>(S), "parameter server: {} key ranges for {} servers",
+  // A job starts with shard s on server s; a worker joining after a server loss (issue #17) gets more shards than
+  // servers, each on the server that owns it now.
+  const bool fresh = program_.shards.size() == static_cast<size_t>(S);
+  for (size_t k = 0; k < program_.shards.size(); ++k)
+    TANDEM_REQUIRE(program_.shards[k].server >= 0 && program_.shards[k].server < S &&
+                       (!fresh || program_.shards[k].server == static_cast<int32_t>(k)),
+                   "parameter server: key range {} of {} belongs to server {} of {}", k, program_.shards.size(),
+                   program_.shards[k].server, S);
+  TANDEM_REQUIRE(program_.shards.size() >= static_cast<size_t>(S) && (fresh || (rank_ != 0 && rank_ < W)),
+                 "parameter server: {} key ranges for {} servers (more only for a worker joining a running job)",
                  program_.shards.size(), S);
   TANDEM_REQUIRE(program_.pieces.size() < kMaxPieces, "parameter server: {} bucket pieces; at most {} are supported",
                  program_.pieces.size(), kMaxPieces - 1);
@@ -222,6 +231,12 @@ std::vector<int32_t> ParameterServerSync::owned_shards() const {
   std::vector<int32_t> out;
   for (const Shard& sh : owned_) out.push_back(sh.index);
   return out;
+}
+
+const std::vector<float>& ParameterServerSync::shard_values(int32_t index) const {
+  for (const Shard& sh : owned_)
+    if (sh.index == index) return sh.host;
+  TANDEM_THROW(Status::kInvalidArgument, "parameter server (world rank {}): shard {} is not owned here", rank_, index);
 }
 
 int64_t ParameterServerSync::ServerPiece::replicated() const noexcept {

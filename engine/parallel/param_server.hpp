@@ -167,8 +167,10 @@ class ParameterServerSync final : public GradientSync {
   void set_lr_scale(double lr_scale);
   // The program as it is now (after a server loss: the surviving servers' shards and pieces).
   const SyncProgram& program() const noexcept { return program_; }
-  // Servers: the shard indices (in program().shards) this server owns now.
+  // Servers: the shard indices (in program().shards) this server owns now, and one's values (kInvalidArgument when
+  // this server does not own it).
   std::vector<int32_t> owned_shards() const;
+  const std::vector<float>& shard_values(int32_t index) const;
 
   // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
   // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 
 #include "engine/comm/bootstrap.hpp"
 #include "engine/parallel/param_server.hpp"
@@ -62,6 +63,8 @@ struct Seen {
   Status status = Status::kOk;
   std::vector<float> first_pull;    // a joiner: its parameters right after it was admitted
   std::vector<float> at_admission;  // the server: its shard before the step that admitted the joiner
+  std::map<int32_t, std::vector<float>> owned_at_admission;  // the server: every shard it owned then, by index
+  std::vector<par::KeyRange> shards;  // the trainer's job after the admission
   std::vector<float> params_end;    // a worker: after its last step (before any sync point)
   double loss_mid = 0, loss_end = 0, lr_scale = 0, server_lr_scale = 0;
   std::vector<int32_t> owners;  // the server owning each shard (the trainer's job), after the admission
@@ -118,8 +121,14 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
             }
             if (stop_at >= 0 && t->global_step() >= stop_at) break;
             const std::vector<float> shard = server ? t->param_server()->shard() : std::vector<float>{};
+            std::map<int32_t, std::vector<float>> owned;
+            if (server)
+              for (int32_t k : t->param_server()->owned_shards()) owned[k] = t->param_server()->shard_values(k);
             t->step();
-            if (t->grid().world != before) s.at_admission = shard;
+            if (t->grid().world != before) {
+              s.at_admission = shard;
+              s.owned_at_admission = std::move(owned);
+            }
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
           }
           if (admits && t->grid().world == before) throw std::runtime_error("the joiner was never admitted");
@@ -162,6 +171,7 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
         s.lr_scale = t->lr_scale();
         if (t->grid().server) s.server_lr_scale = t->param_server()->lr_scale();
         for (const par::KeyRange& r : t->job().sync.shards) s.owners.push_back(r.server);
+        s.shards = t->job().sync.shards;
         s.steps = t->global_step();
         s.world = t->grid().world;
         s.workers = t->grid().dp;
@@ -234,26 +244,54 @@ BOOST_AUTO_TEST_CASE(a_joiner_beyond_max_ranks_is_refused_naming_the_flag) {
   }
 }
 
-// Servers do not join: ps with 2 servers backing each other up loses server 1 (world rank 3); server 0 takes its shard
-// over and the job goes on, but a rank that joins then would have to replace the lost server, so it is refused
-// saying why, and the job trains on without it.
-BOOST_AUTO_TEST_CASE(after_a_server_loss_a_joiner_is_refused_because_servers_do_not_join) {
+// A joiner after a server loss: 2 workers and 3 servers, each backed up on the next, lose server 1 (world rank 3);
+// server 2 takes its shard over, so the servers now own shards {0}, {1, 2}. A rank that joins then is admitted as a
+// worker: every rank (the joiner too) holds that ownership, the joiner's first pull is every shard from its current
+// owner, and training goes on with 3 workers and 2 servers. (The job refused the joiner before.)
+BOOST_DATA_TEST_CASE(after_a_server_loss_a_joiner_pulls_each_shard_from_its_new_owner, bdata::make(kCases), c) {
   JobShape shape;
-  shape.servers = 2;
+  shape.servers = 3;
   shape.replicas = 1;
   shape.dead = 3;
-  const std::vector<Seen> seen = run_growing_job(kCases[0], 5, false, shape);
-  const Seen& joiner = seen[4];
-  BOOST_TEST((joiner.status == Status::kUnsupported));
-  BOOST_TEST(joiner.error.find("lost 1 of its 2 parameter servers") != std::string::npos, joiner.error);
-  BOOST_TEST(joiner.error.find("servers do not join") != std::string::npos, joiner.error);
-  for (int i = 0; i < 3; ++i) {
+  const std::vector<Seen> seen = run_growing_job(c, 6, true, shape);
+  const std::vector<int> live = {0, 1, 2, 4, 5};  // the old ranks left, then the joiner (index 5)
+  bool clean = true;
+  for (int i : live) {
+    BOOST_TEST(seen[static_cast<size_t>(i)].error.empty(), "rank " << i << ": " << seen[i].error);
+    clean = clean && seen[static_cast<size_t>(i)].error.empty();
+  }
+  BOOST_TEST_REQUIRE(clean);
+  const Seen& joiner = seen[5];
+  // The servers' parameters at the admission, assembled from what each surviving server owned.
+  std::vector<float> servers(joiner.first_pull.size(), std::nanf(""));
+  size_t filled = 0;
+  for (int i : {2, 4}) {
+    for (const auto& [k, values] : seen[static_cast<size_t>(i)].owned_at_admission) {
+      const par::KeyRange& r = joiner.shards.at(static_cast<size_t>(k));
+      BOOST_TEST_REQUIRE(static_cast<int64_t>(values.size()) == r.size());
+      std::copy(values.begin(), values.end(), servers.begin() + r.begin);
+      filled += values.size();
+    }
+  }
+  BOOST_TEST(filled == joiner.first_pull.size());
+  BOOST_TEST((joiner.first_pull == servers));
+  BOOST_TEST(seen[2].owned_at_admission.size() == 1u);  // server 0: its own shard
+  BOOST_TEST(seen[4].owned_at_admission.size() == 2u);  // server 2 (now 1): its own and server 1's
+  for (int i : live) {
     const Seen& s = seen[static_cast<size_t>(i)];
-    BOOST_TEST_REQUIRE(s.error.empty(), "rank " << i << ": " << s.error);
-    BOOST_TEST(s.world == 3);
-    BOOST_TEST(s.workers == 2);
-    BOOST_TEST((s.members == std::vector<int>{0, 1, 2}));
-    BOOST_TEST(s.loss_end < s.loss_mid);
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST(s.world == 5);
+      BOOST_TEST(s.workers == 3);
+      BOOST_TEST((s.owners == std::vector<int32_t>{0, 1, 1}));  // the same ownership on every rank
+      // Labels: workers 0, 1 and the joiner 5 (after every rank the job had), then servers 2 and 4.
+      BOOST_TEST((s.members == std::vector<int>{0, 1, 5, 2, 4}));
+      BOOST_TEST(s.lr_scale == (c.strategy == par::Strategy::kPsAsync ? 1.0 : 1.5));
+      BOOST_TEST(s.loss_end < seen[0].loss_mid);
+    }
+  }
+  if (c.strategy == par::Strategy::kPs) {
+    BOOST_TEST((seen[0].params_end == seen[1].params_end));
+    BOOST_TEST((joiner.params_end == seen[0].params_end));
   }
 }
 

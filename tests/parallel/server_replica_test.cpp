@@ -252,6 +252,44 @@ BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
   BOOST_TEST(none.sync.shards[2].server == 1);
 }
 
+// A job growing after a server loss (issue #17) compiles over the servers running now and adopts the running
+// ownership: the program of 2 servers takes the fail-over's shards and pieces, sized by the compiler's code as
+// fail_over_servers sized them; tables that do not fit are refused naming the entry.
+BOOST_AUTO_TEST_CASE(a_grown_job_adopts_the_ownership_after_a_fail_over) {
+  par::Job job;
+  job.model = lenet12();
+  job.batch = 4;
+  job.parallel.strategy = par::Strategy::kPs;
+  job.parallel.servers = 3;
+  job.parallel.server_replicas = 1;
+  job.parallel.elastic = true;
+  job.parallel.bucket_mb = 0.004;
+  job.optimizer.momentum = 0.9f;
+  par::CompiledJob failed = par::compile_job(job, 5);
+  par::fail_over_servers(failed, {1}, false);  // 2 workers, servers {0}, {1, 2}
+  par::Job grown = job;
+  grown.parallel.servers = 2;
+  grown.parallel.server_replicas = failed.sync.replicas;
+  par::CompiledJob cj = par::compile_job(grown, 5);  // 3 workers, 2 servers
+  BOOST_TEST(cj.sync.workers == 3);
+  par::adopt_ownership(cj.sync, failed.sync.shards, failed.sync.pieces, failed.sync.replicas, job.optimizer);
+  BOOST_TEST(cj.sync.shards.size() == 3u);
+  BOOST_TEST(cj.sync.shards[2].server == 1);
+  BOOST_TEST(cj.sync.pieces.size() == failed.sync.pieces.size());
+  for (int s = 0; s < 2; ++s) {  // the servers hold what they held, whatever the workers
+    BOOST_TEST(cj.sync.server_memory[static_cast<size_t>(s)].param_bytes ==
+               failed.sync.server_memory[static_cast<size_t>(s)].param_bytes);
+    BOOST_TEST(cj.sync.replica_bytes_per_update[static_cast<size_t>(s)] ==
+               failed.sync.replica_bytes_per_update[static_cast<size_t>(s)]);
+  }
+  std::vector<par::KeyRange> bad = failed.sync.shards;
+  bad[1].server = 2;  // no such server among 2
+  BOOST_CHECK_EXCEPTION(
+      par::adopt_ownership(cj.sync, bad, failed.sync.pieces, 1, job.optimizer), Error, [](const Error& e) {
+        return e.status() == Status::kInvalidArgument && contains(e.what(), "shard 1") && contains(e.what(), "server 2");
+      });
+}
+
 // Bad settings get a clear error before any communication.
 BOOST_AUTO_TEST_CASE(bad_replica_settings_are_refused_naming_the_flag) {
   const auto refused = [](par::ParallelConfig p, int world, Status status, const std::string& part) {
