@@ -64,10 +64,31 @@ bool ParallelTrainer::grows_workers() const noexcept {
 
 void ParallelTrainer::maybe_admit() {
   if (grows_workers()) {
-    if (optimizer_->steps() < poll_from_ || optimizer_->steps() % pc_.join_poll_steps != 0) return;
-    // The poll is collective over workers and servers: every rank leaves the push/pull region first (a sync point),
-    // so that no rank waits in it for another's push or pull (ssp and ps-async workers may be ahead, and replies may
-    // wait for replicas). Admit until nobody waits (the ranks admitted here poll once more with everyone).
+    const int64_t steps = optimizer_->steps();
+    if (pc_.strategy != Strategy::kPsAsync) {
+      // ps and ssp: the check rides on the push/pull messages (ParameterServerSync::request_admission). Worker 0
+      // alone reads the store; every rank learns from the servers at which boundary to admit, and only there do
+      // they all leave the region and admit.
+      const int64_t due = ps_->admission_due();
+      if (due >= 0 && steps >= due) {
+        TANDEM_CHECK(steps == due, Status::kInternal,
+                     "elastic: world rank {} is at step {}, past the admission due at step {}", world_rank(), steps, due);
+        // One admission takes every joiner waiting (up to max_ranks); later ones are found by worker 0's next read.
+        ps_->sync_point();  // a server may still release pull replies of step `due` here: they carry it too
+        ps_->clear_admission();
+        if (own_comm_->pending_joins() > 0) admit_workers();
+        return;
+      }
+      if (due < 0 && grid_.rank == 0 && steps >= poll_from_ && steps % pc_.join_poll_steps == 0 &&
+          own_comm_->peek_joins() > 0)
+        ps_->request_admission();
+      return;
+    }
+    if (steps < poll_from_ || steps % pc_.join_poll_steps != 0) return;
+    // ps-async: no bound on how far a worker runs ahead, so no message is sure to carry a decision in time: the check
+    // is collective over workers and servers, and every rank leaves the push/pull region first (a sync point), so
+    // that no rank waits in it for another's push or pull. Admit until nobody waits (the ranks admitted here poll once
+    // more with everyone).
     ps_->sync_point();
     while (own_comm_->pending_joins() > 0)
       if (!admit_workers()) return;

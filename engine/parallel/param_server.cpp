@@ -287,10 +287,15 @@ ParameterServerSync::~ParameterServerSync() {
 
 void ParameterServerSync::send_control(int32_t kind, int64_t clock) {
   const int W = program_.workers;
+  const int32_t request = kind == kStep && request_next_ ? 1 : 0;
+  if (request != 0) {
+    request_next_ = false;
+    admit_at_ = clock + program_.staleness;
+  }
   for (int s = 0; s < program_.servers; ++s) {
     auto& w = control_sends_[static_cast<size_t>(s)];
     if (w) w->wait();  // the previous control message to this server (long delivered)
-    control_out_[static_cast<size_t>(s)] = Header{kind, rank_, s, 0, clock, 0};
+    control_out_[static_cast<size_t>(s)] = Header{kind, rank_, s, request, clock, 0};
     w = world_->send(&control_out_[static_cast<size_t>(s)], kHeaderFloats, DType::kF32, W + s, kTagControl);
   }
 }
@@ -404,6 +409,13 @@ int64_t ParameterServerSync::finish() {
     pull_[k].work->wait();
     pull_[k].work.reset();
     expect(pull_[k], from, kPull, static_cast<int32_t>(k), t, p.end - p.begin);
+    const int32_t due = pull_[k].header().reserved;  // 1 + B - t with an admission due at B (request_admission)
+    if (due > 0) {
+      TANDEM_CHECK(admit_at_ < 0 || admit_at_ == t + due - 1, Status::kMismatch,
+                   "parameter server protocol: world rank {} says an admission is due at step {}, world rank {} at {}",
+                   from, t + due - 1, rank_, admit_at_);
+      admit_at_ = t + due - 1;
+    }
     copy_into_params(p.begin, p.end - p.begin, pull_[k].payload());
   }
   for (auto& w : control_sends_) w->wait();
@@ -516,6 +528,10 @@ bool ParameterServerSync::poll_worker(int w) {
         if (!idle || h.clock != ws.started + 1) bad("out of order");
         ws.started = h.clock;
         ws.replied = 0;
+        if (h.reserved != 0) {  // worker 0 asks for an admission (request_admission)
+          if (w != 0 || program_.staleness < 0) bad("with an admission request only worker 0 of ps or ssp sends");
+          if (admit_at_ < 0) admit_at_ = h.clock + program_.staleness;
+        }
         for (size_t j = 0; j < pieces_.size(); ++j) {
           Message& m = ws.push[j];
           m.buf.assign(kHeaderFloats + static_cast<size_t>(pieces_[j].size), 0.0f);
@@ -629,7 +645,13 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
   const ServerPiece& p = pieces_[static_cast<size_t>(j)];
   Message& r = ws.reply[static_cast<size_t>(j)];
   if (r.work) r.work->wait();  // the last reply of this piece (the worker received it before pushing again)
-  r.set(Header{kPull, rank_, p.global, 0, clock, p.size});
+  // A due admission rides on every reply (request_admission): 1 + B - clock, never below 1 (no reply is of a clock
+  // past B before the admission).
+  const int64_t ahead = admit_at_ >= 0 ? admit_at_ - clock : -1;
+  TANDEM_CHECK(admit_at_ < 0 || ahead >= 0, Status::kInternal,
+               "parameter server {}: a pull reply of clock {} past the admission due at step {}", server_, clock,
+               admit_at_);
+  r.set(Header{kPull, rank_, p.global, static_cast<int32_t>(ahead + 1), clock, p.size});
   std::copy_n(host_of(p), p.size, r.payload());
   r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
@@ -1135,6 +1157,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   peers_.clear();
 
   const bool had_step = step_started_;
+  clear_admission();  // some ranks may have learned of one, others not: worker 0 asks again
   if (next.workers != program_.workers) rebase_schedule();
   world_ = &survivors;
   rank_ = survivors.rank();
@@ -1275,6 +1298,7 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
     for (Message& m : l.sends)
       if (m.work) m.work->wait();
   rebase_schedule();
+  clear_admission();
   world_ = &grown;
   rank_ = grown.rank();
   // Shard ownership is the running job's (it may differ from a fresh compile after a server loss); the compiler's
@@ -1317,6 +1341,12 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
 }  // namespace tandem::engine::parallel
 
 namespace tandem::engine::parallel {
+
+void ParameterServerSync::request_admission() {
+  TANDEM_CHECK(server_ < 0 && rank_ == 0 && !elastic_ && program_.staleness >= 0, Status::kInternal,
+               "request_admission: only worker 0 of ps or ssp asks (world rank {})", rank_);
+  if (admit_at_ < 0) request_next_ = true;
+}
 
 void ParameterServerSync::set_lr_scale(double lr_scale) {
   TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server: learning-rate scale {} must be > 0",

@@ -162,6 +162,22 @@ class ParameterServerSync final : public GradientSync {
   void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
+  // ---- the piggy-backed joiner check (issue #17; ps and ssp, staleness S >= 0) ----
+  // Worker 0, having read the job's store (Communicator::peek_joins, rank 0 alone), asks for an admission: its next
+  // kStep(t) control message carries the request (Header::reserved = 1), which makes the admission due at the step
+  // boundary B = t + S. A server that has seen the request puts B on every pull reply from then on (reserved =
+  // 1 + B - clock), so every rank knows B by the time it completes step B:
+  //  - a server serves step B only once worker 0 pushed clock B >= t, so after its kStep(t) arrived;
+  //  - a worker's pull reply of clock c >= B = t + S waits until every piece applied clock c - S >= t, which needs
+  //    worker 0's push of t, so it leaves after the request; and no worker completes step c without that reply.
+  // Nothing is collective until the boundary where a joiner waits (the trainer's sync point and admission there).
+  // -1: no admission due. reform() and grow() clear it (worker 0 asks again if someone still waits).
+  void request_admission();
+  int64_t admission_due() const noexcept { return admit_at_; }
+  void clear_admission() noexcept {
+    admit_at_ = -1;
+    request_next_ = false;
+  }
   // Servers: the learning-rate factor from the next update on (the trainer's rule after the workers changed: a loss
   // re-applies it as growth does, so a shrink after a grow does not keep the grown factor). kInvalidArgument unless > 0.
   void set_lr_scale(double lr_scale);
@@ -312,6 +328,8 @@ class ParameterServerSync final : public GradientSync {
   int64_t exchanges_ = 0;  // elastic exchanges made (worker)
   int64_t max_gap_ = 0;
   int64_t last_busy_ns_ = 0;
+  int64_t admit_at_ = -1;     // the step boundary an admission is due at (request_admission), -1: none
+  bool request_next_ = false;  // worker 0: the next kStep carries the request
   double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)
 
   // worker

@@ -48,6 +48,20 @@ par::ParallelConfig ps_config(par::Strategy s, int replicas) {
   return p;
 }
 
+// Elastic ps over 3 servers, each shard backed up on the next (replica_servers), with momentum to replicate.
+par::Job three_servers_one_replica() {
+  par::Job job;
+  job.model = lenet12();
+  job.batch = 4;
+  job.parallel.strategy = par::Strategy::kPs;
+  job.parallel.servers = 3;
+  job.parallel.server_replicas = 1;
+  job.parallel.elastic = true;
+  job.parallel.bucket_mb = 0.004;
+  job.optimizer.momentum = 0.9f;
+  return job;
+}
+
 std::vector<float> host_params(nn::Model& m) {
   const Tensor h = m.backend().to_host(m.params());
   return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
@@ -214,15 +228,7 @@ BOOST_DATA_TEST_CASE(without_a_replica_or_checkpoint_every_survivor_stops_naming
 // backup), renumbered 1; the pieces follow; the memory grows by the taken shard; with no replica it is refused, and
 // with any_survivor the next surviving server takes it.
 BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
-  par::Job job;
-  job.model = lenet12();
-  job.batch = 4;
-  job.parallel.strategy = par::Strategy::kPs;
-  job.parallel.servers = 3;
-  job.parallel.server_replicas = 1;
-  job.parallel.elastic = true;
-  job.parallel.bucket_mb = 0.004;
-  job.optimizer.momentum = 0.9f;
+  const par::Job job = three_servers_one_replica();
   par::CompiledJob cj = par::compile_job(job, 5);
   BOOST_TEST(cj.sync.replicas == 1);
   BOOST_TEST((par::replica_servers(2, 3, 1) == std::vector<int32_t>{0}));
@@ -256,15 +262,7 @@ BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
 // ownership: the program of 2 servers takes the fail-over's shards and pieces, sized by the compiler's code as
 // fail_over_servers sized them; tables that do not fit are refused naming the entry.
 BOOST_AUTO_TEST_CASE(a_grown_job_adopts_the_ownership_after_a_fail_over) {
-  par::Job job;
-  job.model = lenet12();
-  job.batch = 4;
-  job.parallel.strategy = par::Strategy::kPs;
-  job.parallel.servers = 3;
-  job.parallel.server_replicas = 1;
-  job.parallel.elastic = true;
-  job.parallel.bucket_mb = 0.004;
-  job.optimizer.momentum = 0.9f;
+  const par::Job job = three_servers_one_replica();
   par::CompiledJob failed = par::compile_job(job, 5);
   par::fail_over_servers(failed, {1}, false);  // 2 workers, servers {0}, {1, 2}
   par::Job grown = job;
