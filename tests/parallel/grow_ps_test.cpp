@@ -320,4 +320,30 @@ BOOST_DATA_TEST_CASE(a_shrink_after_a_grow_rescales_the_learning_rate_to_the_wor
   BOOST_TEST(seen[2].server_lr_scale == 1.0);
 }
 
+// The joiner check is no sync point any more (it rides on the push/pull messages): ssp with staleness 2, checking at
+// every step (max_ranks set) with nobody waiting, lets a fast worker run ahead of a slow one up to the bound -- a
+// collective check at every step kept them in lockstep (gap at most 1).
+BOOST_AUTO_TEST_CASE(checking_for_joiners_at_every_step_leaves_ssp_workers_free_to_run_ahead) {
+  const Case ssp2{"ssp", par::Strategy::kSsp, 2, 0.01f};
+  std::atomic<int64_t> gap{-1};
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(10000);
+  const std::vector<RankError> errors = run_world(kOld, o, [&](int r, comm::Communicator& world) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    train::TrainerConfig cfg = sgd_config(kBatch);
+    cfg.optimizer.lr = ssp2.lr;
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, elastic_ps(ssp2, JobShape{}, 4, false), &world);
+    for (int k = 0; k < 24; ++k) {  // within the first epoch (32 steps): no epoch's end syncs them either
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      t.step();
+    }
+    if (t.grid().server) gap = t.param_server()->max_clock_gap();
+  });
+  require_no_errors(errors);
+  // Worker 0 ran ahead to the bound. In lockstep the gap stays below 2: after each collective check both push the
+  // same clock, and a pull is answered (gap 1) before the slow worker's push of it arrives.
+  BOOST_TEST(gap == 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
