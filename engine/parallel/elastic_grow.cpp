@@ -319,6 +319,7 @@ bool ParallelTrainer::admit_workers() {
   share_grown_state(from);
   std::vector<int> from_worker(from.begin(), from.begin() + grid_.dp);
   ps_->grow(*world_, from_worker, job_.sync, optimizer_->steps(), lr_scale_);
+  note_ps_membership();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   last_admission_ms_ = ms;
   log::warn("elastic: {} worker(s) joined at step {}; {} ranks go on (world ranks {}; {} worker(s) and {} server(s)) "

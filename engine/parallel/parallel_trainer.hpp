@@ -75,14 +75,18 @@
 // The same machinery: the poll (Communicator::pending_joins) every join_poll_steps steps, Communicator::grow's one
 // decision with max_ranks, the joiner's constructor mirrored by the running ranks, share_grown_state's labels and
 // rank 0's progress. What differs:
-//  - The poll is collective over workers and servers, so each one starts with a sync point (ParameterServerSync::
-//    sync_point: the workers pause and take the servers' parameters): its cost is that of an epoch's end, every
-//    join_poll_steps steps (LeNet-5, 2 workers + 1 server, loopback: -22..-29% of ps' and ssp's images/s when every
-//    step polls, within the noise at every 10th) -- raise join_poll_steps for a large model. So a parameter-server
-//    job polls only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks` above -n sets it);
-//    without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step apart (a server counts
-//    a step once its pushes are in, a worker once its pulls are), so the polls resume at the first step past the most
-//    progress any rank had at the re-form.
+//  - The check (ps, ssp) rides on the push/pull messages (ParameterServerSync::request_admission): every
+//    join_poll_steps steps worker 0 alone reads the job's store (Communicator::peek_joins); when someone waits, its
+//    next kStep(t) asks the servers for an admission at the step boundary t + staleness, the servers put it on every
+//    pull reply, and only at that boundary do the ranks leave the push/pull region (a sync point) and admit. So a check
+//    costs one store round trip on rank 0 and nothing collective (bench/elastic/join_check_cost.py). ps-async bounds
+//    no worker's lead, so no message is sure to carry the decision in time: its check stays collective, a sync point
+//    and pending_joins every join_poll_steps steps (an epoch's end's cost; raise join_poll_steps for a large model).
+//    A parameter-server job checks only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks`
+//    above -n sets it); without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step
+//    apart (a server counts a step once its pushes are in, a worker once its pulls are), so the checks resume at the
+//    first step past the most progress any rank had at the re-form; a re-form (and an admission) drops an admission
+//    asked for before it, and worker 0 asks again.
 //  - Order: Communicator::grow puts the joiners after the servers; every rank then splits the grown world workers
 //    first (old workers, joiners, then the servers with their indices), so the servers stay the last ranks. A joiner
 //    is a worker and takes the next world-rank label after every rank the job had (the server keeps its own).
@@ -445,7 +449,12 @@ class ParallelTrainer {
   std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
-  std::vector<int> kept_servers_;  // after a shrink with servers: the index each surviving server had before it
+  std::vector<int> kept_servers_;
+  // Parameter servers: the world-rank labels (workers, then servers) in the numbering of the servers' last completed
+  // construction, re-form or growth, and its workers; set by note_ps_membership. A shrink maps the survivors into it.
+  std::vector<int> ps_labels_;
+  int ps_workers_ = 0;
+  void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   int initial_dp_ = 1;
   int initial_world_ = 1;

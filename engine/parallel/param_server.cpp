@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 
@@ -1035,6 +1036,12 @@ namespace tandem::engine::parallel {
 ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
                                                           const std::vector<int>& kept_servers, int64_t steps,
                                                           bool checkpoint) {
+  // A rank lost after the survivors started moving shards (below the agreement) leaves this server's state half
+  // re-formed: which rank holds which shard is no longer known alike everywhere, so stop rather than guess.
+  TANDEM_CHECK(!reforming_, Status::kPeerFailure,
+               "parameter server re-form: another rank was lost while the survivors were taking over the shards of a "
+               "lost server, so the shards' owners are no longer known alike on every rank; the job stops; restart it "
+               "from the last checkpoint");
   const int S_old = program_.servers;
   const int S = static_cast<int>(kept_servers.size());
   const int W = survivors.size() - S;
@@ -1074,6 +1081,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   std::vector<int64_t> all(row * static_cast<size_t>(survivors.size()));
   survivors.allgather(mine.data(), all.data(), row, DType::kI64)->wait();
   const auto at = [&](int r, size_t k) { return all[row * static_cast<size_t>(r) + k]; };
+  reforming_ = true;
 
   // ---- lost servers: who takes each of their shards (the job compiler's rule), from a replica or the checkpoint ----
   SyncProgram next = program_;
@@ -1081,27 +1089,39 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   bool from_checkpoint = false;
   std::vector<int64_t> taken(NS, -1);  // a shard taken over from a replica: the replica's update count
   if (!lost.empty()) {
-    std::string why;
-    try {
-      fail_over_servers(next, lost, false, optimizer_config_);
-    } catch (const Error& e) {
-      why = e.what();
-    }
-    for (size_t k = 0; k < NS && why.empty(); ++k) {
+    // Every lost shard goes to the first surviving server of its backups (fail_over_servers' rule), which must hold a
+    // complete replica of it; the shards that have none are named together.
+    std::vector<std::string> gone;
+    for (size_t k = 0; k < NS; ++k) {
       const int32_t was = program_.shards[k].server;
       if (std::find(lost.begin(), lost.end(), was) == lost.end()) continue;
-      const int32_t to = next.shards[k].server;
+      int32_t to = -1;  // the backup's index among the survivors
+      for (int32_t b : replica_servers(was, S_old, program_.replicas)) {
+        const auto it = std::find(kept_servers.begin(), kept_servers.end(), b);
+        if (it != kept_servers.end()) {
+          to = static_cast<int32_t>(it - kept_servers.begin());
+          break;
+        }
+      }
+      const std::string shard = fmt::format("parameter server {} was lost with shard {} [{}, {})", was, k,
+                                            program_.shards[k].begin, program_.shards[k].end);
+      if (to < 0) {
+        gone.push_back(fmt::format("{}: no replica on a surviving server ({} replica(s) per shard)", shard,
+                                   program_.replicas));
+        continue;
+      }
       taken[k] = at(W + to, 2 + k);
       if (taken[k] < 0)
-        why = fmt::format("parameter server {} was lost and its replica of shard [{}, {}) on server {} is incomplete "
-                          "(the replicas were being re-seeded)", was, program_.shards[k].begin, program_.shards[k].end,
-                          kept_servers[static_cast<size_t>(to)]);
+        gone.push_back(fmt::format("{}: its replica on server {} is incomplete (the replicas were being re-seeded "
+                                   "after an earlier loss)", shard, kept_servers[static_cast<size_t>(to)]));
     }
-    if (!why.empty()) {
-      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure, "{}; and {}, so the job stops; restart it from the last "
-                   "checkpoint", why,
+    if (gone.empty()) fail_over_servers(next, lost, false, optimizer_config_);  // the same owners as above
+    if (!gone.empty()) {
+      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure,
+                   "lost {} of the model's {} shards: {}; and {}, so the job stops; restart it from the last "
+                   "checkpoint", gone.size(), NS, fmt::join(gone, "; "),
                    elastic_ ? "the asynchronous EASGD centre is not restored from a checkpoint"
-                            : "no checkpoint to restore it from (elastic_checkpoint)");
+                            : "no checkpoint to restore them from (elastic_checkpoint)");
       next = program_;
       next.workers = W;
       fail_over_servers(next, lost, true, optimizer_config_);
@@ -1270,6 +1290,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     }
   }
   out.retired = std::move(retired);
+  reforming_ = false;
   return out;
 }
 

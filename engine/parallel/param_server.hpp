@@ -134,8 +134,10 @@ class ParameterServerSync final : public GradientSync {
   // that redoes its step starts again from the parameters it started it with). When a lost shard has no complete
   // replica on a survivor: with `checkpoint` true it goes to the next surviving server in ring order with empty
   // values and `from_checkpoint` is set -- the caller must restore every rank from its checkpoint (restore());
-  // otherwise every survivor throws kPeerFailure naming the lost server and why (no replica, or an incomplete one,
-  // and no checkpoint). ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
+  // otherwise every survivor throws kPeerFailure naming every such shard, its lost server and why (no replica on a
+  // survivor -- its backups were lost with it, at once or before the replicas were re-seeded -- or an incomplete one),
+  // and that there is no checkpoint. A loss that cuts a re-form short after the survivors' agreement (shards may have
+  // moved on some ranks only) stops the next re-form with kPeerFailure saying so, rather than guess the owners. ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
   // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
   // over the survivors and re-seeded on entering the region.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
@@ -328,6 +330,7 @@ class ParameterServerSync final : public GradientSync {
   int64_t exchanges_ = 0;  // elastic exchanges made (worker)
   int64_t max_gap_ = 0;
   int64_t last_busy_ns_ = 0;
+  bool reforming_ = false;     // reform() past the survivors' agreement and not finished (a loss cut it short)
   int64_t admit_at_ = -1;     // the step boundary an admission is due at (request_admission), -1: none
   bool request_next_ = false;  // worker 0: the next kStep carries the request
   double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)
