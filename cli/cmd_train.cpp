@@ -791,8 +791,9 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
           ->group(par)->check(CLI::PositiveNumber),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
-                     "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; with "
-                     "parameter servers also a sync point, the workers re-taking the servers' parameters)")
+                     "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; ps and "
+                     "ssp: the store read alone, the decision carried on the push/pull messages; ps-async: also a "
+                     "sync point, the workers re-taking the servers' parameters)")
           ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;

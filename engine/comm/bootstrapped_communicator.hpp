@@ -28,6 +28,7 @@ class BootstrappedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> shrink() override;
   // The grown world shares it too (rank 0's server keeps serving the joiners).
   int64_t pending_joins() override { return inner_->pending_joins(); }
+  int64_t peek_joins() override { return inner_->peek_joins(); }
   std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
   std::unique_ptr<Communicator> rejoin(std::chrono::milliseconds wait) override;
   void refuse_joiners(const std::string& why) override { inner_->refuse_joiners(why); }

@@ -138,6 +138,10 @@ class Communicator {
   // stays usable). This communicator stays as it was; destroy it when done. Errors: kUnsupported for a
   // communicator without a store; the errors of a failed collective on this communicator.
   virtual int64_t pending_joins() = 0;
+  // Not collective: pending_joins()'s reading on rank 0 alone (one store round trip there; 0 on every other rank,
+  // which does nothing). For a caller that tells the others its decision on messages they exchange anyway (the
+  // parameter servers' piggy-backed joiner check, param_server.hpp). Errors: kUnsupported without a store.
+  virtual int64_t peek_joins() = 0;
   virtual std::unique_ptr<Communicator> grow(const GrowOptions& options) = 0;
   // A rank of this communicator that has no place in its group's next grid (a spare) waits for a later grow
   // exactly as a joiner does (admission.hpp, step 1: a ticket in the job's store, then the answer), up to `wait`,

@@ -12,12 +12,16 @@
 namespace tandem::engine::comm {
 
 int64_t CommunicatorImpl::pending_joins() {
+  int64_t waiting = peek_joins();
+  if (size_ > 1) broadcast(&waiting, 1, DType::kI64, 0)->wait();
+  return waiting;
+}
+
+int64_t CommunicatorImpl::peek_joins() {
   peers_.check_usable();
   TANDEM_CHECK(lineage_.store != nullptr, Status::kUnsupported,
                "grow: communicator {} was built without a store, so no rank can join it", comm_id_);
-  int64_t waiting = rank_ == 0 ? joiners_waiting(*lineage_.store) : 0;
-  if (size_ > 1) broadcast(&waiting, 1, DType::kI64, 0)->wait();
-  return waiting;
+  return rank_ == 0 ? joiners_waiting(*lineage_.store) : 0;
 }
 
 std::unique_ptr<Communicator> CommunicatorImpl::grow(const GrowOptions& o) {

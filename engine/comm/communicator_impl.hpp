@@ -51,6 +51,7 @@ class CommunicatorImpl final : public Communicator {
   void abort(const std::string& reason) override;
   std::unique_ptr<Communicator> shrink() override;
   int64_t pending_joins() override;
+  int64_t peek_joins() override;
   std::unique_ptr<Communicator> grow(const GrowOptions& options) override;
   std::unique_ptr<Communicator> rejoin(std::chrono::milliseconds wait) override;
   void refuse_joiners(const std::string& why) override;

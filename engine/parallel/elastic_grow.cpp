@@ -1,6 +1,7 @@
 // Elastic growth of a ParallelTrainer (issue #17; the rule is in parallel_trainer.hpp): joiners admitted at step
 // boundaries, and the state adoption it shares with the survivors' re-form after a loss.
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -37,8 +38,12 @@ void ParallelTrainer::adopt_state(int root) {
   // job's. The rule of DDP grow: learning rate x dp' / dp where the servers average dp' gradients per update (ps,
   // ssp); ps-async applies one worker's gradient per update, whose batch does not change: x 1.
   if (!snapshot_.whole) optimizer_->restore(snapshot_.steps, optimizer_->state_tensors());
-  if (pc_.strategy == Strategy::kDdp || (ps_ && pc_.strategy != Strategy::kPsAsync))
-    lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  if (ps_ && !elastic_centre()) lr_scale_ = workers_lr_scale();
+}
+
+double ParallelTrainer::workers_lr_scale() const noexcept {
+  return pc_.strategy == Strategy::kPsAsync ? 1.0 : static_cast<double>(grid_.dp) / initial_dp_;
 }
 
 bool ParallelTrainer::grows() const noexcept {
@@ -59,10 +64,31 @@ bool ParallelTrainer::grows_workers() const noexcept {
 
 void ParallelTrainer::maybe_admit() {
   if (grows_workers()) {
-    if (optimizer_->steps() < poll_from_ || optimizer_->steps() % pc_.join_poll_steps != 0) return;
-    // The poll is collective over workers and servers: every rank leaves the push/pull region first (a sync point),
-    // so that no rank waits in it for another's push or pull (ssp and ps-async workers may be ahead, and replies may
-    // wait for replicas). Admit until nobody waits (the ranks admitted here poll once more with everyone).
+    const int64_t steps = optimizer_->steps();
+    if (pc_.strategy != Strategy::kPsAsync) {
+      // ps and ssp: the check rides on the push/pull messages (ParameterServerSync::request_admission). Worker 0
+      // alone reads the store; every rank learns from the servers at which boundary to admit, and only there do
+      // they all leave the region and admit.
+      const int64_t due = ps_->admission_due();
+      if (due >= 0 && steps >= due) {
+        TANDEM_CHECK(steps == due, Status::kInternal,
+                     "elastic: world rank {} is at step {}, past the admission due at step {}", world_rank(), steps, due);
+        // One admission takes every joiner waiting (up to max_ranks); later ones are found by worker 0's next read.
+        ps_->sync_point();  // a server may still release pull replies of step `due` here: they carry it too
+        ps_->clear_admission();
+        if (own_comm_->pending_joins() > 0) admit_workers();
+        return;
+      }
+      if (due < 0 && grid_.rank == 0 && steps >= poll_from_ && steps % pc_.join_poll_steps == 0 &&
+          own_comm_->peek_joins() > 0)
+        ps_->request_admission();
+      return;
+    }
+    if (steps < poll_from_ || steps % pc_.join_poll_steps != 0) return;
+    // ps-async: no bound on how far a worker runs ahead, so no message is sure to carry a decision in time: the check
+    // is collective over workers and servers, and every rank leaves the push/pull region first (a sync point), so
+    // that no rank waits in it for another's push or pull. Admit until nobody waits (the ranks admitted here poll once
+    // more with everyone).
     ps_->sync_point();
     while (own_comm_->pending_joins() > 0)
       if (!admit_workers()) return;
@@ -198,31 +224,68 @@ bool ParallelTrainer::wait_as_spare() {
 std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::Communicator& grown,
                                                                          std::vector<int>& from) {
   // The running job's shape from its rank 0 (a worker): W workers, then S servers; the joiners follow them in `grown`.
-  int64_t head[2] = {grid_.dp, grid_.servers};
-  grown.broadcast(head, 2, DType::kI64, 0)->wait();
+  // With it the ownership of the shards (after a server loss: fail_over_servers'), which every old rank must hold
+  // alike and a joiner takes.
+  const SyncProgram* mine = ps_ ? &ps_->program() : nullptr;
+  int64_t head[5] = {grid_.dp, grid_.servers, mine ? mine->replicas : 0,
+                     mine ? static_cast<int64_t>(mine->shards.size()) : 0,
+                     mine ? static_cast<int64_t>(mine->pieces.size()) : 0};
+  grown.broadcast(head, 5, DType::kI64, 0)->wait();
   const int W = static_cast<int>(head[0]), S = static_cast<int>(head[1]), n = W + S;
   const int k = grown.size() - n, r = grown.rank();
-  TANDEM_CHECK(W >= 1 && S >= 1 && k >= 1, Status::kInternal,
-               "grow: a world of {} ranks cannot hold {} workers, {} servers and a joiner", grown.size(), W, S);
+  TANDEM_CHECK(W >= 1 && S >= 1 && k >= 1 && head[3] >= S && head[4] >= 0, Status::kInternal,
+               "grow: a world of {} ranks cannot hold {} workers, {} servers ({} shards) and a joiner", grown.size(), W,
+               S, head[3]);
+  const auto NS = static_cast<size_t>(head[3]), NP = static_cast<size_t>(head[4]);
+  std::vector<int64_t> table(3 * NS + 4 * NP, -1);
+  if (mine != nullptr && mine->shards.size() == NS && mine->pieces.size() == NP) {
+    for (size_t i = 0; i < NS; ++i) {
+      const KeyRange& kr = mine->shards[i];
+      std::copy_n(std::array<int64_t, 3>{kr.server, kr.begin, kr.end}.begin(), 3, table.begin() + 3 * i);
+    }
+    for (size_t i = 0; i < NP; ++i) {
+      const BucketPiece& bp = mine->pieces[i];
+      std::copy_n(std::array<int64_t, 4>{bp.bucket, bp.server, bp.begin, bp.end}.begin(), 4,
+                  table.begin() + 3 * NS + 4 * i);
+    }
+  }
+  std::vector<int64_t> rank0 = table;
+  if (!rank0.empty()) grown.broadcast(rank0.data(), rank0.size(), DType::kI64, 0)->wait();
+  // Every old rank holds the ownership it re-formed to; one that differs from rank 0's fails the admission everywhere.
+  int64_t differs = mine != nullptr && table != rank0 ? r + 1 : 0;
+  grown.allreduce(&differs, &differs, 1, DType::kI64, ReduceOp::kMax)->wait();
+  TANDEM_CHECK(differs == 0, Status::kMismatch,
+               "grow: rank {} of the grown world holds another ownership of the parameter servers' shards than rank 0 "
+               "(the ranks re-formed differently after a server loss); the joiners are not admitted",
+               differs - 1);
+  ownership_ = SyncProgram{};
+  ownership_.servers = S;
+  ownership_.replicas = static_cast<int32_t>(head[2]);
+  for (size_t i = 0; i < NS; ++i)
+    ownership_.shards.push_back(KeyRange{static_cast<int32_t>(rank0[3 * i]), rank0[3 * i + 1], rank0[3 * i + 2]});
+  for (size_t i = 0; i < NP; ++i) {
+    const int64_t* e = rank0.data() + 3 * NS + 4 * i;
+    ownership_.pieces.push_back(BucketPiece{static_cast<int32_t>(e[0]), static_cast<int32_t>(e[1]), e[2], e[3]});
+  }
   from.assign(static_cast<size_t>(grown.size()), -1);  // new rank -> old rank (-1: a joiner)
   for (int i = 0; i < W; ++i) from[static_cast<size_t>(i)] = i;
   for (int s = 0; s < S; ++s) from[static_cast<size_t>(W + k + s)] = W + s;
   return grown.split(0, r < W ? r : r < n ? r + k : r - S);
 }
 
+CompiledJob ParallelTrainer::compile_grown(Job job) const {
+  job.parallel.dp = 0;                    // resolved again at the new width
+  job.parallel.servers = grid_.servers;   // the servers running now (fewer after a server loss)
+  job.parallel.server_replicas = ownership_.replicas;
+  CompiledJob cj = compile_job(std::move(job), grid_.world, nullptr);  // pp = 1: no measured cut, nothing collective
+  adopt_ownership(cj.sync, ownership_.shards, ownership_.pieces, ownership_.replicas, cj.job.optimizer);
+  return cj;
+}
+
 bool ParallelTrainer::admit_workers() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (grid_.servers < pc_.servers) {
-    // A new rank would have to replace a lost server, and servers do not join (only workers do).
-    if (own_comm_->rank() == 0) {
-      own_comm_->refuse_joiners(fmt::format(
-          "the {} job lost {} of its {} parameter servers, and a rank that joins would have to be a server to replace "
-          "them; servers do not join (a joiner is a worker), so restart the job from its last checkpoint to add "
-          "servers",
-          strategy_name(pc_.strategy), pc_.servers - grid_.servers, pc_.servers));
-    }
-    return false;
-  }
+  // After a server loss a joiner is a worker too: the surviving servers keep the shards they own (their own and the
+  // ones taken over), and the joiner learns that ownership in split_workers_first.
   comm::GrowOptions o;
   o.max_ranks = pc_.max_ranks;
   std::unique_ptr<comm::Communicator> grown = own_comm_->grow(o);
@@ -248,9 +311,7 @@ bool ParallelTrainer::admit_workers() {
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
   agree_on_settings(true);
-  Job job = job_.job;
-  job.parallel.dp = 0;  // resolved again at the new width
-  job_ = compile_job(std::move(job), grid_.world, nullptr);  // pp = 1: no measured cut, nothing collective
+  job_ = compile_grown(job_.job);
   pc_.dp = grid_.dp;
   if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
   broadcast_replica_state();
@@ -258,6 +319,7 @@ bool ParallelTrainer::admit_workers() {
   share_grown_state(from);
   std::vector<int> from_worker(from.begin(), from.begin() + grid_.dp);
   ps_->grow(*world_, from_worker, job_.sync, optimizer_->steps(), lr_scale_);
+  note_ps_membership();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   last_admission_ms_ = ms;
   log::warn("elastic: {} worker(s) joined at step {}; {} ranks go on (world ranks {}; {} worker(s) and {} server(s)) "

@@ -425,6 +425,34 @@ void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool an
   size_servers(p, optimizer);
 }
 
+void adopt_ownership(SyncProgram& p, std::vector<KeyRange> shards, std::vector<BucketPiece> pieces, int32_t replicas,
+                     const optim::OptimizerConfig& optimizer) {
+  const int64_t total = p.shards.empty() ? 0 : p.shards.back().end;
+  TANDEM_REQUIRE(!shards.empty() && replicas >= 0 && replicas < std::max(p.servers, 1),
+                 "job: {} shards with {} replica(s) do not fit {} servers", shards.size(), replicas, p.servers);
+  int64_t at = 0;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const KeyRange& r = shards[k];
+    TANDEM_REQUIRE(r.server >= 0 && r.server < p.servers && r.begin == at && r.end >= r.begin,
+                   "job: shard {} [{}, {}) of server {} does not follow [0, {}) among {} servers", k, r.begin, r.end,
+                   r.server, at, p.servers);
+    at = r.end;
+  }
+  TANDEM_REQUIRE(at == total, "job: the shards cover [0, {}) but the model has {} parameters", at, total);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const BucketPiece& bp = pieces[k];
+    const bool inside = std::any_of(shards.begin(), shards.end(), [&](const KeyRange& r) {
+      return r.server == bp.server && bp.begin >= r.begin && bp.end <= r.end;
+    });
+    TANDEM_REQUIRE(inside && bp.begin < bp.end, "job: piece {} [{}, {}) of server {} lies in no shard of that server",
+                   k, bp.begin, bp.end, bp.server);
+  }
+  p.shards = std::move(shards);
+  p.pieces = std::move(pieces);
+  p.replicas = replicas;
+  size_servers(p, optimizer);
+}
+
 std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers) {
   TANDEM_REQUIRE(servers >= 1 && total >= 0, "cannot cut {} parameters over {} servers", total, servers);
   std::vector<KeyRange> r;

@@ -188,6 +188,14 @@ void fail_over_servers(CompiledJob& cj, const std::vector<int32_t>& lost, bool a
 void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool any_survivor,
                        const optim::OptimizerConfig& optimizer);
 
+// A job growing after a server loss (issue #17): the program compiled at the new width (its servers the survivors)
+// takes the running job's shards, pieces and replicas -- the ownership that fail_over_servers gave them, the same on
+// every rank -- and the servers' memory is sized again by the compiler's code. kInvalidArgument naming the entry when
+// the tables do not fit the program (a shard or piece owned by no server of it, pieces outside their shard, shards
+// that do not cover the model's parameters in order).
+void adopt_ownership(SyncProgram& p, std::vector<KeyRange> shards, std::vector<BucketPiece> pieces, int32_t replicas,
+                     const optim::OptimizerConfig& optimizer);
+
 // Balanced key ranges: [0, total) cut into `servers` contiguous ranges whose sizes differ by at most one.
 std::vector<KeyRange> shard_key_ranges(int64_t total, int32_t servers);
 

@@ -167,7 +167,10 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     std::vector<int> from;
     own_comm_ = split_workers_first(*world_, from);
     world_ = own_comm_.get();
-    grid_ = resolve_grid(pc_, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
+    ParallelConfig now = pc_;  // the servers running now (after a server loss: fewer than the job started with)
+    now.servers = ownership_.servers;
+    now.server_replicas = ownership_.replicas;
+    grid_ = resolve_grid(now, world_->size(), world_->rank(), static_cast<int64_t>(model_.num_layers()),
                          config_.batch_size);
     sampler_ = data::DistributedSampler(train.size(), grid_.dp, grid_.dp_rank, true, config_.seed);
   }
@@ -225,13 +228,18 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     return;
   }
   absorbing_ = absorbs_worker_loss(pc_) && world_ != nullptr && (grid_.pp == 1 || reforms_grid());
-  job_ = compile_job(std::move(job), grid_.world, [this] {
+  const ParallelConfig launched = pc_;
+  job_ = joins_workers ? compile_grown(std::move(job)) : compile_job(std::move(job), grid_.world, [this] {
     const std::vector<double> cost = measure_layer_costs();
     if (grid_.rank == 0) log::debug("measured partition: per-layer forward + backward times of rank 0 (s): {}",
                                     fmt::join(cost, ", "));
     return cost;
   });
   pc_ = job_.job.parallel;
+  if (joins_workers) {  // the job's settings as launched (a later admission compares them); job() holds the servers now
+    pc_.servers = launched.servers;
+    pc_.server_replicas = launched.server_replicas;
+  }
   const StageProgram& mine = job_.stages[static_cast<size_t>(grid_.stage)];
   first_ = mine.first_layer;
   end_ = mine.end_layer;
@@ -298,6 +306,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
                                                  pc_.compression, tracer_);
   }
+  note_ps_membership();
   executor_ = std::make_unique<StageExecutor>(model_, grid_.stage, grid_.pp, first_, end_, pipe_comm_.get(),
                                               ps_ ? static_cast<GradientSync*>(ps_.get()) : reducer_.get(), tracer_);
   setup_strategy();
@@ -313,6 +322,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
     // ranks' from-worker indices matter only on a server).
     if (joins_workers) ps_->grow(*world_, std::vector<int>(static_cast<size_t>(grid_.dp), -1), job_.sync,
                                  optimizer_->steps(), lr_scale_);
+    note_ps_membership();
   }
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
@@ -688,6 +698,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
   for (;;) {
     take_snapshot();
     const Snapshot mine = snapshot_;
+    const double lr_before = lr_scale_;  // a step completed before a re-form ran at its group's factor
     try {
       // Parameter servers after a re-form: every rank is back in the push/pull region; a rank redoing a world
       // collective leaves it first, as the others do at their next sync point.
@@ -705,8 +716,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
         train::StepResult r;
         const data::DistributedSampler old(train_.size(), mine.sampler_world, 0, false, 0);
         r.samples = rounds_ ? 0 : std::min(loader_->options().batch_size, old.shard_size() - mine.sampler.position);
-        const double scale = pc_.strategy == Strategy::kDdp ? static_cast<double>(mine.sampler_world) / initial_dp_ : 1.0;
-        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * scale);
+        r.lr = static_cast<float>(optim::lr_at(schedule_, mine.steps) * lr_before);
         r.epoch_end = completed_epochs_ > mine.completed_epochs;
         return r;
       }
@@ -791,6 +801,13 @@ int64_t ParallelTrainer::progress_of(const Snapshot& s) const noexcept {
   return rounds_ ? s.completed_epochs : s.steps;  // fedavg: one round per epoch, no optimizer steps of its own
 }
 
+void ParallelTrainer::note_ps_membership() {
+  ps_labels_.clear();
+  if (!ps_) return;
+  ps_labels_ = members_;
+  ps_workers_ = grid_.dp;
+}
+
 void ParallelTrainer::shrink_group(const std::string& why) {
   std::unique_ptr<comm::Communicator>& group = own_comm_ ? own_comm_ : dp_comm_;
   std::unique_ptr<comm::Communicator> next = group->shrink();
@@ -809,16 +826,19 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   grid_.rank = world_->rank();
   if (parameter_server()) {
     // Servers follow the workers in both lists. A lost server's shard is taken over in reform (ParameterServerSync).
-    const int servers_before = grid_.servers;
-    const size_t workers_before = before.size() - static_cast<size_t>(servers_before);
+    // The servers' indices are those of the servers' last completed re-form (ps_labels_), not of `before`: a rank
+    // lost while the survivors re-formed shrinks again before the servers renumbered.
+    const std::vector<int>& labels = ps_labels_.empty() ? before : ps_labels_;
+    const size_t workers_before = ps_labels_.empty() ? before.size() - static_cast<size_t>(grid_.servers)
+                                                     : static_cast<size_t>(ps_workers_);
     kept_servers_.clear();
-    for (size_t i = workers_before; i < before.size(); ++i)
-      if (std::find(members_.begin(), members_.end(), before[i]) != members_.end())
+    for (size_t i = workers_before; i < labels.size(); ++i)
+      if (std::find(members_.begin(), members_.end(), labels[i]) != members_.end())
         kept_servers_.push_back(static_cast<int>(i - workers_before));
     if (kept_servers_.empty()) {
       std::vector<std::string> names;
-      for (size_t i = workers_before; i < before.size(); ++i)
-        names.push_back(fmt::format("parameter server {} (world rank {})", i - workers_before, before[i]));
+      for (size_t i = workers_before; i < labels.size(); ++i)
+        names.push_back(fmt::format("parameter server {} (world rank {})", i - workers_before, labels[i]));
       TANDEM_THROW(Status::kPeerFailure,
                    "{} was lost ({}): no server is left to hold the {}, so the job cannot go on; restart it from the "
                    "last checkpoint",
@@ -873,22 +893,32 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
     // flight: after a loss the ranks may be a step apart, which serve() absorbs within a step. The polls for joiners
     // (collective at step boundaries) resume where every rank has gone past the most progress any rank had here.
     for (int r = 0; r < n; ++r) poll_from_ = std::max(poll_from_, at(r, 0) + 1);
-    // kept: the worker index each surviving worker had before this shrink (workers come first in both lists).
+    // kept: the worker index each surviving worker has in the servers' last completed re-form (workers come first
+    // in both lists; see shrink_group).
+    const std::vector<int>& labels = ps_labels_.empty() ? before : ps_labels_;
     std::vector<int> kept;
     for (int w = 0; w < grid_.dp; ++w)
-      kept.push_back(static_cast<int>(std::find(before.begin(), before.end(), members_[static_cast<size_t>(w)]) -
-                                       before.begin()));
+      kept.push_back(static_cast<int>(std::find(labels.begin(), labels.end(), members_[static_cast<size_t>(w)]) -
+                                       labels.begin()));
     retired_.push_back(std::move(dp_comm_));
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
     const bool checkpoint = !pc_.elastic_checkpoint.empty() && std::filesystem::exists(pc_.elastic_checkpoint);
     ParameterServerSync::Reformed r = ps_->reform(*world_, kept, kept_servers_, snapshot_.steps, checkpoint);
     retired_buffers_.push_back(std::move(r.retired));
+    const size_t workers_before = ps_labels_.empty() ? before.size() - kept_servers_.size() - r.lost_servers.size()
+                                                     : static_cast<size_t>(ps_workers_);
+    std::vector<std::string> names;
+    for (int32_t s : r.lost_servers) names.push_back(rank_label(labels[workers_before + static_cast<size_t>(s)]));
+    note_ps_membership();
     job_.sync = ps_->program();  // after a server loss: the job compiler's new ownership of the shards
     job_.world = grid_.world;
+    if (!elastic_centre()) {
+      // The learning rate follows the workers now training (growth's rule), so a shrink after a grow does not keep
+      // the grown factor; every rank computes it from the same grid.
+      lr_scale_ = workers_lr_scale();
+      ps_->set_lr_scale(lr_scale_);
+    }
     if (!r.lost_servers.empty()) {
-      std::vector<std::string> names;
-      for (int32_t s : r.lost_servers) names.push_back(rank_label(before[before.size() - kept_servers_.size() -
-                                                                           r.lost_servers.size() + static_cast<size_t>(s)]));
       log::warn("elastic: lost parameter server(s) {}: {} {} now hold the model's {} shards ({} replica(s) each){}",
                 fmt::join(names, ", "), grid_.servers, grid_.servers == 1 ? "server" : "servers", job_.sync.shards.size(),
                 job_.sync.replicas, r.from_checkpoint ? fmt::format("; no replica survived, so every rank goes back to "
@@ -964,12 +994,13 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     case Strategy::kPs:
     case Strategy::kPsAsync:
     case Strategy::kSsp:
-      how = fmt::format("the servers expect {} worker(s) now{}; this rank continues from step {}", grid_.dp,
+      how = fmt::format("the servers expect {} worker(s) now{}; learning rate x {:.4g}; this rank continues from step {}",
+                        grid_.dp,
                         pc_.strategy == Strategy::kPsAsync ? ""
                         : pc_.strategy == Strategy::kPs
                             ? " (each step averages the live workers' gradients)"
                             : fmt::format(" (the staleness bound of {} clocks holds over the live workers)", pc_.staleness),
-                        optimizer_->steps());
+                        lr_scale_, optimizer_->steps());
       break;
     case Strategy::kEasgd:
       how = pc_.easgd_async ? fmt::format("the centre's server expects {} worker(s) now", grid_.dp)

@@ -75,14 +75,18 @@
 // The same machinery: the poll (Communicator::pending_joins) every join_poll_steps steps, Communicator::grow's one
 // decision with max_ranks, the joiner's constructor mirrored by the running ranks, share_grown_state's labels and
 // rank 0's progress. What differs:
-//  - The poll is collective over workers and servers, so each one starts with a sync point (ParameterServerSync::
-//    sync_point: the workers pause and take the servers' parameters): its cost is that of an epoch's end, every
-//    join_poll_steps steps (LeNet-5, 2 workers + 1 server, loopback: -22..-29% of ps' and ssp's images/s when every
-//    step polls, within the noise at every 10th) -- raise join_poll_steps for a large model. So a parameter-server
-//    job polls only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks` above -n sets it);
-//    without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step apart (a server counts
-//    a step once its pushes are in, a worker once its pulls are), so the polls resume at the first step past the most
-//    progress any rank had at the re-form.
+//  - The check (ps, ssp) rides on the push/pull messages (ParameterServerSync::request_admission): every
+//    join_poll_steps steps worker 0 alone reads the job's store (Communicator::peek_joins); when someone waits, its
+//    next kStep(t) asks the servers for an admission at the step boundary t + staleness, the servers put it on every
+//    pull reply, and only at that boundary do the ranks leave the push/pull region (a sync point) and admit. So a check
+//    costs one store round trip on rank 0 and nothing collective (bench/elastic/join_check_cost.py). ps-async bounds
+//    no worker's lead, so no message is sure to carry the decision in time: its check stays collective, a sync point
+//    and pending_joins every join_poll_steps steps (an epoch's end's cost; raise join_poll_steps for a large model).
+//    A parameter-server job checks only when given a bound to grow to (max_ranks > 0; `tandem launch --max-ranks`
+//    above -n sets it); without one its joiners wait unanswered. After a loss is absorbed the ranks may be a step
+//    apart (a server counts a step once its pushes are in, a worker once its pulls are), so the checks resume at the
+//    first step past the most progress any rank had at the re-form; a re-form (and an admission) drops an admission
+//    asked for before it, and worker 0 asks again.
 //  - Order: Communicator::grow puts the joiners after the servers; every rank then splits the grown world workers
 //    first (old workers, joiners, then the servers with their indices), so the servers stay the last ranks. A joiner
 //    is a worker and takes the next world-rank label after every rank the job had (the server keeps its own).
@@ -96,11 +100,14 @@
 //  - Data and learning rate: DDP grow's rule. The per-worker batch is kept and the epoch's global order continues at
 //    floor(g / dp') of the new shards, on the servers too (they count batches as worker 0 does); the learning rate
 //    (applied by the servers) is x dp' / dp where an update averages the workers' gradients (ps, ssp) and x 1 for
-//    ps-async, whose updates each take one worker's gradient, whose batch does not change. A shrink keeps the factor
-//    (the strategies' loss rule below). Every rank takes worker 0's batch-norm buffers.
-//  - Servers do not join: after a server loss a joiner would have to replace it, so the job's rank 0 refuses every
-//    joiner then with the reason (the joiner fails with kUnsupported); a new server needs a restart from a
-//    checkpoint.
+//    ps-async, whose updates each take one worker's gradient, whose batch does not change. A worker loss applies the
+//    same rule to the workers left (dp' / dp, dp the job's starting width), so a shrink after a grow does not keep
+//    the grown factor. Every rank takes worker 0's batch-norm buffers.
+//  - Servers do not join; after a server loss a joiner is a worker as before. The surviving servers keep the shards
+//    they own (fail_over_servers' ownership); rank 0 sends that ownership to every rank of the grown world (each old
+//    rank checks it holds the same: kMismatch everywhere otherwise), the job is compiled over the servers running
+//    now with it (adopt_ownership), and the joiner pulls each shard from its current owner. A new server needs a
+//    restart from a checkpoint.
 //
 // Elastic pipeline and hybrid DP x PP (issue #17; elastic_reform.cpp). The trainer's own communicator spans every rank
 // (the stage and replica groups are split from it). A failure seen on any group aborts this rank's groups -- whoever
@@ -155,7 +162,8 @@
 //  - fedavg: the survivors adopt the global model of the one with the most rounds and redo the round in flight, its
 //    sampled clients dealt over the survivors (the lost worker's clients are trained by the others).
 //  - Data: except ddp and fedavg (which re-shard as above), each survivor keeps its own shard of the starting width;
-//    the lost worker's shard is not trained any more. Learning rates are kept (ddp: x dp'/dp).
+//    the lost worker's shard is not trained any more. Learning rates are kept, except ddp, ps and ssp:
+//    x dp'/dp (dp the workers the job started with; ps and ssp average dp' gradients per update, as DDP).
 //  - A lost parameter server (ps, ps-async, ssp; ParallelConfig::server_replicas, param_server.hpp states the rule):
 //    with a surviving replica, the backup server takes its shard over (values, optimizer state, clock) and the
 //    workers re-route that key range to it (fail_over_servers in job.hpp: the job compiler's ownership, which job()
@@ -335,9 +343,16 @@ class ParallelTrainer {
   bool admit_workers();  // one admission of workers; false when nobody came in (or the joiners were refused)
   // Collective over the grown world (old ranks first, joiners after): rank 0's shape (W workers, S servers) and the
   // world reordered workers first -- old workers, joiners, then the servers with their indices; from: as above.
+  // It also shares the ownership of the shards (ownership_): rank 0's, checked against every old rank's (kMismatch on
+  // every rank when one differs).
   std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
+  // The job compiled at the grown width over the servers running now, with the ownership shared above.
+  CompiledJob compile_grown(Job job) const;
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
   void adopt_state(int root);
+  // ps, ssp: dp' / dp (the servers average dp' gradients per update: DDP's rule, after growth and loss alike);
+  // ps-async: 1 (an update takes one worker's gradient, whose batch does not change).
+  double workers_lr_scale() const noexcept;
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
   // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)
@@ -442,7 +457,12 @@ class ParallelTrainer {
   std::vector<std::shared_ptr<void>> retired_buffers_;
   std::vector<std::unique_ptr<comm::Communicator>> retired_;  // failed communicators, kept until the trainer dies
   std::vector<int> members_;  // world ranks alive, by current rank
-  std::vector<int> kept_servers_;  // after a shrink with servers: the index each surviving server had before it
+  std::vector<int> kept_servers_;
+  // Parameter servers: the world-rank labels (workers, then servers) in the numbering of the servers' last completed
+  // construction, re-form or growth, and its workers; set by note_ps_membership. A shrink maps the survivors into it.
+  std::vector<int> ps_labels_;
+  int ps_workers_ = 0;
+  void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   int initial_dp_ = 1;
   int initial_world_ = 1;
@@ -451,6 +471,7 @@ class ParallelTrainer {
   double lr_scale_ = 1.0;
   int64_t schedule_epoch_steps_ = 0;  // the epoch length schedule_ was laid out with (the job's starting width)
   std::unique_ptr<comm::Communicator> grown_;  // the grown world after an admission (dp_comm_ is split from it)
+  SyncProgram ownership_;  // growing with servers: the running job's servers, replicas, shards and pieces (rank 0's)
   int64_t poll_from_ = 0;  // parameter servers: no poll for joiners before this step (re-aligned after a loss)
   double last_admission_ms_ = -1;
   // ---- issue #17: grids that grow, spares ----

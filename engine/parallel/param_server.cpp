@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 
@@ -110,7 +111,16 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
   elastic_ = program_.exchange == Exchange::kElastic;
   TANDEM_REQUIRE(elastic_ || program_.exchange == Exchange::kPushPull,
                  "parameter server: the job's exchange is {}, not push-pull or elastic", exchange_name(program_.exchange));
-  TANDEM_REQUIRE(program_.shards.size() == static_cast<size_t>(S), "parameter server: {} key ranges for {} servers",
+  // A job starts with shard s on server s; a worker joining after a server loss (issue #17) gets more shards than
+  // servers, each on the server that owns it now.
+  const bool fresh = program_.shards.size() == static_cast<size_t>(S);
+  for (size_t k = 0; k < program_.shards.size(); ++k)
+    TANDEM_REQUIRE(program_.shards[k].server >= 0 && program_.shards[k].server < S &&
+                       (!fresh || program_.shards[k].server == static_cast<int32_t>(k)),
+                   "parameter server: key range {} of {} belongs to server {} of {}", k, program_.shards.size(),
+                   program_.shards[k].server, S);
+  TANDEM_REQUIRE(program_.shards.size() >= static_cast<size_t>(S) && (fresh || (rank_ != 0 && rank_ < W)),
+                 "parameter server: {} key ranges for {} servers (more only for a worker joining a running job)",
                  program_.shards.size(), S);
   TANDEM_REQUIRE(program_.pieces.size() < kMaxPieces, "parameter server: {} bucket pieces; at most {} are supported",
                  program_.pieces.size(), kMaxPieces - 1);
@@ -224,6 +234,12 @@ std::vector<int32_t> ParameterServerSync::owned_shards() const {
   return out;
 }
 
+const std::vector<float>& ParameterServerSync::shard_values(int32_t index) const {
+  for (const Shard& sh : owned_)
+    if (sh.index == index) return sh.host;
+  TANDEM_THROW(Status::kInvalidArgument, "parameter server (world rank {}): shard {} is not owned here", rank_, index);
+}
+
 int64_t ParameterServerSync::ServerPiece::replicated() const noexcept {
   int64_t m = INT64_MAX;
   for (int64_t a : acked) m = std::min(m, a);
@@ -272,10 +288,15 @@ ParameterServerSync::~ParameterServerSync() {
 
 void ParameterServerSync::send_control(int32_t kind, int64_t clock) {
   const int W = program_.workers;
+  const int32_t request = kind == kStep && request_next_ ? 1 : 0;
+  if (request != 0) {
+    request_next_ = false;
+    admit_at_ = clock + program_.staleness;
+  }
   for (int s = 0; s < program_.servers; ++s) {
     auto& w = control_sends_[static_cast<size_t>(s)];
     if (w) w->wait();  // the previous control message to this server (long delivered)
-    control_out_[static_cast<size_t>(s)] = Header{kind, rank_, s, 0, clock, 0};
+    control_out_[static_cast<size_t>(s)] = Header{kind, rank_, s, request, clock, 0};
     w = world_->send(&control_out_[static_cast<size_t>(s)], kHeaderFloats, DType::kF32, W + s, kTagControl);
   }
 }
@@ -389,6 +410,13 @@ int64_t ParameterServerSync::finish() {
     pull_[k].work->wait();
     pull_[k].work.reset();
     expect(pull_[k], from, kPull, static_cast<int32_t>(k), t, p.end - p.begin);
+    const int32_t due = pull_[k].header().reserved;  // 1 + B - t with an admission due at B (request_admission)
+    if (due > 0) {
+      TANDEM_CHECK(admit_at_ < 0 || admit_at_ == t + due - 1, Status::kMismatch,
+                   "parameter server protocol: world rank {} says an admission is due at step {}, world rank {} at {}",
+                   from, t + due - 1, rank_, admit_at_);
+      admit_at_ = t + due - 1;
+    }
     copy_into_params(p.begin, p.end - p.begin, pull_[k].payload());
   }
   for (auto& w : control_sends_) w->wait();
@@ -501,6 +529,10 @@ bool ParameterServerSync::poll_worker(int w) {
         if (!idle || h.clock != ws.started + 1) bad("out of order");
         ws.started = h.clock;
         ws.replied = 0;
+        if (h.reserved != 0) {  // worker 0 asks for an admission (request_admission)
+          if (w != 0 || program_.staleness < 0) bad("with an admission request only worker 0 of ps or ssp sends");
+          if (admit_at_ < 0) admit_at_ = h.clock + program_.staleness;
+        }
         for (size_t j = 0; j < pieces_.size(); ++j) {
           Message& m = ws.push[j];
           m.buf.assign(kHeaderFloats + static_cast<size_t>(pieces_[j].size), 0.0f);
@@ -614,7 +646,13 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
   const ServerPiece& p = pieces_[static_cast<size_t>(j)];
   Message& r = ws.reply[static_cast<size_t>(j)];
   if (r.work) r.work->wait();  // the last reply of this piece (the worker received it before pushing again)
-  r.set(Header{kPull, rank_, p.global, 0, clock, p.size});
+  // A due admission rides on every reply (request_admission): 1 + B - clock, never below 1 (no reply is of a clock
+  // past B before the admission).
+  const int64_t ahead = admit_at_ >= 0 ? admit_at_ - clock : -1;
+  TANDEM_CHECK(admit_at_ < 0 || ahead >= 0, Status::kInternal,
+               "parameter server {}: a pull reply of clock {} past the admission due at step {}", server_, clock,
+               admit_at_);
+  r.set(Header{kPull, rank_, p.global, static_cast<int32_t>(ahead + 1), clock, p.size});
   std::copy_n(host_of(p), p.size, r.payload());
   r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
@@ -998,6 +1036,12 @@ namespace tandem::engine::parallel {
 ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
                                                           const std::vector<int>& kept_servers, int64_t steps,
                                                           bool checkpoint) {
+  // A rank lost after the survivors started moving shards (below the agreement) leaves this server's state half
+  // re-formed: which rank holds which shard is no longer known alike everywhere, so stop rather than guess.
+  TANDEM_CHECK(!reforming_, Status::kPeerFailure,
+               "parameter server re-form: another rank was lost while the survivors were taking over the shards of a "
+               "lost server, so the shards' owners are no longer known alike on every rank; the job stops; restart it "
+               "from the last checkpoint");
   const int S_old = program_.servers;
   const int S = static_cast<int>(kept_servers.size());
   const int W = survivors.size() - S;
@@ -1037,6 +1081,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   std::vector<int64_t> all(row * static_cast<size_t>(survivors.size()));
   survivors.allgather(mine.data(), all.data(), row, DType::kI64)->wait();
   const auto at = [&](int r, size_t k) { return all[row * static_cast<size_t>(r) + k]; };
+  reforming_ = true;
 
   // ---- lost servers: who takes each of their shards (the job compiler's rule), from a replica or the checkpoint ----
   SyncProgram next = program_;
@@ -1044,27 +1089,39 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   bool from_checkpoint = false;
   std::vector<int64_t> taken(NS, -1);  // a shard taken over from a replica: the replica's update count
   if (!lost.empty()) {
-    std::string why;
-    try {
-      fail_over_servers(next, lost, false, optimizer_config_);
-    } catch (const Error& e) {
-      why = e.what();
-    }
-    for (size_t k = 0; k < NS && why.empty(); ++k) {
+    // Every lost shard goes to the first surviving server of its backups (fail_over_servers' rule), which must hold a
+    // complete replica of it; the shards that have none are named together.
+    std::vector<std::string> gone;
+    for (size_t k = 0; k < NS; ++k) {
       const int32_t was = program_.shards[k].server;
       if (std::find(lost.begin(), lost.end(), was) == lost.end()) continue;
-      const int32_t to = next.shards[k].server;
+      int32_t to = -1;  // the backup's index among the survivors
+      for (int32_t b : replica_servers(was, S_old, program_.replicas)) {
+        const auto it = std::find(kept_servers.begin(), kept_servers.end(), b);
+        if (it != kept_servers.end()) {
+          to = static_cast<int32_t>(it - kept_servers.begin());
+          break;
+        }
+      }
+      const std::string shard = fmt::format("parameter server {} was lost with shard {} [{}, {})", was, k,
+                                            program_.shards[k].begin, program_.shards[k].end);
+      if (to < 0) {
+        gone.push_back(fmt::format("{}: no replica on a surviving server ({} replica(s) per shard)", shard,
+                                   program_.replicas));
+        continue;
+      }
       taken[k] = at(W + to, 2 + k);
       if (taken[k] < 0)
-        why = fmt::format("parameter server {} was lost and its replica of shard [{}, {}) on server {} is incomplete "
-                          "(the replicas were being re-seeded)", was, program_.shards[k].begin, program_.shards[k].end,
-                          kept_servers[static_cast<size_t>(to)]);
+        gone.push_back(fmt::format("{}: its replica on server {} is incomplete (the replicas were being re-seeded "
+                                   "after an earlier loss)", shard, kept_servers[static_cast<size_t>(to)]));
     }
-    if (!why.empty()) {
-      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure, "{}; and {}, so the job stops; restart it from the last "
-                   "checkpoint", why,
+    if (gone.empty()) fail_over_servers(next, lost, false, optimizer_config_);  // the same owners as above
+    if (!gone.empty()) {
+      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure,
+                   "lost {} of the model's {} shards: {}; and {}, so the job stops; restart it from the last "
+                   "checkpoint", gone.size(), NS, fmt::join(gone, "; "),
                    elastic_ ? "the asynchronous EASGD centre is not restored from a checkpoint"
-                            : "no checkpoint to restore it from (elastic_checkpoint)");
+                            : "no checkpoint to restore them from (elastic_checkpoint)");
       next = program_;
       next.workers = W;
       fail_over_servers(next, lost, true, optimizer_config_);
@@ -1120,6 +1177,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   peers_.clear();
 
   const bool had_step = step_started_;
+  clear_admission();  // some ranks may have learned of one, others not: worker 0 asks again
   if (next.workers != program_.workers) rebase_schedule();
   world_ = &survivors;
   rank_ = survivors.rank();
@@ -1232,6 +1290,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     }
   }
   out.retired = std::move(retired);
+  reforming_ = false;
   return out;
 }
 
@@ -1253,14 +1312,14 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
                "parameter server grow: {} workers and {} servers over a world of {} ({} worker indices) from {} workers "
                "and {} servers",
                W, S, grown.size(), from_worker.size(), program_.workers, program_.servers);
-  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server grow: learning-rate scale {} must be > 0",
-                 lr_scale);
+  set_lr_scale(lr_scale);
   const bool was_server = server_ >= 0;
   // Sends still in flight on the old communicator (the replicas' end markers) complete before it is left.
   for (Link& l : backups_)
     for (Message& m : l.sends)
       if (m.work) m.work->wait();
   rebase_schedule();
+  clear_admission();
   world_ = &grown;
   rank_ = grown.rank();
   // Shard ownership is the running job's (it may differ from a fresh compile after a server loss); the compiler's
@@ -1270,7 +1329,6 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
   next.pieces = program_.pieces;
   program_ = std::move(next);
   clock_ = clock;
-  lr_scale_ = lr_scale;
   withheld_.clear();
   armed_ = false;
   std::fill(issued_.begin(), issued_.end(), false);
@@ -1304,6 +1362,18 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
 }  // namespace tandem::engine::parallel
 
 namespace tandem::engine::parallel {
+
+void ParameterServerSync::request_admission() {
+  TANDEM_CHECK(server_ < 0 && rank_ == 0 && !elastic_ && program_.staleness >= 0, Status::kInternal,
+               "request_admission: only worker 0 of ps or ssp asks (world rank {})", rank_);
+  if (admit_at_ < 0) request_next_ = true;
+}
+
+void ParameterServerSync::set_lr_scale(double lr_scale) {
+  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server: learning-rate scale {} must be > 0",
+                 lr_scale);
+  lr_scale_ = lr_scale;
+}
 
 void ParameterServerSync::reset_peer(WorkerState& ws, int64_t clock) const {
   ws.push.resize(pieces_.size());

@@ -134,8 +134,10 @@ class ParameterServerSync final : public GradientSync {
   // that redoes its step starts again from the parameters it started it with). When a lost shard has no complete
   // replica on a survivor: with `checkpoint` true it goes to the next surviving server in ring order with empty
   // values and `from_checkpoint` is set -- the caller must restore every rank from its checkpoint (restore());
-  // otherwise every survivor throws kPeerFailure naming the lost server and why (no replica, or an incomplete one,
-  // and no checkpoint). ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
+  // otherwise every survivor throws kPeerFailure naming every such shard, its lost server and why (no replica on a
+  // survivor -- its backups were lost with it, at once or before the replicas were re-seeded -- or an incomplete one),
+  // and that there is no checkpoint. A loss that cuts a re-form short after the survivors' agreement (shards may have
+  // moved on some ranks only) stops the next re-form with kPeerFailure saying so, rather than guess the owners. ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
   // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
   // over the survivors and re-seeded on entering the region.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
@@ -162,10 +164,31 @@ class ParameterServerSync final : public GradientSync {
   void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
+  // ---- the piggy-backed joiner check (issue #17; ps and ssp, staleness S >= 0) ----
+  // Worker 0, having read the job's store (Communicator::peek_joins, rank 0 alone), asks for an admission: its next
+  // kStep(t) control message carries the request (Header::reserved = 1), which makes the admission due at the step
+  // boundary B = t + S. A server that has seen the request puts B on every pull reply from then on (reserved =
+  // 1 + B - clock), so every rank knows B by the time it completes step B:
+  //  - a server serves step B only once worker 0 pushed clock B >= t, so after its kStep(t) arrived;
+  //  - a worker's pull reply of clock c >= B = t + S waits until every piece applied clock c - S >= t, which needs
+  //    worker 0's push of t, so it leaves after the request; and no worker completes step c without that reply.
+  // Nothing is collective until the boundary where a joiner waits (the trainer's sync point and admission there).
+  // -1: no admission due. reform() and grow() clear it (worker 0 asks again if someone still waits).
+  void request_admission();
+  int64_t admission_due() const noexcept { return admit_at_; }
+  void clear_admission() noexcept {
+    admit_at_ = -1;
+    request_next_ = false;
+  }
+  // Servers: the learning-rate factor from the next update on (the trainer's rule after the workers changed: a loss
+  // re-applies it as growth does, so a shrink after a grow does not keep the grown factor). kInvalidArgument unless > 0.
+  void set_lr_scale(double lr_scale);
   // The program as it is now (after a server loss: the surviving servers' shards and pieces).
   const SyncProgram& program() const noexcept { return program_; }
-  // Servers: the shard indices (in program().shards) this server owns now.
+  // Servers: the shard indices (in program().shards) this server owns now, and one's values (kInvalidArgument when
+  // this server does not own it).
   std::vector<int32_t> owned_shards() const;
+  const std::vector<float>& shard_values(int32_t index) const;
 
   // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
   // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.
@@ -307,6 +330,9 @@ class ParameterServerSync final : public GradientSync {
   int64_t exchanges_ = 0;  // elastic exchanges made (worker)
   int64_t max_gap_ = 0;
   int64_t last_busy_ns_ = 0;
+  bool reforming_ = false;     // reform() past the survivors' agreement and not finished (a loss cut it short)
+  int64_t admit_at_ = -1;     // the step boundary an admission is due at (request_admission), -1: none
+  bool request_next_ = false;  // worker 0: the next kStep carries the request
   double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)
 
   // worker

@@ -6,10 +6,12 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <utility>
 #include <unistd.h>
 
 #include "engine/core/log.hpp"
@@ -26,8 +28,7 @@ using namespace tandem::testing;
 namespace {
 
 constexpr int64_t kBatch = 4;  // per worker
-constexpr int kWorld = 4;      // workers 0, 1; servers 0 and 1 = world ranks 2 and 3
-constexpr int kServer1 = 3;
+constexpr int kServer1 = 3;  // ps_config: workers 0, 1; servers 0 and 1 = world ranks 2 and 3
 
 comm::CommOptions quick_deadline() {
   comm::CommOptions o;
@@ -48,6 +49,20 @@ par::ParallelConfig ps_config(par::Strategy s, int replicas) {
   return p;
 }
 
+// Elastic ps over 3 servers, each shard backed up on the next (replica_servers), with momentum to replicate.
+par::Job three_servers_one_replica() {
+  par::Job job;
+  job.model = lenet12();
+  job.batch = 4;
+  job.parallel.strategy = par::Strategy::kPs;
+  job.parallel.servers = 3;
+  job.parallel.server_replicas = 1;
+  job.parallel.elastic = true;
+  job.parallel.bucket_mb = 0.004;
+  job.optimizer.momentum = 0.9f;
+  return job;
+}
+
 std::vector<float> host_params(nn::Model& m) {
   const Tensor h = m.backend().to_host(m.params());
   return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
@@ -64,60 +79,104 @@ struct Outcome {
   std::vector<double> seconds;  // from the loss to the end (or the failure)
 };
 
-// Every rank trains `before` steps (checkpoint: then saves `checkpoint` and trains `after_checkpoint` more); then
-// world rank `dead` (if >= 0) leaves without a word and the others train until their optimizer step is `until`.
-Outcome run(const par::ParallelConfig& p, int before, int dead, int until, const std::string& checkpoint = "",
-            int after_checkpoint = 0, const std::string& expect_log = "") {
+// 2 workers and p.servers servers train until their optimizer step is `until`. Each (world rank, step) of `deaths`
+// leaves without a word when it reaches that step; with a `checkpoint`, every rank saves it at step `checkpoint_at`.
+Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int, int>>& deaths, int until,
+                   const std::string& checkpoint = "", int checkpoint_at = -1, const std::string& expect_log = "") {
+  const int world = 2 + p.servers;
+  const auto n = static_cast<size_t>(world);
   const train::TrainerConfig cfg = sgd_config(kBatch);
   Outcome o;
-  o.params.resize(kWorld);
-  o.members.resize(kWorld);
-  o.owned.resize(kWorld);
-  o.servers.assign(kWorld, 0);
-  o.steps.assign(kWorld, 0);
-  o.logged.assign(kWorld, false);
-  o.seconds.assign(kWorld, 0.0);
-  std::vector<Captured> logs(kWorld);
-  o.errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& comm) {
+  o.params.resize(n);
+  o.members.resize(n);
+  o.owned.resize(n);
+  o.servers.assign(n, 0);
+  o.steps.assign(n, 0);
+  o.logged.assign(n, false);
+  o.seconds.assign(n, 0.0);
+  int first_loss = until;
+  for (const auto& d : deaths) first_loss = std::min(first_loss, d.second);
+  std::vector<Captured> logs(n);
+  o.errors = run_world(world, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    const auto me = static_cast<size_t>(r);
     log::Logger logger(log::Level::kWarn);
-    logger.set_sink(&Captured::sink, &logs[static_cast<size_t>(r)]);
+    logger.set_sink(&Captured::sink, &logs[me]);
     log::Scope scope(&logger);
     auto be = one_thread_backend();
     nn::Model m(lenet12(), *be, 3);
     par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, p, &comm);
-    for (int i = 0; i < before; ++i) t.step();
-    if (!checkpoint.empty()) {
-      t.save_checkpoint(checkpoint);
-      for (int i = 0; i < after_checkpoint; ++i) t.step();
-    }
-    if (r == dead) {
-      t.abandon();
-      return;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
+    int dies_at = -1;
+    for (const auto& d : deaths)
+      if (d.first == r) dies_at = d.second;
+    auto t0 = std::chrono::steady_clock::now();
+    bool saved = false;
+    const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     try {
-      // The lost server may take the step it was serving with it: that step is completed or redone by the survivors.
-      for (int i = 0; i < 3 * until && t.global_step() < until; ++i) t.step();
+      // A lost server may take the step it was serving with it: that step is completed or redone by the survivors.
+      for (int i = 0; i < 3 * until && t.global_step() < until; ++i) {
+        if (t.global_step() < first_loss) t0 = std::chrono::steady_clock::now();  // timed from the first loss
+        if (!checkpoint.empty() && !saved && t.global_step() == checkpoint_at) {
+          t.save_checkpoint(checkpoint);
+          saved = true;
+        }
+        if (t.global_step() == dies_at) {
+          t.abandon();
+          return;
+        }
+        t.step();
+      }
     } catch (...) {
-      o.seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      o.seconds[me] = elapsed();
       throw;
     }
-    o.seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    o.params[static_cast<size_t>(r)] = host_params(m);
-    o.members[static_cast<size_t>(r)] = t.members();
-    o.servers[static_cast<size_t>(r)] = t.job().sync.servers;
-    o.steps[static_cast<size_t>(r)] = t.global_step();
-    if (t.param_server() != nullptr && t.param_server()->is_server())
-      o.owned[static_cast<size_t>(r)] = t.param_server()->owned_shards();
-    o.logged[static_cast<size_t>(r)] = expect_log.empty() || logs[static_cast<size_t>(r)].contains(expect_log);
+    o.seconds[me] = elapsed();
+    o.params[me] = host_params(m);
+    o.members[me] = t.members();
+    o.servers[me] = t.job().sync.servers;
+    o.steps[me] = t.global_step();
+    if (t.param_server() != nullptr && t.param_server()->is_server()) o.owned[me] = t.param_server()->owned_shards();
+    o.logged[me] = expect_log.empty() || logs[me].contains(expect_log);
   });
   if (std::getenv("TANDEM_TEST_SHOW_LOGS") != nullptr)
     for (const std::string& line : logs[0].lines) std::fprintf(stderr, "rank 0: %s\n", line.c_str());
   return o;
 }
 
+// Every rank trains `before` steps (checkpoint: then saves `checkpoint` and trains `after_checkpoint` more); then
+// world rank `dead` (if >= 0) leaves without a word and the others train until their optimizer step is `until`.
+Outcome run(const par::ParallelConfig& p, int before, int dead, int until, const std::string& checkpoint = "",
+            int after_checkpoint = 0, const std::string& expect_log = "") {
+  std::vector<std::pair<int, int>> deaths;
+  if (dead >= 0) deaths.emplace_back(dead, before + after_checkpoint);
+  return run_losses(p, deaths, until, checkpoint, checkpoint.empty() ? -1 : before, expect_log);
+}
+
 std::string temp_path(const char* name) {
   return (std::filesystem::temp_directory_path() / fmt::format("tandem_{}_{}.ckpt", name, getpid())).string();
+}
+
+par::ParallelConfig servers_config(int servers, int replicas) {
+  par::ParallelConfig p = ps_config(par::Strategy::kPs, replicas);
+  p.servers = servers;
+  return p;
+}
+
+std::vector<int32_t> sorted(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// Every survivor in `ranks` finished without an error at the uninterrupted run's step, and the workers (world ranks
+// 0 and 1; a server's own model is not trained) end with its parameters.
+void require_exact(const Outcome& lost, const Outcome& whole, const std::vector<int>& ranks) {
+  for (int r : ranks) {
+    const auto i = static_cast<size_t>(r);
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[i].message) {
+      BOOST_TEST_REQUIRE((lost.errors[i].status == Status::kOk));
+      BOOST_TEST(lost.steps[i] == whole.steps[0]);
+      if (r < 2) BOOST_TEST(rel_diff(lost.params[i], whole.params[i]) <= 1e-6);
+    }
+  }
 }
 
 }  // namespace
@@ -203,26 +262,81 @@ BOOST_DATA_TEST_CASE(without_a_replica_or_checkpoint_every_survivor_stops_naming
     BOOST_TEST_CONTEXT(par::strategy_name(strategy) << ", world rank " << r << ": " << e.message) {
       BOOST_TEST((e.status == Status::kPeerFailure));
       BOOST_TEST(contains(e.message, "parameter server 1 was lost"));
-      BOOST_TEST(contains(e.message, "no surviving replica (0 replica(s) per shard)"));
-      BOOST_TEST(contains(e.message, "no checkpoint to restore it from"));
+      BOOST_TEST(contains(e.message, "no replica on a surviving server (0 replica(s) per shard)"));
+      BOOST_TEST(contains(e.message, "no checkpoint to restore them from"));
       BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 4.0);
     }
   }
+}
+
+// ---- a second server loss (issue #17) ----
+
+// 4 servers, one replica each: server 1 (world rank 3) is lost after step 3 and server 2 takes its shard over; after step 6
+// -- the replicas long re-seeded over the 3 survivors -- server 2 (world rank 4), now holding shards 1 and 2, is lost
+// too, and its new backup, server 3, takes both over. Synchronous ps ends where the uninterrupted run does.
+BOOST_AUTO_TEST_CASE(a_second_server_lost_after_the_replicas_were_reseeded_is_survived_exactly) {
+  const par::ParallelConfig p = servers_config(4, 1);
+  const Outcome whole = run_losses(p, {}, 10);
+  require_no_errors(whole.errors);
+  const Outcome lost = run_losses(p, {{3, 3}, {4, 6}}, 10);
+  require_exact(lost, whole, {0, 1, 2, 5});
+  for (int r : {0, 1, 2, 5}) {
+    BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2, 5}));
+    BOOST_TEST(lost.servers[static_cast<size_t>(r)] == 2);
+  }
+  BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0}));
+  BOOST_TEST((sorted(lost.owned[5]) == std::vector<int32_t>{1, 2, 3}));
+}
+
+// 3 servers, two replicas each: servers 1 and 2 (world ranks 3 and 4) are lost at once; server 0 backs both up and
+// takes both shards over. Synchronous ps ends where the uninterrupted run does.
+BOOST_AUTO_TEST_CASE(two_servers_lost_at_once_are_survived_when_a_third_backs_both_up) {
+  const par::ParallelConfig p = servers_config(3, 2);
+  const Outcome whole = run_losses(p, {}, 8);
+  require_no_errors(whole.errors);
+  const Outcome lost = run_losses(p, {{3, 3}, {4, 3}}, 8);
+  require_exact(lost, whole, {0, 1, 2});
+  BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 1, 2}));
+}
+
+// 3 servers, one replica each: server 1 and its only backup, server 2, are lost at once. Shard 1 exists nowhere now:
+// every survivor stops with kPeerFailure naming it (and not shard 2, whose backup on server 0 survived), in bounded
+// time -- neither a hang nor a silent restart from wrong values.
+BOOST_AUTO_TEST_CASE(a_shard_lost_with_its_only_replica_stops_every_survivor_naming_the_shard) {
+  const Outcome lost = run_losses(servers_config(3, 1), {{3, 3}, {4, 3}}, 10);
+  for (int r : {0, 1, 2}) {
+    const RankError& e = lost.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "lost 1 of the model's 3 shards"));
+      BOOST_TEST(contains(e.message, "parameter server 1 was lost with shard 1 ["));
+      BOOST_TEST(!contains(e.message, "shard 2 ["));
+      BOOST_TEST(contains(e.message, "restart it from the last checkpoint"));
+      BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 15.0);
+    }
+  }
+}
+
+// The same double loss with a checkpoint (written at step 2): every rank goes back to it, the surviving server takes
+// every shard from it, and synchronous ps ends where the uninterrupted run does.
+BOOST_AUTO_TEST_CASE(a_shard_lost_with_its_only_replica_comes_back_from_the_checkpoint) {
+  const std::string path = temp_path("ps_double_loss");
+  par::ParallelConfig p = servers_config(3, 1);
+  p.elastic_checkpoint = path;
+  const Outcome whole = run_losses(p, {}, 8);
+  require_no_errors(whole.errors);
+  const Outcome lost = run_losses(p, {{3, 4}, {4, 4}}, 8, path, 2, "every rank goes back to checkpoint");
+  std::filesystem::remove(path);
+  require_exact(lost, whole, {0, 1, 2});
+  for (int r : {0, 1, 2}) BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs the restore");
+  BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 1, 2}));
 }
 
 // The job compiler's fail-over: 3 servers with one replica each; server 1 lost: its shard goes to server 2 (its
 // backup), renumbered 1; the pieces follow; the memory grows by the taken shard; with no replica it is refused, and
 // with any_survivor the next surviving server takes it.
 BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
-  par::Job job;
-  job.model = lenet12();
-  job.batch = 4;
-  job.parallel.strategy = par::Strategy::kPs;
-  job.parallel.servers = 3;
-  job.parallel.server_replicas = 1;
-  job.parallel.elastic = true;
-  job.parallel.bucket_mb = 0.004;
-  job.optimizer.momentum = 0.9f;
+  const par::Job job = three_servers_one_replica();
   par::CompiledJob cj = par::compile_job(job, 5);
   BOOST_TEST(cj.sync.replicas == 1);
   BOOST_TEST((par::replica_servers(2, 3, 1) == std::vector<int32_t>{0}));
@@ -250,6 +364,36 @@ BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
   par::fail_over_servers(none, {0}, true);  // from a checkpoint: the next surviving server, 1 (renumbered 0)
   BOOST_TEST(none.sync.shards[0].server == 0);
   BOOST_TEST(none.sync.shards[2].server == 1);
+}
+
+// A job growing after a server loss (issue #17) compiles over the servers running now and adopts the running
+// ownership: the program of 2 servers takes the fail-over's shards and pieces, sized by the compiler's code as
+// fail_over_servers sized them; tables that do not fit are refused naming the entry.
+BOOST_AUTO_TEST_CASE(a_grown_job_adopts_the_ownership_after_a_fail_over) {
+  const par::Job job = three_servers_one_replica();
+  par::CompiledJob failed = par::compile_job(job, 5);
+  par::fail_over_servers(failed, {1}, false);  // 2 workers, servers {0}, {1, 2}
+  par::Job grown = job;
+  grown.parallel.servers = 2;
+  grown.parallel.server_replicas = failed.sync.replicas;
+  par::CompiledJob cj = par::compile_job(grown, 5);  // 3 workers, 2 servers
+  BOOST_TEST(cj.sync.workers == 3);
+  par::adopt_ownership(cj.sync, failed.sync.shards, failed.sync.pieces, failed.sync.replicas, job.optimizer);
+  BOOST_TEST(cj.sync.shards.size() == 3u);
+  BOOST_TEST(cj.sync.shards[2].server == 1);
+  BOOST_TEST(cj.sync.pieces.size() == failed.sync.pieces.size());
+  for (int s = 0; s < 2; ++s) {  // the servers hold what they held, whatever the workers
+    BOOST_TEST(cj.sync.server_memory[static_cast<size_t>(s)].param_bytes ==
+               failed.sync.server_memory[static_cast<size_t>(s)].param_bytes);
+    BOOST_TEST(cj.sync.replica_bytes_per_update[static_cast<size_t>(s)] ==
+               failed.sync.replica_bytes_per_update[static_cast<size_t>(s)]);
+  }
+  std::vector<par::KeyRange> bad = failed.sync.shards;
+  bad[1].server = 2;  // no such server among 2
+  BOOST_CHECK_EXCEPTION(
+      par::adopt_ownership(cj.sync, bad, failed.sync.pieces, 1, job.optimizer), Error, [](const Error& e) {
+        return e.status() == Status::kInvalidArgument && contains(e.what(), "shard 1") && contains(e.what(), "server 2");
+      });
 }
 
 // Bad settings get a clear error before any communication.

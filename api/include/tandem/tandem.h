@@ -1070,8 +1070,9 @@ typedef struct tandem_parallel_params {
    * returned, with the job's settings (the data-parallel width and the stage cut are the job's to choose). */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
   int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
-                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast; with
-                                     * parameter servers also a sync point) */
+                                     * (each check: one store round trip on rank 0 and an 8-byte broadcast; PS and
+                                     * SSP: the store read alone, the decision carried on the push/pull messages;
+                                     * PS_ASYNC: also a sync point) */
   int32_t joining;                  /* grow: non-zero on a joiner; default 0 */
   /* PS, PS_ASYNC, SSP: every server keeps a backup of the shards of the server_replicas servers before it in ring
    * order (values, optimizer state, clock), refreshed after each update it applies; PS and SSP release a pull only
