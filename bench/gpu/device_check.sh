@@ -7,7 +7,10 @@
 #      called directly;
 #   3. training throughput against the machine's PyTorch on CUDA (bench/train/bench_train.py --device cuda);
 #   4. tandem calibrate --device cuda and tandem train --predict against the measured step.
-# Writes $OUT/device_check.log (everything) and prints a summary. STEPS (default all) picks some: "tests bench".
+# Further steps by name: parallel (DDP and a pipeline on the GPU), bf16, fp16 (loss-scaled fp16 against PyTorch's
+# autocast(float16) with GradScaler).
+# Writes $OUT/device_check.log (everything) and prints a summary. STEPS (default "tests allreduce train predict")
+# picks steps, e.g. STEPS="tests fp16".
 set -u
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT"
@@ -85,6 +88,17 @@ case " $STEPS " in *" bf16 "*)
   timeout 120 "$G/tandem" train --device cuda --precision bf16 --model resnet18 --dataset synthetic --input 3x32x32 \
     --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --predict \
     --predict-cluster p5.48xlarge:1 --profile "$OUT/profile_resnet18_cuda_bf16.json"
+  echo "rc=$?"
+;; esac
+
+case " $STEPS " in *" fp16 "*)
+  section "fp16 with dynamic loss scaling: the GPU tests' fp16 case, then Tandem --precision fp16 against PyTorch autocast(float16) + GradScaler, batch 256"
+  run timeout 300 "$G/bin/test_compute_gpu" --log_level=test_suite --report_level=short 2>&1 | grep -E 'fp16|bf16|error|passed|failed' | tail -8
+  PYTHONUNBUFFERED=1 timeout 300 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
+    --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --precision fp16 \
+    --models resnet18,mobilenetv2
+  timeout 120 "$G/tandem" train --device cuda --precision fp16 --model resnet18 --dataset synthetic --input 3x32x32 \
+    --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --json | tail -2
   echo "rc=$?"
 ;; esac
 

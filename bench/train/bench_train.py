@@ -57,14 +57,23 @@ if dev.type == "cuda":  # the same arithmetic as Tandem's side: TF32 tensor core
     torch.backends.cudnn.allow_tf32 = %(tf32)s
     torch.backends.cuda.matmul.allow_tf32 = %(tf32)s
 model.train()
-amp = %(bf16)s and dev.type == "cuda"
+amp = %(amp)r if dev.type == "cuda" else ""
+# fp16: autocast(float16) with GradScaler's dynamic loss scaling, as a user writes it (Tandem: --precision fp16)
+scaler = None
+if amp == "fp16":
+    scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
 def step():
     opt.zero_grad(set_to_none=True)
     # autocast only when asked: Debian's PyTorch 1.13 (no CUDA) refuses even a disabled bf16 "cuda" autocast
-    with torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+    with torch.autocast("cuda", dtype=torch.bfloat16 if amp == "bf16" else torch.float16) if amp else contextlib.nullcontext():
         loss = loss_fn(model(x), y)
-    loss.backward()
-    opt.step()
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
 for _ in range(%(warmup)d):
     step()
 sync()
@@ -339,7 +348,7 @@ def tandem_run(tandem, model, threads, batch, seconds_hint, ips_guess, device="c
 def torch_run(python, env, model, threads, batch, seconds, device="cpu", tf32=False, precision="f32", cap="all"):
     code = TORCH_CHILD % {"here": HERE, "capability": CAPABILITY, "threads": threads, "model": model, "batch": batch, "seconds": seconds,
                           "device": device, "warmup": 3 if device == "cpu" else 20, "tf32": bool(tf32),
-                          "bf16": precision == "bf16",
+                          "amp": "" if precision == "f32" else precision,
                           "shape": input_shape(model)}
     env = dict(capped_env(env, cap, "torch"), OMP_NUM_THREADS=str(threads))
     out, rss = run_with_rss([python, "-c", code], env)
@@ -359,9 +368,10 @@ def main():
     ap.add_argument("--tf32", type=int, default=0, choices=(0, 1),
                     help="cuda: 1 lets both sides use TF32 tensor cores for convolutions and GEMMs (PyTorch's own "
                          "default is on for cuDNN convolutions, off for GEMMs); 0, strict f32 on both")
-    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16", "fp16"),
                     help="cuda: bf16 trains Tandem with --precision bf16 (bf16 tensor-core convolutions and GEMMs, f32 "
-                         "tensors) and PyTorch under torch.autocast(bfloat16) (bf16 activations too)")
+                         "tensors) and PyTorch under torch.autocast(bfloat16) (bf16 activations too); fp16 the same "
+                         "in half precision, both sides with dynamic loss scaling (PyTorch: GradScaler)")
     ap.add_argument("--max-isa", default="all",
                     help="comma list of vector ISA caps for both sides, each a set of rows: all (uncapped), avx512, "
                          "avx2, sse41 (e.g. avx2,all: the AVX2 code paths, and the uncapped ones beside them)")
@@ -371,6 +381,9 @@ def main():
     for cap in caps:
         if cap not in ("all", "avx512", "avx2", "sse41"):
             sys.exit("bench_train: --max-isa %r: each cap must be all, avx512, avx2 or sse41" % cap)
+    if args.device == "cpu" and args.precision != "f32":
+        sys.exit("bench_train: --precision %s needs --device cuda (on a CPU Tandem's fp16 is an emulation and "
+                 "PyTorch's CPU autocast is another thing)" % args.precision)
     if args.device != "cpu" and caps != ["all"]:
         sys.exit("bench_train: --max-isa applies to --device cpu only")
     tandem = find_tandem(args.tandem)
@@ -384,7 +397,9 @@ def main():
     if args.device != "cpu":
         cpu += "; device %s: %s; TF32 %s on both sides; precision %s" % (
             args.device, gpu_description(), "allowed" if args.tf32 else "off",
-            "f32" if args.precision == "f32" else "bf16 (Tandem: bf16 math; PyTorch: autocast)")
+            "f32" if args.precision == "f32" else "%s (Tandem: %s math%s; PyTorch: autocast%s)" % (
+                args.precision, args.precision, ", dynamic loss scaling" if args.precision == "fp16" else "",
+                " + GradScaler" if args.precision == "fp16" else ""))
     load_before = os.getloadavg()
     busy = cpu_busy_fraction()
     quiet = busy < 0.10
