@@ -35,11 +35,15 @@ extern "C" {
 
 /* ---- Versions ----------------------------------------------------------------------------- */
 #define TANDEM_VERSION_MAJOR 0
-#define TANDEM_VERSION_MINOR 3
+#define TANDEM_VERSION_MINOR 4
 #define TANDEM_VERSION_PATCH 0
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
-/* 0.3 added (nothing changed or removed): collectives on device memory (tandem_coll_params_t,
+/* 0.4 added (nothing changed or removed): loss scaling for fp16 math (tandem_trainer_params_t.loss_scale and
+ * loss_scale_init/_growth/_backoff/_growth_interval behind TANDEM_TRAINER_PARAM_LOSS_SCALE and
+ * TANDEM_TRAINER_PARAM_LOSS_SCALER, appended and read only when their bits are set; tandem_trainer_loss_scale);
+ * tandem_context_cpu_isa; the settings TANDEM_CPU_MAX_ISA and TANDEM_CPU_MATH.
+ * 0.3 added (nothing changed or removed): collectives on device memory (tandem_coll_params_t,
  * tandem_comm_allreduce_ex, tandem_comm_broadcast_ex, tandem_comm_device_path, tandem_nccl_version,
  * tandem_cuda_device_count); the
  * calibration's per-sample cost curve (TANDEM_CALIBRATE_PARAM_CURVE, TANDEM_CALIBRATION_ATTR_CURVE,
