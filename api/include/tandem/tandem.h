@@ -1044,7 +1044,8 @@ typedef struct tandem_parallel_params {
   /* Elastic DDP: when ranks die, the survivors shrink the communicator and go on with fewer
    * replicas -- the per-replica batch kept, the learning rate x survivors / starting replicas, the epoch's global
    * sample order continued; the step in flight is redone from the last consistent parameters. Elastic PS likewise
-   * goes on with fewer workers; PS_ASYNC, SSP, ASGD, EASGD, FEDAVG and LOCALSGD absorb a lost worker without
+   * goes on with fewer workers (PS and SSP: the learning rate x workers left / starting workers; PS_ASYNC keeps
+   * it); PS_ASYNC, SSP, ASGD, EASGD, FEDAVG and LOCALSGD absorb a lost worker without
    * elastic (min_ranks still applies); a lost parameter server is taken over from a replica (server_replicas) or
    * restored from elastic_checkpoint, else fails the job naming it; PIPELINE and HYBRID refuse
    * elastic (TANDEM_ERR_UNSUPPORTED). Fewer survivors than
@@ -1068,9 +1069,12 @@ typedef struct tandem_parallel_params {
    * and SSP (elastic) grow by workers: a joiner becomes a worker (the servers stay the last ranks), pulls the
    * servers' current parameters and the data re-shards as above; the servers count it from the next step (SSP: at the
    * current clock); the learning rate is x workers' / starting workers for PS and SSP and kept for PS_ASYNC (one
-   * worker's batch per update). Each check there starts with a sync point (the workers re-take the servers'
-   * parameters), so these jobs check only when max_ranks > 0. Servers never join: after a server loss every joiner is refused (TANDEM_ERR_UNSUPPORTED on the
-   * joiner, naming why). A joiner creates its trainer with joining non-zero over the communicator tandem_comm_join
+   * worker's batch per update); a later worker loss applies the same rule to the workers left (a shrink after a
+   * grow does not keep the grown factor). PS and SSP: worker 0 alone reads the store for joiners and the decision
+   * rides on the push/pull messages (admitted at the step it names); PS_ASYNC: each check is a sync point. These
+   * jobs check only when max_ranks > 0. Servers never join; after a server loss a joiner is admitted as a worker
+   * and pulls each shard from the server that owns it since the fail-over (every rank checks it holds the same
+   * ownership, else TANDEM_ERR_MISMATCH). A joiner creates its trainer with joining non-zero over the communicator tandem_comm_join
    * returned, with the job's settings (the data-parallel width and the stage cut are the job's to choose). */
   int32_t max_ranks;                /* grow: > 0: joiners beyond this many ranks are refused; default 0: no bound */
   int32_t join_poll_steps;          /* grow: steps between checks for joiners, >= 0; default 0 = 1: every step
