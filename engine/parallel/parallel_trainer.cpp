@@ -873,8 +873,10 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
     return p == static_cast<int64_t>(Phase::kSplit) || p == static_cast<int64_t>(Phase::kEvaluate);
   };
   int64_t late_phase = 0;
+  int late_rank = root;  // the rank the others are held to: ddp/fedavg, the one furthest on; else one past the sums
   for (int r = 0; r < n; ++r)
-    if (late(at(r, 1))) late_phase = at(r, 1);
+    if (late(at(r, 1))) late_phase = at(r, 1), late_rank = r;
+  const int other = adopt ? root : late_rank;
   for (int r = 0; r < n; ++r) {
     const int64_t s = at(r, 0), p = at(r, 1), top = at(root, 0), top_phase = at(root, 1);
     // ddp, fedavg (replicas identical after each step or round): a survivor one step behind must have been in that
@@ -885,7 +887,8 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
                  "elastic: cannot re-form after {}: world rank {} was in phase {} after step {} while world rank {} "
                  "was in phase {} after step {} (phases: 1 step, 2 epoch sums, 3 time split, 4 evaluation, 5 sync "
                  "point); resume from the last checkpoint",
-                 why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(root)], top_phase, top);
+                 why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(other)], at(other, 1),
+                 at(other, 0));
   }
   const int64_t my_progress = progress_of(snapshot_);
   if (ps_) {
