@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -336,6 +337,14 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
       rs.bucket_backward_s.push_back(m.backward_s(bk.first_layer, bk.end_layer, last_mb) +
                                      (recompute ? m.forward_s(bk.first_layer, bk.end_layer, last_mb) : 0.0));
     rs.optimizer_s = m.optimizer_s(sp.first_layer, sp.end_layer);
+    // The job's data path beyond the calibrated pass (the profile's step_overhead_cpu_s, per step of its batch):
+    // paid by every rank that loads batches -- stage 0, a worker -- before its first forward, as compute on its node
+    if (profile && profile->step_overhead_cpu_s && st == 0 && (sync.servers == 0 || r < sync.workers) &&
+        !rs.forward_s.empty() && profile->batch > 0) {
+      const int64_t samples = std::accumulate(mbs.begin(), mbs.end(), int64_t{0});
+      rs.forward_s.front() += *profile->step_overhead_cpu_s * p.scale * static_cast<double>(samples) /
+                              static_cast<double>(profile->batch);
+    }
     rs.local_bytes_per_s = profile && profile->memory_bytes_per_s ? *profile->memory_bytes_per_s : node.hw.mem_bytes_per_s;
     if (node.hw.gpus == 0) {  // GPU ranks move their gradients with the GPU's engines, not the host's cores
       // RDMA: the NIC copies. The transport as described, not as --profile-network restates the link (a measured

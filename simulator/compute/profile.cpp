@@ -17,7 +17,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
                       "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
-                      "compute_cv"},
+                      "compute_cv", "step_overhead_cpu_s"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -141,6 +141,12 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                    kMaxComputeCv, *v);
     p.compute_cv = *v;
   }
+  if (auto v = json_number(j, "step_overhead_cpu_s", where)) {
+    TANDEM_REQUIRE(*v >= 0 && *v < 1,
+                   "{}.step_overhead_cpu_s: expected CPU seconds a training step costs beyond the pass, in [0, 1), "
+                   "got {}", where, *v);
+    p.step_overhead_cpu_s = *v;
+  }
   if (j.contains("p2p")) {
     const auto& q = j["p2p"];
     json_check_keys(q, {"bandwidth_bytes_per_s", "latency_s"}, where + ".p2p");
@@ -197,6 +203,7 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   }
   if (p.wakeup_latency_s) j["wakeup_latency_s"] = *p.wakeup_latency_s;
   if (p.compute_cv) j["compute_cv"] = *p.compute_cv;
+  if (p.step_overhead_cpu_s) j["step_overhead_cpu_s"] = *p.step_overhead_cpu_s;
   if (p.p2p_bytes_per_s || p.p2p_latency_s) {
     j["p2p"] = nlohmann::json::object();
     if (p.p2p_bytes_per_s) j["p2p"]["bandwidth_bytes_per_s"] = *p.p2p_bytes_per_s;

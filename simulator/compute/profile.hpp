@@ -50,6 +50,18 @@
 //        // runnable competitor (tandem calibrate: a ping-pong between two processes on one core beside a busy
 //        // one, less the same without it, per hop). The step executor delays a message to a blocked receiver by
 //        // it where the receiver's node has more ranks than cores. Absent: 0.
+//    "step_overhead_cpu_s": 1.3e-4,
+//        // optional: CPU seconds a training step of `batch` samples costs a worker rank beyond the pass and the
+//        // optimizer step timed above, at full speed: the loader thread assembling the batch from the real data set,
+//        // the batch's copy into the model's input, the trainer's own bookkeeping -- the job's data path, which
+//        // the calibration's synthetic in-memory batch does not take. Measured apart from the training runs it
+//        // predicts, on one calibrating host: the job's own training loop run at two lengths, the marginal CPU time
+//        // of a step (every thread of the process) less the calibration's pass + optimizer CPU time on that host
+//        // (bench/strategies/compute_probe.py). The simulator adds it, scaled linearly with the samples, to the
+//        // first forward of every stage-0 rank's step (compute work on its node's CPU model: a quota pays for it).
+//        // It is charged in series with the pass: right where the loader has no spare core (a quota'd or
+//        // one-core host, where the probe sees the training thread wait for it); on a node with idle cores the
+//        // loader's share would overlap and this over-charges by at most that share. Absent or 0: nothing.
 // Times are seconds for `batch` samples on one rank; the simulator scales them linearly with the
 // number of samples, or by batch_curve when the profile has one. Layer names must match the model's, in order. The p2p figures are recorded
 // for reference; they replace a node's NIC only when the job asks (--profile-network).
@@ -84,6 +96,7 @@ struct CalibrationProfile {
   std::vector<std::pair<double, double>> corun_slowdown;  // (runnable threads per core, slow-down), ascending
   std::optional<double> wakeup_latency_s;                 // a woken receiver's wait for a busy core
   std::optional<double> compute_cv;  // pass-to-pass coefficient of variation of the compute (step_noise.hpp)
+  std::optional<double> step_overhead_cpu_s;  // CPU seconds of a training step beyond the pass: the data path
 };
 
 // A profile measured under a CFS quota of q cores by `threads` threads passing back to back holds the quota's
