@@ -23,6 +23,7 @@ Nothing here is fed to the simulator; it measures.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ DATA = ["--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--
         "--seed", "1"]
 JOBS = {  # key -> (ranks, train flags)
     "solo": (1, ["--strategy", "single"]),
-    "compute4": (4, ["--strategy", "localsgd", "--average-every", "1000000"]),
+    "compute4": (4, ["--strategy", "localsgd", "--average-every", "10000"]),
     "localsgd": (4, ["--strategy", "localsgd", "--average-every", "8"]),
     "easgd": (4, ["--strategy", "easgd", "--tau", "4"]),
     "ddp": (4, ["--strategy", "ddp"]),
@@ -190,10 +191,16 @@ def marginal(out, quota):
                          "throttled_ms": (hi["hosts"][h]["throttled_s"] - lo["hosts"][h]["throttled_s"]) / d * 1e3})
         train = (hi["epoch"]["train_s"] - lo["epoch"]["train_s"]) / d * 1e3
         res[key] = {"steps": [lo["steps"], hi["steps"]], "train_ms_per_step": train, "hosts": rows}
+        for h, r in enumerate(rows):
+            r["cores_sustained"] = r["host_cpu_ms"] / train if train > 0 else None
+        if key == "solo":  # the job's data path beyond the pass, on the calibrating host: the profile's field
+            res[key]["step_overhead_cpu_s"] = rows[0]["host_cpu_ms"] / 1e3 - cal_cpu
+            print(f"   step_overhead_cpu_s = {rows[0]['host_cpu_ms']:.3f} - {cal_cpu * 1e3:.3f} ms = "
+                  f"{res[key]['step_overhead_cpu_s'] * 1e3:.3f} ms", flush=True)
         print(f"marginal {key} (steps {lo['steps']} -> {hi['steps']}): training {train:.2f} ms a step; calibration "
               f"CPU {cal_cpu * 1e3:.2f} ms a pass (cal1)", flush=True)
         for h, r in enumerate(rows):
-            print(f"   host {h}: CPU {r['host_cpu_ms']:.2f} ms a step (main thread {r['main_cpu_ms']:.2f}, other threads "
+            print(f"   host {h}: sustained {r['cores_sustained'] or 0:.3f} cores; CPU {r['host_cpu_ms']:.2f} ms a step (main thread {r['main_cpu_ms']:.2f}, other threads "
                   f"{r['other_cpu_ms']:.2f}); main thread runnable-waiting {r['main_wait_ms']:.2f} ms; throttled "
                   f"{r['throttled_ms']:.2f} ms", flush=True)
     out["marginal"] = res
@@ -207,6 +214,9 @@ def main():
     ap.add_argument("--jobs", default="solo,compute4,localsgd,easgd,ddp")
     ap.add_argument("--calib-iters", type=int, default=40)
     ap.add_argument("--cpu-period-us", type=int, default=0, help="the hosts' CFS period (0: the tool's default)")
+    ap.add_argument("--calib-iters-long", type=int, default=0,
+                    help="also calibrate host 0 alone with this many iterations: the loop's sustained cores")
+    ap.add_argument("--keep-traces", metavar="DIR", help="copy each job's Chrome trace here")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -236,7 +246,10 @@ def main():
         with tempfile.TemporaryDirectory(prefix="tandem_cprobe_") as tmp:
             os.chmod(tmp, 0o777)
             cal = {}
-            for key, n, iters in (("cal1", 1, a.calib_iters), ("cal4", 4, 8)):
+            cals = [("cal1", 1, a.calib_iters), ("cal4", 4, 8)]
+            if a.calib_iters_long:  # cal1 again, longer: the calibration loop's own sustained share of a core
+                cals.append(("cal1long", 1, a.calib_iters_long))
+            for key, n, iters in cals:
                 prof = os.path.join(tmp, f"{key}.json")
                 with Phase(a.name, tasks) as ph:
                     c = predict_lib.calibrate(tandem, a.name, addr0, n, ["--model", "lenet5", "--dataset",
@@ -253,6 +266,12 @@ def main():
                       f"throttled {[h['nr_throttled'] for h in ph.hosts[:n]]}/{[h['nr_periods'] for h in ph.hosts[:n]]}"
                       f" periods; machine: hosts {ph.machine['hosts']:.2f} outside {ph.machine['outside']:.2f} irq "
                       f"{ph.machine['irq']:.2f} steal {ph.machine['steal']:.2f} cores", flush=True)
+            if a.calib_iters_long:
+                lo, hi = out["phases"]["cal1"], out["phases"]["cal1long"]
+                dc, dw = hi["hosts"][0]["cpu_s"] - lo["hosts"][0]["cpu_s"], hi["wall_s"] - lo["wall_s"]
+                out["calibration_share"] = {"cpu_s": dc, "wall_s": dw, "cores": dc / dw}
+                print(f"calibration loop ({a.calib_iters} -> {a.calib_iters_long} iterations, host 0 alone): "
+                      f"{dc:.3f} CPU s over {dw:.3f} s = {dc / dw:.3f} cores sustained under the {quota} quota", flush=True)
             cal_cpu = cal["cal1"]
             full = sum(l["forward_s"] + l["backward_s"] for l in cal_cpu["layers"]) + cal_cpu["optimizer_step_s"]
             cluster = json.loads(predict_lib.cluster_description(st, hosts=4))
@@ -285,6 +304,9 @@ def main():
                        "epoch": epochs[-1] if epochs else None, "prediction": pred[-1]["prediction"] if pred else None,
                        "tail": text[-2000:] if rc != 0 else ""}
                 rec["steps"] = steps
+                if a.keep_traces and os.path.exists(trace):
+                    os.makedirs(a.keep_traces, exist_ok=True)
+                    shutil.copy(trace, a.keep_traces)
                 rec["trace"] = trace_split(trace, n) if rc == 0 and os.path.exists(trace) else None
                 out["phases"][spec] = rec
                 if rc != 0 or not epochs:

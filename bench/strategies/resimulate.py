@@ -97,6 +97,12 @@ def main():
     ap.add_argument("--tcp-two-way-factor", type=float,
                     help="every node's tcp_two_way_factor in place of the run's own (0: none), e.g. one measured by "
                          "two_way_calibrate.sh on a fresh pair")
+    ap.add_argument("--step-overhead-from", metavar="FILE",
+                    help="a JSON file whose step_overhead_cpu_s (compute_probe.py's one-host measurement of the job's "
+                         "data path beyond the calibrated pass) goes into every run's profile")
+    ap.add_argument("--cpu-share-from", metavar="FILE",
+                    help="a JSON file whose cores_sustained_mean (compute_probe.py: the cores one emulated host sustained "
+                         "under its quota while training) describes every node's quota in place of the configured one")
     ap.add_argument("--compute-cv", type=float,
                     help="what-if: this compute_cv in every run's profile (a sensitivity, not a prediction)")
     a = ap.parse_args()
@@ -121,6 +127,9 @@ def main():
                         prof["compute_cv"] = json.load(g).get("compute_cv", 0.0)
                 if a.compute_cv is not None:
                     prof["compute_cv"] = a.compute_cv
+                if a.step_overhead_from:
+                    with open(a.step_overhead_from) as g:
+                        prof["step_overhead_cpu_s"] = float(json.load(g)["step_overhead_cpu_s"])
                 json.dump(prof, f)
             status = {"config": run["cluster_config"], "hosts": [None] * run["hosts"]}
             for row in run["rows"]:
@@ -133,6 +142,9 @@ def main():
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
                     if a.tcp_two_way_factor is not None:
                         ra.tcp_two_way_factor = a.tcp_two_way_factor
+                    if a.cpu_share_from:
+                        with open(a.cpu_share_from) as g:
+                            ra.cpu_share = float(json.load(g)["cores_sustained_mean"])
                     f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)

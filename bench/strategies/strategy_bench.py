@@ -119,8 +119,11 @@ def cluster_json(a, status, n_ranks, profile=None):
         for node in base["nodes"]:
             node["tcp_two_way_factor"] = max(1.0, float(a.tcp_two_way_factor))
     if profile and profile.get("cpu_quota") and cfg.get("cpu_quota"):
+        # the hosts' quota as configured, or (--cpu-share) the cores a host was measured to sustain under it
+        # (compute_probe.py on one host, a separate calibration run: results/calib_s15_step_overhead.json)
+        quota = float(getattr(a, "cpu_share", 0) or 0) or float(cfg["cpu_quota"])
         for node in base["nodes"]:
-            node.update(vcpus=1, cpu_quota=float(cfg["cpu_quota"]), cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
+            node.update(vcpus=1, cpu_quota=quota, cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
     return json.dumps(base)
 
 
@@ -479,6 +482,13 @@ def main():
     ap.add_argument("--tcp-two-way-factor", type=float, default=0,
                     help="every node's tcp_two_way_factor in the predicted cluster (a gossip swap's time over a one-way "
                          "transfer's, from `tandem calibrate --network` on another pair: two_way_calibrate.sh); 0: none")
+    ap.add_argument("--step-overhead-cpu-s", type=float, default=None,
+                    help="the profile's step_overhead_cpu_s: CPU seconds a training step (at --batch) costs beyond the "
+                         "calibrated pass -- the job's data path -- measured beforehand on one host by "
+                         "compute_probe.py (results/calib_s15_step_overhead.json); default: none")
+    ap.add_argument("--cpu-share", type=float, default=0,
+                    help="describe every node's CFS quota as these cores: what one emulated host was measured to "
+                         "sustain under its configured quota while training (compute_probe.py); 0: the configured quota")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--name", default=f"sb{os.getpid() % 100000}")
     ap.add_argument("--quick", action="store_true",
@@ -555,6 +565,10 @@ def main():
             out["calibration"] = cal
             with open(b.profile) as f:
                 out["profile"] = json.load(f)  # the simulator's input as it was (resimulate.py reuses it)
+            if a.step_overhead_cpu_s is not None:  # measured apart, on one host (compute_probe.py), never here
+                out["profile"]["step_overhead_cpu_s"] = a.step_overhead_cpu_s
+                with open(b.profile, "w") as f:
+                    json.dump(out["profile"], f)
             b.profile_json = out["profile"]
             print(f"# calibrated on the {worker_hosts(a)} worker hosts in {time.monotonic() - t0:.0f} s: step "
                   f"{cal['step_mean_s'] * 1e3:.2f} ms at batch {a.batch}, link "
