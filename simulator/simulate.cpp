@@ -287,6 +287,9 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     c.cores = n.hw.gpus > 0 ? n.ranks() : n.hw.vcpus;
     c.task_cores = n.hw.gpus > 0 ? 1.0 : std::min(c.cores, n.rank_cores());
     c.quota_cores = n.hw.gpus > 0 ? 0.0 : n.cpu_quota;
+    // a quota yields what it yielded the calibrating host under its own (the profile's cpu_quota_sustained): less than
+    // itself where that host's cores were oversubscribed
+    if (profile && profile->quota_efficiency && c.quota_cores > 0) c.quota_cores *= *profile->quota_efficiency;
     c.period_s = n.cpu_period_s;
     if (profile && n.hw.gpus == 0) {  // measured on the calibrating host (compute/profile.hpp); absent: none
       c.corun = profile->corun_slowdown;

@@ -72,6 +72,8 @@ std::string profile_text(const tandem_calibration& h) {
   j["threads"] = c.threads;
   // Measured under a CFS quota, the times are the quota's average; the simulator takes it out (full_speed_profile).
   if (const auto q = tandem::api::cpu_quota_cores()) j["cpu_quota"] = *q;
+  // ... and the cores it really sustained under it over the timed passes (below the quota where cores are short)
+  if (c.sustained_cores > 0 && j.contains("cpu_quota")) j["cpu_quota_sustained"] = c.sustained_cores;
   j["created"] = utc_now();
   return j.dump(1);
 }
@@ -102,6 +104,7 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
     v.push_back(l.backward_s);
   }
   v.insert(v.end(), {k.optimizer_step_s, k.step_mean_s, k.step_median_s, k.unscaled_sum_s, k.pass_cv, k.pass_cpu_cv,
+                     k.sustained_cores,
                      h.memory_bytes_per_s,
                      h.fp16_convert_s.first, h.fp16_convert_s.second, h.bf16_convert_s.first,
                      h.bf16_convert_s.second});
@@ -118,6 +121,7 @@ void average(tandem::engine::comm::Communicator& c, tandem_calibration& h) {
   k.unscaled_sum_s = v[i++];
   k.pass_cv = v[i++];  // the ranks' mean CVs, each over its own passes
   k.pass_cpu_cv = v[i++];
+  k.sustained_cores = v[i++];  // the ranks' mean, each measured while every rank computed
   h.memory_bytes_per_s = v[i++];
   for (auto* conv : {&h.fp16_convert_s, &h.bf16_convert_s}) {
     conv->first = v[i++];

@@ -65,6 +65,11 @@ struct Calibration {
   // The same over the passes' process CPU time (every thread), which a CFS quota does not stretch: under a quota the
   // wall times vary by where each pass falls in the quota's on/off windows, which the simulator models itself.
   double pass_cpu_cv = 0;
+  // Under a CFS quota (CalibrationOptions::cpu_quota > 0): the cores the process sustained over its timed passes --
+  // their process CPU time over their wall time, every pass back to back -- which is the quota where the kernel
+  // delivers it and less where the host's cores are oversubscribed (several quota'd hosts and other work on fewer
+  // cores). 0 without a quota. The profile's cpu_quota_sustained.
+  double sustained_cores = 0;
   // (batch, median seconds of forward + loss + backward at that batch), ascending by batch, `batch` included
   // (empty unless curve_batches asked for more points).
   std::vector<std::pair<int64_t, double>> batch_curve;

@@ -17,7 +17,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
                       "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
-                      "compute_cv", "step_overhead_cpu_s"},
+                      "compute_cv", "step_overhead_cpu_s", "cpu_quota_sustained"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -102,6 +102,13 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
     TANDEM_REQUIRE(*v > 0, "{}.cpu_quota: expected cores > 0 (the measuring process's CFS quota), got {}", where, *v);
     p.cpu_quota = *v;
   }
+  if (auto v = json_number(j, "cpu_quota_sustained", where)) {
+    TANDEM_REQUIRE(p.cpu_quota.has_value(), "{}.cpu_quota_sustained: given without the cpu_quota it was sustained under",
+                   where);
+    TANDEM_REQUIRE(*v > 0 && *v <= *p.cpu_quota,
+                   "{}.cpu_quota_sustained: expected cores in (0, cpu_quota = {}], got {}", where, *p.cpu_quota, *v);
+    p.cpu_quota_sustained = *v;
+  }
   for (auto [key, field] : {std::pair{"tcp_cpu_s_per_byte", &p.tcp_cpu_s_per_byte},
                              std::pair{"copy_cpu_s_per_byte", &p.copy_cpu_s_per_byte}}) {
     if (auto v = json_number(j, key, where)) {
@@ -163,7 +170,9 @@ CalibrationProfile load_profile(const std::string& path) {
 CalibrationProfile full_speed_profile(CalibrationProfile p) {
   if (!p.cpu_quota) return p;
   const double f = *p.cpu_quota / static_cast<double>(p.threads);
+  if (p.cpu_quota_sustained) p.quota_efficiency = std::min(1.0, *p.cpu_quota_sustained / *p.cpu_quota);
   p.cpu_quota.reset();
+  p.cpu_quota_sustained.reset();
   if (f >= 1.0) return p;
   for (auto& l : p.layers) {
     l.forward_s *= f;
@@ -194,6 +203,7 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   }
   j["threads"] = p.threads;
   if (p.cpu_quota) j["cpu_quota"] = *p.cpu_quota;
+  if (p.cpu_quota_sustained) j["cpu_quota_sustained"] = *p.cpu_quota_sustained;
   if (p.tcp_cpu_s_per_byte) j["tcp_cpu_s_per_byte"] = *p.tcp_cpu_s_per_byte;
   if (p.copy_cpu_s_per_byte) j["copy_cpu_s_per_byte"] = *p.copy_cpu_s_per_byte;
   if (p.tcp_cpu_s_per_wakeup) j["tcp_cpu_s_per_wakeup"] = *p.tcp_cpu_s_per_wakeup;

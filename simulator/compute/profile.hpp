@@ -19,6 +19,12 @@
 //    "threads": 1,         // optional: compute threads the passes ran on (default 1)
 //    "cpu_quota": 0.5,     // optional: the CFS quota, in cores, of the process that measured (a cgroup's
 //                          // cpu.cfs_quota_us / cpu.cfs_period_us); see full_speed_profile
+//    "cpu_quota_sustained": 0.45,  // optional, with cpu_quota: the cores the measuring process really sustained
+//                          // over its timed passes (process CPU time over wall time, back to back): the quota where
+//                          // the kernel delivers it, less where the machine's cores are oversubscribed (emulated
+//                          // hosts whose quotas add up to the cores, other work beside them). full_speed_profile
+//                          // keeps it as quota_efficiency = sustained / cpu_quota; the simulator gives every node
+//                          // with a CFS quota that fraction of its quota (simulate.cpp). Absent: 1.
 //    "tcp_cpu_s_per_byte": 2.1e-10,   // optional: CPU seconds one side of a TCP transfer spends per payload byte
 //                                     // (system calls, the kernel's protocol work, copies): half the sender's and
 //                                     // receiver's thread CPU time over a loopback transfer, per byte
@@ -91,6 +97,8 @@ struct CalibrationProfile {
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
   int64_t threads = 1;
   std::optional<double> cpu_quota;  // cores the measuring process was allowed by a CFS quota
+  std::optional<double> cpu_quota_sustained;  // cores it sustained under that quota (<= cpu_quota)
+  std::optional<double> quota_efficiency;     // full_speed_profile: sustained / cpu_quota, for nodes' quotas
   std::optional<double> tcp_cpu_s_per_byte, copy_cpu_s_per_byte;  // CPU cost of moving a byte (one side)
   std::optional<double> tcp_cpu_s_per_wakeup;                       // CPU cost of one wake-up (one side)
   std::vector<std::pair<double, double>> corun_slowdown;  // (runnable threads per core, slow-down), ascending
@@ -106,7 +114,7 @@ struct CalibrationProfile {
 // does not depend on where in the quota's period a short pass falls). The simulator's node model applies a quota as the
 // on/off windows it is (compute/node_cpu.hpp), so it needs T: this returns the profile with its times (layers,
 // optimizer, batch curve, conversions) multiplied by q / threads where that is below 1, and cpu_quota cleared;
-// unchanged otherwise.
+// unchanged otherwise. With cpu_quota_sustained it also sets quota_efficiency = sustained / cpu_quota (<= 1).
 CalibrationProfile full_speed_profile(CalibrationProfile p);
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");

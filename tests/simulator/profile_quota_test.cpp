@@ -84,6 +84,34 @@ BOOST_AUTO_TEST_CASE(measured_at_half_a_core_predicts_full_speed_there_and_the_q
   std::remove(at_quota.c_str());
 }
 
+// The cores the calibrating host really sustained under its quota (cpu_quota_sustained, tandem calibrate: the timed
+// passes' process CPU time over their wall time): every quota'd node gets that fraction of its quota.
+BOOST_AUTO_TEST_CASE(a_quota_yields_what_it_yielded_the_calibrating_host) {
+  nlohmann::json m = {{"format", "tandem-calibration"}, {"version", 1}, {"batch", 64}, {"optimizer_step_s", 0.004},
+                      {"layers", {{{"name", "fc"}, {"forward_s", 0.010}, {"backward_s", 0.020}}}},
+                      {"cpu_quota", 0.5}, {"cpu_quota_sustained", 0.4}};
+  const CalibrationProfile read = profile_from_json(m);
+  BOOST_TEST(*read.cpu_quota_sustained == 0.4);
+  BOOST_TEST(profile_to_json(read)["cpu_quota_sustained"].get<double>() == 0.4);
+  const CalibrationProfile p = full_speed_profile(read);
+  BOOST_TEST(*p.quota_efficiency == 0.8, tt::tolerance(1e-12));
+  BOOST_TEST(!p.cpu_quota_sustained.has_value());
+  BOOST_TEST(p.layers[0].forward_s == 0.005, tt::tolerance(1e-12));  // the work is the CPU time, as without it
+  BOOST_TEST(!full_speed_profile(measured(0.5, 1)).quota_efficiency.has_value());
+  // lenet5's fixture measured at 0.5 core: 18.5 ms of full-speed work. Its host sustained 0.4 core, so a node with
+  // the same 0.5-core quota (5 ms periods) runs 0.8 x 2.5 = 2 ms of it per period: 9 whole periods and 0.5 ms.
+  const std::string sustained = testing::write_lenet5_profile(
+      "/tmp/tandem_sim_quota_sustained.json", {{"cpu_quota", 0.5}, {"cpu_quota_sustained", 0.4}});
+  const std::string full = testing::write_lenet5_profile("/tmp/tandem_sim_quota_full.json", {{"cpu_quota", 0.5}});
+  const nlohmann::json node = {{"cpu_quota", 0.5}, {"cpu_period_ms", 5}};
+  BOOST_TEST(one_node(sustained, node).step_time_s == 9 * 0.005 + 0.0005, tt::tolerance(1e-6));
+  BOOST_TEST(one_node(full, node).step_time_s == 7 * 0.005 + 0.0010, tt::tolerance(1e-6));  // 7 x 2.5 + 1 ms
+  // a node without a quota computes at full speed either way
+  BOOST_TEST(one_node(sustained, nlohmann::json::object()).step_time_s == 0.0185, tt::tolerance(1e-6));
+  std::remove(sustained.c_str());
+  std::remove(full.c_str());
+}
+
 BOOST_AUTO_TEST_CASE(bad_quota_fields_name_the_field) {
   auto with = [](const nlohmann::json& extra) {
     nlohmann::json p = {{"format", "tandem-calibration"}, {"version", 1}, {"batch", 64}, {"optimizer_step_s", 0.001},
@@ -94,6 +122,9 @@ BOOST_AUTO_TEST_CASE(bad_quota_fields_name_the_field) {
   testing::expect_error([&] { with({{"cpu_quota", 0}}); }, "profile.cpu_quota");
   testing::expect_error([&] { with({{"cpu_quota", "half"}}); }, "cpu_quota");
   testing::expect_error([&] { with({{"threads", 0}}); }, "profile.threads");
+  testing::expect_error([&] { with({{"cpu_quota_sustained", 0.4}}); }, "profile.cpu_quota_sustained");
+  testing::expect_error([&] { with({{"cpu_quota", 0.5}, {"cpu_quota_sustained", 0.6}}); }, "profile.cpu_quota_sustained");
+  testing::expect_error([&] { with({{"cpu_quota", 0.5}, {"cpu_quota_sustained", 0}}); }, "profile.cpu_quota_sustained");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
