@@ -100,9 +100,6 @@ def main():
     ap.add_argument("--step-overhead-from", metavar="FILE",
                     help="a JSON file whose step_overhead_cpu_s (compute_probe.py's one-host measurement of the job's "
                          "data path beyond the calibrated pass) goes into every run's profile")
-    ap.add_argument("--cpu-share-from", metavar="FILE",
-                    help="a JSON file whose cores_sustained_mean (compute_probe.py: the cores one emulated host sustained "
-                         "under its quota while training) describes every node's quota in place of the configured one")
     ap.add_argument("--compute-cv", type=float,
                     help="what-if: this compute_cv in every run's profile (a sensitivity, not a prediction)")
     a = ap.parse_args()
@@ -142,9 +139,6 @@ def main():
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
                     if a.tcp_two_way_factor is not None:
                         ra.tcp_two_way_factor = a.tcp_two_way_factor
-                    if a.cpu_share_from:
-                        with open(a.cpu_share_from) as g:
-                            ra.cpu_share = float(json.load(g)["cores_sustained_mean"])
                     f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)

@@ -119,11 +119,8 @@ def cluster_json(a, status, n_ranks, profile=None):
         for node in base["nodes"]:
             node["tcp_two_way_factor"] = max(1.0, float(a.tcp_two_way_factor))
     if profile and profile.get("cpu_quota") and cfg.get("cpu_quota"):
-        # the hosts' quota as configured, or (--cpu-share) the cores a host was measured to sustain under it
-        # (compute_probe.py on one host, a separate calibration run: results/calib_s15_step_overhead.json)
-        quota = float(getattr(a, "cpu_share", 0) or 0) or float(cfg["cpu_quota"])
         for node in base["nodes"]:
-            node.update(vcpus=1, cpu_quota=quota, cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
+            node.update(vcpus=1, cpu_quota=float(cfg["cpu_quota"]), cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
     return json.dumps(base)
 
 
@@ -486,9 +483,6 @@ def main():
                     help="the profile's step_overhead_cpu_s: CPU seconds a training step (at --batch) costs beyond the "
                          "calibrated pass -- the job's data path -- measured beforehand on one host by "
                          "compute_probe.py (results/calib_s15_step_overhead.json); default: none")
-    ap.add_argument("--cpu-share", type=float, default=0,
-                    help="describe every node's CFS quota as these cores: what one emulated host was measured to "
-                         "sustain under its configured quota while training (compute_probe.py); 0: the configured quota")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--name", default=f"sb{os.getpid() % 100000}")
     ap.add_argument("--quick", action="store_true",
