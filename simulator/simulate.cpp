@@ -176,6 +176,8 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   st.param_bytes = cj.stages.front().memory.param_bytes;
   st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
   st.compute_cv = p.compute_cv;
+  // the joiner check's store round trip on worker 0's host: two TCP wake-ups (StrategySetup::join_check_s)
+  if (sync.join_check_every > 0 && !st.ranks.empty()) st.join_check_s = 2.0 * st.ranks.front().net_cpu_s_per_wakeup;
   if (sync.exchange == Exchange::kRound) {
     st.clients = c.clients > 0 ? c.clients : sync.workers;
     st.client_fraction = c.client_fraction;
@@ -615,9 +617,12 @@ void describe_strategy(SimResult& res, const Prepared& p) {
                                   : sync.staleness < 0 ? "asynchronous"
                                                        : fmt::format("staleness {}", sync.staleness));
       if (sync.replicas > 0)
-        res.note += fmt::format("; server replication ({} backup(s) per shard: {:.3g} MB per server per update of "
-                                "its shard, and a server-to-server round trip before each pull) is not timed",
-                                sync.replicas, sync.replica_bytes_per_update.front() / 1e6);
+        res.note += fmt::format("; server replication timed: {} backup(s) per shard, {:.3g} MB per server per update "
+                                "of its shard{}", sync.replicas, sync.replica_bytes_per_update.front() / 1e6,
+                                sync.staleness >= 0 ? ", each pull after the backups' acknowledgement" : "");
+      if (sync.join_check_every > 0)
+        res.note += fmt::format("; a joiner check every {} step(s): worker 0 reads the job's store (on its own host, "
+                                "{:.3g} ms)", sync.join_check_every, p.strategy.join_check_s * 1e3);
       break;
     case Exchange::kElastic:
       res.algorithm = sync.servers > 0 ? fmt::format("elastic push-pull with {} server(s) every {} steps", sync.servers, sync.period)
