@@ -1026,6 +1026,11 @@ SimResult Simulation::baseline(const ClusterSpec& cluster, const CompiledJob& cj
   single.parallel.micro_batches = 1;
   single.parallel.accumulation = 1;
   single.parallel.boundaries.clear();
+  // one process: nothing to replicate, no membership to keep (a job with server replicas or elastic settings was
+  // refused here before)
+  single.parallel.server_replicas = 0;
+  single.parallel.elastic = false;
+  single.parallel.max_ranks = 0;
   SimOptions o;
   o.baseline = false;
   return run(one, engine::parallel::compile_job(std::move(single), 1), run_spec, o);
