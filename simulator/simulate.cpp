@@ -177,6 +177,8 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
   st.param_bytes = cj.stages.front().memory.param_bytes;
   st.seed = p.run.seed;  // gossip's matching and FedAvg's client draw, as the runtime seeds them
   st.compute_cv = p.compute_cv;
+  // the joiner check's store round trip on worker 0's host: two TCP wake-ups (StrategySetup::join_check_s)
+  if (sync.join_check_every > 0 && !st.ranks.empty()) st.join_check_s = 2.0 * st.ranks.front().net_cpu_s_per_wakeup;
   if (sync.exchange == Exchange::kRound) {
     st.clients = c.clients > 0 ? c.clients : sync.workers;
     st.client_fraction = c.client_fraction;
@@ -627,9 +629,12 @@ void describe_strategy(SimResult& res, const Prepared& p) {
                                   : sync.staleness < 0 ? "asynchronous"
                                                        : fmt::format("staleness {}", sync.staleness));
       if (sync.replicas > 0)
-        res.note += fmt::format("; server replication ({} backup(s) per shard: {:.3g} MB per server per update of "
-                                "its shard, and a server-to-server round trip before each pull) is not timed",
-                                sync.replicas, sync.replica_bytes_per_update.front() / 1e6);
+        res.note += fmt::format("; server replication timed: {} backup(s) per shard, {:.3g} MB per server per update "
+                                "of its shard{}", sync.replicas, sync.replica_bytes_per_update.front() / 1e6,
+                                sync.staleness >= 0 ? ", each pull after the backups' acknowledgement" : "");
+      if (sync.join_check_every > 0)
+        res.note += fmt::format("; a joiner check every {} step(s): worker 0 reads the job's store (on its own host, "
+                                "{:.3g} ms)", sync.join_check_every, p.strategy.join_check_s * 1e3);
       break;
     case Exchange::kElastic:
       res.algorithm = sync.servers > 0 ? fmt::format("elastic push-pull with {} server(s) every {} steps", sync.servers, sync.period)
@@ -1033,6 +1038,11 @@ SimResult Simulation::baseline(const ClusterSpec& cluster, const CompiledJob& cj
   single.parallel.micro_batches = 1;
   single.parallel.accumulation = 1;
   single.parallel.boundaries.clear();
+  // one process: nothing to replicate, no membership to keep (a job with server replicas or elastic settings was
+  // refused here before)
+  single.parallel.server_replicas = 0;
+  single.parallel.elastic = false;
+  single.parallel.max_ranks = 0;
   SimOptions o;
   o.baseline = false;
   return run(one, engine::parallel::compile_job(std::move(single), 1), run_spec, o);

@@ -18,8 +18,10 @@ using engine::parallel::Exchange;
 
 namespace {
 
-// Flow tags: kind in the low 2 bits, the worker in the next 22, an index (piece, shard, round) above.
-constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3;
+// Flow tags: kind in the low 2 bits, the worker in the next 22, an index (piece, shard, round) above. Kind 3 is
+// fedavg's upload in the round executor and a server-to-server replica (or its acknowledgement) in the asynchronous
+// one, whose "worker" bits then hold the backup's index among the piece's backups times 2, plus 1 for the ack.
+constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3, kReplica = 3;
 uint64_t flow_tag(uint64_t kind, int32_t worker, uint64_t index) {
   return (index << 24) | (static_cast<uint64_t>(worker) << 2) | kind;
 }
@@ -208,7 +210,8 @@ class AsyncExecutor final : public FlowExecutor {
   enum class Phase : uint8_t { kCompute, kWaitComm, kDone };
   // What a worker is computing: the step before its last backward, a bucket of the last backward, the local
   // optimizer step.
-  enum class Work : uint8_t { kPre, kBucket, kOptimizer };
+  // kJoinCheck: worker 0's read of the job's store for joiners before the step (SyncProgram::join_check_every).
+  enum class Work : uint8_t { kPre, kBucket, kOptimizer, kJoinCheck };
   struct Worker {
     int32_t clock = 0;  // steps completed
     Phase phase = Phase::kCompute;
@@ -272,6 +275,10 @@ class AsyncExecutor final : public FlowExecutor {
   void send_replies(int32_t server, std::vector<Reply> replies);
   void start_replies(int32_t server);
   void release(int32_t server);
+  void replicate(int32_t server, int64_t piece, int32_t clock);
+  void replica_delivered(int64_t piece, int32_t link, bool ack);
+  // the newest clock of `piece` every backup has acknowledged (INT32_MAX without replicas)
+  int32_t replicated(int64_t piece) const;
   int32_t server_of(int64_t index) const {
     return push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server : s_.sync.shards[static_cast<size_t>(index)].server;
   }
@@ -284,6 +291,10 @@ class AsyncExecutor final : public FlowExecutor {
   // per clock: [piece] the last clock applied, [piece][clock] the pushes of the clock handled
   std::vector<int32_t> applied_;
   std::vector<std::vector<int32_t>> got_;
+  // replication: [piece][backup] the clocks (ps-async: updates) of the replicas on their way or not yet
+  // acknowledged, in the order sent, and the newest acknowledged
+  std::vector<std::vector<std::deque<int32_t>>> unacked_;
+  std::vector<std::vector<int32_t>> acked_;
 };
 
 StepResult AsyncExecutor::run() {
@@ -303,6 +314,17 @@ StepResult AsyncExecutor::run() {
   servers_.resize(sync.servers);
   applied_.assign(sync.pieces.size(), 0);
   got_.assign(sync.pieces.size(), std::vector<int32_t>(static_cast<size_t>(K_) + 1, 0));
+  unacked_.assign(sync.pieces.size(), {});
+  acked_.assign(sync.pieces.size(), {});
+  if (push_pull() && sync.replicas > 0) {
+    TANDEM_REQUIRE(sync.replica_bytes_per_param > 0, "strategy setup: {} replica(s) per shard but no replica size",
+                   sync.replicas);
+    for (size_t k = 0; k < sync.pieces.size(); ++k) {
+      const size_t n = engine::parallel::replica_servers(sync.pieces[k].server, sync.servers, sync.replicas).size();
+      unacked_[k].resize(n);
+      acked_[k].assign(n, 0);
+    }
+  }
   in_.assign(world, 0.0);
   out_.assign(world, 0.0);
   setup_cpus(world);
@@ -358,6 +380,11 @@ void AsyncExecutor::begin_step(int32_t w) {
            swap ? topo_.two_way_bytes_factor(w, wk.partner) : 1.0);
     }
   }
+  // the runtime's joiner check (ParallelTrainer::maybe_admit): worker 0 reads the store before its step
+  if (w == 0 && s_.sync.join_check_every > 0 && s_.join_check_s > 0 && wk.clock % s_.sync.join_check_every == 0) {
+    compute(w, Work::kJoinCheck, s_.join_check_s);
+    return;
+  }
   // push-pull splits the last backward by bucket (each bucket's pieces go as it completes); the others compute
   // the whole step before their exchange
   compute(w, Work::kPre, push_pull() ? pre_backward_s(rs) : step_compute_s(rs) - rs.optimizer_s);
@@ -367,7 +394,7 @@ void AsyncExecutor::compute(int32_t w, Work work, double full_s) {
   Worker& wk = workers_[w];
   wk.phase = Phase::kCompute;
   wk.work = work;
-  if (work != Work::kOptimizer) full_s *= wk.noise;  // the forward and backward of this step vary, not the update
+  if (work != Work::kOptimizer && work != Work::kJoinCheck) full_s *= wk.noise;  // forward and backward vary
   wk.compute_full_s = full_s;
   wk.compute_start = sim_.now();
   run_cpu(w, full_s / s_.ranks[w].speed, (static_cast<uint64_t>(w) << 2) | kEvWorker);
@@ -382,6 +409,7 @@ void AsyncExecutor::event(uint64_t arg) {
     const double actual = des::to_seconds(sim_.now() - sv.start);
     account_compute(sv.bd, update_s(i, u), actual, s_.ranks[server_rank(i)].speed);
     sv.busy = false;
+    if (push_pull()) replicate(i, u.index, u.clock);
     if (per_clock()) {  // the clock is applied: its last push joins the withheld, and what may go goes
       applied_[static_cast<size_t>(u.index)] = u.clock;
       sv.withheld.push_back({u.worker, u.index, u.clock});
@@ -404,6 +432,14 @@ void AsyncExecutor::event(uint64_t arg) {
   }
   Worker& wk = workers_[i];
   const RankSetup& rs = s_.ranks[i];
+  if (wk.work == Work::kJoinCheck) {  // the store's answer: a wait on communication, CPU on the node
+    const double actual = des::to_seconds(sim_.now() - wk.compute_start);
+    wk.bd.comm_exposed_s += actual;
+    wk.bd.cpu_busy_s += actual;
+    wk.bd.comm_cpu_s += actual;
+    compute(i, Work::kPre, pre_backward_s(rs));
+    return;
+  }
   account_compute(wk.bd, wk.compute_full_s, des::to_seconds(sim_.now() - wk.compute_start), rs.speed);
   switch (wk.work) {
     case Work::kPre:
@@ -432,6 +468,7 @@ void AsyncExecutor::event(uint64_t arg) {
       return;
     }
     case Work::kOptimizer: after_backward(i); return;
+    case Work::kJoinCheck: return;  // handled above
   }
 }
 
@@ -516,6 +553,10 @@ void AsyncExecutor::delivered(uint64_t tag) {
     }
     return;
   }
+  if (kind == kReplica) {
+    replica_delivered(index, w >> 1, (w & 1) != 0);
+    return;
+  }
   if (kind == kPush) {
     // the push of the worker's step in progress (it waits for the pull before its next step)
     enqueue(server_of(index), {index, w, workers_[w].clock + 1});
@@ -575,7 +616,8 @@ void AsyncExecutor::release(int32_t server) {
   std::vector<Withheld> go;
   std::vector<Withheld> keep;
   for (Withheld& x : sv.withheld) {
-    if (applied_[static_cast<size_t>(x.piece)] >= x.clock - s_.sync.staleness) {
+    if (applied_[static_cast<size_t>(x.piece)] >= x.clock - s_.sync.staleness &&
+        replicated(x.piece) >= x.clock - s_.sync.staleness) {
       go.push_back(x);
     } else {
       x.held = true;  // waits past the handling of its push
@@ -595,6 +637,44 @@ void AsyncExecutor::release(int32_t server) {
     if (x.held) workers_[static_cast<size_t>(x.worker)].held_until = sim_.now();
   }
   send_replies(server, std::move(replies));
+}
+
+// Replication (SyncProgram::replica_bytes_per_param; the runtime's replicate and poll_replication): each update of a
+// piece goes from its server to each of its backups (a header and the piece's values and optimizer state), and
+// each backup acknowledges it with a header. The flows share the servers' links with the pushes and pulls.
+void AsyncExecutor::replicate(int32_t server, int64_t piece, int32_t clock) {
+  const auto& sync = s_.sync;
+  if (sync.replicas <= 0) return;
+  const auto& p = sync.pieces[static_cast<size_t>(piece)];
+  const double bytes = engine::parallel::kPsHeaderBytes + sync.replica_bytes_per_param * static_cast<double>(p.end - p.begin);
+  const std::vector<int32_t> backups = engine::parallel::replica_servers(server, sync.servers, sync.replicas);
+  for (size_t b = 0; b < backups.size(); ++b) {
+    unacked_[static_cast<size_t>(piece)][b].push_back(clock);
+    flow(server_rank(server), server_rank(backups[b]), bytes,
+         flow_tag(kReplica, static_cast<int32_t>(b << 1), static_cast<uint64_t>(piece)));
+  }
+}
+
+void AsyncExecutor::replica_delivered(int64_t piece, int32_t link, bool ack) {
+  const auto& sync = s_.sync;
+  const int32_t owner = sync.pieces[static_cast<size_t>(piece)].server;
+  if (!ack) {  // at the backup: it acknowledges
+    const int32_t backup = engine::parallel::replica_servers(owner, sync.servers, sync.replicas)[static_cast<size_t>(link)];
+    flow(server_rank(backup), server_rank(owner), engine::parallel::kPsHeaderBytes,
+         flow_tag(kReplica, (link << 1) | 1, static_cast<uint64_t>(piece)));
+    return;
+  }
+  std::deque<int32_t>& q = unacked_[static_cast<size_t>(piece)][static_cast<size_t>(link)];
+  TANDEM_CHECK(!q.empty(), Status::kInternal, "simulated replication: an acknowledgement of piece {} for no replica", piece);
+  int32_t& a = acked_[static_cast<size_t>(piece)][static_cast<size_t>(link)];
+  a = std::max(a, q.front());
+  q.pop_front();
+  if (per_clock()) release(owner);  // ps, ssp: replies may wait for it
+}
+
+int32_t AsyncExecutor::replicated(int64_t piece) const {
+  const std::vector<int32_t>& a = acked_[static_cast<size_t>(piece)];
+  return a.empty() ? std::numeric_limits<int32_t>::max() : *std::min_element(a.begin(), a.end());
 }
 
 // FedAvg rounds (see simulate_rounds). Events and uploads carry their round so that a dropped client's late

@@ -13,6 +13,11 @@
 //       applied clock releases leave together. S = 0 is ps: every worker pulls the piece once the step's clock is
 //       applied. S > 0: a worker more than S clocks ahead of the slowest waits for its pulls (the part of its wait
 //       before the last withheld reply was released is reported as staleness_wait_s).
+//       Replication (sync.replicas > 0, as ParameterServerSync::replicate): each update of a piece (ps, ssp: each
+//       applied clock; ps-async: each push) goes from its server to each backup (a header and
+//       replica_bytes_per_param per parameter) and comes back acknowledged (a header); ps and ssp answer a push of
+//       clock c only once clock c - S is acknowledged by every backup. The joiner check (sync.join_check_every > 0):
+//       worker 0 spends join_check_s before every join_check_every-th step reading the job's store.
 //   elastic with servers (asynchronous easgd)  local steps (compute + local optimizer); every `period` steps a
 //       worker pushes its whole parameter shards to their servers and pulls the centre back, without a barrier.
 //   gossip (asgd)  as the runtime's Gossip (engine/parallel/averaging.cpp): at the start of step c a worker sends
@@ -67,6 +72,11 @@ struct StrategySetup {
   // worker's forward and backward of step c take compute_factor(cv, seed, worker, c) times their figures; a FedAvg
   // client's local steps, one factor for their sum. 0: every step alike.
   double compute_cv = 0;
+  // The joiner check (sync.join_check_every > 0): worker 0's read of the job's store, which `tandem launch` serves on
+  // world rank 0's host (worker 0's own): a request and its answer over loopback TCP, costing one wake-up of each
+  // side (the store's to answer, worker 0's for the answer) at the profile's tcp_cpu_s_per_wakeup, run on worker 0's
+  // node before the step (0: no figure, the check is free).
+  double join_check_s = 0;
 };
 
 // Steps (rounds) a setup's window simulates when `steps` is 0.

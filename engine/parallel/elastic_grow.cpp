@@ -56,15 +56,17 @@ bool ParallelTrainer::grows_grid() const noexcept {
 }
 
 bool ParallelTrainer::grows_workers() const noexcept {
-  // Each poll costs a sync point, so a parameter-server job polls only when it was given a bound to grow to
-  // (max_ranks > 0; tandem launch --max-ranks above -n sets it); a joiner is always one (pc_.joining).
+  // A parameter-server job polls only when it was given a bound to grow to (max_ranks > 0; tandem launch --max-ranks
+  // above -n sets it); a joiner is always one (pc_.joining). The compiled job says so (SyncProgram::join_check_every),
+  // and the simulator charges the same checks.
   return pc_.elastic && ps_ != nullptr && !elastic_centre() && absorbing_ && own_comm_ != nullptr &&
-         (pc_.max_ranks > 0 || pc_.joining);
+         job_.sync.join_check_every > 0;
 }
 
 void ParallelTrainer::maybe_admit() {
   if (grows_workers()) {
     const int64_t steps = optimizer_->steps();
+    const int64_t every = job_.sync.join_check_every;
     if (pc_.strategy != Strategy::kPsAsync) {
       // ps and ssp: the check rides on the push/pull messages (ParameterServerSync::request_admission). Worker 0
       // alone reads the store; every rank learns from the servers at which boundary to admit, and only there do
@@ -79,12 +81,12 @@ void ParallelTrainer::maybe_admit() {
         if (own_comm_->pending_joins() > 0) admit_workers();
         return;
       }
-      if (due < 0 && grid_.rank == 0 && steps >= poll_from_ && steps % pc_.join_poll_steps == 0 &&
+      if (due < 0 && grid_.rank == 0 && steps >= poll_from_ && steps % every == 0 &&
           own_comm_->peek_joins() > 0)
         ps_->request_admission();
       return;
     }
-    if (steps < poll_from_ || steps % pc_.join_poll_steps != 0) return;
+    if (steps < poll_from_ || steps % every != 0) return;
     // ps-async: no bound on how far a worker runs ahead, so no message is sure to carry a decision in time: the check
     // is collective over workers and servers, and every rank leaves the push/pull region first (a sync point), so
     // that no rank waits in it for another's push or pull. Admit until nobody waits (the ranks admitted here poll once

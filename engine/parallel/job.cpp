@@ -153,6 +153,7 @@ void size_servers(SyncProgram& p, const optim::OptimizerConfig& optimizer) {
   for (const KeyRange& r : p.shards) owned[static_cast<size_t>(r.server)] += static_cast<double>(r.size());
   p.server_memory.assign(static_cast<size_t>(p.servers), StageMemory{});
   p.replica_bytes_per_update.assign(static_cast<size_t>(p.servers), 0.0);
+  p.replica_bytes_per_param = push_pull && p.replicas > 0 ? 4.0 + state : 0.0;
   for (int32_t s = 0; s < p.servers; ++s) {
     StageMemory& sm = p.server_memory[static_cast<size_t>(s)];
     const double n = owned[static_cast<size_t>(s)];
@@ -215,6 +216,9 @@ SyncProgram sync_program(const CompiledJob& cj) {
     p.replicas = std::min(c.server_replicas, p.servers - 1);
     size_servers(p, cj.job.optimizer);
   }
+  // ParallelTrainer::grows_workers: elastic push-pull jobs given a bound to grow to (or a joiner) check for joiners
+  if (p.exchange == Exchange::kPushPull && p.servers > 0 && c.elastic && (c.max_ranks > 0 || c.joining))
+    p.join_check_every = c.join_poll_steps;
   // simulator figures (see SyncProgram)
   const StageMemory& m = cj.stages.front().memory;
   p.worker_memory = m;
@@ -494,6 +498,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
   first(differ("server replicas", a.sync.replicas, b.sync.replicas));
+  first(differ("replica bytes per parameter", a.sync.replica_bytes_per_param, b.sync.replica_bytes_per_param));
   first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));
   for (size_t k = 0; k < a.sync.server_memory.size() && k < b.sync.server_memory.size() && d.empty(); ++k)
     first(differ(fmt::format("server {} bytes", k).c_str(), a.sync.server_memory[k].total(),

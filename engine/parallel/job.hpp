@@ -167,10 +167,27 @@ struct SyncProgram {
   // simulator's are this one.
   std::vector<StageMemory> server_memory;
   // Replication traffic (replicas > 0): the bytes one server sends to its backups per update of its whole shard
-  // (values + optimizer state, to each of `replicas` servers). Reported beside the step; the simulator does not
-  // time it yet.
+  // (values + optimizer state, to each of `replicas` servers), headers aside.
   std::vector<double> replica_bytes_per_update;
+
+  // ---- actions beside the exchange (issue #17), which the runtime runs and the simulator times ----
+  // Replication (replicas > 0; ParameterServerSync::replicate): after each update of a piece (ps, ssp: each applied
+  // clock; ps-async: each push) its owner sends every backup of replica_servers(owner) one message of
+  // kPsHeaderBytes + replica_bytes_per_param x the piece's parameters (its values and optimizer state), and the
+  // backup answers with an acknowledgement of kPsHeaderBytes. ps and ssp answer a push of clock c only once the
+  // piece's clock c - staleness is acknowledged by every backup (release_withheld); ps-async answers at once.
+  double replica_bytes_per_param = 0;  // 4 + optimizer_state_bytes_per_param (0 without replicas)
+  // Joiner check (ParallelTrainer::maybe_admit): an elastic ps, ps-async or ssp job that may grow
+  // (ParallelConfig::elastic with max_ranks > 0, or a joiner) checks every join_check_every optimizer steps, at the
+  // start of the step, whether joiners wait: worker 0 alone reads the job's store (Communicator::peek_joins: one
+  // request and its reply, to the store that `tandem launch` serves on world rank 0's host); nothing collective
+  // unless someone waits. 0: no check.
+  int32_t join_check_every = 0;
 };
+
+// The parameter-server protocol's header (ParameterServerSync::Header): every push, pull, control message, replica
+// and acknowledgement starts with one.
+inline constexpr double kPsHeaderBytes = 32;
 
 // The servers that back up the shards server `owner` owns: owner + 1, ..., owner + replicas (mod servers),
 // replicas = min(replicas, servers - 1). Empty without replication.

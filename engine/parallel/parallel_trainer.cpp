@@ -702,7 +702,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
     try {
       // Parameter servers after a re-form: every rank is back in the push/pull region; a rank redoing a world
       // collective leaves it first, as the others do at their next sync point.
-      if (again && ps_ && phase != Phase::kStep) ps_->sync_point();
+      if (again && ps_ && phase != Phase::kStep && !adopted_eval_) ps_->sync_point();
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
@@ -861,10 +861,10 @@ void ParallelTrainer::shrink_group(const std::string& why) {
 bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vector<int>& before) {
   // Where every survivor was: its progress (steps; fedavg: rounds) and the collective work it was in.
   const int n = world_->size();
-  const int64_t mine[2] = {progress_of(snapshot_), static_cast<int64_t>(phase)};
-  std::vector<int64_t> all(2 * static_cast<size_t>(n));
-  world_->allgather(mine, all.data(), 2, DType::kI64)->wait();
-  const auto at = [&](int r, int k) { return all[2 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  const int64_t mine[3] = {progress_of(snapshot_), static_cast<int64_t>(phase), evals_done_};
+  std::vector<int64_t> all(3 * static_cast<size_t>(n));
+  world_->allgather(mine, all.data(), 3, DType::kI64)->wait();
+  const auto at = [&](int r, int k) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
   int root = 0;  // the lowest survivor with the most progress
   for (int r = 1; r < n; ++r)
     if (at(r, 0) > at(root, 0)) root = r;
@@ -876,6 +876,32 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   int late_rank = root;  // the rank the others are held to: ddp/fedavg, the one furthest on; else one past the sums
   for (int r = 0; r < n; ++r)
     if (late(at(r, 1))) late_phase = at(r, 1), late_rank = r;
+  // An evaluation some ranks completed and others were cut off in (the loss came as the first ones left it, e.g. a
+  // rank killed as rank 0 reports the epoch): every rank at the same step, the ones in it one evaluation behind the
+  // others, which went on to a step. The behind ones take the evaluation's result from the lowest rank that completed
+  // it (it is the same on every rank) instead of redoing it alone, so that all are held to the step.
+  int eval_from = -1;
+  if (!adopt && late_phase == static_cast<int64_t>(Phase::kEvaluate)) {
+    const int64_t behind = at(late_rank, 2);
+    bool split = true;
+    for (int r = 0; r < n && split; ++r) {
+      const bool in_eval = at(r, 1) == static_cast<int64_t>(Phase::kEvaluate);
+      split = at(r, 0) == at(late_rank, 0) &&
+              (in_eval ? at(r, 2) == behind : at(r, 1) == static_cast<int64_t>(Phase::kStep) && at(r, 2) == behind + 1);
+      if (split && !in_eval && eval_from < 0) eval_from = r;
+    }
+    if (!split) eval_from = -1;
+  }
+  if (eval_from >= 0) {
+    double v[3] = {last_eval_.loss, last_eval_.accuracy, static_cast<double>(last_eval_.samples)};
+    world_->broadcast(v, 3, DType::kF64, eval_from)->wait();
+    if (phase == Phase::kEvaluate) {
+      adopted_eval_ = train::EvalResult{v[0], v[1], static_cast<int64_t>(v[2])};
+      log::warn("elastic: world rank {} takes the evaluation world rank {} completed before the loss",
+                world_rank(), members_[static_cast<size_t>(eval_from)]);
+    }
+    late_phase = 0;  // every rank goes on from the step
+  }
   const int other = adopt ? root : late_rank;
   for (int r = 0; r < n; ++r) {
     const int64_t s = at(r, 0), p = at(r, 1), top = at(root, 0), top_phase = at(root, 1);
@@ -1192,8 +1218,18 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
 }
 
 train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
-  return failing_loudly(
-      [&] { return elastic_retry(Phase::kEvaluate, [&] { return with_consensus([&] { return evaluate_impl(d, limit_batches); }); }); });
+  last_eval_ = failing_loudly([&] {
+    return elastic_retry(Phase::kEvaluate, [&] {
+      if (adopted_eval_) {  // the re-form gave this rank the evaluation the others completed (reform)
+        const train::EvalResult r = *adopted_eval_;
+        adopted_eval_.reset();
+        return r;
+      }
+      return with_consensus([&] { return evaluate_impl(d, limit_batches); });
+    });
+  });
+  ++evals_done_;
+  return last_eval_;
 }
 
 template <typename F>

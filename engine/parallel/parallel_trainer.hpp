@@ -181,6 +181,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -322,7 +323,11 @@ class ParallelTrainer {
   comm::Communicator* trainer_comm() const noexcept;
   // Shrinks it to the survivors and updates members, lost ranks and the grid; a lost server stops the job.
   void shrink_group(const std::string& why);
-  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy.
+  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. The
+  // non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from where each rank was, so past the
+  // epoch's sums every rank must redo the same phase, else the job stops ("cannot re-form"); except an evaluation
+  // that some ranks completed (they went on to the next step) and the others were cut off in, at the same step: the
+  // others take its result from the lowest rank that completed it (evaluate() returns it) and all go on from the step.
   bool reform(Phase phase, const std::string& why, const std::vector<int>& before);
   // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
   std::string rank_label(int world_rank) const;
@@ -434,6 +439,11 @@ class ParallelTrainer {
   RoundOutcome last_round_;
   TimeSplit local_;
   EpochSplit last_split_;
+  // Elastic (non-adopting strategies): evaluations completed, the last one's result, and a result taken from a rank
+  // that completed the evaluation this rank was cut off in (reform; evaluate() returns it instead of evaluating).
+  int64_t evals_done_ = 0;
+  train::EvalResult last_eval_;
+  std::optional<train::EvalResult> adopted_eval_;
   // ---- issue #17: elastic DDP (world_ then points at dp_comm_, the trainer's own communicator) ----
   struct Snapshot {
     std::vector<float> params, buffers;

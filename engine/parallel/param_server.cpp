@@ -34,6 +34,7 @@ constexpr uint32_t kTagFinalShard = kTagBase + 0x30000;  // + shard index: a sha
 constexpr uint32_t kTagStateShard = kTagBase + 0x40000;  // + shard index: its optimizer state (gather_state)
 constexpr size_t kMaxPieces = 0x10000;
 constexpr size_t kHeaderFloats = 8;
+static_assert(kHeaderFloats * sizeof(float) == kPsHeaderBytes, "the job's header size (job.hpp)");
 
 // The optimizer's state tensors per buffer (optim::Optimizer::state_tensors).
 size_t state_tensors_per_buffer(const optim::OptimizerConfig& c) {
@@ -806,6 +807,10 @@ void ParameterServerSync::replicate(ServerPiece& p) {
   compute::Backend& be = model_.backend();
   const int64_t updates = p.optimizer->steps();
   const int64_t count = static_cast<int64_t>(1 + st.size()) * p.size;
+  // the message the compiled job describes, and the simulator times (SyncProgram::replica_bytes_per_param)
+  TANDEM_CHECK(4.0 * static_cast<double>(count) == program_.replica_bytes_per_param * static_cast<double>(p.size),
+               Status::kInternal, "parameter server replication: a replica of piece {} is {} bytes, the job says {}",
+               p.global, 4 * count, program_.replica_bytes_per_param * static_cast<double>(p.size));
   const auto local = static_cast<int32_t>(&p - pieces_.data());
   for (Link& l : backups_) {
     Message h;

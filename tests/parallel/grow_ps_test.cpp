@@ -337,6 +337,8 @@ BOOST_AUTO_TEST_CASE(checking_for_joiners_at_every_step_leaves_ssp_workers_free_
     train::TrainerConfig cfg = sgd_config(kBatch);
     cfg.optimizer.lr = ssp2.lr;
     par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, elastic_ps(ssp2, JobShape{}, 4, false), &world);
+    // the compiled job says so, and the simulator charges the same checks (SyncProgram::join_check_every)
+    BOOST_TEST(t.job().sync.join_check_every == 1);
     for (int k = 0; k < 24; ++k) {  // within the first epoch (32 steps): no epoch's end syncs them either
       if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
       t.step();
