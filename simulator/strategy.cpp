@@ -20,6 +20,8 @@ namespace {
 
 // Flow tags: kind in the low 2 bits, the worker in the next 22, an index (piece, shard, round) above.
 constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3;
+// salts the seed of the fan-out draws (AsyncExecutor::start_replies) apart from the compute's
+constexpr uint64_t kFanoutSeed = 0x66616e6f7574ull;
 uint64_t flow_tag(uint64_t kind, int32_t worker, uint64_t index) {
   return (index << 24) | (static_cast<uint64_t>(worker) << 2) | kind;
 }
@@ -131,14 +133,15 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
   }
   // A message: its flow, and where moving it costs CPU, the sender's and the receiver's CPU work beside it.
   // `wire_factor`: the flow's bytes on the network are that many times the message's (a swap's loser,
-  // Topology::two_way_bytes_factor); what the NICs count and the CPU work stay the message's.
-  void flow(int32_t from, int32_t to, double bytes, uint64_t tag, double wire_factor = 1.0) {
+  // Topology::two_way_bytes_factor); what the NICs count and the CPU work stay the message's. `share_weight`: the
+  // flow's share weight on its links (Network::start_flow; a fan-out draw, Topology::fanout_cv).
+  void flow(int32_t from, int32_t to, double bytes, uint64_t tag, double wire_factor = 1.0, double share_weight = 1.0) {
     out_[static_cast<size_t>(from)] += bytes;
     in_[static_cast<size_t>(to)] += bytes;
     const double send_s = xfer_cpu_ ? message_cpu_s(s_, from, to, bytes) : 0.0;
     const double recv_s = xfer_cpu_ ? message_cpu_s(s_, to, from, bytes) : 0.0;
     if (send_s <= 0 && recv_s <= 0) {
-      net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, tag);
+      net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, tag, -1, share_weight);
       return;
     }
     const uint64_t id = xfers_.size();
@@ -150,7 +153,7 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
       bd.comm_cpu_s += cpu;
       run_cpu(rank, cpu, (id << 2) | kEvXfer, false);
     }
-    net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, kXferFlow | id);
+    net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, kXferFlow | id, -1, share_weight);
   }
   // The bytes per step (round) of a window of k.
   void report_bytes(StepResult& r, double k) const {
@@ -244,6 +247,7 @@ class AsyncExecutor final : public FlowExecutor {
     int32_t worker;
     double bytes;
     uint64_t tag;
+    int32_t clock = 0;  // the clock of the push it answers (the fan-out draw's key)
   };
   struct Server {
     std::deque<Update> queue;
@@ -253,6 +257,7 @@ class AsyncExecutor final : public FlowExecutor {
     // its NIC's send queue: each update's replies, in the order the updates ran; the head's are on the wire
     std::deque<std::vector<Reply>> nic_queue;
     int32_t on_wire = 0;  // replies of the head still on the wire
+    bool fanned = false;  // its answers are posted at once (fan_out), not queued
     RankBreakdown bd;
   };
 
@@ -271,6 +276,7 @@ class AsyncExecutor final : public FlowExecutor {
   void run_server(int32_t server);
   void send_replies(int32_t server, std::vector<Reply> replies);
   void start_replies(int32_t server);
+  bool fan_out(int32_t server, const std::vector<Reply>& replies);
   void release(int32_t server);
   int32_t server_of(int64_t index) const {
     return push_pull() ? s_.sync.pieces[static_cast<size_t>(index)].server : s_.sync.shards[static_cast<size_t>(index)].server;
@@ -393,10 +399,10 @@ void AsyncExecutor::event(uint64_t arg) {
     if (push_pull()) {  // ps-async: the push's own worker pulls the piece back
       const auto& piece = s_.sync.pieces[static_cast<size_t>(u.index)];
       const double bytes = 4.0 * static_cast<double>(piece.end - piece.begin);
-      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)), u.clock});
     } else {  // elastic: the centre's shard back to its worker
       const double bytes = 4.0 * static_cast<double>(s_.sync.shards[static_cast<size_t>(u.index)].size());
-      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)), u.clock});
     }
     send_replies(i, std::move(replies));
     run_server(i);
@@ -476,6 +482,10 @@ void AsyncExecutor::end_step(int32_t w) {
 // push or applied clock released) leave together and share the link.
 void AsyncExecutor::send_replies(int32_t server, std::vector<Reply> replies) {
   Server& sv = servers_[static_cast<size_t>(server)];
+  if (sv.nic_queue.empty() && fan_out(server, replies)) {
+    sv.fanned = true;
+    return;
+  }
   sv.nic_queue.push_back(std::move(replies));
   if (sv.nic_queue.size() == 1) start_replies(server);
 }
@@ -489,10 +499,31 @@ void AsyncExecutor::start_replies(int32_t server) {
   for (const Reply& r : head) flow(server_rank(server), r.worker, r.bytes, r.tag);
 }
 
+// A server host with a measured fan-out CV (Topology::fanout_cv > 0): its answers are not queued one batch after
+// another but posted at once, each sharing the uplink with a seeded weight of mean 1 and that CV per (worker, clock,
+// piece) -- TCP connections through one FIFO get shares in proportion to their windows, which differ -- so that
+// one worker's answer may overtake another's and the workers' clocks wander apart, as measured.
+bool AsyncExecutor::fan_out(int32_t server, const std::vector<Reply>& replies) {
+  bool any = false;
+  for (const Reply& r : replies) {
+    const double cv = topo_.fanout_cv(server_rank(server), r.worker);
+    if (cv <= 0) continue;
+    any = true;
+    const int64_t index = static_cast<int64_t>(r.clock) * static_cast<int64_t>(std::max<size_t>(1, s_.sync.pieces.size())) +
+                          static_cast<int64_t>(r.tag >> 24);
+    flow(server_rank(server), r.worker, r.bytes, r.tag, 1.0, compute_factor(cv, s_.seed ^ kFanoutSeed, r.worker, index));
+  }
+  if (!any) return false;
+  for (const Reply& r : replies)
+    if (topo_.fanout_cv(server_rank(server), r.worker) <= 0) flow(server_rank(server), r.worker, r.bytes, r.tag);
+  return true;
+}
+
 void AsyncExecutor::wire_done(uint64_t tag) {
   if ((tag & 3) != kPull) return;
   const int32_t server = server_of(static_cast<int64_t>(tag >> 24));
   Server& sv = servers_[static_cast<size_t>(server)];
+  if (sv.fanned) return;  // posted at once (fan_out): no queue
   if (--sv.on_wire > 0) return;
   sv.nic_queue.pop_front();
   start_replies(server);
@@ -591,7 +622,7 @@ void AsyncExecutor::release(int32_t server) {
   for (const Withheld& x : go) {
     const auto& piece = s_.sync.pieces[static_cast<size_t>(x.piece)];
     replies.push_back({x.worker, 4.0 * static_cast<double>(piece.end - piece.begin),
-                       flow_tag(kPull, x.worker, static_cast<uint64_t>(x.piece))});
+                       flow_tag(kPull, x.worker, static_cast<uint64_t>(x.piece)), x.clock});
     if (x.held) workers_[static_cast<size_t>(x.worker)].held_until = sim_.now();
   }
   send_replies(server, std::move(replies));
@@ -778,10 +809,25 @@ void RoundExecutor::delivered(uint64_t tag) {
 
 }  // namespace
 
+namespace {
+constexpr int32_t kLongWindowSteps = 256;
+constexpr int64_t kWindowReplies = 1 << 17;
+}  // namespace
+
 int32_t window_steps(const StrategySetup& s) {
   if (s.steps > 0) return s.steps;
   switch (s.sync.exchange) {
-    case Exchange::kPushPull: return s.sync.staleness == 0 ? 4 : 16 + 2 * std::max(0, s.sync.staleness);
+    case Exchange::kPushPull: {
+      if (s.sync.staleness == 0) return 4;
+      // ps-async and ssp: the workers' clocks drift apart (fan-out draws, compute noise) and ssp's bound binds
+      // only once they are S clocks apart, which takes tens of steps; so a long window, kLongWindowSteps (about a
+      // bench run's 234 steps), cut to a cost bound of kWindowReplies answers (workers x pieces x steps) for a
+      // large job, and never below the short window of 16 + 2 S steps
+      const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(s.sync.workers) *
+                                                        static_cast<int64_t>(std::max<size_t>(1, s.sync.pieces.size())));
+      const int32_t floor = 16 + 2 * std::max(0, s.sync.staleness);
+      return static_cast<int32_t>(std::clamp<int64_t>(kWindowReplies / per_step, floor, std::max(floor, kLongWindowSteps)));
+    }
     case Exchange::kElastic: return 4 * std::max(1, s.sync.period);
     case Exchange::kGossip: return 16;
     case Exchange::kRound: {
