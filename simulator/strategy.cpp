@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
 #include "engine/parallel/averaging.hpp"
 #include "engine/parallel/fedavg.hpp"
 #include "simulator/compute/step_noise.hpp"
@@ -227,6 +228,7 @@ class AsyncExecutor final : public FlowExecutor {
     // ssp: when the last of this step's replies that the bound withheld was released (its wait up to then is a
     // staleness wait, the rest exposed communication)
     des::TimeNs held_until = 0;
+    FanoutDraw fan;  // its answers' share weight (fan_out), kept from clock to clock
     double compute_full_s = 0;
     double noise = 1;  // this step's compute factor (compute_factor)
     RankBreakdown bd;
@@ -509,9 +511,9 @@ bool AsyncExecutor::fan_out(int32_t server, const std::vector<Reply>& replies) {
     const double cv = topo_.fanout_cv(server_rank(server), r.worker);
     if (cv <= 0) continue;
     any = true;
-    const int64_t index = static_cast<int64_t>(r.clock) * static_cast<int64_t>(std::max<size_t>(1, s_.sync.pieces.size())) +
-                          static_cast<int64_t>(r.tag >> 24);
-    flow(server_rank(server), r.worker, r.bytes, r.tag, 1.0, compute_factor(cv, s_.seed ^ kFanoutSeed, r.worker, index));
+    Worker& wk = workers_[static_cast<size_t>(r.worker)];
+    wk.fan = fanout_weight(cv, topo_.fanout_corr(server_rank(server), r.worker), s_.seed, r.worker, r.clock, wk.fan);
+    flow(server_rank(server), r.worker, r.bytes, r.tag, 1.0, wk.fan.weight);
   }
   if (!any) return false;
   for (const Reply& r : replies)
@@ -809,8 +811,31 @@ void RoundExecutor::delivered(uint64_t tag) {
 
 }  // namespace
 
+FanoutDraw fanout_weight(double cv, double corr, uint64_t seed, int32_t worker, int32_t clock, FanoutDraw prev) {
+  TANDEM_REQUIRE(std::isfinite(cv) && cv >= 0 && cv <= 1 && std::isfinite(corr) && corr >= 0 && corr < 1,
+                 "fan-out draw: CV {} must be in [0, 1] and correlation {} in [0, 1)", cv, corr);
+  TANDEM_REQUIRE(clock >= 0, "fan-out draw: clock {} must be >= 0", clock);
+  if (cv == 0) return {clock, 0.0, 1.0};
+  // one standard normal per (seed, worker, clock), counter-based: the event order does not matter
+  const auto eps = [&](int32_t c) {
+    Rng rng(mix64(mix64(seed ^ kFanoutSeed, static_cast<uint64_t>(worker)), static_cast<uint64_t>(c)));
+    return rng.normal();
+  };
+  FanoutDraw d = prev;
+  if (d.clock < 0 || d.clock > clock || clock - d.clock > 64) {  // a fresh start, or far enough that it is forgotten
+    d.clock = clock;
+    d.z = eps(clock);
+  }
+  const double keep = std::sqrt(1 - corr * corr);
+  for (int32_t c = d.clock + 1; c <= clock; ++c) d.z = corr * d.z + keep * eps(c);
+  d.clock = clock;
+  const double s2 = std::log1p(cv * cv);  // lognormal of mean 1 and CV cv
+  d.weight = std::exp(std::sqrt(s2) * d.z - s2 / 2);
+  return d;
+}
+
 namespace {
-constexpr int32_t kLongWindowSteps = 256;
+constexpr int32_t kLongWindowSteps = 1024;
 constexpr int64_t kWindowReplies = 1 << 17;
 }  // namespace
 
@@ -821,7 +846,8 @@ int32_t window_steps(const StrategySetup& s) {
       if (s.sync.staleness == 0) return 4;
       // ps-async and ssp: the workers' clocks drift apart (fan-out draws, compute noise) and ssp's bound binds
       // only once they are S clocks apart, which takes tens of steps; so a long window, kLongWindowSteps (about a
-      // bench run's 234 steps), cut to a cost bound of kWindowReplies answers (workers x pieces x steps) for a
+      // bench run's 234 steps, four times over: the bound's episodes are long, so
+      // a window of one run's length predicts one run's chance), cut to a cost bound of kWindowReplies answers (workers x pieces x steps) for a
       // large job, and never below the short window of 16 + 2 S steps
       const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(s.sync.workers) *
                                                         static_cast<int64_t>(std::max<size_t>(1, s.sync.pieces.size())));
