@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -123,6 +124,42 @@ BOOST_AUTO_TEST_CASE(zero_byte_and_local_flows_finish_after_their_latency) {
   BOOST_TEST(d.at.at(0) == 0.25);
   BOOST_TEST(d.at.at(1) == 0.0);
   BOOST_TEST(net.active_flows() == 0u);
+}
+
+// A flow's own share weight (start_flow's `weight`, a fan-out draw): two flows of B on one link of C with weights 1
+// and 3 run at C / 4 and 3C / 4; the heavy one ends at 4B / 3C, having left the light one 2B / 3 to send alone,
+// which ends at 2B / C. Equal weights other than 1 share equally, and a weight <= 0 or not finite is refused.
+BOOST_AUTO_TEST_CASE(a_flow_weight_scales_its_share) {
+  const double C = 1e6, B = 1e6;
+  des::Simulator sim;
+  Network net(sim);
+  const RouteId r = net.add_route({net.add_link(C, 0)});
+  Done d;
+  d.sim = &sim;
+  net.start_flow(r, B, &d, 0, -1, 1.0);
+  net.start_flow(r, B, &d, 1, -1, 3.0);
+  sim.run(0);
+  std::vector<double> rates = net.current_rates();
+  std::sort(rates.begin(), rates.end());
+  BOOST_TEST(rates.size() == 2u);
+  BOOST_TEST(rates[0] == C / 4, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(rates[1] == 3 * C / 4, boost::test_tools::tolerance(1e-12));
+  sim.run();
+  BOOST_TEST(d.at.at(1) == 4 * B / (3 * C), boost::test_tools::tolerance(1e-8));
+  BOOST_TEST(d.at.at(0) == 2 * B / C, boost::test_tools::tolerance(1e-8));
+  des::Simulator sim2;
+  Network net2(sim2);
+  const RouteId r2 = net2.add_route({net2.add_link(C, 0)});
+  Done d2;
+  d2.sim = &sim2;
+  net2.start_flow(r2, B, &d2, 0, -1, 0.4);
+  net2.start_flow(r2, B, &d2, 1, -1, 0.4);
+  sim2.run();
+  BOOST_TEST(d2.at.at(0) == 2 * B / C, boost::test_tools::tolerance(1e-8));
+  BOOST_TEST(d2.at.at(1) == 2 * B / C, boost::test_tools::tolerance(1e-8));
+  BOOST_CHECK_THROW(net2.start_flow(r2, B, &d2, 2, -1, 0.0), tandem::Error);
+  BOOST_CHECK_THROW(net2.start_flow(r2, B, &d2, 2, -1, -1.0), tandem::Error);
+  BOOST_CHECK_THROW(net2.start_flow(r2, B, &d2, 2, -1, std::nan("")), tandem::Error);
 }
 
 BOOST_AUTO_TEST_CASE(rejects_bad_links_and_flows) {
