@@ -442,7 +442,7 @@ BOOST_AUTO_TEST_CASE(fanout_weights_have_the_measured_spread_and_persistence) {
     BOOST_TEST_INFO("corr " << corr);
     BOOST_TEST(mean == 1.0, tt::tolerance(corr > 0 ? 0.03 : 0.01));
     BOOST_TEST(cv == 0.3, tt::tolerance(corr > 0 ? 0.1 : 0.05));
-    BOOST_TEST(zz / z0 == corr + 1e-9, tt::tolerance(corr > 0 ? 0.02 : 1.0));
+    if (corr > 0) BOOST_TEST(zz / z0 == corr, tt::tolerance(0.02));
     if (corr == 0) BOOST_TEST(std::abs(zz / z0) < 0.02);
   }
   // the same draws again, and another worker's differ
@@ -494,7 +494,6 @@ BOOST_AUTO_TEST_CASE(fanout_spread_lets_the_clocks_drift_and_the_bound_bind) {
   const StepResult ssp = run(2, 0.3, 0.85), async = run(-1, 0.3, 0.85);
   BOOST_TEST(waits(ssp) > 0.05 * ssp.step_s);
   BOOST_TEST(ssp.step_s > 1.05 * async.step_s);
-  for (int k = 0; k < 4; ++k) BOOST_TEST_MESSAGE("TMP async finish " << async.ranks[k].finish_s << " ssp " << ssp.ranks[k].finish_s << " step " << async.step_s << " async0 " << async0.step_s);
   // the server's NIC sends one model per answer either way
   BOOST_TEST(ssp.nic_out_bytes[4] == ssp0.nic_out_bytes[4], tt::tolerance(1e-9));
   BOOST_TEST(ssp.nic_out_bytes[4] == 4 * 4.0 * params, tt::tolerance(1e-9));
