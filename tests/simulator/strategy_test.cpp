@@ -2,6 +2,7 @@
 // local SGD, EASGD, gossip and FedAvg, checked against closed forms on a star of known rates.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <boost/test/unit_test.hpp>
 
@@ -40,9 +41,14 @@ StrategySetup push_pull(int32_t workers, int32_t servers, int64_t params, int32_
   return s;
 }
 
-StepResult run_on_star(const StrategySetup& s, int32_t hosts, double nic = kNic) {
+// `set`, where given, sets more of each host's link figures.
+StepResult run_on_star(const StrategySetup& s, int32_t hosts, double nic = kNic,
+                       const std::function<void(network::HostNet&)>& set = {}) {
   std::vector<network::HostNet> h(static_cast<size_t>(hosts));
-  for (auto& x : h) x.nic_bytes_per_s = nic;
+  for (auto& x : h) {
+    x.nic_bytes_per_s = nic;
+    if (set) set(x);
+  }
   des::Simulator sim;
   network::Network net(sim);
   network::Topology topo(network::TopologySpec{}, h, net);
@@ -93,6 +99,16 @@ void own_nodes(StrategySetup& s, CpuShare share) {
 }
 
 double model_bytes(const SimResult& r) { return r.job->stages.front().memory.param_bytes; }
+
+// Whether parse_cluster refuses the JSON `j` with a message containing `what`.
+bool refused(const std::string& j, const std::string& what) {
+  try {
+    parse_cluster(j);
+  } catch (const std::exception& e) {
+    return std::string(e.what()).find(what) != std::string::npos;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -335,17 +351,11 @@ BOOST_AUTO_TEST_CASE(gossip_pair_waits_for_the_slower_partner) {
 BOOST_AUTO_TEST_CASE(gossip_swap_takes_the_measured_two_way_factor) {
   const double P = 4e6, d = 1514.0 / 1448, a = 66.0 / (2 * 1448);
   const auto run = [&](network::Protocol proto, double f, int32_t workers = 2) {
-    std::vector<network::HostNet> h(static_cast<size_t>(workers));
-    for (auto& x : h) {
-      x.nic_bytes_per_s = kNic;
+    return run_on_star(gossip(workers, P, 0.01 * P / kNic), workers, kNic, [&](network::HostNet& x) {
       x.protocol = proto;
       x.tcp_slow_start_after_idle = false;
       x.tcp_two_way_factor = f;
-    }
-    des::Simulator sim;
-    network::Network net(sim);
-    network::Topology topo(network::TopologySpec{}, h, net);
-    return simulate_async_steps(gossip(workers, P, 0.01 * P / kNic), topo, sim);
+    });
   };
   const double two_way = P * (d + a) / kNic, one_way = P * d / kNic;
   BOOST_TEST(run(network::Protocol::kTcp, 1.0).step_s == two_way, tt::tolerance(1e-4));
@@ -366,14 +376,6 @@ BOOST_AUTO_TEST_CASE(gossip_swap_takes_the_measured_two_way_factor) {
                                           "tcp_two_way_factor": 1.4}]})");
   BOOST_TEST(c.host_nets()[1].tcp_two_way_factor == 1.4);
   BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2}]})").host_nets()[0].tcp_two_way_factor == 1.0);
-  const auto refused = [](const std::string& j, const std::string& what) {
-    try {
-      parse_cluster(j);
-    } catch (const std::exception& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_two_way_factor": 0.9}]})",
                      "cluster.nodes[0].tcp_two_way_factor: expected a factor in [1, 16]"));
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "rdma", "tcp_two_way_factor": 1.2}]})",
@@ -472,16 +474,10 @@ BOOST_AUTO_TEST_CASE(fanout_spread_lets_the_clocks_drift_and_the_bound_bind) {
     StrategySetup s = push_pull(4, 1, params, staleness);
     s.seed = 3;
     for (int32_t w = 0; w < 4; ++w) set_compute(s, w, 0.01 * 4.0 * params / kNic);
-    std::vector<network::HostNet> h(5);
-    for (auto& x : h) {
-      x.nic_bytes_per_s = kNic;
+    return run_on_star(s, 5, kNic, [&](network::HostNet& x) {
       x.tcp_fanout_cv = cv;
       x.tcp_fanout_corr = corr;
-    }
-    des::Simulator sim;
-    network::Network net(sim);
-    network::Topology topo(network::TopologySpec{}, h, net);
-    return simulate_async_steps(s, topo, sim);
+    });
   };
   const auto waits = [](const StepResult& r) {
     double w = 0;
@@ -502,14 +498,6 @@ BOOST_AUTO_TEST_CASE(fanout_spread_lets_the_clocks_drift_and_the_bound_bind) {
   BOOST_TEST(c.host_nets()[1].tcp_fanout_cv == 0.2);
   BOOST_TEST(c.host_nets()[1].tcp_fanout_corr == 0.8);
   BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2}]})").host_nets()[0].tcp_fanout_cv == 0.0);
-  const auto refused = [](const std::string& j, const std::string& what) {
-    try {
-      parse_cluster(j);
-    } catch (const std::exception& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_fanout_cv": 1.5}]})",
                      "cluster.nodes[0].tcp_fanout_cv: expected a coefficient of variation in [0, 1]"));
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_fanout_corr": 1}]})",
