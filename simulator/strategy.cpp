@@ -21,7 +21,7 @@ namespace {
 
 // Flow tags: kind in the low 2 bits, the worker in the next 22, an index (piece, shard, round) above.
 constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3;
-// salts the seed of the fan-out draws (AsyncExecutor::start_replies) apart from the compute's
+// salts the seed of the fan-out draws (fanout_weight) apart from the compute's
 constexpr uint64_t kFanoutSeed = 0x66616e6f7574ull;
 uint64_t flow_tag(uint64_t kind, int32_t worker, uint64_t index) {
   return (index << 24) | (static_cast<uint64_t>(worker) << 2) | kind;
@@ -501,10 +501,13 @@ void AsyncExecutor::start_replies(int32_t server) {
   for (const Reply& r : head) flow(server_rank(server), r.worker, r.bytes, r.tag);
 }
 
-// A server host with a measured fan-out CV (Topology::fanout_cv > 0): its answers are not queued one batch after
-// another but posted at once, each sharing the uplink with a seeded weight of mean 1 and that CV per (worker, clock,
-// piece) -- TCP connections through one FIFO get shares in proportion to their windows, which differ -- so that
-// one worker's answer may overtake another's and the workers' clocks wander apart, as measured.
+// A server host with a measured fan-out spread (Topology::fanout_cv > 0): its answers are not queued one batch after
+// another but posted at once (the NIC's own FIFO, nic_queue_bytes, still queues windows posted behind others'), each
+// sharing the uplink with its worker's weight at that clock (fanout_weight: mean 1, the measured CV, persisting from
+// clock to clock with the measured correlation; every piece of one clock alike) -- TCP connections through one FIFO
+// get shares in proportion to their windows, which differ and carry over -- so that one worker's answer may overtake
+// another's and the workers' clocks wander apart, as measured (bench/strategies/README.md, session 15). Returns false,
+// posting nothing, when no answer's host has a spread.
 bool AsyncExecutor::fan_out(int32_t server, const std::vector<Reply>& replies) {
   bool any = false;
   for (const Reply& r : replies) {
