@@ -43,6 +43,8 @@ std::vector<network::HostNet> ClusterSpec::host_nets() const {
     h.tcp_goodput = nd.tcp_goodput;
     h.tcp_slow_start_after_idle = nd.tcp_slow_start_after_idle;
     h.tcp_two_way_factor = nd.tcp_two_way_factor;
+    h.tcp_fanout_cv = nd.tcp_fanout_cv;
+    h.tcp_fanout_corr = nd.tcp_fanout_corr;
     h.bucket_bytes_per_s = nd.bucket_bytes_per_s;
     h.bucket_burst_bytes = nd.bucket_burst_bytes;
     h.nic_queue_bytes = nd.nic_queue_bytes;
@@ -87,7 +89,7 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                       "vcpus", "gpus", "gpu_memory_gib", "gpu_memory_bytes", "intra_gbps", "intra_bytes_per_s",
                       "intra_latency_us", "intra_latency_s", "kernel_overhead_us", "os_reserved_mib", "runtime_bytes",
                       "runtime_mib", "runtime_gib", "ranks_per_node", "cpu_quota", "cpu_period_s", "cpu_period_ms",
-                      "cpu_period_us", "protocol", "tcp_goodput", "tcp_slow_start_after_idle", "tcp_two_way_factor", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
+                      "cpu_period_us", "protocol", "tcp_goodput", "tcp_slow_start_after_idle", "tcp_two_way_factor", "tcp_fanout_cv", "tcp_fanout_corr", "bucket_mbps", "bucket_gbps", "bucket_bytes_per_s",
                       "bucket_burst_bytes", "bucket_burst_mib", "nic_queue_bytes", "nic_queue_mib"},
                   where);
   NodeSpec n;
@@ -176,6 +178,18 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
                    "one-way transfer's), got {}", where, *v);
     TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_two_way_factor: the node's protocol is rdma", where);
     n.tcp_two_way_factor = *v;
+  }
+  if (auto v = json_number(j, "tcp_fanout_cv", where)) {
+    TANDEM_REQUIRE(*v >= 0 && *v <= 1, "{}.tcp_fanout_cv: expected a coefficient of variation in [0, 1] (of a flow's "
+                   "time among flows fanning out of the node), got {}", where, *v);
+    TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_fanout_cv: the node's protocol is rdma", where);
+    n.tcp_fanout_cv = *v;
+  }
+  if (auto v = json_number(j, "tcp_fanout_corr", where)) {
+    TANDEM_REQUIRE(*v >= 0 && *v < 1, "{}.tcp_fanout_corr: expected a correlation in [0, 1) (of a connection's share "
+                   "from one fan-out to the next), got {}", where, *v);
+    TANDEM_REQUIRE(n.protocol == network::Protocol::kTcp, "{}.tcp_fanout_corr: the node's protocol is rdma", where);
+    n.tcp_fanout_corr = *v;
   }
   if (j.contains("tcp_slow_start_after_idle")) {
     const auto& v = j["tcp_slow_start_after_idle"];

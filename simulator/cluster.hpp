@@ -22,7 +22,12 @@
 // only; default 1: the fluid model's own two-way time): a simultaneous two-way exchange's time over a one-way
 // transfer's of the same size, as `tandem calibrate --network` measures it between two hosts (its cluster_node has
 // it); a gossip swap between two partners then takes max(the fluid two-way time, factor x the one-way flow time),
-// other traffic unchanged (network/topology.hpp's two_way_bytes_factor; the larger of the two hosts' factors), and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
+// other traffic unchanged (network/topology.hpp's two_way_bytes_factor; the larger of the two hosts' factors),
+// "tcp_fanout_cv" [0, 1] (tcp only; default 0: equal shares): the CV of the shares of flows the node sends to
+// several peers at once, and "tcp_fanout_corr" [0, 1) (default 0) the lag-one correlation of one connection's share
+// from one such fan-out to the next, as bench/strategies/fanout_calibrate.py measures them; a parameter server on
+// the node then posts its answers at once with seeded share weights of mean 1 and that CV, persisting with that
+// correlation (Topology::fanout_cv, strategy.hpp's fanout_weight), and a token bucket on the NIC: bucket_mbps|_gbps|_bytes_per_s (below the NIC
 // rate, which is then the line rate) with bucket_burst_bytes|_mib; "nic_queue_bytes|_mib" (tcp only; default
 // none): the NIC's egress queue, a drop-tail FIFO such as a tbf's limit, in which the connections a sender posts
 // at once queue their windows one after another (network/network.hpp's set_fifo_queue).
@@ -59,6 +64,8 @@ struct NodeSpec {
   double tcp_goodput = 1.0;
   bool tcp_slow_start_after_idle = true;   // tcp only: the sender's connections slow start after idle
   double tcp_two_way_factor = 1.0;         // tcp only: a simultaneous exchange over a one-way transfer (measured)
+  double tcp_fanout_cv = 0.0;              // tcp only: the CV of flows' shares fanning out of the node (measured)
+  double tcp_fanout_corr = 0.0;            // tcp only: a connection's share's lag-one correlation (measured)
   double bucket_bytes_per_s = 0;           // NIC token bucket (0: none)
   double bucket_burst_bytes = 0;
   double nic_queue_bytes = 0;              // tcp only: the NIC's egress FIFO (0: not modelled)

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
 #include "engine/parallel/averaging.hpp"
 #include "engine/parallel/fedavg.hpp"
 #include "simulator/compute/step_noise.hpp"
@@ -22,6 +23,8 @@ namespace {
 // fedavg's upload in the round executor and a server-to-server replica (or its acknowledgement) in the asynchronous
 // one, whose "worker" bits then hold the backup's index among the piece's backups times 2, plus 1 for the ack.
 constexpr uint64_t kPush = 0, kPull = 1, kGossip = 2, kUpload = 3, kReplica = 3;
+// salts the seed of the fan-out draws (fanout_weight) apart from the compute's
+constexpr uint64_t kFanoutSeed = 0x66616e6f7574ull;
 uint64_t flow_tag(uint64_t kind, int32_t worker, uint64_t index) {
   return (index << 24) | (static_cast<uint64_t>(worker) << 2) | kind;
 }
@@ -133,14 +136,15 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
   }
   // A message: its flow, and where moving it costs CPU, the sender's and the receiver's CPU work beside it.
   // `wire_factor`: the flow's bytes on the network are that many times the message's (a swap's loser,
-  // Topology::two_way_bytes_factor); what the NICs count and the CPU work stay the message's.
-  void flow(int32_t from, int32_t to, double bytes, uint64_t tag, double wire_factor = 1.0) {
+  // Topology::two_way_bytes_factor); what the NICs count and the CPU work stay the message's. `share_weight`: the
+  // flow's share weight on its links (Network::start_flow; a fan-out draw, Topology::fanout_cv).
+  void flow(int32_t from, int32_t to, double bytes, uint64_t tag, double wire_factor = 1.0, double share_weight = 1.0) {
     out_[static_cast<size_t>(from)] += bytes;
     in_[static_cast<size_t>(to)] += bytes;
     const double send_s = xfer_cpu_ ? message_cpu_s(s_, from, to, bytes) : 0.0;
     const double recv_s = xfer_cpu_ ? message_cpu_s(s_, to, from, bytes) : 0.0;
     if (send_s <= 0 && recv_s <= 0) {
-      net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, tag);
+      net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, tag, -1, share_weight);
       return;
     }
     const uint64_t id = xfers_.size();
@@ -152,7 +156,7 @@ class FlowExecutor : public des::EventHandler, public network::FlowObserver {
       bd.comm_cpu_s += cpu;
       run_cpu(rank, cpu, (id << 2) | kEvXfer, false);
     }
-    net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, kXferFlow | id);
+    net_.start_flow(topo_.route(from, to), bytes * wire_factor, this, kXferFlow | id, -1, share_weight);
   }
   // The bytes per step (round) of a window of k.
   void report_bytes(StepResult& r, double k) const {
@@ -227,6 +231,7 @@ class AsyncExecutor final : public FlowExecutor {
     // ssp: when the last of this step's replies that the bound withheld was released (its wait up to then is a
     // staleness wait, the rest exposed communication)
     des::TimeNs held_until = 0;
+    FanoutDraw fan;  // its answers' share weight (fan_out), kept from clock to clock
     double compute_full_s = 0;
     double noise = 1;  // this step's compute factor (compute_factor)
     RankBreakdown bd;
@@ -247,6 +252,7 @@ class AsyncExecutor final : public FlowExecutor {
     int32_t worker;
     double bytes;
     uint64_t tag;
+    int32_t clock = 0;  // the clock of the push it answers (the fan-out draw's key)
   };
   struct Server {
     std::deque<Update> queue;
@@ -256,6 +262,7 @@ class AsyncExecutor final : public FlowExecutor {
     // its NIC's send queue: each update's replies, in the order the updates ran; the head's are on the wire
     std::deque<std::vector<Reply>> nic_queue;
     int32_t on_wire = 0;  // replies of the head still on the wire
+    bool fanned = false;  // its answers are posted at once (fan_out), not queued
     RankBreakdown bd;
   };
 
@@ -274,6 +281,7 @@ class AsyncExecutor final : public FlowExecutor {
   void run_server(int32_t server);
   void send_replies(int32_t server, std::vector<Reply> replies);
   void start_replies(int32_t server);
+  bool fan_out(int32_t server, const std::vector<Reply>& replies);
   void release(int32_t server);
   void replicate(int32_t server, int64_t piece, int32_t clock);
   void replica_delivered(int64_t piece, int32_t link, bool ack);
@@ -421,10 +429,10 @@ void AsyncExecutor::event(uint64_t arg) {
     if (push_pull()) {  // ps-async: the push's own worker pulls the piece back
       const auto& piece = s_.sync.pieces[static_cast<size_t>(u.index)];
       const double bytes = 4.0 * static_cast<double>(piece.end - piece.begin);
-      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)), u.clock});
     } else {  // elastic: the centre's shard back to its worker
       const double bytes = 4.0 * static_cast<double>(s_.sync.shards[static_cast<size_t>(u.index)].size());
-      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index))});
+      replies.push_back({u.worker, bytes, flow_tag(kPull, u.worker, static_cast<uint64_t>(u.index)), u.clock});
     }
     send_replies(i, std::move(replies));
     run_server(i);
@@ -513,6 +521,10 @@ void AsyncExecutor::end_step(int32_t w) {
 // push or applied clock released) leave together and share the link.
 void AsyncExecutor::send_replies(int32_t server, std::vector<Reply> replies) {
   Server& sv = servers_[static_cast<size_t>(server)];
+  if (sv.nic_queue.empty() && fan_out(server, replies)) {
+    sv.fanned = true;
+    return;
+  }
   sv.nic_queue.push_back(std::move(replies));
   if (sv.nic_queue.size() == 1) start_replies(server);
 }
@@ -526,10 +538,34 @@ void AsyncExecutor::start_replies(int32_t server) {
   for (const Reply& r : head) flow(server_rank(server), r.worker, r.bytes, r.tag);
 }
 
+// A server host with a measured fan-out spread (Topology::fanout_cv > 0): its answers are not queued one batch after
+// another but posted at once (the NIC's own FIFO, nic_queue_bytes, still queues windows posted behind others'), each
+// sharing the uplink with its worker's weight at that clock (fanout_weight: mean 1, the measured CV, persisting from
+// clock to clock with the measured correlation; every piece of one clock alike) -- TCP connections through one FIFO
+// get shares in proportion to their windows, which differ and carry over -- so that one worker's answer may overtake
+// another's and the workers' clocks wander apart, as measured (bench/strategies/README.md, session 15). Returns false,
+// posting nothing, when no answer's host has a spread.
+bool AsyncExecutor::fan_out(int32_t server, const std::vector<Reply>& replies) {
+  bool any = false;
+  for (const Reply& r : replies) {
+    const double cv = topo_.fanout_cv(server_rank(server), r.worker);
+    if (cv <= 0) continue;
+    any = true;
+    Worker& wk = workers_[static_cast<size_t>(r.worker)];
+    wk.fan = fanout_weight(cv, topo_.fanout_corr(server_rank(server), r.worker), s_.seed, r.worker, r.clock, wk.fan);
+    flow(server_rank(server), r.worker, r.bytes, r.tag, 1.0, wk.fan.weight);
+  }
+  if (!any) return false;
+  for (const Reply& r : replies)
+    if (topo_.fanout_cv(server_rank(server), r.worker) <= 0) flow(server_rank(server), r.worker, r.bytes, r.tag);
+  return true;
+}
+
 void AsyncExecutor::wire_done(uint64_t tag) {
   if ((tag & 3) != kPull) return;
   const int32_t server = server_of(static_cast<int64_t>(tag >> 24));
   Server& sv = servers_[static_cast<size_t>(server)];
+  if (sv.fanned) return;  // posted at once (fan_out): no queue
   if (--sv.on_wire > 0) return;
   sv.nic_queue.pop_front();
   start_replies(server);
@@ -633,7 +669,7 @@ void AsyncExecutor::release(int32_t server) {
   for (const Withheld& x : go) {
     const auto& piece = s_.sync.pieces[static_cast<size_t>(x.piece)];
     replies.push_back({x.worker, 4.0 * static_cast<double>(piece.end - piece.begin),
-                       flow_tag(kPull, x.worker, static_cast<uint64_t>(x.piece))});
+                       flow_tag(kPull, x.worker, static_cast<uint64_t>(x.piece)), x.clock});
     if (x.held) workers_[static_cast<size_t>(x.worker)].held_until = sim_.now();
   }
   send_replies(server, std::move(replies));
@@ -858,10 +894,49 @@ void RoundExecutor::delivered(uint64_t tag) {
 
 }  // namespace
 
+FanoutDraw fanout_weight(double cv, double corr, uint64_t seed, int32_t worker, int32_t clock, FanoutDraw prev) {
+  TANDEM_REQUIRE(std::isfinite(cv) && cv >= 0 && cv <= 1 && std::isfinite(corr) && corr >= 0 && corr < 1,
+                 "fan-out draw: CV {} must be in [0, 1] and correlation {} in [0, 1)", cv, corr);
+  TANDEM_REQUIRE(clock >= 0, "fan-out draw: clock {} must be >= 0", clock);
+  if (cv == 0) return {clock, 0.0, 1.0};
+  // one standard normal per (seed, worker, clock), counter-based: the event order does not matter
+  const auto eps = [&](int32_t c) {
+    Rng rng(mix64(mix64(seed ^ kFanoutSeed, static_cast<uint64_t>(worker)), static_cast<uint64_t>(c)));
+    return rng.normal();
+  };
+  FanoutDraw d = prev;
+  if (d.clock < 0 || d.clock > clock || clock - d.clock > 64) {  // a fresh start, or far enough that it is forgotten
+    d.clock = clock;
+    d.z = eps(clock);
+  }
+  const double keep = std::sqrt(1 - corr * corr);
+  for (int32_t c = d.clock + 1; c <= clock; ++c) d.z = corr * d.z + keep * eps(c);
+  d.clock = clock;
+  const double s2 = std::log1p(cv * cv);  // lognormal of mean 1 and CV cv
+  d.weight = std::exp(std::sqrt(s2) * d.z - s2 / 2);
+  return d;
+}
+
+namespace {
+constexpr int32_t kLongWindowSteps = 1024;
+constexpr int64_t kWindowReplies = 1 << 17;
+}  // namespace
+
 int32_t window_steps(const StrategySetup& s) {
   if (s.steps > 0) return s.steps;
   switch (s.sync.exchange) {
-    case Exchange::kPushPull: return s.sync.staleness == 0 ? 4 : 16 + 2 * std::max(0, s.sync.staleness);
+    case Exchange::kPushPull: {
+      if (s.sync.staleness == 0) return 4;
+      // ps-async and ssp: the workers' clocks drift apart (fan-out draws, compute noise) and ssp's bound binds
+      // only once they are S clocks apart, which takes tens of steps; so a long window, kLongWindowSteps (about a
+      // bench run's 234 steps, four times over: the bound's episodes are long, so
+      // a window of one run's length predicts one run's chance), cut to a cost bound of kWindowReplies answers (workers x pieces x steps) for a
+      // large job, and never below the short window of 16 + 2 S steps
+      const int64_t per_step = std::max<int64_t>(1, static_cast<int64_t>(s.sync.workers) *
+                                                        static_cast<int64_t>(std::max<size_t>(1, s.sync.pieces.size())));
+      const int32_t floor = 16 + 2 * std::max(0, s.sync.staleness);
+      return static_cast<int32_t>(std::clamp<int64_t>(kWindowReplies / per_step, floor, std::max(floor, kLongWindowSteps)));
+    }
     case Exchange::kElastic: return 4 * std::max(1, s.sync.period);
     case Exchange::kGossip: return 16;
     case Exchange::kRound: {

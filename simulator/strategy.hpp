@@ -79,6 +79,17 @@ struct StrategySetup {
   double join_check_s = 0;
 };
 
+// A worker's answers' share weight on a server host with a measured fan-out spread (network/topology.hpp's
+// fanout_cv, fanout_corr): lognormal of mean 1 and CV `cv`, whose log follows an AR(1) from clock to clock with
+// lag-one correlation `corr` (a connection's share persists, as measured), driven by one standard normal per
+// (seed, worker, clock). `prev`: the worker's last draw (clock -1: none); the result is the draw at `clock`.
+struct FanoutDraw {
+  int32_t clock = -1;
+  double z = 0;       // the standard normal the weight is made of
+  double weight = 1;  // exp(sigma z - sigma^2 / 2), sigma^2 = ln(1 + cv^2)
+};
+FanoutDraw fanout_weight(double cv, double corr, uint64_t seed, int32_t worker, int32_t clock, FanoutDraw prev = {});
+
 // Steps (rounds) a setup's window simulates when `steps` is 0.
 int32_t window_steps(const StrategySetup& setup);
 

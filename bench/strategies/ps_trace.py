@@ -52,6 +52,21 @@ def spans(trace, workers):
     return out
 
 
+def pace(s, skip, n, parts=4):
+    """One worker's pace: per step, its compute (previous pull end .. this step's wait start: forward, backward,
+    the copy of the pulled parameters) and its wait (wait start .. pull end), the means, and the step time in each
+    of `parts` equal parts of the run (is the pace persistent?)."""
+    comp = [s[i][2] - s[i - 1][1] for i in range(skip, n)]
+    wait = [s[i][1] - s[i][2] for i in range(skip, n)]
+    k = max(1, (n - skip) // parts)
+    part_step = [(s[min(n - 1, skip + (j + 1) * k)][1] - s[skip + j * k][1]) / max(1, min(n - 1, skip + (j + 1) * k) - skip - j * k)
+                 for j in range(parts)]
+    return {"step_ms": (s[n - 1][1] - s[skip][1]) / max(1, n - 1 - skip), "compute_ms_mean": statistics.mean(comp),
+            "compute_ms_median": statistics.median(comp), "wait_ms_mean": statistics.mean(wait),
+            "wait_ms_median": statistics.median(wait), "step_ms_by_part": part_step, "compute_ms": comp,
+            "wait_ms": wait}
+
+
 def analyse(sp, workers, skip):
     n = min(len(v) for v in sp.values())
     steps = range(skip, n)
@@ -62,7 +77,9 @@ def analyse(sp, workers, skip):
     ends = {w: [sp[w][i][1] for i in steps] for w in range(workers)}
     nearest = [min(abs(t - u) for o in range(workers) if o != w for u in ends[o]) for w in range(workers)
                for t in ends[w]]
+    per_worker = {str(w): pace(sp[w], skip, n) for w in range(workers)}
     return {"steps": len(spread), "step_ms": step, "reply_spread_ms_median": statistics.median(spread),
+            "per_worker": per_worker,
             "reply_phase_ms_median": statistics.median(reply),
             "nearest_reply_ms_median": statistics.median(nearest),
             "pull_ends_ms": {str(w): ends[w] for w in range(workers)}}
@@ -109,6 +126,11 @@ def main():
                       f"{r['reply_spread_ms_median']:.1f} ms, nearest other worker's reply {r['nearest_reply_ms_median']:.1f} "
                       f"ms (medians over {r['steps']} steps; a convoy: ~0, evenly out of phase: ~step/{W})",
                       flush=True)
+                for w, pw in r["per_worker"].items():
+                    print(f"  worker {w}: step {pw['step_ms']:.1f} ms (by quarter "
+                          f"{', '.join(f'{x:.0f}' for x in pw['step_ms_by_part'])}), compute mean "
+                          f"{pw['compute_ms_mean']:.1f} / median {pw['compute_ms_median']:.1f} ms, wait mean "
+                          f"{pw['wait_ms_mean']:.1f} / median {pw['wait_ms_median']:.1f} ms", flush=True)
     finally:
         predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
     res["load_end"] = os.getloadavg()

@@ -100,6 +100,11 @@ def main():
     ap.add_argument("--step-overhead-from", metavar="FILE",
                     help="a JSON file whose step_overhead_cpu_s (compute_probe.py's one-host measurement of the job's "
                          "data path beyond the calibrated pass) goes into every run's profile")
+    ap.add_argument("--tcp-fanout-cv", type=float,
+                    help="every node's tcp_fanout_cv in place of the run's own (0: none), e.g. one measured by "
+                         "fanout_calibrate.py on a fresh cluster")
+    ap.add_argument("--tcp-fanout-corr", type=float,
+                    help="every node's tcp_fanout_corr (from the same calibration as --tcp-fanout-cv)")
     ap.add_argument("--compute-cv", type=float,
                     help="what-if: this compute_cv in every run's profile (a sensitivity, not a prediction)")
     a = ap.parse_args()
@@ -139,6 +144,10 @@ def main():
                     ra = argparse.Namespace(**{"ranks_per_host": 1, **run["args"]})
                     if a.tcp_two_way_factor is not None:
                         ra.tcp_two_way_factor = a.tcp_two_way_factor
+                    if a.tcp_fanout_cv is not None:
+                        ra.tcp_fanout_cv = a.tcp_fanout_cv
+                    if a.tcp_fanout_corr is not None:
+                        ra.tcp_fanout_corr = a.tcp_fanout_corr
                     f.write(cluster_json(ra, status, run["args"]["workers"] + servers, run.get("profile")))
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)

@@ -118,6 +118,11 @@ def cluster_json(a, status, n_ranks, profile=None):
     if getattr(a, "tcp_two_way_factor", 0):  # measured by `tandem calibrate --network` (two_way_calibrate.sh)
         for node in base["nodes"]:
             node["tcp_two_way_factor"] = max(1.0, float(a.tcp_two_way_factor))
+    if getattr(a, "tcp_fanout_cv", 0):  # measured by fanout_calibrate.py (flows fanning out of one host)
+        for node in base["nodes"]:
+            node["tcp_fanout_cv"] = min(1.0, max(0.0, float(a.tcp_fanout_cv)))
+            if getattr(a, "tcp_fanout_corr", 0):
+                node["tcp_fanout_corr"] = min(0.99, max(0.0, float(a.tcp_fanout_corr)))
     if profile and profile.get("cpu_quota") and cfg.get("cpu_quota"):
         for node in base["nodes"]:
             node.update(vcpus=1, cpu_quota=float(cfg["cpu_quota"]), cpu_period_us=int(cfg.get("cpu_period_us") or 5000))
@@ -483,6 +488,12 @@ def main():
                     help="the profile's step_overhead_cpu_s: CPU seconds a training step (at --batch) costs beyond the "
                          "calibrated pass -- the job's data path -- measured beforehand on one host by "
                          "compute_probe.py (results/calib_s15_step_overhead.json); default: none")
+    ap.add_argument("--tcp-fanout-cv", type=float, default=0,
+                    help="every node's tcp_fanout_cv in the predicted cluster (the CV of a flow's time among flows "
+                         "fanning out of one host, measured before the run by fanout_calibrate.py); 0: none")
+    ap.add_argument("--tcp-fanout-corr", type=float, default=0,
+                    help="every node's tcp_fanout_corr (a connection's share's lag-one correlation between fan-outs, "
+                         "from the same calibration); 0: none")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--name", default=f"sb{os.getpid() % 100000}")
     ap.add_argument("--quick", action="store_true",

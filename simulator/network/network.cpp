@@ -130,9 +130,12 @@ std::vector<double> Network::current_rates() const {
   return out;
 }
 
-void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag, des::TimeNs latency_ns) {
+void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag, des::TimeNs latency_ns,
+                         double weight) {
   TANDEM_REQUIRE(r < routes_.size(), "flow on route {}: no such route ({} routes)", r, routes_.size());
   TANDEM_REQUIRE(bytes >= 0 && std::isfinite(bytes), "flow of {} bytes: size must be finite and >= 0", bytes);
+  TANDEM_REQUIRE(weight > 0 && std::isfinite(weight), "flow of {} bytes: share weight must be finite and > 0, got {}",
+                 bytes, weight);
   FlowId f;
   if (!free_flows_.empty()) {
     f = free_flows_.back();
@@ -151,6 +154,7 @@ void Network::start_flow(RouteId r, double bytes, FlowObserver* observer, uint64
   ++flows_started_;
   const Route& rt = routes_[r];
   fl.latency = latency_ns >= 0 ? latency_ns : rt.latency_ns;
+  fl.weight = rt.weight * weight;
   if (has_fifo_ && bytes > 0 && rt.length > 0) {
     const LinkId first = route_links_[rt.offset];
     Link& q = links_[first];
@@ -355,7 +359,7 @@ void Network::solve_component() {
     l.rem = l.capacity;
     l.unfixed = static_cast<uint32_t>(l.flows.size());
     l.wsum = 0;
-    for (size_t i = 0; i < l.flows.size(); ++i) l.wsum += routes_[flows_[l.flows[i]].route].weight * l.coef[i];
+    for (size_t i = 0; i < l.flows.size(); ++i) l.wsum += flows_[l.flows[i]].weight * l.coef[i];
     if (l.unfixed > 0) heap_.emplace_back(l.rem / l.wsum, lid);
   }
   for (FlowId f : comp_flows_) flows_[f].fixed = false;
@@ -372,13 +376,13 @@ void Network::solve_component() {
       if (fl.fixed) continue;
       fl.fixed = true;
       const Route& rt = routes_[fl.route];
-      const double rate = level * rt.weight;
+      const double rate = level * fl.weight;
       for (uint32_t k = 0; k < rt.length; ++k) {
         LinkId l2id = route_links_[rt.offset + k];
         Link& l2 = links_[l2id];
         const double c = route_coef_[rt.offset + k];
         --l2.unfixed;
-        l2.wsum = l2.unfixed == 0 ? 0.0 : std::max(l2.wsum - rt.weight * c, 1e-300);
+        l2.wsum = l2.unfixed == 0 ? 0.0 : std::max(l2.wsum - fl.weight * c, 1e-300);
         if (!std::isinf(rate)) l2.rem = std::max(0.0, l2.rem - rate * c);
         if (l2id != lid && l2.unfixed > 0) {
           heap_.emplace_back(l2.rem / l2.wsum, l2id);

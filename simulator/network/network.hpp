@@ -146,8 +146,11 @@ class Network final : public des::EventHandler, public des::InstantHook {
 
   // Starts a flow of `bytes` (>= 0) on route `r` now; observer->on_flow_done(tag) runs when its
   // last byte has arrived. `latency_ns` (>= 0), where given, replaces the route's latency for this flow: a
-  // message whose bytes follow an earlier one's on the same connection waits only what is left of it.
-  void start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag, des::TimeNs latency_ns = -1);
+  // message whose bytes follow an earlier one's on the same connection waits only what is left of it. `weight`
+  // (> 0) multiplies the route's share weight for this flow alone: TCP connections through one FIFO share it in
+  // proportion to their windows, which differ (Topology::fanout_cv's draws); 1: the route's.
+  void start_flow(RouteId r, double bytes, FlowObserver* observer, uint64_t tag, des::TimeNs latency_ns = -1,
+                  double weight = 1.0);
 
   size_t active_flows() const noexcept { return active_count_; }
   uint64_t flows_started() const noexcept { return flows_started_; }
@@ -214,6 +217,7 @@ class Network final : public des::EventHandler, public des::InstantHook {
     double rate = 0;           // bytes/s
     des::TimeNs last = 0;
     des::TimeNs latency = 0;   // waited before it joins its links: its route's, or what start_flow was told
+    double weight = 1;         // share weight: its route's times start_flow's factor
     FlowObserver* observer = nullptr;
     uint64_t tag = 0;
     std::vector<uint32_t> pos; // index of this flow in each route link's `flows`

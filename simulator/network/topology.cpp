@@ -1,6 +1,7 @@
 #include "simulator/network/topology.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include <fmt/format.h>
@@ -97,6 +98,10 @@ Topology::Topology(const TopologySpec& spec, const std::vector<HostNet>& hosts, 
                    h, hn.name, hn.tcp_goodput);
     TANDEM_REQUIRE(hn.tcp_two_way_factor >= 1 && hn.tcp_two_way_factor <= 16, "host {} ({}): TCP two-way factor must be "
                    "in [1, 16], got {}", h, hn.name, hn.tcp_two_way_factor);
+    TANDEM_REQUIRE(std::isfinite(hn.tcp_fanout_cv) && hn.tcp_fanout_cv >= 0 && hn.tcp_fanout_cv <= 1,
+                   "host {} ({}): TCP fan-out CV must be in [0, 1], got {}", h, hn.name, hn.tcp_fanout_cv);
+    TANDEM_REQUIRE(std::isfinite(hn.tcp_fanout_corr) && hn.tcp_fanout_corr >= 0 && hn.tcp_fanout_corr < 1,
+                   "host {} ({}): TCP fan-out correlation must be in [0, 1), got {}", h, hn.name, hn.tcp_fanout_corr);
     if (hn.nic_queue_bytes > 0) {
       TANDEM_REQUIRE(h < nic_up_.size(), "host {} ({}): a NIC queue needs a topology with NIC links (star, "
                      "two-level or fat-tree), not {}", h, hn.name, topology_kind_name(spec_.kind));
@@ -340,6 +345,19 @@ double Topology::two_way_bytes_factor(int32_t src, int32_t dst) const {
   return std::max(1.0, f - ack / d);
 }
 
+double Topology::fanout_cv(int32_t src, int32_t dst) const {
+  const int32_t hs = host_of(src);
+  if (hs == host_of(dst)) return 0.0;
+  // the cluster JSON refuses it on an rdma node; a TCP node whose measured payload rate stands for its NIC
+  // (profile_network makes it rdma-like) keeps it, as it keeps tcp_two_way_factor
+  return hosts_[static_cast<size_t>(hs)].tcp_fanout_cv;
+}
+
+double Topology::fanout_corr(int32_t src, int32_t dst) const {
+  const int32_t hs = host_of(src);
+  return hs == host_of(dst) ? 0.0 : hosts_[static_cast<size_t>(hs)].tcp_fanout_corr;
+}
+
 std::vector<Topology::ConnectionTail> Topology::connection_tails(des::TimeNs end) const {
   std::vector<ConnectionTail> out;
   for (const auto& [key, r] : routes_) {
@@ -368,6 +386,7 @@ bool Topology::uniform_star() const {
     const HostNet& a = hosts_[0];
     if (h.devices != 1 || h.nic_bytes_per_s != a.nic_bytes_per_s || h.nic_latency_s != a.nic_latency_s ||
         h.protocol != a.protocol || h.tcp_goodput != a.tcp_goodput || h.tcp_two_way_factor != a.tcp_two_way_factor ||
+        h.tcp_fanout_cv != a.tcp_fanout_cv || h.tcp_fanout_corr != a.tcp_fanout_corr ||
         h.tcp_slow_start_after_idle != a.tcp_slow_start_after_idle || h.bucket_bytes_per_s != a.bucket_bytes_per_s ||
         h.bucket_burst_bytes != a.bucket_burst_bytes || h.nic_queue_bytes != a.nic_queue_bytes)
       return false;

@@ -55,6 +55,13 @@ struct HostNet {
   // kTcp: a simultaneous two-way exchange's time over a one-way transfer's, as `tandem calibrate --network` measures
   // it (>= 1; 1: the fluid model's own two-way time); see Topology::two_way_bytes_factor
   double tcp_two_way_factor = 1.0;
+  // kTcp: the coefficient of variation of one flow's time when the host sends to several peers at once (flows
+  // fanning out of one host through its NIC's FIFO are not served alike), as `tandem calibrate --network
+  // --fanout-peers N` measures it (0: the fluid model's equal shares); see Topology::fanout_cv
+  double tcp_fanout_cv = 0.0;
+  // kTcp: the lag-one correlation of one connection's share from one such fan-out to the next (a connection's share
+  // persists: [0, 1), 0: drawn afresh each time), measured with it
+  double tcp_fanout_corr = 0.0;
   double bucket_bytes_per_s = 0;  // a token bucket on the NIC, each direction (tbf, cloud bursts); 0: none
   double bucket_burst_bytes = 0;
   // the NIC's egress FIFO, wire bytes (Network::set_fifo_queue); 0: none. Its windows are TCP's: the cluster
@@ -104,6 +111,11 @@ class Topology {
   // without TCP costs, as profile_network makes a TCP node's, k = f). 1 for a host with itself and f = 1; a cluster
   // JSON refuses the factor on an rdma node, so only a TCP node's measured factor reaches here.
   double two_way_bytes_factor(int32_t src, int32_t dst) const;
+  // The measured CV of a flow's time among flows fanning out of src's host (HostNet::tcp_fanout_cv; 0 between ranks of
+  // one host): an executor whose server answers several workers at once draws each
+  // answer's wire bytes with mean 1 and this CV (strategy.cpp's AsyncExecutor).
+  double fanout_cv(int32_t src, int32_t dst) const;
+  double fanout_corr(int32_t src, int32_t dst) const;  // HostNet::tcp_fanout_corr of src's host (0 within a host)
   // Slow start after idle counted from the previous step's tail: every connection this topology's routes used, with
   // the window it held and how long before `end` (the step's end) it went idle; and, on a fresh topology, those
   // connections started as if that idle had passed by time 0 (applied when route() builds each route, so that its

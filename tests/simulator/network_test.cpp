@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -123,6 +124,41 @@ BOOST_AUTO_TEST_CASE(zero_byte_and_local_flows_finish_after_their_latency) {
   BOOST_TEST(d.at.at(0) == 0.25);
   BOOST_TEST(d.at.at(1) == 0.0);
   BOOST_TEST(net.active_flows() == 0u);
+}
+
+// A flow's own share weight (start_flow's `weight`, a fan-out draw): two flows of B on one link of C with weights 1
+// and 3 run at C / 4 and 3C / 4; the heavy one ends at 4B / 3C, having left the light one 2B / 3 to send alone,
+// which ends at 2B / C. Equal weights other than 1 share equally, and a weight <= 0 or not finite is refused.
+BOOST_AUTO_TEST_CASE(a_flow_weight_scales_its_share) {
+  const double C = 1e6, B = 1e6;
+  // two flows of B with weights wa and wb on a fresh link of C: their completion times, and the rates at the start
+  const auto run = [&](double wa, double wb, std::vector<double>* rates = nullptr) {
+    des::Simulator sim;
+    Network net(sim);
+    const RouteId r = net.add_route({net.add_link(C, 0)});
+    Done d;
+    d.sim = &sim;
+    net.start_flow(r, B, &d, 0, -1, wa);
+    net.start_flow(r, B, &d, 1, -1, wb);
+    sim.run(0);
+    if (rates) *rates = net.current_rates();
+    sim.run();
+    BOOST_CHECK_THROW(net.start_flow(r, B, &d, 2, -1, 0.0), tandem::Error);
+    BOOST_CHECK_THROW(net.start_flow(r, B, &d, 2, -1, -1.0), tandem::Error);
+    BOOST_CHECK_THROW(net.start_flow(r, B, &d, 2, -1, std::nan("")), tandem::Error);
+    return std::pair(d.at.at(0), d.at.at(1));
+  };
+  std::vector<double> rates;
+  const auto [light, heavy] = run(1.0, 3.0, &rates);
+  std::sort(rates.begin(), rates.end());
+  BOOST_TEST(rates.size() == 2u);
+  BOOST_TEST(rates[0] == C / 4, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(rates[1] == 3 * C / 4, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(heavy == 4 * B / (3 * C), boost::test_tools::tolerance(1e-8));
+  BOOST_TEST(light == 2 * B / C, boost::test_tools::tolerance(1e-8));
+  const auto [a, b] = run(0.4, 0.4);
+  BOOST_TEST(a == 2 * B / C, boost::test_tools::tolerance(1e-8));
+  BOOST_TEST(b == 2 * B / C, boost::test_tools::tolerance(1e-8));
 }
 
 BOOST_AUTO_TEST_CASE(rejects_bad_links_and_flows) {

@@ -2,6 +2,7 @@
 // local SGD, EASGD, gossip and FedAvg, checked against closed forms on a star of known rates.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <boost/test/unit_test.hpp>
 
@@ -40,9 +41,14 @@ StrategySetup push_pull(int32_t workers, int32_t servers, int64_t params, int32_
   return s;
 }
 
-StepResult run_on_star(const StrategySetup& s, int32_t hosts, double nic = kNic) {
+// `set`, where given, sets more of each host's link figures.
+StepResult run_on_star(const StrategySetup& s, int32_t hosts, double nic = kNic,
+                       const std::function<void(network::HostNet&)>& set = {}) {
   std::vector<network::HostNet> h(static_cast<size_t>(hosts));
-  for (auto& x : h) x.nic_bytes_per_s = nic;
+  for (auto& x : h) {
+    x.nic_bytes_per_s = nic;
+    if (set) set(x);
+  }
   des::Simulator sim;
   network::Network net(sim);
   network::Topology topo(network::TopologySpec{}, h, net);
@@ -93,6 +99,16 @@ void own_nodes(StrategySetup& s, CpuShare share) {
 }
 
 double model_bytes(const SimResult& r) { return r.job->stages.front().memory.param_bytes; }
+
+// Whether parse_cluster refuses the JSON `j` with a message containing `what`.
+bool refused(const std::string& j, const std::string& what) {
+  try {
+    parse_cluster(j);
+  } catch (const std::exception& e) {
+    return std::string(e.what()).find(what) != std::string::npos;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -335,17 +351,11 @@ BOOST_AUTO_TEST_CASE(gossip_pair_waits_for_the_slower_partner) {
 BOOST_AUTO_TEST_CASE(gossip_swap_takes_the_measured_two_way_factor) {
   const double P = 4e6, d = 1514.0 / 1448, a = 66.0 / (2 * 1448);
   const auto run = [&](network::Protocol proto, double f, int32_t workers = 2) {
-    std::vector<network::HostNet> h(static_cast<size_t>(workers));
-    for (auto& x : h) {
-      x.nic_bytes_per_s = kNic;
+    return run_on_star(gossip(workers, P, 0.01 * P / kNic), workers, kNic, [&](network::HostNet& x) {
       x.protocol = proto;
       x.tcp_slow_start_after_idle = false;
       x.tcp_two_way_factor = f;
-    }
-    des::Simulator sim;
-    network::Network net(sim);
-    network::Topology topo(network::TopologySpec{}, h, net);
-    return simulate_async_steps(gossip(workers, P, 0.01 * P / kNic), topo, sim);
+    });
   };
   const double two_way = P * (d + a) / kNic, one_way = P * d / kNic;
   BOOST_TEST(run(network::Protocol::kTcp, 1.0).step_s == two_way, tt::tolerance(1e-4));
@@ -366,18 +376,134 @@ BOOST_AUTO_TEST_CASE(gossip_swap_takes_the_measured_two_way_factor) {
                                           "tcp_two_way_factor": 1.4}]})");
   BOOST_TEST(c.host_nets()[1].tcp_two_way_factor == 1.4);
   BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2}]})").host_nets()[0].tcp_two_way_factor == 1.0);
-  const auto refused = [](const std::string& j, const std::string& what) {
-    try {
-      parse_cluster(j);
-    } catch (const std::exception& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_two_way_factor": 0.9}]})",
                      "cluster.nodes[0].tcp_two_way_factor: expected a factor in [1, 16]"));
   BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "rdma", "tcp_two_way_factor": 1.2}]})",
                      "tcp_two_way_factor: the node's protocol is rdma"));
+}
+
+// The window of ps-async and ssp (window_steps) is long enough for ssp's bound to bind: two workers of known unequal
+// pace a = 1.1 t and b = t on a fast network, S = 2, the default window. The fast worker runs free while c b >= (c -
+// S) a, i.e. for c <= S a / (a - b) = 22 steps, and is then held every step until the slow one's push of c - S: it
+// ends clock K at (K - S) a, so its staleness wait is ((K - S) a - K b) / K per step (the slower's pace less b, less S
+// a / K) and the step is a, the slower's pace (x 1). A 20-step window (the old one) ends before the bound binds
+// (wait 0); the new one is kLongWindowSteps = 1024 steps, cut to a cost bound of 2^17 answers for a large job.
+BOOST_AUTO_TEST_CASE(ssp_window_is_long_enough_for_the_bound_to_bind) {
+  const double t = 0.01, a = 1.1 * t, b = t;
+  const int32_t S = 2;
+  StrategySetup s = push_pull(2, 1, 10, S);
+  set_compute(s, 0, a);
+  set_compute(s, 1, b);
+  const int32_t K = window_steps(s);
+  BOOST_TEST(K == 1024);
+  const StepResult r = run_on_star(s, 3);
+  const double wait = ((K - S) * a - K * b) / K;
+  BOOST_TEST(wait > 0.9 * (a - b));
+  BOOST_TEST(r.ranks[1].staleness_wait_s == wait, tt::tolerance(0.01));
+  BOOST_TEST(r.ranks[0].staleness_wait_s == 0.0);
+  BOOST_TEST(r.step_s == a, tt::tolerance(0.005));
+  // ps-async: the same two run at their own paces (the step is the slower's), nobody held
+  StrategySetup y = s;
+  y.sync.staleness = -1;
+  BOOST_TEST(window_steps(y) == 1024);
+  const StepResult q = run_on_star(y, 3);
+  BOOST_TEST(q.ranks[1].staleness_wait_s == 0.0);
+  BOOST_TEST(q.ranks[1].finish_s == b, tt::tolerance(0.005));
+  BOOST_TEST(q.step_s == a, tt::tolerance(0.005));
+  // the cost bound: 64 workers x 64 pieces a step gives 2^17 / 4096 = 32 steps; never below 16 + 2 S
+  StrategySetup big = push_pull(64, 1, 64 * 100, S);
+  big.sync.pieces.clear();
+  for (int64_t p = 0; p < 64; ++p) big.sync.pieces.push_back({0, 0, p * 100, (p + 1) * 100});
+  BOOST_TEST(window_steps(big) == 32);
+  big.sync.workers = 512;
+  BOOST_TEST(window_steps(big) == 16 + 2 * S);
+  // sync ps keeps its short window
+  StrategySetup z = s;
+  z.sync.staleness = 0;
+  BOOST_TEST(window_steps(z) == 4);
+}
+
+// fanout_weight: 1 at CV 0; otherwise lognormal of mean 1 and the CV given, its log an AR(1) from clock to clock with
+// the lag-one correlation given (0: independent), reproducible from (seed, worker, clock), and bad figures refused.
+BOOST_AUTO_TEST_CASE(fanout_weights_have_the_measured_spread_and_persistence) {
+  BOOST_TEST(fanout_weight(0.0, 0.5, 1, 0, 7).weight == 1.0);
+  for (const double corr : {0.0, 0.85}) {
+    const int32_t n = 40000;
+    double sum = 0, sq = 0, zz = 0, z0 = 0;
+    FanoutDraw d;
+    double prev = 0;
+    for (int32_t c = 0; c < n; ++c) {
+      d = fanout_weight(0.3, corr, 5, 1, c, d);
+      sum += d.weight;
+      sq += d.weight * d.weight;
+      if (c > 0) zz += prev * d.z;
+      z0 += d.z * d.z;
+      prev = d.z;
+    }
+    const double mean = sum / n, cv = std::sqrt(sq / n - mean * mean) / mean;
+    BOOST_TEST_INFO("corr " << corr);
+    BOOST_TEST(mean == 1.0, tt::tolerance(corr > 0 ? 0.03 : 0.01));
+    BOOST_TEST(cv == 0.3, tt::tolerance(corr > 0 ? 0.1 : 0.05));
+    if (corr > 0) BOOST_TEST(zz / z0 == corr, tt::tolerance(0.02));
+    if (corr == 0) BOOST_TEST(std::abs(zz / z0) < 0.02);
+  }
+  // the same draws again, and another worker's differ
+  FanoutDraw a, b, c;
+  for (int32_t k = 0; k < 10; ++k) {
+    a = fanout_weight(0.3, 0.85, 5, 1, k, a);
+    b = fanout_weight(0.3, 0.85, 5, 1, k, b);
+    c = fanout_weight(0.3, 0.85, 5, 2, k, c);
+  }
+  BOOST_TEST(a.weight == b.weight);
+  BOOST_TEST(a.weight != c.weight);
+  BOOST_CHECK_THROW(fanout_weight(1.5, 0.0, 1, 0, 0), tandem::Error);
+  BOOST_CHECK_THROW(fanout_weight(0.3, 1.0, 1, 0, 0), tandem::Error);
+  BOOST_CHECK_THROW(fanout_weight(0.3, -0.1, 1, 0, 0), tandem::Error);
+  BOOST_CHECK_THROW(fanout_weight(0.3, 0.5, 1, 0, -1), tandem::Error);
+}
+
+// A server host with a measured fan-out spread (tcp_fanout_cv, tcp_fanout_corr): four identical workers, link-bound
+// (a model of 4 MB on 100 MB/s, compute 1% of a transfer). Without it the answers queue one batch after another,
+// the workers stay evenly out of phase and ssp's bound never binds (no staleness wait; ssp's step is ps-async's).
+// With it the answers share the uplink at unequal, persisting weights, a worker's answer overtakes another's, the
+// clocks drift apart and the bound binds: ssp waits and is slower than ps-async. The bytes each NIC carries stay a
+// model per answer; the cluster JSON's fields reach the hosts and bad values are refused naming them.
+BOOST_AUTO_TEST_CASE(fanout_spread_lets_the_clocks_drift_and_the_bound_bind) {
+  const int64_t params = 1000000;
+  const auto run = [&](int32_t staleness, double cv, double corr) {
+    StrategySetup s = push_pull(4, 1, params, staleness);
+    s.seed = 3;
+    for (int32_t w = 0; w < 4; ++w) set_compute(s, w, 0.01 * 4.0 * params / kNic);
+    return run_on_star(s, 5, kNic, [&](network::HostNet& x) {
+      x.tcp_fanout_cv = cv;
+      x.tcp_fanout_corr = corr;
+    });
+  };
+  const auto waits = [](const StepResult& r) {
+    double w = 0;
+    for (int32_t k = 0; k < 4; ++k) w += r.ranks[static_cast<size_t>(k)].staleness_wait_s;
+    return w;
+  };
+  const StepResult ssp0 = run(2, 0.0, 0.0), async0 = run(-1, 0.0, 0.0);
+  BOOST_TEST(waits(ssp0) == 0.0);
+  BOOST_TEST(ssp0.step_s == async0.step_s, tt::tolerance(1e-6));
+  const StepResult ssp = run(2, 0.3, 0.85), async = run(-1, 0.3, 0.85);
+  BOOST_TEST(waits(ssp) > 0.05 * ssp.step_s);
+  BOOST_TEST(ssp.step_s > 1.05 * async.step_s);
+  // the server's NIC sends one model per answer either way
+  BOOST_TEST(ssp.nic_out_bytes[4] == ssp0.nic_out_bytes[4], tt::tolerance(1e-9));
+  BOOST_TEST(ssp.nic_out_bytes[4] == 4 * 4.0 * params, tt::tolerance(1e-9));
+  const ClusterSpec c = parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "tcp",
+                                          "tcp_fanout_cv": 0.2, "tcp_fanout_corr": 0.8}]})");
+  BOOST_TEST(c.host_nets()[1].tcp_fanout_cv == 0.2);
+  BOOST_TEST(c.host_nets()[1].tcp_fanout_corr == 0.8);
+  BOOST_TEST(parse_cluster(R"({"nodes": [{"preset": "t2.micro", "count": 2}]})").host_nets()[0].tcp_fanout_cv == 0.0);
+  BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_fanout_cv": 1.5}]})",
+                     "cluster.nodes[0].tcp_fanout_cv: expected a coefficient of variation in [0, 1]"));
+  BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "tcp_fanout_corr": 1}]})",
+                     "cluster.nodes[0].tcp_fanout_corr: expected a correlation in [0, 1)"));
+  BOOST_TEST(refused(R"({"nodes": [{"preset": "t2.micro", "count": 2, "protocol": "rdma", "tcp_fanout_cv": 0.2}]})",
+                     "tcp_fanout_cv: the node's protocol is rdma"));
 }
 
 BOOST_AUTO_TEST_CASE(localsgd_all_reduces_once_per_period) {
