@@ -159,8 +159,13 @@ typedef struct tandem_context_params {
  *   TANDEM_UCX_BUSY_US        ucx: us of busy polling before sleeping, 0..60000000 default 2000
  *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
  *  Compute, data, training
- *   TANDEM_CPU_WINOGRAD       cpu: 0 keeps 3x3 stride-1 convolutions on oneDNN's    default 1
- *                             direct kernels (1: Winograd F(4x4,3x3) where it runs)
+ *   TANDEM_CPU_WINOGRAD       cpu: auto, on or off (1 and 0: auto and off): the     def. auto
+ *                             algorithm of 3x3 stride-1 convolutions. auto: Winograd
+ *                             F(4x4,3x3), oneDNN's where it has one (AVX-512), else
+ *                             Tandem's own for forward and backward data (AVX2, at
+ *                             least 16 channels in and out); on: Tandem's on every
+ *                             such layer, any ISA; off: direct kernels everywhere.
+ *                             Winograd rounds differently (relative error ~1e-6)
  *   TANDEM_CPU_MAX_ISA        cpu: all, avx512, avx2 or sse41: the highest vector  default all
  *                             ISA of the CPU backend's own kernels, the collectives'
  *                             reductions and oneDNN (min of it and the CPU's; see
