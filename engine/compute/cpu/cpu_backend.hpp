@@ -52,6 +52,9 @@ const char* onednn_isa_name();
 
 struct ConvPlan;
 struct WinogradPlan;
+namespace winograd {
+struct Geometry;
+}
 // A 3x3 stride-1 convolution's algorithm (TANDEM_CPU_WINOGRAD, cpu_conv.cpp's conv_algo): oneDNN's
 // direct kernels, oneDNN's Winograd (AVX-512 only in oneDNN 2.6), or Tandem's (cpu_winograd.hpp).
 enum class ConvAlgo { kDirect, kOnednnWinograd, kTandemWinograd };
@@ -166,10 +169,9 @@ class CpuBackend final : public Backend {
   // false when oneDNN should do it.
   bool direct_conv_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                            bool accumulate);
-  // Tandem's Winograd forward and backward data (cpu_winograd.hpp) for a plan with `wino`.
-  Tensor winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const WinogradPlan& plan,
-                          const Shape& ys);
-  Tensor winograd_backward_data(const Tensor& dy, const Tensor& w, const WinogradPlan& plan, const Shape& x_shape);
+  // Tandem's Winograd forward (or backward data, flip set) of one plan's geometry (cpu_conv.cpp).
+  Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
+                      const MatmulPlan& mm, bool flip, const Shape& ys, const char* what);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);

@@ -138,7 +138,9 @@ Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& 
   TANDEM_REQUIRE(w.is_plain(), "conv_forward: weights {} must be plain", w.str());
   if (gemm_conv(ys, p)) return gemm_conv_forward(x, w, bias, p, ys);
   ConvPlan& plan = conv_plan(x.shape(), w.shape(), bias.defined(), p);
-  if (plan.wino) return winograd_forward(x, w, bias, *plan.wino, ys);
+  if (plan.wino) {
+    return winograd_run(x, w, bias, plan.wino->fwd, *plan.wino->fwd_mm, false, ys, "winograd convolution forward");
+  }
   const auto& pd = plan.fwd_pd;
   Tensor xs = as_layout(x, pd.src_desc());
   Tensor ws = w;
@@ -164,7 +166,10 @@ Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const S
   if (gemm_conv(ys, p)) return gemm_conv_backward_data(dy, w, x_shape, p);
   // The forward plan (created here if backward comes first) is the hint for the backward one.
   ConvPlan& plan = conv_plan(x_shape, w.shape(), false, p);
-  if (plan.wino) return winograd_backward_data(dy, w, *plan.wino, x_shape);
+  if (plan.wino) {
+    return winograd_run(dy, w, Tensor(), plan.wino->data, *plan.wino->data_mm, true, x_shape,
+                        "winograd convolution backward data");
+  }
   if (!plan.bwd_data) {
     with_algo_fallback(plan, "convolution backward data", [&](dnnl::algorithm algo) {
       dnnl::convolution_backward_data::desc d(algo, plan.x_any, plan.w_any, plan.y_any, plan.strides, plan.dilates,
@@ -230,47 +235,24 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
   if (want_bias && accumulate) store_param_grad(dbs, plan.b_md, dbias, plan.b_md, true);
 }
 
-// V = B^T x B per tile, U = G w G^T, M = V U (36 products), y = A^T M A (cpu_winograd.hpp).
-Tensor CpuBackend::winograd_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const WinogradPlan& plan,
-                                    const Shape& ys) {
-  const winograd::Geometry& g = plan.fwd;
+// V = B^T x B per tile, U = G w G^T, M = V U (36 products), y = A^T M A (cpu_winograd.hpp). Backward
+// data is the forward convolution of dy with the kernel flipped and its channel axes swapped (`flip`).
+Tensor CpuBackend::winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
+                                const MatmulPlan& mm, bool flip, const Shape& ys, const char* what) {
   Tensor xs = as_layout(x, channel_blocked_md(x.shape(), winograd::kLanes));
-  const MatmulPlan& mm = *plan.fwd_mm;
   Tensor v = alloc(mm.a, Shape{winograd::kPoints, g.tiles(), g.cp()});
   Tensor u = alloc(mm.b, Shape{winograd::kPoints, g.cp(), g.op()});
   Tensor m = alloc(mm.c, Shape{winograd::kPoints, g.tiles(), g.op()});
   winograd::input_transform(isa_, static_cast<const float*>(xs.raw_data()), static_cast<float*>(v.raw_data()), g,
                             threads_);
   winograd::weight_transform(isa_, static_cast<const float*>(w.raw_data()), static_cast<float*>(u.raw_data()), g,
-                             false, threads_);
-  run(mm.prim, {{DNNL_ARG_SRC, mem(v, mm.a)}, {DNNL_ARG_WEIGHTS, mem(u, mm.b)}, {DNNL_ARG_DST, mem(m, mm.c)}},
-      "winograd convolution forward");
+                             flip, threads_);
+  run(mm.prim, {{DNNL_ARG_SRC, mem(v, mm.a)}, {DNNL_ARG_WEIGHTS, mem(u, mm.b)}, {DNNL_ARG_DST, mem(m, mm.c)}}, what);
   Tensor y = alloc(channel_blocked_md(ys, winograd::kLanes), ys);
   winograd::output_transform(isa_, static_cast<const float*>(m.raw_data()),
                              bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr,
                              static_cast<float*>(y.raw_data()), g, threads_);
   return y;
-}
-
-// dx: the forward convolution of dy with the kernel flipped and its channel axes swapped.
-Tensor CpuBackend::winograd_backward_data(const Tensor& dy, const Tensor& w, const WinogradPlan& plan,
-                                          const Shape& x_shape) {
-  const winograd::Geometry& g = plan.data;
-  Tensor dys = as_layout(dy, channel_blocked_md(dy.shape(), winograd::kLanes));
-  const MatmulPlan& mm = *plan.data_mm;
-  Tensor v = alloc(mm.a, Shape{winograd::kPoints, g.tiles(), g.cp()});
-  Tensor u = alloc(mm.b, Shape{winograd::kPoints, g.cp(), g.op()});
-  Tensor m = alloc(mm.c, Shape{winograd::kPoints, g.tiles(), g.op()});
-  winograd::input_transform(isa_, static_cast<const float*>(dys.raw_data()), static_cast<float*>(v.raw_data()), g,
-                            threads_);
-  winograd::weight_transform(isa_, static_cast<const float*>(w.raw_data()), static_cast<float*>(u.raw_data()), g,
-                             true, threads_);
-  run(mm.prim, {{DNNL_ARG_SRC, mem(v, mm.a)}, {DNNL_ARG_WEIGHTS, mem(u, mm.b)}, {DNNL_ARG_DST, mem(m, mm.c)}},
-      "winograd convolution backward data");
-  Tensor dx = alloc(channel_blocked_md(x_shape, winograd::kLanes), x_shape);
-  winograd::output_transform(isa_, static_cast<const float*>(m.raw_data()), nullptr,
-                             static_cast<float*>(dx.raw_data()), g, threads_);
-  return dx;
 }
 
 // Small layers whose channel counts are not whole vectors go to the direct kernel (see

@@ -93,33 +93,43 @@ using v8f = float __attribute__((vector_size(32)));
   }
 }
 
-// Input channels [c0, c1) of U (each < cp), every output block.
-[[gnu::always_inline]] inline void weight_tiles(const float* __restrict w, float* __restrict u, const Geometry& g,
-                                               bool flip, int64_t c0, int64_t c1) {
+// One [8 output channels] x [1 input channel] block of U.
+[[gnu::always_inline]] inline void weight_block(const float* __restrict w, float* __restrict u, const Geometry& g,
+                                                bool flip, int64_t ci, int64_t ob) {
   const int64_t cp = g.cp(), op = g.op(), point_stride = cp * op;
-  for (int64_t ci = c0; ci < c1; ++ci)
-    for (int64_t ob = 0; ob < op / kLanes; ++ob) {
-      float taps[9][kLanes];
-      for (int64_t l = 0; l < kLanes; ++l) {
-        const int64_t co = ob * kLanes + l;
-        const bool real = ci < g.c && co < g.o;
-        for (int64_t k = 0; k < 9; ++k)
-          taps[k][l] = !real ? 0.0f : flip ? w[(ci * g.o + co) * 9 + (8 - k)] : w[(co * g.c + ci) * 9 + k];
-      }
-      v8f t[kAlpha][3];
-      for (int64_t kw = 0; kw < 3; ++kw) {
-        const v8f col[3] = {load8(taps[kw]), load8(taps[3 + kw]), load8(taps[6 + kw])};
-        v8f out[kAlpha];
-        g6(col, out);
-        for (int64_t i = 0; i < kAlpha; ++i) t[i][kw] = out[i];
-      }
-      float* up = u + ci * op + ob * kLanes;
-      for (int64_t i = 0; i < kAlpha; ++i) {
-        v8f out[kAlpha];
-        g6(t[i], out);
-        for (int64_t j = 0; j < kAlpha; ++j) store8(up + (i * kAlpha + j) * point_stride, out[j]);
-      }
-    }
+  float taps[9][kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) {
+    const int64_t co = ob * kLanes + l;
+    const bool real = ci < g.c && co < g.o;
+    for (int64_t k = 0; k < 9; ++k)
+      taps[k][l] = !real ? 0.0f : flip ? w[(ci * g.o + co) * 9 + (8 - k)] : w[(co * g.c + ci) * 9 + k];
+  }
+  v8f t[kAlpha][3];
+  for (int64_t kw = 0; kw < 3; ++kw) {
+    const v8f col[3] = {load8(taps[kw]), load8(taps[3 + kw]), load8(taps[6 + kw])};
+    v8f out[kAlpha];
+    g6(col, out);
+    for (int64_t i = 0; i < kAlpha; ++i) t[i][kw] = out[i];
+  }
+  float* up = u + ci * op + ob * kLanes;
+  for (int64_t i = 0; i < kAlpha; ++i) {
+    v8f out[kAlpha];
+    g6(t[i], out);
+    for (int64_t j = 0; j < kAlpha; ++j) store8(up + (i * kAlpha + j) * point_stride, out[j]);
+  }
+}
+
+// Rows [r0, r1) of the source weights, in their memory order: output channels (forward: w is
+// [o][c][3][3]) or input channels (flip: w is [c][o][3][3]), 8 at a time as U's blocks.
+[[gnu::always_inline]] inline void weight_tiles(const float* __restrict w, float* __restrict u, const Geometry& g,
+                                                bool flip, int64_t r0, int64_t r1) {
+  if (flip) {
+    for (int64_t ci = r0; ci < r1; ++ci)
+      for (int64_t ob = 0; ob < g.op() / kLanes; ++ob) weight_block(w, u, g, flip, ci, ob);
+  } else {
+    for (int64_t ob = r0; ob < r1; ++ob)
+      for (int64_t ci = 0; ci < g.cp(); ++ci) weight_block(w, u, g, flip, ci, ob);
+  }
 }
 
 [[gnu::always_inline]] inline void output_tiles(const float* __restrict m, const float* __restrict bias,
@@ -195,7 +205,8 @@ void input_transform(CpuIsa isa, const float* x, float* v, const Geometry& g, in
 
 void weight_transform(CpuIsa isa, const float* w, float* u, const Geometry& g, bool flip, int threads) {
   const auto f = variant(isa).weights;
-  kernels::parallel_chunks(g.cp(), threads, 16, [&](int64_t lo, int64_t hi) { f(w, u, g, flip, lo, hi); });
+  const int64_t rows = flip ? g.cp() : g.op() / kLanes;
+  kernels::parallel_chunks(rows, threads, 2, [&](int64_t lo, int64_t hi) { f(w, u, g, flip, lo, hi); });
 }
 
 void output_transform(CpuIsa isa, const float* m, const float* bias, float* y, const Geometry& g, int threads) {
