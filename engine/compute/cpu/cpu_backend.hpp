@@ -170,8 +170,8 @@ class CpuBackend final : public Backend {
   bool direct_conv_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                            bool accumulate);
   // Tandem's Winograd forward (or backward data, flip set) of one plan's geometry (cpu_conv.cpp).
-  Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
-                      const MatmulPlan& mm, bool flip, const Shape& ys, const char* what);
+  Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g, bool flip,
+                      const Shape& ys);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);

@@ -110,13 +110,8 @@ ConvPlan& CpuBackend::conv_plan(const Shape& x, const Shape& w, bool bias, const
     auto wp = std::make_unique<WinogradPlan>();
     wp->fwd = winograd::Geometry{x[0], x[1], x[2], x[3], w[0], y[2], y[3], p.pad_h, p.pad_w};
     wp->data = winograd::Geometry{x[0], w[0], y[2], y[3], x[1], x[2], x[3], 2 - p.pad_h, 2 - p.pad_w};
-    const auto batched = [&](const winograd::Geometry& g) -> MatmulPlan& {
-      const int64_t P = winograd::kPoints, T = g.tiles(), C = g.cp(), O = g.op();
-      return matmul_md(memory::desc({P, T, C}, dt::f32, tag::abc), memory::desc({P, C, O}, dt::f32, tag::abc),
-                       memory::desc(), memory::desc({P, T, O}, dt::f32, tag::abc), false);
-    };
-    wp->fwd_mm = &batched(wp->fwd);
-    wp->data_mm = &batched(wp->data);
+    winograd::plan_block(wp->fwd, threads_);
+    winograd::plan_block(wp->data, threads_);
     plan->wino = std::move(wp);
   }
   bool made = false;
@@ -139,7 +134,7 @@ Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& 
   if (gemm_conv(ys, p)) return gemm_conv_forward(x, w, bias, p, ys);
   ConvPlan& plan = conv_plan(x.shape(), w.shape(), bias.defined(), p);
   if (plan.wino) {
-    return winograd_run(x, w, bias, plan.wino->fwd, *plan.wino->fwd_mm, false, ys, "winograd convolution forward");
+    return winograd_run(x, w, bias, plan.wino->fwd, false, ys);
   }
   const auto& pd = plan.fwd_pd;
   Tensor xs = as_layout(x, pd.src_desc());
@@ -167,8 +162,7 @@ Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const S
   // The forward plan (created here if backward comes first) is the hint for the backward one.
   ConvPlan& plan = conv_plan(x_shape, w.shape(), false, p);
   if (plan.wino) {
-    return winograd_run(dy, w, Tensor(), plan.wino->data, *plan.wino->data_mm, true, x_shape,
-                        "winograd convolution backward data");
+    return winograd_run(dy, w, Tensor(), plan.wino->data, true, x_shape);
   }
   if (!plan.bwd_data) {
     with_algo_fallback(plan, "convolution backward data", [&](dnnl::algorithm algo) {
@@ -235,23 +229,20 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
   if (want_bias && accumulate) store_param_grad(dbs, plan.b_md, dbias, plan.b_md, true);
 }
 
-// V = B^T x B per tile, U = G w G^T, M = V U (36 products), y = A^T M A (cpu_winograd.hpp). Backward
-// data is the forward convolution of dy with the kernel flipped and its channel axes swapped (`flip`).
+// Per block of tiles V = B^T x B, M = V U (36 products), y = A^T M A, with U = G w G^T
+// (cpu_winograd.hpp). Backward data is the forward convolution of dy with the kernel flipped and its
+// channel axes swapped (`flip`).
 Tensor CpuBackend::winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
-                                const MatmulPlan& mm, bool flip, const Shape& ys, const char* what) {
+                                bool flip, const Shape& ys) {
   Tensor xs = as_layout(x, channel_blocked_md(x.shape(), winograd::kLanes));
-  Tensor v = alloc(mm.a, Shape{winograd::kPoints, g.tiles(), g.cp()});
-  Tensor u = alloc(mm.b, Shape{winograd::kPoints, g.cp(), g.op()});
-  Tensor m = alloc(mm.c, Shape{winograd::kPoints, g.tiles(), g.op()});
-  winograd::input_transform(isa_, static_cast<const float*>(xs.raw_data()), static_cast<float*>(v.raw_data()), g,
-                            threads_);
+  Tensor u = Tensor::empty(Shape{winograd::u_floats(g)});
+  Tensor scratch = Tensor::empty(Shape{winograd::scratch_floats(g, threads_)});
   winograd::weight_transform(isa_, static_cast<const float*>(w.raw_data()), static_cast<float*>(u.raw_data()), g,
                              flip, threads_);
-  run(mm.prim, {{DNNL_ARG_SRC, mem(v, mm.a)}, {DNNL_ARG_WEIGHTS, mem(u, mm.b)}, {DNNL_ARG_DST, mem(m, mm.c)}}, what);
   Tensor y = alloc(channel_blocked_md(ys, winograd::kLanes), ys);
-  winograd::output_transform(isa_, static_cast<const float*>(m.raw_data()),
-                             bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr,
-                             static_cast<float*>(y.raw_data()), g, threads_);
+  winograd::convolution(isa_, static_cast<const float*>(xs.raw_data()), static_cast<const float*>(u.raw_data()),
+                        bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr,
+                        static_cast<float*>(y.raw_data()), static_cast<float*>(scratch.raw_data()), g, threads_);
   return y;
 }
 

@@ -12,14 +12,10 @@ namespace tandem::engine::compute::cpu {
 
 using dnnl::memory;
 
-struct MatmulPlan;
-
-// Tandem's own Winograd (cpu_winograd.hpp) for one convolution: the geometry of the forward pass
-// and of backward data as its equivalent forward, and their 36 batched matrix products.
+// Tandem's own Winograd (cpu_winograd.hpp) for one convolution: the geometry (and tile blocks) of
+// the forward pass and of backward data as its equivalent forward.
 struct WinogradPlan {
   winograd::Geometry fwd, data;
-  MatmulPlan* fwd_mm = nullptr;
-  MatmulPlan* data_mm = nullptr;
 };
 
 struct ConvPlan {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "engine/compute/cpu/cpu_kernels.hpp"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // the vector type never crosses a non-inlined call
@@ -57,46 +59,48 @@ using v8f = float __attribute__((vector_size(32)));
   u[5] = g[2];
 }
 
-// Rows [r0, r1) of tiles (r = image * tiles_h + tile row), every channel block.
-[[gnu::always_inline]] inline void input_tiles(const float* __restrict x, float* __restrict v, const Geometry& g,
-                                              int64_t r0, int64_t r1) {
+// The 6x6 input tile at (h0, w0) of one channel block of one image (xp), zero outside the plane.
+[[gnu::always_inline]] inline void load_tile(const float* __restrict xp, const Geometry& g, int64_t h0, int64_t w0,
+                                             v8f d[kAlpha][kAlpha]) {
+  const bool inside = h0 >= 0 && w0 >= 0 && h0 + kAlpha <= g.h && w0 + kAlpha <= g.w;
+  for (int64_t i = 0; i < kAlpha; ++i)
+    for (int64_t j = 0; j < kAlpha; ++j) {
+      const int64_t ih = h0 + i, iw = w0 + j;
+      d[i][j] = (inside || (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)) ? load8(xp + (ih * g.w + iw) * kLanes)
+                                                                         : splat(0.0f);
+    }
+}
+
+// V rows [0, count) of a block: tiles t0 .. t0 + count - 1, every channel block; vb is [36][block][cp].
+[[gnu::always_inline]] inline void input_tiles(const float* __restrict x, float* __restrict vb, const Geometry& g,
+                                               int64_t t0, int64_t count) {
   const int64_t th_n = g.tiles_h(), tw_n = g.tiles_w(), cp = g.cp(), blocks = cp / kLanes;
-  const int64_t point_stride = g.tiles() * cp;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = r / th_n, h0 = (r % th_n) * kTile - g.pad_h;
-    for (int64_t tw = 0; tw < tw_n; ++tw) {
-      const int64_t w0 = tw * kTile - g.pad_w, tile = r * tw_n + tw;
-      const bool inside = h0 >= 0 && w0 >= 0 && h0 + kAlpha <= g.h && w0 + kAlpha <= g.w;
-      for (int64_t cb = 0; cb < blocks; ++cb) {
-        const float* xp = x + (n * blocks + cb) * g.h * g.w * kLanes;
-        v8f d[kAlpha][kAlpha], t[kAlpha][kAlpha];
-        for (int64_t i = 0; i < kAlpha; ++i)
-          for (int64_t j = 0; j < kAlpha; ++j) {
-            const int64_t ih = h0 + i, iw = w0 + j;
-            d[i][j] = (inside || (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)) ? load8(xp + (ih * g.w + iw) * kLanes)
-                                                                               : splat(0.0f);
-          }
-        for (int64_t j = 0; j < kAlpha; ++j) {
-          v8f col[kAlpha], out[kAlpha];
-          for (int64_t i = 0; i < kAlpha; ++i) col[i] = d[i][j];
-          bt6(col, out);
-          for (int64_t i = 0; i < kAlpha; ++i) t[i][j] = out[i];
-        }
-        float* vp = v + tile * cp + cb * kLanes;
-        for (int64_t i = 0; i < kAlpha; ++i) {
-          v8f out[kAlpha];
-          bt6(t[i], out);
-          for (int64_t j = 0; j < kAlpha; ++j) store8(vp + (i * kAlpha + j) * point_stride, out[j]);
-        }
+  const int64_t point_stride = g.block * cp;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t t = t0 + k, n = t / (th_n * tw_n), th = t / tw_n % th_n, tw = t % tw_n;
+    const int64_t h0 = th * kTile - g.pad_h, w0 = tw * kTile - g.pad_w;
+    for (int64_t cb = 0; cb < blocks; ++cb) {
+      v8f d[kAlpha][kAlpha], t2[kAlpha][kAlpha];
+      load_tile(x + (n * blocks + cb) * g.h * g.w * kLanes, g, h0, w0, d);
+      for (int64_t j = 0; j < kAlpha; ++j) {
+        v8f col[kAlpha], out[kAlpha];
+        for (int64_t i = 0; i < kAlpha; ++i) col[i] = d[i][j];
+        bt6(col, out);
+        for (int64_t i = 0; i < kAlpha; ++i) t2[i][j] = out[i];
+      }
+      float* vp = vb + k * cp + cb * kLanes;
+      for (int64_t i = 0; i < kAlpha; ++i) {
+        v8f out[kAlpha];
+        bt6(t2[i], out);
+        for (int64_t j = 0; j < kAlpha; ++j) store8(vp + (i * kAlpha + j) * point_stride, out[j]);
       }
     }
   }
 }
 
-// One [8 output channels] x [1 input channel] block of U.
+// One [1 input channel] x [8 output channels] block of U (packed: u_offset).
 [[gnu::always_inline]] inline void weight_block(const float* __restrict w, float* __restrict u, const Geometry& g,
                                                 bool flip, int64_t ci, int64_t ob) {
-  const int64_t cp = g.cp(), op = g.op(), point_stride = cp * op;
   float taps[9][kLanes];
   for (int64_t l = 0; l < kLanes; ++l) {
     const int64_t co = ob * kLanes + l;
@@ -111,11 +115,10 @@ using v8f = float __attribute__((vector_size(32)));
     g6(col, out);
     for (int64_t i = 0; i < kAlpha; ++i) t[i][kw] = out[i];
   }
-  float* up = u + ci * op + ob * kLanes;
   for (int64_t i = 0; i < kAlpha; ++i) {
     v8f out[kAlpha];
     g6(t[i], out);
-    for (int64_t j = 0; j < kAlpha; ++j) store8(up + (i * kAlpha + j) * point_stride, out[j]);
+    for (int64_t j = 0; j < kAlpha; ++j) store8(u + u_offset(g, i * kAlpha + j, ci, ob * kLanes), out[j]);
   }
 }
 
@@ -132,38 +135,109 @@ using v8f = float __attribute__((vector_size(32)));
   }
 }
 
-[[gnu::always_inline]] inline void output_tiles(const float* __restrict m, const float* __restrict bias,
-                                               float* __restrict y, const Geometry& g, int64_t r0, int64_t r1) {
+// y for tiles t0 .. t0 + count - 1 from their products mb [36][block][op], plus bias.
+[[gnu::always_inline]] inline void output_tiles(const float* __restrict mb, const float* __restrict bias,
+                                                float* __restrict y, const Geometry& g, int64_t t0, int64_t count) {
   const int64_t th_n = g.tiles_h(), tw_n = g.tiles_w(), op = g.op(), blocks = op / kLanes;
-  const int64_t point_stride = g.tiles() * op;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = r / th_n, oh0 = (r % th_n) * kTile;
-    for (int64_t tw = 0; tw < tw_n; ++tw) {
-      const int64_t ow0 = tw * kTile, tile = r * tw_n + tw;
-      const int64_t rows = std::min(kTile, g.oh - oh0), cols = std::min(kTile, g.ow - ow0);
-      for (int64_t ob = 0; ob < blocks; ++ob) {
-        const float* mp = m + tile * op + ob * kLanes;
-        v8f s[kTile][kAlpha];
-        for (int64_t j = 0; j < kAlpha; ++j) {
-          v8f col[kAlpha], out[kTile];
-          for (int64_t i = 0; i < kAlpha; ++i) col[i] = load8(mp + (i * kAlpha + j) * point_stride);
-          at4(col, out);
-          for (int64_t i = 0; i < kTile; ++i) s[i][j] = out[i];
-        }
-        v8f b = splat(0.0f);
-        if (bias != nullptr) {
-          float lanes[kLanes];
-          for (int64_t l = 0; l < kLanes; ++l) lanes[l] = ob * kLanes + l < g.o ? bias[ob * kLanes + l] : 0.0f;
-          b = load8(lanes);
-        }
-        float* yp = y + ((n * blocks + ob) * g.oh + oh0) * g.ow * kLanes;
-        for (int64_t i = 0; i < rows; ++i) {
-          v8f out[kTile];
-          at4(s[i], out);
-          for (int64_t j = 0; j < cols; ++j) store8(yp + (i * g.ow + ow0 + j) * kLanes, out[j] + b);
-        }
+  const int64_t point_stride = g.block * op;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t t = t0 + k, n = t / (th_n * tw_n), oh0 = t / tw_n % th_n * kTile, ow0 = t % tw_n * kTile;
+    const int64_t rows = std::min(kTile, g.oh - oh0), cols = std::min(kTile, g.ow - ow0);
+    for (int64_t ob = 0; ob < blocks; ++ob) {
+      const float* mp = mb + k * op + ob * kLanes;
+      v8f s[kTile][kAlpha];
+      for (int64_t j = 0; j < kAlpha; ++j) {
+        v8f col[kAlpha], out[kTile];
+        for (int64_t i = 0; i < kAlpha; ++i) col[i] = load8(mp + (i * kAlpha + j) * point_stride);
+        at4(col, out);
+        for (int64_t i = 0; i < kTile; ++i) s[i][j] = out[i];
+      }
+      v8f b = splat(0.0f);
+      if (bias != nullptr) {
+        float lanes[kLanes];
+        for (int64_t l = 0; l < kLanes; ++l) lanes[l] = ob * kLanes + l < g.o ? bias[ob * kLanes + l] : 0.0f;
+        b = load8(lanes);
+      }
+      float* yp = y + ((n * blocks + ob) * g.oh + oh0) * g.ow * kLanes;
+      for (int64_t i = 0; i < rows; ++i) {
+        v8f out[kTile];
+        at4(s[i], out);
+        for (int64_t j = 0; j < cols; ++j) store8(yp + (i * g.ow + ow0 + j) * kLanes, out[j] + b);
       }
     }
+  }
+}
+
+// mb[e] = vb[e] . U[e] for every point e, rows [0, count), in plain C++ (the baseline ISA; the
+// vector ISAs run gemm_fma below).
+void gemm_generic(const float* __restrict vb, const float* __restrict u, float* __restrict mb, const Geometry& g,
+                  int64_t count) {
+  const int64_t cp = g.cp(), op = g.op();
+  for (int64_t e = 0; e < kPoints; ++e)
+    for (int64_t r = 0; r < count; ++r) {
+      float* c = mb + (e * g.block + r) * op;
+      const float* a = vb + (e * g.block + r) * cp;
+      for (int64_t j = 0; j < op; ++j) c[j] = 0.0f;
+      for (int64_t k = 0; k < cp; ++k)
+        for (int64_t j = 0; j < op; ++j) c[j] += a[k] * u[u_offset(g, e, k, j)];
+    }
+}
+
+// The AVX2/FMA products: a 6-row x 16-column register block (12 accumulators) over the whole depth,
+// b being one U panel [k][nw * 8]. All AVX2 CPUs but a few early VIA ones have FMA; where it is
+// missing the generic products run.
+template <int NR, int NW>
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline void micro(const float* __restrict a, int64_t lda,
+                                                                  const float* __restrict b, int64_t depth,
+                                                                  float* __restrict c, int64_t ldc) {
+  __m256 acc[NR][NW];
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NW; ++j) acc[r][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    __m256 bv[NW];
+    for (int j = 0; j < NW; ++j) bv[j] = _mm256_loadu_ps(b + (k * NW + j) * 8);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      for (int j = 0; j < NW; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NW; ++j) _mm256_storeu_ps(c + r * ldc + j * 8, acc[r][j]);
+}
+
+template <int NW>
+[[gnu::target("avx2,fma"), gnu::always_inline]] inline void micro_rows(int64_t nr, const float* a, int64_t lda,
+                                                                       const float* b, int64_t depth, float* c,
+                                                                       int64_t ldc) {
+  switch (nr) {
+    case 6: return micro<6, NW>(a, lda, b, depth, c, ldc);
+    case 5: return micro<5, NW>(a, lda, b, depth, c, ldc);
+    case 4: return micro<4, NW>(a, lda, b, depth, c, ldc);
+    case 3: return micro<3, NW>(a, lda, b, depth, c, ldc);
+    case 2: return micro<2, NW>(a, lda, b, depth, c, ldc);
+    default: return micro<1, NW>(a, lda, b, depth, c, ldc);
+  }
+}
+
+[[gnu::target("avx2,fma")]] void gemm_fma(const float* __restrict vb, const float* __restrict u, float* __restrict mb,
+                                         const Geometry& g, int64_t count) {
+  constexpr int64_t kRows = 6;
+  const int64_t cp = g.cp(), op = g.op();
+  // The smaller of a point's U (cp x op) and V (count x cp) is re-read from cache, the other streamed once.
+  const bool rows_outer = op <= count;
+  const int64_t outer = rows_outer ? count : op, inner = rows_outer ? op : count;
+  const int64_t outer_step = rows_outer ? kRows : 16, inner_step = rows_outer ? 16 : kRows;
+  for (int64_t e = 0; e < kPoints; ++e) {
+    const float* a = vb + e * g.block * cp;
+    float* c = mb + e * g.block * op;
+    const float* ue = u + u_offset(g, e, 0, 0);
+    for (int64_t i = 0; i < outer; i += outer_step)
+      for (int64_t k = 0; k < inner; k += inner_step) {
+        const int64_t r0 = rows_outer ? i : k, j0 = rows_outer ? k : i;
+        const int64_t nr = std::min(kRows, count - r0);
+        if (op - j0 >= 16) micro_rows<2>(nr, a + r0 * cp, cp, ue + j0 * cp, cp, c + r0 * op + j0, op);
+        else micro_rows<1>(nr, a + r0 * cp, cp, ue + j0 * cp, cp, c + r0 * op + j0, op);
+      }
   }
 }
 
@@ -177,12 +251,12 @@ namespace tandem::engine::compute::cpu::winograd {
 namespace {
 
 struct Variant {
-  decltype(&isa_baseline::input_rows) input;
+  decltype(&isa_baseline::input_block) input;
   decltype(&isa_baseline::weight_rows) weights;
-  decltype(&isa_baseline::output_rows) output;
+  decltype(&isa_baseline::output_block) output;
 };
 #define TANDEM_VARIANT(NS) \
-  Variant { NS::input_rows, NS::weight_rows, NS::output_rows }
+  Variant { NS::input_block, NS::weight_rows, NS::output_block }
 
 const Variant& variant(CpuIsa isa) {
 #if defined(TANDEM_CPU_ISA_VARIANTS)
@@ -196,11 +270,25 @@ const Variant& variant(CpuIsa isa) {
 }
 #undef TANDEM_VARIANT
 
+using Gemm = void (*)(const float*, const float*, float*, const Geometry&, int64_t);
+Gemm gemm_for(CpuIsa isa) {
+#if defined(__x86_64__) && defined(TANDEM_CPU_ISA_VARIANTS)
+  static const bool fma = __builtin_cpu_supports("fma");
+  if (fma && variant_cpu_isa(isa) != CpuIsa::kBaseline) return gemm_fma;
+#endif
+  (void)isa;
+  return gemm_generic;
+}
+
 }  // namespace
 
-void input_transform(CpuIsa isa, const float* x, float* v, const Geometry& g, int threads) {
-  const auto f = variant(isa).input;
-  kernels::parallel_chunks(g.n * g.tiles_h(), threads, 2, [&](int64_t lo, int64_t hi) { f(x, v, g, lo, hi); });
+void plan_block(Geometry& g, int threads) {
+  constexpr int64_t kCacheFloats = 192 * 1024;  // 768 KiB of a core's L2 for a block's V and M
+  const int64_t T = g.tiles(), per_thread = (T + threads - 1) / std::max(threads, 1);
+  const int64_t fit = std::max<int64_t>(6, kCacheFloats / (kPoints * (g.cp() + g.op())) / 6 * 6);
+  // Per tile, a cached block re-reads U / fit floats; an uncached one writes and reads V and M.
+  const bool cached = static_cast<double>(u_floats(g)) / fit < 2.0 * kPoints * (g.cp() + g.op());
+  g.block = std::max<int64_t>(1, cached ? std::min(fit, per_thread) : per_thread);
 }
 
 void weight_transform(CpuIsa isa, const float* w, float* u, const Geometry& g, bool flip, int threads) {
@@ -209,9 +297,21 @@ void weight_transform(CpuIsa isa, const float* w, float* u, const Geometry& g, b
   kernels::parallel_chunks(rows, threads, 2, [&](int64_t lo, int64_t hi) { f(w, u, g, flip, lo, hi); });
 }
 
-void output_transform(CpuIsa isa, const float* m, const float* bias, float* y, const Geometry& g, int threads) {
-  const auto f = variant(isa).output;
-  kernels::parallel_chunks(g.n * g.tiles_h(), threads, 2, [&](int64_t lo, int64_t hi) { f(m, bias, y, g, lo, hi); });
+void convolution(CpuIsa isa, const float* x, const float* u, const float* bias, float* y, float* scratch,
+                 const Geometry& g, int threads) {
+  const Variant& v = variant(isa);
+  const Gemm gemm = gemm_for(isa);
+  const int64_t T = g.tiles(), per_thread = kPoints * g.block * (g.cp() + g.op());
+  kernels::parallel_chunks(g.blocks(), threads, 2, [&](int64_t lo, int64_t hi) {
+    float* vb = scratch + omp_get_thread_num() * per_thread;
+    float* mb = vb + kPoints * g.block * g.cp();
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t t0 = b * g.block, count = std::min(g.block, T - t0);
+      v.input(x, vb, g, t0, count);
+      gemm(vb, u, mb, g, count);
+      v.output(mb, bias, y, g, t0, count);
+    }
+  });
 }
 
 }  // namespace tandem::engine::compute::cpu::winograd

@@ -3,15 +3,18 @@
 // CPU ISAs where oneDNN 2.6 has none (it implements f32 Winograd on AVX-512 only). Each 4x4 output
 // tile is A^T [ (G g G^T) . (B^T d B) ] A over a 6x6 input tile d (Lavin and Gray's points 0, +-1,
 // +-2, inf), so the 36 tile positions are 36 independent [tiles x Cin] x [Cin x Cout] matrix
-// products (oneDNN matmul, cpu_conv.cpp): 4x fewer multiply-adds than the direct convolution, at
+// products: 4x fewer multiply-adds than the direct convolution, at
 // the price of the transforms below and of f32 rounding a few times the direct kernel's.
 //
-// Layouts: activations are channel-blocked nChw8c (what oneDNN picks on AVX2); transformed data
-// V is [36][tiles][Cp] and transformed weights U [36][Cp][Op] (Cp, Op: channels rounded up to 8,
-// the padding zero), products M [36][tiles][Op]; tiles are ordered (image, tile row, tile col).
+// Layouts: activations are channel-blocked nChw8c (what oneDNN picks on AVX2); a block of tiles'
+// transformed data V is [36][block][Cp], transformed weights U [36][Cp][Op] in 16-channel panels
+// (Cp, Op: channels rounded up to 8, the padding zero), products M [36][block][Op]; tiles are
+// ordered (image, tile row, tile col). The products run on a 6x16 AVX2/FMA register-blocked kernel
+// of our own: each block's V and M stay in cache between the transforms and the products.
 //
 // Backward data of a stride-1 convolution is the forward one of dy with the kernel flipped and
 // its channel axes swapped, padded by 2 - pad: the same kernels with `flip` set in the weights'.
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/core/cpu_isa.hpp"
@@ -27,19 +30,40 @@ struct Geometry {
   int64_t n, c, h, w;  // input [n, c, h, w] (nChw8c)
   int64_t o, oh, ow;   // output [n, o, oh, ow] (nChw8c)
   int64_t pad_h, pad_w;
+  int64_t block = 1;   // tiles per block (plan_block)
   int64_t tiles_h() const { return (oh + kTile - 1) / kTile; }
   int64_t tiles_w() const { return (ow + kTile - 1) / kTile; }
   int64_t tiles() const { return n * tiles_h() * tiles_w(); }
+  int64_t blocks() const { return (tiles() + block - 1) / block; }
   int64_t cp() const { return (c + kLanes - 1) / kLanes * kLanes; }
   int64_t op() const { return (o + kLanes - 1) / kLanes * kLanes; }
 };
 
-// V[36][tiles][cp] from x (nChw8c; padding outside the image reads as zero).
-void input_transform(CpuIsa isa, const float* x, float* v, const Geometry& g, int threads);
-// U[36][cp][op] from plain weights. flip = false: w is [o][c][3][3] (forward). flip = true: w is the
-// forward convolution's [c][o][3][3] and is used flipped (backward data, g being the equivalent forward).
+// Where U's entry (point e, input channel ci, output channel co) is: U is [36][panels][cp][pw], each panel
+// 16 output channels wide (the last one pw = 8 when op is an odd number of 8s), so the products read
+// one panel's rows in order.
+inline int64_t u_offset(const Geometry& g, int64_t e, int64_t ci, int64_t co) {
+  const int64_t panel = co / 16, pw = std::min<int64_t>(16, g.op() - panel * 16);
+  return e * g.cp() * g.op() + panel * 16 * g.cp() + ci * pw + co % 16;
+}
+inline int64_t u_floats(const Geometry& g) { return kPoints * g.cp() * g.op(); }
+
+// The tiles per block for `threads` threads (sets g.block): blocks small enough for their
+// transformed tiles V and products M ([36][block][cp + op]) to stay in a core's L2 cache where
+// re-reading U once per block costs less than sending V and M through memory (few channels),
+// else one block per thread.
+void plan_block(Geometry& g, int threads);
+// Scratch floats the convolution needs (V and M of one block per thread).
+inline int64_t scratch_floats(const Geometry& g, int threads) {
+  return static_cast<int64_t>(threads) * kPoints * g.block * (g.cp() + g.op());
+}
+
+// U from plain weights. flip = false: w is [o][c][3][3] (forward). flip = true: w is the forward
+// convolution's [c][o][3][3], used flipped (backward data, g being the equivalent forward).
 void weight_transform(CpuIsa isa, const float* w, float* u, const Geometry& g, bool flip, int threads);
-// y (nChw8c, padded channels zero) from M[36][tiles][op], plus bias[o] when not null.
-void output_transform(CpuIsa isa, const float* m, const float* bias, float* y, const Geometry& g, int threads);
+// y (nChw8c, padded channels zero) = the convolution of x (nChw8c) by the weights U stands for, plus
+// bias[o] when not null: per block of tiles, V = B^T x B, M = V U (36 products), y = A^T M A.
+void convolution(CpuIsa isa, const float* x, const float* u, const float* bias, float* y, float* scratch,
+                 const Geometry& g, int threads);
 
 }  // namespace tandem::engine::compute::cpu::winograd
