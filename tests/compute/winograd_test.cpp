@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_winograd.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/settings.hpp"
 #include "tests/compute/test_util.hpp"
@@ -107,6 +108,47 @@ BOOST_AUTO_TEST_CASE(forward_and_backward_data_match_the_direct_convolution) {
   }
 }
 
+// The kernels themselves, per ISA variant this CPU runs (the baseline's generic products, the vector
+// ones' FMA kernel), on tile blocks smaller than the plane so several blocks and a partial one run.
+BOOST_AUTO_TEST_CASE(every_isa_variant_matches_the_reference) {
+  namespace wg = cpu::winograd;
+  auto ref = make_backend("reference");
+  const int64_t N = 2, C = 11, H = 9, W = 10, O = 21;
+  wg::Geometry g{N, C, H, W, O, H, W, 1, 1};
+  g.block = 7;  // 2 x 3 x 3 = 18 tiles: blocks of 7, 7 and 4
+  const Tensor x = random_tensor(Shape{N, C, H, W}, 21), w = random_tensor(Shape{O, C, 3, 3}, 22, -0.5, 0.5);
+  const Tensor bias = random_tensor(Shape{O}, 23);
+  ConvParams p;
+  p.pad_h = p.pad_w = 1;
+  const std::vector<double> want = values(*ref, ref->conv_forward(cast(x, DType::kF64), cast(w, DType::kF64),
+                                                                  cast(bias, DType::kF64), p));
+  // x as nChw8c.
+  const int64_t cb = g.cp() / wg::kLanes, ob = g.op() / wg::kLanes;
+  std::vector<float> xb(static_cast<size_t>(N * cb * H * W * wg::kLanes), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < H * W; ++i)
+        xb[((n * cb + c / 8) * H * W + i) * 8 + c % 8] = x.data<float>()[(n * C + c) * H * W + i];
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (variant_cpu_isa(isa) != isa) continue;
+    std::vector<float> u(static_cast<size_t>(wg::u_floats(g))), scratch(static_cast<size_t>(wg::scratch_floats(g, 2)));
+    std::vector<float> yb(static_cast<size_t>(N * ob * H * W * wg::kLanes), -1.0f);
+    wg::weight_transform(isa, w.data<float>(), u.data(), g, false, 2);
+    wg::convolution(isa, xb.data(), u.data(), bias.data<float>(), yb.data(), scratch.data(), g, 2);
+    std::vector<double> got(want.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t i = 0; i < H * W; ++i) got[(n * O + o) * H * W + i] = yb[((n * ob + o / 8) * H * W + i) * 8 + o % 8];
+    bool padding_zero = true;  // channels 21..23 of the last block
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = O; o < g.op(); ++o)
+        for (int64_t i = 0; i < H * W; ++i) padding_zero = padding_zero && yb[((n * ob + o / 8) * H * W + i) * 8 + o % 8] == 0.0f;
+    const Errors e = errors(got, want);
+    BOOST_TEST(e.max_rel < kMaxRel, cpu_isa_name(isa) << ": max relative error " << e.max_rel);
+    BOOST_TEST(padding_zero, cpu_isa_name(isa) << ": padded output channels are not zero");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(blocked_inputs_from_a_previous_layer_are_taken_as_they_are) {
   // Two chained 3x3 layers: the second one's input is the first one's (blocked) output.
   auto win = cpu_backend_with("on");
@@ -146,12 +188,13 @@ BOOST_AUTO_TEST_CASE(the_setting_picks_the_algorithm) {
       BOOST_TEST((algo(mode, isa, x64, wdw, grouped) == ConvAlgo::kDirect));
     }
   }
-  // auto: oneDNN's on AVX-512 (whole 16-channel blocks), Tandem's on AVX2 (16 or more channels), else direct.
+  // auto: oneDNN's on AVX-512 (whole 16-channel blocks), Tandem's on AVX2 (32 or more channels), else direct.
   BOOST_TEST((algo("auto", CpuIsa::kAvx512, x64, w64, s1) == ConvAlgo::kOnednnWinograd));
   BOOST_TEST((algo("1", CpuIsa::kAvx512, x64, w64, s1) == ConvAlgo::kOnednnWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kAvx512, x24, w24, s1) == ConvAlgo::kDirect));
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x64, w64, s1) == ConvAlgo::kTandemWinograd));
-  BOOST_TEST((algo("auto", CpuIsa::kAvx2, x24, w24, s1) == ConvAlgo::kTandemWinograd));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, x24, w24, s1) == ConvAlgo::kDirect));  // too few channels to pay
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{8, 32, 16, 16}, Shape{32, 32, 3, 3}, s1) == ConvAlgo::kTandemWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x3, w3, s1) == ConvAlgo::kDirect));
   BOOST_TEST((algo("auto", CpuIsa::kBaseline, x64, w64, s1) == ConvAlgo::kDirect));
   try {

@@ -163,7 +163,7 @@ typedef struct tandem_context_params {
  *                             algorithm of 3x3 stride-1 convolutions. auto: Winograd
  *                             F(4x4,3x3), oneDNN's where it has one (AVX-512), else
  *                             Tandem's own for forward and backward data (AVX2, at
- *                             least 16 channels in and out); on: Tandem's on every
+ *                             least 32 channels in and out); on: Tandem's on every
  *                             such layer, any ISA; off: direct kernels everywhere.
  *                             Winograd rounds differently (relative error ~1e-6)
  *   TANDEM_CPU_MAX_ISA        cpu: all, avx512, avx2 or sse41: the highest vector  default all
