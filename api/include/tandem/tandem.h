@@ -165,7 +165,10 @@ typedef struct tandem_context_params {
  *                             Tandem's own for forward and backward data (AVX2, at
  *                             least 32 channels in and out); on: Tandem's on every
  *                             such layer, any ISA; off: direct kernels everywhere.
- *                             Winograd rounds differently (relative error ~1e-6)
+ *                             Winograd rounds differently: Tandem's errs by up to
+ *                             6e-6 of the largest output in the tests (bound 2e-5;
+ *                             direct kernels 5e-7). Read when a context's CPU
+ *                             backend is made
  *   TANDEM_CPU_MAX_ISA        cpu: all, avx512, avx2 or sse41: the highest vector  default all
  *                             ISA of the CPU backend's own kernels, the collectives'
  *                             reductions and oneDNN (min of it and the CPU's; see
