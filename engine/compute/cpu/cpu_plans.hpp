@@ -19,8 +19,8 @@ struct WinogradPlan {
 };
 
 struct ConvPlan {
-  // Which algorithm forward and backward data run (cpu_conv.cpp's conv_algo); backward weights
-  // run oneDNN's `algo` below whatever this says.
+  // Which algorithm the three passes run (cpu_conv.cpp's conv_algo; with kTandemWinograd, backward
+  // weights with a bias run oneDNN's `algo` below).
   ConvAlgo choice = ConvAlgo::kDirect;
   std::unique_ptr<WinogradPlan> wino;  // when choice is kTandemWinograd
   // convolution_winograd where conv_algo picks oneDNN's and oneDNN implements it here (AVX-512),

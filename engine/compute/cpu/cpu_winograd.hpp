@@ -66,4 +66,13 @@ void weight_transform(CpuIsa isa, const float* w, float* u, const Geometry& g, b
 void convolution(CpuIsa isa, const float* x, const float* u, const float* bias, float* y, float* scratch,
                  const Geometry& g, int threads);
 
+// The weights' gradient of the forward convolution g (no bias): dU[e] = sum over tiles of V^T dM, with
+// V = B^T x B and dM = A dy A^T (the output transform's adjoint), then dw = G^T dU G (= or +=). du
+// holds min(threads, blocks) partial sums of u_floats(g) each.
+void weight_gradient(CpuIsa isa, const float* x, const float* dy, float* dw, bool accumulate, float* scratch,
+                     float* du, const Geometry& g, int threads);
+inline int64_t du_floats(const Geometry& g, int threads) {
+  return std::min<int64_t>(threads, g.blocks()) * u_floats(g);
+}
+
 }  // namespace tandem::engine::compute::cpu::winograd
