@@ -162,8 +162,8 @@ typedef struct tandem_context_params {
  *   TANDEM_CPU_WINOGRAD       cpu: auto, on or off (1 and 0: auto and off): the     def. auto
  *                             algorithm of 3x3 stride-1 convolutions. auto: Winograd
  *                             F(4x4,3x3), oneDNN's where it has one (AVX-512), else
- *                             Tandem's own for forward and backward data (AVX2, at
- *                             least 32 channels in and out); on: Tandem's on every
+ *                             Tandem's own for all three passes (AVX2, at least 32
+ *                             channels in and out); on: Tandem's on every
  *                             such layer, any ISA; off: direct kernels everywhere.
  *                             Winograd rounds differently: Tandem's errs by up to
  *                             6e-6 of the largest output in the tests (bound 2e-5;

@@ -38,8 +38,9 @@ std::string_view conv_algo_name(ConvAlgo a) noexcept {
 // Where oneDNN has no Winograd (kernels and oneDNN capped at AVX2, or an AVX2-only CPU), Tandem's
 // own (cpu_winograd.hpp) runs forward, backward data and backward weights (without bias; with one,
 // oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides.
-// Batch 64, one core of this EPYC capped at AVX2: 2.2-2.4x the direct kernel's speed on ResNet-18's
-// layers (64 ch @ 32x32 to 512 ch @ 4x4), ~1.3x at 32 channels, none at 16.
+// Batch 64, one core of this EPYC capped at AVX2: 1.8-3x the direct kernel's speed on ResNet-18's
+// layers (64 ch @ 32x32 to 512 ch @ 4x4), ~1.4x at 32 channels, not always a gain at 16
+// (bench/train/README.md, session 15).
 // "on" runs Tandem's on every 3x3 stride-1 layer it takes, whatever the ISA (tests, comparisons);
 // "off" runs the direct kernels everywhere.
 ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x, const Shape& w,

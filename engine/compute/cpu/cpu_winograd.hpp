@@ -3,17 +3,18 @@
 // CPU ISAs where oneDNN 2.6 has none (it implements f32 Winograd on AVX-512 only). Each 4x4 output
 // tile is A^T [ (G g G^T) . (B^T d B) ] A over a 6x6 input tile d (Lavin and Gray's points 0, +-1,
 // +-2, inf), so the 36 tile positions are 36 independent [tiles x Cin] x [Cin x Cout] matrix
-// products: 4x fewer multiply-adds than the direct convolution, at
-// the price of the transforms below and of f32 rounding a few times the direct kernel's.
+// products: 4x fewer multiply-adds than the direct convolution, at the price of the transforms below
+// and of f32 rounding errors up to ~10x the direct kernel's (tests/compute/winograd_test.cpp).
 //
 // Layouts: activations are channel-blocked nChw8c (what oneDNN picks on AVX2); a block of tiles'
 // transformed data V is [36][block][Cp], transformed weights U [36][Cp][Op] in 16-channel panels
 // (Cp, Op: channels rounded up to 8, the padding zero), products M [36][block][Op]; tiles are
 // ordered (image, tile row, tile col). The products run on a 6x16 AVX2/FMA register-blocked kernel
-// of our own: each block's V and M stay in cache between the transforms and the products.
+// of our own; with few channels a block's V and M stay in L2 between the transforms and the products.
 //
 // Backward data of a stride-1 convolution is the forward one of dy with the kernel flipped and
 // its channel axes swapped, padded by 2 - pad: the same kernels with `flip` set in the weights'.
+// Backward weights runs the adjoints: dU = sum over tiles of V^T (A dy A^T), dw = G^T dU G.
 #include <algorithm>
 #include <cstdint>
 
