@@ -57,7 +57,7 @@ constexpr double kRmsRel = 5e-6;
 
 BOOST_AUTO_TEST_SUITE(cpu_winograd)
 
-BOOST_AUTO_TEST_CASE(forward_and_backward_data_match_the_direct_convolution) {
+BOOST_AUTO_TEST_CASE(forward_backward_data_and_weights_match_the_f64_reference) {
   const Case cases[] = {
       {1, 3, 5, 7, 5, 1, true},      // batch 1, one partial tile, 3 and 5 channels (one padded block each)
       {2, 13, 9, 11, 6, 1, false},   // odd planes, 13 -> 16 channels padded
