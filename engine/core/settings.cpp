@@ -50,8 +50,9 @@ constexpr Variable kVariables[] = {
     {"TANDEM_UCX_BUSY_US", K::kInteger, 0, 60000000, "", "2000", "ucx: microseconds of busy polling"},
     {"TANDEM_UCX_ERR_MODE", K::kChoice, 0, 0, "peer|auto", "auto", "ucx: peer: peer error mode on every endpoint"},
     // Compute, data, training.
-    {"TANDEM_CPU_WINOGRAD", K::kChoice, 0, 0, "0|1", "1",
-     "cpu: 0 runs 3x3 stride-1 convolutions on oneDNN's direct kernels instead of Winograd"},
+    {"TANDEM_CPU_WINOGRAD", K::kChoice, 0, 0, "auto|on|off|1|0", "auto",
+     "cpu: 3x3 stride-1 convolutions: auto (oneDNN's Winograd on AVX-512, Tandem's on AVX2, 32+ channels), "
+     "on (Tandem's everywhere), off (direct); 1 and 0 mean auto and off"},
     {"TANDEM_CPU_MAX_ISA", K::kChoice, 0, 0, "all|avx512|avx2|sse41", "all",
      "cpu: the highest vector ISA Tandem's kernels and oneDNN may use (process-wide for oneDNN)"},
     {"TANDEM_CUDA_ALLOW_TF32", K::kChoice, 0, 0, "0|1", "0", "cuda: 1 allows TF32 tensor cores"},

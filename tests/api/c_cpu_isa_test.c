@@ -1,6 +1,8 @@
 /* TANDEM_CPU_MAX_ISA through the C ABI (tandem_context_cpu_isa), in a process of its own: the first
  * context's cap reaches oneDNN before any primitive, a model trains under it, a later context without
- * a cap keeps oneDNN where it is, and a stricter later cap is refused naming the setting. */
+ * a cap keeps oneDNN where it is, and a stricter later cap is refused naming the setting.
+ * TANDEM_CPU_WINOGRAD: a bad value refused naming it; under the AVX2 cap ResNet-18's logits with
+ * Tandem's Winograd (auto) agree with the direct kernels' (off). */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,16 +19,42 @@ static int failures = 0;
     }                                                        \
   } while (0)
 
-static tandem_context_t* context_with(const char* setting) {
+static tandem_context_t* context_with2(const char* setting, const char* second) {
   tandem_context_params_t p = TANDEM_CONTEXT_PARAMS_INIT;
   tandem_context_t* ctx = NULL;
+  const char* settings[2];
+  settings[0] = setting;
+  settings[1] = second;
   if (setting != NULL) {
     p.field_mask = TANDEM_CONTEXT_PARAM_SETTINGS;
-    p.settings = &setting;
-    p.num_settings = 1;
+    p.settings = settings;
+    p.num_settings = second != NULL ? 2 : 1;
   }
   if (tandem_context_create(&p, &ctx) != TANDEM_OK) return NULL;
   return ctx;
+}
+
+static tandem_context_t* context_with(const char* setting) { return context_with2(setting, NULL); }
+
+/* ResNet-18's logits for 2 fixed 3x32x32 images under ctx (seed 3); 0 on failure. */
+static int resnet18_logits(tandem_context_t* ctx, float* logits) {
+  tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
+  tandem_model_t* model = NULL;
+  static float input[2 * 3 * 32 * 32];
+  int i;
+  tandem_status_t st;
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND | TANDEM_MODEL_PARAM_SEED;
+  mp.name = "resnet18";
+  mp.backend = "cpu";
+  mp.seed = 3;
+  st = tandem_model_create(ctx, &mp, &model);
+  CHECK(st == TANDEM_OK, "resnet18: %s", tandem_last_error_message());
+  if (st != TANDEM_OK) return 0;
+  for (i = 0; i < 2 * 3 * 32 * 32; ++i) input[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  st = tandem_model_forward(model, input, 2, logits, 20);
+  CHECK(st == TANDEM_OK, "resnet18 forward: %s", tandem_last_error_message());
+  tandem_model_destroy(model);
+  return st == TANDEM_OK;
 }
 
 int main(void) {
@@ -35,6 +63,9 @@ int main(void) {
   CHECK(bad == NULL, "a bad TANDEM_CPU_MAX_ISA was accepted");
   CHECK(strstr(tandem_last_error_message(), "TANDEM_CPU_MAX_ISA") != NULL, "message: %s", tandem_last_error_message());
   CHECK(tandem_context_cpu_isa(NULL, &host, NULL, NULL, NULL) == TANDEM_ERR_INVALID_ARGUMENT, "NULL ctx accepted");
+  bad = context_with("TANDEM_CPU_WINOGRAD=yes");
+  CHECK(bad == NULL, "a bad TANDEM_CPU_WINOGRAD was accepted");
+  CHECK(strstr(tandem_last_error_message(), "TANDEM_CPU_WINOGRAD") != NULL, "message: %s", tandem_last_error_message());
 
   /* The first context caps at AVX2: nothing of oneDNN has run in this process yet. */
   tandem_context_t* avx2 = context_with("TANDEM_CPU_MAX_ISA=avx2");
@@ -74,6 +105,28 @@ int main(void) {
       CHECK(st != TANDEM_OK || finite, "non-finite logits under the avx2 cap");
     }
     tandem_model_destroy(model);
+  }
+
+  /* Tandem's Winograd (auto picks it under the AVX2 cap) against the direct kernels. */
+  {
+    tandem_context_t* off = context_with2("TANDEM_CPU_MAX_ISA=avx2", "TANDEM_CPU_WINOGRAD=off");
+    tandem_context_t* on = context_with2("TANDEM_CPU_MAX_ISA=avx2", "TANDEM_CPU_WINOGRAD=auto");
+    float direct[20], wino[20];
+    CHECK(off != NULL && on != NULL, "%s", tandem_last_error_message());
+    if (off != NULL && on != NULL && resnet18_logits(off, direct) && resnet18_logits(on, wino)) {
+      float worst = 0.0f, scale = 0.0f;
+      int i;
+      for (i = 0; i < 20; ++i) {
+        const float d = direct[i] > wino[i] ? direct[i] - wino[i] : wino[i] - direct[i];
+        const float a = direct[i] > 0 ? direct[i] : -direct[i];
+        worst = d > worst ? d : worst;
+        scale = a > scale ? a : scale;
+      }
+      printf("resnet18 logits, winograd against direct: max difference %g of %g\n", worst, scale);
+      CHECK(scale > 0.0f && worst <= 1e-4f * scale, "max difference %g of %g", worst, scale);
+    }
+    tandem_context_destroy(off);
+    tandem_context_destroy(on);
   }
 
   /* A later context without a cap: oneDNN stays at its process-wide ISA, kernels run the host's best. */

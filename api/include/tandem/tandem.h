@@ -159,8 +159,16 @@ typedef struct tandem_context_params {
  *   TANDEM_UCX_BUSY_US        ucx: us of busy polling before sleeping, 0..60000000 default 2000
  *   TANDEM_UCX_ERR_MODE       ucx: peer (peer error mode on every endpoint) or auto   def. auto
  *  Compute, data, training
- *   TANDEM_CPU_WINOGRAD       cpu: 0 keeps 3x3 stride-1 convolutions on oneDNN's    default 1
- *                             direct kernels (1: Winograd F(4x4,3x3) where it runs)
+ *   TANDEM_CPU_WINOGRAD       cpu: auto, on or off (1 and 0: auto and off): the     def. auto
+ *                             algorithm of 3x3 stride-1 convolutions. auto: Winograd
+ *                             F(4x4,3x3), oneDNN's where it has one (AVX-512), else
+ *                             Tandem's own for all three passes (AVX2, at least 32
+ *                             channels in and out); on: Tandem's on every
+ *                             such layer, any ISA; off: direct kernels everywhere.
+ *                             Winograd rounds differently: Tandem's errs by up to
+ *                             6e-6 of the largest output in the tests (bound 2e-5;
+ *                             direct kernels 5e-7). Read when a context's CPU
+ *                             backend is made
  *   TANDEM_CPU_MAX_ISA        cpu: all, avx512, avx2 or sse41: the highest vector  default all
  *                             ISA of the CPU backend's own kernels, the collectives'
  *                             reductions and oneDNN (min of it and the CPU's; see

@@ -153,9 +153,12 @@ const char* onednn_isa_name() {
 CpuBackend::CpuBackend(const BackendOptions& options)
     : threads_(options.num_threads > 0 ? options.num_threads : omp_get_max_threads()),
       isa_(apply_cpu_isa_cap()),
+      winograd_mode_(settings::current()->text("TANDEM_CPU_WINOGRAD").value_or("auto")),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  // Refuses a bad value now, naming the setting, rather than at the first convolution.
+  (void)conv_algo(winograd_mode_, isa_, Shape{1, 1, 1, 1}, Shape{1, 1, 3, 3}, ConvParams{});
 }
 
 CpuBackend::~CpuBackend() = default;

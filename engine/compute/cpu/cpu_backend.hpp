@@ -51,6 +51,14 @@ CpuIsa apply_cpu_isa_cap();
 const char* onednn_isa_name();
 
 struct ConvPlan;
+struct WinogradPlan;
+namespace winograd {
+struct Geometry;
+}
+// A 3x3 stride-1 convolution's algorithm (TANDEM_CPU_WINOGRAD, cpu_conv.cpp's conv_algo): oneDNN's
+// direct kernels, oneDNN's Winograd (AVX-512 only in oneDNN 2.6), or Tandem's (cpu_winograd.hpp).
+enum class ConvAlgo { kDirect, kOnednnWinograd, kTandemWinograd };
+std::string_view conv_algo_name(ConvAlgo a) noexcept;
 struct NormPlan;
 struct EltwisePlan;
 struct PoolPlan;
@@ -117,6 +125,14 @@ class CpuBackend final : public Backend {
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p) override;
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamParams& p) override;
 
+  // The algorithm TANDEM_CPU_WINOGRAD's value `mode` (auto, on, off; 1 and 0 are auto and off) picks
+  // for a convolution of these shapes under a backend whose kernels run `isa` (oneDNN's ISA follows
+  // the same cap). Pure: the tests check every mode and ISA with it.
+  static ConvAlgo conv_algo(std::string_view mode, CpuIsa isa, const Shape& x, const Shape& w, const ConvParams& p);
+  // What this backend's plan for the convolution runs (TANDEM_CPU_WINOGRAD as it was when the
+  // backend was made) (the plan is made now if it is not yet).
+  ConvAlgo conv_algo_of(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
+
   // ---- helpers for the cpu/*.cpp files ----
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
@@ -153,8 +169,9 @@ class CpuBackend final : public Backend {
   // false when oneDNN should do it.
   bool direct_conv_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                            bool accumulate);
-  // Whether a convolution of these shapes uses Winograd (cpu_conv.cpp says when and why).
-  static bool winograd_suits(const Shape& x, const Shape& w, const ConvParams& p);
+  // Tandem's Winograd forward (or backward data, flip set) of one plan's geometry (cpu_conv.cpp).
+  Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g, bool flip,
+                      const Shape& ys);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);
@@ -163,6 +180,7 @@ class CpuBackend final : public Backend {
 
   int threads_;
   CpuIsa isa_;
+  std::string winograd_mode_;  // TANDEM_CPU_WINOGRAD when the backend was made
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<std::string, std::unique_ptr<ConvPlan>> conv_plans_;

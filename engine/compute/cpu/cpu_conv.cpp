@@ -18,18 +18,50 @@ using dt = memory::data_type;
 using tag = memory::format_tag;
 
 
-// Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3) for 3x3, stride-1 convolutions with whole
-// 16-channel blocks on both sides: ResNet-18's 3x3 stride-1 layers at CIFAR resolutions, batch
+std::string_view conv_algo_name(ConvAlgo a) noexcept {
+  switch (a) {
+    case ConvAlgo::kOnednnWinograd: return "onednn-winograd";
+    case ConvAlgo::kTandemWinograd: return "tandem-winograd";
+    case ConvAlgo::kDirect: break;
+  }
+  return "direct";
+}
+
+// oneDNN's Winograd F(4x4, 3x3) (jit_wino_4x3, AVX-512 only) for 3x3, stride-1 convolutions with
+// whole 16-channel blocks on both sides: ResNet-18's 3x3 stride-1 layers at CIFAR resolutions, batch
 // 64, one AVX-512 EPYC core (tandem calibrate), ran forward in 0.40-0.62x and backward (data and
 // weights) in 0.42-0.48x the direct kernel's time (64 ch @ 32x32 to 512 ch @ 4x4); the whole
 // step went from 2.10 s to 1.15 s. Its results differ from the direct kernel's by
 // f32 rounding (relative RMS 0.6-2.3e-6 over those layers). Below 16 channels (ResNet's 3-channel
 // stem) oneDNN's Winograd is 4x slower than direct, so it is left out there.
-// TANDEM_CPU_WINOGRAD=0 turns it off (direct kernels everywhere).
-bool CpuBackend::winograd_suits(const Shape& x, const Shape& w, const ConvParams& p) {
-  const bool enabled = settings::current()->flag("TANDEM_CPU_WINOGRAD").value_or(true);
-  return enabled && p.groups == 1 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
-         p.dilation_h == 1 && p.dilation_w == 1 && x[1] % 16 == 0 && w[0] % 16 == 0;
+//
+// Where oneDNN has no Winograd (kernels and oneDNN capped at AVX2, or an AVX2-only CPU), Tandem's
+// own (cpu_winograd.hpp) runs forward, backward data and backward weights (without bias; with one,
+// oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides.
+// Batch 64, one core of this EPYC capped at AVX2: 1.8-3x the direct kernel's speed on ResNet-18's
+// layers (64 ch @ 32x32 to 512 ch @ 4x4), ~1.4x at 32 channels, not always a gain at 16
+// (bench/train/README.md, session 15).
+// "on" runs Tandem's on every 3x3 stride-1 layer it takes, whatever the ISA (tests, comparisons);
+// "off" runs the direct kernels everywhere.
+ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x, const Shape& w,
+                               const ConvParams& p) {
+  constexpr int64_t kTandemMinChannels = 32;
+  const bool three_by_three_s1 = p.groups == 1 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+                                 p.dilation_h == 1 && p.dilation_w == 1;
+  // Backward data runs as a forward convolution padded by 2 - pad.
+  const bool tandem_takes = three_by_three_s1 && p.pad_h >= 0 && p.pad_h <= 2 && p.pad_w >= 0 && p.pad_w <= 2;
+  TANDEM_REQUIRE(mode == "auto" || mode == "on" || mode == "off" || mode == "1" || mode == "0",
+                 "TANDEM_CPU_WINOGRAD='{}' must be one of auto|on|off (or 1|0)", mode);
+  if (mode == "off" || mode == "0" || !three_by_three_s1) return ConvAlgo::kDirect;
+  if (mode == "on") return tandem_takes ? ConvAlgo::kTandemWinograd : ConvAlgo::kDirect;
+  if (isa == CpuIsa::kAvx512) return x[1] % 16 == 0 && w[0] % 16 == 0 ? ConvAlgo::kOnednnWinograd : ConvAlgo::kDirect;
+  if (isa == CpuIsa::kAvx2 && tandem_takes && x[1] >= kTandemMinChannels && w[0] >= kTandemMinChannels)
+    return ConvAlgo::kTandemWinograd;
+  return ConvAlgo::kDirect;
+}
+
+ConvAlgo CpuBackend::conv_algo_of(const Shape& x, const Shape& w, bool bias, const ConvParams& p) {
+  return conv_plan(x, w, bias, p).choice;
 }
 
 namespace {
@@ -76,12 +108,22 @@ ConvPlan& CpuBackend::conv_plan(const Shape& x, const Shape& w, bool bias, const
     plan->fwd = dnnl::convolution_forward(plan->fwd_pd);
     plan->algo = algo;
   };
+  plan->choice = conv_algo(winograd_mode_, isa_, x, w, p);
+  if (plan->choice == ConvAlgo::kTandemWinograd) {
+    auto wp = std::make_unique<WinogradPlan>();
+    wp->fwd = winograd::Geometry{x[0], x[1], x[2], x[3], w[0], y[2], y[3], p.pad_h, p.pad_w};
+    wp->data = winograd::Geometry{x[0], w[0], y[2], y[3], x[1], x[2], x[3], 2 - p.pad_h, 2 - p.pad_w};
+    winograd::plan_block(wp->fwd, threads_);
+    winograd::plan_block(wp->data, threads_);
+    plan->wino = std::move(wp);
+  }
   bool made = false;
-  if (winograd_suits(x, w, p)) {
+  if (plan->choice == ConvAlgo::kOnednnWinograd) {
     try {  // oneDNN implements f32 Winograd on AVX-512 only; elsewhere it says unimplemented
       make_fwd(dnnl::algorithm::convolution_winograd);
       made = true;
     } catch (const dnnl::error&) {
+      plan->choice = ConvAlgo::kDirect;
     }
   }
   if (!made) dnnl_try("convolution forward for " + key, [&] { make_fwd(dnnl::algorithm::convolution_direct); });
@@ -94,6 +136,9 @@ Tensor CpuBackend::conv_forward(const Tensor& x, const Tensor& w, const Tensor& 
   TANDEM_REQUIRE(w.is_plain(), "conv_forward: weights {} must be plain", w.str());
   if (gemm_conv(ys, p)) return gemm_conv_forward(x, w, bias, p, ys);
   ConvPlan& plan = conv_plan(x.shape(), w.shape(), bias.defined(), p);
+  if (plan.wino) {
+    return winograd_run(x, w, bias, plan.wino->fwd, false, ys);
+  }
   const auto& pd = plan.fwd_pd;
   Tensor xs = as_layout(x, pd.src_desc());
   Tensor ws = w;
@@ -119,6 +164,9 @@ Tensor CpuBackend::conv_backward_data(const Tensor& dy, const Tensor& w, const S
   if (gemm_conv(ys, p)) return gemm_conv_backward_data(dy, w, x_shape, p);
   // The forward plan (created here if backward comes first) is the hint for the backward one.
   ConvPlan& plan = conv_plan(x_shape, w.shape(), false, p);
+  if (plan.wino) {
+    return winograd_run(dy, w, Tensor(), plan.wino->data, true, x_shape);
+  }
   if (!plan.bwd_data) {
     with_algo_fallback(plan, "convolution backward data", [&](dnnl::algorithm algo) {
       dnnl::convolution_backward_data::desc d(algo, plan.x_any, plan.w_any, plan.y_any, plan.strides, plan.dilates,
@@ -156,6 +204,17 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
   if (gemm_conv(ys, p)) return gemm_conv_backward_weights(x, dy, dw, dbias, p, accumulate);
   if (direct_conv_weights(x, dy, dw, dbias, p, accumulate)) return;
   ConvPlan& plan = conv_plan(x.shape(), dw.shape(), false, p);
+  if (plan.wino && !want_bias) {
+    const winograd::Geometry& g = plan.wino->fwd;
+    Tensor xs = as_layout(x, channel_blocked_md(x.shape(), winograd::kLanes));
+    Tensor dys = as_layout(dy, channel_blocked_md(dy.shape(), winograd::kLanes));
+    Tensor scratch = Tensor::empty(Shape{winograd::scratch_floats(g, threads_)});
+    Tensor du = Tensor::empty(Shape{winograd::du_floats(g, threads_)});
+    winograd::weight_gradient(isa_, static_cast<const float*>(xs.raw_data()), static_cast<const float*>(dys.raw_data()),
+                              static_cast<float*>(dw.raw_data()), accumulate, static_cast<float*>(scratch.raw_data()),
+                              static_cast<float*>(du.raw_data()), g, threads_);
+    return;
+  }
   const int v = want_bias ? 1 : 0;
   if (!plan.bwd_w[v]) {
     with_algo_fallback(plan, "convolution backward weights", [&](dnnl::algorithm algo) {
@@ -182,6 +241,23 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
   run(*plan.bwd_w[v], args, "convolution backward weights");
   if (!direct_w) store_param_grad(dws, pd.diff_weights_desc(), dw, plan.user_w, accumulate);
   if (want_bias && accumulate) store_param_grad(dbs, plan.b_md, dbias, plan.b_md, true);
+}
+
+// Per block of tiles V = B^T x B, M = V U (36 products), y = A^T M A, with U = G w G^T
+// (cpu_winograd.hpp). Backward data is the forward convolution of dy with the kernel flipped and its
+// channel axes swapped (`flip`).
+Tensor CpuBackend::winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
+                                bool flip, const Shape& ys) {
+  Tensor xs = as_layout(x, channel_blocked_md(x.shape(), winograd::kLanes));
+  Tensor u = Tensor::empty(Shape{winograd::u_floats(g)});
+  Tensor scratch = Tensor::empty(Shape{winograd::scratch_floats(g, threads_)});
+  winograd::weight_transform(isa_, static_cast<const float*>(w.raw_data()), static_cast<float*>(u.raw_data()), g,
+                             flip, threads_);
+  Tensor y = alloc(channel_blocked_md(ys, winograd::kLanes), ys);
+  winograd::convolution(isa_, static_cast<const float*>(xs.raw_data()), static_cast<const float*>(u.raw_data()),
+                        bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr,
+                        static_cast<float*>(y.raw_data()), static_cast<float*>(scratch.raw_data()), g, threads_);
+  return y;
 }
 
 // Small layers whose channel counts are not whole vectors go to the direct kernel (see

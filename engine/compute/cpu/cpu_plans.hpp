@@ -1,16 +1,30 @@
 #pragma once
 // Cached oneDNN primitives of the CPU backend, one per shape (and input layout).
+#include <memory>
 #include <optional>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/compute/cpu/cpu_backend.hpp"
+#include "engine/compute/cpu/cpu_winograd.hpp"
 
 namespace tandem::engine::compute::cpu {
 
 using dnnl::memory;
 
+// Tandem's own Winograd (cpu_winograd.hpp) for one convolution: the geometry (and tile blocks) of
+// the forward pass and of backward data as its equivalent forward.
+struct WinogradPlan {
+  winograd::Geometry fwd, data;
+};
+
 struct ConvPlan {
-  // convolution_winograd where cpu_conv.cpp's winograd_suits() picks it and oneDNN implements
-  // it here (AVX-512), else convolution_direct; the backward primitives use the same.
+  // Which algorithm the three passes run (cpu_conv.cpp's conv_algo; with kTandemWinograd, backward
+  // weights with a bias run oneDNN's `algo` below).
+  ConvAlgo choice = ConvAlgo::kDirect;
+  std::unique_ptr<WinogradPlan> wino;  // when choice is kTandemWinograd
+  // convolution_winograd where conv_algo picks oneDNN's and oneDNN implements it here (AVX-512),
+  // else convolution_direct; the backward primitives use the same.
   dnnl::algorithm algo = dnnl::algorithm::convolution_direct;
   memory::desc user_w;  // plain weights, 5-D (goihw) when grouped
   memory::dims strides, dilates, pad_l, pad_r;
