@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
 #include "cli/cut.hpp"
@@ -43,7 +44,8 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
       cmd += fmt::format(" --servers {}", s.servers);
     for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients",
                             "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s",
-                            "--average-every", "--warmup-steps", "--seed"}) {
+                            "--average-every", "--warmup-steps", "--seed", "--server-replicas", "--elastic",
+                            "--max-ranks", "--join-poll-steps"}) {
       if (!has_knobs || !o.given(opt)) continue;
       const CLI::Option* x = o.app->get_option(opt);
       cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
@@ -114,6 +116,15 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
     app.add_option("--average-every", o->average_every, "localsgd: H, steps between parameter averages")->group(grp)
         ->capture_default_str();
     app.add_option("--warmup-steps", o->warmup_steps, "localsgd: DDP steps first (post-local SGD)")->group(grp);
+    app.add_option("--server-replicas", o->server_replicas, "ps, ps-async, ssp: backups of each server's shard (the "
+                   "replica traffic is timed; ps needs --elastic)")->group(grp)->check(CLI::NonNegativeNumber);
+    app.add_flag("--elastic", o->elastic, "the training run's --elastic (with --max-ranks: its joiner checks are timed)")
+        ->group(grp);
+    app.add_option("--max-ranks", o->max_ranks, "the training run's --max-ranks: above the job's ranks, a ps-family "
+                   "job checks for joiners every --join-poll-steps steps (timed)")->group(grp)
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--join-poll-steps", o->join_poll_steps, "the training run's --join-poll-steps")->group(grp)
+        ->check(CLI::PositiveNumber)->capture_default_str();
   }
   app.add_option("--accumulate", o->accumulation, "batches per optimizer step (one all-reduce)")->capture_default_str();
   app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
@@ -243,6 +254,24 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     if (set("--average-every", TANDEM_SIM_JOB_AVERAGE_EVERY)) p.average_every = o.average_every;
     if (set("--warmup-steps", TANDEM_SIM_JOB_WARMUP_STEPS)) p.warmup_steps = o.warmup_steps;
     if (set("--seed", TANDEM_SIM_JOB_SEED)) p.seed = o.seed;
+    // No typed fields for these (the C ABI takes them in job_json): merged into the --job text, overriding it.
+    const bool elastic_given = o.given("--server-replicas") || o.given("--elastic") || o.given("--max-ranks") ||
+                               o.given("--join-poll-steps");
+    if (elastic_given) {
+      nlohmann::json j = nlohmann::json::object();
+      if (!job.job_text.empty()) {
+        j = nlohmann::json::parse(job.job_text, nullptr, false);
+        if (j.is_discarded() || !j.is_object())
+          return fail(fmt::format("--job file '{}' is not a JSON object", o.job_file));
+      }
+      if (o.given("--server-replicas")) j["server_replicas"] = o.server_replicas;
+      if (o.given("--elastic")) j["elastic"] = o.elastic;
+      if (o.given("--max-ranks")) j["max_ranks"] = o.max_ranks;
+      if (o.given("--join-poll-steps")) j["join_poll_steps"] = o.join_poll_steps;
+      job.job_text = j.dump();
+      p.field_mask |= TANDEM_SIM_JOB_JSON;
+      p.job_json = job.job_text.c_str();
+    }
   }
   if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;

@@ -109,5 +109,49 @@ class Strategies(unittest.TestCase):
             self.assertRegex(out, r"\[rank %d\] .*average_every must be >= 1" % rank)
 
 
+def simulate(extra, job=None):
+    """`tandem simulate` of a 2-worker, 2-server LeNet-5 ps job on t2.micro:4: (returncode, output, step time or None)."""
+    cmd = [CLI, "simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--dataset", "fashion-mnist", "--batch",
+           "64", "--strategy", "ps", "--servers", "2", "--json"] + extra
+    with tempfile.TemporaryDirectory() as d:
+        if job is not None:
+            path = os.path.join(d, "job.json")
+            with open(path, "w") as f:
+                f.write(job)
+            cmd += ["--job", path]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    step = json.loads(p.stdout)["step_time_s"] if p.returncode == 0 else None
+    return p.returncode, p.stdout, step
+
+
+class SimulateElastic(unittest.TestCase):
+    """The elastic settings the simulator times (issue #17), given as `tandem simulate` flags."""
+
+    def test_server_replicas_cost_time_and_the_flag_overrides_the_job_file(self):
+        rc, out, plain = simulate(["--elastic"])
+        self.assertEqual(rc, 0, out)
+        rc, out, replicated = simulate(["--elastic", "--server-replicas", "1"])
+        self.assertEqual(rc, 0, out)
+        # each update is copied to the other server over its 65 Mbit/s NIC and acknowledged before the pull
+        self.assertGreater(replicated, plain * 1.2, (plain, replicated))
+        rc, out, from_file = simulate([], job='{"elastic": true, "server_replicas": 1}')
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(from_file, replicated)
+        rc, out, overridden = simulate(["--server-replicas", "0"], job='{"elastic": true, "server_replicas": 1}')
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(overridden, plain)
+
+    def test_bad_elastic_settings_are_refused_naming_them(self):
+        rc, out, _ = simulate(["--server-replicas", "1"])
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--server-replicas 1 with strategy ps needs --elastic", out)
+        rc, out, _ = simulate(["--elastic", "--server-replicas", "2"])
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("at most servers - 1 = 1 replicas", out)
+        rc, out, _ = simulate(["--elastic", "--server-replicas", "1"], job="[1, 2]")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("is not a JSON object", out)
+
+
 if __name__ == "__main__":
     unittest.main()
