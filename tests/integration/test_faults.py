@@ -77,7 +77,11 @@ class Faults(unittest.TestCase):
                 # zmq: its ROUTER may still hold segments of the failed collective addressed to the dead rank, and
                 # ZeroMQ keeps them for the socket's linger (2 s) while a live peer still takes our goodbyes -- bounded,
                 # seen in about one run of three; tcp and ucx drop what the dead rank will never take.
-                bound = 2500 if transport == "zmq" else 1500
+                # ucx: two survivors whose rendezvous transfer between them was cut by the failure cancel towards each
+                # other (a matched receive cannot be withdrawn, a started rendezvous send cannot be cancelled in UCX
+                # 1.13), and each waits out the transport's 2 s cancel deadline (kShutdownDeadline) -- bounded, seen in
+                # about one run of ten (rank 0 at 1.9 s). Still well under the 3 s fixed wait this check guards against.
+                bound = 2500 if transport in ("zmq", "ucx") else 1500
                 for r in range(n - 1):
                     d = re.search(r"DESTROYED rank %d after (\d+) ms" % r, out)
                     self.assertIsNotNone(d, "rank %d did not report its teardown:\n%s" % (r, out))
