@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_keeps_one_joiner_waiting_and_widens_to_2x2_with_
   std::atomic<bool> first_admitted{false};
   std::vector<int> world_while_waiting(2, 0);
   std::vector<int64_t> steps_while_waiting(2, 0);
-  std::vector<bool> admitted_while_waiting(2, true);
+  std::vector<char> admitted_while_waiting(2, 1);  // not vector<bool>: its bits share words, the ranks write at once
   const train::TrainerConfig cfg = sgd_config(kBatch);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i)

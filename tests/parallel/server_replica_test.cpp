@@ -75,7 +75,7 @@ struct Outcome {
   std::vector<std::vector<int32_t>> owned;  // servers: the shards each holds at the end
   std::vector<int64_t> servers;  // the servers in the job's program at the end
   std::vector<int64_t> steps;    // optimizer steps at the end
-  std::vector<bool> logged;
+  std::vector<char> logged;  // not vector<bool>: its bits share words, the ranks write at once
   std::vector<double> seconds;  // from the loss to the end (or the failure)
 };
 
@@ -92,7 +92,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
   o.owned.resize(n);
   o.servers.assign(n, 0);
   o.steps.assign(n, 0);
-  o.logged.assign(n, false);
+  o.logged.assign(n, 0);
   o.seconds.assign(n, 0.0);
   int first_loss = until;
   for (const auto& d : deaths) first_loss = std::min(first_loss, d.second);
