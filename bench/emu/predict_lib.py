@@ -8,11 +8,14 @@ is what the process gets), its link rate, and compute from the calibration profi
 hosts, so the CPU quota (0.5 core per t2.micro host; see the CPU caveat of tools/emu-cluster) is in the profile's
 times rather than in the node's peak figures (which the roofline would use and the profile replaces).
 """
+import argparse
+import contextlib
 import glob
 import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -169,3 +172,54 @@ def train_predict(tandem, name, addr0, n, train_args, cluster, profile, timeout=
     if rc != 0 or not pred:
         raise RuntimeError(f"tandem train failed (exit {rc}):\n{text[-3000:]}")
     return pred[-1]["prediction"], json_lines(per_rank.get(0, []), "epoch")
+
+
+# The scaffolding of the one-off probes in bench/strategies (ps_trace.py, asgd_trace.py, fanout_calibrate.py,
+# ps_capture.py, compute_probe.py): their common flags, the root check, a cluster brought up and always down, and
+# the JSON they leave.
+
+def probe_args(doc, name_prefix, tandem=True, full_doc=False):
+    """An argument parser with the probes' common flags: --tandem (the binary; find_tandem's search without it),
+    --name (the emulated cluster's name: name_prefix and this process's id, so that two probes never share one) and
+    --json (where the results go). The description is the docstring's first paragraph, or all of it."""
+    if full_doc:
+        ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    else:
+        ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if tandem:
+        ap.add_argument("--tandem", help="the tandem binary (default: $TANDEM_BIN, then the newest build/*/bin/tandem)")
+    ap.add_argument("--name", default=f"{name_prefix}{os.getpid() % 100000}", help="the emulated cluster's name")
+    ap.add_argument("--json", help="write the results here")
+    return ap
+
+
+def is_root(prog, needs="network namespaces, cgroups"):
+    """True as root; otherwise says why `prog` did not run (the caller then exits 77, CTest's skip)."""
+    if os.geteuid() == 0:
+        return True
+    print(f"{prog}: needs root ({needs}); not run", file=sys.stderr)
+    return False
+
+
+@contextlib.contextmanager
+def emu_cluster(name, hosts, preset="t2.micro", up_args=()):
+    """`emu-cluster up` of `hosts` hosts, yielding its `status --json`; brought down on every exit."""
+    try:
+        emu(["up", "--name", name, "--hosts", str(hosts), "--preset", preset] + list(up_args), timeout=300)
+        yield cluster_status(name)
+    finally:
+        emu(["down", "--name", name], check=False, timeout=300)
+
+
+def probe_results(a):
+    """The record a probe starts: its arguments and the machine's load averages now (write_probe_results adds the
+    load at the end)."""
+    return {"args": vars(a), "load_start": os.getloadavg()}
+
+
+def write_probe_results(res, path):
+    """Adds the load averages at the end and writes res to path as JSON (nothing without a path)."""
+    res["load_end"] = os.getloadavg()
+    if path:
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1)

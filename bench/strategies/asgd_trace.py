@@ -19,7 +19,6 @@ Chrome trace (the ranks share this machine's clock):
 
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
-import argparse
 import json
 import os
 import statistics
@@ -29,6 +28,7 @@ import tempfile
 HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
+import predict_lib  # noqa: E402
 
 M64 = (1 << 64) - 1
 
@@ -116,25 +116,19 @@ def per_step(trace, workers):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = predict_lib.probe_args(__doc__, "agt")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--skip", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--tandem")
-    ap.add_argument("--name", default=f"agt{os.getpid() % 100000}")
-    ap.add_argument("--json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("asgd_trace: needs root (network namespaces, cgroups); not run", file=sys.stderr)
+    if not predict_lib.is_root("asgd_trace"):
         return 77
-    import predict_lib  # noqa: E402
     tandem = predict_lib.find_tandem(a.tandem)
     W = a.workers
-    res = {"args": vars(a), "load_start": os.getloadavg()}
-    try:
-        predict_lib.emu(["up", "--name", a.name, "--hosts", str(W), "--preset", "t2.micro"], timeout=300)
-        addr0 = predict_lib.cluster_status(a.name)["hosts"][0]["addr"]
+    res = predict_lib.probe_results(a)
+    with predict_lib.emu_cluster(a.name, W) as cl:
+        addr0 = cl["hosts"][0]["addr"]
         with tempfile.TemporaryDirectory(prefix="tandem_asgd_trace_") as tmp:
             os.chmod(tmp, 0o777)
             path = os.path.join(tmp, "asgd.json")
@@ -147,8 +141,6 @@ def main():
                 return 1
             with open(path) as f:
                 st = per_step(json.load(f), W)
-    finally:
-        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
     rows = []
     for w in range(W):
         last = {}
@@ -165,7 +157,6 @@ def main():
                          "swap_ms": s["done"] - s["f"],
                          "step_ms": (st[w][i + 1]["f"] - s["f"]) if i + 1 < len(st[w]) else None})
     res["rows"] = rows
-    res["load_end"] = os.getloadavg()
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     steps = [r["step_ms"] for r in rows if r["step_ms"]]
     print(f"asgd, {W} workers, {len(rows)} worker-steps: step median {med(steps):.1f} ms (mean "
@@ -186,9 +177,7 @@ def main():
                   f"{len(sel)} worker-steps, swap median {med([r['swap_ms'] for r in sel]):.1f} ms, mean "
                   f"{statistics.mean(r['swap_ms'] for r in sel):.1f} ms; compute median "
                   f"{med([r['compute_ms'] for r in sel]):.1f} ms")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    predict_lib.write_probe_results(res, a.json)
     return 0
 
 

@@ -20,7 +20,6 @@ Printed per job: wall per step; per rank the mean forward+backward+optimizer spa
 (step_mean_s x quota, i.e. the profile after full_speed_profile) and the wall time the quota alone gives it.
 Nothing here is fed to the simulator; it measures.
 """
-import argparse
 import json
 import os
 import shutil
@@ -207,9 +206,7 @@ def marginal(out, quota):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tandem")
-    ap.add_argument("--name", default=f"cprobe{os.getpid() % 10000}")
+    ap = predict_lib.probe_args(__doc__, "cprobe", full_doc=True)
     ap.add_argument("--steps", type=int, default=234, help="steps per job (a job given as KEY:STEPS runs STEPS)")
     ap.add_argument("--jobs", default="solo,compute4,localsgd,easgd,ddp")
     ap.add_argument("--calib-iters", type=int, default=40)
@@ -217,10 +214,8 @@ def main():
     ap.add_argument("--calib-iters-long", type=int, default=0,
                     help="also calibrate host 0 alone with this many iterations: the loop's sustained cores")
     ap.add_argument("--keep-traces", metavar="DIR", help="copy each job's Chrome trace here")
-    ap.add_argument("--json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("compute_probe: needs root (namespaces, cgroups)", file=sys.stderr)
+    if not predict_lib.is_root("compute_probe", "namespaces, cgroups"):
         return 77
     tandem = predict_lib.find_tandem(a.tandem)
     keys = [k for k in a.jobs.split(",") if k]
@@ -228,20 +223,16 @@ def main():
     if bad:
         print(f"compute_probe: unknown job(s) {bad}; known: {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    out = {"tandem": tandem, "args": vars(a), "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-           "load_start": os.getloadavg()[0], "phases": {}}
-    up = ["up", "--name", a.name, "--hosts", "4", "--preset", "t2.micro"]
-    if a.cpu_period_us:
-        up += ["--cpu-period-us", str(a.cpu_period_us)]
-    try:
-        predict_lib.emu(up, timeout=300)
-        st = predict_lib.cluster_status(a.name)
+    out = dict(predict_lib.probe_results(a), tandem=tandem, phases={},
+               started_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+    with predict_lib.emu_cluster(a.name, 4, up_args=["--cpu-period-us", str(a.cpu_period_us)] if a.cpu_period_us
+                                 else []) as st:
         addr0 = st["hosts"][0]["addr"]
         cfg = st["config"]
         out["cluster_config"] = cfg
         quota = float(cfg["cpu_quota"])
         tasks = host_task_files(a.name)
-        print(f"# {out['started_utc']} UTC, load {out['load_start']:.1f}; cluster {a.name}: 4 x t2.micro, "
+        print(f"# {out['started_utc']} UTC, load {out['load_start'][0]:.1f}; cluster {a.name}: 4 x t2.micro, "
               f"{cfg['bw_mbit']} Mbit/s, {quota} core, period {cfg.get('cpu_period_us')} us", flush=True)
         with tempfile.TemporaryDirectory(prefix="tandem_cprobe_") as tmp:
             os.chmod(tmp, 0o777)
@@ -340,12 +331,7 @@ def main():
                           f"{(p.get('predicted_compute_s') or 0) * 1e3:.2f} / {(p.get('measured_compute_s') or 0) * 1e3:.2f} ms",
                           flush=True)
             marginal(out, quota)
-    finally:
-        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
-    out["load_end"] = os.getloadavg()[0]
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+    predict_lib.write_probe_results(out, a.json)
     return 0
 
 

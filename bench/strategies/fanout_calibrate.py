@@ -25,7 +25,6 @@ fan-outs: its window carries over). The simulator (strategy.hpp's fanout_weight)
 weight with mean 1 and this CV, its log an AR(1) from clock to clock with this correlation.
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
-import argparse
 import json
 import os
 import random
@@ -34,12 +33,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench", "emu"))
+import predict_lib  # noqa: E402
 PORT = 29611
 
 
@@ -160,7 +159,7 @@ def analyse(logs, skip):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("--peer-send", "--peer-recv"):
         return (peer_send if sys.argv[1] == "--peer-send" else peer_recv)(sys.argv[2:])
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = predict_lib.probe_args(__doc__, "fan", tandem=False)
     ap.add_argument("--peers", type=int, default=4)
     ap.add_argument("--bytes", type=int, default=246824, help="per flow (default: LeNet-5's f32 parameters)")
     ap.add_argument("--reps", type=int, default=40)
@@ -168,58 +167,49 @@ def main():
     ap.add_argument("--gap-ms", type=float, default=250)
     ap.add_argument("--preset", default="t2.micro")
     ap.add_argument("--seed", type=int, default=1, help="the sender's posting orders")
-    ap.add_argument("--name", default=f"fan{os.getpid() % 100000}")
-    ap.add_argument("--json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("fanout_calibrate: needs root (network namespaces); not run", file=sys.stderr)
+    if not predict_lib.is_root("fanout_calibrate", "network namespaces"):
         return 77
     if a.peers < 2 or a.reps <= a.skip or a.bytes < 1:
         print("fanout_calibrate: needs --peers >= 2, --reps > --skip and --bytes >= 1", file=sys.stderr)
         return 2
-    import predict_lib  # noqa: E402
     me = os.path.realpath(__file__)
-    res = {"args": vars(a), "load_start": os.getloadavg()}
+    res = predict_lib.probe_results(a)
     procs = []
-    try:
-        predict_lib.emu(["up", "--name", a.name, "--hosts", str(a.peers + 1), "--preset", a.preset], timeout=300)
-        st = predict_lib.cluster_status(a.name)
-        res["cluster_config"] = st.get("config")
-        sender_addr = st["hosts"][a.peers]["addr"]
-        t0 = time.time() + 3.0
-        gap = a.gap_ms / 1e3
-        ex = [predict_lib.TOOL, "exec", "--name", a.name]
-        procs.append(subprocess.Popen(ex + [str(a.peers), "--", sys.executable, me, "--peer-send", str(a.peers),
-                                            str(a.bytes), str(a.reps), str(gap), str(t0), str(a.seed)]))
-        time.sleep(0.5)
-        for p in range(a.peers):
-            procs.append(subprocess.Popen(ex + [str(p), "--", sys.executable, me, "--peer-recv", sender_addr,
-                                                str(a.bytes), str(a.reps)], stdout=subprocess.PIPE, text=True))
-        logs = []
-        for pr in procs[1:]:
-            out, _ = pr.communicate(timeout=60 + a.reps * gap)
-            if pr.returncode != 0:
-                raise RuntimeError(f"a receiver failed (exit {pr.returncode})")
-            logs.append(json.loads(out))
-        procs[0].wait(timeout=60)
-        r = analyse(logs, a.skip)
-        res.update(r)
-        print(f"{a.peers} flows of {a.bytes} B fanning out of one {a.preset} host, {a.reps - a.skip} repetitions: "
-              f"tcp_fanout_cv {r['tcp_fanout_cv']:.3f} (sd {r['cv_sd']:.3f}, {r['cv_min']:.3f}..{r['cv_max']:.3f}), "
-              f"tcp_fanout_corr {r['tcp_fanout_corr']:.3f} (lags 1/2/4/8/16: "
-              f"{', '.join(f'{v:.2f}' for v in r['corr_by_lag'].values())}); "
-              f"completion spread (last - first) median "
-              f"{statistics.median(max(x['end_ms']) - min(x['end_ms']) for x in r['reps']):.1f} ms, last "
-              f"{statistics.median(max(x['end_ms']) for x in r['reps']):.1f} ms", flush=True)
-    finally:
-        for pr in procs:  # by PID, those this script started
-            if pr.poll() is None:
-                pr.kill()
-        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
-    res["load_end"] = os.getloadavg()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    with predict_lib.emu_cluster(a.name, a.peers + 1, a.preset) as st:
+        try:
+            res["cluster_config"] = st.get("config")
+            sender_addr = st["hosts"][a.peers]["addr"]
+            t0 = time.time() + 3.0
+            gap = a.gap_ms / 1e3
+            ex = [predict_lib.TOOL, "exec", "--name", a.name]
+            procs.append(subprocess.Popen(ex + [str(a.peers), "--", sys.executable, me, "--peer-send", str(a.peers),
+                                                str(a.bytes), str(a.reps), str(gap), str(t0), str(a.seed)]))
+            time.sleep(0.5)
+            for p in range(a.peers):
+                procs.append(subprocess.Popen(ex + [str(p), "--", sys.executable, me, "--peer-recv", sender_addr,
+                                                    str(a.bytes), str(a.reps)], stdout=subprocess.PIPE, text=True))
+            logs = []
+            for pr in procs[1:]:
+                out, _ = pr.communicate(timeout=60 + a.reps * gap)
+                if pr.returncode != 0:
+                    raise RuntimeError(f"a receiver failed (exit {pr.returncode})")
+                logs.append(json.loads(out))
+            procs[0].wait(timeout=60)
+            r = analyse(logs, a.skip)
+            res.update(r)
+            print(f"{a.peers} flows of {a.bytes} B fanning out of one {a.preset} host, {a.reps - a.skip} repetitions: "
+                  f"tcp_fanout_cv {r['tcp_fanout_cv']:.3f} (sd {r['cv_sd']:.3f}, {r['cv_min']:.3f}..{r['cv_max']:.3f}), "
+                  f"tcp_fanout_corr {r['tcp_fanout_corr']:.3f} (lags 1/2/4/8/16: "
+                  f"{', '.join(f'{v:.2f}' for v in r['corr_by_lag'].values())}); "
+                  f"completion spread (last - first) median "
+                  f"{statistics.median(max(x['end_ms']) - min(x['end_ms']) for x in r['reps']):.1f} ms, last "
+                  f"{statistics.median(max(x['end_ms']) for x in r['reps']):.1f} ms", flush=True)
+        finally:
+            for pr in procs:  # by PID, those this script started
+                if pr.poll() is None:
+                    pr.kill()
+    predict_lib.write_probe_results(res, a.json)
     return 0
 
 

@@ -24,8 +24,6 @@ together and every push waits for the last of them; the period is then about rep
 What the runtime does instead is printed beside it. Needs root and tcpdump; exits 77 without them. The cluster is
 brought down, and tcpdump stopped by its PID, on every exit.
 """
-import argparse
-import json
 import os
 import shutil
 import statistics
@@ -140,74 +138,65 @@ def report(a, key):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = predict_lib.probe_args(__doc__, "psc")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--skip", type=int, default=5, help="leading steps left out (warm-up)")
     ap.add_argument("--strategy", default="ps", choices=["ps", "ps-async", "ssp"])
-    ap.add_argument("--tandem")
-    ap.add_argument("--name", default=f"psc{os.getpid() % 100000}")
-    ap.add_argument("--json")
     ap.add_argument("--keep-pcap", help="directory to copy the capture into")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("ps_capture: needs root (network namespaces, cgroups, capture); not run", file=sys.stderr)
+    if not predict_lib.is_root("ps_capture", "network namespaces, cgroups, capture"):
         return 77
     if shutil.which("tcpdump") is None:
         print("ps_capture: needs tcpdump (apt-get install tcpdump); not run", file=sys.stderr)
         return 77
     tandem = predict_lib.find_tandem(a.tandem)
     W = a.workers
-    res = {"args": vars(a), "load_start": os.getloadavg()}
+    res = predict_lib.probe_results(a)
     dump = None
-    try:
-        predict_lib.emu(["up", "--name", a.name, "--hosts", str(W + 1), "--preset", "t2.micro"], timeout=300)
-        st = predict_lib.cluster_status(a.name)
-        addr0, server = st["hosts"][0]["addr"], st["hosts"][W]["addr"]
-        with tempfile.TemporaryDirectory(prefix="tandem_ps_capture_") as tmp:
-            os.chmod(tmp, 0o777)
-            pcap = os.path.join(tmp, f"{a.strategy}.pcap")
-            dump = subprocess.Popen(["ip", "netns", "exec", st["hosts"][W]["netns"], "tcpdump", "-i", "eth0", "-s",
-                                     "96", "-n", "-U", "-w", pcap, "tcp"], stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
-            while not os.path.exists(pcap) and time.monotonic() < deadline and dump.poll() is None:
-                time.sleep(0.1)
-            if not os.path.exists(pcap):
-                raise RuntimeError("tcpdump did not start capturing within 10 s")
-            flags = ["--strategy", a.strategy] + (["--staleness", "2"] if a.strategy == "ssp" else [])
-            cmd = [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1",
-                   "--batch", "32", "--lr", "0.005", "--seed", "1", "--servers", "1", "--epochs", "1",
-                   "--limit-batches", str(a.steps), "--eval-limit-batches", "1", "--json"] + flags
-            rc, per_rank, text = predict_lib.run_launch(tandem, a.name, addr0, W + 1, cmd, timeout=300)
-            time.sleep(0.3)
-            dump.terminate()
-            dump.wait(timeout=10)
-            dump = None
-            if rc != 0:
-                print(f"{a.strategy}: training failed (exit {rc}):\n{text[-1500:]}", file=sys.stderr)
-                return 1
-            split = [j for j in predict_lib.json_lines(per_rank.get(0, []), "time_split")]
-            if split:
-                res["rank0_step_ms"] = split[-1]["time_split"]["step_s"] * 1e3
-            if a.keep_pcap:
-                os.makedirs(a.keep_pcap, exist_ok=True)
-                shutil.copy(pcap, a.keep_pcap)
-            res.update(analyse(read_pcap(pcap), server, a.skip))
-    finally:
-        if dump is not None:
-            dump.terminate()
-            try:
+    with predict_lib.emu_cluster(a.name, W + 1) as st:
+        try:
+            addr0, server = st["hosts"][0]["addr"], st["hosts"][W]["addr"]
+            with tempfile.TemporaryDirectory(prefix="tandem_ps_capture_") as tmp:
+                os.chmod(tmp, 0o777)
+                pcap = os.path.join(tmp, f"{a.strategy}.pcap")
+                dump = subprocess.Popen(["ip", "netns", "exec", st["hosts"][W]["netns"], "tcpdump", "-i", "eth0", "-s",
+                                         "96", "-n", "-U", "-w", pcap, "tcp"], stderr=subprocess.DEVNULL)
+                deadline = time.monotonic() + 10
+                while not os.path.exists(pcap) and time.monotonic() < deadline and dump.poll() is None:
+                    time.sleep(0.1)
+                if not os.path.exists(pcap):
+                    raise RuntimeError("tcpdump did not start capturing within 10 s")
+                flags = ["--strategy", a.strategy] + (["--staleness", "2"] if a.strategy == "ssp" else [])
+                cmd = [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1",
+                       "--batch", "32", "--lr", "0.005", "--seed", "1", "--servers", "1", "--epochs", "1",
+                       "--limit-batches", str(a.steps), "--eval-limit-batches", "1", "--json"] + flags
+                rc, per_rank, text = predict_lib.run_launch(tandem, a.name, addr0, W + 1, cmd, timeout=300)
+                time.sleep(0.3)
+                dump.terminate()
                 dump.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                dump.kill()
-        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
+                dump = None
+                if rc != 0:
+                    print(f"{a.strategy}: training failed (exit {rc}):\n{text[-1500:]}", file=sys.stderr)
+                    return 1
+                split = [j for j in predict_lib.json_lines(per_rank.get(0, []), "time_split")]
+                if split:
+                    res["rank0_step_ms"] = split[-1]["time_split"]["step_s"] * 1e3
+                if a.keep_pcap:
+                    os.makedirs(a.keep_pcap, exist_ok=True)
+                    shutil.copy(pcap, a.keep_pcap)
+                res.update(analyse(read_pcap(pcap), server, a.skip))
+        finally:
+            if dump is not None:
+                dump.terminate()
+                try:
+                    dump.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    dump.kill()
     report(res, a.strategy)
     if "rank0_step_ms" in res:
         print(f"  rank 0's own mean step (its JSON): {res['rank0_step_ms']:.1f} ms")
-    res["load_end"] = os.getloadavg()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    predict_lib.write_probe_results(res, a.json)
     return 0
 
 

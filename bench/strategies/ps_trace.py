@@ -18,11 +18,9 @@ runtime's Chrome trace (one clock: the ranks share this machine's). Per step it 
 
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -86,24 +84,18 @@ def analyse(sp, workers, skip):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = predict_lib.probe_args(__doc__, "pst")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5, help="leading steps left out (warm-up)")
     ap.add_argument("--strategies", default="ps,ps-async,ssp")
-    ap.add_argument("--tandem")
-    ap.add_argument("--name", default=f"pst{os.getpid() % 100000}")
-    ap.add_argument("--json")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        print("ps_trace: needs root (network namespaces, cgroups); not run", file=sys.stderr)
+    if not predict_lib.is_root("ps_trace"):
         return 77
     tandem = predict_lib.find_tandem(a.tandem)
     W = a.workers
-    res = {"args": vars(a), "load_start": os.getloadavg(), "rows": []}
-    try:
-        predict_lib.emu(["up", "--name", a.name, "--hosts", str(W + 1), "--preset", "t2.micro"], timeout=300)
-        st = predict_lib.cluster_status(a.name)
+    res = dict(predict_lib.probe_results(a), rows=[])
+    with predict_lib.emu_cluster(a.name, W + 1) as st:
         addr0 = st["hosts"][0]["addr"]
         with tempfile.TemporaryDirectory(prefix="tandem_ps_trace_") as tmp:
             os.chmod(tmp, 0o777)
@@ -131,12 +123,7 @@ def main():
                           f"{', '.join(f'{x:.0f}' for x in pw['step_ms_by_part'])}), compute mean "
                           f"{pw['compute_ms_mean']:.1f} / median {pw['compute_ms_median']:.1f} ms, wait mean "
                           f"{pw['wait_ms_mean']:.1f} / median {pw['wait_ms_median']:.1f} ms", flush=True)
-    finally:
-        predict_lib.emu(["down", "--name", a.name], check=False, timeout=300)
-    res["load_end"] = os.getloadavg()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    predict_lib.write_probe_results(res, a.json)
     return 0
 
 
