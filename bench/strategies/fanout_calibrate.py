@@ -23,6 +23,13 @@ windows); `tcp_fanout_corr` = the lag-one correlation of a connection's share (i
 repetition to the next, pooled over the connections, in [0, 0.99] (a connection's share persists over several
 fan-outs: its window carries over). The simulator (strategy.hpp's fanout_weight) draws each worker's answers' share
 weight with mean 1 and this CV, its log an AR(1) from clock to clock with this correlation.
+
+`--direction in` measures the other side of the same host's link: the peers each send --bytes to the last host at
+once (flows converging on one host through its download, which emu-cluster shapes with the same tbf as its upload:
+the pushes converging on a parameter server), and the last host logs each connection's arrivals; the figures are
+read the same way (and also written as tcp_fanin_cv / tcp_fanin_corr). No simulator field takes them: modelled on a
+side branch (h/psapred-asgd, pushes into a server weighted so), they left ps-async's prediction where it was
+(README, session 16).
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
 import json
@@ -117,6 +124,67 @@ def peer_recv(argv):
     return 0
 
 
+def hub_recv(argv):
+    """--direction in, on the converging host: accept `peers` connections, read reps x nbytes from each as it
+    comes, print [[(time, bytes of the repetition so far)] per repetition] per connection as JSON."""
+    peers, nbytes, reps = int(argv[0]), int(argv[1]), int(argv[2])
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", PORT))
+    srv.listen(peers)
+    srv.settimeout(60)
+    conns = [srv.accept()[0] for _ in range(peers)]
+    total = nbytes * reps
+    got = [0] * peers
+    logs = [[[] for _ in range(reps)] for _ in range(peers)]
+    while any(g < total for g in got):
+        ready, _, _ = select.select([c for i, c in enumerate(conns) if got[i] < total], [], [], 30)
+        if not ready:
+            return 1
+        now = time.time()
+        for i, c in enumerate(conns):
+            if c in ready and got[i] < total:
+                b = c.recv(min(1 << 16, nbytes - got[i] % nbytes))  # never past the repetition's end
+                if not b:
+                    return 1
+                got[i] += len(b)
+                k = (got[i] - 1) // nbytes
+                logs[i][k].append((now, got[i] - k * nbytes))
+    for c in conns:
+        c.close()
+    print(json.dumps(logs))
+    return 0
+
+
+def peer_push(argv):
+    """--direction in, on a sending peer: connect to the converging host, then at t0 + k * gap send nbytes."""
+    addr, nbytes, reps, gap, t0 = argv[0], int(argv[1]), int(argv[2]), float(argv[3]), float(argv[4])
+    s = None
+    for _ in range(400):
+        try:
+            s = socket.create_connection((addr, PORT), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.05)
+    if s is None:
+        print("fanout_calibrate: cannot connect", file=sys.stderr)
+        return 1
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"x" * nbytes
+    for k in range(reps):
+        at = t0 + k * gap
+        while time.time() < at:
+            time.sleep(min(0.001, max(0.0, at - time.time())))
+        s.sendall(msg)
+    s.settimeout(60)
+    try:
+        s.recv(1)  # until the hub closes
+    except OSError:
+        pass
+    s.close()
+    return 0
+
+
 def bytes_at(log, t):
     """Bytes received by time t (linear between the logged receives)."""
     prev_t, prev_b = None, 0
@@ -157,8 +225,9 @@ def analyse(logs, skip):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("--peer-send", "--peer-recv"):
-        return (peer_send if sys.argv[1] == "--peer-send" else peer_recv)(sys.argv[2:])
+    roles = {"--peer-send": peer_send, "--peer-recv": peer_recv, "--hub-recv": hub_recv, "--peer-push": peer_push}
+    if len(sys.argv) > 1 and sys.argv[1] in roles:
+        return roles[sys.argv[1]](sys.argv[2:])
     ap = predict_lib.probe_args(__doc__, "fan", tandem=False)
     ap.add_argument("--peers", type=int, default=4)
     ap.add_argument("--bytes", type=int, default=246824, help="per flow (default: LeNet-5's f32 parameters)")
@@ -167,6 +236,8 @@ def main():
     ap.add_argument("--gap-ms", type=float, default=250)
     ap.add_argument("--preset", default="t2.micro")
     ap.add_argument("--seed", type=int, default=1, help="the sender's posting orders")
+    ap.add_argument("--direction", choices=("out", "in"), default="out",
+                    help="out: flows fanning out of the last host (its upload); in: converging on it (its download)")
     a = ap.parse_args()
     if not predict_lib.is_root("fanout_calibrate", "network namespaces"):
         return 77
@@ -183,24 +254,42 @@ def main():
             t0 = time.time() + 3.0
             gap = a.gap_ms / 1e3
             ex = [predict_lib.TOOL, "exec", "--name", a.name]
-            procs.append(subprocess.Popen(ex + [str(a.peers), "--", sys.executable, me, "--peer-send", str(a.peers),
-                                                str(a.bytes), str(a.reps), str(gap), str(t0), str(a.seed)]))
-            time.sleep(0.5)
-            for p in range(a.peers):
-                procs.append(subprocess.Popen(ex + [str(p), "--", sys.executable, me, "--peer-recv", sender_addr,
-                                                    str(a.bytes), str(a.reps)], stdout=subprocess.PIPE, text=True))
-            logs = []
-            for pr in procs[1:]:
-                out, _ = pr.communicate(timeout=60 + a.reps * gap)
-                if pr.returncode != 0:
-                    raise RuntimeError(f"a receiver failed (exit {pr.returncode})")
-                logs.append(json.loads(out))
-            procs[0].wait(timeout=60)
+            if a.direction == "out":
+                procs.append(subprocess.Popen(ex + [str(a.peers), "--", sys.executable, me, "--peer-send",
+                                                    str(a.peers), str(a.bytes), str(a.reps), str(gap), str(t0),
+                                                    str(a.seed)]))
+                time.sleep(0.5)
+                for p in range(a.peers):
+                    procs.append(subprocess.Popen(ex + [str(p), "--", sys.executable, me, "--peer-recv", sender_addr,
+                                                        str(a.bytes), str(a.reps)], stdout=subprocess.PIPE, text=True))
+                logs = []
+                for pr in procs[1:]:
+                    out, _ = pr.communicate(timeout=60 + a.reps * gap)
+                    if pr.returncode != 0:
+                        raise RuntimeError(f"a receiver failed (exit {pr.returncode})")
+                    logs.append(json.loads(out))
+                procs[0].wait(timeout=60)
+            else:
+                procs.append(subprocess.Popen(ex + [str(a.peers), "--", sys.executable, me, "--hub-recv",
+                                                    str(a.peers), str(a.bytes), str(a.reps)], stdout=subprocess.PIPE,
+                                              text=True))
+                time.sleep(0.5)
+                for p in range(a.peers):
+                    procs.append(subprocess.Popen(ex + [str(p), "--", sys.executable, me, "--peer-push", sender_addr,
+                                                        str(a.bytes), str(a.reps), str(gap), str(t0)]))
+                out, _ = procs[0].communicate(timeout=60 + a.reps * gap)
+                if procs[0].returncode != 0:
+                    raise RuntimeError(f"the converging host failed (exit {procs[0].returncode})")
+                logs = json.loads(out)
+                for pr in procs[1:]:
+                    pr.wait(timeout=60)
             r = analyse(logs, a.skip)
+            if a.direction == "in":  # the same reading, under the names of the cluster fields it gives
+                r["tcp_fanin_cv"], r["tcp_fanin_corr"] = r["tcp_fanout_cv"], r["tcp_fanout_corr"]
             res.update(r)
-            print(f"{a.peers} flows of {a.bytes} B fanning out of one {a.preset} host, {a.reps - a.skip} repetitions: "
-                  f"tcp_fanout_cv {r['tcp_fanout_cv']:.3f} (sd {r['cv_sd']:.3f}, {r['cv_min']:.3f}..{r['cv_max']:.3f}), "
-                  f"tcp_fanout_corr {r['tcp_fanout_corr']:.3f} (lags 1/2/4/8/16: "
+            print(f"{a.peers} flows of {a.bytes} B {'fanning out of' if a.direction == 'out' else 'converging on'} one {a.preset} host, {a.reps - a.skip} repetitions: "
+                  f"tcp_fan{a.direction}_cv {r['tcp_fanout_cv']:.3f} (sd {r['cv_sd']:.3f}, {r['cv_min']:.3f}..{r['cv_max']:.3f}), "
+                  f"tcp_fan{a.direction}_corr {r['tcp_fanout_corr']:.3f} (lags 1/2/4/8/16: "
                   f"{', '.join(f'{v:.2f}' for v in r['corr_by_lag'].values())}); "
                   f"completion spread (last - first) median "
                   f"{statistics.median(max(x['end_ms']) - min(x['end_ms']) for x in r['reps']):.1f} ms, last "

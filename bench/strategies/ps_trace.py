@@ -15,6 +15,9 @@ runtime's Chrome trace (one clock: the ranks share this machine's). Per step it 
   nearest reply  per reply, the time to the nearest reply end of another worker (median): ~0 in a convoy (every
                  reply ends with the others', as max-min sharing keeps them); about step / W with workers spread
                  evenly out of phase (replies one after another, or workers on different steps).
+  reply gaps     the time between consecutive reply ends of any workers, in order (percentiles): a reply's own time
+                 alone on the server's uplink when the replies leave one after another; many near 0 when they share
+                 it and end together.
 
 Needs root; exit 77 without it. The cluster is brought down on every exit.
 """
@@ -76,10 +79,13 @@ def analyse(sp, workers, skip):
     nearest = [min(abs(t - u) for o in range(workers) if o != w for u in ends[o]) for w in range(workers)
                for t in ends[w]]
     per_worker = {str(w): pace(sp[w], skip, n) for w in range(workers)}
+    order = sorted(t for w in range(workers) for t in ends[w])
+    gaps = sorted(b - a for a, b in zip(order, order[1:]))
     return {"steps": len(spread), "step_ms": step, "reply_spread_ms_median": statistics.median(spread),
             "per_worker": per_worker,
             "reply_phase_ms_median": statistics.median(reply),
             "nearest_reply_ms_median": statistics.median(nearest),
+            "reply_gap_ms_pct": {str(q): gaps[int(len(gaps) * q / 100)] for q in (10, 25, 50, 75, 90)} if gaps else {},
             "pull_ends_ms": {str(w): ends[w] for w in range(workers)}}
 
 
@@ -118,6 +124,8 @@ def main():
                       f"{r['reply_spread_ms_median']:.1f} ms, nearest other worker's reply {r['nearest_reply_ms_median']:.1f} "
                       f"ms (medians over {r['steps']} steps; a convoy: ~0, evenly out of phase: ~step/{W})",
                       flush=True)
+                print("  gaps between consecutive reply ends, percentiles 10/25/50/75/90: "
+                      + " / ".join(f"{v:.1f}" for v in r["reply_gap_ms_pct"].values()) + " ms", flush=True)
                 for w, pw in r["per_worker"].items():
                     print(f"  worker {w}: step {pw['step_ms']:.1f} ms (by quarter "
                           f"{', '.join(f'{x:.0f}' for x in pw['step_ms_by_part'])}), compute mean "
