@@ -95,18 +95,22 @@ def peer_send(argv):
     return 0
 
 
+def connect(addr):
+    """A connection to the calibration's listening host, retried while it starts (None, said, if it never does)."""
+    for _ in range(400):
+        try:
+            return socket.create_connection((addr, PORT), timeout=5)
+        except OSError:
+            time.sleep(0.05)
+    print("fanout_calibrate: cannot connect", file=sys.stderr)
+    return None
+
+
 def peer_recv(argv):
     """On a receiving host: connect, receive reps x nbytes, print [(rep, [(time, bytes so far)])] as JSON."""
     addr, nbytes, reps = argv[0], int(argv[1]), int(argv[2])
-    s = None
-    for _ in range(400):
-        try:
-            s = socket.create_connection((addr, PORT), timeout=5)
-            break
-        except OSError:
-            time.sleep(0.05)
+    s = connect(addr)
     if s is None:
-        print("fanout_calibrate: cannot connect", file=sys.stderr)
         return 1
     s.settimeout(60)
     logs = []
@@ -159,15 +163,8 @@ def hub_recv(argv):
 def peer_push(argv):
     """--direction in, on a sending peer: connect to the converging host, then at t0 + k * gap send nbytes."""
     addr, nbytes, reps, gap, t0 = argv[0], int(argv[1]), int(argv[2]), float(argv[3]), float(argv[4])
-    s = None
-    for _ in range(400):
-        try:
-            s = socket.create_connection((addr, PORT), timeout=5)
-            break
-        except OSError:
-            time.sleep(0.05)
+    s = connect(addr)
     if s is None:
-        print("fanout_calibrate: cannot connect", file=sys.stderr)
         return 1
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     msg = b"x" * nbytes
