@@ -29,7 +29,7 @@ model, batch, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 shape = tuple(int(v) for v in sys.argv[4].split(","))
 x = np.random.default_rng(0).standard_normal((batch,) + shape).astype(np.float32)
 if sys.argv[5] == "tandem":
-    import tandem
+    from tandem import train as tandem
     m = tandem.Model(model, input_shape=shape, num_classes=10, seed=1)
     run = lambda: m.forward(x)
 else:

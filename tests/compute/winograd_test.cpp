@@ -184,7 +184,7 @@ BOOST_AUTO_TEST_CASE(blocked_inputs_from_a_previous_layer_are_taken_as_they_are)
   BOOST_TEST(e.max_rel < kMaxRel, "max relative error " << e.max_rel);
 }
 
-// A weight version's transform is kept from its second use in each direction (forward, backward data)
+// A weight version's transform is kept from its third use in each direction (forward, backward data)
 // and served while the weights' bytes are those it was made from: after a write of one element, an
 // optimizer update, a return to earlier values and another shape over the same storage, forward and
 // backward data equal the direct kernels' on the weights as they are now.
@@ -202,16 +202,18 @@ BOOST_AUTO_TEST_CASE(kept_transforms_are_served_only_for_the_weights_they_were_m
     return std::pair{values(be, be.conv_forward(in, wt, Tensor(), p)),
                      values(be, be.conv_backward_data(grad, wt, in.shape(), p))};
   };
-  // Three uses: a transform for the call, one kept, then the kept one.
+  // Four uses: a transform for each of the first two calls, one kept at the third, then the kept one.
   const auto s0 = wb.winograd_cache_stats();
-  const auto r1 = both(*win, w, x, dy), r2 = both(*win, w, x, dy), r3 = both(*win, w, x, dy);
+  const auto r1 = both(*win, w, x, dy), r2 = both(*win, w, x, dy);
+  BOOST_TEST(wb.winograd_cache_stats().bytes == static_cast<int64_t>(ws.numel() * 4));  // only the copy
+  const auto r3 = both(*win, w, x, dy), r4 = both(*win, w, x, dy);
   const auto s1 = wb.winograd_cache_stats();
-  BOOST_TEST(s1.transforms - s0.transforms == 4);  // 2 per direction
+  BOOST_TEST(s1.transforms - s0.transforms == 6);  // 3 per direction
   BOOST_TEST(s1.hits - s0.hits == 2);
   BOOST_TEST(s1.entries == 1);
   BOOST_TEST(s1.bytes == static_cast<int64_t>(ws.numel() * 4 + 2 * 36 * 16 * 24 * 4));  // the copy and both U
-  BOOST_TEST((r1 == r2 && r2 == r3), "kept transforms gave other results than fresh ones");
-  std::vector<double> last = r3.first;
+  BOOST_TEST((r1 == r2 && r2 == r3 && r3 == r4), "kept transforms gave other results than fresh ones");
+  std::vector<double> last = r4.first;
   const auto check = [&](const std::string& what, const Tensor& wt, const Tensor& in, const Tensor& grad) {
     const auto before = wb.winograd_cache_stats();
     const auto got = both(*win, wt, in, grad);
@@ -275,6 +277,13 @@ BOOST_AUTO_TEST_CASE(the_setting_picks_the_algorithm) {
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x24, w24, s1) == ConvAlgo::kDirect));  // too few channels to pay
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{8, 32, 16, 16}, Shape{32, 32, 3, 3}, s1) == ConvAlgo::kTandemWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x3, w3, s1) == ConvAlgo::kDirect));
+  // Too few 4x4 output tiles: U (4x the weights) read for little work. 16 tiles and more take it.
+  const Shape w512{512, 512, 3, 3};
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{1, 512, 4, 4}, w512, s1) == ConvAlgo::kDirect));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{15, 512, 4, 4}, w512, s1) == ConvAlgo::kDirect));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{16, 512, 4, 4}, w512, s1) == ConvAlgo::kTandemWinograd));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{1, 64, 13, 13}, Shape{64, 64, 3, 3}, s1) == ConvAlgo::kTandemWinograd));
+  BOOST_TEST((algo("on", CpuIsa::kAvx2, Shape{1, 512, 4, 4}, w512, s1) == ConvAlgo::kTandemWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kBaseline, x64, w64, s1) == ConvAlgo::kDirect));
   try {
     algo("yes", CpuIsa::kAvx2, x64, w64, s1);

@@ -179,10 +179,10 @@ class CpuBackend final : public Backend {
   // Tandem's Winograd forward (or backward data, flip set) of one plan's geometry (cpu_conv.cpp).
   Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g, bool flip,
                       const Shape& ys);
-  // w's Winograd transform for g (flip: backward data). A weight version (w's exact bytes) used once in a
-  // direction is transformed for that call only; from its second use on the transform is kept until w's
-  // bytes change, so training (one forward and one backward per version) keeps nothing, while evaluation,
-  // inference, micro-batches and gradient accumulation transform each version once.
+  // w's Winograd transform for g (flip: backward data). A weight version (w's exact bytes) is transformed for
+  // each call of its first two in a direction; from the third on the transform is kept until w's bytes change,
+  // so training (one forward and one backward per version) keeps nothing, while evaluation, inference and
+  // several micro-batches or accumulated gradients per step transform each version at most three times.
   Tensor winograd_weights(const Tensor& w, const winograd::Geometry& g, bool flip);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);

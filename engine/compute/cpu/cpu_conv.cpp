@@ -39,7 +39,8 @@ std::string_view conv_algo_name(ConvAlgo a) noexcept {
 //
 // Where oneDNN has no Winograd (kernels and oneDNN capped at AVX2, or an AVX2-only CPU), Tandem's
 // own (cpu_winograd.hpp) runs forward, backward data and backward weights (without bias; with one,
-// oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides.
+// oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides and at
+// least kTandemMinTiles 4x4 output tiles per call.
 // Batch 64, one core of this EPYC capped at AVX2: 1.8-3x the direct kernel's speed on ResNet-18's
 // layers (64 ch @ 32x32 to 512 ch @ 4x4), ~1.4x at 32 channels, not always a gain at 16
 // (bench/train/README.md, session 15).
@@ -48,6 +49,7 @@ std::string_view conv_algo_name(ConvAlgo a) noexcept {
 ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x, const Shape& w,
                                const ConvParams& p) {
   constexpr int64_t kTandemMinChannels = 32;
+  constexpr int64_t kTandemMinTiles = 16;  // 4x4 output tiles per call
   const bool three_by_three_s1 = p.groups == 1 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
                                  p.dilation_h == 1 && p.dilation_w == 1;
   // Backward data runs as a forward convolution padded by 2 - pad.
@@ -57,7 +59,12 @@ ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x
   if (mode == "off" || mode == "0" || !three_by_three_s1) return ConvAlgo::kDirect;
   if (mode == "on") return tandem_takes ? ConvAlgo::kTandemWinograd : ConvAlgo::kDirect;
   if (isa == CpuIsa::kAvx512) return x[1] % 16 == 0 && w[0] % 16 == 0 ? ConvAlgo::kOnednnWinograd : ConvAlgo::kDirect;
-  if (isa == CpuIsa::kAvx2 && tandem_takes && x[1] >= kTandemMinChannels && w[0] >= kTandemMinChannels)
+  // Few tiles (small batches of small planes: ResNet-18's 512-channel layers at batch 1 have one) leave U, 4x the
+  // weights' size, read from memory for little work: the direct kernel is faster there (bench/train/README.md,
+  // session 16: batch-1 inference 55 -> 77 img/s at 2 threads with the direct kernels everywhere).
+  const int64_t tiles = x[0] * ((x[2] + 2 * p.pad_h - 2 + 3) / 4) * ((x[3] + 2 * p.pad_w - 2 + 3) / 4);
+  if (isa == CpuIsa::kAvx2 && tandem_takes && x[1] >= kTandemMinChannels && w[0] >= kTandemMinChannels &&
+      tiles >= kTandemMinTiles)
     return ConvAlgo::kTandemWinograd;
   return ConvAlgo::kDirect;
 }
@@ -265,6 +272,10 @@ namespace {
 // first): ResNet-18's Winograd layers keep 190 MB (forward only: evaluation, inference) to 340 MB (both
 // directions: micro-batches), VGG-16's forward 295 MB.
 constexpr int64_t kWinogradCacheBytes = int64_t{512} << 20;
+// A version's transform is kept from its third use in a direction on: a training step uses each version once per
+// direction, and one evaluation batch between epochs makes a second forward use (the next step's), which would
+// otherwise keep every forward transform through that step (+180 MiB peak RSS for ResNet-18 in bench_train.py).
+constexpr int kKeepFromUse = 3;
 
 // Whether a and b hold the same n floats, bit for bit (-0 and +0 differ, a NaN equals its own bits).
 bool same_bits(const float* a, const float* b, int64_t n, int threads) {
@@ -303,7 +314,7 @@ Tensor CpuBackend::winograd_weights(const Tensor& w, const winograd::Geometry& g
     u = Tensor::empty(Shape{winograd::u_floats(g)});
     winograd::weight_transform(isa_, wp, static_cast<float*>(u.raw_data()), g, flip, threads_);
     ++wino_stats_.transforms;
-    if (++e.uses[d] >= 2) e.u[d] = u;  // the version's second use in this direction: keep it
+    if (++e.uses[d] >= kKeepFromUse) e.u[d] = u;
   }
   wino_bytes_ += e.bytes() - before;
   // Over the budget: drop the least recently used other entries (the current one stays, whatever its size).
