@@ -3,7 +3,7 @@
 Python binding (tandem_model_forward) against PyTorch 2.x (model.eval(), torch.no_grad()), each in a process of
 its own, at each batch size and thread count, optionally with both sides capped at an ISA (as bench_train.py:
 TANDEM_CPU_MAX_ISA for Tandem, ATEN/MKL/oneDNN caps for PyTorch). This is where Tandem's kept Winograd weight
-transforms (engine/compute/cpu: transformed once per weight version) matter: every forward after the second reuses
+transforms (engine/compute/cpu: kept per weight version from its third use) matter: every forward after the third reuses
 them, while a training step uses each version once per direction.
 
   flock /tmp/tandem-bench.lock python3 bench/train/bench_infer.py --lib build/default/lib/libtandem.so \\
