@@ -1,7 +1,8 @@
 // Tandem's own Winograd F(4x4, 3x3) convolution (engine/compute/cpu/cpu_winograd.hpp): forward,
 // backward data and backward weights against the reference backend's direct convolution in f64, on shapes whose planes are
 // not whole tiles and whose channels are not whole vectors, at batch 1 and above; and
-// TANDEM_CPU_WINOGRAD's choice of algorithm (auto, on, off; a bad value refused, naming the setting).
+// TANDEM_CPU_WINOGRAD's choice of algorithm (auto, on, off; a bad value refused, naming the setting);
+// kept weight transforms served only while the weights hold the bytes they were made from.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -183,6 +184,67 @@ BOOST_AUTO_TEST_CASE(blocked_inputs_from_a_previous_layer_are_taken_as_they_are)
   BOOST_TEST(e.max_rel < kMaxRel, "max relative error " << e.max_rel);
 }
 
+// A weight version's transform is kept from its third use in each direction (forward, backward data)
+// and served while the weights' bytes are those it was made from: after a write of one element, an
+// optimizer update, a return to earlier values and another shape over the same storage, forward and
+// backward data equal the direct kernels' on the weights as they are now.
+BOOST_AUTO_TEST_CASE(kept_transforms_are_served_only_for_the_weights_they_were_made_from) {
+  auto win = cpu_backend_with("on");
+  auto direct = cpu_backend_with("off");
+  auto& wb = dynamic_cast<CpuBackend&>(*win);
+  ConvParams p;
+  p.pad_h = p.pad_w = 1;
+  const Shape xs{2, 16, 9, 8}, ws{24, 16, 3, 3};
+  const Tensor x = random_tensor(xs, 31), dy = random_tensor(Shape{2, 24, 9, 8}, 32);
+  Tensor w = random_tensor(ws, 33, -0.5, 0.5);
+  const Tensor original = w.clone();
+  const auto both = [&](Backend& be, const Tensor& wt, const Tensor& in, const Tensor& grad) {
+    return std::pair{values(be, be.conv_forward(in, wt, Tensor(), p)),
+                     values(be, be.conv_backward_data(grad, wt, in.shape(), p))};
+  };
+  // Four uses: a transform for each of the first two calls, one kept at the third, then the kept one.
+  const auto s0 = wb.winograd_cache_stats();
+  const auto r1 = both(*win, w, x, dy), r2 = both(*win, w, x, dy);
+  BOOST_TEST(wb.winograd_cache_stats().bytes == static_cast<int64_t>(ws.numel() * 4));  // only the copy
+  const auto r3 = both(*win, w, x, dy), r4 = both(*win, w, x, dy);
+  const auto s1 = wb.winograd_cache_stats();
+  BOOST_TEST(s1.transforms - s0.transforms == 6);  // 3 per direction
+  BOOST_TEST(s1.hits - s0.hits == 2);
+  BOOST_TEST(s1.entries == 1);
+  BOOST_TEST(s1.bytes == static_cast<int64_t>(ws.numel() * 4 + 2 * 36 * 16 * 24 * 4));  // the copy and both U
+  BOOST_TEST((r1 == r2 && r2 == r3 && r3 == r4), "kept transforms gave other results than fresh ones");
+  std::vector<double> last = r4.first;
+  const auto check = [&](const std::string& what, const Tensor& wt, const Tensor& in, const Tensor& grad) {
+    const auto before = wb.winograd_cache_stats();
+    const auto got = both(*win, wt, in, grad);
+    const auto again = both(*win, wt, in, grad);
+    const auto want = both(*direct, wt, in, grad);
+    BOOST_TEST(wb.winograd_cache_stats().transforms > before.transforms, what << ": not transformed again");
+    BOOST_TEST((got == again), what);
+    const Errors ef = errors(got.first, want.first), eb = errors(got.second, want.second);
+    BOOST_TEST(ef.max_rel < kMaxRel, what << " forward: max relative error " << ef.max_rel);
+    BOOST_TEST(eb.max_rel < kMaxRel, what << " backward data: max relative error " << eb.max_rel);
+    if (got.first.size() == last.size()) {  // a stale transform would have given the previous results
+      BOOST_TEST(errors(last, want.first).max_rel > 100 * kMaxRel, what << ": the change moved nothing");
+    }
+    last = got.first;
+  };
+  w.data<float>()[ws.numel() - 1] += 1.0f;  // the last element only: a write straight into the buffer
+  check("one element written", w, x, dy);
+  Tensor grad = random_tensor(ws, 34), momentum = Tensor::zeros(ws);
+  SgdParams sp;
+  sp.lr = 0.1f;
+  win->sgd_update(w, grad, momentum, sp);
+  check("an SGD update", w, x, dy);
+  w.copy_from(original);  // back to the first version, whose transforms were dropped
+  check("the first values again", w, x, dy);
+  BOOST_TEST((last == r1.first));
+  // The same storage as [16, 24, 3, 3]: another convolution (24 channels in, 16 out) at the same address.
+  const Tensor x2 = random_tensor(Shape{2, 24, 9, 8}, 35), dy2 = random_tensor(Shape{2, 16, 9, 8}, 36);
+  check("another shape over the same storage", w.view(Shape{16, 24, 3, 3}), x2, dy2);
+  BOOST_TEST(wb.winograd_cache_stats().entries == 1);
+}
+
 BOOST_AUTO_TEST_CASE(the_setting_picks_the_algorithm) {
   const Shape x64{8, 64, 16, 16}, w64{64, 64, 3, 3}, x3{8, 3, 16, 16}, w3{64, 3, 3, 3}, x24{8, 24, 16, 16},
       w24{24, 24, 3, 3}, w1x1{64, 64, 1, 1};
@@ -215,6 +277,13 @@ BOOST_AUTO_TEST_CASE(the_setting_picks_the_algorithm) {
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x24, w24, s1) == ConvAlgo::kDirect));  // too few channels to pay
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{8, 32, 16, 16}, Shape{32, 32, 3, 3}, s1) == ConvAlgo::kTandemWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kAvx2, x3, w3, s1) == ConvAlgo::kDirect));
+  // Too few 4x4 output tiles: U (4x the weights) read for little work. 16 tiles and more take it.
+  const Shape w512{512, 512, 3, 3};
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{1, 512, 4, 4}, w512, s1) == ConvAlgo::kDirect));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{15, 512, 4, 4}, w512, s1) == ConvAlgo::kDirect));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{16, 512, 4, 4}, w512, s1) == ConvAlgo::kTandemWinograd));
+  BOOST_TEST((algo("auto", CpuIsa::kAvx2, Shape{1, 64, 13, 13}, Shape{64, 64, 3, 3}, s1) == ConvAlgo::kTandemWinograd));
+  BOOST_TEST((algo("on", CpuIsa::kAvx2, Shape{1, 512, 4, 4}, w512, s1) == ConvAlgo::kTandemWinograd));
   BOOST_TEST((algo("auto", CpuIsa::kBaseline, x64, w64, s1) == ConvAlgo::kDirect));
   try {
     algo("yes", CpuIsa::kAvx2, x64, w64, s1);

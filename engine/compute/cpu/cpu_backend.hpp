@@ -52,6 +52,7 @@ const char* onednn_isa_name();
 
 struct ConvPlan;
 struct WinogradPlan;
+struct WinogradWeights;
 namespace winograd {
 struct Geometry;
 }
@@ -132,6 +133,12 @@ class CpuBackend final : public Backend {
   // What this backend's plan for the convolution runs (TANDEM_CPU_WINOGRAD as it was when the
   // backend was made) (the plan is made now if it is not yet).
   ConvAlgo conv_algo_of(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
+  // Tandem's Winograd weight transforms so far (winograd_weights): made, and served from the cache; the
+  // cache's weight tensors and bytes now.
+  struct WinogradCacheStats {
+    int64_t transforms = 0, hits = 0, entries = 0, bytes = 0;
+  };
+  WinogradCacheStats winograd_cache_stats() const;
 
   // ---- helpers for the cpu/*.cpp files ----
   dnnl::engine& engine() { return engine_; }
@@ -172,6 +179,11 @@ class CpuBackend final : public Backend {
   // Tandem's Winograd forward (or backward data, flip set) of one plan's geometry (cpu_conv.cpp).
   Tensor winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g, bool flip,
                       const Shape& ys);
+  // w's Winograd transform for g (flip: backward data). A weight version (w's exact bytes) is transformed for
+  // each call of its first two in a direction; from the third on the transform is kept until w's bytes change,
+  // so training (one forward and one backward per version) keeps nothing, while evaluation, inference and
+  // several micro-batches or accumulated gradients per step transform each version at most three times.
+  Tensor winograd_weights(const Tensor& w, const winograd::Geometry& g, bool flip);
   ConvPlan& conv_plan(const Shape& x, const Shape& w, bool bias, const ConvParams& p);
   PoolPlan& pool_plan(PoolKind kind, const Shape& x, const memory::desc* src_md, const PoolParams& p);
   MatmulPlan& matmul_plan(int64_t m, int64_t k, int64_t n, int which, bool bias, bool accumulate);
@@ -190,6 +202,11 @@ class CpuBackend final : public Backend {
   std::unordered_map<std::string, std::unique_ptr<NormPlan>> norm_plans_;
   std::unordered_map<std::string, std::unique_ptr<EltwisePlan>> eltwise_plans_;
   std::unordered_map<std::string, std::unique_ptr<dnnl::reorder>> reorders_;
+  // By the weights' address; entries are checked against their bytes on every use (WinogradWeights).
+  std::unordered_map<const void*, std::unique_ptr<WinogradWeights>> wino_weights_;
+  uint64_t wino_calls_ = 0;
+  int64_t wino_bytes_ = 0;  // sum of the entries' bytes()
+  WinogradCacheStats wino_stats_;
 };
 
 }  // namespace tandem::engine::compute::cpu

@@ -1,6 +1,8 @@
 // oneDNN convolution (forward, backward data, backward weights) and linear layers (matmul on
 // plain [N, features] tensors: the weights' transpose is a stride view, so nothing is reordered).
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -37,7 +39,8 @@ std::string_view conv_algo_name(ConvAlgo a) noexcept {
 //
 // Where oneDNN has no Winograd (kernels and oneDNN capped at AVX2, or an AVX2-only CPU), Tandem's
 // own (cpu_winograd.hpp) runs forward, backward data and backward weights (without bias; with one,
-// oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides.
+// oneDNN's direct kernel) of such layers with at least kTandemMinChannels channels on both sides and at
+// least kTandemMinTiles 4x4 output tiles per call.
 // Batch 64, one core of this EPYC capped at AVX2: 1.8-3x the direct kernel's speed on ResNet-18's
 // layers (64 ch @ 32x32 to 512 ch @ 4x4), ~1.4x at 32 channels, not always a gain at 16
 // (bench/train/README.md, session 15).
@@ -46,6 +49,7 @@ std::string_view conv_algo_name(ConvAlgo a) noexcept {
 ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x, const Shape& w,
                                const ConvParams& p) {
   constexpr int64_t kTandemMinChannels = 32;
+  constexpr int64_t kTandemMinTiles = 16;  // 4x4 output tiles per call
   const bool three_by_three_s1 = p.groups == 1 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
                                  p.dilation_h == 1 && p.dilation_w == 1;
   // Backward data runs as a forward convolution padded by 2 - pad.
@@ -55,7 +59,12 @@ ConvAlgo CpuBackend::conv_algo(std::string_view mode, CpuIsa isa, const Shape& x
   if (mode == "off" || mode == "0" || !three_by_three_s1) return ConvAlgo::kDirect;
   if (mode == "on") return tandem_takes ? ConvAlgo::kTandemWinograd : ConvAlgo::kDirect;
   if (isa == CpuIsa::kAvx512) return x[1] % 16 == 0 && w[0] % 16 == 0 ? ConvAlgo::kOnednnWinograd : ConvAlgo::kDirect;
-  if (isa == CpuIsa::kAvx2 && tandem_takes && x[1] >= kTandemMinChannels && w[0] >= kTandemMinChannels)
+  // Few tiles (small batches of small planes: ResNet-18's 512-channel layers at batch 1 have one) leave U, 4x the
+  // weights' size, read from memory for little work: the direct kernel is faster there (bench/train/README.md,
+  // session 16: batch-1 inference 55 -> 77 img/s at 2 threads with the direct kernels everywhere).
+  const int64_t tiles = x[0] * ((x[2] + 2 * p.pad_h - 2 + 3) / 4) * ((x[3] + 2 * p.pad_w - 2 + 3) / 4);
+  if (isa == CpuIsa::kAvx2 && tandem_takes && x[1] >= kTandemMinChannels && w[0] >= kTandemMinChannels &&
+      tiles >= kTandemMinTiles)
     return ConvAlgo::kTandemWinograd;
   return ConvAlgo::kDirect;
 }
@@ -249,15 +258,81 @@ void CpuBackend::conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
 Tensor CpuBackend::winograd_run(const Tensor& x, const Tensor& w, const Tensor& bias, const winograd::Geometry& g,
                                 bool flip, const Shape& ys) {
   Tensor xs = as_layout(x, channel_blocked_md(x.shape(), winograd::kLanes));
-  Tensor u = Tensor::empty(Shape{winograd::u_floats(g)});
+  const Tensor u = winograd_weights(w, g, flip);
   Tensor scratch = Tensor::empty(Shape{winograd::scratch_floats(g, threads_)});
-  winograd::weight_transform(isa_, static_cast<const float*>(w.raw_data()), static_cast<float*>(u.raw_data()), g,
-                             flip, threads_);
   Tensor y = alloc(channel_blocked_md(ys, winograd::kLanes), ys);
   winograd::convolution(isa_, static_cast<const float*>(xs.raw_data()), static_cast<const float*>(u.raw_data()),
                         bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr,
                         static_cast<float*>(y.raw_data()), static_cast<float*>(scratch.raw_data()), g, threads_);
   return y;
+}
+
+namespace {
+// At most this many bytes of kept transforms and weight copies per backend (least recently used dropped
+// first): ResNet-18's Winograd layers keep 190 MB (forward only: evaluation, inference) to 340 MB (both
+// directions: micro-batches), VGG-16's forward 295 MB.
+constexpr int64_t kWinogradCacheBytes = int64_t{512} << 20;
+// A version's transform is kept from its third use in a direction on: a training step uses each version once per
+// direction, and one evaluation batch between epochs makes a second forward use (the next step's), which would
+// otherwise keep every forward transform through that step (+180 MiB peak RSS for ResNet-18 in bench_train.py).
+constexpr int kKeepFromUse = 3;
+
+// Whether a and b hold the same n floats, bit for bit (-0 and +0 differ, a NaN equals its own bits).
+bool same_bits(const float* a, const float* b, int64_t n, int threads) {
+  std::atomic<bool> same{true};
+  kernels::parallel_chunks(n, threads, int64_t{1} << 18, [&](int64_t lo, int64_t hi) {
+    if (std::memcmp(a + lo, b + lo, static_cast<size_t>(hi - lo) * sizeof(float)) != 0) same = false;
+  });
+  return same;
+}
+}  // namespace
+
+Tensor CpuBackend::winograd_weights(const Tensor& w, const winograd::Geometry& g, bool flip) {
+  const auto* wp = static_cast<const float*>(w.raw_data());
+  const int64_t n = w.numel();
+  auto& slot = wino_weights_[wp];
+  if (!slot) slot = std::make_unique<WinogradWeights>();
+  WinogradWeights& e = *slot;
+  e.last_used = ++wino_calls_;
+  const int64_t before = e.bytes();
+  if (!(e.seen.defined() && e.seen.shape() == w.shape() &&
+        same_bits(static_cast<const float*>(e.seen.raw_data()), wp, n, threads_))) {
+    // A new weight version (or another tensor at this address): forget the old one's transforms.
+    if (!e.seen.defined() || !(e.seen.shape() == w.shape())) e.seen = Tensor::empty(w.shape());
+    auto* seen = static_cast<float*>(e.seen.raw_data());
+    kernels::parallel_chunks(n, threads_, int64_t{1} << 18, [&](int64_t lo, int64_t hi) {
+      std::memcpy(seen + lo, wp + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    });
+    e.u[0] = e.u[1] = Tensor();
+    e.uses[0] = e.uses[1] = 0;
+  }
+  const int d = flip ? 1 : 0;
+  Tensor u = e.u[d];
+  if (u.defined()) {
+    ++wino_stats_.hits;
+  } else {
+    u = Tensor::empty(Shape{winograd::u_floats(g)});
+    winograd::weight_transform(isa_, wp, static_cast<float*>(u.raw_data()), g, flip, threads_);
+    ++wino_stats_.transforms;
+    if (++e.uses[d] >= kKeepFromUse) e.u[d] = u;
+  }
+  wino_bytes_ += e.bytes() - before;
+  // Over the budget: drop the least recently used other entries (the current one stays, whatever its size).
+  while (wino_bytes_ > kWinogradCacheBytes && wino_weights_.size() > 1) {
+    auto lru = wino_weights_.end();
+    for (auto it = wino_weights_.begin(); it != wino_weights_.end(); ++it)
+      if (it->first != wp && (lru == wino_weights_.end() || it->second->last_used < lru->second->last_used)) lru = it;
+    wino_bytes_ -= lru->second->bytes();
+    wino_weights_.erase(lru);
+  }
+  return u;
+}
+
+CpuBackend::WinogradCacheStats CpuBackend::winograd_cache_stats() const {
+  WinogradCacheStats s = wino_stats_;
+  s.entries = static_cast<int64_t>(wino_weights_.size());
+  s.bytes = wino_bytes_;
+  return s;
 }
 
 // Small layers whose channel counts are not whole vectors go to the direct kernel (see

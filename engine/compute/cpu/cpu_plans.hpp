@@ -18,6 +18,22 @@ struct WinogradPlan {
   winograd::Geometry fwd, data;
 };
 
+// One weight tensor's Winograd transforms (CpuBackend::winograd_weights), valid while the weights hold the
+// values in `seen`: the cache is keyed by the weights' bytes, not by who wrote them, so no route that
+// changes weights (optimizer, checkpoint load, the C ABI, a collective or a transfer writing into the
+// parameter buffer) can leave a stale transform behind.
+struct WinogradWeights {
+  Tensor seen;            // a copy of the weights' values the transforms below were made from
+  Tensor u[2];            // [forward, backward data]: defined once kept for `seen`
+  int uses[2] = {0, 0};   // transforms asked for in each direction since `seen` changed
+  uint64_t last_used = 0; // the backend's call count at the last use (least recently used goes first)
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const Tensor* t : {&seen, &u[0], &u[1]}) b += t->defined() ? static_cast<int64_t>(t->nbytes()) : 0;
+    return b;
+  }
+};
+
 struct ConvPlan {
   // Which algorithm the three passes run (cpu_conv.cpp's conv_algo; with kTandemWinograd, backward
   // weights with a bias run oneDNN's `algo` below).
