@@ -103,6 +103,7 @@ struct Peer {
   // kShutdownDeadline in all, not each (a rank with two matched receives from a peer that no longer answers waited
   // 2 s per receive: the integration_faults survivor that reported the failure after 4.1 s).
   Clock::time_point cancel_until{};
+  bool window_gave_up = false;  // a cancel in the current window gave up on an operation (Op::abandoned)
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -207,8 +208,9 @@ class Core {
   void force_close(int peer);
   // Returns once UCX no longer holds send `op` (mu_ held; see cancel).
   void let_go(Op& op);
-  // The end of `peer`'s cancel window (Peer::cancel_until), opened now unless one is open or ended less than
-  // kShutdownDeadline ago (the same failure: what was given up on once is not waited for again).
+  // The end of `peer`'s cancel window (Peer::cancel_until), opened now unless one is open, or ended less than
+  // kShutdownDeadline ago after giving something up (the same failure: the peer does not answer, so it is not
+  // waited for again; a window whose operations all finished is no reason not to wait).
   Clock::time_point cancel_window(int peer);
   // Fails the same-host peers whose process has exited (every kWatchInterval).
   void watch_processes();
@@ -690,6 +692,7 @@ void Core::let_go(Op& op) {
     }
     if (op.req && p.state == PeerState::kAlive && !p.ep_failed) {
       op.abandoned = true;
+      p.window_gave_up = true;
       log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer until "
                  "rank {} takes or drops the message", rank_, op.peer, op.tag, op.peer);
     }
@@ -699,7 +702,9 @@ void Core::let_go(Op& op) {
 Clock::time_point Core::cancel_window(int peer) {
   Peer& p = peers_[peer];
   const auto now = Clock::now();
-  if (now > p.cancel_until + kShutdownDeadline) p.cancel_until = now + kShutdownDeadline;
+  if (now < p.cancel_until || (p.window_gave_up && now < p.cancel_until + kShutdownDeadline)) return p.cancel_until;
+  p.cancel_until = now + kShutdownDeadline;
+  p.window_gave_up = false;
   return p.cancel_until;
 }
 
@@ -740,6 +745,7 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
       pump();  // watches the peer's process too: a death is noticed while waiting
     }
     if (op->req) op->abandoned = true;
+    if (op->req && p.state == PeerState::kAlive) p.window_gave_up = true;
     if (op->req && p.state == PeerState::kAlive)
       log::error("ucx: rank {}: a cancelled receive from rank {} is still in flight", rank_, op->peer);
     else if (op->req)
