@@ -28,11 +28,14 @@
 //    queued inside the dead process).
 //  - Lifetimes: requests may outlive their transport. Destroying an incomplete request cancels it;
 //    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
-//    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits (at
-//    most a couple of seconds per peer) until the message was delivered whole or dropped by the
-//    receiver (drop_unexpected), or the peer is gone; a cancelled receive matched to a message of a
-//    rank that died waits only until the death is seen and the grace for what it had put in shared
-//    memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
+//    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits until the
+//    message was delivered whole or dropped by the receiver (drop_unexpected), or the peer is gone; a
+//    cancelled receive matched to a live rank's message waits until it completes. Both wait at most
+//    one window per peer and failure (a couple of seconds, shared by every cancel towards that peer);
+//    what is still in flight then is given up (logged as an error) and left to UCX until the
+//    transport is destroyed, whose teardown does not wait for it again. A cancelled receive matched to
+//    a message of a rank that died waits only until the death is seen and the grace for what it had
+//    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
 //    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand

@@ -77,11 +77,12 @@ class Faults(unittest.TestCase):
                 # zmq: its ROUTER may still hold segments of the failed collective addressed to the dead rank, and
                 # ZeroMQ keeps them for the socket's linger (2 s) while a live peer still takes our goodbyes -- bounded,
                 # seen in about one run of three; tcp and ucx drop what the dead rank will never take.
-                # ucx: two survivors whose rendezvous transfer between them was cut by the failure cancel towards each
-                # other (a matched receive cannot be withdrawn, a started rendezvous send cannot be cancelled in UCX
-                # 1.13), and each waits out the transport's 2 s cancel deadline (kShutdownDeadline) -- bounded, seen in
-                # about one run of ten (rank 0 at 1.9 s). Still well under the 3 s fixed wait this check guards against.
-                bound = 2500 if transport in ("zmq", "ucx") else 1500
+                # ucx: in about one run of ten the killed rank leaves its ring successor's shared-memory FIFO claimed
+                # but never written, and that survivor's UCX worker receives nothing more (UCX 1.13's shared-memory
+                # transports have no peer-failure support); its rendezvous with the other survivor cannot finish, and
+                # both give it up at the end of one 2 s cancel window. The teardown no longer waits for what a cancel
+                # gave up on (it took 1.9 s before, when the bound here was 2.5 s), so it is held to tcp's bound.
+                bound = 2500 if transport == "zmq" else 1500
                 for r in range(n - 1):
                     d = re.search(r"DESTROYED rank %d after (\d+) ms" % r, out)
                     self.assertIsNotNone(d, "rank %d did not report its teardown:\n%s" % (r, out))

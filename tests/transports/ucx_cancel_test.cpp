@@ -8,11 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <barrier>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
 #include "tests/transports/peer_process.hpp"
+#include "transports/memory_store.hpp"
 
 using namespace tandem;
 using namespace tandem::transports;
@@ -149,6 +154,145 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
              second);
   BOOST_TEST(cancel_ms >= 0);
   BOOST_TEST(cancel_ms < 1000, "cancelling the receive matched to the dead rank took " << cancel_ms << " ms");
+}
+
+// Two ranks on threads, each owning its transport: `talker` runs on rank `active`, while the other rank only sets up
+// what `silent` gives it and then answers nothing (it does not progress) until the talker has destroyed its
+// transport. Returns how long the talker's destruction took. Every buffer lives until both transports are gone.
+long with_a_silent_peer(int active, const std::function<void(Transport&)>& silent,
+                        const std::function<void(Transport&)>& talker) {
+  MemoryStore store;
+  const std::string prefix = unique_prefix("silent");
+  std::barrier<> sync(2);
+  std::atomic<bool> talker_gone{false};
+  std::atomic<long> destroy_ms{-1};
+  std::mutex mu;
+  std::string failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for("ucx", r, 2, store, prefix));
+        {
+          // A rendezvous each way first, both ranks progressing: UCX wires up the lanes it uses for large messages
+          // on the first one (a rank that never progresses would leave the talker's announcement queued behind it).
+          std::vector<unsigned char> out(size_t{1} << 20, 1), in(size_t{1} << 20, 0);
+          const ConstPart sp{out.data(), out.size()};
+          const MutPart rp{in.data(), in.size()};
+          auto rq = t->irecv(1 - r, 1, std::span(&rp, 1));
+          auto sq = t->isend(1 - r, 1, std::span(&sp, 1));
+          wait(*t, *rq);
+          wait(*t, *sq);
+          sync.arrive_and_wait();
+          for (int i = 0; i < 20; ++i) t->wait_for_progress(std::chrono::milliseconds(1));  // acknowledgements
+          sync.arrive_and_wait();
+        }
+        if (r == active) {
+          sync.arrive_and_wait();  // the silent rank has set up and stopped
+          talker(*t);
+          const auto t0 = Clock::now();
+          t.reset();
+          destroy_ms.store(ms_since(t0));
+          talker_gone.store(true);
+        } else {
+          silent(*t);
+          for (int i = 0; i < 20; ++i) t->wait_for_progress(std::chrono::milliseconds(1));  // announced
+          sync.arrive_and_wait();
+          const auto until = Clock::now() + std::chrono::seconds(20);
+          while (!talker_gone.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu);
+        failures += fmt::format("\n  rank {}: {}", r, e.what());
+        talker_gone.store(true);
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  BOOST_TEST(failures.empty(), "ranks failed:" << failures);
+  return destroy_ms.load();
+}
+
+std::string outcome_of(Request& r) {
+  try {
+    return r.test() ? "completed" : "pending";
+  } catch (const Error& e) {
+    return status_name(e.status());
+  }
+}
+
+// The peer stops answering (issue #17, the integration_faults ucx flake: a SIGKILLed rank left the shared-memory
+// FIFO of its ring successor claimed but never written, so that survivor's worker received nothing any more -- not
+// the rendezvous replies of the other survivor, not its goodbye -- while it could still send). Rank 0 announces two
+// rendezvous-sized messages and goes silent; rank 1 matches both (its replies wait in rank 0's queue) and cancels
+// them as a failed plan does. Both share rank 0's cancel window (kShutdownDeadline, 2 s) instead of waiting 2 s each
+// (a survivor reported the failure after 4.1 s), and the teardown does not wait for them a second time (1.9 s).
+BOOST_AUTO_TEST_CASE(cancelled_receives_from_a_peer_that_stopped_answering_share_one_window_and_teardown_skips_them) {
+  if (!have_ucx()) return;
+  constexpr size_t kBytes = size_t{1} << 20;  // rendezvous-sized
+  constexpr uint64_t kTag = 0x1200;
+  std::vector<unsigned char> sh0(48, 1), sh1(48, 2), sa(kBytes, 0x10), sb(kBytes, 0x20);
+  std::vector<unsigned char> rh0(48, 0), rh1(48, 0), ra(kBytes, 0), rb(kBytes, 0);
+  std::unique_ptr<Request> s0, s1, r0, r1;
+  long cancel_ms = -1;
+  const long destroy_ms = with_a_silent_peer(
+      1,
+      [&](Transport& t) {
+        const ConstPart p0[2] = {{sh0.data(), sh0.size()}, {sa.data(), sa.size()}};
+        const ConstPart p1[2] = {{sh1.data(), sh1.size()}, {sb.data(), sb.size()}};
+        s0 = t.isend(1, kTag, std::span(p0, 2));
+        s1 = t.isend(1, kTag, std::span(p1, 2));
+      },
+      [&](Transport& t) {
+        const MutPart q0[2] = {{rh0.data(), rh0.size()}, {ra.data(), ra.size()}};
+        const MutPart q1[2] = {{rh1.data(), rh1.size()}, {rb.data(), rb.size()}};
+        r0 = t.irecv(0, kTag, std::span(q0, 2));
+        r1 = t.irecv(0, kTag, std::span(q1, 2));
+        for (int i = 0; i < 50; ++i) t.wait_for_progress(std::chrono::milliseconds(1));  // matched, replies sent
+        const auto t0 = Clock::now();
+        r0->cancel();
+        r1->cancel();
+        cancel_ms = ms_since(t0);
+      });
+  const std::string got = outcome_of(*r0) + " " + outcome_of(*r1);
+  r0.reset();
+  r1.reset();
+  s0.reset();
+  s1.reset();
+  BOOST_TEST_MESSAGE("receives from a silent peer: cancel " << cancel_ms << " ms, teardown " << destroy_ms << " ms; " << got);
+  BOOST_TEST(got == "transport error transport error", got);  // cancelled, never completed
+  BOOST_TEST(cancel_ms >= 1000, "the receives were given up before the window: " << cancel_ms << " ms");
+  BOOST_TEST(cancel_ms < 3000, "two receives from one silent peer took " << cancel_ms << " ms (2 s each?)");
+  BOOST_TEST(destroy_ms >= 0);
+  BOOST_TEST(destroy_ms < 1000, "the teardown waited " << destroy_ms << " ms for receives already given up");
+}
+
+// The send side of the same failure: rank 0's rendezvous send to a rank 1 that no longer answers (neither takes nor
+// drops it) is given up at the end of rank 1's cancel window, and rank 0's teardown does not wait for it again.
+BOOST_AUTO_TEST_CASE(a_send_given_up_on_a_silent_peer_is_not_waited_for_again_at_teardown) {
+  if (!have_ucx()) return;
+  constexpr size_t kBytes = size_t{1} << 20;
+  std::vector<unsigned char> head(48, 1), data(kBytes, 0x5a);
+  std::unique_ptr<Request> send;
+  long cancel_ms = -1;
+  const long destroy_ms = with_a_silent_peer(
+      0, [](Transport&) {},
+      [&](Transport& t) {
+        const ConstPart parts[2] = {{head.data(), head.size()}, {data.data(), data.size()}};
+        send = t.isend(1, 0x1200, std::span(parts, 2));
+        for (int i = 0; i < 20; ++i) t.wait_for_progress(std::chrono::milliseconds(1));
+        const auto t0 = Clock::now();
+        send->cancel();
+        cancel_ms = ms_since(t0);
+      });
+  const std::string got = outcome_of(*send);
+  send.reset();
+  BOOST_TEST_MESSAGE("send to a silent peer: cancel " << cancel_ms << " ms, teardown " << destroy_ms << " ms; " << got);
+  BOOST_TEST(got == "transport error", got);
+  BOOST_TEST(cancel_ms < 3000, "cancel took " << cancel_ms << " ms");
+  BOOST_TEST(destroy_ms >= 0);
+  BOOST_TEST(destroy_ms < 1000, "the teardown waited " << destroy_ms << " ms for a send already given up");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
