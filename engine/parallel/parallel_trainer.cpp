@@ -63,6 +63,23 @@ bool nonfinite_test_hook(int rank, int64_t step) {
   return true;
 }
 
+// Test hook (parameter-server re-form, issue #17): TANDEM_TEST_REFORM_LEAVE="rank:point" makes world rank `rank` leave
+// the job (ParallelTrainer::abandon: its communicators aborted, as a killed process's close) when a re-form it takes
+// part in reaches `point` (ParameterServerSync::set_reform_hook: "agreed", after the survivors' agreement; "voting",
+// the new view built and the shards sent, before the vote); its thread then ends with kInternal naming the hook. For
+// the tests of a second loss during a re-form.
+bool reform_leave_test_hook(int rank, const char* point) {
+  const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_REFORM_LEAVE");
+  if (!v) return false;
+  const size_t colon = v->find(':');
+  if (colon == std::string::npos || v->substr(colon + 1) != point) return false;
+  int r = -1;
+  if (std::sscanf(v->c_str(), "%d:", &r) != 1 || r != rank) return false;
+  log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form", rank,
+            point);
+  return true;
+}
+
 // Blocking helpers over a communicator's host buffers.
 void broadcast_tensor(comm::Communicator& c, compute::Backend& be, Tensor t, int root) {
   if (t.numel() == 0) return;
@@ -301,6 +318,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                  strategy_name(pc_.strategy));
     ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
                                                 config_.optimizer, schedule_, pc_.alpha, tracer_);
+    ps_->set_reform_hook([this](const char* point) {
+      if (!reform_leave_test_hook(world_rank(), point)) return;
+      abandon();
+      TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} left the job at point '{}' of a "
+                   "parameter-server re-form", world_rank(), point);
+    });
   } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
@@ -817,14 +840,48 @@ void ParallelTrainer::shrink_group(const std::string& why) {
                "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
   for (int r : members_)
     if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
-  const std::vector<int> before = members_;
   retired_.push_back(std::move(group));
   group = std::move(next);
   world_ = group.get();
   members_ = std::move(now);
   grid_.world = world_->size();
   grid_.rank = world_->rank();
-  if (parameter_server()) {
+  if (!parameter_server() && !reforms_grid()) {  // a pipeline or hybrid grid is re-formed by reform_grid
+    grid_.dp = grid_.world;
+    grid_.dp_rank = grid_.rank;
+  }
+  config_.world = grid_.dp;
+  config_.rank = grid_.dp_rank;
+}
+
+void ParallelTrainer::check_ps_views(const std::string& why) {
+  // FNV-1a over the servers' last committed view: the membership (ps_labels_, ps_workers_) and the shards' owners.
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (static_cast<uint64_t>(v) >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(ps_workers_);
+  mix(static_cast<int64_t>(ps_labels_.size()));
+  for (int r : ps_labels_) mix(r);
+  for (const KeyRange& k : ps_->program().shards) mix(k.server);
+  const auto mine = static_cast<int64_t>(h);
+  std::vector<int64_t> all(static_cast<size_t>(world_->size()));
+  world_->allgather(&mine, all.data(), 1, DType::kI64)->wait();
+  std::vector<int> differ;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) differ.push_back(members_[r]);
+  TANDEM_CHECK(differ.empty(), Status::kPeerFailure,
+               "elastic: cannot re-form after {}: a rank was lost while the survivors committed the previous "
+               "parameter-server re-form, and world rank(s) {} hold another view of the membership and the shards' "
+               "owners than world rank {}; the job stops rather than guess; restart it from the last checkpoint",
+               why, fmt::join(differ, ", "), members_[0]);
+}
+
+void ParallelTrainer::count_servers(const std::string& why, const std::vector<int>& before) {
+  {  // after shrink_group: members_, grid_.world and grid_.rank are the survivors'
     // Servers follow the workers in both lists. A lost server's shard is taken over in reform (ParameterServerSync).
     // The servers' indices are those of the servers' last completed re-form (ps_labels_), not of `before`: a rank
     // lost while the survivors re-formed shrinks again before the servers renumbered.
@@ -850,9 +907,6 @@ void ParallelTrainer::shrink_group(const std::string& why) {
     TANDEM_CHECK(grid_.dp >= 1, Status::kPeerFailure, "every worker was lost ({}): the parameter servers stop", why);
     grid_.server_index = grid_.server ? grid_.rank - grid_.dp : -1;
     if (!grid_.server) grid_.dp_rank = grid_.rank;
-  } else if (!reforms_grid()) {  // a pipeline or hybrid grid is re-formed by reform_grid
-    grid_.dp = grid_.world;
-    grid_.dp_rank = grid_.rank;
   }
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
@@ -987,15 +1041,26 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
   executor_->set_reducer(nullptr);
   reducer_.reset();
   bool behind = false;
+  // Each pass shrinks by at least one rank (shrink_group refuses otherwise), so the retries are bounded by the job's
+  // width, and each is bounded by the communicator's deadline. With parameter servers a pass is a transaction
+  // (ParameterServerSync::reform): a pass cut short by another loss leaves every survivor's committed view as it was,
+  // and the next pass starts from it over the smaller membership.
   for (;;) {
     const std::vector<int> before = members_;
     shrink_group(why);
     try {
+      if (parameter_server()) {
+        check_ps_views(why);
+        count_servers(why, before);
+      }
       behind = reforms_grid() ? reform_grid(why, phase == Phase::kStep) : reform(phase, why, before);
       break;
     } catch (const Error& e) {
-      if (!world_->is_failed()) throw;
-      log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); shrinking again",
+      if (ps_) retired_buffers_.push_back(ps_->take_retired());
+      const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
+      if (!peer_gone || !world_->is_failed()) throw;
+      log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); the attempt is "
+                "abandoned and the survivors shrink again",
                 world_rank(), in_world_ranks(e.what()));
     }
   }

@@ -172,6 +172,15 @@
 //    Otherwise every survivor stops with kPeerFailure naming the server and why; losing every server always stops
 //    ("parameter server N (world rank R) was lost"). Synchronous ps without elastic stops naming the lost worker, as
 //    DDP.
+//  - A further loss during a re-form (issue #17): the parameter servers' re-form is a transaction
+//    (ParameterServerSync::reform): every survivor's committed view -- membership, shard ownership, shard values,
+//    optimizer state, clocks -- stays untouched until all of them have built the new one and voted; a rank lost before
+//    that makes every survivor abandon the attempt, shrink again and re-form from the old view over the smaller
+//    membership (both losses counted against it: a shard whose every copy is now gone stops every survivor naming it,
+//    or comes back from elastic_checkpoint; below min_ranks the job stops with its checkpoint, as above). Each retry
+//    removes a rank and is bounded by the communicator's deadline. A rank lost inside the vote itself may leave the
+//    survivors with different views: the next shrink compares them and stops naming the ranks, rather than guess.
+//    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
 //    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
 //    unsupported.
@@ -321,8 +330,13 @@ class ParallelTrainer {
   bool recover(Phase phase, const std::string& why);
   // The trainer's own communicator (null when it has none): the one a failure shows on and that shrinks.
   comm::Communicator* trainer_comm() const noexcept;
-  // Shrinks it to the survivors and updates members, lost ranks and the grid; a lost server stops the job.
+  // Shrinks it to the survivors and updates members, lost ranks and the grid (with servers: count_servers after).
   void shrink_group(const std::string& why);
+  // With servers, after shrink_group (collective over the survivors): every survivor must hold the same committed
+  // view of the servers (a rank lost inside a re-form's vote can leave two): kPeerFailure naming the ranks otherwise.
+  void check_ps_views(const std::string& why);
+  // With servers: the servers left (kept_servers_) and the grid's split; a lost last server stops the job.
+  void count_servers(const std::string& why, const std::vector<int>& before);
   // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. The
   // non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from where each rank was, so past the
   // epoch's sums every rank must redo the same phase, else the job stops ("cannot re-form"); except an evaluation

@@ -271,6 +271,7 @@ ParameterServerSync::~ParameterServerSync() {
     }
   }
   for (Message& m : ack_sends_) drain(m);
+  for (Message& m : stray_) drain(m);
   for (Link& l : backups_) {
     for (Message& m : l.sends) drain(m);
     drain(l.ack);
@@ -352,19 +353,26 @@ void ParameterServerSync::receive_shards() {
   const int W = program_.workers;
   const size_t K = program_.shards.size();
   std::vector<Message> finals(K);
-  for (size_t k = 0; k < K; ++k) {
-    const KeyRange& r = program_.shards[k];
-    Message& m = finals[k];
-    m.buf.assign(kHeaderFloats + static_cast<size_t>(r.size()), 0.0f);
-    m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + r.server, kTagFinalShard + static_cast<uint32_t>(k));
-  }
-  for (size_t k = 0; k < K; ++k) {
-    const KeyRange& r = program_.shards[k];
-    Message& m = finals[k];
-    m.work->wait();
-    m.work.reset();
-    expect(m, W + r.server, kFinal, static_cast<int32_t>(k), clock_, r.size());
-    copy_into_params(r.begin, r.size(), m.payload());
+  try {
+    for (size_t k = 0; k < K; ++k) {
+      const KeyRange& r = program_.shards[k];
+      Message& m = finals[k];
+      m.buf.assign(kHeaderFloats + static_cast<size_t>(r.size()), 0.0f);
+      m.work = world_->recv(m.buf.data(), m.buf.size(), DType::kF32, W + r.server, kTagFinalShard + static_cast<uint32_t>(k));
+    }
+    for (size_t k = 0; k < K; ++k) {
+      const KeyRange& r = program_.shards[k];
+      Message& m = finals[k];
+      m.work->wait();
+      m.work.reset();
+      expect(m, W + r.server, kFinal, static_cast<int32_t>(k), clock_, r.size());
+      copy_into_params(r.begin, r.size(), m.payload());
+    }
+  } catch (...) {
+    // the receives still posted write into these buffers until the failed communicator is gone
+    for (Message& m : finals)
+      if (m.work) stray_.push_back(std::move(m));
+    throw;
   }
 }
 
@@ -380,7 +388,13 @@ void ParameterServerSync::send_shards(const std::vector<int64_t>& clocks) {
                             kTagFinalShard + static_cast<uint32_t>(sh.index));
     }
   }
-  for (Message& m : sends) m.work->wait();
+  try {
+    for (Message& m : sends) m.work->wait();
+  } catch (...) {
+    for (Message& m : sends)
+      if (m.work) stray_.push_back(std::move(m));
+    throw;
+  }
 }
 
 void ParameterServerSync::copy_into_params(int64_t begin, int64_t size, const float* src) {
@@ -1038,15 +1052,49 @@ namespace tandem::engine::parallel {
 
 // ------------------------------------------------------------------------------------ absorbing a lost worker
 
+// Everything in flight on a failed communicator (or in an abandoned re-form attempt): its buffers outlive it.
+struct ParameterServerSync::InFlight {
+  std::vector<Message> messages;
+  std::vector<std::unique_ptr<comm::Work>> works;
+  std::vector<WorkerState> peers;
+  std::vector<std::vector<Header>> control_out;  // the sources of control sends (a vector keeps its buffer on move)
+  std::vector<Link> links;
+  std::vector<Primary> primaries;
+  std::vector<std::shared_ptr<void>> earlier;  // abandoned attempts before this one
+};
+
+void ParameterServerSync::retire_in_flight(InFlight& into) {
+  for (auto* v : {&push_, &pull_, &ack_sends_, &stray_})
+    for (Message& m : *v)
+      if (m.work) into.messages.push_back(std::move(m));
+  ack_sends_.clear();
+  stray_.clear();
+  for (Message& m : push_) m = Message{};
+  for (Message& m : pull_) m = Message{};
+  for (auto& w : control_sends_)
+    if (w) into.works.push_back(std::move(w));
+  into.control_out.push_back(std::move(control_out_));
+  control_out_.clear();
+  for (Link& l : backups_) into.links.push_back(std::move(l));
+  backups_.clear();
+  for (Primary& pr : primaries_) into.primaries.push_back(std::move(pr));
+  primaries_.clear();
+  for (WorkerState& ws : peers_) into.peers.push_back(std::move(ws));
+  peers_.clear();
+}
+
+std::shared_ptr<void> ParameterServerSync::take_retired() {
+  auto r = std::make_shared<InFlight>();
+  r->earlier = std::move(abandoned_);
+  abandoned_.clear();
+  for (Message& m : stray_) r->messages.push_back(std::move(m));
+  stray_.clear();
+  return r;
+}
+
 ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
                                                           const std::vector<int>& kept_servers, int64_t steps,
                                                           bool checkpoint) {
-  // A rank lost after the survivors started moving shards (below the agreement) leaves this server's state half
-  // re-formed: which rank holds which shard is no longer known alike everywhere, so stop rather than guess.
-  TANDEM_CHECK(!reforming_, Status::kPeerFailure,
-               "parameter server re-form: another rank was lost while the survivors were taking over the shards of a "
-               "lost server, so the shards' owners are no longer known alike on every rank; the job stops; restart it "
-               "from the last checkpoint");
   const int S_old = program_.servers;
   const int S = static_cast<int>(kept_servers.size());
   const int W = survivors.size() - S;
@@ -1086,7 +1134,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   std::vector<int64_t> all(row * static_cast<size_t>(survivors.size()));
   survivors.allgather(mine.data(), all.data(), row, DType::kI64)->wait();
   const auto at = [&](int r, size_t k) { return all[row * static_cast<size_t>(r) + k]; };
-  reforming_ = true;
+  if (reform_hook_) reform_hook_("agreed");
 
   // ---- lost servers: who takes each of their shards (the job compiler's rule), from a replica or the checkpoint ----
   SyncProgram next = program_;
@@ -1143,159 +1191,203 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   }
   std::vector<int64_t> clocks(static_cast<size_t>(W));
   for (int w = 0; w < W; ++w) clocks[static_cast<size_t>(w)] = std::max(at(w, 0), applied_everywhere);
-  if (from_checkpoint) {
-    // Every rank goes back to the checkpoint (restore() resets the clocks): until then one clock for all, nothing
-    // pending, so the sync point before the restore closes cleanly.
-    const int64_t top = *std::max_element(clocks.begin(), clocks.end());
-    std::fill(clocks.begin(), clocks.end(), top);
-    for (ServerPiece& p : pieces_) {
-      p.pending.clear();
-      p.applied = top;
-    }
-  }
+  // from_checkpoint: every rank goes back to the checkpoint (restore() resets the clocks); until then one clock for
+  // all, nothing pending, so the sync point before the restore closes cleanly.
+  const int64_t top = *std::max_element(clocks.begin(), clocks.end());
+  if (from_checkpoint) std::fill(clocks.begin(), clocks.end(), top);
 
-  // Everything in flight on the failed communicator: its buffers outlive it (the caller keeps `retired`).
-  struct Retired {
-    std::vector<Message> messages;
-    std::vector<std::unique_ptr<comm::Work>> works;
-    std::vector<WorkerState> peers;
-    std::vector<Header> control_out;
-    std::vector<Link> links;
-    std::vector<Primary> primaries;
+  // Everything in flight on the failed communicator, and the attempts abandoned before this one.
+  auto retired = std::make_shared<InFlight>();
+  retire_in_flight(*retired);
+  retired->earlier = std::move(abandoned_);
+  abandoned_.clear();
+
+  // ---- the transaction: the old view set aside untouched; the new one built beside it (copies) ----
+  struct OldView {
+    SyncProgram program;
+    comm::Communicator* world;
+    int rank, server;
+    int64_t clock, exchanges;
+    bool step_started, in_region, reseed;
+    std::vector<Shard> owned;  // moved whole: a Shard keeps its buffers (its optimizers point into them)
+    std::vector<ServerPiece> pieces;
+    std::map<int32_t, Kept> kept;
   };
-  auto retired = std::make_shared<Retired>();
-  for (auto* v : {&push_, &pull_, &ack_sends_})
-    for (Message& m : *v)
-      if (m.work) retired->messages.push_back(std::move(m));
-  ack_sends_.clear();
-  for (auto& w : control_sends_) retired->works.push_back(std::move(w));
-  retired->control_out = std::move(control_out_);
-  retired->links = std::move(backups_);
-  retired->primaries = std::move(primaries_);
-  const int S_now = S;
-  control_out_.assign(static_cast<size_t>(S_now), Header{});
-  control_sends_.clear();
-  control_sends_.resize(static_cast<size_t>(S_now));
-  for (Message& m : push_) m = Message{};
-  for (Message& m : pull_) m = Message{};
-  std::vector<WorkerState> old = std::move(peers_);
-  peers_.clear();
-
-  const bool had_step = step_started_;
-  clear_admission();  // some ranks may have learned of one, others not: worker 0 asks again
-  if (next.workers != program_.workers) rebase_schedule();
-  world_ = &survivors;
-  rank_ = survivors.rank();
-  program_ = std::move(next);
+  OldView old{program_, world_, rank_, server_, clock_, exchanges_, step_started_, in_region_, reseed_,
+              std::move(owned_), std::move(pieces_), std::move(kept_)};
+  owned_.clear();
+  pieces_.clear();
+  kept_.clear();
   withheld_.clear();
-  step_started_ = false;
-  armed_ = false;
-  std::fill(issued_.begin(), issued_.end(), false);
+  const auto put_back = [&] {
+    retire_in_flight(*retired);  // this attempt's operations on `survivors`
+    abandoned_.push_back(retired);
+    program_ = std::move(old.program);
+    world_ = old.world;
+    rank_ = old.rank;
+    server_ = old.server;
+    clock_ = old.clock;
+    exchanges_ = old.exchanges;
+    step_started_ = old.step_started;
+    in_region_ = old.in_region;
+    reseed_ = old.reseed;
+    owned_ = std::move(old.owned);
+    pieces_ = std::move(old.pieces);
+    kept_ = std::move(old.kept);
+    withheld_.clear();
+    control_out_.assign(static_cast<size_t>(program_.servers), Header{});
+    control_sends_.clear();
+    control_sends_.resize(static_cast<size_t>(program_.servers));
+  };
 
   Reformed out;
   out.lost_servers = lost;
   out.from_checkpoint = from_checkpoint;
-  if (server_ < 0) {
-    const int64_t c = clocks[static_cast<size_t>(rank_)];
-    out.step_done = c > mine[0];
-    if (elastic_) {
-      exchanges_ = c;
-      clock_ = steps;
+  try {
+    control_out_.assign(static_cast<size_t>(S), Header{});
+    control_sends_.clear();
+    control_sends_.resize(static_cast<size_t>(S));
+    clear_admission();  // some ranks may have learned of one, others not: worker 0 asks again
+    world_ = &survivors;
+    rank_ = survivors.rank();
+    program_ = std::move(next);
+    step_started_ = false;
+    armed_ = false;
+    std::fill(issued_.begin(), issued_.end(), false);
+    if (server_ < 0) {
+      const int64_t c = clocks[static_cast<size_t>(rank_)];
+      out.step_done = c > mine[0];
+      if (elastic_) {
+        exchanges_ = c;
+        clock_ = steps;
+      } else {
+        clock_ = c;
+      }
+      in_region_ = true;
     } else {
-      clock_ = c;
-    }
-    in_region_ = true;
-  } else {
-    server_ = rank_ - W;
-    // ---- the shards this server takes over: from its replica (values, optimizer state, clock), or empty until the
-    //      caller restores the checkpoint ----
-    compute::Backend& be = model_.backend();
-    for (size_t k = 0; k < NS; ++k) {
-      const KeyRange& r = program_.shards[k];
-      if (r.server != server_ ||
-          std::any_of(owned_.begin(), owned_.end(), [&](const Shard& sh) { return sh.index == static_cast<int32_t>(k); }))
-        continue;
-      std::vector<float> values(static_cast<size_t>(r.size()), 0.0f);
-      if (taken[k] >= 0) {
-        for (size_t g = 0; g < program_.pieces.size(); ++g) {
-          const BucketPiece& bp = program_.pieces[g];
-          if (bp.begin >= r.begin && bp.end <= r.end)
-            std::copy_n(kept_.at(static_cast<int32_t>(g)).values.begin(), bp.end - bp.begin,
-                        values.begin() + (bp.begin - r.begin));
-        }
+      server_ = rank_ - W;
+      owned_.reserve(NS);
+      compute::Backend& be = model_.backend();
+      // ---- the shards this server keeps: copies of the old view's (values; each piece's optimizer state, update
+      //      count, clock, schedule base; the pushes pending, re-indexed to the survivors) ----
+      for (const Shard& sh : old.owned) {
+        TANDEM_CHECK(program_.shards[static_cast<size_t>(sh.index)].server == server_, Status::kInternal,
+                     "parameter server reform: server {} would lose its own shard {}", server_, sh.index);
+        own_shard(sh.index, sh.host.data());
       }
-      const size_t first = pieces_.size();
-      own_shard(static_cast<int32_t>(k), values.data());
-      for (size_t j = first; j < pieces_.size() && taken[k] >= 0; ++j) {
-        ServerPiece& p = pieces_[j];
-        const Kept& kp = kept_.at(p.global);
-        const size_t K = kp.values.size() / static_cast<size_t>(p.size) - 1;
-        std::vector<Tensor> st;
-        for (size_t i = 0; i < K; ++i) {
-          Tensor h = Tensor::wrap(const_cast<float*>(kp.values.data()) + static_cast<int64_t>(i + 1) * p.size,
-                                  Shape{p.size}, DType::kF32);
-          if (!be.device().is_cpu()) {
-            Tensor d = be.empty(Shape{p.size});
-            be.copy(h, d);
-            h = d;
+      for (ServerPiece& p : pieces_) {
+        const auto o = std::find_if(old.pieces.begin(), old.pieces.end(),
+                                    [&](const ServerPiece& q) { return q.global == p.global; });
+        TANDEM_CHECK(o != old.pieces.end(), Status::kInternal, "parameter server reform: piece {} not held before",
+                     p.global);
+        p.optimizer->restore(o->optimizer->steps(), o->optimizer->state_tensors());
+        p.applied = o->applied;
+        p.lr_steps = o->lr_steps;
+        p.lr_updates = o->lr_updates;
+        if (W != old.program.workers) {  // ps-async: the schedule keeps its place (rebase_schedule's rule)
+          p.lr_steps = o->schedule_step(o->optimizer->steps(), old.program.workers);
+          p.lr_updates = o->optimizer->steps();
+        }
+        for (const auto& [t, slot] : o->pending) {
+          std::vector<std::vector<float>> now(static_cast<size_t>(W));
+          bool any = false;
+          for (int w = 0; w < W; ++w) {
+            const auto from = static_cast<size_t>(kept[static_cast<size_t>(w)]);
+            // only the pushes of a completed step: a step in flight is pushed again
+            if (from < slot.size() && clocks[static_cast<size_t>(w)] >= t && !slot[from].empty()) {
+              now[static_cast<size_t>(w)] = slot[from];
+              any = true;
+            }
           }
-          st.push_back(h);
+          if (any) p.pending.emplace(t, std::move(now));
         }
-        // ssp: the owner may have applied clocks after this replica's that every worker has pushed already (a
-        // worker's pull needed only clock t - S replicated); those updates are lost, and the piece goes on from the
-        // newest clock any worker completed, so no clock waits for pushes that will not come again. ps: the replica
-        // is never behind a completed clock, so this keeps its clock.
-        const int64_t updates = sync ? std::max(kp.updates, *std::max_element(clocks.begin(), clocks.end())) : kp.updates;
-        p.optimizer->restore(updates, st);
-        p.applied = sync ? updates : 0;
+        if (from_checkpoint) {
+          p.pending.clear();
+          p.applied = top;
+        }
       }
-    }
-    // ---- the survivors' states, their pending pushes re-indexed ----
-    peers_.resize(static_cast<size_t>(W));
-    for (int w = 0; w < W; ++w) {
-      reset_peer(peers_[static_cast<size_t>(w)], clocks[static_cast<size_t>(w)]);
-    }
-    for (ServerPiece& p : pieces_) {
-      std::map<int64_t, std::vector<std::vector<float>>> pending;
-      for (auto& [t, slot] : p.pending) {
-        std::vector<std::vector<float>> now(static_cast<size_t>(W));
-        bool any = false;
-        for (int w = 0; w < W; ++w) {
-          const auto from = static_cast<size_t>(kept[static_cast<size_t>(w)]);
-          // only the pushes of a completed step: a step in flight is pushed again
-          if (from < slot.size() && clocks[static_cast<size_t>(w)] >= t && !slot[from].empty()) {
-            now[static_cast<size_t>(w)] = std::move(slot[from]);
-            any = true;
+      // ---- the shards this server takes over: from its replica (values, optimizer state, clock), or empty until
+      //      the caller restores the checkpoint ----
+      for (size_t k = 0; k < NS; ++k) {
+        const KeyRange& r = program_.shards[k];
+        if (r.server != server_ ||
+            std::any_of(owned_.begin(), owned_.end(), [&](const Shard& sh) { return sh.index == static_cast<int32_t>(k); }))
+          continue;
+        std::vector<float> values(static_cast<size_t>(r.size()), 0.0f);
+        if (taken[k] >= 0) {
+          for (size_t g = 0; g < program_.pieces.size(); ++g) {
+            const BucketPiece& bp = program_.pieces[g];
+            if (bp.begin >= r.begin && bp.end <= r.end)
+              std::copy_n(old.kept.at(static_cast<int32_t>(g)).values.begin(), bp.end - bp.begin,
+                          values.begin() + (bp.begin - r.begin));
           }
         }
-        if (any) pending.emplace(t, std::move(now));
+        const size_t first = pieces_.size();
+        own_shard(static_cast<int32_t>(k), values.data());
+        for (size_t j = first; j < pieces_.size() && taken[k] >= 0; ++j) {
+          ServerPiece& p = pieces_[j];
+          const Kept& kp = old.kept.at(p.global);
+          const size_t K = kp.values.size() / static_cast<size_t>(p.size) - 1;
+          std::vector<Tensor> st;
+          for (size_t i = 0; i < K; ++i) {
+            Tensor h = Tensor::wrap(const_cast<float*>(kp.values.data()) + static_cast<int64_t>(i + 1) * p.size,
+                                    Shape{p.size}, DType::kF32);
+            if (!be.device().is_cpu()) {
+              Tensor d = be.empty(Shape{p.size});
+              be.copy(h, d);
+              h = d;
+            }
+            st.push_back(h);
+          }
+          // ssp: the owner may have applied clocks after this replica's that every worker has pushed already (a
+          // worker's pull needed only clock t - S replicated); those updates are lost, and the piece goes on from the
+          // newest clock any worker completed, so no clock waits for pushes that will not come again. ps: the
+          // replica is never behind a completed clock, so this keeps its clock.
+          const int64_t updates = sync ? std::max(kp.updates, top) : kp.updates;
+          p.optimizer->restore(updates, st);
+          p.applied = sync ? updates : 0;
+        }
       }
-      p.pending = std::move(pending);
+      // ---- the survivors' states ----
+      peers_.resize(static_cast<size_t>(W));
+      for (int w = 0; w < W; ++w) reset_peer(peers_[static_cast<size_t>(w)], clocks[static_cast<size_t>(w)]);
+      place_replicas();  // over the survivors; re-seeded on entering the region
+      for (ServerPiece& p : pieces_)
+        if (sync) apply_complete(p);
+      in_region_ = false;
+      enter_region();
     }
-    place_replicas();  // over the survivors; re-seeded on entering the region
-    for (ServerPiece& p : pieces_)
-      if (sync) apply_complete(p);
-    for (WorkerState& ws : old) retired->peers.push_back(std::move(ws));
-    in_region_ = false;
-    enter_region();
-  }
 
-  // ---- parameters: the workers go on from the servers' newest values (push/pull) ----
-  if (!elastic_) {
-    if (server_ >= 0) {
-      send_shards(clocks);
-    } else {
-      receive_shards();
-      if (!out.step_done && had_step && !step_start_.empty()) {
-        // ps with replicas: the step in flight is redone from the parameters it started with (some shards may have
-        // applied it, others not), so its gradient is the one the uninterrupted run computes.
-        copy_into_params(0, static_cast<int64_t>(step_start_.size()), step_start_.data());
+    // ---- parameters: the workers go on from the servers' newest values (push/pull) ----
+    if (!elastic_) {
+      if (server_ >= 0) {
+        send_shards(clocks);
+      } else {
+        receive_shards();
+        if (!out.step_done && old.step_started && !step_start_.empty()) {
+          // ps with replicas: the step in flight is redone from the parameters it started with (some shards may have
+          // applied it, others not), so its gradient is the one the uninterrupted run computes.
+          copy_into_params(0, static_cast<int64_t>(step_start_.size()), step_start_.data());
+        }
       }
-      step_start_.clear();
     }
+    // ---- the vote: every survivor has built the new view and holds its parameters. A sum of ones, not a barrier:
+    //      the result carries every rank's contribution, so it completes nowhere unless every survivor voted
+    //      (Communicator::barrier's zero-byte rounds carry no such dependency: it can complete on one rank before
+    //      a rank it did not hear from directly has entered) ----
+    if (reform_hook_) reform_hook_("voting");
+    const int64_t yes = 1;
+    int64_t votes = 0;
+    survivors.allreduce(&yes, &votes, 1, DType::kI64, ReduceOp::kSum)->wait();
+    TANDEM_CHECK(votes == survivors.size(), Status::kInternal, "parameter server reform: {} votes from {} survivors",
+                 votes, survivors.size());
+  } catch (...) {
+    put_back();
+    throw;
   }
+  // ---- commit: the new view replaces the old one (which goes with this scope) ----
+  step_start_.clear();
   out.retired = std::move(retired);
-  reforming_ = false;
   return out;
 }
 

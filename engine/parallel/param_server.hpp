@@ -54,6 +54,7 @@
 // workers send kPause(clock); a server serves until every worker has paused, then (push/pull) sends each worker its
 // whole shard, so every worker leaves holding the servers' parameters (async workers differ until then).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -136,10 +137,20 @@ class ParameterServerSync final : public GradientSync {
   // values and `from_checkpoint` is set -- the caller must restore every rank from its checkpoint (restore());
   // otherwise every survivor throws kPeerFailure naming every such shard, its lost server and why (no replica on a
   // survivor -- its backups were lost with it, at once or before the replicas were re-seeded -- or an incomplete one),
-  // and that there is no checkpoint. A loss that cuts a re-form short after the survivors' agreement (shards may have
-  // moved on some ranks only) stops the next re-form with kPeerFailure saying so, rather than guess the owners. ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
+  // and that there is no checkpoint. ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
   // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
   // over the survivors and re-seeded on entering the region.
+  // Transactional (issue #17: a second loss during a re-form): the old view -- the program (membership, shard
+  // ownership), the owned shards' values, their optimizers' state and clocks, the backups kept, the clocks -- is set
+  // aside untouched while the new one is built beside it (copies), the shards are taken over and sent to the workers,
+  // and the region re-entered; then every survivor votes (an all-reduce of ones over `survivors`). Only when the vote completes
+  // does the new view replace the old one. When any of it fails (another rank lost: kPeerFailure or
+  // kTimeout from `survivors`), the attempt is discarded, the old view put back exactly as it was, and the error
+  // rethrown: the caller shrinks again and calls reform() over the smaller membership, which starts from the old view
+  // (the lost ranks of both failures counted against it). A vote can complete on some ranks and fail on others (a rank
+  // lost inside the barrier itself): those survivors then hold different views, which the trainer detects at its next
+  // shrink (it compares the membership and the shards' owners) and stops naming it, rather than guess. The buffers of an abandoned attempt's operations move into
+  // the next successful reform's `retired`.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
   struct Reformed {
     bool step_done = false;
@@ -164,6 +175,13 @@ class ParameterServerSync final : public GradientSync {
   void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
+  // Test hook (documented at ParallelTrainer's TANDEM_TEST_REFORM_LEAVE): called by reform() at its named points,
+  // "agreed" (after the survivors' agreement, before anything is built) and "voting" (the new view built and the
+  // shards sent, before the vote). It may throw; reform() then discards the attempt as after a peer's loss.
+  void set_reform_hook(std::function<void(const char*)> hook) { reform_hook_ = std::move(hook); }
+  // The buffers of operations that may still be in flight on a failed communicator (abandoned re-form attempts, an
+  // exchange of shards cut short): the caller keeps them until that communicator is destroyed.
+  std::shared_ptr<void> take_retired();
   // ---- the piggy-backed joiner check (issue #17; ps and ssp, staleness S >= 0) ----
   // Worker 0, having read the job's store (Communicator::peek_joins, rank 0 alone), asks for an admission: its next
   // kStep(t) control message carries the request (Header::reserved = 1), which makes the admission due at the step
@@ -330,7 +348,11 @@ class ParameterServerSync final : public GradientSync {
   int64_t exchanges_ = 0;  // elastic exchanges made (worker)
   int64_t max_gap_ = 0;
   int64_t last_busy_ns_ = 0;
-  bool reforming_ = false;     // reform() past the survivors' agreement and not finished (a loss cut it short)
+  std::vector<Message> stray_;  // receive_shards/send_shards cut short: their messages, which may still be in flight
+  std::function<void(const char*)> reform_hook_;
+  struct InFlight;             // operations of a failed communicator (or an abandoned re-form) and their buffers
+  void retire_in_flight(InFlight& into);
+  std::vector<std::shared_ptr<void>> abandoned_;  // abandoned re-form attempts' buffers, until the next commit
   int64_t admit_at_ = -1;     // the step boundary an admission is due at (request_admission), -1: none
   bool request_next_ = false;  // worker 0: the next kStep carries the request
   double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 #include "engine/nn/zoo.hpp"
 #include "engine/parallel/job.hpp"
 #include "engine/parallel/param_server.hpp"
@@ -77,12 +78,14 @@ struct Outcome {
   std::vector<int64_t> steps;    // optimizer steps at the end
   std::vector<char> logged;  // not vector<bool>: its bits share words, the ranks write at once
   std::vector<double> seconds;  // from the loss to the end (or the failure)
+  std::vector<double> loss_start, loss_end;  // with `eval`: the training set's loss before the first step and at the end
 };
 
 // 2 workers and p.servers servers train until their optimizer step is `until`. Each (world rank, step) of `deaths`
 // leaves without a word when it reaches that step; with a `checkpoint`, every rank saves it at step `checkpoint_at`.
 Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int, int>>& deaths, int until,
-                   const std::string& checkpoint = "", int checkpoint_at = -1, const std::string& expect_log = "") {
+                   const std::string& checkpoint = "", int checkpoint_at = -1, const std::string& expect_log = "",
+                   bool eval = false) {
   const int world = 2 + p.servers;
   const auto n = static_cast<size_t>(world);
   const train::TrainerConfig cfg = sgd_config(kBatch);
@@ -94,6 +97,8 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
   o.steps.assign(n, 0);
   o.logged.assign(n, 0);
   o.seconds.assign(n, 0.0);
+  o.loss_start.assign(n, NAN);
+  o.loss_end.assign(n, NAN);
   int first_loss = until;
   for (const auto& d : deaths) first_loss = std::min(first_loss, d.second);
   std::vector<Captured> logs(n);
@@ -110,6 +115,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
       if (d.first == r) dies_at = d.second;
     auto t0 = std::chrono::steady_clock::now();
     bool saved = false;
+    if (eval) o.loss_start[me] = t.evaluate(synthetic12_train(), 0).loss;
     const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     try {
       // A lost server may take the step it was serving with it: that step is completed or redone by the survivors.
@@ -130,6 +136,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
       throw;
     }
     o.seconds[me] = elapsed();
+    if (eval) o.loss_end[me] = t.evaluate(synthetic12_train(), 0).loss;
     o.params[me] = host_params(m);
     o.members[me] = t.members();
     o.servers[me] = t.job().sync.servers;
@@ -138,7 +145,8 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
     o.logged[me] = expect_log.empty() || logs[me].contains(expect_log);
   });
   if (std::getenv("TANDEM_TEST_SHOW_LOGS") != nullptr)
-    for (const std::string& line : logs[0].lines) std::fprintf(stderr, "rank 0: %s\n", line.c_str());
+    for (size_t r = 0; r < n; ++r)
+      for (const std::string& line : logs[r].lines) std::fprintf(stderr, "rank %zu: %s\n", r, line.c_str());
   return o;
 }
 
@@ -175,6 +183,22 @@ void require_exact(const Outcome& lost, const Outcome& whole, const std::vector<
       BOOST_TEST_REQUIRE((lost.errors[i].status == Status::kOk));
       BOOST_TEST(lost.steps[i] == whole.steps[0]);
       if (r < 2) BOOST_TEST(rel_diff(lost.params[i], whole.params[i]) <= 1e-6);
+    }
+  }
+}
+
+// 3 servers, one replica each, lost server 1 and its only backup, server 2: every survivor (world ranks 0, 1, 2)
+// stopped with kPeerFailure naming shard 1 (and not shard 2, whose backup on server 0 survived), in bounded time.
+void require_stopped_naming_shard_1(const Outcome& lost) {
+  for (int r : {0, 1, 2}) {
+    const RankError& e = lost.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "lost 1 of the model's 3 shards"));
+      BOOST_TEST(contains(e.message, "parameter server 1 was lost with shard 1 ["));
+      BOOST_TEST(!contains(e.message, "shard 2 ["));
+      BOOST_TEST(contains(e.message, "restart it from the last checkpoint"));
+      BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 15.0);
     }
   }
 }
@@ -303,18 +327,7 @@ BOOST_AUTO_TEST_CASE(two_servers_lost_at_once_are_survived_when_a_third_backs_bo
 // every survivor stops with kPeerFailure naming it (and not shard 2, whose backup on server 0 survived), in bounded
 // time -- neither a hang nor a silent restart from wrong values.
 BOOST_AUTO_TEST_CASE(a_shard_lost_with_its_only_replica_stops_every_survivor_naming_the_shard) {
-  const Outcome lost = run_losses(servers_config(3, 1), {{3, 3}, {4, 3}}, 10);
-  for (int r : {0, 1, 2}) {
-    const RankError& e = lost.errors[static_cast<size_t>(r)];
-    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
-      BOOST_TEST((e.status == Status::kPeerFailure));
-      BOOST_TEST(contains(e.message, "lost 1 of the model's 3 shards"));
-      BOOST_TEST(contains(e.message, "parameter server 1 was lost with shard 1 ["));
-      BOOST_TEST(!contains(e.message, "shard 2 ["));
-      BOOST_TEST(contains(e.message, "restart it from the last checkpoint"));
-      BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 15.0);
-    }
-  }
+  require_stopped_naming_shard_1(run_losses(servers_config(3, 1), {{3, 3}, {4, 3}}, 10));
 }
 
 // The same double loss with a checkpoint (written at step 2): every rank goes back to it, the surviving server takes
@@ -330,6 +343,123 @@ BOOST_AUTO_TEST_CASE(a_shard_lost_with_its_only_replica_comes_back_from_the_chec
   require_exact(lost, whole, {0, 1, 2});
   for (int r : {0, 1, 2}) BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs the restore");
   BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 1, 2}));
+}
+
+// ---- a second loss during a server re-form (issue #17: the re-form is a transaction) ----
+// TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp) makes a world rank leave the job at a point of the
+// re-form the first loss started: "agreed" (the survivors have agreed on where everyone is; before, the shards moved
+// at this point on every rank) or "voting" (the new view built and the shards sent to the workers, before the vote).
+// The survivors' old view stays untouched until every one of them votes, so they abandon the attempt and re-form
+// again from it over the smaller membership.
+
+const auto kPoints = bdata::make({std::string("agreed"), std::string("voting")});
+
+// ps over 4 servers, one replica each: server 1 (world rank 3) is lost after step 3; in the re-form that follows,
+// server 3 (world rank 5), which backs up shard 2 and owns shard 3 (backed up on server 0), leaves too. The survivors
+// re-form from the old view with both servers lost: server 2 takes shard 1 and server 0 shard 3, each from its
+// replica, and synchronous ps ends where the uninterrupted run does; every survivor's log names both lost ranks.
+BOOST_DATA_TEST_CASE(a_server_lost_during_a_server_re_form_is_survived_exactly, kPoints, point) {
+  const par::ParallelConfig p = servers_config(4, 1);
+  const Outcome whole = run_losses(p, {}, 10);
+  require_no_errors(whole.errors);
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", ("5:" + point).c_str());
+  const Outcome lost = run_losses(p, {{3, 3}}, 10, "", -1, "world rank(s) 3, 5 lost");
+  BOOST_TEST_CONTEXT("point " << point) {
+    require_exact(lost, whole, {0, 1, 2, 4});
+    for (int r : {0, 1, 2, 4}) {
+      BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2, 4}));
+      BOOST_TEST(lost.servers[static_cast<size_t>(r)] == 2);
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs both losses");
+    }
+    BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 3}));
+    BOOST_TEST((sorted(lost.owned[4]) == std::vector<int32_t>{1, 2}));
+  }
+}
+
+struct SecondLoss {
+  par::Strategy strategy;
+  const char* point;
+};
+std::ostream& operator<<(std::ostream& os, const SecondLoss& c) {
+  return os << par::strategy_name(c.strategy) << " at " << c.point;
+}
+const SecondLoss kWorkerLeaves[] = {{par::Strategy::kPs, "agreed"},  {par::Strategy::kPs, "voting"},
+                                    {par::Strategy::kSsp, "agreed"}, {par::Strategy::kSsp, "voting"},
+                                    {par::Strategy::kPsAsync, "agreed"}};
+
+// 2 workers and 2 servers, one replica each: server 1 (world rank 3) is lost after step 3, and worker 1 (world rank
+// 1) leaves in the re-form that follows. Worker 0 and server 0 (which takes shard 1 from its replica) train on to
+// step 14: the loss keeps falling, and both survivors' logs name both lost ranks.
+BOOST_DATA_TEST_CASE(a_worker_lost_during_a_server_re_form_is_absorbed, bdata::make(kWorkerLeaves), c) {
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", (std::string("1:") + c.point).c_str());
+  const Outcome lost = run_losses(ps_config(c.strategy, 1), {{kServer1, 3}}, 14, "", -1, "world rank(s) 3, 1 lost",
+                                  true);
+  for (int r : {0, 2}) {
+    const auto i = static_cast<size_t>(r);
+    BOOST_TEST_CONTEXT(c << ", world rank " << r << ": " << lost.errors[i].message) {
+      BOOST_TEST_REQUIRE((lost.errors[i].status == Status::kOk));
+      BOOST_TEST((lost.members[i] == std::vector<int>{0, 2}));
+      BOOST_TEST(lost.steps[i] == 14);
+      BOOST_TEST(lost.logged[i], "the log names both lost ranks");
+      BOOST_TEST(std::isfinite(lost.loss_end[i]));
+      BOOST_TEST(lost.loss_end[i] < lost.loss_start[i]);
+    }
+  }
+  BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
+}
+
+// 3 servers, one replica each: server 1 (world rank 3) is lost after step 3, and in the re-form that follows server 2
+// (world rank 4) -- the only other copy of shard 1 -- leaves too. Shard 1 exists nowhere now: every survivor stops
+// with kPeerFailure naming it (and not shard 2, whose backup on server 0 survived), well within the deadline.
+BOOST_DATA_TEST_CASE(a_second_loss_in_a_re_form_that_takes_a_shard_s_last_copy_stops_every_survivor_naming_it,
+                     bdata::make({par::Strategy::kPs, par::Strategy::kSsp}) * kPoints, strategy, point) {
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", ("4:" + point).c_str());
+  par::ParallelConfig p = servers_config(3, 1);
+  p.strategy = strategy;
+  BOOST_TEST_CONTEXT(par::strategy_name(strategy) << " at " << point) {
+    require_stopped_naming_shard_1(run_losses(p, {{3, 3}}, 10));
+  }
+}
+
+// The same with a checkpoint (written at step 2): the shard comes back from it -- every rank goes back to it -- and
+// synchronous ps ends where the uninterrupted run does.
+BOOST_AUTO_TEST_CASE(a_shard_s_last_copy_lost_in_a_re_form_comes_back_from_the_checkpoint) {
+  const std::string path = temp_path("ps_reform_loss");
+  par::ParallelConfig p = servers_config(3, 1);
+  p.elastic_checkpoint = path;
+  const Outcome whole = run_losses(p, {}, 8);
+  require_no_errors(whole.errors);
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", "4:agreed");
+  const Outcome lost = run_losses(p, {{3, 4}}, 8, path, 2, "every rank goes back to checkpoint");
+  std::filesystem::remove(path);
+  require_exact(lost, whole, {0, 1, 2});
+  for (int r : {0, 1, 2}) BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs the restore");
+  BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 1, 2}));
+}
+
+// Below min_ranks after the second loss: 2 workers and 2 servers with min_ranks 3 lose server 1 (world rank 3), and
+// worker 1 (world rank 1) in the re-form. The 2 survivors re-form, write the checkpoint and stop with kPeerFailure
+// naming both lost ranks, the minimum and the checkpoint; the checkpoint is on disk.
+BOOST_AUTO_TEST_CASE(below_min_ranks_after_a_loss_in_a_re_form_every_survivor_stops_with_a_checkpoint) {
+  const std::string path = temp_path("ps_reform_min");
+  par::ParallelConfig p = ps_config(par::Strategy::kPs, 1);
+  p.min_ranks = 3;
+  p.elastic_checkpoint = path;
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", "1:agreed");
+  const Outcome lost = run_losses(p, {{kServer1, 3}}, 10);
+  const bool written = std::filesystem::exists(path);
+  std::filesystem::remove(path);
+  for (int r : {0, 2}) {
+    const RankError& e = lost.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "world rank(s) 3, 1 lost"));
+      BOOST_TEST(contains(e.message, "below min_ranks 3"));
+      BOOST_TEST(contains(e.message, "checkpoint '" + path + "' holds step"));
+      BOOST_TEST(lost.seconds[static_cast<size_t>(r)] < 15.0);
+    }
+  }
+  BOOST_TEST(written);
 }
 
 // The job compiler's fail-over: 3 servers with one replica each; server 1 lost: its shard goes to server 2 (its
