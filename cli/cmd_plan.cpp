@@ -73,7 +73,9 @@ Registration reg{"plan", "search the fastest parallel configuration that fits (D
                           TANDEM_SIM_SUMMARY_STRATEGY;
         if (sum.candidates > 0 && tandem_sim_result_candidate(r, 0, &best) == TANDEM_OK) {
           std::printf("bottleneck of the best: %s\n", best.bottleneck);
-          std::printf("run the best: %s\n", train_command(*o, best).c_str());
+          std::string note;
+          std::printf("run the best: %s\n", train_command(*o, best, &note).c_str());
+          if (!note.empty()) std::printf("              (%s)\n", note.c_str());
         }
         std::printf("(the search compares time per step (fedavg: per round; ps/Ns: N servers), not time to accuracy: "
                     "statistical efficiency -- staleness, averaging periods, client sampling -- is not simulated)\n");

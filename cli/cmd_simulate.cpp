@@ -210,7 +210,9 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
         tandem_sim_summary_t j = TANDEM_SIM_SUMMARY_INIT;
         j.field_mask = kAllSummary;
         tandem_sim_result_query(r.p, &j);
-        std::printf("  run it         %s\n", train_command(*o, j).c_str());
+        std::string note;
+        std::printf("  run it         %s\n", train_command(*o, j, &note).c_str());
+        if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
       }
       return 0;
     }

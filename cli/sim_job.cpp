@@ -27,14 +27,45 @@ std::string human_seconds(double s) {
   return fmt::format("{:.2f} ms", s * 1e3);
 }
 
-std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s) {
+namespace {
+
+// The data set as `tandem train` loads it with no further option: Fashion-MNIST from its Debian package as itself,
+// any other one as synthetic data of the same sample shape (so the command runs as printed and its step is the one
+// simulated), and then `note` says how to train on the real data.
+std::string train_data_args(const SimJobCli& o, std::string* note) {
+  if (o.dataset == "fashion-mnist" && !o.given("--input")) return " --dataset fashion-mnist";
+  std::string shape;
+  int64_t c = 0, h = 0, w = 0, classes = 0;
+  if (o.given("--input")) {
+    shape = o.input;
+  } else if (!o.dataset.empty() &&
+             tandem_sim_dataset_info(o.dataset.c_str(), nullptr, &c, &h, &w, &classes) == TANDEM_OK) {
+    shape = fmt::format("{}x{}x{}", c, h, w);
+  }
+  std::string args = " --dataset synthetic";
+  if (!shape.empty() && shape != "1x28x28") args += " --input " + shape;  // 1x28x28: synthetic's own default
+  if (note == nullptr || o.dataset.empty()) return args;
+  if (o.dataset == "cifar10") {
+    *note = "for the real CIFAR-10, '--dataset cifar10 --data-dir DIR' in place of '" + args.substr(1) +
+            "', DIR holding its binary batches";
+  } else if (o.dataset != "fashion-mnist") {
+    *note = "tandem train reads fashion-mnist and cifar10; '" + o.dataset + "' runs here as synthetic data of its "
+            "sample shape (10 classes)";
+  }
+  return args;
+}
+
+}  // namespace
+
+std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std::string* note) {
   std::string cmd;
   if (s.dp > 1 && s.algorithm != TANDEM_ALGO_AUTO) cmd += fmt::format("TANDEM_ALLREDUCE_ALGO={} ", tandem_algo_string(s.algorithm));
   if (s.ranks > 1) cmd += fmt::format("tandem launch -n {} -- ", s.ranks);
   cmd += "tandem train ";
   cmd += o.model_file.empty() ? "--model " + o.model : "--model " + o.model_file;
   if (o.model == "mobilenetv2" && o.width_mult != 1) cmd += fmt::format(" --width-mult {}", o.width_mult);
-  cmd += fmt::format(" --dataset {} --batch {}", o.dataset.empty() ? "synthetic" : o.dataset, s.batch);
+  cmd += train_data_args(o, note);
+  cmd += fmt::format(" --batch {}", s.batch);
   cmd += fmt::format(" --strategy {}", name_of(strategy_names(), s.strategy));
   if (s.strategy == TANDEM_STRATEGY_HYBRID) cmd += fmt::format(" --dp {} --pp {}", s.dp, s.pp);
   if (s.strategy >= TANDEM_STRATEGY_PS) {

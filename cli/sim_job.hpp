@@ -61,8 +61,10 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
 int make_sim_job(SimJobCli& o, SimJob& job);
 
 // The command that runs the simulated configuration `s` for real with these options' model and data
-// (tandem launch -n RANKS -- tandem train ...; the all-reduce through TANDEM_ALLREDUCE_ALGO).
-std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s);
+// (tandem launch -n RANKS -- tandem train ...; the all-reduce through TANDEM_ALLREDUCE_ALGO). It runs as printed:
+// a data set `tandem train` cannot load without more options becomes synthetic data of its shape, and `note` (when
+// given) says how to train on the real one.
+std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std::string* note = nullptr);
 
 std::string human_bytes(double b);
 std::string human_seconds(double s);

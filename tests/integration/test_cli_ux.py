@@ -119,6 +119,28 @@ class Mistakes(unittest.TestCase):
         for l in notes:
             self.assertIn("super-linear", l)
 
+    def test_the_printed_command_runs_as_printed(self):
+        # `run it` named a data set `tandem train` cannot load without a directory (cifar10, simulate's default):
+        # the command failed as printed. It is now synthetic data of the same sample shape, with a note on the real one.
+        for dataset, shape in (("cifar10", "3x32x32"), ("imagenet", "3x224x224"), ("fashion-mnist", None)):
+            rc, out = tandem("simulate", "--cluster", "t2.micro:2", "--model", "lenet5", "--dataset", dataset,
+                             "--strategy", "single", "--batch", "16")
+            self.assertEqual(rc, 0, out)
+            run = [l for l in out.splitlines() if l.startswith("  run it ")]
+            self.assertEqual(len(run), 1, out)
+            args = run[0].split()[2:]
+            self.assertEqual(args[:2], ["tandem", "train"], run[0])
+            if shape is None:
+                self.assertIn("--dataset fashion-mnist", run[0])
+                continue  # Fashion-MNIST's files may be absent where the tests run; its loading is tested elsewhere
+            self.assertIn("--dataset synthetic --input " + shape, run[0])
+            self.assertIn(dataset if dataset != "cifar10" else "--data-dir", out)
+            if dataset == "imagenet":
+                continue  # lenet5 at 224x224: the shape is what is checked, not a training run
+            rc, trained = tandem(*args[1:], "--epochs", "1", "--limit-batches", "2", timeout=120)
+            self.assertEqual(rc, 0, run[0] + "\n" + trained)
+            self.assertIn("epoch 1:", trained)
+
     def test_simulate_takes_the_runs_limit_batches(self):
         # `tandem simulate --limit-batches N` is the training run's option: a fedavg client's local epoch (the
         # round) and a ddp epoch stop after N batches; the step is unchanged
