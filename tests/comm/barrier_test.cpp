@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "tests/comm/comm_harness.hpp"
@@ -19,13 +20,14 @@ constexpr int kMaxWorld = 8;
 constexpr int kRounds = 24;      // barriers per communicator: a late rank in each, then back to back
 constexpr int kSplitWorld = 8;  // split into two groups of 4
 
-// Enters `rounds` barriers; in barrier i, rank `late(i)` (if >= 0) sleeps `late_ms` first. seen[i][r] is the
-// entry mask rank r read on leaving barrier i.
+// Of kRounds barriers in a row: entered[i], the ranks that have entered barrier i (bit r: rank r); seen[i][r],
+// what rank r read there on leaving barrier i.
 struct BarrierLog {
   std::array<std::atomic<uint32_t>, kRounds> entered{};
   std::array<std::array<uint32_t, kMaxWorld>, kRounds> seen{};
 };
 
+// Rank r's part: kRounds barriers on c, where rank late(i) (if any) sleeps late_ms before entering barrier i.
 template <typename Late>
 void enter_barriers(int r, Communicator& c, BarrierLog& log, Late late, int late_ms) {
   for (int i = 0; i < kRounds; ++i) {
@@ -36,7 +38,7 @@ void enter_barriers(int r, Communicator& c, BarrierLog& log, Late late, int late
   }
 }
 
-// Which ranks of `all` are missing from `mask`, as "2, 5".
+// Which of ranks 0..n-1 are missing from `mask`, as "2, 5".
 std::string missing(uint32_t mask, int n) {
   std::string s;
   for (int q = 0; q < n; ++q)
@@ -66,7 +68,8 @@ BOOST_AUTO_TEST_SUITE(barrier)
 
 // One rank in turn enters 30 ms late; a dissemination barrier whose rounds do not wait for each other lets
 // the ranks that never hear from it directly leave early (with 4 ranks, rank late-1: it hears from late-2
-// and late-3 only). Worlds of 4, 5 (not a power of two) and 8 (three rounds) over every transport.
+// and late-3 only). Worlds of 4, 5 (not a power of two) and 8 (three rounds: a plan that chains each round
+// to the one before alone still lets rank 5 leave before rank 0 has entered) over every transport.
 BOOST_AUTO_TEST_CASE(no_rank_leaves_before_every_rank_has_entered) {
   for (const auto& tr : transports_under_test())
     for (int n : {4, 5, 8}) {
@@ -97,6 +100,33 @@ BOOST_AUTO_TEST_CASE(a_split_group_s_barrier_waits_for_every_member) {
       BOOST_TEST(early == 0, what << ": " << early << " of " << kRounds * half
                                   << " group barrier exits happened before every member had entered");
     }
+  }
+}
+
+// A rank that never enters fails the barrier on every other rank: none may return as if all had arrived (the
+// elastic trainer's probe for a lost rank is a barrier that must fail on every survivor, issue #17). With empty
+// rounds, rank 2 of 4 heard from ranks 1 and 0 only and returned OK while rank 3 had not entered.
+BOOST_AUTO_TEST_CASE(a_rank_that_never_enters_fails_the_barrier_everywhere) {
+  for (const auto& tr : transports_under_test()) {
+    constexpr int n = 4, absent = 3;
+    std::atomic<int> finished{0};
+    std::array<Status, n> status{};
+    std::array<std::string, n> message;
+    run_ranks(tr, n, with_timeout(500), [&](int r, Communicator& c) {
+      if (r == absent) {  // alive, never calls, until the others are done
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (finished.load() < n - 1 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return;
+      }
+      status[static_cast<size_t>(r)] = status_of([&] { c.barrier()->wait(); }, &message[static_cast<size_t>(r)]);
+      ++finished;
+    });
+    for (int r = 0; r < n; ++r)
+      if (r != absent)
+        BOOST_TEST((status[r] == Status::kTimeout || status[r] == Status::kPeerFailure),
+                   tr << " rank " << r << ": the barrier without rank " << absent << " returned "
+                      << status_name(status[r]) << " (" << message[r] << ")");
   }
 }
 
