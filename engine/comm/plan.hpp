@@ -128,7 +128,7 @@ struct PlanRequest {
 //   allgather       ring
 //   broadcast       tree (binomial), ring (pipelined chain root -> root+1 -> ...)
 //   reduce          tree (binomial), ring (ring reduce-scatter then gather to root), deterministic
-//   barrier         direct (dissemination: ceil(log2 n) rounds of empty messages)
+//   barrier         direct (dissemination: ceil(log2 n) rounds; a send waits for every earlier receive)
 //   send/recv       direct
 // Rounds are a valid sequential schedule; an executor may start an op earlier when its regions do not
 // conflict with unfinished earlier ops and sends/receives to one peer keep plan order.

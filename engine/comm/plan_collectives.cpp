@@ -82,11 +82,26 @@ void plan_reduce(PlanBuilder& b, int n, int root, Span s, Algorithm algo) {
   if (!owned[root] && !b.in_place()) b.copy(root, b.next_round(root), kIn.at(segs[root]), kOut.at(segs[root]));
 }
 
+// Dissemination: in round k every rank sends to rank + 2^k and receives from rank - 2^k, and sends in round k + 1
+// only once rounds 0..k have delivered; after ceil(log2 n) rounds every rank has heard, directly or through a
+// chain, from every other rank since it entered. Executors order ops by their regions alone (executor.hpp), so
+// the rounds are chained through data: each message is one element, the token of what its sender has heard.
+// Scratch element 0 holds this rank's token, sent in every round; round k receives into element k + 1 and
+// copies it into the token, so the next send waits for this receive and (the copies write one element in
+// turn) for every earlier one. The receives themselves wait for nothing: each is posted at once. (Empty
+// messages would leave the rounds unordered, and a rank could leave having heard from rank - 1, - 2, - 4, ...
+// alone.) Tokens carry no value, only their arrival counts: element 0 is sent before anything was written to it.
 void plan_barrier(PlanBuilder& b, int n) {
-  for (int k = 0; (1 << k) < n; ++k) {
+  const int rounds = ceil_log2(n);
+  if (rounds) b.need_scratch(static_cast<uint64_t>(rounds) + 1);
+  const Region token{Buffer::kScratch, 0, 1};
+  for (int k = 0; k < rounds; ++k) {
+    const auto t = static_cast<size_t>(k);
+    const Region heard{Buffer::kScratch, static_cast<uint64_t>(k) + 1, 1};
     for (int r = 0; r < n; ++r) {
-      b.send(r, static_cast<size_t>(k), mod(r + (1 << k), n), Region{Buffer::kScratch, 0, 0});
-      b.recv(r, static_cast<size_t>(k), mod(r - (1 << k), n), Region{Buffer::kScratch, 0, 0});
+      b.send(r, t, mod(r + (1 << k), n), token);
+      b.recv(r, t, mod(r - (1 << k), n), heard);
+      if (k + 1 < rounds) b.copy(r, t, heard, token);  // the last round's arrivals need not be passed on
     }
   }
 }

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/comm/executor.hpp"
 #include "engine/comm/plan.hpp"
 #include "engine/core/error.hpp"
 #include "tests/comm/plan_interpreter.hpp"
@@ -75,6 +77,53 @@ std::vector<Topology> topologies(int n) {
   }
   return t;
 }
+
+// For each rank of `plan` (world <= 64), the ranks it has heard from when its last op completes: a bit mask,
+// following nothing but what orders ops when an executor runs the plan -- the dependencies compile_plan finds
+// (the runtime's and the simulator's one analysis) and a receive completing after its sender posted the
+// matching send (the k-th send from a to b is the k-th receive on b from a). Every op starts after its rank
+// entered the collective, so a rank's own bit is in all of them.
+std::vector<uint64_t> heard_on_leaving(const Plan& plan) {
+  const int n = plan.world;
+  BOOST_REQUIRE(n <= 64);
+  std::vector<std::shared_ptr<const CompiledPlan>> cp;
+  std::vector<std::vector<std::vector<uint32_t>>> preds(n);
+  std::vector<std::vector<std::pair<int, uint32_t>>> sender(n);  // receive -> (rank, send op)
+  for (int r = 0; r < n; ++r) {
+    cp.push_back(compile_plan(plan, r));
+    preds[r].resize(cp[r]->ops.size());
+    sender[r].resize(cp[r]->ops.size(), {-1, 0});
+    for (uint32_t i = 0; i < cp[r]->ops.size(); ++i)
+      for (uint32_t k = cp[r]->ops[i].succ_begin; k < cp[r]->ops[i].succ_end; ++k) preds[r][cp[r]->succs[k]].push_back(i);
+  }
+  for (int a = 0; a < n; ++a)
+    for (const PeerQueue& q : cp[a]->queues)
+      for (const PeerQueue& back : cp[q.peer]->queues)
+        if (back.peer == a) {
+          BOOST_REQUIRE(q.sends.size() == back.recvs.size());
+          for (size_t k = 0; k < q.sends.size(); ++k) sender[q.peer][back.recvs[k]] = {a, q.sends[k]};
+        }
+  std::vector<std::vector<uint64_t>> heard(n);
+  for (int r = 0; r < n; ++r) heard[r].assign(cp[r]->ops.size(), uint64_t{1} << r);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < n; ++r)
+      for (uint32_t i = 0; i < cp[r]->ops.size(); ++i) {
+        uint64_t h = heard[r][i];
+        for (uint32_t p : preds[r][i]) h |= heard[r][p];
+        if (sender[r][i].first >= 0) h |= heard[sender[r][i].first][sender[r][i].second];
+        if (h != heard[r][i]) heard[r][i] = h, changed = true;
+      }
+  }
+  std::vector<uint64_t> out(n);
+  for (int r = 0; r < n; ++r) {
+    out[r] = uint64_t{1} << r;
+    for (uint64_t h : heard[r]) out[r] |= h;
+  }
+  return out;
+}
+
+uint64_t all_ranks(int n) { return n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
 
 }  // namespace
 
@@ -196,6 +245,7 @@ BOOST_AUTO_TEST_CASE(barrier_is_dissemination_and_send_recv_moves_data) {
     int rounds = 0;
     while ((1 << rounds) < n) ++rounds;
     BOOST_TEST(plan.message_count() == static_cast<uint64_t>(n * rounds));  // ceil(log2 n) rounds, one send each
+    BOOST_TEST(plan.payload_count() == static_cast<uint64_t>(n * rounds));   // of one element (the token)
     BOOST_TEST((plan.algorithm == Algorithm::kDirect));
   }
   for (uint64_t count : {0, 1, 1000}) {
@@ -204,6 +254,58 @@ BOOST_AUTO_TEST_CASE(barrier_is_dissemination_and_send_recv_moves_data) {
     auto mem = run_i64(req);
     for (uint64_t i = 0; i < count; ++i) BOOST_REQUIRE(at<int64_t>(mem[1], Buffer::kOutput)[i] == value(3, i));
   }
+}
+
+// A barrier's rounds must not run at once: an executor starts every op whose dependencies are done, so a
+// send of round k that depended on nothing would go out as soon as the barrier began, and a rank could leave
+// having heard from rank - 1, - 2, - 4, ... alone (issue #17: empty messages did exactly that). Each rank's
+// send of round k waits, through the ops' regions, for its receives of rounds 0..k-1, its receives wait for
+// nothing, and so every rank leaves having heard from every rank.
+BOOST_AUTO_TEST_CASE(barrier_rounds_wait_for_every_earlier_receive_so_no_rank_leaves_early) {
+  std::vector<int> worlds = {47, 64};
+  for (int n = 1; n <= 17; ++n) worlds.push_back(n);
+  for (int n : worlds) {
+    const Plan plan = make_plan({Collective::kBarrier, Algorithm::kAuto, n, 0, 0, 1, 0, {}});
+    validate_plan(plan);
+    const auto heard = heard_on_leaving(plan);
+    for (int r = 0; r < n; ++r) {
+      BOOST_TEST(heard[r] == all_ranks(n), "world " << n << ": rank " << r << " leaves having heard from mask "
+                                                    << std::hex << heard[r]);
+      // The dependency itself: transitively, round k's send needs every receive of the rounds before it.
+      const auto cp = compile_plan(plan, r);
+      std::vector<uint64_t> recvs_before(cp->ops.size(), 0);  // bit j: the receive of round j
+      int sends = 0, recvs = 0;
+      for (uint32_t i = 0; i < cp->ops.size(); ++i) {
+        const CompiledOp& o = cp->ops[i];
+        if (o.kind == OpKind::kRecv) {
+          BOOST_TEST(o.deps == 0u, "world " << n << " rank " << r << ": a receive waits");  // posted at once
+          recvs_before[i] |= uint64_t{1} << recvs++;
+        } else if (o.kind == OpKind::kSend) {
+          BOOST_TEST(recvs_before[i] == (uint64_t{1} << sends) - 1,
+                     "world " << n << " rank " << r << ": the send of round " << sends << " waits for receives "
+                              << std::hex << recvs_before[i]);
+          ++sends;
+        }
+        for (uint32_t k = o.succ_begin; k < o.succ_end; ++k) recvs_before[cp->succs[k]] |= recvs_before[i];
+      }
+    }
+  }
+  // The analysis sees the flaw: the same rounds with empty messages (as before issue #17) let ranks leave early.
+  Plan empty = make_plan({Collective::kBarrier, Algorithm::kAuto, 4, 0, 0, 1, 0, {}});
+  for (RankPlan& rp : empty.ranks)
+    for (Round& round : rp.rounds) {
+      std::erase_if(round.ops, [](const Op& op) { return op.kind == OpKind::kCopy; });
+      for (Op& op : round.ops) op.src.count = op.dst.count = 0;
+    }
+  const auto early = heard_on_leaving(empty);
+  for (int r = 0; r < 4; ++r)
+    BOOST_TEST(early[r] == all_ranks(4) - (uint64_t{1} << (r + 1) % 4));  // rank r - 3 = r + 1 is not heard
+  // And all-reduce, which cannot finish without every rank's contribution, hears from every rank.
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree})
+    for (int n : {3, 5, 8}) {
+      const auto all = heard_on_leaving(make_plan({Collective::kAllreduce, algo, n, 0, 100, 8, 0, {}}));
+      for (int r = 0; r < n; ++r) BOOST_TEST(all[r] == all_ranks(n), algorithm_name(algo) << " world " << n);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(deterministic_reductions_fold_in_rank_order_bit_for_bit) {
