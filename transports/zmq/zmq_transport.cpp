@@ -65,7 +65,9 @@ struct SendOp {
   int peer = 0;
   uint64_t tag = 0;
   size_t bytes = 0;
-  std::atomic<size_t> frames_left{1};  // zero-copy frames ZeroMQ still holds, plus the sender's guard
+  // Zero-copy frames ZeroMQ still holds, plus the sender's guard until send() has handed them all over (every path
+  // out of send() drops the guard: await_release waits for this to reach 0).
+  std::atomic<size_t> frames_left{1};
   Waker* waker = nullptr;               // the core's: outlives every frame (see Core::shutdown)
   Completion done;
 
@@ -483,16 +485,18 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport, fmt::format("zmq: rank {} sends to rank {} on a destroyed transport", rank_, peer));
+    op->frames_left.store(0, std::memory_order_release);
     return op;
   }
   if (peer == rank_) {
     deliver_self(tag, parts, op->bytes);
-    op->done.complete(op->bytes, false);
+    op->release_one(false);  // the guard: nothing was handed to ZeroMQ, the send completes now
     return op;
   }
   Peer& p = peers_[peer];
   if (p.state != PeerState::kAlive) {
     op->done.fail(Status::kPeerFailure, fmt::format("zmq: send to rank {} tag {}: {}", peer, tag, p.why));
+    op->frames_left.store(0, std::memory_order_release);
     return op;
   }
   try {
@@ -744,8 +748,8 @@ void Core::await_release(const std::shared_ptr<SendOp>& op) noexcept {
   const auto held = [&] {
     // Its frames still sit in ZeroMQ (the peer takes no data): they may be written to the peer later on, until the
     // transport is destroyed (which then drops them, see shutdown()).
-    log::error("zmq: rank {}: a cancelled or failed send to rank {} (tag {}, {} bytes) is still queued in ZeroMQ after {} ms; rank {} "
-               "takes no data. Its buffer must stay valid until this transport is destroyed",
+    log::error("zmq: rank {}: a cancelled or failed send to rank {} (tag {}, {} bytes) is still queued in ZeroMQ "
+               "after {} ms; rank {} takes no data. Its buffer must stay valid until this transport is destroyed",
                rank_, op->peer, op->tag, op->bytes, kReleaseWindow.count(), op->peer);
   };
   {
