@@ -19,10 +19,10 @@
 //  - A send that failed or was cancelled no longer reads its parts once cancel() (or the destruction of its
 //    request) returns: that waits, driving progress, until ZeroMQ released every frame of it -- written out to a
 //    live peer (a frame cannot be recalled: the peer gets the message whole), or dropped with a dead peer's
-//    connection (at once: measured 0-2 ms after the death was seen). A peer that takes no
-//    data (stopped, partitioned) holds them: the wait gives up after kReleaseWindowMs, logs an error, and later
-//    waits towards that peer do not wait again while that send is still held; destroying the transport then drops
-//    everything queued instead of lingering (a given-up send's buffer may already be gone).
+//    connection (at once: measured 0-2 ms after the death was seen). A peer that takes no data (stopped,
+//    partitioned) holds them: the wait gives up after kReleaseWindowMs and logs an error, later waits towards that
+//    peer do not wait again while that send is still held, and destroying the transport then drops everything
+//    queued instead of lingering (a given-up send's buffer may already be gone).
 //  - On destruction a goodbye segment tells every peer that this rank closed; sockets linger at
 //    most kLingerMs for queued data.
 //  - wait_for_progress polls (yielding the CPU) for up to TANDEM_ZMQ_SPIN_US (default 100 us) before
