@@ -42,9 +42,14 @@
 //    them to the socket, so a peer that posts its receive after the sender is gone still gets them;
 //    ucx (whose rendezvous reads the sender's memory) waits within its shutdown deadline (2 s) for the
 //    peer to receive, and cancels what is left then.
-//    The parts of a send must stay valid until it completes or the transport is destroyed, even
-//    if the request is cancelled or destroyed first: a message handed to the wire (zmq's zero-copy
-//    frames) cannot be recalled, only dropped with the transport.
+//    On zmq a cancelled or failed send no longer reads its parts once cancel() or the request's
+//    destruction returns: it waits until ZeroMQ wrote its frames out to a live peer (a message
+//    handed to the wire cannot be recalled: the peer gets it whole) or dropped them with a dead
+//    one's connection, at most one window (2 s) per peer. A peer that takes no data is given up on
+//    (logged): those parts may still be read until the transport is destroyed, which then drops
+//    the frames instead of lingering on them.
+//    On tcp the parts of a send must stay valid until it completes or the transport is destroyed,
+//    even if the request is cancelled or destroyed first.
 //  - Threads: one transport may be used from several threads at once (isend, irecv, progress and
 //    the requests' test/cancel are thread-safe); the ranks of one job each own their transport.
 #include <chrono>

@@ -84,21 +84,51 @@ inline void wait_all(Transport& t, std::vector<std::unique_ptr<Request>>& rs) {
   for (auto& r : rs) wait(t, *r);
 }
 
-// Runs fn on `size` threads (one transport each); the test fails with every rank's error.
-inline void run_ranks(const std::string& transport, int size, const std::function<void(Rank&)>& fn) {
-  const VariantEnv env(transport);
-  MemoryStore store;
-  const std::string prefix = unique_prefix(transport);
+// A rank's part of run_rank_threads: its Rank, and its transport itself (a part may destroy it early, to time that).
+using RankBody = std::function<void(Rank&, std::unique_ptr<Transport>&)>;
+
+// Runs `size` ranks of `transport` as threads over `store` under `prefix`, each creating its own transport (with
+// `connect_timeout`) and running `body` with a barrier shared by the run. A rank that throws -- while connecting too
+// -- is recorded, calls `on_failure` (to release ranks waiting on something else than the barrier) and drops out of
+// the barrier, so that the others never wait for it. Returns every rank's error, "\n  rank R: what" each ("" when
+// none); the caller asserts.
+inline std::string run_rank_threads(const std::string& transport, int size, KvStore& store, const std::string& prefix,
+                                    const RankBody& body, const std::function<void()>& on_failure = {},
+                                    std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(20000)) {
   std::barrier<> sync(size);
-  std::atomic<int> finished{0};
   std::mutex mu;
   std::string failures;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto t = create_transport(options_for(transport, r, size, store, prefix));
+        auto o = options_for(transport, r, size, store, prefix);
+        o.connect_timeout = connect_timeout;
+        auto t = create_transport(o);
         Rank rk{r, size, *t, sync};
+        body(rk, t);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard lock(mu);
+          failures += "\n  rank " + std::to_string(r) + ": " + e.what();
+        }
+        if (on_failure) on_failure();
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return failures;
+}
+
+// Runs fn on `size` threads (one transport each); the test fails with every rank's error.
+inline void run_ranks(const std::string& transport, int size, const std::function<void(Rank&)>& fn) {
+  const VariantEnv env(transport);
+  MemoryStore store;
+  std::atomic<int> finished{0};
+  const std::string failures = run_rank_threads(
+      transport, size, store, unique_prefix(transport),
+      [&](Rank& rk, std::unique_ptr<Transport>& t) {
         fn(rk);
         // Keep progressing until every rank is done: a completed receive may still owe its sender
         // an acknowledgement (UCX rendezvous), and nobody tears down while a peer needs it.
@@ -106,15 +136,8 @@ inline void run_ranks(const std::string& transport, int size, const std::functio
         const auto until = std::chrono::steady_clock::now() + kWaitDeadline;
         while (finished.load() < size && std::chrono::steady_clock::now() < until)
           t->wait_for_progress(std::chrono::milliseconds(1));
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        failures += "\n  rank " + std::to_string(r) + ": " + e.what();
-        finished.fetch_add(1);
-        sync.arrive_and_drop();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+      },
+      [&] { finished.fetch_add(1); });
   BOOST_TEST(failures.empty(), transport << " with " << size << " ranks failed:" << failures);
 }
 

@@ -1,14 +1,20 @@
 #pragma once
 // The transport tests' peer rank in a process of its own (tests/transports/peer): started with
-// posix_spawn, reaped by its PID.
+// posix_spawn, reaped by its PID, meeting the test's rank through a FileStore in a PeerDir.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "tests/transports/file_store.hpp"
 
 extern char** environ;
 
@@ -37,5 +43,31 @@ inline int reap_peer(pid_t pid) {
   }
   return status;
 }
+
+// A FileStore in a fresh directory of its own under the system's temporary one, named after this process, `name` and
+// a counter, shared by a test and the peer processes it spawns (pass path() to them); removed again with it.
+class PeerDir {
+ public:
+  explicit PeerDir(const std::string& name) : path_(fresh(name)), store_(path_) {}
+  ~PeerDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  PeerDir(const PeerDir&) = delete;
+  PeerDir& operator=(const PeerDir&) = delete;
+  std::string path() const { return path_.string(); }
+  FileStore& store() { return store_; }
+
+ private:
+  static std::filesystem::path fresh(const std::string& name) {
+    static std::atomic<int> counter{0};
+    auto dir = std::filesystem::temp_directory_path() /
+               fmt::format("tandem-transport-test-{}-{}-{}", ::getpid(), name, counter.fetch_add(1));
+    std::filesystem::remove_all(dir);
+    return dir;
+  }
+  std::filesystem::path path_;
+  FileStore store_;
+};
 
 }  // namespace tandem::transports::testing

@@ -136,29 +136,13 @@ int dead_tcp_port() {  // bound, then closed: nobody listens there
 // (exchange_intact); returns every rank's error, "" when all went well.
 std::string run_job(const std::string& transport, KvStore& store, int n,
                     std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(20000)) {
-  const std::string prefix = unique_prefix(transport + "-job");
-  std::barrier<> sync(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto o = options_for(transport, r, n, store, prefix);
-        o.connect_timeout = connect_timeout;
-        auto t = create_transport(o);
-        Rank rk{r, n, *t, sync};
+  return run_rank_threads(
+      transport, n, store, unique_prefix(transport + "-job"),
+      [](Rank& rk, std::unique_ptr<Transport>&) {
         for (int seq = 0; seq < 3; ++seq) exchange_intact(rk, seq, 300000);
-        sync.arrive_and_wait();  // nobody closes while a peer still reads
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        sync.arrive_and_drop();
-      }
-    });
-  for (auto& th : threads) th.join();
-  std::string out;
-  for (int r = 0; r < n; ++r)
-    if (!errors[r].empty()) out += fmt::format("rank {}: {}\n", r, errors[r]);
-  return out;
+        rk.sync.arrive_and_wait();  // nobody closes while a peer still reads
+      },
+      {}, connect_timeout);
 }
 
 // run_job with 2 ranks, local sockets turned off by `var`=tcp and an 800 ms connection deadline;
@@ -394,74 +378,59 @@ BOOST_AUTO_TEST_CASE(zmq_ranks_of_one_host_connect_over_ipc_and_zmq_local_turns_
 BOOST_AUTO_TEST_CASE(stray_connections_with_garbage_do_not_disturb_a_zmq_job) {
   MemoryStore store;
   const std::string prefix = unique_prefix("zmq-stray");
-  std::barrier<> sync(2);
-  std::mutex mu;
-  std::string failures;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto t = create_transport(options_for("zmq", r, 2, store, prefix));
-        Rank rk{r, 2, *t, sync};
-        exchange_intact(rk, 0);
-        sync.arrive_and_wait();
-        if (r == 1) {
-          // Attack rank 0's ROUTER while rank 0 keeps progressing.
-          // Its TCP endpoint and its local one (ipc://@name, published after the host id).
-          const auto f = fields(store.get(prefix + "/zmq/0", std::chrono::milliseconds(1000)));
-          CHECK_RANK(f.size() == 4, "rank 0 published no local endpoint");
-          const std::string endpoint = f[0], local = f[3];
-          std::mt19937 rng(11);
-          std::vector<unsigned char> junk(100000);
-          for (auto& c : junk) c = static_cast<unsigned char>(rng());
-          spray_tcp(endpoint, junk);
-          std::vector<unsigned char> greeting(junk.begin(), junk.begin() + 1012);
-          const unsigned char zmtp[] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // a ZMTP-looking start
-          std::copy(std::begin(zmtp), std::end(zmtp), greeting.begin());
-          spray_tcp(endpoint, greeting);
-          for (const auto* bytes : {&junk, &greeting}) {
-            const int fd = local_connect(local.substr(std::string("ipc://@").size()));
-            [[maybe_unused]] auto n = ::send(fd, bytes->data(), bytes->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-            ::close(fd);
-          }
-          ::zmq::context_t ctx;
-          for (int kind = 0; kind < 6; ++kind) {
-            ::zmq::socket_t d(ctx, ::zmq::socket_type::dealer);
-            d.set(::zmq::sockopt::linger, 200);
-            if (kind % 3 == 1) {  // guesses rank 1's routing id shape with a wrong nonce
-              std::string id(13, '\x01');
-              id[0] = 'T';
-              d.set(::zmq::sockopt::routing_id, id);
-            }
-            d.connect(kind < 3 ? endpoint : local);
-            transports::zmq::WireHeader h;
-            h.kind = static_cast<uint16_t>(kind % 3 == 2 ? transports::zmq::Kind::kData : transports::zmq::Kind::kHello);
-            h.src = 1;
-            h.total = h.seg_bytes = 4;
-            if (kind % 3 == 2) {  // a data segment where only hellos are accepted
-              d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::sndmore);
-              d.send(::zmq::str_buffer("evil"), ::zmq::send_flags::none);
-            } else {  // a well-formed hello from a routing id that is not rank 1's
-              d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::none);
-            }
-            d.send(::zmq::buffer(junk.data(), 5000), ::zmq::send_flags::none);  // over the ROUTER's 1 KiB limit
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        } else {
-          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-          while (std::chrono::steady_clock::now() < until) t->progress();
-        }
-        sync.arrive_and_wait();
-        for (int seq = 1; seq < 4; ++seq) exchange_intact(rk, seq);
-        sync.arrive_and_wait();
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        failures += "\n  rank " + std::to_string(r) + ": " + e.what();
-        sync.arrive_and_drop();
+  const std::string failures = run_rank_threads("zmq", 2, store, prefix, [&](Rank& rk, std::unique_ptr<Transport>&) {
+    exchange_intact(rk, 0);
+    rk.sync.arrive_and_wait();
+    if (rk.rank == 1) {
+      // Attack rank 0's ROUTER while rank 0 keeps progressing.
+      // Its TCP endpoint and its local one (ipc://@name, published after the host id).
+      const auto f = fields(store.get(prefix + "/zmq/0", std::chrono::milliseconds(1000)));
+      CHECK_RANK(f.size() == 4, "rank 0 published no local endpoint");
+      const std::string endpoint = f[0], local = f[3];
+      std::mt19937 rng(11);
+      std::vector<unsigned char> junk(100000);
+      for (auto& c : junk) c = static_cast<unsigned char>(rng());
+      spray_tcp(endpoint, junk);
+      std::vector<unsigned char> greeting(junk.begin(), junk.begin() + 1012);
+      const unsigned char zmtp[] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0};  // a ZMTP-looking start
+      std::copy(std::begin(zmtp), std::end(zmtp), greeting.begin());
+      spray_tcp(endpoint, greeting);
+      for (const auto* bytes : {&junk, &greeting}) {
+        const int fd = local_connect(local.substr(std::string("ipc://@").size()));
+        [[maybe_unused]] auto n = ::send(fd, bytes->data(), bytes->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::close(fd);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      ::zmq::context_t ctx;
+      for (int kind = 0; kind < 6; ++kind) {
+        ::zmq::socket_t d(ctx, ::zmq::socket_type::dealer);
+        d.set(::zmq::sockopt::linger, 200);
+        if (kind % 3 == 1) {  // guesses rank 1's routing id shape with a wrong nonce
+          std::string id(13, '\x01');
+          id[0] = 'T';
+          d.set(::zmq::sockopt::routing_id, id);
+        }
+        d.connect(kind < 3 ? endpoint : local);
+        transports::zmq::WireHeader h;
+        h.kind = static_cast<uint16_t>(kind % 3 == 2 ? transports::zmq::Kind::kData : transports::zmq::Kind::kHello);
+        h.src = 1;
+        h.total = h.seg_bytes = 4;
+        if (kind % 3 == 2) {  // a data segment where only hellos are accepted
+          d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::sndmore);
+          d.send(::zmq::str_buffer("evil"), ::zmq::send_flags::none);
+        } else {  // a well-formed hello from a routing id that is not rank 1's
+          d.send(::zmq::buffer(&h, sizeof h), ::zmq::send_flags::none);
+        }
+        d.send(::zmq::buffer(junk.data(), 5000), ::zmq::send_flags::none);  // over the ROUTER's 1 KiB limit
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    } else {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+      while (std::chrono::steady_clock::now() < until) rk.t.progress();
+    }
+    rk.sync.arrive_and_wait();
+    for (int seq = 1; seq < 4; ++seq) exchange_intact(rk, seq);
+    rk.sync.arrive_and_wait();
+  });
   BOOST_TEST(failures.empty(), failures);
 }
 
@@ -890,12 +859,10 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
   // Rank 0 is another process: it sends one message, then SIGKILLs itself (no goodbye). Rank 1
   // (this process) still gets that message, and its pending receive fails with kPeerFailure.
   const VariantEnv env(name);  // before the spawn: the peer inherits it
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("tandem-transport-test-{}-{}", ::getpid(), unique_prefix("kill").substr(5));
-  std::filesystem::remove_all(dir);
-  FileStore store(dir);
+  PeerDir dir("kill");
+  FileStore& store = dir.store();
   const std::string prefix = "killed";
-  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, name, dir.string(), prefix, "0", "2"});
+  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, name, dir.path(), prefix, "0", "2"});
   BOOST_REQUIRE(pid > 0);
 
   std::string outcome;
@@ -921,7 +888,6 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
     outcome = std::string("unexpected: ") + e.what();
   }
   const int status = reap_peer(pid);  // by PID; never left behind
-  std::filesystem::remove_all(dir);
   BOOST_TEST(WIFSIGNALED(status));
   BOOST_TEST(delivered);
   BOOST_TEST(outcome.find(status_name(Status::kPeerFailure)) == 0, outcome);

@@ -106,13 +106,10 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
   const char* old_tls = std::getenv("UCX_TLS");
   const std::string saved = old_tls ? old_tls : "";
   ::setenv("UCX_TLS", "posix,self", 1);  // before the spawn: the peer inherits it
-  std::string unique = unique_prefix("dead");  // "test/dead/N": flattened, so that remove_all takes the whole dir
-  std::replace(unique.begin(), unique.end(), '/', '-');
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tandem-ucx-cancel-{}-{}", ::getpid(), unique);
-  std::filesystem::remove_all(dir);
-  FileStore store(dir);
+  PeerDir dir("ucx-cancel");
+  FileStore& store = dir.store();
   const std::string prefix = "dead-stuck";
-  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, "ucx", dir.string(), prefix, "0", "2", "stuck"});
+  const pid_t pid = spawn_peer({TANDEM_TRANSPORT_PEER_EXE, "ucx", dir.path(), prefix, "0", "2", "stuck"});
   std::string first, second = "not cancelled";
   long cancel_ms = -1;
   if (pid > 0) {
@@ -144,7 +141,6 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
   else ::unsetenv("UCX_TLS");
   BOOST_REQUIRE(pid > 0);
   const int status = reap_peer(pid);  // by PID; never left behind
-  std::filesystem::remove_all(dir);
   BOOST_TEST_MESSAGE("receive from the dead rank: " << second << "; cancel took " << cancel_ms << " ms");
   BOOST_TEST(WIFSIGNALED(status));
   BOOST_TEST(first == "ok", first);
@@ -162,33 +158,27 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
 long with_a_silent_peer(int active, const std::function<void(Transport&)>& silent,
                         const std::function<void(Transport&)>& talker) {
   MemoryStore store;
-  const std::string prefix = unique_prefix("silent");
-  std::barrier<> sync(2);
   std::atomic<bool> talker_gone{false};
   std::atomic<long> destroy_ms{-1};
-  std::mutex mu;
-  std::string failures;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto t = create_transport(options_for("ucx", r, 2, store, prefix));
+  const std::string failures = run_rank_threads(
+      "ucx", 2, store, unique_prefix("silent"),
+      [&](Rank& rk, std::unique_ptr<Transport>& t) {
         {
           // A rendezvous each way first, both ranks progressing: UCX wires up the lanes it uses for large messages
           // on the first one (a rank that never progresses would leave the talker's announcement queued behind it).
           std::vector<unsigned char> out(size_t{1} << 20, 1), in(size_t{1} << 20, 0);
           const ConstPart sp{out.data(), out.size()};
           const MutPart rp{in.data(), in.size()};
-          auto rq = t->irecv(1 - r, 1, std::span(&rp, 1));
-          auto sq = t->isend(1 - r, 1, std::span(&sp, 1));
+          auto rq = t->irecv(1 - rk.rank, 1, std::span(&rp, 1));
+          auto sq = t->isend(1 - rk.rank, 1, std::span(&sp, 1));
           wait(*t, *rq);
           wait(*t, *sq);
-          sync.arrive_and_wait();
+          rk.sync.arrive_and_wait();
           for (int i = 0; i < 20; ++i) t->wait_for_progress(std::chrono::milliseconds(1));  // acknowledgements
-          sync.arrive_and_wait();
+          rk.sync.arrive_and_wait();
         }
-        if (r == active) {
-          sync.arrive_and_wait();  // the silent rank has set up and stopped
+        if (rk.rank == active) {
+          rk.sync.arrive_and_wait();  // the silent rank has set up and stopped
           talker(*t);
           const auto t0 = Clock::now();
           t.reset();
@@ -197,19 +187,12 @@ long with_a_silent_peer(int active, const std::function<void(Transport&)>& silen
         } else {
           silent(*t);
           for (int i = 0; i < 20; ++i) t->wait_for_progress(std::chrono::milliseconds(1));  // announced
-          sync.arrive_and_wait();
+          rk.sync.arrive_and_wait();
           const auto until = Clock::now() + std::chrono::seconds(20);
           while (!talker_gone.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        failures += fmt::format("\n  rank {}: {}", r, e.what());
-        talker_gone.store(true);
-        sync.arrive_and_drop();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+      },
+      [&] { talker_gone.store(true); });
   BOOST_TEST(failures.empty(), "ranks failed:" << failures);
   return destroy_ms.load();
 }

@@ -40,6 +40,8 @@ constexpr size_t kMaxFramesPerSegment = kMaxSlicesPerSegment + 1;
 constexpr int kMaxSegmentsPerPoll = 16;         // per peer and progress() call
 constexpr auto kMonitorInterval = std::chrono::milliseconds(2);
 constexpr auto kSweepInterval = std::chrono::milliseconds(1);
+// How long a cancelled or failed send waits for ZeroMQ to let go of its frames (zmq_transport.hpp).
+constexpr auto kReleaseWindow = std::chrono::milliseconds(kReleaseWindowMs);
 // A waiter polls before it blocks while messages flow (transports/spin.hpp): a blocked thread pays a
 // wake-up per message hop on top of ZeroMQ's own two I/O-thread hops.
 
@@ -63,7 +65,9 @@ struct SendOp {
   int peer = 0;
   uint64_t tag = 0;
   size_t bytes = 0;
-  std::atomic<size_t> frames_left{1};  // zero-copy frames ZeroMQ still holds, plus the sender's guard
+  // Zero-copy frames ZeroMQ still holds, plus the sender's guard until send() has handed them all over (every path
+  // out of send() drops the guard: await_release waits for this to reach 0).
+  std::atomic<size_t> frames_left{1};
   Waker* waker = nullptr;               // the core's: outlives every frame (see Core::shutdown)
   Completion done;
 
@@ -111,6 +115,9 @@ struct Peer {
   std::string why;  // why it is no longer alive
   std::shared_ptr<Incoming> current;
   std::vector<std::weak_ptr<SendOp>> in_flight;
+  // Failed or cancelled sends whose frames ZeroMQ still held when their release window ran out (the peer stopped
+  // taking data): later releases towards this peer do not wait again while one of them is still held.
+  std::vector<std::shared_ptr<SendOp>> given_up;
 };
 
 std::string make_identity(int rank, uint64_t nonce) {
@@ -213,10 +220,15 @@ class Core {
   void wait_for_progress(std::chrono::microseconds timeout);
   void cancel(const std::shared_ptr<RecvOp>& op);
   void cancel(const std::shared_ptr<SendOp>& op);
+  // A finished send's request is released: a failed one returns only once ZeroMQ let go of its frames.
+  void release(const std::shared_ptr<SendOp>& op) noexcept { await_release(op); }
   void shutdown() noexcept;
 
  private:
   void connect(const TransportOptions& o);
+  // Returns once ZeroMQ holds no frame of `op` (every free callback ran), driving progress meanwhile: at most
+  // kReleaseWindow, and at once towards a peer on which an earlier wait gave up while that send is still held.
+  void await_release(const std::shared_ptr<SendOp>& op) noexcept;
   void send_segments(Peer& p, SendOp& op, const std::shared_ptr<SendOp>& ref, std::span<const ConstPart> parts);
   void send_frames(const std::string& identity, std::vector<::zmq::message_t>& frames);
   void deliver_self(uint64_t tag, std::span<const ConstPart> parts, size_t total);
@@ -473,16 +485,18 @@ std::shared_ptr<SendOp> Core::send(int peer, uint64_t tag, std::span<const Const
   std::lock_guard lock(mu_);
   if (closed_) {
     op->done.fail(Status::kTransport, fmt::format("zmq: rank {} sends to rank {} on a destroyed transport", rank_, peer));
+    op->frames_left.store(0, std::memory_order_release);
     return op;
   }
   if (peer == rank_) {
     deliver_self(tag, parts, op->bytes);
-    op->done.complete(op->bytes, false);
+    op->release_one(false);  // the guard: nothing was handed to ZeroMQ, the send completes now
     return op;
   }
   Peer& p = peers_[peer];
   if (p.state != PeerState::kAlive) {
     op->done.fail(Status::kPeerFailure, fmt::format("zmq: send to rank {} tag {}: {}", peer, tag, p.why));
+    op->frames_left.store(0, std::memory_order_release);
     return op;
   }
   try {
@@ -722,8 +736,52 @@ void Core::cancel(const std::shared_ptr<RecvOp>& op) {
 }
 
 void Core::cancel(const std::shared_ptr<SendOp>& op) {
-  std::lock_guard lock(mu_);
-  op->done.fail(Status::kTransport, fmt::format("zmq: send to rank {} tag {} was cancelled", op->peer, op->tag));
+  {
+    std::lock_guard lock(mu_);
+    op->done.fail(Status::kTransport, fmt::format("zmq: send to rank {} tag {} was cancelled", op->peer, op->tag));
+  }
+  await_release(op);
+}
+
+void Core::await_release(const std::shared_ptr<SendOp>& op) noexcept {
+  if (op->frames_left.load(std::memory_order_acquire) == 0) return;
+  const auto held = [&] {
+    // Its frames still sit in ZeroMQ (the peer takes no data): they may be written to the peer later on, until the
+    // transport is destroyed (which then drops them, see shutdown()).
+    log::error("zmq: rank {}: a cancelled or failed send to rank {} (tag {}, {} bytes) is still queued in ZeroMQ "
+               "after {} ms; rank {} takes no data. Its buffer must stay valid until this transport is destroyed",
+               rank_, op->peer, op->tag, op->bytes, kReleaseWindow.count(), op->peer);
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;  // shutdown() closed the context: every frame was released
+    auto& given_up = peers_[op->peer].given_up;
+    std::erase_if(given_up, [](const std::shared_ptr<SendOp>& s) { return s->frames_left.load() == 0; });
+    if (!given_up.empty()) {
+      given_up.push_back(op);
+      held();
+      return;
+    }
+  }
+  const auto until = Clock::now() + kReleaseWindow;
+  try {
+    // Keep the transport progressing: a live peer's data is written by ZeroMQ's I/O thread on its own, but the
+    // frames queued for a dead peer are dropped only once our socket has seen its connection go (progress() reads
+    // the ROUTER, which processes ZeroMQ's commands).
+    while (op->frames_left.load(std::memory_order_acquire) > 0) {
+      if (Clock::now() >= until) {
+        std::lock_guard lock(mu_);
+        if (closed_) return;
+        peers_[op->peer].given_up.push_back(op);
+        held();
+        return;
+      }
+      wait_for_progress(std::chrono::milliseconds(1));
+    }
+  } catch (const std::exception& e) {
+    log::error("zmq: rank {}: progress failed while a cancelled send to rank {} was waited for: {}", rank_, op->peer,
+               e.what());
+  }
 }
 
 void Core::shutdown() noexcept {
@@ -768,11 +826,17 @@ void Core::shutdown() noexcept {
   // Lingers at most kLingerMs for queued segments (the goodbyes included) -- unless no live peer is
   // left to take them: segments queued for a closed or lost rank can never leave (destroying the
   // transport then waited the whole linger).
+  // A send given up on (a peer that took no data, see await_release) was reported failed to its caller, who may have
+  // freed its buffer since: its frames must never be written, so nothing lingers then.
   const bool someone_listens = std::any_of(peers_.begin(), peers_.end(), [&](const Peer& p) {
     return &p != &peers_[rank_] && p.hello && p.state == PeerState::kAlive;
   });
+  const bool abandoned = std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) {
+    return std::any_of(p.given_up.begin(), p.given_up.end(),
+                       [](const std::shared_ptr<SendOp>& s) { return s->frames_left.load() > 0; });
+  });
   try {
-    if (tx_ && !someone_listens) tx_->set(::zmq::sockopt::linger, 0);
+    if (tx_) tx_->set(::zmq::sockopt::linger, someone_listens && !abandoned ? kLingerMs : 0);
   } catch (const ::zmq::error_t&) {
   }
   tx_.reset();

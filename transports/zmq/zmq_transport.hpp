@@ -16,6 +16,13 @@
 //  - Messages above kCopyBytes are sent zero-copy (frames point into the caller's parts; the send
 //    completes when ZeroMQ releases the last frame) in segments of kSegmentBytes, so the receiver
 //    copies segment k while k+1 is on the wire; every frame is bounded (ZMQ_MAXMSGSIZE).
+//  - A send that failed or was cancelled no longer reads its parts once cancel() (or the destruction of its
+//    request) returns: that waits, driving progress, until ZeroMQ released every frame of it -- written out to a
+//    live peer (a frame cannot be recalled: the peer gets the message whole), or dropped with a dead peer's
+//    connection (at once: measured 0-2 ms after the death was seen). A peer that takes no data (stopped,
+//    partitioned) holds them: the wait gives up after kReleaseWindowMs and logs an error, later waits towards that
+//    peer do not wait again while that send is still held, and destroying the transport then drops everything
+//    queued instead of lingering (a given-up send's buffer may already be gone).
 //  - On destruction a goodbye segment tells every peer that this rank closed; sockets linger at
 //    most kLingerMs for queued data.
 //  - wait_for_progress polls (yielding the CPU) for up to TANDEM_ZMQ_SPIN_US (default 100 us) before
@@ -36,6 +43,7 @@ namespace tandem::transports::zmq {
 inline constexpr size_t kCopyBytes = 32 * 1024;
 inline constexpr size_t kSegmentBytes = 1024 * 1024;
 inline constexpr int kLingerMs = 2000;
+inline constexpr int kReleaseWindowMs = 2000;
 
 std::unique_ptr<Transport> create(const TransportOptions& options);
 

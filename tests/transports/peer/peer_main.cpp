@@ -5,7 +5,7 @@
 // test is about what reached the peer), then kills itself with SIGKILL: no goodbye, no destructor.
 // With "mid" it then starts a 64 MiB send with tag 5 and kills itself at once, mid-message; with "stuck" it starts
 // a 1 MiB send with tag 5, drives progress for 100 ms (the message is announced; a ucx rendezvous waits for the
-// receiver) and kills itself.
+// receiver) and kills itself; with "idle" it keeps progressing (30 s at most) until the test stops or kills it.
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -18,9 +18,10 @@ using namespace tandem::transports;
 
 int main(int argc, char** argv) {
   const bool stuck = argc == 7 && std::string(argv[6]) == "stuck";
+  const bool idle = argc == 7 && std::string(argv[6]) == "idle";
   const bool mid = (argc == 7 && std::string(argv[6]) == "mid") || stuck;
-  if (argc != 6 && !mid) {
-    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid|stuck]\n");
+  if (argc != 6 && !mid && !idle) {
+    std::fprintf(stderr, "usage: transport_peer TRANSPORT STORE_DIR KEY_PREFIX RANK SIZE [mid|stuck|idle]\n");
     return 2;
   }
   try {
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
     ConstPart p{data.data(), data.size()};
     auto rq = t->isend(1, 3, std::span<const ConstPart>(&p, 1));
     testing::wait(*t, *rq);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(idle ? 30000 : 200);
     while (std::chrono::steady_clock::now() < until) t->wait_for_progress(std::chrono::milliseconds(10));
     if (mid) {
       std::vector<unsigned char> big(stuck ? size_t{1} << 20 : size_t{64} << 20, 0x5a);
