@@ -519,13 +519,19 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
 std::shared_ptr<Op> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
   touch();
   std::lock_guard lock(mu_);
-  if (closed_ || peers_[peer].state != PeerState::kAlive) {
+  // A deaf rank starts nothing new with the same-host ranks it told: once one answers, it lets go of every buffer
+  // it sent to it, and the peer no longer takes its messages.
+  const bool deaf_to_it = deaf_ && peers_[peer].watch_pid > 0;
+  if (closed_ || peers_[peer].state != PeerState::kAlive || deaf_to_it) {
     auto op = std::make_shared<Op>();
     op->is_send = true;
     op->peer = peer;
     op->tag = tag;
     if (closed_) op->done.fail(Status::kTransport, fmt::format("ucx: rank {} sends to rank {} on a destroyed transport", rank_, peer));
-    else op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, tag, peers_[peer].why));
+    else op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, tag,
+                                                         deaf_to_it && peers_[peer].state == PeerState::kAlive
+                                                             ? deaf_notice_.substr(deaf_notice_.find(' ') + 1)
+                                                             : peers_[peer].why));
     return op;
   }
   return post_send(peer, wire_tag(rank_, tag), parts, false);
@@ -679,7 +685,9 @@ void Core::match_posted() {
   for (auto it = posted_.begin(); it != posted_.end();) {
     auto& q = it->second;
     const MatchKey key = it->first;
-    while (!q.empty()) {
+    // A cut rank's messages are never matched: one arriving after the cut may be a rendezvous whose buffer its
+    // sender has let go of (it cut us when we answered its deafness notice).
+    while (!q.empty() && peers_[key.peer].state != PeerState::kCut) {
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, wire_tag(key.peer, key.tag), kFullMask, 1, &info);
       if (!msg) break;
