@@ -37,6 +37,9 @@
 //    a message of a rank that died waits only until the death is seen and the grace for what it had
 //    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
 //    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
+//    ucx: a same-host rank killed while writing into a peer's shared-memory receive queue can leave that peer
+//    hearing no same-host rank again (a "deaf" worker); the peer notices within ~0.1 s of the death, and it and
+//    every same-host rank fail all operations between them as kPeerFailure naming the dead rank, without a window.
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
 //    them to the socket, so a peer that posts its receive after the sender is gone still gets them;

@@ -35,6 +35,15 @@ constexpr uint64_t kControlBit = uint64_t{1} << 63;
 constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t kHello = 1;
 constexpr uint64_t kGoodbye = 2;
+// Hearing checks (see Core::check_hearing): a probe from this rank's own sentinel worker; a deaf rank's notice to its
+// same-host peers (payload: the sentinel's address and why); a peer's answer to it, sent to the sentinel.
+constexpr uint64_t kProbe = 3;
+constexpr uint64_t kDeaf = 4;
+constexpr uint64_t kDeafAck = 5;
+// How long a probe may go unheard, over at least kDeafProbeRounds rounds of progress, before the worker is deaf.
+constexpr auto kDeafProbe = std::chrono::milliseconds(50);
+constexpr int kDeafProbeRounds = 64;
+constexpr size_t kMaxDeafNotice = 4096;
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // Shared-memory UCX needs polling, so a waiter polls and yields -- while the worker is busy. After
@@ -85,7 +94,9 @@ struct Op {
   Completion done;
 };
 
-enum class PeerState { kAlive, kClosed, kLost };
+// kCut: alive, but one of the two can no longer hear the other over shared memory (a deaf worker, see
+// Core::check_hearing), and both have let go of everything between them: nothing is waited for.
+enum class PeerState { kAlive, kClosed, kLost, kCut };
 
 struct Peer {
   ucp_ep_h ep = nullptr;
@@ -104,6 +115,8 @@ struct Peer {
   // 2 s per receive: the integration_faults survivor that reported the failure after 4.1 s).
   Clock::time_point cancel_until{};
   bool window_gave_up = false;  // a cancel in the current window gave up on an operation (Op::abandoned)
+  bool owes_deaf_ack = false;   // this rank is deaf and told it so; it has not yet let go of this rank's messages
+  ucp_ep_h ack_ep = nullptr;    // to its sentinel worker, after it went deaf (the acknowledgement went there)
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -123,6 +136,15 @@ bool process_alive(pid_t pid) {
   const size_t paren = stat.rfind(')');
   const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
   return state != 'Z' && state != 'X';
+}
+
+// Closes `ep` without flushing; returns UCX's request for the close (to free), or nullptr.
+void* close_without_flush(ucp_ep_h ep) {
+  ucp_request_param_t prm{};
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t s = ucp_ep_close_nbx(ep, &prm);
+  return s != nullptr && !UCS_PTR_IS_ERR(s) ? s : nullptr;
 }
 
 bool is_peer_error(ucs_status_t s) {
@@ -201,7 +223,7 @@ class Core {
   // `mask` (the low 40 bits; `control`: control messages too). A gone rank's are left to UCX: answering its
   // rendezvous would read a dead process's memory (UCX 1.13 aborts on that with CMA) or queue a reply on its
   // closed endpoint, which ucp_worker_destroy then trips over.
-  void consume_unmatched(uint64_t tag, uint64_t mask, bool control);
+  void consume_unmatched(uint64_t tag, uint64_t mask, bool control, int only = -1);
   void peer_gone(int peer, PeerState state, std::string why);
   // Closes the endpoint to a peer that is gone without flushing: UCX completes what it still holds for
   // it (cancelled), so no buffer of ours stays with UCX.
@@ -214,6 +236,21 @@ class Core {
   Clock::time_point cancel_window(int peer);
   // Fails the same-host peers whose process has exited (every kWatchInterval).
   void watch_processes();
+  // Deaf-worker detection. UCX 1.13's shared-memory transports (posix/sysv "mm") deliver through one receive FIFO
+  // per worker that every same-host peer writes into: a writer claims a slot (atomic head), fills it, and only then
+  // flips the slot's owner bit; the reader takes slots strictly in order and stops at one not yet flipped. A peer
+  // SIGKILLed between claim and flip leaves a slot that is never completed, and this worker then hears nobody on
+  // that interface again (it still sends). After a same-host peer dies, a probe is sent into our own FIFO from a
+  // sentinel worker of this rank; unheard within kDeafProbe over kDeafProbeRounds rounds, the worker is deaf:
+  // become_deaf() tells the live same-host peers (kDeaf, which they do hear) with the sentinel's address; each drops
+  // what it holds of ours, stops reading or writing our memory, answers at the sentinel (kDeafAck) and cuts us;
+  // on each answer this rank cuts that peer (PeerState::kCut): every operation between the two fails at once,
+  // naming the rank whose death blocked the FIFO, instead of waiting out a 2 s cancel window on each side.
+  void check_hearing();
+  void become_deaf();
+  void on_deaf_notice(int src, const std::string& notice);
+  std::string sentinel_address();
+  void close_sentinel();
   std::string failure(const Op& op, ucs_status_t status) const;
 
   std::mutex mu_;
@@ -233,6 +270,23 @@ class Core {
   Clock::time_point next_watch_{};
   std::atomic<int64_t> last_event_ns_{0};  // steady clock: last completion, arrival or new operation
   int gone_peers_ = 0;                     // peers no longer alive (fail_stuck_receives looks only then)
+  // Deaf-worker detection (check_hearing): the sentinel worker and its endpoint to ours, made on first need.
+  ucp_worker_h sentinel_ = nullptr;
+  ucp_ep_h sentinel_ep_ = nullptr;
+  bool probe_due_ = false;  // a same-host peer died: probe our hearing
+  bool probing_ = false;
+  int probes_sent_ = 0, probes_heard_ = 0, probe_rounds_ = 0;
+  Clock::time_point probe_sent_at_{};
+  std::shared_ptr<Op> probe_op_;
+  bool deaf_ = false;
+  std::string lost_why_;  // the last same-host death: what a deaf worker blames
+  struct Notice {         // a kDeaf whose payload had not arrived when it was matched
+    int src;
+    std::shared_ptr<Op> op;
+    std::shared_ptr<std::string> text;
+  };
+  std::vector<Notice> notices_;
+  std::string deaf_notice_;  // what a deaf rank sent its peers (kept: the sends may still read it)
   const std::chrono::microseconds busy_window_ = busy_window_from_env();
 };
 
@@ -389,6 +443,10 @@ void Core::peer_gone(int peer, PeerState state, std::string why) {
     if (op->is_send && !op->control && op->peer == peer)
       op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, op->tag, p.why));
   if (state == PeerState::kLost) log::warn("ucx: rank {}: {}", rank_, p.why);
+  if (state == PeerState::kLost && p.watch_pid > 0) {  // it may have died while writing into our receive FIFO
+    probe_due_ = true;
+    lost_why_ = p.why;
+  }
   // Nothing sent to it can finish now: closing the endpoint makes UCX give back every buffer it
   // holds for it (the sends complete as cancelled), so callers may free them.
   force_close(peer);
@@ -409,12 +467,14 @@ void Core::fail_stuck_receives() {
     if (op->is_send || op->control || !op->done.pending()) continue;
     const Peer& p = peers_[op->peer];
     // Only a rank that died: one that closed its transport flushes its sends first.
-    if (p.state == PeerState::kLost && now - p.gone_at >= kStuckGrace) stuck.push_back(op);
+    if ((p.state == PeerState::kLost && now - p.gone_at >= kStuckGrace) || p.state == PeerState::kCut)
+      stuck.push_back(op);
   }
   for (auto& op : stuck) {
     const Peer& p = peers_[op->peer];
     op->done.fail(Status::kPeerFailure,
-                  fmt::format("ucx: receive from rank {} tag {}: {} mid-message", op->peer, op->tag, p.why));
+                  fmt::format("ucx: receive from rank {} tag {}: {}{}", op->peer, op->tag, p.why,
+                              p.state == PeerState::kLost ? " mid-message" : ""));
     if (op->req) ucp_request_cancel(worker_, op->req);
   }
 }
@@ -459,13 +519,19 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
 std::shared_ptr<Op> Core::send(int peer, uint64_t tag, std::span<const ConstPart> parts) {
   touch();
   std::lock_guard lock(mu_);
-  if (closed_ || peers_[peer].state != PeerState::kAlive) {
+  // A deaf rank starts nothing new with the same-host ranks it told: once one answers, it lets go of every buffer
+  // it sent to it, and the peer no longer takes its messages.
+  const bool deaf_to_it = deaf_ && peers_[peer].watch_pid > 0;
+  if (closed_ || peers_[peer].state != PeerState::kAlive || deaf_to_it) {
     auto op = std::make_shared<Op>();
     op->is_send = true;
     op->peer = peer;
     op->tag = tag;
     if (closed_) op->done.fail(Status::kTransport, fmt::format("ucx: rank {} sends to rank {} on a destroyed transport", rank_, peer));
-    else op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, tag, peers_[peer].why));
+    else op->done.fail(Status::kPeerFailure, fmt::format("ucx: send to rank {} tag {}: {}", peer, tag,
+                                                         deaf_to_it && peers_[peer].state == PeerState::kAlive
+                                                             ? deaf_notice_.substr(deaf_notice_.find(' ') + 1)
+                                                             : peers_[peer].why));
     return op;
   }
   return post_send(peer, wire_tag(rank_, tag), parts, false);
@@ -569,7 +635,20 @@ void Core::handle_control() {
     op->core = this;
     op->control = true;
     op->peer = src < size_ ? src : rank_;
+    if (kind == kDeaf && src < size_ && src != rank_ && info.length > 0 && info.length <= kMaxDeafNotice) {
+      auto text = std::make_shared<std::string>(info.length, '\0');
+      op->control = false;
+      op->parts.push_back({text->data(), text->size()});
+      op->capacity = text->size();
+      start_recv(op, msg, info.length);
+      notices_.push_back({src, op, text});  // read by check_hearing once it has arrived
+      continue;
+    }
     start_recv(op, msg, info.length);  // zero bytes: consumes it
+    if (kind == kProbe && src == rank_ && info.length == 0) {
+      ++probes_heard_;
+      continue;
+    }
     if (src >= size_ || info.length != 0 || (kind != kHello && kind != kGoodbye)) {
       log::warn("ucx: rank {} dropped a malformed control message (tag 0x{:016x}, {} bytes)", rank_, info.sender_tag,
                 info.length);
@@ -582,11 +661,12 @@ void Core::handle_control() {
 
 void Core::discard_unexpected() { consume_unmatched(0, 0, true); }
 
-void Core::consume_unmatched(uint64_t tag, uint64_t mask, bool control) {
+void Core::consume_unmatched(uint64_t tag, uint64_t mask, bool control, int only) {
   const uint64_t low = (uint64_t{1} << kRankShift) - 1;
   const uint64_t rank_bits = uint64_t{kMaxRank} << kRankShift;
   for (int src = 0; src < size_; ++src) {
     if (src != rank_ && (peers_[src].state != PeerState::kAlive || peers_[src].ep_failed)) continue;
+    if (only >= 0 && src != only) continue;
     for (;;) {
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, wire_tag(src, tag & mask & low),
@@ -605,7 +685,9 @@ void Core::match_posted() {
   for (auto it = posted_.begin(); it != posted_.end();) {
     auto& q = it->second;
     const MatchKey key = it->first;
-    while (!q.empty()) {
+    // A cut rank's messages are never matched: one arriving after the cut may be a rendezvous whose buffer its
+    // sender has let go of (it cut us when we answered its deafness notice).
+    while (!q.empty() && peers_[key.peer].state != PeerState::kCut) {
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, wire_tag(key.peer, key.tag), kFullMask, 1, &info);
       if (!msg) break;
@@ -646,6 +728,154 @@ void Core::watch_processes() {
   }
 }
 
+void Core::check_hearing() {
+  if (!worker_) return;
+  for (size_t i = 0; i < notices_.size();) {
+    if (notices_[i].op->done.pending()) {
+      ++i;
+      continue;
+    }
+    Notice n = std::move(notices_[i]);
+    notices_.erase(notices_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (n.op->done.state() == Completion::kDone) on_deaf_notice(n.src, *n.text);
+  }
+  if (probe_due_ && !probing_ && !deaf_) {
+    probe_due_ = false;
+    if (!sentinel_) {
+      ucp_worker_params_t wp{};
+      wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+      wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+      ucp_address_t* address = nullptr;
+      size_t address_bytes = 0;
+      ucs_status_t st = ucp_worker_create(ctx_, &wp, &sentinel_);
+      if (st == UCS_OK) st = ucp_worker_get_address(worker_, &address, &address_bytes);
+      if (st == UCS_OK) {
+        ucp_ep_params_t ep{};
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        ep.address = address;
+        ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        st = ucp_ep_create(sentinel_, &ep, &sentinel_ep_);
+        ucp_worker_release_address(worker_, address);
+      }
+      if (st != UCS_OK) {
+        log::warn("ucx: rank {} cannot check whether it still hears its same-host peers: {}", rank_,
+                  ucs_status_string(st));
+        close_sentinel();
+        return;
+      }
+    }
+    ucp_request_param_t prm{};
+    ucs_status_ptr_t s = ucp_tag_send_nbx(sentinel_ep_, nullptr, 0, control_tag(rank_, kProbe), &prm);
+    if (UCS_PTR_IS_ERR(s)) {
+      log::warn("ucx: rank {} cannot probe its own receive queue: {}", rank_, ucs_status_string(UCS_PTR_STATUS(s)));
+      return;
+    }
+    if (s != nullptr) ucp_request_free(s);  // released by UCX once sent; it has no buffer
+    ++probes_sent_;
+    probe_rounds_ = 0;
+    probe_sent_at_ = Clock::now();
+    probing_ = true;
+  }
+  if (!sentinel_) return;
+  for (int i = 0; i < 16 && ucp_worker_progress(sentinel_) != 0; ++i) {
+  }
+  if (probing_) {
+    if (probes_heard_ >= probes_sent_) {
+      probing_ = false;
+      log::debug("ucx: rank {} still hears its shared-memory peers", rank_);
+    } else if (++probe_rounds_ >= kDeafProbeRounds && Clock::now() - probe_sent_at_ >= kDeafProbe) {
+      become_deaf();
+    }
+  }
+  if (!deaf_) return;
+  for (;;) {  // the answers of the peers told (kDeafAck), at the sentinel
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(sentinel_, kControlBit, kControlBit, 1, &info);
+    if (!msg) break;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    prm.datatype = ucp_dt_make_contig(1);
+    ucs_status_ptr_t s = ucp_tag_msg_recv_nbx(sentinel_, nullptr, 0, msg, &prm);
+    if (s != nullptr && !UCS_PTR_IS_ERR(s)) ucp_request_free(s);
+    const int src = tag_source(info.sender_tag);
+    const uint64_t kind = info.sender_tag & ((uint64_t{1} << kRankShift) - 1);
+    if (kind != kDeafAck || src >= size_ || !peers_[src].owes_deaf_ack) continue;
+    peers_[src].owes_deaf_ack = false;
+    // It dropped what it held of ours and no longer reads or writes our memory: nothing between us is waited for.
+    peer_gone(src, PeerState::kCut, fmt::format("rank {} cannot receive from rank {}: {}", rank_, src, deaf_notice_.substr(deaf_notice_.find(' ') + 1)));
+  }
+}
+
+void Core::become_deaf() {
+  deaf_ = true;
+  probing_ = false;
+  const std::string why = fmt::format(
+      "{} while writing into rank {}'s shared-memory receive queue, which then stays blocked (UCX 1.13's "
+      "shared-memory FIFO waits for ever on the slot it claimed): rank {} can receive nothing more from same-host "
+      "ranks",
+      lost_why_.empty() ? std::string("a same-host rank died") : lost_why_, rank_, rank_);
+  log::error("ucx: rank {}: {}", rank_, why);
+  deaf_notice_ = sentinel_address() + " " + why;
+  const ConstPart part{deaf_notice_.data(), deaf_notice_.size()};
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = peers_[p];
+    if (p == rank_ || peer.state != PeerState::kAlive || peer.watch_pid <= 0 || !peer.ep || peer.ep_failed) continue;
+    peer.owes_deaf_ack = true;
+    post_send(p, control_tag(rank_, kDeaf), {&part, 1}, true);
+  }
+}
+
+void Core::on_deaf_notice(int src, const std::string& notice) {
+  Peer& p = peers_[src];
+  if (p.state != PeerState::kAlive || p.ep_failed) return;
+  const size_t space = notice.find(' ');
+  std::vector<unsigned char> address;
+  if (space == std::string::npos || !from_hex(notice.substr(0, space), address) || address.empty()) {
+    log::warn("ucx: rank {} dropped a malformed deafness notice from rank {}", rank_, src);
+    return;
+  }
+  log::warn("ucx: rank {}: rank {} reports: {}", rank_, src, notice.substr(space + 1));
+  // It will never read what we send it, nor answer a rendezvous: drop what it sent us and we have not taken (its
+  // messages to us came before the notice), then cut it -- our sends to it are released with the endpoint and our
+  // receives from it fail at once -- and only then answer, so that it may let go of its buffers.
+  consume_unmatched(0, 0, false, src);
+  peer_gone(src, PeerState::kCut, fmt::format("rank {} cannot receive any more: {}", src, notice.substr(space + 1)));
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  ucs_status_t st = ucp_ep_create(worker_, &ep, &p.ack_ep);
+  if (st != UCS_OK) {
+    p.ack_ep = nullptr;
+    log::warn("ucx: rank {} cannot answer rank {}'s deafness notice: {}", rank_, src, ucs_status_string(st));
+    return;
+  }
+  ucp_request_param_t prm{};
+  ucs_status_ptr_t s = ucp_tag_send_nbx(p.ack_ep, nullptr, 0, control_tag(rank_, kDeafAck), &prm);
+  if (UCS_PTR_IS_ERR(s))
+    log::warn("ucx: rank {} cannot answer rank {}'s deafness notice: {}", rank_, src, ucs_status_string(UCS_PTR_STATUS(s)));
+  else if (s != nullptr)
+    ucp_request_free(s);
+}
+
+std::string Core::sentinel_address() {
+  ucp_address_t* address = nullptr;
+  size_t bytes = 0;
+  if (!sentinel_ || ucp_worker_get_address(sentinel_, &address, &bytes) != UCS_OK) return "00";
+  std::string hex = to_hex(address, bytes);
+  ucp_worker_release_address(sentinel_, address);
+  return hex;
+}
+
+void Core::close_sentinel() {
+  if (sentinel_ep_) {
+    if (void* s = close_without_flush(sentinel_ep_)) ucp_request_free(s);
+    sentinel_ep_ = nullptr;
+  }
+  if (sentinel_) ucp_worker_destroy(sentinel_);
+  sentinel_ = nullptr;
+}
+
 void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
@@ -665,6 +895,7 @@ void Core::pump() {
     }
   }
   fail_stuck_receives();
+  check_hearing();
 }
 
 void Core::let_go(Op& op) {
@@ -737,6 +968,8 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
         // what it had put in shared memory is taken in within the stuck-receive grace. Waiting longer only
         // delayed the failure report of every survivor that received from it (the integration_faults flake).
         until = std::min(until, p.gone_at + kStuckGrace);
+      } else if (p.state == PeerState::kCut) {  // both let go of everything between them (check_hearing)
+        until = Clock::now();
       } else if (p.state == PeerState::kClosed) {  // a closed rank flushed first: wait once per rank
         if (p.closed_cancel_until == Clock::time_point{}) p.closed_cancel_until = deadline;
         until = p.closed_cancel_until;
@@ -758,11 +991,7 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
 void Core::force_close(int peer) {
   Peer& p = peers_[peer];
   if (!p.ep) return;
-  ucp_request_param_t prm{};
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  ucs_status_ptr_t s = ucp_ep_close_nbx(p.ep, &prm);
-  if (s != nullptr && !UCS_PTR_IS_ERR(s)) closing_.push_back(s);
+  if (void* s = close_without_flush(p.ep)) closing_.push_back(s);
   p.ep = nullptr;
   p.ep_failed = true;
 }
@@ -804,6 +1033,7 @@ void Core::shutdown() noexcept {
         drive(16);
         handle_control();
         watch_processes();
+        check_hearing();
       }
       std::vector<std::shared_ptr<Op>> byes;
       for (int p = 0; p < size_; ++p)
@@ -816,6 +1046,7 @@ void Core::shutdown() noexcept {
         drive(16);
         handle_control();
         watch_processes();
+        check_hearing();
       }
       discard_unexpected();
 
@@ -832,6 +1063,10 @@ void Core::shutdown() noexcept {
       }
       std::vector<void*> closing;
       for (auto& p : peers_) {
+        if (p.ack_ep) {  // to a deaf peer's sentinel: nothing is owed there
+          if (void* s = close_without_flush(p.ack_ep)) closing_.push_back(s);
+          p.ack_ep = nullptr;
+        }
         if (!p.ep) continue;
         ucp_request_param_t prm{};
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -878,6 +1113,7 @@ void Core::shutdown() noexcept {
       for (void* r : closing_) ucp_request_free(r);
       closing_.clear();
       discard_unexpected();
+      close_sentinel();
       ucp_worker_destroy(worker_);
       worker_ = nullptr;
       inflight_.clear();
