@@ -178,8 +178,12 @@
 //    that makes every survivor abandon the attempt, shrink again and re-form from the old view over the smaller
 //    membership (both losses counted against it: a shard whose every copy is now gone stops every survivor naming it,
 //    or comes back from elastic_checkpoint; below min_ranks the job stops with its checkpoint, as above). Each retry
-//    removes a rank and is bounded by the communicator's deadline. A rank lost inside the vote itself may leave the
-//    survivors with different views: the next shrink compares them and stops naming the ranks, rather than guess.
+//    removes a rank and is bounded by the communicator's deadline. A rank lost inside the vote itself can leave the
+//    vote completed on some survivors and failed on others; a completed vote means every survivor had built the new
+//    view, so those whose vote failed keep it aside and, right after the next shrink (settle_ps_view), adopt it when
+//    any survivor committed (roll forward) or drop it when none did (roll back): one view again, then the re-form
+//    for the new loss. A re-form that took shards from the checkpoint leaves a restore due until load_checkpoint
+//    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
 //    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still

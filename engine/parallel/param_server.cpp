@@ -967,6 +967,8 @@ void ParameterServerSync::sync_point() {
 }
 
 std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
+  TANDEM_CHECK(!restore_due_, Status::kInternal,
+               "parameter server: the shards taken from the checkpoint are not restored yet (restore())");
   TANDEM_CHECK(!in_region_, Status::kInternal, "gather_state inside the push/pull region (call sync_point first)");
   const size_t K = elastic_ ? 0 : state_tensors_per_buffer(optimizer_config_);
   if (K == 0) return {};

@@ -82,13 +82,14 @@ bool logged(const Outcome& o, int rank, const std::string& part) {
 
 // `workers` workers and p.servers servers train until their optimizer step is `until`. Each (world rank, step) of
 // `deaths` leaves without a word when it reaches that step; with a `checkpoint`, every rank saves it at step
-// `checkpoint_at`.
+// `checkpoint_at`. `lr`: the learning rate (sgd_config's by default).
 Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int, int>>& deaths, int until,
                    const std::string& checkpoint = "", int checkpoint_at = -1, const std::string& expect_log = "",
-                   bool eval = false, int workers = 2) {
+                   bool eval = false, int workers = 2, float lr = 0) {
   const int world = workers + p.servers;
   const auto n = static_cast<size_t>(world);
-  const train::TrainerConfig cfg = sgd_config(kBatch);
+  train::TrainerConfig cfg = sgd_config(kBatch);
+  if (lr > 0) cfg.optimizer.lr = lr;
   Outcome o;
   o.params.resize(n);
   o.members.resize(n);
@@ -472,8 +473,11 @@ BOOST_DATA_TEST_CASE(a_rank_lost_inside_the_vote_leaves_every_survivor_with_one_
   for (int r = 0; r < 4; ++r)
     if (r != c.leaves) survivors.push_back(r);
   // a rank that committed recovers from each loss apart; the others from both at once
+  // ps-async applies each of the 3 workers' gradients whole: at sgd_config's rate it diverges now and then, lost
+  // in the vote or not (1 run in 6 with only the server lost), so it trains at absorb_test's rate
+  const float lr = c.strategy == par::Strategy::kPsAsync ? 0.005f : 0.0f;
   const Outcome lost = run_losses(p, {{4, 3}}, 10, "", -1,
-                                  fmt::format("ranks go on (world ranks {})", fmt::join(survivors, ", ")), true, 3);
+                                  fmt::format("ranks go on (world ranks {})", fmt::join(survivors, ", ")), true, 3, lr);
   const std::string outcome = c.rolled ? "rolled forward" : "no survivor committed it";
   for (int r : survivors) {
     const auto i = static_cast<size_t>(r);
