@@ -396,8 +396,11 @@ const SecondLoss kWorkerLeaves[] = {{par::Strategy::kPs, "agreed"},      {par::S
 // step 14: the loss keeps falling, and both survivors' logs name both lost ranks.
 BOOST_DATA_TEST_CASE(a_worker_lost_during_a_server_re_form_is_absorbed, bdata::make(kWorkerLeaves), c) {
   const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", (std::string("1:") + c.point).c_str());
+  // ps-async at sgd_config's rate: its loss rose over the 14 steps in 2 of 10 runs beside another suite's run (its
+  // gradients arrive staler under load), so it trains at absorb_test's rate for it
+  const float lr = c.strategy == par::Strategy::kPsAsync ? 0.005f : 0.0f;
   const Outcome lost = run_losses(ps_config(c.strategy, 1), {{kServer1, 3}}, 14, "", -1, "world rank(s) 3, 1 lost",
-                                  true);
+                                  true, 2, lr);
   for (int r : {0, 2}) {
     const auto i = static_cast<size_t>(r);
     BOOST_TEST_CONTEXT(c << ", world rank " << r << ": " << lost.errors[i].message) {
