@@ -504,6 +504,29 @@ BOOST_DATA_TEST_CASE(a_rank_lost_inside_the_vote_leaves_every_survivor_with_one_
     BOOST_TEST(rel_diff(lost.params[w0], lost.params[w1]) == 0.0, "the workers' parameters differ");
 }
 
+// A server lost inside the vote: 2 workers and 4 servers, one replica each, a checkpoint at step 2. Server 1 (world rank
+// 3) is lost after step 3; in the re-form, server 2 (world rank 4), which takes shard 1 over, leaves right after its
+// vote: world ranks 0, 1 and 2 commit, server 3 (world rank 5) rolls forward. The committed view's replicas are not
+// re-seeded yet (a lost server's shards then have no complete copy), so the survivors go back to the checkpoint, and
+// synchronous ps ends exactly where the uninterrupted run does. Before the roll-forward they stopped ("hold another
+// view").
+BOOST_AUTO_TEST_CASE(a_server_lost_inside_the_vote_is_survived_from_the_checkpoint) {
+  const std::string path = temp_path("ps_vote_server");
+  par::ParallelConfig p = servers_config(4, 1);
+  p.elastic_checkpoint = path;
+  const Outcome whole = run_losses(p, {}, 10);
+  require_no_errors(whole.errors);
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", "4:voted");
+  const Outcome lost = run_losses(p, {{3, 3}}, 10, path, 2, "every rank goes back to checkpoint");
+  std::filesystem::remove(path);
+  require_exact(lost, whole, {0, 1, 2, 5});
+  for (int r : {0, 1, 2, 5}) {
+    BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2, 5}));
+    BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs the restore");
+    BOOST_TEST(logged(lost, r, "rolled forward") == (r == 5), "world rank " << r);
+  }
+}
+
 // ---- a further loss while the checkpoint is restored ----
 
 // 2 workers and 3 servers, one replica each, a checkpoint at step 2: servers 1 and 2 (world ranks 3 and 4) are lost at
