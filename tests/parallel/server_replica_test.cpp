@@ -207,6 +207,22 @@ void require_stopped_naming_shard_1(const Outcome& lost) {
   }
 }
 
+// With elastic_checkpoint `name` (a temporary file) written at step 2: the uninterrupted run to `until` (no errors
+// required), then the run with `deaths` and TANDEM_TEST_REFORM_LEAVE=`hook`, whose survivors must log going back to
+// the checkpoint (Outcome::logged).
+std::pair<Outcome, Outcome> uninterrupted_and_restored(par::ParallelConfig p, const char* name,
+                                                       const std::vector<std::pair<int, int>>& deaths, int until,
+                                                       const char* hook) {
+  const std::string path = temp_path(name);
+  p.elastic_checkpoint = path;
+  Outcome whole = run_losses(p, {}, until);
+  require_no_errors(whole.errors);
+  const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", hook);
+  Outcome lost = run_losses(p, deaths, until, path, 2, "every rank goes back to checkpoint");
+  std::filesystem::remove(path);
+  return {std::move(whole), std::move(lost)};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(server_replica)
@@ -431,14 +447,7 @@ BOOST_DATA_TEST_CASE(a_second_loss_in_a_re_form_that_takes_a_shard_s_last_copy_s
 // The same with a checkpoint (written at step 2): the shard comes back from it -- every rank goes back to it -- and
 // synchronous ps ends where the uninterrupted run does.
 BOOST_AUTO_TEST_CASE(a_shard_s_last_copy_lost_in_a_re_form_comes_back_from_the_checkpoint) {
-  const std::string path = temp_path("ps_reform_loss");
-  par::ParallelConfig p = servers_config(3, 1);
-  p.elastic_checkpoint = path;
-  const Outcome whole = run_losses(p, {}, 8);
-  require_no_errors(whole.errors);
-  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", "4:agreed");
-  const Outcome lost = run_losses(p, {{3, 4}}, 8, path, 2, "every rank goes back to checkpoint");
-  std::filesystem::remove(path);
+  const auto [whole, lost] = uninterrupted_and_restored(servers_config(3, 1), "ps_reform_loss", {{3, 4}}, 8, "4:agreed");
   require_exact(lost, whole, {0, 1, 2});
   for (int r : {0, 1, 2}) BOOST_TEST(lost.logged[static_cast<size_t>(r)], "world rank " << r << " logs the restore");
   BOOST_TEST((sorted(lost.owned[2]) == std::vector<int32_t>{0, 1, 2}));
@@ -511,14 +520,7 @@ BOOST_DATA_TEST_CASE(a_rank_lost_inside_the_vote_leaves_every_survivor_with_one_
 // synchronous ps ends exactly where the uninterrupted run does. Before the roll-forward they stopped ("hold another
 // view").
 BOOST_AUTO_TEST_CASE(a_server_lost_inside_the_vote_is_survived_from_the_checkpoint) {
-  const std::string path = temp_path("ps_vote_server");
-  par::ParallelConfig p = servers_config(4, 1);
-  p.elastic_checkpoint = path;
-  const Outcome whole = run_losses(p, {}, 10);
-  require_no_errors(whole.errors);
-  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", "4:voted");
-  const Outcome lost = run_losses(p, {{3, 3}}, 10, path, 2, "every rank goes back to checkpoint");
-  std::filesystem::remove(path);
+  const auto [whole, lost] = uninterrupted_and_restored(servers_config(4, 1), "ps_vote_server", {{3, 3}}, 10, "4:voted");
   require_exact(lost, whole, {0, 1, 2, 5});
   for (int r : {0, 1, 2, 5}) {
     BOOST_TEST((lost.members[static_cast<size_t>(r)] == std::vector<int>{0, 1, 2, 5}));
