@@ -36,6 +36,7 @@ constexpr uint32_t kTagCheckpoint = 11;
 constexpr uint32_t kTagTraceSize = 12;
 constexpr uint32_t kTagTraceBody = 13;
 constexpr uint32_t kTagReplica = 14;  // the workers' communicator: a worker's own state for a checkpoint
+constexpr uint32_t kTagVoteCut = 16;  // TANDEM_TEST_REFORM_LEAVE at "voted": a receive nobody answers
 
 // Test hook (fedavg): TANDEM_TEST_FEDAVG_STALL="rank:round:seconds" makes world rank `rank` sleep that long before
 // it reports round `round` -- a straggler for the deadline tests.
@@ -66,18 +67,21 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // Test hook (parameter-server re-form, issue #17): TANDEM_TEST_REFORM_LEAVE="rank:point" makes world rank `rank` leave
 // the job (ParallelTrainer::abandon: its communicators aborted, as a killed process's close) when a re-form it takes
 // part in reaches `point` (ParameterServerSync::set_reform_hook: "agreed", after the survivors' agreement; "voting",
-// the new view built and the shards sent, before the vote); its thread then ends with kInternal naming the hook. For
-// the tests of a second loss during a re-form.
-bool reform_leave_test_hook(int rank, const char* point) {
+// the new view built and the shards sent, before the vote; "voted", the vote completed on that rank, before it
+// commits; and the trainer's "restoring", the re-form committed with shards taken from the checkpoint, before
+// load_checkpoint); its thread then ends with kInternal naming the hook. At "voted" the survivors with a higher world
+// rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote would have) while the
+// lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives depending on the
+// collective's message order. Returns the rank named at `point`, or -1. For the tests of a second loss during a
+// re-form.
+int reform_leave_test_hook(const char* point) {
   const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_REFORM_LEAVE");
-  if (!v) return false;
+  if (!v) return -1;
   const size_t colon = v->find(':');
-  if (colon == std::string::npos || v->substr(colon + 1) != point) return false;
+  if (colon == std::string::npos || v->substr(colon + 1) != point) return -1;
   int r = -1;
-  if (std::sscanf(v->c_str(), "%d:", &r) != 1 || r != rank) return false;
-  log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form", rank,
-            point);
-  return true;
+  if (std::sscanf(v->c_str(), "%d:", &r) != 1) return -1;
+  return r;
 }
 
 // Blocking helpers over a communicator's host buffers.
@@ -318,12 +322,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                  strategy_name(pc_.strategy));
     ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
                                                 config_.optimizer, schedule_, pc_.alpha, tracer_);
-    ps_->set_reform_hook([this](const char* point) {
-      if (!reform_leave_test_hook(world_rank(), point)) return;
-      abandon();
-      TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} left the job at point '{}' of a "
-                   "parameter-server re-form", world_rank(), point);
-    });
+    ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
   } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
@@ -854,6 +853,67 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   config_.rank = grid_.dp_rank;
 }
 
+void ParallelTrainer::reform_test_point(const char* point) {
+  const int leaves = reform_leave_test_hook(point);
+  if (leaves < 0) return;
+  if (leaves == world_rank()) {
+    log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form",
+              leaves, point);
+    abandon();
+    TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} left the job at point '{}' of a "
+                 "parameter-server re-form", leaves, point);
+  }
+  const auto it = std::find(members_.begin(), members_.end(), leaves);
+  if (std::strcmp(point, "voted") != 0 || leaves > world_rank() || it == members_.end()) return;
+  // A receive the leaving rank never answers: it fails when that rank's loss surfaces here (its abort, or the
+  // deadline). The buffer outlives the failed communicator.
+  auto sink = std::make_shared<int64_t>(0);
+  retired_buffers_.push_back(sink);
+  world_->recv(sink.get(), 1, DType::kI64, static_cast<int>(it - members_.begin()), kTagVoteCut)->wait();
+  TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} answered a receive it never sends", leaves);
+}
+
+bool ParallelTrainer::settle_ps_view(const std::string& why) {
+  const int64_t mine[2] = {ps_->view_epoch(), ps_->has_tentative() ? 1 : 0};
+  std::vector<int64_t> all(2 * static_cast<size_t>(world_->size()));
+  world_->allgather(mine, all.data(), 2, DType::kI64)->wait();
+  int64_t top = mine[0];
+  size_t newest = 0;  // the lowest rank holding the newest view
+  for (size_t r = 0; r < all.size(); r += 2)
+    if (all[r] > top || (all[r] == top && all[newest] != top)) top = all[r], newest = r;
+  std::vector<int> astray;
+  for (size_t r = 0; r < all.size(); r += 2)
+    if (all[r] != top && !(all[r] + 1 == top && all[r + 1] != 0)) astray.push_back(members_[r / 2]);
+  TANDEM_CHECK(astray.empty(), Status::kPeerFailure,
+               "elastic: cannot re-form after {}: world rank(s) {} hold an older view of the parameter servers than "
+               "world rank {} ({} re-form(s) against {}) and not the one it committed; the job stops rather than "
+               "guess; restart it from the last checkpoint",
+               why, fmt::join(astray, ", "), members_[newest / 2], all[2 * static_cast<size_t>(std::find(
+                   members_.begin(), members_.end(), astray.empty() ? 0 : astray[0]) - members_.begin())], top);
+  if (!ps_->has_tentative()) return false;
+  if (mine[0] == top) {
+    ps_->drop_tentative();
+    log::warn("elastic: world rank {}: the vote on the last parameter-server re-form was cut off here and no "
+              "survivor committed it: the view before it stands",
+              world_rank());
+    return false;
+  }
+  // Some survivor committed the re-form whose vote was cut off here: this rank takes the view it had built, as if
+  // its vote had completed (ParallelTrainer::reform's commit, in short), then re-forms from it like that survivor.
+  ParameterServerSync::Reformed r = ps_->adopt_tentative();
+  ps_labels_ = ps_voting_labels_;
+  ps_workers_ = ps_voting_workers_;
+  job_.sync = ps_->program();
+  log::warn("elastic: world rank {}: the vote on the last parameter-server re-form was cut off here but another "
+            "survivor committed it: this rank takes the view it had built (rolled forward){}",
+            world_rank(), r.from_checkpoint ? "; its restore from the checkpoint is still due" : "");
+  if (!r.step_done) return false;
+  optimizer_step();
+  if (epoch_exhausted()) ++completed_epochs_;
+  take_snapshot();  // the step is done: a later restore_snapshot keeps it
+  return true;
+}
+
 void ParallelTrainer::check_ps_views(const std::string& why) {
   // FNV-1a over the servers' last committed view: the membership (ps_labels_, ps_workers_) and the shards' owners.
   uint64_t h = 1469598103934665603ull;
@@ -986,6 +1046,8 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
     retired_.push_back(std::move(dp_comm_));
     if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
     const bool checkpoint = !pc_.elastic_checkpoint.empty() && std::filesystem::exists(pc_.elastic_checkpoint);
+    ps_voting_labels_ = members_;
+    ps_voting_workers_ = grid_.dp;
     ParameterServerSync::Reformed r = ps_->reform(*world_, kept, kept_servers_, snapshot_.steps, checkpoint);
     retired_buffers_.push_back(std::move(r.retired));
     const size_t workers_before = ps_labels_.empty() ? before.size() - kept_servers_.size() - r.lost_servers.size()
@@ -1008,7 +1070,11 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
                                                                     "checkpoint '{}'", pc_.elastic_checkpoint)
                                                       : std::string("; each lost shard taken over from its replica"));
     }
+    if (r.from_checkpoint && r.lost_servers.empty())
+      log::warn("elastic: the restore from checkpoint '{}' that the last re-form started did not complete: every "
+                "rank goes back to it again", pc_.elastic_checkpoint);
     if (r.from_checkpoint) {
+      reform_test_point("restoring");
       load_checkpoint(pc_.elastic_checkpoint);
       return false;
     }
@@ -1041,6 +1107,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
   executor_->set_reducer(nullptr);
   reducer_.reset();
   bool behind = false;
+  bool rolled = false;  // a re-form adopted by settle_ps_view completed this rank's step in flight
   // Each pass shrinks by at least one rank (shrink_group refuses otherwise), so the retries are bounded by the job's
   // width, and each is bounded by the communicator's deadline. With parameter servers a pass is a transaction
   // (ParameterServerSync::reform): a pass cut short by another loss leaves every survivor's committed view as it was,
@@ -1050,10 +1117,12 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     shrink_group(why);
     try {
       if (parameter_server()) {
+        rolled = settle_ps_view(why) || rolled;
         check_ps_views(why);
         count_servers(why, before);
       }
       behind = reforms_grid() ? reform_grid(why, phase == Phase::kStep) : reform(phase, why, before);
+      behind = behind || rolled;
       break;
     } catch (const Error& e) {
       if (ps_) retired_buffers_.push_back(ps_->take_retired());

@@ -178,8 +178,12 @@
 //    that makes every survivor abandon the attempt, shrink again and re-form from the old view over the smaller
 //    membership (both losses counted against it: a shard whose every copy is now gone stops every survivor naming it,
 //    or comes back from elastic_checkpoint; below min_ranks the job stops with its checkpoint, as above). Each retry
-//    removes a rank and is bounded by the communicator's deadline. A rank lost inside the vote itself may leave the
-//    survivors with different views: the next shrink compares them and stops naming the ranks, rather than guess.
+//    removes a rank and is bounded by the communicator's deadline. A rank lost inside the vote itself can leave the
+//    vote completed on some survivors and failed on others; a completed vote means every survivor had built the new
+//    view, so those whose vote failed keep it aside and, right after the next shrink (settle_ps_view), adopt it when
+//    any survivor committed (roll forward) or drop it when none did (roll back): one view again, then the re-form
+//    for the new loss. A re-form that took shards from the checkpoint leaves a restore due until load_checkpoint
+//    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
 //    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
@@ -332,8 +336,14 @@ class ParallelTrainer {
   comm::Communicator* trainer_comm() const noexcept;
   // Shrinks it to the survivors and updates members, lost ranks and the grid (with servers: count_servers after).
   void shrink_group(const std::string& why);
-  // With servers, after shrink_group (collective over the survivors): every survivor must hold the same committed
-  // view of the servers (a rank lost inside a re-form's vote can leave two): kPeerFailure naming the ranks otherwise.
+  // With servers, right after shrink_group (collective over the survivors): the outcome of a re-form whose vote a
+  // loss cut short on some ranks (ParameterServerSync::reform) is settled -- when any survivor committed it, the
+  // ranks that kept its view aside adopt it (roll forward), else they drop it -- so every survivor holds one view.
+  // Returns true when the adopted re-form completed this rank's step in flight. A survivor more than one re-form
+  // behind, or one behind without the view: kPeerFailure naming the ranks.
+  bool settle_ps_view(const std::string& why);
+  // With servers, after settle_ps_view (collective over the survivors): every survivor must hold the same committed
+  // view of the servers: kPeerFailure naming the ranks otherwise (a guard: settle_ps_view makes them one).
   void check_ps_views(const std::string& why);
   // With servers: the servers left (kept_servers_) and the grid's split; a lost last server stops the job.
   void count_servers(const std::string& why, const std::vector<int>& before);
@@ -486,6 +496,11 @@ class ParallelTrainer {
   // construction, re-form or growth, and its workers; set by note_ps_membership. A shrink maps the survivors into it.
   std::vector<int> ps_labels_;
   int ps_workers_ = 0;
+  std::vector<int> ps_voting_labels_;  // the same for the re-form being voted on (settle_ps_view adopts them)
+  int ps_voting_workers_ = 0;
+  // TANDEM_TEST_REFORM_LEAVE at `point` (parallel_trainer.cpp): this rank leaves the job there (abandon, kInternal),
+  // or, at "voted" above the leaving rank, sees its vote cut off by that loss (the error of the loss).
+  void reform_test_point(const char* point);
   void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   int initial_dp_ = 1;

@@ -967,6 +967,8 @@ void ParameterServerSync::sync_point() {
 }
 
 std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
+  TANDEM_CHECK(!restore_due_, Status::kInternal,
+               "parameter server: the shards taken from the checkpoint are not restored yet (restore())");
   TANDEM_CHECK(!in_region_, Status::kInternal, "gather_state inside the push/pull region (call sync_point first)");
   const size_t K = elastic_ ? 0 : state_tensors_per_buffer(optimizer_config_);
   if (K == 0) return {};
@@ -1013,6 +1015,7 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   TANDEM_CHECK(!in_region_, Status::kInternal, "restore inside the push/pull region (call sync_point first)");
   TANDEM_REQUIRE(!elastic_, "asynchronous EASGD: resuming the centre variable is not supported yet");
   clock_ = steps;
+  restore_due_ = false;  // the shards taken from the checkpoint by a re-form are real now
   if (server_ < 0) return;
   compute::Backend& be = model_.backend();
   for (Shard& sh : owned_) {
@@ -1095,6 +1098,8 @@ std::shared_ptr<void> ParameterServerSync::take_retired() {
 ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& survivors, const std::vector<int>& kept,
                                                           const std::vector<int>& kept_servers, int64_t steps,
                                                           bool checkpoint) {
+  TANDEM_CHECK(tentative_ == nullptr, Status::kInternal,
+               "parameter server reform: the outcome of the last vote is not settled (adopt_tentative or drop_tentative)");
   const int S_old = program_.servers;
   const int S = static_cast<int>(kept_servers.size());
   const int W = survivors.size() - S;
@@ -1106,9 +1111,10 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   for (int32_t s = 0; s < S_old; ++s)
     if (std::find(kept_servers.begin(), kept_servers.end(), s) == kept_servers.end()) lost.push_back(s);
   const size_t NS = program_.shards.size();
-  const size_t row = 2 + NS;
+  const size_t row = 3 + NS;
+  const size_t kDue = 2 + NS;
   // ---- [worker's completed clock, server's lowest applied clock, per shard: the update count of this server's
-  //      complete backup of it (-1: none)] from every survivor ----
+  //      complete backup of it (-1: none), restore_due()] from every survivor ----
   const bool sync = !elastic_ && program_.staleness >= 0;
   std::vector<int64_t> mine(row, -1);
   mine[0] = 0;
@@ -1131,6 +1137,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     }
     for (size_t k = 0; k < NS; ++k) mine[2 + k] = complete[k] && low[k] != INT64_MAX ? low[k] : -1;
   }
+  mine[kDue] = restore_due_ ? 1 : 0;
   std::vector<int64_t> all(row * static_cast<size_t>(survivors.size()));
   survivors.allgather(mine.data(), all.data(), row, DType::kI64)->wait();
   const auto at = [&](int r, size_t k) { return all[row * static_cast<size_t>(r) + k]; };
@@ -1141,7 +1148,17 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   next.workers = W;
   bool from_checkpoint = false;
   std::vector<int64_t> taken(NS, -1);  // a shard taken over from a replica: the replica's update count
-  if (!lost.empty()) {
+  bool due = false;  // a restore from the checkpoint that an earlier re-form started has not completed on some rank
+  for (int r = 0; r < survivors.size(); ++r) due = due || at(r, kDue) != 0;
+  if (due) {
+    // The shards taken from the checkpoint then hold no real values yet (nor do their replicas, re-seeded from
+    // them): every rank goes back to the checkpoint again, whatever this loss took.
+    TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure,
+                 "the restore from the checkpoint that the last parameter-server re-form started did not complete, and "
+                 "the checkpoint is gone (elastic_checkpoint): the job stops; restart it from a checkpoint");
+    if (!lost.empty()) fail_over_servers(next, lost, true, optimizer_config_);
+    from_checkpoint = true;
+  } else if (!lost.empty()) {
     // Every lost shard goes to the first surviving server of its backups (fail_over_servers' rule), which must hold a
     // complete replica of it; the shards that have none are named together.
     std::vector<std::string> gone;
@@ -1203,42 +1220,14 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   abandoned_.clear();
 
   // ---- the transaction: the old view set aside untouched; the new one built beside it (copies) ----
-  struct OldView {
-    SyncProgram program;
-    comm::Communicator* world;
-    int rank, server;
-    int64_t clock, exchanges;
-    bool step_started, in_region, reseed;
-    std::vector<Shard> owned;  // moved whole: a Shard keeps its buffers (its optimizers point into them)
-    std::vector<ServerPiece> pieces;
-    std::map<int32_t, Kept> kept;
-  };
-  OldView old{program_, world_, rank_, server_, clock_, exchanges_, step_started_, in_region_, reseed_,
-              std::move(owned_), std::move(pieces_), std::move(kept_)};
-  owned_.clear();
-  pieces_.clear();
-  kept_.clear();
+  View old = take_view();
   withheld_.clear();
   const auto put_back = [&] {
     retire_in_flight(*retired);  // this attempt's operations on `survivors`
     abandoned_.push_back(retired);
-    program_ = std::move(old.program);
-    world_ = old.world;
-    rank_ = old.rank;
-    server_ = old.server;
-    clock_ = old.clock;
-    exchanges_ = old.exchanges;
-    step_started_ = old.step_started;
-    in_region_ = old.in_region;
-    reseed_ = old.reseed;
-    owned_ = std::move(old.owned);
-    pieces_ = std::move(old.pieces);
-    kept_ = std::move(old.kept);
-    withheld_.clear();
-    control_out_.assign(static_cast<size_t>(program_.servers), Header{});
-    control_sends_.clear();
-    control_sends_.resize(static_cast<size_t>(program_.servers));
+    put_view(std::move(old));
   };
+  bool in_vote = false;
 
   Reformed out;
   out.lost_servers = lost;
@@ -1376,19 +1365,77 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     //      (Communicator::barrier's zero-byte rounds carry no such dependency: it can complete on one rank before
     //      a rank it did not hear from directly has entered) ----
     if (reform_hook_) reform_hook_("voting");
+    in_vote = true;
     const int64_t yes = 1;
     int64_t votes = 0;
     survivors.allreduce(&yes, &votes, 1, DType::kI64, ReduceOp::kSum)->wait();
     TANDEM_CHECK(votes == survivors.size(), Status::kInternal, "parameter server reform: {} votes from {} survivors",
                  votes, survivors.size());
+    if (reform_hook_) reform_hook_("voted");
   } catch (...) {
+    if (in_vote) {
+      // The vote may have completed on other survivors: the new view is complete here; kept aside until the
+      // outcome is settled (adopt_tentative / drop_tentative).
+      tentative_ = std::make_unique<View>(take_view());
+      tentative_out_ = out;
+    }
     put_back();
     throw;
   }
   // ---- commit: the new view replaces the old one (which goes with this scope) ----
   step_start_.clear();
+  ++view_epoch_;
+  restore_due_ = from_checkpoint;
   out.retired = std::move(retired);
   return out;
+}
+
+ParameterServerSync::View ParameterServerSync::take_view() {
+  View v{program_, world_, rank_, server_, clock_, exchanges_, step_started_, in_region_, reseed_,
+         std::move(owned_), std::move(pieces_), std::move(kept_)};
+  owned_.clear();
+  pieces_.clear();
+  kept_.clear();
+  return v;
+}
+
+void ParameterServerSync::put_view(View&& v) {
+  program_ = std::move(v.program);
+  world_ = v.world;
+  rank_ = v.rank;
+  server_ = v.server;
+  clock_ = v.clock;
+  exchanges_ = v.exchanges;
+  step_started_ = v.step_started;
+  in_region_ = v.in_region;
+  reseed_ = v.reseed;
+  owned_ = std::move(v.owned);
+  pieces_ = std::move(v.pieces);
+  kept_ = std::move(v.kept);
+  withheld_.clear();
+  control_out_.assign(static_cast<size_t>(program_.servers), Header{});
+  control_sends_.clear();
+  control_sends_.resize(static_cast<size_t>(program_.servers));
+}
+
+ParameterServerSync::Reformed ParameterServerSync::adopt_tentative() {
+  TANDEM_CHECK(tentative_ != nullptr, Status::kInternal, "parameter server: no re-formed view kept to adopt");
+  // The old view's operations were retired when the attempt was abandoned; the kept view's (its peers, links and
+  // posted receives on the failed communicator) too: the next reform() builds them anew from this view.
+  abandoned_.push_back(std::make_shared<View>(take_view()));
+  put_view(std::move(*tentative_));
+  tentative_.reset();
+  step_start_.clear();
+  ++view_epoch_;
+  restore_due_ = tentative_out_.from_checkpoint;
+  Reformed out = std::move(tentative_out_);
+  tentative_out_ = Reformed{};
+  return out;
+}
+
+void ParameterServerSync::drop_tentative() {
+  if (tentative_ != nullptr) abandoned_.push_back(std::shared_ptr<View>(std::move(tentative_)));
+  tentative_out_ = Reformed{};
 }
 
 }  // namespace tandem::engine::parallel

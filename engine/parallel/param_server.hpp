@@ -144,13 +144,19 @@ class ParameterServerSync final : public GradientSync {
   // ownership), the owned shards' values, their optimizers' state and clocks, the backups kept, the clocks -- is set
   // aside untouched while the new one is built beside it (copies), the shards are taken over and sent to the workers,
   // and the region re-entered; then every survivor votes (an all-reduce of ones over `survivors`). Only when the vote completes
-  // does the new view replace the old one. When any of it fails (another rank lost: kPeerFailure or
-  // kTimeout from `survivors`), the attempt is discarded, the old view put back exactly as it was, and the error
-  // rethrown: the caller shrinks again and calls reform() over the smaller membership, which starts from the old view
-  // (the lost ranks of both failures counted against it). A vote can complete on some ranks and fail on others (a rank
-  // lost inside the barrier itself): those survivors then hold different views, which the trainer detects at its next
-  // shrink (it compares the membership and the shards' owners) and stops naming it, rather than guess. The buffers of an abandoned attempt's operations move into
-  // the next successful reform's `retired`.
+  // does the new view replace the old one (view_epoch() counts the commits). When any of it fails (another rank lost:
+  // kPeerFailure or kTimeout from `survivors`), the attempt is discarded, the old view put back exactly as it was, and
+  // the error rethrown: the caller shrinks again and calls reform() over the smaller membership, which starts from the
+  // old view (the lost ranks of both failures counted against it). The buffers of an abandoned attempt's operations
+  // move into the next successful reform's `retired`.
+  // A rank lost inside the vote itself: the vote can complete (commit) on some survivors and fail on others. The sum
+  // completes on a rank only with every survivor's one in it, so when any rank committed, every survivor had built
+  // the new view completely before voting. A rank whose vote failed therefore keeps the view it built aside
+  // (has_tentative()) beside the old one it goes back to, and the caller settles the outcome over the next
+  // membership before anything else (ParallelTrainer::settle_ps_view): when a survivor committed (its view_epoch() is
+  // one above), the others adopt_tentative() -- they are then where a rank that committed and lost a peer at once
+  // is -- otherwise every survivor drop_tentative()s and goes on from the old view. Nothing but the next re-form runs
+  // between, so a rolled-forward view is re-formed at once.
   // Buffers of the failed communicator's operations move into `retired`, which must outlive that communicator.
   struct Reformed {
     bool step_done = false;
@@ -160,6 +166,18 @@ class ParameterServerSync final : public GradientSync {
   };
   Reformed reform(comm::Communicator& survivors, const std::vector<int>& kept, const std::vector<int>& kept_servers,
                   int64_t steps, bool checkpoint);
+  // Re-forms this rank committed (or adopted).
+  int64_t view_epoch() const noexcept { return view_epoch_; }
+  // This rank's vote on its last re-form failed after it had built the new view, which it keeps aside (see reform()).
+  bool has_tentative() const noexcept { return tentative_ != nullptr; }
+  // The kept view becomes this rank's (as if its vote had completed): its Reformed (`retired` empty) is returned.
+  Reformed adopt_tentative();
+  // The kept view is discarded (no survivor committed it).
+  void drop_tentative();
+  // A re-form took shards from the checkpoint (Reformed::from_checkpoint) and restore() has not run since: the
+  // shards' values are not real yet. The next reform() (any survivor's flag counts) goes back to the checkpoint
+  // again, whatever was lost, rather than take them as real.
+  bool restore_due() const noexcept { return restore_due_; }
   // Collective over `grown` after new workers joined (issue #17: growth at a step boundary). Every rank is outside
   // the push/pull region (the trainer's sync point before it polled for joiners; a joiner's object is new), at one
   // clock. `grown` orders the workers first (the old ones in their order, then the joiners) and then the servers,
@@ -176,8 +194,9 @@ class ParameterServerSync final : public GradientSync {
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
   // Test hook (documented at ParallelTrainer's TANDEM_TEST_REFORM_LEAVE): called by reform() at its named points,
-  // "agreed" (after the survivors' agreement, before anything is built) and "voting" (the new view built and the
-  // shards sent, before the vote). It may throw; reform() then discards the attempt as after a peer's loss.
+  // "agreed" (after the survivors' agreement, before anything is built), "voting" (the new view built and the
+  // shards sent, before the vote) and "voted" (the vote completed here, before the commit). It may throw; reform()
+  // then discards the attempt as after a peer's loss (at "voted", as a vote that failed: the new view kept aside).
   void set_reform_hook(std::function<void(const char*)> hook) { reform_hook_ = std::move(hook); }
   // The buffers of operations that may still be in flight on a failed communicator (abandoned re-form attempts, an
   // exchange of shards cut short): the caller keeps them until that communicator is destroyed.
@@ -288,6 +307,16 @@ class ParameterServerSync final : public GradientSync {
     std::vector<float> values;  // values, then the optimizer's state tensors
     int64_t updates = -1;       // the optimizer's update count (ps, ssp: the piece's clock); -1: none yet
   };
+  struct View {  // moved whole: a Shard keeps its buffers (its pieces' optimizers point into them)
+    SyncProgram program;
+    comm::Communicator* world = nullptr;
+    int rank = 0, server = -1;
+    int64_t clock = 0, exchanges = 0;
+    bool step_started = false, in_region = false, reseed = false;
+    std::vector<Shard> owned;
+    std::vector<ServerPiece> pieces;
+    std::map<int32_t, Kept> kept;
+  };
 
   enum Kind : int32_t { kStep = 1, kPause = 2, kPush = 3, kPull = 4, kFinal = 5, kInit = 6, kElastic = 7,
                         kCentre = 8, kDelta = 9, kState = 10, kReplica = 11, kAck = 12, kReplicaEnd = 13 };
@@ -353,6 +382,12 @@ class ParameterServerSync final : public GradientSync {
   struct InFlight;             // operations of a failed communicator (or an abandoned re-form) and their buffers
   void retire_in_flight(InFlight& into);
   std::vector<std::shared_ptr<void>> abandoned_;  // abandoned re-form attempts' buffers, until the next commit
+  View take_view();          // this object's view, moved out
+  void put_view(View&& v);   // and back in
+  std::unique_ptr<View> tentative_;  // a re-form's new view whose vote failed here (has_tentative())
+  Reformed tentative_out_;
+  int64_t view_epoch_ = 0;
+  bool restore_due_ = false;
   int64_t admit_at_ = -1;     // the step boundary an admission is due at (request_admission), -1: none
   bool request_next_ = false;  // worker 0: the next kStep carries the request
   double lr_scale_ = 1.0;  // servers: x the schedule's learning rate (growth's rule; parallel_trainer.hpp)

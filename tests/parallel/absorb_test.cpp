@@ -28,14 +28,6 @@ const data::Dataset& train_set() { return synthetic12_train(); }
 const data::Dataset& test_set() { return synthetic12_test(); }
 nn::ModelSpec lenet() { return lenet12(); }
 
-comm::CommOptions quick_deadline() {
-  comm::CommOptions o;
-  o.timeout = std::chrono::milliseconds(4000);  // a death is seen at once; the deadline only bounds the worst case
-  return o;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 struct Case {
   const char* name;
   par::Strategy strategy;

@@ -35,17 +35,9 @@ par::ParallelConfig elastic_ddp(int min_ranks, const std::string& checkpoint = "
   return p;
 }
 
-comm::CommOptions quick_deadline() {
-  comm::CommOptions o;
-  o.timeout = std::chrono::milliseconds(4000);  // a death is seen at once; the deadline only bounds the worst case
-  return o;
-}
-
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / fmt::format("tandem_elastic_{}_{}", ::getpid(), name)).string();
 }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -90,6 +91,15 @@ inline const data::Dataset& synthetic12_test() {
   return d;
 }
 inline nn::ModelSpec lenet12() { return nn::zoo_model("lenet5", {1, 12, 12}, 4); }
+
+// The elastic tests' communicator options: a death is seen at once; the deadline only bounds the worst case.
+inline comm::CommOptions quick_deadline() {
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(4000);
+  return o;
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 inline void require_no_errors(const std::vector<RankError>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)

@@ -27,17 +27,9 @@ par::ParallelConfig grid(par::Strategy s, int dp, const std::string& checkpoint)
   return p;
 }
 
-comm::CommOptions quick_deadline() {
-  comm::CommOptions o;
-  o.timeout = std::chrono::milliseconds(4000);
-  return o;
-}
-
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / fmt::format("tandem_reform_{}_{}", ::getpid(), name)).string();
 }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 struct Seen {
   std::vector<float> params;
