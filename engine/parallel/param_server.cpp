@@ -1360,10 +1360,9 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
         }
       }
     }
-    // ---- the vote: every survivor has built the new view and holds its parameters. A sum of ones, not a barrier:
-    //      the result carries every rank's contribution, so it completes nowhere unless every survivor voted
-    //      (Communicator::barrier's zero-byte rounds carry no such dependency: it can complete on one rank before
-    //      a rank it did not hear from directly has entered) ----
+    // ---- the vote: every survivor has built the new view and holds its parameters. A sum of ones: the result
+    //      carries every rank's contribution, so it completes nowhere unless every survivor voted, and the count
+    //      is checked (a barrier would also wait for everyone now, but says nothing of who took part) ----
     if (reform_hook_) reform_hook_("voting");
     in_vote = true;
     const int64_t yes = 1;
