@@ -51,8 +51,10 @@
 //    one's connection, at most one window (2 s) per peer. A peer that takes no data is given up on
 //    (logged): those parts may still be read until the transport is destroyed, which then drops
 //    the frames instead of lingering on them.
-//    On tcp the parts of a send must stay valid until it completes or the transport is destroyed,
-//    even if the request is cancelled or destroyed first.
+//    On tcp a cancelled send no longer reads its parts once cancel() (or the request's destruction)
+//    returns, without waiting: one not yet started is dropped from its peer's queue; one partly
+//    written (a frame cannot be recalled: the peer gets it whole) has its unwritten rest copied into
+//    the transport, which finishes writing it from there.
 //  - Threads: one transport may be used from several threads at once (isend, irecv, progress and
 //    the requests' test/cancel are thread-safe); the ranks of one job each own their transport.
 #include <chrono>

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include "tests/transports/harness.hpp"
+#include "tests/transports/pages.hpp"
 #include "tests/transports/peer_process.hpp"
 #include "transports/zmq/zmq_transport.hpp"
 
@@ -23,21 +24,6 @@ namespace {
 long ms_since(Clock::time_point t0) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
 }
-
-// Anonymous pages of their own: unmapping them makes any later read by ZeroMQ fault (EFAULT in its write).
-struct Pages {
-  explicit Pages(size_t n) : bytes(n), data(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) {
-    BOOST_REQUIRE(data != MAP_FAILED);
-  }
-  ~Pages() { unmap(); }
-  void unmap() {
-    if (data != MAP_FAILED) ::munmap(data, bytes);
-    data = MAP_FAILED;
-  }
-  unsigned char* begin() const { return static_cast<unsigned char*>(data); }
-  size_t bytes;
-  void* data;
-};
 
 // Rank 0 as a process of its own ("idle": it sends rank 1 a 100-byte message, then only progresses) and rank 1 here,
 // connected to it. stop() waits for that message (`first` says whether it came) and stops rank 0 (SIGSTOP): it then

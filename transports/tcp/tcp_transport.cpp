@@ -62,6 +62,9 @@ struct SendOp {
   std::vector<iovec> iov;  // the header, then the non-empty parts; the front is consumed as written
   size_t iov_at = 0;
   bool started = false;  // bytes of it are on the wire: it must be finished (a frame cannot be recalled)
+  // Set when it was cancelled after it started: the unwritten rest, which `iov` then covers alone,
+  // so that the caller's parts are no longer read (transport.hpp).
+  std::unique_ptr<unsigned char[]> rest;
   Completion done;
 };
 
@@ -318,6 +321,8 @@ class Core {
   void deliver(Incoming& in, const unsigned char* data, size_t n);
   void finish_incoming(int peer);
   void peer_gone(int peer, PeerState state, const std::string& why);
+  // A started send was cancelled: copies its unwritten rest into the op (or, failing that, gives the peer up).
+  void keep_rest(SendOp& op);
   void note_arrival();
   bool spin(std::chrono::microseconds timeout);
   void wake() noexcept;
@@ -1004,9 +1009,32 @@ void Core::cancel(const std::shared_ptr<SendOp>& op) {
   std::lock_guard lock(mu_);
   if (!op->done.pending()) return;
   if (!op->started && op->peer != rank_) std::erase(peers_[op->peer].sendq, op);
-  // A send already partly written stays queued and is finished (its parts stay valid until the
-  // transport is destroyed, see transport.hpp): the peer's stream must stay whole.
+  else if (op->peer != rank_) keep_rest(*op);
   op->done.fail(Status::kTransport, fmt::format("tcp: send to rank {} tag {} was cancelled", op->peer, op->tag));
+}
+
+void Core::keep_rest(SendOp& op) {
+  // A send already partly written stays queued and is finished, the peer's stream must stay whole;
+  // but from a copy of what is left, so that the caller may free its parts once cancel() returns.
+  size_t left = 0;
+  for (size_t k = op.iov_at; k < op.iov.size(); ++k) left += op.iov[k].iov_len;
+  if (left == 0 || op.rest) return;
+  op.rest.reset(new (std::nothrow) unsigned char[left]);
+  if (!op.rest) {
+    // Without the copy the stream cannot be finished without reading the caller's parts: give the
+    // connection up instead (the peer sees its end).
+    peer_gone(op.peer, PeerState::kLost,
+              fmt::format("rank {} cannot keep the {} unwritten bytes of a cancelled send to rank {} tag {}", rank_, left,
+                          op.peer, op.tag));
+    return;
+  }
+  size_t at = 0;
+  for (size_t k = op.iov_at; k < op.iov.size(); ++k) {
+    std::memcpy(op.rest.get() + at, op.iov[k].iov_base, op.iov[k].iov_len);
+    at += op.iov[k].iov_len;
+  }
+  op.iov.assign(1, iovec{op.rest.get(), left});
+  op.iov_at = 0;
 }
 
 void Core::shutdown() noexcept {

@@ -479,14 +479,14 @@ TANDEM_API tandem_status_t tandem_comm_abort(tandem_comm_t* comm, const char* re
  *  - Non-blocking forms (tandem_comm_i*) return a request in *req; buffers stay borrowed until the
  *    request completes; requests complete in call order per communicator.
  *  - When an operation returns an error, the library no longer writes its receive buffer, and ucx,
- *    zmq and inproc no longer read its send buffer (ucx first waits, at most about 2 s per peer, until
+ *    zmq, tcp and inproc no longer read its send buffer (tcp copies what it had left to write of a
+ *    message already started; ucx first waits, at most about 2 s per peer, until
  *    each peer took or dropped what was sent to it -- a failed communicator drops what it will not
  *    receive -- or is gone; zmq waits, at most 2 s per peer, until what it had queued was written out
  *    to a live peer or dropped with a dead one); the buffers may be freed. Only towards a peer that
  *    takes no data at all (a stopped process) may a zmq send buffer still be read after that wait (an
- *    error is logged) until the communicator is destroyed. tcp may still be writing a send buffer of
- *    a failed collective to a live peer's socket until the communicator is destroyed: there, keep
- *    such buffers alive until then. (tandem_comm_send's buffer is always free at once.)
+ *    error is logged) until the communicator is destroyed. (tandem_comm_send's buffer is always free
+ *    at once.)
  *  - Threads: per handle -- calls on one communicator (and tests/waits of its requests) must be
  *    serialized by the caller; different communicators may be used in parallel.
  *  - Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (NULL/destroyed comm, a NULL buffer, an
