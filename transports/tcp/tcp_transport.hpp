@@ -35,6 +35,10 @@
 //    with kPeerFailure naming it; messages it completed before are still delivered. A malformed
 //    frame (bad magic, wrong source, oversized) fails the peer the same way: a byte stream cannot
 //    be resynchronised.
+//  - Cancelling a send (or destroying its incomplete request) drops it from the queue when none of it
+//    is written yet; a send partly written must still be finished (the peer's stream cannot skip the
+//    rest of a frame), so cancel() copies its unwritten rest into the op and it is written from there:
+//    the caller's parts are free once cancel() returns. The copy is the cancel path's only cost.
 //  - Destruction writes what is queued for live peers (at most kLingerMs), then a goodbye frame.
 //  - wait_for_progress polls (yielding) for up to TANDEM_TCP_SPIN_US (default 100 us) while
 //    messages flow, then blocks in ppoll on the sockets.
