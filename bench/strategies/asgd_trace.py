@@ -115,13 +115,46 @@ def per_step(trace, workers):
     return out
 
 
-def main():
-    ap = predict_lib.probe_args(__doc__, "agt")
+def job_args(doc, name_prefix, steps):
+    """The probe's flags and the asgd job's: --workers, --steps (default `steps`), --skip, --seed."""
+    ap = predict_lib.probe_args(doc, name_prefix)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--skip", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--skip", type=int, default=10, help="steps left out at the start")
     ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    return ap
+
+
+def train_cmd(tandem, seed, steps, trace_path):
+    """strategy_bench.py's asgd job (LeNet-5, batch 32, lr 0.02) for `steps` steps, traced to trace_path."""
+    return [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--batch", "32",
+            "--lr", "0.02", "--seed", str(seed), "--epochs", "1", "--limit-batches", str(steps),
+            "--eval-limit-batches", "1", "--trace", trace_path, "--json", "--strategy", "asgd"]
+
+
+def swap_rows(st, workers, seed, skip):
+    """One row per worker and step (from `skip` on, partnered steps only): its partner, the steps since the pair last
+    swapped, compute, the partner's lateness, transfer, swap and step, in ms (per_step's figures)."""
+    rows = []
+    for w in range(workers):
+        last = {}
+        for i, s in enumerate(st[w]):
+            p = gossip_partner(w, workers, seed, i)
+            key = (min(w, p), max(w, p))
+            gap = i - last.get(key, -10 ** 6)
+            last[key] = i
+            if i < skip or p < 0:
+                continue
+            ps = st[p][i]["f"] if i < len(st[p]) else s["f"]
+            rows.append({"worker": w, "step": i, "partner": p, "gap": gap, "compute_ms": s["compute"],
+                         "partner_late_ms": ps - s["f"], "transfer_ms": s["done"] - max(s["f"], ps),
+                         "swap_ms": s["done"] - s["f"],
+                         "step_ms": (st[w][i + 1]["f"] - s["f"]) if i + 1 < len(st[w]) else None})
+    return rows
+
+
+def main():
+    a = job_args(__doc__, "agt", 200).parse_args()
     if not predict_lib.is_root("asgd_trace"):
         return 77
     tandem = predict_lib.find_tandem(a.tandem)
@@ -132,30 +165,14 @@ def main():
         with tempfile.TemporaryDirectory(prefix="tandem_asgd_trace_") as tmp:
             os.chmod(tmp, 0o777)
             path = os.path.join(tmp, "asgd.json")
-            cmd = [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1", "--batch",
-                   "32", "--lr", "0.02", "--seed", str(a.seed), "--epochs", "1", "--limit-batches", str(a.steps),
-                   "--eval-limit-batches", "1", "--trace", path, "--json", "--strategy", "asgd"]
+            cmd = train_cmd(tandem, a.seed, a.steps, path)
             rc, _, text = predict_lib.run_launch(tandem, a.name, addr0, W, cmd, timeout=300)
             if rc != 0 or not os.path.exists(path):
                 print(f"asgd: failed (exit {rc}):\n{text[-1500:]}", file=sys.stderr)
                 return 1
             with open(path) as f:
                 st = per_step(json.load(f), W)
-    rows = []
-    for w in range(W):
-        last = {}
-        for i, s in enumerate(st[w]):
-            p = gossip_partner(w, W, a.seed, i)
-            key = (min(w, p), max(w, p))
-            gap = i - last.get(key, -10 ** 6)
-            last[key] = i
-            if i < a.skip or p < 0:
-                continue
-            ps = st[p][i]["f"] if i < len(st[p]) else s["f"]
-            rows.append({"worker": w, "step": i, "partner": p, "gap": gap, "compute_ms": s["compute"],
-                         "partner_late_ms": ps - s["f"], "transfer_ms": s["done"] - max(s["f"], ps),
-                         "swap_ms": s["done"] - s["f"],
-                         "step_ms": (st[w][i + 1]["f"] - s["f"]) if i + 1 < len(st[w]) else None})
+    rows = swap_rows(st, W, a.seed, a.skip)
     res["rows"] = rows
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     steps = [r["step_ms"] for r in rows if r["step_ms"]]

@@ -1,6 +1,8 @@
 #include "engine/parallel/averaging.hpp"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <numeric>
 
 #include "engine/core/error.hpp"
@@ -12,6 +14,8 @@ namespace {
 
 // Point-to-point tag of the gossip exchange on the workers' communicator (the trainer's own tags are below 100).
 constexpr uint32_t kTagGossip = 201;
+// The gossip receipt: a partner's word that this step's snapshot has reached it.
+constexpr uint32_t kTagGossipReceipt = 202;
 
 // The workers' mean state (collective); empty for one worker (its own state is the mean).
 std::vector<float> workers_mean(comm::Communicator* workers, const ReplicaState& state) {
@@ -100,6 +104,8 @@ class Gossip final : public StepSync {
     try {
       if (send_) send_->wait();
       if (recv_) recv_->wait();
+      if (receipt_out_) receipt_out_->wait();
+      if (receipt_in_) receipt_in_->wait();
     } catch (...) {
     }
   }
@@ -110,14 +116,25 @@ class Gossip final : public StepSync {
     mine_ = state_.get();
     theirs_.assign(mine_.size(), 0.0f);
     recv_ = workers_->recv(theirs_.data(), theirs_.size(), DType::kF32, partner_, kTagGossip);
+    if (!receipt_) receipt_ = std::make_shared<std::array<float, 2>>();
+    receipt_in_ = workers_->recv(&(*receipt_)[1], 1, DType::kF32, partner_, kTagGossipReceipt);
     send_ = workers_->send(mine_.data(), mine_.size(), DType::kF32, partner_, kTagGossip);
   }
   void after_step(int64_t /*done*/) override {
     if (partner_ < 0) return;
+    // The step ends once both snapshots have arrived (the step program's gossip: the simulator's as well). The
+    // communicator's send is buffered -- done once copied -- so the arrival of ours is the partner's receipt:
+    // without it the worker whose snapshot is still on the wire would start its next step, and its next
+    // snapshot would queue behind the rest of this one on its uplink.
     send_->wait();
     recv_->wait();
+    receipt_out_ = workers_->send(&(*receipt_)[0], 1, DType::kF32, partner_, kTagGossipReceipt);
+    receipt_out_->wait();
+    receipt_in_->wait();
     send_.reset();
     recv_.reset();
+    receipt_out_.reset();
+    receipt_in_.reset();
     std::vector<float> x = state_.get();
     for (size_t k = 0; k < x.size(); ++k) x[k] += 0.5f * (theirs_[k] - mine_[k]);
     state_.set(x);
@@ -128,9 +145,12 @@ class Gossip final : public StepSync {
     // The matching is drawn over the survivors from now on: the lost rank is never a partner again.
     struct InFlight {
       std::vector<float> mine, theirs;
-      std::unique_ptr<comm::Work> send, recv;
+      std::unique_ptr<comm::Work> send, recv, receipt_out, receipt_in;
+      std::shared_ptr<std::array<float, 2>> receipt;
     };
-    auto old = std::make_shared<InFlight>(InFlight{std::move(mine_), std::move(theirs_), std::move(send_), std::move(recv_)});
+    auto old = std::make_shared<InFlight>(InFlight{std::move(mine_), std::move(theirs_), std::move(send_), std::move(recv_),
+                                                   std::move(receipt_out_), std::move(receipt_in_), std::move(receipt_)});
+    receipt_.reset();
     mine_.clear();
     theirs_.clear();
     partner_ = -1;
@@ -146,7 +166,9 @@ class Gossip final : public StepSync {
   uint64_t seed_;
   int partner_ = -1;
   std::vector<float> mine_, theirs_;
-  std::unique_ptr<comm::Work> send_, recv_;
+  std::unique_ptr<comm::Work> send_, recv_, receipt_out_, receipt_in_;
+  // [0] sent, [1] received (the value carries nothing); on the heap, so that a rebind can hand it on in flight
+  std::shared_ptr<std::array<float, 2>> receipt_;
 };
 
 }  // namespace

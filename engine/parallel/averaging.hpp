@@ -20,7 +20,12 @@
 //             workers are paired by a seeded matching (the same on every rank, a new one each step; with an odd
 //             count one worker sits the step out); each sends its partner a snapshot of its state and receives the
 //             partner's, non-blocking, while it computes its local step; afterwards it moves to the pair's average
-//             plus its own update: x_i <- (s_i + s_j) / 2 + (x_i - s_i). Pairwise averaging keeps the workers' mean,
+//             plus its own update: x_i <- (s_i + s_j) / 2 + (x_i - s_i). The step ends once both snapshots have
+//             arrived: the communicator's send is buffered (done once copied), so each side sends a one-value
+//             receipt once it holds the partner's snapshot and waits for the partner's (the step program the
+//             simulator times; without it the worker whose snapshot is still on its uplink starts its next step and
+//             its next snapshot queues behind: measured 12% slower, bench/strategies/README.md session 18).
+//             Pairwise averaging keeps the workers' mean,
 //             so the mean follows SGD. Why not lock-free AD-PSGD: it needs one-sided atomic averaging, which the
 //             transports do not have; a matching gives each rank exactly one partner per step, so every exchange
 //             is a matched send/receive pair that cannot deadlock (each wait has the communicator's deadline), no

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,8 @@
 
 #include "engine/core/log.hpp"
 #include "engine/nn/zoo.hpp"
+#include "engine/parallel/averaging.hpp"
+#include "engine/parallel/job.hpp"
 #include "tests/parallel/harness.hpp"
 
 using namespace tandem;
@@ -235,6 +238,44 @@ BOOST_AUTO_TEST_CASE(partners_form_a_matching_the_same_on_every_rank) {
     }
   }
   BOOST_TEST(par::gossip_partner(0, 1, 5, 0) == -1);
+}
+
+// The gossip step program (engine/parallel/job.hpp, simulator/strategy.hpp): a step ends once the local step is done
+// and both snapshots have arrived. The communicator's send is buffered (done once copied), so the runtime's Gossip
+// learns that its own snapshot arrived from its partner's receipt, sent once the partner has waited for it. Rank 1
+// holds its step open (a slow step) after posting its exchange: rank 0 has rank 1's snapshot at once, but its
+// step must not end before rank 1 has waited for rank 0's -- and the averages are the same on both.
+BOOST_AUTO_TEST_CASE(a_swap_ends_only_once_the_partner_has_our_snapshot) {
+  par::Job job;
+  job.model = linear_model();
+  job.batch = 8;
+  job.parallel = strategy(par::Strategy::kAsgd);
+  const par::CompiledJob compiled = par::compile_job(job, 2);
+  BOOST_TEST_REQUIRE(static_cast<int>(compiled.sync.exchange) == static_cast<int>(par::Exchange::kGossip));
+  std::atomic<int> rank1_waiting{0};
+  std::atomic<int> rank0_done_before_rank1_waited{0};
+  std::vector<std::vector<float>> after(2);
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(linear_model(), *be, 3);
+    par::ReplicaState state(m, 0, m.spec().layers.size());
+    std::vector<float> x = state.get();
+    for (float& v : x) v = static_cast<float>(r + 1);  // rank 0 all 1, rank 1 all 2
+    state.set(x);
+    auto sync = par::make_averaging_sync(compiled, &c, state, 7);
+    BOOST_TEST_REQUIRE(par::gossip_partner(r, 2, 7, 0) == 1 - r);
+    sync->before_step(0);
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow step: rank 0's snapshot waits unread
+      rank1_waiting.store(1);
+    }
+    sync->after_step(1);
+    if (r == 0 && rank1_waiting.load() == 0) rank0_done_before_rank1_waited.store(1);
+    after[static_cast<size_t>(r)] = state.get();
+  }));
+  BOOST_TEST(rank0_done_before_rank1_waited.load() == 0);
+  for (int r = 0; r < 2; ++r)
+    for (float v : after[static_cast<size_t>(r)]) BOOST_TEST(v == 1.5f);  // both take the pair's mean
 }
 
 BOOST_DATA_TEST_CASE(asgd_converges_on_a_convex_problem, bdata::make({2, 3}), workers) {
