@@ -26,6 +26,11 @@ class CoreTransport final : public Transport {
     if constexpr (requires(Core& c) { c.drop_unexpected(tag, mask); }) core_->drop_unexpected(tag, mask);
   }
   void wait_for_progress(std::chrono::microseconds timeout) override { core_->wait_for_progress(timeout); }
+  void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
+                 std::chrono::milliseconds timeout) override {
+    if constexpr (requires(Core& c) { c.reconnect(store, key_prefix, peers, timeout); })
+      core_->reconnect(store, key_prefix, peers, timeout);
+  }
 
   std::unique_ptr<Request> isend(int peer, uint64_t tag, std::span<const ConstPart> parts) override {
     check(peer, tag, "send to");

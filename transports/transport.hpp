@@ -40,6 +40,7 @@
 //    ucx: a same-host rank killed while writing into a peer's shared-memory receive queue can leave that peer
 //    hearing no same-host rank again (a "deaf" worker); the peer notices within ~0.1 s of the death, and it and
 //    every same-host rank fail all operations between them as kPeerFailure naming the dead rank, without a window.
+//    They stay cut from each other until Transport::reconnect (Communicator::shrink) moves it to a fresh worker.
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
 //    them to the socket, so a peer that posts its receive after the sender is gone still gets them;
@@ -140,6 +141,19 @@ class Transport {
   virtual void drop_unexpected(uint64_t tag, uint64_t mask) {
     (void)tag;
     (void)mask;
+  }
+  // After a failure, collective over `peers` (transport ranks, this one among them; Communicator::shrink's survivors):
+  // each publishes under `key_prefix` + rank where it is now heard and reads the others', waiting up to `timeout`,
+  // so that what a failure cut between two ranks that are both alive works again. ucx: a worker left deaf by a
+  // same-host death (see the lifetimes paragraph) moves to a fresh one, and its peers and it make new endpoints to
+  // each other (a deaf rank's ranks not in `peers` stay cut from it). Throws kTimeout naming the rank whose address
+  // did not come (one seen dead meanwhile is skipped). The other transports have nothing to mend (the default).
+  virtual void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
+                         std::chrono::milliseconds timeout) {
+    (void)store;
+    (void)key_prefix;
+    (void)peers;
+    (void)timeout;
   }
   // Blocks the calling thread for at most `timeout` until this transport may have something new
   // (a message arrived, a send completed, a peer failed), then drives progress. Returning early or

@@ -123,10 +123,12 @@ class Communicator {
   // calls it, they agree through the job's store on who is left (membership.hpp states the rule: one
   // coordinator decides once, ranks blamed for the failure or silent for options().timeout are out) and
   // each gets a new communicator of those ranks, in their old order, over the same transport -- no
-  // process restarts. This communicator stays failed (destroy it when done). Errors: kInvalidArgument
-  // when this communicator has not failed (nobody to remove); kPeerFailure on a rank the survivors
-  // declared dead (it came back too late, or it aborted); kTimeout when no decision came (the store or
-  // the coordinator died); kUnsupported for a store without counters.
+  // process restarts; what the failure cut between two survivors is mended first (Transport::reconnect: ucx
+  // moves a worker left deaf by a same-host death to a fresh one). This communicator stays failed (destroy it
+  // when done). Errors: kInvalidArgument when this communicator has not failed (nobody to remove); kPeerFailure
+  // on a rank the survivors declared dead (it came back too late, or it aborted); kTimeout when no decision came
+  // (the store or the coordinator died) or a survivor did not publish its address (it died meanwhile);
+  // kUnsupported for a store without counters.
   virtual std::unique_ptr<Communicator> shrink() = 0;
   // Elastic growth (admission.hpp states the rule), collective over this healthy communicator's ranks:
   // pending_joins() returns how many joiners (join_communicator) wait for admission -- rank 0 reads the job's

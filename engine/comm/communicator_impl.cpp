@@ -197,6 +197,9 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
     members.push_back(members_[static_cast<size_t>(r)]);
     hosts.push_back(hosts_[static_cast<size_t>(r)]);
   }
+  // What the failure cut between survivors that are both alive is mended before they talk again (ucx: a worker left
+  // deaf by a same-host death moves to a fresh one; transport.hpp).
+  shared_->transport().reconnect(*lineage_.store, req.key_base + "peers/", members, options_.timeout);
   log::info("comm {} rank {}: shrunk to comm {} rank {}/{} (epoch {}, kept ranks {})", comm_id_, rank_, m.comm_id,
             m.new_rank, m.members.size(), m.epoch, format_rank_list(m.members));
   Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members, lineage_.listen_addr};

@@ -1,6 +1,10 @@
 #pragma once
 // A KvStore in a directory, for tests whose ranks are separate processes on this machine: set()
-// writes a file and renames it into place; get() polls for it.
+// writes a file and renames it into place; get() polls for it; add() counts under an exclusive flock.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +30,27 @@ class FileStore final : public KvStore {
       TANDEM_CHECK(out.good(), Status::kIo, "FileStore: cannot write {}", tmp);
     }
     std::filesystem::rename(tmp, final_path);
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    const int fd = ::open((dir_ / "counters.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    TANDEM_CHECK(fd >= 0, Status::kIo, "FileStore: cannot open the counters' lock in {}", dir_.string());
+    ::flock(fd, LOCK_EX);
+    int64_t value = 0;
+    try {
+      if (std::ifstream in(path_of(key), std::ios::binary); in) {
+        std::string text;
+        in >> text;
+        value = std::stoll(text);
+      }
+      value += delta;
+      set(key, std::to_string(value));
+    } catch (...) {
+      ::close(fd);  // releases the lock
+      throw;
+    }
+    ::close(fd);
+    return value;
   }
 
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {

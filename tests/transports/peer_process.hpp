@@ -44,6 +44,18 @@ inline int reap_peer(pid_t pid) {
   return status;
 }
 
+// The end of a trial with a killed peer and a partner (ucx_deaf_test, tests/comm/ucx_shrink_test): kills `killed` if it
+// still runs and reaps both; returns the partner's exit code (-1 when it did not exit, or never started).
+inline int reap_killed_and_partner(pid_t killed, pid_t partner) {
+  if (killed > 0) {
+    ::kill(killed, SIGKILL);
+    reap_peer(killed);
+  }
+  if (partner <= 0) return -1;
+  const int status = reap_peer(partner);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 // A FileStore in a fresh directory of its own under the system's temporary one, named after this process, `name` and
 // a counter, shared by a test and the peer processes it spawns (pass path() to them); removed again with it.
 class PeerDir {

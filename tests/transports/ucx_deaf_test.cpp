@@ -76,14 +76,7 @@ Trial run_trial(int n, int flood_before_kill) {
   } else {
     trial.outcome = "could not start the peers";
   }
-  if (flooder > 0) {
-    ::kill(flooder, SIGKILL);
-    reap_peer(flooder);
-  }
-  if (partner > 0) {
-    const int status = reap_peer(partner);
-    trial.partner_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+  trial.partner_code = reap_killed_and_partner(flooder, partner);
   std::filesystem::remove_all(dir);
   return trial;
 }

@@ -44,6 +44,7 @@ constexpr uint64_t kDeafAck = 5;
 constexpr auto kDeafProbe = std::chrono::milliseconds(50);
 constexpr int kDeafProbeRounds = 64;
 constexpr size_t kMaxDeafNotice = 4096;
+constexpr auto kReconnectPoll = std::chrono::milliseconds(10);  // reconnect reads a peer's address, progressing between
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 // Shared-memory UCX needs polling, so a waiter polls and yields -- while the worker is busy. After
@@ -88,6 +89,7 @@ struct Op {
   std::vector<ucp_dt_iov_t> iov;
   std::vector<char> bounce;  // only for a receive shorter than its message
   void* req = nullptr;       // the UCX request while in flight
+  ucp_worker_h worker = nullptr;  // the worker that holds req (the rank's worker when it was posted)
   // A cancel gave up on it while UCX still held it (its peer's cancel window ran out, see Peer::cancel_until):
   // it has failed for its caller, and shutdown does not wait for it a second time.
   bool abandoned = false;
@@ -117,6 +119,8 @@ struct Peer {
   bool window_gave_up = false;  // a cancel in the current window gave up on an operation (Op::abandoned)
   bool owes_deaf_ack = false;   // this rank is deaf and told it so; it has not yet let go of this rank's messages
   ucp_ep_h ack_ep = nullptr;    // to its sentinel worker, after it went deaf (the acknowledgement went there)
+  std::vector<unsigned char> address;  // the worker address `ep` was made with (reconnect compares it)
+  bool same_host = false;              // same kernel and pid namespace: endpoints in mode NONE (shared memory)
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -196,6 +200,8 @@ class Core {
   void release(const std::shared_ptr<Op>& op);
   void drop_unexpected(uint64_t tag, uint64_t mask);
   void shutdown() noexcept;
+  void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
+                 std::chrono::milliseconds timeout);
 
   // Called by UCX from inside ucp_worker_progress / ucp_request_cancel (mu_ held).
   void on_complete(Op* op, void* request, ucs_status_t status);
@@ -203,6 +209,15 @@ class Core {
 
  private:
   void connect(const TransportOptions& o);
+  // "<address hex> <pid> <host key>": what this rank publishes for its worker; and a peer's, read back.
+  struct Record {
+    std::vector<unsigned char> address;
+    pid_t pid = 0;
+    std::string host;
+  };
+  std::string record() const;
+  Record parse_record(int peer, const std::string& value) const;
+  ucp_ep_h make_ep(int peer);  // from worker_ to peers_[peer].address, in the mode its host calls for
   std::shared_ptr<Op> post_send(int peer, uint64_t wire, std::span<const ConstPart> parts, bool control);
   void start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size_t length);
   void finish_recv(Op& op, ucs_status_t status);
@@ -251,6 +266,11 @@ class Core {
   void on_deaf_notice(int src, const std::string& notice);
   std::string sentinel_address();
   void close_sentinel();
+  // reconnect's steps (mu_ held): let a same-host death's hearing check conclude; a deaf rank's move to its sentinel
+  // (rebuild_worker); a peer's new endpoint once both sides let go of the old one (revive).
+  void settle_hearing(Clock::time_point until);
+  void rebuild_worker();
+  void revive(int peer, const Record& r);
   std::string failure(const Op& op, ucs_status_t status) const;
 
   std::mutex mu_;
@@ -258,6 +278,10 @@ class Core {
   bool closed_ = false;
   ucp_context_h ctx_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  // Workers a rebuild left behind (deaf): progressed until shutdown so that what they still hold completes.
+  std::vector<ucp_worker_h> retired_workers_;
+  std::string my_host_;
+  bool peer_mode_everywhere_ = false;  // TANDEM_UCX_ERR_MODE=peer
   std::vector<Peer> peers_;
   std::vector<ErrArg> err_args_;  // sized once: UCX keeps pointers to its elements
   std::unordered_map<MatchKey, std::deque<std::shared_ptr<Op>>, MatchKeyHash> posted_;
@@ -334,49 +358,26 @@ void Core::connect(const TransportOptions& o) {
   st = ucp_worker_create(ctx_, &wp, &worker_);
   TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create a worker: {}", rank_, ucs_status_string(st));
 
-  ucp_address_t* address = nullptr;
-  size_t address_bytes = 0;
-  st = ucp_worker_get_address(worker_, &address, &address_bytes);
-  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot get its worker address: {}", rank_,
-               ucs_status_string(st));
-  const std::string my_host = host_key();
-  const std::string mine = fmt::format("{} {} {}", to_hex(address, address_bytes), ::getpid(), my_host);
-  ucp_worker_release_address(worker_, address);
+  my_host_ = host_key();
+  const std::string mine = record();
   const std::string key_base = o.key_prefix + "/ucx/";
   o.store->set(key_base + std::to_string(rank_), mine);
-  const bool peer_mode_everywhere = settings::current()->text("TANDEM_UCX_ERR_MODE") == "peer";
+  peer_mode_everywhere_ = settings::current()->text("TANDEM_UCX_ERR_MODE") == "peer";
 
   err_args_.reserve(size_);
   for (int p = 0; p < size_; ++p) err_args_.push_back({this, p});
-  std::vector<unsigned char> remote;
   for (int p = 0; p < size_; ++p) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const std::string value = p == rank_ ? mine : o.store->get(key_base + std::to_string(p), std::max(left, std::chrono::milliseconds(1)));
-    std::istringstream fields(value);
-    std::string hex, host;
-    long pid = 0;
-    fields >> hex >> pid >> host;
-    TANDEM_CHECK(fields && from_hex(hex, remote) && !remote.empty() && pid > 0, Status::kTransport,
-                 "ucx: rank {} read a malformed worker address for rank {} from the store", rank_, p);
+    const Record r = parse_record(p, value);
     // UCX 1.13's shared-memory transports have no peer-failure support: an endpoint in
     // UCP_ERR_HANDLING_MODE_PEER would fall back to TCP. Peers that share our kernel and pid
     // namespace therefore get mode NONE (shared memory) and are watched through /proc instead;
     // the others get mode PEER, where UCX itself reports their failure.
-    const bool watch = host == my_host && host != "unknown" && !peer_mode_everywhere;
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
-    ep.err_mode = watch ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
-    if (!watch) {
-      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.err_handler.cb = &ep_error_cb;
-      ep.err_handler.arg = &err_args_[p];
-    } else if (pid != ::getpid()) {
-      peers_[p].watch_pid = static_cast<pid_t>(pid);
-    }
-    st = ucp_ep_create(worker_, &ep, &peers_[p].ep);
-    TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create an endpoint to rank {}: {}", rank_, p,
-                 ucs_status_string(st));
+    peers_[p].same_host = r.host == my_host_ && r.host != "unknown" && !peer_mode_everywhere_;
+    if (peers_[p].same_host && r.pid != ::getpid()) peers_[p].watch_pid = r.pid;
+    peers_[p].address = r.address;
+    peers_[p].ep = make_ep(p);
   }
 
   // Hellos wire up every endpoint now, so a peer that cannot be reached fails here, in time.
@@ -404,6 +405,47 @@ void Core::connect(const TransportOptions& o) {
                  o.connect_timeout.count(), o.key_prefix);
   }
   log::debug("ucx: rank {} of {} connected", rank_, size_);
+}
+
+std::string Core::record() const {
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  const ucs_status_t st = ucp_worker_get_address(worker_, &address, &address_bytes);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot get its worker address: {}", rank_,
+               ucs_status_string(st));
+  std::string hex = to_hex(address, address_bytes);
+  ucp_worker_release_address(worker_, address);
+  return fmt::format("{} {} {}", hex, ::getpid(), my_host_);
+}
+
+Core::Record Core::parse_record(int peer, const std::string& value) const {
+  Record r;
+  std::istringstream fields(value);
+  std::string hex;
+  long pid = 0;
+  fields >> hex >> pid >> r.host;
+  TANDEM_CHECK(fields && from_hex(hex, r.address) && !r.address.empty() && pid > 0, Status::kTransport,
+               "ucx: rank {} read a malformed worker address for rank {} from the store", rank_, peer);
+  r.pid = static_cast<pid_t>(pid);
+  return r;
+}
+
+ucp_ep_h Core::make_ep(int peer) {
+  const Peer& p = peers_[peer];
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.address = reinterpret_cast<const ucp_address_t*>(p.address.data());
+  ep.err_mode = p.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  if (!p.same_host) {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.err_handler.cb = &ep_error_cb;
+    ep.err_handler.arg = &err_args_[peer];
+  }
+  ucp_ep_h h = nullptr;
+  const ucs_status_t st = ucp_ep_create(worker_, &ep, &h);
+  TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: rank {} cannot create an endpoint to rank {}: {}", rank_, peer,
+               ucs_status_string(st));
+  return h;
 }
 
 std::string Core::failure(const Op& op, ucs_status_t status) const {
@@ -475,7 +517,7 @@ void Core::fail_stuck_receives() {
     op->done.fail(Status::kPeerFailure,
                   fmt::format("ucx: receive from rank {} tag {}: {}{}", op->peer, op->tag, p.why,
                               p.state == PeerState::kLost ? " mid-message" : ""));
-    if (op->req) ucp_request_cancel(worker_, op->req);
+    if (op->req) ucp_request_cancel(op->worker, op->req);
   }
 }
 
@@ -511,6 +553,7 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
   else if (UCS_PTR_IS_ERR(s)) op->done.fail(Status::kTransport, failure(*op, UCS_PTR_STATUS(s)));
   else {
     op->req = s;
+    op->worker = worker_;
     inflight_[op.get()] = op;
   }
   return op;
@@ -593,6 +636,7 @@ void Core::start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size
   else if (UCS_PTR_IS_ERR(s)) finish_recv(*op, UCS_PTR_STATUS(s));
   else {
     op->req = s;
+    op->worker = worker_;
     inflight_[op.get()] = op;
   }
 }
@@ -617,6 +661,7 @@ void Core::finish_recv(Op& op, ucs_status_t status) {
 void Core::drive(int rounds) {
   int i = 0;
   while (i < rounds && ucp_worker_progress(worker_) != 0) ++i;
+  for (ucp_worker_h old : retired_workers_) ucp_worker_progress(old);  // what it still holds completes (cancelled)
   if (i > 0) touch();
 }
 
@@ -649,6 +694,7 @@ void Core::handle_control() {
       ++probes_heard_;
       continue;
     }
+    if (kind == kDeafAck && info.length == 0) continue;  // a late answer, sent to the sentinel that became our worker
     if (src >= size_ || info.length != 0 || (kind != kHello && kind != kGoodbye)) {
       log::warn("ucx: rank {} dropped a malformed control message (tag 0x{:016x}, {} bytes)", rank_, info.sender_tag,
                 info.length);
@@ -834,6 +880,7 @@ void Core::on_deaf_notice(int src, const std::string& notice) {
     log::warn("ucx: rank {} dropped a malformed deafness notice from rank {}", rank_, src);
     return;
   }
+  if (address == p.address) return;  // late: it has moved to that worker already (rebuild_worker) and we to it
   log::warn("ucx: rank {}: rank {} reports: {}", rank_, src, notice.substr(space + 1));
   // It will never read what we send it, nor answer a rendezvous: drop what it sent us and we have not taken (its
   // messages to us came before the notice), then cut it -- our sends to it are released with the endpoint and our
@@ -876,6 +923,116 @@ void Core::close_sentinel() {
   sentinel_ = nullptr;
 }
 
+void Core::settle_hearing(Clock::time_point until) {
+  next_watch_ = {};  // look at the same-host peers' processes now
+  auto unsettled = [&] {
+    if ((probe_due_ && !deaf_) || probing_) return true;  // a death was seen: is our queue still heard?
+    return deaf_ && std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) {
+             return p.owes_deaf_ack && p.state == PeerState::kAlive;  // told, not yet answered
+           });
+  };
+  do pump();
+  while (unsettled() && Clock::now() < until);
+}
+
+void Core::rebuild_worker() {
+  if (!sentinel_) return;
+  // The sentinel becomes this rank's worker: a fresh receive queue, which every peer that reconnects writes into.
+  // The peers still alive here first (one that did not answer the notice, one on another host) are cut like the
+  // others: their messages go to the old worker, which nobody reads any more.
+  const std::string why = fmt::format("rank {} moved to a new worker (its old one could no longer hear same-host "
+                                      "ranks)", rank_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || peers_[p].state != PeerState::kAlive) continue;
+    peers_[p].owes_deaf_ack = false;
+    peer_gone(p, PeerState::kCut, why);
+  }
+  force_close(rank_);  // our own endpoint lives on the old worker too
+  if (sentinel_ep_) {
+    if (void* s = close_without_flush(sentinel_ep_)) closing_.push_back(s);
+    sentinel_ep_ = nullptr;
+  }
+  retired_workers_.push_back(worker_);
+  worker_ = sentinel_;
+  sentinel_ = nullptr;
+  deaf_ = probing_ = probe_due_ = false;
+  probes_sent_ = probes_heard_ = probe_rounds_ = 0;
+  Peer& self = peers_[rank_];
+  self.address = parse_record(rank_, record()).address;
+  self.ep = make_ep(rank_);
+  self.ep_failed = false;
+  log::warn("ucx: rank {} moved to a new worker; the ranks that reconnect to it are heard again", rank_);
+}
+
+void Core::revive(int peer, const Record& r) {
+  Peer& p = peers_[peer];
+  if (p.state == PeerState::kLost || p.state == PeerState::kClosed) return;  // gone for good: its operations fail
+  if (p.state == PeerState::kAlive && r.address == p.address) return;          // nothing moved
+  // It moved to a new worker without telling us (we missed its notice): what is under way with the old one fails.
+  if (p.state == PeerState::kAlive) peer_gone(peer, PeerState::kCut, fmt::format("rank {} moved to a new worker", peer));
+  // Cut: both sides let go of everything between them (check_hearing), so a new endpoint starts clean. Its messages
+  // that reached us while it was cut waited, unmatched (match_posted), for this.
+  if (p.ack_ep) {
+    if (void* s = close_without_flush(p.ack_ep)) closing_.push_back(s);
+    p.ack_ep = nullptr;
+  }
+  force_close(peer);
+  p.address = r.address;
+  p.ep = make_ep(peer);
+  p.state = PeerState::kAlive;
+  p.ep_failed = false;
+  p.owes_deaf_ack = false;
+  p.window_gave_up = false;
+  p.cancel_until = p.closed_cancel_until = p.gone_at = Clock::time_point{};
+  log::info("ucx: rank {} reconnected to rank {} (was: {})", rank_, peer, p.why);
+  p.why.clear();
+  --gone_peers_;
+}
+
+void Core::reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
+                     std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string mine;
+  {
+    std::lock_guard lock(mu_);
+    TANDEM_CHECK(!closed_, Status::kTransport, "ucx: rank {} cannot reconnect a destroyed transport", rank_);
+    // A same-host death may have left this worker deaf; that shows ~0.1 s after the death. Let the check conclude
+    // (and the peers told answer) before publishing where this rank is heard.
+    settle_hearing(std::min(deadline, Clock::now() + kShutdownDeadline));
+    if (deaf_) rebuild_worker();
+    mine = record();
+  }
+  store.set(key_prefix + std::to_string(rank_), mine);
+  for (int peer : peers) {
+    TANDEM_REQUIRE(peer >= 0 && peer < size_, "ucx: rank {} cannot reconnect to rank {}: the world has {} ranks",
+                   rank_, peer, size_);
+    if (peer == rank_) continue;
+    const std::string key = key_prefix + std::to_string(peer);
+    std::string value;
+    for (;;) {
+      try {
+        value = store.get(key, kReconnectPoll);
+        break;
+      } catch (const Error& e) {
+        if (e.status() != Status::kTimeout) throw;
+      }
+      {
+        // Died since the survivors agreed: nothing to mend; the new communicator's first operation with it fails.
+        std::lock_guard lock(mu_);
+        if (peers_[peer].state == PeerState::kLost || peers_[peer].state == PeerState::kClosed) break;
+      }
+      TANDEM_CHECK(Clock::now() < deadline, Status::kTimeout,
+                   "ucx: rank {} did not learn rank {}'s worker address within {} ms (key '{}')", rank_, peer,
+                   timeout.count(), key);
+      progress();  // that rank may wait for our answer to its deafness notice before it publishes
+    }
+    if (value.empty()) continue;
+    const Record r = parse_record(peer, value);
+    std::lock_guard lock(mu_);
+    if (!closed_) revive(peer, r);
+  }
+}
+
 void Core::progress() {
   std::unique_lock lock(mu_, std::try_to_lock);
   if (!lock.owns_lock() || closed_) return;  // another thread is already driving it
@@ -906,7 +1063,7 @@ void Core::let_go(Op& op) {
     // while the caller frees it. Wait until the message was delivered or dropped by the receiver (a
     // failed communicator drops what it will never receive), or the peer is gone (its endpoint is
     // then closed, which completes what UCX held for it).
-    ucp_request_cancel(worker_, op.req);
+    ucp_request_cancel(op.worker, op.req);
     Peer& p = peers_[op.peer];
     const auto until = cancel_window(op.peer);
     while (op.req && Clock::now() < until) {
@@ -958,7 +1115,7 @@ void Core::cancel(const std::shared_ptr<Op>& op) {
   if (!op->is_send && op->req && !closed_) {
     // A matched receive cannot be withdrawn from UCX: let it finish (or fail) so that nothing
     // writes into the caller's parts after cancel returns.
-    ucp_request_cancel(worker_, op->req);
+    ucp_request_cancel(op->worker, op->req);
     Peer& p = peers_[op->peer];
     const auto deadline = p.state == PeerState::kAlive ? cancel_window(op->peer) : Clock::now() + kShutdownDeadline;
     for (;;) {
@@ -1059,7 +1216,7 @@ void Core::shutdown() noexcept {
       for (auto& op : live) {
         op->done.fail(Status::kTransport, fmt::format("{}; {} rank {} tag {} cancelled", gone,
                                                       op->is_send ? "send to" : "receive from", op->peer, op->tag));
-        if (op->req) ucp_request_cancel(worker_, op->req);
+        if (op->req) ucp_request_cancel(op->worker, op->req);
       }
       std::vector<void*> closing;
       for (auto& p : peers_) {
@@ -1116,6 +1273,8 @@ void Core::shutdown() noexcept {
       close_sentinel();
       ucp_worker_destroy(worker_);
       worker_ = nullptr;
+      for (ucp_worker_h old : retired_workers_) ucp_worker_destroy(old);
+      retired_workers_.clear();
       inflight_.clear();
     }
     if (ctx_) ucp_cleanup(ctx_);

@@ -1,0 +1,123 @@
+// Issue #17: a ucx rank left "deaf" by a same-host rank killed while writing into its shared-memory receive queue
+// (tests/transports/ucx_deaf_test.cpp makes one; its operations with same-host ranks then fail at once) must take
+// part again in the communicator the survivors shrink to: Communicator::shrink reconnects the transport
+// (Transport::reconnect), which moves the deaf rank to a fresh worker and its peers to it.
+//
+// Made for real, in three processes: rank 1 (comm_peer flood) floods this process, rank 0, with 4,000-byte
+// messages and is SIGKILLed at a varying moment; rank 2 (comm_peer partner) then sends 1 MiB to rank 0 on a
+// communicator of ranks {0, 2}, which rank 1's death alone does not fail: rank 0 receives it (it still hears) or
+// fails a peer failure (deaf). Either way both survivors shrink the world to {0, 2} and all-reduce there, 1000
+// floats and then 1 MiB of them: every element must be 4 on both ranks (rank 2 checks its own, its exit code
+// says), within the communicator's 4 s deadline. Bounded: at most kTrials trials, stopping after kDeafWanted deaf
+// ones; needs one; every process is reaped by its PID.
+#include <signal.h>
+
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/comm/comm_harness.hpp"
+#include "tests/transports/peer_process.hpp"
+
+namespace {
+
+using namespace tandem;
+using namespace tandem::testing;
+using transports::testing::PeerDir;
+using transports::testing::reap_killed_and_partner;
+using transports::testing::spawn_peer;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTrials = 30;
+constexpr int kDeafWanted = 2;
+
+struct Trial {
+  std::string outcome;  // "heard", "deaf", or what went wrong
+  std::string after;    // what went wrong after the shrink ("" when every sum was right)
+  long shrunk_ms = -1;  // from the shrink's start to the second all-reduce's end
+  int partner_code = -1;
+};
+
+std::string all_fours(Communicator& c, size_t count) {
+  std::vector<float> in(count, 1.f), out(count, -1.f);  // rank 0 gives 1, rank 2 gives 3
+  c.allreduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum)->wait();
+  for (size_t i = 0; i < count; ++i)
+    if (out[i] != 4.f) return fmt::format("element {} of {} is {}, not 4", i, count, out[i]);
+  return "";
+}
+
+Trial run_trial(int flood_before_kill) {
+  PeerDir dir("ucx-shrink");
+  const pid_t flooder = spawn_peer({TANDEM_COMM_PEER_EXE, dir.path(), "1", "flood"});
+  const pid_t partner = spawn_peer({TANDEM_COMM_PEER_EXE, dir.path(), "2", "partner"});
+  Trial trial;
+  if (flooder > 0 && partner > 0) {
+    std::vector<unsigned char> big(size_t{1} << 20), small(4000);
+    try {
+      BootstrapInfo info;
+      info.rank = 0;
+      info.size = 3;
+      info.host = "localhost";
+      CommOptions options = with_timeout(4000);
+      options.transport = "ucx";
+      auto store = std::make_shared<transports::testing::FileStore>(dir.path());
+      auto world = Communicator::create(info, store, options);
+      auto pair = world->split(0, 0);
+      for (int i = 0; i < flood_before_kill; ++i) world->recv(small.data(), small.size(), DType::kU8, 1, 7)->wait();
+      ::kill(flooder, SIGKILL);
+      std::string why;
+      const Status heard = status_of([&] { pair->recv(big.data(), big.size(), DType::kU8, 1, 9)->wait(); }, &why);
+      trial.outcome = heard == Status::kOk ? "heard"
+                      : heard == Status::kPeerFailure ? "deaf"
+                                                      : fmt::format("{} from {{0, 2}}: {}", status_name(heard), why);
+      unsigned char never = 0;
+      const Status dead = status_of([&] { world->recv(&never, 1, DType::kU8, 1, 8)->wait(); }, &why);
+      if (dead != Status::kPeerFailure && dead != Status::kTimeout)
+        trial.outcome += fmt::format("; the receive from the dead rank 1 gave {} ({})", status_name(dead), why);
+      const auto t0 = Clock::now();
+      try {
+        auto survivors = world->shrink();
+        if (survivors->size() != 2 || survivors->rank() != 0)
+          trial.after = fmt::format("shrunk to rank {} of {}", survivors->rank(), survivors->size());
+        if (trial.after.empty()) trial.after = all_fours(*survivors, 1000);
+        if (trial.after.empty()) trial.after = all_fours(*survivors, size_t{1} << 18);
+        trial.shrunk_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        survivors->barrier()->wait();
+      } catch (const Error& e) {
+        trial.after = fmt::format("{}: {}", status_name(e.status()), e.what());
+      }
+    } catch (const std::exception& e) {
+      trial.outcome = std::string("unexpected: ") + e.what();
+    }
+  } else {
+    trial.outcome = "could not start the peers";
+  }
+  trial.partner_code = reap_killed_and_partner(flooder, partner);
+  return trial;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ucx_shrink)
+
+BOOST_AUTO_TEST_CASE(a_rank_left_deaf_by_a_killed_peer_all_reduces_again_after_the_shrink) {
+  int deaf = 0, heard = 0, trials = 0;
+  for (int n = 0; n < kTrials && deaf < kDeafWanted; ++n) {
+    const Trial t = run_trial(20 + (n * 37) % 400);
+    ++trials;
+    BOOST_TEST_MESSAGE("trial " << n << ": " << t.outcome << "; after the shrink: "
+                                << (t.after.empty() ? "sums right" : t.after) << " (" << t.shrunk_ms
+                                << " ms); rank 2 exited " << t.partner_code);
+    if (t.outcome == "heard") ++heard;
+    else if (t.outcome == "deaf") ++deaf;
+    else BOOST_ERROR("trial " << n << ": " << t.outcome);
+    BOOST_TEST(t.after.empty(), "trial " << n << " (" << t.outcome << "), rank 0 after the shrink: " << t.after);
+    BOOST_TEST(t.partner_code == 0, "trial " << n << " (" << t.outcome << "): rank 2 exited " << t.partner_code
+                                             << " (0: its sums in the shrunk communicator were right)");
+  }
+  BOOST_TEST_MESSAGE(deaf << " deaf of " << trials << " trials (" << heard << " heard)");
+  BOOST_TEST(deaf >= 1, "no trial left rank 0 deaf in " << trials << " trials: the reproduction did not work");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
