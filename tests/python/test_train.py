@@ -57,6 +57,17 @@ class Models(unittest.TestCase):
         # The same input twice gives the same logits (inference mode: no state changes).
         self.assertTrue(np.array_equal(y, m.forward(x)))
 
+    def test_forward_refuses_an_input_of_another_shape(self):
+        # The C function reads N x 784 floats for lenet5: a smaller array was read past its end (a segfault for
+        # (100000, 1, 1, 1)), a larger one silently read in part. Each is refused, naming the expected shape.
+        m = tt.Model("lenet5", seed=1)
+        for shape in ((100000, 1, 1, 1), (2, 3, 32, 32), (0, 1, 28, 28), (784,)):
+            with self.assertRaises(tandem.TandemError) as cm:
+                m.forward(np.zeros(shape, np.float32))
+            self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+            self.assertIn("[N, 1, 28, 28]", cm.exception.message)
+        self.assertEqual(m.forward(np.zeros((2, 784), np.float32)).shape, (2, 10))  # flattened samples are fine
+
     def test_spec_json_model_and_malformed_spec(self):
         spec = {"name": "tiny", "input": [1, 8, 8], "layers": [{"type": "linear", "out_features": 3}]}
         try:

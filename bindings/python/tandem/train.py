@@ -306,6 +306,12 @@ class Model(_Handle):
         """Logits [N, classes] for normalised float32 inputs [N, C, H, W] (inference mode)."""
         x = _np.ascontiguousarray(x, dtype=_np.float32)
         info = self.info()
+        # The C function reads batch x C x H x W floats from the pointer: an input of another shape would be read
+        # past its end (or read in part), so it is checked here.
+        per_sample = int(_np.prod(info["input_shape"]))
+        if x.ndim < 2 or x.shape[0] < 1 or x.size != x.shape[0] * per_sample:
+            raise _invalid("forward: model '%s' takes inputs [N, %s] (%d values per sample), got an array of shape %s"
+                           % (info["name"], ", ".join(str(d) for d in info["input_shape"]), per_sample, x.shape))
         n = int(x.shape[0])
         out = _np.empty((n, info["num_classes"]), dtype=_np.float32)
         _check(_LIB.tandem_model_forward(self._h, x.ctypes.data_as(P(_f32)), n, out.ctypes.data_as(P(_f32)),
