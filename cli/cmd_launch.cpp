@@ -812,7 +812,7 @@ tandem::cli::Registration reg{
                      "TANDEM_* settings always go)");
       sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
-          ->check(CLI::PositiveNumber);
+          ->check(tandem::cli::kPositive);
       sub.add_option("--port", o->port, "rendezvous port; a new job's launcher serves the store there (default: a "
                      "free one)")->check(CLI::Range(0, 65535));
       sub.add_option("--master-addr", o->master_addr,
@@ -821,7 +821,7 @@ tandem::cli::Registration reg{
                      "wrap each rank's command, '{rank}' replaced by its index "
                      "(e.g. 'tools/emu-cluster exec {rank} --')");
       sub.add_option("--grace-ms", o->grace_ms, "after SIGTERM, how long ranks get before SIGKILL (default 3000)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(tandem::cli::kNonNegative);
       sub.add_flag("--json", o->json, "stdout carries only the ranks' JSON lines, each with a \"rank\" field; other "
                    "output goes to stderr");
       sub.add_option("--log-dir", o->log_dir, "write each rank's stdout and stderr to DIR/rank-<i>.out/.err");

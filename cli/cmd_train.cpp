@@ -391,9 +391,15 @@ int launched_world() {
   return 1;
 }
 
-// A file the run will write at its end: its directory must exist and be writable now, before any training.
+// A file the run will write at its end: its directory must exist and be writable now, before any training, and the
+// path must not be a directory (the checkpoint's final rename failed only after the whole run).
 int check_output_path(const std::string& option, const std::string& path) {
   if (path.empty()) return 0;
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "tandem train: %s %s: is a directory, not a file; nothing was trained\n", option.c_str(),
+                 path.c_str());
+    return 2;
+  }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (::access(dir.c_str(), W_OK) != 0) {
@@ -407,6 +413,11 @@ int check_output_path(const std::string& option, const std::string& path) {
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
   if (const int rc = check_output_path("--checkpoint", o.checkpoint) + check_output_path("--trace", o.trace)) return rc;
+  if (struct stat st{}; !o.resume.empty() && (::stat(o.resume.c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
+    std::fprintf(stderr, "tandem train: --resume %s: %s; nothing was trained\n", o.resume.c_str(),
+                 S_ISDIR(st.st_mode) ? "is a directory, not a checkpoint file" : std::strerror(errno));
+    return 2;
+  }
   const int world = launched_world();
   if (!o.parallel && world > 1) {
     std::fprintf(stderr, "tandem train: started as one of %d ranks with --strategy single: every rank would train the "
@@ -689,7 +700,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
   app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);
   app.add_option("--epochs", o->epochs, "epochs to train (in total, counting resumed ones)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(tandem::cli::kPositive);
   app.add_option("--target-accuracy", o->target_accuracy,
                  "stop after the first evaluation (end of an epoch; FedAvg: of a round) whose test accuracy is at or "
                  "above this, in (0, 1]; --epochs stays the cap. --json adds a {\"target\": ...} line: reached, "
@@ -701,7 +712,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
             return {};
           },
           "(0, 1]"));
-  app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(tandem::cli::kPositive);
   app.add_option("--lr", o->lr, "base learning rate")->capture_default_str();
   app.add_option("--optimizer", o->optimizer, "sgd, adam or adamw")->capture_default_str();
   app.add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
@@ -712,7 +723,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                  "the pipeline schedule (as --pipeline-schedule)")
       ->capture_default_str();
   app.add_option("--clip-norm", o->clip_norm, "clip gradients to this global L2 norm (0: off)");
-  app.add_option("--threads", o->threads, "compute threads (default: all cores)");
+  app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")->check(tandem::cli::kNonNegative);
   app.add_option("--seed", o->seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
   app.add_option("--init", o->init, "weight initialisation: kaiming, xavier or uniform")->capture_default_str();
   app.add_option("--checkpoint", o->checkpoint, "write a checkpoint here after every epoch");
@@ -784,17 +795,17 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
-          ->group(par)->check(CLI::PositiveNumber),
+          ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
                      "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
                      "parameter servers, as workers, and only when this is given), the others refused (default: "
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
-          ->group(par)->check(CLI::PositiveNumber),
+          ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
                      "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; ps and "
                      "ssp: the store read alone, the decision carried on the push/pull messages; ps-async: also a "
                      "sync point, the workers re-taking the servers' parameters)")
-          ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
+          ->group(par)->check(tandem::cli::kPositive)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);

@@ -4,6 +4,7 @@
 // where setup(CLI::App& sub) declares options and returns the function to run (exit code).
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,22 @@ struct Registration {
     commands().push_back({std::move(name), std::move(help), std::move(setup)});
   }
 };
+
+// Numeric checks for options. CLI11's PositiveNumber says "Value 0 not in range 0.000000 to 1797...(309 digits)"
+// for 0 or -4 (its range starts at the smallest double); these name the rule and the value.
+inline CLI::Validator numeric_rule(bool (*ok)(double), const char* rule, const char* desc) {
+  return CLI::Validator(
+      [ok, rule](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !ok(v)) return std::string(rule) + ", got " + text;
+        return {};
+      },
+      desc);
+}
+inline const CLI::Validator kPositive = numeric_rule([](double v) { return v > 0; }, "must be > 0", "POSITIVE");
+inline const CLI::Validator kNonNegative =
+    numeric_rule([](double v) { return v >= 0; }, "must be >= 0", "NONNEGATIVE");
 
 // Prints "tandem: <message>" plus the library's last error to stderr; returns 1.
 int fail(const std::string& message);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -114,7 +115,7 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--batch", o->batch, "batch per data-parallel replica (as in PyTorch DDP)")->capture_default_str();
   app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
   app.add_option("--limit-batches", o->limit_batches, "the training run's --limit-batches: an epoch (a fedavg "
-                 "client's local epoch) ends after this many batches (0: all)")->check(CLI::NonNegativeNumber);
+                 "client's local epoch) ends after this many batches (0: all)")->check(tandem::cli::kNonNegative);
   if (strategy_options) {
     app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, "
                    "localsgd")->transform(names(strategy_names()));
@@ -148,14 +149,14 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
         ->capture_default_str();
     app.add_option("--warmup-steps", o->warmup_steps, "localsgd: DDP steps first (post-local SGD)")->group(grp);
     app.add_option("--server-replicas", o->server_replicas, "ps, ps-async, ssp: backups of each server's shard (the "
-                   "replica traffic is timed; ps needs --elastic)")->group(grp)->check(CLI::NonNegativeNumber);
+                   "replica traffic is timed; ps needs --elastic)")->group(grp)->check(tandem::cli::kNonNegative);
     app.add_flag("--elastic", o->elastic, "the training run's --elastic (with --max-ranks: its joiner checks are timed)")
         ->group(grp);
     app.add_option("--max-ranks", o->max_ranks, "the training run's --max-ranks: above the job's ranks, a ps-family "
                    "job checks for joiners every --join-poll-steps steps (timed)")->group(grp)
-        ->check(CLI::NonNegativeNumber);
+        ->check(tandem::cli::kNonNegative);
     app.add_option("--join-poll-steps", o->join_poll_steps, "the training run's --join-poll-steps")->group(grp)
-        ->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(tandem::cli::kPositive)->capture_default_str();
   }
   app.add_option("--accumulate", o->accumulation, "batches per optimizer step (one all-reduce)")->capture_default_str();
   app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
@@ -243,11 +244,18 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     return true;
   };
   if (o.given("--job")) {
+    if (std::error_code ec; std::filesystem::is_directory(o.job_file, ec))
+      return fail(fmt::format("--job '{}' is a directory, not a job JSON file", o.job_file));
     std::ifstream in(o.job_file);
     if (!in) return fail(fmt::format("cannot read --job file '{}'", o.job_file));
     std::stringstream ss;
     ss << in.rdbuf();
     job.job_text = ss.str();
+    try {  // the library's own message says "job JSON: parse error ..." without naming the file
+      [[maybe_unused]] const nlohmann::json parsed = nlohmann::json::parse(job.job_text);
+    } catch (const nlohmann::json::exception& e) {
+      return fail(fmt::format("--job file '{}' is not valid JSON: {}", o.job_file, e.what()));
+    }
     p.field_mask |= TANDEM_SIM_JOB_JSON;
     p.job_json = job.job_text.c_str();
   }

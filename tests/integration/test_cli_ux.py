@@ -234,6 +234,37 @@ class Mistakes(unittest.TestCase):
             self.assertIn("%s /nonexistent/dir/file: cannot write there" % opt, out)
             self.assertIn("nothing was trained", out)
 
+    def test_bad_numbers_and_paths_are_named_before_any_work(self):
+        # A non-positive --batch was "Value 0 not in range 0.000000 to 1797...(309 digits)"; a negative --threads
+        # ran; a directory as --checkpoint failed only after the training, as --resume with "internal error:
+        # basic_filebuf::underflow"; a --job file that is not JSON or a directory was a parse error naming no file.
+        for args, want in ((["train", "--batch", "0"], "--batch: must be > 0, got 0"),
+                           (["train", "--batch", "-4"], "--batch: must be > 0, got -4"),
+                           (["train", "--threads", "-3"], "--threads: must be >= 0, got -3"),
+                           (["launch", "-n", "2", "--", CLI, "train", "--batch", "0"],
+                            "--batch: must be > 0, got 0")):
+            rc, out = tandem(*args)
+            self.assertNotEqual(rc, 0, out)
+            self.assertIn(want, out)
+            self.assertNotIn("1797693", out)
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.monotonic()
+            for opt, what in (("--checkpoint", "is a directory, not a file"),
+                              ("--resume", "is a directory, not a checkpoint file")):
+                rc, out = tandem("train", "--model", "lenet5", "--dataset", "synthetic", "--epochs", "1",
+                                 "--limit-batches", "2", opt, d)
+                self.assertEqual(rc, 2, out)
+                self.assertIn("%s %s: %s; nothing was trained" % (opt, d, what), out)
+            self.assertLess(time.monotonic() - t0, 30)
+            self.assertEqual(os.listdir(d), [])  # no half file left behind
+            bad = os.path.join(d, "job.json")
+            with open(bad, "w") as f:
+                f.write('{"batch": ')
+            for job, want in ((d, "--job '%s' is a directory" % d), (bad, "--job file '%s' is not valid JSON" % bad)):
+                rc, out = tandem("simulate", "--cluster", "t2.micro:2", "--model", "lenet5", "--job", job)
+                self.assertEqual(rc, 1, out)
+                self.assertIn(want, out)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -140,10 +140,11 @@ class Training(unittest.TestCase):
             with self.assertRaises(tandem.TandemError) as cm:
                 again.load_checkpoint(bad)
             self.assertIn("bad.ckpt", cm.exception.message)
-
-
-if __name__ == "__main__":
-    unittest.main()
+            # A directory is named as one (it was "internal error: basic_filebuf::underflow error reading the file").
+            with self.assertRaises(tandem.TandemError) as cm:
+                again.load_checkpoint(tmp)
+            self.assertEqual(cm.exception.status, tandem.ERR_IO)
+            self.assertIn("is a directory", cm.exception.message)
 
 
 class ParallelStrategies(unittest.TestCase):
@@ -186,3 +187,7 @@ class ParallelStrategies(unittest.TestCase):
         with self.assertRaises(tandem.TandemError) as cm:
             self.make("easgd", tau=0)
         self.assertIn("parallel->tau", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
