@@ -71,6 +71,8 @@ bool is_file(const std::string& p) {
 }
 
 int run_calibrate(const CalibrateOptions& o) {
+  if (const int rc = tandem::cli::check_output_path("tandem calibrate", "--out", o.out, "nothing was measured"))
+    return rc;
   Handles h;
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
   if (o.threads > 0) {
@@ -303,6 +305,9 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                        ->capture_default_str();
                    return [o] {
                      if (o->network) {
+                       if (const int rc = check_output_path("tandem calibrate --network", "--out", o->out,
+                                                            "nothing was measured"))
+                         return rc;
                        o->net.out = o->out;
                        return run_network_calibrate(o->net);
                      }

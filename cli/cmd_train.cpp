@@ -391,28 +391,11 @@ int launched_world() {
   return 1;
 }
 
-// A file the run will write at its end: its directory must exist and be writable now, before any training, and the
-// path must not be a directory (the checkpoint's final rename failed only after the whole run).
-int check_output_path(const std::string& option, const std::string& path) {
-  if (path.empty()) return 0;
-  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr, "tandem train: %s %s: is a directory, not a file; nothing was trained\n", option.c_str(),
-                 path.c_str());
-    return 2;
-  }
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  if (::access(dir.c_str(), W_OK) != 0) {
-    std::fprintf(stderr, "tandem train: %s %s: cannot write there (%s: %s); nothing was trained\n", option.c_str(),
-                 path.c_str(), dir.c_str(), std::strerror(errno));
-    return 2;
-  }
-  return 0;
-}
-
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
-  if (const int rc = check_output_path("--checkpoint", o.checkpoint) + check_output_path("--trace", o.trace)) return rc;
+  if (const int rc = cli::check_output_path("tandem train", "--checkpoint", o.checkpoint, "nothing was trained") +
+                     cli::check_output_path("tandem train", "--trace", o.trace, "nothing was trained"))
+    return rc;
   if (struct stat st{}; !o.resume.empty() && (::stat(o.resume.c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
     std::fprintf(stderr, "tandem train: --resume %s: %s; nothing was trained\n", o.resume.c_str(),
                  S_ISDIR(st.st_mode) ? "is a directory, not a checkpoint file" : std::strerror(errno));

@@ -46,6 +46,12 @@ inline const CLI::Validator kPositive = numeric_rule([](double v) { return v > 0
 inline const CLI::Validator kNonNegative =
     numeric_rule([](double v) { return v >= 0; }, "must be >= 0", "NONNEGATIVE");
 
+// A file the command writes at its end (a checkpoint, a trace, a profile): its directory must exist and be writable,
+// and the path must not be a directory, checked before any work. Prints "COMMAND: OPTION PATH: why; NOTHING_DONE"
+// and returns 2, or returns 0 (also for an empty path).
+int check_output_path(const char* command, const std::string& option, const std::string& path,
+                      const char* nothing_done);
+
 // Prints "tandem: <message>" plus the library's last error to stderr; returns 1.
 int fail(const std::string& message);
 

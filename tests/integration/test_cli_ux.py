@@ -264,6 +264,17 @@ class Mistakes(unittest.TestCase):
                 rc, out = tandem("simulate", "--cluster", "t2.micro:2", "--model", "lenet5", "--job", job)
                 self.assertEqual(rc, 1, out)
                 self.assertIn(want, out)
+            # calibrate measured for seconds, then could not write its --out
+            t0 = time.monotonic()
+            rc, out = tandem("calibrate", "--model", "lenet5", "--out", d)
+            self.assertEqual(rc, 2, out)
+            self.assertIn("--out %s: is a directory, not a file; nothing was measured" % d, out)
+            self.assertLess(time.monotonic() - t0, 5)
+        # a size past the host's memory: "tandem: std::bad_alloc" (or the OOM killer, overcommitted)
+        rc, out = tandem("bench", "allreduce", "-n", "2", "--sizes", "4K,512G")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--sizes: 549755813888 bytes need 2048.0 GiB on this host", out)
+        self.assertNotIn("bad_alloc", out)
 
 
 if __name__ == "__main__":
