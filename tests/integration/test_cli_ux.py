@@ -117,7 +117,8 @@ class Mistakes(unittest.TestCase):
         notes = [l for l in out.splitlines() if l.startswith("  ") and " nodes: " in l]
         self.assertTrue(notes, out)
         for l in notes:
-            self.assertIn("super-linear", l)
+            self.assertTrue("super-linear" in l or l == "  1 nodes: not simulated (1 device(s) do not split into "
+                            "--pp 2 stages)", l)
 
     def test_the_printed_command_runs_as_printed(self):
         # `run it` named a data set `tandem train` cannot load without a directory (cifar10, simulate's default):
@@ -275,6 +276,20 @@ class Mistakes(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("--sizes: 549755813888 bytes need 2048.0 GiB on this host", out)
         self.assertNotIn("bad_alloc", out)
+
+    def test_a_sweep_says_which_node_counts_it_could_not_simulate(self):
+        # hybrid --pp 2 dropped 1 and 3 nodes silently: --nodes 1,3 printed an empty table (and plot), exit 0
+        base = ["simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--strategy", "hybrid", "--pp", "2"]
+        rc, out = tandem(*base, "--nodes", "1,2")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 nodes: not simulated (1 device(s) do not split into --pp 2 stages)", out)
+        with tempfile.TemporaryDirectory() as d:
+            plot = os.path.join(d, "s.svg")
+            rc, out = tandem(*base, "--nodes", "1,3", "--plot", plot)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("3 nodes: not simulated", out)
+            self.assertIn("--nodes 1,3: no node count can host this job", out)
+            self.assertFalse(os.path.exists(plot))
 
 
 if __name__ == "__main__":
