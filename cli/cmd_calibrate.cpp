@@ -266,8 +266,11 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--input", o->input, "input shape CxHxW (zoo models; default: the usual one)");
                    app.add_option("--dataset", o->dataset,
                                   "take the input shape from a data set: fashion-mnist, mnist, synthetic, cifar10");
-                   app.add_option("--classes", o->classes, "classes (zoo models)")->capture_default_str();
-                   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+                   app.add_option("--classes", o->classes, "classes (zoo models)")
+                       ->capture_default_str()
+                       ->check(tandem::cli::kPositive);
+                   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")
+                       ->check(tandem::cli::kPositive);
                    app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")->check(tandem::cli::kNonNegative);
                    app.add_option("--warmup", o->warmup, "untimed passes first")->capture_default_str();
                    app.add_option("--iters", o->iters, "timed passes (per-layer medians)")

@@ -155,8 +155,9 @@ tandem::cli::Registration reg{"model", "inspect models (zoo names or JSON specs)
                 std::string("zoo name (") + tandem::cli::kZooHelp + ") or a JSON spec file")
       ->required();
   s->add_option("--input", o->input, "input shape CxHxW for a zoo model (default: its usual input)");
-  s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)");
-  s->add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+  s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)")
+      ->check(tandem::cli::kPositive);
+  s->add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->check(tandem::cli::kPositive);
   s->add_flag("--json", o->json, "machine-readable output");
   return [o, s] { return s->parsed() ? summary(*o) : 1; };
 }};

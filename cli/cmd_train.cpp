@@ -716,7 +716,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)");
   app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)");
   app.add_flag("--augment", o->augment, "random crop with padding (and flips for colour images)");
-  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->check(tandem::cli::kPositive);
   app.add_flag("--json", o->json, "one JSON object per epoch on stdout");
   tandem::cli::add_predict_options(app, o->predict);
   // Parallel training: run under `tandem launch -n N`, mpirun or srun; rank 0 prints for the job.

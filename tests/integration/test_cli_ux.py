@@ -243,7 +243,11 @@ class Mistakes(unittest.TestCase):
                            (["train", "--batch", "-4"], "--batch: must be > 0, got -4"),
                            (["train", "--threads", "-3"], "--threads: must be >= 0, got -3"),
                            (["launch", "-n", "2", "--", CLI, "train", "--batch", "0"],
-                            "--batch: must be > 0, got 0")):
+                            "--batch: must be > 0, got 0"),
+                           # these were silently replaced by the defaults (width 1.0, 1000 classes)
+                           (["model", "summary", "mobilenetv2", "--width-mult", "-1"], "--width-mult: must be > 0"),
+                           (["model", "summary", "resnet50", "--classes", "0"], "--classes: must be > 0, got 0"),
+                           (["train", "--width-mult", "nan"], "--width-mult: must be > 0, got nan")):
             rc, out = tandem(*args)
             self.assertNotEqual(rc, 0, out)
             self.assertIn(want, out)
