@@ -893,6 +893,11 @@ tandem::cli::Registration reg{
           say("--log-dir " + o->log_dir + ": not a writable directory (" + std::strerror(errno) + ")");
           return 2;
         }
+        // a writable file passed the check above; the ranks' output was then lost with exit 0
+        if (struct stat st{}; !o->log_dir.empty() && (::stat(o->log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+          say("--log-dir " + o->log_dir + ": not a directory");
+          return 2;
+        }
         return Launcher(*o, std::move(hosts)).run();
       };
     }};

@@ -578,6 +578,21 @@ int run_train(const TrainOptions& o) {
       reached = true;
       reached_epoch = r.epoch;
     }
+    // A diverged run (lr too high: the loss went inf/NaN) printed "train loss -nan", overwrote the last good checkpoint
+    // with NaN weights and exited 0. One process stops here, before the checkpoint; under a launcher the checkpoint
+    // is collective and a rank's loss its own (servers train nothing), so rank 0 only says so.
+    if (!std::isfinite(r.train_loss) && r.train_samples > 0) {
+      if (!o.parallel) {
+        std::fprintf(stderr, "tandem train: epoch %lld: the training loss is not finite (%g): the model diverged; "
+                     "lower --lr or give --clip-norm%s\n", static_cast<long long>(r.epoch), r.train_loss,
+                     o.checkpoint.empty() ? "" : fmt::format(" (--checkpoint {} was not overwritten)",
+                                                             o.checkpoint).c_str());
+        return 1;
+      }
+      if ((parallel_attr(h.trainer).rank) == 0)
+        std::fprintf(stderr, "tandem train: warning: epoch %lld: rank 0's training loss is not finite (%g): the model "
+                     "diverged; lower --lr or give --clip-norm\n", static_cast<long long>(r.epoch), r.train_loss);
+    }
     if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }

@@ -217,6 +217,10 @@ class Mistakes(unittest.TestCase):
         rc, out = tandem("launch", "-n", "2", "--log-dir", "/nonexistent/logs", "--", "true")
         self.assertEqual(rc, 2)
         self.assertIn("--log-dir /nonexistent/logs", out)
+        with tempfile.NamedTemporaryFile() as f:  # a file: its ranks' output was lost, exit 0
+            rc, out = tandem("launch", "-n", "2", "--log-dir", f.name, "--", "true")
+            self.assertEqual(rc, 2, out)
+            self.assertIn("--log-dir %s: not a directory" % f.name, out)
 
     def test_training_copies_of_itself_under_a_launcher_is_refused(self):
         t0 = time.monotonic()
@@ -294,6 +298,17 @@ class Mistakes(unittest.TestCase):
             self.assertIn("3 nodes: not simulated", out)
             self.assertIn("--nodes 1,3: no node count can host this job", out)
             self.assertFalse(os.path.exists(plot))
+
+    def test_a_diverged_run_stops_before_overwriting_its_checkpoint(self):
+        # lr 1e9: "train loss -nan", the checkpoint overwritten with NaN weights, exit 0
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = os.path.join(d, "run.ckpt")
+            rc, out = tandem("train", "--model", "lenet5", "--dataset", "synthetic", "--optimizer", "adamw", "--lr",
+                             "1e9", "--epochs", "1", "--limit-batches", "3", "--test-limit", "10", "--checkpoint", ckpt)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("epoch 1: the training loss is not finite", out)
+            self.assertIn("(--checkpoint %s was not overwritten)" % ckpt, out)
+            self.assertFalse(os.path.exists(ckpt))
 
 
 if __name__ == "__main__":
