@@ -1,6 +1,7 @@
 // The job options of `tandem simulate` and `tandem plan` (cli/sim_job.hpp).
 #include "cli/sim_job.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -193,6 +194,40 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
 
 namespace {
 
+// A --job file may use the flags' names too (they differed from the JSON keys, issue #15): dashes for
+// underscores, and --microbatches, --algo, --accumulate, --compress, --no-overlap, --cut for micro_batches,
+// algorithm, accumulation, compression, overlap (negated) and boundaries. Renamed in place; "" or why not.
+std::string job_keys_from_flags(nlohmann::json& j) {
+  if (!j.is_object()) return "";  // the library says what it expects
+  static const std::pair<const char*, const char*> kRenamed[] = {{"microbatches", "micro_batches"},
+                                                                  {"algo", "algorithm"},
+                                                                  {"accumulate", "accumulation"},
+                                                                  {"compress", "compression"},
+                                                                  {"cut", "boundaries"}};
+  nlohmann::json out = nlohmann::json::object();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string key = it.key();
+    std::replace(key.begin(), key.end(), '-', '_');
+    nlohmann::json value = it.value();
+    for (const auto& [flag, field] : kRenamed)
+      if (key == flag) key = field;
+    if (key == "no_overlap") {
+      if (!value.is_boolean()) return "\"" + it.key() + "\" must be true or false";
+      key = "overlap";
+      value = !value.get<bool>();
+    }
+    if (key == "boundaries" && value.is_string()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const int32_t layer : parse_cut(value.get<std::string>())) layers.push_back(layer);
+      value = layers;
+    }
+    if (out.contains(key)) return "\"" + it.key() + "\" gives " + key + " a second time";
+    out[key] = value;
+  }
+  j = std::move(out);
+  return "";
+}
+
 // The zoo model for the options: its input and classes from --input/--classes, else from the dataset.
 int make_model(SimJobCli& o, SimJob& job) {
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
@@ -251,11 +286,15 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     std::stringstream ss;
     ss << in.rdbuf();
     job.job_text = ss.str();
+    nlohmann::json parsed;
     try {  // the library's own message says "job JSON: parse error ..." without naming the file
-      [[maybe_unused]] const nlohmann::json parsed = nlohmann::json::parse(job.job_text);
+      parsed = nlohmann::json::parse(job.job_text);
     } catch (const nlohmann::json::exception& e) {
       return fail(fmt::format("--job file '{}' is not valid JSON: {}", o.job_file, e.what()));
     }
+    if (const std::string why = job_keys_from_flags(parsed); !why.empty())
+      return fail(fmt::format("--job file '{}': {}", o.job_file, why));
+    job.job_text = parsed.dump();
     p.field_mask |= TANDEM_SIM_JOB_JSON;
     p.job_json = job.job_text.c_str();
   }

@@ -310,6 +310,31 @@ class Mistakes(unittest.TestCase):
             self.assertIn("(--checkpoint %s was not overwritten)" % ckpt, out)
             self.assertFalse(os.path.exists(ckpt))
 
+    def test_a_job_file_takes_the_flags_names(self):
+        # the --job keys differed from the flags ("unknown field \"microbatches\""): a file written with the
+        # flags' names now describes the same job as the flags
+        flags = ["--strategy", "hybrid", "--dp", "2", "--pp", "2", "--batch", "32", "--microbatches", "4",
+                 "--bucket-mb", "5", "--no-overlap", "--cut", "0,3,12", "--algo", "ring", "--accumulate", "2"]
+        job = {"strategy": "hybrid", "dp": 2, "pp": 2, "batch": 32, "microbatches": 4, "bucket-mb": 5,
+               "no-overlap": True, "cut": "0,3,12", "algo": "ring", "accumulate": 2}
+        base = ["simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--json"]
+        rc, by_flags = tandem(*base, *flags)
+        self.assertEqual(rc, 0, by_flags)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "job.json")
+            with open(path, "w") as f:
+                json.dump(job, f)
+            rc, by_file = tandem(*base, "--job", path)
+            self.assertEqual(rc, 0, by_file)
+            a, b = json.loads(by_file), json.loads(by_flags)
+            a.pop("sim_wall_s"), b.pop("sim_wall_s")  # the simulator's own run time
+            self.assertEqual(a, b)
+            with open(path, "w") as f:
+                f.write('{"microbatches": 4, "micro_batches": 2}')
+            rc, out = tandem(*base, "--job", path)
+            self.assertEqual(rc, 1, out)
+            self.assertIn('"microbatches" gives micro_batches a second time', out)
+
 
 if __name__ == "__main__":
     unittest.main()
