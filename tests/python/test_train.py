@@ -189,5 +189,23 @@ class ParallelStrategies(unittest.TestCase):
         self.assertIn("parallel->tau", str(cm.exception))
 
 
+class IntegerFields(unittest.TestCase):
+    """ctypes truncated 64.9 to 64 and wrapped an int32 field: simulate(dp=2**32 + 2) simulated dp 2."""
+
+    def test_whole_numbers_within_the_c_type_only(self):
+        import tandem.simulate as ts
+        for kw, want in ((dict(strategy="ddp", dp=2 ** 32 + 2), "dp = 4294967298 is out of range"),
+                         (dict(batch=64.9), "batch must be a whole number, got 64.9"),
+                         (dict(batch="64"), "batch must be a whole number")):
+            with self.assertRaises(tandem.TandemError) as cm:
+                ts.simulate("t2.micro:4", model="lenet5", **kw)
+            self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+            self.assertIn(want, cm.exception.message)
+        self.assertEqual(ts.simulate("t2.micro:4", model="lenet5", strategy="ddp", dp=np.int64(2), batch=64.0).dp, 2)
+        with self.assertRaises(tandem.TandemError) as cm:
+            tt.Model("lenet5", input_shape=(1, 28.5, 28))
+        self.assertIn("input_height must be a whole number, got 28.5", cm.exception.message)
+
+
 if __name__ == "__main__":
     unittest.main()

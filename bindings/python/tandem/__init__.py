@@ -10,6 +10,7 @@ Run it with `tandem launch -n 4 -- python3 script.py`. Every failure raises Tand
 the C status (`.status`, `.status_name`) and the library's message (`.message`).
 """
 import ctypes
+import operator
 
 from . import _lib
 
@@ -73,6 +74,27 @@ def _check(status):
 
 def _invalid(message):
     return TandemError(ERR_INVALID_ARGUMENT, message)
+
+
+def _set_field(struct, field, value, conv):
+    """struct.field = conv(value), for a params struct. An integer field takes only whole numbers within its C type:
+    ctypes silently truncated 64.9 to 64 and wrapped 2**32 + 2 to 2 in an int32 (dp=2**32+2 simulated dp 2)."""
+    if conv is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        try:
+            whole = operator.index(value)  # int, bool, numpy integers; not 64.9 nor "64"
+        except TypeError:
+            raise _invalid("%s must be a whole number, got %r" % (field, value)) from None
+        ctype = dict(type(struct)._fields_)[field]
+        bits = 8 * ctypes.sizeof(ctype)
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value == -1 else (0, (1 << bits) - 1)
+        if not lo <= whole <= hi:
+            raise _invalid("%s = %d is out of range for its C field (%d .. %d)" % (field, whole, lo, hi))
+        value = whole
+    else:
+        value = conv(value)
+    setattr(struct, field, value)
 
 
 def _op_code(op):

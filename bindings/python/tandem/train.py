@@ -15,7 +15,7 @@ import ctypes
 import os
 import math
 
-from . import _LIB, _check, _invalid
+from . import _LIB, _check, _invalid, _set_field
 
 try:
     import numpy as _np
@@ -218,16 +218,16 @@ def _fill(p, keep, fields):
             continue
         p.field_mask |= 1 << bit
         if isinstance(field, tuple):
-            values = [conv(v) for v in value]
+            values = list(value)
             if len(values) != len(field):
                 raise _invalid("%s needs %d values, got %r" % ("/".join(field), len(field), value))
             for f, v in zip(field, values):
-                setattr(p, f, v)
+                _set_field(p, f, v, conv)
         elif conv is str:
             keep.append(_b(value))
             setattr(p, field, keep[-1])
         else:
-            setattr(p, field, conv(value))
+            _set_field(p, field, value, conv)
     return p
 
 
