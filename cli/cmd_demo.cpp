@@ -236,14 +236,17 @@ tandem::cli::Registration reg{
     [](CLI::App& app) -> tandem::cli::Runner {
       auto o = std::make_shared<DemoOptions>();
       app.add_option("--model", o->model, "zoo model")->capture_default_str();
-      app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
+      app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str()
+          ->check(tandem::cli::kPositive);
       app.add_option("--batch", o->batch, "batch per replica")->capture_default_str()->check(tandem::cli::kPositive);
       app.add_option("--batches", o->batches, "batches each run trains")->capture_default_str()
           ->check(tandem::cli::kPositive);
-      app.add_option("--microbatches", o->microbatches, "pipeline micro-batches")->capture_default_str();
+      app.add_option("--microbatches", o->microbatches, "pipeline micro-batches")->capture_default_str()
+          ->check(tandem::cli::kPositive);
       app.add_option("--schedule", o->schedule, "gpipe or 1f1b")->capture_default_str()
           ->check(CLI::IsMember({"gpipe", "1f1b"}));
-      app.add_option("--test-limit", o->test_limit, "test images scored")->capture_default_str();
+      app.add_option("--test-limit", o->test_limit, "test images scored")->capture_default_str()
+          ->check(tandem::cli::kNonNegative);
       app.add_option("--transport", o->transport, "auto, tcp, zmq or ucx")->capture_default_str();
       app.add_option("--data-dir", o->data_dir, "Fashion-MNIST directory (default: found automatically)");
       app.add_flag("--json", o->json, "one JSON summary object");

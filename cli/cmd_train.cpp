@@ -726,10 +726,14 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--init", o->init, "weight initialisation: kaiming, xavier or uniform")->capture_default_str();
   app.add_option("--checkpoint", o->checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", o->resume, "resume from this checkpoint");
-  app.add_option("--limit-batches", o->limit_batches, "stop each epoch after this many batches (0: all)");
-  app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)");
-  app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)");
-  app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)");
+  app.add_option("--limit-batches", o->limit_batches, "stop each epoch after this many batches (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)")
+      ->check(tandem::cli::kNonNegative);
   app.add_flag("--augment", o->augment, "random crop with padding (and flips for colour images)");
   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->check(tandem::cli::kPositive);
   app.add_flag("--json", o->json, "one JSON object per epoch on stdout");

@@ -251,7 +251,10 @@ class Mistakes(unittest.TestCase):
                            # these were silently replaced by the defaults (width 1.0, 1000 classes)
                            (["model", "summary", "mobilenetv2", "--width-mult", "-1"], "--width-mult: must be > 0"),
                            (["model", "summary", "resnet50", "--classes", "0"], "--classes: must be > 0, got 0"),
-                           (["train", "--width-mult", "nan"], "--width-mult: must be > 0, got nan")):
+                           (["train", "--width-mult", "nan"], "--width-mult: must be > 0, got nan"),
+                           # read as 0 (all samples)
+                           (["train", "--test-limit", "-5"], "--test-limit: must be >= 0, got -5"),
+                           (["demo", "--microbatches", "0"], "--microbatches: must be > 0, got 0")):
             rc, out = tandem(*args)
             self.assertNotEqual(rc, 0, out)
             self.assertIn(want, out)
