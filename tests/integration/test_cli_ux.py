@@ -282,6 +282,12 @@ class Mistakes(unittest.TestCase):
             self.assertEqual(rc, 2, out)
             self.assertIn("--out %s: is a directory, not a file; nothing was measured" % d, out)
             self.assertLess(time.monotonic() - t0, 5)
+            # demo calibrated for ~10 s, then its one-rank run failed on the data
+            t0 = time.monotonic()
+            rc, out = tandem("demo", "--data-dir", os.path.join(d, "none"), "--batches", "2")
+            self.assertEqual(rc, 1, out)
+            self.assertIn("demo: cannot load Fashion-MNIST; nothing was run", out)
+            self.assertLess(time.monotonic() - t0, 5)
         # a size past the host's memory: "tandem: std::bad_alloc" (or the OOM killer, overcommitted)
         rc, out = tandem("bench", "allreduce", "-n", "2", "--sizes", "4K,512G")
         self.assertEqual(rc, 2, out)
