@@ -637,6 +637,10 @@ int Launcher::run() {
   if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
   if (o_.max_ranks > o_.nprocs) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);  // and --max-ranks
   if (o_.join) common["TANDEM_JOIN"] = "1";  // TANDEM_RANK / TANDEM_WORLD_SIZE then number the joiners
+  // --env NAME=VALUE reaches the local ranks as well (it reached remote ones only: a local rank saw the launcher's
+  // own NAME, or none); the job's variables above win over it.
+  for (const auto& n : o_.env_names)
+    if (const size_t eq = n.find('='); eq != std::string::npos) common.emplace(n.substr(0, eq), n.substr(eq + 1));
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
@@ -809,7 +813,13 @@ tandem::cli::Registration reg{
                      "how to reach a host: run as SSH_CMD HOST SCRIPT (default 'ssh -o BatchMode=yes'; e.g. "
                      "'ssh -i key -p 2222')");
       sub.add_option("--env", o->env_names, "NAME or NAME=VALUE: pass this variable to remote ranks too (repeatable; "
-                     "TANDEM_* settings always go)");
+                     "TANDEM_* settings always go; NAME=VALUE sets it for local ranks as well)")
+          ->allow_extra_args(false)  // one value per --env: `--env A=1 -- sh -c ...` took `sh` as a second one
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                return v.empty() || v[0] == '=' ? "expected NAME or NAME=VALUE, got '" + v + "'" : std::string();
+              },
+              "NAME[=VALUE]"));
       sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
           ->check(tandem::cli::kPositive);

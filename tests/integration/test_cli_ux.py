@@ -344,6 +344,18 @@ class Mistakes(unittest.TestCase):
             self.assertEqual(rc, 1, out)
             self.assertIn('"microbatches" gives micro_batches a second time', out)
 
+    def test_launch_env_before_the_dashes_sets_the_local_ranks_variable(self):
+        # `--env A=1 -- sh -c ...` took `sh` as a second --env value ("argument was not expected: -c"), and local
+        # ranks never saw A=1 (only remote ones did)
+        rc, out = tandem("launch", "-n", "2", "--env", "TANDEM_TEST_A=1", "--env", "TANDEM_TEST_B=x y", "--", "sh",
+                         "-c", 'echo "A=$TANDEM_TEST_A B=$TANDEM_TEST_B"')
+        self.assertEqual(rc, 0, out)
+        for r in (0, 1):
+            self.assertIn("[rank %d] A=1 B=x y" % r, out)
+        rc, out = tandem("launch", "-n", "2", "--env", "=x", "--", "true")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("expected NAME or NAME=VALUE, got '=x'", out)
+
 
 if __name__ == "__main__":
     unittest.main()
