@@ -211,8 +211,12 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
         j.field_mask = kAllSummary;
         tandem_sim_result_query(r.p, &j);
         std::string note;
-        std::printf("  run it         %s\n", train_command(*o, j, &note).c_str());
-        if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
+        if (!j.fits) {  // a command that cannot fit was offered as the way to run it
+          std::printf("  run it         nothing to run: the job does not fit (see the memory lines above)\n");
+        } else {
+          std::printf("  run it         %s\n", train_command(*o, j, &note).c_str());
+          if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
+        }
       }
       return 0;
     }

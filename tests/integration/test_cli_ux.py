@@ -356,6 +356,20 @@ class Mistakes(unittest.TestCase):
         self.assertNotEqual(rc, 0, out)
         self.assertIn("expected NAME or NAME=VALUE, got '=x'", out)
 
+    def test_a_job_that_does_not_fit_is_not_offered_as_a_command(self):
+        # simulate printed "DOES NOT FIT" and then "run it  tandem train ..."; plan did the same for its best of
+        # configurations that all run out of memory
+        job = ["--cluster", "t2.micro:2", "--model", "vgg16_imagenet", "--dataset", "imagenet", "--batch", "256"]
+        rc, out = tandem("simulate", *job)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("DOES NOT FIT", out)
+        self.assertIn("run it         nothing to run: the job does not fit", out)
+        self.assertNotIn("tandem train", out)
+        rc, out = tandem("plan", *job)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("run the best: nothing to run: no configuration fits in memory", out)
+        self.assertNotIn("tandem launch", out)
+
 
 if __name__ == "__main__":
     unittest.main()
