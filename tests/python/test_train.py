@@ -155,6 +155,22 @@ class ParallelStrategies(unittest.TestCase):
         return tt.Trainer(tt.Model("mlp", input_shape=(1, 6, 6), num_classes=3, seed=3), data, data,
                           tt.Optimizer("sgd", lr=0.1), batch_size=8, epochs=2, seed=7, strategy=strategy, **kw)
 
+    def test_a_launched_rank_without_comm_is_refused(self):
+        # comm=None is a one-rank job: under `tandem launch -n 2` both ranks trained alone, silently
+        saved = os.environ.get("TANDEM_WORLD_SIZE")
+        os.environ["TANDEM_WORLD_SIZE"] = "2"
+        try:
+            with self.assertRaises(tandem.TandemError) as cm:
+                self.make("ddp")
+            self.assertIn("without comm: every rank would train alone; pass comm=tandem.Communicator()",
+                          cm.exception.message)
+        finally:
+            if saved is None:
+                del os.environ["TANDEM_WORLD_SIZE"]
+            else:
+                os.environ["TANDEM_WORLD_SIZE"] = saved
+        self.make("ddp").close()  # alone, a one-rank job as before
+
     def test_averaging_strategies_train_with_their_keywords(self):
         for strategy, kw in (("localsgd", dict(average_every=2, warmup_steps=1)), ("easgd", dict(tau=2, alpha=0.5)),
                              ("asgd", {}), ("fedavg", dict(clients=3, client_fraction=0.67, dirichlet_alpha=0.5,

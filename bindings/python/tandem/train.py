@@ -363,12 +363,24 @@ class Optimizer(_Handle):
         _check(_LIB.tandem_optimizer_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
 
 
+def _launched_world(name=False):
+    """The world size a launcher announced (tandem launch, torchrun, mpirun, srun, MPICH), else 1; or its variable."""
+    for v in ("TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"):
+        try:
+            n = int(os.environ.get(v, ""))
+        except ValueError:
+            continue
+        return "%s=%d" % (v, n) if name else n
+    return "" if name else 1
+
+
 class Trainer(_Handle):
     """Runs steps, epochs, evaluation and checkpoints. Keeps its model and datasets alive. `progress`, if given, is
     called with a dict after every batch of an epoch.
 
     Parallel training (tandem_trainer_create_parallel): give `strategy` ("ddp", "pipeline", "hybrid", "ps",
-    "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Comm (None: a one-rank job), plus
+    "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Communicator (None: a one-rank job;
+    refused under a launcher that announced more ranks), plus
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
@@ -383,6 +395,10 @@ class Trainer(_Handle):
         if strategy is None and (comm is not None or parallel):
             raise _invalid("parallel options need a strategy (e.g. strategy=\"ddp\")")
         pp = _parallel_params(strategy, parallel) if strategy is not None else None
+        if pp is not None and comm is None and _launched_world() > 1:
+            # NULL runs a one-rank job: under `tandem launch -n 2` every rank trained alone, silently
+            raise _invalid("strategy %r on one of %d launched ranks (%s) without comm: every rank would train alone; "
+                           "pass comm=tandem.Communicator()" % (strategy, _launched_world(), _launched_world(True)))
         self._keep = (model, train, test, optimizer, comm)
         self._progress_cb = None
         p = _TrainerParams(field_mask=0x17f, batch_size=batch_size, epochs=epochs, seed=seed,
