@@ -221,6 +221,9 @@ class IntegerFields(unittest.TestCase):
         with self.assertRaises(tandem.TandemError) as cm:
             tt.Model("lenet5", input_shape=(1, 28.5, 28))
         self.assertIn("input_height must be a whole number, got 28.5", cm.exception.message)
+        with self.assertRaises(tandem.TandemError) as cm:  # was a one-rank communicator
+            tandem.Communicator(rank=0, size=2 ** 32 + 1)
+        self.assertIn("size = 4294967297 is out of range", cm.exception.message)
 
 
 if __name__ == "__main__":

@@ -248,19 +248,23 @@ class Communicator:
             p = _lib.CommParams()
             m = 0
             if rank is not None:
-                p.rank, m = int(rank), m | _lib.PARAM_RANK
+                _set_field(p, "rank", rank, int)
+                m |= _lib.PARAM_RANK
             if size is not None:
-                p.size, m = int(size), m | _lib.PARAM_SIZE
+                _set_field(p, "size", size, int)
+                m |= _lib.PARAM_SIZE
             if master_addr is not None:
                 p.master_addr, m = master_addr.encode(), m | _lib.PARAM_MASTER_ADDR
             if master_port is not None:
-                p.master_port, m = int(master_port), m | _lib.PARAM_MASTER_PORT
+                _set_field(p, "master_port", master_port, int)
+                m |= _lib.PARAM_MASTER_PORT
             if secret is not None:
                 p.secret, m = secret.encode(), m | _lib.PARAM_SECRET
             if transport is not None:
                 p.transport, m = transport.encode(), m | _lib.PARAM_TRANSPORT
             if timeout_ms is not None:
-                p.timeout_ms, m = int(timeout_ms), m | _lib.PARAM_TIMEOUT_MS
+                _set_field(p, "timeout_ms", timeout_ms, int)
+                m |= _lib.PARAM_TIMEOUT_MS
             if algo is not None:
                 if isinstance(algo, str):
                     if algo not in _ALGOS:
