@@ -124,6 +124,10 @@ int run_calibrate(const CalibrateOptions& o) {
       mp.input_width = w;
     }
     if (o.width_mult > 0) {
+      if (const std::string why = tandem::cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem calibrate: %s\n", why.c_str());
+        return 2;
+      }
       mp.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       mp.width_mult = o.width_mult;
     }

@@ -139,11 +139,14 @@ int run_demo(const DemoOptions& o) {
   const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   const int64_t global = 2 * o.batch;
   const bool tty = !o.json && ::isatty(STDOUT_FILENO);
-  const std::vector<std::string> common = {
-      "train",          "--json",       "--model",      o.model,      "--width-mult",
-      fmt::format("{}", o.width_mult),  "--dataset",    "fashion-mnist", "--epochs", "1",
+  // the width multiplier is mobilenetv2's alone (train refuses it for another model)
+  std::vector<std::string> width;
+  if (tandem::cli::width_mult_error(o.model).empty()) width = {"--width-mult", fmt::format("{}", o.width_mult)};
+  std::vector<std::string> common = {
+      "train",          "--json",       "--model",      o.model,      "--dataset",    "fashion-mnist", "--epochs", "1",
       "--limit-batches", std::to_string(o.batches), "--test-limit", std::to_string(o.test_limit),
       "--optimizer",    "adam",         "--lr",         "0.005",      "--seed",     "1"};
+  common.insert(common.end(), width.begin(), width.end());
   auto with = [&](std::vector<std::string> head, std::vector<std::string> tail) {
     head.insert(head.end(), common.begin(), common.end());
     head.insert(head.end(), tail.begin(), tail.end());
@@ -175,11 +178,11 @@ int run_demo(const DemoOptions& o) {
     }
   } cleanup{profile_dir, profile};
   const long cal_ranks = std::min(4L, cores);
-  std::vector<std::string> calibrate = {self, "calibrate", "--model", o.model, "--width-mult",
-                                        fmt::format("{}", o.width_mult), "--dataset", "fashion-mnist", "--batch",
+  std::vector<std::string> calibrate = {self, "calibrate", "--model", o.model, "--dataset", "fashion-mnist", "--batch",
                                         std::to_string(std::max<int64_t>(1, o.batch / o.microbatches)), "--threads",
                                         "1", "--warmup", "1", "--iters", "5", "--optimizer", "adam", "--out",
                                         profile};
+  calibrate.insert(calibrate.end(), width.begin(), width.end());
   if (cal_ranks > 1) calibrate.insert(calibrate.begin() + 1, {"launch", "-n", std::to_string(cal_ranks), "--", self});
   if (!o.json) std::printf("[1/3] calibrating the model on %ld rank(s) for the simulator ...%s", cal_ranks, tty ? "" : "\n");
   const Captured cal = run_capture(calibrate, tty ? "[1/3] calibrating the model for the simulator ..." : nullptr);

@@ -79,6 +79,11 @@ int summary(const SummaryOptions& o) {
       p.num_classes = o.classes;
     }
     if (o.width_mult > 0) {
+      if (const std::string why = tandem::cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem model summary: %s\n", why.c_str());
+        tandem_context_destroy(ctx);
+        return 2;
+      }
       p.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       p.width_mult = o.width_mult;
     }

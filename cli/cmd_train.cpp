@@ -460,6 +460,10 @@ int run_train(const TrainOptions& o) {
     mp.input_width = w;
     mp.num_classes = classes;
     if (o.width_mult > 0) {
+      if (const std::string why = cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem train: %s\n", why.c_str());
+        return 2;
+      }
       mp.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       mp.width_mult = o.width_mult;
     }

@@ -46,6 +46,13 @@ inline const CLI::Validator kPositive = numeric_rule([](double v) { return v > 0
 inline const CLI::Validator kNonNegative =
     numeric_rule([](double v) { return v >= 0; }, "must be >= 0", "NONNEGATIVE");
 
+// --width-mult scales mobilenetv2's channels only; given with another model it was ignored without a word. Returns
+// "" or the error (for a zoo name; a spec file states its own widths).
+inline std::string width_mult_error(const std::string& model) {
+  if (model == "mobilenetv2" || model == "mobilenetv2_imagenet") return "";
+  return "--width-mult applies to mobilenetv2 and mobilenetv2_imagenet only (the model is " + model + ")";
+}
+
 // A file the command writes at its end (a checkpoint, a trace, a profile): its directory must exist and be writable,
 // and the path must not be a directory, checked before any work. Prints "COMMAND: OPTION PATH: why; NOTHING_DONE"
 // and returns 2, or returns 0 (also for an empty path).

@@ -237,6 +237,7 @@ int make_model(SimJobCli& o, SimJob& job) {
     mp.field_mask |= TANDEM_MODEL_PARAM_SPEC_PATH;
     mp.spec_path = o.model_file.c_str();
   } else {
+    if (const std::string why = width_mult_error(o.model); o.given("--width-mult") && !why.empty()) return fail(why);
     mp.field_mask |= TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_WIDTH_MULT;
     mp.name = o.model.c_str();
     mp.width_mult = o.width_mult;

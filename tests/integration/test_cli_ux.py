@@ -252,6 +252,11 @@ class Mistakes(unittest.TestCase):
                            (["model", "summary", "mobilenetv2", "--width-mult", "-1"], "--width-mult: must be > 0"),
                            (["model", "summary", "resnet50", "--classes", "0"], "--classes: must be > 0, got 0"),
                            (["train", "--width-mult", "nan"], "--width-mult: must be > 0, got nan"),
+                           # ignored without a word: lenet5 has no width multiplier
+                           (["train", "--model", "lenet5", "--width-mult", "0.5"],
+                            "--width-mult applies to mobilenetv2 and mobilenetv2_imagenet only (the model is lenet5)"),
+                           (["simulate", "--cluster", "t2.micro:2", "--model", "resnet18", "--width-mult", "0.5"],
+                            "--width-mult applies to mobilenetv2 and mobilenetv2_imagenet only"),
                            # read as 0 (all samples)
                            (["train", "--test-limit", "-5"], "--test-limit: must be >= 0, got -5"),
                            (["demo", "--microbatches", "0"], "--microbatches: must be > 0, got 0")):
