@@ -275,7 +275,8 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                        ->check(tandem::cli::kPositive);
                    app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")
                        ->check(tandem::cli::kPositive);
-                   app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")->check(tandem::cli::kNonNegative);
+                   app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")
+                       ->check(tandem::cli::kNonNegative);
                    app.add_option("--warmup", o->warmup, "untimed passes first")->capture_default_str();
                    app.add_option("--iters", o->iters, "timed passes (per-layer medians)")
                        ->capture_default_str()

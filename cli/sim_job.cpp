@@ -174,7 +174,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--credit-mode", o->credit_mode, "burstable nodes: standard or unlimited (default: the preset's)")
       ->transform(names(credit_mode_names()));
   app.add_option("--initial-credits", o->initial_credits, "burstable nodes' starting CPU credits");
-  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str()->check(kPositive);
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")
+      ->capture_default_str()
+      ->check(kPositive);
   app.add_option("--chunk-bytes", o->chunk_bytes, "collective pipelining chunk (default: the runtime's)");
   app.add_option("--precision", o->precision, "f32, or mixed precision bf16/fp16 (16-bit weights, gradients and "
                  "activations; f32 master weights). fp16 of Tandem's runtime (single, ddp, pipeline, hybrid) also "
