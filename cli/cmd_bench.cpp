@@ -243,6 +243,36 @@ Row bench_size(tandem_comm_t* comm, int rank, int n, size_t bytes, const BenchOp
   return row;
 }
 
+// MemAvailable of /proc/meminfo in bytes, 0 when unknown.
+double mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// Every rank holds a send and a receive buffer of the largest size; the ranks of this host share its memory. A size
+// past what the host has either threw std::bad_alloc ("tandem: std::bad_alloc") or, overcommitted, had the ranks
+// killed by the OOM killer while they filled their buffers: refused here, naming the size.
+void check_memory(const std::vector<size_t>& sizes) {
+  const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+  long local = 1;
+  for (const char* v : {"TANDEM_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+    if (const char* s = std::getenv(v); s != nullptr && std::atol(s) > 0) {
+      local = std::atol(s);
+      break;
+    }
+  const double need = 2.0 * static_cast<double>(largest) * static_cast<double>(local);
+  const double avail = mem_available_bytes();
+  if (avail > 0 && need > avail)
+    throw std::invalid_argument(fmt::format(
+        "--sizes: {} bytes need {:.1f} GiB on this host (a send and a receive buffer on each of its {} rank(s)) but "
+        "{:.1f} GiB is available (MemAvailable); give a smaller size",
+        largest, need / (1 << 30), local, avail / (1 << 30)));
+}
+
 int run_rank(const BenchOptions& o) {
   std::vector<size_t> sizes;
   tandem_dtype_t dtype;
@@ -250,6 +280,7 @@ int run_rank(const BenchOptions& o) {
   tandem_algo_t algo;
   try {
     sizes = parse_sizes(o.sizes);
+    check_memory(sizes);
     dtype = parse_dtype(o.dtype);
     op = parse_op(o.op);
     algo = parse_algo(o.algo);

@@ -71,6 +71,8 @@ bool is_file(const std::string& p) {
 }
 
 int run_calibrate(const CalibrateOptions& o) {
+  if (const int rc = tandem::cli::check_output_path("tandem calibrate", "--out", o.out, "nothing was measured"))
+    return rc;
   Handles h;
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
   if (o.threads > 0) {
@@ -122,6 +124,10 @@ int run_calibrate(const CalibrateOptions& o) {
       mp.input_width = w;
     }
     if (o.width_mult > 0) {
+      if (const std::string why = tandem::cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem calibrate: %s\n", why.c_str());
+        return 2;
+      }
       mp.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       mp.width_mult = o.width_mult;
     }
@@ -260,17 +266,21 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                        ->capture_default_str();
                    app.add_option("--batch", o->batch, "samples per measured pass (calibrate at the job's micro-batch)")
                        ->capture_default_str()
-                       ->check(CLI::PositiveNumber);
+                       ->check(tandem::cli::kPositive);
                    app.add_option("--input", o->input, "input shape CxHxW (zoo models; default: the usual one)");
                    app.add_option("--dataset", o->dataset,
                                   "take the input shape from a data set: fashion-mnist, mnist, synthetic, cifar10");
-                   app.add_option("--classes", o->classes, "classes (zoo models)")->capture_default_str();
-                   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
-                   app.add_option("--threads", o->threads, "compute threads (default: all cores)");
+                   app.add_option("--classes", o->classes, "classes (zoo models)")
+                       ->capture_default_str()
+                       ->check(tandem::cli::kPositive);
+                   app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")
+                       ->check(tandem::cli::kPositive);
+                   app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")
+                       ->check(tandem::cli::kNonNegative);
                    app.add_option("--warmup", o->warmup, "untimed passes first")->capture_default_str();
                    app.add_option("--iters", o->iters, "timed passes (per-layer medians)")
                        ->capture_default_str()
-                       ->check(CLI::PositiveNumber);
+                       ->check(tandem::cli::kPositive);
                    app.add_option("--optimizer", o->optimizer, "sgd, momentum, adam or adamw")->capture_default_str();
                    app.add_option("--machine", o->machine, "description stored in the profile (default: found here)");
                    app.add_option("--p2p-bytes", o->p2p_bytes, "bandwidth message size (two or more ranks)")
@@ -303,6 +313,9 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                        ->capture_default_str();
                    return [o] {
                      if (o->network) {
+                       if (const int rc = check_output_path("tandem calibrate --network", "--out", o->out,
+                                                            "nothing was measured"))
+                         return rc;
                        o->net.out = o->out;
                        return run_network_calibrate(o->net);
                      }

@@ -108,7 +108,30 @@ double number(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : NAN;
 }
 
+// The test split of Fashion-MNIST loads, or the demo stops before its first phase (a wrong --data-dir, or no data
+// set installed, failed only after the ~10 s calibration, in the one-rank run). Prints the library's reason.
+bool data_found(const DemoOptions& o) {
+  tandem_context_t* ctx = nullptr;
+  if (tandem_context_create(nullptr, &ctx) != TANDEM_OK) return true;  // the runs will say what is wrong
+  tandem_dataset_params_t p = TANDEM_DATASET_PARAMS_INIT;
+  p.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_TRAIN | TANDEM_DATASET_PARAM_LIMIT;
+  p.kind = "fashion-mnist";
+  p.train = 0;
+  p.limit = 1;
+  if (!o.data_dir.empty()) {
+    p.field_mask |= TANDEM_DATASET_PARAM_PATH;
+    p.path = o.data_dir.c_str();
+  }
+  tandem_dataset_t* d = nullptr;
+  const bool ok = tandem_dataset_create(ctx, &p, &d) == TANDEM_OK;
+  if (!ok) tandem::cli::fail("demo: cannot load Fashion-MNIST; nothing was run");
+  tandem_dataset_destroy(d);
+  tandem_context_destroy(ctx);
+  return ok;
+}
+
 int run_demo(const DemoOptions& o) {
+  if (!data_found(o)) return 1;
   std::vector<char> exe(4096);
   const ssize_t len = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
   if (len <= 0) return tandem::cli::fail("cannot find this program (/proc/self/exe)");
@@ -116,11 +139,14 @@ int run_demo(const DemoOptions& o) {
   const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   const int64_t global = 2 * o.batch;
   const bool tty = !o.json && ::isatty(STDOUT_FILENO);
-  const std::vector<std::string> common = {
-      "train",          "--json",       "--model",      o.model,      "--width-mult",
-      fmt::format("{}", o.width_mult),  "--dataset",    "fashion-mnist", "--epochs", "1",
+  // the width multiplier is mobilenetv2's alone (train refuses it for another model)
+  std::vector<std::string> width;
+  if (tandem::cli::width_mult_error(o.model).empty()) width = {"--width-mult", fmt::format("{}", o.width_mult)};
+  std::vector<std::string> common = {
+      "train",          "--json",       "--model",      o.model,      "--dataset",    "fashion-mnist", "--epochs", "1",
       "--limit-batches", std::to_string(o.batches), "--test-limit", std::to_string(o.test_limit),
       "--optimizer",    "adam",         "--lr",         "0.005",      "--seed",     "1"};
+  common.insert(common.end(), width.begin(), width.end());
   auto with = [&](std::vector<std::string> head, std::vector<std::string> tail) {
     head.insert(head.end(), common.begin(), common.end());
     head.insert(head.end(), tail.begin(), tail.end());
@@ -152,11 +178,11 @@ int run_demo(const DemoOptions& o) {
     }
   } cleanup{profile_dir, profile};
   const long cal_ranks = std::min(4L, cores);
-  std::vector<std::string> calibrate = {self, "calibrate", "--model", o.model, "--width-mult",
-                                        fmt::format("{}", o.width_mult), "--dataset", "fashion-mnist", "--batch",
+  std::vector<std::string> calibrate = {self, "calibrate", "--model", o.model, "--dataset", "fashion-mnist", "--batch",
                                         std::to_string(std::max<int64_t>(1, o.batch / o.microbatches)), "--threads",
                                         "1", "--warmup", "1", "--iters", "5", "--optimizer", "adam", "--out",
                                         profile};
+  calibrate.insert(calibrate.end(), width.begin(), width.end());
   if (cal_ranks > 1) calibrate.insert(calibrate.begin() + 1, {"launch", "-n", std::to_string(cal_ranks), "--", self});
   if (!o.json) std::printf("[1/3] calibrating the model on %ld rank(s) for the simulator ...%s", cal_ranks, tty ? "" : "\n");
   const Captured cal = run_capture(calibrate, tty ? "[1/3] calibrating the model for the simulator ..." : nullptr);
@@ -236,14 +262,17 @@ tandem::cli::Registration reg{
     [](CLI::App& app) -> tandem::cli::Runner {
       auto o = std::make_shared<DemoOptions>();
       app.add_option("--model", o->model, "zoo model")->capture_default_str();
-      app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
-      app.add_option("--batch", o->batch, "batch per replica")->capture_default_str()->check(CLI::PositiveNumber);
+      app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str()
+          ->check(tandem::cli::kPositive);
+      app.add_option("--batch", o->batch, "batch per replica")->capture_default_str()->check(tandem::cli::kPositive);
       app.add_option("--batches", o->batches, "batches each run trains")->capture_default_str()
-          ->check(CLI::PositiveNumber);
-      app.add_option("--microbatches", o->microbatches, "pipeline micro-batches")->capture_default_str();
+          ->check(tandem::cli::kPositive);
+      app.add_option("--microbatches", o->microbatches, "pipeline micro-batches")->capture_default_str()
+          ->check(tandem::cli::kPositive);
       app.add_option("--schedule", o->schedule, "gpipe or 1f1b")->capture_default_str()
           ->check(CLI::IsMember({"gpipe", "1f1b"}));
-      app.add_option("--test-limit", o->test_limit, "test images scored")->capture_default_str();
+      app.add_option("--test-limit", o->test_limit, "test images scored")->capture_default_str()
+          ->check(tandem::cli::kNonNegative);
       app.add_option("--transport", o->transport, "auto, tcp, zmq or ucx")->capture_default_str();
       app.add_option("--data-dir", o->data_dir, "Fashion-MNIST directory (default: found automatically)");
       app.add_flag("--json", o->json, "one JSON summary object");

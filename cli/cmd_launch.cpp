@@ -637,6 +637,10 @@ int Launcher::run() {
   if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
   if (o_.max_ranks > o_.nprocs) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);  // and --max-ranks
   if (o_.join) common["TANDEM_JOIN"] = "1";  // TANDEM_RANK / TANDEM_WORLD_SIZE then number the joiners
+  // --env NAME=VALUE reaches the local ranks as well (it reached remote ones only: a local rank saw the launcher's
+  // own NAME, or none); the job's variables above win over it.
+  for (const auto& n : o_.env_names)
+    if (const size_t eq = n.find('='); eq != std::string::npos) common.emplace(n.substr(0, eq), n.substr(eq + 1));
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string s(*e);
@@ -809,10 +813,16 @@ tandem::cli::Registration reg{
                      "how to reach a host: run as SSH_CMD HOST SCRIPT (default 'ssh -o BatchMode=yes'; e.g. "
                      "'ssh -i key -p 2222')");
       sub.add_option("--env", o->env_names, "NAME or NAME=VALUE: pass this variable to remote ranks too (repeatable; "
-                     "TANDEM_* settings always go)");
+                     "TANDEM_* settings always go; NAME=VALUE sets it for local ranks as well)")
+          ->allow_extra_args(false)  // one value per --env: `--env A=1 -- sh -c ...` took `sh` as a second one
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                return v.empty() || v[0] == '=' ? "expected NAME or NAME=VALUE, got '" + v + "'" : std::string();
+              },
+              "NAME[=VALUE]"));
       sub.add_option("--transport", o->transport, "TANDEM_TRANSPORT for every rank (inproc, tcp, zmq, ucx, auto)");
       sub.add_option("--timeout-ms", o->timeout_ms, "TANDEM_TIMEOUT_MS: deadline of every blocking wait")
-          ->check(CLI::PositiveNumber);
+          ->check(tandem::cli::kPositive);
       sub.add_option("--port", o->port, "rendezvous port; a new job's launcher serves the store there (default: a "
                      "free one)")->check(CLI::Range(0, 65535));
       sub.add_option("--master-addr", o->master_addr,
@@ -821,7 +831,7 @@ tandem::cli::Registration reg{
                      "wrap each rank's command, '{rank}' replaced by its index "
                      "(e.g. 'tools/emu-cluster exec {rank} --')");
       sub.add_option("--grace-ms", o->grace_ms, "after SIGTERM, how long ranks get before SIGKILL (default 3000)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(tandem::cli::kNonNegative);
       sub.add_flag("--json", o->json, "stdout carries only the ranks' JSON lines, each with a \"rank\" field; other "
                    "output goes to stderr");
       sub.add_option("--log-dir", o->log_dir, "write each rank's stdout and stderr to DIR/rank-<i>.out/.err");
@@ -891,6 +901,11 @@ tandem::cli::Registration reg{
         }
         if (!o->log_dir.empty() && ::access(o->log_dir.c_str(), W_OK) != 0) {
           say("--log-dir " + o->log_dir + ": not a writable directory (" + std::strerror(errno) + ")");
+          return 2;
+        }
+        // a writable file passed the check above; the ranks' output was then lost with exit 0
+        if (struct stat st{}; !o->log_dir.empty() && (::stat(o->log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+          say("--log-dir " + o->log_dir + ": not a directory");
           return 2;
         }
         return Launcher(*o, std::move(hosts)).run();

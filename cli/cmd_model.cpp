@@ -79,6 +79,11 @@ int summary(const SummaryOptions& o) {
       p.num_classes = o.classes;
     }
     if (o.width_mult > 0) {
+      if (const std::string why = tandem::cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem model summary: %s\n", why.c_str());
+        tandem_context_destroy(ctx);
+        return 2;
+      }
       p.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       p.width_mult = o.width_mult;
     }
@@ -155,8 +160,9 @@ tandem::cli::Registration reg{"model", "inspect models (zoo names or JSON specs)
                 std::string("zoo name (") + tandem::cli::kZooHelp + ") or a JSON spec file")
       ->required();
   s->add_option("--input", o->input, "input shape CxHxW for a zoo model (default: its usual input)");
-  s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)");
-  s->add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+  s->add_option("--classes", o->classes, "class count for a zoo model (default 10; 1000 for the ImageNet networks)")
+      ->check(tandem::cli::kPositive);
+  s->add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->check(tandem::cli::kPositive);
   s->add_flag("--json", o->json, "machine-readable output");
   return [o, s] { return s->parsed() ? summary(*o) : 1; };
 }};

@@ -70,12 +70,16 @@ Registration reg{"plan", "search the fastest parallel configuration that fits (D
         }
         tandem_sim_summary_t best = TANDEM_SIM_SUMMARY_INIT;
         best.field_mask = TANDEM_SIM_SUMMARY_LAYOUT | TANDEM_SIM_SUMMARY_JOB | TANDEM_SIM_SUMMARY_NAMES |
-                          TANDEM_SIM_SUMMARY_STRATEGY;
+                          TANDEM_SIM_SUMMARY_STRATEGY | TANDEM_SIM_SUMMARY_MEMORY;
         if (sum.candidates > 0 && tandem_sim_result_candidate(r, 0, &best) == TANDEM_OK) {
           std::printf("bottleneck of the best: %s\n", best.bottleneck);
           std::string note;
-          std::printf("run the best: %s\n", train_command(*o, best, &note).c_str());
-          if (!note.empty()) std::printf("              (%s)\n", note.c_str());
+          if (!best.fits) {  // the fastest of configurations that all run out of memory was offered to run
+            std::printf("run the best: nothing to run: no configuration fits in memory\n");
+          } else {
+            std::printf("run the best: %s\n", train_command(*o, best, &note).c_str());
+            if (!note.empty()) std::printf("              (%s)\n", note.c_str());
+          }
         }
         std::printf("(the search compares time per step (fedavg: per round; ps/Ns: N servers), not time to accuracy: "
                     "statistical efficiency -- staleness, averaging periods, client sampling -- is not simulated)\n");

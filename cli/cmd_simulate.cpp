@@ -211,15 +211,22 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
         j.field_mask = kAllSummary;
         tandem_sim_result_query(r.p, &j);
         std::string note;
-        std::printf("  run it         %s\n", train_command(*o, j, &note).c_str());
-        if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
+        if (!j.fits) {  // a command that cannot fit was offered as the way to run it
+          std::printf("  run it         nothing to run: the job does not fit (see the memory lines above)\n");
+        } else {
+          std::printf("  run it         %s\n", train_command(*o, j, &note).c_str());
+          if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
+        }
       }
       return 0;
     }
     std::vector<int32_t> counts = parse_nodes(*nodes);
     // every sweep starts from one node: the point speedups are measured against
     if (std::find(counts.begin(), counts.end(), 1) == counts.end()) counts.insert(counts.begin(), 1);
+    if (!plot->empty())
+      if (const int rc = check_output_path("tandem simulate", "--plot", *plot, "nothing was simulated")) return rc;
     std::vector<SweepRow> rows;
+    std::vector<std::string> skipped;  // counts that cannot host the job: said, not dropped silently
     const bool tty = isatty(STDERR_FILENO);
     if (o->json) std::printf("[");
     for (size_t i = 0; i < counts.size(); ++i) {
@@ -238,13 +245,21 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       } else if (o->strategy == TANDEM_STRATEGY_PIPELINE) {
         q.pp = devices;
       } else if (o->strategy == TANDEM_STRATEGY_HYBRID) {
-        if (o->pp <= 0 || devices % o->pp != 0) continue;  // this size cannot host the pipeline
+        if (o->pp <= 0 || devices % o->pp != 0) {  // this size cannot host the pipeline
+          skipped.push_back(fmt::format("{} nodes: not simulated ({} device(s) do not split into --pp {} stages)",
+                                        counts[i], devices, o->pp));
+          continue;
+        }
         q.pp = o->pp;
         q.dp = devices / o->pp;
       } else if (o->strategy >= TANDEM_STRATEGY_PS) {
         // every device takes part; servers, where the strategy has them, are the last ones
         const bool servers = o->strategy <= TANDEM_STRATEGY_SSP || (o->strategy == TANDEM_STRATEGY_EASGD && o->easgd_async);
-        if (servers && devices <= o->servers) continue;
+        if (servers && devices <= o->servers) {
+          skipped.push_back(fmt::format("{} nodes: not simulated ({} device(s) leave no worker beside --servers {})",
+                                        counts[i], devices, o->servers));
+          continue;
+        }
       } else if (counts[i] > 1) {
         q.strategy = TANDEM_STRATEGY_DDP;
         q.dp = devices;
@@ -270,6 +285,14 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       }
     }
     if (tty) std::fprintf(stderr, "\r%40s\r", "");
+    if (rows.empty()) {
+      if (o->json) std::printf("]\n");
+      for (const auto& why : skipped) std::fprintf(stderr, "tandem simulate: %s\n", why.c_str());
+      std::fprintf(stderr, "tandem simulate: --nodes %s: no node count can host this job\n", nodes->c_str());
+      return 1;
+    }
+    if (o->json)  // stdout stays one JSON document
+      for (const auto& why : skipped) std::fprintf(stderr, "tandem simulate: %s\n", why.c_str());
     if (o->json) {
       std::printf("]\n");
     } else {
@@ -283,6 +306,7 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       }
       for (const auto& row : rows)
         if (!row.scaling_note.empty()) std::printf("  %d nodes: %s\n", row.nodes, row.scaling_note.c_str());
+      for (const auto& why : skipped) std::printf("  %s\n", why.c_str());
     }
     if (!plot->empty()) {
       std::ofstream f(*plot);

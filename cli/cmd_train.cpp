@@ -391,22 +391,16 @@ int launched_world() {
   return 1;
 }
 
-// A file the run will write at its end: its directory must exist and be writable now, before any training.
-int check_output_path(const std::string& option, const std::string& path) {
-  if (path.empty()) return 0;
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  if (::access(dir.c_str(), W_OK) != 0) {
-    std::fprintf(stderr, "tandem train: %s %s: cannot write there (%s: %s); nothing was trained\n", option.c_str(),
-                 path.c_str(), dir.c_str(), std::strerror(errno));
-    return 2;
-  }
-  return 0;
-}
-
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
-  if (const int rc = check_output_path("--checkpoint", o.checkpoint) + check_output_path("--trace", o.trace)) return rc;
+  if (const int rc = cli::check_output_path("tandem train", "--checkpoint", o.checkpoint, "nothing was trained") +
+                     cli::check_output_path("tandem train", "--trace", o.trace, "nothing was trained"))
+    return rc;
+  if (struct stat st{}; !o.resume.empty() && (::stat(o.resume.c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
+    std::fprintf(stderr, "tandem train: --resume %s: %s; nothing was trained\n", o.resume.c_str(),
+                 S_ISDIR(st.st_mode) ? "is a directory, not a checkpoint file" : std::strerror(errno));
+    return 2;
+  }
   const int world = launched_world();
   if (!o.parallel && world > 1) {
     std::fprintf(stderr, "tandem train: started as one of %d ranks with --strategy single: every rank would train the "
@@ -466,6 +460,10 @@ int run_train(const TrainOptions& o) {
     mp.input_width = w;
     mp.num_classes = classes;
     if (o.width_mult > 0) {
+      if (const std::string why = cli::width_mult_error(o.model); !why.empty()) {
+        std::fprintf(stderr, "tandem train: %s\n", why.c_str());
+        return 2;
+      }
       mp.field_mask |= TANDEM_MODEL_PARAM_WIDTH_MULT;
       mp.width_mult = o.width_mult;
     }
@@ -584,6 +582,21 @@ int run_train(const TrainOptions& o) {
       reached = true;
       reached_epoch = r.epoch;
     }
+    // A diverged run (lr too high: the loss went inf/NaN) printed "train loss -nan", overwrote the last good checkpoint
+    // with NaN weights and exited 0. One process stops here, before the checkpoint; under a launcher the checkpoint
+    // is collective and a rank's loss its own (servers train nothing), so rank 0 only says so.
+    if (!std::isfinite(r.train_loss) && r.train_samples > 0) {
+      if (!o.parallel) {
+        std::fprintf(stderr, "tandem train: epoch %lld: the training loss is not finite (%g): the model diverged; "
+                     "lower --lr or give --clip-norm%s\n", static_cast<long long>(r.epoch), r.train_loss,
+                     o.checkpoint.empty() ? "" : fmt::format(" (--checkpoint {} was not overwritten)",
+                                                             o.checkpoint).c_str());
+        return 1;
+      }
+      if ((parallel_attr(h.trainer).rank) == 0)
+        std::fprintf(stderr, "tandem train: warning: epoch %lld: rank 0's training loss is not finite (%g): the model "
+                     "diverged; lower --lr or give --clip-norm\n", static_cast<long long>(r.epoch), r.train_loss);
+    }
     if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }
@@ -689,7 +702,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--backend", o->backend, "compute backend: cpu (oneDNN), reference, cuda[:N]")->capture_default_str();
   app.add_option("--device", o->device, std::string("where to compute (sets --backend): ") + tandem::cli::kDeviceHelp);
   app.add_option("--epochs", o->epochs, "epochs to train (in total, counting resumed ones)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(tandem::cli::kPositive);
   app.add_option("--target-accuracy", o->target_accuracy,
                  "stop after the first evaluation (end of an epoch; FedAvg: of a round) whose test accuracy is at or "
                  "above this, in (0, 1]; --epochs stays the cap. --json adds a {\"target\": ...} line: reached, "
@@ -701,7 +714,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
             return {};
           },
           "(0, 1]"));
-  app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", o->batch, "batch size")->capture_default_str()->check(tandem::cli::kPositive);
   app.add_option("--lr", o->lr, "base learning rate")->capture_default_str();
   app.add_option("--optimizer", o->optimizer, "sgd, adam or adamw")->capture_default_str();
   app.add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
@@ -712,17 +725,22 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                  "the pipeline schedule (as --pipeline-schedule)")
       ->capture_default_str();
   app.add_option("--clip-norm", o->clip_norm, "clip gradients to this global L2 norm (0: off)");
-  app.add_option("--threads", o->threads, "compute threads (default: all cores)");
+  app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")
+      ->check(tandem::cli::kNonNegative);
   app.add_option("--seed", o->seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
   app.add_option("--init", o->init, "weight initialisation: kaiming, xavier or uniform")->capture_default_str();
   app.add_option("--checkpoint", o->checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", o->resume, "resume from this checkpoint");
-  app.add_option("--limit-batches", o->limit_batches, "stop each epoch after this many batches (0: all)");
-  app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)");
-  app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)");
-  app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)");
+  app.add_option("--limit-batches", o->limit_batches, "stop each epoch after this many batches (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)")
+      ->check(tandem::cli::kNonNegative);
+  app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)")
+      ->check(tandem::cli::kNonNegative);
   app.add_flag("--augment", o->augment, "random crop with padding (and flips for colour images)");
-  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier");
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->check(tandem::cli::kPositive);
   app.add_flag("--json", o->json, "one JSON object per epoch on stdout");
   tandem::cli::add_predict_options(app, o->predict);
   // Parallel training: run under `tandem launch -n N`, mpirun or srun; rank 0 prints for the job.
@@ -784,17 +802,17 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
-          ->group(par)->check(CLI::PositiveNumber),
+          ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
                      "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
                      "parameter servers, as workers, and only when this is given), the others refused (default: "
                      "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
-          ->group(par)->check(CLI::PositiveNumber),
+          ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
                      "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; ps and "
                      "ssp: the store read alone, the decision carried on the push/pull messages; ps-async: also a "
                      "sync point, the workers re-taking the servers' parameters)")
-          ->group(par)->check(CLI::PositiveNumber)->capture_default_str()};
+          ->group(par)->check(tandem::cli::kPositive)->capture_default_str()};
   return [o, popts] {
     for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);

@@ -1,5 +1,10 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +14,24 @@
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
+int check_output_path(const char* command, const std::string& option, const std::string& path,
+                      const char* nothing_done) {
+  if (path.empty()) return 0;
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "%s: %s %s: is a directory, not a file; %s\n", command, option.c_str(), path.c_str(),
+                 nothing_done);
+    return 2;
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::access(dir.c_str(), W_OK) != 0) {
+    std::fprintf(stderr, "%s: %s %s: cannot write there (%s: %s); %s\n", command, option.c_str(), path.c_str(),
+                 dir.c_str(), std::strerror(errno), nothing_done);
+    return 2;
+  }
+  return 0;
+}
+
 std::vector<Command>& commands() {
   static std::vector<Command> list;
   return list;

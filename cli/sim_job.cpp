@@ -1,8 +1,10 @@
 // The job options of `tandem simulate` and `tandem plan` (cli/sim_job.hpp).
 #include "cli/sim_job.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -110,11 +112,11 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
                  "--input --classes")->capture_default_str();
   app.add_option("--samples", o->samples, "training samples per epoch (default: the dataset's)");
   app.add_option("--input", o->input, "sample shape CxHxW of a zoo model (default: the dataset's)");
-  app.add_option("--classes", o->classes, "classes of a zoo model (default: the dataset's)");
+  app.add_option("--classes", o->classes, "classes of a zoo model (default: the dataset's)")->check(kPositive);
   app.add_option("--batch", o->batch, "batch per data-parallel replica (as in PyTorch DDP)")->capture_default_str();
   app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
   app.add_option("--limit-batches", o->limit_batches, "the training run's --limit-batches: an epoch (a fedavg "
-                 "client's local epoch) ends after this many batches (0: all)")->check(CLI::NonNegativeNumber);
+                 "client's local epoch) ends after this many batches (0: all)")->check(tandem::cli::kNonNegative);
   if (strategy_options) {
     app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, "
                    "localsgd")->transform(names(strategy_names()));
@@ -148,14 +150,14 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
         ->capture_default_str();
     app.add_option("--warmup-steps", o->warmup_steps, "localsgd: DDP steps first (post-local SGD)")->group(grp);
     app.add_option("--server-replicas", o->server_replicas, "ps, ps-async, ssp: backups of each server's shard (the "
-                   "replica traffic is timed; ps needs --elastic)")->group(grp)->check(CLI::NonNegativeNumber);
+                   "replica traffic is timed; ps needs --elastic)")->group(grp)->check(tandem::cli::kNonNegative);
     app.add_flag("--elastic", o->elastic, "the training run's --elastic (with --max-ranks: its joiner checks are timed)")
         ->group(grp);
     app.add_option("--max-ranks", o->max_ranks, "the training run's --max-ranks: above the job's ranks, a ps-family "
                    "job checks for joiners every --join-poll-steps steps (timed)")->group(grp)
-        ->check(CLI::NonNegativeNumber);
+        ->check(tandem::cli::kNonNegative);
     app.add_option("--join-poll-steps", o->join_poll_steps, "the training run's --join-poll-steps")->group(grp)
-        ->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(tandem::cli::kPositive)->capture_default_str();
   }
   app.add_option("--accumulate", o->accumulation, "batches per optimizer step (one all-reduce)")->capture_default_str();
   app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
@@ -172,7 +174,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--credit-mode", o->credit_mode, "burstable nodes: standard or unlimited (default: the preset's)")
       ->transform(names(credit_mode_names()));
   app.add_option("--initial-credits", o->initial_credits, "burstable nodes' starting CPU credits");
-  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")->capture_default_str();
+  app.add_option("--width-mult", o->width_mult, "mobilenetv2 width multiplier")
+      ->capture_default_str()
+      ->check(kPositive);
   app.add_option("--chunk-bytes", o->chunk_bytes, "collective pipelining chunk (default: the runtime's)");
   app.add_option("--precision", o->precision, "f32, or mixed precision bf16/fp16 (16-bit weights, gradients and "
                  "activations; f32 master weights). fp16 of Tandem's runtime (single, ddp, pipeline, hybrid) also "
@@ -192,6 +196,40 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
 
 namespace {
 
+// A --job file may use the flags' names too (they differed from the JSON keys, issue #15): dashes for
+// underscores, and --microbatches, --algo, --accumulate, --compress, --no-overlap, --cut for micro_batches,
+// algorithm, accumulation, compression, overlap (negated) and boundaries. Renamed in place; "" or why not.
+std::string job_keys_from_flags(nlohmann::json& j) {
+  if (!j.is_object()) return "";  // the library says what it expects
+  static const std::pair<const char*, const char*> kRenamed[] = {{"microbatches", "micro_batches"},
+                                                                  {"algo", "algorithm"},
+                                                                  {"accumulate", "accumulation"},
+                                                                  {"compress", "compression"},
+                                                                  {"cut", "boundaries"}};
+  nlohmann::json out = nlohmann::json::object();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string key = it.key();
+    std::replace(key.begin(), key.end(), '-', '_');
+    nlohmann::json value = it.value();
+    for (const auto& [flag, field] : kRenamed)
+      if (key == flag) key = field;
+    if (key == "no_overlap") {
+      if (!value.is_boolean()) return "\"" + it.key() + "\" must be true or false";
+      key = "overlap";
+      value = !value.get<bool>();
+    }
+    if (key == "boundaries" && value.is_string()) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const int32_t layer : parse_cut(value.get<std::string>())) layers.push_back(layer);
+      value = layers;
+    }
+    if (out.contains(key)) return "\"" + it.key() + "\" gives " + key + " a second time";
+    out[key] = value;
+  }
+  j = std::move(out);
+  return "";
+}
+
 // The zoo model for the options: its input and classes from --input/--classes, else from the dataset.
 int make_model(SimJobCli& o, SimJob& job) {
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
@@ -201,6 +239,7 @@ int make_model(SimJobCli& o, SimJob& job) {
     mp.field_mask |= TANDEM_MODEL_PARAM_SPEC_PATH;
     mp.spec_path = o.model_file.c_str();
   } else {
+    if (const std::string why = width_mult_error(o.model); o.given("--width-mult") && !why.empty()) return fail(why);
     mp.field_mask |= TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_WIDTH_MULT;
     mp.name = o.model.c_str();
     mp.width_mult = o.width_mult;
@@ -243,11 +282,22 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     return true;
   };
   if (o.given("--job")) {
+    if (std::error_code ec; std::filesystem::is_directory(o.job_file, ec))
+      return fail(fmt::format("--job '{}' is a directory, not a job JSON file", o.job_file));
     std::ifstream in(o.job_file);
     if (!in) return fail(fmt::format("cannot read --job file '{}'", o.job_file));
     std::stringstream ss;
     ss << in.rdbuf();
     job.job_text = ss.str();
+    nlohmann::json parsed;
+    try {  // the library's own message says "job JSON: parse error ..." without naming the file
+      parsed = nlohmann::json::parse(job.job_text);
+    } catch (const nlohmann::json::exception& e) {
+      return fail(fmt::format("--job file '{}' is not valid JSON: {}", o.job_file, e.what()));
+    }
+    if (const std::string why = job_keys_from_flags(parsed); !why.empty())
+      return fail(fmt::format("--job file '{}': {}", o.job_file, why));
+    job.job_text = parsed.dump();
     p.field_mask |= TANDEM_SIM_JOB_JSON;
     p.job_json = job.job_text.c_str();
   }

@@ -86,7 +86,16 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.backend == "tandem":
-        import tandem.torch  # noqa: F401  registers the backend
+        try:
+            import tandem.torch  # noqa: F401  registers the backend
+        except ModuleNotFoundError as e:
+            if e.name != "tandem":
+                raise
+            # Not installed (run from a checkout, as the README does): this repository's own package, which finds
+            # the build's library itself.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "bindings",
+                                            "python"))
+            import tandem.torch  # noqa: F401
     dist.init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 

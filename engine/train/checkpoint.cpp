@@ -139,6 +139,10 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  // An ifstream opens a directory and then fails inside the read ("internal error: basic_filebuf::underflow").
+  std::error_code ec;
+  TANDEM_CHECK(!std::filesystem::is_directory(path, ec), Status::kIo,
+               "checkpoint '{}': is a directory, not a checkpoint file", path);
   std::ifstream f(path, std::ios::binary);
   TANDEM_CHECK(f.good(), Status::kIo, "checkpoint '{}': cannot open", path);
   const std::vector<uint8_t> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

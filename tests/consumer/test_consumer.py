@@ -95,6 +95,21 @@ class Installed(unittest.TestCase):
             ["-Wl,-rpath," + self.libdir])
         self.assertIn("consumer ok", run([exe]).stdout)
 
+    def test_the_installed_python_package_loads_the_installed_library(self):
+        # The package lands in P/lib/python3/dist-packages, the library in P's libdir: outside the loader's search
+        # path for any prefix but /usr, the package found no library ("cannot load libtandem.so") until the install
+        # told it where the library lies (_installed.py).
+        pkgs = glob.glob(os.path.join(self.prefix, "lib*", "python3*", "*-packages"))
+        self.assertEqual(len(pkgs), 1, pkgs)
+        env = dict(os.environ, PYTHONPATH=pkgs[0])
+        env.pop("TANDEM_LIBRARY", None)
+        p = subprocess.run(["/usr/bin/python3", "-c", "import tandem; print(tandem.version(), tandem.LIBRARY_PATH)"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, env=env,
+                           cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:])
+        self.assertIn(VERSION, p.stdout)
+        self.assertEqual(os.path.realpath(p.stdout.split()[-1]), os.path.realpath(self.lib))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -57,6 +57,17 @@ class Models(unittest.TestCase):
         # The same input twice gives the same logits (inference mode: no state changes).
         self.assertTrue(np.array_equal(y, m.forward(x)))
 
+    def test_forward_refuses_an_input_of_another_shape(self):
+        # The C function reads N x 784 floats for lenet5: a smaller array was read past its end (a segfault for
+        # (100000, 1, 1, 1)), a larger one silently read in part. Each is refused, naming the expected shape.
+        m = tt.Model("lenet5", seed=1)
+        for shape in ((100000, 1, 1, 1), (2, 3, 32, 32), (0, 1, 28, 28), (784,)):
+            with self.assertRaises(tandem.TandemError) as cm:
+                m.forward(np.zeros(shape, np.float32))
+            self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+            self.assertIn("[N, 1, 28, 28]", cm.exception.message)
+        self.assertEqual(m.forward(np.zeros((2, 784), np.float32)).shape, (2, 10))  # flattened samples are fine
+
     def test_spec_json_model_and_malformed_spec(self):
         spec = {"name": "tiny", "input": [1, 8, 8], "layers": [{"type": "linear", "out_features": 3}]}
         try:
@@ -129,10 +140,11 @@ class Training(unittest.TestCase):
             with self.assertRaises(tandem.TandemError) as cm:
                 again.load_checkpoint(bad)
             self.assertIn("bad.ckpt", cm.exception.message)
-
-
-if __name__ == "__main__":
-    unittest.main()
+            # A directory is named as one (it was "internal error: basic_filebuf::underflow error reading the file").
+            with self.assertRaises(tandem.TandemError) as cm:
+                again.load_checkpoint(tmp)
+            self.assertEqual(cm.exception.status, tandem.ERR_IO)
+            self.assertIn("is a directory", cm.exception.message)
 
 
 class ParallelStrategies(unittest.TestCase):
@@ -142,6 +154,22 @@ class ParallelStrategies(unittest.TestCase):
         data = tt.Dataset("synthetic", shape=(1, 6, 6), num_classes=3, count=96, seed=2)
         return tt.Trainer(tt.Model("mlp", input_shape=(1, 6, 6), num_classes=3, seed=3), data, data,
                           tt.Optimizer("sgd", lr=0.1), batch_size=8, epochs=2, seed=7, strategy=strategy, **kw)
+
+    def test_a_launched_rank_without_comm_is_refused(self):
+        # comm=None is a one-rank job: under `tandem launch -n 2` both ranks trained alone, silently
+        saved = os.environ.get("TANDEM_WORLD_SIZE")
+        os.environ["TANDEM_WORLD_SIZE"] = "2"
+        try:
+            with self.assertRaises(tandem.TandemError) as cm:
+                self.make("ddp")
+            self.assertIn("without comm: every rank would train alone; pass comm=tandem.Communicator()",
+                          cm.exception.message)
+        finally:
+            if saved is None:
+                del os.environ["TANDEM_WORLD_SIZE"]
+            else:
+                os.environ["TANDEM_WORLD_SIZE"] = saved
+        self.make("ddp").close()  # alone, a one-rank job as before
 
     def test_averaging_strategies_train_with_their_keywords(self):
         for strategy, kw in (("localsgd", dict(average_every=2, warmup_steps=1)), ("easgd", dict(tau=2, alpha=0.5)),
@@ -175,3 +203,28 @@ class ParallelStrategies(unittest.TestCase):
         with self.assertRaises(tandem.TandemError) as cm:
             self.make("easgd", tau=0)
         self.assertIn("parallel->tau", str(cm.exception))
+
+
+class IntegerFields(unittest.TestCase):
+    """ctypes truncated 64.9 to 64 and wrapped an int32 field: simulate(dp=2**32 + 2) simulated dp 2."""
+
+    def test_whole_numbers_within_the_c_type_only(self):
+        import tandem.simulate as ts
+        for kw, want in ((dict(strategy="ddp", dp=2 ** 32 + 2), "dp = 4294967298 is out of range"),
+                         (dict(batch=64.9), "batch must be a whole number, got 64.9"),
+                         (dict(batch="64"), "batch must be a whole number")):
+            with self.assertRaises(tandem.TandemError) as cm:
+                ts.simulate("t2.micro:4", model="lenet5", **kw)
+            self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+            self.assertIn(want, cm.exception.message)
+        self.assertEqual(ts.simulate("t2.micro:4", model="lenet5", strategy="ddp", dp=np.int64(2), batch=64.0).dp, 2)
+        with self.assertRaises(tandem.TandemError) as cm:
+            tt.Model("lenet5", input_shape=(1, 28.5, 28))
+        self.assertIn("input_height must be a whole number, got 28.5", cm.exception.message)
+        with self.assertRaises(tandem.TandemError) as cm:  # was a one-rank communicator
+            tandem.Communicator(rank=0, size=2 ** 32 + 1)
+        self.assertIn("size = 4294967297 is out of range", cm.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()

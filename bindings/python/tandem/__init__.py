@@ -10,6 +10,7 @@ Run it with `tandem launch -n 4 -- python3 script.py`. Every failure raises Tand
 the C status (`.status`, `.status_name`) and the library's message (`.message`).
 """
 import ctypes
+import operator
 
 from . import _lib
 
@@ -73,6 +74,27 @@ def _check(status):
 
 def _invalid(message):
     return TandemError(ERR_INVALID_ARGUMENT, message)
+
+
+def _set_field(struct, field, value, conv):
+    """struct.field = conv(value), for a params struct. An integer field takes only whole numbers within its C type:
+    ctypes silently truncated 64.9 to 64 and wrapped 2**32 + 2 to 2 in an int32 (dp=2**32+2 simulated dp 2)."""
+    if conv is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        try:
+            whole = operator.index(value)  # int, bool, numpy integers; not 64.9 nor "64"
+        except TypeError:
+            raise _invalid("%s must be a whole number, got %r" % (field, value)) from None
+        ctype = dict(type(struct)._fields_)[field]
+        bits = 8 * ctypes.sizeof(ctype)
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value == -1 else (0, (1 << bits) - 1)
+        if not lo <= whole <= hi:
+            raise _invalid("%s = %d is out of range for its C field (%d .. %d)" % (field, whole, lo, hi))
+        value = whole
+    else:
+        value = conv(value)
+    setattr(struct, field, value)
 
 
 def _op_code(op):
@@ -226,19 +248,23 @@ class Communicator:
             p = _lib.CommParams()
             m = 0
             if rank is not None:
-                p.rank, m = int(rank), m | _lib.PARAM_RANK
+                _set_field(p, "rank", rank, int)
+                m |= _lib.PARAM_RANK
             if size is not None:
-                p.size, m = int(size), m | _lib.PARAM_SIZE
+                _set_field(p, "size", size, int)
+                m |= _lib.PARAM_SIZE
             if master_addr is not None:
                 p.master_addr, m = master_addr.encode(), m | _lib.PARAM_MASTER_ADDR
             if master_port is not None:
-                p.master_port, m = int(master_port), m | _lib.PARAM_MASTER_PORT
+                _set_field(p, "master_port", master_port, int)
+                m |= _lib.PARAM_MASTER_PORT
             if secret is not None:
                 p.secret, m = secret.encode(), m | _lib.PARAM_SECRET
             if transport is not None:
                 p.transport, m = transport.encode(), m | _lib.PARAM_TRANSPORT
             if timeout_ms is not None:
-                p.timeout_ms, m = int(timeout_ms), m | _lib.PARAM_TIMEOUT_MS
+                _set_field(p, "timeout_ms", timeout_ms, int)
+                m |= _lib.PARAM_TIMEOUT_MS
             if algo is not None:
                 if isinstance(algo, str):
                     if algo not in _ALGOS:

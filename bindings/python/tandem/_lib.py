@@ -50,6 +50,12 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("libtandem.so", SONAME):
         yield os.path.join(here, name)
+    # Installed by `cmake --install --prefix P`: the library in P's libdir, wherever P is.
+    try:
+        from . import _installed
+        yield os.path.join(here, _installed.LIBDIR, SONAME)
+    except ImportError:
+        pass
     # An in-tree build: <repo>/build/<preset>/lib/libtandem.so, the most recently built first.
     repo = os.path.abspath(os.path.join(here, "..", "..", ".."))
     built = glob.glob(os.path.join(repo, "build", "*", "lib", "libtandem.so"))

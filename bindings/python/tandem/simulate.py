@@ -14,7 +14,7 @@ the main figures as attributes. Failures raise tandem.TandemError naming the fie
 import ctypes
 import json as _json
 
-from . import _LIB, _check, _invalid, _lib
+from . import _LIB, _check, _invalid, _lib, _set_field
 
 P = ctypes.POINTER
 _u64, _i64, _i32, _f64, _str, _ptr, _size = (ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_double,
@@ -246,7 +246,7 @@ def _job(kw):
                 keep.append(b)
                 setattr(p, field, b)
             else:
-                setattr(p, field, conv(v))
+                _set_field(p, field, v, conv)
     if "job" in kw:
         j = kw["job"]
         if isinstance(j, dict):

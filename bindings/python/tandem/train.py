@@ -15,7 +15,7 @@ import ctypes
 import os
 import math
 
-from . import _LIB, _check, _invalid
+from . import _LIB, _check, _invalid, _set_field
 
 try:
     import numpy as _np
@@ -218,16 +218,16 @@ def _fill(p, keep, fields):
             continue
         p.field_mask |= 1 << bit
         if isinstance(field, tuple):
-            values = [conv(v) for v in value]
+            values = list(value)
             if len(values) != len(field):
                 raise _invalid("%s needs %d values, got %r" % ("/".join(field), len(field), value))
             for f, v in zip(field, values):
-                setattr(p, f, v)
+                _set_field(p, f, v, conv)
         elif conv is str:
             keep.append(_b(value))
             setattr(p, field, keep[-1])
         else:
-            setattr(p, field, conv(value))
+            _set_field(p, field, value, conv)
     return p
 
 
@@ -306,6 +306,12 @@ class Model(_Handle):
         """Logits [N, classes] for normalised float32 inputs [N, C, H, W] (inference mode)."""
         x = _np.ascontiguousarray(x, dtype=_np.float32)
         info = self.info()
+        # The C function reads batch x C x H x W floats from the pointer: an input of another shape would be read
+        # past its end (or read in part), so it is checked here.
+        per_sample = int(_np.prod(info["input_shape"]))
+        if x.ndim < 2 or x.shape[0] < 1 or x.size != x.shape[0] * per_sample:
+            raise _invalid("forward: model '%s' takes inputs [N, %s] (%d values per sample), got an array of shape %s"
+                           % (info["name"], ", ".join(str(d) for d in info["input_shape"]), per_sample, x.shape))
         n = int(x.shape[0])
         out = _np.empty((n, info["num_classes"]), dtype=_np.float32)
         _check(_LIB.tandem_model_forward(self._h, x.ctypes.data_as(P(_f32)), n, out.ctypes.data_as(P(_f32)),
@@ -357,12 +363,24 @@ class Optimizer(_Handle):
         _check(_LIB.tandem_optimizer_create(_Context.get(), ctypes.byref(p), ctypes.byref(self._h)))
 
 
+def _launched_world(name=False):
+    """The world size a launcher announced (tandem launch, torchrun, mpirun, srun, MPICH), else 1; or its variable."""
+    for v in ("TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"):
+        try:
+            n = int(os.environ.get(v, ""))
+        except ValueError:
+            continue
+        return "%s=%d" % (v, n) if name else n
+    return "" if name else 1
+
+
 class Trainer(_Handle):
     """Runs steps, epochs, evaluation and checkpoints. Keeps its model and datasets alive. `progress`, if given, is
     called with a dict after every batch of an epoch.
 
     Parallel training (tandem_trainer_create_parallel): give `strategy` ("ddp", "pipeline", "hybrid", "ps",
-    "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Comm (None: a one-rank job), plus
+    "ps-async", "ssp", "asgd", "easgd", "fedavg", "localsgd") and `comm`, a tandem.Communicator (None: a one-rank job;
+    refused under a launcher that announced more ranks), plus
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
@@ -377,6 +395,10 @@ class Trainer(_Handle):
         if strategy is None and (comm is not None or parallel):
             raise _invalid("parallel options need a strategy (e.g. strategy=\"ddp\")")
         pp = _parallel_params(strategy, parallel) if strategy is not None else None
+        if pp is not None and comm is None and _launched_world() > 1:
+            # NULL runs a one-rank job: under `tandem launch -n 2` every rank trained alone, silently
+            raise _invalid("strategy %r on one of %d launched ranks (%s) without comm: every rank would train alone; "
+                           "pass comm=tandem.Communicator()" % (strategy, _launched_world(), _launched_world(True)))
         self._keep = (model, train, test, optimizer, comm)
         self._progress_cb = None
         p = _TrainerParams(field_mask=0x17f, batch_size=batch_size, epochs=epochs, seed=seed,
