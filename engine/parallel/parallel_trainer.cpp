@@ -322,7 +322,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                  strategy_name(pc_.strategy));
     ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
                                                 config_.optimizer, schedule_, pc_.alpha, tracer_);
-    ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
+    // (only when the test hook is set: ParameterServerSync calls it on every replica it sends)
+    if (settings::current()->text("TANDEM_TEST_REFORM_LEAVE"))
+      ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
   } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
@@ -857,6 +859,9 @@ void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
   if (leaves == world_rank()) {
+    // "replicating": the backup takes the replica's header while serving (it polls every 200 us) and waits for the
+    // payload, which this rank never sends.
+    if (std::strcmp(point, "replicating") == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form",
               leaves, point);
     abandon();

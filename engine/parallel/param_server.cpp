@@ -838,8 +838,9 @@ void ParameterServerSync::replicate(ServerPiece& p) {
     }
     // (a Message's buffer keeps its address when the Message moves into the vector)
     h.work = world_->send(h.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagReplicaHeader);
-    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, l.to, kTagReplica);
     l.sends.push_back(std::move(h));
+    if (reform_hook_ && updates > 0) reform_hook_("replicating");  // test hook: a loss between header and payload
+    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, l.to, kTagReplica);
     l.sends.push_back(std::move(m));
     l.unacked.emplace_back(local, updates);
     if (!l.ack.work) {
@@ -893,9 +894,12 @@ bool ParameterServerSync::poll_replication() {
       TANDEM_CHECK(h.count > 0 && h.count % size == 0, Status::kMismatch,
                    "parameter server replication: a replica of piece {} from world rank {} has {} values, not a "
                    "multiple of its {}", h.piece, pr.from, h.count, size);
+      // The payload lands beside the last complete copy, which it replaces only once it is whole: a primary lost
+      // between the two messages leaves that copy (and its update count) as it was, never one half-overwritten.
+      std::vector<float> values(static_cast<size_t>(h.count), 0.0f);
+      world_->recv(values.data(), values.size(), DType::kF32, pr.from, kTagReplica)->wait();  // sent with it
       Kept& k = kept_[h.piece];
-      k.values.assign(static_cast<size_t>(h.count), 0.0f);
-      world_->recv(k.values.data(), k.values.size(), DType::kF32, pr.from, kTagReplica)->wait();  // sent with it
+      k.values = std::move(values);
       k.updates = h.clock;
       Message& a = ack_sends_.emplace_back();
       a.set(Header{kAck, rank_, h.piece, 0, h.clock, 0});
