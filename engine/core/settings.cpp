@@ -71,8 +71,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_TEST_FEDAVG_STALL", K::kText, 0, 0, "", "unset",
      "test hook: rank:round:seconds, that rank sleeps before it reports that fedavg round"},
     {"TANDEM_TEST_REFORM_LEAVE", K::kText, 0, 0, "", "unset",
-     "test hook: rank:point, that world rank leaves the job at that point (agreed|voting|voted|restoring) of a "
-     "parameter-server re-form"},
+     "test hook: rank:point, that world rank leaves the job at that point (agreed|voting|voted|committed|restoring) "
+     "of a parameter-server re-form, or between a replica's header and payload (replicating)"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

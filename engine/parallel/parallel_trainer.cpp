@@ -67,13 +67,16 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // Test hook (parameter-server re-form, issue #17): TANDEM_TEST_REFORM_LEAVE="rank:point" makes world rank `rank` leave
 // the job (ParallelTrainer::abandon: its communicators aborted, as a killed process's close) when a re-form it takes
 // part in reaches `point` (ParameterServerSync::set_reform_hook: "agreed", after the survivors' agreement; "voting",
-// the new view built and the shards sent, before the vote; "voted", the vote completed on that rank, before it
-// commits; and the trainer's "restoring", the re-form committed with shards taken from the checkpoint, before
-// load_checkpoint); its thread then ends with kInternal naming the hook. At "voted" the survivors with a higher world
-// rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote would have) while the
-// lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives depending on the
-// collective's message order. Returns the rank named at `point`, or -1. For the tests of a second loss during a
-// re-form.
+// the new view built, the shards sent and the replicas re-seeded, before the vote; "voted", the vote completed on that
+// rank, before it commits; "committed", once every survivor committed (a barrier), after which the others wait for the
+// loss to surface and meet it at their next operation, before any server served the new view; "replicating", a
+// server right after sending the header of an update's replica, 100 ms before it leaves without the payload, so its
+// backup has taken the header; and the trainer's "restoring", the re-form committed with shards taken from the
+// checkpoint, before load_checkpoint); its thread then ends with kInternal naming the hook. At "voted" the survivors
+// with a higher world rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote
+// would have) while the lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives
+// depending on the collective's message order. Returns the rank named at `point`, or -1. For the tests of a second
+// loss during a re-form.
 int reform_leave_test_hook(const char* point) {
   const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_REFORM_LEAVE");
   if (!v) return -1;
@@ -322,7 +325,9 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                  strategy_name(pc_.strategy));
     ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
                                                 config_.optimizer, schedule_, pc_.alpha, tracer_);
-    ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
+    // (only when the test hook is set: ParameterServerSync calls it on every replica it sends)
+    if (settings::current()->text("TANDEM_TEST_REFORM_LEAVE"))
+      ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
   } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
@@ -856,7 +861,15 @@ void ParallelTrainer::shrink_group(const std::string& why) {
 void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
+  if (std::strcmp(point, "committed") == 0) {
+    // The rank leaves once every survivor committed (not inside the vote, which "voted" tests).
+    if (std::find(members_.begin(), members_.end(), leaves) == members_.end()) return;
+    world_->barrier()->wait();
+  }
   if (leaves == world_rank()) {
+    // "replicating": the backup takes the replica's header while serving (it polls every 200 us) and waits for the
+    // payload, which this rank never sends.
+    if (std::strcmp(point, "replicating") == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form",
               leaves, point);
     abandon();
@@ -864,12 +877,22 @@ void ParallelTrainer::reform_test_point(const char* point) {
                  "parameter-server re-form", leaves, point);
   }
   const auto it = std::find(members_.begin(), members_.end(), leaves);
-  if (std::strcmp(point, "voted") != 0 || leaves > world_rank() || it == members_.end()) return;
+  const bool committed = std::strcmp(point, "committed") == 0;
+  if (!(committed || std::strcmp(point, "voted") == 0) || (!committed && leaves > world_rank()) ||
+      it == members_.end())
+    return;
   // A receive the leaving rank never answers: it fails when that rank's loss surfaces here (its abort, or the
   // deadline). The buffer outlives the failed communicator.
   auto sink = std::make_shared<int64_t>(0);
   retired_buffers_.push_back(sink);
-  world_->recv(sink.get(), 1, DType::kI64, static_cast<int>(it - members_.begin()), kTagVoteCut)->wait();
+  try {
+    world_->recv(sink.get(), 1, DType::kI64, static_cast<int>(it - members_.begin()), kTagVoteCut)->wait();
+  } catch (const Error&) {
+    // "committed": every survivor goes on with the committed view and meets the loss at its next operation, before
+    // any server served in the new view (the re-seed must be complete by the commit)
+    if (committed) return;
+    throw;
+  }
   TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} answered a receive it never sends", leaves);
 }
 

@@ -838,8 +838,9 @@ void ParameterServerSync::replicate(ServerPiece& p) {
     }
     // (a Message's buffer keeps its address when the Message moves into the vector)
     h.work = world_->send(h.buf.data(), kHeaderFloats, DType::kF32, l.to, kTagReplicaHeader);
-    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, l.to, kTagReplica);
     l.sends.push_back(std::move(h));
+    if (reform_hook_ && updates > 0) reform_hook_("replicating");  // test hook: a loss between header and payload
+    m.work = world_->send(m.buf.data(), m.buf.size(), DType::kF32, l.to, kTagReplica);
     l.sends.push_back(std::move(m));
     l.unacked.emplace_back(local, updates);
     if (!l.ack.work) {
@@ -893,9 +894,12 @@ bool ParameterServerSync::poll_replication() {
       TANDEM_CHECK(h.count > 0 && h.count % size == 0, Status::kMismatch,
                    "parameter server replication: a replica of piece {} from world rank {} has {} values, not a "
                    "multiple of its {}", h.piece, pr.from, h.count, size);
+      // The payload lands beside the last complete copy, which it replaces only once it is whole: a primary lost
+      // between the two messages leaves that copy (and its update count) as it was, never one half-overwritten.
+      std::vector<float> values(static_cast<size_t>(h.count), 0.0f);
+      world_->recv(values.data(), values.size(), DType::kF32, pr.from, kTagReplica)->wait();  // sent with it
       Kept& k = kept_[h.piece];
-      k.values.assign(static_cast<size_t>(h.count), 0.0f);
-      world_->recv(k.values.data(), k.values.size(), DType::kF32, pr.from, kTagReplica)->wait();  // sent with it
+      k.values = std::move(values);
       k.updates = h.clock;
       Message& a = ack_sends_.emplace_back();
       a.set(Header{kAck, rank_, h.piece, 0, h.clock, 0});
@@ -905,6 +909,18 @@ bool ParameterServerSync::poll_replication() {
     }
   }
   return progressed;
+}
+
+bool ParameterServerSync::replicas_seeded() const {
+  const int W = program_.workers;
+  for (const Primary& pr : primaries_) {
+    for (size_t g = 0; g < program_.pieces.size(); ++g) {
+      if (W + program_.pieces[g].server != pr.from) continue;
+      const auto it = kept_.find(static_cast<int32_t>(g));
+      if (it == kept_.end() || it->second.updates < 0) return false;
+    }
+  }
+  return true;
 }
 
 bool ParameterServerSync::replication_flushed() const {
@@ -1015,6 +1031,7 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   TANDEM_CHECK(!in_region_, Status::kInternal, "restore inside the push/pull region (call sync_point first)");
   TANDEM_REQUIRE(!elastic_, "asynchronous EASGD: resuming the centre variable is not supported yet");
   clock_ = steps;
+  step_start_.clear();   // no step is redone across a restore
   restore_due_ = false;  // the shards taken from the checkpoint by a re-form are real now
   if (server_ < 0) return;
   compute::Backend& be = model_.backend();
@@ -1042,6 +1059,7 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
     std::fill(p.acked.begin(), p.acked.end(), -1);
   }
   reseed_ = true;  // the backups hold the state before the checkpoint
+  kept_.clear();   // and so do this server's copies: a loss before the re-seed finds them incomplete, never stale
   for (WorkerState& ws : peers_) {
     ws.started = ws.done = steps;
     std::fill(ws.push_clock.begin(), ws.push_clock.end(), steps);
@@ -1353,13 +1371,18 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
         send_shards(clocks);
       } else {
         receive_shards();
-        if (!out.step_done && old.step_started && !step_start_.empty()) {
+        if (!out.step_done && !step_start_.empty()) {
           // ps with replicas: the step in flight is redone from the parameters it started with (some shards may have
           // applied it, others not), so its gradient is the one the uninterrupted run computes.
           copy_into_params(0, static_cast<int64_t>(step_start_.size()), step_start_.data());
         }
       }
     }
+    // ---- the re-seed is part of the transaction: before it votes, each server holds the full replicas of the pieces
+    //      it backs up and its backups acknowledged its own, so a server lost right after the commit is taken over
+    //      from them (its state came over whole). The workers wait in the vote meanwhile: nothing else arrives ----
+    if (server_ >= 0)
+      serve_until([&] { return replication_flushed() && replicas_seeded(); }, INT64_MAX, "the re-seed of the replicas");
     // ---- the vote: every survivor has built the new view and holds its parameters. A sum of ones: the result
     //      carries every rank's contribution, so it completes nowhere unless every survivor voted, and the count
     //      is checked (a barrier would also wait for everyone now, but says nothing of who took part) ----
@@ -1382,10 +1405,13 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     throw;
   }
   // ---- commit: the new view replaces the old one (which goes with this scope) ----
-  step_start_.clear();
+  // A step still to be redone keeps the parameters it starts from: a loss before it is redone (right after this
+  // commit) re-forms again, and the servers' shards then mix clocks again.
+  if (out.step_done) step_start_.clear();
   ++view_epoch_;
   restore_due_ = from_checkpoint;
   out.retired = std::move(retired);
+  if (reform_hook_) reform_hook_("committed");
   return out;
 }
 
@@ -1424,7 +1450,7 @@ ParameterServerSync::Reformed ParameterServerSync::adopt_tentative() {
   abandoned_.push_back(std::make_shared<View>(take_view()));
   put_view(std::move(*tentative_));
   tentative_.reset();
-  step_start_.clear();
+  if (tentative_out_.step_done) step_start_.clear();  // (reform()'s commit)
   ++view_epoch_;
   restore_due_ = tentative_out_.from_checkpoint;
   Reformed out = std::move(tentative_out_);

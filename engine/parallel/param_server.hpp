@@ -46,8 +46,11 @@
 // acknowledgement are lost (at most the pushes in flight at the loss). Cost: every update sends (values + state) of
 // the piece to r servers, and ps/ssp replies wait for one server-to-server round trip (the blocking wait on one
 // receive that ps otherwise uses is then a poll). A server enters the region by sending a full replica of every
-// piece when its state changed outside the stream (construction, restore, reform); at a sync point it waits for
-// its backups' acknowledgements and sends each an end marker, and serves until its own primaries' markers came.
+// piece when its state changed outside the stream (construction, restore, growth); a re-form sends it inside its
+// transaction and waits, before voting, until its backups acknowledged it and it holds its primaries' (reform()). A
+// backup replaces its copy of a piece only once a replica's payload arrived whole (a primary lost between header and
+// payload leaves the last complete copy). At a sync point a server waits for its backups' acknowledgements and sends
+// each an end marker, and serves until its own primaries' markers came.
 //
 // Collective points: ranks enter the push/pull region with their first step and leave it at sync_point(), which the
 // trainer calls before every world collective (end of an epoch, evaluate, checkpoint, trace) and at destruction:
@@ -139,7 +142,9 @@ class ParameterServerSync final : public GradientSync {
   // survivor -- its backups were lost with it, at once or before the replicas were re-seeded -- or an incomplete one),
   // and that there is no checkpoint. ssp: the clocks the lost owner applied after its replica's (at most S, pushed by
   // the workers that completed them) are skipped on the taken-over shard -- their updates to it are lost. The replicas are then re-placed
-  // over the survivors and re-seeded on entering the region.
+  // over the survivors and re-seeded inside the transaction below (before the vote), so a server lost right after the
+  // commit is taken over from them exactly as one lost later. A worker whose step in flight is to be redone keeps the
+  // parameters that step started from until it completes it, across further re-forms.
   // Transactional (issue #17: a second loss during a re-form): the old view -- the program (membership, shard
   // ownership), the owned shards' values, their optimizers' state and clocks, the backups kept, the clocks -- is set
   // aside untouched while the new one is built beside it (copies), the shards are taken over and sent to the workers,
@@ -194,9 +199,11 @@ class ParameterServerSync final : public GradientSync {
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
   // Test hook (documented at ParallelTrainer's TANDEM_TEST_REFORM_LEAVE): called by reform() at its named points,
-  // "agreed" (after the survivors' agreement, before anything is built), "voting" (the new view built and the
-  // shards sent, before the vote) and "voted" (the vote completed here, before the commit). It may throw; reform()
-  // then discards the attempt as after a peer's loss (at "voted", as a vote that failed: the new view kept aside).
+  // "agreed" (after the survivors' agreement, before anything is built), "voting" (the new view built, the shards
+  // sent and the replicas re-seeded, before the vote), "voted" (the vote completed here, before the commit) and
+  // "committed" (after the commit); and by a server between a replica's header and its payload, "replicating" (only
+  // replicas of updates >= 1). It may throw; reform() then discards the attempt as after a peer's loss (at "voted", as
+  // a vote that failed: the new view kept aside; at "committed" the commit stands).
   void set_reform_hook(std::function<void(const char*)> hook) { reform_hook_ = std::move(hook); }
   // The buffers of operations that may still be in flight on a failed communicator (abandoned re-form attempts, an
   // exchange of shards cut short): the caller keeps them until that communicator is destroyed.
@@ -342,6 +349,7 @@ class ParameterServerSync final : public GradientSync {
   void replicate(ServerPiece& p);  // the piece's values and state to every backup
   bool poll_replication();
   bool replication_flushed() const;
+  bool replicas_seeded() const;  // every piece of every primary has a complete replica here
   void end_replication();  // sync point: the end marker to every backup
   // A server's view of a worker (re)started at `clock`, outside the region, for the current pieces.
   void reset_peer(WorkerState& ws, int64_t clock) const;

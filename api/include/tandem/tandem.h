@@ -196,8 +196,9 @@ typedef struct tandem_context_params {
  *   TANDEM_TEST_FEDAVG_STALL  test hook, "rank:round:seconds": that world rank sleeps before it
  *                             reports that FedAvg round (a straggler for deadline tests) default unset
  *   TANDEM_TEST_REFORM_LEAVE  test hook, "rank:point": that world rank leaves the job at that point
- *                             (agreed, voting, voted or restoring) of a parameter-server
- *                             re-form                                              default unset
+ *                             (agreed, voting, voted, committed or restoring) of a parameter-server
+ *                             re-form, or between a replica's header and payload
+ *                             (replicating)                                        default unset
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
