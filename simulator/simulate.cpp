@@ -726,9 +726,10 @@ std::string name_bottleneck(const SimResult& r) {
     if (b.rank < 0) return "memory: the job does not fit on at least one node";
     const auto mib = [](double x) { return fmt::format("{:.0f} MiB", x / 1048576.0); };
     return fmt::format("memory: node {} needs {} of {} (rank {}: parameters {}, gradients {}, optimizer state {}, "
-                       "activations {}, runtime {}, buffers {})", b.node, mib(b.node_need_bytes), mib(b.node_capacity_bytes),
-                       b.rank, mib(b.param_bytes), mib(b.grad_bytes), mib(b.optimizer_bytes), mib(b.activation_bytes),
-                       mib(b.runtime_bytes), mib(b.buffer_bytes));
+                       "activations {}, runtime {}, buffers {}, data sets {})", b.node, mib(b.node_need_bytes),
+                       mib(b.node_capacity_bytes), b.rank, mib(b.param_bytes), mib(b.grad_bytes),
+                       mib(b.optimizer_bytes), mib(b.activation_bytes), mib(b.runtime_bytes), mib(b.buffer_bytes),
+                       mib(b.data_bytes));
   }
   const std::pair<double, const char*> parts[] = {
       {r.compute_s, "compute"},
