@@ -137,3 +137,24 @@ BOOST_AUTO_TEST_CASE(are_not_charged_to_a_gpu_or_pytorch) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A directory given as the cluster file or the calibration profile is named as such, not as a JSON parse error.
+BOOST_AUTO_TEST_SUITE(json_file_readers)
+
+BOOST_AUTO_TEST_CASE(name_a_directory_given_as_the_file) {
+  const auto says_directory = [](const std::string& what) {
+    return [what](const tandem::Error& e) {
+      const std::string m = e.what();
+      BOOST_TEST_MESSAGE(m);
+      return m.find(what + " \"/tmp\" is a directory") != std::string::npos && m.find("parse") == std::string::npos;
+    };
+  };
+  BOOST_CHECK_EXCEPTION(parse_cluster("/tmp"), tandem::Error, says_directory("cluster file"));
+  BOOST_CHECK_EXCEPTION(load_profile("/tmp"), tandem::Error, says_directory("calibration profile"));
+  JobSpec j = lenet_job();
+  j.profile = "/tmp";
+  BOOST_CHECK_EXCEPTION(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}), tandem::Error,
+                        says_directory("calibration profile"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
