@@ -727,7 +727,9 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
   app.add_option("--clip-norm", o->clip_norm, "clip gradients to this global L2 norm (0: off)");
   app.add_option("--threads", o->threads, "compute threads (default, or 0: all cores)")
       ->check(tandem::cli::kNonNegative);
-  app.add_option("--seed", o->seed, "initialisation, shuffling and augmentation seed")->capture_default_str();
+  app.add_option("--seed", o->seed, "initialisation, shuffling and augmentation seed")
+      ->check(tandem::cli::kNonNegative)  // CLI11 would wrap -1 into the unsigned seed
+      ->capture_default_str();
   app.add_option("--init", o->init, "weight initialisation: kaiming, xavier or uniform")->capture_default_str();
   app.add_option("--checkpoint", o->checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", o->resume, "resume from this checkpoint");

@@ -139,7 +139,7 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
     app.add_option("--dirichlet-alpha", o->dirichlet_alpha, "fedavg: label skew of the clients' data (the shares "
                    "are cut as the trainer cuts them, with --seed; a round waits for its largest client)")->group(grp);
     app.add_option("--seed", o->seed, "the training run's seed (tandem train --seed): fedavg's client draw and "
-                   "Dirichlet shares, asgd's gossip matching")->group(grp)->capture_default_str();
+                   "Dirichlet shares, asgd's gossip matching")->group(grp)->check(kNonNegative)->capture_default_str();
     app.add_option("--client-fraction", o->client_fraction, "fedavg: clients sampled per round")->group(grp)
         ->capture_default_str();
     app.add_option("--local-epochs", o->local_epochs, "fedavg: epochs a client runs per round")->group(grp)

@@ -243,14 +243,6 @@ NodeSpec node_from_json(const nlohmann::json& j, const std::string& where) {
   return n;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  TANDEM_CHECK(in.good(), Status::kIo, "cannot read cluster file \"{}\"", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where) {
@@ -310,13 +302,7 @@ ClusterSpec parse_cluster(const std::string& spec) {
     }
     c = cluster_from_json(j);
   } else if (spec.find(".json") != std::string::npos || spec.find('/') != std::string::npos) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(spec));
-    } catch (const nlohmann::json::exception& e) {
-      TANDEM_THROW(Status::kInvalidArgument, "cluster file \"{}\": {}", spec, e.what());
-    }
-    c = cluster_from_json(j, spec);
+    c = cluster_from_json(read_json_file(spec, "cluster file"), spec);
   } else {
     size_t pos = 0;
     while (pos <= spec.size()) {

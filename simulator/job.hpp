@@ -36,6 +36,7 @@ struct DatasetInfo {
   int64_t samples = 0;
   engine::nn::SampleShape input;
   int64_t classes = 0;
+  int64_t test_samples = 0;  // the test set the trainer loads beside the training set (0: none known)
 };
 // cifar10, cifar100, fashion-mnist, mnist, imagenet; throws listing them for an unknown name.
 DatasetInfo find_dataset(const std::string& name);
@@ -62,6 +63,9 @@ struct RunSpec {
   // pytorch-ddp: DDP's broadcast_buffers (its default True): rank 0's module buffers are broadcast before every
   // forward pass (simulator/broadcast.hpp); job JSON "broadcast_buffers"
   bool broadcast_buffers = true;
+  // The bytes of data sets each rank holds (a trainer's loaded train + test sets, engine::data::Dataset::
+  // resident_bytes); unset: the dataset's training and test sets as the loader stores them.
+  std::optional<double> data_bytes;
 };
 // PyTorch DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB; its buckets are rebuilt after the
 // first iteration in gradient-ready order with this cap first, then bucket_cap_mb).

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/data/dataset.hpp"
 #include "engine/data/partition.hpp"
 #include "engine/parallel/fedavg.hpp"
 #include "engine/nn/zoo.hpp"
@@ -76,11 +77,22 @@ double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationPr
   return kDefaultCpuRuntimeBytes;
 }
 
+// The data sets a Tandem rank holds in host memory: the run's own figure (a trainer's loaded sets), else the whole
+// training set and the test set as the loader stores them (engine/data/dataset.hpp resident_bytes) -- every rank
+// loads both whole and samples its shard by index.
+double rank_data_bytes(const RunSpec& run, const DatasetInfo& d) {
+  if (run.data_bytes) return *run.data_bytes;
+  const int64_t sample = d.input.numel();
+  return engine::data::resident_bytes(d.samples, sample) + engine::data::resident_bytes(d.test_samples, sample);
+}
+
 // Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
 // of the largest rank on the node that fits worst. Tandem's CPU ranks hold kTandemCpuActivationPeak times the
-// activations the job counts.
+// activations the job counts, and their data sets (`data`, per rank; not charged to a GPU's memory, nor to
+// pytorch-ddp, whose measured process size stands for it).
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
-                 Framework framework, const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
+                 double data, Framework framework, const ClusterSpec& cluster, std::vector<NodeReport>& nodes,
+                 MemoryBreakdown& worst) {
   const engine::parallel::SyncProgram& sync = cj.sync;
   std::vector<MemoryBreakdown> largest(nodes.size());
   for (int32_t r = 0; r < cj.world; ++r) {
@@ -91,9 +103,11 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
                                              : r < sync.workers ? sync.worker_memory
                                                                 : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
     const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
-    const double peak = framework == Framework::kTandem && !gpu ? kTandemCpuActivationPeak : 1.0;
+    const bool tandem_cpu = framework == Framework::kTandem && !gpu;
+    const double peak = tandem_cpu ? kTandemCpuActivationPeak : 1.0;
     MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, peak * m.activation_bytes,
                       runtime[static_cast<size_t>(n)], m.bucket_bytes};
+    b.data_bytes = tandem_cpu ? data : 0.0;
     const double need = b.total();
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
     ++nr.ranks;
@@ -403,7 +417,8 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
-  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, run.framework, p.cluster, p.nodes, p.memory);
+  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, rank_data_bytes(run, p.data), run.framework, p.cluster, p.nodes,
+              p.memory);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     NodeReport& nr = p.nodes[i];
     const NodeSpec& n = p.cluster.nodes[i];
@@ -711,9 +726,10 @@ std::string name_bottleneck(const SimResult& r) {
     if (b.rank < 0) return "memory: the job does not fit on at least one node";
     const auto mib = [](double x) { return fmt::format("{:.0f} MiB", x / 1048576.0); };
     return fmt::format("memory: node {} needs {} of {} (rank {}: parameters {}, gradients {}, optimizer state {}, "
-                       "activations {}, runtime {}, buffers {})", b.node, mib(b.node_need_bytes), mib(b.node_capacity_bytes),
-                       b.rank, mib(b.param_bytes), mib(b.grad_bytes), mib(b.optimizer_bytes), mib(b.activation_bytes),
-                       mib(b.runtime_bytes), mib(b.buffer_bytes));
+                       "activations {}, runtime {}, buffers {}, data sets {})", b.node, mib(b.node_need_bytes),
+                       mib(b.node_capacity_bytes), b.rank, mib(b.param_bytes), mib(b.grad_bytes),
+                       mib(b.optimizer_bytes), mib(b.activation_bytes), mib(b.runtime_bytes), mib(b.buffer_bytes),
+                       mib(b.data_bytes));
   }
   const std::pair<double, const char*> parts[] = {
       {r.compute_s, "compute"},
@@ -799,7 +815,8 @@ bool fits_memory(Simulation& sim, const ClusterSpec& cluster, const JobSpec& job
     nodes[i].memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
   }
   MemoryBreakdown worst;
-  node_memory(cj, node_of_rank, runtime, job.framework, cluster, nodes, worst);
+  node_memory(cj, node_of_rank, runtime, rank_data_bytes(job, run_data(job, job.input, job.classes)), job.framework,
+              cluster, nodes, worst);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const double swap = cluster.nodes[i].hw.gpus == 0 ? cluster.nodes[i].swap_bytes : 0.0;
     if (nodes[i].ranks > 0 && nodes[i].memory_bytes > nodes[i].memory_capacity_bytes + swap) return false;
@@ -1079,7 +1096,7 @@ nlohmann::json SimResult::to_json() const {
       {"memory_breakdown", {{"node", memory.node}, {"rank", memory.rank}, {"param_bytes", memory.param_bytes},
                             {"grad_bytes", memory.grad_bytes}, {"optimizer_bytes", memory.optimizer_bytes},
                             {"activation_bytes", memory.activation_bytes}, {"runtime_bytes", memory.runtime_bytes},
-                            {"buffer_bytes", memory.buffer_bytes}}}};
+                            {"buffer_bytes", memory.buffer_bytes}, {"data_bytes", memory.data_bytes}}}};
   if (exchange == "round") {
     j["round_time_s"] = round_time_s;
     j["clients_sampled"] = clients_sampled;

@@ -1,6 +1,7 @@
 #include "simulator/units.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -9,6 +10,9 @@
 namespace tandem::simulator {
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  TANDEM_CHECK(!std::filesystem::is_directory(path, ec), Status::kInvalidArgument,
+               "{} \"{}\" is a directory, not a JSON file", what, path);
   std::ifstream in(path);
   TANDEM_CHECK(in.good(), Status::kIo, "cannot read {} \"{}\"", what, path);
   std::stringstream ss;

@@ -108,6 +108,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       run.limit_batches = cfg.limit_batches;
     }
     run.epochs = 1;
+    run.data_bytes = h.data_bytes;  // the sets this trainer holds, as the simulator counts them
     if (m & TANDEM_PREDICT_PARAM_PROFILE) {
       TANDEM_REQUIRE(params->profile != nullptr && *params->profile != '\0', "{}: profile flagged but empty", fn);
       run.profile = params->profile;

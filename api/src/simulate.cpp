@@ -254,7 +254,9 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.memory_grad_bytes = r.memory.grad_bytes;
     o.memory_optimizer_bytes = r.memory.optimizer_bytes;
     o.memory_activation_bytes = r.memory.activation_bytes;
-    o.memory_runtime_bytes = r.memory.runtime_bytes;
+    // the rank's data sets counted with its runtime until the struct has a field of their own, so the parts still add
+    // up to its need
+    o.memory_runtime_bytes = r.memory.runtime_bytes + r.memory.data_bytes;
     o.memory_buffer_bytes = r.memory.buffer_bytes;
     o.memory_advice = r.memory_advice.c_str();
   }

@@ -7,16 +7,23 @@
 
 namespace tandem::engine::data {
 
+// The bytes a loaded data set of `samples` samples of `sample_size` values each holds resident: its 8-bit pixels and
+// int32 labels (the Dataset below). The simulator charges a rank's data sets with it (simulator/simulate.cpp).
+constexpr double resident_bytes(int64_t samples, int64_t sample_size) noexcept {
+  return static_cast<double>(samples) * static_cast<double>(sample_size * int64_t{sizeof(uint8_t)} + int64_t{sizeof(int32_t)});
+}
+
 struct Dataset {
   std::string name;
   int64_t channels = 0, height = 0, width = 0;
   int64_t num_classes = 0;
-  std::vector<uint8_t> pixels;  // size() * sample_size()
+  std::vector<uint8_t> pixels;  // size() * sample_size() (the element type resident_bytes counts)
   std::vector<int32_t> labels;  // in [0, num_classes)
 
   int64_t size() const noexcept { return static_cast<int64_t>(labels.size()); }
   int64_t sample_size() const noexcept { return channels * height * width; }
   const uint8_t* sample(int64_t i) const noexcept { return pixels.data() + i * sample_size(); }
+  double resident_bytes() const noexcept { return data::resident_bytes(size(), sample_size()); }
   // The first `count` samples (all when count <= 0 or beyond the size).
   Dataset head(int64_t count) const;
   // Checks sizes and label range; throws kInvalidArgument naming the dataset.

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine/core/error.hpp"
+#include "engine/data/dataset.hpp"
 #include "engine/nn/zoo.hpp"
 #include "simulator/compute/workload.hpp"
 #include "simulator/presets.hpp"
@@ -95,6 +96,65 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_field) {
   } catch (const tandem::Error& e) {
     BOOST_TEST(std::string(e.what()).find("cluster.nodes[0].runtime_mib") != std::string::npos, e.what());
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The data sets a rank holds (issue: a profile's runtime_rss_bytes is measured before any data set is loaded, so the
+// need must add them): the loader's own description (engine::data::resident_bytes) of the whole training set and the
+// test set, every rank, on CPU nodes.
+BOOST_AUTO_TEST_SUITE(data_set_bytes)
+
+BOOST_AUTO_TEST_CASE(are_the_loaders_train_and_test_sets_per_rank) {
+  // the description matches what a loaded set stores: one byte per value, an int32 label per sample
+  const tandem::engine::data::Dataset d = tandem::engine::data::make_synthetic(3, 5, 7, 4, 11, 1);
+  BOOST_TEST(d.resident_bytes() == static_cast<double>(d.pixels.size() + d.labels.size() * sizeof(int32_t)));
+  JobSpec j = lenet_job();
+  const SimResult r = simulate(parse_cluster("c5.large:1"), j, {.baseline = false});
+  // Fashion-MNIST: 60,000 training and 10,000 test samples of 1x28x28 bytes plus a 4-byte label each
+  const double expected = (60000.0 + 10000.0) * (28 * 28 + 4);
+  BOOST_TEST(r.memory.data_bytes == expected);
+  BOOST_TEST(r.memory.total() == r.memory_per_node_bytes, tt::tolerance(1e-12));
+  // a trainer's own figure (tandem_trainer_predict passes its loaded sets) replaces the dataset's, byte for byte
+  j.data_bytes = 0.0;
+  const SimResult none = simulate(parse_cluster("c5.large:1"), j, {.baseline = false});
+  BOOST_TEST(r.memory_per_node_bytes - none.memory_per_node_bytes == expected, tt::tolerance(1e-12));
+  // every rank holds both sets: two ranks on one host count them twice
+  j.data_bytes.reset();
+  j.strategy = Strategy::kDdp;
+  const SimResult two = simulate(parse_cluster(R"({"nodes": [{"preset": "c5.large", "ranks_per_node": 2}]})"), j,
+                                 {.baseline = false});
+  BOOST_TEST(two.ranks == 2);
+  BOOST_TEST(two.nodes[0].memory_bytes >= 2 * expected);
+  BOOST_TEST(two.memory.data_bytes == expected);
+}
+
+BOOST_AUTO_TEST_CASE(are_not_charged_to_a_gpu_or_pytorch) {
+  JobSpec j = lenet_job();
+  BOOST_TEST(simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false}).memory.data_bytes == 0.0);
+  j.framework = Framework::kPytorchDdp;
+  BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).memory.data_bytes == 0.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// A directory given as the cluster file or the calibration profile is named as such, not as a JSON parse error.
+BOOST_AUTO_TEST_SUITE(json_file_readers)
+
+BOOST_AUTO_TEST_CASE(name_a_directory_given_as_the_file) {
+  const auto says_directory = [](const std::string& what) {
+    return [what](const tandem::Error& e) {
+      const std::string m = e.what();
+      BOOST_TEST_MESSAGE(m);
+      return m.find(what + " \"/tmp\" is a directory") != std::string::npos && m.find("parse") == std::string::npos;
+    };
+  };
+  BOOST_CHECK_EXCEPTION(parse_cluster("/tmp"), tandem::Error, says_directory("cluster file"));
+  BOOST_CHECK_EXCEPTION(load_profile("/tmp"), tandem::Error, says_directory("calibration profile"));
+  JobSpec j = lenet_job();
+  j.profile = "/tmp";
+  BOOST_CHECK_EXCEPTION(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}), tandem::Error,
+                        says_directory("calibration profile"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
