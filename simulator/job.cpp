@@ -15,7 +15,7 @@ DatasetInfo find_dataset(const std::string& name) {
   if (name == "cifar100") return {name, 50000, {3, 32, 32}, 100, 10000};
   if (name == "fashion-mnist" || name == "fashion_mnist") return {"fashion-mnist", 60000, {1, 28, 28}, 10, 10000};
   if (name == "mnist") return {name, 60000, {1, 28, 28}, 10, 10000};
-  if (name == "imagenet") return {name, 1281167, {3, 224, 224}, 1000, 50000};
+  if (name == "imagenet") return {name, 1281167, {3, 224, 224}, 1000, 50000, false};
   TANDEM_THROW(Status::kInvalidArgument,
                "unknown dataset \"{}\"{} (cifar10, cifar100, fashion-mnist, mnist, imagenet; or give --samples and "
                "--input)", name, did_you_mean(name, {"cifar10", "cifar100", "fashion-mnist", "mnist", "imagenet"}));

@@ -37,6 +37,9 @@ struct DatasetInfo {
   engine::nn::SampleShape input;
   int64_t classes = 0;
   int64_t test_samples = 0;  // the test set the trainer loads beside the training set (0: none known)
+  // Whether a loader holds the sets in memory (charged to every rank). ImageNet is streamed from disk by every real
+  // loader, and Tandem's trainer has no ImageNet reader (it trains on synthetic data of ImageNet's shape): no charge.
+  bool in_memory = true;
 };
 // cifar10, cifar100, fashion-mnist, mnist, imagenet; throws listing them for an unknown name.
 DatasetInfo find_dataset(const std::string& name);

@@ -82,6 +82,7 @@ double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationPr
 // loads both whole and samples its shard by index.
 double rank_data_bytes(const RunSpec& run, const DatasetInfo& d) {
   if (run.data_bytes) return *run.data_bytes;
+  if (!d.in_memory) return 0;
   const int64_t sample = d.input.numel();
   return engine::data::resident_bytes(d.samples, sample) + engine::data::resident_bytes(d.test_samples, sample);
 }

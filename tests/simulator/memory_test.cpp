@@ -127,6 +127,9 @@ BOOST_AUTO_TEST_CASE(are_the_loaders_train_and_test_sets_per_rank) {
   BOOST_TEST(two.ranks == 2);
   BOOST_TEST(two.nodes[0].memory_bytes >= 2 * expected);
   BOOST_TEST(two.memory.data_bytes == expected);
+  // ImageNet is streamed from disk, never held: a rank is charged nothing for it
+  j.dataset = "imagenet";
+  BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).memory.data_bytes == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(are_not_charged_to_a_gpu_or_pytorch) {
