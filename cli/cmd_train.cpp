@@ -583,8 +583,10 @@ int run_train(const TrainOptions& o) {
       reached_epoch = r.epoch;
     }
     // A diverged run (lr too high: the loss went inf/NaN) printed "train loss -nan", overwrote the last good checkpoint
-    // with NaN weights and exited 0. One process stops here, before the checkpoint; under a launcher the checkpoint
-    // is collective and a rank's loss its own (servers train nothing), so rank 0 only says so.
+    // with NaN weights and exited 0. One process stops here, before the checkpoint; under a launcher a rank's loss is
+    // its own (servers train nothing), so rank 0 only says so here, and the collective checkpoint itself is refused on
+    // every rank alike when any rank holds non-finite parameters (ParallelTrainer::refuse_diverged): every rank then
+    // fails below naming the step, and the last good checkpoint stays.
     if (!std::isfinite(r.train_loss) && r.train_samples > 0) {
       if (!o.parallel) {
         std::fprintf(stderr, "tandem train: epoch %lld: the training loss is not finite (%g): the model diverged; "

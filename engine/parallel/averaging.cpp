@@ -68,11 +68,21 @@ class Easgd final : public StepSync {
   }
   std::vector<float> consensus() override { return centre_; }
   void save(train::Checkpoint& ck) const override { ck.add("easgd.centre", centre_); }
+  // A checkpoint of another strategy (or of asynchronous EASGD, whose centre lived on the servers) has no
+  // easgd.centre record: its model is the centre (its model.params and model.buffers, which the trainer has just
+  // loaded into this replica before its own state, if any).
   void load(const train::Checkpoint& ck, const std::string& path) override {
-    const std::vector<float>& c = ck.tensor("easgd.centre");
-    TANDEM_CHECK(c.size() == centre_.size(), Status::kIo, "checkpoint '{}': easgd.centre has {} values, the model {}",
+    std::vector<float> c;
+    if (ck.has("easgd.centre")) {
+      c = ck.tensor("easgd.centre");
+    } else {
+      c = ck.tensor("model.params");
+      const std::vector<float>& b = ck.tensor("model.buffers");
+      c.insert(c.end(), b.begin(), b.end());
+    }
+    TANDEM_CHECK(c.size() == centre_.size(), Status::kIo, "checkpoint '{}': the centre has {} values, the model {}",
                  path, c.size(), centre_.size());
-    centre_ = c;
+    centre_ = std::move(c);
   }
   const std::vector<float>& centre() const noexcept { return centre_; }
   std::shared_ptr<void> rebind(comm::Communicator* workers, int64_t resume_at, int root) override {

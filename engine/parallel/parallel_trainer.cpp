@@ -1464,25 +1464,33 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (spare_) return;  // the grid writes it
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
+  // Asynchronous EASGD: world rank 0 (worker 0) gathers the centre from the servers instead.
   std::vector<std::vector<float>> server_state;
-  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
-               "checkpoint '{}': asynchronous EASGD's centre variable and the workers' own parameters are not saved "
-               "yet", path);
+  std::vector<float> centre;
   if (ps_) {
     failing_loudly([&] { ps_->sync_point(); });
-    server_state = failing_loudly([&] { return ps_->gather_state(0); });
+    if (elastic_centre()) {
+      centre = failing_loudly([&] { return ps_->gather_centre(0); });
+    } else {
+      server_state = failing_loudly([&] { return ps_->gather_state(0); });
+    }
   }
+  refuse_diverged(path);
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
   std::string error;
   Status error_status = Status::kOk;
   // The averaging strategies: the checkpoint's model is the strategy's (EASGD's centre, the workers' mean), and
-  // every worker's own state rides along (collective over the workers, before rank 0 writes).
+  // every worker's own state rides along (collective over the workers, before rank 0 writes). Asynchronous EASGD
+  // likewise: the centre (from the servers) is the model, and each worker's own parameters, buffers and optimizer
+  // state are kept beside it.
   std::vector<float> consensus;
   train::Checkpoint replicas;
   if (sync_) {
     consensus = sync_->consensus();
     if (sync_->replicas_diverge()) save_replicas(grid_.dp_rank == 0 ? &replicas : nullptr);
+  } else if (elastic_centre() && !grid_.server) {
+    save_replicas(grid_.dp_rank == 0 ? &replicas : nullptr);
   }
   if (grid_.dp_rank == 0 && !grid_.server) {
     // This stage's share, packed: parameters, buffers, then each optimizer state tensor.
@@ -1519,7 +1527,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         for (size_t k = 0; k < state.size(); ++k)
           std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(np + nb + k * np), np, states[k].begin() + p0);
       }
-      if (ps_) states = std::move(server_state);
+      if (ps_ && !elastic_centre()) states = std::move(server_state);
       train::TrainingProgress p;
       p.optimizer_steps = optimizer_->steps();
       p.completed_epochs = completed_epochs_;
@@ -1531,6 +1539,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         params.assign(consensus.begin(), consensus.begin() + P);
         buffers.assign(consensus.begin() + P, consensus.end());
       }
+      if (!centre.empty()) params = std::move(centre);  // buffers: worker 0's, as evaluation scores with them
       train::Checkpoint ck =
           train::make_training_checkpoint(identity(), p, std::move(params), std::move(buffers), std::move(states));
       for (auto& [name, values] : replicas.tensors) ck.add(name, std::move(values));
@@ -1538,7 +1547,13 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       ck.meta["parallel"] = {{"strategy", strategy_name(pc_.strategy)}, {"world", grid_.world}, {"dp", grid_.dp},
                              {"pp", grid_.pp}, {"micro_batches", pc_.micro_batches},
                              {"accumulation", pc_.accumulation}, {"boundaries", job_.boundaries}};
-      if (pc_.strategy == Strategy::kFedAvg) ck.meta["parallel"]["clients"] = pc_.clients;
+      if (pc_.strategy == Strategy::kFedAvg) {
+        ck.meta["parallel"]["clients"] = pc_.clients;
+        ck.meta["parallel"]["dirichlet_alpha"] = pc_.dirichlet_alpha;
+        ck.meta["parallel"]["seed"] = config_.seed;
+      }
+      if (parameter_server()) ck.meta["parallel"]["servers"] = grid_.servers;
+      if (pc_.strategy == Strategy::kEasgd) ck.meta["parallel"]["easgd_async"] = pc_.easgd_async;
       if (scaler_.enabled()) ck.meta["loss_scale"] = scaler_.to_json();
       try {
         train::save_checkpoint(path, ck);
@@ -1554,6 +1569,29 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
     TANDEM_CHECK(failed == 0 || !error.empty(), Status::kIo, "checkpoint '{}': rank 0 could not write it", path);
   }
   if (!error.empty()) throw Error(error_status, error);
+}
+
+void ParallelTrainer::refuse_diverged(const std::string& path) {
+  // A diverged run (the learning rate too high: inf/NaN parameters) must not overwrite the last good checkpoint. Each
+  // rank looks at what it holds -- a worker its own parameters (after the sync point: the servers' for push/pull), a
+  // server of asynchronous EASGD its shard of the centre -- and the world agrees on the lowest rank that diverged,
+  // so every rank refuses the write alike (none is left waiting in the collective write) and names the same step.
+  bool finite = true;
+  if (!grid_.server) {
+    const std::vector<float> x = host_floats(model_.backend(), model_.range_params(static_cast<size_t>(first_),
+                                                                                   static_cast<size_t>(end_)));
+    finite = std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+  } else if (elastic_centre()) {
+    const std::vector<float>& c = ps_->shard();
+    finite = std::all_of(c.begin(), c.end(), [](float v) { return std::isfinite(v); });
+  }
+  int64_t first_bad = finite ? INT64_MAX : world_rank();
+  if (world_ != nullptr) world_->allreduce(&first_bad, &first_bad, 1, DType::kI64, ReduceOp::kMin)->wait();
+  TANDEM_CHECK(first_bad == INT64_MAX, Status::kInvalidArgument,
+               "checkpoint '{}' not written: the model diverged by step {} ({} epochs completed): world rank {} holds "
+               "non-finite parameters{}; the last checkpoint is kept -- lower the learning rate or clip the gradients",
+               path, optimizer_->steps(), completed_epochs_, first_bad,
+               elastic_centre() && first_bad >= grid_.dp ? " (its shard of the elastic centre)" : "");
 }
 
 void ParallelTrainer::check_resharding(const train::Checkpoint& ck, int saved_dp) const {
@@ -1575,20 +1613,34 @@ void ParallelTrainer::check_resharding(const train::Checkpoint& ck, int saved_dp
   if (pc_.strategy == Strategy::kPsAsync || wrote == "ps-async")
     refuse("ps-async applies one server update per worker push, so its optimizer's update count (steps x workers) "
            "depends on the number of workers");
-  if (pc_.strategy == Strategy::kFedAvg) {
-    const int64_t clients = par.value("clients", int64_t{0});
-    if (clients != pc_.clients)
-      refuse(fmt::format("FedAvg splits the training set among its clients, {} then and {} now (clients default to "
-                         "the number of workers); set clients={}",
-                         clients, pc_.clients, clients));
+}
+
+void ParallelTrainer::check_client_split(const train::Checkpoint& ck) const {
+  // FedAvg's clients are the training set's split (their count, the Dirichlet label skew and the seed): a resumed run
+  // with another split would go on with other clients under the same round numbers, so it is refused naming the
+  // setting (the workers may change; the sampled fraction, local epochs and deadline are the run's to change).
+  const nlohmann::json par = ck.meta.value("parallel", nlohmann::json::object());
+  if (pc_.strategy != Strategy::kFedAvg || par.value("strategy", "") != "fedavg") return;
+  const auto differs = [&](const char* what, const std::string& then, const std::string& now, const char* flag) {
+    TANDEM_THROW(Status::kInvalidArgument,
+                 "FedAvg splits the training set among its clients by {}, {} then and {} now{}; resume with {} {}",
+                 what, then, now, flag == std::string("--clients") ? " (clients default to the number of workers)" : "",
+                 flag, then);
+  };
+  const int64_t clients = par.value("clients", int64_t{0});
+  if (clients != pc_.clients) differs("count", std::to_string(clients), std::to_string(pc_.clients), "--clients");
+  if (par.contains("dirichlet_alpha") && par.at("dirichlet_alpha").get<double>() != pc_.dirichlet_alpha) {
+    const auto name = [](double a) { return a > 0 ? fmt::format("{}", a) : std::string("0 (IID)"); };
+    differs("Dirichlet alpha", name(par.at("dirichlet_alpha").get<double>()), name(pc_.dirichlet_alpha),
+            "--dirichlet-alpha");
   }
+  if (par.contains("seed") && par.at("seed").get<uint64_t>() != config_.seed)
+    differs("seed", std::to_string(par.at("seed").get<uint64_t>()), std::to_string(config_.seed), "--seed");
 }
 
 void ParallelTrainer::load_checkpoint(const std::string& path) {
   TANDEM_CHECK(!spare_, Status::kUnsupported, "load_checkpoint('{}'): world rank {} is a spare (it holds no stage)",
                path, world_rank());
-  TANDEM_CHECK(!elastic_centre(), Status::kUnsupported,
-               "checkpoint '{}': resuming asynchronous EASGD (its centre variable) is not supported yet", path);
   if (ps_) failing_loudly([&] { ps_->sync_point(); });
   std::string error;
   Status error_status = Status::kOk;
@@ -1608,11 +1660,13 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       // width (each worker's own state is kept for those).
       const int saved_dp = ck.file.meta.value("parallel", nlohmann::json::object()).value("dp", ck.progress.sampler_world);
       if (saved_dp != grid_.dp) check_resharding(ck.file, saved_dp);
+      check_client_split(ck.file);
       const data::SamplerState before = sampler_.state();
       sampler_.restore(train::reshard_sampler(ck.progress, train_.size(), grid_.dp));
       try {
         if (ps_) {
-          optimizer_->restore(steps, {});
+          // Asynchronous EASGD's workers step locally (their own state follows from the replica records).
+          optimizer_->restore(steps, elastic_centre() && !grid_.server ? state : std::vector<Tensor>{});
           ps_->restore(steps, ck.params->data(), ck.optimizer_state);
         } else {
           optimizer_->restore(steps, state);
@@ -1627,10 +1681,8 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       rng_.set_state(ck.progress.rng);
       completed_epochs_ = ck.progress.completed_epochs;
       if (scaler_.enabled() && ck.file.meta.contains("loss_scale")) scaler_.restore(ck.file.meta.at("loss_scale"));
-      if (sync_) {
-        load_replica(ck.file, path);
-        sync_->load(ck.file, path);
-      }
+      if (sync_ || (elastic_centre() && !grid_.server)) load_replica(ck.file, path);
+      if (sync_) sync_->load(ck.file, path);
     });
     loader_->reset();
     model_.zero_grads();

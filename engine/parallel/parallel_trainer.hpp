@@ -26,7 +26,10 @@
 // Parameter servers (ps, ps-async, ssp; easgd with easgd_async): the last ranks of the world are servers
 // (ParameterServerSync, param_server.hpp). They run the same collective calls: a server's step() serves the workers'
 // pushes and pulls, and every world collective (end of an epoch, evaluate, checkpoint, trace) starts with a sync point
-// at which the workers leave their push/pull region and take the servers' parameters.
+// at which the workers leave their push/pull region and take the servers' parameters. A checkpoint holds the
+// servers' shards (parameters and optimizer state) as the whole model; of asynchronous EASGD, the servers' centre as
+// the model and every worker's own parameters, buffers and optimizer state beside it (replica records, as for the
+// averaging strategies), so every strategy resumes where it was saved.
 //
 // Elastic DDP (issue #17; ParallelConfig::elastic with strategy ddp). The trainer runs on a communicator of its
 // own (split from `world`) and survives the loss of ranks:
@@ -186,8 +189,8 @@
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise); the checkpoint of async EASGD is still
-//    unsupported.
+//    only when every survivor was in the same one (kPeerFailure otherwise); a lost server of async EASGD is not
+//    taken over from the checkpoint by a re-form (the job stops; resume it from its checkpoint).
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
@@ -431,6 +434,11 @@ class ParallelTrainer {
   void load_replica(const train::Checkpoint& ck, const std::string& path);
   // Throws kInvalidArgument naming the reason when this run cannot resume a checkpoint of `saved_dp` workers.
   void check_resharding(const train::Checkpoint& ck, int saved_dp) const;
+  // Collective over the world: kInvalidArgument on every rank, naming the step and the lowest world rank, when any
+  // rank holds non-finite parameters (a diverged run: the checkpoint at `path` is not overwritten).
+  void refuse_diverged(const std::string& path);
+  // FedAvg resumed with another client split (clients, Dirichlet alpha, seed) than it was written with: refused.
+  void check_client_split(const train::Checkpoint& ck) const;
 
   nn::Model& model_;
   const data::Dataset& train_;

@@ -983,29 +983,44 @@ void ParameterServerSync::sync_point() {
 }
 
 std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
-  TANDEM_CHECK(!restore_due_, Status::kInternal,
-               "parameter server: the shards taken from the checkpoint are not restored yet (restore())");
-  TANDEM_CHECK(!in_region_, Status::kInternal, "gather_state inside the push/pull region (call sync_point first)");
   const size_t K = elastic_ ? 0 : state_tensors_per_buffer(optimizer_config_);
   if (K == 0) return {};
-  const int W = program_.workers;
   compute::Backend& be = model_.backend();
+  return gather_shards(root, K, [&](size_t shard, float* out) {
+    const int64_t n = owned_[shard].range.size();
+    for (const ServerPiece& p : pieces_) {
+      if (static_cast<size_t>(p.shard) != shard) continue;
+      const std::vector<Tensor> st = p.optimizer->state_tensors();
+      TANDEM_CHECK(st.size() == K, Status::kInternal, "optimizer of piece {} has {} state tensors, expected {}",
+                   p.global, st.size(), K);
+      for (size_t k = 0; k < K; ++k) {
+        const Tensor h = be.to_host(st[k]);
+        std::copy_n(h.data<float>(), p.size, out + static_cast<int64_t>(k) * n + p.offset);
+      }
+    }
+  });
+}
+
+std::vector<float> ParameterServerSync::gather_centre(int root) {
+  TANDEM_CHECK(elastic_, Status::kInternal, "gather_centre: this job has no elastic centre");
+  std::vector<std::vector<float>> v = gather_shards(root, 1, [&](size_t shard, float* out) {
+    std::copy(owned_[shard].host.begin(), owned_[shard].host.end(), out);
+  });
+  return v.empty() ? std::vector<float>{} : std::move(v.front());
+}
+
+std::vector<std::vector<float>> ParameterServerSync::gather_shards(
+    int root, size_t K, const std::function<void(size_t shard, float* out)>& fill) {
+  TANDEM_CHECK(!restore_due_, Status::kInternal,
+               "parameter server: the shards taken from the checkpoint are not restored yet (restore())");
+  TANDEM_CHECK(!in_region_, Status::kInternal, "gathering the shards inside the push/pull region (call sync_point first)");
+  const int W = program_.workers;
   if (server_ >= 0) {
     std::vector<Message> out(owned_.size());
     for (size_t i = 0; i < owned_.size(); ++i) {
       const int64_t n = owned_[i].range.size();
       out[i].set(Header{kState, rank_, owned_[i].index, 0, clock_, static_cast<int64_t>(K) * n});
-    }
-    for (const ServerPiece& p : pieces_) {
-      const std::vector<Tensor> st = p.optimizer->state_tensors();
-      TANDEM_CHECK(st.size() == K, Status::kInternal, "optimizer of piece {} has {} state tensors, expected {}",
-                   p.global, st.size(), K);
-      Message& m = out[static_cast<size_t>(p.shard)];
-      const int64_t n = owned_[static_cast<size_t>(p.shard)].range.size();
-      for (size_t k = 0; k < K; ++k) {
-        const Tensor h = be.to_host(st[k]);
-        std::copy_n(h.data<float>(), p.size, m.payload() + static_cast<int64_t>(k) * n + p.offset);
-      }
+      fill(i, out[i].payload());
     }
     for (size_t i = 0; i < owned_.size(); ++i)
       out[i].work = world_->send(out[i].buf.data(), out[i].buf.size(), DType::kF32, root,
@@ -1029,15 +1044,22 @@ std::vector<std::vector<float>> ParameterServerSync::gather_state(int root) {
 void ParameterServerSync::restore(int64_t steps, const float* params,
                                   const std::vector<const std::vector<float>*>& state) {
   TANDEM_CHECK(!in_region_, Status::kInternal, "restore inside the push/pull region (call sync_point first)");
-  TANDEM_REQUIRE(!elastic_, "asynchronous EASGD: resuming the centre variable is not supported yet");
   clock_ = steps;
   step_start_.clear();   // no step is redone across a restore
   restore_due_ = false;  // the shards taken from the checkpoint by a re-form are real now
+  // Asynchronous EASGD: a worker exchanges before its local steps 0, tau, 2 tau, ...: after `steps` steps it has made
+  // ceil(steps / tau) exchanges (the count serve() expects); `params` is the centre.
+  const int64_t exchanges = (steps + program_.period - 1) / program_.period;
+  if (elastic_) exchanges_ = exchanges;
   if (server_ < 0) return;
   compute::Backend& be = model_.backend();
   for (Shard& sh : owned_) {
     std::copy(params + sh.range.begin, params + sh.range.end, sh.host.begin());
     if (!be.device().is_cpu()) be.copy(Tensor::wrap(sh.host.data(), Shape{sh.range.size()}, DType::kF32), sh.dev);
+  }
+  if (elastic_) {
+    for (WorkerState& ws : peers_) ws.started = ws.done = exchanges;
+    return;
   }
   const size_t K = state_tensors_per_buffer(optimizer_config_);
   TANDEM_REQUIRE(state.size() == K, "parameter server: the checkpoint has {} optimizer state tensors, this optimizer {}",

@@ -237,8 +237,13 @@ class ParameterServerSync final : public GradientSync {
   // Collective (after sync_point): the optimizer state of every server's shard, assembled on world rank `root` into
   // whole-model vectors (one per state tensor of the optimizer: sgd with momentum 1, adam 2); empty elsewhere.
   std::vector<std::vector<float>> gather_state(int root);
+  // Asynchronous EASGD, collective (after sync_point): the centre variable, every server's shard, assembled on world
+  // rank `root` into one whole-model parameter vector; empty elsewhere.
+  std::vector<float> gather_centre(int root);
   // After a checkpoint is read on every rank (outside the region): `steps` completed worker steps, the whole model's
   // parameters and optimizer state vectors. Servers take their shard; every rank resets its clocks to `steps`.
+  // Asynchronous EASGD: `params` is the centre (the servers take their shard of it; `state` is not used) and every
+  // rank's exchange count becomes ceil(steps / tau), the exchanges a worker makes in its first `steps` steps.
   void restore(int64_t steps, const float* params, const std::vector<const std::vector<float>*>& state);
 
  private:
@@ -333,6 +338,10 @@ class ParameterServerSync final : public GradientSync {
   // Checks a received message's header: kMismatch naming the sender when it is not what the protocol expects.
   void expect(const Message& m, int from, int32_t kind, int32_t piece, int64_t clock, int64_t count) const;
   void send_control(int32_t kind, int64_t clock);
+  // Collective: K values per key of every owned shard (fill(i, out): owned_[i]'s, K x its size, value-major) sent to
+  // `root`, which assembles K whole-model vectors (gather_state, gather_centre).
+  std::vector<std::vector<float>> gather_shards(int root, size_t K,
+                                                const std::function<void(size_t shard, float* out)>& fill);
 
   // worker
   void on_grad_ready(size_t layer);

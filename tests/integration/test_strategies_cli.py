@@ -55,13 +55,17 @@ class Strategies(unittest.TestCase):
                               "--dirichlet-alpha", "0.5", "--local-epochs", "1", "--round-deadline-s", "15"])
 
     def test_easgd_checkpoint_resumes(self):
-        with tempfile.TemporaryDirectory() as d:
-            ck = os.path.join(d, "easgd.ckpt")
-            rc, out, _ = launch(2, ["--strategy", "easgd", "--tau", "2", "--checkpoint", ck])
-            self.assertEqual(rc, 0, out)
-            rc, out, epochs = launch(2, ["--strategy", "easgd", "--tau", "2", "--resume", ck], epochs=4)
-            self.assertEqual(rc, 0, out)
-            self.assertEqual([e["epoch"] for e in epochs], [4], out)
+        # synchronous (the centre on every worker) and asynchronous (the centre on a server: it was refused, "not
+        # supported yet", though --checkpoint was given)
+        for n, flags in [(2, ["--strategy", "easgd", "--tau", "2"]),
+                         (3, ["--strategy", "easgd", "--tau", "2", "--easgd-async", "--servers", "1"])]:
+            with self.subTest(flags=" ".join(flags)), tempfile.TemporaryDirectory() as d:
+                ck = os.path.join(d, "easgd.ckpt")
+                rc, out, _ = launch(n, flags + ["--checkpoint", ck])
+                self.assertEqual(rc, 0, out)
+                rc, out, epochs = launch(n, flags + ["--resume", ck], epochs=4)
+                self.assertEqual(rc, 0, out)
+                self.assertEqual([e["epoch"] for e in epochs], [4], out)
 
     def test_target_accuracy_stops_every_strategy_at_the_first_evaluation_reaching_it(self):
         # 0.01 is below chance (10 classes): the first evaluation reaches it, and every rank stops there (a rank

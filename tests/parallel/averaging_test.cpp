@@ -7,10 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -306,36 +309,85 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(averaging_checkpoints)
 
-BOOST_DATA_TEST_CASE(resume_continues_exactly,
-                     bdata::make({par::Strategy::kLocalSgd, par::Strategy::kAsgd, par::Strategy::kFedAvg}), s) {
-  // Three steps (FedAvg: rounds), a checkpoint, three more -- against a fresh trainer (another initialisation) that
-  // loads the checkpoint and runs the last three: every worker ends bit-identical.
-  const std::string path = temp_path(fmt::format("resume_{}.ckpt", par::strategy_name(s)));
-  par::ParallelConfig p = strategy(s);
-  p.average_every = 2;
-  p.clients = 5;
-  p.client_fraction = 0.6;
-  p.dirichlet_alpha = 1.0;
-  const train::TrainerConfig cfg = sgd_config(8, 4);
-  std::vector<std::vector<float>> straight(3), resumed(3);
-  require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
+// `before` steps (FedAvg: rounds; a step() at an epoch's end trains nothing), a checkpoint, `after` more -- against a fresh trainer (another initialisation)
+// that loads the checkpoint and runs the last `after`: every worker ends bit-identical.
+// `limit`: batches an epoch (0: all).
+void check_resume_exact(const par::ParallelConfig& p, int workers, int before, int after, int64_t limit,
+                        const std::string& what) {
+  const std::string path = temp_path(fmt::format("resume_{}.ckpt", par::strategy_name(p.strategy)));
+  const train::TrainerConfig cfg = sgd_config(8, limit);
+  std::vector<std::vector<float>> straight(static_cast<size_t>(workers)), resumed(static_cast<size_t>(workers));
+  require_no_errors(run_world(workers, {}, [&](int r, comm::Communicator& c) {
     auto be = one_thread_backend();
     {
       nn::Model m(mlp(), *be, 3);
       par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
-      for (int k = 0; k < 3; ++k) t.step();
+      for (int k = 0; k < before; ++k) t.step();
       t.save_checkpoint(path);
-      for (int k = 0; k < 3; ++k) t.step();
+      for (int k = 0; k < after; ++k) t.step();
       straight[static_cast<size_t>(r)] = host_params(m);
     }
     nn::Model m(mlp(), *be, 99);
     par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
     t.load_checkpoint(path);
-    for (int k = 0; k < 3; ++k) t.step();
+    for (int k = 0; k < after; ++k) t.step();
     resumed[static_cast<size_t>(r)] = host_params(m);
   }));
-  for (int r = 0; r < 3; ++r)
-    BOOST_TEST((resumed[static_cast<size_t>(r)] == straight[static_cast<size_t>(r)]), par::strategy_name(s) << " worker " << r);
+  for (int r = 0; r < workers; ++r)
+    BOOST_TEST((resumed[static_cast<size_t>(r)] == straight[static_cast<size_t>(r)]), what << " worker " << r);
+  std::filesystem::remove(path);
+}
+
+BOOST_DATA_TEST_CASE(resume_continues_exactly,
+                     bdata::make({par::Strategy::kLocalSgd, par::Strategy::kAsgd, par::Strategy::kFedAvg}), s) {
+  par::ParallelConfig p = strategy(s);
+  p.average_every = 2;
+  p.clients = 5;
+  p.client_fraction = 0.6;
+  p.dirichlet_alpha = 1.0;
+  check_resume_exact(p, 3, 3, 3, 4, par::strategy_name(s));
+}
+
+// Post-local SGD (warmup 3 steps of DDP, then an average every H = 2): a checkpoint inside the warm-up (step 2),
+// at its last step (3), right at an H boundary (5 = warmup + H: just averaged) and just after one (6).
+BOOST_DATA_TEST_CASE(local_sgd_resumes_exactly_inside_the_warmup_and_at_the_period_boundary, bdata::make({2, 3, 5, 6}),
+                     at) {
+  par::ParallelConfig p = strategy(par::Strategy::kLocalSgd);
+  p.average_every = 2;
+  p.warmup_steps = 3;
+  check_resume_exact(p, 2, at, 4, 0, fmt::format("localsgd saved at step {}", at));  // 15 steps an epoch
+}
+
+// Between averagings only worker 1 holds NaN parameters (a diverged replica): rank 0's own parameters are finite,
+// yet no rank writes -- every rank refuses alike, naming world rank 1 and the step -- and the good checkpoint stays.
+BOOST_AUTO_TEST_CASE(a_diverged_worker_stops_every_rank_before_the_checkpoint) {
+  const std::string path = temp_path("diverged.ckpt");
+  par::ParallelConfig p = strategy(par::Strategy::kLocalSgd);
+  p.average_every = 8;
+  const std::vector<RankError> errors = run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(mlp(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    t.step();
+    t.save_checkpoint(path);
+    t.step();
+    if (r == 1) {
+      std::vector<float> x = host_params(m);
+      x[x.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+      be->copy(Tensor::wrap(x.data(), m.params().shape(), DType::kF32), m.params());
+    }
+    t.save_checkpoint(path);
+  });
+  for (size_t r = 0; r < errors.size(); ++r) {
+    BOOST_TEST(static_cast<int>(errors[r].status) == static_cast<int>(Status::kInvalidArgument), "rank " << r);
+    BOOST_TEST(contains(errors[r].message, "not written: the model diverged by step 2 (0 epochs completed): world "
+                                           "rank 1 holds non-finite parameters"),
+               errors[r].message);
+  }
+  const train::Checkpoint ck = train::load_checkpoint(path);
+  BOOST_TEST(ck.meta.at("optimizer").at("steps").get<int64_t>() == 1, "the checkpoint of step 1 stays");
+  for (const auto& [name, values] : ck.tensors)
+    BOOST_TEST(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }), name);
   std::filesystem::remove(path);
 }
 

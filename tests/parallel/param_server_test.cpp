@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "engine/nn/zoo.hpp"
+#include "engine/parallel/averaging.hpp"
 #include "engine/parallel/param_server.hpp"
 #include "tests/parallel/harness.hpp"
 
@@ -323,6 +325,181 @@ BOOST_AUTO_TEST_CASE(async_easgd_trains_through_the_parallel_trainer) {
   BOOST_TEST(after < 0.8 * before);
   BOOST_TEST((params[0] != params[1]), "the workers keep their own parameters");
   BOOST_TEST((centre.size() == initial.size() && centre != initial), "the centre moved");
+}
+
+// Asynchronous EASGD through a checkpoint: the centre (on the servers) is the checkpoint's model, every worker's own
+// parameters and optimizer state ride beside it, and the exchange count follows the step count (tau = 2, saved after
+// 3 steps: between exchanges). One worker is deterministic: the resumed run equals the uninterrupted one bitwise --
+// the centre, the worker and its momentum (every record of a checkpoint written at the end).
+par::ParallelConfig async_easgd(int servers) {
+  par::ParallelConfig p = pconfig(par::Strategy::kEasgd, servers);
+  p.easgd_async = true;
+  p.tau = 2;
+  p.alpha = 0.3;
+  return p;
+}
+
+// Every record equal, and the metadata too (`meta`; off where the runs' grids differ on purpose).
+void check_same_records(const train::Checkpoint& a, const train::Checkpoint& b, const std::string& what,
+                        bool meta = true) {
+  BOOST_TEST_REQUIRE(a.tensors.size() == b.tensors.size(), what);
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    BOOST_TEST(a.tensors[i].first == b.tensors[i].first, what);
+    BOOST_TEST((a.tensors[i].second == b.tensors[i].second), what << ": record " << a.tensors[i].first);
+  }
+  if (meta) BOOST_TEST((a.meta == b.meta), what << ": metadata " << a.meta.dump() << " against " << b.meta.dump());
+}
+
+BOOST_AUTO_TEST_CASE(async_easgd_checkpoint_resumes_one_worker_bit_identically) {
+  const std::string path = temp_path("easgd_async.ckpt"), end_a = temp_path("easgd_a.ckpt"),
+                    end_b = temp_path("easgd_b.ckpt");
+  const par::ParallelConfig p = async_easgd(2);  // the centre sharded over 2 servers
+  constexpr int kK = 3;
+  std::vector<float> own_at_save;
+  std::vector<std::vector<float>> shards(2);
+  require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    for (int i = 0; i < kK; ++i) t.step();
+    t.save_checkpoint(path);
+    if (r == 0) own_at_save = host_params(m);
+    if (r > 0) shards[static_cast<size_t>(r - 1)] = t.param_server()->shard();
+    for (int i = 0; i < kK; ++i) t.step();
+    t.save_checkpoint(end_a);
+  }));
+  require_no_errors(run_world(3, {}, [&](int, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);  // another initialisation: everything must come from the checkpoint
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    t.load_checkpoint(path);
+    for (int i = 0; i < kK; ++i) t.step();
+    t.save_checkpoint(end_b);
+  }));
+  const train::Checkpoint saved = train::load_checkpoint(path);
+  std::vector<float> centre = shards[0];
+  centre.insert(centre.end(), shards[1].begin(), shards[1].end());
+  BOOST_TEST((saved.tensor("model.params") == centre), "the checkpoint's model is the servers' centre");
+  BOOST_TEST((saved.tensor("replica.0.params") == own_at_save), "and the worker's own parameters ride beside it");
+  BOOST_TEST((centre != own_at_save));
+  BOOST_TEST(saved.has("replica.0.optimizer.state.0"));
+  check_same_records(train::load_checkpoint(end_a), train::load_checkpoint(end_b), "uninterrupted against resumed");
+  BOOST_TEST((train::load_checkpoint(end_a).tensor("model.params") != centre), "the centre moved after the resume");
+  // On one server instead of two: the centre is cut into other shards, and the run is the same (elementwise rule).
+  require_no_errors(run_world(2, {}, [&](int, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), async_easgd(1), &c);
+    t.load_checkpoint(path);
+    for (int i = 0; i < kK; ++i) t.step();
+    t.save_checkpoint(end_b);
+  }));
+  check_same_records(train::load_checkpoint(end_a), train::load_checkpoint(end_b), "resumed on one server", false);
+  for (const std::string& f : {path, end_a, end_b}) std::filesystem::remove(f);
+}
+
+// Two workers: the exchanges' order at the server is a race, so the check is that the restored state is the saved
+// state exactly (a checkpoint written right after the load holds the same records), that training goes on, and that
+// another number of workers is refused naming why.
+BOOST_AUTO_TEST_CASE(async_easgd_checkpoint_restores_every_worker_and_the_centre) {
+  const std::string path = temp_path("easgd_async2.ckpt"), again = temp_path("easgd_async2b.ckpt");
+  const par::ParallelConfig p = async_easgd(1);
+  std::vector<std::vector<float>> own(2), own_loaded(2);
+  std::vector<float> centre, centre_loaded, centre_after;
+  require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    for (int i = 0; i < 5; ++i) t.step();
+    t.save_checkpoint(path);
+    if (r < 2) own[static_cast<size_t>(r)] = host_params(m);
+    if (r == 2) centre = t.param_server()->shard();
+  }));
+  BOOST_TEST((own[0] != own[1]), "the workers' own parameters differ (local steps)");
+  require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    t.load_checkpoint(path);
+    if (r < 2) own_loaded[static_cast<size_t>(r)] = host_params(m);
+    if (r == 2) centre_loaded = t.param_server()->shard();
+    t.save_checkpoint(again);
+    for (int i = 0; i < 4; ++i) t.step();  // through two exchanges (before steps 6 and 8)
+    const double loss = t.evaluate(test_set(), 1).loss;
+    if (!std::isfinite(loss)) throw std::runtime_error("the resumed run's loss is not finite");
+    if (r == 2) centre_after = t.param_server()->shard();
+  }));
+  for (size_t w = 0; w < 2; ++w) BOOST_TEST((own_loaded[w] == own[w]), "worker " << w << " restored");
+  BOOST_TEST((centre_loaded == centre), "the server's centre restored");
+  BOOST_TEST((centre_after != centre), "the resumed workers exchanged with the centre");
+  check_same_records(train::load_checkpoint(path), train::load_checkpoint(again), "saved against restored");
+  // Three workers cannot take two workers' own states.
+  const std::vector<RankError> errors = run_world(4, {}, [&](int, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    t.load_checkpoint(path);
+  });
+  for (size_t r = 0; r < errors.size(); ++r) {
+    BOOST_TEST((errors[r].status != Status::kOk), "rank " << r);
+    BOOST_TEST(contains(errors[r].message, "2 data-parallel worker(s), this run has 3"), errors[r].message);
+  }
+  // Synchronous EASGD on the same two workers takes the file too: the centre (it has no easgd.centre record: the
+  // model is the centre) and each worker's own state.
+  par::ParallelConfig sync = p;
+  sync.easgd_async = false;
+  std::vector<std::vector<float>> sync_own(2), sync_centre(2);
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), sync, &c);
+    t.load_checkpoint(path);
+    sync_own[static_cast<size_t>(r)] = host_params(m);
+    sync_centre[static_cast<size_t>(r)] = *par::easgd_centre(t.step_sync());
+  }));
+  for (size_t w = 0; w < 2; ++w) {
+    BOOST_TEST((sync_own[w] == own[w]), "worker " << w << " as synchronous EASGD");
+    const auto n = static_cast<std::ptrdiff_t>(centre.size());  // the centre's parameters (then the buffers)
+    BOOST_TEST((std::vector<float>(sync_centre[w].begin(), sync_centre[w].begin() + n) == centre),
+               "the centre on worker " << w);
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(again);
+}
+
+// ps-async (the pushes' order is a race): the restored state is the saved one exactly -- a checkpoint written right
+// after the load (servers' shards and Adam moments gathered again) holds the same records -- and training goes on.
+BOOST_AUTO_TEST_CASE(ps_async_checkpoint_restores_the_servers_state_exactly) {
+  const std::string path = temp_path("ps_async.ckpt"), again = temp_path("ps_async_b.ckpt");
+  train::TrainerConfig cfg = sgd_config(8);
+  cfg.optimizer.kind = engine::optim::OptimizerKind::kAdam;
+  cfg.optimizer.lr = 1e-3f;
+  const par::ParallelConfig p = pconfig(par::Strategy::kPsAsync, 2);
+  require_no_errors(run_world(4, {}, [&](int, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    for (int i = 0; i < 3; ++i) t.step();
+    t.save_checkpoint(path);
+  }));
+  std::vector<float> resumed;
+  require_no_errors(run_world(4, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 11);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    t.load_checkpoint(path);
+    t.save_checkpoint(again);
+    for (int i = 0; i < 3; ++i) t.step();
+    t.evaluate(test_set(), 1);
+    if (r == 0) resumed = host_params(m);
+  }));
+  const train::Checkpoint saved = train::load_checkpoint(path);
+  check_same_records(saved, train::load_checkpoint(again), "saved against restored");
+  BOOST_TEST(saved.has("optimizer.state.1"), "the servers' Adam moments are in the file");
+  BOOST_TEST((resumed != saved.tensor("model.params")), "training went on");
+  BOOST_TEST(std::all_of(resumed.begin(), resumed.end(), [](float v) { return std::isfinite(v); }));
+  std::filesystem::remove(path);
+  std::filesystem::remove(again);
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_message_is_an_error_naming_its_sender) {

@@ -283,12 +283,21 @@ BOOST_AUTO_TEST_CASE(strategies_with_per_worker_state_refuse_another_width_namin
   // FedAvg whose clients default to the workers: 2 clients then, 3 now.
   run_strategy(strategy(par::Strategy::kFedAvg), 2, 8, 1, "", path);
   run_strategy(strategy(par::Strategy::kFedAvg), 3, 8, 1, path, "", &errors);
-  expect_refused(errors, path, "FedAvg splits the training set among its clients, 2 then and 3 now");
+  expect_refused(errors, path, "FedAvg splits the training set among its clients by count, 2 then and 3 now");
   // With the clients fixed, the workers may change.
   par::ParallelConfig five = strategy(par::Strategy::kFedAvg);
   five.clients = 5;
   run_strategy(five, 2, 8, 1, "", path);
   run_strategy(five, 3, 8, 1, path, "");
+  // At the same width too: other clients, or another label skew, would go on under the same round numbers.
+  par::ParallelConfig six = five;
+  six.clients = 6;
+  run_strategy(six, 2, 8, 1, path, "", &errors);
+  expect_refused(errors, path, "FedAvg splits the training set among its clients by count, 5 then and 6 now");
+  par::ParallelConfig skewed = five;
+  skewed.dirichlet_alpha = 0.5;
+  run_strategy(skewed, 2, 8, 1, path, "", &errors);
+  expect_refused(errors, path, "by Dirichlet alpha, 0 (IID) then and 0.5 now; resume with --dirichlet-alpha 0 (IID)");
   std::filesystem::remove(path);
 }
 

@@ -110,5 +110,37 @@ class FaultResume(unittest.TestCase):
                 self.assertEqual(got[e][key], want[e][key], "epoch %d %s after resuming" % (e, key))
 
 
+class DivergedRun(unittest.TestCase):
+    """A run that diverges under `tandem launch` (resumed with --lr 1e9) must not overwrite the last good checkpoint
+    with NaN weights: the write is collective and a rank's loss its own (rank 0 of ps sees a finite loss only until
+    the servers' NaN parameters come back), so every rank agrees before writing and every rank fails naming the
+    step; the launcher exits non-zero. It wrote the NaN checkpoint and exited 0 before."""
+
+    def run_job(self, strategy, extra):
+        cmd = [CLI, "launch", "-n", "3", "--", CLI, "train", "--model", "lenet5", "--dataset", "synthetic",
+               "--optimizer", "adamw", "--limit-batches", "3", "--test-limit", "10", "--threads", "1",
+               "--strategy"] + strategy + extra
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), timeout=300)
+        return p.returncode, p.stdout
+
+    def test_a_diverged_run_keeps_the_last_checkpoint_on_every_rank(self):
+        for strategy in (["ps", "--servers", "1"], ["localsgd", "--average-every", "8"]):
+            with self.subTest(strategy=strategy[0]), tempfile.TemporaryDirectory() as d:
+                ckpt = os.path.join(d, "job.ckpt")
+                rc, out = self.run_job(strategy, ["--epochs", "1", "--checkpoint", ckpt])
+                self.assertEqual(rc, 0, out)
+                with open(ckpt, "rb") as f:
+                    good = f.read()
+                rc, out = self.run_job(strategy, ["--epochs", "2", "--lr", "1e9", "--checkpoint", ckpt,
+                                                  "--resume", ckpt])
+                self.assertNotEqual(rc, 0, out)
+                for r in range(3):
+                    errors = [l for l in out.splitlines() if l.startswith("[rank %d] tandem:" % r)]
+                    self.assertTrue(any("the model diverged by step 6 (2 epochs completed)" in l for l in errors),
+                                    "rank %d does not name the step:\n%s" % (r, out))
+                with open(ckpt, "rb") as f:
+                    self.assertEqual(f.read(), good, "the last good checkpoint was overwritten:\n" + out)
+
+
 if __name__ == "__main__":
     unittest.main()
