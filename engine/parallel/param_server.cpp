@@ -1013,7 +1013,8 @@ std::vector<std::vector<float>> ParameterServerSync::gather_shards(
     int root, size_t K, const std::function<void(size_t shard, float* out)>& fill) {
   TANDEM_CHECK(!restore_due_, Status::kInternal,
                "parameter server: the shards taken from the checkpoint are not restored yet (restore())");
-  TANDEM_CHECK(!in_region_, Status::kInternal, "gathering the shards inside the push/pull region (call sync_point first)");
+  TANDEM_CHECK(!in_region_, Status::kInternal,
+               "gathering the shards inside the push/pull region (call sync_point first)");
   const int W = program_.workers;
   if (server_ >= 0) {
     std::vector<Message> out(owned_.size());

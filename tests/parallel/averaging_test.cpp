@@ -309,8 +309,9 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(averaging_checkpoints)
 
-// `before` steps (FedAvg: rounds; a step() at an epoch's end trains nothing), a checkpoint, `after` more -- against a fresh trainer (another initialisation)
-// that loads the checkpoint and runs the last `after`: every worker ends bit-identical.
+// `before` steps (FedAvg: rounds; a step() at an epoch's end trains nothing), a checkpoint, `after` more --
+// against a fresh trainer (another initialisation) that loads the checkpoint and runs the last `after`: every worker
+// ends bit-identical.
 // `limit`: batches an epoch (0: all).
 void check_resume_exact(const par::ParallelConfig& p, int workers, int before, int after, int64_t limit,
                         const std::string& what) {
