@@ -467,14 +467,16 @@ BOOST_AUTO_TEST_CASE(async_easgd_checkpoint_restores_every_worker_and_the_centre
   std::filesystem::remove(again);
 }
 
-// ps-async (the pushes' order is a race): the restored state is the saved one exactly -- a checkpoint written right
-// after the load (servers' shards and Adam moments gathered again) holds the same records -- and training goes on.
-BOOST_AUTO_TEST_CASE(ps_async_checkpoint_restores_the_servers_state_exactly) {
-  const std::string path = temp_path("ps_async.ckpt"), again = temp_path("ps_async_b.ckpt");
+// ps-async and ssp with S = 2 (the pushes' order is a race): the restored state is the saved one exactly -- a
+// checkpoint written right after the load (servers' shards and Adam moments gathered again) holds the same records --
+// and training goes on.
+BOOST_DATA_TEST_CASE(racing_servers_checkpoint_restores_their_state_exactly,
+                     bdata::make({par::Strategy::kPsAsync, par::Strategy::kSsp}), strategy) {
+  const std::string path = temp_path("racing.ckpt"), again = temp_path("racing_b.ckpt");
   train::TrainerConfig cfg = sgd_config(8);
   cfg.optimizer.kind = engine::optim::OptimizerKind::kAdam;
   cfg.optimizer.lr = 1e-3f;
-  const par::ParallelConfig p = pconfig(par::Strategy::kPsAsync, 2);
+  const par::ParallelConfig p = pconfig(strategy, 2);  // ssp: staleness 2
   require_no_errors(run_world(4, {}, [&](int, comm::Communicator& c) {
     auto be = one_thread_backend();
     nn::Model m(lenet(), *be, 3);
