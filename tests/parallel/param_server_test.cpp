@@ -328,8 +328,7 @@ BOOST_AUTO_TEST_CASE(async_easgd_trains_through_the_parallel_trainer) {
 }
 
 // Asynchronous EASGD through a checkpoint: the centre (on the servers) is the checkpoint's model, every worker's own
-// parameters and optimizer state ride beside it, and the exchange count follows the step count (tau = 2, saved after
-// 3 steps: between exchanges). One worker is deterministic: the resumed run equals the uninterrupted one bitwise --
+// parameters and optimizer state ride beside it, and the exchange count follows the step count (tau = 2). One worker is deterministic: the resumed run equals the uninterrupted one bitwise --
 // the centre, the worker and its momentum (every record of a checkpoint written at the end).
 par::ParallelConfig async_easgd(int servers) {
   par::ParallelConfig p = pconfig(par::Strategy::kEasgd, servers);
@@ -350,11 +349,11 @@ void check_same_records(const train::Checkpoint& a, const train::Checkpoint& b, 
   if (meta) BOOST_TEST((a.meta == b.meta), what << ": metadata " << a.meta.dump() << " against " << b.meta.dump());
 }
 
-BOOST_AUTO_TEST_CASE(async_easgd_checkpoint_resumes_one_worker_bit_identically) {
+// kK = 3: saved between exchanges; 4: saved right before one (the exchange of local step 4 opens the resumed run).
+BOOST_DATA_TEST_CASE(async_easgd_checkpoint_resumes_one_worker_bit_identically, bdata::make({3, 4}), kK) {
   const std::string path = temp_path("easgd_async.ckpt"), end_a = temp_path("easgd_a.ckpt"),
                     end_b = temp_path("easgd_b.ckpt");
   const par::ParallelConfig p = async_easgd(2);  // the centre sharded over 2 servers
-  constexpr int kK = 3;
   std::vector<float> own_at_save;
   std::vector<std::vector<float>> shards(2);
   require_no_errors(run_world(3, {}, [&](int r, comm::Communicator& c) {
