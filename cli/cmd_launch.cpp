@@ -15,7 +15,7 @@
 // but the others are left running -- they shrink their communicator and go on (tandem train
 // --elastic) -- and the launcher exits 0 when at least A ranks finished with status 0. The ranks
 // get TANDEM_MIN_RANKS=A, tandem train's default --min-ranks.
-// Growing jobs (issue #17): `--max-ranks B` above -n lets ranks join later: `tandem launch --join -n K --port P
+// Growing jobs (issue #17): `--max-ranks B` (default -n) bounds the job's ranks; above -n it lets ranks join later: `tandem launch --join -n K --port P
 // --secret-file F -- tandem train ...` starts K ranks with TANDEM_JOIN=1 and the running job's rendezvous and
 // secret (F, written by the job's own launch with --secret-file F); its elastic ranks admit them at a step
 // boundary, at most B in all.
@@ -635,7 +635,9 @@ int Launcher::run() {
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
   if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
-  if (o_.max_ranks > o_.nprocs) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);  // and --max-ranks
+  // and --max-ranks, the job's bound (-n by default): without it an elastic ddp, pipeline or hybrid job admitted every
+  // joiner (`launch -n 2 --max-ranks 2` grew to 3 ranks). Joiners take the running job's bound, not their own -n.
+  if (!o_.join) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);
   if (o_.join) common["TANDEM_JOIN"] = "1";  // TANDEM_RANK / TANDEM_WORLD_SIZE then number the joiners
   // --env NAME=VALUE reaches the local ranks as well (it reached remote ones only: a local rank saw the launcher's
   // own NAME, or none); the job's variables above win over it.
@@ -842,7 +844,8 @@ tandem::cli::Registration reg{
                      "--min-ranks")
           ->check(CLI::Range(1, 4096));
       sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks, joiners included (default -n; "
-                     "must be >= -n); above -n the ranks get TANDEM_MAX_RANKS, tandem train's default --max-ranks")
+                     "must be >= -n): more are refused, naming it. The ranks get TANDEM_MAX_RANKS, tandem train's "
+                     "default --max-ranks (a parameter-server job checks for joiners only when it is above -n)")
           ->check(CLI::Range(1, 4096));
       sub.add_flag("--join", o->join, "start -n ranks that join the running elastic job at --port (tandem train "
                    "--strategy ddp, pipeline, hybrid, ps, ps-async or ssp --elastic, with the job's other options): "

@@ -15,6 +15,7 @@
 #include <map>
 #include <vector>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -84,9 +85,11 @@ struct TrainOptions {
   bool elastic = false;  // issue #17: ddp and ps go on when workers die (the asynchronous strategies always do)
   int min_ranks = 0;     // 0: 1
   int max_ranks = -1;    // --max-ranks (-1: TANDEM_MAX_RANKS, else 0: no bound); joiners beyond it are refused
+  bool max_ranks_from_launcher = false;  // max_ranks is TANDEM_MAX_RANKS (tandem launch's bound, -n by default)
   int join_poll_steps = 1;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
+  std::set<std::string> given;  // the parallel options on the command line: only these set their field_mask bits
 };
 
 // Releases every handle on scope exit.
@@ -218,6 +221,8 @@ int parallel_threads(int asked) {
 }
 
 // Joins the job (communicator from the environment) and creates this rank's parallel trainer.
+int launched_world();
+
 int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t& tp, Handles& h) {
   namespace cli = tandem::cli;
   tandem_parallel_params_t pp = TANDEM_PARALLEL_PARAMS_INIT;
@@ -246,8 +251,19 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
     pp.num_boundaries = o.cut_layers.size();
   }
   pp.trace = o.trace.empty() ? 0 : 1;
-  pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS | TANDEM_PARALLEL_PARAM_EASGD |
-                   TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
+  // The strategy fields go only when given: the library refuses one that the strategy does not read (--staleness with
+  // ps-async was silently ignored), naming it; left out, the library's defaults (the same as these options').
+  const auto given = [&o](std::initializer_list<const char*> flags) {
+    for (const char* f : flags)
+      if (o.given.count(f) > 0) return true;
+    return false;
+  };
+  if (given({"--servers"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
+  if (given({"--staleness"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
+  if (given({"--tau", "--alpha", "--easgd-async"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
+  if (given({"--clients", "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s"}))
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
+  if (given({"--average-every", "--warmup-steps"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_LOCALSGD;
   pp.servers = o.servers;
   pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS;
   pp.server_replicas = o.server_replicas;
@@ -280,6 +296,11 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   if (o.elastic && grows) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
     pp.max_ranks = std::max(0, o.max_ranks);
+    // A parameter-server job checks for joiners only when it has room to grow (each check costs worker 0 a store
+    // read): the launcher's bound at the job's own size (its default, -n) leaves none.
+    const bool ps_family = o.strategy == "ps" || o.strategy == "ps-async" || o.strategy == "ssp";
+    if (ps_family && o.max_ranks_from_launcher && !joining && o.max_ranks <= launched_world())
+      pp.max_ranks = 0;
     pp.join_poll_steps = o.join_poll_steps;
     pp.joining = joining ? 1 : 0;
   } else if (joining) {
@@ -407,7 +428,9 @@ int run_train(const TrainOptions& o) {
                  "same model alone (and write the same checkpoint); give --strategy ddp, pipeline or hybrid\n", world);
     return 2;
   }
-  if (o.parallel && world == 1 && o.strategy != "single")
+  const char* join_env = std::getenv("TANDEM_JOIN");  // a joiner (tandem launch --join -n 1) is one rank of a larger job
+  const bool joiner = join_env != nullptr && std::string(join_env) == "1";
+  if (o.parallel && world == 1 && o.strategy != "single" && !joiner)
     std::fprintf(stderr, "tandem train: warning: --strategy %s on a single rank (no launcher announced more); start "
                  "ranks with `tandem launch -n N -- tandem train ...`\n", o.strategy.c_str());
   Handles h;
@@ -799,16 +822,17 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_flag("--elastic", o->elastic, "ddp: when ranks die the survivors go on with fewer replicas (same "
                    "per-replica batch, learning rate x survivors / ranks); ps: likewise with fewer workers. "
                    "ps-async, ssp, asgd, easgd, fedavg and localsgd absorb a dead worker without it (the others go "
-                   "on, each logging the lost rank); a dead parameter server always stops the job, naming it; "
-                   "see --min-ranks")->group(par),
+                   "on, each logging the lost rank); a dead parameter server's shard is taken over from a replica "
+                   "(--server-replicas) or restored from --checkpoint, else the job stops naming it; see --min-ranks")->group(par),
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
           ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
                      "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
-                     "parameter servers, as workers, and only when this is given), the others refused (default: "
-                     "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
+                     "parameter servers, as workers, and only when this is above the job's ranks), the others refused "
+                     "(default: TANDEM_MAX_RANKS, which tandem launch sets to its --max-ranks, -n by default; else no "
+                     "bound)")
           ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
                      "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; ps and "
@@ -816,7 +840,10 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "sync point, the workers re-taking the servers' parameters)")
           ->group(par)->check(tandem::cli::kPositive)->capture_default_str()};
   return [o, popts] {
-    for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
+    for (const CLI::Option* opt : popts) {
+      o->parallel = o->parallel || opt->count() > 0;
+      if (opt->count() > 0) o->given.insert(opt->get_name());
+    }
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
     if (o->min_ranks == 0) {
       // tandem launch --min-ranks A gives every rank TANDEM_MIN_RANKS=A: the same floor for the training
@@ -837,6 +864,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
         if (*end != '\0' || n < 1 || n > 1 << 20)
           return tandem::cli::fail(fmt::format("TANDEM_MAX_RANKS='{}' is not a rank count >= 1", v));
         o->max_ranks = static_cast<int>(n);
+        o->max_ranks_from_launcher = true;
       }
     }
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule
