@@ -674,7 +674,8 @@ typedef struct tandem_model_params {
   int64_t input_height;
   int64_t input_width;
   int64_t num_classes;     /* zoo only; default 10 */
-  double width_mult;       /* mobilenetv2 only; default 1.0 */
+  double width_mult;       /* mobilenetv2 and mobilenetv2_imagenet only (another zoo model given one other than 1.0:
+                            * TANDEM_ERR_INVALID_ARGUMENT); default 1.0 */
   const char* backend;     /* "cpu" (oneDNN, default), "reference", "cuda" or "cuda:N" (device N),
                               or "none" (spec only: summaries, no parameters, no training) */
   uint64_t seed;           /* weight initialisation; default 0 */

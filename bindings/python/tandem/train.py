@@ -134,12 +134,11 @@ def _parallel_params(strategy, kwargs):
         if value is None:
             value = _PARALLEL_DEFAULTS.get(name, 0)
         if conv is bytes:  # a path: kept alive by the structure's own reference until the call returns
-            value = None if value is None else os.fsencode(value)
+            setattr(p, name, None if value is None else os.fsencode(value))
         elif conv is bool:
-            value = int(bool(value))
-        else:
-            value = conv(value)
-        setattr(p, name, value)
+            setattr(p, name, int(bool(value)))
+        else:  # whole numbers in the C field's range (staleness=2**32 + 1 wrapped to 1)
+            _set_field(p, name, value, conv)
     return p
 
 
@@ -384,6 +383,9 @@ class Trainer(_Handle):
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
+    A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; tau, alpha,
+    easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps: localsgd) given to another
+    strategy raise TandemError naming the field, as do more FedAvg clients than training samples.
     Every rank creates its trainer with the same settings."""
     _destroy = _LIB.tandem_trainer_destroy
 
