@@ -371,7 +371,7 @@ class StopWatcher {
 tandem_parallel_attr_t parallel_attr(tandem_trainer_t* t) {
   tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
   a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT |
-                 TANDEM_PARALLEL_ATTR_ELASTIC;
+                 TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_ELASTIC;
   tandem_trainer_parallel_query(t, &a);
   return a;
 }
@@ -396,11 +396,17 @@ void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
 
 std::string parallel_summary(tandem_trainer_t* t) {
   const tandem_parallel_attr_t a = parallel_attr(t);
+  // With servers the world is workers + servers ("world 3 = dp 2 x pp 1" did not add up), their exchange is push/pull
+  // (not an all-reduce), and a FedAvg step is a round.
+  const std::string grid = a.servers > 0 ? fmt::format("{} worker(s) + {} server(s)", a.workers, a.servers)
+                                         : fmt::format("dp {} x pp {}", a.dp, a.pp);
+  const bool fedavg = std::string(a.strategy) == "fedavg";
   return fmt::format(
-      "  {} world {} = dp {} x pp {}, {} micro-batch(es) ({}); per step {:.1f} ms: compute {:.1f}, bubble {:.1f} "
-      "({:.0f}%), exposed comm {:.1f} (all-reduce {:.1f}), data {:.1f}",
-      a.strategy, a.world, a.dp, a.pp, a.micro_batches, a.schedule, 1e3 * a.step_s, 1e3 * a.compute_s, 1e3 * a.bubble_s,
-      100 * a.bubble_fraction, 1e3 * a.comm_s, 1e3 * a.allreduce_s, 1e3 * a.data_s);
+      "  {} world {} = {}, {} micro-batch(es) ({}); per {} {:.1f} ms: compute {:.1f}, bubble {:.1f} "
+      "({:.0f}%), exposed comm {:.1f} ({} {:.1f}), data {:.1f}",
+      a.strategy, a.world, grid, a.micro_batches, a.schedule, fedavg ? "round" : "step", 1e3 * a.step_s,
+      1e3 * a.compute_s, 1e3 * a.bubble_s, 100 * a.bubble_fraction, 1e3 * a.comm_s,
+      a.servers > 0 ? "push/pull" : "all-reduce", 1e3 * a.allreduce_s, 1e3 * a.data_s);
 }
 
 // The world size a launcher announced (tandem launch, torchrun, mpirun, srun), or 1.

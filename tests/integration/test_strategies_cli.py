@@ -127,6 +127,21 @@ class Strategies(unittest.TestCase):
         rc, out, epochs = launch(3, ["--strategy", "ssp", "--servers", "1", "--staleness", "1"], epochs=1)
         self.assertEqual(rc, 0, out)
 
+    def test_the_text_report_names_workers_servers_and_rounds(self):
+        # "ps world 3 = dp 2 x pp 1 ... (all-reduce X)" did not add up and named an exchange ps does not make; FedAvg's
+        # "per step" was a round.
+        base = [a for a in BASE if a != "--json"]
+        env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
+        for extra, want in ((["--strategy", "ps", "--servers", "1"], "ps world 3 = 2 worker(s) + 1 server(s), "),
+                            (["--strategy", "fedavg"], "fedavg world 3 = dp 3 x pp 1, 1 micro-batch(es) (1f1b); per "
+                                                       "round ")):
+            p = subprocess.run([CLI, "launch", "-n", "3", "--", CLI] + base + extra, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            self.assertIn(want, p.stdout)
+            if extra[1] == "ps":
+                self.assertRegex(p.stdout, r"exposed comm [\d.]+ \(push/pull [\d.]+\)")
+
     def test_more_fedavg_clients_than_samples_is_refused(self):
         # 961 clients on 960 samples: one client with no data at all (its rounds ran on nothing); refused.
         rc, out, _ = launch(2, ["--strategy", "fedavg", "--clients", "961"], epochs=1)
