@@ -77,6 +77,7 @@ struct LaunchOptions {
   bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
   std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
   int min_ranks = 0;        // elastic below -n: ranks that must finish; 0: -n (not elastic)
+  bool min_ranks_given = false;  // --min-ranks on the command line (at -n too: the ranks' floor, TANDEM_MIN_RANKS)
   int max_ranks = 0;        // 0: -n; above -n the ranks get TANDEM_MAX_RANKS (tandem train's default --max-ranks)
   bool join = false;        // --join: the ranks join a running elastic job (TANDEM_JOIN=1) instead of starting one
   std::string secret_file;  // start: write the job's secret there (0600); --join: read it from there
@@ -634,7 +635,10 @@ int Launcher::run() {
   common["MASTER_PORT"] = std::to_string(torch_port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
-  if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
+  // tandem train's default --min-ranks. Given at -n (every rank must finish) the ranks get it too: an elastic trainer
+  // left with fewer then writes its checkpoint and stops naming the lost ranks (it went on with min 1 while this
+  // launcher stopped it, and was killed after --grace-ms, its checkpoint not written).
+  if (elastic() || (o_.min_ranks_given && !o_.join)) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);
   // and --max-ranks, the job's bound (-n by default): without it an elastic ddp, pipeline or hybrid job admitted every
   // joiner (`launch -n 2 --max-ranks 2` grew to 3 ranks). Joiners take the running job's bound, not their own -n.
   if (!o_.join) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);
@@ -841,7 +845,7 @@ tandem::cli::Registration reg{
                      "elastic job: when a rank dies the others go on (tandem train --elastic, or a strategy that absorbs "
                      "a lost worker); success when at least this many ranks finish (default -n: not elastic, the "
                      "first failure stops every rank). The ranks get TANDEM_MIN_RANKS, tandem train's default "
-                     "--min-ranks")
+                     "--min-ranks (given at -n too: a loss then stops every elastic rank with its checkpoint)")
           ->check(CLI::Range(1, 4096));
       sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks, joiners included (default -n; "
                      "must be >= -n): more are refused, naming it. The ranks get TANDEM_MAX_RANKS, tandem train's "
@@ -890,6 +894,7 @@ tandem::cli::Registration reg{
           return 2;
         }
         if (o->master_addr.empty()) o->master_addr = "127.0.0.1";
+        o->min_ranks_given = o->min_ranks > 0;
         if (o->min_ranks == 0) o->min_ranks = o->nprocs;
         if (o->max_ranks == 0) o->max_ranks = o->nprocs;
         if (o->min_ranks > o->nprocs || o->nprocs > o->max_ranks) {
