@@ -9,6 +9,16 @@
     print(trainer.epoch())                                # {'epoch': 1, 'train_loss': ..., 'test_accuracy': ...}
     trainer.save_checkpoint("run.ckpt")
 
+Parallel training, one process per rank (`tandem launch -n 3 -- python3 script.py`): every rank creates the same
+trainer over the job's communicator, with a strategy and its own keywords (Trainer's docstring lists them):
+
+    import tandem
+    comm = tandem.Communicator()                          # rank and world from the launcher
+    trainer = tt.Trainer(model, train, test, opt, batch_size=64, strategy="ssp", servers=1, staleness=2, comm=comm)
+    # "ps", "ps-async", "ssp" (servers: the last ranks), "asgd", "easgd" (tau, alpha, easgd_async), "fedavg" (clients,
+    # client_fraction, local_epochs, dirichlet_alpha, round_deadline_s), "localsgd" (average_every, warmup_steps),
+    # "ddp", "pipeline", "hybrid" (dp, pp, micro_batches); another strategy's keyword raises TandemError naming it
+
 Failures raise tandem.TandemError (status and the library's message).
 """
 import ctypes
