@@ -326,7 +326,8 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
 }
 
 // Under a launcher, SIGTERM arrives as soon as any rank dies. A parallel rank then gets 2 s to fail on its
-// own -- its error names the rank that died -- before it aborts its communicator (peers learn why) and stops.
+// own -- its error names the rank that died -- before it aborts its communicator (peers learn why) and stops; still
+// running 0.5 s after the abort, it exits with status 128 + the signal.
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
@@ -348,8 +349,18 @@ class StopWatcher {
         }
         const auto until = std::chrono::steady_clock::now() + 2s;
         while (!done_.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
-        if (!done_.load()) tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
-        return;
+        if (done_.load()) return;
+        tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
+        // An elastic trainer that has shrunk trains on a communicator of its own, which this abort does not reach: it
+        // went on training (Ctrl-C under mpirun or srun never stopped it; tandem launch SIGKILLed it after its grace).
+        // A rank asked to stop stops: checkpoints are written atomically, so none is left torn.
+        const auto grace = std::chrono::steady_clock::now() + 500ms;
+        while (!done_.load() && std::chrono::steady_clock::now() < grace) std::this_thread::sleep_for(20ms);
+        if (done_.load()) return;
+        std::fprintf(stderr, "tandem train: stopped by signal %d (the training did not stop at its communicator's "
+                     "abort)\n", sig);
+        std::fflush(stderr);
+        std::_Exit(128 + sig);
       }
     });
   }

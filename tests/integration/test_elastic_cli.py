@@ -150,6 +150,32 @@ class ElasticLaunch(unittest.TestCase):
                                  r"left, below min_ranks 3; checkpoint '%s' holds step \d+" % (rank, re.escape(ck)))
             self.assertNotIn("did not stop within", out)
 
+    def test_ctrl_c_stops_a_job_that_has_shrunk(self):
+        # After a shrink the trainer runs on a communicator of its own, which the rank's abort at SIGINT did not reach:
+        # the ranks trained on (under mpirun or srun Ctrl-C never stopped them; tandem launch SIGKILLed them after its
+        # grace). Now each stops by itself shortly after the abort, well within a 30 s grace.
+        train = [w if i == 0 or TRAIN[i - 1] != "--epochs" else "40" for i, w in enumerate(TRAIN)]
+        state = {}
+
+        def watch(launcher, line):
+            if "killed" not in state and epochs_of([line], 0).get(1):
+                os.kill(rank_pid(launcher, 2), signal.SIGKILL)
+                state["killed"] = True
+            elif "killed" in state and "sigint" not in state and "2 ranks go on" in line:
+                os.kill(launcher, signal.SIGINT)
+                state["sigint"] = time.monotonic()
+
+        rc, lines = run_launch(self, ["-n", "3", "--min-ranks", "2", "--transport", "tcp", "--grace-ms", "30000"],
+                               watch, train=train)
+        stopped_after = time.monotonic() - state["sigint"]
+        out = "".join(lines)
+        self.assertNotEqual(rc, 0, out)
+        self.assertLess(stopped_after, 15.0, out)  # a bound that guards the old behaviour (training on), not a timing
+        self.assertNotIn("did not stop within", out)
+        for rank in (0, 1):
+            self.assertIn("[rank %d] tandem train: stopped by signal 2" % rank, out)
+        self.assertNotIn("epoch 40:", out)
+
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,
                            text=True, timeout=30)
