@@ -15,7 +15,7 @@
 // but the others are left running -- they shrink their communicator and go on (tandem train
 // --elastic) -- and the launcher exits 0 when at least A ranks finished with status 0. The ranks
 // get TANDEM_MIN_RANKS=A, tandem train's default --min-ranks.
-// Growing jobs (issue #17): `--max-ranks B` above -n lets ranks join later: `tandem launch --join -n K --port P
+// Growing jobs (issue #17): `--max-ranks B` (default -n) bounds the job's ranks; above -n it lets ranks join later: `tandem launch --join -n K --port P
 // --secret-file F -- tandem train ...` starts K ranks with TANDEM_JOIN=1 and the running job's rendezvous and
 // secret (F, written by the job's own launch with --secret-file F); its elastic ranks admit them at a step
 // boundary, at most B in all.
@@ -77,6 +77,7 @@ struct LaunchOptions {
   bool json = false;        // stdout: the ranks' JSON lines with a "rank" field; everything else to stderr
   std::string log_dir;      // each rank's stdout/stderr to <dir>/rank-<i>.out/.err instead of the terminal
   int min_ranks = 0;        // elastic below -n: ranks that must finish; 0: -n (not elastic)
+  bool min_ranks_given = false;  // --min-ranks on the command line (at -n too: the ranks' floor, TANDEM_MIN_RANKS)
   int max_ranks = 0;        // 0: -n; above -n the ranks get TANDEM_MAX_RANKS (tandem train's default --max-ranks)
   bool join = false;        // --join: the ranks join a running elastic job (TANDEM_JOIN=1) instead of starting one
   std::string secret_file;  // start: write the job's secret there (0600); --join: read it from there
@@ -634,8 +635,13 @@ int Launcher::run() {
   common["MASTER_PORT"] = std::to_string(torch_port);
   if (!o_.transport.empty()) common["TANDEM_TRANSPORT"] = o_.transport;
   if (o_.timeout_ms > 0) common["TANDEM_TIMEOUT_MS"] = std::to_string(o_.timeout_ms);
-  if (elastic()) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);  // tandem train's default --min-ranks
-  if (o_.max_ranks > o_.nprocs) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);  // and --max-ranks
+  // tandem train's default --min-ranks. Given at -n (every rank must finish) the ranks get it too: an elastic trainer
+  // left with fewer then writes its checkpoint and stops naming the lost ranks (it went on with min 1 while this
+  // launcher stopped it, and was killed after --grace-ms, its checkpoint not written).
+  if (elastic() || (o_.min_ranks_given && !o_.join)) common["TANDEM_MIN_RANKS"] = std::to_string(o_.min_ranks);
+  // and --max-ranks, the job's bound (-n by default): without it an elastic ddp, pipeline or hybrid job admitted every
+  // joiner (`launch -n 2 --max-ranks 2` grew to 3 ranks). Joiners take the running job's bound, not their own -n.
+  if (!o_.join) common["TANDEM_MAX_RANKS"] = std::to_string(o_.max_ranks);
   if (o_.join) common["TANDEM_JOIN"] = "1";  // TANDEM_RANK / TANDEM_WORLD_SIZE then number the joiners
   // --env NAME=VALUE reaches the local ranks as well (it reached remote ones only: a local rank saw the launcher's
   // own NAME, or none); the job's variables above win over it.
@@ -839,10 +845,11 @@ tandem::cli::Registration reg{
                      "elastic job: when a rank dies the others go on (tandem train --elastic, or a strategy that absorbs "
                      "a lost worker); success when at least this many ranks finish (default -n: not elastic, the "
                      "first failure stops every rank). The ranks get TANDEM_MIN_RANKS, tandem train's default "
-                     "--min-ranks")
+                     "--min-ranks (given at -n too: a loss then stops every elastic rank with its checkpoint)")
           ->check(CLI::Range(1, 4096));
       sub.add_option("--max-ranks", o->max_ranks, "upper bound of the job's ranks, joiners included (default -n; "
-                     "must be >= -n); above -n the ranks get TANDEM_MAX_RANKS, tandem train's default --max-ranks")
+                     "must be >= -n): more are refused, naming it. The ranks get TANDEM_MAX_RANKS, tandem train's "
+                     "default --max-ranks (a parameter-server job checks for joiners only when it is above -n)")
           ->check(CLI::Range(1, 4096));
       sub.add_flag("--join", o->join, "start -n ranks that join the running elastic job at --port (tandem train "
                    "--strategy ddp, pipeline, hybrid, ps, ps-async or ssp --elastic, with the job's other options): "
@@ -887,6 +894,7 @@ tandem::cli::Registration reg{
           return 2;
         }
         if (o->master_addr.empty()) o->master_addr = "127.0.0.1";
+        o->min_ranks_given = o->min_ranks > 0;
         if (o->min_ranks == 0) o->min_ranks = o->nprocs;
         if (o->max_ranks == 0) o->max_ranks = o->nprocs;
         if (o->min_ranks > o->nprocs || o->nprocs > o->max_ranks) {

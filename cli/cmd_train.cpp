@@ -15,6 +15,7 @@
 #include <map>
 #include <vector>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -84,9 +85,11 @@ struct TrainOptions {
   bool elastic = false;  // issue #17: ddp and ps go on when workers die (the asynchronous strategies always do)
   int min_ranks = 0;     // 0: 1
   int max_ranks = -1;    // --max-ranks (-1: TANDEM_MAX_RANKS, else 0: no bound); joiners beyond it are refused
+  bool max_ranks_from_launcher = false;  // max_ranks is TANDEM_MAX_RANKS (tandem launch's bound, -n by default)
   int join_poll_steps = 1;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
+  std::set<std::string> given;  // the parallel options on the command line: only these set their field_mask bits
 };
 
 // Releases every handle on scope exit.
@@ -218,6 +221,8 @@ int parallel_threads(int asked) {
 }
 
 // Joins the job (communicator from the environment) and creates this rank's parallel trainer.
+int launched_world();
+
 int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t& tp, Handles& h) {
   namespace cli = tandem::cli;
   tandem_parallel_params_t pp = TANDEM_PARALLEL_PARAMS_INIT;
@@ -246,8 +251,19 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
     pp.num_boundaries = o.cut_layers.size();
   }
   pp.trace = o.trace.empty() ? 0 : 1;
-  pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS | TANDEM_PARALLEL_PARAM_EASGD |
-                   TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
+  // The strategy fields go only when given: the library refuses one that the strategy does not read (--staleness with
+  // ps-async was silently ignored), naming it; left out, the library's defaults (the same as these options').
+  const auto given = [&o](std::initializer_list<const char*> flags) {
+    for (const char* f : flags)
+      if (o.given.count(f) > 0) return true;
+    return false;
+  };
+  if (given({"--servers"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
+  if (given({"--staleness"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
+  if (given({"--tau", "--alpha", "--easgd-async"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
+  if (given({"--clients", "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s"}))
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
+  if (given({"--average-every", "--warmup-steps"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_LOCALSGD;
   pp.servers = o.servers;
   pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS;
   pp.server_replicas = o.server_replicas;
@@ -280,6 +296,11 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   if (o.elastic && grows) {
     pp.field_mask |= TANDEM_PARALLEL_PARAM_GROW;
     pp.max_ranks = std::max(0, o.max_ranks);
+    // A parameter-server job checks for joiners only when it has room to grow (each check costs worker 0 a store
+    // read): the launcher's bound at the job's own size (its default, -n) leaves none.
+    const bool ps_family = o.strategy == "ps" || o.strategy == "ps-async" || o.strategy == "ssp";
+    if (ps_family && o.max_ranks_from_launcher && !joining && o.max_ranks <= launched_world())
+      pp.max_ranks = 0;
     pp.join_poll_steps = o.join_poll_steps;
     pp.joining = joining ? 1 : 0;
   } else if (joining) {
@@ -305,7 +326,8 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
 }
 
 // Under a launcher, SIGTERM arrives as soon as any rank dies. A parallel rank then gets 2 s to fail on its
-// own -- its error names the rank that died -- before it aborts its communicator (peers learn why) and stops.
+// own -- its error names the rank that died -- before it aborts its communicator (peers learn why) and stops; still
+// running 0.5 s after the abort, it exits with status 128 + the signal.
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
@@ -327,8 +349,18 @@ class StopWatcher {
         }
         const auto until = std::chrono::steady_clock::now() + 2s;
         while (!done_.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
-        if (!done_.load()) tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
-        return;
+        if (done_.load()) return;
+        tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
+        // An elastic trainer that has shrunk trains on a communicator of its own, which this abort does not reach: it
+        // went on training (Ctrl-C under mpirun or srun never stopped it; tandem launch SIGKILLed it after its grace).
+        // A rank asked to stop stops: checkpoints are written atomically, so none is left torn.
+        const auto grace = std::chrono::steady_clock::now() + 500ms;
+        while (!done_.load() && std::chrono::steady_clock::now() < grace) std::this_thread::sleep_for(20ms);
+        if (done_.load()) return;
+        std::fprintf(stderr, "tandem train: stopped by signal %d (the training did not stop at its communicator's "
+                     "abort)\n", sig);
+        std::fflush(stderr);
+        std::_Exit(128 + sig);
       }
     });
   }
@@ -350,7 +382,7 @@ class StopWatcher {
 tandem_parallel_attr_t parallel_attr(tandem_trainer_t* t) {
   tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
   a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT |
-                 TANDEM_PARALLEL_ATTR_ELASTIC;
+                 TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_ELASTIC;
   tandem_trainer_parallel_query(t, &a);
   return a;
 }
@@ -375,11 +407,17 @@ void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
 
 std::string parallel_summary(tandem_trainer_t* t) {
   const tandem_parallel_attr_t a = parallel_attr(t);
+  // With servers the world is workers + servers ("world 3 = dp 2 x pp 1" did not add up), their exchange is push/pull
+  // (not an all-reduce), and a FedAvg step is a round.
+  const std::string grid = a.servers > 0 ? fmt::format("{} worker(s) + {} server(s)", a.workers, a.servers)
+                                         : fmt::format("dp {} x pp {}", a.dp, a.pp);
+  const bool fedavg = std::string(a.strategy) == "fedavg";
   return fmt::format(
-      "  {} world {} = dp {} x pp {}, {} micro-batch(es) ({}); per step {:.1f} ms: compute {:.1f}, bubble {:.1f} "
-      "({:.0f}%), exposed comm {:.1f} (all-reduce {:.1f}), data {:.1f}",
-      a.strategy, a.world, a.dp, a.pp, a.micro_batches, a.schedule, 1e3 * a.step_s, 1e3 * a.compute_s, 1e3 * a.bubble_s,
-      100 * a.bubble_fraction, 1e3 * a.comm_s, 1e3 * a.allreduce_s, 1e3 * a.data_s);
+      "  {} world {} = {}, {} micro-batch(es) ({}); per {} {:.1f} ms: compute {:.1f}, bubble {:.1f} "
+      "({:.0f}%), exposed comm {:.1f} ({} {:.1f}), data {:.1f}",
+      a.strategy, a.world, grid, a.micro_batches, a.schedule, fedavg ? "round" : "step", 1e3 * a.step_s,
+      1e3 * a.compute_s, 1e3 * a.bubble_s, 100 * a.bubble_fraction, 1e3 * a.comm_s,
+      a.servers > 0 ? "push/pull" : "all-reduce", 1e3 * a.allreduce_s, 1e3 * a.data_s);
 }
 
 // The world size a launcher announced (tandem launch, torchrun, mpirun, srun), or 1.
@@ -407,7 +445,9 @@ int run_train(const TrainOptions& o) {
                  "same model alone (and write the same checkpoint); give --strategy ddp, pipeline or hybrid\n", world);
     return 2;
   }
-  if (o.parallel && world == 1 && o.strategy != "single")
+  const char* join_env = std::getenv("TANDEM_JOIN");  // a joiner (tandem launch --join -n 1) is one rank of a larger job
+  const bool joiner = join_env != nullptr && std::string(join_env) == "1";
+  if (o.parallel && world == 1 && o.strategy != "single" && !joiner)
     std::fprintf(stderr, "tandem train: warning: --strategy %s on a single rank (no launcher announced more); start "
                  "ranks with `tandem launch -n N -- tandem train ...`\n", o.strategy.c_str());
   Handles h;
@@ -801,16 +841,17 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_flag("--elastic", o->elastic, "ddp: when ranks die the survivors go on with fewer replicas (same "
                    "per-replica batch, learning rate x survivors / ranks); ps: likewise with fewer workers. "
                    "ps-async, ssp, asgd, easgd, fedavg and localsgd absorb a dead worker without it (the others go "
-                   "on, each logging the lost rank); a dead parameter server always stops the job, naming it; "
-                   "see --min-ranks")->group(par),
+                   "on, each logging the lost rank); a dead parameter server's shard is taken over from a replica "
+                   "(--server-replicas) or restored from --checkpoint, else the job stops naming it; see --min-ranks")->group(par),
       app.add_option("--min-ranks", o->min_ranks, "fewer ranks left (servers count) stop the job with a checkpoint "
                      "(--checkpoint) and an error naming the lost ranks (default: TANDEM_MIN_RANKS, which tandem "
                      "launch --min-ranks sets, else 1)")
           ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--max-ranks", o->max_ranks, "elastic ddp, pipeline, hybrid, ps, ps-async, ssp: ranks started "
                      "later (tandem launch --join) are admitted at a step boundary up to this many ranks in all (with "
-                     "parameter servers, as workers, and only when this is given), the others refused (default: "
-                     "TANDEM_MAX_RANKS, which tandem launch --max-ranks sets, else no bound)")
+                     "parameter servers, as workers, and only when this is above the job's ranks), the others refused "
+                     "(default: TANDEM_MAX_RANKS, which tandem launch sets to its --max-ranks, -n by default; else no "
+                     "bound)")
           ->group(par)->check(tandem::cli::kPositive),
       app.add_option("--join-poll-steps", o->join_poll_steps, "elastic jobs that grow: check for joining ranks every "
                      "this many steps (each check: one rendezvous-store read on rank 0 and an 8-byte broadcast; ps and "
@@ -818,7 +859,10 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
                      "sync point, the workers re-taking the servers' parameters)")
           ->group(par)->check(tandem::cli::kPositive)->capture_default_str()};
   return [o, popts] {
-    for (const CLI::Option* opt : popts) o->parallel = o->parallel || opt->count() > 0;
+    for (const CLI::Option* opt : popts) {
+      o->parallel = o->parallel || opt->count() > 0;
+      if (opt->count() > 0) o->given.insert(opt->get_name());
+    }
     if (!o->cut.empty()) o->cut_layers = tandem::cli::parse_cut(o->cut);
     if (o->min_ranks == 0) {
       // tandem launch --min-ranks A gives every rank TANDEM_MIN_RANKS=A: the same floor for the training
@@ -839,6 +883,7 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
         if (*end != '\0' || n < 1 || n > 1 << 20)
           return tandem::cli::fail(fmt::format("TANDEM_MAX_RANKS='{}' is not a rank count >= 1", v));
         o->max_ranks = static_cast<int>(n);
+        o->max_ranks_from_launcher = true;
       }
     }
     if (o->schedule == "gpipe" || o->schedule == "1f1b") {  // --schedule names the pipeline's schedule

@@ -81,7 +81,8 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std
                             "--max-ranks", "--join-poll-steps"}) {
       if (!has_knobs || !o.given(opt)) continue;
       const CLI::Option* x = o.app->get_option(opt);
-      cmd += x->get_type_size() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
+      // a flag takes no value (its type size is 1 for a bound bool: "--elastic true" was printed, which train refuses)
+      cmd += x->get_expected_max() == 0 ? fmt::format(" {}", opt) : fmt::format(" {} {}", opt, x->as<std::string>());
     }
   }
   if (s.pp > 1)

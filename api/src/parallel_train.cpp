@@ -7,6 +7,7 @@
 #include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/parallel_handles.hpp"
+#include "api/src/strategy_fields.hpp"
 #include "api/src/train_handles.hpp"
 
 using tandem::Status;
@@ -15,6 +16,7 @@ using tandem::api::checked;
 using tandem::api::ContextScope;
 using tandem::api::guarded;
 using tandem::api::mask_through;
+using tandem::api::require_read;
 namespace par = tandem::engine::parallel;
 namespace train = tandem::engine::train;
 
@@ -149,6 +151,17 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
                    p->server_replicas);
     c.server_replicas = p->server_replicas;
   }
+  // A strategy field given to a strategy that does not read it is refused, naming it (strategy_fields.hpp).
+  const std::string_view prefix = "tandem_trainer_create_parallel: parallel->";
+  const auto given = [&](uint64_t bit, const char* name, std::initializer_list<std::string_view> fields) {
+    if (m & bit) require_read(c.strategy, c.easgd_async, fields, prefix, name);
+  };
+  given(TANDEM_PARALLEL_PARAM_SERVERS, "TANDEM_PARALLEL_PARAM_SERVERS", {"servers"});
+  given(TANDEM_PARALLEL_PARAM_STALENESS, "TANDEM_PARALLEL_PARAM_STALENESS", {"staleness"});
+  given(TANDEM_PARALLEL_PARAM_EASGD, "TANDEM_PARALLEL_PARAM_EASGD", {"tau", "alpha", "easgd_async"});
+  given(TANDEM_PARALLEL_PARAM_FEDAVG, "TANDEM_PARALLEL_PARAM_FEDAVG",
+        {"clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s"});
+  given(TANDEM_PARALLEL_PARAM_LOCALSGD, "TANDEM_PARALLEL_PARAM_LOCALSGD", {"average_every", "warmup_steps"});
   return c;
 }
 
@@ -186,8 +199,11 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
     std::unique_ptr<tandem_trainer, void (*)(tandem_trainer*)> guard(base, tandem_trainer_destroy);
     const train::TrainerConfig config = base->trainer->config();
     auto& mh = checked(model, fn, "model");
+    const auto& train_data = checked(train_set, fn, "train_set").data;
+    if (pc.strategy == par::Strategy::kFedAvg)
+      tandem::api::require_clients_fit(pc.clients, train_data.size(), "tandem_trainer_create_parallel: parallel->");
     const ContextScope scope(mh.env);
-    auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, checked(train_set, fn, "train_set").data,
+    auto pt = std::make_unique<par::ParallelTrainer>(*mh.model, train_data,
                                                      test_set != nullptr ? &checked(test_set, fn, "test_set").data
                                                                          : nullptr,
                                                      config, pc, world);

@@ -9,6 +9,7 @@
 #include "api/src/calibrate_handles.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/sim_handles.hpp"
+#include "api/src/strategy_fields.hpp"
 #include "api/src/train_handles.hpp"
 #include "simulator/report/chrome_trace.hpp"
 #include "simulator/search.hpp"
@@ -46,7 +47,9 @@ E enum_value(int value, int last, const char* field, const char* type) {
   return static_cast<E>(value);
 }
 
-sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
+// `one_strategy`: the job is simulated as given (tandem_simulate), so its strategy fields must be its strategy's; a plan
+// search's base job (every strategy is tried) is not checked so.
+sim::JobSpec to_job(const tandem_sim_job_params_t* p, bool one_strategy) {
   sim::JobSpec j;
   if (p == nullptr) return j;
   TANDEM_CHECK((p->field_mask & ~kKnownJobBits) == 0, tandem::Status::kUnsupported,
@@ -147,6 +150,38 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p) {
   }
   if (m & TANDEM_SIM_JOB_FRAMEWORK)
     j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");
+  // A strategy field given (its bit, or its key in job_json) to a strategy that does not read it is refused, naming it
+  // (strategy_fields.hpp: the trainer's rule).
+  if (one_strategy) {
+    nlohmann::json keys = nlohmann::json::object();
+    if (m & TANDEM_SIM_JOB_JSON) keys = nlohmann::json::parse(p->job_json, nullptr, false);
+    struct Field {
+      uint64_t bit;
+      const char* bit_name;
+      const char* field;
+    };
+#define TANDEM_SIM_FIELD(BIT, field) Field{TANDEM_SIM_JOB_##BIT, "TANDEM_SIM_JOB_" #BIT, field}
+    for (const Field& f : {TANDEM_SIM_FIELD(SERVERS, "servers"), TANDEM_SIM_FIELD(STALENESS, "staleness"),
+                           TANDEM_SIM_FIELD(TAU, "tau"), TANDEM_SIM_FIELD(ALPHA, "alpha"),
+                           TANDEM_SIM_FIELD(EASGD_ASYNC, "easgd_async"), TANDEM_SIM_FIELD(CLIENTS, "clients"),
+                           TANDEM_SIM_FIELD(DIRICHLET_ALPHA, "dirichlet_alpha"),
+                           TANDEM_SIM_FIELD(CLIENT_FRACTION, "client_fraction"),
+                           TANDEM_SIM_FIELD(LOCAL_EPOCHS, "local_epochs"),
+                           TANDEM_SIM_FIELD(ROUND_DEADLINE, "round_deadline_s"),
+                           TANDEM_SIM_FIELD(AVERAGE_EVERY, "average_every"),
+                           TANDEM_SIM_FIELD(WARMUP_STEPS, "warmup_steps")}) {
+      if (m & f.bit) {
+        tandem::api::require_read(j.strategy, j.easgd_async, {f.field}, "job.", f.bit_name);
+      } else if (keys.is_object() && keys.contains(f.field)) {
+        tandem::api::require_read(j.strategy, j.easgd_async, {f.field}, "job.", "a key of job_json");
+      }
+    }
+#undef TANDEM_SIM_FIELD
+    if (j.strategy == par::Strategy::kFedAvg) {
+      const int64_t samples = j.samples > 0 ? j.samples : j.dataset.empty() ? 0 : sim::find_dataset(j.dataset).samples;
+      if (samples > 0) tandem::api::require_clients_fit(j.clients, samples, "job.");
+    }
+  }
   if (j.dataset.empty() && j.model_spec && !j.input) {
     // no named dataset: the samples are shaped as the given model takes them
     j.input = j.model_spec->input;
@@ -328,7 +363,7 @@ TANDEM_API tandem_status_t tandem_simulate(const tandem_sim_cluster_t* cluster, 
     TANDEM_REQUIRE(out != nullptr, "tandem_simulate: out must be non-null");
     const sim::SimOptions opt = to_options(job);
     auto h = std::make_unique<tandem_sim_result>();
-    h->results.push_back(sim::simulate(c.spec, to_job(job), opt));
+    h->results.push_back(sim::simulate(c.spec, to_job(job, true), opt));
     const sim::SimResult& r = h->results.front();
     h->text = r.to_json().dump();
     h->has_trace = opt.trace;
@@ -349,7 +384,7 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
     TANDEM_REQUIRE(top >= 1, "tandem_sim_plan: top must be >= 1, got {}", top);
     sim::SearchOptions so;
     so.top = top;
-    sim::SearchResult s = sim::search_plans(c.spec, to_job(job), so);
+    sim::SearchResult s = sim::search_plans(c.spec, to_job(job, false), so);
     auto h = std::make_unique<tandem_sim_result>();
     h->search = true;
     h->evaluated = s.evaluated;

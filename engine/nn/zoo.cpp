@@ -431,6 +431,12 @@ ModelSpec zoo_model(std::string_view name, SampleShape input, int64_t num_classe
   TANDEM_REQUIRE(input.c > 0 && input.h > 0 && input.w > 0, "model '{}': input shape {} must be positive", name,
                  to_string(input));
   if (const std::string w = zoo_input_warning(name, input); !w.empty()) warn_once(name, w);
+  // A width multiplier for another model was silently ignored (the C ABI's and Python's lenet5 at 0.5 was the full
+  // lenet5); refused, naming it.
+  TANDEM_REQUIRE(options.width_mult == 1.0 || !is_zoo_model(name) || name == "mobilenetv2" ||
+                     name == "mobilenetv2_imagenet",
+                 "model '{}': width_mult {} applies to mobilenetv2 and mobilenetv2_imagenet only", name,
+                 options.width_mult);
   static const int kBottleneck50[4] = {3, 4, 6, 3}, kBottleneck101[4] = {3, 4, 23, 3};
   if (name == "mlp") return mlp(input, num_classes);
   if (name == "lenet5") return lenet5(input, num_classes);

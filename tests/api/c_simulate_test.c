@@ -382,6 +382,31 @@ int main(void) {
     CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_OK, "fedavg with a short deadline");
     CHECK(tandem_sim_result_query(r, &s) == TANDEM_OK && s.clients_dropped >= 3, "fedavg drops: %g", s.clients_dropped);
     tandem_sim_result_destroy(r);
+    r = NULL;
+    /* A field the strategy does not read (here SSP's staleness, then PS's servers, with FedAvg) was simulated as if it
+     * were not given: refused naming it; so are more clients than the data set's 60,000 training samples. */
+    ps.field_mask |= TANDEM_SIM_JOB_STALENESS;
+    ps.staleness = 3;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_ERR_INVALID_ARGUMENT && r == NULL &&
+              strstr(tandem_last_error_message(), "job.staleness (TANDEM_SIM_JOB_STALENESS) is read by strategy ssp "
+                                                  "only, not by fedavg") != NULL,
+          "staleness with fedavg: %s", tandem_last_error_message());
+    ps.field_mask = (ps.field_mask & ~TANDEM_SIM_JOB_STALENESS) | TANDEM_SIM_JOB_SERVERS;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_ERR_INVALID_ARGUMENT && r == NULL &&
+              strstr(tandem_last_error_message(), "job.servers (TANDEM_SIM_JOB_SERVERS)") != NULL,
+          "servers with fedavg: %s", tandem_last_error_message());
+    ps.field_mask &= ~TANDEM_SIM_JOB_SERVERS;
+    ps.clients = 60001;
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_ERR_INVALID_ARGUMENT && r == NULL &&
+              strstr(tandem_last_error_message(), "job.clients = 60001 is more than the 60000 training samples") != NULL,
+          "clients beyond the data: %s", tandem_last_error_message());
+    /* The same key in job_json (applied first) is refused alike. */
+    ps.clients = 8;
+    ps.field_mask |= TANDEM_SIM_JOB_JSON;
+    ps.job_json = "{\"staleness\": 3}";
+    CHECK(tandem_simulate(cluster, &ps, &r) == TANDEM_ERR_INVALID_ARGUMENT && r == NULL &&
+              strstr(tandem_last_error_message(), "job.staleness (a key of job_json)") != NULL,
+          "staleness in job_json with fedavg: %s", tandem_last_error_message());
   }
 
   tandem_optimizer_destroy(adam);

@@ -79,6 +79,17 @@ int main(void) {
   mp.name = "resnet19";
   EXPECT(tandem_model_create(ctx, &mp, &model) == TANDEM_ERR_INVALID_ARGUMENT && model == NULL);
   EXPECT(strstr(tandem_last_error_message(), "resnet19") != NULL);
+  /* A width multiplier is mobilenetv2's: given to another zoo model it was ignored (the full model); refused. */
+  mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_BACKEND | TANDEM_MODEL_PARAM_WIDTH_MULT;
+  mp.name = "resnet18";
+  mp.width_mult = 0.5;
+  EXPECT(tandem_model_create(ctx, &mp, &model) == TANDEM_ERR_INVALID_ARGUMENT && model == NULL);
+  EXPECT(strstr(tandem_last_error_message(),
+                "model 'resnet18': width_mult 0.5 applies to mobilenetv2 and mobilenetv2_imagenet only") != NULL);
+  mp.name = "mobilenetv2";
+  EXPECT(tandem_model_create(ctx, &mp, &model) == TANDEM_OK);
+  tandem_model_destroy(model);
+  model = NULL;
   mp.field_mask = TANDEM_MODEL_PARAM_SPEC_JSON;
   mp.spec_json = "{\"input\": [1, 4, 4], \"layers\": [{\"type\": \"linear\"}]}";
   EXPECT(tandem_model_create(ctx, &mp, &model) == TANDEM_ERR_INVALID_ARGUMENT);

@@ -142,6 +142,26 @@ class Mistakes(unittest.TestCase):
             self.assertEqual(rc, 0, run[0] + "\n" + trained)
             self.assertIn("epoch 1:", trained)
 
+    def test_the_printed_command_of_a_flag_runs_as_printed(self):
+        # `run it` printed "--easgd-async true" and "--elastic true": train takes no value after a flag and refused the
+        # command as printed ("The following argument was not expected: true").
+        rc, out = tandem("simulate", "--cluster", "t2.micro:3", "--model", "mlp", "--dataset", "cifar10", "--batch",
+                         "16", "--strategy", "easgd", "--easgd-async", "--servers", "1", "--tau", "2")
+        self.assertEqual(rc, 0, out)
+        run = [l for l in out.splitlines() if l.startswith("  run it ")]
+        self.assertEqual(len(run), 1, out)
+        self.assertRegex(run[0], r" --easgd-async( |$)")
+        self.assertNotIn("true", run[0])
+        args = run[0].split()[2:]
+        self.assertEqual(args[:5], ["tandem", "launch", "-n", "3", "--"], run[0])
+        env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
+        p = subprocess.run([CLI] + args[1:5] + [CLI] + args[6:] + ["--epochs", "1", "--limit-batches", "2",
+                                                                   "--train-limit", "256", "--test-limit", "64",
+                                                                   "--threads", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
+        self.assertEqual(p.returncode, 0, run[0] + "\n" + p.stdout)
+        self.assertIn("easgd world 3", p.stdout)
+
     def test_simulate_takes_the_runs_limit_batches(self):
         # `tandem simulate --limit-batches N` is the training run's option: a fedavg client's local epoch (the
         # round) and a ddp epoch stop after N batches; the step is unchanged

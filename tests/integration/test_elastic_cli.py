@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -131,6 +132,49 @@ class ElasticLaunch(unittest.TestCase):
             self.assertAlmostEqual(after[e]["lr_scale"], 2 / 3, places=6)
         # The loss continues from where the 3-rank epoch left it (every replica held the state).
         self.assertTrue(after[EPOCHS]["train_loss"] < before[1]["train_loss"], out)
+
+    def test_min_ranks_at_n_stops_the_survivors_with_their_checkpoint(self):
+        # `tandem launch -n 3 --min-ranks 3`: every rank must finish. The ranks were not given the floor (tandem
+        # train's default is 1), so the survivors went on as a world of 2 while the launcher stopped them, and were
+        # killed after its grace with no checkpoint of the stop. Now they stop below min_ranks 3 on their own, naming
+        # the lost rank, after writing the checkpoint.
+        train = [w for i, w in enumerate(TRAIN) if w != "--min-ranks" and TRAIN[i - 1] != "--min-ranks"]
+        with tempfile.TemporaryDirectory() as d:
+            ck = os.path.join(d, "job.ckpt")
+            rc, lines, _ = launch_and_kill(self, ["-n", "3", "--min-ranks", "3", "--transport", "tcp"], 2,
+                                           train=train + ["--checkpoint", ck])
+            out = "".join(lines)
+            self.assertNotEqual(rc, 0, out)
+            for rank in (0, 1):
+                self.assertRegex(out, r"\[rank %d\] tandem: epoch 2 failed: .*world rank\(s\) 2 lost .*2 of 3 ranks "
+                                 r"left, below min_ranks 3; checkpoint '%s' holds step \d+" % (rank, re.escape(ck)))
+            self.assertNotIn("did not stop within", out)
+
+    def test_ctrl_c_stops_a_job_that_has_shrunk(self):
+        # After a shrink the trainer runs on a communicator of its own, which the rank's abort at SIGINT did not reach:
+        # the ranks trained on (under mpirun or srun Ctrl-C never stopped them; tandem launch SIGKILLed them after its
+        # grace). Now each stops by itself shortly after the abort, well within a 30 s grace.
+        train = [w if i == 0 or TRAIN[i - 1] != "--epochs" else "40" for i, w in enumerate(TRAIN)]
+        state = {}
+
+        def watch(launcher, line):
+            if "killed" not in state and epochs_of([line], 0).get(1):
+                os.kill(rank_pid(launcher, 2), signal.SIGKILL)
+                state["killed"] = True
+            elif "killed" in state and "sigint" not in state and "2 ranks go on" in line:
+                os.kill(launcher, signal.SIGINT)
+                state["sigint"] = time.monotonic()
+
+        rc, lines = run_launch(self, ["-n", "3", "--min-ranks", "2", "--transport", "tcp", "--grace-ms", "30000"],
+                               watch, train=train)
+        stopped_after = time.monotonic() - state["sigint"]
+        out = "".join(lines)
+        self.assertNotEqual(rc, 0, out)
+        self.assertLess(stopped_after, 15.0, out)  # a bound that guards the old behaviour (training on), not a timing
+        self.assertNotIn("did not stop within", out)
+        for rank in (0, 1):
+            self.assertIn("[rank %d] tandem train: stopped by signal 2" % rank, out)
+        self.assertNotIn("epoch 40:", out)
 
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,

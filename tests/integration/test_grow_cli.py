@@ -115,6 +115,36 @@ class GrowLaunch(unittest.TestCase):
         # Both joiners in one admission, or one after the other at the same step boundary (2 -> 3 -> 4).
         self.assertRegex(out, r"elastic: [12] rank\(s\) joined at step \d+; 4 ranks go on")
 
+    def test_the_launch_size_bounds_the_job_without_max_ranks(self):
+        # `tandem launch -n 2` bounds its job at 2 ranks (--max-ranks defaults to -n), yet an elastic ddp job admitted
+        # a joiner and grew to 3 (the ranks got no bound). The joiner is refused now, naming the bound, and no longer
+        # warns that it trains on a single rank.
+        port, secret_file = self.job_files()
+        results = {}
+        threads = []
+
+        def on_line(_, line):
+            if "joiner" not in results and epochs_of([line], 0).get(1):
+                results["joiner"] = None
+                start_joiner(results, threads, "joiner", port, secret_file, 1)
+
+        try:
+            rc, lines = run_launch(self, ["-n", "2", "--transport", "tcp", "--port", str(port), "--secret-file",
+                                          secret_file], on_line, train=TRAIN)
+        finally:
+            for t in threads:
+                t.join(timeout=150)
+        out = "".join(lines)
+        self.assertEqual(rc, 0, out)
+        joiner = results.get("joiner")
+        self.assertIsNotNone(joiner, out)
+        said = joiner.stdout + joiner.stderr
+        self.assertNotEqual(joiner.returncode, 0, said)
+        self.assertIn("--max-ranks is 2", said)
+        self.assertNotIn("on a single rank", said)
+        self.assertNotIn("joined at step", out)
+        self.assertEqual(epochs_of(lines, 0)[EPOCHS]["world"], 2, out)
+
     def test_after_rank_0_dies_the_survivors_still_admit_a_joiner(self):
         # The launcher serves the store, so rank 0's death is survived (3 -> 2, old rank 1 becomes rank 0) and the
         # job's store still takes joiners: one joins the 2 survivors and the job ends as a world of 3.

@@ -112,6 +112,46 @@ class Strategies(unittest.TestCase):
         for rank in (0, 1):
             self.assertRegex(out, r"\[rank %d\] .*average_every must be >= 1" % rank)
 
+    def test_a_flag_of_another_strategy_is_refused_naming_it(self):
+        # --staleness with ps-async, --tau with fedavg and --servers with ddp trained as if they were not given
+        # (exit 0); each is refused now on every rank, naming the field and the strategy that reads it.
+        for n, flags, needle in [
+                (3, ["--strategy", "ps-async", "--staleness", "3"],
+                 "parallel->staleness (TANDEM_PARALLEL_PARAM_STALENESS) is read by strategy ssp only, not by ps-async"),
+                (2, ["--strategy", "fedavg", "--tau", "3"], "are read by strategy easgd only, not by fedavg"),
+                (2, ["--strategy", "ddp", "--servers", "2"], "parallel->servers (TANDEM_PARALLEL_PARAM_SERVERS) is "
+                 "read by strategies ps, ps-async, ssp and easgd with easgd_async only, not by ddp")]:
+            rc, out, epochs = launch(n, flags, epochs=1)
+            self.assertNotEqual(rc, 0, out)
+            self.assertEqual(epochs, [], out)
+            for rank in range(n):
+                self.assertIn("[rank %d] tandem: rank %d: cannot create" % (rank, rank), out)
+            self.assertIn(needle, out)
+        # the strategy's own flags still go through (the synchronous-server flags alike)
+        rc, out, epochs = launch(3, ["--strategy", "ssp", "--servers", "1", "--staleness", "1"], epochs=1)
+        self.assertEqual(rc, 0, out)
+
+    def test_the_text_report_names_workers_servers_and_rounds(self):
+        # "ps world 3 = dp 2 x pp 1 ... (all-reduce X)" did not add up and named an exchange ps does not make; FedAvg's
+        # "per step" was a round.
+        base = [a for a in BASE if a != "--json"]
+        env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
+        for extra, want in ((["--strategy", "ps", "--servers", "1"], "ps world 3 = 2 worker(s) + 1 server(s), "),
+                            (["--strategy", "fedavg"], "fedavg world 3 = dp 3 x pp 1, 1 micro-batch(es) (1f1b); per "
+                                                       "round ")):
+            p = subprocess.run([CLI, "launch", "-n", "3", "--", CLI] + base + extra, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            self.assertIn(want, p.stdout)
+            if extra[1] == "ps":
+                self.assertRegex(p.stdout, r"exposed comm [\d.]+ \(push/pull [\d.]+\)")
+
+    def test_more_fedavg_clients_than_samples_is_refused(self):
+        # 961 clients on 960 samples: one client with no data at all (its rounds ran on nothing); refused.
+        rc, out, _ = launch(2, ["--strategy", "fedavg", "--clients", "961"], epochs=1)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("parallel->clients = 961 is more than the 960 training samples", out)
+
 
 def simulate(extra, job=None):
     """`tandem simulate` of a 2-worker, 2-server LeNet-5 ps job on t2.micro:4: (returncode, output, step time or None)."""
@@ -155,6 +195,25 @@ class SimulateElastic(unittest.TestCase):
         rc, out, _ = simulate(["--elastic", "--server-replicas", "1"], job="[1, 2]")
         self.assertNotEqual(rc, 0, out)
         self.assertIn("is not a JSON object", out)
+
+
+class SimulateStrategyFlags(unittest.TestCase):
+    """The strategy flags as `tandem simulate` takes them: a flag its strategy does not read is refused, naming it."""
+
+    def test_a_flag_of_another_strategy_is_refused_naming_it(self):
+        base = [CLI, "simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--dataset", "fashion-mnist"]
+        for flags, needle in [(["--strategy", "ps-async", "--staleness", "3"],
+                               "job.staleness (TANDEM_SIM_JOB_STALENESS) is read by strategy ssp only, not by ps-async"),
+                              (["--strategy", "easgd", "--servers", "2"], "not by easgd without easgd_async"),
+                              (["--strategy", "fedavg", "--clients", "60001"],
+                               "job.clients = 60001 is more than the 60000 training samples")]:
+            p = subprocess.run(base + flags, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, p.stdout)
+            self.assertIn(needle, p.stdout)
+        p = subprocess.run(base + ["--strategy", "ssp", "--staleness", "3", "--json"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertIn("(staleness 3)", json.loads(p.stdout)["allreduce"])
 
 
 if __name__ == "__main__":

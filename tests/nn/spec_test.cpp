@@ -159,6 +159,11 @@ BOOST_AUTO_TEST_CASE(width_multiplier_scales_mobilenet) {
   BOOST_TEST(half.layers[half.find("stem.conv")].out_shape.c == 16);
   BOOST_TEST(half.layers[half.find("head.conv")].out_shape.c == 1280);  // the head never shrinks below 1280
   BOOST_TEST(half.totals().params < full);
+  // any other zoo model built its full self, silently (the C ABI's and Python's width_mult): refused, naming it
+  expect_error([] { zoo_model("lenet5", SampleShape{1, 28, 28}, 10, ZooOptions{0.5}); }, Status::kInvalidArgument,
+               {"model 'lenet5': width_mult 0.5 applies to mobilenetv2 and mobilenetv2_imagenet only"});
+  BOOST_TEST(zoo_model("lenet5", SampleShape{1, 28, 28}, 10, ZooOptions{1.0}).totals().params ==
+             zoo_model("lenet5", SampleShape{1, 28, 28}, 10).totals().params);
 }
 
 BOOST_AUTO_TEST_CASE(too_small_input_and_unknown_names_are_refused) {

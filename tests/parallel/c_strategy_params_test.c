@@ -1,7 +1,8 @@
 /* The parameters of the parameter-server and averaging strategies through the C ABI, from C99 (-pedantic -Werror):
  * each field of tandem_parallel_params_t behind TANDEM_PARALLEL_PARAM_SERVERS .. _LOCALSGD round-trips through
  * tandem_trainer_parallel_query (TANDEM_PARALLEL_ATTR_SYNC); a bad value is refused with
- * TANDEM_ERR_INVALID_ARGUMENT naming the field; an unknown bit with TANDEM_ERR_UNSUPPORTED; defaults resolve
+ * TANDEM_ERR_INVALID_ARGUMENT naming the field, and so is a field given (its bit set) to a strategy that does not
+ * read it, or more FedAvg clients than training samples; an unknown bit with TANDEM_ERR_UNSUPPORTED; defaults resolve
  * (alpha 0 -> 0.9 / workers, clients 0 -> one per worker). One rank (comm NULL). Exits non-zero on the first
  * failed check. */
 #include <math.h>
@@ -74,11 +75,16 @@ static tandem_status_t create(Env* e, const tandem_parallel_params_t* pp, tandem
   return tandem_trainer_create_parallel(e->model, e->data, NULL, e->opt, &e->tp, pp, NULL, out);
 }
 
-/* Every new field set to a value other than its default. */
+/* Every new field set to a value other than its default; the bits set are those `s` reads. */
 static tandem_parallel_params_t all_fields(tandem_strategy_t s) {
   tandem_parallel_params_t p = TANDEM_PARALLEL_PARAMS_INIT;
-  p.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS |
-                 TANDEM_PARALLEL_PARAM_EASGD | TANDEM_PARALLEL_PARAM_FEDAVG | TANDEM_PARALLEL_PARAM_LOCALSGD;
+  p.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY;
+  if (s == TANDEM_STRATEGY_PS || s == TANDEM_STRATEGY_PS_ASYNC || s == TANDEM_STRATEGY_SSP)
+    p.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
+  if (s == TANDEM_STRATEGY_SSP) p.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
+  if (s == TANDEM_STRATEGY_EASGD) p.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
+  if (s == TANDEM_STRATEGY_FEDAVG) p.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
+  if (s == TANDEM_STRATEGY_LOCALSGD) p.field_mask |= TANDEM_PARALLEL_PARAM_LOCALSGD;
   p.strategy = s;
   p.servers = 3;
   p.staleness = 5;
@@ -102,12 +108,23 @@ static tandem_parallel_attr_t query(tandem_trainer_t* t) {
   return a;
 }
 
-/* A bad value of one field: refused before any trainer exists, the message naming the field. */
-#define EXPECT_REFUSED(field, value, needle)                                                \
+/* A bad value of one field, given to a strategy that reads it: refused before any trainer exists, the message naming
+ * the field. */
+#define EXPECT_REFUSED(strategy, field, value, needle)                                      \
   do {                                                                                      \
-    tandem_parallel_params_t bad_ = all_fields(TANDEM_STRATEGY_LOCALSGD);                   \
+    tandem_parallel_params_t bad_ = all_fields(strategy);                                   \
     tandem_trainer_t* t_ = NULL;                                                            \
     bad_.field = (value);                                                                   \
+    EXPECT_FAIL(create(&e, &bad_, &t_), TANDEM_ERR_INVALID_ARGUMENT, needle);               \
+    EXPECT(t_ == NULL);                                                                     \
+  } while (0)
+
+/* A field's bit set for a strategy that does not read it: refused, naming the field and its readers. */
+#define EXPECT_NOT_READ(strategy, bit, needle)                                              \
+  do {                                                                                      \
+    tandem_parallel_params_t bad_ = all_fields(strategy);                                   \
+    tandem_trainer_t* t_ = NULL;                                                            \
+    bad_.field_mask |= (bit);                                                               \
     EXPECT_FAIL(create(&e, &bad_, &t_), TANDEM_ERR_INVALID_ARGUMENT, needle);               \
     EXPECT(t_ == NULL);                                                                     \
   } while (0)
@@ -119,22 +136,35 @@ int main(void) {
   tandem_parallel_attr_t a;
   make_env(&e);
 
-  /* Round trip: a one-rank local SGD job keeps every field as given (the others are unused by it, but kept). */
+  /* Round trip: each one-rank job keeps the fields its strategy reads as given (the others keep their defaults). */
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
   EXPECT_OK(create(&e, &p, &t));
   a = query(t);
   EXPECT(strcmp(a.strategy, "localsgd") == 0);
   EXPECT(a.workers == 1);
-  EXPECT(a.servers == 0); /* localsgd has no server ranks, whatever `servers` says */
-  EXPECT(a.staleness == 5 && a.tau == 6 && a.alpha == 0.25 && a.easgd_async == 0);
-  EXPECT(a.clients == 7 && a.dirichlet_alpha == 0.5 && a.client_fraction == 0.75 && a.local_epochs == 2);
-  EXPECT(a.round_deadline_s == 1.5 && a.average_every == 9 && a.warmup_steps == 4);
+  EXPECT(a.servers == 0); /* localsgd has no server ranks */
+  EXPECT(a.staleness == 2 && a.tau == 4 && a.easgd_async == 0 && a.local_epochs == 1);
+  EXPECT(a.average_every == 9 && a.warmup_steps == 4);
   {
     tandem_step_result_t r = TANDEM_STEP_RESULT_INIT;
     r.field_mask = TANDEM_STEP_RESULT_LOSS;
     EXPECT_OK(tandem_trainer_step(t, &r));
     EXPECT(isfinite(r.loss));
   }
+  tandem_trainer_destroy(t);
+  t = NULL;
+  p = all_fields(TANDEM_STRATEGY_EASGD);
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(strcmp(a.strategy, "easgd") == 0 && a.tau == 6 && a.alpha == 0.25 && a.easgd_async == 0);
+  EXPECT(a.average_every == 8 && a.warmup_steps == 0);
+  tandem_trainer_destroy(t);
+  t = NULL;
+  p = all_fields(TANDEM_STRATEGY_FEDAVG);
+  EXPECT_OK(create(&e, &p, &t));
+  a = query(t);
+  EXPECT(strcmp(a.strategy, "fedavg") == 0 && a.clients == 7 && a.dirichlet_alpha == 0.5);
+  EXPECT(a.client_fraction == 0.75 && a.local_epochs == 2 && a.round_deadline_s == 1.5 && a.tau == 4);
   tandem_trainer_destroy(t);
   t = NULL;
 
@@ -155,24 +185,57 @@ int main(void) {
   t = NULL;
 
   /* Bad values, each naming its field. */
-  EXPECT_REFUSED(servers, 0, "parallel->servers");
-  EXPECT_REFUSED(staleness, -1, "parallel->staleness");
-  EXPECT_REFUSED(tau, 0, "parallel->tau");
-  EXPECT_REFUSED(alpha, 1.0, "parallel->alpha");
-  EXPECT_REFUSED(alpha, -0.5, "parallel->alpha");
-  EXPECT_REFUSED(alpha, NAN, "parallel->alpha");
-  EXPECT_REFUSED(clients, -2, "parallel->clients");
-  EXPECT_REFUSED(dirichlet_alpha, -1.0, "parallel->dirichlet_alpha");
-  EXPECT_REFUSED(client_fraction, 0.0, "parallel->client_fraction");
-  EXPECT_REFUSED(client_fraction, 1.5, "parallel->client_fraction");
-  EXPECT_REFUSED(local_epochs, 0, "parallel->local_epochs");
-  EXPECT_REFUSED(round_deadline_s, -1.0, "parallel->round_deadline_s");
-  EXPECT_REFUSED(average_every, 0, "parallel->average_every");
-  EXPECT_REFUSED(warmup_steps, -3, "parallel->warmup_steps");
+  EXPECT_REFUSED(TANDEM_STRATEGY_PS, servers, 0, "parallel->servers");
+  EXPECT_REFUSED(TANDEM_STRATEGY_SSP, staleness, -1, "parallel->staleness");
+  EXPECT_REFUSED(TANDEM_STRATEGY_EASGD, tau, 0, "parallel->tau");
+  EXPECT_REFUSED(TANDEM_STRATEGY_EASGD, alpha, 1.0, "parallel->alpha");
+  EXPECT_REFUSED(TANDEM_STRATEGY_EASGD, alpha, -0.5, "parallel->alpha");
+  EXPECT_REFUSED(TANDEM_STRATEGY_EASGD, alpha, NAN, "parallel->alpha");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, clients, -2, "parallel->clients");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, dirichlet_alpha, -1.0, "parallel->dirichlet_alpha");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, client_fraction, 0.0, "parallel->client_fraction");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, client_fraction, 1.5, "parallel->client_fraction");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, local_epochs, 0, "parallel->local_epochs");
+  EXPECT_REFUSED(TANDEM_STRATEGY_FEDAVG, round_deadline_s, -1.0, "parallel->round_deadline_s");
+  EXPECT_REFUSED(TANDEM_STRATEGY_LOCALSGD, average_every, 0, "parallel->average_every");
+  EXPECT_REFUSED(TANDEM_STRATEGY_LOCALSGD, warmup_steps, -3, "parallel->warmup_steps");
+
+  /* A strategy's field given to another strategy was silently ignored (the job ran as if it were not there): now
+   * refused, naming the field and the strategies that read it. */
+  EXPECT_NOT_READ(TANDEM_STRATEGY_PS_ASYNC, TANDEM_PARALLEL_PARAM_STALENESS,
+                  "parallel->staleness (TANDEM_PARALLEL_PARAM_STALENESS) is read by strategy ssp only, not by ps-async");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_FEDAVG, TANDEM_PARALLEL_PARAM_EASGD,
+                  "parallel->tau, alpha, easgd_async (TANDEM_PARALLEL_PARAM_EASGD) are read by strategy easgd only, "
+                  "not by fedavg");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_EASGD, TANDEM_PARALLEL_PARAM_FEDAVG, "parallel->clients, dirichlet_alpha");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_EASGD, TANDEM_PARALLEL_PARAM_LOCALSGD,
+                  "parallel->average_every, warmup_steps (TANDEM_PARALLEL_PARAM_LOCALSGD) are read by strategy localsgd");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_DDP, TANDEM_PARALLEL_PARAM_SERVERS,
+                  "parallel->servers (TANDEM_PARALLEL_PARAM_SERVERS) is read by strategies ps, ps-async, ssp and easgd "
+                  "with easgd_async only, not by ddp");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_EASGD, TANDEM_PARALLEL_PARAM_SERVERS, "not by easgd without easgd_async");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_LOCALSGD, TANDEM_PARALLEL_PARAM_STALENESS, "not by localsgd");
+  {
+    /* No strategy bit: the default, single, reads none of them. */
+    tandem_parallel_params_t q = all_fields(TANDEM_STRATEGY_SSP);
+    q.field_mask &= ~TANDEM_PARALLEL_PARAM_STRATEGY;
+    EXPECT_FAIL(create(&e, &q, &t), TANDEM_ERR_INVALID_ARGUMENT, "not by single");
+    EXPECT(t == NULL);
+  }
+
+  /* FedAvg: more clients than the 64 training samples leaves some with none: refused naming both counts. */
+  p = all_fields(TANDEM_STRATEGY_FEDAVG);
+  p.clients = 65;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT,
+              "parallel->clients = 65 is more than the 64 training samples");
+  EXPECT(t == NULL);
+  p.clients = 64;
+  EXPECT_OK(create(&e, &p, &t));
+  tandem_trainer_destroy(t);
+  t = NULL;
 
   /* A field whose bit is not set is not read: a bad value there is ignored. */
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
-  p.field_mask &= ~TANDEM_PARALLEL_PARAM_EASGD;
   p.tau = -7;
   EXPECT_OK(create(&e, &p, &t));
   a = query(t);

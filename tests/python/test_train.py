@@ -204,6 +204,30 @@ class ParallelStrategies(unittest.TestCase):
             self.make("easgd", tau=0)
         self.assertIn("parallel->tau", str(cm.exception))
 
+    def test_a_keyword_of_another_strategy_is_refused_naming_it(self):
+        # staleness with ps-async, tau with fedavg, average_every with easgd were silently ignored
+        for strategy, kw, want in (("fedavg", dict(tau=3), "parallel->tau, alpha, easgd_async"),
+                                   ("easgd", dict(average_every=3), "parallel->average_every, warmup_steps"),
+                                   ("localsgd", dict(staleness=1), "parallel->staleness"),
+                                   ("ddp", dict(servers=1), "parallel->servers")):
+            with self.assertRaises(tandem.TandemError) as cm:
+                self.make(strategy, **kw)
+            self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+            self.assertIn(want, cm.exception.message)
+            self.assertIn("not by " + strategy, cm.exception.message)
+        with self.assertRaises(tandem.TandemError) as cm:  # 97 clients on 96 samples: one with none
+            self.make("fedavg", clients=97)
+        self.assertIn("parallel->clients = 97 is more than the 96 training samples", cm.exception.message)
+        self.make("fedavg", clients=96).close()
+
+    def test_a_strategy_keyword_takes_a_whole_number_in_its_c_field(self):
+        # staleness=2**32 + 1 wrapped to 1 in the int32 field and trained as ssp with staleness 1
+        for kw, want in ((dict(tau=2 ** 32 + 2), "tau = 4294967298 is out of range"),
+                         (dict(tau=2.5), "tau must be a whole number, got 2.5")):
+            with self.assertRaises(tandem.TandemError) as cm:
+                self.make("easgd", **kw)
+            self.assertIn(want, cm.exception.message)
+
 
 class IntegerFields(unittest.TestCase):
     """ctypes truncated 64.9 to 64 and wrapped an int32 field: simulate(dp=2**32 + 2) simulated dp 2."""
@@ -224,6 +248,22 @@ class IntegerFields(unittest.TestCase):
         with self.assertRaises(tandem.TandemError) as cm:  # was a one-rank communicator
             tandem.Communicator(rank=0, size=2 ** 32 + 1)
         self.assertIn("size = 4294967297 is out of range", cm.exception.message)
+
+
+class WidthMult(unittest.TestCase):
+    """A width multiplier belongs to mobilenetv2: simulate(model="lenet5", width_mult=0.5) simulated the full lenet5."""
+
+    def test_another_model_given_a_width_multiplier_is_refused(self):
+        import tandem.simulate as ts
+        with self.assertRaises(tandem.TandemError) as cm:
+            ts.simulate("t2.micro:4", model="lenet5", width_mult=0.5)
+        self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)
+        self.assertIn("model 'lenet5': width_mult 0.5 applies to mobilenetv2 and mobilenetv2_imagenet only",
+                      cm.exception.message)
+        with self.assertRaises(tandem.TandemError):
+            tt.Model("resnet18", width_mult=0.25)
+        small = tt.Model("mobilenetv2", width_mult=0.25).info()["params"]
+        self.assertLess(small, tt.Model("mobilenetv2").info()["params"])
 
 
 if __name__ == "__main__":

@@ -674,7 +674,8 @@ typedef struct tandem_model_params {
   int64_t input_height;
   int64_t input_width;
   int64_t num_classes;     /* zoo only; default 10 */
-  double width_mult;       /* mobilenetv2 only; default 1.0 */
+  double width_mult;       /* mobilenetv2 and mobilenetv2_imagenet only (another zoo model given one other than 1.0:
+                            * TANDEM_ERR_INVALID_ARGUMENT); default 1.0 */
   const char* backend;     /* "cpu" (oneDNN, default), "reference", "cuda" or "cuda:N" (device N),
                               or "none" (spec only: summaries, no parameters, no training) */
   uint64_t seed;           /* weight initialisation; default 0 */
@@ -1040,15 +1041,17 @@ typedef struct tandem_parallel_params {
   const int32_t* boundaries;        /* explicit cut: pp + 1 layer indices 0 = b0 < b1 < ... = num_layers */
   size_t num_boundaries;
   int32_t trace;                    /* non-zero: record spans for tandem_trainer_write_trace */
-  /* The strategies of the parameter-server and averaging families (PS .. LOCALSGD); other strategies ignore
-   * these fields. */
+  /* The strategies of the parameter-server and averaging families (PS .. LOCALSGD). A field's bit set for a strategy
+   * that does not read it (e.g. STALENESS with PS_ASYNC, EASGD with FEDAVG, SERVERS with DDP or synchronous EASGD)
+   * fails with TANDEM_ERR_INVALID_ARGUMENT naming the field and its strategies (it used to be ignored). */
   int32_t servers;                  /* PS, PS_ASYNC, SSP, EASGD with easgd_async: server ranks, the last of the
                                      * world; default 1, >= 1 */
   int32_t staleness;                /* SSP: clocks a worker may run ahead of the slowest; default 2, >= 0 (0: sync) */
   int32_t tau;                      /* EASGD: local steps between elastic exchanges; default 4, >= 1 */
   double alpha;                     /* EASGD: moving rate in [0, 1); default 0: 0.9 / workers */
   int32_t easgd_async;              /* EASGD: non-zero: asynchronous variant, the centre on a server; default 0 */
-  int32_t clients;                  /* FEDAVG: virtual clients over the workers; default 0: one per worker */
+  int32_t clients;                  /* FEDAVG: virtual clients over the workers, at most the training samples;
+                                     * default 0: one per worker */
   double dirichlet_alpha;           /* FEDAVG: Dirichlet(alpha) label skew of the clients' data; default 0: IID */
   double client_fraction;           /* FEDAVG: fraction of clients sampled per round, in (0, 1]; default 1 */
   int32_t local_epochs;             /* FEDAVG: epochs a sampled client runs on its data per round; default 1 */
@@ -1266,7 +1269,9 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_COMPRESSION     (UINT64_C(1) << 24)
 #define TANDEM_SIM_JOB_ACCUMULATION    (UINT64_C(1) << 25)
 /* added for the strategies of issue #13 (PS, PS_ASYNC, SSP, ASGD, EASGD, FEDAVG, LOCALSGD; pp = 1): the fields
- * of tandem_parallel_params_t with the same names and defaults; each has its bit */
+ * of tandem_parallel_params_t with the same names, defaults and rules (tandem_simulate refuses one its strategy does
+ * not read, flagged or as a job_json key; a plan search's base job is not checked so); each has its
+ * bit */
 #define TANDEM_SIM_JOB_SERVERS          (UINT64_C(1) << 26)
 #define TANDEM_SIM_JOB_STALENESS        (UINT64_C(1) << 27)
 #define TANDEM_SIM_JOB_TAU              (UINT64_C(1) << 28)

@@ -301,8 +301,10 @@ def simulate(cluster, **job):
 
 
 def plan(cluster, top=5, **job):
-    """Searches DP x PP x micro-batches x schedule x all-reduce algorithm; returns the `top` fastest fitting
-    configurations as a list of dicts, fastest first."""
+    """Searches strategies (ddp, pipeline, hybrid DP x PP with micro-batches and schedules, and the parameter-server
+    and averaging strategies ps, ps-async, ssp, asgd, easgd, fedavg, localsgd) and all-reduce algorithms; returns the
+    `top` fastest fitting configurations as a list of dicts, fastest first. They are ranked by time per step (FedAvg:
+    per round), not time to accuracy: statistical efficiency is not simulated (each dict's "note" says so)."""
     c = _cluster(cluster)
     p, keep = _job(job)
     h = _ptr()

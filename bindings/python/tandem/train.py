@@ -9,6 +9,16 @@
     print(trainer.epoch())                                # {'epoch': 1, 'train_loss': ..., 'test_accuracy': ...}
     trainer.save_checkpoint("run.ckpt")
 
+Parallel training, one process per rank (`tandem launch -n 3 -- python3 script.py`): every rank creates the same
+trainer over the job's communicator, with a strategy and its own keywords (Trainer's docstring lists them):
+
+    import tandem
+    comm = tandem.Communicator()                          # rank and world from the launcher
+    trainer = tt.Trainer(model, train, test, opt, batch_size=64, strategy="ssp", servers=1, staleness=2, comm=comm)
+    # "ps", "ps-async", "ssp" (servers: the last ranks), "asgd", "easgd" (tau, alpha, easgd_async), "fedavg" (clients,
+    # client_fraction, local_epochs, dirichlet_alpha, round_deadline_s), "localsgd" (average_every, warmup_steps),
+    # "ddp", "pipeline", "hybrid" (dp, pp, micro_batches); another strategy's keyword raises TandemError naming it
+
 Failures raise tandem.TandemError (status and the library's message).
 """
 import ctypes
@@ -134,12 +144,11 @@ def _parallel_params(strategy, kwargs):
         if value is None:
             value = _PARALLEL_DEFAULTS.get(name, 0)
         if conv is bytes:  # a path: kept alive by the structure's own reference until the call returns
-            value = None if value is None else os.fsencode(value)
+            setattr(p, name, None if value is None else os.fsencode(value))
         elif conv is bool:
-            value = int(bool(value))
-        else:
-            value = conv(value)
-        setattr(p, name, value)
+            setattr(p, name, int(bool(value)))
+        else:  # whole numbers in the C field's range (staleness=2**32 + 1 wrapped to 1)
+            _set_field(p, name, value, conv)
     return p
 
 
@@ -384,6 +393,9 @@ class Trainer(_Handle):
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
+    A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; tau, alpha,
+    easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps: localsgd) given to another
+    strategy raise TandemError naming the field, as do more FedAvg clients than training samples.
     Every rank creates its trainer with the same settings."""
     _destroy = _LIB.tandem_trainer_destroy
 
