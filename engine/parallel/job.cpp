@@ -238,12 +238,7 @@ SyncProgram sync_program(const CompiledJob& cj) {
 }  // namespace
 
 double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) noexcept {
-  switch (c.kind) {
-    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? 4.0 : 0.0;
-    case optim::OptimizerKind::kAdam:
-    case optim::OptimizerKind::kAdamW: return 8.0;
-  }
-  return 0;
+  return optim::state_bytes_per_param(c);  // the Optimizer's own rule
 }
 
 Grid CompiledJob::grid(int rank) const {
