@@ -18,6 +18,7 @@
 #include "api/src/calibrate_handles.hpp"
 #include "engine/comm/plan.hpp"
 #include "engine/comm/reduce_kernels.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/host_info.hpp"
 #include "engine/core/settings.hpp"
@@ -218,10 +219,10 @@ std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c)
   return {median(to) / kElems, median(from) / kElems};
 }
 
-double runtime_rss_bytes(engine::nn::Model& model) {
-  // Touching the storage allocates it where the model does so lazily; RSS then holds it either way.
-  const double tensors = 4.0 * static_cast<double>(model.params().numel() + model.grads().numel() +
-                                                   model.buffers().numel());
+double runtime_rss_bytes() {
+  // The freed activations go back to malloc (large blocks to the system); the blocks still in use are the model's.
+  host_allocator().empty_cache();
+  const double tensors = static_cast<double>(host_allocator().stats().bytes_in_use);
   const double rss = proc_kib_field_bytes("/proc/self/status", "VmRSS");
   return rss > 0 ? std::max(0.0, rss - tensors) : 0.0;
 }
