@@ -43,6 +43,14 @@ nn::ModelSpec wide_linear() {
   return std::move(b).build();
 }
 
+// One batch of `batch` per epoch.
+train::TrainerConfig one_batch(int64_t batch) {
+  train::TrainerConfig cfg;
+  cfg.batch_size = batch;
+  cfg.limit_batches = 1;
+  return cfg;
+}
+
 nn::ModelSpec mobilenet() {
   nn::ZooOptions z;
   z.width_mult = 0.25;
@@ -130,9 +138,7 @@ BOOST_AUTO_TEST_CASE(trainer_refuses_its_first_step_over_the_limit) {
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
   const data::Dataset ds = data::make_synthetic(3, 32, 32, 10, 256, 1);
-  train::TrainerConfig cfg;
-  cfg.batch_size = 64;
-  cfg.limit_batches = 1;
+  const train::TrainerConfig cfg = one_batch(64);
   train::Trainer trainer(model, ds, nullptr, cfg);
   const double need = train::estimate_training_memory(model, train::single_footprint(64, cfg.prefetch)).total();
   {
@@ -172,9 +178,7 @@ BOOST_AUTO_TEST_CASE(a_trainer_whose_untouched_parameters_exceed_the_limit_is_re
   auto be = cpu_backend();
   nn::Model model(wide_linear(), *be, 0);
   const data::Dataset ds = data::make_synthetic(4, 16, 16, 10, 64, 1);
-  train::TrainerConfig cfg;
-  cfg.batch_size = 8;
-  cfg.limit_batches = 1;
+  train::TrainerConfig cfg = one_batch(8);
   cfg.optimizer.momentum = 0.9f;
   train::Trainer trainer(model, ds, nullptr, cfg);
   const train::MemoryEstimate e =
