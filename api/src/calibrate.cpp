@@ -202,9 +202,10 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
       agree(c, m.spec, o.batch, o.curve_batches);
       c.barrier()->wait();  // every rank starts measuring at once, as the ranks of a job compute at once
     });
+    // Once the passes at the job's batch ran the model's kernels (before the curve's other batch sizes add their
+    // own primitives and plans): the runtime as a training step has it, without its tensors.
+    o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(); };
     h->cal = train::calibrate_model(*m.model, o);
-    // Once the passes ran the model's kernels: the runtime as a training step has it, without its tensors.
-    h->runtime_rss_bytes = tandem::api::runtime_rss_bytes();
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
     std::string comm_cpu_note;
     try {
