@@ -77,14 +77,16 @@ double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationPr
   return kDefaultCpuRuntimeBytes;
 }
 
-// The data sets a Tandem rank holds in host memory: the run's own figure (a trainer's loaded sets), else the whole
-// training set and the test set as the loader stores them (engine/data/dataset.hpp resident_bytes) -- every rank
-// loads both whole and samples its shard by index.
-double rank_data_bytes(const RunSpec& run, const DatasetInfo& d) {
+// The data sets a Tandem rank holds in host memory: the run's own figure (a trainer's loaded sets), else what the
+// runtime loads for the job (engine::parallel::rank_data_bytes): the training set -- the first --samples of the
+// named set (data::limited_samples, as `tandem train --train-limit` reads it), the set itself when --samples is
+// not given --, the whole test set (a training limit leaves it whole), and FedAvg's client subsets.
+double rank_data_bytes(const CompiledJob& cj, const RunSpec& run, const DatasetInfo& d) {
   if (run.data_bytes) return *run.data_bytes;
   if (!d.in_memory) return 0;
-  const int64_t sample = d.input.numel();
-  return engine::data::resident_bytes(d.samples, sample) + engine::data::resident_bytes(d.test_samples, sample);
+  const int64_t train = run.dataset.empty() ? d.samples
+                                            : engine::data::limited_samples(find_dataset(run.dataset).samples, run.samples);
+  return engine::parallel::rank_data_bytes(cj, train, d.test_samples, d.input.numel());
 }
 
 // Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
@@ -418,7 +420,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
-  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, rank_data_bytes(run, p.data), run.framework, p.cluster, p.nodes,
+  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, rank_data_bytes(p.cj, run, p.data), run.framework, p.cluster, p.nodes,
               p.memory);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     NodeReport& nr = p.nodes[i];
@@ -816,7 +818,7 @@ bool fits_memory(Simulation& sim, const ClusterSpec& cluster, const JobSpec& job
     nodes[i].memory_capacity_bytes = n.hw.gpus > 0 ? n.hw.gpu_memory_bytes : n.hw.memory_bytes - n.hw.os_reserved_bytes;
   }
   MemoryBreakdown worst;
-  node_memory(cj, node_of_rank, runtime, rank_data_bytes(job, run_data(job, job.input, job.classes)), job.framework,
+  node_memory(cj, node_of_rank, runtime, rank_data_bytes(cj, job, run_data(job, job.input, job.classes)), job.framework,
               cluster, nodes, worst);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const double swap = cluster.nodes[i].hw.gpus == 0 ? cluster.nodes[i].swap_bytes : 0.0;

@@ -198,12 +198,13 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     const bool multi = comm != nullptr && state->comm->size() >= 2;
 
     auto h = std::make_unique<tandem_calibration>();
-    // Before anything is measured: the runtime as a job has it after setup, without activations or workspaces.
-    h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(*m.model);
     if (multi) on_comm(*state, [&](auto& c) {
       agree(c, m.spec, o.batch, o.curve_batches);
       c.barrier()->wait();  // every rank starts measuring at once, as the ranks of a job compute at once
     });
+    // Once the passes at the job's batch ran the model's kernels (before the curve's other batch sizes add their
+    // own primitives and plans): the runtime as a training step has it, without its tensors.
+    o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(); };
     h->cal = train::calibrate_model(*m.model, o);
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
     std::string comm_cpu_note;

@@ -99,10 +99,13 @@ std::string describe_machine(int threads);
 // The CFS quota of this process's cgroup in cores (cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us, else v2
 // cpu.max); nullopt when unlimited or unknown. A profile records it: its times are the quota's average.
 std::optional<double> cpu_quota_cores();
-// What this process holds besides the model's tensors: its resident size (VmRSS) with the model's parameter,
-// gradient and buffer storage in place (allocated here if the model allocates lazily), less that storage -- the
-// runtime's own memory (libraries, backend, communicator, threads) the simulator adds per rank. 0 without /proc.
-double runtime_rss_bytes(engine::nn::Model& model);
+// What this process holds besides its tensors, once the model's kernels have run at the job's batch (call it after
+// those passes, before the cost curve's other batch sizes add primitives and plans of their own): its resident size
+// (VmRSS) less the tensor blocks the host allocator still hands out, its cache emptied and malloc's free pages
+// returned first -- the runtime's own memory (libraries' code and data as far as training touches them, the
+// backend's JIT kernels, primitive caches and plans, threads, the communicator) the simulator adds per rank.
+// Measured before the passes it missed what the first step loads (issue #16: ~10 MiB for lenet5). 0 without /proc.
+double runtime_rss_bytes();
 }  // namespace tandem::api
 
 struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> {

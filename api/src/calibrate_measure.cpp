@@ -1,6 +1,9 @@
 // Measurements behind tandem_calibrate besides compute: point-to-point figures between two ranks, the local
 // reduction bandwidth, and a description of the machine.
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "api/src/calibrate_handles.hpp"
 #include "engine/comm/plan.hpp"
 #include "engine/comm/reduce_kernels.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/host_info.hpp"
 #include "engine/core/settings.hpp"
@@ -218,10 +222,14 @@ std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c)
   return {median(to) / kElems, median(from) / kElems};
 }
 
-double runtime_rss_bytes(engine::nn::Model& model) {
-  // Touching the storage allocates it where the model does so lazily; RSS then holds it either way.
-  const double tensors = 4.0 * static_cast<double>(model.params().numel() + model.grads().numel() +
-                                                   model.buffers().numel());
+double runtime_rss_bytes() {
+  // The freed activations go back to malloc and malloc's free pages to the system (they belong to the activations'
+  // peak, which the simulator counts apart); the blocks still in use are the model's.
+  host_allocator().empty_cache();
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+  const double tensors = static_cast<double>(host_allocator().stats().bytes_in_use);
   const double rss = proc_kib_field_bytes("/proc/self/status", "VmRSS");
   return rss > 0 ? std::max(0.0, rss - tensors) : 0.0;
 }

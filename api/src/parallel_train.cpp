@@ -211,7 +211,7 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
     h->model = &mh;
     h->progress = base->progress;
     h->progress_user_data = base->progress_user_data;
-    h->data_bytes = base->data_bytes;
+    h->data_bytes = pt->data_bytes();  // the sets it was given and its FedAvg clients' subsets
     h->trainer = std::make_unique<tandem::api::ParallelAdapter>(state, std::move(pt));
     *out = h.release();
   });

@@ -43,5 +43,6 @@ struct tandem_trainer : tandem::api::Handle<tandem::api::kTrainerMagic> {
   std::unique_ptr<tandem::api::AnyTrainer> trainer;  // single-process or parallel (parallel_handles.hpp)
   tandem_progress_fn progress = nullptr;
   void* progress_user_data = nullptr;
-  double data_bytes = 0;  // the train and test sets it holds (Dataset::resident_bytes), for tandem_trainer_predict
+  double data_bytes = 0;  // the data sets it holds (Dataset::resident_bytes; FedAvg's client subsets too), for
+                          // tandem_trainer_predict
 };

@@ -224,15 +224,22 @@ TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const ta
     const std::string path = (m & TANDEM_DATASET_PARAM_PATH) ? string_field(params->path, "tandem_dataset_create: path")
                                                              : std::string();
     auto h = std::make_unique<tandem_dataset>();
+    // The readers keep only the first `limit` samples (never holding the whole set); head() applies it to the rest.
+    int64_t limit = 0;
+    if (m & TANDEM_DATASET_PARAM_LIMIT) {
+      TANDEM_REQUIRE(params->limit >= 0, "tandem_dataset_create: limit {} must be >= 0", params->limit);
+      limit = params->limit;
+    }
     if (kind == "fashion-mnist") {
-      h->data = data::load_fashion_mnist(train, path);
+      h->data = data::load_fashion_mnist(train, path, limit);
     } else if (kind == "cifar10") {
       TANDEM_REQUIRE(!path.empty(), "tandem_dataset_create: cifar10 needs path (the directory of its binary batches)");
-      h->data = data::load_cifar10(train, path);
+      h->data = data::load_cifar10(train, path, limit);
     } else if (kind == "idx") {
       TANDEM_REQUIRE(!path.empty() && (m & TANDEM_DATASET_PARAM_LABELS_PATH),
                      "tandem_dataset_create: idx needs path (images) and labels_path");
-      h->data = data::load_idx(path, string_field(params->labels_path, "tandem_dataset_create: labels_path"), "idx");
+      h->data = data::load_idx(path, string_field(params->labels_path, "tandem_dataset_create: labels_path"), "idx",
+                              limit);
     } else if (kind == "synthetic") {
       const bool shape = m & TANDEM_DATASET_PARAM_SHAPE;
       h->data = data::make_synthetic(shape ? params->channels : 1, shape ? params->height : 28,
@@ -244,10 +251,7 @@ TANDEM_API tandem_status_t tandem_dataset_create(tandem_context_t* ctx, const ta
       TANDEM_THROW(Status::kInvalidArgument,
                    "tandem_dataset_create: unknown kind '{}' (expected fashion-mnist, cifar10, idx or synthetic)", kind);
     }
-    if (m & TANDEM_DATASET_PARAM_LIMIT) {
-      TANDEM_REQUIRE(params->limit >= 0, "tandem_dataset_create: limit {} must be >= 0", params->limit);
-      h->data = h->data.head(params->limit);
-    }
+    if (limit > 0) h->data = h->data.head(limit);
     h->data.validate();
     *out = h.release();
   });

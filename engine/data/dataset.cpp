@@ -7,8 +7,9 @@
 
 namespace tandem::engine::data {
 
-Dataset Dataset::head(int64_t count) const {
-  if (count <= 0 || count >= size()) return *this;
+Dataset Dataset::head(int64_t limit) const {
+  const int64_t count = limited_samples(size(), limit);
+  if (count == size()) return *this;
   Dataset d;
   d.name = name;
   d.channels = channels;

@@ -13,6 +13,12 @@ constexpr double resident_bytes(int64_t samples, int64_t sample_size) noexcept {
   return static_cast<double>(samples) * static_cast<double>(sample_size * int64_t{sizeof(uint8_t)} + int64_t{sizeof(int32_t)});
 }
 
+// The samples a loader keeps of a set of `available` under `limit` (<= 0: all): the first min(limit, available).
+// The readers (readers.hpp) and Dataset::head keep that many; the simulator charges that many (simulate.cpp).
+constexpr int64_t limited_samples(int64_t available, int64_t limit) noexcept {
+  return limit > 0 && limit < available ? limit : available;
+}
+
 struct Dataset {
   std::string name;
   int64_t channels = 0, height = 0, width = 0;

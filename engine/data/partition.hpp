@@ -25,5 +25,11 @@ ClientShards partition_dirichlet(const std::vector<int32_t>& labels, int64_t num
 // The samples `indices` of `d` (in that order) as a dataset of their own, named `name`.
 Dataset subset(const Dataset& d, const std::vector<int64_t>& indices, std::string name);
 
+// The bytes the clients' subsets of a `samples`-sample set hold (their pixels and labels, as resident_bytes counts
+// them): both partitions put every sample in exactly one client, so one more copy of the set.
+constexpr double client_subsets_resident_bytes(int64_t samples, int64_t sample_size) noexcept {
+  return resident_bytes(samples, sample_size);
+}
+
 
 }  // namespace tandem::engine::data

@@ -59,6 +59,8 @@ class Model {
   size_t held_begin() const noexcept { return held_begin_; }
   size_t held_end() const noexcept { return held_end_; }
   bool holds_all() const noexcept { return held_begin_ == 0 && held_end_ == num_layers(); }
+  // Whether the held layers' parameters, gradients and buffers are allocated yet (they are on first use).
+  bool storage_allocated() const noexcept { return st_.allocated; }
   // Whole-model sizes (every layer, held or not).
   int64_t total_params() const noexcept { return param_off_.back(); }
   int64_t total_buffers() const noexcept { return buffer_off_.back(); }

@@ -36,17 +36,26 @@ void OptimizerConfig::validate() const {
   TANDEM_REQUIRE(eps > 0, "optimizer: eps must be positive (got {})", eps);
 }
 
+int state_tensors_per_param(const OptimizerConfig& c) noexcept {
+  switch (c.kind) {
+    case OptimizerKind::kSgd: return c.momentum > 0 ? 1 : 0;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: return 2;
+  }
+  return 0;
+}
+
 Optimizer::Optimizer(compute::Backend& backend, OptimizerConfig config, std::vector<Tensor> params)
     : backend_(backend), config_(config), params_(std::move(params)) {
   config_.validate();
+  const int states = state_tensors_per_param(config_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     TANDEM_REQUIRE(p.defined() && p.is_plain() && p.dtype() == DType::kF32,
                    "optimizer: parameter buffer {} must be a defined plain f32 tensor", i);
-    const bool sgd = config_.kind == OptimizerKind::kSgd;
-    if (p.numel() > 0 && (!sgd || config_.momentum > 0)) state1_.push_back(backend_.zeros(Shape{p.numel()}));
+    if (p.numel() > 0 && states >= 1) state1_.push_back(backend_.zeros(Shape{p.numel()}));
     else state1_.emplace_back();
-    if (p.numel() > 0 && !sgd) state2_.push_back(backend_.zeros(Shape{p.numel()}));
+    if (p.numel() > 0 && states >= 2) state2_.push_back(backend_.zeros(Shape{p.numel()}));
     else state2_.emplace_back();
   }
 }

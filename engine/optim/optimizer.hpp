@@ -26,6 +26,12 @@ struct OptimizerConfig {
   void validate() const;       // throws kInvalidArgument naming the field
 };
 
+// f32 state tensors the Optimizer keeps per parameter buffer: SGD 0, with momentum 1, Adam/AdamW 2 (m, v). The
+// Optimizer allocates by it; the memory guard (engine/train) and the job compiler count its bytes by it.
+int state_tensors_per_param(const OptimizerConfig& c) noexcept;
+// Bytes of that state per parameter: 4 x state_tensors_per_param.
+inline double state_bytes_per_param(const OptimizerConfig& c) noexcept { return 4.0 * state_tensors_per_param(c); }
+
 class Optimizer {
  public:
   // `params` are flat plain f32 buffers on the backend's device (their storage is updated in place).

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
+#include "engine/data/partition.hpp"
 
 namespace tandem::engine::parallel {
 
@@ -238,12 +239,13 @@ SyncProgram sync_program(const CompiledJob& cj) {
 }  // namespace
 
 double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) noexcept {
-  switch (c.kind) {
-    case optim::OptimizerKind::kSgd: return c.momentum > 0 ? 4.0 : 0.0;
-    case optim::OptimizerKind::kAdam:
-    case optim::OptimizerKind::kAdamW: return 8.0;
-  }
-  return 0;
+  return optim::state_bytes_per_param(c);  // the Optimizer's own rule
+}
+
+double rank_data_bytes(const CompiledJob& job, int64_t train_samples, int64_t test_samples, int64_t sample_size) {
+  double bytes = data::resident_bytes(train_samples, sample_size) + data::resident_bytes(test_samples, sample_size);
+  if (job.sync.exchange == Exchange::kRound) bytes += data::client_subsets_resident_bytes(train_samples, sample_size);
+  return bytes;
 }
 
 Grid CompiledJob::grid(int rank) const {

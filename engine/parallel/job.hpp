@@ -264,6 +264,13 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured = {});
 // The optimizer's state per parameter (bytes): SGD 0, with momentum 4, Adam/AdamW 8.
 double optimizer_state_bytes_per_param(const optim::OptimizerConfig& c) noexcept;
 
+// The data one rank of `job` holds in host memory, with training and test sets of `train_samples` and
+// `test_samples` samples of `sample_size` values loaded (every rank loads both and samples its shard by index):
+// the sets as the loader stores them (data::resident_bytes) and, under FedAvg, the clients' subsets of the training
+// set that ParallelTrainer builds on every rank (data::client_subsets_resident_bytes). The simulator charges it per
+// rank; the trainer's own figure (ParallelTrainer::data_bytes) is what it holds, equal to it (tested).
+double rank_data_bytes(const CompiledJob& job, int64_t train_samples, int64_t test_samples, int64_t sample_size);
+
 // Field by field: the cut, the plan, the buckets and their requests, the memory figures. Empty when
 // equal, else the first difference ("stage 1 bucket 0: request.count 1024 vs 2048").
 std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b);

@@ -354,6 +354,12 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
 
+double ParallelTrainer::data_bytes() const noexcept {
+  double bytes = train_.resident_bytes() + (test_ != nullptr ? test_->resident_bytes() : 0.0);
+  for (const data::Dataset& c : clients_) bytes += c.resident_bytes();
+  return bytes;
+}
+
 void ParallelTrainer::setup_strategy() {
   const Exchange x = job_.sync.exchange;
   if (x != Exchange::kParamAverage && x != Exchange::kElastic && x != Exchange::kGossip && x != Exchange::kRound)

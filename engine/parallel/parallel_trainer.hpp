@@ -276,6 +276,9 @@ class ParallelTrainer {
   // The job this trainer executes, compiled once (engine/parallel/job.hpp): the simulator times the same object.
   const CompiledJob& job() const noexcept { return job_; }
   int64_t train_samples() const noexcept { return train_.size(); }  // the whole training set (every rank's)
+  // The data sets this rank holds: the training and test sets it was given and its FedAvg clients' subsets
+  // (rank_data_bytes in job.hpp describes it for the simulator).
+  double data_bytes() const noexcept;
   const std::vector<int32_t>& boundaries() const noexcept { return job_.boundaries; }
   // "stage 0: layers [0, 6) conv1..relu2 (12.4 MFLOP/sample, 2.6k params) | stage 1: ..."
   std::string describe_partition() const { return job_.describe_partition(); }

@@ -270,6 +270,7 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.step_max_s = *std::max_element(step.begin(), step.end());
   c.pass_cv = coefficient_of_variation(fb);
   c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
+  if (o.after_batch_passes) o.after_batch_passes();
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
   if (!o.curve_batches.empty()) {
     std::map<int64_t, double> curve{{o.batch, median(fb)}};

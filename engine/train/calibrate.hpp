@@ -13,6 +13,7 @@
 // The loss (softmax cross-entropy) is charged to the last layer's forward, where the trainer runs it.
 // The model's parameters, gradients and batch-norm statistics are restored afterwards.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,9 @@ struct CalibrationOptions {
   // The CFS quota, in cores, of the measuring process (0: none). Below the backend's threads, the whole steps and
   // the curve's passes are timed by the CPU time they use over the quota, not by the clock (calibrate_model).
   double cpu_quota = 0;
+  // Called once the passes at `batch` (whole steps and layer by layer) ran, before the curve's other batch sizes:
+  // the process then holds what a training step at `batch` leaves behind (tandem_calibrate's runtime figure).
+  std::function<void()> after_batch_passes;
   void validate() const;      // kInvalidArgument naming the field
 };
 

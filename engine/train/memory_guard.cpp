@@ -91,15 +91,19 @@ std::string format_bytes(double b) {
 }
 
 std::string MemoryEstimate::describe() const {
-  return fmt::format("{} (resident now {}, optimizer state {}, activations of {} samples in flight {}, workspace {})",
-                     format_bytes(total()), format_bytes(resident_bytes), format_bytes(optimizer_bytes),
+  const std::string model = param_bytes + grad_bytes > 0
+                                ? fmt::format("parameters {}, gradients {}", format_bytes(param_bytes), format_bytes(grad_bytes))
+                                : std::string("parameters and gradients resident");
+  return fmt::format("{} (resident now {}, {}, optimizer state {}, activations of {} samples in flight {}, workspace {})",
+                     format_bytes(total()), format_bytes(resident_bytes), model, format_bytes(optimizer_bytes),
                      samples_in_flight, format_bytes(activation_bytes), format_bytes(workspace_bytes));
 }
 
-TrainingFootprint single_footprint(int64_t batch_size, int prefetch) {
+TrainingFootprint single_footprint(int64_t batch_size, int prefetch, double optimizer_state_bytes_per_param) {
   TrainingFootprint f;
   f.samples_in_flight = f.micro_batch = f.loader_batch = batch_size;
   f.prefetch = prefetch;
+  f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param;
   return f;
 }
 
@@ -111,7 +115,12 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
   MemoryEstimate e;
   e.samples_in_flight = f.samples_in_flight;
   e.resident_bytes = resident_bytes();
-  e.optimizer_bytes = static_cast<double>(spec.totals(a, b).params) * f.optimizer_state_bytes_per_param;
+  const nn::ModelTotals t = spec.totals(a, b);
+  if (!model.storage_allocated()) {  // the Model allocates on first use: f32 parameters, gradients, statistics
+    e.param_bytes = 4.0 * static_cast<double>(t.params + t.buffers);
+    e.grad_bytes = 4.0 * static_cast<double>(t.params);
+  }
+  e.optimizer_bytes = static_cast<double>(t.params) * f.optimizer_state_bytes_per_param;
   // Outputs that take no storage of their own, as nn::Model runs them (in-place ReLUs, flatten views).
   const std::vector<bool> shared = spec.shared_outputs(a);
   double per_sample = 0, largest = 0;

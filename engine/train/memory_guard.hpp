@@ -5,9 +5,13 @@
 // (exit 137, no message) somewhere in its first step.
 //
 // The estimate, for the layers [first, end) this rank trains (the whole model, or a pipeline stage):
-//   resident now  : what the process already holds (libraries, data sets, the model's parameters and
-//                   gradients, which the Model allocated up front), from /proc/self/status VmRSS;
-//   optimizer     : state per parameter of the stage (momentum: 4 bytes, Adam: 8);
+//   resident now  : what the process already holds (libraries, data sets, whatever tensors exist), from
+//                   /proc/self/status VmRSS;
+//   parameters    : the stage's parameters and batch-norm statistics (f32), and
+//   gradients     : as many gradients -- both counted from the model's shapes while the Model has not allocated
+//                   them yet (it does on first use, i.e. in the first step), else part of "resident now";
+//   optimizer     : state per parameter of the stage (momentum: 4 bytes, Adam: 8; optim::state_bytes_per_param),
+//                   unless the caller says it is already allocated;
 //   activations   : samples in flight x the stage's per-sample outputs (+ its input), channels padded as the
 //                   backend's blocked formats pad them, max-pooling workspaces added, and the outputs that
 //                   share storage left out (in-place ReLUs, flatten views) -- as nn::Model runs them --, plus
@@ -43,18 +47,24 @@ struct TrainingFootprint {
   int64_t micro_batch = 0;                // the largest micro-batch (backward scratch); 0: samples_in_flight
   int64_t loader_batch = 0;               // samples per loader batch
   int prefetch = 2;                       // loader batches prepared ahead
-  double optimizer_state_bytes_per_param = 0;
+  double optimizer_state_bytes_per_param = 0;  // of state not allocated yet (0: none, or already resident)
   double bucket_bytes = 0;                // data-parallel bucket buffers (StageMemory::bucket_bytes; 0 without DP)
 };
 
 struct MemoryEstimate {
   double resident_bytes = 0;
+  double param_bytes = 0;  // parameters and statistics not allocated yet (0 once resident)
+  double grad_bytes = 0;   // their gradients, likewise
   double optimizer_bytes = 0;
   double activation_bytes = 0;
   double workspace_bytes = 0;
   int64_t samples_in_flight = 0;
-  double total() const noexcept { return resident_bytes + optimizer_bytes + activation_bytes + workspace_bytes; }
-  // "1.31 GiB (resident now 212 MiB, optimizer state 8.6 MiB, activations of 128 samples 1.05 GiB, workspace 40 MiB)"
+  double total() const noexcept {
+    return resident_bytes + param_bytes + grad_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
+  }
+  // "3.05 GiB (resident now 212 MiB, parameters 1.00 GiB, gradients 1.00 GiB, optimizer state 1.00 GiB,
+  // activations of 128 samples in flight 24.0 MiB, workspace 40 MiB)"; "parameters and gradients resident" once
+  // the model holds them.
   std::string describe() const;
 };
 
@@ -63,10 +73,10 @@ struct MemoryLimit {
   std::string source;  // "cgroup v1 memory.limit_in_bytes of /sys/fs/cgroup/memory/...", "MemAvailable ...", ...
 };
 
-// What the single-process trainer holds: the whole model, `batch_size` samples in flight. Its optimizer state
-// is already allocated (resident) when the trainer checks, before its first step. (A pipeline stage's or a
-// data-parallel rank's footprint comes from the job compiler's StageMemory: engine/parallel/job.hpp.)
-TrainingFootprint single_footprint(int64_t batch_size, int prefetch);
+// What the single-process trainer holds: the whole model, `batch_size` samples in flight, optimizer state of
+// `optimizer_state_bytes_per_param` still to allocate. (A pipeline stage's or a data-parallel rank's footprint
+// comes from the job compiler's StageMemory: engine/parallel/job.hpp.)
+TrainingFootprint single_footprint(int64_t batch_size, int prefetch, double optimizer_state_bytes_per_param = 0);
 
 // The estimate for `f` on `model` (reads /proc/self/status for the resident size).
 MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFootprint& f);

@@ -128,7 +128,11 @@ Tensor Trainer::to_device(const data::Batch& b, Tensor& labels) {
 StepResult Trainer::step() {
   // Memory guard (issue #6): before the first step allocates activations, fail with kOutOfMemory if the job
   // cannot fit under this host's limit, instead of being killed by the kernel.
-  if (global_step() == 0) check_training_memory(model_, single_footprint(config_.batch_size, config_.prefetch), "trainer");
+  if (global_step() == 0)
+    check_training_memory(model_,
+                          single_footprint(config_.batch_size, config_.prefetch,
+                                           optimizer_ ? 0.0 : optim::state_bytes_per_param(config_.optimizer)),
+                          "trainer");
   optim::Optimizer& opt = optimizer();  // the model's storage and the optimizer state, on the first step
   begin_epoch_if_needed();
   StepResult r;

@@ -22,15 +22,6 @@ const char* optimizer_name(OptimizerKind k) noexcept {
   return "?";
 }
 
-double optimizer_state_bytes_per_param(OptimizerKind k) noexcept {
-  switch (k) {
-    case OptimizerKind::kSgd: return 0;
-    case OptimizerKind::kMomentum: return 4;
-    case OptimizerKind::kAdam: return 8;
-  }
-  return 0;
-}
-
 namespace {
 // f32 bytes read and written per parameter by one fused update: w, g (+ m) (+ v), written w (+ m) (+ v)
 double update_bytes_per_param(OptimizerKind k) {

@@ -21,7 +21,6 @@ namespace tandem::simulator {
 enum class OptimizerKind : uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2 };
 OptimizerKind parse_optimizer(const std::string& s);  // "sgd", "momentum", "adam" ("adamw" = adam)
 const char* optimizer_name(OptimizerKind k) noexcept;
-double optimizer_state_bytes_per_param(OptimizerKind k) noexcept;  // 0, 4, 8 (f32)
 
 class ComputeModel {
  public:

@@ -9,8 +9,8 @@
 //    "memory_bytes_per_s": 1.2e10,                          // optional: local reductions in collectives
 //                                                           // (tandem calibrate: thread CPU time, full speed)
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
-//    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory after setup, before the model
-//                                  // (the simulator's per-rank runtime allowance on CPU nodes)
+//    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory besides its tensors once the
+//                                  // model's kernels ran (the simulator's per-rank runtime allowance on CPU nodes)
 //    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
 //        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
 //    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]

@@ -32,6 +32,25 @@ std::unique_ptr<compute::Backend> cpu_backend() {
   return compute::make_backend("cpu", o);
 }
 
+// A model whose parameters dwarf its activations: 4x16x16 input, one linear layer of 4096 x 1024 (4.2 M
+// parameters, 16.2 MiB of f32), then the classifier.
+nn::ModelSpec wide_linear() {
+  nn::ModelBuilder b("wide", nn::SampleShape{4, 16, 16});
+  b.flatten();
+  b.linear(4096);
+  b.relu();
+  b.linear(10);
+  return std::move(b).build();
+}
+
+// One batch of `batch` per epoch.
+train::TrainerConfig one_batch(int64_t batch) {
+  train::TrainerConfig cfg;
+  cfg.batch_size = batch;
+  cfg.limit_batches = 1;
+  return cfg;
+}
+
 nn::ModelSpec mobilenet() {
   nn::ZooOptions z;
   z.width_mult = 0.25;
@@ -119,9 +138,7 @@ BOOST_AUTO_TEST_CASE(trainer_refuses_its_first_step_over_the_limit) {
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
   const data::Dataset ds = data::make_synthetic(3, 32, 32, 10, 256, 1);
-  train::TrainerConfig cfg;
-  cfg.batch_size = 64;
-  cfg.limit_batches = 1;
+  const train::TrainerConfig cfg = one_batch(64);
   train::Trainer trainer(model, ds, nullptr, cfg);
   const double need = train::estimate_training_memory(model, train::single_footprint(64, cfg.prefetch)).total();
   {
@@ -133,6 +150,49 @@ BOOST_AUTO_TEST_CASE(trainer_refuses_its_first_step_over_the_limit) {
   const train::StepResult r = trainer.step();
   BOOST_TEST(r.samples == 64);
   BOOST_TEST(trainer.global_step() == 1);
+}
+
+// Issue #16 (found by the new-user pass): the Model allocates its parameters and gradients in the first step,
+// after the guard looked; the estimate counted them only once resident, so a model whose untouched parameters alone
+// exceeded the limit passed. They are counted from the shapes until the Model holds them.
+BOOST_AUTO_TEST_CASE(parameters_not_allocated_yet_are_counted_from_the_shapes) {
+  auto be = cpu_backend();
+  nn::Model model(wide_linear(), *be, 0);
+  BOOST_REQUIRE(!model.storage_allocated());
+  const nn::ModelTotals t = model.spec().totals();
+  const train::MemoryEstimate before = train::estimate_training_memory(model, train::single_footprint(8, 2, 4));
+  BOOST_TEST(before.param_bytes == 4.0 * static_cast<double>(t.params + t.buffers));
+  BOOST_TEST(before.grad_bytes == 4.0 * static_cast<double>(t.params));
+  BOOST_TEST(before.optimizer_bytes == 4.0 * static_cast<double>(t.params));  // momentum, still to allocate
+  const std::string p = train::format_bytes(4.0 * static_cast<double>(t.params));  // "16.2 MiB"
+  BOOST_TEST(before.describe().find("parameters " + p + ", gradients " + p) != std::string::npos, before.describe());
+  model.params();  // allocates (and initialises) the storage: from now on the parameters are in VmRSS
+  BOOST_REQUIRE(model.storage_allocated());
+  const train::MemoryEstimate after = train::estimate_training_memory(model, train::single_footprint(8, 2, 4));
+  BOOST_TEST(after.param_bytes == 0.0);
+  BOOST_TEST(after.grad_bytes == 0.0);
+  BOOST_TEST(after.describe().find("parameters and gradients resident") != std::string::npos, after.describe());
+}
+
+BOOST_AUTO_TEST_CASE(a_trainer_whose_untouched_parameters_exceed_the_limit_is_refused_before_allocating) {
+  auto be = cpu_backend();
+  nn::Model model(wide_linear(), *be, 0);
+  const data::Dataset ds = data::make_synthetic(4, 16, 16, 10, 64, 1);
+  train::TrainerConfig cfg = one_batch(8);
+  cfg.optimizer.momentum = 0.9f;
+  train::Trainer trainer(model, ds, nullptr, cfg);
+  const train::MemoryEstimate e =
+      train::estimate_training_memory(model, train::single_footprint(8, cfg.prefetch, 4));
+  // The limit leaves room for everything but half of the ~49 MiB of parameters, gradients and momentum still to
+  // allocate (the estimate without them, as the guard made it before, fits).
+  const double limit = e.total() - 0.5 * (e.param_bytes + e.grad_bytes + e.optimizer_bytes);
+  BOOST_TEST(e.total() - e.param_bytes - e.grad_bytes - e.optimizer_bytes < limit);
+  ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(limit)).c_str());
+  const std::string p = train::format_bytes(4.0 * static_cast<double>(model.spec().totals().params));
+  expect_error([&] { trainer.step(); }, Status::kOutOfMemory,
+               {"out of memory", "parameters " + p, "gradients " + p, "optimizer state " + p});
+  BOOST_TEST(!model.storage_allocated());  // refused before the model allocated anything
+  BOOST_TEST(trainer.global_step() == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -93,6 +93,23 @@ BOOST_AUTO_TEST_CASE(real_files_have_the_known_counts_labels_and_pixels) {
   BOOST_TEST(test.sample(9999)[20 * 28 + 10] == 57);
 }
 
+// Issue #16: with a limit (`tandem train --train-limit N`) the reader keeps only the first N samples -- it held the
+// whole set first and copied the head, so the run's peak held both --, and a set is held once: its vector grew by
+// doubling (16, 32, 64 MiB for Fashion-MNIST's 47 MB), the old and new blocks both resident at the peak of loading.
+BOOST_AUTO_TEST_CASE(a_limit_keeps_the_first_samples_and_a_set_is_held_once) {
+  const Dataset all = load_fashion_mnist(true);
+  BOOST_TEST(all.pixels.capacity() == all.pixels.size());  // reserved once, never reallocated
+  const Dataset first = load_fashion_mnist(true, "", 1000);
+  BOOST_TEST(first.size() == limited_samples(60000, 1000));
+  BOOST_TEST(first.num_classes == 10);
+  BOOST_TEST(first.pixels.capacity() == first.pixels.size());  // 1000 samples' bytes, not 60,000's
+  BOOST_TEST((first.pixels == all.head(1000).pixels));
+  BOOST_TEST((first.labels == all.head(1000).labels));
+  BOOST_TEST(first.resident_bytes() == resident_bytes(1000, 28 * 28));
+  BOOST_TEST(load_fashion_mnist(false, "", 20000).size() == 10000);  // a limit above the set keeps the set
+  BOOST_TEST(limited_samples(10000, 0) == 10000);
+}
+
 BOOST_AUTO_TEST_CASE(missing_directory_lists_the_places_tried) {
   expect_error([] { load_fashion_mnist(true, "/nonexistent/fmnist"); }, Status::kIo, {"/nonexistent/fmnist", "not found"});
 }
@@ -110,6 +127,13 @@ BOOST_AUTO_TEST_CASE(reads_plain_and_gzip_alike) {
   BOOST_TEST(a.values.size() == 24u);
   BOOST_TEST(a.values[5] == 35);
   BOOST_TEST(a.values == b.values);
+  // A limit keeps the first records; the rest is still read and checked (a truncated tail fails as before).
+  const IdxArray head = read_idx(t.file("c.idx.gz", bytes, true), 2);
+  BOOST_TEST(head.dims == (std::vector<int64_t>{2, 2, 4}));
+  BOOST_TEST(head.file_records == 3);
+  BOOST_TEST((head.values == std::vector<uint8_t>(b.values.begin(), b.values.begin() + 16)));
+  const std::string cut = t.file("cut.idx", idx({3, 2, 4}, 0x08, 20));
+  expect_error([&] { read_idx(cut, 1); }, Status::kIo, {cut, "truncated", "needs 24 bytes, file has 20"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_files_name_the_file_and_the_fault) {
@@ -146,6 +170,7 @@ BOOST_AUTO_TEST_CASE(image_and_label_files_must_agree) {
   const std::string images = t.file("img", idx({5, 2, 2}));
   const std::string labels = t.file("lab", idx({4}));
   expect_error([&] { load_idx(images, labels, "x"); }, Status::kIo, {"5 images", "4 labels"});
+  expect_error([&] { load_idx(images, labels, "x", 2); }, Status::kIo, {"5 images", "4 labels"});  // the files' counts
   const std::string flat = t.file("flat", idx({5, 4}));
   expect_error([&] { load_idx(flat, labels, "x"); }, Status::kIo, {flat, "3 dimensions"});
 }
@@ -171,6 +196,11 @@ BOOST_AUTO_TEST_CASE(reads_binary_batches_and_refuses_truncation) {
   BOOST_TEST(train.size() == 15);
   BOOST_TEST(train.labels[3] == 2);  // first record of data_batch_2
   BOOST_TEST(train.sample(4)[1024] == static_cast<uint8_t>(1 + 1024));  // record 1 of batch 2, green plane start
+  BOOST_TEST(train.pixels.capacity() == train.pixels.size());  // reserved from the files' sizes: held once
+  const Dataset head = load_cifar10(true, t.path.string(), 4);  // the first 4 records, the rest read and checked
+  BOOST_TEST(head.size() == 4);
+  BOOST_TEST((head.pixels == train.head(4).pixels));
+  BOOST_TEST(head.pixels.capacity() == head.pixels.size());
   const Dataset test = load_cifar10(false, t.path.string());
   BOOST_TEST(test.size() == 2);
   BOOST_TEST(test.labels[1] == 8);
@@ -178,6 +208,7 @@ BOOST_AUTO_TEST_CASE(reads_binary_batches_and_refuses_truncation) {
   cut.resize(kRecord + 100);
   const std::string bad = t.file("test_batch.bin", cut);
   expect_error([&] { load_cifar10(false, t.path.string()); }, Status::kIo, {bad, "truncated", "record 1"});
+  expect_error([&] { load_cifar10(false, t.path.string(), 1); }, Status::kIo, {bad, "truncated", "record 1"});
   expect_error([&] { load_cifar10(true, "/nonexistent/cifar"); }, Status::kIo, {"data_batch_1.bin", "no such file"});
 }
 

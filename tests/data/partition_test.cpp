@@ -107,4 +107,16 @@ BOOST_AUTO_TEST_CASE(subset_copies_the_chosen_samples) {
   BOOST_TEST((s.labels == std::vector<int32_t>{2, 0}));
 }
 
+// Issue #16: a FedAvg rank builds every client's subset on top of the training set; the simulator charges them by
+// client_subsets_resident_bytes, which must be what the subsets hold -- for both partitions.
+BOOST_AUTO_TEST_CASE(the_clients_subsets_hold_one_more_copy_of_the_set) {
+  const Dataset d = make_synthetic(1, 5, 4, 6, 301, 2);
+  for (const ClientShards& shards : {partition_iid(d.size(), 7, 1), partition_dirichlet(d.labels, 6, 7, 0.3, 1)}) {
+    double held = 0;
+    for (size_t k = 0; k < shards.size(); ++k) held += subset(d, shards[k], "client").resident_bytes();
+    BOOST_TEST(held == client_subsets_resident_bytes(d.size(), d.sample_size()));
+    BOOST_TEST(held == d.resident_bytes());
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -191,21 +191,24 @@ class Mistakes(unittest.TestCase):
         self.assertLess(sim("--no-broadcast-buffers"), sim())
 
     def test_predicted_memory_with_a_profile_counts_the_data_sets(self):
-        # A profile's runtime_rss_bytes is measured before any data set is loaded; the prediction adds the train and
-        # test sets the trainer holds (Fashion-MNIST: ~53 MiB of 8-bit pixels), so it lands within 1.5x of the
-        # measured peak RSS (before: 23 MiB predicted against 91 MiB measured).
+        # The prediction adds the train and test sets the trainer holds (Fashion-MNIST: ~53 MiB of 8-bit pixels) to
+        # the profile's runtime_rss_bytes, measured once calibrate's passes at the job's batch ran the model's
+        # kernels (issue #16). Here: -1% (84.7 MiB measured, 84.0 predicted; before: 23 MiB predicted against 91
+        # MiB, then 75 against 91). With --train-limit 1000 the reader keeps 1,000 samples (it read all 60,000 and
+        # copied the head: 91 MiB measured against 31 predicted): 39.6 against 39.7.
         with tempfile.TemporaryDirectory() as d:
             prof = os.path.join(d, "p.json")
             rc, out = tandem("calibrate", "--model", "lenet5", "--out", prof, timeout=120)
             self.assertEqual(rc, 0, out)
-            rc, out = tandem("train", "--model", "lenet5", "--dataset", "fashion-mnist", "--limit-batches", "5",
-                             "--eval-limit-batches", "1", "--predict", "--profile", prof, "--json", timeout=120)
-            self.assertEqual(rc, 0, out)
-            pred = [json.loads(l)["prediction"] for l in out.splitlines() if l.startswith('{"prediction"')]
-            self.assertEqual(len(pred), 1, out)
-            measured, predicted = pred[0]["measured_memory_bytes"], pred[0]["predicted_memory_bytes"]
-            self.assertGreater(predicted, measured / 1.5, out)
-            self.assertLess(predicted, measured * 1.5, out)
+            for limit in ([], ["--train-limit", "1000"]):
+                rc, out = tandem("train", "--model", "lenet5", "--dataset", "fashion-mnist", "--limit-batches", "5",
+                                 "--eval-limit-batches", "1", *limit, "--predict", "--profile", prof, "--json",
+                                 timeout=120)
+                self.assertEqual(rc, 0, out)
+                pred = [json.loads(l)["prediction"] for l in out.splitlines() if l.startswith('{"prediction"')]
+                self.assertEqual(len(pred), 1, out)
+                measured, predicted = pred[0]["measured_memory_bytes"], pred[0]["predicted_memory_bytes"]
+                self.assertLess(abs(predicted - measured), 0.10 * measured, (limit, measured, predicted, out))
 
     def test_unknown_model_and_preset_name_the_closest(self):
         rc, out = tandem("simulate", "--cluster", "t2.mikro:2")

@@ -518,6 +518,27 @@ BOOST_AUTO_TEST_CASE(rounds_train_the_global_model_on_skewed_clients) {
   BOOST_TEST(clients_counted[0] == 3);  // ceil(0.5 x 6)
 }
 
+// Issue #16: every FedAvg rank builds all its clients' subsets (data::subset copies) beside the training set; what
+// it holds is what the simulator charges (engine::parallel::rank_data_bytes).
+BOOST_AUTO_TEST_CASE(a_rank_holds_the_data_the_simulator_charges) {
+  par::ParallelConfig p = strategy(par::Strategy::kFedAvg);
+  p.clients = 5;
+  p.dirichlet_alpha = 0.5;
+  std::vector<double> held(2), described(2);
+  const data::Dataset test = data::make_synthetic(1, 6, 6, 3, 50, 2);
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(mlp(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), &test, sgd_config(8), p, &c);
+    held[static_cast<size_t>(r)] = t.data_bytes();
+    described[static_cast<size_t>(r)] = par::rank_data_bytes(t.job(), train_set().size(), test.size(), 36);
+  }));
+  for (int r = 0; r < 2; ++r) {
+    BOOST_TEST(held[static_cast<size_t>(r)] == described[static_cast<size_t>(r)]);
+    BOOST_TEST(held[static_cast<size_t>(r)] == 2 * train_set().resident_bytes() + test.resident_bytes());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(trainer_drops_a_straggler_named_in_the_log_and_goes_on) {
   // The test hook stalls world rank 2 for 1 s before it reports round 0; the deadline is 0.4 s. Rank 2 then lags
   // behind: it is dropped from the next round or two as well (rank 0 does not wait for it), and catches up since a

@@ -132,6 +132,28 @@ BOOST_AUTO_TEST_CASE(are_the_loaders_train_and_test_sets_per_rank) {
   BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).memory.data_bytes == 0.0);
 }
 
+// Issue #16: what the runtime loads for the job, from the function the trainer's figure is tested against
+// (engine::parallel::rank_data_bytes): --samples N is `tandem train --train-limit N` -- the first N training samples
+// (never more than the set has) and the whole test set --; a FedAvg rank adds its clients' subsets (one more copy
+// of its training set).
+BOOST_AUTO_TEST_CASE(follow_the_sample_limit_and_fedavgs_client_subsets) {
+  constexpr double kSample = 28 * 28 + 4;
+  JobSpec j = lenet_job();
+  j.samples = 1000;
+  BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).memory.data_bytes == (1000 + 10000) * kSample);
+  j.samples = 100000;  // Fashion-MNIST has 60,000: the reader keeps them all, no more
+  BOOST_TEST(simulate(parse_cluster("c5.large:1"), j, {.baseline = false}).memory.data_bytes == (60000 + 10000) * kSample);
+  j.samples = 0;
+  j.strategy = Strategy::kFedAvg;
+  j.clients = 8;
+  const SimResult fed = simulate(parse_cluster("c5.large:2"), j, {.baseline = false});
+  BOOST_TEST(fed.memory.data_bytes == (2 * 60000 + 10000) * kSample);
+  j.samples = 3000;
+  BOOST_TEST(simulate(parse_cluster("c5.large:2"), j, {.baseline = false}).memory.data_bytes == (2 * 3000 + 10000) * kSample);
+  j.strategy = Strategy::kDdp;
+  BOOST_TEST(simulate(parse_cluster("c5.large:2"), j, {.baseline = false}).memory.data_bytes == (3000 + 10000) * kSample);
+}
+
 BOOST_AUTO_TEST_CASE(are_not_charged_to_a_gpu_or_pytorch) {
   JobSpec j = lenet_job();
   BOOST_TEST(simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false}).memory.data_bytes == 0.0);
