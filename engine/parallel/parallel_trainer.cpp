@@ -73,7 +73,9 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // loss to surface and meet it at their next operation, before any server served the new view; "replicating", a
 // server right after sending the header of an update's replica, 100 ms before it leaves without the payload, so its
 // backup has taken the header; and the trainer's "restoring", the re-form committed with shards taken from the
-// checkpoint, before load_checkpoint); its thread then ends with kInternal naming the hook. At "voted" the survivors
+// checkpoint, before load_checkpoint); and of an admission of workers (ParameterServerSync::grow): "growing", the grown
+// view built, before a server sends its shards or a worker receives them, and "grow-voted" and "grow-committed", which
+// behave as "voted" and "committed"; its thread then ends with kInternal naming the hook. At "voted" the survivors
 // with a higher world rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote
 // would have) while the lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives
 // depending on the collective's message order. Returns the rank named at `point`, or -1. For the tests of a second
