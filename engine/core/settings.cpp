@@ -72,7 +72,8 @@ constexpr Variable kVariables[] = {
      "test hook: rank:round:seconds, that rank sleeps before it reports that fedavg round"},
     {"TANDEM_TEST_REFORM_LEAVE", K::kText, 0, 0, "", "unset",
      "test hook: rank:point, that world rank leaves the job at that point (agreed|voting|voted|committed|restoring) "
-     "of a parameter-server re-form, or between a replica's header and payload (replicating)"},
+     "of a parameter-server re-form, between a replica's header and payload (replicating), or of an admission of "
+     "workers (growing|grow-voted|grow-committed)"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

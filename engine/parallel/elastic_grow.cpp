@@ -223,21 +223,49 @@ bool ParallelTrainer::wait_as_spare() {
   return true;
 }
 
-std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::Communicator& grown,
-                                                                         std::vector<int>& from) {
-  // The running job's shape from its rank 0 (a worker): W workers, then S servers; the joiners follow them in `grown`.
+std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::Communicator& grown) const {
+  // Keys every rank knows alone: old workers keep their order, joiners (after every old rank in `grown`) follow
+  // them, and the servers (old ranks) come last in their order.
+  constexpr int kJoiners = 1 << 20, kServers = 1 << 21;
+  const int r = grown.rank();
+  return grown.split(0, pc_.joining ? kJoiners + r : grid_.server ? kServers + r : r);
+}
+
+namespace {
+
+// The reordered world's rank -> the rank it had before (-1: a joiner), for W workers, k joiners and S servers.
+std::vector<int> workers_first_from(int W, int k, int S) {
+  std::vector<int> from(static_cast<size_t>(W + k + S), -1);
+  for (int i = 0; i < W; ++i) from[static_cast<size_t>(i)] = i;
+  for (int s = 0; s < S; ++s) from[static_cast<size_t>(W + k + s)] = W + s;
+  return from;
+}
+
+}  // namespace
+
+std::vector<int> ParallelTrainer::grown_labels(const std::vector<int>& from, const std::vector<int>& old_labels) const {
+  int next = initial_world_;
+  for (int r : old_labels) next = std::max(next, r + 1);
+  for (int r : lost_) next = std::max(next, r + 1);
+  std::vector<int> labels(from.size());
+  for (size_t i = 0; i < from.size(); ++i) labels[i] = from[i] >= 0 ? old_labels[static_cast<size_t>(from[i])] : next++;
+  return labels;
+}
+
+void ParallelTrainer::share_ownership(comm::Communicator& reordered, std::vector<int>& from) {
+  // The running job's shape from its rank 0 (a worker): W workers, then S servers; the joiners sit between them.
   // With it the ownership of the shards (after a server loss: fail_over_servers'), which every old rank must hold
   // alike and a joiner takes.
   const SyncProgram* mine = ps_ ? &ps_->program() : nullptr;
   int64_t head[5] = {grid_.dp, grid_.servers, mine ? mine->replicas : 0,
                      mine ? static_cast<int64_t>(mine->shards.size()) : 0,
                      mine ? static_cast<int64_t>(mine->pieces.size()) : 0};
-  grown.broadcast(head, 5, DType::kI64, 0)->wait();
+  reordered.broadcast(head, 5, DType::kI64, 0)->wait();
   const int W = static_cast<int>(head[0]), S = static_cast<int>(head[1]), n = W + S;
-  const int k = grown.size() - n, r = grown.rank();
+  const int k = reordered.size() - n;
   TANDEM_CHECK(W >= 1 && S >= 1 && k >= 1 && head[3] >= S && head[4] >= 0, Status::kInternal,
-               "grow: a world of {} ranks cannot hold {} workers, {} servers ({} shards) and a joiner", grown.size(), W,
-               S, head[3]);
+               "grow: a world of {} ranks cannot hold {} workers, {} servers ({} shards) and a joiner",
+               reordered.size(), W, S, head[3]);
   const auto NS = static_cast<size_t>(head[3]), NP = static_cast<size_t>(head[4]);
   std::vector<int64_t> table(3 * NS + 4 * NP, -1);
   if (mine != nullptr && mine->shards.size() == NS && mine->pieces.size() == NP) {
@@ -252,10 +280,10 @@ std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::C
     }
   }
   std::vector<int64_t> rank0 = table;
-  if (!rank0.empty()) grown.broadcast(rank0.data(), rank0.size(), DType::kI64, 0)->wait();
+  if (!rank0.empty()) reordered.broadcast(rank0.data(), rank0.size(), DType::kI64, 0)->wait();
   // Every old rank holds the ownership it re-formed to; one that differs from rank 0's fails the admission everywhere.
-  int64_t differs = mine != nullptr && table != rank0 ? r + 1 : 0;
-  grown.allreduce(&differs, &differs, 1, DType::kI64, ReduceOp::kMax)->wait();
+  int64_t differs = mine != nullptr && table != rank0 ? reordered.rank() + 1 : 0;
+  reordered.allreduce(&differs, &differs, 1, DType::kI64, ReduceOp::kMax)->wait();
   TANDEM_CHECK(differs == 0, Status::kMismatch,
                "grow: rank {} of the grown world holds another ownership of the parameter servers' shards than rank 0 "
                "(the ranks re-formed differently after a server loss); the joiners are not admitted",
@@ -269,10 +297,7 @@ std::unique_ptr<comm::Communicator> ParallelTrainer::split_workers_first(comm::C
     const int64_t* e = rank0.data() + 3 * NS + 4 * i;
     ownership_.pieces.push_back(BucketPiece{static_cast<int32_t>(e[0]), static_cast<int32_t>(e[1]), e[2], e[3]});
   }
-  from.assign(static_cast<size_t>(grown.size()), -1);  // new rank -> old rank (-1: a joiner)
-  for (int i = 0; i < W; ++i) from[static_cast<size_t>(i)] = i;
-  for (int s = 0; s < S; ++s) from[static_cast<size_t>(W + k + s)] = W + s;
-  return grown.split(0, r < W ? r : r < n ? r + k : r - S);
+  from = workers_first_from(W, k, S);
 }
 
 CompiledJob ParallelTrainer::compile_grown(Job job) const {
@@ -287,18 +312,24 @@ CompiledJob ParallelTrainer::compile_grown(Job job) const {
 bool ParallelTrainer::admit_workers() {
   const auto t0 = std::chrono::steady_clock::now();
   // After a server loss a joiner is a worker too: the surviving servers keep the shards they own (their own and the
-  // ones taken over), and the joiner learns that ownership in split_workers_first.
+  // ones taken over), and the joiner learns that ownership in share_ownership.
   comm::GrowOptions o;
   o.max_ranks = pc_.max_ranks;
-  std::unique_ptr<comm::Communicator> grown = own_comm_->grow(o);
+  std::unique_ptr<comm::Communicator> grown = own_comm_->grow(o);  // all or nothing (the old ranks' vote)
   if (!grown) return false;
   const int before = grid_.world, workers_before = grid_.dp;
   take_snapshot();
-  // The joiners' constructor, mirrored collective by collective: the job's shape and the reordered world (workers
-  // first), the settings, the job compiled at the new width, the workers' group and replicated state, the barrier;
-  // then every rank takes rank 0's progress and the servers' parameters.
-  std::vector<int> from;
-  std::unique_ptr<comm::Communicator> own = split_workers_first(*grown, from);
+  // ---- the admission is a transaction (issue #17: never two views at once; the re-form's, ParameterServerSync::
+  //      grow). The trainer's state before it is set aside; the reordered world is the first thing built on the
+  //      grown one, and from then on the trainer lives on it whatever happens: a failure anywhere below surfaces on
+  //      it, every survivor shrinks it (elastic_retry -> recover) and settle_ps_view either adopts the grown view
+  //      (some rank committed it) or puts this state back (none did). A joiner whose admission fails leaves. ----
+  admission_undo_ = std::make_unique<AdmissionUndo>(AdmissionUndo{
+      grid_, config_, job_, pc_, initial_dp_, initial_world_, sampler_dp_, ps_workers_, schedule_epoch_steps_, taken_,
+      taken_epoch_, taken_position_, schedule_, lr_scale_, snapshot_, sampler_, ps_labels_, ownership_});
+  std::unique_ptr<comm::Communicator> own = split_workers_first(*grown);
+  const std::vector<int> old_labels = members_;
+  members_ = grown_labels(workers_first_from(grid_.dp, grown->size() - grid_.world, grid_.servers), old_labels);
   retired_.push_back(std::move(own_comm_));
   if (dp_comm_) retired_.push_back(std::move(dp_comm_));
   if (grown_) retired_.push_back(std::move(grown_));
@@ -307,6 +338,11 @@ bool ParallelTrainer::admit_workers() {
   world_ = own_comm_.get();
   grid_.world = world_->size();
   grid_.rank = world_->rank();
+  // The joiners' constructor, mirrored collective by collective: the job's shape and ownership, the settings, the job
+  // compiled at the new width, the workers' group and replicated state, the barrier; then every rank takes rank 0's
+  // progress and the servers' parameters, and votes (ParameterServerSync::grow).
+  std::vector<int> from;
+  share_ownership(*world_, from);
   grid_.dp = grid_.world - grid_.servers;
   grid_.dp_rank = grid_.server ? 0 : grid_.rank;
   grid_.server_index = grid_.server ? grid_.rank - grid_.dp : -1;
@@ -318,39 +354,68 @@ bool ParallelTrainer::admit_workers() {
   if (grid_.dp > 1) dp_comm_ = world_->split(grid_.server ? -1 : 0, grid_.dp_rank);
   broadcast_replica_state();
   world_->barrier()->wait();
-  share_grown_state(from);
+  share_grown_state(from, &old_labels);
   std::vector<int> from_worker(from.begin(), from.begin() + grid_.dp);
+  ps_voting_labels_ = members_;
+  ps_voting_workers_ = grid_.dp;
   ps_->grow(*world_, from_worker, job_.sync, optimizer_->steps(), lr_scale_);
+  admission_undo_.reset();  // committed
   note_ps_membership();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   last_admission_ms_ = ms;
   log::warn("elastic: {} worker(s) joined at step {}; {} ranks go on (world ranks {}; {} worker(s) and {} server(s)) "
             "after {:.0f} ms: the servers expect {} worker(s) from the next step{}, learning rate x {:.4g}, epoch {} "
-            "continues at sample {} of the new shards (seen by {}; {} workers before)",
+            "continues at sample {} of the new shards (seen by {}; {} workers before; view {})",
             grid_.world - before, optimizer_->steps(), grid_.world, fmt::join(members_, ", "), grid_.dp, grid_.servers,
             ms, grid_.dp,
             pc_.strategy == Strategy::kSsp ? fmt::format(" (the joiners start at clock {}, the slowest)",
                                                          optimizer_->steps())
                                            : std::string(),
-            lr_scale_, sampler_.epoch(), sampler_.position(), rank_label(world_rank()), workers_before);
+            lr_scale_, sampler_.epoch(), sampler_.position(), rank_label(world_rank()), workers_before,
+            ps_->view_epoch());
   return true;
 }
 
-void ParallelTrainer::share_grown_state(const std::vector<int>& from) {
+void ParallelTrainer::undo_admission() {
+  AdmissionUndo& u = *admission_undo_;
+  const int world = grid_.world, rank = grid_.rank;  // the survivors' communicator's (shrink_group)
+  grid_ = u.grid;
+  grid_.world = world;
+  grid_.rank = rank;
+  config_ = u.config;
+  job_ = std::move(u.job);
+  pc_ = u.pc;
+  initial_dp_ = u.initial_dp;
+  initial_world_ = u.initial_world;
+  sampler_dp_ = u.sampler_dp;
+  ps_workers_ = u.ps_workers;
+  schedule_epoch_steps_ = u.schedule_epoch_steps;
+  taken_ = u.taken;
+  taken_epoch_ = u.taken_epoch;
+  taken_position_ = u.taken_position;
+  schedule_ = u.schedule;
+  lr_scale_ = u.lr_scale;
+  snapshot_ = std::move(u.snapshot);
+  sampler_ = u.sampler;
+  ps_labels_ = std::move(u.ps_labels);
+  ownership_ = std::move(u.ownership);
+  admission_undo_.reset();
+  restore_snapshot(false);
+}
+
+void ParallelTrainer::share_grown_state(const std::vector<int>& from, const std::vector<int>* old_labels) {
   // Who is who (world ranks: joiners take numbers after every rank the job ever had), the job's starting width
   // (the learning-rate rule), the epoch length its schedule was laid out with and its elastic settings.
   int64_t head[7] = {initial_dp_, initial_world_, schedule_epoch_steps_, 0, pc_.min_ranks, pc_.max_ranks,
                      pc_.join_poll_steps};
   std::vector<int64_t> labels(static_cast<size_t>(grid_.world), -1);
   if (grid_.rank == 0) {
-    int next = initial_world_;
-    for (int r : members_) next = std::max(next, r + 1);
-    for (int r : lost_) next = std::max(next, r + 1);
-    for (size_t i = 0; i < labels.size(); ++i) {
-      const int was = from.empty() ? (i < members_.size() ? static_cast<int>(i) : -1) : from[i];
-      labels[i] = was >= 0 ? members_[static_cast<size_t>(was)] : next++;
-    }
-    head[3] = next;
+    const std::vector<int>& old = old_labels != nullptr ? *old_labels : members_;
+    std::vector<int> was = from;
+    if (was.empty())
+      for (size_t i = 0; i < labels.size(); ++i) was.push_back(i < old.size() ? static_cast<int>(i) : -1);
+    const std::vector<int> mine = grown_labels(was, old);
+    labels.assign(mine.begin(), mine.end());
   }
   world_->broadcast(head, 7, DType::kI64, 0)->wait();
   world_->broadcast(labels.data(), labels.size(), DType::kI64, 0)->wait();

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -72,7 +73,9 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // loss to surface and meet it at their next operation, before any server served the new view; "replicating", a
 // server right after sending the header of an update's replica, 100 ms before it leaves without the payload, so its
 // backup has taken the header; and the trainer's "restoring", the re-form committed with shards taken from the
-// checkpoint, before load_checkpoint); its thread then ends with kInternal naming the hook. At "voted" the survivors
+// checkpoint, before load_checkpoint); and of an admission of workers (ParameterServerSync::grow): "growing", the grown
+// view built, before a server sends its shards or a worker receives them, and "grow-voted" and "grow-committed", which
+// behave as "voted" and "committed"; its thread then ends with kInternal naming the hook. At "voted" the survivors
 // with a higher world rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote
 // would have) while the lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives
 // depending on the collective's message order. Returns the rank named at `point`, or -1. For the tests of a second
@@ -184,13 +187,27 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                "any update; not supported with parameter servers yet",
                strategy_name(pc_.strategy), config_.clip_norm);
   const bool joins_workers = pc_.joining && pc_.elastic && parameter_server() && !elastic_centre();
+  // A joiner whose admission fails leaves at once (its communicators aborted, as a killed process's): the running
+  // ranks then meet its loss at once, whether or not they committed the admission (ParameterServerSync::grow).
+  struct LeaveOnThrow {
+    ParallelTrainer* t;
+    int uncaught = std::uncaught_exceptions();
+    ~LeaveOnThrow() {
+      if (t == nullptr || std::uncaught_exceptions() <= uncaught) return;
+      t->abandon();
+      // as the destructor, which does not run: the servers' object goes while the communicators it uses still live
+      t->executor_.reset();
+      t->ps_.reset();
+    }
+  } leave_on_throw{joins_workers ? this : nullptr};
   if (joins_workers) {
     // A worker joining a parameter-server job (issue #17): the running ranks admitted it into `world` after their
     // servers; both sides reorder it workers first (admit_workers mirrors this constructor), and the job places it.
     TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "joining a running job needs the grown world");
-    std::vector<int> from;
-    own_comm_ = split_workers_first(*world_, from);
+    own_comm_ = split_workers_first(*world_);
     world_ = own_comm_.get();
+    std::vector<int> from;
+    share_ownership(*world_, from);
     ParallelConfig now = pc_;  // the servers running now (after a server loss: fewer than the job started with)
     now.servers = ownership_.servers;
     now.server_replicas = ownership_.replicas;
@@ -867,7 +884,12 @@ void ParallelTrainer::shrink_group(const std::string& why) {
 void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
-  if (std::strcmp(point, "committed") == 0) {
+  // "grow-voted" and "grow-committed" (ParameterServerSync::grow) behave as "voted" and "committed"
+  const auto is = [point](const char* what) {
+    const size_t n = std::strlen(point), m = std::strlen(what);
+    return n >= m && std::strcmp(point + n - m, what) == 0;
+  };
+  if (is("committed")) {
     // The rank leaves once every survivor committed (not inside the vote, which "voted" tests).
     if (std::find(members_.begin(), members_.end(), leaves) == members_.end()) return;
     world_->barrier()->wait();
@@ -883,8 +905,8 @@ void ParallelTrainer::reform_test_point(const char* point) {
                  "parameter-server re-form", leaves, point);
   }
   const auto it = std::find(members_.begin(), members_.end(), leaves);
-  const bool committed = std::strcmp(point, "committed") == 0;
-  if (!(committed || std::strcmp(point, "voted") == 0) || (!committed && leaves > world_rank()) ||
+  const bool committed = is("committed");
+  if (!(committed || is("voted")) || (!committed && leaves > world_rank()) ||
       it == members_.end())
     return;
   // A receive the leaving rank never answers: it fails when that rank's loss surfaces here (its abort, or the
@@ -919,6 +941,27 @@ bool ParallelTrainer::settle_ps_view(const std::string& why) {
                "guess; restart it from the last checkpoint",
                why, fmt::join(astray, ", "), members_[newest / 2], all[2 * static_cast<size_t>(std::find(
                    members_.begin(), members_.end(), astray.empty() ? 0 : astray[0]) - members_.begin())], top);
+  if (admission_undo_) {
+    // An admission of workers cut short here (admit_workers): nobody committed it -> the state from before it;
+    // a survivor committed it -> the grown view this rank built (adopted below, its trainer state is already grown).
+    if (mine[0] == top) {
+      ps_->drop_tentative();
+      undo_admission();
+      log::warn("elastic: world rank {}: the admission of workers was cut off before any survivor committed it: "
+                "the job goes on from the view before it ({})",
+                world_rank(), why);
+      return false;
+    }
+    admission_undo_.reset();
+    ps_->adopt_tentative();
+    ps_labels_ = ps_voting_labels_;
+    ps_workers_ = ps_voting_workers_;
+    job_.sync = ps_->program();
+    log::warn("elastic: world rank {}: the vote on the admission of workers was cut off here but another survivor "
+              "committed it: this rank takes the grown view it had built (rolled forward)",
+              world_rank());
+    return false;
+  }
   if (!ps_->has_tentative()) return false;
   if (mine[0] == top) {
     ps_->drop_tentative();

@@ -346,7 +346,10 @@ class ParallelTrainer {
   // loss cut short on some ranks (ParameterServerSync::reform) is settled -- when any survivor committed it, the
   // ranks that kept its view aside adopt it (roll forward), else they drop it -- so every survivor holds one view.
   // Returns true when the adopted re-form completed this rank's step in flight. A survivor more than one re-form
-  // behind, or one behind without the view: kPeerFailure naming the ranks.
+  // behind, or one behind without the view: kPeerFailure naming the ranks. An admission of workers cut short
+  // (admit_workers) is settled the same way: when a survivor committed it, the ranks whose vote failed adopt the grown
+  // view they built; when none did, every survivor puts back the trainer's state from before it (admission_undo_)
+  // and the servers' old view, and the re-form that follows starts from there.
   bool settle_ps_view(const std::string& why);
   // With servers, after settle_ps_view (collective over the survivors): every survivor must hold the same committed
   // view of the servers: kPeerFailure naming the ranks otherwise (a guard: settle_ps_view makes them one).
@@ -372,15 +375,23 @@ class ParallelTrainer {
   // Both sides of an admission, after the group is re-formed: labels, the job's starting width, rank 0's state.
   // from[i]: the rank that new rank i had in the trainer's communicator before (-1: a joiner); empty: the old ranks
   // first, in their order.
-  void share_grown_state(const std::vector<int>& from = {});
+  // old_labels: the labels of the ranks `from` points into (default members_).
+  void share_grown_state(const std::vector<int>& from = {}, const std::vector<int>* old_labels = nullptr);
+  // The grown world's labels: from[i] >= 0 keeps old_labels[from[i]]; joiners take the next numbers after every
+  // rank the job ever had (rank 0's rule, which every old rank computes alike).
+  std::vector<int> grown_labels(const std::vector<int>& from, const std::vector<int>& old_labels) const;
   // ---- issue #17: parameter-server jobs that grow by workers (elastic_grow.cpp) ----
   bool grows_workers() const noexcept;  // elastic ps, ps-async, ssp with the trainer's own communicator
   bool admit_workers();  // one admission of workers; false when nobody came in (or the joiners were refused)
-  // Collective over the grown world (old ranks first, joiners after): rank 0's shape (W workers, S servers) and the
-  // world reordered workers first -- old workers, joiners, then the servers with their indices; from: as above.
-  // It also shares the ownership of the shards (ownership_): rank 0's, checked against every old rank's (kMismatch on
-  // every rank when one differs).
-  std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown, std::vector<int>& from);
+  // Collective over the grown world (old ranks first, joiners after): the world reordered workers first -- old
+  // workers, joiners, then the servers with their indices -- a split whose keys every rank knows alone (a joiner, an
+  // old worker or a server), so it is the first thing done on the grown world (admit_workers' transaction runs on
+  // what it returns).
+  std::unique_ptr<comm::Communicator> split_workers_first(comm::Communicator& grown) const;
+  // Collective over that reordered world: rank 0's shape (W workers, S servers) and the ownership of the shards
+  // (ownership_): rank 0's, checked against every old rank's (kMismatch on every rank when one differs). from: as
+  // above.
+  void share_ownership(comm::Communicator& reordered, std::vector<int>& from);
   // The job compiled at the grown width over the servers running now, with the ownership shared above.
   CompiledJob compile_grown(Job job) const;
   // Every rank takes `root`'s snapshot (progress, parameters, buffers, optimizer state) and re-shards the sampler.
@@ -533,6 +544,24 @@ class ParallelTrainer {
   comm::Communicator* spare_via_ = nullptr;  // the communicator a spare rejoins through (in retired_)
   // The last re-shard's exact g, valid while the sampler stays at (taken_epoch_, taken_position_).
   int64_t taken_ = -1, taken_epoch_ = -1, taken_position_ = -1;
+  // An admission of workers in progress (admit_workers, from the reordered world until the servers' commit): the
+  // trainer's state before it, which settle_ps_view puts back when no survivor committed the admission.
+  struct AdmissionUndo {
+    Grid grid;
+    train::TrainerConfig config;
+    CompiledJob job;
+    ParallelConfig pc;
+    int initial_dp = 1, initial_world = 1, sampler_dp = 1, ps_workers = 0;
+    int64_t schedule_epoch_steps = 0, taken = -1, taken_epoch = -1, taken_position = -1;
+    optim::ScheduleConfig schedule;
+    double lr_scale = 1.0;
+    Snapshot snapshot;
+    data::DistributedSampler sampler;
+    std::vector<int> ps_labels;
+    SyncProgram ownership;
+  };
+  std::unique_ptr<AdmissionUndo> admission_undo_;
+  void undo_admission();  // puts admission_undo_ back (the grid's world and rank stay the communicator's)
 };
 
 }  // namespace tandem::engine::parallel

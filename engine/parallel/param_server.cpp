@@ -1300,20 +1300,8 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
       compute::Backend& be = model_.backend();
       // ---- the shards this server keeps: copies of the old view's (values; each piece's optimizer state, update
       //      count, clock, schedule base; the pushes pending, re-indexed to the survivors) ----
-      for (const Shard& sh : old.owned) {
-        TANDEM_CHECK(program_.shards[static_cast<size_t>(sh.index)].server == server_, Status::kInternal,
-                     "parameter server reform: server {} would lose its own shard {}", server_, sh.index);
-        own_shard(sh.index, sh.host.data());
-      }
-      for (ServerPiece& p : pieces_) {
-        const auto o = std::find_if(old.pieces.begin(), old.pieces.end(),
-                                    [&](const ServerPiece& q) { return q.global == p.global; });
-        TANDEM_CHECK(o != old.pieces.end(), Status::kInternal, "parameter server reform: piece {} not held before",
-                     p.global);
-        p.optimizer->restore(o->optimizer->steps(), o->optimizer->state_tensors());
-        p.applied = o->applied;
-        p.lr_steps = o->lr_steps;
-        p.lr_updates = o->lr_updates;
+      copy_owned(old, [&](ServerPiece& p, const ServerPiece& o_) {
+        const ServerPiece* o = &o_;
         if (W != old.program.workers) {  // ps-async: the schedule keeps its place (rebase_schedule's rule)
           p.lr_steps = o->schedule_step(o->optimizer->steps(), old.program.workers);
           p.lr_updates = o->optimizer->steps();
@@ -1335,7 +1323,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
           p.pending.clear();
           p.applied = top;
         }
-      }
+      });
       // ---- the shards this server takes over: from its replica (values, optimizer state, clock), or empty until
       //      the caller restores the checkpoint ----
       for (size_t k = 0; k < NS; ++k) {
@@ -1438,6 +1426,25 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   return out;
 }
 
+void ParameterServerSync::copy_owned(const View& old,
+                                     const std::function<void(ServerPiece&, const ServerPiece&)>& more) {
+  for (const Shard& sh : old.owned) {
+    TANDEM_CHECK(program_.shards[static_cast<size_t>(sh.index)].server == server_, Status::kInternal,
+                 "parameter server: server {} would lose its own shard {} in the new view", server_, sh.index);
+    own_shard(sh.index, sh.host.data());
+  }
+  for (ServerPiece& p : pieces_) {
+    const auto o = std::find_if(old.pieces.begin(), old.pieces.end(),
+                                [&](const ServerPiece& q) { return q.global == p.global; });
+    if (o == old.pieces.end()) continue;  // a shard taken over (reform): not held before
+    p.optimizer->restore(o->optimizer->steps(), o->optimizer->state_tensors());
+    p.applied = o->applied;
+    p.lr_steps = o->lr_steps;
+    p.lr_updates = o->lr_updates;
+    more(p, *o);
+  }
+}
+
 ParameterServerSync::View ParameterServerSync::take_view() {
   View v{program_, world_, rank_, server_, clock_, exchanges_, step_started_, in_region_, reseed_,
          std::move(owned_), std::move(pieces_), std::move(kept_)};
@@ -1497,6 +1504,8 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
   const int W = program.workers, S = program.servers;
   TANDEM_CHECK(!in_region_ && !step_started_, Status::kInternal,
                "parameter server grow: world rank {} is inside the push/pull region (call sync_point first)", rank_);
+  TANDEM_CHECK(tentative_ == nullptr, Status::kInternal,
+               "parameter server grow: the outcome of the last vote is not settled (adopt_tentative or drop_tentative)");
   TANDEM_CHECK(!elastic_ && S == program_.servers && grown.size() == W + S &&
                    static_cast<int>(from_worker.size()) == W && W >= program_.workers &&
                    program.shards.size() == program_.shards.size() && program.pieces.size() == program_.pieces.size(),
@@ -1504,51 +1513,91 @@ void ParameterServerSync::grow(comm::Communicator& grown, const std::vector<int>
                "parameter server grow: {} workers and {} servers over a world of {} ({} worker indices) from {} workers "
                "and {} servers",
                W, S, grown.size(), from_worker.size(), program_.workers, program_.servers);
-  set_lr_scale(lr_scale);
+  TANDEM_REQUIRE(std::isfinite(lr_scale) && lr_scale > 0, "parameter server: learning-rate scale {} must be > 0",
+                 lr_scale);
   const bool was_server = server_ >= 0;
+  TANDEM_CHECK(was_server == (grown.rank() >= W) && (!was_server || server_ == grown.rank() - W), Status::kInternal,
+               "parameter server grow: world rank {} (server {}) would become {} {}; servers neither join nor move",
+               grown.rank(), server_, grown.rank() >= W ? "server" : "worker",
+               grown.rank() >= W ? grown.rank() - W : grown.rank());
   // Sends still in flight on the old communicator (the replicas' end markers) complete before it is left.
   for (Link& l : backups_)
     for (Message& m : l.sends)
       if (m.work) m.work->wait();
-  rebase_schedule();
-  clear_admission();
-  world_ = &grown;
-  rank_ = grown.rank();
-  // Shard ownership is the running job's (it may differ from a fresh compile after a server loss); the compiler's
-  // program brings the new width and the servers' sizes.
-  SyncProgram next = program;
-  next.shards = program_.shards;
-  next.pieces = program_.pieces;
-  program_ = std::move(next);
-  clock_ = clock;
-  withheld_.clear();
-  armed_ = false;
-  std::fill(issued_.begin(), issued_.end(), false);
-  if (rank_ >= W) {
-    TANDEM_CHECK(was_server && server_ == rank_ - W, Status::kInternal,
-                 "parameter server grow: world rank {} would become server {} (it was {}); servers do not join",
-                 rank_, rank_ - W, server_);
-    std::vector<WorkerState> old = std::move(peers_);
-    peers_.clear();
-    peers_.resize(static_cast<size_t>(W));
-    for (int w = 0; w < W; ++w) {
-      WorkerState& ws = peers_[static_cast<size_t>(w)];
-      const int from = from_worker[static_cast<size_t>(w)];
-      if (from >= 0) ws = std::move(old.at(static_cast<size_t>(from)));  // its reply buffers; nothing in flight
-      reset_peer(ws, clock);
+  // ---- the transaction (reform()'s): the old view set aside untouched; the grown one built beside it (copies) ----
+  auto retired = std::make_shared<InFlight>();
+  retire_in_flight(*retired);  // outside the region nothing is in flight: the old view's peers and links
+  View old = take_view();
+  const double lr_before = lr_scale_;
+  const auto put_back = [&] {
+    retire_in_flight(*retired);  // this attempt's operations on `grown`
+    abandoned_.push_back(retired);
+    put_view(std::move(old));
+    lr_scale_ = lr_before;
+  };
+  bool in_vote = false;
+  int64_t epoch = 0;
+  try {
+    lr_scale_ = lr_scale;
+    clear_admission();
+    world_ = &grown;
+    rank_ = grown.rank();
+    // Shard ownership is the running job's (it may differ from a fresh compile after a server loss); the compiler's
+    // program brings the new width and the servers' sizes.
+    program_ = program;
+    program_.shards = old.program.shards;
+    program_.pieces = old.program.pieces;
+    clock_ = clock;
+    step_started_ = false;
+    in_region_ = false;
+    withheld_.clear();
+    armed_ = false;
+    std::fill(issued_.begin(), issued_.end(), false);
+    control_out_.assign(static_cast<size_t>(S), Header{});
+    control_sends_.clear();
+    control_sends_.resize(static_cast<size_t>(S));
+    if (was_server) {
+      owned_.reserve(old.owned.size());
+      copy_owned(old, [&](ServerPiece& p, const ServerPiece& o) {
+        TANDEM_CHECK(o.pending.empty() && (program_.staleness < 0 || o.applied == clock), Status::kInternal,
+                     "parameter server {}: piece {} has pending clocks or applied {} at the job's clock {} when "
+                     "workers join", server_, p.global, o.applied, clock);
+        // ps-async: the schedule keeps its place as the number of workers changes (rebase_schedule's rule)
+        p.lr_steps = o.schedule_step(o.optimizer->steps(), old.program.workers);
+        p.lr_updates = o.optimizer->steps();
+      });
+      peers_.resize(static_cast<size_t>(W));
+      for (WorkerState& ws : peers_) reset_peer(ws, clock);
+      place_replicas();  // the backups' world ranks moved with the workers: re-seeded on entering the region
+      // ...but the copies this server holds stay real meanwhile: the servers and their shards do not change, and the
+      // sync point before the admission left every copy complete, so a server lost right after the grow is taken
+      // over exactly (as one lost after a re-form's commit) rather than found "being re-seeded"
+      kept_ = old.kept;
+      if (reform_hook_) reform_hook_("growing");
+      send_shards(std::vector<int64_t>(static_cast<size_t>(W), clock));
+    } else {
+      if (reform_hook_) reform_hook_("growing");
+      receive_shards();  // a joiner's first pull: the servers' current parameters
     }
-    for (ServerPiece& p : pieces_) {
-      TANDEM_CHECK(p.pending.empty() && (program_.staleness < 0 || p.applied == clock), Status::kInternal,
-                   "parameter server {}: piece {} has pending clocks or applied {} at the job's clock {} when workers "
-                   "join", server_, p.global, p.applied, clock);
+    // ---- the vote: every rank's view epoch. An allgather completes only with every rank's part in it, so it
+    //      completes nowhere unless every rank (the joiners too) built its part of the grown view ----
+    in_vote = true;
+    std::vector<int64_t> epochs(static_cast<size_t>(grown.size()), 0);
+    grown.allgather(&view_epoch_, epochs.data(), 1, DType::kI64)->wait();
+    epoch = *std::max_element(epochs.begin(), epochs.end()) + 1;
+    if (reform_hook_) reform_hook_("grow-voted");
+  } catch (...) {
+    if (in_vote) {
+      tentative_ = std::make_unique<View>(take_view());
+      tentative_out_ = Reformed{};
     }
-    place_replicas();  // the backups' world ranks moved with the workers; re-seeded on entering the region
-    send_shards(std::vector<int64_t>(static_cast<size_t>(W), clock));
-  } else {
-    TANDEM_CHECK(!was_server, Status::kInternal, "parameter server grow: server {} would become worker {}", server_,
-                 rank_);
-    receive_shards();  // a joiner's first pull: the servers' current parameters
+    put_back();
+    throw;
   }
+  // ---- commit: the grown view replaces the old one (which goes with this scope) ----
+  view_epoch_ = epoch;
+  abandoned_.push_back(retired);
+  if (reform_hook_) reform_hook_("grow-committed");
 }
 
 }  // namespace tandem::engine::parallel

@@ -195,15 +195,25 @@ class ParameterServerSync final : public GradientSync {
   // re-seeded on entering the region. Then every server sends its shards to every worker: the joiners' first pull
   // is the servers' current parameters (the old workers get the values they hold already). `lr_scale` multiplies
   // the servers' learning rate from now on (the trainer's rule).
+  // A view change like reform()'s, and the same transaction (issue #17: never two views at once): the old view is
+  // set aside untouched while the grown one is built beside it (copies) and the shards sent; then every rank of
+  // `grown` votes with its view epoch (an allgather: it completes nowhere unless every rank, the joiners too, built
+  // its part). Only then does the grown view replace the old one, at view epoch max(every rank's) + 1, so a joiner
+  // counts every re-form before it and all ranks leave at the same epoch. When any of it fails (a rank lost), the
+  // attempt is discarded, the old view put back exactly as it was and the error rethrown; a rank whose vote failed
+  // keeps the grown view aside (has_tentative()) and the caller settles it over the next membership as a re-form's
+  // (ParallelTrainer::settle_ps_view): adopted when a rank committed, dropped when none did.
   void grow(comm::Communicator& grown, const std::vector<int>& from_worker, const SyncProgram& program, int64_t clock,
             double lr_scale);
   double lr_scale() const noexcept { return lr_scale_; }
   // Test hook (documented at ParallelTrainer's TANDEM_TEST_REFORM_LEAVE): called by reform() at its named points,
   // "agreed" (after the survivors' agreement, before anything is built), "voting" (the new view built, the shards
   // sent and the replicas re-seeded, before the vote), "voted" (the vote completed here, before the commit) and
-  // "committed" (after the commit); and by a server between a replica's header and its payload, "replicating" (only
-  // replicas of updates >= 1). It may throw; reform() then discards the attempt as after a peer's loss (at "voted", as
-  // a vote that failed: the new view kept aside; at "committed" the commit stands).
+  // "committed" (after the commit); by a server between a replica's header and its payload, "replicating" (only
+  // replicas of updates >= 1); and by grow() at "growing" (the grown view built, before a server sends its shards or
+  // a worker receives them), "grow-voted" and "grow-committed" (as "voted" and "committed"). It may throw; reform()
+  // and grow() then discard the attempt as after a peer's loss (at "voted"/"grow-voted", as a vote that failed: the
+  // new view kept aside; at "committed"/"grow-committed" the commit stands).
   void set_reform_hook(std::function<void(const char*)> hook) { reform_hook_ = std::move(hook); }
   // The buffers of operations that may still be in flight on a failed communicator (abandoned re-form attempts, an
   // exchange of shards cut short): the caller keeps them until that communicator is destroyed.
@@ -401,6 +411,9 @@ class ParameterServerSync final : public GradientSync {
   std::vector<std::shared_ptr<void>> abandoned_;  // abandoned re-form attempts' buffers, until the next commit
   View take_view();          // this object's view, moved out
   void put_view(View&& v);   // and back in
+  // Server, building a new view: copies of the old view's shards this server keeps (values; each piece's optimizer
+  // state and update count, clock and schedule base), then `more` for each piece with its old self.
+  void copy_owned(const View& old, const std::function<void(ServerPiece&, const ServerPiece&)>& more);
   std::unique_ptr<View> tentative_;  // a re-form's new view whose vote failed here (has_tentative())
   Reformed tentative_out_;
   int64_t view_epoch_ = 0;

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "engine/comm/bootstrap.hpp"
+#include "engine/core/settings.hpp"
 #include "engine/parallel/param_server.hpp"
 #include "tests/parallel/harness.hpp"
 
@@ -69,7 +70,7 @@ struct Seen {
   double loss_mid = 0, loss_end = 0, lr_scale = 0, server_lr_scale = 0;
   std::vector<int32_t> owners;  // the server owning each shard (the trainer's job), after the admission
   std::vector<int> members;
-  int64_t steps = 0, grew_at = -1, position_after = -1, clock_gap = -1;
+  int64_t steps = 0, grew_at = -1, position_after = -1, clock_gap = -1, view_epoch = -1;
   int world = 0, workers = 0;
 };
 
@@ -143,12 +144,12 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
           bc.secret = secret;
           try {
             comm = comm::join_communicator(bc, o, std::chrono::milliseconds(30000));
+            t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
+                                                       elastic_ps(c, shape, max_ranks, true), comm.get());
           } catch (...) {
-            joiner_done = true;
+            joiner_done = true;  // refused, or its admission failed
             throw;
           }
-          t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
-                                                     elastic_ps(c, shape, max_ranks, true), comm.get());
           s.first_pull = host_params(m);
           s.grew_at = t->global_step();
           t->step();  // the old ranks' step right after the admission
@@ -161,13 +162,15 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
           }
           const train::StepResult st = t->step();
           if (st.epoch_end && st.samples == 0) continue;  // an epoch's end: no work in this call
-          if (!t->grid().server && (st.samples != kBatch || !std::isfinite(st.loss)))
+          // (an epoch's last batch may be short after the workers changed)
+          if (!t->grid().server && (st.samples < 1 || st.samples > kBatch || !std::isfinite(st.loss)))
             throw std::runtime_error(fmt::format("step {}: {} samples, loss {}", k, st.samples, st.loss));
         }
         if (!t->grid().server) s.params_end = host_params(m);
         if (t->grid().server) s.clock_gap = t->param_server()->max_clock_gap();
         s.loss_end = t->evaluate(synthetic12_train(), 0).loss;
         s.members = t->members();
+        s.view_epoch = t->param_server()->view_epoch();
         s.lr_scale = t->lr_scale();
         if (t->grid().server) s.server_lr_scale = t->param_server()->lr_scale();
         for (const par::KeyRange& r : t->job().sync.shards) s.owners.push_back(r.server);
@@ -220,6 +223,7 @@ BOOST_DATA_TEST_CASE(a_joiner_becomes_a_worker_with_the_servers_parameters, bdat
       BOOST_TEST((s.members == std::vector<int>{0, 1, 3, 2}));
       BOOST_TEST(s.steps == seen[0].steps);
       BOOST_TEST(s.grew_at == seen[0].grew_at);
+      BOOST_TEST(s.view_epoch == 1);  // the grow is a view change, counted alike by every rank, the joiner too
       // Learning rate: DDP grow's rule where the servers average the workers' gradients (x 3/2); ps-async applies
       // one worker's gradient per update, whose batch is unchanged (x 1).
       BOOST_TEST(s.lr_scale == (c.strategy == par::Strategy::kPsAsync ? 1.0 : 1.5));
@@ -289,6 +293,7 @@ BOOST_DATA_TEST_CASE(after_a_server_loss_a_joiner_pulls_each_shard_from_its_new_
       BOOST_TEST((s.owners == std::vector<int32_t>{0, 1, 1}));  // the same ownership on every rank
       // Labels: workers 0, 1 and the joiner 5 (after every rank the job had), then servers 2 and 4.
       BOOST_TEST((s.members == std::vector<int>{0, 1, 5, 2, 4}));
+      BOOST_TEST(s.view_epoch == 2);  // the re-form, then the grow: the joiner counts the re-form before it
       BOOST_TEST(s.lr_scale == (c.strategy == par::Strategy::kPsAsync ? 1.0 : 1.5));
       BOOST_TEST(std::isfinite(s.loss_end));
       // ps-async's take-over loses the updates its replica had not acknowledged (param_server.hpp), which may set
@@ -300,6 +305,101 @@ BOOST_DATA_TEST_CASE(after_a_server_loss_a_joiner_pulls_each_shard_from_its_new_
     BOOST_TEST((seen[0].params_end == seen[1].params_end));
     BOOST_TEST((joiner.params_end == seen[0].params_end));
   }
+}
+
+// A loss right after a grow that followed a re-form (issue #17: a grow is a view change like a re-form): 2 workers
+// and 3 servers, each backed up on the next, lose server 1 (world rank 3; the re-form is view 1), a rank joins (view
+// 2), then worker 1 leaves. The survivors -- the joiner among them -- settle the loss against the grown view (the
+// joiner held view 0 before, and the survivors stopped: "hold an older view of the parameter servers") and absorb it
+// at view 3, with the ownership the grow kept.
+// (ssp is left out: with replicas, a worker lost after any grow stalls its re-form's re-seed until the deadline --
+// on main too, without the re-form before the grow; see the closing note.)
+BOOST_DATA_TEST_CASE(a_loss_after_a_grow_that_followed_a_re_form_is_settled_against_the_grown_view,
+                     bdata::make({kCases[0], kCases[2]}), c) {
+  JobShape shape;
+  shape.servers = 3;
+  shape.replicas = 1;
+  shape.dead = 3;
+  shape.dead_after = 1;
+  const std::vector<Seen> seen = run_growing_job(c, 6, true, shape);
+  const std::vector<int> live = {0, 2, 4, 5};
+  require_clean(seen, live);
+  for (int i : live) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST((s.members == std::vector<int>{0, 5, 2, 4}));
+      BOOST_TEST(s.world == 4);
+      BOOST_TEST(s.workers == 2);
+      BOOST_TEST(s.view_epoch == 3);
+      BOOST_TEST((s.owners == std::vector<int32_t>{0, 1, 1}));
+      BOOST_TEST(std::isfinite(s.loss_end));
+    }
+  }
+  if (c.strategy == par::Strategy::kPs) BOOST_TEST((seen[5].params_end == seen[0].params_end));
+}
+
+// An admission cut short is all or nothing (issue #17; ParameterServerSync::grow's transaction). 2 workers and 2
+// servers, each backed up on the other (world ranks 0, 1 | 2, 3), admit a joiner (world rank 4) while
+// TANDEM_TEST_REFORM_LEAVE makes a rank leave at a point of the admission:
+//  - "3:growing": server 1 leaves before it sends its shards, so the workers never get them and the joiner fails,
+//    while server 0 has sent its own and voted. Nobody committed: every survivor goes back to the view before the
+//    admission and absorbs the server's loss from there (server 0 takes shard 1 over from its replica). Before, server
+//    0 had grown alone while the workers had not, and the survivors stopped ("another view of the membership").
+//  - "4:growing": the joiner leaves before it receives the shards: nobody committed; the old ranks go on as they were.
+//  - "3:grow-voted": server 1 leaves right after its vote completed; the ranks above it (the joiner) see their vote cut
+//    off, the others commit. The joiner leaves (a joiner cannot settle), and the committed view absorbs both losses:
+//    server 0 takes shard 1 over from the copy it held before the grow (the grow keeps the backups' copies; it used
+//    to drop them until the re-seed, and the survivors stopped: "its replica on server 0 is incomplete").
+//  - "1:grow-voted": worker 1 leaves right after its vote; worker 0 commits, the servers' and the joiner's votes are
+//    cut off: the servers adopt the grown view they built (rolled forward), then absorb worker 1 and the joiner.
+//  - "4:grow-committed": every rank committed, then the joiner leaves: an ordinary worker loss in the grown view.
+// Every survivor ends with one view (the same members, epoch and shard owners) and trains on; ps ends with the same
+// parameters on every worker. Bounded: every wait is the communicators' deadline (10 s).
+struct Cut {
+  const char* leave;
+  int leaver;  // its index in run_growing_job's result (the joiner is 4)
+  std::vector<int> members;
+  int workers;
+  int64_t view_epoch;
+  std::vector<int32_t> owners;
+};
+std::ostream& operator<<(std::ostream& o, const Cut& c) { return o << c.leave; }
+const Cut kCuts[] = {
+    {"3:growing", 3, {0, 1, 2}, 2, 1, {0, 0}},
+    {"4:growing", 4, {0, 1, 2, 3}, 2, 1, {0, 1}},
+    {"3:grow-voted", 3, {0, 1, 2}, 2, 2, {0, 0}},
+    {"1:grow-voted", 1, {0, 2, 3}, 1, 2, {0, 1}},
+    {"4:grow-committed", 4, {0, 1, 2, 3}, 2, 2, {0, 1}},
+};
+
+BOOST_DATA_TEST_CASE(an_admission_cut_short_is_all_or_nothing, bdata::make(kCuts) * bdata::make({0, 1}), cut, k) {
+  const Case& c = kCases[k];  // ps and ssp
+  const settings::ScopedProcessValue hook("TANDEM_TEST_REFORM_LEAVE", cut.leave);
+  JobShape shape;
+  shape.servers = 2;
+  shape.replicas = 1;
+  const std::vector<Seen> seen = run_growing_job(c, 6, false, shape);
+  BOOST_TEST(seen[static_cast<size_t>(cut.leaver)].error.find("TANDEM_TEST_REFORM_LEAVE") != std::string::npos,
+             seen[static_cast<size_t>(cut.leaver)].error);
+  std::vector<int> live;  // the survivors' indices in `seen` (an index is the world rank)
+  for (int r : cut.members) live.push_back(r);
+  require_clean(seen, live);
+  if (cut.leaver != 4 && std::string(cut.leave).find("committed") == std::string::npos)
+    BOOST_TEST(!seen[4].error.empty());  // the joiner left with the admission
+  for (int i : live) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST(s.members == cut.members);
+      BOOST_TEST(s.world == static_cast<int>(cut.members.size()));
+      BOOST_TEST(s.workers == cut.workers);
+      BOOST_TEST(s.view_epoch == cut.view_epoch);
+      BOOST_TEST(s.owners == cut.owners);
+      BOOST_TEST(std::isfinite(s.loss_end));
+      if (c.strategy == par::Strategy::kPs) BOOST_TEST(s.loss_end < seen[2].loss_mid);
+    }
+  }
+  if (c.strategy == par::Strategy::kPs && cut.workers == 2)
+    BOOST_TEST((seen[0].params_end == seen[1].params_end));
 }
 
 // A shrink after a grow: 2 workers grow to 3 (learning rate x 3/2), then worker 1 leaves. The learning rate follows
@@ -357,3 +457,4 @@ BOOST_AUTO_TEST_CASE(checking_for_joiners_at_every_step_leaves_ssp_workers_free_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+

@@ -197,8 +197,9 @@ typedef struct tandem_context_params {
  *                             reports that FedAvg round (a straggler for deadline tests) default unset
  *   TANDEM_TEST_REFORM_LEAVE  test hook, "rank:point": that world rank leaves the job at that point
  *                             (agreed, voting, voted, committed or restoring) of a parameter-server
- *                             re-form, or between a replica's header and payload
- *                             (replicating)                                        default unset
+ *                             re-form, between a replica's header and payload
+ *                             (replicating), or of an admission of workers (growing,
+ *                             grow-voted or grow-committed)                        default unset
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
