@@ -46,8 +46,15 @@ BOOST_AUTO_TEST_CASE(every_tandem_variable_in_the_sources_is_registered_and_docu
   // a bootstrap lookup, spin_from_env...): it must be in the registry, and the registry in tandem.h.
   const fs::path root = TANDEM_SOURCE_DIR;
   const std::regex literal("\"(TANDEM_[A-Z0-9_]+)\"");
+  // A literal that tandem.h #defines is an ABI constant named in a message (a strategy bit, a
+  // simulator field), and one that ends in '_' is a prefix pasted to a macro argument: neither is
+  // read from the environment.
+  const std::string api_header = read_all(root / "api/include/tandem/tandem.h");
+  const auto abi_constant = [&](const std::string& name) {
+    return name.back() == '_' || std::regex_search(api_header, std::regex("#define[ \\t]+" + name + "\\b"));
+  };
   std::set<std::string> unregistered;
-  size_t files = 0, uses = 0;
+  size_t files = 0, uses = 0, constants = 0;
   for (const char* dir : {"engine", "transports", "api/src", "cli", "simulator"}) {
     for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();
@@ -57,17 +64,21 @@ BOOST_AUTO_TEST_CASE(every_tandem_variable_in_the_sources_is_registered_and_docu
       const std::string text = read_all(e.path());
       for (std::sregex_iterator m(text.begin(), text.end(), literal), end; m != end; ++m) {
         ++uses;
+        if (abi_constant((*m)[1].str())) {
+          ++constants;
+          continue;
+        }
         if (settings::find((*m)[1].str()) == nullptr)
           unregistered.insert((*m)[1].str() + " (" + fs::relative(e.path(), root).string() + ")");
       }
     }
   }
   BOOST_TEST(files > 100u);
-  BOOST_TEST(uses > 20u);  // the scan found the readers it is meant to check
+  BOOST_TEST(uses - constants > 20u);  // the scan found the readers it is meant to check
   for (const auto& u : unregistered)
     BOOST_ERROR("TANDEM_* variable not in engine/core/settings.cpp's registry: " << u);
 
-  const std::string header = read_all(root / "api/include/tandem/tandem.h");
+  const std::string& header = api_header;
   std::set<std::string> names;
   for (const auto& v : settings::variables()) {
     BOOST_TEST(names.insert(std::string(v.name)).second, "registered twice: " << v.name);
