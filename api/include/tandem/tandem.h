@@ -36,10 +36,13 @@ extern "C" {
 /* ---- Versions ----------------------------------------------------------------------------- */
 #define TANDEM_VERSION_MAJOR 0
 #define TANDEM_VERSION_MINOR 4
-#define TANDEM_VERSION_PATCH 0
+#define TANDEM_VERSION_PATCH 1
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
-/* 0.4 added (nothing changed or removed): loss scaling for fp16 math (tandem_trainer_params_t.loss_scale and
+/* 0.4.1 changed: tandem_parallel_train and tandem_simulate refuse (TANDEM_ERR_INVALID_ARGUMENT, naming the bit)
+ * strategy fields whose bits are set for another strategy (TANDEM_PARALLEL_PARAM_SERVERS with "ddp", ...); 0.4.0
+ * ignored them silently.
+ * 0.4 added (nothing changed or removed): loss scaling for fp16 math (tandem_trainer_params_t.loss_scale and
  * loss_scale_init/_growth/_backoff/_growth_interval behind TANDEM_TRAINER_PARAM_LOSS_SCALE and
  * TANDEM_TRAINER_PARAM_LOSS_SCALER, appended and read only when their bits are set; tandem_trainer_loss_scale);
  * tandem_context_cpu_isa; the settings TANDEM_CPU_MAX_ISA and TANDEM_CPU_MATH.
