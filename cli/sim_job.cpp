@@ -90,6 +90,8 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std
   if (s.compression != TANDEM_COMPRESSION_NONE) cmd += fmt::format(" --compress {}", name_of(compression_names(), s.compression));
   if (o.given("--bucket-mb")) cmd += fmt::format(" --bucket-mb {}", o.bucket_mb);
   if (o.given("--limit-batches")) cmd += fmt::format(" --limit-batches {}", o.limit_batches);
+  // --samples N: the runtime's counterpart is --train-limit N (the training set's first N samples)
+  if (o.given("--samples") && o.samples > 0) cmd += fmt::format(" --train-limit {}", o.samples);
   return cmd;
 }
 

@@ -212,11 +212,15 @@ void prepare_strategy(Prepared& p, PlanCache& plans) {
       shards = engine::data::partition_iid(p.data.samples, st.clients, st.seed);
     }
     st.client_steps.clear();
+    double samples = 0;
     for (const std::vector<int64_t>& shard : shards) {
-      int64_t batches = (static_cast<int64_t>(shard.size()) + cj.step_batch - 1) / cj.step_batch;
+      const auto n = static_cast<int64_t>(shard.size());
+      int64_t batches = (n + cj.step_batch - 1) / cj.step_batch;
       if (p.run.limit_batches > 0) batches = std::min(batches, p.run.limit_batches);
       st.client_steps.push_back(static_cast<int64_t>(c.local_epochs) * batches);
+      samples += static_cast<double>(c.local_epochs) * static_cast<double>(std::min(n, batches * cj.step_batch));
     }
+    st.round_samples = shards.empty() ? 0 : samples * st.sampled / static_cast<double>(shards.size());
     st.deadline_s = c.round_deadline_s;
   }
 }
@@ -671,11 +675,9 @@ void describe_strategy(SimResult& res, const Prepared& p) {
       const StrategySetup& st = p.strategy;
       res.algorithm = "fedavg: upload to rank 0, broadcast back";
       res.clients_sampled = st.sampled;
-      // a round passes over its clients' data local_epochs times: the run's epochs take clients / (sampled x E)
-      // rounds each
-      const double per_epoch = static_cast<double>(st.clients) / (st.sampled * static_cast<double>(c.local_epochs));
-      res.steps_per_epoch = static_cast<int64_t>(std::ceil(per_epoch - 1e-9));
-      res.total_steps = per_epoch * p.run.epochs;
+      // an epoch of the run is the compiled job's rounds_per_epoch rounds, as the trainer runs them
+      res.steps_per_epoch = sync.rounds_per_epoch;
+      res.total_steps = static_cast<double>(sync.rounds_per_epoch) * p.run.epochs;
       if (c.dirichlet_alpha > 0)
         res.note += fmt::format("; --dirichlet-alpha {}: client shards cut as the runtime cuts them, from a "
                                 "class-balanced training set (a client's steps follow its shard)", c.dirichlet_alpha);
@@ -996,7 +998,11 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   }
   res.total_time_s = t;
   res.epoch_time_s = t / job.epochs;
-  res.images_per_sec = static_cast<double>(p.data.samples) * job.epochs / t;
+  // fedavg: a round trains its sampled clients' samples (local_epochs times), not the whole set
+  const double epoch_samples = cj.sync.exchange == Exchange::kRound
+                                   ? p.strategy.round_samples * cj.sync.rounds_per_epoch
+                                   : static_cast<double>(p.data.samples);
+  res.images_per_sec = epoch_samples * job.epochs / t;
   for (int32_t r = 0; r < world; ++r) {
     res.compute_s += rank_totals[6 * r + 0] / world;
     res.throttled_s += rank_totals[6 * r + 1] / world;

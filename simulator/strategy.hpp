@@ -67,6 +67,7 @@ struct StrategySetup {
   double client_fraction = 1;
   uint64_t seed = 0;
   std::vector<int64_t> client_steps;  // [client]
+  double round_samples = 0;  // samples a round trains: sampled x a client's mean (its batches' samples x local_epochs)
   double deadline_s = 0;
   // The compute's pass-to-pass coefficient of variation (the profile's compute_cv, compute/step_noise.hpp): a
   // worker's forward and backward of step c take compute_factor(cv, seed, worker, c) times their figures; a FedAvg

@@ -188,7 +188,10 @@ SyncProgram sync_program(const CompiledJob& cj) {
     case Strategy::kSsp: p.exchange = Exchange::kPushPull; p.staleness = c.staleness; break;
     case Strategy::kAsgd: p.exchange = Exchange::kGossip; break;
     case Strategy::kEasgd: p.exchange = Exchange::kElastic; p.period = c.tau; break;
-    case Strategy::kFedAvg: p.exchange = Exchange::kRound; break;
+    case Strategy::kFedAvg:
+      p.exchange = Exchange::kRound;
+      p.rounds_per_epoch = 1;
+      break;
     case Strategy::kLocalSgd:
       p.exchange = Exchange::kParamAverage;
       p.period = c.average_every;
@@ -499,6 +502,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("servers", a.sync.servers, b.sync.servers));
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
+  first(differ("rounds per epoch", a.sync.rounds_per_epoch, b.sync.rounds_per_epoch));
   first(differ("server replicas", a.sync.replicas, b.sync.replicas));
   first(differ("replica bytes per parameter", a.sync.replica_bytes_per_param, b.sync.replica_bytes_per_param));
   first(differ("bucket pieces", a.sync.pieces.size(), b.sync.pieces.size()));

@@ -183,6 +183,11 @@ struct SyncProgram {
   // request and its reply, to the store that `tandem launch` serves on world rank 0's host); nothing collective
   // unless someone waits. 0: no check.
   int32_t join_check_every = 0;
+  // fedavg (kRound): the rounds one epoch of the run holds; 0 for the other exchanges (their epoch is the loader's
+  // batches). One: an epoch is one round -- sampled clients x local epochs, then the average -- so `--epochs N`
+  // runs N rounds (README "epoch = round"). The trainer closes its epoch after this many rounds
+  // (ParallelTrainer::fedavg_round); the simulator's totals, throughput and cost count this many per epoch.
+  int32_t rounds_per_epoch = 0;
 };
 
 // The parameter-server protocol's header (ParameterServerSync::Header): every push, pull, control message, replica

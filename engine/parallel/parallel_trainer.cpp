@@ -393,6 +393,11 @@ void ParallelTrainer::setup_strategy() {
   clients_.reserve(shards.size());
   for (size_t k = 0; k < shards.size(); ++k)
     clients_.push_back(data::subset(train_, shards[k], fmt::format("{} client {}", train_.name, k)));
+  // An epoch is job_.sync.rounds_per_epoch rounds (the job compiler's rule, which the simulator counts too). This
+  // executor closes its epoch after each round (fedavg_round): its snapshots, checkpoints and re-forms count progress
+  // in whole epochs, so it runs only the compiler's one round per epoch.
+  TANDEM_CHECK(job_.sync.rounds_per_epoch == 1, Status::kInternal,
+               "fedavg: the compiled job holds {} rounds per epoch; the trainer runs one", job_.sync.rounds_per_epoch);
   rounds_ = std::make_unique<RoundExchange>(dp_comm_.get(), pc_.round_deadline_s);
   if (grid_.rank == 0)
     log::info("fedavg: {} clients ({}), {:.3g} sampled per round, {} local epoch(s), round deadline {:.3g} s",
@@ -1870,7 +1875,7 @@ train::StepResult ParallelTrainer::fedavg_round() {
   r.samples = static_cast<int64_t>(report.scored);
   r.correct = static_cast<int64_t>(report.correct);
   r.loss = report.scored > 0 ? report.loss_sum / report.scored : std::numeric_limits<double>::quiet_NaN();
-  r.epoch_end = true;
+  r.epoch_end = true;  // job_.sync.rounds_per_epoch (1, checked at construction) rounds make an epoch
   ++completed_epochs_;
   return r;
 }

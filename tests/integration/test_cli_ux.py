@@ -162,6 +162,19 @@ class Mistakes(unittest.TestCase):
         self.assertEqual(p.returncode, 0, run[0] + "\n" + p.stdout)
         self.assertIn("easgd world 3", p.stdout)
 
+    def test_the_printed_command_trains_on_the_simulated_samples(self):
+        # `simulate --samples N` printed a `run it` command without --train-limit N: it trained on the whole set
+        rc, out = tandem("simulate", "--cluster", "t2.micro:2", "--model", "lenet5", "--dataset", "cifar10",
+                         "--strategy", "single", "--batch", "16", "--samples", "96")
+        self.assertEqual(rc, 0, out)
+        run = [l for l in out.splitlines() if l.startswith("  run it ")]
+        self.assertEqual(len(run), 1, out)
+        self.assertRegex(run[0], r" --train-limit 96( |$)")
+        args = run[0].split()[2:]
+        rc, trained = tandem(*args[1:], "--epochs", "1", "--test-limit", "16", timeout=120)
+        self.assertEqual(rc, 0, run[0] + "\n" + trained)
+        self.assertIn("epoch 1:", trained)
+
     def test_simulate_takes_the_runs_limit_batches(self):
         # `tandem simulate --limit-batches N` is the training run's option: a fedavg client's local epoch (the
         # round) and a ddp epoch stop after N batches; the step is unchanged

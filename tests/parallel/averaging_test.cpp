@@ -518,6 +518,33 @@ BOOST_AUTO_TEST_CASE(rounds_train_the_global_model_on_skewed_clients) {
   BOOST_TEST(clients_counted[0] == 3);  // ceil(0.5 x 6)
 }
 
+// One description, two executors (#13): an epoch is the compiled job's rounds_per_epoch rounds (the rule the
+// simulator counts too: simulator test fedavg_epoch_is_the_trainers_round) -- one round of the sampled clients'
+// local epochs, whatever the fraction sampled.
+BOOST_DATA_TEST_CASE(fedavg_epoch_is_one_round, bdata::make({0.5, 1.0}), fraction) {
+  par::ParallelConfig p = strategy(par::Strategy::kFedAvg);
+  p.clients = 4;  // IID: 60 samples each
+  p.client_fraction = fraction;
+  p.local_epochs = 2;
+  std::vector<int64_t> per_epoch(2), samples(2), rounds(2), last(2);
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(mlp(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    const auto i = static_cast<size_t>(r);
+    per_epoch[i] = t.job().sync.rounds_per_epoch;
+    for (int e = 0; e < 2; ++e) samples[i] = t.train_epoch().train_samples;
+    rounds[i] = t.completed_epochs();
+    last[i] = t.last_round().round;
+  }));
+  for (size_t r = 0; r < 2; ++r) {
+    BOOST_TEST(per_epoch[r] == 1);
+    BOOST_TEST(rounds[r] == 2);
+    BOOST_TEST(last[r] == 2 * per_epoch[r] - 1);  // rounds 0 and 1: one per epoch
+    BOOST_TEST(samples[r] == static_cast<int64_t>(4 * fraction) * 60 * 2);  // sampled clients x 60 x E
+  }
+}
+
 // Issue #16: every FedAvg rank builds all its clients' subsets (data::subset copies) beside the training set; what
 // it holds is what the simulator charges (engine::parallel::rank_data_bytes).
 BOOST_AUTO_TEST_CASE(a_rank_holds_the_data_the_simulator_charges) {

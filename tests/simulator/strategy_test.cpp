@@ -603,6 +603,35 @@ BOOST_AUTO_TEST_CASE(fedavg_end_to_end_reports_rounds) {
   BOOST_TEST(out["note"].get<std::string>().find("time to accuracy") != std::string::npos);
 }
 
+// One description, two executors (#13): an epoch of the run is the compiled job's rounds_per_epoch rounds -- one, as
+// the trainer runs it (ParallelTrainer::fedavg_round closes the epoch after its round; the parallel test
+// fedavg_epoch_is_one_round) -- whatever the fraction sampled or the local epochs; the time, cost and throughput
+// follow. Before: clients / (sampled x E) rounds per epoch (2 at C = 0.5).
+BOOST_AUTO_TEST_CASE(fedavg_epoch_is_the_trainers_round) {
+  const ClusterSpec c = star(4);
+  for (const double C : {0.5, 1.0})
+    for (const int32_t E : {1, 2}) {
+      BOOST_TEST_CONTEXT("C " << C << ", E " << E) {
+        JobSpec f = lenet(Strategy::kFedAvg);
+        f.samples = 6400;
+        f.clients = 8;
+        f.client_fraction = C;
+        f.local_epochs = E;
+        f.epochs = 3;
+        const SimResult r = simulate(c, f, {.baseline = false});
+        BOOST_REQUIRE(r.job != nullptr);
+        BOOST_TEST(r.job->sync.rounds_per_epoch == 1);
+        BOOST_TEST(r.steps_per_epoch == 1);
+        BOOST_TEST(r.total_steps == 3.0);
+        BOOST_TEST(r.total_time_s == 3 * r.round_time_s, tt::tolerance(1e-6));
+        // a round trains 8 x C clients of 800 samples, E times each
+        BOOST_TEST(r.images_per_sec == 8 * C * 800 * E * 3 / r.total_time_s, tt::tolerance(1e-6));
+      }
+    }
+  // the other exchanges hold no rounds
+  BOOST_TEST(simulate(c, lenet(Strategy::kDdp), {.baseline = false}).job->sync.rounds_per_epoch == 0);
+}
+
 // The runtime's draw and shards, not a model of them: round r's clients are sample_clients(..., seed, r) dealt as
 // clients_of_worker deals them, and each client computes its own shard's steps -- so a skewed (Dirichlet) split,
 // whose largest client holds more than an even share, makes longer rounds than IID (the straggler client).
