@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Why the parameter-server predictions miss: when each worker's pull (the server's reply) ends, measured.
 
-  bench/strategies/ps_trace.py [--workers 4] [--steps 40] [--strategies ps,ps-async,ssp] [--tandem PATH]
-                               [--name N] [--json OUT]
+  bench/strategies/ps_trace.py [--workers 4] [--steps 40] [--strategies ps,ps-async,ssp] [--lr 0.005]
+                               [--tandem PATH] [--name N] [--json OUT]
 
 Brings up W + 1 emulated t2.micro hosts (tools/emu-cluster; the server on a host of its own, as strategy_bench.py
 places it), runs `tandem train --strategy S --servers 1 --trace` of LeNet-5 for --steps steps per strategy and
@@ -15,6 +15,10 @@ runtime's Chrome trace (one clock: the ranks share this machine's). Per step it 
   nearest reply  per reply, the time to the nearest reply end of another worker (median): ~0 in a convoy (every
                  reply ends with the others', as max-min sharing keeps them); about step / W with workers spread
                  evenly out of phase (replies one after another, or workers on different steps).
+  push / reply   each step cut where the server's trace (its push spans) has the push in and answered: the push
+                 (first push issued .. in at the server) and the reply (.. the worker's pull end), their spread, and
+                 how much of each one's time another worker's push (reply) also runs -- 0 when they go one after
+                 another, ~1 when they share the link.
   reply gaps     the time between consecutive reply ends of any workers, in order (percentiles): a reply's own time
                  alone on the server's uplink when the replies leave one after another; many near 0 when they share
                  it and end together.
@@ -51,6 +55,65 @@ def spans(trace, workers):
         a, b = sorted(pp[w]), sorted(wait[w])
         out[w] = [(s, t, b[i] if i < len(b) else s) for i, (s, t) in enumerate(a)]
     return out
+
+
+def server_pushes(trace, workers):
+    """{worker: [end of the server's push span]} in step order, in ms: the server's trace (pid = workers, tid 2 + w)
+    spans each push from its step's control message taken to the push in and (ps-async) applied and answered."""
+    ev = trace["traceEvents"] if isinstance(trace, dict) else trace
+    out = {w: [] for w in range(workers)}
+    for e in ev:
+        if e.get("pid") == workers and e.get("name") == "push" and e.get("tid", 0) - 2 in out:
+            out[e["tid"] - 2].append((e["ts"] + e["dur"]) / 1e3)
+    return {w: sorted(v) for w, v in out.items()}
+
+
+def overlap_ms(iv, others):
+    """The time of interval iv = (a, b) during which at least one of `others` runs."""
+    a, b = iv
+    cuts = sorted((max(a, x), min(b, y)) for x, y in others if min(b, y) > max(a, x))
+    tot, end = 0.0, a
+    for x, y in cuts:
+        if y > end:
+            tot += y - max(x, end)
+            end = y
+    return tot
+
+
+def split(sp, srv, workers, skip):
+    """Each step of each worker cut at the server's push span end: push (issue -> in and answered at the server)
+    and reply (answered -> the worker's pull end); how much of each overlaps the other workers' pushes (replies)."""
+    n = min(min(len(v) for v in sp.values()), min(len(v) for v in srv.values()))
+    if n <= skip + 1:
+        return {}
+    push = {w: [(sp[w][i][0], srv[w][i]) for i in range(skip, n)] for w in range(workers)}
+    reply = {w: [(srv[w][i], sp[w][i][1]) for i in range(skip, n)] for w in range(workers)}
+
+    def stats(ivs):
+        d = [b - a for w in range(workers) for a, b in ivs[w]]
+        ov = [overlap_ms(iv, [o for x in range(workers) if x != w for o in ivs[x]]) / max(1e-9, iv[1] - iv[0])
+              for w in range(workers) for iv in ivs[w]]
+        q = sorted(d)
+        return {"ms_mean": statistics.mean(d), "ms_sd": statistics.pstdev(d),
+                "ms_pct": {str(p): q[int(len(q) * p / 100)] for p in (10, 50, 90)},
+                "overlapped_fraction_mean": statistics.mean(ov)}
+    return {"steps": n - skip, "push": stats(push), "reply": stats(reply), "push_overtaken": overtaken(push),
+            "reply_overtaken": overtaken(reply),
+            "steps_ms": {str(w): [[sp[w][i][0], srv[w][i], sp[w][i][1]] for i in range(skip, n)] for w in range(workers)}}
+
+
+def overtaken(ivs):
+    """Of the pairs of transfers (two workers') where the later one starts while the earlier runs, the fraction in
+    which the later ends first: 0 under equal sharing or one after another; the share spread's doing otherwise."""
+    flat = sorted(iv for v in ivs.values() for iv in v)
+    pairs = over = 0
+    for i, (a, b) in enumerate(flat):
+        for c, d in flat[i + 1:]:
+            if c >= b:
+                break
+            pairs += 1
+            over += d < b
+    return over / pairs if pairs else 0.0
 
 
 def pace(s, skip, n, parts=4):
@@ -95,6 +158,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5, help="leading steps left out (warm-up)")
     ap.add_argument("--strategies", default="ps,ps-async,ssp")
+    ap.add_argument("--lr", default="0.005", help="the learning rate (strategy_bench.py's rows: 0.02)")
     a = ap.parse_args()
     if not predict_lib.is_root("ps_trace"):
         return 77
@@ -108,7 +172,7 @@ def main():
             for key in a.strategies.split(","):
                 path = os.path.join(tmp, f"{key}.json")
                 cmd = [tandem, "train", "--model", "lenet5", "--dataset", "fashion-mnist", "--threads", "1",
-                       "--batch", "32", "--lr", "0.005", "--seed", "1", "--servers", "1", "--epochs", "1",
+                       "--batch", "32", "--lr", a.lr, "--seed", "1", "--servers", "1", "--epochs", "1",
                        "--limit-batches", str(a.steps), "--eval-limit-batches", "1", "--trace", path,
                        "--json"] + FLAGS[key]
                 rc, per_rank, text = predict_lib.run_launch(tandem, a.name, addr0, W + 1, cmd, timeout=300)
@@ -116,7 +180,10 @@ def main():
                     print(f"{key}: failed (exit {rc}):\n{text[-1500:]}", file=sys.stderr)
                     continue
                 with open(path) as f:
-                    r = analyse(spans(json.load(f), W), W, a.skip)
+                    trace = json.load(f)
+                sp = spans(trace, W)
+                r = analyse(sp, W, a.skip)
+                r["split"] = split(sp, server_pushes(trace, W), W, a.skip)
                 r["strategy"] = key
                 res["rows"].append(r)
                 print(f"{key:<9} step {r['step_ms']:.1f} ms; reply phase (last wait start -> last reply) "
@@ -126,6 +193,13 @@ def main():
                       flush=True)
                 print("  gaps between consecutive reply ends, percentiles 10/25/50/75/90: "
                       + " / ".join(f"{v:.1f}" for v in r["reply_gap_ms_pct"].values()) + " ms", flush=True)
+                for part in ("push", "reply") if r["split"] else ():
+                    x = r["split"][part]
+                    print(f"  {part:<5}: mean {x['ms_mean']:.1f} ms (sd {x['ms_sd']:.1f}; p10/50/90 "
+                          + " / ".join(f"{v:.1f}" for v in x["ms_pct"].values())
+                          + f"), overlapped by another worker's {part} {100 * x['overlapped_fraction_mean']:.0f}% of "
+                          f"its time; a later one ends first in {100 * r['split'][part + '_overtaken']:.0f}% of the "
+                          "overlapping pairs", flush=True)
                 for w, pw in r["per_worker"].items():
                     print(f"  worker {w}: step {pw['step_ms']:.1f} ms (by quarter "
                           f"{', '.join(f'{x:.0f}' for x in pw['step_ms_by_part'])}), compute mean "

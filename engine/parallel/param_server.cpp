@@ -544,6 +544,7 @@ bool ParameterServerSync::poll_worker(int w) {
         if (!idle || h.clock != ws.started + 1) bad("out of order");
         ws.started = h.clock;
         ws.replied = 0;
+        ws.started_ns = tracer_.now_ns();
         if (h.reserved != 0) {  // worker 0 asks for an admission (request_admission)
           if (w != 0 || program_.staleness < 0) bad("with an admission request only worker 0 of ps or ssp sends");
           if (admit_at_ < 0) admit_at_ = h.clock + program_.staleness;
@@ -582,11 +583,18 @@ void ParameterServerSync::on_push(int w, int j) {
   expect(m, w, kPush, p.global, t, p.size);
   ws.push_clock[static_cast<size_t>(j)] = t;
   if (std::all_of(ws.push_clock.begin(), ws.push_clock.end(), [&](int64_t c) { return c == t; })) ws.done = t;
+  // The trace (--trace): per worker (tid 2 + w), its step's control message taken .. this push in (ps, ssp) or
+  // applied and answered (ps-async), so that the pushes' arrivals line up with the workers' spans.
+  const auto trace_push = [&] {
+    if (tracer_.enabled()) tracer_.add("push", "recv", ws.started_ns, tracer_.now_ns(), 2 + w);
+  };
   if (program_.staleness < 0) {
     apply_async(p, m.payload());
     reply(w, j, t);
+    trace_push();
     return;
   }
+  trace_push();
   if (t <= p.applied) {
     // A step redone after a reform (reform()): its first push of this piece was applied already; answer with the
     // current values rather than apply it twice (or leave it pending forever behind the applied clock).

@@ -299,6 +299,7 @@ class ParameterServerSync final : public GradientSync {
     int64_t started = 0;             // clock of its last kStep / kElastic
     int64_t done = 0;                // clocks completely pushed (every local piece) / exchanges made
     int64_t replied = 0;             // pull replies sent for clock `started`
+    int64_t started_ns = 0;          // when its kStep of clock `started` was taken (the trace's push spans)
     bool paused = true;
     Message elastic;                 // elastic payload being received
     Message delta;                   // elastic reply

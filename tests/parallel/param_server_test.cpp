@@ -159,6 +159,41 @@ BOOST_AUTO_TEST_CASE(async_lets_a_fast_worker_run_ahead_and_syncs_at_evaluation)
   BOOST_TEST((run.params[1] == run.params[0]));
 }
 
+BOOST_AUTO_TEST_CASE(the_server_traces_each_push_on_its_workers_row) {
+  // ps-async, 2 workers, 1 server, several pieces a step: the server's trace has one "push" span per piece and step
+  // on row 2 + w (bench/strategies/ps_trace.py cuts each step there), and a step's spans start only after every span
+  // of the worker's step before ended (its next kStep follows the replies, which follow the pushes traced).
+  constexpr int kW = 2;
+  std::vector<par::TraceEvent> events;
+  int64_t pieces = 0;
+  require_no_errors(run_world(kW + 1, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelConfig p = pconfig(par::Strategy::kPsAsync, 1);
+    p.trace = true;
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(8), p, &c);
+    for (int i = 0; i < kSteps; ++i) t.step();
+    if (t.grid().server) {
+      events = t.tracer().events();
+      pieces = static_cast<int64_t>(t.job().sync.pieces.size());
+    }
+  }));
+  BOOST_TEST_REQUIRE(pieces > 1);
+  for (int w = 0; w < kW; ++w) {
+    std::vector<par::TraceEvent> row;
+    for (const auto& e : events)
+      if (e.name == "push" && e.tid == 2 + w) row.push_back(e);
+    BOOST_TEST_REQUIRE(static_cast<int64_t>(row.size()) == kSteps * pieces, "worker " << w);
+    for (size_t i = 0; i < row.size(); ++i) {
+      BOOST_TEST(row[i].dur_ns >= 0);
+      const size_t step = i / static_cast<size_t>(pieces);
+      if (step == 0) continue;
+      for (size_t j = (step - 1) * pieces; j < step * pieces; ++j)
+        BOOST_TEST(row[i].start_ns >= row[j].start_ns + row[j].dur_ns, "worker " << w << " span " << i << " vs " << j);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(async_training_lowers_the_loss) {
   // A small convex problem (softmax regression) trained asynchronously by 2 workers and 2 servers.
   nn::ModelBuilder b("softmax", {1, 12, 12});
