@@ -151,9 +151,11 @@ void* close_without_flush(ucp_ep_h ep) {
   return s != nullptr && !UCS_PTR_IS_ERR(s) ? s : nullptr;
 }
 
+// Statuses that mean the peer went away. UCS_ERR_SHMEM_SEGMENT comes only from shared-memory transports (a
+// peer on this host) when the peer's segment can no longer be attached: its worker was destroyed, the peer left.
 bool is_peer_error(ucs_status_t s) {
   return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_UNREACHABLE ||
-         s == UCS_ERR_REJECTED || s == UCS_ERR_IO_ERROR;
+         s == UCS_ERR_REJECTED || s == UCS_ERR_IO_ERROR || s == UCS_ERR_SHMEM_SEGMENT;
 }
 
 std::string to_hex(const void* data, size_t n) {
