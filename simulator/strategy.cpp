@@ -728,6 +728,7 @@ class RoundExecutor final : public FlowExecutor {
   enum class Stage : uint8_t { kClients, kAveraging, kBroadcast };
   struct Worker {
     std::deque<int32_t> clients;  // this round's, not yet started
+    int32_t round_clients = 0;    // this round's, all: what its one update carries
     bool computing = false;
     des::TimeNs compute_start = 0;
     double client_full_s = 0;
@@ -735,7 +736,8 @@ class RoundExecutor final : public FlowExecutor {
   };
   void open_round();
   void next_client(int32_t w);
-  void uploaded();
+  void update_done(int32_t w);
+  void uploaded(int32_t w);
   void close_round();
   uint64_t round_event(uint64_t kind, int32_t rank) const {
     return (static_cast<uint64_t>(round_) << 24) | (static_cast<uint64_t>(rank) << 2) | kind;
@@ -783,20 +785,27 @@ void RoundExecutor::open_round() {
   if (round_ == R_) return;
   open_ = sim_.now();
   stage_ = Stage::kClients;
-  outstanding_ = s_.sampled;
+  outstanding_ = W_;  // one update per worker, as the runtime sends them (RoundExchange::finish)
   counted_ = 0;
   const std::vector<int32_t> sampled = engine::parallel::sample_clients(s_.clients, s_.client_fraction, s_.seed, round_);
   TANDEM_CHECK(static_cast<int32_t>(sampled.size()) == s_.sampled, Status::kInternal,
                "fedavg round {}: {} clients drawn, {} expected", round_, sampled.size(), s_.sampled);
-  for (int32_t w = 0; w < W_; ++w)
+  for (int32_t w = 0; w < W_; ++w) {
     for (const int32_t client : engine::parallel::clients_of_worker(sampled, w, W_)) workers_[w].clients.push_back(client);
+    workers_[w].round_clients = static_cast<int32_t>(workers_[w].clients.size());
+  }
   if (s_.deadline_s > 0) sim_.schedule_in(des::ceil_ns(s_.deadline_s), this, round_event(kEvDeadline, 0));
-  for (int32_t w = 0; w < W_; ++w) next_client(w);
+  for (int32_t w = 0; w < W_ && stage_ == Stage::kClients; ++w) next_client(w);
 }
 
+// A worker trains its clients one after the other and sends worker 0 one update, the sum over them, once the last is
+// done -- a worker that drew none sends its (empty) update at once -- as ParallelTrainer::fedavg_round does.
 void RoundExecutor::next_client(int32_t w) {
   Worker& wk = workers_[w];
-  if (wk.clients.empty()) return;
+  if (wk.clients.empty()) {
+    update_done(w);
+    return;
+  }
   const int32_t client = wk.clients.front();
   wk.clients.pop_front();
   const RankSetup& rs = s_.ranks[w];
@@ -821,11 +830,6 @@ void RoundExecutor::event(uint64_t arg) {
       if (!wk.computing) return;  // stopped when the round closed
       wk.computing = false;
       account_compute(wk.bd, wk.client_full_s, des::to_seconds(sim_.now() - wk.compute_start), s_.ranks[rank].speed);
-      if (rank == 0) {
-        uploaded();  // rank 0's own clients need no upload
-      } else {
-        flow(rank, 0, s_.param_bytes, flow_tag(kUpload, rank, static_cast<uint64_t>(round_)));
-      }
       if (stage_ == Stage::kClients) next_client(rank);
       return;
     }
@@ -844,8 +848,16 @@ void RoundExecutor::event(uint64_t arg) {
   }
 }
 
-void RoundExecutor::uploaded() {
-  ++counted_;
+void RoundExecutor::update_done(int32_t w) {
+  if (w == 0) {
+    uploaded(0);  // worker 0's own update needs no upload
+  } else {
+    flow(w, 0, s_.param_bytes, flow_tag(kUpload, w, static_cast<uint64_t>(round_)));
+  }
+}
+
+void RoundExecutor::uploaded(int32_t w) {
+  counted_ += workers_[static_cast<size_t>(w)].round_clients;
   if (--outstanding_ == 0 && stage_ == Stage::kClients) close_round();
 }
 
@@ -864,7 +876,9 @@ void RoundExecutor::close_round() {
     }
   }
   const RankSetup& r0 = s_.ranks[0];
-  const double avg = r0.local_bytes_per_s > 0 ? counted_ * s_.param_bytes / r0.local_bytes_per_s / r0.speed : 0.0;
+  // a pass over each update that came in (RoundExchange::finish sums them)
+  const double updates = W_ - outstanding_;
+  const double avg = r0.local_bytes_per_s > 0 ? updates * s_.param_bytes / r0.local_bytes_per_s / r0.speed : 0.0;
   avg_start_ = sim_.now();
   run_cpu(0, avg, round_event(kEvServer, 0), false);
 }
@@ -873,7 +887,7 @@ void RoundExecutor::delivered(uint64_t tag) {
   const auto round = static_cast<int32_t>(tag >> 24);
   if (round != round_) return;  // a dropped client's upload arriving late
   if ((tag & 3) == kUpload) {
-    if (stage_ == Stage::kClients) uploaded();
+    if (stage_ == Stage::kClients) uploaded(static_cast<int32_t>((tag >> 2) & 0x3fffffu));
     return;
   }
   if (--broadcasts_ > 0) return;

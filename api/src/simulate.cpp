@@ -1,6 +1,7 @@
 // The simulation section of the C ABI: clusters, typed jobs, simulate, plan search, typed results (the JSON
 // text is an extra).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
@@ -27,7 +28,7 @@ constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TA
                                    TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK |
                                    TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES |
                                    TANDEM_SIM_JOB_BROADCAST_BUFFERS;
-constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DETAIL << 1) - 1;
+constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DATA << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
 // The C enums are the engine's values (checked at compile time where they are declared together).
@@ -289,18 +290,78 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.memory_grad_bytes = r.memory.grad_bytes;
     o.memory_optimizer_bytes = r.memory.optimizer_bytes;
     o.memory_activation_bytes = r.memory.activation_bytes;
-    // the rank's data sets counted with its runtime until the struct has a field of their own, so the parts still add
-    // up to its need
+    // the rank's data sets counted with its runtime, so that the parts add up to its need for 0.4's callers too;
+    // MEMORY_DATA says how much of it is data
     o.memory_runtime_bytes = r.memory.runtime_bytes + r.memory.data_bytes;
     o.memory_buffer_bytes = r.memory.buffer_bytes;
     o.memory_advice = r.memory_advice.c_str();
   }
+  if (m & TANDEM_SIM_SUMMARY_MEMORY_DATA) o.memory_data_bytes = r.memory.data_bytes;
 }
 
-void check_summary(const tandem_sim_summary_t* s, const char* fn) {
+// The byte just past a summary field: a group's fields all lie before the end of its last one.
+#define TANDEM_SUMMARY_END(field) (offsetof(tandem_sim_summary_t, field) + sizeof(tandem_sim_summary_t::field))
+struct SummaryGroup {
+  uint64_t bit;
+  const char* name;
+  size_t end;
+};
+constexpr SummaryGroup kSummaryGroups[] = {
+    {TANDEM_SIM_SUMMARY_TIMES, "TIMES", TANDEM_SUMMARY_END(images_per_sec)},
+    {TANDEM_SIM_SUMMARY_SCALING, "SCALING", TANDEM_SUMMARY_END(baseline_total_time_s)},
+    {TANDEM_SIM_SUMMARY_SPLIT, "SPLIT", TANDEM_SUMMARY_END(idle_s)},
+    {TANDEM_SIM_SUMMARY_MEMORY, "MEMORY", TANDEM_SUMMARY_END(fits)},
+    {TANDEM_SIM_SUMMARY_COST, "COST", TANDEM_SUMMARY_END(surplus_usd)},
+    {TANDEM_SIM_SUMMARY_LAYOUT, "LAYOUT", TANDEM_SUMMARY_END(num_nodes)},
+    {TANDEM_SIM_SUMMARY_JOB, "JOB", TANDEM_SUMMARY_END(num_stages)},
+    {TANDEM_SIM_SUMMARY_NAMES, "NAMES", TANDEM_SUMMARY_END(scaling_note)},
+    {TANDEM_SIM_SUMMARY_SEARCH, "SEARCH", TANDEM_SUMMARY_END(search_wall_s)},
+    {TANDEM_SIM_SUMMARY_STRATEGY, "STRATEGY", TANDEM_SUMMARY_END(note)},
+    {TANDEM_SIM_SUMMARY_MEMORY_DETAIL, "MEMORY_DETAIL", TANDEM_SUMMARY_END(memory_advice)},
+    {TANDEM_SIM_SUMMARY_MEMORY_DATA, "MEMORY_DATA", TANDEM_SUMMARY_END(memory_data_bytes)},
+};
+// 0.4's struct, which tandem_sim_result_query and _candidate fill: up to memory_advice.
+constexpr size_t kSummarySize04 = TANDEM_SUMMARY_END(memory_advice);
+static_assert(kSummarySize04 == offsetof(tandem_sim_summary_t, memory_data_bytes));
+static_assert(sizeof(kSummaryGroups) / sizeof(kSummaryGroups[0]) == 12 &&
+              kSummaryGroups[11].bit == TANDEM_SIM_SUMMARY_MEMORY_DATA && (TANDEM_SIM_SUMMARY_MEMORY_DATA << 1) - 1 ==
+                                                                              kKnownSummaryBits,
+              "every summary bit has its group's end here");
+#undef TANDEM_SUMMARY_END
+
+// Reads only field_mask (the callers' structs may be shorter than this header's) and refuses a group the caller's
+// struct of `size` bytes does not hold.
+void check_summary(size_t size, const tandem_sim_summary_t* s, const char* fn) {
   TANDEM_REQUIRE(s != nullptr, "{}: summary must be non-null", fn);
+  TANDEM_REQUIRE(size >= sizeof(s->field_mask), "{}: summary_size {} cannot hold field_mask ({} bytes)", fn, size,
+                 sizeof(s->field_mask));
   TANDEM_CHECK((s->field_mask & ~kKnownSummaryBits) == 0, tandem::Status::kUnsupported,
                "tandem_sim_summary_t: unknown field_mask bits 0x{:x}", s->field_mask & ~kKnownSummaryBits);
+  for (const SummaryGroup& g : kSummaryGroups)
+    TANDEM_REQUIRE((s->field_mask & g.bit) == 0 || g.end <= size,
+                   "{}: field_mask bit TANDEM_SIM_SUMMARY_{} asks for fields up to byte {} of tandem_sim_summary_t, "
+                   "past the caller's {}-byte struct ({}; the 0.4 calls fill 0.4's {} bytes: use the _v calls with "
+                   "sizeof)",
+                   fn, g.name, g.end, size, size < sizeof(tandem_sim_summary_t) ? "an older header's" : "as told",
+                   kSummarySize04);
+}
+
+// Writes only the fields of the groups asked for, straight into the caller's struct (checked by check_summary).
+void query_summary(const tandem_sim_result& r, tandem_sim_summary_t* s) {
+  fill_summary(r.results.front(), *s);
+  if (s->field_mask & TANDEM_SIM_SUMMARY_SEARCH) {
+    s->evaluated = r.evaluated;
+    s->fitting = r.fitting;
+    s->candidates = r.search ? static_cast<int32_t>(r.results.size()) : 0;
+    s->search_wall_s = r.search_wall_s;
+  }
+}
+
+void candidate_summary(const tandem_sim_result& r, int32_t index, tandem_sim_summary_t* s) {
+  TANDEM_REQUIRE(r.search, "tandem_sim_result_candidate: not a plan search result (tandem_sim_plan)");
+  TANDEM_REQUIRE(index >= 0 && index < static_cast<int32_t>(r.results.size()),
+                 "tandem_sim_result_candidate: index {} outside the {} candidates", index, r.results.size());
+  fill_summary(r.results[static_cast<size_t>(index)], *s);
 }
 
 }  // namespace
@@ -396,20 +457,30 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
   });
 }
 
+TANDEM_API tandem_status_t tandem_sim_result_query_v(size_t summary_size, const tandem_sim_result_t* result,
+                                                     tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& r = checked(result, "simulation result");
+    check_summary(summary_size, s, "tandem_sim_result_query_v");
+    query_summary(r, s);
+  });
+}
+
+TANDEM_API tandem_status_t tandem_sim_result_candidate_v(size_t summary_size, const tandem_sim_result_t* result,
+                                                         int32_t index, tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
+  return guarded([&] {
+    const auto& r = checked(result, "simulation result");
+    check_summary(summary_size, s, "tandem_sim_result_candidate_v");
+    candidate_summary(r, index, s);
+  });
+}
+
 TANDEM_API tandem_status_t tandem_sim_result_query(const tandem_sim_result_t* result,
                                                    tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& r = checked(result, "simulation result");
-    check_summary(s, "tandem_sim_result_query");
-    tandem_sim_summary_t o = *s;
-    fill_summary(r.results.front(), o);
-    if (o.field_mask & TANDEM_SIM_SUMMARY_SEARCH) {
-      o.evaluated = r.evaluated;
-      o.fitting = r.fitting;
-      o.candidates = r.search ? static_cast<int32_t>(r.results.size()) : 0;
-      o.search_wall_s = r.search_wall_s;
-    }
-    *s = o;
+    check_summary(kSummarySize04, s, "tandem_sim_result_query");
+    query_summary(r, s);
   });
 }
 
@@ -417,13 +488,8 @@ TANDEM_API tandem_status_t tandem_sim_result_candidate(const tandem_sim_result_t
                                                        tandem_sim_summary_t* s) TANDEM_NOEXCEPT {
   return guarded([&] {
     const auto& r = checked(result, "simulation result");
-    check_summary(s, "tandem_sim_result_candidate");
-    TANDEM_REQUIRE(r.search, "tandem_sim_result_candidate: not a plan search result (tandem_sim_plan)");
-    TANDEM_REQUIRE(index >= 0 && index < static_cast<int32_t>(r.results.size()),
-                   "tandem_sim_result_candidate: index {} outside the {} candidates", index, r.results.size());
-    tandem_sim_summary_t o = *s;
-    fill_summary(r.results[static_cast<size_t>(index)], o);
-    *s = o;
+    check_summary(kSummarySize04, s, "tandem_sim_result_candidate");
+    candidate_summary(r, index, s);
   });
 }
 

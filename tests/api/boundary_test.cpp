@@ -167,8 +167,9 @@ std::vector<MaskCase> mask_cases(Handles& h) {
          j.field_mask |= m;
          return tandem_simulate(h.cluster, &j, &result_out);
        }},
-      struct_case<tandem_sim_summary_t>("tandem_sim_summary_t", TANDEM_SIM_SUMMARY_MEMORY_DETAIL,
-                                        [&h](auto* s) { return tandem_sim_result_query(h.result, s); }),
+      struct_case<tandem_sim_summary_t>("tandem_sim_summary_t", TANDEM_SIM_SUMMARY_MEMORY_DATA, [&h](auto* s) {
+        return tandem_sim_result_query_v(sizeof(*s), h.result, s);
+      }),
       struct_case<tandem_sim_node_t>("tandem_sim_node_t", TANDEM_SIM_NODE_CREDITS,
                                      [&h](auto* n) { return tandem_sim_result_node(h.result, 0, n); }),
       struct_case<tandem_prediction_t>("tandem_prediction_t", TANDEM_PREDICTION_JOB, [&h](auto* r) {

@@ -1,4 +1,5 @@
 """The Python simulation module (bindings/python/tandem/simulate.py) over libtandem.so."""
+import ctypes
 import json
 import os
 import sys
@@ -56,6 +57,22 @@ class SimulatePython(unittest.TestCase):
         self.assertEqual(fed["clients_sampled"], 4)
         self.assertTrue(fed["rounds"])
         self.assertIn("client shards cut as the runtime cuts them", fed["note"])
+
+    def test_memory_data_bytes_through_the_sized_summary(self):
+        # The summary is read with tandem_sim_result_query_v, told the binding's struct size; its 0.5 field is the
+        # data a rank holds: fashion-mnist's 60,000 + 10,000 images of 28 x 28 bytes and a 4-byte label each, and
+        # under FedAvg the clients' subsets, one more copy of the training set.
+        kw = dict(model="lenet5", dataset="fashion-mnist", batch=64, epochs=0.1, baseline=0)
+        ddp = ts.simulate("c5.large:2", strategy="ddp", **kw)
+        self.assertEqual(ddp.memory_data_bytes, 70000 * 788)
+        self.assertEqual(ddp.memory_data_bytes, ddp["memory_breakdown"]["data_bytes"])
+        # the runtime part includes the data, so that the parts still add up to the rank's need
+        self.assertEqual(ddp.memory_runtime_bytes,
+                         ddp["memory_breakdown"]["runtime_bytes"] + ddp["memory_breakdown"]["data_bytes"])
+        self.assertGreater(ddp.memory_param_bytes, 0)
+        fed = ts.simulate("c5.large:2", strategy="fedavg", clients=8, **kw)
+        self.assertEqual(fed.memory_data_bytes, 130000 * 788)
+        self.assertEqual(ts._Summary.memory_data_bytes.offset + 8, ctypes.sizeof(ts._Summary))
 
     def test_plan_and_trace(self):
         best = ts.plan("c5.large:4", top=2, model="lenet5", dataset="fashion-mnist", batch=64)

@@ -39,7 +39,12 @@ extern "C" {
 #define TANDEM_VERSION_PATCH 1
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
-/* 0.4.1 changed: tandem_parallel_train and tandem_simulate refuse (TANDEM_ERR_INVALID_ARGUMENT, naming the bit)
+/* Next minor (0.5) added (nothing changed or removed): tandem_sim_result_query_v and tandem_sim_result_candidate_v,
+ * told sizeof(tandem_sim_summary_t) as the caller compiled it, read and write nothing past it; the summary's
+ * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only). tandem_sim_result_query and _candidate
+ * now write only the fields of the groups asked for, within 0.4's struct (before, they copied the whole struct in and
+ * out: a caller built against an older, shorter struct had memory past it read and rewritten).
+ * 0.4.1 changed: tandem_parallel_train and tandem_simulate refuse (TANDEM_ERR_INVALID_ARGUMENT, naming the bit)
  * strategy fields whose bits are set for another strategy (TANDEM_PARALLEL_PARAM_SERVERS with "ddp", ...); 0.4.0
  * ignored them silently.
  * 0.4 added (nothing changed or removed): loss scaling for fp16 math (tandem_trainer_params_t.loss_scale and
@@ -1414,6 +1419,10 @@ TANDEM_API tandem_status_t tandem_sim_plan(const tandem_sim_cluster_t* cluster, 
 #define TANDEM_SIM_SUMMARY_SEARCH   (UINT64_C(1) << 8) /* evaluated, fitting, candidates, search_wall_s */
 #define TANDEM_SIM_SUMMARY_STRATEGY (UINT64_C(1) << 9) /* workers .. note (issue #13's strategies) */
 #define TANDEM_SIM_SUMMARY_MEMORY_DETAIL (UINT64_C(1) << 10) /* memory_node .. memory_advice (issue #16) */
+#define TANDEM_SIM_SUMMARY_MEMORY_DATA (UINT64_C(1) << 11) /* memory_data_bytes (0.5; through the _v calls only) */
+/* The summary grows at its end, one field_mask bit per group added. The library writes only the fields of the groups
+ * field_mask asks for and reads only field_mask, and the _v calls below are told the struct's size as the caller
+ * compiled it: a group that lies past that size is refused, so nothing past the caller's struct is read or written. */
 typedef struct tandem_sim_summary {
   uint64_t field_mask;      /* the groups wanted; the library fills only those */
   double step_time_s, epoch_time_s, total_time_s, images_per_sec;
@@ -1461,16 +1470,29 @@ typedef struct tandem_sim_summary {
   double memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, memory_activation_bytes;
   double memory_runtime_bytes, memory_buffer_bytes;
   const char* memory_advice;       /* "fits with --recompute stage; or with --batch <= 96 as it is", or "" */
+  /* added in 0.5: MEMORY_DATA (tandem_sim_result_query_v and _candidate_v only) */
+  double memory_data_bytes;        /* the rank's data sets as its loader holds them (training set, test set, FedAvg's
+                                      client subsets): the part of memory_runtime_bytes that is data */
 } tandem_sim_summary_t;
 #define TANDEM_SIM_SUMMARY_INIT {0}
 
-/* Fills the groups of `summary` its field_mask asks for. Threads: any. Returns TANDEM_OK,
- * TANDEM_ERR_INVALID_ARGUMENT, TANDEM_ERR_UNSUPPORTED (unknown bit). */
+/* Fills the groups of `summary` its field_mask asks for.
+ * [in] summary_size: sizeof(tandem_sim_summary_t) as the caller compiled it (pass sizeof(summary)); the library reads
+ * and writes nothing at or past it, and refuses a field_mask bit whose group ends past it. A size larger than this
+ * header's struct (a newer header) is accepted: the bytes this library does not know stay untouched.
+ * Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT (summary NULL or shorter than its field_mask, a group
+ * past summary_size -- the message names the bit and both sizes), TANDEM_ERR_UNSUPPORTED (unknown bit). */
+TANDEM_API tandem_status_t tandem_sim_result_query_v(size_t summary_size, const tandem_sim_result_t* result,
+                                                     tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
+/* A plan search's candidate `index` (0: the best; < summary.candidates), as tandem_sim_result_query_v fills
+ * the result's own summary (SEARCH excepted). Threads: any. Returns as tandem_sim_result_query_v, and
+ * TANDEM_ERR_INVALID_ARGUMENT for an index out of range or a result that is not a plan search's. */
+TANDEM_API tandem_status_t tandem_sim_result_candidate_v(size_t summary_size, const tandem_sim_result_t* result,
+                                                         int32_t index, tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
+/* The 0.4 calls, kept for programs built against 0.4 or older headers: the _v calls with the size of 0.4's struct
+ * (up to memory_advice), so MEMORY_DATA is refused here. New code calls the _v forms with sizeof. */
 TANDEM_API tandem_status_t tandem_sim_result_query(const tandem_sim_result_t* result,
                                                    tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
-/* A plan search's candidate `index` (0: the best; < summary.candidates), as tandem_sim_result_query fills
- * the result's own summary (SEARCH excepted). Threads: any. Returns TANDEM_OK, TANDEM_ERR_INVALID_ARGUMENT
- * (index out of range, not a plan result), TANDEM_ERR_UNSUPPORTED. */
 TANDEM_API tandem_status_t tandem_sim_result_candidate(const tandem_sim_result_t* result, int32_t index,
                                                        tandem_sim_summary_t* summary) TANDEM_NOEXCEPT;
 

@@ -35,13 +35,35 @@ class _JobParams(ctypes.Structure):  # tandem_sim_job_params_t (0.2: typed)
                 ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32)]
 
 
-class _Summary(ctypes.Structure):  # tandem_sim_summary_t, the 0.1 groups (the later fields are not read here)
+class _Summary(ctypes.Structure):  # tandem_sim_summary_t as of 0.5, passed with its size (tandem_sim_result_query_v)
     _fields_ = [("field_mask", _u64), ("step_time_s", _f64), ("epoch_time_s", _f64), ("total_time_s", _f64),
                 ("images_per_sec", _f64), ("speedup", _f64), ("efficiency", _f64), ("compute_s", _f64),
                 ("comm_exposed_s", _f64), ("bubble_s", _f64), ("throttled_s", _f64), ("idle_s", _f64),
                 ("memory_per_node_bytes", _f64), ("fits", _i32), ("cost_usd", _f64), ("dp", _i32), ("pp", _i32),
-                ("micro_batches", _i32), ("ranks", _i32), ("baseline_total_time_s", _f64), ("surplus_usd", _f64),
-                ("nodes_used", _i32), ("num_nodes", _i32)]
+                ("micro_batches", _i32), ("ranks", _i32),
+                # 0.2
+                ("baseline_total_time_s", _f64), ("surplus_usd", _f64), ("nodes_used", _i32), ("num_nodes", _i32),
+                ("strategy", _i32), ("schedule", _i32), ("compression", _i32), ("algorithm", _i32),
+                ("batch", _i64), ("global_batch", _i64), ("samples", _i64), ("steps_per_epoch", _i64),
+                ("epochs", _f64), ("total_steps", _f64), ("num_stages", _i32),
+                ("cluster", _str), ("model", _str), ("dataset", _str), ("allreduce", _str), ("compute_source", _str),
+                ("evaluated", _i32), ("fitting", _i32), ("candidates", _i32), ("search_wall_s", _f64),
+                ("bottleneck", _str), ("scaling_note", _str),
+                # issue #13: STRATEGY
+                ("workers", _i32), ("servers", _i32), ("window_steps", _i32), ("staleness_wait_s", _f64),
+                ("busiest_nic_bytes", _f64), ("busiest_nic_rank", _i32), ("round_time_s", _f64),
+                ("clients_sampled", _f64), ("clients_counted", _f64), ("clients_dropped", _f64),
+                ("exchange", _str), ("busiest_nic", _str), ("note", _str),
+                # issue #16: MEMORY_DETAIL
+                ("memory_node", _i32), ("memory_rank", _i32), ("memory_param_bytes", _f64),
+                ("memory_grad_bytes", _f64), ("memory_optimizer_bytes", _f64), ("memory_activation_bytes", _f64),
+                ("memory_runtime_bytes", _f64), ("memory_buffer_bytes", _f64), ("memory_advice", _str),
+                # 0.5: MEMORY_DATA
+                ("memory_data_bytes", _f64)]
+
+
+# The summary groups Result reads: TIMES .. LAYOUT, MEMORY_DETAIL (bit 10) and MEMORY_DATA (bit 11).
+_SUMMARY_MASK = ((1 << 6) - 1) | (1 << 10) | (1 << 11)
 
 
 # The header's enums by the names `tandem simulate` gives them.
@@ -92,14 +114,14 @@ def _declare():
     L.tandem_sim_cluster_destroy.restype = None
     L.tandem_simulate.argtypes = [_ptr, P(_JobParams), P(_ptr)]
     L.tandem_sim_plan.argtypes = [_ptr, P(_JobParams), _i32, P(_ptr)]
-    L.tandem_sim_result_query.argtypes = [_ptr, P(_Summary)]
+    L.tandem_sim_result_query_v.argtypes = [_size, _ptr, P(_Summary)]
     L.tandem_sim_result_json.argtypes = [_ptr, ctypes.c_char_p, P(_size)]
     L.tandem_sim_result_write_trace.argtypes = [_ptr, _str]
     L.tandem_sim_dataset_info.argtypes = [_str] + [P(_i64)] * 5
     L.tandem_sim_result_destroy.argtypes = [_ptr]
     L.tandem_sim_result_destroy.restype = None
     for f in ("tandem_sim_dataset_info", "tandem_sim_cluster_create", "tandem_sim_cluster_resize", "tandem_sim_cluster_info", "tandem_simulate",
-              "tandem_sim_plan", "tandem_sim_result_query", "tandem_sim_result_json", "tandem_sim_result_write_trace"):
+              "tandem_sim_plan", "tandem_sim_result_query_v", "tandem_sim_result_json", "tandem_sim_result_write_trace"):
         getattr(L, f).restype = ctypes.c_int32
     _declared = True
 
@@ -151,12 +173,16 @@ class Result:
 
     _SUMMARY = ("step_time_s", "epoch_time_s", "total_time_s", "images_per_sec", "speedup", "efficiency",
                 "compute_s", "comm_exposed_s", "bubble_s", "throttled_s", "idle_s", "memory_per_node_bytes",
-                "fits", "cost_usd", "dp", "pp", "micro_batches", "ranks")
+                "fits", "cost_usd", "dp", "pp", "micro_batches", "ranks",
+                # a rank's memory by kind (the largest rank on the node that fits worst); memory_data_bytes, the
+                # data sets its loader holds, is the part of memory_runtime_bytes that is data
+                "memory_param_bytes", "memory_grad_bytes", "memory_optimizer_bytes", "memory_activation_bytes",
+                "memory_runtime_bytes", "memory_buffer_bytes", "memory_data_bytes")
 
     def __init__(self, handle):
         self._h = handle
-        s = _Summary(field_mask=(1 << 6) - 1)  # TIMES .. LAYOUT
-        _check(_LIB.tandem_sim_result_query(self._h, ctypes.byref(s)))
+        s = _Summary(field_mask=_SUMMARY_MASK)
+        _check(_LIB.tandem_sim_result_query_v(ctypes.sizeof(s), self._h, ctypes.byref(s)))
         for k in self._SUMMARY:
             v = getattr(s, k)
             setattr(self, k, bool(v) if k == "fits" else v)
