@@ -399,6 +399,10 @@ class ParallelTrainer {
   // ps, ssp: dp' / dp (the servers average dp' gradients per update: DDP's rule, after growth and loss alike);
   // ps-async: 1 (an update takes one worker's gradient, whose batch does not change).
   double workers_lr_scale() const noexcept;
+  // Checkpoints after a grow or shrink (save_checkpoint, load_checkpoint): ps-async's server update count (collective;
+  // -1 for other strategies) and the width the learning-rate rule counts from, taken back at the same width.
+  int64_t saved_server_updates();
+  void restore_lr_base(int64_t lr_base_dp);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
   // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)

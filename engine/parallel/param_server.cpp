@@ -1050,8 +1050,14 @@ std::vector<std::vector<float>> ParameterServerSync::gather_shards(
   return out;
 }
 
+int64_t ParameterServerSync::updates() const noexcept {
+  int64_t u = -1;
+  for (const ServerPiece& p : pieces_) u = std::max(u, p.optimizer->steps());
+  return u;
+}
+
 void ParameterServerSync::restore(int64_t steps, const float* params,
-                                  const std::vector<const std::vector<float>*>& state) {
+                                  const std::vector<const std::vector<float>*>& state, int64_t saved_updates) {
   TANDEM_CHECK(!in_region_, Status::kInternal, "restore inside the push/pull region (call sync_point first)");
   clock_ = steps;
   step_start_.clear();   // no step is redone across a restore
@@ -1073,8 +1079,10 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   const size_t K = state_tensors_per_buffer(optimizer_config_);
   TANDEM_REQUIRE(state.size() == K, "parameter server: the checkpoint has {} optimizer state tensors, this optimizer {}",
                  state.size(), K);
-  // ps-async counts one optimizer update per push: W per worker step.
-  const int64_t updates = program_.staleness < 0 ? steps * program_.workers : steps;
+  // ps-async counts one optimizer update per push: W per worker step at one width; the file's count when it has one.
+  const int64_t updates = program_.staleness >= 0 ? steps
+                          : saved_updates >= 0    ? saved_updates
+                                                  : steps * program_.workers;
   for (ServerPiece& p : pieces_) {
     const int64_t begin = owned_[static_cast<size_t>(p.shard)].range.begin + p.offset;
     std::vector<Tensor> st;
@@ -1084,7 +1092,9 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
       st.push_back(Tensor::wrap(const_cast<float*>(v->data()) + begin, Shape{p.size}, DType::kF32));
     }
     p.optimizer->restore(updates, st);
-    p.lr_steps = p.lr_updates = 0;
+    // The schedule is at step `steps` here, whatever the count (rebase_schedule's rule; at one width the same as 0).
+    p.lr_steps = steps;
+    p.lr_updates = updates;
     p.applied = steps;
     p.pending.clear();
     std::fill(p.acked.begin(), p.acked.end(), -1);
