@@ -189,8 +189,9 @@
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise); a lost server of async EASGD is not
-//    taken over from the checkpoint by a re-form (the job stops; resume it from its checkpoint).
+//    only when every survivor was in the same one (kPeerFailure otherwise). Async EASGD keeps no replica of its
+//    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
+//    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.

@@ -66,6 +66,7 @@ struct Outcome {
   std::vector<std::vector<float>> params;  // per rank: the model's parameters at the end (workers)
   std::vector<std::vector<int>> members;
   std::vector<std::vector<int32_t>> owned;  // servers: the shards each holds at the end
+  std::vector<std::vector<std::pair<int64_t, std::vector<float>>>> held;  // servers: (first key, values) of each
   std::vector<int64_t> servers;  // the servers in the job's program at the end
   std::vector<int64_t> steps;    // optimizer steps at the end
   std::vector<char> logged;  // not vector<bool>: its bits share words, the ranks write at once
@@ -94,6 +95,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
   o.params.resize(n);
   o.members.resize(n);
   o.owned.resize(n);
+  o.held.resize(n);
   o.servers.assign(n, 0);
   o.steps.assign(n, 0);
   o.logged.assign(n, 0);
@@ -144,7 +146,11 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
     o.members[me] = t.members();
     o.servers[me] = t.job().sync.servers;
     o.steps[me] = t.global_step();
-    if (t.param_server() != nullptr && t.param_server()->is_server()) o.owned[me] = t.param_server()->owned_shards();
+    if (t.param_server() != nullptr && t.param_server()->is_server()) {
+      o.owned[me] = t.param_server()->owned_shards();
+      for (int32_t k : o.owned[me])
+        o.held[me].emplace_back(t.job().sync.shards[static_cast<size_t>(k)].begin, t.param_server()->shard_values(k));
+    }
     o.logged[me] = expect_log.empty() || logs[me].contains(expect_log);
   });
   for (size_t r = 0; r < n; ++r) o.lines.push_back(logs[r].lines);
@@ -295,6 +301,59 @@ BOOST_AUTO_TEST_CASE(without_a_replica_the_shard_comes_back_from_the_checkpoint)
   BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
   for (int r : {0, 1})
     BOOST_TEST(rel_diff(lost.params[static_cast<size_t>(r)], whole.params[static_cast<size_t>(r)]) <= 1e-6);
+}
+
+// The servers' values at the end, whole: every shard any server held, at its keys (asynchronous EASGD: the centre).
+std::vector<float> servers_whole(const Outcome& o) {
+  std::vector<float> all;
+  for (const auto& shards : o.held)
+    for (const auto& [begin, values] : shards) {
+      all.resize(std::max(all.size(), static_cast<size_t>(begin) + values.size()), NAN);
+      std::copy(values.begin(), values.end(), all.begin() + begin);
+    }
+  return all;
+}
+
+// Asynchronous EASGD (issue #13): the centre has no replica, so a lost server's shard comes back from
+// elastic_checkpoint -- the centre cut again over the surviving server, every rank back to the checkpoint's step --
+// and with one worker (no race at the servers) the job ends where the uninterrupted one does: the worker's own
+// parameters and the centre, bit for bit. Without a checkpoint every survivor stops naming the server and the shard.
+BOOST_AUTO_TEST_CASE(async_easgd_takes_a_lost_centre_shard_back_from_the_checkpoint) {
+  const std::string path = temp_path("easgd_restore");
+  par::ParallelConfig p;
+  p.strategy = par::Strategy::kEasgd;
+  p.easgd_async = true;
+  p.servers = 2;  // world: worker 0; servers 0 and 1 = world ranks 1 and 2
+  p.tau = 2;
+  p.elastic_checkpoint = path;
+  const Outcome whole = run_losses(p, {}, 7, "", -1, "", false, 1);
+  require_no_errors(whole.errors);
+  const Outcome lost = run_losses(p, {{2, 5}}, 7, path, 3, "every rank goes back to checkpoint", false, 1);
+  std::filesystem::remove(path);
+  for (int r : {0, 1}) {
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
+      BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)]);
+      BOOST_TEST(lost.steps[static_cast<size_t>(r)] == 7);
+      BOOST_TEST(lost.servers[static_cast<size_t>(r)] == 1);
+    }
+  }
+  BOOST_TEST((lost.owned[1] == std::vector<int32_t>{0}));  // the whole centre, one shard
+  const std::vector<float> centre = servers_whole(lost), expected = servers_whole(whole);
+  BOOST_TEST_REQUIRE(expected.size() == whole.params[0].size());
+  BOOST_TEST((centre == expected), "the centre equals the uninterrupted run's");
+  BOOST_TEST((lost.params[0] == whole.params[0]), "and so do the worker's parameters");
+
+  p.elastic_checkpoint.clear();
+  const Outcome stopped = run_losses(p, {{2, 5}}, 7, "", -1, "", false, 1);
+  for (int r : {0, 1}) {
+    const RankError& e = stopped.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "parameter server 1 was lost with shard 1"));
+      BOOST_TEST(contains(e.message, "no checkpoint to restore it from"));
+    }
+  }
 }
 
 // No replica, no checkpoint: every survivor stops with kPeerFailure naming the lost server and why, within the
