@@ -700,6 +700,50 @@ BOOST_AUTO_TEST_CASE(below_min_ranks_after_a_loss_in_a_re_form_every_survivor_st
 // The job compiler's fail-over: 3 servers with one replica each; server 1 lost: its shard goes to server 2 (its
 // backup), renumbered 1; the pieces follow; the memory grows by the taken shard; with no replica it is refused, and
 // with any_survivor the next surviving server takes it.
+// Asynchronous EASGD restored from a checkpoint after a server loss: the centre cut again over the survivors, server
+// k owning shard k (its exchange's pairing), each bucket's pieces re-cut along the new ranges, the memory re-sized.
+BOOST_AUTO_TEST_CASE(the_job_compiler_cuts_the_easgd_centre_again_over_the_surviving_servers) {
+  par::Job job = three_servers_one_replica();
+  job.parallel.strategy = par::Strategy::kEasgd;
+  job.parallel.easgd_async = true;
+  job.parallel.server_replicas = 0;
+  job.parallel.elastic = false;
+  par::CompiledJob cj = par::compile_job(job, 5);
+  BOOST_TEST_REQUIRE(cj.sync.servers == 3);
+  const int64_t total = cj.sync.shards.back().end;
+  std::vector<int32_t> buckets;
+  for (const par::BucketPiece& piece : cj.sync.pieces)
+    if (buckets.empty() || buckets.back() != piece.bucket) buckets.push_back(piece.bucket);
+  par::reshard_servers(cj.sync, 2, job.optimizer);
+  BOOST_TEST(cj.sync.servers == 2);
+  BOOST_TEST_REQUIRE(cj.sync.shards.size() == 2u);
+  const std::vector<par::KeyRange> expected = par::shard_key_ranges(total, 2);
+  for (size_t k = 0; k < 2; ++k) {
+    BOOST_TEST(cj.sync.shards[k].server == static_cast<int32_t>(k));
+    BOOST_TEST(cj.sync.shards[k].begin == expected[k].begin);
+    BOOST_TEST(cj.sync.shards[k].end == expected[k].end);
+  }
+  BOOST_TEST(cj.sync.server_memory.size() == 2u);
+  // the pieces cover every key once, bucket by bucket in the same order as before, each inside its server's shard
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::vector<int32_t> after;
+  for (const par::BucketPiece& piece : cj.sync.pieces) {
+    if (after.empty() || after.back() != piece.bucket) after.push_back(piece.bucket);
+    const par::KeyRange& r = cj.sync.shards[static_cast<size_t>(piece.server)];
+    BOOST_TEST((piece.begin >= r.begin && piece.end <= r.end && piece.begin < piece.end));
+    spans.emplace_back(piece.begin, piece.end);
+  }
+  std::sort(spans.begin(), spans.end());
+  int64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    BOOST_TEST(b == at);
+    at = e;
+  }
+  BOOST_TEST(at == total);
+  BOOST_TEST((after == buckets));
+  BOOST_CHECK_THROW(par::reshard_servers(cj.sync, 0, job.optimizer), Error);
+}
+
 BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
   const par::Job job = three_servers_one_replica();
   par::CompiledJob cj = par::compile_job(job, 5);
