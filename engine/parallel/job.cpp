@@ -434,6 +434,32 @@ void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool an
   size_servers(p, optimizer);
 }
 
+void reshard_servers(SyncProgram& p, int32_t live, const optim::OptimizerConfig& optimizer) {
+  TANDEM_REQUIRE(live > 0, "job: the centre cannot be re-sharded over {} servers", live);
+  const int64_t total = p.shards.empty() ? 0 : p.shards.back().end;
+  // Each bucket's keys: the span of its pieces (a bucket is one contiguous range of the parameters).
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::vector<int32_t> buckets;
+  for (const BucketPiece& piece : p.pieces) {
+    if (buckets.empty() || buckets.back() != piece.bucket) {
+      buckets.push_back(piece.bucket);
+      spans.emplace_back(piece.begin, piece.end);
+    }
+    spans.back().first = std::min(spans.back().first, piece.begin);
+    spans.back().second = std::max(spans.back().second, piece.end);
+  }
+  p.shards = shard_key_ranges(total, live);
+  p.pieces.clear();
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (const KeyRange& r : p.shards) {
+      const int64_t x = std::max(spans[b].first, r.begin), y = std::min(spans[b].second, r.end);
+      if (x < y) p.pieces.push_back({buckets[b], r.server, x, y});
+    }
+  p.servers = live;
+  p.replicas = std::min(p.replicas, live - 1);
+  size_servers(p, optimizer);
+}
+
 void adopt_ownership(SyncProgram& p, std::vector<KeyRange> shards, std::vector<BucketPiece> pieces, int32_t replicas,
                      const optim::OptimizerConfig& optimizer) {
   const int64_t total = p.shards.empty() ? 0 : p.shards.back().end;

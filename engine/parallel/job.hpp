@@ -210,6 +210,13 @@ void fail_over_servers(CompiledJob& cj, const std::vector<int32_t>& lost, bool a
 void fail_over_servers(SyncProgram& p, const std::vector<int32_t>& lost, bool any_survivor,
                        const optim::OptimizerConfig& optimizer);
 
+// Asynchronous EASGD after a server loss restored from a checkpoint (issue #13): its exchange pairs server k with
+// shard k, so the centre is cut again over the `live` surviving servers (shard_key_ranges; server k owns shard k) and
+// each bucket's pieces along the new ranges; the servers' memory is sized again. The values come from the
+// checkpoint (ParameterServerSync::restore takes a shard of the centre at any server count). kInvalidArgument
+// unless 0 < live.
+void reshard_servers(SyncProgram& p, int32_t live, const optim::OptimizerConfig& optimizer);
+
 // A job growing after a server loss (issue #17): the program compiled at the new width (its servers the survivors)
 // takes the running job's shards, pieces and replicas -- the ownership that fail_over_servers gave them, the same on
 // every rank -- and the servers' memory is sized again by the compiler's code. kInvalidArgument naming the entry when

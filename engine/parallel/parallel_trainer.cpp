@@ -1529,6 +1529,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       server_state = failing_loudly([&] { return ps_->gather_state(0); });
     }
   }
+  const int64_t server_updates = saved_server_updates();
   refuse_diverged(path);
   compute::Backend& be = model_.backend();
   const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
@@ -1607,6 +1608,10 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
         ck.meta["parallel"]["seed"] = config_.seed;
       }
       if (parameter_server()) ck.meta["parallel"]["servers"] = grid_.servers;
+      // What a grow or a shrink changed and a resume at this width must continue with: the width the learning-rate
+      // rule counts from (lr x dp / lr_base_dp), and ps-async's update count (not steps x workers after one).
+      ck.meta["parallel"]["lr_base_dp"] = initial_dp_;
+      if (server_updates >= 0) ck.meta["parallel"]["server_updates"] = server_updates;
       if (pc_.strategy == Strategy::kEasgd) ck.meta["parallel"]["easgd_async"] = pc_.easgd_async;
       if (scaler_.enabled()) ck.meta["loss_scale"] = scaler_.to_json();
       try {
@@ -1623,6 +1628,27 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
     TANDEM_CHECK(failed == 0 || !error.empty(), Status::kIo, "checkpoint '{}': rank 0 could not write it", path);
   }
   if (!error.empty()) throw Error(error_status, error);
+}
+
+int64_t ParallelTrainer::saved_server_updates() {
+  // ps-async's servers count one optimizer update per push; the count goes into the file (world rank 0 writes it, a
+  // server holds it: a max over the world, collective like the rest of the save).
+  if (!ps_ || pc_.strategy != Strategy::kPsAsync) return -1;
+  int64_t u = ps_->updates();
+  if (world_ != nullptr) world_->allreduce(&u, &u, 1, DType::kI64, ReduceOp::kMax)->wait();
+  return u;
+}
+
+void ParallelTrainer::restore_lr_base(int64_t lr_base_dp) {
+  // A resume at the width that wrote the file continues its learning-rate rule: a job grown from 2 to 3 workers ran
+  // at x 3/2 and goes on so (a resume at another width is a new launch there: its own width is the base).
+  if (lr_base_dp <= 0 || lr_base_dp == initial_dp_) return;
+  initial_dp_ = static_cast<int>(lr_base_dp);
+  if (pc_.strategy == Strategy::kDdp) lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
+  if (ps_ && !elastic_centre()) {
+    lr_scale_ = workers_lr_scale();
+    ps_->set_lr_scale(lr_scale_);
+  }
 }
 
 void ParallelTrainer::refuse_diverged(const std::string& path) {
@@ -1715,13 +1741,14 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       const int saved_dp = ck.file.meta.value("parallel", nlohmann::json::object()).value("dp", ck.progress.sampler_world);
       if (saved_dp != grid_.dp) check_resharding(ck.file, saved_dp);
       check_client_split(ck.file);
+      const nlohmann::json saved_par = ck.file.meta.value("parallel", nlohmann::json::object());
       const data::SamplerState before = sampler_.state();
       sampler_.restore(train::reshard_sampler(ck.progress, train_.size(), grid_.dp));
       try {
         if (ps_) {
           // Asynchronous EASGD's workers step locally (their own state follows from the replica records).
           optimizer_->restore(steps, elastic_centre() && !grid_.server ? state : std::vector<Tensor>{});
-          ps_->restore(steps, ck.params->data(), ck.optimizer_state);
+          ps_->restore(steps, ck.params->data(), ck.optimizer_state, saved_par.value("server_updates", int64_t{-1}));
         } else {
           optimizer_->restore(steps, state);
         }
@@ -1734,6 +1761,7 @@ void ParallelTrainer::load_checkpoint(const std::string& path) {
       copy_floats(be, ck.buffers->data() + q0, model_.range_buffers(first, end));
       rng_.set_state(ck.progress.rng);
       completed_epochs_ = ck.progress.completed_epochs;
+      if (saved_dp == grid_.dp) restore_lr_base(saved_par.value("lr_base_dp", initial_dp_));
       if (scaler_.enabled() && ck.file.meta.contains("loss_scale")) scaler_.restore(ck.file.meta.at("loss_scale"));
       if (sync_ || (elastic_centre() && !grid_.server)) load_replica(ck.file, path);
       if (sync_) sync_->load(ck.file, path);
@@ -1872,9 +1900,15 @@ train::StepResult ParallelTrainer::fedavg_round() {
   t.steps = 1;
   t.step_ns = tracer_.now_ns() - t0;
   local_ += t;
-  r.samples = static_cast<int64_t>(report.scored);
-  r.correct = static_cast<int64_t>(report.correct);
-  r.loss = report.scored > 0 ? report.loss_sum / report.scored : std::numeric_limits<double>::quiet_NaN();
+  // Only an update that was averaged counts as trained: a straggler dropped at the deadline trained its clients'
+  // samples for nothing, so its figures are left out (the epoch's sums and throughput then match last_round().total).
+  if (last_round_.counted) {
+    r.samples = static_cast<int64_t>(report.scored);
+    r.correct = static_cast<int64_t>(report.correct);
+    r.loss = report.scored > 0 ? report.loss_sum / report.scored : std::numeric_limits<double>::quiet_NaN();
+  } else {
+    r.loss = std::numeric_limits<double>::quiet_NaN();
+  }
   r.epoch_end = true;  // job_.sync.rounds_per_epoch (1, checked at construction) rounds make an epoch
   ++completed_epochs_;
   return r;

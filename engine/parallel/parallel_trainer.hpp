@@ -189,8 +189,9 @@
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise); a lost server of async EASGD is not
-//    taken over from the checkpoint by a re-form (the job stops; resume it from its checkpoint).
+//    only when every survivor was in the same one (kPeerFailure otherwise). Async EASGD keeps no replica of its
+//    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
+//    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
 // train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
@@ -399,6 +400,10 @@ class ParallelTrainer {
   // ps, ssp: dp' / dp (the servers average dp' gradients per update: DDP's rule, after growth and loss alike);
   // ps-async: 1 (an update takes one worker's gradient, whose batch does not change).
   double workers_lr_scale() const noexcept;
+  // Checkpoints after a grow or shrink (save_checkpoint, load_checkpoint): ps-async's server update count (collective;
+  // -1 for other strategies) and the width the learning-rate rule counts from, taken back at the same width.
+  int64_t saved_server_updates();
+  void restore_lr_base(int64_t lr_base_dp);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
   // f failed with a peer gone: aborts the stage and replica groups (whoever waits on this rank there fails at once)

@@ -1050,8 +1050,14 @@ std::vector<std::vector<float>> ParameterServerSync::gather_shards(
   return out;
 }
 
+int64_t ParameterServerSync::updates() const noexcept {
+  int64_t u = -1;
+  for (const ServerPiece& p : pieces_) u = std::max(u, p.optimizer->steps());
+  return u;
+}
+
 void ParameterServerSync::restore(int64_t steps, const float* params,
-                                  const std::vector<const std::vector<float>*>& state) {
+                                  const std::vector<const std::vector<float>*>& state, int64_t saved_updates) {
   TANDEM_CHECK(!in_region_, Status::kInternal, "restore inside the push/pull region (call sync_point first)");
   clock_ = steps;
   step_start_.clear();   // no step is redone across a restore
@@ -1073,8 +1079,10 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   const size_t K = state_tensors_per_buffer(optimizer_config_);
   TANDEM_REQUIRE(state.size() == K, "parameter server: the checkpoint has {} optimizer state tensors, this optimizer {}",
                  state.size(), K);
-  // ps-async counts one optimizer update per push: W per worker step.
-  const int64_t updates = program_.staleness < 0 ? steps * program_.workers : steps;
+  // ps-async counts one optimizer update per push: W per worker step at one width; the file's count when it has one.
+  const int64_t updates = program_.staleness >= 0 ? steps
+                          : saved_updates >= 0    ? saved_updates
+                                                  : steps * program_.workers;
   for (ServerPiece& p : pieces_) {
     const int64_t begin = owned_[static_cast<size_t>(p.shard)].range.begin + p.offset;
     std::vector<Tensor> st;
@@ -1084,7 +1092,9 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
       st.push_back(Tensor::wrap(const_cast<float*>(v->data()) + begin, Shape{p.size}, DType::kF32));
     }
     p.optimizer->restore(updates, st);
-    p.lr_steps = p.lr_updates = 0;
+    // The schedule is at step `steps` here, whatever the count (rebase_schedule's rule; at one width the same as 0).
+    p.lr_steps = steps;
+    p.lr_updates = updates;
     p.applied = steps;
     p.pending.clear();
     std::fill(p.acked.begin(), p.acked.end(), -1);
@@ -1202,10 +1212,25 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
   if (due) {
     // The shards taken from the checkpoint then hold no real values yet (nor do their replicas, re-seeded from
     // them): every rank goes back to the checkpoint again, whatever this loss took.
-    TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure,
+    TANDEM_CHECK(checkpoint, Status::kPeerFailure,
                  "the restore from the checkpoint that the last parameter-server re-form started did not complete, and "
                  "the checkpoint is gone (elastic_checkpoint): the job stops; restart it from a checkpoint");
-    if (!lost.empty()) fail_over_servers(next, lost, true, optimizer_config_);
+    if (!lost.empty() && elastic_) reshard_servers(next, S, optimizer_config_);
+    else if (!lost.empty()) fail_over_servers(next, lost, true, optimizer_config_);
+    from_checkpoint = true;
+  } else if (!lost.empty() && elastic_) {
+    // Asynchronous EASGD keeps no replica of the centre (its exchange pairs server k with shard k): a lost shard
+    // comes back from the checkpoint, the centre cut again over the survivors (reshard_servers), or the job stops.
+    std::vector<std::string> gone;
+    for (size_t k = 0; k < NS; ++k)
+      if (std::find(lost.begin(), lost.end(), program_.shards[k].server) != lost.end())
+        gone.push_back(fmt::format("parameter server {} was lost with shard {} [{}, {}) of the asynchronous EASGD centre",
+                                   program_.shards[k].server, k, program_.shards[k].begin, program_.shards[k].end));
+    TANDEM_CHECK(checkpoint, Status::kPeerFailure,
+                 "lost {} of the centre's {} shards: {}; the centre has no replica (asynchronous EASGD keeps none) and "
+                 "there is no checkpoint to restore it from (elastic_checkpoint), so the job stops; restart it from the "
+                 "last checkpoint", gone.size(), NS, fmt::join(gone, "; "));
+    reshard_servers(next, S, optimizer_config_);
     from_checkpoint = true;
   } else if (!lost.empty()) {
     // Every lost shard goes to the first surviving server of its backups (fail_over_servers' rule), which must hold a
@@ -1236,11 +1261,9 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
     }
     if (gone.empty()) fail_over_servers(next, lost, false, optimizer_config_);  // the same owners as above
     if (!gone.empty()) {
-      TANDEM_CHECK(checkpoint && !elastic_, Status::kPeerFailure,
-                   "lost {} of the model's {} shards: {}; and {}, so the job stops; restart it from the last "
-                   "checkpoint", gone.size(), NS, fmt::join(gone, "; "),
-                   elastic_ ? "the asynchronous EASGD centre is not restored from a checkpoint"
-                            : "no checkpoint to restore them from (elastic_checkpoint)");
+      TANDEM_CHECK(checkpoint, Status::kPeerFailure,
+                   "lost {} of the model's {} shards: {}; and no checkpoint to restore them from (elastic_checkpoint), "
+                   "so the job stops; restart it from the last checkpoint", gone.size(), NS, fmt::join(gone, "; "));
       next = program_;
       next.workers = W;
       fail_over_servers(next, lost, true, optimizer_config_);
@@ -1298,6 +1321,8 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
       if (elastic_) {
         exchanges_ = c;
         clock_ = steps;
+        push_.resize(static_cast<size_t>(S));  // one exchange message per server (re-sharded after a loss)
+        pull_.resize(static_cast<size_t>(S));
       } else {
         clock_ = c;
       }
@@ -1306,9 +1331,15 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
       server_ = rank_ - W;
       owned_.reserve(NS);
       compute::Backend& be = model_.backend();
+      // Asynchronous EASGD restored from the checkpoint: the centre's shard server_ of the re-cut program, its
+      // values from the checkpoint (the caller's restore(); zeros until then).
+      if (elastic_ && from_checkpoint) {
+        const std::vector<float> zeros(static_cast<size_t>(program_.shards[static_cast<size_t>(server_)].size()), 0.0f);
+        own_shard(server_, zeros.data());
+      }
       // ---- the shards this server keeps: copies of the old view's (values; each piece's optimizer state, update
       //      count, clock, schedule base; the pushes pending, re-indexed to the survivors) ----
-      copy_owned(old, [&](ServerPiece& p, const ServerPiece& o_) {
+      if (!(elastic_ && from_checkpoint)) copy_owned(old, [&](ServerPiece& p, const ServerPiece& o_) {
         const ServerPiece* o = &o_;
         if (W != old.program.workers) {  // ps-async: the schedule keeps its place (rebase_schedule's rule)
           p.lr_steps = o->schedule_step(o->optimizer->steps(), old.program.workers);
@@ -1334,7 +1365,7 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
       });
       // ---- the shards this server takes over: from its replica (values, optimizer state, clock), or empty until
       //      the caller restores the checkpoint ----
-      for (size_t k = 0; k < NS; ++k) {
+      for (size_t k = 0; k < NS && !(elastic_ && from_checkpoint); ++k) {
         const KeyRange& r = program_.shards[k];
         if (r.server != server_ ||
             std::any_of(owned_.begin(), owned_.end(), [&](const Shard& sh) { return sh.index == static_cast<int32_t>(k); }))

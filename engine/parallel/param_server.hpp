@@ -254,7 +254,12 @@ class ParameterServerSync final : public GradientSync {
   // parameters and optimizer state vectors. Servers take their shard; every rank resets its clocks to `steps`.
   // Asynchronous EASGD: `params` is the centre (the servers take their shard of it; `state` is not used) and every
   // rank's exchange count becomes ceil(steps / tau), the exchanges a worker makes in its first `steps` steps.
-  void restore(int64_t steps, const float* params, const std::vector<const std::vector<float>*>& state);
+  // `updates` (ps-async, >= 0): the servers' optimizer update count when the checkpoint was written (updates()); it
+  // is steps x workers only at one width -- after a grow or a shrink the pushes per step changed. -1: steps x workers.
+  void restore(int64_t steps, const float* params, const std::vector<const std::vector<float>*>& state,
+               int64_t updates = -1);
+  // Servers: their optimizer's update count (the same on every piece after sync_point); -1 on a worker.
+  int64_t updates() const noexcept;
 
  private:
   struct Header {

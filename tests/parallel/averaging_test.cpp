@@ -597,4 +597,45 @@ BOOST_AUTO_TEST_CASE(trainer_drops_a_straggler_named_in_the_log_and_goes_on) {
   BOOST_TEST(log0.contains("worker rank(s) 2 did not report within the round's deadline"));
 }
 
+// A straggler dropped at the deadline trained its clients for nothing: the epoch counts only the samples of the
+// updates that were averaged (before, its samples were counted too, so samples/s and the steps derived from them
+// exceeded what the averaged model was trained on -- an efficiency above 100%).
+BOOST_AUTO_TEST_CASE(a_dropped_straggler_s_samples_are_not_counted_as_trained) {
+  ::setenv("TANDEM_TEST_FEDAVG_STALL", "2:0:1.0", 1);
+  train::TrainerConfig cfg = sgd_config(8, 2);
+  par::ParallelConfig p = strategy(par::Strategy::kFedAvg);
+  p.round_deadline_s = 0.4;
+  struct Seen {
+    int64_t train_samples = -1;
+    double averaged = -1;
+    std::vector<int> dropped;
+    bool counted = true;
+  };
+  std::vector<Seen> seen(3);
+  const auto errors = run_world(3, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(mlp(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    const train::EpochResult e = t.train_epoch();  // one round
+    Seen& s = seen[static_cast<size_t>(r)];
+    s.train_samples = e.train_samples;
+    s.averaged = t.last_round().total.scored;
+    s.dropped = t.last_round().dropped;
+    s.counted = t.last_round().counted;
+  });
+  ::unsetenv("TANDEM_TEST_FEDAVG_STALL");
+  require_no_errors(errors);
+  for (int r = 0; r < 3; ++r) {
+    const Seen& s = seen[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("rank " << r) {
+      BOOST_TEST((s.dropped == std::vector<int>{2}));
+      BOOST_TEST(s.counted == (r != 2));
+      BOOST_TEST(s.averaged > 0);
+      // the epoch's trained samples are those of workers 0 and 1, whose updates were averaged
+      BOOST_TEST(s.train_samples == static_cast<int64_t>(s.averaged));
+      BOOST_TEST(s.train_samples == seen[0].train_samples);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

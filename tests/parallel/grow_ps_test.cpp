@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "engine/comm/bootstrap.hpp"
@@ -23,6 +24,7 @@ namespace {
 
 constexpr int64_t kBatch = 4;  // per worker
 constexpr int kOld = 3;        // 2 workers + 1 server (the growing job's shape)
+constexpr int kContinue = 3;   // steps after a checkpoint (JobShape::checkpoint)
 
 struct Case {
   const char* name;
@@ -42,6 +44,8 @@ const Case kCases[] = {
 struct JobShape {
   int servers = 1, replicas = 0, dead = -1;
   int dead_after = -1;  // an old world rank that leaves half-way through the steps after the admission
+  std::string checkpoint;  // non-empty: every rank saves it after the steps that follow the admission, then steps on
+  bool adam = false;       // the servers run Adam (its update count matters) instead of SGD
   int world() const { return 2 + servers; }
 };
 
@@ -71,6 +75,8 @@ struct Seen {
   std::vector<int32_t> owners;  // the server owning each shard (the trainer's job), after the admission
   std::vector<int> members;
   int64_t steps = 0, grew_at = -1, position_after = -1, clock_gap = -1, view_epoch = -1;
+  int64_t saved_at = -1, server_updates = -1;  // shape.checkpoint: the step it was saved at; the server's update count
+  std::vector<float> params_continued;         // shape.checkpoint: a worker's parameters kContinue steps after it
   int world = 0, workers = 0;
 };
 
@@ -88,6 +94,10 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
   std::atomic<int64_t> stop_at{-1};  // !admits: the step every old rank stops at (the first to see the refusal sets it)
   train::TrainerConfig cfg = sgd_config(kBatch);
   cfg.optimizer.lr = c.lr;
+  if (shape.adam) {
+    cfg.optimizer.kind = engine::optim::OptimizerKind::kAdam;
+    cfg.optimizer.lr = 1e-3f;
+  }
   comm::CommOptions o;
   o.transport = "inproc";
   o.timeout = std::chrono::milliseconds(10000);
@@ -165,6 +175,14 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
           // (an epoch's last batch may be short after the workers changed)
           if (!t->grid().server && (st.samples < 1 || st.samples > kBatch || !std::isfinite(st.loss)))
             throw std::runtime_error(fmt::format("step {}: {} samples, loss {}", k, st.samples, st.loss));
+        }
+        if (!shape.checkpoint.empty()) {
+          t->save_checkpoint(shape.checkpoint);
+          s.saved_at = t->global_step();
+          if (t->grid().server) s.server_updates = t->param_server()->updates();
+          for (int k = 0; k < kContinue; ++k) t->step();
+          t->evaluate(synthetic12_train(), 0);  // the sync point: every push applied
+          if (!t->grid().server) s.params_continued = host_params(m);
         }
         if (!t->grid().server) s.params_end = host_params(m);
         if (t->grid().server) s.clock_gap = t->param_server()->max_clock_gap();
@@ -454,6 +472,69 @@ BOOST_AUTO_TEST_CASE(checking_for_joiners_at_every_step_leaves_ssp_workers_free_
   // Worker 0 ran ahead to the bound. In lockstep the gap stays below 2: after each collective check both push the
   // same clock, and a pull is answered (gap 1) before the slow worker's push of it arrives.
   BOOST_TEST(gap == 2);
+}
+
+// Save -> resume after a grow (2 workers grown to 3): the file carries what the grow changed. ps: the learning rate
+// the grown job runs at (x 3/2 of the 2-worker launch) -- a fresh 3-worker job resumed from it continues bit for bit
+// (before, it restarted the rule at x 1); ps-async with Adam: the servers' update count, 2 pushes per step before the
+// grow and 3 after -- before, the resume took steps x 3 and Adam's bias correction moved.
+BOOST_DATA_TEST_CASE(a_checkpoint_after_a_grow_resumes_the_grown_job, bdata::make({0, 2}), which) {
+  const Case& c = kCases[which];
+  JobShape shape;
+  shape.adam = true;
+  const bool async = c.strategy == par::Strategy::kPsAsync;
+  const par::ParallelConfig resumed_config = elastic_ps(c, JobShape{}, 0, false);
+  const std::string stem = (std::filesystem::temp_directory_path() /
+                            fmt::format("tandem_grow_ps_{}_{}", ::getpid(), c.name)).string();
+  const std::string path = stem + "_grown.ckpt", again = stem + "_again.ckpt";
+  shape.checkpoint = path;
+  const std::vector<Seen> seen = run_growing_job(c, 4, true, shape);
+  require_clean(seen, {0, 1, 2, 3});
+  const Seen& server = seen[2];
+  BOOST_TEST_REQUIRE(server.saved_at > 0);
+  BOOST_TEST_REQUIRE(!seen[0].params_continued.empty());
+  if (async)  // the grow changed the pushes per step: not steps x 3
+    BOOST_TEST(server.server_updates != server.saved_at * 3);
+  // A fresh job at the grown width: 3 workers and the server (world rank 3), from the file.
+  std::vector<float> resumed;
+  int64_t updates_after_load = -1;
+  double lr_scale = 0, server_lr_scale = 0;
+  train::TrainerConfig cfg = sgd_config(kBatch);
+  cfg.optimizer.kind = engine::optim::OptimizerKind::kAdam;
+  cfg.optimizer.lr = 1e-3f;
+  comm::CommOptions o;
+  o.timeout = std::chrono::milliseconds(10000);
+  require_no_errors(run_world(4, o, [&](int r, comm::Communicator& world) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 11);  // another initialisation: everything comes from the file
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, resumed_config, &world);
+    t.load_checkpoint(path);
+    if (t.grid().server) {
+      updates_after_load = t.param_server()->updates();
+      server_lr_scale = t.param_server()->lr_scale();
+    }
+    if (r == 0) lr_scale = t.lr_scale();
+    t.save_checkpoint(again);
+    for (int k = 0; k < kContinue; ++k) t.step();
+    t.evaluate(synthetic12_train(), 0);
+    if (r == 0) resumed = host_params(m);
+  }));
+  const double expected_scale = async ? 1.0 : 1.5;
+  BOOST_TEST(lr_scale == expected_scale);
+  BOOST_TEST(server_lr_scale == expected_scale);
+  BOOST_TEST(updates_after_load == server.server_updates);
+  const train::Checkpoint a = train::load_checkpoint(path), b = train::load_checkpoint(again);
+  BOOST_TEST(a.meta.at("parallel").value("lr_base_dp", 0) == 2);
+  BOOST_TEST(b.meta.at("parallel").value("lr_base_dp", 0) == 2);
+  if (async) {
+    BOOST_TEST(b.meta.at("parallel").value("server_updates", int64_t{-1}) == server.server_updates);
+    BOOST_TEST((b.tensor("optimizer.state.0") == a.tensor("optimizer.state.0")));
+    BOOST_TEST((b.tensor("optimizer.state.1") == a.tensor("optimizer.state.1")));
+  } else {  // ps: one result whatever the pushes' order
+    BOOST_TEST((resumed == seen[0].params_continued), "the resumed job continues the grown one bit for bit");
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(again);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -66,6 +66,7 @@ struct Outcome {
   std::vector<std::vector<float>> params;  // per rank: the model's parameters at the end (workers)
   std::vector<std::vector<int>> members;
   std::vector<std::vector<int32_t>> owned;  // servers: the shards each holds at the end
+  std::vector<std::vector<std::pair<int64_t, std::vector<float>>>> held;  // servers: (first key, values) of each
   std::vector<int64_t> servers;  // the servers in the job's program at the end
   std::vector<int64_t> steps;    // optimizer steps at the end
   std::vector<char> logged;  // not vector<bool>: its bits share words, the ranks write at once
@@ -94,6 +95,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
   o.params.resize(n);
   o.members.resize(n);
   o.owned.resize(n);
+  o.held.resize(n);
   o.servers.assign(n, 0);
   o.steps.assign(n, 0);
   o.logged.assign(n, 0);
@@ -144,7 +146,11 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
     o.members[me] = t.members();
     o.servers[me] = t.job().sync.servers;
     o.steps[me] = t.global_step();
-    if (t.param_server() != nullptr && t.param_server()->is_server()) o.owned[me] = t.param_server()->owned_shards();
+    if (t.param_server() != nullptr && t.param_server()->is_server()) {
+      o.owned[me] = t.param_server()->owned_shards();
+      for (int32_t k : o.owned[me])
+        o.held[me].emplace_back(t.job().sync.shards[static_cast<size_t>(k)].begin, t.param_server()->shard_values(k));
+    }
     o.logged[me] = expect_log.empty() || logs[me].contains(expect_log);
   });
   for (size_t r = 0; r < n; ++r) o.lines.push_back(logs[r].lines);
@@ -295,6 +301,59 @@ BOOST_AUTO_TEST_CASE(without_a_replica_the_shard_comes_back_from_the_checkpoint)
   BOOST_TEST((lost.owned[2] == std::vector<int32_t>{0, 1}));
   for (int r : {0, 1})
     BOOST_TEST(rel_diff(lost.params[static_cast<size_t>(r)], whole.params[static_cast<size_t>(r)]) <= 1e-6);
+}
+
+// The servers' values at the end, whole: every shard any server held, at its keys (asynchronous EASGD: the centre).
+std::vector<float> servers_whole(const Outcome& o) {
+  std::vector<float> all;
+  for (const auto& shards : o.held)
+    for (const auto& [begin, values] : shards) {
+      all.resize(std::max(all.size(), static_cast<size_t>(begin) + values.size()), NAN);
+      std::copy(values.begin(), values.end(), all.begin() + begin);
+    }
+  return all;
+}
+
+// Asynchronous EASGD (issue #13): the centre has no replica, so a lost server's shard comes back from
+// elastic_checkpoint -- the centre cut again over the surviving server, every rank back to the checkpoint's step --
+// and with one worker (no race at the servers) the job ends where the uninterrupted one does: the worker's own
+// parameters and the centre, bit for bit. Without a checkpoint every survivor stops naming the server and the shard.
+BOOST_AUTO_TEST_CASE(async_easgd_takes_a_lost_centre_shard_back_from_the_checkpoint) {
+  const std::string path = temp_path("easgd_restore");
+  par::ParallelConfig p;
+  p.strategy = par::Strategy::kEasgd;
+  p.easgd_async = true;
+  p.servers = 2;  // world: worker 0; servers 0 and 1 = world ranks 1 and 2
+  p.tau = 2;
+  p.elastic_checkpoint = path;
+  const Outcome whole = run_losses(p, {}, 7, "", -1, "", false, 1);
+  require_no_errors(whole.errors);
+  const Outcome lost = run_losses(p, {{2, 5}}, 7, path, 3, "every rank goes back to checkpoint", false, 1);
+  std::filesystem::remove(path);
+  for (int r : {0, 1}) {
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << lost.errors[static_cast<size_t>(r)].message) {
+      BOOST_TEST((lost.errors[static_cast<size_t>(r)].status == Status::kOk));
+      BOOST_TEST(lost.logged[static_cast<size_t>(r)]);
+      BOOST_TEST(lost.steps[static_cast<size_t>(r)] == 7);
+      BOOST_TEST(lost.servers[static_cast<size_t>(r)] == 1);
+    }
+  }
+  BOOST_TEST((lost.owned[1] == std::vector<int32_t>{0}));  // the whole centre, one shard
+  const std::vector<float> centre = servers_whole(lost), expected = servers_whole(whole);
+  BOOST_TEST_REQUIRE(expected.size() == whole.params[0].size());
+  BOOST_TEST((centre == expected), "the centre equals the uninterrupted run's");
+  BOOST_TEST((lost.params[0] == whole.params[0]), "and so do the worker's parameters");
+
+  p.elastic_checkpoint.clear();
+  const Outcome stopped = run_losses(p, {{2, 5}}, 7, "", -1, "", false, 1);
+  for (int r : {0, 1}) {
+    const RankError& e = stopped.errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "parameter server 1 was lost with shard 1"));
+      BOOST_TEST(contains(e.message, "no checkpoint to restore it from"));
+    }
+  }
 }
 
 // No replica, no checkpoint: every survivor stops with kPeerFailure naming the lost server and why, within the
@@ -641,6 +700,50 @@ BOOST_AUTO_TEST_CASE(below_min_ranks_after_a_loss_in_a_re_form_every_survivor_st
 // The job compiler's fail-over: 3 servers with one replica each; server 1 lost: its shard goes to server 2 (its
 // backup), renumbered 1; the pieces follow; the memory grows by the taken shard; with no replica it is refused, and
 // with any_survivor the next surviving server takes it.
+// Asynchronous EASGD restored from a checkpoint after a server loss: the centre cut again over the survivors, server
+// k owning shard k (its exchange's pairing), each bucket's pieces re-cut along the new ranges, the memory re-sized.
+BOOST_AUTO_TEST_CASE(the_job_compiler_cuts_the_easgd_centre_again_over_the_surviving_servers) {
+  par::Job job = three_servers_one_replica();
+  job.parallel.strategy = par::Strategy::kEasgd;
+  job.parallel.easgd_async = true;
+  job.parallel.server_replicas = 0;
+  job.parallel.elastic = false;
+  par::CompiledJob cj = par::compile_job(job, 5);
+  BOOST_TEST_REQUIRE(cj.sync.servers == 3);
+  const int64_t total = cj.sync.shards.back().end;
+  std::vector<int32_t> buckets;
+  for (const par::BucketPiece& piece : cj.sync.pieces)
+    if (buckets.empty() || buckets.back() != piece.bucket) buckets.push_back(piece.bucket);
+  par::reshard_servers(cj.sync, 2, job.optimizer);
+  BOOST_TEST(cj.sync.servers == 2);
+  BOOST_TEST_REQUIRE(cj.sync.shards.size() == 2u);
+  const std::vector<par::KeyRange> expected = par::shard_key_ranges(total, 2);
+  for (size_t k = 0; k < 2; ++k) {
+    BOOST_TEST(cj.sync.shards[k].server == static_cast<int32_t>(k));
+    BOOST_TEST(cj.sync.shards[k].begin == expected[k].begin);
+    BOOST_TEST(cj.sync.shards[k].end == expected[k].end);
+  }
+  BOOST_TEST(cj.sync.server_memory.size() == 2u);
+  // the pieces cover every key once, bucket by bucket in the same order as before, each inside its server's shard
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::vector<int32_t> after;
+  for (const par::BucketPiece& piece : cj.sync.pieces) {
+    if (after.empty() || after.back() != piece.bucket) after.push_back(piece.bucket);
+    const par::KeyRange& r = cj.sync.shards[static_cast<size_t>(piece.server)];
+    BOOST_TEST((piece.begin >= r.begin && piece.end <= r.end && piece.begin < piece.end));
+    spans.emplace_back(piece.begin, piece.end);
+  }
+  std::sort(spans.begin(), spans.end());
+  int64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    BOOST_TEST(b == at);
+    at = e;
+  }
+  BOOST_TEST(at == total);
+  BOOST_TEST((after == buckets));
+  BOOST_CHECK_THROW(par::reshard_servers(cj.sync, 0, job.optimizer), Error);
+}
+
 BOOST_AUTO_TEST_CASE(the_job_compiler_moves_a_lost_shard_to_its_backup) {
   const par::Job job = three_servers_one_replica();
   par::CompiledJob cj = par::compile_job(job, 5);
