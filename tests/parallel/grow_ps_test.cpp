@@ -456,6 +456,7 @@ const Cut kCuts[] = {
     {"3:grow-voted", 3, {0, 1, 2}, 2, 2, {0, 0}},
     {"1:grow-voted", 1, {0, 2, 3}, 1, 2, {0, 1}},
     {"4:grow-committed", 4, {0, 1, 2, 3}, 2, 2, {0, 1}},
+    {"3:split", 3, {0, 1, 2}, 2, 1, {0, 0}},
 };
 
 BOOST_DATA_TEST_CASE(an_admission_cut_short_is_all_or_nothing, bdata::make(kCuts) * bdata::make({0, 1}), cut, k) {
@@ -472,6 +473,10 @@ BOOST_DATA_TEST_CASE(an_admission_cut_short_is_all_or_nothing, bdata::make(kCuts
   require_clean(seen, live);
   if (cut.leaver != 4 && std::string(cut.leave).find("committed") == std::string::npos)
     BOOST_TEST(!seen[4].error.empty());  // the joiner left with the admission
+  if (std::string(cut.leave).find("split") != std::string::npos)  // a clean stop that says why
+    BOOST_TEST(seen[static_cast<size_t>(cut.leaver)].error.find("inside the exchange that orders the grown world") !=
+                   std::string::npos,
+               seen[static_cast<size_t>(cut.leaver)].error);
   check_one_view(seen, cut.members, cut.workers, cut.view_epoch, cut.owners,
                  c.strategy == par::Strategy::kPs ? std::optional<double>(seen[2].loss_mid) : std::nullopt);
   if (c.strategy == par::Strategy::kPs && cut.workers == 2)
