@@ -73,7 +73,8 @@ constexpr Variable kVariables[] = {
     {"TANDEM_TEST_REFORM_LEAVE", K::kText, 0, 0, "", "unset",
      "test hook: rank:point, that world rank leaves the job at that point (agreed|voting|voted|committed|restoring) "
      "of a parameter-server re-form, between a replica's header and payload (replicating), or of an admission of "
-     "workers (growing|grow-voted|grow-committed)"},
+     "workers (growing|grow-voted|grow-committed; split: that rank's split of the grown world fails after the others' "
+     "completed)"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

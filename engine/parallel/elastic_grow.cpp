@@ -327,7 +327,23 @@ bool ParallelTrainer::admit_workers() {
   admission_undo_ = std::make_unique<AdmissionUndo>(AdmissionUndo{
       grid_, config_, job_, pc_, initial_dp_, initial_world_, sampler_dp_, ps_workers_, schedule_epoch_steps_, taken_,
       taken_epoch_, taken_position_, schedule_, lr_scale_, snapshot_, sampler_, ps_labels_, ownership_});
-  std::unique_ptr<comm::Communicator> own = split_workers_first(*grown);
+  std::unique_ptr<comm::Communicator> own;
+  try {
+    own = split_workers_first(*grown);
+    reform_test_point("split");
+  } catch (const Error& e) {
+    // A rank lost inside this one exchange can leave it completed on some ranks and cut off on others, which then
+    // hold no common communicator to re-form over (the others went on over the reordered one). This rank cannot tell
+    // which, so it stops here, cleanly and saying why, rather than shrink the old communicator alone; the ones that
+    // completed the split meet its loss there and absorb it with the other (the admission then undone).
+    if (e.status() != Status::kPeerFailure && e.status() != Status::kTimeout) throw;
+    left_admission_ = true;
+    TANDEM_THROW(Status::kPeerFailure,
+                 "elastic: world rank {}: a rank was lost inside the exchange that orders the grown world for an "
+                 "admission of workers; the others may have completed it and gone on without this rank, which cannot "
+                 "tell, so it leaves the job ({})",
+                 world_rank(), in_world_ranks(e.what()));
+  }
   const std::vector<int> old_labels = members_;
   members_ = grown_labels(workers_first_from(grid_.dp, grown->size() - grid_.world, grid_.servers), old_labels);
   retired_.push_back(std::move(own_comm_));

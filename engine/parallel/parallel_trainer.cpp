@@ -75,11 +75,12 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // backup has taken the header; and the trainer's "restoring", the re-form committed with shards taken from the
 // checkpoint, before load_checkpoint); and of an admission of workers (ParameterServerSync::grow): "growing", the grown
 // view built, before a server sends its shards or a worker receives them, and "grow-voted" and "grow-committed", which
-// behave as "voted" and "committed"; its thread then ends with kInternal naming the hook. At "voted" the survivors
-// with a higher world rank see their vote cut off by that loss (they wait for it to surface, then fail as the vote
-// would have) while the lower ones commit: the split outcome of a rank lost inside the vote, which a real loss gives
-// depending on the collective's message order. Returns the rank named at `point`, or -1. For the tests of a second
-// loss during a re-form.
+// behave as "voted" and "committed", and "split", where that rank's split of the grown world fails (kPeerFailure)
+// after the others' completed; its thread then ends with kInternal naming the hook (at "split", with the kPeerFailure
+// admit_workers stops with). At "voted" the survivors with a higher world rank see their vote cut off by that loss
+// (they wait for it to surface, then fail as the vote would have) while the lower ones commit: the split outcome of
+// a rank lost inside the vote, which a real loss gives depending on the collective's message order. Returns the rank
+// named at `point`, or -1. For the tests of a second loss during a re-form.
 int reform_leave_test_hook(const char* point) {
   const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_REFORM_LEAVE");
   if (!v) return -1;
@@ -761,7 +762,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone || spare_) throw;  // a spare in no group: its wait ran out
+      if (!peer_gone || spare_ || left_admission_) throw;  // a spare in no group: its wait ran out
       if (reforms_grid() ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
       again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
@@ -889,6 +890,11 @@ void ParallelTrainer::shrink_group(const std::string& why) {
 void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
+  if (std::strcmp(point, "split") == 0) {  // admit_workers: this rank's split cut off, the others' completed
+    TANDEM_CHECK(leaves != world_rank(), Status::kPeerFailure,
+                 "TANDEM_TEST_REFORM_LEAVE: world rank {}'s split of the grown world was cut off", leaves);
+    return;
+  }
   // "grow-voted" and "grow-committed" (ParameterServerSync::grow) behave as "voted" and "committed"
   const auto is = [point](const char* what) {
     const size_t n = std::strlen(point), m = std::strlen(what);

@@ -93,6 +93,10 @@
 //  - Order: Communicator::grow puts the joiners after the servers; every rank then splits the grown world workers
 //    first (old workers, joiners, then the servers with their indices), so the servers stay the last ranks. A joiner
 //    is a worker and takes the next world-rank label after every rank the job had (the server keeps its own).
+//    A rank lost inside that split can leave it completed on some ranks and cut off on others (no common
+//    communicator left between them): a rank whose split failed stops with kPeerFailure saying so (it cannot tell
+//    whether the others went on), and the ranks that completed it meet both losses on the reordered world, undo the
+//    admission and absorb them (test hook TANDEM_TEST_REFORM_LEAVE="rank:split").
 //  - The job is compiled again at the new width (compile_job: the compiler sizes the servers); the shards and their
 //    owners stay the running job's.
 //  - Servers (ParameterServerSync::grow): ps counts the new workers in every clock from the next (each update
@@ -566,6 +570,7 @@ class ParallelTrainer {
     SyncProgram ownership;
   };
   std::unique_ptr<AdmissionUndo> admission_undo_;
+  bool left_admission_ = false;  // admit_workers: cut off inside the grown world's split, this rank leaves the job
   void undo_admission();  // puts admission_undo_ back (the grid's world and rank stay the communicator's)
 };
 

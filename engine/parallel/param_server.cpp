@@ -1408,9 +1408,15 @@ ParameterServerSync::Reformed ParameterServerSync::reform(comm::Communicator& su
       // ---- the survivors' states ----
       peers_.resize(static_cast<size_t>(W));
       for (int w = 0; w < W; ++w) reset_peer(peers_[static_cast<size_t>(w)], clocks[static_cast<size_t>(w)]);
-      place_replicas();  // over the survivors; re-seeded on entering the region
+      // ssp: a clock the lost worker had not pushed may be complete over the survivors now (a survivor completed
+      // it, so its push stays pending): applied before the backups are placed, so that its new values go to them
+      // only with the re-seed. Each backup then gets exactly one replica of each piece before the vote, and holding
+      // one of each (replicas_seeded) means it has taken everything its primary sent; a replica sent beside the
+      // re-seed was left untaken by a backup already in the vote, its primary never saw the acknowledgement and
+      // the re-form ran into the deadline (every survivor stopped: "every worker was lost").
       for (ServerPiece& p : pieces_)
         if (sync) apply_complete(p);
+      place_replicas();  // over the survivors; re-seeded on entering the region
       in_region_ = false;
       enter_region();
     }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "engine/comm/bootstrap.hpp"
 #include "engine/core/settings.hpp"
@@ -31,11 +32,19 @@ struct Case {
   par::Strategy strategy;
   int staleness;
   float lr;
+  float momentum = 0.9f;  // the servers' SGD momentum
 };
 std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
+// ssp trains without momentum here: its stale gradients already act as momentum (Mitliagkas et al. 2016, "Asynchrony
+// begets momentum"), and 0.9 on top made the outcome after the 10 steps heavy-tailed -- which run ahead and by how
+// much varies from run to run, more so under load. Measured on after_a_server_loss_.../_1 with a CPU hog beside 3
+// copies: 9 of 900 runs ended above the loss before the admission (up to 1.6 x; in 2 of them the take-over was exact
+// -- the replica at the newest clock, no step redone -- so no update was lost), and the run without a server loss
+// reached 0.9 x; without momentum 0 of 300, at most 0.3 x. The protocol state after the take-over showed nothing that
+// told failing runs from passing ones (the clocks each worker went on from, the replica's clock, the skipped clocks).
 const Case kCases[] = {
     {"ps", par::Strategy::kPs, 0, 0.05f},
-    {"ssp", par::Strategy::kSsp, 1, 0.01f},
+    {"ssp", par::Strategy::kSsp, 1, 0.01f, 0.0f},
     {"ps-async", par::Strategy::kPsAsync, 0, 0.005f},
 };
 
@@ -94,6 +103,7 @@ std::vector<Seen> run_growing_job(const Case& c, int max_ranks, bool admits, con
   std::atomic<int64_t> stop_at{-1};  // !admits: the step every old rank stops at (the first to see the refusal sets it)
   train::TrainerConfig cfg = sgd_config(kBatch);
   cfg.optimizer.lr = c.lr;
+  cfg.optimizer.momentum = c.momentum;
   if (shape.adam) {
     cfg.optimizer.kind = engine::optim::OptimizerKind::kAdam;
     cfg.optimizer.lr = 1e-3f;
@@ -218,6 +228,24 @@ void require_clean(const std::vector<Seen>& seen, const std::vector<int>& ranks)
   BOOST_TEST_REQUIRE(clean);
 }
 
+// Every survivor (`members`, indices in `seen`) ended in one view: that membership, world and worker count, view
+// epoch and shard owners; a finite loss, and below `below` when given.
+void check_one_view(const std::vector<Seen>& seen, const std::vector<int>& members, int workers, int64_t view_epoch,
+                    const std::vector<int32_t>& owners, std::optional<double> below) {
+  for (int i : members) {
+    const Seen& s = seen[static_cast<size_t>(i)];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST(s.members == members);
+      BOOST_TEST(s.world == static_cast<int>(members.size()));
+      BOOST_TEST(s.workers == workers);
+      BOOST_TEST(s.view_epoch == view_epoch);
+      BOOST_TEST(s.owners == owners);
+      BOOST_TEST(std::isfinite(s.loss_end));
+      if (below) BOOST_TEST(s.loss_end < *below);
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(grow_ps)
@@ -329,11 +357,9 @@ BOOST_DATA_TEST_CASE(after_a_server_loss_a_joiner_pulls_each_shard_from_its_new_
 // and 3 servers, each backed up on the next, lose server 1 (world rank 3; the re-form is view 1), a rank joins (view
 // 2), then worker 1 leaves. The survivors -- the joiner among them -- settle the loss against the grown view (the
 // joiner held view 0 before, and the survivors stopped: "hold an older view of the parameter servers") and absorb it
-// at view 3, with the ownership the grow kept.
-// (ssp is left out: with replicas, a worker lost after any grow stalls its re-form's re-seed until the deadline --
-// on main too, without the re-form before the grow; see the closing note.)
+// at view 3, with the ownership the grow kept. (ssp stalled here too before the re-seed fix below.)
 BOOST_DATA_TEST_CASE(a_loss_after_a_grow_that_followed_a_re_form_is_settled_against_the_grown_view,
-                     bdata::make({kCases[0], kCases[2]}), c) {
+                     bdata::make(kCases), c) {
   JobShape shape;
   shape.servers = 3;
   shape.replicas = 1;
@@ -354,6 +380,66 @@ BOOST_DATA_TEST_CASE(a_loss_after_a_grow_that_followed_a_re_form_is_settled_agai
     }
   }
   if (c.strategy == par::Strategy::kPs) BOOST_TEST((seen[5].params_end == seen[0].params_end));
+}
+
+// A worker lost after a grow, with backup servers: 2 workers and 2 servers, each backed up on the other (world ranks
+// 0, 1 | 2, 3), admit a joiner (world rank 4: view 1), train on, and worker 1 leaves; the survivors re-form (view 2).
+// TANDEM_TEST_REFORM_LEAVE makes a second rank leave inside that re-form:
+//  - "": none; the survivors 0, 4 | 2, 3 go on at view 2.
+//  - "4:voted": the joiner leaves after its vote; every survivor (all have lower world ranks) commits, then absorbs
+//    it (view 3, worker 0 alone).
+//  - "2:voted": server 0 leaves after its vote; worker 0 commits, the joiner and server 1 roll forward, and server 1
+//    takes shard 0 over from the replica the re-form re-seeded (view 3).
+//  - "0:voted": worker 0 leaves after its vote; nobody else committed: the grown view stands and the next re-form
+//    absorbs both workers from it (view 2, the joiner the only worker).
+//  - "4:committed", "3:committed": the joiner, or server 1 (its shard taken over by server 0), leaves once every
+//    survivor committed (view 3).
+// Every survivor ends with one view (members, epoch, owners) and trains on. Before, ssp stopped every survivor
+// ("every worker was lost") even without a second loss: the re-form's ssp applied a clock the lost worker had left
+// incomplete after placing the backups, so a server sent each piece to its backup twice (that update, then the
+// re-seed); the backup, holding one copy of each, went into the vote, the second copies were never taken nor
+// acknowledged, and the primary's re-seed wait ran into the deadline. ps and ps-async run the same cases.
+struct AfterGrow {
+  const char* leave;
+  int leaver;  // index in run_growing_job's result (the joiner is 4); -1: none
+  std::vector<int> members;
+  int workers;
+  int64_t view_epoch;
+  std::vector<int32_t> owners;
+};
+std::ostream& operator<<(std::ostream& o, const AfterGrow& c) { return o << (c.leaver < 0 ? "none" : c.leave); }
+const AfterGrow kAfterGrow[] = {
+    {"", -1, {0, 4, 2, 3}, 2, 2, {0, 1}},
+    {"4:voted", 4, {0, 2, 3}, 1, 3, {0, 1}},
+    {"2:voted", 2, {0, 4, 3}, 2, 3, {0, 0}},
+    {"0:voted", 0, {4, 2, 3}, 1, 2, {0, 1}},
+    {"4:committed", 4, {0, 2, 3}, 1, 3, {0, 1}},
+    {"3:committed", 3, {0, 4, 2}, 2, 3, {0, 0}},
+};
+
+BOOST_DATA_TEST_CASE(a_worker_lost_after_a_grow_with_backup_servers_is_absorbed,
+                     bdata::make(kAfterGrow) * bdata::make(kCases), cut, c) {
+  std::optional<settings::ScopedProcessValue> hook;
+  if (cut.leaver >= 0) hook.emplace("TANDEM_TEST_REFORM_LEAVE", cut.leave);
+  JobShape shape;
+  shape.servers = 2;
+  shape.replicas = 1;
+  shape.dead_after = 1;
+  const std::vector<Seen> seen = run_growing_job(c, 6, true, shape);
+  if (cut.leaver >= 0)
+    BOOST_TEST(seen[static_cast<size_t>(cut.leaver)].error.find("TANDEM_TEST_REFORM_LEAVE") != std::string::npos,
+               seen[static_cast<size_t>(cut.leaver)].error);
+  require_clean(seen, cut.members);
+  check_one_view(seen, cut.members, cut.workers, cut.view_epoch, cut.owners,
+                 c.strategy != par::Strategy::kPsAsync ? std::optional<double>(seen[2].loss_mid) : std::nullopt);
+  for (int i : cut.members)
+    BOOST_TEST(seen[static_cast<size_t>(i)].steps == seen[static_cast<size_t>(cut.members[0])].steps, "rank " << i);
+  if (c.strategy == par::Strategy::kPs && cut.workers == 2)
+    BOOST_TEST((seen[4].params_end == seen[static_cast<size_t>(cut.members[0])].params_end));
+  if (c.strategy == par::Strategy::kSsp) {
+    for (int i : cut.members)
+      if (i >= 2 && i <= 3) BOOST_TEST(seen[static_cast<size_t>(i)].clock_gap <= c.staleness, "server " << i);
+  }
 }
 
 // An admission cut short is all or nothing (issue #17; ParameterServerSync::grow's transaction). 2 workers and 2
@@ -388,6 +474,7 @@ const Cut kCuts[] = {
     {"3:grow-voted", 3, {0, 1, 2}, 2, 2, {0, 0}},
     {"1:grow-voted", 1, {0, 2, 3}, 1, 2, {0, 1}},
     {"4:grow-committed", 4, {0, 1, 2, 3}, 2, 2, {0, 1}},
+    {"3:split", 3, {0, 1, 2}, 2, 1, {0, 0}},
 };
 
 BOOST_DATA_TEST_CASE(an_admission_cut_short_is_all_or_nothing, bdata::make(kCuts) * bdata::make({0, 1}), cut, k) {
@@ -404,18 +491,12 @@ BOOST_DATA_TEST_CASE(an_admission_cut_short_is_all_or_nothing, bdata::make(kCuts
   require_clean(seen, live);
   if (cut.leaver != 4 && std::string(cut.leave).find("committed") == std::string::npos)
     BOOST_TEST(!seen[4].error.empty());  // the joiner left with the admission
-  for (int i : live) {
-    const Seen& s = seen[static_cast<size_t>(i)];
-    BOOST_TEST_CONTEXT("rank " << i) {
-      BOOST_TEST(s.members == cut.members);
-      BOOST_TEST(s.world == static_cast<int>(cut.members.size()));
-      BOOST_TEST(s.workers == cut.workers);
-      BOOST_TEST(s.view_epoch == cut.view_epoch);
-      BOOST_TEST(s.owners == cut.owners);
-      BOOST_TEST(std::isfinite(s.loss_end));
-      if (c.strategy == par::Strategy::kPs) BOOST_TEST(s.loss_end < seen[2].loss_mid);
-    }
-  }
+  if (std::string(cut.leave).find("split") != std::string::npos)  // a clean stop that says why
+    BOOST_TEST(seen[static_cast<size_t>(cut.leaver)].error.find("inside the exchange that orders the grown world") !=
+                   std::string::npos,
+               seen[static_cast<size_t>(cut.leaver)].error);
+  check_one_view(seen, cut.members, cut.workers, cut.view_epoch, cut.owners,
+                 c.strategy == par::Strategy::kPs ? std::optional<double>(seen[2].loss_mid) : std::nullopt);
   if (c.strategy == par::Strategy::kPs && cut.workers == 2)
     BOOST_TEST((seen[0].params_end == seen[1].params_end));
 }

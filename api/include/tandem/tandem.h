@@ -207,7 +207,8 @@ typedef struct tandem_context_params {
  *                             (agreed, voting, voted, committed or restoring) of a parameter-server
  *                             re-form, between a replica's header and payload
  *                             (replicating), or of an admission of workers (growing,
- *                             grow-voted or grow-committed)                        default unset
+ *                             grow-voted or grow-committed; split: that rank's split of
+ *                             the grown world fails after the others' completed)   default unset
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
