@@ -49,6 +49,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<SharedTransport> transport, i
       lineage_(std::move(lineage)),
       peers_(*shared_, rank_, members_, comm_id_),
       engine_(*shared_, peers_, members_, comm_id_, options_, topology_) {
+  abort_node_->self = this;  // an abort of its parent reaches it from now on (adopt)
   const int host_count = topology_.host_of.empty()
                              ? 0
                              : *std::max_element(topology_.host_of.begin(), topology_.host_of.end()) + 1;
