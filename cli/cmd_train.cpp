@@ -351,9 +351,9 @@ class StopWatcher {
         while (!done_.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
         if (done_.load()) return;
         tandem_comm_abort(comm, fmt::format("stopped by signal {}", sig).c_str());
-        // An elastic trainer that has shrunk trains on a communicator of its own, which this abort does not reach: it
-        // went on training (Ctrl-C under mpirun or srun never stopped it; tandem launch SIGKILLed it after its grace).
-        // A rank asked to stop stops: checkpoints are written atomically, so none is left torn.
+        // The abort reaches every communicator the trainer made from this one (an elastic trainer that shrank or grew
+        // trains on one of its own), and the trainer stops naming it. Should it still not stop (a rank inside a long
+        // computation), a rank asked to stop stops: checkpoints are written atomically, so none is left torn.
         const auto grace = std::chrono::steady_clock::now() + 500ms;
         while (!done_.load() && std::chrono::steady_clock::now() < grace) std::this_thread::sleep_for(20ms);
         if (done_.load()) return;

@@ -1,5 +1,6 @@
 #include "engine/comm/admission.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -14,6 +15,24 @@ namespace {
 
 constexpr const char* kAsked = "tandem/join/asked";
 constexpr const char* kHandled = "tandem/join/handled";
+// Set once the job admits nobody any more (refuse_waiting): a joiner asking later is refused at once, and one waiting
+// learns it within kClosedPoll, instead of waiting for an answer no step boundary will give.
+constexpr const char* kClosed = "tandem/join/closed";
+constexpr const char* kClosedWhy = "tandem/join/closed-why";
+constexpr std::chrono::milliseconds kClosedPoll{500};
+
+// Throws kUnsupported with the job's reason when it admits nobody any more.
+void refuse_if_closed(transports::KvStore& store, int64_t ticket) {
+  if (store.add(kClosed, 0) == 0) return;
+  std::string why;
+  try {
+    why = store.get(kClosedWhy, std::chrono::milliseconds(2000));
+  } catch (const Error&) {
+    why = "it admits no joiners";
+  }
+  if (ticket > 0) TANDEM_THROW(Status::kUnsupported, "join: the job refused this rank (ticket {}): {}", ticket, why);
+  TANDEM_THROW(Status::kUnsupported, "join: the job refused this rank: {}", why);
+}
 
 std::string request_key(int64_t t) { return fmt::format("tandem/join/request/{}", t); }
 std::string answer_key(int64_t t) { return fmt::format("tandem/join/answer/{}", t); }
@@ -44,7 +63,9 @@ Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max
     }
     const int now = size + static_cast<int>(a.tickets.size());
     if (max_ranks > 0 && now >= max_ranks) {
-      const std::string why = fmt::format("the job already has {} ranks and --max-ranks is {}", now, max_ranks);
+      const std::string why =
+          fmt::format("the job is full: {} of --max-ranks {} ranks run (the job already has {} ranks and --max-ranks "
+                      "is {})", now, max_ranks, now, max_ranks);
       log::warn("grow: joiner ticket {} ({}) refused: {}", t, host, why);
       store.set(answer_key(t), "refuse " + why);
       continue;
@@ -66,6 +87,8 @@ Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max
 }
 
 int64_t refuse_waiting(transports::KvStore& store, const std::string& why) {
+  store.set(kClosedWhy, why);  // first: a joiner that sees the flag reads the reason
+  store.add(kClosed, 1);
   const int64_t asked = store.add(kAsked, 0);
   const int64_t handled = store.add(kHandled, 0);
   for (int64_t t = handled + 1; t <= asked; ++t) store.set(answer_key(t), "refuse " + why);
@@ -74,17 +97,25 @@ int64_t refuse_waiting(transports::KvStore& store, const std::string& why) {
 }
 
 JoinAnswer request_admission(transports::KvStore& store, const std::string& host, std::chrono::milliseconds wait) {
+  refuse_if_closed(store, 0);
   const int64_t t = store.add(kAsked, 1);
   store.set(request_key(t), host);
   std::string text;
-  try {
-    text = store.get(answer_key(t), wait);
-  } catch (const Error& e) {
-    if (e.status() != Status::kTimeout) throw;
-    TANDEM_THROW(Status::kTimeout,
-                 "join: no answer to joiner ticket {} within {} ms: the job admits joiners only at the step boundaries "
-                 "of elastic training (tandem train --elastic) -- is it elastic, and still running? ({})",
-                 t, wait.count(), e.what());
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      text = store.get(answer_key(t), std::clamp(left, std::chrono::milliseconds(1), kClosedPoll));
+      break;
+    } catch (const Error& e) {
+      if (e.status() != Status::kTimeout) throw;
+      if (left <= kClosedPoll)
+        TANDEM_THROW(Status::kTimeout,
+                     "join: no answer to joiner ticket {} within {} ms: the job admits joiners only at the step "
+                     "boundaries of elastic training (tandem train --elastic) -- is it elastic, and still running? ({})",
+                     t, wait.count(), e.what());
+    }
+    refuse_if_closed(store, t);  // the job closed while this rank waited (it ended, or admits nobody)
   }
   if (text.rfind("refuse ", 0) == 0)
     TANDEM_THROW(Status::kUnsupported, "join: the job refused this rank (ticket {}): {}", t, text.substr(7));

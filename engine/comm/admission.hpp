@@ -48,8 +48,9 @@ int64_t joiners_waiting(transports::KvStore& store);
 Admission admit_joiners(transports::KvStore& store, int size, int epoch, int max_ranks,
                         std::chrono::milliseconds window, int limit = 0);
 
-// Answers every ticket not yet handled "refuse <why>" (the job ends: its joiners and spares stop waiting). Returns
-// how many there were.
+// Answers every ticket not yet handled "refuse <why>" (the job ends, or admits nobody: its joiners and spares stop
+// waiting) and closes the job to joiners: a later request_admission is refused at once with `why`, and one waiting
+// learns it within half a second. Returns how many were waiting.
 int64_t refuse_waiting(transports::KvStore& store, const std::string& why);
 
 // "tandem/grow/<id>/": the grown world's key namespace (unique: ids are ticket counts, which only grow).

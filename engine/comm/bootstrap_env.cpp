@@ -1,6 +1,16 @@
 // Environment parsing and the rendezvous start-up (no communicator here: bootstrap.cpp adds that).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <cstdlib>
@@ -9,6 +19,8 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "engine/comm/bootstrap.hpp"
 #include "engine/core/error.hpp"
@@ -153,6 +165,39 @@ std::map<std::pair<std::string, uint64_t>, std::weak_ptr<transports::KvStore>>& 
   return stores;
 }
 
+// A joiner meets a job that runs already: its rendezvous accepts at once. Connection refused (or no route) for
+// kNoJobWindow means nobody serves that address and port -- the job ended, or it is the wrong --port.
+constexpr std::chrono::milliseconds kNoJobWindow{3000};
+constexpr std::chrono::milliseconds kJoinHandshake{10000};
+
+// "" when a TCP connection to host:port is accepted, else why not (strerror).
+std::string tcp_refusal(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || res == nullptr)
+    return ::gai_strerror(rc);
+  std::string why = "no address";
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t len = sizeof(err);
+      err = ::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : ETIMEDOUT;
+    }
+    ::close(fd);
+    if (err == 0) {
+      why.clear();
+      break;
+    }
+    why = std::strerror(err);
+  }
+  ::freeaddrinfo(res);
+  return why;
+}
+
 std::string inproc_job(const BootstrapConfig& config) {
   // The job's identity never leaves the process; the secret is part of it so that two jobs that share
   // an address and port (defaults) but not a secret stay apart.
@@ -186,9 +231,26 @@ Rendezvous join_rendezvous(const BootstrapConfig& config, const std::string& tra
   co.rank = 0;  // a joiner has no rank in the job's world yet; 0 passes the server's range check
   co.size = 0;  // and announces no size
   co.name = fmt::format("joiner {} on {}", config.info.rank, config.info.host);
-  co.timeout = timeout;
+  co.timeout = std::min(timeout, kJoinHandshake);  // a running job's rendezvous answers at once
   co.generation = 0;  // the job's first communicator's namespace, where elastic jobs admit joiners
-  r.client = std::make_shared<RendezvousClient>(co);
+  const std::string where = fmt::format("{}:{}", config.master_addr, config.master_port);
+  const auto until = std::chrono::steady_clock::now() + std::min(timeout, kNoJobWindow);
+  for (std::string why = tcp_refusal(co.host, co.port); !why.empty(); why = tcp_refusal(co.host, co.port)) {
+    TANDEM_CHECK(std::chrono::steady_clock::now() < until, Status::kPeerFailure,
+                 "join: no job answers at {} ({} for {} ms): is the job still running, and is --port its rendezvous "
+                 "port (the --port of its tandem launch)?",
+                 where, why, std::min(timeout, kNoJobWindow).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  try {
+    r.client = std::make_shared<RendezvousClient>(co);
+  } catch (const Error& e) {
+    if (e.status() != Status::kTimeout) throw;
+    TANDEM_THROW(Status::kPeerFailure,
+                 "join: no job answers at {}: something accepts connections there but no tandem rendezvous answered "
+                 "within {} ms -- is --port the job's rendezvous port? ({})",
+                 where, co.timeout.count(), e.what());
+  }
   r.store = std::make_shared<ServingStore>(nullptr, r.client);
   return r;
 }

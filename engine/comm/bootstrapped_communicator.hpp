@@ -60,6 +60,7 @@ class BootstrappedCommunicator final : public Communicator {
   std::string failure_message() const override { return inner_->failure_message(); }
   FailureStatus failure_status() const override { return inner_->failure_status(); }
   void abort(const std::string& reason) override { inner_->abort(reason); }
+  std::string stopped_by() const override { return inner_->stopped_by(); }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override {
     return inner_->allreduce_algorithm_for(count, dtype);
   }

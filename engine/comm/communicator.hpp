@@ -116,8 +116,12 @@ class Communicator {
   virtual std::string failure_message() const = 0;
   // The failure with the ranks it is blamed on (failed == false while the communicator is healthy).
   virtual FailureStatus failure_status() const = 0;
-  // Fails every pending operation here and tells peers (best effort) so they fail fast too.
+  // Fails every pending operation here and tells peers (best effort) so they fail fast too. It reaches every
+  // communicator made from this one (split, shrink, grow), now and later; a child's abort leaves its parent.
   virtual void abort(const std::string& reason) = 0;
+  // The reason of an abort called on this rank on this communicator or on one it was made from ("" when none): its
+  // program stopped it, which no elastic recovery may take for a lost peer. A peer's abort does not count.
+  virtual std::string stopped_by() const = 0;
 
   // Elastic recovery, collective over the survivors of this failed communicator: every rank still alive
   // calls it, they agree through the job's store on who is left (membership.hpp states the rule: one

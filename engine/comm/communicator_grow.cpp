@@ -61,6 +61,7 @@ std::unique_ptr<Communicator> CommunicatorImpl::grow(const GrowOptions& o) {
   int64_t ok = grown ? 1 : 0;
   if (size_ > 1) allreduce(&ok, &ok, 1, DType::kI64, ReduceOp::kMin)->wait();
   if (rank_ == 0) publish_outcome(*lineage_.store, decision[1], ok == 1);
+  if (grown) adopt(*grown);  // this communicator's abort reaches the grown world (a vote that failed drops it)
   if (ok == 0) {
     log::warn("grow: rank {}: admitting {} joiner(s) was abandoned ({}); going on with the {} ranks there were", rank_,
               decision[0], error.empty() ? "another rank could not reach them" : error, size_);
@@ -86,6 +87,7 @@ std::unique_ptr<Communicator> CommunicatorImpl::rejoin(std::chrono::milliseconds
   for (int r = 0; r < a.old_size; ++r) parents[static_cast<size_t>(r)] = r;
   std::unique_ptr<Communicator> grown =
       create_world(info, lineage_.store, options_, grow_prefix(a.grow_id), a.epoch, std::move(parents), host);
+  adopt(*grown);  // the spare's communicator's abort reaches the world it was drafted into
   await_outcome(*lineage_.store, a.grow_id, 2 * options_.timeout);
   log::info("comm {} rank {}: the spare was admitted as rank {} of {} (epoch {})", comm_id_, rank_, a.rank, a.size,
             a.epoch);

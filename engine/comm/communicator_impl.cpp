@@ -49,6 +49,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<SharedTransport> transport, i
       lineage_(std::move(lineage)),
       peers_(*shared_, rank_, members_, comm_id_),
       engine_(*shared_, peers_, members_, comm_id_, options_, topology_) {
+  abort_node_->self = this;  // an abort of its parent reaches it from now on (adopt)
   const int host_count = topology_.host_of.empty()
                              ? 0
                              : *std::max_element(topology_.host_of.begin(), topology_.host_of.end()) + 1;
@@ -124,10 +125,51 @@ std::unique_ptr<Work> CommunicatorImpl::recv(void* buf, size_t count, DType dtyp
   return point_to_point(WireKind::kRecv, nullptr, buf, count, dtype, peer, tag);
 }
 
+CommunicatorImpl::~CommunicatorImpl() {
+  std::lock_guard lock(abort_node_->mu);  // an abort reaching it from its parent waits for this, or finds it gone
+  abort_node_->self = nullptr;
+}
+
 void CommunicatorImpl::abort(const std::string& reason) {
+  abort_family(abort_node_, reason.empty() ? std::string("aborted by the application") : reason);
+}
+
+std::string CommunicatorImpl::stopped_by() const {
+  std::lock_guard lock(abort_node_->mu);
+  return abort_node_->reason;
+}
+
+void CommunicatorImpl::abort_here(const std::string& reason) {
   engine_.request_abort(reason);
   // The progress thread fails everything and tells the peers; wait (bounded) until it has.
   peers_.wait_failed(std::chrono::seconds(2));
+}
+
+void CommunicatorImpl::abort_family(const std::shared_ptr<AbortNode>& node, const std::string& reason) {
+  std::vector<std::shared_ptr<AbortNode>> children;
+  {
+    std::lock_guard lock(node->mu);
+    if (node->reason.empty()) node->reason = reason;
+    // A communicator that failed already (the original world after a peer died) is left as it is; its descendants
+    // are not.
+    if (node->self != nullptr && !node->self->is_failed()) node->self->abort_here(reason);
+    for (const auto& w : node->children)
+      if (auto c = w.lock()) children.push_back(std::move(c));
+  }
+  for (const auto& c : children) abort_family(c, reason);
+}
+
+void CommunicatorImpl::adopt(Communicator& child) {
+  auto* impl = dynamic_cast<CommunicatorImpl*>(&child);
+  if (impl == nullptr || impl == this) return;
+  std::string reason;
+  {
+    std::lock_guard lock(abort_node_->mu);
+    std::erase_if(abort_node_->children, [](const std::weak_ptr<AbortNode>& w) { return w.expired(); });
+    abort_node_->children.push_back(impl->abort_node_);
+    reason = abort_node_->reason;
+  }
+  if (!reason.empty()) abort_family(impl->abort_node_, reason);
 }
 
 Algorithm CommunicatorImpl::allreduce_algorithm_for(size_t count, DType dtype) const {
@@ -165,8 +207,10 @@ std::unique_ptr<Communicator> CommunicatorImpl::split(int color, int key) {
   log::debug("comm {} rank {}: split color {} key {} -> comm {} rank {}/{}", comm_id_, rank_, color, key,
              layout.child_id, layout.child_rank, members.size());
   Lineage lineage{lineage_.store, lineage_.key_prefix, 0, {}, lineage_.listen_addr};
-  return std::make_unique<CommunicatorImpl>(shared_, layout.child_rank, std::move(members), layout.child_id, options_,
-                                            std::move(hosts), std::move(lineage));
+  auto child = std::make_unique<CommunicatorImpl>(shared_, layout.child_rank, std::move(members), layout.child_id,
+                                                  options_, std::move(hosts), std::move(lineage));
+  adopt(*child);
+  return child;
 }
 
 // ----------------------------------------------------------------------------------- shrink
@@ -203,8 +247,10 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   log::info("comm {} rank {}: shrunk to comm {} rank {}/{} (epoch {}, kept ranks {})", comm_id_, rank_, m.comm_id,
             m.new_rank, m.members.size(), m.epoch, format_rank_list(m.members));
   Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members, lineage_.listen_addr};
-  return std::make_unique<CommunicatorImpl>(shared_, m.new_rank, std::move(members), m.comm_id, options_,
-                                            std::move(hosts), std::move(lineage));
+  auto child = std::make_unique<CommunicatorImpl>(shared_, m.new_rank, std::move(members), m.comm_id, options_,
+                                                  std::move(hosts), std::move(lineage));
+  adopt(*child);
+  return child;
 }
 
 }  // namespace tandem::engine::comm

@@ -4,6 +4,7 @@
 // plans); its PeerTable holds the control channel to the peers and the sticky failure. split()
 // exchanges (color, key) and builds the child per group_split.hpp.
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ class CommunicatorImpl final : public Communicator {
   // `members[r]`: the transport rank of communicator rank r; `hosts[r]` its host name.
   CommunicatorImpl(std::shared_ptr<SharedTransport> transport, int rank, std::vector<int> members, uint32_t comm_id,
                    CommOptions options, std::vector<std::string> hosts, Lineage lineage);
-  ~CommunicatorImpl() override = default;  // the engine stops first, then the peer table
+  ~CommunicatorImpl() override;  // unlinks it from its abort family; the engine stops first, then the peer table
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -49,6 +50,7 @@ class CommunicatorImpl final : public Communicator {
   std::string failure_message() const override { return peers_.failure_message(); }
   FailureStatus failure_status() const override { return peers_.failure_status(); }
   void abort(const std::string& reason) override;
+  std::string stopped_by() const override;
   std::unique_ptr<Communicator> shrink() override;
   int64_t pending_joins() override;
   int64_t peek_joins() override;
@@ -60,11 +62,27 @@ class CommunicatorImpl final : public Communicator {
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;
 
   uint32_t comm_id() const { return comm_id_; }
+  // An abort reaches every communicator made from this one (split, shrink, grow), now and later: a trainer that shrank
+  // or grew works on a descendant of the communicator its program holds, and the program's abort (a rank stopped by
+  // a signal) must stop it. Downward only: a child's abort (a trainer failing a stage group fast) leaves its parent.
+  // `child` is linked under this one; a child made after an abort starts aborted.
+  void adopt(Communicator& child);
   const Topology& topology() const { return topology_; }
 
  private:
   std::unique_ptr<Work> point_to_point(WireKind kind, const void* send, void* recv, size_t count, DType dtype, int peer,
                                        uint32_t tag);
+
+  // This communicator in its abort family (adopt): the reason of an abort that reached it, and its children.
+  struct AbortNode {
+    std::mutex mu;
+    CommunicatorImpl* self = nullptr;  // null once the communicator is destroyed
+    std::string reason;                // set once aborted (sticky: children made later start aborted)
+    std::vector<std::weak_ptr<AbortNode>> children;
+  };
+  static void abort_family(const std::shared_ptr<AbortNode>& node, const std::string& reason);
+  void abort_here(const std::string& reason);
+  const std::shared_ptr<AbortNode> abort_node_ = std::make_shared<AbortNode>();
 
   // Fixed at construction; members are destroyed in reverse order: engine_ (joins its thread),
   // then peers_, then the transport.

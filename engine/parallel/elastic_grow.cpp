@@ -63,6 +63,25 @@ bool ParallelTrainer::grows_workers() const noexcept {
          job_.sync.join_check_every > 0;
 }
 
+void ParallelTrainer::close_to_joiners() {
+  if (world_ == nullptr || world_->rank() != 0 || pc_.joining || grows() || grows_grid() || grows_workers()) return;
+  const char* name = strategy_name(pc_.strategy);
+  std::string why;
+  if (!pc_.elastic)
+    why = fmt::format("the job is not elastic: {} without --elastic admits no joiners", name);
+  else if (ps_ != nullptr && !elastic_centre())
+    why = fmt::format("the job is full: {} ranks run and it admits no more ({} admits joiners only when launched "
+                      "with --max-ranks above -n)",
+                      world_->size(), name);
+  else
+    why = fmt::format("the job admits no joiners: elastic {}{} does not grow", name, grid_.pp > 1 ? " with pp > 1" : "");
+  try {
+    world_->refuse_joiners(why);
+  } catch (const Error& e) {
+    log::debug("elastic: could not close the job to joiners: {}", e.what());  // they wait, as before
+  }
+}
+
 void ParallelTrainer::maybe_admit() {
   if (grows_workers()) {
     const int64_t steps = optimizer_->steps();

@@ -369,6 +369,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                                  optimizer_->steps(), lr_scale_);
     note_ps_membership();
   }
+  close_to_joiners();
   tracer_.reset_zero();  // right after a common barrier: the ranks' traces line up
 }
 
@@ -763,6 +764,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
       if (!peer_gone || spare_ || left_admission_) throw;  // a spare in no group: its wait ran out
+      stop_if_stopped_here(e);
       if (reforms_grid() ? !probe_loss(e.what()) : !trainer_comm()->is_failed()) throw;
       again = true;
       if (!recover(phase, in_world_ranks(e.what()))) continue;
@@ -778,6 +780,21 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
       }
     }
   }
+}
+
+void ParallelTrainer::stop_if_stopped_here(const Error& e) const {
+  // This rank's program aborted the job's communicator (a signal): that abort reached the trainer's own, shrunk or
+  // grown, communicator, and no lost peer is recovered from. A peer's abort may be one of a job-wide stop (every rank
+  // signalled at once, each aborting within milliseconds): this rank's own is given a moment before it counts as a
+  // peer that left.
+  comm::Communicator* c = trainer_comm();
+  if (c == nullptr) return;
+  const comm::FailureStatus f = c->failure_status();
+  if (f.aborted && f.origin != c->rank())
+    for (int i = 0; i < 25 && c->stopped_by().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string why = c->stopped_by();
+  if (!why.empty())
+    throw Error(e.status(), fmt::format("its communicator was aborted on this rank: {}", why));
 }
 
 void ParallelTrainer::take_snapshot() {

@@ -345,6 +345,11 @@ class ParallelTrainer {
   bool recover(Phase phase, const std::string& why);
   // The trainer's own communicator (null when it has none): the one a failure shows on and that shrinks.
   comm::Communicator* trainer_comm() const noexcept;
+  // Throws, naming why, when this rank's program aborted the trainer's communicator (elastic_retry recovers no peer).
+  void stop_if_stopped_here(const Error& e) const;
+  // A job that never checks for joiners closes its store to them (rank 0): `tandem launch --join` is refused at once,
+  // naming why, instead of waiting for an admission no step boundary makes.
+  void close_to_joiners();
   // Shrinks it to the survivors and updates members, lost ranks and the grid (with servers: count_servers after).
   void shrink_group(const std::string& why);
   // With servers, right after shrink_group (collective over the survivors): the outcome of a re-form whose vote a

@@ -61,6 +61,33 @@ BOOST_AUTO_TEST_CASE(survivors_of_a_dead_or_aborted_rank_shrink_and_allreduce) {
     }
 }
 
+// A program holds the communicator it created; a trainer that shrank works on a descendant of it (a split, then its
+// shrink). The program's abort (a rank stopped by a signal) must reach that descendant, now and after: before, it
+// failed only the original communicator, already failed by the death, and the survivors trained on. A child's abort
+// (a trainer failing a stage group) leaves its parent alone.
+BOOST_AUTO_TEST_CASE(an_abort_reaches_every_communicator_made_from_this_one) {
+  for (const auto& tr : transports_under_test())
+    run_ranks(tr, 3, with_timeout(4000), [&](int r, Communicator& c) {
+      auto group = c.split(0, r);
+      auto side = c.split(0, r);
+      side->abort("a stage group failed fast");  // the child's abort ...
+      EXPECT(side->is_failed() && !c.is_failed() && c.stopped_by().empty() && !group->is_failed(),
+             "rank {}: a child's abort stays below its parent", r);
+      EXPECT(side->stopped_by() == "a stage group failed fast", "rank {}: '{}'", r, side->stopped_by());
+      EXPECT(sum_over(*group, 1.f) == 3.f, "healthy group");
+      if (r == 2) return;  // dies: the group fails, the survivors shrink it
+      failing_allreduce(*group);
+      auto shrunk = group->shrink();
+      EXPECT(sum_over(*shrunk, 1.f) == 2.f, "the shrunk group works");
+      c.abort(fmt::format("rank {} stopped by signal 2", r));  // the program's abort, on the communicator it holds
+      std::string msg;
+      const Status st = status_of([&] { sum_over(*shrunk, 1.f); }, &msg);
+      EXPECT(st == Status::kPeerFailure, "rank {}: the shrunk group after the abort: {} ({})", r, status_name(st), msg);
+      EXPECT(shrunk->stopped_by() == fmt::format("rank {} stopped by signal 2", r), "rank {}: stopped_by '{}'", r,
+             shrunk->stopped_by());
+    });
+}
+
 BOOST_AUTO_TEST_CASE(a_shrunk_communicator_shrinks_again_when_another_rank_dies) {
   for (const auto& tr : transports_under_test()) {
     run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
