@@ -20,10 +20,12 @@ Every trial is bounded in time (--trial-timeout) and gets one verdict:
                 hung        the trial hit its time bound (everything is then killed by PID);
                 crashed     a rank other than a SIGKILLed victim ended by a signal (SIGSEGV, SIGABRT, ...);
                 nonfinite   a NaN/inf or absent training loss in an epoch report;
+                empty       an epoch report with train loss 0, accuracy 0% and 0 img/s (no sample counted: a
+                            silent wrong result);
                 checkpoint  the job's checkpoint does not resume (same strategy, same flags, one step);
                 unfinished  a rank exited 0 without having finished: the victim after the others declared it lost,
-                            a rank outside the survivors' last membership, or any rank of a job whose reporting rank
-                            did not give every epoch;
+                            a rank outside the survivors' last membership (hybrid's spares excepted), or any
+                            rank of a job whose reporting rank did not give every epoch;
                 unnamed     a survivor that reacted to nothing (no line names the faulty rank) while others did;
                 other       none of the above (printed and kept in the JSON, to be looked at).
 Recovery time: from the fault (SIGKILL or SIGSTOP) to the survivors' first "elastic: ... ranks go on" line or
@@ -81,7 +83,7 @@ for _s in STRATEGIES.values():
     _s.setdefault("resume", [f for f in _s["train"] if f != "--elastic"])
 
 VERDICTS = ("continued", "stopped", "DEFECT")
-DEFECTS = ("hung", "crashed", "nonfinite", "checkpoint", "unfinished", "unnamed", "other")
+DEFECTS = ("hung", "crashed", "nonfinite", "empty", "checkpoint", "unfinished", "unnamed", "other")
 # The survivors' "go on" line (parallel_trainer.cpp, every strategy):
 # "elastic: world rank(s) R lost (WHY); N ranks go on (world ranks ...) after T ms: HOW (seen by ...)".
 GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
@@ -92,12 +94,14 @@ SERVER_BACK = re.compile(r"elastic: lost parameter server\(s\) ")
 # marks the start of training): "epoch E: train loss L acc ...", then "  S world W = dp D x pp P" or
 # "  S world W = K worker(s) + M server(s)". After world rank 0 is lost the lowest surviving worker reports.
 STARTED = re.compile(r"^\[rank 0\] training lenet5 ")
-EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc")
+EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc (\S+)%(?:.* \| (\S+) img/s)?")
 WORLD = re.compile(r"^\[rank \d+\]\s+\S+ world (\d+) = (?:dp (\d+) x pp \d+|(\d+) worker\(s\) \+ \d+ server\(s\))")
 # The launcher's word on a rank that ended other than with 0.
 ENDED = re.compile(r"^tandem launch: rank (\d+) (?:was killed by signal (\d+)|exited with status (\d+))")
 RANK_LINE = re.compile(r"^\[rank (\d+)\] (.*)")
 REACTION = re.compile(r"error|fail|stopped|cannot|lost|timed out|died")
+# hybrid: a rank the re-formed grid has no place for waits as a spare and exits 0 at the end (by design).
+SPARE = re.compile(r"elastic: world rank (\d+) waits as a spare")
 
 
 def cpu_model():
@@ -259,7 +263,8 @@ def epochs_of(lines):
             except ValueError:
                 loss = float("nan")
             last = int(m.group(1))
-            out[last] = {"train_loss": loss, "world": None, "workers": None, "t_s": t}
+            out[last] = {"train_loss": loss, "world": None, "workers": None, "t_s": t,
+                         "empty": loss == 0 and m.group(3) == "0.00" and m.group(4) == "0"}
             continue
         m = WORLD.match(line)
         if m and last is not None and out[last]["world"] is None:
@@ -332,6 +337,9 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
     complete = sorted(epochs) == list(range(1, a.epochs + 1))
     if any(not math.isfinite(e["train_loss"]) for e in epochs.values()):
         return "DEFECT", "nonfinite", "an epoch's training loss is not finite"
+    if any(e["empty"] for e in epochs.values()):
+        return "DEFECT", "empty", "an epoch reports train loss 0, accuracy 0%% and 0 img/s (epochs %s)" % sorted(
+            k for k, e in epochs.items() if e["empty"])
     if state == "corrupt":
         return "DEFECT", "checkpoint", "the checkpoint does not resume"
     by_rank = {}
@@ -345,12 +353,13 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
     declared_lost = any(victim in [int(x) for x in m.group("lost").split(",")] for m in go_ons) or \
         any(SERVER_BACK.search(l) and re.search(r"world rank %d\b" % victim, l) for _, l in lines)
     zero = [r for r in range(RANKS) if r not in ended]
+    spares = {int(m.group(1)) for m in (SPARE.search(l) for _, l in lines) if m}
     if fault_landed:
         if victim in zero and (declared_lost or naming):
             return "DEFECT", "unfinished", "rank %d exited 0 after the others declared it lost" % victim
         if go_ons:
             members = {int(x) for x in go_ons[-1].group("members").split(",")}
-            outside = [r for r in zero if r not in members and r != victim]
+            outside = [r for r in zero if r not in members and r != victim and r not in spares]
             if outside:
                 return "DEFECT", "unfinished", "rank(s) %s exited 0 outside the last membership %s" % (
                     outside, sorted(members))
@@ -440,7 +449,7 @@ def run_trial(a, strategy, transport, idx, window, rng, tmp):
     rec["defect"] = defect
     if why:
         rec["why"] = why
-    if verdict == "DEFECT" or a.keep_output:
+    if verdict != "continued" or a.keep_output:  # a stop is kept too: its errors are worth reading
         rec["output_tail"] = [l for _, l in lines[-60:]]
     try:
         os.remove(ckpt)
