@@ -26,6 +26,8 @@ Every trial is bounded in time (--trial-timeout) and gets one verdict:
                 unfinished  a rank exited 0 without having finished: the victim after the others declared it lost,
                             a rank outside the survivors' last membership (hybrid's spares excepted), or any
                             rank of a job whose reporting rank did not give every epoch;
+                blamed      a rank that was not hit stopped with a last error that does not name the victim (it
+                            blames another rank), or was dropped while the job went on;
                 unnamed     a survivor that reacted to nothing (no line names the faulty rank) while others did;
                 other       none of the above (printed and kept in the JSON, to be looked at).
 Recovery time: from the fault (SIGKILL or SIGSTOP) to the survivors' first "elastic: ... ranks go on" line or
@@ -59,8 +61,8 @@ RANKS = 4
 MIN_RANKS = 2
 SEED = 7  # the training's seed (the checkpoint check resumes with the same)
 
-# The one table of strategies: the training's flags, the resume's flags (the checkpoint check: the same strategy
-# without --elastic), and how many parameter-server ranks the job has (the last ones of the 4).
+# The one table of strategies: the training's flags, the resume's flags (the checkpoint check: by default the
+# training's own), and how many parameter-server ranks the job has (the last ones of the 4).
 STRATEGIES = {
     "ddp": {"train": ["--strategy", "ddp", "--elastic"], "servers": 0},
     "hybrid": {"train": ["--strategy", "hybrid", "--dp", "2", "--pp", "2", "--elastic"], "servers": 0},
@@ -80,10 +82,10 @@ STRATEGIES = {
     "asgd": {"train": ["--strategy", "asgd"], "servers": 0},
 }
 for _s in STRATEGIES.values():
-    _s.setdefault("resume", [f for f in _s["train"] if f != "--elastic"])
+    _s.setdefault("resume", list(_s["train"]))  # --elastic kept: ps with --server-replicas needs it
 
 VERDICTS = ("continued", "stopped", "DEFECT")
-DEFECTS = ("hung", "crashed", "nonfinite", "empty", "checkpoint", "unfinished", "unnamed", "other")
+DEFECTS = ("hung", "crashed", "nonfinite", "empty", "checkpoint", "unfinished", "blamed", "unnamed", "other")
 # The survivors' "go on" line (parallel_trainer.cpp, every strategy):
 # "elastic: world rank(s) R lost (WHY); N ranks go on (world ranks ...) after T ms: HOW (seen by ...)".
 GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
@@ -367,6 +369,21 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
         return "DEFECT", "unfinished", "rank(s) %s exited 0 but the report has epochs %s of %d" % (
             zero, sorted(epochs), a.epochs)
     survivors = [r for r in range(RANKS) if r != victim]
+    if fault_landed:
+        # One fault, one culprit: a rank that was not hit and ended with an error must say the victim was lost (its
+        # last error line: the CLI's "tandem: ..." or the library's last "[tandem error]"); while the job went on,
+        # no innocent rank may be dropped at all.
+        for r in survivors:
+            if r not in ended or ended[r][0] != "status":
+                continue
+            mine = by_rank.get(r, [])
+            final = [l for l in mine if l.startswith("tandem: ")] or [l for l in mine if "[tandem error]" in l]
+            if rc == 0:
+                return "DEFECT", "blamed", "rank %d was not hit but ended with status %d while the job went on: %s" % (
+                    r, ended[r][1], final[-1][:300] if final else "(no error line)")
+            if not final or not names_victim(final[-1], victim):
+                return "DEFECT", "blamed", "rank %d stopped without naming rank %d: %s" % (
+                    r, victim, final[-1][:300] if final else "(no error line)")
     if fault_landed and (naming or rc != 0):
         silent = [r for r in survivors if r not in naming]
         if silent:
