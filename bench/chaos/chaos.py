@@ -476,7 +476,8 @@ def run_trial(a, strategy, transport, idx, window, rng, tmp):
 
 
 def calibrate(a, strategy, transport, tmp):
-    """A clean run: how long training lasts after rank 0's "training ..." line (its last epoch line)."""
+    """A clean run: how long training lasts after rank 0's "training ..." line (its last epoch line); or the text
+    of its failure."""
     ckpt = os.path.join(tmp, "calibrate.ckpt")
     cmd = [a.cli, "launch", "-n", str(RANKS), "--min-ranks", str(MIN_RANKS), "--transport", transport, "--",
            a.cli] + train_args(a, strategy, ckpt)
@@ -486,11 +487,11 @@ def calibrate(a, strategy, transport, tmp):
     started = next((t for t, line in job.lines if STARTED.search(line)), None)
     epochs = epochs_of(job.lines)
     if rc != 0 or started is None or sorted(epochs) != list(range(1, a.epochs + 1)):
-        sys.exit("calibration run of %s over %s failed (exit %s):\n%s" % (strategy, transport, rc, job.text()))
+        return "calibration run of %s over %s failed (exit %s):\n%s" % (strategy, transport, rc, job.text())
     state, why = check_checkpoint(a, strategy, ckpt)  # the checker must accept an uninterrupted run's checkpoint
     if state != "loads":
-        sys.exit("the checkpoint of the calibration run of %s over %s does not pass the check (%s): %s" % (
-            strategy, transport, state, why))
+        return "the checkpoint of the calibration run of %s over %s does not pass the check (%s): %s" % (
+            strategy, transport, state, why)
     os.remove(ckpt)
     train_s = epochs[a.epochs]["t_s"] - started
     # The last quarter is left out: on a machine whose load changes, a moment drawn there often finds the job over.
@@ -577,9 +578,18 @@ def main():
                     "(default: from a clean calibration run per strategy and transport)")
     ap.add_argument("--json", default=None, help="write the trials and the summary here")
     ap.add_argument("--keep-output", action="store_true", help="keep every trial's last output lines in the JSON")
+    ap.add_argument("--table", nargs="+", metavar="JSON", default=None,
+                    help="print the table of earlier runs' --json files together (one run per strategy, say) and exit")
     ap.add_argument("--require", action="store_true",
                     help="exit 1 unless every trial continued or stopped cleanly (for CTest)")
     a = ap.parse_args()
+    if a.table:
+        trials = []
+        for path in a.table:
+            with open(path) as f:
+                trials += json.load(f)["trials"]
+        print(table(summarize(trials)))
+        return 0
     a.modes = [m for m in a.modes.split(",") if m]
     a.strategies = list(STRATEGIES) if a.strategy == "all" else [s for s in a.strategy.split(",") if s]
     for s in a.strategies:
@@ -605,6 +615,7 @@ def main():
             "cores": os.cpu_count(), "load_before": loadavg(), "config": {k: v for k, v in vars(a).items()}}
     trials = []
     windows = {}
+    failed_calibration = []
     with tempfile.TemporaryDirectory(prefix="tandem-chaos-") as tmp:
         for strategy in a.strategies:
             for transport in a.transports.split(","):
@@ -614,6 +625,10 @@ def main():
                     windows[key] = {"start_s": lo, "end_s": hi}
                 else:
                     windows[key] = calibrate(a, strategy, transport, tmp)
+                    if isinstance(windows[key], str):  # the other strategies still run; the exit status says it
+                        print("FAILED: " + windows[key], flush=True)
+                        failed_calibration.append(key)
+                        continue
                 w = windows[key]
                 print("%s: fault moment drawn from [%.2f, %.2f] s after training started" % (
                     key, w["start_s"], w["end_s"]), flush=True)
@@ -646,6 +661,9 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "summary": summary, "trials": trials}, f, indent=1)
+    if failed_calibration:
+        print("FAILED: the clean calibration run of %s failed (above)" % ", ".join(failed_calibration))
+        return 1
     if a.require:
         # A trial whose fault never landed is judged only on hanging, crashing and its checkpoint: a job that failed
         # on its own before training (a rank too slow to join within the deadline on a loaded machine) is reported,
