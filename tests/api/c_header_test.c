@@ -23,7 +23,7 @@ int main(void) {
   tandem_context_destroy(ctx);
   tandem_context_destroy(NULL); /* NULL must be a no-op */
   EXPECT(tandem_version() == TANDEM_VERSION);
-  EXPECT(strcmp(tandem_version_string(), "0.4.1") == 0);
+  EXPECT(strcmp(tandem_version_string(), "0.5.0") == 0);
   EXPECT(tandem_context_create(&p, NULL) == TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT(strstr(tandem_last_error_message(), "out") != NULL);
   p.field_mask = UINT64_C(1) << 40;

@@ -35,11 +35,11 @@ extern "C" {
 
 /* ---- Versions ----------------------------------------------------------------------------- */
 #define TANDEM_VERSION_MAJOR 0
-#define TANDEM_VERSION_MINOR 4
-#define TANDEM_VERSION_PATCH 1
+#define TANDEM_VERSION_MINOR 5
+#define TANDEM_VERSION_PATCH 0
 #define TANDEM_VERSION (TANDEM_VERSION_MAJOR * 10000 + TANDEM_VERSION_MINOR * 100 + TANDEM_VERSION_PATCH)
 
-/* Next minor (0.5) added (nothing changed or removed): tandem_sim_result_query_v and tandem_sim_result_candidate_v,
+/* 0.5 added (nothing changed or removed): tandem_sim_result_query_v and tandem_sim_result_candidate_v,
  * told sizeof(tandem_sim_summary_t) as the caller compiled it, read and write nothing past it; the summary's
  * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only). tandem_sim_result_query and _candidate
  * now write only the fields of the groups asked for, within 0.4's struct (before, they copied the whole struct in and

@@ -3,7 +3,7 @@ import ctypes
 import glob
 import os
 
-TANDEM_VERSION = 401  # the header version these bindings were written against (0.4.1)
+TANDEM_VERSION = 500  # the header version these bindings were written against (0.5.0)
 
 c_size_t = ctypes.c_size_t
 c_int32 = ctypes.c_int32
