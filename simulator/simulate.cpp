@@ -22,6 +22,18 @@
 
 namespace tandem::simulator {
 
+double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile) {
+  if (!profile || !profile->activation_peak_bytes || profile->model != model.name) return kTandemCpuActivationPeak;
+  if (!profile->input.empty() && profile->input != std::vector<int64_t>{model.input.c, model.input.h, model.input.w})
+    return kTandemCpuActivationPeak;
+  // what the job compiler counts for a one-process job of the whole model at the profile's batch (f32, nothing
+  // recomputed): every sample's stored outputs and its input
+  const double per_sample = static_cast<double>(model.stored_activation_bytes(0, model.layers.size())) +
+                            4.0 * static_cast<double>(model.input.numel());
+  const double counted = static_cast<double>(profile->batch) * per_sample;
+  return counted > 0 ? *profile->activation_peak_bytes / counted : kTandemCpuActivationPeak;
+}
+
 namespace {
 
 using engine::parallel::CompiledJob;
@@ -90,12 +102,13 @@ double rank_data_bytes(const CompiledJob& cj, const RunSpec& run, const DatasetI
 }
 
 // Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
-// of the largest rank on the node that fits worst. Tandem's CPU ranks hold kTandemCpuActivationPeak times the
+// of the largest rank on the node that fits worst. Tandem's CPU ranks hold tandem_cpu_activation_peak() times the
 // activations the job counts, and their data sets (`data`, per rank; not charged to a GPU's memory, nor to
 // pytorch-ddp, whose measured process size stands for it).
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
-                 double data, Framework framework, const ClusterSpec& cluster, std::vector<NodeReport>& nodes,
-                 MemoryBreakdown& worst) {
+                 double data, Framework framework, const std::optional<CalibrationProfile>& profile,
+                 const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
+  const double cpu_peak = tandem_cpu_activation_peak(cj.job.model, profile);
   const engine::parallel::SyncProgram& sync = cj.sync;
   std::vector<MemoryBreakdown> largest(nodes.size());
   for (int32_t r = 0; r < cj.world; ++r) {
@@ -107,7 +120,7 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
                                                                 : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
     const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
     const bool tandem_cpu = framework == Framework::kTandem && !gpu;
-    const double peak = tandem_cpu ? kTandemCpuActivationPeak : 1.0;
+    const double peak = tandem_cpu ? cpu_peak : 1.0;
     MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, peak * m.activation_bytes,
                       runtime[static_cast<size_t>(n)], m.bucket_bytes};
     b.data_bytes = tandem_cpu ? data : 0.0;
@@ -424,8 +437,8 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
     nr.runtime_bytes = p.runtime_bytes[i];
     p.nodes.push_back(nr);
   }
-  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, rank_data_bytes(p.cj, run, p.data), run.framework, p.cluster, p.nodes,
-              p.memory);
+  node_memory(p.cj, p.node_of_rank, p.runtime_bytes, rank_data_bytes(p.cj, run, p.data), run.framework, profile,
+              p.cluster, p.nodes, p.memory);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     NodeReport& nr = p.nodes[i];
     const NodeSpec& n = p.cluster.nodes[i];
@@ -821,7 +834,7 @@ bool fits_memory(Simulation& sim, const ClusterSpec& cluster, const JobSpec& job
   }
   MemoryBreakdown worst;
   node_memory(cj, node_of_rank, runtime, rank_data_bytes(cj, job, run_data(job, job.input, job.classes)), job.framework,
-              cluster, nodes, worst);
+              profile, cluster, nodes, worst);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const double swap = cluster.nodes[i].hw.gpus == 0 ? cluster.nodes[i].swap_bytes : 0.0;
     if (nodes[i].ranks > 0 && nodes[i].memory_bytes > nodes[i].memory_capacity_bytes + swap) return false;

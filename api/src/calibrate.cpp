@@ -69,6 +69,8 @@ std::string profile_text(const tandem_calibration& h) {
   nlohmann::json j = tandem::simulator::profile_to_json(p);
   // The runtime's own resident memory per rank (see runtime_rss_bytes), for the simulator's memory check.
   if (h.runtime_rss_bytes > 0) j["runtime_rss_bytes"] = static_cast<int64_t>(h.runtime_rss_bytes);
+  // ... and what a whole training step at the batch adds to it at its peak (the simulator's activation memory)
+  if (h.activation_peak_bytes > 0) j["activation_peak_bytes"] = static_cast<int64_t>(h.activation_peak_bytes);
   j["threads"] = c.threads;
   // Measured under a CFS quota, the times are the quota's average; the simulator takes it out (full_speed_profile).
   if (const auto q = tandem::api::cpu_quota_cores()) j["cpu_quota"] = *q;
@@ -204,7 +206,13 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     });
     // Once the passes at the job's batch ran the model's kernels (before the curve's other batch sizes add their
     // own primitives and plans): the runtime as a training step has it, without its tensors.
-    o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(); };
+    o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi); };
+    // Then what whole steps at that batch add at their peak (host memory: CPU backends only).
+    tandem::api::PeakRssProbe peak;
+    if (m.model->backend().device().is_cpu()) {
+      o.before_peak_steps = [&] { peak.start(); };
+      o.after_peak_steps = [&] { h->activation_peak_bytes = peak.stop(); };
+    }
     h->cal = train::calibrate_model(*m.model, o);
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
     std::string comm_cpu_note;

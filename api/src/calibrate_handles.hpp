@@ -105,7 +105,22 @@ std::optional<double> cpu_quota_cores();
 // returned first -- the runtime's own memory (libraries' code and data as far as training touches them, the
 // backend's JIT kernels, primitive caches and plans, threads, the communicator) the simulator adds per rank.
 // Measured before the passes it missed what the first step loads (issue #16: ~10 MiB for lenet5). 0 without /proc.
-double runtime_rss_bytes();
+// `one_process`: no other rank will train beside this one; the shared-memory segments its communicator's transport
+// mapped (RssShmem: UCX's, ~5 MiB) are left out, as a process training alone maps none.
+double runtime_rss_bytes(bool one_process);
+// What whole training steps add to the process's resident size at their peak: start() releases the allocator's cache
+// and malloc's free pages, takes the resident size (VmRSS) as the baseline and resets the peak (VmHWM) by writing
+// "5" to /proc/self/clear_refs; stop() is the peak since less the baseline. start() is false (and stop() 0) where
+// /proc or the reset is unavailable (a kernel without it, a sandbox refusing the write).
+class PeakRssProbe {
+ public:
+  bool start();
+  double stop() const;
+
+ private:
+  double baseline_ = 0;
+  bool armed_ = false;
+};
 }  // namespace tandem::api
 
 struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> {
@@ -117,6 +132,7 @@ struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> 
   double wakeup_latency_s = -1;                          // < 0: not measured (not written)
   std::optional<tandem::api::P2pFigures> p2p;
   double runtime_rss_bytes = 0;  // 0: unknown (not written)
+  double activation_peak_bytes = 0;  // 0: not measured (not written): a device backend, no /proc, the reset refused
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured
   std::string machine;
   std::string text;  // the profile JSON, built once

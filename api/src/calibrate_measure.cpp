@@ -222,16 +222,50 @@ std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c)
   return {median(to) / kElems, median(from) / kElems};
 }
 
-double runtime_rss_bytes() {
-  // The freed activations go back to malloc and malloc's free pages to the system (they belong to the activations'
-  // peak, which the simulator counts apart); the blocks still in use are the model's.
+namespace {
+// The freed activations go back to malloc and malloc's free pages to the system (they belong to the activations'
+// peak, which the simulator counts apart); the blocks still in use are the model's.
+void release_free_memory() {
   host_allocator().empty_cache();
 #ifdef __GLIBC__
   ::malloc_trim(0);
 #endif
+}
+}  // namespace
+
+double runtime_rss_bytes(bool one_process) {
+  release_free_memory();
   const double tensors = static_cast<double>(host_allocator().stats().bytes_in_use);
   const double rss = proc_kib_field_bytes("/proc/self/status", "VmRSS");
-  return rss > 0 ? std::max(0.0, rss - tensors) : 0.0;
+  // A job's rank maps its transport's shared-memory segments (UCX's); a process training alone has no
+  // communicator, so a one-process calibration leaves them out of the figure it predicts from.
+  const double shared = one_process ? std::max(0.0, proc_kib_field_bytes("/proc/self/status", "RssShmem")) : 0.0;
+  return rss > 0 ? std::max(0.0, rss - tensors - shared) : 0.0;
+}
+
+bool PeakRssProbe::start() {
+  release_free_memory();
+  baseline_ = proc_kib_field_bytes("/proc/self/status", "VmRSS");
+  armed_ = false;
+  if (baseline_ <= 0) return false;
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    if (!clear) return false;
+    clear << "5";  // resets the peak resident size (VmHWM) to the current one
+    clear.flush();
+    if (!clear) return false;
+  }
+  // the reset took where the peak is back near the resident size (the passes before peaked far above it)
+  const double hwm = proc_kib_field_bytes("/proc/self/status", "VmHWM");
+  const double rss = proc_kib_field_bytes("/proc/self/status", "VmRSS");
+  armed_ = hwm > 0 && rss > 0 && hwm <= rss + 1048576.0;
+  return armed_;
+}
+
+double PeakRssProbe::stop() const {
+  if (!armed_) return 0;
+  const double hwm = proc_kib_field_bytes("/proc/self/status", "VmHWM");
+  return std::max(0.0, hwm - baseline_);
 }
 
 std::string describe_machine(int threads) {

@@ -162,6 +162,7 @@ void CalibrationOptions::validate() const {
   TANDEM_REQUIRE(batch >= 1, "calibrate.batch: must be >= 1, got {}", batch);
   TANDEM_REQUIRE(warmup >= 0, "calibrate.warmup: must be >= 0, got {}", warmup);
   TANDEM_REQUIRE(iters >= 1, "calibrate.iters: must be >= 1, got {}", iters);
+  TANDEM_REQUIRE(peak_steps >= 1 && peak_steps <= 100, "calibrate.peak_steps: must be in [1, 100], got {}", peak_steps);
   optimizer.validate();
   for (int64_t b : curve_batches)
     TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.curve_batches: {} is not a batch size in [1, 2^20]", b);
@@ -271,6 +272,14 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.pass_cv = coefficient_of_variation(fb);
   c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
   if (o.after_batch_passes) o.after_batch_passes();
+  if (o.before_peak_steps && o.after_peak_steps) {
+    o.before_peak_steps();
+    for (int i = 0; i < o.peak_steps; ++i) {
+      double fb_s = 0, opt_s = 0;
+      whole_step(model, b, opt, kLr, fb_s, opt_s);
+    }
+    o.after_peak_steps();
+  }
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
   if (!o.curve_batches.empty()) {
     std::map<int64_t, double> curve{{o.batch, median(fb)}};

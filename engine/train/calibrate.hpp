@@ -41,6 +41,11 @@ struct CalibrationOptions {
   // Called once the passes at `batch` (whole steps and layer by layer) ran, before the curve's other batch sizes:
   // the process then holds what a training step at `batch` leaves behind (tandem_calibrate's runtime figure).
   std::function<void()> after_batch_passes;
+  // Around `peak_steps` more whole training steps at `batch` (forward, loss, backward, optimizer, as the trainer runs
+  // them), run after after_batch_passes when both hooks are set: the caller measures what the steps add to the
+  // process's resident size at their peak (tandem_calibrate's activation_peak_bytes). Their times are not kept.
+  std::function<void()> before_peak_steps, after_peak_steps;
+  int peak_steps = 3;
   void validate() const;      // kInvalidArgument naming the field
 };
 

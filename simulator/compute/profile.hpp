@@ -11,6 +11,13 @@
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
 //    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory besides its tensors once the
 //                                  // model's kernels ran (the simulator's per-rank runtime allowance on CPU nodes)
+//    "activation_peak_bytes": 6.1e7,  // optional (CPU backends): how far whole training steps at "batch" (forward,
+//                                  // loss, backward, optimizer) raise the process's peak resident size (VmHWM, reset
+//                                  // through /proc/self/clear_refs) above its resident size between steps -- the
+//                                  // activations, their gradients, workspaces and the caching allocator's blocks.
+//                                  // The simulator scales a Tandem CPU rank's counted activations by this over the
+//                                  // activations it counts for "model" at "batch" (tandem_cpu_activation_peak in
+//                                  // simulate.hpp) when the job's model is "model"; absent: its fixed 1.30
 //    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
 //        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
 //    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]
@@ -93,6 +100,7 @@ struct CalibrationProfile {
   std::optional<double> memory_bytes_per_s;
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
   std::optional<double> runtime_rss_bytes;
+  std::optional<double> activation_peak_bytes;  // what a whole step at `batch` adds to the resident size (CPU)
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
   int64_t threads = 1;

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "engine/core/allocator.hpp"
 #include "engine/nn/model.hpp"
 #include "engine/nn/zoo.hpp"
 #include "engine/train/calibrate.hpp"
@@ -15,6 +17,7 @@
 using namespace tandem;
 using namespace tandem::engine;
 using tandem::testing::expect_error;
+namespace tt = boost::test_tools;
 
 namespace {
 
@@ -157,6 +160,43 @@ BOOST_AUTO_TEST_CASE(more_samples_cost_more) {
   BOOST_TEST(large.forward_s() + large.backward_s() > 2 * (small.forward_s() + small.backward_s()));
 }
 
+// The peak hooks (tandem_calibrate's activation_peak_bytes) bracket whole training steps at the batch, after the
+// runtime hook: the caching allocator hands out blocks between them, more for more steps.
+BOOST_AUTO_TEST_CASE(peak_hooks_bracket_whole_steps_after_the_runtime_hook) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 5);
+  train::CalibrationOptions o;
+  o.batch = 4;
+  o.warmup = 0;
+  o.iters = 1;
+  std::vector<std::string> order;
+  uint64_t at_start = 0;
+  std::vector<uint64_t> handed_out;
+  o.after_batch_passes = [&] { order.push_back("runtime"); };
+  o.before_peak_steps = [&] {
+    order.push_back("before");
+    at_start = host_allocator().stats().allocations;
+  };
+  o.after_peak_steps = [&] {
+    order.push_back("after");
+    handed_out.push_back(host_allocator().stats().allocations - at_start);
+  };
+  for (int steps : {1, 3}) {
+    o.peak_steps = steps;
+    train::calibrate_model(model, o);
+  }
+  BOOST_TEST(order == (std::vector<std::string>{"runtime", "before", "after", "runtime", "before", "after"}),
+             tt::per_element());
+  BOOST_REQUIRE(handed_out.size() == 2u);
+  BOOST_TEST(handed_out[0] > 0u);                // forward, loss and backward allocate their outputs
+  BOOST_TEST(handed_out[1] >= 3 * handed_out[0]);  // three steps: three times the allocations
+  // one hook alone runs no steps
+  o.after_peak_steps = nullptr;
+  order.clear();
+  train::calibrate_model(model, o);
+  BOOST_TEST(order == (std::vector<std::string>{"runtime"}), tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(optimizer_names_follow_the_simulator) {
   optim::OptimizerConfig c;
   BOOST_TEST(train::simulator_optimizer_name(c) == "sgd");
@@ -175,6 +215,9 @@ BOOST_AUTO_TEST_CASE(bad_options_name_the_field) {
   o.batch = 2;
   o.iters = 0;
   expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.iters"});
+  o.iters = 1;
+  o.peak_steps = 0;
+  expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.peak_steps", "0"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
