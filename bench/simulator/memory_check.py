@@ -2,11 +2,11 @@
 """The simulator's memory prediction beside the measured peak RSS of one training process, per model (issue #16).
 
   bench/simulator/memory_check.py [--tandem PATH] [--cases lenet5:64,mlp:64,mobilenetv2:32,resnet18:16]
-                                  [--batches 8] [--threads 1] [--check FRACTION] [--json OUT]
+                                  [--batches 8] [--threads 1] [--optimizer sgd] [--check FRACTION] [--json OUT]
 
-Per case MODEL:BATCH:
-  1. `tandem calibrate --model MODEL --batch BATCH --curve none` (short: 1 warm-up, 3 timed passes) writes a profile
-     with its measured activation_peak_bytes;
+Per case MODEL:BATCH[:CALIBRATED_BATCH]:
+  1. `tandem calibrate --model MODEL --batch CALIBRATED_BATCH --curve none` (default: BATCH; short: 1 warm-up, 3
+     timed passes) writes a profile with its measured activation_peak_bytes;
   2. `tandem train --model MODEL --dataset synthetic --batch BATCH --limit-batches N --predict --profile P --json`:
      the prediction (predicted_memory_bytes: parameters, gradients, optimizer state, activations, the runtime
      allowance and the loaded data sets) beside the process's measured peak RSS (VmHWM);
@@ -41,11 +41,12 @@ def prediction(out):
     return preds[0]
 
 
-def case(tandem, model, batch, a, d):
+def case(tandem, model, batch, cal_batch, a, d):
     shape = INPUTS.get(model, "3x32x32")
     prof = os.path.join(d, f"{model}_{batch}.json")
-    run([tandem, "calibrate", "--model", model, "--input", shape, "--batch", str(batch), "--threads", str(a.threads),
-         "--warmup", "1", "--iters", "3", "--curve", "none", "--out", prof], a.timeout)
+    run([tandem, "calibrate", "--model", model, "--input", shape, "--batch", str(cal_batch), "--threads",
+         str(a.threads), "--optimizer", a.optimizer, "--warmup", "1", "--iters", "3", "--curve", "none", "--out", prof],
+        a.timeout)
     with open(prof) as f:
         p = json.load(f)
     old = dict(p)
@@ -54,11 +55,11 @@ def case(tandem, model, batch, a, d):
     with open(prof_old, "w") as f:
         json.dump(old, f)
     train = [tandem, "train", "--model", model, "--dataset", "synthetic", "--input", shape, "--batch", str(batch),
-             "--threads", str(a.threads), "--limit-batches", str(a.batches), "--eval-limit-batches", "1", "--predict",
+             "--threads", str(a.threads), "--optimizer", a.optimizer, "--limit-batches", str(a.batches), "--eval-limit-batches", "1", "--predict",
              "--json", "--profile"]
     new = prediction(run(train + [prof], a.timeout))
     before = prediction(run(train + [prof_old], a.timeout))
-    return {"model": model, "batch": batch, "activation_peak_bytes": p.get("activation_peak_bytes"),
+    return {"model": model, "batch": batch, "calibrated_batch": cal_batch, "activation_peak_bytes": p.get("activation_peak_bytes"),
             "runtime_rss_bytes": p.get("runtime_rss_bytes"), "measured_bytes": new["measured_memory_bytes"],
             "predicted_bytes": new["predicted_memory_bytes"], "error": new["memory_error"],
             "measured_bytes_fixed_run": before["measured_memory_bytes"],
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--cases", default="lenet5:64,mlp:64,mobilenetv2:32,resnet18:16")
     ap.add_argument("--batches", type=int, default=8, help="training batches per run (--limit-batches)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam or adamw (calibrate and train)")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--check", type=float, default=None, help="fail when |error| with the field exceeds this")
     ap.add_argument("--json", default=None)
@@ -78,14 +80,14 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for c in a.cases.split(","):
-            model, batch = c.split(":")
-            rows.append(case(a.tandem, model, int(batch), a, d))
+            model, batch, *cal = c.split(":")
+            rows.append(case(a.tandem, model, int(batch), int(cal[0]) if cal else int(batch), a, d))
             r = rows[-1]
             mib = lambda b: b / 2**20  # noqa: E731
             if len(rows) == 1:
-                print(f"{'model':<12} {'batch':>5} | {'act peak MiB':>12} {'runtime MiB':>11} | {'measured MiB':>12} "
+                print(f"{'model':<12} {'batch':>5} {'cal':>4} | {'act peak MiB':>12} {'runtime MiB':>11} | {'measured MiB':>12} "
                       f"{'predicted':>9} {'error':>7} | {'fixed 1.30':>10} {'error':>7}")
-            print(f"{r['model']:<12} {r['batch']:>5} | {mib(r['activation_peak_bytes'] or 0):>12.1f} "
+            print(f"{r['model']:<12} {r['batch']:>5} {r['calibrated_batch']:>4} | {mib(r['activation_peak_bytes'] or 0):>12.1f} "
                   f"{mib(r['runtime_rss_bytes'] or 0):>11.1f} | {mib(r['measured_bytes']):>12.1f} "
                   f"{mib(r['predicted_bytes']):>9.1f} {r['error'] * 100:>+6.1f}% | "
                   f"{mib(r['predicted_fixed_bytes']):>10.1f} {r['error_fixed'] * 100:>+6.1f}%", flush=True)

@@ -213,6 +213,8 @@ class Mistakes(unittest.TestCase):
             prof = os.path.join(d, "p.json")
             rc, out = tandem("calibrate", "--model", "lenet5", "--out", prof, timeout=120)
             self.assertEqual(rc, 0, out)
+            with open(prof) as f:  # what a whole step adds at its peak, measured (the simulator's activations)
+                self.assertGreater(json.load(f).get("activation_peak_bytes", 0), 1 << 20)
             for limit in ([], ["--train-limit", "1000"]):
                 rc, out = tandem("train", "--model", "lenet5", "--dataset", "fashion-mnist", "--limit-batches", "5",
                                  "--eval-limit-batches", "1", *limit, "--predict", "--profile", prof, "--json",
