@@ -666,9 +666,13 @@ int run_train(const TrainOptions& o) {
       if (!cpu_isa.is_null()) j["cpu_isa"] = cpu_isa;
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",
-                  static_cast<long long>(r.epoch), r.train_loss, 100 * r.train_accuracy, r.test_loss,
-                  100 * r.test_accuracy, r.images_per_sec, r.wall_s);
+      // An epoch with no sample scored has no training figures (NaN): "n/a", not a loss of "nan".
+      const std::string train_fig =
+          std::isnan(r.train_loss) && r.train_samples == 0
+              ? std::string("train loss n/a acc n/a")
+              : fmt::format("train loss {:.4f} acc {:.2f}%", r.train_loss, 100 * r.train_accuracy);
+      std::printf("epoch %lld: %s | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n", static_cast<long long>(r.epoch),
+                  train_fig.c_str(), r.test_loss, 100 * r.test_accuracy, r.images_per_sec, r.wall_s);
       if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
       if (loss_scale != 0) {
         double scale = 0;

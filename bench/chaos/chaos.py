@@ -20,8 +20,8 @@ Every trial is bounded in time (--trial-timeout) and gets one verdict:
                 hung        the trial hit its time bound (everything is then killed by PID);
                 crashed     a rank other than a SIGKILLed victim ended by a signal (SIGSEGV, SIGABRT, ...);
                 nonfinite   a NaN/inf or absent training loss in an epoch report;
-                empty       an epoch report with train loss 0, accuracy 0% and 0 img/s (no sample counted: a
-                            silent wrong result);
+                empty       an epoch report with no sample scored: "train loss n/a" (or, from older builds,
+                            train loss 0, accuracy 0% and 0 img/s: a silent wrong result);
                 checkpoint  the job's checkpoint does not resume (same strategy, same flags, one step);
                 unfinished  a rank exited 0 without having finished: the victim after the others declared it lost,
                             a rank outside the survivors' last membership (hybrid's spares excepted), or any
@@ -96,7 +96,8 @@ SERVER_BACK = re.compile(r"elastic: lost parameter server\(s\) ")
 # marks the start of training): "epoch E: train loss L acc ...", then "  S world W = dp D x pp P" or
 # "  S world W = K worker(s) + M server(s)". After world rank 0 is lost the lowest surviving worker reports.
 STARTED = re.compile(r"^\[rank 0\] training lenet5 ")
-EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc (\S+)%(?:.* \| (\S+) img/s)?")
+# "train loss n/a acc n/a": an epoch in which no sample was scored (the library's NaN figures).
+EPOCH = re.compile(r"^\[rank \d+\] epoch (\d+): train loss (\S+) acc (n/a|\S+%)(?:.* \| (\S+) img/s)?")
 WORLD = re.compile(r"^\[rank \d+\]\s+\S+ world (\d+) = (?:dp (\d+) x pp \d+|(\d+) worker\(s\) \+ \d+ server\(s\))")
 # The launcher's word on a rank that ended other than with 0.
 ENDED = re.compile(r"^tandem launch: rank (\d+) (?:was killed by signal (\d+)|exited with status (\d+))")
@@ -260,13 +261,14 @@ def epochs_of(lines):
     for t, line in lines:
         m = EPOCH.match(line)
         if m:
+            unscored = m.group(2) == "n/a"  # nothing scored: an empty report, not a NaN loss
             try:
-                loss = float(m.group(2))
+                loss = 0.0 if unscored else float(m.group(2))
             except ValueError:
                 loss = float("nan")
             last = int(m.group(1))
             out[last] = {"train_loss": loss, "world": None, "workers": None, "t_s": t,
-                         "empty": loss == 0 and m.group(3) == "0.00" and m.group(4) == "0"}
+                         "empty": unscored or (loss == 0 and m.group(3) == "0.00%" and m.group(4) == "0")}
             continue
         m = WORLD.match(line)
         if m and last is not None and out[last]["world"] is None:
@@ -340,7 +342,7 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
     if any(not math.isfinite(e["train_loss"]) for e in epochs.values()):
         return "DEFECT", "nonfinite", "an epoch's training loss is not finite"
     if any(e["empty"] for e in epochs.values()):
-        return "DEFECT", "empty", "an epoch reports train loss 0, accuracy 0%% and 0 img/s (epochs %s)" % sorted(
+        return "DEFECT", "empty", "an epoch reports no sample scored (epochs %s)" % sorted(
             k for k, e in epochs.items() if e["empty"])
     if state == "corrupt":
         return "DEFECT", "checkpoint", "the checkpoint does not resume"

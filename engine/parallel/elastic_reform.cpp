@@ -3,6 +3,7 @@
 // from the last checkpoint), assembled into the whole model and dealt out again at the new grid -- the resharding
 // of resume-at-any-world-size, done in memory.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <utility>
@@ -24,6 +25,41 @@ constexpr uint32_t kTagStageState = 15;  // the survivors' communicator: a stage
 std::pair<int, int> grid_for(int n, int pp0) {
   const int pp = std::max(1, std::min(pp0, n));
   return {n / pp, pp};
+}
+
+// The new grid's places (grid rank g = dp_rank x pp + stage -> rank of the re-forming group, whose row r of `all` has
+// the stage it holds, -1 for none, first). At the depth the state is held at, stage s's places go first to the ranks
+// holding s, the lowest first: each keeps its stage (and its layers) where it can. Every place left goes, in grid
+// order, to the ranks left over, ranks holding state first, then the new ones, each in rank order (so the group's rank
+// 0, which holds state, always has a place). The ranks without a place become spares.
+std::vector<int> place_grid(const std::vector<int64_t>& all, int dp, int pp, int old_pp) {
+  const int n = static_cast<int>(all.size() / 3);
+  const auto stage = [&](int r) { return all[3 * static_cast<size_t>(r)]; };
+  std::vector<int> prefer;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < n; ++r)
+      if ((stage(r) >= 0) == (pass == 0)) prefer.push_back(r);
+  std::vector<int> place(static_cast<size_t>(dp * pp), -1);
+  std::vector<bool> placed(static_cast<size_t>(n), false);
+  if (pp == old_pp) {
+    for (int s = 0; s < pp; ++s) {
+      int d = 0;
+      for (int r : prefer)
+        if (d < dp && stage(r) == s) {
+          place[static_cast<size_t>(d++ * pp + s)] = r;
+          placed[static_cast<size_t>(r)] = true;
+        }
+    }
+  }
+  const auto open = static_cast<size_t>(std::count(place.begin(), place.end(), -1));
+  std::vector<int> rest;
+  for (int r : prefer)
+    if (!placed[static_cast<size_t>(r)] && rest.size() < open) rest.push_back(r);
+  std::sort(rest.begin(), rest.end());
+  size_t k = 0;
+  for (int& p : place)
+    if (p < 0) p = rest[k++];
+  return place;
 }
 
 void put_floats(compute::Backend& be, const float* src, Tensor dst) {
@@ -242,19 +278,22 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
       S.send(packed.data(), packed.size(), DType::kF32, 0, kTagStageState)->wait();
     }
   }
-  // 3. The new grid (grid_for): ranks holding state first, then the new ones, each group in rank order; the ranks
-  //    beyond dp' x pp' become spares.
+  // The epoch's figures at step P, summed over every rank here (spares and ranks changing stage included); one rank
+  // of the new grid holds them from now on (below).
+  double figures[3] = {snap.figures.loss_sum, static_cast<double>(snap.figures.correct),
+                       static_cast<double>(snap.figures.scored)};
+  S.allreduce(figures, figures, 3, DType::kF64, ReduceOp::kSum)->wait();
+  figures_ = EpochFigures{};
+  // 3. The new grid (grid_for; place: grid rank -> rank here); the ranks beyond dp' x pp' become spares.
   const auto [dp, pp] = grid_for(n, launch_pp_);
-  std::vector<int> order;
-  for (int pass = 0; pass < 2; ++pass)
-    for (int r = 0; r < n; ++r)
-      if ((at(r, 0) >= 0) == (pass == 0)) order.push_back(r);
-  order.resize(static_cast<size_t>(dp * pp));
-  const bool in_grid = std::find(order.begin(), order.end(), S.rank()) != order.end();
-  std::unique_ptr<comm::Communicator> G = S.split(in_grid ? 0 : -1, S.rank());
-  std::sort(order.begin(), order.end());
+  const std::vector<int> place = place_grid(all, dp, pp, old_pp);
+  const auto it = std::find(place.begin(), place.end(), S.rank());
+  const bool in_grid = it != place.end();
+  std::unique_ptr<comm::Communicator> G = S.split(in_grid ? 0 : -1, static_cast<int>(it - place.begin()));
+  // The state's root in the new grid: rank 0 here, which assembled the model (it always has a place).
+  const int root = static_cast<int>(std::find(place.begin(), place.end(), 0) - place.begin());
   members_.clear();
-  for (int r : order) members_.push_back(labels[static_cast<size_t>(r)]);
+  for (int r : place) members_.push_back(labels[static_cast<size_t>(r)]);
   if (!in_grid) {
     spare_label_ = labels[static_cast<size_t>(S.rank())];
     grid_.dp = dp;
@@ -282,13 +321,13 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
     int64_t progress[10] = {snap.steps, snap.completed_epochs, static_cast<int64_t>(snap.sampler.seed),
                             snap.sampler.epoch, snap.sampler.position, snap.sampler_world};
     for (size_t k = 0; k < 4; ++k) progress[6 + k] = static_cast<int64_t>(snap.rng[k]);
-    world_->broadcast(progress, 10, DType::kI64, 0)->wait();
+    world_->broadcast(progress, 10, DType::kI64, root)->wait();
     params.resize(P_all);
     buffers.resize(B_all);
     state.resize(static_cast<size_t>(K) * P_all);
-    if (P_all > 0) world_->broadcast(params.data(), P_all, DType::kF32, 0)->wait();
-    if (B_all > 0) world_->broadcast(buffers.data(), B_all, DType::kF32, 0)->wait();
-    if (!state.empty()) world_->broadcast(state.data(), state.size(), DType::kF32, 0)->wait();
+    if (P_all > 0) world_->broadcast(params.data(), P_all, DType::kF32, root)->wait();
+    if (B_all > 0) world_->broadcast(buffers.data(), B_all, DType::kF32, root)->wait();
+    if (!state.empty()) world_->broadcast(state.data(), state.size(), DType::kF32, root)->wait();
     compute::Backend& be = model_.backend();
     const auto first = static_cast<size_t>(first_), end = static_cast<size_t>(end_);
     const int64_t p0 = model_.param_offset(first), p1 = model_.param_offset(end), q0 = model_.buffer_offset(first);
@@ -309,6 +348,9 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
     sampler_.restore(s);
     loader_->reset();
     model_.zero_grads();
+    // The root was in the grid before, so it is in this epoch's train_epoch (a joiner may be about to enter one).
+    if (world_->rank() == root)
+      figures_ = EpochFigures{figures[0], std::llround(figures[1]), std::llround(figures[2])};
   }
   lr_scale_ = static_cast<double>(grid_.dp) / initial_dp_;
   log::warn("elastic: the grid re-formed at {} x {} (dp x pp) over world ranks {} from step {}; each stage's state "

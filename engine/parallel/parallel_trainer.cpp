@@ -821,6 +821,7 @@ void ParallelTrainer::take_snapshot() {
   s.sampler_world = sampler_dp_;
   s.taken = taken_ >= 0 && sampler_.epoch() == taken_epoch_ && sampler_.position() == taken_position_ ? taken_ : -1;
   s.rng = rng_.state();
+  s.figures = figures_;
 }
 
 void ParallelTrainer::restore_snapshot(bool reshard) {
@@ -1387,8 +1388,8 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   const TimeSplit before = local_;
   train::EpochResult e;
   e.epoch = completed_epochs_ + 1;
-  double loss_sum = 0;
-  int64_t correct = 0, scored = 0, samples = 0;
+  figures_ = EpochFigures{};  // a re-form rolls them back with the step and carries them over (form_grid)
+  int64_t samples = 0;
   const int64_t total = batches_per_epoch();
   const int64_t b = loader_->options().batch_size;
   int64_t batch_index = (sampler_.position() + b - 1) / b;
@@ -1397,9 +1398,9 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     if (s.samples > 0) {
       samples += s.samples;
       if (!std::isnan(s.loss)) {
-        loss_sum += s.loss * static_cast<double>(s.samples);
-        correct += s.correct;
-        scored += s.samples;
+        figures_.loss_sum += s.loss * static_cast<double>(s.samples);
+        figures_.correct += s.correct;
+        figures_.scored += s.samples;
       }
       ++batch_index;
       if (progress) {
@@ -1407,7 +1408,8 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
         p.epoch = e.epoch;
         p.batch = batch_index;
         p.batches = total;
-        p.loss = scored > 0 ? loss_sum / static_cast<double>(scored) : std::numeric_limits<double>::quiet_NaN();
+        p.loss = figures_.scored > 0 ? figures_.loss_sum / static_cast<double>(figures_.scored)
+                                     : std::numeric_limits<double>::quiet_NaN();
         p.elapsed_s = seconds_since(t0);
         p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
         progress(p);
@@ -1421,7 +1423,8 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
   const std::vector<double> g = failing_loudly([&] {
     return elastic_retry(Phase::kEpochSums, [&] {
-      std::vector<double> sums = allreduce_sum({loss_sum, static_cast<double>(correct), static_cast<double>(scored)});
+      std::vector<double> sums = allreduce_sum(
+          {figures_.loss_sum, static_cast<double>(figures_.correct), static_cast<double>(figures_.scored)});
       train_s = my_train_s;
       if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
       return sums;
@@ -1429,8 +1432,9 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   });
   e.train_s = train_s;
   e.train_samples = static_cast<int64_t>(g[2]);
-  e.train_loss = g[2] > 0 ? g[0] / g[2] : 0.0;
-  e.train_accuracy = g[2] > 0 ? g[1] / g[2] : 0.0;
+  // Nothing scored (every scoring rank lost, or an epoch with no batch left): no figure, rather than a false 0.
+  e.train_loss = g[2] > 0 ? g[0] / g[2] : std::numeric_limits<double>::quiet_NaN();
+  e.train_accuracy = g[2] > 0 ? g[1] / g[2] : std::numeric_limits<double>::quiet_NaN();
   e.images_per_sec = g[2] / std::max(train_s, 1e-9);
   TimeSplit epoch = local_;
   epoch.steps -= before.steps;

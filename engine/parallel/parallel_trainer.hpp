@@ -129,7 +129,12 @@
 //  - Grid rule (loss and growth alike; elastic_reform.cpp grid_for): for n ranks, pp' = min(pp0, n) and
 //    dp' = floor(n / pp'), pp0 the depth the job was launched with (a grid that lost depth regains it when it can); a
 //    changed depth re-cuts the model; a pipeline job that widens to dp' > 1 runs as hybrid from then on. Learning rate
-//    x dp' / dp, per-replica batch kept, the sampler's global position kept (floor(g / dp')), as for DDP.
+//    x dp' / dp, per-replica batch kept, the sampler's global position kept (floor(g / dp')), as for DDP. At an
+//    unchanged depth every rank keeps the stage it holds where it can: stage s's dp' places go to the ranks holding
+//    s first (the lowest first), the places left to the other ranks (holding state first, then the lowest).
+//  - Epoch figures: what each rank's last stage scored in the epoch so far rolls back with its step snapshot and is
+//    summed over the survivors at the re-form (the lost ranks' share is gone); train_epoch reports it with what the
+//    new grid scores. An epoch in which nothing was scored reports NaN loss and accuracy (0 samples), never 0.
 //  - Spares: the ranks beyond dp' x pp' (their state goes to no one; the grid prefers ranks that hold state, then
 //    the lowest ranks) stay in the job as spares: each waits in the job's admission queue as a joiner does
 //    (Communicator::rejoin; its step() blocks there) and is admitted, with the joiners waiting there, when the grid
@@ -198,7 +203,8 @@
 //    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
-// train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures.
+// train_epoch() and evaluate() reduce over all ranks, so every rank returns the global figures (train_epoch: NaN
+// loss and accuracy when no sample was scored).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -505,6 +511,14 @@ class ParallelTrainer {
   train::EvalResult last_eval_;
   std::optional<train::EvalResult> adopted_eval_;
   // ---- issue #17: elastic DDP (world_ then points at dp_comm_, the trainer's own communicator) ----
+  // train_epoch's figures so far: what this rank's last stage scored (loss sum, hits, samples). Kept by the trainer and
+  // in every step snapshot, so a re-form's roll-back takes them back with the step and carries them over
+  // (form_grid: summed over the survivors, held by one rank of the new grid).
+  struct EpochFigures {
+    double loss_sum = 0;
+    int64_t correct = 0, scored = 0;
+  };
+  EpochFigures figures_;
   struct Snapshot {
     std::vector<float> params, buffers;
     std::vector<std::vector<float>> state;  // the optimizer's state tensors
@@ -516,6 +530,7 @@ class ParallelTrainer {
     // -1 (then position x sampler_world): two admissions at one step boundary (2 -> 3 -> 4) re-shard as one.
     int64_t taken = -1;
     Rng::State rng{};
+    EpochFigures figures;
   };
   Snapshot snapshot_;
   Snapshot prev_snapshot_;  // elastic pipeline/hybrid: the snapshot before (a rank may be one step ahead)

@@ -199,8 +199,9 @@ EpochResult Trainer::train_epoch(const ProgressFn& progress) {
     if (s.epoch_end) break;
   }
   e.train_s = seconds_since(t0);
-  e.train_loss = e.train_samples > 0 ? loss_sum / static_cast<double>(e.train_samples) : 0.0;
-  e.train_accuracy = e.train_samples > 0 ? static_cast<double>(correct) / static_cast<double>(e.train_samples) : 0.0;
+  const double none = std::numeric_limits<double>::quiet_NaN();  // no sample trained: no figure (not 0)
+  e.train_loss = e.train_samples > 0 ? loss_sum / static_cast<double>(e.train_samples) : none;
+  e.train_accuracy = e.train_samples > 0 ? static_cast<double>(correct) / static_cast<double>(e.train_samples) : none;
   e.images_per_sec = static_cast<double>(e.train_samples) / std::max(e.train_s, 1e-9);
   e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
   if (test_ != nullptr) {

@@ -52,8 +52,8 @@ struct EvalResult {
 
 struct EpochResult {
   int64_t epoch = 0;            // 1-based
-  double train_loss = 0;        // mean over the epoch's samples
-  double train_accuracy = 0;
+  double train_loss = 0;        // mean over the epoch's samples (NaN when none was scored)
+  double train_accuracy = 0;    // NaN when no sample was scored
   int64_t train_samples = 0;
   double test_loss = 0;         // NaN without a test set
   double test_accuracy = 0;     // NaN without a test set

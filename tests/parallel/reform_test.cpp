@@ -158,4 +158,78 @@ BOOST_AUTO_TEST_CASE(losing_every_replica_of_a_stage_with_a_checkpoint_restores_
   std::filesystem::remove(ck);
 }
 
+// 2 x 2 hybrid, epochs of 6 steps (limit_batches, per replica): `victim` leaves after kBefore steps, the others
+// are in train_epoch. The 3 survivors re-form at 1 x 2; the epoch's kBefore x 2 x kBatch samples continue at
+// position 32 of the single replica's shard, past the 6 batches, so the epoch ends at once: its figures are those the
+// survivors scored before the loss, carried over the re-form.
+constexpr int kLateBefore = 4;
+
+struct LateLoss {
+  std::vector<RankError> errors;
+  std::vector<Seen> seen = std::vector<Seen>(4);
+  std::vector<train::EpochResult> epoch = std::vector<train::EpochResult>(4);
+};
+
+LateLoss lose_late_in_an_epoch(int victim) {
+  LateLoss out;
+  out.errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, sgd_config(kBatch, 6), grid(par::Strategy::kHybrid, 2, ""),
+                           &c);
+    if (r == victim) {
+      for (int i = 0; i < kLateBefore; ++i) t.step();
+      t.abandon();
+      return;
+    }
+    Seen& s = out.seen[static_cast<size_t>(r)];
+    out.epoch[static_cast<size_t>(r)] = t.train_epoch();
+    s.released = t.spare();
+    s.members = t.members();
+    s.grid = t.grid();
+    s.steps = t.global_step();
+  });
+  return out;
+}
+
+// Every grid rank of the re-formed 1 x 2 grid: `members` (by grid rank), each on the stage it held before (world rank
+// w held stage w % 2), and the epoch's figures over `scored` samples.
+void check_late_loss(const LateLoss& run, int victim, const std::vector<int>& members, int spare, int64_t scored) {
+  for (int r = 0; r < 4; ++r)
+    if (r != victim)
+      BOOST_TEST(run.errors[static_cast<size_t>(r)].message.empty(), run.errors[static_cast<size_t>(r)].message);
+  BOOST_TEST(run.seen[static_cast<size_t>(spare)].released);  // its stage is held by a lower rank: no place for it
+  for (int r : members) {
+    const Seen& s = run.seen[static_cast<size_t>(r)];
+    const train::EpochResult& e = run.epoch[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST(!s.released);
+      BOOST_TEST(s.members == members);
+      BOOST_TEST(s.grid.dp == 1);
+      BOOST_TEST(s.grid.pp == 2);
+      BOOST_TEST(s.grid.stage == r % 2);  // the stage it held before the loss
+      BOOST_TEST(s.steps == kLateBefore);
+      BOOST_TEST(e.epoch == 1);
+      BOOST_TEST(e.train_samples == scored);
+      BOOST_TEST(std::isfinite(e.train_loss));
+      BOOST_TEST(e.train_loss > 0);
+      BOOST_TEST((e.train_accuracy >= 0 && e.train_accuracy <= 1));
+    }
+  }
+}
+
+// World rank 1 (stage 1 of replica 0) dies: world ranks 0 (stage 0) and 3 (stage 1, which scored replica 1's samples)
+// go on, world rank 2 waits -- rather than world rank 2 moving to stage 1 and world rank 3 waiting. The epoch reports
+// replica 1's kBefore x kBatch samples (replica 0's left with world rank 1), not 0 samples with a loss of 0.
+BOOST_AUTO_TEST_CASE(a_loss_late_in_an_epoch_keeps_each_survivors_stage_and_reports_the_samples_scored) {
+  check_late_loss(lose_late_in_an_epoch(1), 1, {0, 3}, 2, kLateBefore * kBatch);
+}
+
+// World rank 0 (stage 0 of replica 0) dies: world rank 2 takes stage 0 (grid rank 0), world rank 1 keeps stage 1,
+// and world rank 3 waits as a spare. Both last stages scored before the loss: the spare's share is carried over the
+// re-form, so the epoch reports both replicas' kBefore x kBatch samples.
+BOOST_AUTO_TEST_CASE(a_survivor_that_becomes_a_spare_leaves_its_epoch_figures_to_the_grid) {
+  check_late_loss(lose_late_in_an_epoch(0), 0, {2, 1}, 3, 2 * kLateBefore * kBatch);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -930,9 +930,10 @@ TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer,
 typedef struct tandem_epoch_result {
   uint64_t field_mask;
   int64_t epoch;            /* 1-based */
-  double train_loss;
-  double train_accuracy;    /* in [0, 1] */
-  int64_t train_samples;
+  double train_loss;        /* NaN when no sample was scored in the epoch (train_samples 0): e.g. an elastic job
+                               whose scoring ranks were all lost; never a false 0 */
+  double train_accuracy;    /* in [0, 1]; NaN when no sample was scored */
+  int64_t train_samples;    /* samples scored: an elastic job counts the survivors' (a lost rank's are gone) */
   double test_loss;
   double test_accuracy;     /* in [0, 1] */
   double images_per_sec;    /* training only */

@@ -442,7 +442,8 @@ class Trainer(_Handle):
         r = _EpochResult(field_mask=7)
         _check(_LIB.tandem_trainer_epoch(self._h, ctypes.byref(r)))
         nan = lambda v: None if math.isnan(v) else v
-        return {"epoch": r.epoch, "train_loss": r.train_loss, "train_accuracy": r.train_accuracy,
+        # train_loss, train_accuracy: None when no sample was scored in the epoch (the library's NaN)
+        return {"epoch": r.epoch, "train_loss": nan(r.train_loss), "train_accuracy": nan(r.train_accuracy),
                 "train_samples": r.train_samples, "test_loss": nan(r.test_loss),
                 "test_accuracy": nan(r.test_accuracy), "images_per_sec": r.images_per_sec, "train_s": r.train_s,
                 "wall_s": r.wall_s}
