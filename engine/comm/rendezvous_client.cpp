@@ -88,7 +88,7 @@ RendezvousClient::~RendezvousClient() {
     auto& d = socket_->dealer;
     d.set(zmq::sockopt::linger, 200);
     const std::string hdr = rdv::encode_header({rdv::Op::kBye, static_cast<rdv::Code>(rdv::kProtocolVersion), 0});
-    (void)d.send(zmq::buffer(hdr), zmq::send_flags::dontwait);
+    (void)rdv::send_through_signals(d, zmq::buffer(hdr), zmq::send_flags::dontwait);
   } catch (const zmq::error_t&) {
   }
 }
@@ -183,7 +183,7 @@ std::optional<RendezvousClient::Reply> RendezvousClient::roundtrip(uint8_t op, s
         for (size_t i = 0; i < m.second.size() && ok; ++i) {
           const auto flags = i + 1 < m.second.size() ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
                                                      : zmq::send_flags::dontwait;
-          ok = d.send(zmq::buffer(m.second[i]), flags).has_value();
+          ok = rdv::send_through_signals(d, zmq::buffer(m.second[i]), flags).has_value();
           // A part already accepted means the message is committed: libzmq accepts the rest.
           if (!ok && i > 0) ok = true;
         }
@@ -195,14 +195,14 @@ std::optional<RendezvousClient::Reply> RendezvousClient::roundtrip(uint8_t op, s
       rdv::poll_through_signals(&item, 1, wait);
       for (;;) {
         zmq::message_t first;
-        if (!d.recv(first, zmq::recv_flags::dontwait)) break;
+        if (!rdv::recv_through_signals(d, first, zmq::recv_flags::dontwait)) break;
         std::vector<zmq::message_t> frames;
         bool more = first.more();
         frames.push_back(std::move(first));
         bool truncated = false;
         while (more) {
           zmq::message_t part;
-          if (!d.recv(part, zmq::recv_flags::none)) break;
+          if (!rdv::recv_through_signals(d, part, zmq::recv_flags::none)) break;
           more = part.more();
           if (frames.size() < rdv::kMaxFrames) {
             frames.push_back(std::move(part));

@@ -189,4 +189,27 @@ inline int poll_through_signals(zmq::pollitem_t* items, size_t n, std::chrono::m
   }
 }
 
+// zmq recv and send that retry a call a signal interrupted (EINTR: zmq_msg_recv/zmq_msg_send fail with it whatever
+// SA_RESTART says, even with ZMQ_DONTWAIT, when a signal lands while libzmq reads its command pipe). Any other
+// error throws as before; EAGAIN gives an empty result.
+inline zmq::recv_result_t recv_through_signals(zmq::socket_ref s, zmq::message_t& m, zmq::recv_flags flags) {
+  for (;;) {
+    try {
+      return s.recv(m, flags);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
+inline zmq::send_result_t send_through_signals(zmq::socket_ref s, zmq::const_buffer b, zmq::send_flags flags) {
+  for (;;) {
+    try {
+      return s.send(b, flags);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
 }  // namespace tandem::engine::comm::rendezvous

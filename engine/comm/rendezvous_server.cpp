@@ -203,19 +203,19 @@ void RendezvousServer::Impl::run() {
     if (items[2].revents & ZMQ_POLLIN) read_monitor();
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t m;
-      while (wake_rx.recv(m, zmq::recv_flags::dontwait)) {
+      while (rdv::recv_through_signals(wake_rx, m, zmq::recv_flags::dontwait)) {
       }
     }
     for (int n = 0; n < kMessagesPerWakeup; ++n) {
       std::vector<zmq::message_t> frames;
       zmq::message_t first;
-      if (!router.recv(first, zmq::recv_flags::dontwait)) break;
+      if (!rdv::recv_through_signals(router, first, zmq::recv_flags::dontwait)) break;
       bool more = first.more();
       frames.push_back(std::move(first));
       bool truncated = false;
       while (more) {  // the rest of a multipart message is already queued
         zmq::message_t part;
-        if (!router.recv(part, zmq::recv_flags::none)) break;
+        if (!rdv::recv_through_signals(router, part, zmq::recv_flags::none)) break;
         more = part.more();
         if (frames.size() < rdv::kMaxFrames + 1) {
           frames.push_back(std::move(part));
@@ -235,10 +235,10 @@ void RendezvousServer::Impl::run() {
 void RendezvousServer::Impl::read_monitor() {
   for (;;) {
     zmq::message_t event;
-    if (!monitor_rx.recv(event, zmq::recv_flags::dontwait)) return;
+    if (!rdv::recv_through_signals(monitor_rx, event, zmq::recv_flags::dontwait)) return;
     while (event.more()) {  // the event's second frame: the endpoint
       zmq::message_t rest;
-      if (!monitor_rx.recv(rest, zmq::recv_flags::none) || !rest.more()) break;
+      if (!rdv::recv_through_signals(monitor_rx, rest, zmq::recv_flags::none) || !rest.more()) break;
     }
     if (event.size() < 6) continue;
     uint16_t id = 0;
@@ -481,12 +481,12 @@ void RendezvousServer::Impl::handle_request(const std::string& rid, const rdv::H
 void RendezvousServer::Impl::reply(const std::string& rid, uint64_t id, rdv::Code code,
                                    std::vector<std::string> payload) {
   try {
-    router.send(zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    rdv::send_through_signals(router, zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     const std::string hdr = rdv::encode_header({rdv::Op::kReply, code, id});
-    router.send(zmq::buffer(hdr), payload.empty() ? zmq::send_flags::dontwait
+    rdv::send_through_signals(router, zmq::buffer(hdr), payload.empty() ? zmq::send_flags::dontwait
                                                   : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     for (size_t i = 0; i < payload.size(); ++i) {
-      router.send(zmq::buffer(payload[i]),
+      rdv::send_through_signals(router, zmq::buffer(payload[i]),
                   i + 1 < payload.size() ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
                                          : zmq::send_flags::dontwait);
     }
