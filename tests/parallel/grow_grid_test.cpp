@@ -52,16 +52,6 @@ std::unique_ptr<comm::Communicator> join(int index, int port, int job_size = 2) 
   return comm::join_communicator(bc, inproc(), std::chrono::milliseconds(30000));
 }
 
-// Waits (bounded) until `pred` holds.
-template <typename P>
-void wait_for(P pred, const char* what) {
-  for (int k = 0; k < 4000; ++k) {
-    if (pred()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  throw std::runtime_error(fmt::format("timed out waiting for {}", what));
-}
-
 struct Seen {
   std::vector<float> params;
   double loss_mid = 0, loss_end = 0;

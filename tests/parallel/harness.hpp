@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +101,18 @@ inline comm::CommOptions quick_deadline() {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Waits until `pred` holds, polling every 5 ms; after 20 s gives up with an error naming `what` (a bound on a hang,
+// not a timing the test relies on). A collective predicate (Communicator::pending_joins) must be polled by every
+// rank of its communicator: they all get the same answer, so they all poll the same number of times.
+template <typename P>
+void wait_for(P pred, const char* what) {
+  for (int k = 0; k < 4000; ++k) {
+    if (pred()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  throw std::runtime_error(fmt::format("timed out after 20 s waiting for {}", what));
+}
 
 inline void require_no_errors(const std::vector<RankError>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)
