@@ -4,12 +4,9 @@
 // rank knows in advance at which step the job grows.
 #include <boost/test/unit_test.hpp>
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cmath>
 
-#include "engine/comm/bootstrap.hpp"
 #include "tests/parallel/harness.hpp"
 
 using namespace tandem;
@@ -30,30 +27,6 @@ par::ParallelConfig elastic_ddp(bool joining, int join_poll_steps = 1) {
   return p;
 }
 
-comm::CommOptions inproc() {
-  comm::CommOptions o;
-  o.transport = "inproc";
-  o.timeout = std::chrono::milliseconds(10000);
-  return o;
-}
-
-// inproc names a job by its address, port (it opens nothing), secret and starting size: a salt per case.
-int job_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt) % 20000); }
-
-std::unique_ptr<comm::Communicator> start(int rank, int port, const char* secret) {
-  return comm::create_communicator(rank, 2, "127.0.0.1", port, secret, inproc());
-}
-
-std::unique_ptr<comm::Communicator> join(int index, int port, const char* secret) {
-  comm::BootstrapConfig bc;
-  bc.info.rank = index;
-  bc.info.size = 2;  // the job's size at creation
-  bc.master_addr = "127.0.0.1";
-  bc.master_port = port;
-  bc.secret = secret;
-  return comm::join_communicator(bc, inproc(), std::chrono::milliseconds(30000));
-}
-
 struct Seen {
   std::vector<float> params;
   double loss_mid = 0, loss_end = 0;  // loss_mid: the old ranks' before any admission
@@ -63,6 +36,32 @@ struct Seen {
   int64_t first_at = -1;  // joiners_asking_steps_apart: the step the first joiner was admitted at
   int world = 0, world_between = 0;
 };
+
+// A rank's communicator and its trainer (declared last, so destroyed first).
+struct Rank {
+  std::unique_ptr<comm::Communicator> c;
+  std::unique_ptr<par::ParallelTrainer> t;
+};
+
+// Rank `i` of the job (2 ranks at port, secret): trains `steps` steps and records the loss before any admission.
+Rank start_job_rank(int i, int port, const char* secret, nn::Model& m, int steps, Seen& s, int join_poll_steps = 1) {
+  Rank r;
+  r.c = comm::create_communicator(i, 2, "127.0.0.1", port, secret, inproc());
+  r.t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, sgd_config(kBatch),
+                                               elastic_ddp(false, join_poll_steps), r.c.get());
+  for (int k = 0; k < steps; ++k) r.t->step();
+  s.loss_mid = r.t->evaluate(synthetic12_train(), 0).loss;
+  return r;
+}
+
+// A joiner: asks, is admitted at a step boundary and builds its trainer there.
+Rank join_as(int index, int port, const char* secret, nn::Model& m, int join_poll_steps = 1) {
+  Rank r;
+  r.c = join_job(index, port, secret);
+  r.t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, sgd_config(kBatch),
+                                               elastic_ddp(true, join_poll_steps), r.c.get());
+  return r;
+}
 
 // Runs body(i, model, seen[i]) on 4 threads (0, 1: the job's ranks; 2, 3: the joiners); requires that none failed.
 std::vector<Seen> run_ranks(const std::function<void(int, nn::Model&, Seen&)>& body) {
@@ -130,27 +129,21 @@ BOOST_AUTO_TEST_SUITE(grow)
 BOOST_AUTO_TEST_CASE(two_ranks_grow_to_four_mid_training_with_equal_parameters_and_a_falling_loss) {
   constexpr int kBefore = 4, kAfter = 12;
   constexpr const char* kSecret = "grow-trainer";
-  const int port = job_port(1);
+  const int port = unique_port(1);
   std::atomic<int> ready{0};
-  const train::TrainerConfig cfg = sgd_config(kBatch);
   const std::vector<Seen> seen = run_ranks([&](int i, nn::Model& m, Seen& s) {
-    std::unique_ptr<comm::Communicator> c;
-    std::unique_ptr<par::ParallelTrainer> t;
+    Rank r;
     if (i < 2) {
-      c = start(i, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(false), c.get());
-      for (int k = 0; k < kBefore; ++k) t->step();
-      s.loss_mid = t->evaluate(synthetic12_train(), 0).loss;
+      r = start_job_rank(i, port, kSecret, m, kBefore, s);
       ++ready;
-      wait_for([&] { return c->pending_joins() >= 2; }, "two joiners");
+      wait_for([&] { return r.c->pending_joins() >= 2; }, "two joiners");
     } else {
       wait_for([&] { return ready.load() >= 2; }, "the job");
-      c = join(i - 2, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(true), c.get());
+      r = join_as(i - 2, port, kSecret, m);
     }
-    s.grew_at = t->global_step();
-    t->step();  // the old ranks admit both joiners at its boundary; then everyone's first step at 4
-    finish(*t, m, kAfter, s);
+    s.grew_at = r.t->global_step();
+    r.t->step();  // the old ranks admit both joiners at its boundary; then everyone's first step at 4
+    finish(*r.t, m, kAfter, s);
   });
   check_grown_together(seen, kBefore, kBefore * 2 * kBatch);
 }
@@ -160,45 +153,38 @@ BOOST_AUTO_TEST_CASE(two_ranks_grow_to_four_mid_training_with_equal_parameters_a
 BOOST_AUTO_TEST_CASE(joiners_asking_steps_apart_are_admitted_at_separate_boundaries_that_every_rank_agrees_on) {
   constexpr int kBefore = 4, kBetween = 3, kAfter = 6;
   constexpr const char* kSecret = "grow-apart";
-  const int port = job_port(2);
+  const int port = unique_port(2);
   std::atomic<int> ready{0};
   std::atomic<bool> second_may_ask{false}, second_asked{false};
-  const train::TrainerConfig cfg = sgd_config(kBatch);
   const std::vector<Seen> seen = run_ranks([&](int i, nn::Model& m, Seen& s) {
-    std::unique_ptr<comm::Communicator> c;
-    std::unique_ptr<par::ParallelTrainer> t;
+    Rank r;
     if (i < 2) {
-      c = start(i, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(false), c.get());
-      for (int k = 0; k < kBefore; ++k) t->step();
-      s.loss_mid = t->evaluate(synthetic12_train(), 0).loss;
+      r = start_job_rank(i, port, kSecret, m, kBefore, s);
       ++ready;
-      wait_for([&] { return c->pending_joins() >= 1; }, "the first joiner");
+      wait_for([&] { return r.c->pending_joins() >= 1; }, "the first joiner");
     } else if (i == 2) {
       wait_for([&] { return ready.load() >= 2; }, "the job");
-      c = join(0, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(true), c.get());
+      r = join_as(0, port, kSecret, m);
     } else {
       wait_for([&] { return second_may_ask.load(); }, "its turn");
-      c = join(1, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(true), c.get());
+      r = join_as(1, port, kSecret, m);
     }
     if (i < 3) {
-      s.first_at = t->global_step();
-      t->step();  // the old ranks admit the first joiner at its boundary
-      for (int k = 0; k < kBetween; ++k) t->step();
-      s.world_between = t->grid().world;
+      s.first_at = r.t->global_step();
+      r.t->step();  // the old ranks admit the first joiner at its boundary; then everyone's first step at 3
+      for (int k = 0; k < kBetween; ++k) r.t->step();
+      s.world_between = r.t->grid().world;
       if (i == 0) second_may_ask = true;  // every boundary rank 0 checked so far came before the second asked
       if (i < 2) {
-        wait_for([&] { return c->pending_joins() >= 1; }, "the second joiner");
+        wait_for([&] { return r.c->pending_joins() >= 1; }, "the second joiner");
         if (i == 0) second_asked = true;
       } else {
         wait_for([&] { return second_asked.load(); }, "the second joiner");
       }
     }
-    s.grew_at = t->global_step();
-    t->step();  // the three admit the second joiner at its boundary; then everyone's first step at 4
-    finish(*t, m, kAfter, s);
+    s.grew_at = r.t->global_step();
+    r.t->step();  // the three admit the second joiner at its boundary; then everyone's first step at 4
+    finish(*r.t, m, kAfter, s);
   });
   for (int i = 0; i < 3; ++i) {
     BOOST_TEST_CONTEXT("rank " << i) {
@@ -216,31 +202,23 @@ BOOST_AUTO_TEST_CASE(joiners_asking_steps_apart_are_admitted_at_separate_boundar
 BOOST_AUTO_TEST_CASE(joiners_wait_for_the_next_boundary_that_checks_when_the_job_checks_every_third_step) {
   constexpr int kBefore = 4, kEvery = 3, kChecked = 6, kAfter = 6;
   constexpr const char* kSecret = "grow-every";
-  const int port = job_port(3);
+  const int port = unique_port(3);
   std::atomic<int> ready{0};
-  const train::TrainerConfig cfg = sgd_config(kBatch);
   const std::vector<Seen> seen = run_ranks([&](int i, nn::Model& m, Seen& s) {
-    std::unique_ptr<comm::Communicator> c;
-    std::unique_ptr<par::ParallelTrainer> t;
+    Rank r;
     if (i < 2) {
-      c = start(i, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(false, kEvery),
-                                                 c.get());
-      for (int k = 0; k < kBefore; ++k) t->step();
-      s.loss_mid = t->evaluate(synthetic12_train(), 0).loss;
+      r = start_job_rank(i, port, kSecret, m, kBefore, s, kEvery);
       ++ready;
-      wait_for([&] { return c->pending_joins() >= 2; }, "two joiners");
-      while (t->global_step() < kChecked) t->step();  // boundaries that do not check
-      s.world_between = t->grid().world;
+      wait_for([&] { return r.c->pending_joins() >= 2; }, "two joiners");
+      while (r.t->global_step() < kChecked) r.t->step();  // boundaries that do not check
+      s.world_between = r.t->grid().world;
     } else {
       wait_for([&] { return ready.load() >= 2; }, "the job");
-      c = join(i - 2, port, kSecret);
-      t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg, elastic_ddp(true, kEvery),
-                                                 c.get());
+      r = join_as(i - 2, port, kSecret, m, kEvery);
     }
-    s.grew_at = t->global_step();
-    t->step();  // the old ranks admit both joiners at its boundary; then everyone's first step at 4
-    finish(*t, m, kAfter, s);
+    s.grew_at = r.t->global_step();
+    r.t->step();  // the old ranks admit both joiners at its boundary; then everyone's first step at 4
+    finish(*r.t, m, kAfter, s);
   });
   for (int i = 0; i < 2; ++i) BOOST_TEST(seen[static_cast<size_t>(i)].world_between == 2, "rank " << i);
   check_grown_together(seen, kChecked, kChecked * 2 * kBatch);

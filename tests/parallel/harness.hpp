@@ -4,6 +4,8 @@
 // thread-safe), which the test's thread then checks.
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/comm/bootstrap.hpp"
 #include "engine/comm/communicator.hpp"
 #include "engine/compute/backend.hpp"
 #include "engine/core/error.hpp"
@@ -98,6 +101,30 @@ inline comm::CommOptions quick_deadline() {
   comm::CommOptions o;
   o.timeout = std::chrono::milliseconds(4000);
   return o;
+}
+
+// The options of jobs whose ranks are threads calling comm::create_communicator(rank, size, "127.0.0.1", port,
+// secret, inproc()). inproc opens nothing: it names a job by its address, port, secret and starting size, so each
+// case takes its own port (unique_port). The deadline, 10 s, only bounds a hang.
+inline comm::CommOptions inproc() {
+  comm::CommOptions o;
+  o.transport = "inproc";
+  o.timeout = std::chrono::milliseconds(10000);
+  return o;
+}
+
+inline int unique_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt) % 20000); }
+
+// A rank started later that joins such a job (of `job_size` ranks at its start): asks, waits up to 30 s for the
+// job to admit it at a step boundary and returns the grown world.
+inline std::unique_ptr<comm::Communicator> join_job(int index, int port, const std::string& secret, int job_size = 2) {
+  comm::BootstrapConfig bc;
+  bc.info.rank = index;
+  bc.info.size = job_size;
+  bc.master_addr = "127.0.0.1";
+  bc.master_port = port;
+  bc.secret = secret;
+  return comm::join_communicator(bc, inproc(), std::chrono::milliseconds(30000));
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
