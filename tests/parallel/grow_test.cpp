@@ -124,8 +124,8 @@ void check_grown_together(const std::vector<Seen>& seen, int64_t grew_at, int64_
 
 BOOST_AUTO_TEST_SUITE(grow)
 
-// Both joiners have asked when the boundary after step kBefore checks: it admits both (one admission 2 -> 4, or
-// 2 -> 3 -> 4 at that one boundary when the second ticket came a moment later; the re-shards start from the same g).
+// Both joiners have asked (both tickets are counted) when the boundary after step kBefore checks: one admission takes
+// both, 2 -> 4, on every rank.
 BOOST_AUTO_TEST_CASE(two_ranks_grow_to_four_mid_training_with_equal_parameters_and_a_falling_loss) {
   constexpr int kBefore = 4, kAfter = 12;
   constexpr const char* kSecret = "grow-trainer";
