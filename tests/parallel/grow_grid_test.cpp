@@ -32,36 +32,6 @@ par::ParallelConfig grid_config(par::Strategy s, int dp, bool joining, int max_r
   return p;
 }
 
-comm::CommOptions inproc() {
-  comm::CommOptions o;
-  o.transport = "inproc";
-  o.timeout = std::chrono::milliseconds(10000);
-  return o;
-}
-
-int unique_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt) % 20000); }
-
-// inproc names a job by its address, port, secret and starting size (`job_size`).
-std::unique_ptr<comm::Communicator> join(int index, int port, int job_size = 2) {
-  comm::BootstrapConfig bc;
-  bc.info.rank = index;
-  bc.info.size = job_size;
-  bc.master_addr = "127.0.0.1";
-  bc.master_port = port;
-  bc.secret = kSecret;
-  return comm::join_communicator(bc, inproc(), std::chrono::milliseconds(30000));
-}
-
-// Waits (bounded) until `pred` holds.
-template <typename P>
-void wait_for(P pred, const char* what) {
-  for (int k = 0; k < 4000; ++k) {
-    if (pred()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  throw std::runtime_error(fmt::format("timed out waiting for {}", what));
-}
-
 struct Seen {
   std::vector<float> params;
   double loss_mid = 0, loss_end = 0;
@@ -145,7 +115,7 @@ BOOST_AUTO_TEST_CASE(hybrid_1x2_grows_to_2x2_equal_to_the_2x2_resumed_at_the_joi
           s.first_step_after = t->global_step();
         } else {
           wait_for([&] { return ready.load() >= 2; }, "the job");
-          c = join(i - 2, port);
+          c = join_job(i - 2, port, kSecret);
           t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
                                                      grid_config(par::Strategy::kHybrid, 1, true), c.get());
           t->step();
@@ -237,7 +207,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_keeps_one_joiner_waiting_and_widens_to_2x2_with_
           s.first_step_after = t->global_step();
         } else {
           wait_for([&] { return stage_of_test.load() >= i - 1; }, "its turn");
-          c = join(i - 2, port);
+          c = join_job(i - 2, port, kSecret);
           if (i == 2) first_admitted = true;
           t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
                                                      grid_config(par::Strategy::kPipeline, 1, true), c.get());
@@ -324,7 +294,7 @@ BOOST_AUTO_TEST_CASE(a_survivor_beyond_the_reformed_grid_waits_as_a_spare_and_is
           }
         } else {
           wait_for([&] { return reformed.load() >= 2; }, "the re-form");
-          c = join(0, port, 4);
+          c = join_job(0, port, kSecret, 4);
           t = std::make_unique<par::ParallelTrainer>(m, synthetic12_train(), nullptr, cfg,
                                                      grid_config(par::Strategy::kHybrid, 2, true), c.get());
           t->step();

@@ -4,16 +4,20 @@
 // thread-safe), which the test's thread then checks.
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/comm/bootstrap.hpp"
 #include "engine/comm/communicator.hpp"
 #include "engine/compute/backend.hpp"
 #include "engine/core/error.hpp"
@@ -99,7 +103,43 @@ inline comm::CommOptions quick_deadline() {
   return o;
 }
 
+// The options of jobs whose ranks are threads calling comm::create_communicator(rank, size, "127.0.0.1", port,
+// secret, inproc()). inproc opens nothing: it names a job by its address, port, secret and starting size, so each
+// case takes its own port (unique_port). The deadline, 10 s, only bounds a hang.
+inline comm::CommOptions inproc() {
+  comm::CommOptions o;
+  o.transport = "inproc";
+  o.timeout = std::chrono::milliseconds(10000);
+  return o;
+}
+
+inline int unique_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt) % 20000); }
+
+// A rank started later that joins such a job (of `job_size` ranks at its start): asks, waits up to 30 s for the
+// job to admit it at a step boundary and returns the grown world.
+inline std::unique_ptr<comm::Communicator> join_job(int index, int port, const std::string& secret, int job_size = 2) {
+  comm::BootstrapConfig bc;
+  bc.info.rank = index;
+  bc.info.size = job_size;
+  bc.master_addr = "127.0.0.1";
+  bc.master_port = port;
+  bc.secret = secret;
+  return comm::join_communicator(bc, inproc(), std::chrono::milliseconds(30000));
+}
+
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Waits until `pred` holds, polling every 5 ms; after 20 s gives up with an error naming `what` (a bound on a hang,
+// not a timing the test relies on). A collective predicate (Communicator::pending_joins) must be polled by every
+// rank of its communicator: they all get the same answer, so they all poll the same number of times.
+template <typename P>
+void wait_for(P pred, const char* what) {
+  for (int k = 0; k < 4000; ++k) {
+    if (pred()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  throw std::runtime_error(fmt::format("timed out after 20 s waiting for {}", what));
+}
 
 inline void require_no_errors(const std::vector<RankError>& errors) {
   for (size_t r = 0; r < errors.size(); ++r)

@@ -43,25 +43,6 @@ std::vector<pid_t> pids_in(const std::string& out, const std::string& tag = "pid
   return pids;
 }
 
-// A scratch directory for the ranks' readiness marks (a shell rank touches a file once it is where the test wants
-// it, so no case depends on how fast a loaded machine starts its ranks); removed with its files.
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char tmpl[] = "/tmp/tandem-launch-test-XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
-  // sh: wait until every named mark exists (the launcher's deadline bounds the wait).
-  std::string wait_for(const std::vector<std::string>& marks) const {
-    std::string cond;
-    for (const auto& m : marks) cond += (cond.empty() ? "" : " || ") + std::string("[ ! -e ") + path + "/" + m + " ]";
-    return "while " + cond + "; do sleep 0.02; done";
-  }
-  bool has(const std::string& mark) const { return std::filesystem::exists(path + "/" + mark); }
-};
-
 bool all_gone(const std::vector<pid_t>& pids) {
   // The launcher has returned; give the kernel a moment to finish tearing processes down.
   for (int i = 0; i < 100; ++i) {
@@ -72,6 +53,34 @@ bool all_gone(const std::vector<pid_t>& pids) {
   }
   return false;
 }
+
+// A folder where ranks say they are ready (a file each) before another rank or the test acts on them: the tests
+// below must not assume that a rank got anywhere within a fixed time (under load, starting a shell can take seconds).
+struct ReadyDir {
+  std::filesystem::path path;
+  ReadyDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "tandem_launch_XXXXXX").string();
+    BOOST_REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~ReadyDir() { std::filesystem::remove_all(path); }
+  // Shell: touch NAME here (say it is ready).
+  std::string say(const std::string& name) const { return "touch \"" + (path / name).string() + "\""; }
+  // Shell: wait (at most 20 s) until NAME is here.
+  std::string await(const std::string& name) const {
+    return "i=0; until [ -e \"" + (path / name).string() + "\" ] || [ $i -ge 2000 ]; do sleep 0.01; i=$((i+1)); done";
+  }
+  // The test: waits (at most 20 s) until every name is here.
+  bool wait_for(const std::vector<std::string>& names) const {
+    for (int k = 0; k < 2000; ++k) {
+      bool all = true;
+      for (const auto& n : names) all = all && std::filesystem::exists(path / n);
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+};
 
 }  // namespace
 
@@ -184,10 +193,10 @@ BOOST_AUTO_TEST_CASE(ranks_meet_through_the_rendezvous_store) {
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_rank_stops_the_others_and_its_code_is_returned) {
-  const ScratchDir dir;  // rank 1 fails once the others have said their PIDs
+  const ReadyDir ready;  // rank 1 fails once the others have printed their PIDs
   const auto r = launch({"-n", "3", "--", "sh", "-c",
-                         "echo pid $$; touch " + dir.path + "/up$TANDEM_RANK; if [ $TANDEM_RANK = 1 ]; then " +
-                             dir.wait_for({"up0", "up2"}) + "; sleep 0.3; exit 3; fi; exec sleep 30"});
+                         "echo pid $$; if [ $TANDEM_RANK = 1 ]; then " + ready.await("0") + "; " + ready.await("2") +
+                             "; exit 3; fi; " + ready.say("$TANDEM_RANK") + "; exec sleep 30"});
   BOOST_TEST(r.exit_code() == 3, r.err);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.elapsed_ms < 5000);
@@ -204,27 +213,27 @@ BOOST_AUTO_TEST_CASE(death_by_signal_is_128_plus_the_signal) {
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_ignoring_sigterm_is_killed_after_the_grace_period) {
-  const ScratchDir dir;  // rank 1 fails once rank 0 ignores SIGTERM (else a loaded rank 0 dies of it at once)
+  const ReadyDir ready;  // rank 1 fails once rank 0 ignores SIGTERM
   const auto r = launch({"-n", "2", "--grace-ms", "300", "--", "sh", "-c",
-                         "echo pid $$; if [ $TANDEM_RANK = 1 ]; then " + dir.wait_for({"deaf"}) +
-                             "; sleep 0.2; exit 2; fi; trap '' TERM; touch " + dir.path +
-                             "/deaf; while :; do sleep 0.05; done"});
+                         "echo pid $$; if [ $TANDEM_RANK = 1 ]; then " + ready.await("0") + "; exit 2; fi; "
+                         "trap '' TERM; " + ready.say("0") + "; while :; do sleep 0.05; done"});
   BOOST_TEST(r.exit_code() == 2, r.err);
-  BOOST_TEST(r.elapsed_ms >= 450);  // 200 ms before the failure + the 300 ms grace
+  BOOST_TEST(r.elapsed_ms >= 300);  // the grace, after the failure
   BOOST_TEST(r.elapsed_ms < 5000);
   BOOST_TEST(r.err.find("did not stop within 300 ms") != std::string::npos, r.err);
   BOOST_TEST(all_gone(pids_in(r.out)));
 }
 
 BOOST_AUTO_TEST_CASE(sigint_is_forwarded_and_nothing_survives) {
-  const ScratchDir dir;  // SIGINT once both ranks have said their PIDs (at most 10 s)
+  const ReadyDir ready;  // the interrupt comes once both ranks have printed their PIDs
+  bool both_ready = false;
   const auto r = run_process({kTandem, "launch", "-n", "2", "--", "sh", "-c",
-                              "echo pid $$; touch " + dir.path + "/up$TANDEM_RANK; exec sleep 30"},
-                             {}, kDeadlineMs, [&dir](pid_t launcher) {
-                               for (int i = 0; i < 1000 && !(dir.has("up0") && dir.has("up1")); ++i)
-                                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                              "echo pid $$; " + ready.say("$TANDEM_RANK") + "; exec sleep 30"},
+                             {}, kDeadlineMs, [&](pid_t launcher) {
+                               both_ready = ready.wait_for({"0", "1"});
                                ::kill(launcher, SIGINT);
                              });
+  BOOST_TEST(both_ready);
   BOOST_TEST(r.exit_code() == 130, r.err);
   BOOST_TEST(r.elapsed_ms < 5000);
   const auto pids = pids_in(r.out);
@@ -233,12 +242,12 @@ BOOST_AUTO_TEST_CASE(sigint_is_forwarded_and_nothing_survives) {
 }
 
 BOOST_AUTO_TEST_CASE(background_and_escaped_children_are_cleaned_up) {
-  // One rank leaves a child in its process group; the other leaves one in a new session.
-  const ScratchDir dir;  // rank 1 returns once its escaped child has said its PID
+  // One rank leaves a child in its process group; the other leaves one in a new session (once it printed its PID).
+  const ReadyDir ready;
   const auto r = launch({"-n", "2", "--", "sh", "-c",
                          "if [ $TANDEM_RANK = 0 ]; then sleep 30 & echo bg $!; "
-                         "else setsid sh -c 'echo bg $$; touch " + dir.path + "/bg; exec sleep 30' & " +
-                             dir.wait_for({"bg"}) + "; fi; echo done"});
+                         "else setsid sh -c 'echo bg $$; " + ready.say("bg") + "; exec sleep 30' & " +
+                             ready.await("bg") + "; fi; echo done"});
   BOOST_TEST(r.exit_code() == 0, r.err);
   BOOST_TEST(r.elapsed_ms < 5000);
   const auto bg = pids_in(r.out, "bg");
