@@ -54,4 +54,20 @@ size_t copy_into_at(std::span<const MutPart> dst, size_t offset, const void* dat
   return written;
 }
 
+size_t copy_out_at(std::span<const ConstPart> src, size_t offset, void* out, size_t bytes) noexcept {
+  size_t copied = 0;
+  for (const auto& s : src) {
+    if (copied == bytes) break;
+    if (offset >= s.bytes) {
+      offset -= s.bytes;
+      continue;
+    }
+    const size_t n = std::min(s.bytes - offset, bytes - copied);
+    std::memcpy(static_cast<char*>(out) + copied, static_cast<const char*>(s.data) + offset, n);
+    copied += n;
+    offset = 0;
+  }
+  return copied;
+}
+
 }  // namespace tandem::transports

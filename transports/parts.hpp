@@ -18,4 +18,8 @@ size_t scatter_copy(std::span<const ConstPart> src, std::span<const MutPart> dst
 // bytes beyond the end of `dst` are dropped. Returns the number of bytes written.
 size_t copy_into_at(std::span<const MutPart> dst, size_t offset, const void* data, size_t bytes) noexcept;
 
+// The reverse: copies up to `bytes` from byte `offset` of the concatenated `src` into `out`. Returns the number of
+// bytes copied (fewer when `src` ends first).
+size_t copy_out_at(std::span<const ConstPart> src, size_t offset, void* out, size_t bytes) noexcept;
+
 }  // namespace tandem::transports

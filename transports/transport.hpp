@@ -33,8 +33,14 @@
 //    cancelled receive matched to a live rank's message waits until it completes. Both wait at most
 //    one window per peer and failure (a couple of seconds, shared by every cancel towards that peer);
 //    what is still in flight then is given up (logged as an error) and left to UCX until the
-//    transport is destroyed, whose teardown does not wait for it again. A cancelled receive matched to
-//    a message of a rank that died waits only until the death is seen and the grace for what it had
+//    transport is destroyed, whose teardown does not wait for it again. A given-up operation of at most 1 MiB no
+//    longer touches its parts: ucx moves such messages through its own pack/unpack callbacks rather than letting UCX
+//    address the parts, so a given-up receive drops whatever still arrives for it, and a given-up send goes on from a
+//    copy of its data taken when it was given up (zeros when no memory was left for that copy). Larger messages keep
+//    UCX's zero-copy path, where a given-up operation may still write into (receive) or read (send) its parts until
+//    the transport is destroyed: known limit, TODO(#17) (closing it needs callers to keep such buffers alive until the
+//    transport lets go of them). A receive failed mid-message (its peer died) counts as given up. A cancelled
+//    receive matched to a message of a rank that died waits only until the death is seen and the grace for what it had
 //    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
 //    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
 //    ucx: a same-host rank killed while writing into a peer's shared-memory receive queue can leave that peer

@@ -155,10 +155,14 @@ BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_
 // Two ranks on threads, each owning its transport: `talker` runs on rank `active`, while the other rank only sets up
 // what `silent` gives it and then answers nothing (it does not progress) until the talker has destroyed its
 // transport. Returns how long the talker's destruction took. Every buffer lives until both transports are gone.
+// With `resumed`, the silent rank comes back once `talker` returns, as a stalled process does after SIGCONT: it runs
+// `resumed` and then progresses until the talker is gone, while the talker runs `meanwhile` before its destruction.
 long with_a_silent_peer(int active, const std::function<void(Transport&)>& silent,
-                        const std::function<void(Transport&)>& talker) {
+                        const std::function<void(Transport&)>& talker,
+                        const std::function<void(Transport&)>& resumed = {},
+                        const std::function<void(Transport&)>& meanwhile = {}) {
   MemoryStore store;
-  std::atomic<bool> talker_gone{false};
+  std::atomic<bool> talker_gone{false}, resume{false};
   std::atomic<long> destroy_ms{-1};
   const std::string failures = run_rank_threads(
       "ucx", 2, store, unique_prefix("silent"),
@@ -180,6 +184,10 @@ long with_a_silent_peer(int active, const std::function<void(Transport&)>& silen
         if (rk.rank == active) {
           rk.sync.arrive_and_wait();  // the silent rank has set up and stopped
           talker(*t);
+          if (resumed) {
+            resume.store(true);
+            meanwhile(*t);
+          }
           const auto t0 = Clock::now();
           t.reset();
           destroy_ms.store(ms_since(t0));
@@ -189,7 +197,12 @@ long with_a_silent_peer(int active, const std::function<void(Transport&)>& silen
           for (int i = 0; i < 20; ++i) t->wait_for_progress(std::chrono::milliseconds(1));  // announced
           rk.sync.arrive_and_wait();
           const auto until = Clock::now() + std::chrono::seconds(20);
-          while (!talker_gone.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          while (!talker_gone.load() && !resume.load() && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (resume.load()) {
+            resumed(*t);
+            while (!talker_gone.load() && Clock::now() < until) t->wait_for_progress(std::chrono::milliseconds(1));
+          }
         }
       },
       [&] { talker_gone.store(true); });
@@ -276,6 +289,109 @@ BOOST_AUTO_TEST_CASE(a_send_given_up_on_a_silent_peer_is_not_waited_for_again_at
   BOOST_TEST(cancel_ms < 3000, "cancel took " << cancel_ms << " ms");
   BOOST_TEST(destroy_ms >= 0);
   BOOST_TEST(destroy_ms < 1000, "the teardown waited " << destroy_ms << " ms for a send already given up");
+}
+
+// Whether all of `bytes` hold `value`; else says where the first other byte is.
+std::string holds_only(const std::vector<unsigned char>& bytes, unsigned char value) {
+  const auto it = std::find_if(bytes.begin(), bytes.end(), [&](unsigned char b) { return b != value; });
+  if (it == bytes.end()) return "";
+  return fmt::format("byte {} of {} is 0x{:02x}, not 0x{:02x}", it - bytes.begin(), bytes.size(), *it, value);
+}
+
+// A receive given up on must take no data afterwards (issue #17: chaos ps on ucx crashed with SIGSEGV in the poll loop
+// and glibc heap-corruption aborts). Rank 0 announces a 512 KiB message and stalls; rank 1 matches it with a receive
+// in two parts (a header and the body: UCX cannot fetch that by itself, it waits for rank 0) and cancels the receive,
+// which is given up after rank 0's window. Rank 1 then reuses the receive's memory (here: fills it with
+// its own pattern, as the allocator's next user would) and rank 0 comes back and finishes its send. Before, UCX still
+// delivered the message into that memory (a write after free in a real job); now it drops it.
+BOOST_AUTO_TEST_CASE(a_receive_given_up_on_writes_nothing_into_its_reused_memory_when_the_peer_comes_back) {
+  if (!have_ucx()) return;
+  constexpr size_t kBytes = size_t{512} << 10;  // rendezvous-sized, and copied (at most 1 MiB)
+  constexpr uint64_t kTag = 0x1300;
+  std::vector<unsigned char> sent(kBytes + 48, 0x5a), reused(kBytes + 48, 0);
+  std::unique_ptr<Request> send, recv;
+  std::atomic<bool> send_over{false};
+  std::string send_got = "not resumed", recv_got, memory;
+  with_a_silent_peer(
+      1,
+      [&](Transport& t) {
+        const ConstPart p{sent.data(), sent.size()};
+        send = t.isend(1, kTag, std::span(&p, 1));
+      },
+      [&](Transport& t) {
+        const MutPart q[2] = {{reused.data(), 48}, {reused.data() + 48, kBytes}};
+        recv = t.irecv(0, kTag, std::span(q, 2));
+        for (int i = 0; i < 50; ++i) t.wait_for_progress(std::chrono::milliseconds(1));  // matched
+        recv->cancel();
+        recv_got = outcome_of(*recv);
+        std::fill(reused.begin(), reused.end(), 0xee);  // the memory has a new owner
+      },
+      [&](Transport& t) {
+        try {
+          send_got = poll_for(t, *send, std::chrono::seconds(5)) ? "completed" : "pending";
+        } catch (const Error& e) {
+          send_got = status_name(e.status());
+        }
+        send_over.store(true);
+      },
+      [&](Transport& t) {
+        const auto until = Clock::now() + std::chrono::seconds(6);
+        while (!send_over.load() && Clock::now() < until) t.wait_for_progress(std::chrono::milliseconds(1));
+        for (int i = 0; i < 50; ++i) t.wait_for_progress(std::chrono::milliseconds(1));  // anything still due
+        memory = holds_only(reused, 0xee);
+      });
+  recv.reset();
+  send.reset();
+  BOOST_TEST_MESSAGE("given-up receive: " << recv_got << "; the peer's send after it came back: " << send_got);
+  BOOST_TEST(recv_got == "transport error", recv_got);  // cancelled, never completed
+  BOOST_TEST(memory.empty(), "the given-up receive wrote into memory reused after it: " << memory);
+  BOOST_TEST(send_got != "pending", "the peer's send neither completed nor failed");
+}
+
+// The send side: rank 0 sends 512 KiB to a rank 1 that has posted its receive and stalled; rank 0 cancels the send,
+// which is given up after rank 1's window, and reuses the send's memory. Rank 1 comes back and takes the message:
+// it gets what was sent (the transport kept a copy), never the memory's new contents, or its receive fails cleanly.
+BOOST_AUTO_TEST_CASE(a_send_given_up_on_reads_nothing_from_its_reused_memory_when_the_peer_comes_back) {
+  if (!have_ucx()) return;
+  constexpr size_t kBytes = size_t{512} << 10;
+  constexpr uint64_t kTag = 0x1300;
+  std::vector<unsigned char> data(kBytes, 0x5a), got(kBytes, 0);
+  std::unique_ptr<Request> send, recv;
+  std::atomic<bool> recv_over{false};
+  std::string send_got, recv_got = "not resumed", received;
+  with_a_silent_peer(
+      0,
+      [&](Transport& t) {
+        const MutPart q{got.data(), got.size()};
+        recv = t.irecv(0, kTag, std::span(&q, 1));
+      },
+      [&](Transport& t) {
+        const ConstPart p{data.data(), data.size()};
+        send = t.isend(1, kTag, std::span(&p, 1));
+        for (int i = 0; i < 20; ++i) t.wait_for_progress(std::chrono::milliseconds(1));  // announced
+        send->cancel();
+        send_got = outcome_of(*send);
+        std::fill(data.begin(), data.end(), 0xee);  // the memory has a new owner
+      },
+      [&](Transport& t) {
+        try {
+          recv_got = poll_for(t, *recv, std::chrono::seconds(5)) ? "completed" : "pending";
+        } catch (const Error& e) {
+          recv_got = status_name(e.status());
+        }
+        if (recv_got == "completed") received = holds_only(got, 0x5a);
+        recv_over.store(true);
+      },
+      [&](Transport& t) {
+        const auto until = Clock::now() + std::chrono::seconds(6);
+        while (!recv_over.load() && Clock::now() < until) t.wait_for_progress(std::chrono::milliseconds(1));
+      });
+  recv.reset();
+  send.reset();
+  BOOST_TEST_MESSAGE("given-up send: " << send_got << "; the peer's receive after it came back: " << recv_got);
+  BOOST_TEST(send_got == "transport error", send_got);
+  BOOST_TEST(recv_got != "not resumed");
+  BOOST_TEST(received.empty(), "the peer received memory reused after the send was given up: " << received);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,12 @@ constexpr auto kDropInterval = std::chrono::milliseconds(1);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
+// Messages up to this size go through the transport's own pack/unpack callbacks (UCX's generic datatype, see Op::copied)
+// instead of UCX reading and writing the caller's parts directly: an operation given up on (a cancel's window ran out,
+// a receive failed mid-message) may still be finished by UCX later, and must then not touch memory its caller freed.
+// Larger ones keep UCX's zero-copy path (TODO(#17): giving those up safely needs the caller to keep its buffer until
+// the transport lets go of it -- an interface change).
+constexpr size_t kCopyMaxBytes = size_t{1} << 20;
 
 std::chrono::microseconds busy_window_from_env() {
   const auto us = settings::current()->integer("TANDEM_UCX_BUSY_US");  // [0, 60000000]
@@ -88,6 +95,12 @@ struct Op {
   size_t msg_bytes = 0;
   std::vector<ucp_dt_iov_t> iov;
   std::vector<char> bounce;  // only for a receive shorter than its message
+  // Sent or received through the generic datatype (copied_datatype): UCX asks this Op for the bytes (pack_op) and hands
+  // them to it (unpack_op) instead of holding pointers into the caller's parts. A receive takes data only while it is
+  // pending for its caller; a send reads `source`, which let_go points away from the caller's parts when it gives up.
+  bool copied = false;
+  std::vector<ConstPart> source;  // a copied send's data: the caller's parts, or `kept` once given up (none: zeros)
+  std::vector<char> kept;
   void* req = nullptr;       // the UCX request while in flight
   ucp_worker_h worker = nullptr;  // the worker that holds req (the rank's worker when it was posted)
   // A cancel gave up on it while UCX still held it (its peer's cancel window ran out, see Peer::cancel_until):
@@ -245,8 +258,10 @@ class Core {
   // Closes the endpoint to a peer that is gone without flushing: UCX completes what it still holds for
   // it (cancelled), so no buffer of ours stays with UCX.
   void force_close(int peer);
-  // Returns once UCX no longer holds send `op` (mu_ held; see cancel).
+  // Returns once UCX no longer holds send `op` (mu_ held; see cancel), or reads only memory of its own.
   void let_go(Op& op);
+  // A copied send UCX still holds after its caller lets go: its data from here on (a copy when `peer_reads`).
+  void keep_source(Op& op, bool peer_reads);
   // The end of `peer`'s cancel window (Peer::cancel_until), opened now unless one is open, or ended less than
   // kShutdownDeadline ago after giving something up (the same failure: the peer does not answer, so it is not
   // waited for again; a window whose operations all finished is no reason not to wait).
@@ -327,6 +342,39 @@ void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* /*in
 void ep_error_cb(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* a = static_cast<ErrArg*>(arg);
   a->core->on_ep_error(a->peer, status);
+}
+
+// The generic datatype's callbacks (called by UCX inside ucp_worker_progress or the posting call, mu_ held). The
+// "buffer" UCX passes around is the Op, which inflight_ keeps alive while UCX holds its request.
+void* start_pack_op(void* /*context*/, const void* buffer, size_t /*count*/) { return const_cast<void*>(buffer); }
+void* start_unpack_op(void* /*context*/, void* buffer, size_t /*count*/) { return buffer; }
+size_t packed_size_op(void* state) { return static_cast<Op*>(state)->msg_bytes; }
+size_t pack_op(void* state, size_t offset, void* dest, size_t max_length) {
+  const Op& op = *static_cast<const Op*>(state);
+  const size_t n = offset < op.msg_bytes ? std::min(max_length, op.msg_bytes - offset) : 0;
+  const size_t got = copy_out_at(op.source, offset, dest, n);
+  if (got < n) std::memset(static_cast<char*>(dest) + got, 0, n - got);  // given up without a copy (see let_go)
+  return n;
+}
+ucs_status_t unpack_op(void* state, size_t offset, const void* src, size_t length) {
+  Op& op = *static_cast<Op*>(state);
+  // Finished for its caller (failed, cancelled, given up): the parts may be freed or reused already; drop the data.
+  if (op.done.pending()) copy_into_at(op.parts, offset, src, length);
+  return UCS_OK;
+}
+void finish_op(void* /*state*/) {}
+
+ucp_datatype_t copied_datatype() {
+  static const ucp_datatype_t dt = [] {
+    static const ucp_generic_dt_ops_t ops{&start_pack_op, &start_unpack_op, &packed_size_op, &pack_op, &unpack_op,
+                                          &finish_op};
+    ucp_datatype_t d = 0;
+    const ucs_status_t st = ucp_dt_create_generic(&ops, nullptr, &d);
+    TANDEM_CHECK(st == UCS_OK, Status::kTransport, "ucx: cannot create the generic datatype for copied messages: {}",
+                 ucs_status_string(st));
+    return d;
+  }();
+  return dt;
 }
 
 Core::Core(const TransportOptions& o) : rank_(o.rank), size_(o.size), peers_(o.size) {
@@ -531,15 +579,22 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
   op->peer = peer;
   op->tag = wire & ((uint64_t{1} << kRankShift) - 1);
   op->msg_bytes = total_bytes(parts);
-  for (const auto& p : parts)
-    if (p.bytes > 0) op->iov.push_back({const_cast<void*>(p.data), p.bytes});
+  op->copied = op->msg_bytes > 0 && op->msg_bytes <= kCopyMaxBytes;
+  if (op->copied) op->source.assign(parts.begin(), parts.end());
+  else
+    for (const auto& p : parts)
+      if (p.bytes > 0) op->iov.push_back({const_cast<void*>(p.data), p.bytes});
   ucp_request_param_t prm{};
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   prm.cb.send = &send_cb;
   prm.user_data = op.get();
   const void* buf = nullptr;
   size_t count = 0;
-  if (op->iov.size() == 1) {
+  if (op->copied) {
+    prm.datatype = copied_datatype();
+    buf = op.get();
+    count = op->msg_bytes;
+  } else if (op->iov.size() == 1) {
     prm.datatype = ucp_dt_make_contig(1);
     buf = op->iov[0].buffer;
     count = op->iov[0].length;
@@ -621,6 +676,11 @@ void Core::start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size
       log::error("ucx: rank {} cannot buffer a {}-byte message from rank {} for a {}-byte receive", rank_, length,
                  op->peer, op->capacity);
     }
+  } else if (length > 0 && length <= kCopyMaxBytes) {
+    op->copied = true;  // unpack_op scatters it into the parts while the receive is pending
+    prm.datatype = copied_datatype();
+    buf = op.get();
+    count = length;
   } else {
     for (const auto& p : op->parts)
       if (p.bytes > 0) op->iov.push_back({p.data, p.bytes});
@@ -1083,10 +1143,33 @@ void Core::let_go(Op& op) {
     if (op.req && p.state == PeerState::kAlive && !p.ep_failed) {
       op.abandoned = true;
       p.window_gave_up = true;
-      log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer until "
-                 "rank {} takes or drops the message", rank_, op.peer, op.tag, op.peer);
+      if (op.copied)
+        log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight; it goes on from a copy of its "
+                   "data", rank_, op.peer, op.tag);
+      else
+        log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer "
+                   "until rank {} takes or drops the message", rank_, op.peer, op.tag, op.peer);
+    }
+    if (op.req && op.copied) keep_source(op, p.state == PeerState::kAlive && !p.ep_failed);
+  }
+}
+
+void Core::keep_source(Op& op, bool peer_reads) {
+  // Its caller may free the parts once we return. A live peer may still take the message: it gets the data from a
+  // copy (at most kCopyMaxBytes); nobody reads what goes to a gone one (pack_op sends zeros, as it does when no
+  // memory is left for the copy).
+  std::vector<ConstPart> from;
+  if (peer_reads) {
+    try {
+      op.kept.resize(op.msg_bytes);
+      copy_out_at(op.source, 0, op.kept.data(), op.kept.size());
+      from.push_back({op.kept.data(), op.kept.size()});
+    } catch (const std::bad_alloc&) {
+      log::error("ucx: rank {}: no memory to keep the {} bytes of a cancelled send to rank {}: it goes on as zeros",
+                 rank_, op.msg_bytes, op.peer);
     }
   }
+  op.source.swap(from);
 }
 
 Clock::time_point Core::cancel_window(int peer) {
