@@ -90,6 +90,9 @@ DEFECTS = ("hung", "crashed", "nonfinite", "empty", "checkpoint", "unfinished", 
 # "elastic: world rank(s) R lost (WHY); N ranks go on (world ranks ...) after T ms: HOW (seen by ...)".
 GO_ON = re.compile(r"elastic: world rank\(s\) (?P<lost>[\d, ]+) lost \((?P<why>.*)\); (?P<ranks>\d+) ranks go on "
                    r"\(world ranks (?P<members>[\d, ]+)\) after (?P<ms>\d+) ms:")
+# A stall shorter than the shrink's grace: every rank, the stalled one too, answered the survivors' agreement and the
+# group re-formed whole ("elastic: no rank lost (...): all N ranks answered ... and go on after T ms: ...").
+KEPT_ALL = re.compile(r"elastic: no rank lost \(.*\): all (?P<ranks>\d+) ranks answered .* after (?P<ms>\d+) ms:")
 # A lost parameter server whose shard a replica (or the checkpoint) gave back: "elastic: lost parameter server(s) ...".
 SERVER_BACK = re.compile(r"elastic: lost parameter server\(s\) ")
 # Rank 0's text report (not --json: its "training ..." line, printed once every rank joined and the trainer exists,
@@ -356,10 +359,12 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
     go_ons = [m for m in go_ons if m]
     declared_lost = any(victim in [int(x) for x in m.group("lost").split(",")] for m in go_ons) or \
         any(SERVER_BACK.search(l) and re.search(r"world rank %d\b" % victim, l) for _, l in lines)
+    # The survivors re-formed with every rank (the victim came back within the shrink's grace): it goes on with them.
+    kept = any(KEPT_ALL.search(l) for _, l in lines) and not declared_lost
     zero = [r for r in range(RANKS) if r not in ended]
     spares = {int(m.group(1)) for m in (SPARE.search(l) for _, l in lines) if m}
     if fault_landed:
-        if victim in zero and (declared_lost or naming):
+        if victim in zero and (declared_lost or naming) and not kept:
             return "DEFECT", "unfinished", "rank %d exited 0 after the others declared it lost" % victim
         if go_ons:
             members = {int(x) for x in go_ons[-1].group("members").split(",")}
@@ -453,6 +458,8 @@ def run_trial(a, strategy, transport, idx, window, rng, tmp):
                            "reported_ms": int(m.group("ms"))})
         elif SERVER_BACK.search(line):
             go_ons.append({"t_s": round(t, 3), "server_back": True, "reported_ms": None})
+        elif KEPT_ALL.search(line):
+            go_ons.append({"t_s": round(t, 3), "kept_all": True, "reported_ms": int(KEPT_ALL.search(line).group("ms"))})
     rec["go_on"] = go_ons
     if fault_t is not None:
         after = [g for g in go_ons if g["t_s"] >= fault_t]

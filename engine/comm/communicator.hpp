@@ -56,6 +56,9 @@ struct FailureStatus {
   // deadline, a rank that sent a mismatched call. Empty for an abort and where nobody can be named
   // (every rank waited for was stuck itself).
   std::vector<int> ranks;
+  // The ranks were blamed for a deadline (some rank waited for them and heard nothing: they may only have been
+  // waiting for another), not for a fault they were seen to cause. Follows the report whose blame is kept.
+  bool timed_out = false;
   std::string message;  // as failure_message()
 };
 
@@ -125,7 +128,8 @@ class Communicator {
 
   // Elastic recovery, collective over the survivors of this failed communicator: every rank still alive
   // calls it, they agree through the job's store on who is left (membership.hpp states the rule: one
-  // coordinator decides once, ranks blamed for the failure or silent for options().timeout are out) and
+  // coordinator decides once; out are the ranks seen to fail, those some rank timed out on that stay silent for a
+  // grace, and those silent for options().timeout: a shrink may keep every rank, when all answer) and
   // each gets a new communicator of those ranks, in their old order, over the same transport -- no
   // process restarts; what the failure cut between two survivors is mended first (Transport::reconnect: ucx
   // moves a worker left deaf by a same-host death to a fresh one). This communicator stays failed (destroy it

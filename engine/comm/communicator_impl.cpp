@@ -230,7 +230,7 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   req.size = size_;
   req.epoch = lineage_.epoch;
   req.next_id = shared_->next_id();
-  req.blamed = failure.ranks;
+  (failure.timed_out ? req.timed_out : req.blamed) = failure.ranks;
   if (failure.aborted && failure.origin >= 0) req.blamed.push_back(failure.origin);  // an abort leaves the group
   req.window = options_.timeout;
   const Membership m = agree_membership(*lineage_.store, req);

@@ -18,57 +18,79 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// "<next_id> <blamed ranks, comma-separated>" -- what each rank posts.
-std::string format_post(uint32_t next_id, const std::vector<int>& blamed) {
-  return fmt::format("{} {}", next_id, format_rank_list(blamed));
+// "<next_id> fault=<ranks> timeout=<ranks>" (comma-separated lists, possibly empty) -- what each rank posts.
+std::string format_post(uint32_t next_id, const std::vector<int>& fault, const std::vector<int>& timed_out) {
+  return fmt::format("{} fault={} timeout={}", next_id, format_rank_list(fault), format_rank_list(timed_out));
 }
 
 struct Post {
   uint32_t next_id = 0;
-  std::vector<int> blamed;
+  std::vector<int> fault;
+  std::vector<int> timed_out;
 };
 
 Post parse_post(const std::string& text, int from) {
   Post p;
-  const size_t space = text.find(' ');
-  const std::string id = text.substr(0, space);
-  TANDEM_CHECK(std::from_chars(id.data(), id.data() + id.size(), p.next_id).ec == std::errc() && !id.empty(),
-               Status::kInternal, "shrink: rank {} posted '{}', not '<next id> <blamed ranks>'", from, text);
-  if (space != std::string::npos) p.blamed = parse_rank_list(text.substr(space + 1));
+  std::istringstream in(text);
+  std::string id, fault, timed_out;
+  in >> id >> fault >> timed_out;
+  const bool ok = !id.empty() && std::from_chars(id.data(), id.data() + id.size(), p.next_id).ec == std::errc() &&
+                  fault.rfind("fault=", 0) == 0 && timed_out.rfind("timeout=", 0) == 0;
+  TANDEM_CHECK(ok, Status::kInternal, "shrink: rank {} posted '{}', not '<next id> fault=<ranks> timeout=<ranks>'",
+               from, text);
+  p.fault = parse_rank_list(fault.substr(6));
+  p.timed_out = parse_rank_list(timed_out.substr(8));
   return p;
 }
 
-// The coordinator's part: waits for the posts, decides, publishes.
+// The coordinator's part (rule 2): waits for the posts, decides, publishes.
 Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
-  const auto deadline = Clock::now() + req.window;
-  std::set<int> out(req.blamed.begin(), req.blamed.end());
-  std::vector<int> arrived{req.rank};
-  uint32_t next_id = req.next_id;
+  const auto start = Clock::now();
+  const auto deadline = start + req.window;
+  const auto grace_end = start + timeout_grace(req.window);
+  std::set<int> fault(req.blamed.begin(), req.blamed.end());
+  std::set<int> suspected(req.timed_out.begin(), req.timed_out.end());
+  std::vector<bool> posted(static_cast<size_t>(req.size), false);
+  posted[static_cast<size_t>(req.rank)] = true;
   std::vector<uint32_t> ids(static_cast<size_t>(req.size), 0);
   ids[static_cast<size_t>(req.rank)] = req.next_id;
-  for (int r = 0; r < req.size; ++r) {
-    if (r == req.rank || out.count(r) != 0) continue;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  // Reads rank r's post if it appears before `until`; a post adds its suspicions.
+  const auto read_post = [&](int r, Clock::time_point until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     try {
-      const Post p = parse_post(store.get(fmt::format("{}alive/{}", req.key_base, r), std::max(left, std::chrono::milliseconds(1))), r);
-      out.insert(p.blamed.begin(), p.blamed.end());
+      const Post p = parse_post(
+          store.get(fmt::format("{}alive/{}", req.key_base, r), std::max(left, std::chrono::milliseconds(1))), r);
+      fault.insert(p.fault.begin(), p.fault.end());
+      suspected.insert(p.timed_out.begin(), p.timed_out.end());
       ids[static_cast<size_t>(r)] = p.next_id;
-      arrived.push_back(r);
+      posted[static_cast<size_t>(r)] = true;
     } catch (const Error& e) {
       if (e.status() != Status::kTimeout) throw;
-      log::warn("shrink: rank {} did not take part within {} ms; it is declared dead", r, req.window.count());
-      out.insert(r);
     }
-  }
+  };
+  // First the grace: every rank not blamed for a fault may post; then the window, for ranks nobody suspects.
+  for (int r = 0; r < req.size; ++r)
+    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0) read_post(r, grace_end);
+  for (int r = 0; r < req.size; ++r)
+    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0 && suspected.count(r) == 0) read_post(r, deadline);
   Membership m;
   m.epoch = req.epoch + 1;
   m.coordinator = req.rank;
-  for (int r : arrived)
-    if (out.count(r) == 0) {
+  uint32_t next_id = req.next_id;
+  for (int r = 0; r < req.size; ++r) {
+    if (posted[static_cast<size_t>(r)] && fault.count(r) == 0) {
       m.members.push_back(r);
       next_id = std::max(next_id, ids[static_cast<size_t>(r)]);
+    } else if (fault.count(r) != 0) {
+      log::warn("shrink: rank {} is declared dead: a rank saw it fail", r);
+    } else if (suspected.count(r) != 0) {
+      log::warn("shrink: rank {} is declared dead: a rank timed out waiting for it, and it did not take part within "
+                "the {} ms grace",
+                r, timeout_grace(req.window).count());
+    } else {
+      log::warn("shrink: rank {} did not take part within {} ms; it is declared dead", r, req.window.count());
     }
-  std::sort(m.members.begin(), m.members.end());
+  }
   TANDEM_CHECK(next_id <= kMaxCommId, Status::kUnsupported, "shrink: out of communicator ids ({} in use, at most {})",
                next_id, kMaxCommId);
   m.comm_id = next_id;
@@ -77,6 +99,11 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window) {
+  using std::chrono::milliseconds;
+  return std::min(window, std::clamp(window / 4, milliseconds(20), milliseconds(2000)));
+}
 
 std::string format_decision(const Membership& m) {
   return fmt::format("epoch={} id={} coordinator={} members={}", m.epoch, m.comm_id, m.coordinator,
@@ -109,7 +136,7 @@ Membership parse_decision(const std::string& text) {
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req) {
   TANDEM_CHECK(req.rank >= 0 && req.rank < req.size && req.window.count() > 0, Status::kInternal,
                "shrink: rank {} of {}, window {} ms", req.rank, req.size, req.window.count());
-  store.set(fmt::format("{}alive/{}", req.key_base, req.rank), format_post(req.next_id, req.blamed));
+  store.set(fmt::format("{}alive/{}", req.key_base, req.rank), format_post(req.next_id, req.blamed, req.timed_out));
   const int64_t ticket = store.add(req.key_base + "ticket", 1);
   Membership m;
   if (ticket == 1) {

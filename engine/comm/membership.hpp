@@ -4,10 +4,16 @@
 //
 // Rule (one coordinator, one decision, one deadline):
 //  1. Every rank that calls shrink posts "alive/<rank>" (its lowest free communicator id and the
-//     ranks it blames for the failure), then takes a ticket from the store's atomic counter.
-//  2. The rank holding ticket 1 coordinates. The ranks blamed by it or by any post it reads are
-//     out. It waits for every other rank's post until one shared deadline (`window` after it
-//     started); a rank that has not posted by then is out too -- a slow rank is treated as dead.
+//     ranks it suspects, each with the kind of suspicion), then takes a ticket from the store's
+//     atomic counter. A *fault* is proof: the peer's connection broke, it died, aborted or sent a
+//     mismatched call. A *timeout* is only a suspicion: this rank waited for the peer and heard
+//     nothing -- the peer may as well have been waiting for a third rank that stalled.
+//  2. The rank holding ticket 1 coordinates. Ranks blamed for a fault, by it or by any post it
+//     reads, are out at once. Ranks blamed for a timeout get a grace (a quarter of the window,
+//     20 ms to 2 s, from its start): one that posts within it is alive and stays, one that does
+//     not is out. Every other rank is waited for until one shared deadline (`window` after the
+//     start); a rank that has not posted by then is out too -- a slow rank is treated as dead. So
+//     when every rank posts in time and no fault was seen, nobody is dropped.
 //  3. The coordinator writes "decision" once: the new epoch, the new communicator id and the
 //     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
 //  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
@@ -30,7 +36,8 @@ struct ShrinkRequest {
   int size = 1;            // the failed communicator's size
   int epoch = 0;           // the failed communicator's membership epoch
   uint32_t next_id = 0;    // lowest communicator id free on this rank
-  std::vector<int> blamed; // ranks this rank holds responsible for the failure
+  std::vector<int> blamed;     // ranks this rank holds responsible for the failure: a fault (rule 1)
+  std::vector<int> timed_out;  // ranks it waited for in vain (a deadline): suspected, not proven dead
   std::chrono::milliseconds window{60000};  // how long the coordinator waits for the others' posts
 };
 
@@ -41,6 +48,9 @@ struct Membership {
   std::vector<int> members;   // old ranks, ascending
   int new_rank = -1;          // this rank's index in members (-1: declared dead; agree_membership throws)
 };
+
+// Rule 2's grace for a rank suspected of a timeout: window / 4, clamped to [20 ms, 2 s] and to the window.
+std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window);
 
 // Runs the rule above for one rank. Throws kPeerFailure when this rank was left out, kTimeout when
 // no decision appears within twice the window, kUnsupported when the store cannot count.

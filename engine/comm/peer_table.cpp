@@ -147,7 +147,7 @@ void PeerTable::poll() {
         if (msg.blamed[k] >= 0 && msg.blamed[k] < size()) blamed.push_back(msg.blamed[k]);
       const bool known_origin = msg.first_origin >= 0 && msg.first_origin < size();
       if (is_failed()) {  // another rank's report of the failure this rank has too: agree on one
-        adopt(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed));
+        adopt(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed), st);
         continue;
       }
       blame(known_origin ? msg.first_origin : p, known_origin && msg.aborted != 0, std::move(blamed));
@@ -167,7 +167,7 @@ void PeerTable::blame(int origin, bool aborted, std::vector<int> ranks) {
   blame_ = Blame{true, origin, aborted, std::move(ranks)};
 }
 
-void PeerTable::adopt(int origin, bool aborted, std::vector<int> ranks) {
+void PeerTable::adopt(int origin, bool aborted, std::vector<int> ranks, Status status) {
   // Every rank that detects a fault tells every other; each keeps the report with the lowest origin, so once
   // the reports have crossed, all ranks name the same origin and the same blamed ranks.
   std::sort(ranks.begin(), ranks.end());
@@ -177,6 +177,7 @@ void PeerTable::adopt(int origin, bool aborted, std::vector<int> ranks) {
   fail_origin_ = origin;
   fail_aborted_ = aborted;
   fail_ranks_ = std::move(ranks);
+  fail_timed_out_ = status == Status::kTimeout;
 }
 
 std::pair<Status, std::string> PeerTable::fail(Status status, const std::string& message, bool tell_peers) {
@@ -189,6 +190,7 @@ std::pair<Status, std::string> PeerTable::fail(Status status, const std::string&
       fail_origin_ = b.origin;
       fail_aborted_ = b.aborted;
       fail_ranks_ = b.ranks;
+      fail_timed_out_ = status == Status::kTimeout;
       failed_.store(true, std::memory_order_release);
     }
     fail_cv_.notify_all();
@@ -222,6 +224,7 @@ FailureStatus PeerTable::failure_status() const {
   f.origin = fail_origin_;
   f.aborted = fail_aborted_;
   f.ranks = fail_ranks_;
+  f.timed_out = fail_timed_out_;
   f.message = fail_message_;
   return f;
 }

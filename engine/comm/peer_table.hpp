@@ -81,7 +81,7 @@ class PeerTable {
 
  private:
   void post_recv(int peer);
-  void adopt(int origin, bool aborted, std::vector<int> ranks);
+  void adopt(int origin, bool aborted, std::vector<int> ranks, Status status);
   void send_to_all(const ControlMessage& msg);
 
   SharedTransport& shared_;
@@ -111,6 +111,7 @@ class PeerTable {
   int fail_origin_ = -1;
   bool fail_aborted_ = false;
   std::vector<int> fail_ranks_;
+  bool fail_timed_out_ = false;  // fail_ranks_ were blamed for a deadline (FailureStatus::timed_out)
 };
 
 }  // namespace tandem::engine::comm

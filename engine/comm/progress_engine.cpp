@@ -470,7 +470,12 @@ void ProgressEngine::idle(const PlanExecutor& ex) {
       waited_ = ex.waiting_peers();
       peers_.announce_wait(op.seq, waited_);
     } else if (now > grace_until_) {
-      const TimeoutVerdict v = timeout_verdict(rank_, waited_, peers_.notices(op.seq));
+      // A rank that announced a timeout of the previous collective is stuck there (alive, waiting for the same
+      // culprit, most likely), not missing from this one.
+      std::map<int, std::vector<int>> notices = peers_.notices(op.seq);
+      if (op.seq > 0)
+        for (const auto& prev : peers_.notices(op.seq - 1)) notices.try_emplace(prev.first);
+      const TimeoutVerdict v = timeout_verdict(rank_, waited_, notices);
       const std::string why = v.missing.empty() ? "every rank it waited for is stuck as well"
                                                 : fmt::format("{} never took part", ranks_phrase(v.missing));
       peers_.blame(rank_, false, v.missing);

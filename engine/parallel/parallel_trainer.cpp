@@ -751,7 +751,8 @@ template <typename F>
 auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
   if (!absorbing_ || (trainer_comm() == nullptr && !spare_)) return f();
   bool again = false;
-  // Each pass shrinks the group by at least one rank (recover refuses otherwise), so this loop is bounded.
+  // Each pass shrinks the group by at least one rank, or keeps it whole once per step (recover), so this loop is
+  // bounded.
   for (;;) {
     take_snapshot();
     const Snapshot mine = snapshot_;
@@ -887,8 +888,11 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   std::unique_ptr<comm::Communicator> next = group->shrink();
   std::vector<int> now;
   for (int p : next->parent_ranks()) now.push_back(members_[static_cast<size_t>(p)]);
-  TANDEM_CHECK(now.size() < members_.size(), Status::kInternal,
-               "elastic: the survivors' communicator kept all {} ranks after a failure ({})", members_.size(), why);
+  // It may keep every rank: a timeout blamed on ranks that all answered the agreement (membership.hpp); recover
+  // bounds how often.
+  if (now.size() == members_.size())
+    log::info("elastic: world rank {}: every one of the {} ranks answered the survivors' agreement after ({})",
+              world_rank(), now.size(), why);
   for (int r : members_)
     if (std::find(now.begin(), now.end(), r) == now.end()) lost_.push_back(r);
   retired_.push_back(std::move(group));
@@ -1209,13 +1213,22 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
   reducer_.reset();
   bool behind = false;
   bool rolled = false;  // a re-form adopted by settle_ps_view completed this rank's step in flight
-  // Each pass shrinks by at least one rank (shrink_group refuses otherwise), so the retries are bounded by the job's
-  // width, and each is bounded by the communicator's deadline. With parameter servers a pass is a transaction
+  // Each pass shrinks by at least one rank, or keeps every rank once per step (below), so the retries are bounded by
+  // the job's width, and each is bounded by the communicator's deadline. With parameter servers a pass is a transaction
   // (ParameterServerSync::reform): a pass cut short by another loss leaves every survivor's committed view as it was,
   // and the next pass starts from it over the smaller membership.
   for (;;) {
     const std::vector<int> before = members_;
     shrink_group(why);
+    if (members_.size() == before.size()) {
+      // Every rank answered the agreement: the failure was a deadline missed while waiting for a rank that came back
+      // (a stall), not a loss. The group re-forms as it was, once per step; a second time it stops.
+      TANDEM_CHECK(kept_all_step_ != optimizer_->steps(), Status::kTimeout,
+                   "elastic: world rank {}: the group failed again at step {} although every rank answered the "
+                   "survivors' agreement twice ({}); the job stops rather than re-form without end",
+                   world_rank(), optimizer_->steps(), why);
+      kept_all_step_ = optimizer_->steps();
+    }
     try {
       if (parameter_server()) {
         rolled = settle_ps_view(why) || rolled;
@@ -1283,8 +1296,14 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     default:
       break;
   }
-  log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) after {:.0f} ms: {} (seen by {})",
-            fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how, rank_label(world_rank()));
+  if (gone.empty())
+    log::warn("elastic: no rank lost ({}): all {} ranks answered the survivors' agreement and go on after {:.0f} ms: "
+              "{} (seen by {})",
+              why, members_.size(), ms, how, rank_label(world_rank()));
+  else
+    log::warn("elastic: world rank(s) {} lost ({}); {} ranks go on (world ranks {}) after {:.0f} ms: {} (seen by {})",
+              fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how,
+              rank_label(world_rank()));
   return behind;
 }
 

@@ -554,6 +554,9 @@ class ParallelTrainer {
   void reform_test_point(const char* point);
   void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
+  // The step at which a shrink last kept every rank (recover: a timeout with nobody lost); a second one at the same
+  // step stops the job with the timeout rather than re-form again (-1: none yet).
+  int64_t kept_all_step_ = -1;
   int initial_dp_ = 1;
   int initial_world_ = 1;
   int sampler_dp_ = 1;      // the width the sampler's shards were cut for

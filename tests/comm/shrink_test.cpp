@@ -2,6 +2,7 @@
 // is left and go on in a smaller communicator over the same transports; a rank they declared dead is refused.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -32,6 +33,61 @@ Status failing_allreduce(Communicator& c) {
   return st;
 }
 
+// What one rank got from a direct agreement (agree_membership over a shared store).
+struct Agreement {
+  std::vector<int> members;  // the decision as this rank read it (empty when declared dead)
+  bool declared_dead = false;
+};
+
+// A rank's request: the ranks it blames for a fault and those it timed out on.
+engine::comm::ShrinkRequest request(int rank, int size, std::vector<int> fault, std::vector<int> timed_out,
+                                    std::chrono::milliseconds window) {
+  engine::comm::ShrinkRequest req;
+  req.key_base = "test/shrink/";
+  req.rank = rank;
+  req.size = size;
+  req.next_id = 5;
+  req.blamed = std::move(fault);
+  req.timed_out = std::move(timed_out);
+  req.window = window;
+  return req;
+}
+
+// Runs the agreement for `req`; being declared dead is an outcome, any other error a failure of the test.
+Agreement agree(transports::KvStore& store, const engine::comm::ShrinkRequest& req) {
+  Agreement a;
+  std::string msg;
+  const Status st = status_of([&] { a.members = engine::comm::agree_membership(store, req).members; }, &msg);
+  EXPECT(st == Status::kOk || (st == Status::kPeerFailure && contains(msg, "was declared dead")), "rank {}: {} ({})",
+         req.rank, status_name(st), msg);
+  a.declared_dead = st == Status::kPeerFailure;
+  return a;
+}
+
+// Runs `reqs` (one per rank, every rank taking part), each on its own thread; `late` ranks post only once every
+// other rank holds a ticket, so they are never the coordinator and post after it started waiting.
+std::vector<Agreement> agree_all(const std::vector<engine::comm::ShrinkRequest>& reqs, std::vector<int> late = {}) {
+  transports::MemoryStore store;
+  std::vector<Agreement> out(reqs.size());
+  std::vector<std::string> errors(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < reqs.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        if (std::find(late.begin(), late.end(), static_cast<int>(r)) != late.end()) {
+          const auto others = static_cast<int64_t>(reqs.size() - late.size());
+          while (store.add(reqs[r].key_base + "ticket", 0) < others) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        out[r] = agree(store, reqs[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t r = 0; r < reqs.size(); ++r) BOOST_TEST(errors[r].empty(), "rank " << r << ": " << errors[r]);
+  return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(shrink)
@@ -46,6 +102,7 @@ BOOST_AUTO_TEST_CASE(survivors_of_a_dead_or_aborted_rank_shrink_and_allreduce) {
           return;  // its communicator and transport are destroyed
         }
         failing_allreduce(c);
+        EXPECT(!c.failure_status().timed_out, "rank {}: a dead or aborted peer is a fault, not a timeout", r);
         const auto t0 = Clock::now();
         auto s = c.shrink();
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
@@ -131,12 +188,71 @@ BOOST_AUTO_TEST_CASE(a_rank_declared_dead_that_comes_back_is_refused) {
         return;
       }
       failing_allreduce(c);
+      const auto f = c.failure_status();
+      EXPECT(f.timed_out && f.ranks == std::vector<int>{1}, "rank {}: blamed {} (timed out: {})", r,
+             fmt::join(f.ranks, ","), f.timed_out);
       auto s = c.shrink();
       EXPECT(s->size() == 2 && s->parent_ranks() == (std::vector<int>{0, 2}), "parents {}",
              fmt::join(s->parent_ranks(), ","));
       EXPECT(sum_over(*s, 5.f) == 10.f, "two survivors");
     });
   }
+}
+
+// The agreement itself (membership.hpp, rule 2), over a memory store with ranks as threads.
+using std::chrono::milliseconds;
+
+// Rank 1 waited for rank 2 in vain, but rank 2 was only waiting for somebody else: it posts after the coordinator
+// started, well within the grace (2 s of a 60 s window), and stays.
+BOOST_AUTO_TEST_CASE(a_rank_suspected_of_a_timeout_that_posts_within_the_grace_is_kept) {
+  const auto res = agree_all({request(0, 3, {}, {}, milliseconds(60000)), request(1, 3, {}, {2}, milliseconds(60000)),
+                              request(2, 3, {}, {}, milliseconds(60000))},
+                             {2});
+  for (size_t r = 0; r < res.size(); ++r)
+    BOOST_TEST((!res[r].declared_dead && res[r].members == std::vector<int>{0, 1, 2}),
+               "rank " << r << " read members " << fmt::format("{}", fmt::join(res[r].members, ",")));
+}
+
+// A fault is proof: the rank blamed for one is out although it posted at once.
+BOOST_AUTO_TEST_CASE(a_rank_blamed_for_a_fault_is_dropped_although_it_posts) {
+  const auto res = agree_all({request(0, 3, {}, {}, milliseconds(60000)), request(1, 3, {2}, {}, milliseconds(60000)),
+                              request(2, 3, {}, {}, milliseconds(60000))});
+  BOOST_TEST(res[2].declared_dead);
+  for (int r : {0, 1})
+    BOOST_TEST((!res[r].declared_dead && res[r].members == std::vector<int>{0, 1}),
+               "rank " << r << " read members " << fmt::format("{}", fmt::join(res[r].members, ",")));
+}
+
+// Every rank suspects another of a timeout (each waited for its neighbour), and every one posts: nobody is dropped.
+BOOST_AUTO_TEST_CASE(when_every_rank_posts_after_timeouts_nobody_is_dropped) {
+  std::vector<engine::comm::ShrinkRequest> reqs;
+  for (int r = 0; r < 4; ++r) reqs.push_back(request(r, 4, {}, {(r + 1) % 4}, milliseconds(60000)));
+  const auto res = agree_all(reqs);
+  for (size_t r = 0; r < res.size(); ++r)
+    BOOST_TEST((!res[r].declared_dead && res[r].members == std::vector<int>{0, 1, 2, 3}),
+               "rank " << r << " read members " << fmt::format("{}", fmt::join(res[r].members, ",")));
+}
+
+// A rank that never posts is out once the window is over, suspected by nobody (rank 2) or suspected of a timeout
+// (rank 3, out after the grace); the decision is published all the same.
+BOOST_AUTO_TEST_CASE(a_silent_rank_is_dropped_after_the_window) {
+  transports::MemoryStore store;
+  Agreement second;
+  std::thread other([&] { second = agree(store, request(1, 4, {}, {3}, milliseconds(100))); });
+  const Agreement first = agree(store, request(0, 4, {}, {}, milliseconds(100)));
+  other.join();
+  BOOST_TEST((first.members == std::vector<int>{0, 1}), fmt::format("{}", fmt::join(first.members, ",")));
+  BOOST_TEST((second.members == std::vector<int>{0, 1}), fmt::format("{}", fmt::join(second.members, ",")));
+  // Rank 2 comes back after the decision: refused.
+  BOOST_TEST(agree(store, request(2, 4, {}, {}, milliseconds(100))).declared_dead);
+}
+
+BOOST_AUTO_TEST_CASE(the_timeout_grace_is_a_quarter_of_the_window_within_bounds) {
+  using engine::comm::timeout_grace;
+  BOOST_TEST(timeout_grace(milliseconds(2000)).count() == 500);
+  BOOST_TEST(timeout_grace(milliseconds(60000)).count() == 2000);
+  BOOST_TEST(timeout_grace(milliseconds(40)).count() == 20);
+  BOOST_TEST(timeout_grace(milliseconds(10)).count() == 10);  // never longer than the window itself
 }
 
 BOOST_AUTO_TEST_CASE(membership_decisions_round_trip_and_malformed_ones_are_named) {
