@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 
 namespace tandem::engine::train {
 namespace {
@@ -291,11 +292,18 @@ data::SamplerState reshard_sampler(const TrainingProgress& p, int64_t dataset_si
     return s;
   }
   const int64_t global = s.position * from;
-  TANDEM_REQUIRE(global % world == 0 && global / world <= after.shard_size(),
-                 "it stopped {} samples into epoch {} ({} per replica x {} replicas), which {} data-parallel replicas "
-                 "cannot split evenly: resume with a dp that divides {}, or from a checkpoint at an epoch boundary",
-                 global, s.epoch, s.position, from, world, global);
-  s.position = global / world;
+  const int64_t resumed = global / world;  // whole entries per new shard; the rest (< world) is seen again
+  TANDEM_REQUIRE(resumed <= after.shard_size(),
+                 "it stopped {} samples into epoch {} ({} per replica x {} replicas), past the {} samples per replica "
+                 "that {} data-parallel replicas take of {}",
+                 global, s.epoch, s.position, from, after.shard_size(), world, dataset_size);
+  if (resumed * world != global)
+    log::warn("resuming {} samples into epoch {} ({} per replica x {} replicas) on {} data-parallel replicas, which "
+              "cannot split it evenly: each starts at {}, so the epoch's samples {}..{} of its order are trained a "
+              "second time (resume with a dp that divides {}, or from a checkpoint at an epoch boundary, to see "
+              "each once)",
+              global, s.epoch, s.position, from, world, resumed, resumed * world, global - 1, global);
+  s.position = resumed;
   return s;
 }
 

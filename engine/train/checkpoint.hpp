@@ -82,8 +82,10 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path, const Train
 // shards of a `dataset_size`-sample set) for a run with `world` shards. The rule: the global sample position is kept.
 // A shard position p of w shards has handed out entries [0, p*w) of the epoch's permutation (shard r takes entries
 // r, r+w, ...), so each of the new shards starts at p*w / world and the resumed run sees the samples the uninterrupted
-// run would; an exhausted epoch stays exhausted. Throws kInvalidArgument naming the numbers when p*w is not a multiple
-// of `world` (no whole number of samples per new shard) or lies past the new shards.
+// run would; an exhausted epoch stays exhausted. When p*w is not a multiple of `world`, each new shard starts at
+// floor(p*w / world): the fewer than `world` entries between that and p*w are trained a second time, and a warning
+// says which (a job that lost a rank mid-epoch resumes at any width). Throws kInvalidArgument naming the numbers when
+// the position lies past the new shards.
 data::SamplerState reshard_sampler(const TrainingProgress& progress, int64_t dataset_size, int world);
 
 // Runs f; an error becomes one naming the checkpoint ("checkpoint '<path>': ...", JSON errors kIo "metadata is

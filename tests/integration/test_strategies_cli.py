@@ -13,13 +13,14 @@ BASE = ["train", "--model", "mlp", "--dataset", "synthetic", "--batch", "16", "-
         "--epochs", "3", "--threads", "1", "--json"]
 
 
-def launch(n, extra, timeout=180, epochs=3):
+def launch(n, extra, timeout=180, epochs=3, launcher=()):
     env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
     base = [str(epochs) if i > 0 and BASE[i - 1] == "--epochs" else a for i, a in enumerate(BASE)]
     if "--lr" in extra:  # the test's own learning rate replaces BASE's
         k = base.index("--lr")
         del base[k:k + 2]
-    p = subprocess.run([CLI, "launch", "-n", str(n), "--", CLI] + base + extra, env=env, stdout=subprocess.PIPE,
+    p = subprocess.run([CLI, "launch", "-n", str(n)] + list(launcher) + ["--", CLI] + base + extra, env=env,
+                       stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=timeout, text=True)
     lines = [json.loads(l.split("] ", 1)[1]) for l in p.stdout.splitlines() if "] {" in l]
     return p.returncode, p.stdout, [x for x in lines if "target" not in x]
@@ -107,7 +108,7 @@ class Strategies(unittest.TestCase):
             self.assertIn("--target-accuracy: must be in (0, 1], got " + v, p.stdout)
 
     def test_bad_value_is_refused_on_every_rank_naming_the_field(self):
-        rc, out, _ = launch(2, ["--strategy", "localsgd", "--average-every", "0"])
+        rc, out, _ = launch(2, ["--strategy", "localsgd", "--average-every", "0"], launcher=["--min-ranks", "1"])
         self.assertNotEqual(rc, 0, out)
         for rank in (0, 1):
             self.assertRegex(out, r"\[rank %d\] .*average_every must be >= 1" % rank)
@@ -121,9 +122,12 @@ class Strategies(unittest.TestCase):
                 (2, ["--strategy", "fedavg", "--tau", "3"], "are read by strategy easgd only, not by fedavg"),
                 (2, ["--strategy", "ddp", "--servers", "2"], "parallel->servers (TANDEM_PARALLEL_PARAM_SERVERS) is "
                  "read by strategies ps, ps-async, ssp and easgd with easgd_async only, not by ddp")]:
-            rc, out, epochs = launch(n, flags, epochs=1)
+            # --min-ranks 1: the launcher lets each rank reach its own refusal instead of stopping the others at the
+            # first one (a loaded rank could be stopped before it printed its own)
+            rc, out, epochs = launch(n, flags, epochs=1, launcher=["--min-ranks", "1"])
             self.assertNotEqual(rc, 0, out)
             self.assertEqual(epochs, [], out)
+            self.assertIn("elastic job failed with 0 of %d ranks" % n, out)
             for rank in range(n):
                 self.assertIn("[rank %d] tandem: rank %d: cannot create" % (rank, rank), out)
             self.assertIn(needle, out)
