@@ -60,12 +60,6 @@ constexpr auto kDropInterval = std::chrono::milliseconds(1);
 // A receive shorter than its message gets the prefix through a bounce buffer of the message's
 // size; a length from the wire above this is consumed without data (size and truncation only).
 constexpr size_t kMaxBounceBytes = size_t{1} << 30;
-// Messages up to this size go through the transport's own pack/unpack callbacks (UCX's generic datatype, see Op::copied)
-// instead of UCX reading and writing the caller's parts directly: an operation given up on (a cancel's window ran out,
-// a receive failed mid-message) may still be finished by UCX later, and must then not touch memory its caller freed.
-// Larger ones keep UCX's zero-copy path (TODO(#17): giving those up safely needs the caller to keep its buffer until
-// the transport lets go of it -- an interface change).
-constexpr size_t kCopyMaxBytes = size_t{1} << 20;
 
 std::chrono::microseconds busy_window_from_env() {
   const auto us = settings::current()->integer("TANDEM_UCX_BUSY_US");  // [0, 60000000]
@@ -93,11 +87,14 @@ struct Op {
   std::vector<MutPart> parts;
   size_t capacity = 0;
   size_t msg_bytes = 0;
-  std::vector<ucp_dt_iov_t> iov;
   std::vector<char> bounce;  // only for a receive shorter than its message
-  // Sent or received through the generic datatype (copied_datatype): UCX asks this Op for the bytes (pack_op) and hands
-  // them to it (unpack_op) instead of holding pointers into the caller's parts. A receive takes data only while it is
-  // pending for its caller; a send reads `source`, which let_go points away from the caller's parts when it gives up.
+  // Every message with data is sent and received through the generic datatype (copied_datatype): UCX asks this Op for
+  // the bytes (pack_op) and hands them to it (unpack_op), and never holds a pointer into the caller's parts -- neither
+  // this rank's UCX nor a peer's (no zero-copy rendezvous: nothing of the caller's is registered or announced). An
+  // operation given up on (a cancel's window ran out, a receive failed mid-message) may still be finished by UCX later
+  // and must then not touch memory its caller freed: a receive takes data only while it is pending for its caller; a
+  // send reads `source`, which let_go points away from the caller's parts when it gives up. That holds at every size;
+  // the cost is the rendezvous's zero-copy path (bench/transports/p2p_bench: see the ucx note in transport.hpp).
   bool copied = false;
   std::vector<ConstPart> source;  // a copied send's data: the caller's parts, or `kept` once given up (none: zeros)
   std::vector<char> kept;
@@ -579,11 +576,8 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
   op->peer = peer;
   op->tag = wire & ((uint64_t{1} << kRankShift) - 1);
   op->msg_bytes = total_bytes(parts);
-  op->copied = op->msg_bytes > 0 && op->msg_bytes <= kCopyMaxBytes;
+  op->copied = op->msg_bytes > 0;
   if (op->copied) op->source.assign(parts.begin(), parts.end());
-  else
-    for (const auto& p : parts)
-      if (p.bytes > 0) op->iov.push_back({const_cast<void*>(p.data), p.bytes});
   ucp_request_param_t prm{};
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   prm.cb.send = &send_cb;
@@ -594,16 +588,8 @@ std::shared_ptr<Op> Core::post_send(int peer, uint64_t wire, std::span<const Con
     prm.datatype = copied_datatype();
     buf = op.get();
     count = op->msg_bytes;
-  } else if (op->iov.size() == 1) {
-    prm.datatype = ucp_dt_make_contig(1);
-    buf = op->iov[0].buffer;
-    count = op->iov[0].length;
-  } else if (op->iov.size() > 1) {
-    prm.datatype = ucp_dt_make_iov();
-    buf = op->iov.data();
-    count = op->iov.size();
   } else {
-    prm.datatype = ucp_dt_make_contig(1);
+    prm.datatype = ucp_dt_make_contig(1);  // no data
   }
   ucs_status_ptr_t s = ucp_tag_send_nbx(peers_[peer].ep, buf, count, wire, &prm);
   if (s == nullptr) op->done.complete(op->msg_bytes, false);
@@ -676,22 +662,11 @@ void Core::start_recv(const std::shared_ptr<Op>& op, ucp_tag_message_h msg, size
       log::error("ucx: rank {} cannot buffer a {}-byte message from rank {} for a {}-byte receive", rank_, length,
                  op->peer, op->capacity);
     }
-  } else if (length > 0 && length <= kCopyMaxBytes) {
+  } else if (length > 0) {
     op->copied = true;  // unpack_op scatters it into the parts while the receive is pending
     prm.datatype = copied_datatype();
     buf = op.get();
     count = length;
-  } else {
-    for (const auto& p : op->parts)
-      if (p.bytes > 0) op->iov.push_back({p.data, p.bytes});
-    if (op->iov.size() == 1) {
-      buf = op->iov[0].buffer;
-      count = op->iov[0].length;
-    } else if (op->iov.size() > 1) {
-      prm.datatype = ucp_dt_make_iov();
-      buf = op->iov.data();
-      count = op->iov.size();
-    }
   }
   ucs_status_ptr_t s = ucp_tag_msg_recv_nbx(worker_, buf, count, msg, &prm);
   if (s == nullptr) finish_recv(*op, UCS_OK);
@@ -1143,12 +1118,8 @@ void Core::let_go(Op& op) {
     if (op.req && p.state == PeerState::kAlive && !p.ep_failed) {
       op.abandoned = true;
       p.window_gave_up = true;
-      if (op.copied)
-        log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight; it goes on from a copy of its "
-                   "data", rank_, op.peer, op.tag);
-      else
-        log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight: UCX may read its buffer "
-                   "until rank {} takes or drops the message", rank_, op.peer, op.tag, op.peer);
+      log::error("ucx: rank {}: a cancelled send to rank {} tag {} is still in flight; it goes on from a copy of its "
+                 "data", rank_, op.peer, op.tag);
     }
     if (op.req && op.copied) keep_source(op, p.state == PeerState::kAlive && !p.ep_failed);
   }
@@ -1156,7 +1127,7 @@ void Core::let_go(Op& op) {
 
 void Core::keep_source(Op& op, bool peer_reads) {
   // Its caller may free the parts once we return. A live peer may still take the message: it gets the data from a
-  // copy (at most kCopyMaxBytes); nobody reads what goes to a gone one (pack_op sends zeros, as it does when no
+  // copy of the whole message; nobody reads what goes to a gone one (pack_op sends zeros, as it does when no
   // memory is left for the copy).
   std::vector<ConstPart> from;
   if (peer_reads) {
@@ -1259,7 +1230,7 @@ void Core::shutdown() noexcept {
   try {
     if (worker_) {
       const auto until = Clock::now() + kShutdownDeadline;
-      // Sends to live peers first: a rendezvous reads this rank's memory when the peer posts its receive,
+      // Sends to live peers first: a rendezvous's data is packed by this worker once the peer posts its receive,
       // so it can only be delivered while this worker lives (the communicator's sends are buffered and have
       // completed for their callers already). Bounded by the shutdown deadline; the goodbye follows them.
       auto sends_owed = [&] {
