@@ -33,13 +33,14 @@
 //    cancelled receive matched to a live rank's message waits until it completes. Both wait at most
 //    one window per peer and failure (a couple of seconds, shared by every cancel towards that peer);
 //    what is still in flight then is given up (logged as an error) and left to UCX until the
-//    transport is destroyed, whose teardown does not wait for it again. A given-up operation of at most 1 MiB no
-//    longer touches its parts: ucx moves such messages through its own pack/unpack callbacks rather than letting UCX
-//    address the parts, so a given-up receive drops whatever still arrives for it, and a given-up send goes on from a
-//    copy of its data taken when it was given up (zeros when no memory was left for that copy). Larger messages keep
-//    UCX's zero-copy path, where a given-up operation may still write into (receive) or read (send) its parts until
-//    the transport is destroyed: known limit, TODO(#17) (closing it needs callers to keep such buffers alive until the
-//    transport lets go of them). A receive failed mid-message (its peer died) counts as given up. A cancelled
+//    transport is destroyed, whose teardown does not wait for it again. A given-up operation, of any size, no longer
+//    touches its parts once cancel() or the request's destruction returns (or test() threw): ucx moves every message
+//    through its own pack/unpack callbacks rather than letting UCX -- this rank's or a peer's, by zero-copy
+//    rendezvous -- address the parts, so a given-up receive drops whatever still arrives for it, and a given-up send
+//    goes on from a copy of its whole data taken when it was given up (zeros when no memory was left for that copy).
+//    The price is UCX's zero-copy rendezvous: large messages are copied through its fragments (bench/transports/
+//    p2p_bench, same host: about 0.6-0.9x of the zero-copy exchange rate at 4-64 MiB, measured on a loaded 2-core
+//    machine). A receive failed mid-message (its peer died) counts as given up. A cancelled
 //    receive matched to a message of a rank that died waits only until the death is seen and the grace for what it had
 //    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
 //    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
@@ -50,7 +51,7 @@
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
 //    them to the socket, so a peer that posts its receive after the sender is gone still gets them;
-//    ucx (whose rendezvous reads the sender's memory) waits within its shutdown deadline (2 s) for the
+//    ucx (whose rendezvous needs the sender's worker to pack the data) waits within its shutdown deadline (2 s) for the
 //    peer to receive, and cancels what is left then.
 //    On zmq a cancelled or failed send no longer reads its parts once cancel() or the request's
 //    destruction returns: it waits until ZeroMQ wrote its frames out to a live peer (a message
