@@ -323,8 +323,9 @@ BOOST_AUTO_TEST_CASE(a_buffered_send_reaches_a_peer_that_receives_after_the_send
             sender_gone = true;
             return;
           }
-          // ucx's rendezvous reads the sender's memory: its shutdown holds (up to 2 s) until the peer receives,
-          // so there the receive comes 200 ms into it. Every other transport delivers after the sender is gone.
+          // ucx's rendezvous needs the sender's worker to pack the data: its shutdown holds (up to 2 s) until the
+          // peer receives, so there the receive comes 200 ms into it. Every other transport delivers after the sender
+          // is gone.
           const bool hold = o.transport == "ucx";
           const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
           while (!(hold ? destroying.load() : sender_gone.load()) && std::chrono::steady_clock::now() < until)
