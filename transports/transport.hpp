@@ -33,15 +33,15 @@
 //    cancelled receive matched to a live rank's message waits until it completes. Both wait at most
 //    one window per peer and failure (a couple of seconds, shared by every cancel towards that peer);
 //    what is still in flight then is given up (logged as an error) and left to UCX until the
-//    transport is destroyed, whose teardown does not wait for it again. A given-up operation, of any size, no longer
-//    touches its parts once cancel() or the request's destruction returns (or test() threw): ucx moves every message
-//    through its own pack/unpack callbacks rather than letting UCX -- this rank's or a peer's, by zero-copy
-//    rendezvous -- address the parts, so a given-up receive drops whatever still arrives for it, and a given-up send
-//    goes on from a copy of its whole data taken when it was given up (zeros when no memory was left for that copy).
-//    The price is UCX's zero-copy rendezvous: large messages are copied through its fragments (bench/transports/
-//    p2p_bench, same host: about 0.6-0.9x of the zero-copy exchange rate at 4-64 MiB, measured on a loaded 2-core
-//    machine). A receive failed mid-message (its peer died) counts as given up. A cancelled
-//    receive matched to a message of a rank that died waits only until the death is seen and the grace for what it had
+//    transport is destroyed, whose teardown does not wait for it again. Even so, a given-up operation of any size no
+//    longer touches its parts once cancel() or the request's destruction returns: ucx moves every message through its
+//    own pack/unpack callbacks rather than letting UCX -- this rank's, or a peer's by zero-copy rendezvous -- address
+//    the parts, so a given-up receive drops whatever still arrives for it, and a given-up send goes on from a copy of
+//    its whole data taken when it was given up (zeros when no memory was left for that copy). The price is UCX's
+//    zero-copy rendezvous: large messages are copied through its fragments (bench/transports/p2p_bench on one host,
+//    4-64 MiB, on a loaded 2-core machine: the median exchange rate unchanged, 0.93-1.04x; the best run 0.45-0.87x of
+//    zero-copy's). A receive failed mid-message (its peer died) counts as given up. A cancelled receive matched to a
+//    message of a rank that died waits only until the death is seen and the grace for what it had
 //    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
 //    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
 //    ucx: a same-host rank killed while writing into a peer's shared-memory receive queue can leave that peer
