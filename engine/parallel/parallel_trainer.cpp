@@ -1563,7 +1563,9 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (spare_) return;  // the grid writes it
-  if (!absorbing_) return write_checkpoint(path);
+  // Parameter servers: a failed save aborts the job's other groups (failing_loudly around the servers' sync point),
+  // so it still stops this rank.
+  if (!absorbing_ || ps_) return write_checkpoint(path);
   // A rank lost (or stalled) while the ranks write: the save's collectives fail on the ranks that waited for it, while
   // others may have got through them and gone on to their next step. The save is not redone here (those others would
   // not join it); every survivor goes on as after a completed save, and the trainer's failed communicator makes the

@@ -269,8 +269,9 @@ class ParallelTrainer {
   // freely (parameter servers take their shards of the whole-model state, any number of servers); fedavg changes
   // the number of workers when its clients stay the same; localsgd, easgd, asgd (each worker's own state) and
   // ps-async (one update per push) refuse another dp with kInvalidArgument naming the reason.
-  // Elastic or absorbing: a rank lost during the save fails none of the survivors here (see the .cpp); they re-form
-  // at their next collective, and the file holds this step or, when the loss came before rank 0 wrote, an earlier one.
+  // Elastic or absorbing, without parameter servers: a rank lost during the save fails none of the survivors here
+  // (see the .cpp); they re-form at their next collective, and the file holds this step or, when the loss came before
+  // rank 0 wrote, an earlier one.
   void save_checkpoint(const std::string& path);
   // Every rank reads the file and takes its stage's share; then the ranks check they agree.
   void load_checkpoint(const std::string& path);
