@@ -639,50 +639,54 @@ int run_train(const TrainOptions& o) {
         std::fprintf(stderr, "tandem train: warning: epoch %lld: rank 0's training loss is not finite (%g): the model "
                      "diverged; lower --lr or give --clip-norm\n", static_cast<long long>(r.epoch), r.train_loss);
     }
+    auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    // Rank 0 speaks for the job (its figures are global); elastic: rank 0 of the survivors. It reports the epoch
+    // before the checkpoint is written: when an elastic job loses rank 0 during the write (the others give the save
+    // up and go on, ParallelTrainer::save_checkpoint), the epoch was reported by nobody.
+    if ((o.parallel ? parallel_attr(h.trainer).rank : h.rank) == 0) {
+      if (o.json) {
+        nlohmann::json j = {{"epoch", r.epoch},
+                            {"train_loss", num(r.train_loss)},
+                            {"train_accuracy", num(r.train_accuracy)},
+                            {"test_loss", num(r.test_loss)},
+                            {"test_accuracy", num(r.test_accuracy)},
+                            {"images_per_sec", num(r.images_per_sec)},
+                            {"train_samples", r.train_samples},
+                            {"train_s", num(r.train_s)},  // training only; wall_s adds evaluation
+                            {"wall_s", num(r.wall_s)}};
+        if (o.parallel) add_parallel_fields(h.trainer, j);
+        if (loss_scale != 0) {
+          double scale = 0;
+          int64_t skipped = 0;
+          tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
+          j["loss_scale"] = scale;
+          j["skipped_steps"] = skipped;
+        }
+        if (!cpu_isa.is_null()) j["cpu_isa"] = cpu_isa;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        // An epoch with no sample scored has no training figures (NaN): "n/a", not a loss of "nan".
+        const std::string train_fig =
+            std::isnan(r.train_loss) && r.train_samples == 0
+                ? std::string("train loss n/a acc n/a")
+                : fmt::format("train loss {:.4f} acc {:.2f}%", r.train_loss, 100 * r.train_accuracy);
+        std::printf("epoch %lld: %s | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n",
+                    static_cast<long long>(r.epoch), train_fig.c_str(), r.test_loss, 100 * r.test_accuracy,
+                    r.images_per_sec, r.wall_s);
+        if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
+        if (loss_scale != 0) {
+          double scale = 0;
+          int64_t skipped = 0;
+          tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
+          std::printf("loss scale %g, %lld step%s skipped (non-finite gradients)\n", scale,
+                      static_cast<long long>(skipped), skipped == 1 ? "" : "s");
+        }
+      }
+      std::fflush(stdout);
+    }
     if (!o.checkpoint.empty() && tandem_trainer_save_checkpoint(h.trainer, o.checkpoint.c_str()) != TANDEM_OK) {
       return cli::fail(fmt::format("cannot write checkpoint '{}'", o.checkpoint));
     }
-    auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    // Rank 0 speaks for the job (its figures are global); elastic: rank 0 of the survivors.
-    if ((o.parallel ? parallel_attr(h.trainer).rank : h.rank) != 0) continue;
-    if (o.json) {
-      nlohmann::json j = {{"epoch", r.epoch},
-                                {"train_loss", num(r.train_loss)},
-                                {"train_accuracy", num(r.train_accuracy)},
-                                {"test_loss", num(r.test_loss)},
-                                {"test_accuracy", num(r.test_accuracy)},
-                                {"images_per_sec", num(r.images_per_sec)},
-                                {"train_samples", r.train_samples},
-                                {"train_s", num(r.train_s)},  // training only; wall_s adds evaluation
-                                {"wall_s", num(r.wall_s)}};
-      if (o.parallel) add_parallel_fields(h.trainer, j);
-      if (loss_scale != 0) {
-        double scale = 0;
-        int64_t skipped = 0;
-        tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
-        j["loss_scale"] = scale;
-        j["skipped_steps"] = skipped;
-      }
-      if (!cpu_isa.is_null()) j["cpu_isa"] = cpu_isa;
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      // An epoch with no sample scored has no training figures (NaN): "n/a", not a loss of "nan".
-      const std::string train_fig =
-          std::isnan(r.train_loss) && r.train_samples == 0
-              ? std::string("train loss n/a acc n/a")
-              : fmt::format("train loss {:.4f} acc {:.2f}%", r.train_loss, 100 * r.train_accuracy);
-      std::printf("epoch %lld: %s | test loss %.4f acc %.2f%% | %.0f img/s | %.1f s\n", static_cast<long long>(r.epoch),
-                  train_fig.c_str(), r.test_loss, 100 * r.test_accuracy, r.images_per_sec, r.wall_s);
-      if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
-      if (loss_scale != 0) {
-        double scale = 0;
-        int64_t skipped = 0;
-        tandem_trainer_loss_scale(h.trainer, &scale, &skipped);
-        std::printf("loss scale %g, %lld step%s skipped (non-finite gradients)\n", scale,
-                    static_cast<long long>(skipped), skipped == 1 ? "" : "s");
-      }
-    }
-    std::fflush(stdout);
   }
   if (o.target_accuracy > 0 && h.rank == 0) {
     // steps per worker: the samples trained over the global batch (FedAvg: each worker's local steps)

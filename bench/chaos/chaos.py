@@ -363,6 +363,11 @@ def judge(a, rec, lines, epochs, rc, state, victim, mode, fault_landed):
     kept = any(KEPT_ALL.search(l) for _, l in lines) and not declared_lost
     zero = [r for r in range(RANKS) if r not in ended]
     spares = {int(m.group(1)) for m in (SPARE.search(l) for _, l in lines) if m}
+    # Every rank, the victim too, exited 0 with every epoch reported and nobody re-formed: a stall during the last
+    # checkpoint's write, where the ranks that waited for the victim gave the save up (rank 0 had written the file)
+    # and ended with the others -- nobody was excluded, so the victim finishing is right.
+    if fault_landed and rc == 0 and complete and not go_ons and not ended:
+        return "continued", None, ""
     if fault_landed:
         if victim in zero and (declared_lost or naming) and not kept:
             return "DEFECT", "unfinished", "rank %d exited 0 after the others declared it lost" % victim

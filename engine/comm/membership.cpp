@@ -46,7 +46,7 @@ Post parse_post(const std::string& text, int from) {
 // The coordinator's part (rule 2): waits for the posts, decides, publishes.
 Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   const auto start = Clock::now();
-  const auto deadline = start + req.window;
+  const auto deadline = start + unsuspected_wait(req.window);
   const auto grace_end = start + timeout_grace(req.window);
   std::set<int> fault(req.blamed.begin(), req.blamed.end());
   std::set<int> suspected(req.timed_out.begin(), req.timed_out.end());
@@ -88,7 +88,8 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
                 "the {} ms grace",
                 r, timeout_grace(req.window).count());
     } else {
-      log::warn("shrink: rank {} did not take part within {} ms; it is declared dead", r, req.window.count());
+      log::warn("shrink: rank {} did not take part within {} ms; it is declared dead", r,
+                unsuspected_wait(req.window).count());
     }
   }
   TANDEM_CHECK(next_id <= kMaxCommId, Status::kUnsupported, "shrink: out of communicator ids ({} in use, at most {})",
@@ -104,6 +105,8 @@ std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window) {
   using std::chrono::milliseconds;
   return std::min(window, std::clamp(window / 4, milliseconds(20), milliseconds(2000)));
 }
+
+std::chrono::milliseconds unsuspected_wait(std::chrono::milliseconds window) { return window + kLetGoAllowance; }
 
 std::string format_decision(const Membership& m) {
   return fmt::format("epoch={} id={} coordinator={} members={}", m.epoch, m.comm_id, m.coordinator,
@@ -142,16 +145,17 @@ Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req
   if (ticket == 1) {
     m = decide(store, req);
   } else {
-    // The coordinator waits at most one window for the posts; the second absorbs its late start.
+    // The coordinator waits at most unsuspected_wait for the posts; one window more absorbs its late start.
+    const auto wait = req.window + unsuspected_wait(req.window);
     std::string text;
     try {
-      text = store.get(req.key_base + "decision", 2 * req.window);
+      text = store.get(req.key_base + "decision", wait);
     } catch (const Error& e) {
       if (e.status() != Status::kTimeout) throw;
       TANDEM_THROW(Status::kTimeout,
                    "shrink: rank {}: no membership decision within {} ms (the coordinating rank may have died "
                    "while deciding): {}",
-                   req.rank, 2 * req.window.count(), e.what());
+                   req.rank, wait.count(), e.what());
     }
     m = parse_decision(text);
   }

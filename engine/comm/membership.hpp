@@ -11,9 +11,12 @@
 //  2. The rank holding ticket 1 coordinates. Ranks blamed for a fault, by it or by any post it
 //     reads, are out at once. Ranks blamed for a timeout get a grace (a quarter of the window,
 //     20 ms to 2 s, from its start): one that posts within it is alive and stays, one that does
-//     not is out. Every other rank is waited for until one shared deadline (`window` after the
-//     start); a rank that has not posted by then is out too -- a slow rank is treated as dead. So
-//     when every rank posts in time and no fault was seen, nobody is dropped.
+//     not is out. Every other rank is waited for until one shared deadline (unsuspected_wait: the
+//     window plus the time a live rank's transport may spend letting go of the failed
+//     communicator's cancelled operations before that rank can post -- ucx waits up to 2 s for a
+//     stalled peer to take or drop each send, transports/transport.hpp); a rank that has not
+//     posted by then is out too -- a slow rank is treated as dead. So when every rank posts in
+//     time and no fault was seen, nobody is dropped.
 //  3. The coordinator writes "decision" once: the new epoch, the new communicator id and the
 //     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
 //  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
@@ -51,9 +54,14 @@ struct Membership {
 
 // Rule 2's grace for a rank suspected of a timeout: window / 4, clamped to [20 ms, 2 s] and to the window.
 std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window);
+// Rule 2's wait for a rank nobody suspects: the window plus kLetGoAllowance (2 s, the longest a transport holds a
+// cancelled send to a live but silent peer). Before, it was the window alone, which over ucx a survivor held by
+// that let-go after a stall could miss (posting ~2 s after its failure) and be dropped, healthy.
+inline constexpr std::chrono::milliseconds kLetGoAllowance{2000};
+std::chrono::milliseconds unsuspected_wait(std::chrono::milliseconds window);
 
 // Runs the rule above for one rank. Throws kPeerFailure when this rank was left out, kTimeout when
-// no decision appears within twice the window, kUnsupported when the store cannot count.
+// no decision appears within the window plus unsuspected_wait, kUnsupported when the store cannot count.
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& request);
 
 // The decision's text, "epoch=<e> id=<id> coordinator=<r> members=<a,b,...>", and back

@@ -1563,6 +1563,30 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (spare_) return;  // the grid writes it
+  // Parameter servers: a failed save aborts the job's other groups (failing_loudly around the servers' sync point),
+  // so it still stops this rank.
+  if (!absorbing_ || ps_) return write_checkpoint(path);
+  // A rank lost (or stalled) while the ranks write: the save's collectives fail on the ranks that waited for it, while
+  // others may have got through them and gone on to their next step. The save is not redone here (those others would
+  // not join it); every survivor goes on as after a completed save, and the trainer's failed communicator makes the
+  // next collective fail at once, in a step or phase elastic_retry re-forms from. Throwing instead stopped the ranks
+  // that waited (the CLI exits on a failed save) while the others re-formed without them, healthy as they were.
+  try {
+    write_checkpoint(path);
+  } catch (const Error& e) {
+    const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
+    comm::Communicator* c = trainer_comm();
+    if (!peer_gone || c == nullptr || !c->is_failed() || left_admission_) throw;
+    stop_if_stopped_here(e);
+    log::warn("elastic: world rank {}: a rank was lost while the ranks wrote checkpoint '{}' at step {} ({}); {}; the "
+              "survivors re-form at their next collective",
+              world_rank(), path, optimizer_->steps(), in_world_ranks(e.what()),
+              checkpoint_written_ ? "this rank wrote it" : "it may still hold an earlier step");
+  }
+}
+
+void ParallelTrainer::write_checkpoint(const std::string& path) {
+  checkpoint_written_ = false;
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
   // Asynchronous EASGD: world rank 0 (worker 0) gathers the centre from the servers instead.
   std::vector<std::vector<float>> server_state;
@@ -1662,6 +1686,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
       if (scaler_.enabled()) ck.meta["loss_scale"] = scaler_.to_json();
       try {
         train::save_checkpoint(path, ck);
+        checkpoint_written_ = true;
       } catch (const Error& e) {
         error = e.what();
         error_status = e.status();

@@ -269,6 +269,9 @@ class ParallelTrainer {
   // freely (parameter servers take their shards of the whole-model state, any number of servers); fedavg changes
   // the number of workers when its clients stay the same; localsgd, easgd, asgd (each worker's own state) and
   // ps-async (one update per push) refuse another dp with kInvalidArgument naming the reason.
+  // Elastic or absorbing, without parameter servers: a rank lost during the save fails none of the survivors here
+  // (see the .cpp); they re-form at their next collective, and the file holds this step or, when the loss came before
+  // rank 0 wrote, an earlier one.
   void save_checkpoint(const std::string& path);
   // Every rank reads the file and takes its stage's share; then the ranks check they agree.
   void load_checkpoint(const std::string& path);
@@ -418,6 +421,8 @@ class ParallelTrainer {
   // Checkpoints after a grow or shrink (save_checkpoint, load_checkpoint): ps-async's server update count (collective;
   // -1 for other strategies) and the width the learning-rate rule counts from, taken back at the same width.
   int64_t saved_server_updates();
+  // save_checkpoint's collective body (every rank; rank 0 writes, checkpoint_written_ says it did).
+  void write_checkpoint(const std::string& path);
   void restore_lr_base(int64_t lr_base_dp);
   // ---- issue #17: pipeline and hybrid grids re-formed after a loss (elastic_reform.cpp) ----
   bool reforms_grid() const noexcept;  // elastic pipeline or hybrid
@@ -593,6 +598,7 @@ class ParallelTrainer {
     SyncProgram ownership;
   };
   std::unique_ptr<AdmissionUndo> admission_undo_;
+  bool checkpoint_written_ = false;  // write_checkpoint: this rank wrote the file in the last save
   bool left_admission_ = false;  // admit_workers: cut off inside the grown world's split, this rank leaves the job
   void undo_admission();  // puts admission_undo_ back (the grid's world and rank stay the communicator's)
 };

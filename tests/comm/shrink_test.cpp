@@ -233,8 +233,35 @@ BOOST_AUTO_TEST_CASE(when_every_rank_posts_after_timeouts_nobody_is_dropped) {
                "rank " << r << " read members " << fmt::format("{}", fmt::join(res[r].members, ",")));
 }
 
-// A rank that never posts is out once the window is over, suspected by nobody (rank 2) or suspected of a timeout
-// (rank 3, out after the grace); the decision is published all the same.
+// A rank nobody suspects may be held by its transport's let-go of the failed communicator's sends before it can post
+// (over ucx up to 2 s after a stall, longer than the 2 s window: the chaos benchmark's "blamed" trials, a healthy rank
+// "did not take part within 2000 ms"). Rank 2 posts two windows after the coordinator started: it stays, with
+// rank 0 and rank 1 (posting at once); rank 3, the stalled one everybody timed out on, never posts and is out.
+BOOST_AUTO_TEST_CASE(a_rank_nobody_suspects_that_posts_after_the_window_but_within_the_let_go_allowance_is_kept) {
+  constexpr auto kWindow = milliseconds(200);
+  static_assert(2 * kWindow + milliseconds(100) < kWindow + engine::comm::kLetGoAllowance);
+  transports::MemoryStore store;
+  const engine::comm::ShrinkRequest coordinator = request(0, 4, {}, {3}, kWindow);
+  Agreement second, third;
+  std::thread prompt([&] {
+    while (store.add(coordinator.key_base + "ticket", 0) < 1) std::this_thread::sleep_for(milliseconds(1));
+    second = agree(store, request(1, 4, {}, {3}, kWindow));
+  });
+  std::thread held([&] {
+    while (store.add(coordinator.key_base + "ticket", 0) < 1) std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(2 * kWindow);  // its let-go, past the window
+    third = agree(store, request(2, 4, {}, {3}, kWindow));
+  });
+  const Agreement first = agree(store, coordinator);
+  prompt.join();
+  held.join();
+  for (const Agreement* a : std::initializer_list<const Agreement*>{&first, &second, &third})
+    BOOST_TEST((!a->declared_dead && a->members == std::vector<int>{0, 1, 2}),
+               fmt::format("read members {}", fmt::join(a->members, ",")));
+}
+
+// A rank that never posts is out once the wait is over, suspected by nobody (rank 2: the window and the let-go
+// allowance) or suspected of a timeout (rank 3, out after the grace); the decision is published all the same.
 BOOST_AUTO_TEST_CASE(a_silent_rank_is_dropped_after_the_window) {
   transports::MemoryStore store;
   Agreement second;
