@@ -552,6 +552,7 @@ class ParallelTrainer {
   // TANDEM_TEST_REFORM_LEAVE at `point` (parallel_trainer.cpp): this rank leaves the job there (abandon, kInternal),
   // or, at "voted" above the leaving rank, sees its vote cut off by that loss (the error of the loss).
   void reform_test_point(const char* point);
+  bool leave_hook_ = false;  // TANDEM_TEST_REFORM_LEAVE is set (read once, at construction)
   void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   // The step at which a shrink last kept every rank (recover: a timeout with nobody lost); a second one at the same
