@@ -914,6 +914,12 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   config_.rank = grid_.dp_rank;
 }
 
+void ParallelTrainer::closed(Phase phase, std::vector<double> result) {
+  ++closings_;
+  closed_phase_ = phase;
+  closed_result_ = std::move(result);
+}
+
 void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
@@ -1239,7 +1245,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
         check_ps_views(why);
         count_servers(why, before);
       }
-      behind = reforms_grid() ? reform_grid(why, phase == Phase::kStep) : reform(phase, why, before);
+      behind = reforms_grid() ? reform_grid(why, phase) : reform(phase, why, before);
       behind = behind || rolled;
       break;
     } catch (const Error& e) {
@@ -1420,41 +1426,61 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   const int64_t total = batches_per_epoch();
   const int64_t b = loader_->options().batch_size;
   int64_t batch_index = (sampler_.position() + b - 1) / b;
-  for (;;) {
-    const train::StepResult s = step();
-    if (s.samples > 0) {
-      samples += s.samples;
-      if (!std::isnan(s.loss)) {
-        figures_.loss_sum += s.loss * static_cast<double>(s.samples);
-        figures_.correct += s.correct;
-        figures_.scored += s.samples;
+  const auto train_to_epoch_end = [&] {
+    for (;;) {
+      const train::StepResult s = step();
+      if (s.samples > 0) {
+        samples += s.samples;
+        if (!std::isnan(s.loss)) {
+          figures_.loss_sum += s.loss * static_cast<double>(s.samples);
+          figures_.correct += s.correct;
+          figures_.scored += s.samples;
+        }
+        ++batch_index;
+        if (progress) {
+          train::Progress p;
+          p.epoch = e.epoch;
+          p.batch = batch_index;
+          p.batches = total;
+          p.loss = figures_.scored > 0 ? figures_.loss_sum / static_cast<double>(figures_.scored)
+                                       : std::numeric_limits<double>::quiet_NaN();
+          p.elapsed_s = seconds_since(t0);
+          p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
+          progress(p);
+        }
       }
-      ++batch_index;
-      if (progress) {
-        train::Progress p;
-        p.epoch = e.epoch;
-        p.batch = batch_index;
-        p.batches = total;
-        p.loss = figures_.scored > 0 ? figures_.loss_sum / static_cast<double>(figures_.scored)
-                                     : std::numeric_limits<double>::quiet_NaN();
-        p.elapsed_s = seconds_since(t0);
-        p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
-        progress(p);
-      }
+      if (s.epoch_end) break;
     }
-    if (s.epoch_end) break;
-  }
+  };
+  train_to_epoch_end();
   if (ps_) failing_loudly([&] { elastic_retry(Phase::kSyncPoint, [&] { ps_->sync_point(); }); });
-  const double my_train_s = seconds_since(t0);
+  double my_train_s = seconds_since(t0);
   double train_s = my_train_s;
   // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
   const std::vector<double> g = failing_loudly([&] {
     return elastic_retry(Phase::kEpochSums, [&] {
+      if (adopted_closing_) {  // the sums another survivor completed (form_grid)
+        std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        train_s = v[3];
+        figures_ = EpochFigures{};
+        closed(Phase::kEpochSums, v);
+        v.resize(3);
+        return v;
+      }
+      // A re-form took this rank back into the epoch's last step, which another survivor was cut off in: it redoes it
+      // with the others first (form_grid).
+      if (!spare_ && completed_epochs_ < e.epoch) {
+        train_to_epoch_end();
+        my_train_s = seconds_since(t0);
+      }
       std::vector<double> sums = allreduce_sum(
           {figures_.loss_sum, static_cast<double>(figures_.correct), static_cast<double>(figures_.scored)});
       train_s = my_train_s;
       if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
       if (leave_hook_) reform_test_point("summed");
+      figures_ = EpochFigures{};  // summed: no later re-form carries them over again
+      closed(Phase::kEpochSums, {sums[0], sums[1], sums[2], train_s});
       return sums;
     });
   });
@@ -1474,9 +1500,19 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   epoch.allreduce_ns -= before.allreduce_ns;
   last_split_ = failing_loudly([&] {
     return elastic_retry(Phase::kSplit, [&] {
-      const EpochSplit split = reduce_split(epoch);
+      EpochSplit x;
+      if (adopted_closing_) {  // the time split another survivor completed (form_grid)
+        const std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        x = EpochSplit{static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]};
+        closed(Phase::kSplit, v);
+        return x;
+      }
+      x = reduce_split(epoch);
       if (leave_hook_) reform_test_point("timed");
-      return split;
+      closed(Phase::kSplit, {static_cast<double>(x.steps), x.step_s, x.compute_s, x.bubble_s, x.comm_s, x.data_s,
+                             x.other_s, x.allreduce_s, x.bubble_fraction, x.max_bubble_fraction});
+      return x;
     });
   });
   e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -1497,8 +1533,15 @@ train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limi
         adopted_eval_.reset();
         return r;
       }
+      if (adopted_closing_) {  // likewise, re-forming a grid (form_grid)
+        const std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        closed(Phase::kEvaluate, v);
+        return train::EvalResult{v[0], v[1], static_cast<int64_t>(v[2])};
+      }
       const train::EvalResult r = with_consensus([&] { return evaluate_impl(d, limit_batches); });
       if (leave_hook_) reform_test_point("evaluated");
+      closed(Phase::kEvaluate, {r.loss, r.accuracy, static_cast<double>(r.samples)});
       return r;
     });
   });

@@ -425,7 +425,16 @@ class ParallelTrainer {
   // and returns whether the trainer's own communicator failed (probed with a barrier when it looks healthy).
   bool probe_loss(const std::string& why);
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
-  bool reform_grid(const std::string& why, bool draft);
+  // phase: the work this rank was cut off in (the survivors draft waiting ranks only when all were in a step).
+  bool reform_grid(const std::string& why, Phase phase);
+  // form_grid at an epoch's end: checks that the survivors (`all`: `width` values per rank, as form_grid gathers
+  // them) are at most one closing collective apart and returns the lowest rank whose result the ones behind take
+  // (-1: none behind); kPeerFailure naming the rank otherwise.
+  int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
+                   int64_t P) const;
+  static const char* phase_name(Phase p);
+  // This rank completed the closing collective `phase` (or took its result at a re-form) with `result`.
+  void closed(Phase phase, std::vector<double> result);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
   void regrid(int pp);
   // ---- issue #17: pipeline and hybrid grids that grow, and their spares (elastic_reform.cpp, elastic_grow.cpp) ----
@@ -510,6 +519,15 @@ class ParallelTrainer {
   int64_t evals_done_ = 0;
   train::EvalResult last_eval_;
   std::optional<train::EvalResult> adopted_eval_;
+  // Elastic pipeline/hybrid: the closing collectives (epoch sums, time split, evaluation) this rank completed, the last
+  // one's phase and result (at most kClosedResult values), and a result taken at a re-form from a rank that completed
+  // the one this rank was cut off in (form_grid; the collective's lambda returns it instead of running it).
+  static constexpr size_t kClosedResult = 10;
+  int64_t closings_ = 0;
+  Phase closed_phase_ = Phase::kStep;
+  std::vector<double> closed_result_;
+  std::optional<std::vector<double>> adopted_closing_;
+  Phase reform_phase_ = Phase::kStep;  // reform_grid -> form_grid: the work this rank was cut off in
   // ---- issue #17: elastic DDP (world_ then points at dp_comm_, the trainer's own communicator) ----
   // train_epoch's figures so far: what this rank's last stage scored (loss sum, hits, samples). Kept by the trainer and
   // in every step snapshot, so a re-form's roll-back takes them back with the step and carries them over
