@@ -135,6 +135,13 @@
 //  - Epoch figures: what each rank's last stage scored in the epoch so far rolls back with its step snapshot and is
 //    summed over the survivors at the re-form (the lost ranks' share is gone); train_epoch reports it with what the
 //    new grid scores. An epoch in which nothing was scored reports NaN loss and accuracy (0 samples), never 0.
+//  - An epoch's end (form_grid, closing_plan): the closing collectives (sums, time split, evaluation) run over every
+//    rank, so a loss there leaves the survivors at most one collective apart, all at the same step. The ones cut off
+//    in a collective that others completed take its result from the lowest of those (its sums then count the lost
+//    rank's figures once) and all go on to the next one. A rank that completed the epoch's last step and was cut off
+//    in the sums while another survivor was cut off in that step goes back to the step before it with the others and
+//    redoes it (train_epoch) before the sums. Any other mix stops every survivor with kPeerFailure naming the rank.
+//    Test hook points: TANDEM_TEST_REFORM_LEAVE "last-step", "summed", "timed", "evaluated" (parallel_trainer.cpp).
 //  - Spares: the ranks beyond dp' x pp' (their state goes to no one; the grid prefers ranks that hold state, then
 //    the lowest ranks) stay in the job as spares: each waits in the job's admission queue as a joiner does
 //    (Communicator::rejoin; its step() blocks there) and is admitted, with the joiners waiting there, when the grid
@@ -198,7 +205,8 @@
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise). Async EASGD keeps no replica of its
+//    only when every survivor was in the same one (kPeerFailure otherwise; elastic pipeline and hybrid grids take a
+//    completed one's result instead, see above). Async EASGD keeps no replica of its
 //    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
 //    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
