@@ -27,14 +27,14 @@ std::pair<int, int> grid_for(int n, int pp0) {
   return {n / pp, pp};
 }
 
-// The new grid's places (grid rank g = dp_rank x pp + stage -> rank of the re-forming group, whose row r of `all` has
-// the stage it holds, -1 for none, first). At the depth the state is held at, stage s's places go first to the ranks
+// The new grid's places (grid rank g = dp_rank x pp + stage -> rank of the re-forming group, whose row r of `all`,
+// `width` values, has the stage it holds, -1 for none, first). At the depth the state is held at, stage s's places go first to the ranks
 // holding s, the lowest first: each keeps its stage (and its layers) where it can. Every place left goes, in grid
 // order, to the ranks left over, ranks holding state first, then the new ones, each in rank order (so the group's rank
 // 0, which holds state, always has a place). The ranks without a place become spares.
-std::vector<int> place_grid(const std::vector<int64_t>& all, int dp, int pp, int old_pp) {
-  const int n = static_cast<int>(all.size() / 3);
-  const auto stage = [&](int r) { return all[3 * static_cast<size_t>(r)]; };
+std::vector<int> place_grid(const std::vector<int64_t>& all, size_t width, int dp, int pp, int old_pp) {
+  const int n = static_cast<int>(all.size() / width);
+  const auto stage = [&](int r) { return all[width * static_cast<size_t>(r)]; };
   std::vector<int> prefer;
   for (int pass = 0; pass < 2; ++pass)
     for (int r = 0; r < n; ++r)
@@ -130,8 +130,19 @@ void ParallelTrainer::regrid(int pp) {
                                               tracer_);
 }
 
-bool ParallelTrainer::reform_grid(const std::string& why, bool draft) {
-  form_grid(why, draft);
+bool ParallelTrainer::reform_grid(const std::string& why, Phase phase) {
+  // Waiting ranks are drafted only when every survivor was cut off in a step: they enter the grid at a step, not in
+  // the middle of the epoch's closing collectives. The survivors decide it together (pending_joins is collective).
+  int64_t in_step = phase == Phase::kStep ? 1 : 0;
+  own_comm_->allreduce(&in_step, &in_step, 1, DType::kI64, ReduceOp::kMin)->wait();
+  reform_phase_ = phase;
+  try {
+    form_grid(why, in_step != 0);
+  } catch (...) {
+    reform_phase_ = Phase::kStep;
+    throw;
+  }
+  reform_phase_ = Phase::kStep;
   return false;
 }
 
@@ -207,13 +218,20 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
   agree_on_settings(true);
   const std::vector<int> labels = share_grid_head(old_pp);
   const std::vector<int32_t> old_bounds = job_.boundaries;  // on the ranks that hold state
-  // 1. Where every rank is: its stage (-1: no state) and the progress of its last two snapshots (a rank may have
-  //    completed the step the others were cut off in; they all roll back to the newest step every one of them has).
-  const int64_t mine[3] = {holds ? grid_.stage : -1, holds ? progress_of(snapshot_) : -1,
-                           holds && has_prev_ ? progress_of(prev_snapshot_) : -1};
-  std::vector<int64_t> all(3 * static_cast<size_t>(n));
-  S.allgather(mine, all.data(), 3, DType::kI64)->wait();
-  const auto at = [&](int r, int k) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  // 1. Where every rank is: its stage (-1: no state), the progress of its last two snapshots (a rank may have
+  //    completed the step the others were cut off in; they all roll back to the newest step every one of them has),
+  //    the work it was cut off in and the epoch's closing collectives it completed (closings_, and the last one's
+  //    phase): at an epoch's end the survivors may be a collective apart (see closing_plan).
+  constexpr size_t W = 6;
+  const int64_t mine[W] = {holds ? grid_.stage : -1,
+                           holds ? progress_of(snapshot_) : -1,
+                           holds && has_prev_ ? progress_of(prev_snapshot_) : -1,
+                           static_cast<int64_t>(reform_phase_),
+                           closings_,
+                           static_cast<int64_t>(closed_phase_)};
+  std::vector<int64_t> all(W * static_cast<size_t>(n));
+  S.allgather(mine, all.data(), W, DType::kI64)->wait();
+  const auto at = [&](int r, int k) { return all[W * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
   int64_t P = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < n; ++r)
     if (at(r, 0) >= 0) P = std::min(P, at(r, 1));
@@ -223,6 +241,7 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
                  "elastic: cannot re-form after {}: world rank {} has no state of step {} (it is at step {}); resume "
                  "from the last checkpoint",
                  why, labels[static_cast<size_t>(r)], P, at(r, 1));
+  const int closed_from = closing_plan(why, all, W, labels, P);
   std::vector<int> source(static_cast<size_t>(old_pp), -1);  // the lowest rank holding each stage
   for (int r = n - 1; r >= 0; --r)
     if (at(r, 0) >= 0) source[static_cast<size_t>(at(r, 0))] = r;
@@ -278,15 +297,30 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
       S.send(packed.data(), packed.size(), DType::kF32, 0, kTagStageState)->wait();
     }
   }
+  // A closing collective that some survivors completed stands: the ones cut off in it take its result from the
+  // lowest rank that completed it (train_epoch and evaluate return it instead of running it again).
+  const bool adopts = holds && closed_from >= 0 && closings_ < at(closed_from, 4);
+  if (closed_from >= 0) {
+    std::vector<double> result = closed_result_;
+    result.resize(kClosedResult);
+    S.broadcast(result.data(), result.size(), DType::kF64, closed_from)->wait();
+    if (adopts) {
+      adopted_closing_ = std::move(result);
+      log::warn("elastic: world rank {} takes the result of the epoch's {} that world rank {} completed before the "
+                "loss",
+                world_rank(), phase_name(reform_phase_), labels[static_cast<size_t>(closed_from)]);
+    }
+  }
   // The epoch's figures at step P, summed over every rank here (spares and ranks changing stage included); one rank
-  // of the new grid holds them from now on (below).
+  // of the new grid holds them from now on (below). A rank that takes the epoch's sums has its figures in them.
   double figures[3] = {snap.figures.loss_sum, static_cast<double>(snap.figures.correct),
                        static_cast<double>(snap.figures.scored)};
+  if (adopts && reform_phase_ == Phase::kEpochSums) figures[0] = figures[1] = figures[2] = 0;
   S.allreduce(figures, figures, 3, DType::kF64, ReduceOp::kSum)->wait();
   figures_ = EpochFigures{};
   // 3. The new grid (grid_for; place: grid rank -> rank here); the ranks beyond dp' x pp' become spares.
   const auto [dp, pp] = grid_for(n, launch_pp_);
-  const std::vector<int> place = place_grid(all, dp, pp, old_pp);
+  const std::vector<int> place = place_grid(all, W, dp, pp, old_pp);
   const auto it = std::find(place.begin(), place.end(), S.rank());
   const bool in_grid = it != place.end();
   std::unique_ptr<comm::Communicator> G = S.split(in_grid ? 0 : -1, static_cast<int>(it - place.begin()));
@@ -357,6 +391,62 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
             "from {}; learning rate x {:.4g}",
             grid_.dp, grid_.pp, fmt::join(members_, ", "), optimizer_->steps(),
             from_checkpoint ? "the checkpoint" : "a replica of it", lr_scale_);
+}
+
+int ParallelTrainer::closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width,
+                                  const std::vector<int>& labels, int64_t P) const {
+  // The epoch's closing collectives (sums, time split, evaluation) run over every rank of the grid in the same order,
+  // so a rank can complete one only when every other rank has entered it: the survivors are at most one collective
+  // apart, and all hold the step P (they changed no state since). Those one behind were cut off in the collective
+  // the others completed; they take its result (returned: the lowest rank that completed it, -1 when all completed
+  // the same ones). A rank that completed the epoch's last step and was cut off in the sums may go back to P before
+  // it (another rank was cut off in that step): it redoes the step with the others (train_epoch), then the sums.
+  const auto at = [&](int r, int k) { return all[width * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  const int n = static_cast<int>(all.size() / width);
+  int top = -1;  // the lowest rank holding state that completed the most closing collectives
+  for (int r = 0; r < n; ++r)
+    if (at(r, 0) >= 0 && (top < 0 || at(r, 4) > at(top, 4))) top = r;
+  const auto cannot = [&](int r, const std::string& what) {
+    TANDEM_THROW(Status::kPeerFailure,
+                 "elastic: cannot re-form after {}: world rank {} {} (world rank {} completed {} of the epochs' "
+                 "closing collectives, the last its {}, and is at step {}); resume from the last checkpoint",
+                 why, labels[static_cast<size_t>(r)], what, labels[static_cast<size_t>(top)], at(top, 4),
+                 phase_name(static_cast<Phase>(at(top, 5))), at(top, 1));
+  };
+  bool behind = false;
+  for (int r = 0; r < n; ++r) {
+    if (at(r, 0) < 0) continue;
+    const auto phase = static_cast<Phase>(at(r, 3));
+    const bool closing = phase == Phase::kEpochSums || phase == Phase::kSplit || phase == Phase::kEvaluate;
+    if (at(r, 4) == at(top, 4)) {
+      // Gone back before a step it completed: only from the epoch's sums, before any rank completed them.
+      if (at(r, 1) != P && closing && phase != Phase::kEpochSums)
+        cannot(r, fmt::format("completed step {} and went on to the {}, but another survivor has only step {}",
+                              at(r, 1), phase_name(phase), P));
+      continue;
+    }
+    behind = true;
+    if (at(r, 4) + 1 != at(top, 4) || !closing || static_cast<Phase>(at(top, 5)) != phase || at(r, 1) != P)
+      cannot(r, fmt::format("completed {} closing collective(s), at step {}, and was cut off in its {}", at(r, 4),
+                            at(r, 1), phase_name(phase)));
+  }
+  return behind ? top : -1;
+}
+
+const char* ParallelTrainer::phase_name(Phase p) {
+  switch (p) {
+    case Phase::kStep:
+      return "step";
+    case Phase::kEpochSums:
+      return "sums";
+    case Phase::kSplit:
+      return "time split";
+    case Phase::kEvaluate:
+      return "evaluation";
+    case Phase::kSyncPoint:
+      return "sync point";
+  }
+  return "work";
 }
 
 void ParallelTrainer::become_spare(comm::Communicator* via) {

@@ -79,8 +79,13 @@ bool nonfinite_test_hook(int rank, int64_t step) {
 // after the others' completed; its thread then ends with kInternal naming the hook (at "split", with the kPeerFailure
 // admit_workers stops with). At "voted" the survivors with a higher world rank see their vote cut off by that loss
 // (they wait for it to surface, then fail as the vote would have) while the lower ones commit: the split outcome of
-// a rank lost inside the vote, which a real loss gives depending on the collective's message order. Returns the rank
-// named at `point`, or -1. For the tests of a second loss during a re-form.
+// a rank lost inside the vote, which a real loss gives depending on the collective's message order. Elastic pipeline
+// and hybrid grids, at an epoch's end: "last-step", the rank (of a stage before the last) leaves at its first gradient
+// receive of an epoch's last step -- the later stages' replicas complete the step without it, its own stage's are
+// cut off in their gradient all-reduce; and "summed", "timed", "evaluated", the rank leaves right after completing the
+// epoch's sums, its time split or an evaluation, the survivors with a higher world rank cut off in that collective
+// as at "voted" while the lower ones go on to the next. Returns the rank named at `point`, or -1. For the tests of a
+// loss during a re-form or an epoch's closing collectives.
 int reform_leave_test_hook(const char* point) {
   const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_REFORM_LEAVE");
   if (!v) return -1;
@@ -338,14 +343,14 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
                                                                    static_cast<size_t>(end_))});
   schedule_epoch_steps_ = batches_per_epoch();
   schedule_ = optim::parse_schedule(config_.schedule, config_.optimizer.lr, schedule_epoch_steps_, config_.epochs);
+  leave_hook_ = settings::current()->text("TANDEM_TEST_REFORM_LEAVE").has_value();
   if (parameter_server()) {
     TANDEM_CHECK(world_ != nullptr, Status::kInvalidArgument, "strategy {} needs at least one worker and one server",
                  strategy_name(pc_.strategy));
     ps_ = std::make_unique<ParameterServerSync>(*world_, model_, job_.sync, job_.pipeline.stage_plans[0].buckets,
                                                 config_.optimizer, schedule_, pc_.alpha, tracer_);
     // (only when the test hook is set: ParameterServerSync calls it on every replica it sends)
-    if (settings::current()->text("TANDEM_TEST_REFORM_LEAVE"))
-      ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
+    if (leave_hook_) ps_->set_reform_hook([this](const char* point) { reform_test_point(point); });
   } else if (dp_comm_) {
     reducer_ = std::make_unique<GradientReducer>(*dp_comm_, model_,
                                                  job_.pipeline.stage_plans[static_cast<size_t>(grid_.stage)].buckets,
@@ -909,6 +914,12 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   config_.rank = grid_.dp_rank;
 }
 
+void ParallelTrainer::closed(Phase phase, std::vector<double> result) {
+  ++closings_;
+  closed_phase_ = phase;
+  closed_result_ = std::move(result);
+}
+
 void ParallelTrainer::reform_test_point(const char* point) {
   const int leaves = reform_leave_test_hook(point);
   if (leaves < 0) return;
@@ -931,16 +942,15 @@ void ParallelTrainer::reform_test_point(const char* point) {
     // "replicating": the backup takes the replica's header while serving (it polls every 200 us) and waits for the
     // payload, which this rank never sends.
     if (std::strcmp(point, "replicating") == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}' of a parameter-server re-form",
-              leaves, point);
+    log::warn("TANDEM_TEST_REFORM_LEAVE: world rank {} leaves the job at point '{}'", leaves, point);
     abandon();
-    TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} left the job at point '{}' of a "
-                 "parameter-server re-form", leaves, point);
+    TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} left the job at point '{}'", leaves, point);
   }
   const auto it = std::find(members_.begin(), members_.end(), leaves);
   const bool committed = is("committed");
-  if (!(committed || is("voted")) || (!committed && leaves > world_rank()) ||
-      it == members_.end())
+  const bool closing = std::strcmp(point, "summed") == 0 || std::strcmp(point, "timed") == 0 ||
+                       std::strcmp(point, "evaluated") == 0;  // an epoch's closing collectives, cut off as a vote
+  if (!(committed || is("voted") || closing) || (!committed && leaves > world_rank()) || it == members_.end())
     return;
   // A receive the leaving rank never answers: it fails when that rank's loss surfaces here (its abort, or the
   // deadline). The buffer outlives the failed communicator.
@@ -1235,7 +1245,7 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
         check_ps_views(why);
         count_servers(why, before);
       }
-      behind = reforms_grid() ? reform_grid(why, phase == Phase::kStep) : reform(phase, why, before);
+      behind = reforms_grid() ? reform_grid(why, phase) : reform(phase, why, before);
       behind = behind || rolled;
       break;
     } catch (const Error& e) {
@@ -1347,6 +1357,10 @@ train::StepResult ParallelTrainer::step_impl() {
       executor_->set_reducer(sync_->synchronous(steps_before) ? reducer_.get() : nullptr);
     }
     executor_->set_loss_scale(scaler_.scale());
+    if (leave_hook_)  // TANDEM_TEST_REFORM_LEAVE at "last-step"
+      executor_->set_test_point([this] {
+        if (epoch_exhausted()) reform_test_point("last-step");
+      });
     last_skipped_ = false;
     s = executor_->train_step(job_.pipeline_for(count), mbs, batch.size, [this] { optimizer_step(); }, t);
     if (sync_) {
@@ -1412,40 +1426,61 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   const int64_t total = batches_per_epoch();
   const int64_t b = loader_->options().batch_size;
   int64_t batch_index = (sampler_.position() + b - 1) / b;
-  for (;;) {
-    const train::StepResult s = step();
-    if (s.samples > 0) {
-      samples += s.samples;
-      if (!std::isnan(s.loss)) {
-        figures_.loss_sum += s.loss * static_cast<double>(s.samples);
-        figures_.correct += s.correct;
-        figures_.scored += s.samples;
+  const auto train_to_epoch_end = [&] {
+    for (;;) {
+      const train::StepResult s = step();
+      if (s.samples > 0) {
+        samples += s.samples;
+        if (!std::isnan(s.loss)) {
+          figures_.loss_sum += s.loss * static_cast<double>(s.samples);
+          figures_.correct += s.correct;
+          figures_.scored += s.samples;
+        }
+        ++batch_index;
+        if (progress) {
+          train::Progress p;
+          p.epoch = e.epoch;
+          p.batch = batch_index;
+          p.batches = total;
+          p.loss = figures_.scored > 0 ? figures_.loss_sum / static_cast<double>(figures_.scored)
+                                       : std::numeric_limits<double>::quiet_NaN();
+          p.elapsed_s = seconds_since(t0);
+          p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
+          progress(p);
+        }
       }
-      ++batch_index;
-      if (progress) {
-        train::Progress p;
-        p.epoch = e.epoch;
-        p.batch = batch_index;
-        p.batches = total;
-        p.loss = figures_.scored > 0 ? figures_.loss_sum / static_cast<double>(figures_.scored)
-                                     : std::numeric_limits<double>::quiet_NaN();
-        p.elapsed_s = seconds_since(t0);
-        p.images_per_sec = static_cast<double>(samples * grid_.dp) / std::max(p.elapsed_s, 1e-9);
-        progress(p);
-      }
+      if (s.epoch_end) break;
     }
-    if (s.epoch_end) break;
-  }
+  };
+  train_to_epoch_end();
   if (ps_) failing_loudly([&] { elastic_retry(Phase::kSyncPoint, [&] { ps_->sync_point(); }); });
-  const double my_train_s = seconds_since(t0);
+  double my_train_s = seconds_since(t0);
   double train_s = my_train_s;
   // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
   const std::vector<double> g = failing_loudly([&] {
     return elastic_retry(Phase::kEpochSums, [&] {
+      if (adopted_closing_) {  // the sums another survivor completed (form_grid)
+        std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        train_s = v[3];
+        figures_ = EpochFigures{};
+        closed(Phase::kEpochSums, v);
+        v.resize(3);
+        return v;
+      }
+      // A re-form took this rank back into the epoch's last step, which another survivor was cut off in: it redoes it
+      // with the others first (form_grid).
+      if (!spare_ && completed_epochs_ < e.epoch) {
+        train_to_epoch_end();
+        my_train_s = seconds_since(t0);
+      }
       std::vector<double> sums = allreduce_sum(
           {figures_.loss_sum, static_cast<double>(figures_.correct), static_cast<double>(figures_.scored)});
       train_s = my_train_s;
       if (world_ != nullptr) world_->allreduce(&train_s, &train_s, 1, DType::kF64, ReduceOp::kMax)->wait();
+      if (leave_hook_) reform_test_point("summed");
+      figures_ = EpochFigures{};  // summed: no later re-form carries them over again
+      closed(Phase::kEpochSums, {sums[0], sums[1], sums[2], train_s});
       return sums;
     });
   });
@@ -1463,7 +1498,23 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   epoch.comm_ns -= before.comm_ns;
   epoch.data_ns -= before.data_ns;
   epoch.allreduce_ns -= before.allreduce_ns;
-  last_split_ = failing_loudly([&] { return elastic_retry(Phase::kSplit, [&] { return reduce_split(epoch); }); });
+  last_split_ = failing_loudly([&] {
+    return elastic_retry(Phase::kSplit, [&] {
+      EpochSplit x;
+      if (adopted_closing_) {  // the time split another survivor completed (form_grid)
+        const std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        x = EpochSplit{static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]};
+        closed(Phase::kSplit, v);
+        return x;
+      }
+      x = reduce_split(epoch);
+      if (leave_hook_) reform_test_point("timed");
+      closed(Phase::kSplit, {static_cast<double>(x.steps), x.step_s, x.compute_s, x.bubble_s, x.comm_s, x.data_s,
+                             x.other_s, x.allreduce_s, x.bubble_fraction, x.max_bubble_fraction});
+      return x;
+    });
+  });
   e.test_loss = e.test_accuracy = std::numeric_limits<double>::quiet_NaN();
   if (test_ != nullptr) {
     const train::EvalResult ev = evaluate(*test_);
@@ -1482,7 +1533,16 @@ train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limi
         adopted_eval_.reset();
         return r;
       }
-      return with_consensus([&] { return evaluate_impl(d, limit_batches); });
+      if (adopted_closing_) {  // likewise, re-forming a grid (form_grid)
+        const std::vector<double> v = std::move(*adopted_closing_);
+        adopted_closing_.reset();
+        closed(Phase::kEvaluate, v);
+        return train::EvalResult{v[0], v[1], static_cast<int64_t>(v[2])};
+      }
+      const train::EvalResult r = with_consensus([&] { return evaluate_impl(d, limit_batches); });
+      if (leave_hook_) reform_test_point("evaluated");
+      closed(Phase::kEvaluate, {r.loss, r.accuracy, static_cast<double>(r.samples)});
+      return r;
     });
   });
   ++evals_done_;

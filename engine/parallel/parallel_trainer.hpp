@@ -135,6 +135,13 @@
 //  - Epoch figures: what each rank's last stage scored in the epoch so far rolls back with its step snapshot and is
 //    summed over the survivors at the re-form (the lost ranks' share is gone); train_epoch reports it with what the
 //    new grid scores. An epoch in which nothing was scored reports NaN loss and accuracy (0 samples), never 0.
+//  - An epoch's end (form_grid, closing_plan): the closing collectives (sums, time split, evaluation) run over every
+//    rank, so a loss there leaves the survivors at most one collective apart, all at the same step. The ones cut off
+//    in a collective that others completed take its result from the lowest of those (its sums then count the lost
+//    rank's figures once) and all go on to the next one. A rank that completed the epoch's last step and was cut off
+//    in the sums while another survivor was cut off in that step goes back to the step before it with the others and
+//    redoes it (train_epoch) before the sums. Any other mix stops every survivor with kPeerFailure naming the rank.
+//    Test hook points: TANDEM_TEST_REFORM_LEAVE "last-step", "summed", "timed", "evaluated" (parallel_trainer.cpp).
 //  - Spares: the ranks beyond dp' x pp' (their state goes to no one; the grid prefers ranks that hold state, then
 //    the lowest ranks) stay in the job as spares: each waits in the job's admission queue as a joiner does
 //    (Communicator::rejoin; its step() blocks there) and is admitted, with the joiners waiting there, when the grid
@@ -198,7 +205,8 @@
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
 //  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise). Async EASGD keeps no replica of its
+//    only when every survivor was in the same one (kPeerFailure otherwise; elastic pipeline and hybrid grids take a
+//    completed one's result instead, see above). Async EASGD keeps no replica of its
 //    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
 //    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
@@ -430,7 +438,16 @@ class ParallelTrainer {
   // and returns whether the trainer's own communicator failed (probed with a barrier when it looks healthy).
   bool probe_loss(const std::string& why);
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
-  bool reform_grid(const std::string& why, bool draft);
+  // phase: the work this rank was cut off in (the survivors draft waiting ranks only when all were in a step).
+  bool reform_grid(const std::string& why, Phase phase);
+  // form_grid at an epoch's end: checks that the survivors (`all`: `width` values per rank, as form_grid gathers
+  // them) are at most one closing collective apart and returns the lowest rank whose result the ones behind take
+  // (-1: none behind); kPeerFailure naming the rank otherwise.
+  int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
+                   int64_t P) const;
+  static const char* phase_name(Phase p);
+  // This rank completed the closing collective `phase` (or took its result at a re-form) with `result`.
+  void closed(Phase phase, std::vector<double> result);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
   void regrid(int pp);
   // ---- issue #17: pipeline and hybrid grids that grow, and their spares (elastic_reform.cpp, elastic_grow.cpp) ----
@@ -515,6 +532,15 @@ class ParallelTrainer {
   int64_t evals_done_ = 0;
   train::EvalResult last_eval_;
   std::optional<train::EvalResult> adopted_eval_;
+  // Elastic pipeline/hybrid: the closing collectives (epoch sums, time split, evaluation) this rank completed, the last
+  // one's phase and result (at most kClosedResult values), and a result taken at a re-form from a rank that completed
+  // the one this rank was cut off in (form_grid; the collective's lambda returns it instead of running it).
+  static constexpr size_t kClosedResult = 10;
+  int64_t closings_ = 0;
+  Phase closed_phase_ = Phase::kStep;
+  std::vector<double> closed_result_;
+  std::optional<std::vector<double>> adopted_closing_;
+  Phase reform_phase_ = Phase::kStep;  // reform_grid -> form_grid: the work this rank was cut off in
   // ---- issue #17: elastic DDP (world_ then points at dp_comm_, the trainer's own communicator) ----
   // train_epoch's figures so far: what this rank's last stage scored (loss sum, hits, samples). Kept by the trainer and
   // in every step snapshot, so a re-form's roll-back takes them back with the step and carries them over
@@ -557,6 +583,7 @@ class ParallelTrainer {
   // TANDEM_TEST_REFORM_LEAVE at `point` (parallel_trainer.cpp): this rank leaves the job there (abandon, kInternal),
   // or, at "voted" above the leaving rank, sees its vote cut off by that loss (the error of the loss).
   void reform_test_point(const char* point);
+  bool leave_hook_ = false;  // TANDEM_TEST_REFORM_LEAVE is set (read once, at construction)
   void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   // The step at which a shrink last kept every rank (recover: a timeout with nobody lost); a second one at the same

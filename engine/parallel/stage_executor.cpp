@@ -190,6 +190,7 @@ StageResult StageExecutor::train_step(const PipelinePlan& plan, const std::vecto
         outputs[m].clear();
         break;
       case StageOpKind::kRecvGradient:
+        if (before_grad_recv_) before_grad_recv_();
         grads_in[m] = receive(kGradient, op.peer_stage, out_ids_, mbs[m].size, op.micro_batch, times);
         break;
       case StageOpKind::kBackward:

@@ -70,6 +70,8 @@ class StageExecutor {
   // fp16 loss scaling (train::LossScaler): the last stage multiplies each micro-batch's loss gradient by `scale`
   // before its backward (1: untouched).
   void set_loss_scale(float scale) noexcept { loss_scale_ = scale; }
+  // Test hook (ParallelTrainer's TANDEM_TEST_REFORM_LEAVE): called before each gradient receive of train_step.
+  void set_test_point(std::function<void()> f) { before_grad_recv_ = std::move(f); }
 
   int stage() const noexcept { return stage_; }
   int32_t first_layer() const noexcept { return first_; }
@@ -77,6 +79,7 @@ class StageExecutor {
 
  private:
   float loss_scale_ = 1.0f;
+  std::function<void()> before_grad_recv_;
   enum Kind : uint32_t { kActivation = 0, kGradient = 1, kEvalActivation = 2 };
   static uint32_t tag(Kind kind, int64_t micro_batch, size_t index);
   Shape boundary_shape(int32_t producer, int64_t n) const;

@@ -1,12 +1,15 @@
 // Elastic pipeline and hybrid DP x PP (issue #17): a 2 x 2 grid loses ranks; the survivors re-form a grid, each
 // stage's state taken from a surviving replica of it (or from the checkpoint when none survived), and train on.
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <ostream>
 
+#include "engine/core/settings.hpp"
 #include "tests/parallel/harness.hpp"
 
 using namespace tandem;
@@ -76,6 +79,62 @@ std::vector<RankError> run_loss(const std::vector<int>& dead, const std::string&
     s.lr_scale = t.lr_scale();
     s.steps = t.global_step();
   });
+}
+
+// A loss at an epoch's end that finds the survivors in different phases (TANDEM_TEST_REFORM_LEAVE, parallel_trainer.cpp):
+// 2 x 2 hybrid, epochs of 6 steps, evaluated on the test set, two epochs. The survivors re-form at 1 x 2 and finish
+// both epochs, every rank of the grid reporting the same figures.
+struct EpochEndLoss {
+  const char* hook;          // TANDEM_TEST_REFORM_LEAVE: "rank:point"
+  int victim;
+  std::vector<int> members;  // the re-formed grid's world ranks (stage 0, stage 1)
+  int spare;
+  int64_t scored;            // the first epoch's samples
+  int64_t steps;             // optimizer steps after both epochs
+};
+std::ostream& operator<<(std::ostream& os, const EpochEndLoss& c) { return os << c.hook; }
+
+const EpochEndLoss kEpochEndLosses[] = {
+    // World rank 2 (stage 0, replica 1) leaves in the epoch's last step: world ranks 1 and 3 (stage 1) complete it and
+    // are in the epoch's sums, world rank 0 is cut off in its gradient all-reduce. All go back to step 5, the newest
+    // every survivor has: the ones in the sums do not sum a step the others redo. The single replica's position (40
+    // samples taken) is past the epoch's 6 batches, so the epoch ends there with the 5 steps' samples of both replicas.
+    {"2:last-step", 2, {0, 1}, 3, 5 * 2 * kBatch, 5 + 6},
+    // World rank 1 completes the epoch's sums and leaves: world rank 0 went on to the time split, 2 and 3 were cut off
+    // in the sums. The sums completed, so they stand (the lost rank's samples counted once): 2 and 3 take them from
+    // world rank 0 and all go on to the time split.
+    {"1:summed", 1, {0, 3}, 2, 6 * 2 * kBatch, 6 + 6},
+    // The same with world rank 3 alone cut off; it takes the sums and becomes the spare.
+    {"2:summed", 2, {0, 1}, 3, 6 * 2 * kBatch, 6 + 6},
+    // Cut off in the time split: world rank 0 went on to the evaluation.
+    {"1:timed", 1, {0, 3}, 2, 6 * 2 * kBatch, 6 + 6},
+    // Cut off in the evaluation: world rank 0 went on to the next epoch's first step; 2 and 3 take the evaluation.
+    {"1:evaluated", 1, {0, 3}, 2, 6 * 2 * kBatch, 6 + 6},
+};
+
+struct EpochEndRun {
+  std::vector<RankError> errors;
+  std::vector<std::vector<train::EpochResult>> epochs = std::vector<std::vector<train::EpochResult>>(4);
+  std::vector<Seen> seen = std::vector<Seen>(4);
+};
+
+// Two epochs of 6 steps of a 2 x 2 hybrid grid, each evaluated on the test set, with TANDEM_TEST_REFORM_LEAVE=hook.
+EpochEndRun two_epochs_with(const char* hook) {
+  const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", hook);
+  EpochEndRun out;
+  out.errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), &synthetic12_test(), sgd_config(kBatch, 6),
+                           grid(par::Strategy::kHybrid, 2, ""), &comm);
+    for (int e = 0; e < 2; ++e) out.epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+    Seen& s = out.seen[static_cast<size_t>(r)];
+    s.released = t.spare();
+    s.members = t.members();
+    s.grid = t.grid();
+    s.steps = t.global_step();
+  });
+  return out;
 }
 
 }  // namespace
@@ -230,6 +289,47 @@ BOOST_AUTO_TEST_CASE(a_loss_late_in_an_epoch_keeps_each_survivors_stage_and_repo
 // re-form, so the epoch reports both replicas' kBefore x kBatch samples.
 BOOST_AUTO_TEST_CASE(a_survivor_that_becomes_a_spare_leaves_its_epoch_figures_to_the_grid) {
   check_late_loss(lose_late_in_an_epoch(0), 0, {2, 1}, 3, 2 * kLateBefore * kBatch);
+}
+
+BOOST_DATA_TEST_CASE(a_loss_at_an_epochs_end_with_the_survivors_in_different_phases_reforms_and_finishes_the_epoch,
+                     boost::unit_test::data::make(kEpochEndLosses), c) {
+  const EpochEndRun run = two_epochs_with(c.hook);
+  const auto& errors = run.errors;
+  const auto& epochs = run.epochs;
+  const auto& seen = run.seen;
+  BOOST_TEST(contains(errors[static_cast<size_t>(c.victim)].message, "TANDEM_TEST_REFORM_LEAVE"),
+             errors[static_cast<size_t>(c.victim)].message);
+  for (int r = 0; r < 4; ++r)
+    if (r != c.victim)
+      BOOST_TEST(errors[static_cast<size_t>(r)].message.empty(), "world rank " << r << ": "
+                                                                              << errors[static_cast<size_t>(r)].message);
+  BOOST_TEST(seen[static_cast<size_t>(c.spare)].released);
+  const std::vector<train::EpochResult>& first = epochs[static_cast<size_t>(c.members[0])];
+  BOOST_REQUIRE_EQUAL(first.size(), 2u);
+  BOOST_TEST(first[0].train_samples == c.scored);
+  BOOST_TEST(first[1].train_samples == 6 * kBatch);  // the 1 x 2 grid's 6 steps
+  for (const train::EpochResult& e : first) {
+    BOOST_TEST(std::isfinite(e.train_loss));
+    BOOST_TEST(std::isfinite(e.test_loss));
+  }
+  for (int r : c.members) {
+    const Seen& s = seen[static_cast<size_t>(r)];
+    const std::vector<train::EpochResult>& mine = epochs[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r) {
+      BOOST_TEST(!s.released);
+      BOOST_TEST(s.members == c.members);
+      BOOST_TEST(s.grid.dp == 1);
+      BOOST_TEST(s.grid.pp == 2);
+      BOOST_TEST(s.steps == c.steps);
+      BOOST_REQUIRE_EQUAL(mine.size(), 2u);
+      for (size_t e = 0; e < 2; ++e) {  // the same figures on every rank of the grid
+        BOOST_TEST(mine[e].epoch == static_cast<int64_t>(e) + 1);
+        BOOST_TEST(mine[e].train_samples == first[e].train_samples);
+        BOOST_TEST(mine[e].train_loss == first[e].train_loss);
+        BOOST_TEST(mine[e].test_loss == first[e].test_loss);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
