@@ -22,16 +22,20 @@
 
 namespace tandem::simulator {
 
-double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile) {
-  if (!profile || !profile->activation_peak_bytes || profile->model != model.name) return kTandemCpuActivationPeak;
+double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile,
+                                  int64_t micro_batch) {
+  if (!profile || profile->model != model.name) return kTandemCpuActivationPeak;
   if (!profile->input.empty() && profile->input != std::vector<int64_t>{model.input.c, model.input.h, model.input.w})
     return kTandemCpuActivationPeak;
-  // what the job compiler counts for a one-process job of the whole model at the profile's batch (f32, nothing
+  const int64_t samples = micro_batch >= 1 ? micro_batch : profile->batch;
+  const std::optional<double> peak = activation_peak_at(*profile, samples);
+  if (!peak) return kTandemCpuActivationPeak;
+  // what the job compiler counts for a one-process job of the whole model at that many samples (f32, nothing
   // recomputed): every sample's stored outputs and its input
   const double per_sample = static_cast<double>(model.stored_activation_bytes(0, model.layers.size())) +
                             4.0 * static_cast<double>(model.input.numel());
-  const double counted = static_cast<double>(profile->batch) * per_sample;
-  return counted > 0 ? *profile->activation_peak_bytes / counted : kTandemCpuActivationPeak;
+  const double counted = static_cast<double>(samples) * per_sample;
+  return counted > 0 ? *peak / counted : kTandemCpuActivationPeak;
 }
 
 namespace {
@@ -108,7 +112,6 @@ double rank_data_bytes(const CompiledJob& cj, const RunSpec& run, const DatasetI
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
                  double data, Framework framework, const std::optional<CalibrationProfile>& profile,
                  const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
-  const double cpu_peak = tandem_cpu_activation_peak(cj.job.model, profile);
   const engine::parallel::SyncProgram& sync = cj.sync;
   std::vector<MemoryBreakdown> largest(nodes.size());
   for (int32_t r = 0; r < cj.world; ++r) {
@@ -120,7 +123,9 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
                                                                 : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
     const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
     const bool tandem_cpu = framework == Framework::kTandem && !gpu;
-    const double peak = tandem_cpu ? cpu_peak : 1.0;
+    // the peak factor at this rank's micro-batch (the batch-independent part of a measured curve weighs more on a
+    // small one); servers hold no activations
+    const double peak = tandem_cpu ? tandem_cpu_activation_peak(cj.job.model, profile, m.micro_batch) : 1.0;
     MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, peak * m.activation_bytes,
                       runtime[static_cast<size_t>(n)], m.bucket_bytes};
     b.data_bytes = tandem_cpu ? data : 0.0;

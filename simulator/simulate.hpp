@@ -37,12 +37,16 @@ constexpr double kPytorchCpuRuntimeBytes = 340.0 * 1048576;
 // 1.25, is the same measurement over its channel-padded figure.) PyTorch's CPU allocator returns freed blocks to
 // malloc: no factor is applied to pytorch-ddp.
 constexpr double kTandemCpuActivationPeak = 1.30;
-// The factor a Tandem CPU rank's counted activations are multiplied by: from the calibration profile where it was
-// measured for this model (activation_peak_bytes over the activations the job compiler counts for one process of
-// the whole model at the profile's batch: StageMemory::activation_bytes of that job, the stored outputs plus the
-// input), else kTandemCpuActivationPeak. The profile must name the same model (and, where it gives one, the same
-// input shape); an old profile without the field, or one measured for another model, keeps the constant.
-double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile);
+// The factor a Tandem CPU rank's counted activations are multiplied by, for a rank whose micro-batch is
+// `micro_batch` samples (< 1: the profile's batch): from the calibration profile where it was measured for this
+// model -- the peak it gives for that many samples (activation_peak_at: its activation_peak_curve, else
+// activation_peak_bytes in proportion) over the activations the job compiler counts for one process of the whole
+// model at that micro-batch (StageMemory::activation_bytes of that job, the stored outputs plus the input) --, else
+// kTandemCpuActivationPeak. With a curve the factor falls with the micro-batch (its batch-independent part spread
+// over more samples). The profile must name the same model (and, where it gives one, the same input shape); an old
+// profile without either field, or one measured for another model, keeps the constant.
+double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile,
+                                  int64_t micro_batch = 0);
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
 // profile does not give them (fp16_convert_s / bf16_convert_s): the runtime's scalar conversion loops
 // measured on this project's 2-vCPU Xeon (AVX-512) VM, 11 M elements, best of three. A pass never

@@ -71,6 +71,12 @@ std::string profile_text(const tandem_calibration& h) {
   if (h.runtime_rss_bytes > 0) j["runtime_rss_bytes"] = static_cast<int64_t>(h.runtime_rss_bytes);
   // ... and what a whole training step at the batch adds to it at its peak (the simulator's activation memory)
   if (h.activation_peak_bytes > 0) j["activation_peak_bytes"] = static_cast<int64_t>(h.activation_peak_bytes);
+  // ... and at the other batch measured: the peak's batch-independent part shows between the two
+  if (h.activation_peak_curve.size() >= 2) {
+    j["activation_peak_curve"] = nlohmann::json::array();
+    for (const auto& [b, bytes] : h.activation_peak_curve)
+      j["activation_peak_curve"].push_back({b, static_cast<int64_t>(bytes)});
+  }
   j["threads"] = c.threads;
   // Measured under a CFS quota, the times are the quota's average; the simulator takes it out (full_speed_profile).
   if (const auto q = tandem::api::cpu_quota_cores()) j["cpu_quota"] = *q;
@@ -208,12 +214,20 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     // own primitives and plans): the runtime as a training step has it, without its tensors.
     o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi); };
     // Then what whole steps at that batch add at their peak (host memory: CPU backends only).
+    // At the batch and at half of it (2 at batch 1): the curve the simulator takes a micro-batch's peak from.
     tandem::api::PeakRssProbe peak;
     if (m.model->backend().device().is_cpu()) {
-      o.before_peak_steps = [&] { peak.start(); };
-      o.after_peak_steps = [&] { h->activation_peak_bytes = peak.stop(); };
+      o.peak_batches = {o.batch >= 2 ? o.batch / 2 : 2};
+      o.before_peak_steps = [&](int64_t) { peak.start(); };
+      o.after_peak_steps = [&](int64_t b) {
+        const double bytes = peak.stop();
+        if (b == o.batch) h->activation_peak_bytes = bytes;
+        if (bytes > 0) h->activation_peak_curve.emplace_back(b, bytes);
+      };
     }
     h->cal = train::calibrate_model(*m.model, o);
+    std::sort(h->activation_peak_curve.begin(), h->activation_peak_curve.end());
+    if (h->activation_peak_bytes <= 0) h->activation_peak_curve.clear();  // no point at the batch: none at all
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
     std::string comm_cpu_note;
     try {

@@ -166,6 +166,8 @@ void CalibrationOptions::validate() const {
   optimizer.validate();
   for (int64_t b : curve_batches)
     TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.curve_batches: {} is not a batch size in [1, 2^20]", b);
+  for (int64_t b : peak_batches)
+    TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.peak_batches: {} is not a batch size in [1, 2^20]", b);
 }
 
 double Calibration::forward_s() const {
@@ -273,12 +275,24 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
   if (o.after_batch_passes) o.after_batch_passes();
   if (o.before_peak_steps && o.after_peak_steps) {
-    o.before_peak_steps();
-    for (int i = 0; i < o.peak_steps; ++i) {
+    const auto peak_at = [&](int64_t n, const Batch& bn) {
+      o.before_peak_steps(n);
+      for (int i = 0; i < o.peak_steps; ++i) {
+        double fb_s = 0, opt_s = 0;
+        whole_step(model, bn, opt, kLr, fb_s, opt_s);
+      }
+      o.after_peak_steps(n);
+    };
+    peak_at(o.batch, b);
+    std::vector<int64_t> others;
+    for (int64_t n : o.peak_batches)
+      if (n != o.batch && std::find(others.begin(), others.end(), n) == others.end()) others.push_back(n);
+    for (int64_t n : others) {
+      const Batch bn = make_batch(be, spec, n, o.seed);
       double fb_s = 0, opt_s = 0;
-      whole_step(model, b, opt, kLr, fb_s, opt_s);
+      whole_step(model, bn, opt, kLr, fb_s, opt_s);  // this shape's primitives: not the step's peak
+      peak_at(n, bn);
     }
-    o.after_peak_steps();
   }
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
   if (!o.curve_batches.empty()) {

@@ -44,8 +44,13 @@ struct CalibrationOptions {
   // Around `peak_steps` more whole training steps at `batch` (forward, loss, backward, optimizer, as the trainer runs
   // them), run after after_batch_passes when both hooks are set: the caller measures what the steps add to the
   // process's resident size at their peak (tandem_calibrate's activation_peak_bytes). Their times are not kept.
-  std::function<void()> before_peak_steps, after_peak_steps;
+  // Then the same at each of `peak_batches` (other batch sizes, each >= 1; `batch` itself is skipped), each after
+  // one untimed step at that batch outside the hooks (the backend builds that shape's primitives there: runtime,
+  // not the step's peak). The hooks get the batch the steps between them run (tandem_calibrate's
+  // activation_peak_curve: a peak has a part that does not grow with the batch, which one batch cannot tell).
+  std::function<void(int64_t batch)> before_peak_steps, after_peak_steps;
   int peak_steps = 3;
+  std::vector<int64_t> peak_batches;
   void validate() const;      // kInvalidArgument naming the field
 };
 

@@ -17,8 +17,10 @@
 //                   share storage left out (in-place ReLUs, flatten views) -- as nn::Model runs them --, plus
 //                   25% for what backward and the allocator hold on top (measured; see the .cpp);
 //   workspace     : backward scratch (two of the largest layer's outputs per micro-batch), the loader's
-//                   prefetched batches, the data-parallel gradient bucket plus its receive buffer, and the
-//                   backend's JIT code and caches the first step creates.
+//                   prefetched batches, the data-parallel gradient bucket plus its receive buffer, the
+//                   backend's JIT code and caches the first step creates, and on the cpu backend the
+//                   convolutions' reordered weights (1.2 x their f32 bytes) and two copies of the largest
+//                   convolution's weights (its weight gradient's scratch) -- measured; see the .cpp.
 // What is in flight and the bucket buffers come from the compiled job (engine/parallel/job.hpp StageMemory), as
 // the simulator's memory figures do; the fixed runtime allowance is replaced by the process's measured size.
 //

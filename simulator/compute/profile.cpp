@@ -1,6 +1,7 @@
 #include "simulator/compute/profile.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -17,7 +18,8 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
                       "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
-                      "compute_cv", "step_overhead_cpu_s", "cpu_quota_sustained", "activation_peak_bytes"},
+                      "compute_cv", "step_overhead_cpu_s", "cpu_quota_sustained", "activation_peak_bytes",
+                      "activation_peak_curve"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -70,6 +72,28 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                    "{}.activation_peak_bytes: expected the bytes a training step at the profile's batch adds to the "
                    "process's resident size, > 0 and < 1e15, got {}", where, *v);
     p.activation_peak_bytes = *v;
+  }
+  if (j.contains("activation_peak_curve")) {
+    const auto& c = j["activation_peak_curve"];
+    TANDEM_REQUIRE(c.is_array() && !c.empty(), "{}.activation_peak_curve: expected [[batch, bytes], ...], got {}",
+                   where, c.dump());
+    for (size_t i = 0; i < c.size(); ++i) {
+      const auto& q = c[i];
+      TANDEM_REQUIRE(q.is_array() && q.size() == 2 && q[0].is_number_integer() && q[0].get<int64_t>() >= 1 &&
+                         q[1].is_number() && q[1].get<double>() > 0 && q[1].get<double>() < 1e15,
+                     "{}.activation_peak_curve[{}]: expected [batch >= 1, bytes in (0, 1e15)], got {}", where, i,
+                     q.dump());
+      const int64_t b = q[0].get<int64_t>();
+      TANDEM_REQUIRE(p.activation_peak_curve.empty() || b > p.activation_peak_curve.back().first,
+                     "{}.activation_peak_curve[{}]: batch {} after {}: the points must ascend by batch", where, i, b,
+                     p.activation_peak_curve.back().first);
+      p.activation_peak_curve.emplace_back(b, q[1].get<double>());
+    }
+    // The single figure and the curve's point at the profile's batch are one measurement: they must agree.
+    for (const auto& [b, bytes] : p.activation_peak_curve)
+      TANDEM_REQUIRE(b != p.batch || !p.activation_peak_bytes || std::abs(bytes - *p.activation_peak_bytes) <= 1,
+                     "{}.activation_peak_curve: the point at the profile's batch {} is {} bytes but "
+                     "activation_peak_bytes is {}", where, b, bytes, *p.activation_peak_bytes);
   }
   for (const char* k : {"fp16_convert_s", "bf16_convert_s"}) {
     if (!j.contains(k)) continue;
@@ -169,6 +193,25 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   return p;
 }
 
+std::optional<double> activation_peak_at(const CalibrationProfile& p, int64_t samples) {
+  const auto& c = p.activation_peak_curve;
+  if (samples < 1) samples = p.batch;
+  if (c.size() >= 2) {
+    // the segment that holds `samples`, else the nearest end's: piecewise linear inside, affine beyond
+    size_t k = 1;
+    while (k + 1 < c.size() && samples > c[k].first) ++k;
+    const auto [b0, y0] = c[k - 1];
+    const auto [b1, y1] = c[k];
+    const double y = y0 + (y1 - y0) * static_cast<double>(samples - b0) / static_cast<double>(b1 - b0);
+    return std::max(0.0, y);
+  }
+  // one point: the peak taken as proportional to the samples, as a single measurement can only say
+  if (c.size() == 1) return c[0].second * static_cast<double>(samples) / static_cast<double>(c[0].first);
+  if (p.activation_peak_bytes && p.batch > 0)
+    return *p.activation_peak_bytes * static_cast<double>(samples) / static_cast<double>(p.batch);
+  return std::nullopt;
+}
+
 CalibrationProfile load_profile(const std::string& path) {
   return profile_from_json(read_json_file(path, "calibration profile"), path);
 }
@@ -202,6 +245,10 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   if (p.memory_bytes_per_s) j["memory_bytes_per_s"] = *p.memory_bytes_per_s;
   if (p.runtime_rss_bytes) j["runtime_rss_bytes"] = *p.runtime_rss_bytes;
   if (p.activation_peak_bytes) j["activation_peak_bytes"] = *p.activation_peak_bytes;
+  if (!p.activation_peak_curve.empty()) {
+    j["activation_peak_curve"] = nlohmann::json::array();
+    for (const auto& [b, bytes] : p.activation_peak_curve) j["activation_peak_curve"].push_back({b, bytes});
+  }
   if (p.fp16_convert_s) j["fp16_convert_s"] = {p.fp16_convert_s->first, p.fp16_convert_s->second};
   if (p.bf16_convert_s) j["bf16_convert_s"] = {p.bf16_convert_s->first, p.bf16_convert_s->second};
   if (!p.batch_curve.empty()) {

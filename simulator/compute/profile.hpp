@@ -18,6 +18,15 @@
 //                                  // The simulator scales a Tandem CPU rank's counted activations by this over the
 //                                  // activations it counts for "model" at "batch" (tandem_cpu_activation_peak in
 //                                  // simulate.hpp) when the job's model is "model"; absent: its fixed 1.30
+//    "activation_peak_curve": [[16, 1.3e8], [32, 2.5e8]],
+//        // optional (CPU backends): the same peak measured at several batches, ascending by batch; a point at
+//        // "batch" equals activation_peak_bytes. A peak has a part every sample adds (its activations and their
+//        // gradients) and a part that does not grow with the batch (workspaces, the largest layer's scratch, the
+//        // allocator's blocks), so one measurement scaled by batch / "batch" is too low below "batch" and too high
+//        // above it (resnet18 calibrated at 32: -18% at 8, +6% at 128). With two or more points the simulator takes
+//        // the peak at a rank's micro-batch from the curve (activation_peak_at): linear between points, the end
+//        // segments' lines beyond them (floored at 0); one point, or activation_peak_bytes alone: proportional.
+//        // tandem calibrate measures "batch" and half of it (2 at batch 1)
 //    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
 //        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
 //    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]
@@ -101,6 +110,7 @@ struct CalibrationProfile {
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
   std::optional<double> runtime_rss_bytes;
   std::optional<double> activation_peak_bytes;  // what a whole step at `batch` adds to the resident size (CPU)
+  std::vector<std::pair<int64_t, double>> activation_peak_curve;  // (batch, that peak), ascending by batch
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
   int64_t threads = 1;
@@ -124,6 +134,12 @@ struct CalibrationProfile {
 // optimizer, batch curve, conversions) multiplied by q / threads where that is below 1, and cpu_quota cleared;
 // unchanged otherwise. With cpu_quota_sustained it also sets quota_efficiency = sustained / cpu_quota (<= 1).
 CalibrationProfile full_speed_profile(CalibrationProfile p);
+
+// What a whole training step of `samples` samples adds to the resident size at its peak, from the profile's
+// activation_peak_curve (two or more points: interpolated, extrapolated along the end segments, floored at 0), else
+// its single measurement scaled in proportion to the samples; nullopt when the profile measured neither. `samples`
+// < 1 stands for the profile's batch.
+std::optional<double> activation_peak_at(const CalibrationProfile& p, int64_t samples);
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");
 CalibrationProfile load_profile(const std::string& path);  // unreadable: kIo; malformed: kInvalidArgument

@@ -178,6 +178,24 @@ int main(void) {
     const double lat = strtod(strchr(strstr(json, "\"wakeup_latency_s\""), ':') + 1, NULL);
     CHECK(lat >= 0 && lat < 0.1);
   }
+  /* The activation peak, where this kernel lets the peak be reset: at the batch and at half of it, ascending, the
+   * point at the batch the single figure (activation_peak_curve, simulator/compute/profile.hpp). */
+  if (contains(json, "\"activation_peak_bytes\"")) {
+    const double at_batch = strtod(strchr(strstr(json, "\"activation_peak_bytes\""), ':') + 1, NULL);
+    CHECK(contains(json, "\"activation_peak_curve\""));
+    if (contains(json, "\"activation_peak_curve\"")) {
+      const char* p0 = strchr(strchr(strstr(json, "\"activation_peak_curve\""), '[') + 1, '[') + 1;
+      char* end = NULL;
+      const double b0 = strtod(p0, &end);
+      const double y0 = strtod(strchr(end, ',') + 1, &end);
+      const char* p1 = strchr(end, '[') + 1;
+      const double b1 = strtod(p1, &end);
+      const double y1 = strtod(strchr(end, ',') + 1, NULL);
+      CHECK(b0 == 4 && b1 == 8);
+      CHECK(y1 == at_batch);
+      CHECK(y0 > 0 && y0 < y1); /* half the samples, a lower peak */
+    }
+  }
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */

@@ -173,11 +173,11 @@ BOOST_AUTO_TEST_CASE(peak_hooks_bracket_whole_steps_after_the_runtime_hook) {
   uint64_t at_start = 0;
   std::vector<uint64_t> handed_out;
   o.after_batch_passes = [&] { order.push_back("runtime"); };
-  o.before_peak_steps = [&] {
+  o.before_peak_steps = [&](int64_t) {
     order.push_back("before");
     at_start = host_allocator().stats().allocations;
   };
-  o.after_peak_steps = [&] {
+  o.after_peak_steps = [&](int64_t) {
     order.push_back("after");
     handed_out.push_back(host_allocator().stats().allocations - at_start);
   };
@@ -195,6 +195,28 @@ BOOST_AUTO_TEST_CASE(peak_hooks_bracket_whole_steps_after_the_runtime_hook) {
   order.clear();
   train::calibrate_model(model, o);
   BOOST_TEST(order == (std::vector<std::string>{"runtime"}), tt::per_element());
+}
+
+// peak_batches: the hooks bracket the steps at the batch, then at each other batch once (the batch itself and
+// repeats skipped), and are told which batch ran between them.
+BOOST_AUTO_TEST_CASE(peak_hooks_run_at_each_peak_batch_once) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 5);
+  train::CalibrationOptions o;
+  o.batch = 4;
+  o.warmup = 0;
+  o.iters = 1;
+  o.peak_steps = 1;
+  o.peak_batches = {2, 4, 2, 8};
+  std::vector<int64_t> before, after;
+  o.before_peak_steps = [&](int64_t b) { before.push_back(b); };
+  o.after_peak_steps = [&](int64_t b) { after.push_back(b); };
+  const train::Calibration c = train::calibrate_model(model, o);
+  BOOST_TEST(before == (std::vector<int64_t>{4, 2, 8}), tt::per_element());
+  BOOST_TEST(after == before, tt::per_element());
+  BOOST_TEST(c.batch == 4);  // the times stay the batch's
+  o.peak_batches = {0};
+  expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.peak_batches", "0"});
 }
 
 BOOST_AUTO_TEST_CASE(optimizer_names_follow_the_simulator) {

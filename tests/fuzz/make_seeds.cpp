@@ -161,6 +161,7 @@ void json_seeds() {
   p.p2p_latency_s = 4.2e-5;
   p.runtime_rss_bytes = 4.2e7;
   p.activation_peak_bytes = 6.1e7;
+  p.activation_peak_curve = {{32, 3.2e7}, {64, 6.1e7}};
   p.fp16_convert_s = {1.7e-9, 2.3e-9};
   put("profile_json", "full", tandem::simulator::profile_to_json(p).dump(1));
 }
