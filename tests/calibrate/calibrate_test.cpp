@@ -49,6 +49,15 @@ std::vector<float> host(compute::Backend& be, const Tensor& t) {
   return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
 }
 
+// The options of a short calibration: `batch` samples a step, `warmup` untimed steps, then `iters` timed ones.
+train::CalibrationOptions short_run(int64_t batch, int warmup, int iters) {
+  train::CalibrationOptions o;
+  o.batch = batch;
+  o.warmup = warmup;
+  o.iters = iters;
+  return o;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(calibrate_model_suite)
@@ -56,10 +65,7 @@ BOOST_AUTO_TEST_SUITE(calibrate_model_suite)
 BOOST_AUTO_TEST_CASE(times_every_layer_in_order_and_adds_up_to_the_measured_step) {
   auto be = cpu_backend();
   nn::Model model(residual_net(), *be, 7);
-  train::CalibrationOptions o;
-  o.batch = 8;
-  o.warmup = 1;
-  o.iters = 3;
+  train::CalibrationOptions o = short_run(8, 1, 3);
   const train::Calibration c = train::calibrate_model(model, o);
   BOOST_TEST(c.model == "residual");
   BOOST_TEST(c.backend == "cpu");
@@ -100,10 +106,7 @@ BOOST_AUTO_TEST_CASE(times_every_layer_in_order_and_adds_up_to_the_measured_step
 BOOST_AUTO_TEST_CASE(under_a_quota_steps_are_their_cpu_time_over_the_quota) {
   auto be = cpu_backend();
   nn::Model model(residual_net(), *be, 7);
-  train::CalibrationOptions o;
-  o.batch = 16;
-  o.warmup = 1;
-  o.iters = 9;
+  train::CalibrationOptions o = short_run(16, 1, 9);
   const double clock = train::calibrate_model(model, o).step_min_s;  // the least disturbed pass
   o.cpu_quota = 0.5;
   const train::Calibration q = train::calibrate_model(model, o);
@@ -129,10 +132,7 @@ BOOST_AUTO_TEST_CASE(leaves_parameters_gradients_and_statistics_as_they_were) {
   nn::Model model(residual_net(), *be, 3);
   model.zero_grads();
   const std::vector<float> p0 = host(*be, model.params()), b0 = host(*be, model.buffers());
-  train::CalibrationOptions o;
-  o.batch = 4;
-  o.warmup = 0;
-  o.iters = 2;
+  train::CalibrationOptions o = short_run(4, 0, 2);
   o.optimizer.lr = 0.5f;  // the calibration uses its own tiny rate, but a restore must not depend on that
   train::calibrate_model(model, o);
   const std::vector<float> p1 = host(*be, model.params()), b1 = host(*be, model.buffers()),
@@ -148,10 +148,7 @@ BOOST_AUTO_TEST_CASE(more_samples_cost_more) {
   // 16x the samples is 16x the arithmetic; even on a busy machine the mean step grows well beyond 2x.
   auto be = cpu_backend();
   nn::Model model(nn::zoo_model("lenet5", nn::SampleShape{1, 28, 28}, 10), *be, 1);
-  train::CalibrationOptions o;
-  o.warmup = 1;
-  o.iters = 3;
-  o.batch = 4;
+  train::CalibrationOptions o = short_run(4, 1, 3);
   const train::Calibration small = train::calibrate_model(model, o);
   o.batch = 64;
   const train::Calibration large = train::calibrate_model(model, o);
@@ -165,10 +162,7 @@ BOOST_AUTO_TEST_CASE(more_samples_cost_more) {
 BOOST_AUTO_TEST_CASE(peak_hooks_bracket_whole_steps_after_the_runtime_hook) {
   auto be = cpu_backend();
   nn::Model model(residual_net(), *be, 5);
-  train::CalibrationOptions o;
-  o.batch = 4;
-  o.warmup = 0;
-  o.iters = 1;
+  train::CalibrationOptions o = short_run(4, 0, 1);
   std::vector<std::string> order;
   uint64_t at_start = 0;
   std::vector<uint64_t> handed_out;
@@ -202,10 +196,7 @@ BOOST_AUTO_TEST_CASE(peak_hooks_bracket_whole_steps_after_the_runtime_hook) {
 BOOST_AUTO_TEST_CASE(peak_hooks_run_at_each_peak_batch_once) {
   auto be = cpu_backend();
   nn::Model model(residual_net(), *be, 5);
-  train::CalibrationOptions o;
-  o.batch = 4;
-  o.warmup = 0;
-  o.iters = 1;
+  train::CalibrationOptions o = short_run(4, 0, 1);
   o.peak_steps = 1;
   o.peak_batches = {2, 4, 2, 8};
   std::vector<int64_t> before, after;
