@@ -328,6 +328,7 @@ void ParameterServerSync::issue(int b) {
   }
   compute::Backend& be = model_.backend();
   const bool host = be.device().is_cpu();
+  const int64_t pushed_ns = tracer_.now_ns();
   for (int32_t k : bucket_pieces_[static_cast<size_t>(b)]) {
     const BucketPiece& p = program_.pieces[static_cast<size_t>(k)];
     const int64_t n = p.end - p.begin;
@@ -347,6 +348,9 @@ void ParameterServerSync::issue(int b) {
     r.buf.assign(kHeaderFloats + static_cast<size_t>(n), 0.0f);
     r.work = world_->recv(r.buf.data(), r.buf.size(), DType::kF32, to, pull_tag(k));
   }
+  // The trace (--trace): this bucket's pushes posted (DDP traces each bucket's all-reduce likewise); issued from the
+  // grad-ready hook, the span lies inside backward's.
+  if (tracer_.enabled()) tracer_.add(fmt::format("push bucket {}", b), "send", pushed_ns, tracer_.now_ns(), 1);
 }
 
 void ParameterServerSync::receive_shards() {
