@@ -2,6 +2,7 @@
 Run with Debian's /usr/bin/python3 (numpy): python3 -m unittest discover -s tests/python."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -227,6 +228,49 @@ class ParallelStrategies(unittest.TestCase):
             with self.assertRaises(tandem.TandemError) as cm:
                 self.make("easgd", **kw)
             self.assertIn(want, cm.exception.message)
+
+
+class LaunchedStrategies(unittest.TestCase):
+    """Every strategy as a 3-rank job under `tandem launch` (strategies_script.py): ps, ps-async and ssp with 2 workers
+    and a server, the averaging strategies on 3 workers, and DDP on 2 ranks as synchronous ps's reference."""
+
+    @classmethod
+    def setUpClass(cls):
+        cli = os.environ.get("TANDEM_CLI") or os.path.join(os.path.dirname(tandem.LIBRARY_PATH), "..", "bin", "tandem")
+        if not os.path.exists(cli):
+            raise AssertionError("no tandem executable at %s (set TANDEM_CLI)" % cli)
+        env = dict(os.environ, TANDEM_LIBRARY=tandem.LIBRARY_PATH, TANDEM_TIMEOUT_MS="30000")
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([cli, "launch", "-n", "3", "--", sys.executable,
+                                os.path.join(HERE, "strategies_script.py"), d],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240, text=True)
+            if p.returncode != 0:
+                raise AssertionError("the 3-rank job failed (exit %d):\n%s" % (p.returncode, p.stdout))
+            cls.ranks = []
+            for r in range(3):
+                with open(os.path.join(d, "rank%d.json" % r)) as f:
+                    cls.ranks.append(json.load(f))
+
+    def test_every_strategy_lowers_the_loss(self):
+        for strategy in ("ps", "ps-async", "ssp", "localsgd", "easgd", "asgd", "fedavg"):
+            got = self.ranks[0][strategy]
+            self.assertLess(got["after"], 0.5 * got["before"], strategy)
+
+    def test_sync_ps_equals_ddp_on_its_two_workers(self):
+        ddp = np.array(self.ranks[0]["ddp"]["params"])
+        for r in (0, 1):
+            ps = np.array(self.ranks[r]["ps"]["params"])
+            self.assertEqual(ps.shape, ddp.shape)
+            self.assertLessEqual(np.max(np.abs(ps - ddp)) / np.max(np.abs(ddp)), 1e-5, "worker %d" % r)
+        self.assertGreater(np.max(np.abs(ddp - np.array(self.ranks[0]["ddp"]["initial"]))), 1e-3, "training moved them")
+
+    def test_workers_agree_after_evaluation(self):
+        # ps-async and ssp: evaluate is a sync point, every worker pulls the servers' parameters; fedavg: the global
+        # model; localsgd: 8 steps averaged every 2, the last one an average
+        for strategy, workers in (("ps-async", 2), ("ssp", 2), ("fedavg", 3), ("localsgd", 3)):
+            for r in range(1, workers):
+                self.assertEqual(self.ranks[r][strategy]["params"], self.ranks[0][strategy]["params"],
+                                 "%s: worker %d" % (strategy, r))
 
 
 class IntegerFields(unittest.TestCase):
