@@ -651,7 +651,8 @@ BOOST_AUTO_TEST_CASE(async_applies_each_push_at_once_and_a_pull_returns_the_newe
   const auto gradient = [](int n, int w, size_t size) {  // the n-th push's (n from 1), by worker w
     std::vector<float> g(size);
     for (size_t i = 0; i < size; ++i)
-      g[i] = 0.01f * static_cast<float>(n) * static_cast<float>(static_cast<int>(i % 5) - 2) + 0.003f * static_cast<float>(w + 1);
+      g[i] = 0.01f * static_cast<float>(n) * static_cast<float>(static_cast<int>(i % 5) - 2) +
+             0.003f * static_cast<float>(w + 1);
     return g;
   };
   std::vector<float> theta0;
@@ -687,7 +688,8 @@ BOOST_AUTO_TEST_CASE(async_applies_each_push_at_once_and_a_pull_returns_the_newe
     for (size_t i = 0; i < theta.size(); ++i) theta[i] -= kLr * g[i];
     BOOST_REQUIRE_EQUAL(pulled[n].size(), theta.size());
     double worst = 0;
-    for (size_t i = 0; i < theta.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(pulled[n][i]) - theta[i]));
+    for (size_t i = 0; i < theta.size(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(pulled[n][i]) - theta[i]));
     BOOST_TEST(worst <= 1e-6, "push " << n + 1 << " by worker " << order[n] << ": pulled parameters differ from "
                                       "theta_" << n + 1 << " by up to " << worst);
   }
@@ -811,7 +813,7 @@ BOOST_AUTO_TEST_CASE(ssp_holds_the_fast_worker_at_the_bound_until_the_slow_one_i
     }
     if (r == 0) fast_over = true;
   });
-  for (int r : {0, 2}) BOOST_TEST((errors[static_cast<size_t>(r)].status == Status::kOk), errors[static_cast<size_t>(r)].message);
+  for (size_t r : {0u, 2u}) BOOST_TEST((errors[r].status == Status::kOk), "rank " << r << ": " << errors[r].message);
   BOOST_TEST((workers_after == std::vector<int32_t>{2, 2, 1}),
              "worker 0's steps 1..S with both workers, step S + 1 only after worker 1 was lost");
 }

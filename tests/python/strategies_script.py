@@ -13,7 +13,8 @@ import tandem.train as tt  # noqa: E402
 
 EPOCHS = 2
 SPEC = json.dumps({"name": "mlp16", "input": [1, 6, 6],
-                   "layers": [{"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 3}]})
+                   "layers": [{"type": "linear", "out_features": 16}, {"type": "relu"},
+                              {"type": "linear", "out_features": 3}]})
 JOBS = (("ps", {}), ("ps-async", dict(servers=1)), ("ssp", dict(staleness=1)), ("localsgd", dict(average_every=2)),
         ("easgd", dict(tau=2, alpha=0.3)), ("asgd", {}), ("fedavg", dict(clients=6, client_fraction=0.5)))
 
