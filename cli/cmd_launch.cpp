@@ -335,6 +335,21 @@ std::string describe_status(int status) {
 
 int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
 
+// Why a bare program name was not found: it is looked up on PATH (this launcher's own folder is not searched).
+std::string path_hint(const std::string& program, int exec_errno) {
+  if (exec_errno != ENOENT || program.find('/') != std::string::npos) return "";
+  std::string hint = "; it is looked up on PATH";
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    const std::string exe(self, static_cast<size_t>(n));
+    const std::string dir = exe.substr(0, exe.rfind('/'));
+    if (program == exe.substr(exe.rfind('/') + 1))  // `launch -- tandem ...` from a build tree
+      return hint + " (this launcher is " + exe + ": give that path, or export PATH=\"" + dir + ":$PATH\")";
+  }
+  return hint + " (give its path, or put its folder on PATH)";
+}
+
 // ---- the ranks -----------------------------------------------------------------------------
 
 struct Stream {
@@ -479,7 +494,8 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env, const std::ve
     }
   }
   if (n == sizeof(exec_errno)) {
-    say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno));
+    say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno) +
+        path_hint(argv[0], exec_errno));
   }
   return true;
 }
