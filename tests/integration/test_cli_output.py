@@ -10,6 +10,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import tempfile
 import time
@@ -216,6 +217,8 @@ class Messages(unittest.TestCase):
         self.assertIn("epoch 1:", out)
 
     def test_a_rank_program_missing_from_path_is_explained(self):
+        if shutil.which("tandem", path="/usr/bin:/bin"):
+            self.skipTest("a tandem is installed in /usr/bin or /bin")
         rc, out = tandem("launch", "-n", "1", "--", "tandem", "version", env=clean_env(PATH="/usr/bin:/bin"))
         self.assertEqual(rc, 127, out)
         self.assertIn("cannot run 'tandem': No such file or directory; it is looked up on PATH (this launcher is "
