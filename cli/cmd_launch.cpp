@@ -2,7 +2,9 @@
 // library calls needed). Each rank gets TANDEM_RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/
 // MASTER_ADDR/MASTER_PORT (and torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT) and a fresh random TANDEM_SECRET; its stdout/stderr lines come out
-// prefixed "[rank i] ".
+// prefixed "[rank i] ". When this launcher's stderr is a terminal (and no --log-dir), rank 0 also gets
+// TANDEM_LAUNCH_PROGRESS=1: tandem train then draws its progress bar (the job's, "\r"-redrawn) on its stderr pipe,
+// and the launcher keeps it unprefixed on the terminal's last line.
 // Ranks on other machines (--hosts h1:2,h2:2 over --ssh-cmd, or --host-exec WRAPPER) get a small
 // sh script instead of an environment: it reads the secret from stdin (never on a command line, so
 // never in `ps`), then runs the command under `env` with every variable spelled out, so nothing
@@ -106,10 +108,23 @@ bool write_all(int fd, const char* data, size_t n) {
   return true;
 }
 
-void say(const std::string& msg) {
-  const std::string line = "tandem launch: " + msg + "\n";
-  write_all(2, line.data(), line.size());
+// Rank 0's progress bar while it is drawn on this terminal (TANDEM_LAUNCH_PROGRESS, see Launcher::run): every
+// other line written to the terminal takes it away first and draws it again after, so the bar stays the last line.
+std::string g_bar;
+constexpr char kClearLine[] = "\r\033[K";
+
+void write_line(int fd, const std::string& line) {
+  static const bool tty[3] = {false, ::isatty(1) != 0, ::isatty(2) != 0};  // a pipe or file needs no room made
+  if (g_bar.empty() || fd < 1 || fd > 2 || !tty[fd]) {
+    write_all(fd, line.data(), line.size());
+    return;
+  }
+  write_all(2, kClearLine, sizeof(kClearLine) - 1);
+  write_all(fd, line.data(), line.size());
+  write_all(2, g_bar.data(), g_bar.size());
 }
+
+void say(const std::string& msg) { write_line(2, "tandem launch: " + msg + "\n"); }
 
 std::optional<std::string> random_secret() {
   unsigned char bytes[32];
@@ -320,12 +335,28 @@ std::string describe_status(int status) {
 
 int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
 
+// Why a bare program name was not found: it is looked up on PATH (this launcher's own folder is not searched).
+std::string path_hint(const std::string& program, int exec_errno) {
+  if (exec_errno != ENOENT || program.find('/') != std::string::npos) return "";
+  std::string hint = "; it is looked up on PATH";
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    const std::string exe(self, static_cast<size_t>(n));
+    const std::string dir = exe.substr(0, exe.rfind('/'));
+    if (program == exe.substr(exe.rfind('/') + 1))  // `launch -- tandem ...` from a build tree
+      return hint + " (this launcher is " + exe + ": give that path, or export PATH=\"" + dir + ":$PATH\")";
+  }
+  return hint + " (give its path, or put its folder on PATH)";
+}
+
 // ---- the ranks -----------------------------------------------------------------------------
 
 struct Stream {
   int fd = -1;      // read end of the rank's pipe; -1 once closed
   int out_fd = 1;   // where prefixed lines go
   bool own_fd = false;  // out_fd is a log file of this rank's (closed with the stream)
+  bool progress = false;  // rank 0's stderr under TANDEM_LAUNCH_PROGRESS: "\r" redraws a bar, drawn unprefixed
   std::string partial;
 };
 
@@ -349,6 +380,8 @@ class Launcher {
   bool spawn(Rank& r, const std::vector<std::string>& env, const std::vector<std::string>& remote_env);
   void pump(Rank& r, Stream& s);
   void emit(const Rank& r, Stream& s, const char* data, size_t n);
+  void emit_bar(const Rank& r, Stream& s, const std::string& text, bool ended);
+  void flush_partial(const Rank& r, Stream& s);
   void reap();
   void signal_all(int sig);
   void sweep_orphans();
@@ -362,6 +395,7 @@ class Launcher {
   std::optional<Clock::time_point> kill_at_;  // SIGKILL stragglers at this time
   std::vector<std::string> lost_;          // elastic: "rank i (how it ended)" for each rank that failed
   HostedStore store_;                      // the job's rendezvous store, when served here
+  bool progress_ = false;                  // rank 0 draws its progress bar through us (run())
   bool elastic() const noexcept { return o_.min_ranks < o_.nprocs; }
 };
 
@@ -446,6 +480,7 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env, const std::ve
   r.out.out_fd = 1;
   r.err.fd = err_pipe[0];
   r.err.out_fd = 2;
+  r.err.progress = progress_ && r.index == 0;
   if (!o_.log_dir.empty()) {
     for (auto [stream, ext] : {std::pair<Stream*, const char*>{&r.out, "out"}, {&r.err, "err"}}) {
       const std::string path = o_.log_dir + "/rank-" + std::to_string(r.index) + "." + ext;
@@ -459,7 +494,8 @@ bool Launcher::spawn(Rank& r, const std::vector<std::string>& env, const std::ve
     }
   }
   if (n == sizeof(exec_errno)) {
-    say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno));
+    say("rank " + std::to_string(r.index) + ": cannot run '" + argv[0] + "': " + std::strerror(exec_errno) +
+        path_hint(argv[0], exec_errno));
   }
   return true;
 }
@@ -480,7 +516,39 @@ void Launcher::emit(const Rank& r, Stream& s, const char* data, size_t n) {
     line.append(data, n);
   }
   line += '\n';
-  write_all(fd, line.data(), line.size());
+  if (s.own_fd) {
+    write_all(fd, line.data(), line.size());
+  } else {
+    write_line(fd, line);
+  }
+}
+
+// `text` holds "\r"-separated redraws of rank 0's bar (anything before the first is an ordinary line): the last one
+// is drawn in place; `ended` (its newline, or the stream's end) leaves it on the terminal as a line of its own.
+void Launcher::emit_bar(const Rank& r, Stream& s, const std::string& text, bool ended) {
+  const size_t first = text.find('\r');
+  if (first > 0) emit(r, s, text.data(), std::min(first, text.size()));
+  if (first == std::string::npos) return;
+  std::string bar = text.substr(text.rfind('\r') + 1);
+  if (bar.empty() && !ended) return;      // the next redraw has not arrived yet
+  if (bar.empty()) bar = g_bar;           // "...\r\n": the bar as it was drawn
+  const std::string out = bar == g_bar ? (ended ? "\n" : "") : kClearLine + bar + (ended ? "\n" : "");
+  write_all(2, out.data(), out.size());
+  g_bar = ended ? std::string() : bar;
+}
+
+// The stream's last bytes, without their newline, at its end.
+void Launcher::flush_partial(const Rank& r, Stream& s) {
+  if (s.progress && s.partial.find('\r') != std::string::npos) {
+    emit_bar(r, s, s.partial, true);
+  } else if (!s.partial.empty()) {
+    emit(r, s, s.partial.data(), s.partial.size());
+  }
+  if (s.progress && !g_bar.empty()) {  // the bar was drawn and its rank stopped without ending the line
+    write_all(2, "\n", 1);
+    g_bar.clear();
+  }
+  s.partial.clear();
 }
 
 void Launcher::pump(Rank& r, Stream& s) {
@@ -488,8 +556,7 @@ void Launcher::pump(Rank& r, Stream& s) {
   ssize_t n = ::read(s.fd, buf, sizeof(buf));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (n <= 0) {
-    if (!s.partial.empty()) emit(r, s, s.partial.data(), s.partial.size());
-    s.partial.clear();
+    flush_partial(r, s);
     ::close(s.fd);
     s.fd = -1;
     if (s.own_fd) ::close(s.out_fd);
@@ -499,9 +566,17 @@ void Launcher::pump(Rank& r, Stream& s) {
   s.partial.append(buf, static_cast<size_t>(n));
   size_t start = 0;
   for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    emit(r, s, s.partial.data() + start, nl - start);
+    if (s.progress && std::memchr(s.partial.data() + start, '\r', nl - start) != nullptr) {
+      emit_bar(r, s, s.partial.substr(start, nl - start), true);
+    } else {
+      emit(r, s, s.partial.data() + start, nl - start);
+    }
   }
   s.partial.erase(0, start);
+  if (s.progress && s.partial.find('\r') != std::string::npos) {  // a bar being redrawn: draw its latest state
+    emit_bar(r, s, s.partial, false);
+    s.partial.erase(0, s.partial.rfind('\r'));
+  }
   while (s.partial.size() > kMaxLineBytes) {
     emit(r, s, s.partial.data(), kMaxLineBytes);
     s.partial.erase(0, kMaxLineBytes);
@@ -621,6 +696,9 @@ int Launcher::run() {
     say("cannot find a free TCP port; give one with --port");
     return 1;
   }
+  // Rank 0's progress bar (tandem train's, drawn when its stderr is a terminal) reaches this terminal through its pipe
+  // when told TANDEM_LAUNCH_PROGRESS=1; not into --log-dir files, nor for ranks joining a job already drawing one.
+  progress_ = ::isatty(2) != 0 && o_.log_dir.empty() && !o_.join;
   // Children get our environment with the job's variables replaced.
   std::map<std::string, std::string> common = {
       {"TANDEM_WORLD_SIZE", std::to_string(o_.nprocs)},
@@ -652,7 +730,7 @@ int Launcher::run() {
     const std::string s(*e);
     const std::string k = s.substr(0, s.find('='));
     if (common.count(k) == 0 && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" && k != "RANK" && k != "LOCAL_RANK" &&
-        k != "TANDEM_LOCAL_WORLD_SIZE" && k != "LOCAL_WORLD_SIZE")
+        k != "TANDEM_LOCAL_WORLD_SIZE" && k != "LOCAL_WORLD_SIZE" && k != "TANDEM_LAUNCH_PROGRESS")
       base_env.push_back(s);
   }
   for (const auto& [k, v] : common) base_env.push_back(k + "=" + v);
@@ -663,7 +741,7 @@ int Launcher::run() {
     const std::string s(*e);
     const std::string k = s.substr(0, s.find('='));
     if (k.rfind("TANDEM_", 0) == 0 && k != "TANDEM_SECRET" && k != "TANDEM_RANK" && k != "TANDEM_LOCAL_RANK" &&
-        k != "TANDEM_LOCAL_WORLD_SIZE" && remote_common.count(k) == 0) {
+        k != "TANDEM_LOCAL_WORLD_SIZE" && k != "TANDEM_LAUNCH_PROGRESS" && remote_common.count(k) == 0) {
       remote_common[k] = s.substr(k.size() + 1);
     }
   }
@@ -707,6 +785,10 @@ int Launcher::run() {
     std::vector<std::string> remote_env;
     for (const auto& [k, v] : remote_common) remote_env.push_back(k + "=" + v);
     remote_env.insert(remote_env.end(), rank_vars.begin(), rank_vars.end());
+    if (progress_ && i == 0) {  // tandem train draws its bar on a pipe only when told so
+      env.emplace_back("TANDEM_LAUNCH_PROGRESS=1");
+      remote_env.emplace_back("TANDEM_LAUNCH_PROGRESS=1");
+    }
     if (!spawn(r, env, remote_env)) {
       first_failure_ = 1;
       signal_all(SIGTERM);
@@ -741,7 +823,7 @@ int Launcher::run() {
         sweep_orphans();
         for (auto& [r, s] : owners) {
           if (s == nullptr) continue;
-          if (!s->partial.empty()) emit(*r, *s, s->partial.data(), s->partial.size());
+          flush_partial(*r, *s);
           ::close(s->fd);
           s->fd = -1;
         }

@@ -77,9 +77,15 @@ void print_summary(const tandem_sim_result_t* r) {
                 j.epochs, static_cast<long long>(std::llround(j.total_steps)), static_cast<long long>(j.global_batch));
   }
   std::printf("  throughput     %.1f images/s\n", j.images_per_sec);
-  if (j.speedup > 0)
+  if (j.speedup > 0 && fedavg) {  // a round (the epoch) trains only the sampled clients' data: compare per sample
+    std::printf("  speedup        %.2fx in trained images/s against one device (%s for an epoch of all %lld samples; "
+                "a round here trains %.0f), efficiency %.0f%%\n", j.speedup,
+                human_seconds(j.baseline_total_time_s).c_str(), static_cast<long long>(j.samples),
+                j.images_per_sec * j.epoch_time_s, 100 * j.efficiency);
+  } else if (j.speedup > 0) {
     std::printf("  speedup        %.2fx against one device (%s), efficiency %.0f%%\n", j.speedup,
                 human_seconds(j.baseline_total_time_s).c_str(), 100 * j.efficiency);
+  }
   std::printf("  time split     compute %s | exposed comm %s | bubble %s | throttled %s | idle %s\n",
               human_seconds(j.compute_s).c_str(), human_seconds(j.comm_exposed_s).c_str(),
               human_seconds(j.bubble_s).c_str(), human_seconds(j.throttled_s).c_str(), human_seconds(j.idle_s).c_str());
@@ -120,7 +126,7 @@ void print_summary(const tandem_sim_result_t* r) {
 struct SweepRow {
   int32_t nodes = 0;
   tandem_sim_summary_t s = TANDEM_SIM_SUMMARY_INIT;  // its strings die with the result: use the copies below
-  std::string scaling_note;
+  std::string scaling_note, bottleneck;
 };
 
 std::string svg_plot(const std::vector<SweepRow>& rows, const std::string& title) {
@@ -271,6 +277,7 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
       row.s.field_mask = kAllSummary;
       tandem_sim_result_query(r.p, &row.s);
       row.scaling_note = row.s.scaling_note != nullptr ? row.s.scaling_note : "";
+      row.bottleneck = row.s.bottleneck != nullptr ? row.s.bottleneck : "";
       row.s.cluster = row.s.model = row.s.dataset = row.s.allreduce = row.s.compute_source = row.s.bottleneck =
           row.s.scaling_note = nullptr;  // the result owned them
       rows.push_back(row);
@@ -304,9 +311,25 @@ Registration reg{"simulate", "predict a training job on a cluster (time, scaling
                     fmt::format("{}x{}", j.dp, j.pp).c_str(), j.step_time_s, j.epoch_time_s, j.total_time_s,
                     j.images_per_sec, j.speedup, 100 * j.efficiency, j.cost_usd, j.fits ? "yes" : "no");
       }
+      if (o->strategy == TANDEM_STRATEGY_FEDAVG)
+        std::printf("  speedup: trained images/s against one device (a round trains only its sampled clients' data)\n");
       for (const auto& row : rows)
         if (!row.scaling_note.empty()) std::printf("  %d nodes: %s\n", row.nodes, row.scaling_note.c_str());
       for (const auto& why : skipped) std::printf("  %s\n", why.c_str());
+      for (const auto& row : rows) std::printf("  %d nodes: bottleneck %s\n", row.nodes, row.bottleneck.c_str());
+      // the fastest point that fits, and the command that runs it (as a single simulate prints)
+      const SweepRow* best = nullptr;
+      for (const auto& row : rows)
+        if (row.s.fits && (best == nullptr || row.s.total_time_s < best->s.total_time_s)) best = &row;
+      if (best == nullptr) {
+        std::printf("  run it         nothing to run: no point of the sweep fits (see the fits column)\n");
+      } else {
+        std::string note;
+        std::printf("  fastest        %d nodes (dp %d x pp %d): %s total, $%.4f\n", best->nodes, best->s.dp,
+                    best->s.pp, human_seconds(best->s.total_time_s).c_str(), best->s.cost_usd);
+        std::printf("  run it         %s\n", train_command(*o, best->s, &note).c_str());
+        if (!note.empty()) std::printf("                 (%s)\n", note.c_str());
+      }
     }
     if (!plot->empty()) {
       std::ofstream f(*plot);

@@ -116,6 +116,7 @@ struct Handles {
 struct Bar {
   bool enabled = false;
   int64_t epochs = 0;
+  int32_t ranks = 1;  // a parallel job's: the rate is the job's (every replica's samples)
   std::chrono::steady_clock::time_point last{};
 };
 
@@ -134,10 +135,11 @@ void draw_bar(const tandem_progress_t* p, void* user) {
   const double frac = p->batches > 0 ? static_cast<double>(p->batch) / static_cast<double>(p->batches) : 1.0;
   const int filled = static_cast<int>(frac * kWidth);
   const double eta = frac > 0 ? p->elapsed_s * (1 - frac) / frac : NAN;
-  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f img/s ETA %s ", static_cast<long long>(p->epoch),
+  const std::string job = bar->ranks > 1 ? fmt::format(" ({} ranks)", bar->ranks) : std::string();
+  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f img/s%s ETA %s ", static_cast<long long>(p->epoch),
                static_cast<long long>(bar->epochs), std::string(static_cast<size_t>(filled), '#').c_str(),
                std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(p->batch),
-               static_cast<long long>(p->batches), p->loss, p->images_per_sec, clock_text(eta).c_str());
+               static_cast<long long>(p->batches), p->loss, p->images_per_sec, job.c_str(), clock_text(eta).c_str());
   std::fflush(stderr);
 }
 
@@ -541,7 +543,9 @@ int run_train(const TrainOptions& o) {
   if (tandem_optimizer_create(h.ctx, &op, &h.opt) != TANDEM_OK) return cli::fail("bad optimizer settings");
 
   Bar bar;
-  bar.enabled = !o.json && ::isatty(2) != 0;
+  // Under tandem launch a rank's stderr is a pipe: the launcher tells rank 0 when it draws the bar on a terminal.
+  const char* launch_progress = std::getenv("TANDEM_LAUNCH_PROGRESS");
+  bar.enabled = !o.json && (::isatty(2) != 0 || (launch_progress != nullptr && std::strcmp(launch_progress, "1") == 0));
   bar.epochs = o.epochs;
   tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
   tp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_EPOCHS | TANDEM_TRAINER_PARAM_SEED |
@@ -570,6 +574,7 @@ int run_train(const TrainOptions& o) {
   if (o.parallel) {
     if (const int rc = create_parallel_trainer(o, tp, h); rc != 0) return rc;
     stop = std::make_unique<StopWatcher>(h.comm);
+    bar.ranks = parallel_attr(h.trainer).world;
   } else if (tandem_trainer_create(h.model, h.train, h.test, h.opt, &tp, &h.trainer) != TANDEM_OK) {
     return cli::fail("cannot create the trainer");
   }

@@ -126,11 +126,12 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
     if (a.result.fits != b.result.fits) return a.result.fits;
     return a.result.total_time_s < b.result.total_time_s;
   });
-  out.baseline_total_time_s = sim.baseline(cluster, base).total_time_s;
+  const SimResult one = sim.baseline(cluster, base);
+  out.baseline_total_time_s = one.total_time_s;
   for (size_t i = 0; i < all.size() && static_cast<int32_t>(out.best.size()) < opt.top; ++i) {
     Candidate c = std::move(all[i]);
     c.result.baseline_total_time_s = out.baseline_total_time_s;
-    c.result.speedup = out.baseline_total_time_s / c.result.total_time_s;
+    c.result.speedup = speedup_against(c.result, one);
     c.result.efficiency = c.result.speedup / c.result.ranks;
     out.best.push_back(std::move(c));
   }

@@ -788,6 +788,14 @@ std::string explain_scaling(const SimResult& r, const SimResult& one) {
   return fmt::format("super-linear ({:.0f}% efficiency): {}", 100 * r.efficiency, why);
 }
 
+double speedup_against(const SimResult& r, const SimResult& one) {
+  if (!(r.total_time_s > 0)) return 0;
+  const double ratio = one.total_time_s / r.total_time_s;
+  // images_per_sec counts what the run trained (fedavg: the sampled clients' samples, local_epochs times)
+  if (r.exchange != "round" || !(one.images_per_sec > 0) || !(one.total_time_s > 0)) return ratio;
+  return r.images_per_sec / one.images_per_sec;
+}
+
 CompiledJob Simulation::compile(const ClusterSpec& cluster, const JobSpec& job) {
   const int32_t world = ranks_for(job, cluster.endpoints());
   const DatasetInfo data = run_data(job, job.input, job.classes);
@@ -1058,7 +1066,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   if (opt.baseline) {
     SimResult b = baseline(p.cluster, cj, run_spec);
     res.baseline_total_time_s = b.total_time_s;
-    res.speedup = b.total_time_s / res.total_time_s;
+    res.speedup = speedup_against(res, b);
     res.efficiency = res.speedup / world;
     res.scaling_note = explain_scaling(res, b);
   }

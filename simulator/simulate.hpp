@@ -174,6 +174,9 @@ SimResult simulate(const ClusterSpec& cluster, const JobSpec& job, const SimOpti
 std::string name_bottleneck(const SimResult& r);
 // Why `r` scales super-linearly against `one` (its one-device baseline), or "" when it does not.
 std::string explain_scaling(const SimResult& r, const SimResult& one);
+// `r`'s speedup against `one`: per trained sample. Most strategies' epoch trains the whole set, as the baseline's
+// does, so this is the ratio of total times; a fedavg round (its epoch) trains only the sampled clients' data.
+double speedup_against(const SimResult& r, const SimResult& one);
 SimResult simulate(const ClusterSpec& cluster, const engine::parallel::CompiledJob& job, const RunSpec& run,
                    const SimOptions& options = {});
 
