@@ -28,25 +28,23 @@
 //    queued inside the dead process).
 //  - Lifetimes: requests may outlive their transport. Destroying an incomplete request cancels it;
 //    a cancelled receive no longer writes into its parts once the destructor (or cancel()) returns.
-//    On ucx a cancelled send also no longer reads its parts once cancel() returns: it waits until the
-//    message was delivered whole or dropped by the receiver (drop_unexpected), or the peer is gone; a
-//    cancelled receive matched to a live rank's message waits until it completes. Both wait at most
-//    one window per peer and failure (a couple of seconds, shared by every cancel towards that peer);
-//    what is still in flight then is given up (logged as an error) and left to UCX until the
-//    transport is destroyed, whose teardown does not wait for it again. Even so, a given-up operation of any size no
-//    longer touches its parts once cancel() or the request's destruction returns: ucx moves every message through its
-//    own pack/unpack callbacks rather than letting UCX -- this rank's, or a peer's by zero-copy rendezvous -- address
-//    the parts, so a given-up receive drops whatever still arrives for it, and a given-up send goes on from a copy of
-//    its whole data taken when it was given up (zeros when no memory was left for that copy). The price is UCX's
-//    zero-copy rendezvous: large messages are copied through its fragments (bench/transports/p2p_bench on one host,
-//    4-64 MiB, on a loaded 2-core machine: the median exchange rate unchanged, 0.93-1.04x; the best run 0.45-0.87x of
-//    zero-copy's). A receive failed mid-message (its peer died) counts as given up. A cancelled receive matched to a
-//    message of a rank that died waits only until the death is seen and the grace for what it had
-//    put in shared memory is over (~0.3 s). Every such wait keeps the whole transport progressing (receives
-//    matched, retired tags dropped), so ranks cancelling towards each other do not wait on each other.
+//    On ucx a cancelled send also no longer reads its parts once cancel() returns, and no cancel waits for UCX:
+//    ucx moves every message through its own pack/unpack callbacks rather than letting UCX -- this rank's, or a
+//    peer's by zero-copy rendezvous -- address the parts. What UCX still holds of a cancelled operation stays with
+//    it, away from the caller's memory: a receive matched to a message under way drops whatever still arrives for
+//    it; a send goes on from a copy of its whole data taken by cancel(), so a live peer may still take it (whole) or
+//    drop it (drop_unexpected), and the transport's teardown waits for neither. A receive or send failed while UCX
+//    still holds it (its peer died) counts as cancelled. When no memory is left for a send's copy, the rank sends
+//    nothing more to that peer rather than anything it no longer has: it tells the peer and cuts it off, and both
+//    fail every operation between them as kPeerFailure naming the rank that cut, until Transport::reconnect (as a
+//    tcp rank gives the connection up). The price is UCX's zero-copy rendezvous: large messages are copied through
+//    its fragments (bench/transports/p2p_bench on one host, 4-64 MiB, on a loaded 2-core machine: the median
+//    exchange rate unchanged, 0.93-1.04x; the best run 0.45-0.87x of zero-copy's). (Before that, a cancel waited up
+//    to a 2 s window per peer for UCX to let go of the parts: a rank that had cancelled towards a stalled peer was
+//    held that long.)
 //    ucx: a same-host rank killed while writing into a peer's shared-memory receive queue can leave that peer
 //    hearing no same-host rank again (a "deaf" worker); the peer notices within ~0.1 s of the death, and it and
-//    every same-host rank fail all operations between them as kPeerFailure naming the dead rank, without a window.
+//    every same-host rank fail all operations between them as kPeerFailure naming the dead rank.
 //    They stay cut from each other until Transport::reconnect (Communicator::shrink) moves it to a fresh worker.
 //    Destroying a transport cancels its own incomplete receives (their test() throws kTransport) and
 //    flushes its incomplete sends to live peers: inproc copies them into the fabric, tcp and zmq hand
@@ -141,8 +139,8 @@ class Transport {
   virtual void progress() = 0;
   // Retires the tags t with (t & mask) == (tag & mask) -- those of a failed communicator, which nobody
   // will receive: the messages on them that match no posted receive are dropped, now and whenever
-  // they arrive later, so that their senders' transports let go of the send buffers (a sender may be
-  // waiting for that in a cancel while its own messages reach us). Retired tags are never received
+  // they arrive later, so that their senders' transports let go of what they keep for them (ucx: the
+  // copy a cancelled send goes on from, and the request). Retired tags are never received
   // again (communicator ids are not reused on a transport). Transports whose sends never wait for
   // the receiver do nothing (the default).
   virtual void drop_unexpected(uint64_t tag, uint64_t mask) {

@@ -13,8 +13,8 @@
 //     20 ms to 2 s, from its start): one that posts within it is alive and stays, one that does
 //     not is out. Every other rank is waited for until one shared deadline (unsuspected_wait: the
 //     window plus the time a live rank's transport may spend letting go of the failed
-//     communicator's cancelled operations before that rank can post -- ucx waits up to 2 s for a
-//     stalled peer to take or drop each send, transports/transport.hpp); a rank that has not
+//     communicator's cancelled operations before that rank can post -- zmq waits up to 2 s per peer
+//     for ZeroMQ to write a cancelled send out to a stalled one, transports/transport.hpp); a rank that has not
 //     posted by then is out too -- a slow rank is treated as dead. So when every rank posts in
 //     time and no fault was seen, nobody is dropped.
 //  3. The coordinator writes "decision" once: the new epoch, the new communicator id and the
@@ -55,8 +55,10 @@ struct Membership {
 // Rule 2's grace for a rank suspected of a timeout: window / 4, clamped to [20 ms, 2 s] and to the window.
 std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window);
 // Rule 2's wait for a rank nobody suspects: the window plus kLetGoAllowance (2 s, the longest a transport holds a
-// cancelled send to a live but silent peer). Before, it was the window alone, which over ucx a survivor held by
-// that let-go after a stall could miss (posting ~2 s after its failure) and be dropped, healthy.
+// cancelled send to a live but silent peer: zmq's release window). Before, it was the window alone, which over ucx a
+// survivor held by that let-go after a stall could miss (posting ~2 s after its failure) and be dropped, healthy.
+// ucx no longer waits in a cancel and tcp never did; the allowance stays for zmq (one value for every transport:
+// it costs time only when a rank nobody suspects never posts).
 inline constexpr std::chrono::milliseconds kLetGoAllowance{2000};
 std::chrono::milliseconds unsuspected_wait(std::chrono::milliseconds window);
 

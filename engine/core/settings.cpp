@@ -75,6 +75,8 @@ constexpr Variable kVariables[] = {
      "of a parameter-server re-form, between a replica's header and payload (replicating), or of an admission of "
      "workers (growing|grow-voted|grow-committed; split: that rank's split of the grown world fails after the others' "
      "completed)"},
+    {"TANDEM_TEST_UCX_NO_COPY", K::kChoice, 0, 0, "0|1", "0",
+     "test hook: 1: ucx finds no memory for the copy a cancelled send goes on from (it cuts the peer off)"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

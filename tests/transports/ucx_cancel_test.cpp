@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/core/settings.hpp"
 #include "tests/transports/file_store.hpp"
 #include "tests/transports/harness.hpp"
 #include "tests/transports/peer_process.hpp"
@@ -44,7 +45,8 @@ BOOST_AUTO_TEST_SUITE(ucx_cancel)
 // then, drops (rank 0's message), and cancels. Rank 1's message reached rank 0 after rank 0's drop: the tag stays
 // dropped, so rank 0 -- busy in its own cancel, or just progressing -- lets it go. Before, rank 0 dropped only what
 // was there when asked, and rank 1's cancel waited its whole 2 s deadline (and rank 0's cancel waited for rank 1);
-// then each shutdown waited 2 s more for the receive that had dropped the other's message.
+// then each shutdown waited 2 s more for the receive that had dropped the other's message. (Since, a ucx cancel
+// waits for nothing at all; the drops still let each sender's transport free what it kept of its message.)
 BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait_for_each_other) {
   if (!have_ucx()) return;
   constexpr size_t kBytes = size_t{4} << 20;  // far above UCX's rendezvous threshold
@@ -62,7 +64,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
       rk.t.drop_unexpected(kTag, kMask);  // this rank's communicator failed: nothing from rank 1 yet
       rk.sync.arrive_and_wait();          // (1) rank 1 sends now
       const auto t0 = Clock::now();
-      req->cancel();  // waits until rank 1 drops this message
+      req->cancel();  // rank 1 drops this message (once, it waited for that)
       cancel_ms[0] = ms_since(t0);
       rk.sync.arrive_and_wait();  // (2)
       // Only progress from here on, as a failed communicator's idle rank (or one in another wait) does.
@@ -78,7 +80,7 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
     rk.t.drop_unexpected(kTag, kMask);                           // rank 1's communicator failed too
     rk.sync.arrive_and_wait();                                   // (2)
     const auto t0 = Clock::now();
-    req->cancel();  // waits until rank 0 drops this message
+    req->cancel();  // rank 0 drops this message (once, it waited for that)
     cancel_ms[1] = ms_since(t0);
     rank1_cancelled.store(true);
     rk.sync.arrive_and_wait();  // (3)
@@ -97,11 +99,11 @@ BOOST_AUTO_TEST_CASE(a_dropped_tag_stays_dropped_so_crossing_cancels_do_not_wait
 // Rank 0 is another process: it starts a 1 MiB send, lets it be announced (a rendezvous), and SIGKILLs itself. Once
 // it is dead this rank receives that message, which matches at once and can never finish (without CMA -- UCX_TLS
 // here, as where ptrace is restricted -- the sender pushes a shared-memory rendezvous), and cancels the receive
-// right away, as a survivor whose communicator failed does. The cancel returns once the death was seen and what the
-// rank had put in shared memory was taken in (the watch interval and the stuck-receive grace, ~0.3 s); before, it
-// waited its 2 s deadline on the dead rank, and the survivor reported the failure only after that (with CMA, UCX
-// 1.13 aborts the process on the dead rank's memory instead: not staged here).
-BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_waits_only_for_the_grace) {
+// right away, as a survivor whose communicator failed does. The cancel returns at once (the receive stays with UCX,
+// which writes nothing more into its parts); it used to wait until the death was seen and what the rank had put in
+// shared memory was taken in (~0.3 s), and before that its 2 s deadline on the dead rank, the survivor reporting the
+// failure only after that (with CMA, UCX 1.13 aborts the process on the dead rank's memory instead: not staged here).
+BOOST_AUTO_TEST_CASE(cancelling_a_receive_matched_to_a_dead_rank_does_not_wait_for_it) {
   if (!have_ucx()) return;
   const char* old_tls = std::getenv("UCX_TLS");
   const std::string saved = old_tls ? old_tls : "";
@@ -222,9 +224,9 @@ std::string outcome_of(Request& r) {
 // FIFO of its ring successor claimed but never written, so that survivor's worker received nothing any more -- not
 // the rendezvous replies of the other survivor, not its goodbye -- while it could still send). Rank 0 announces two
 // rendezvous-sized messages and goes silent; rank 1 matches both (its replies wait in rank 0's queue) and cancels
-// them as a failed plan does. Both share rank 0's cancel window (kShutdownDeadline, 2 s) instead of waiting 2 s each
-// (a survivor reported the failure after 4.1 s), and the teardown does not wait for them a second time (1.9 s).
-BOOST_AUTO_TEST_CASE(cancelled_receives_from_a_peer_that_stopped_answering_share_one_window_and_teardown_skips_them) {
+// them as a failed plan does. The cancels return at once (they once waited 2 s each -- a survivor reported the
+// failure after 4.1 s -- then one 2 s window shared by both), and the teardown does not wait for them (it took 1.9 s).
+BOOST_AUTO_TEST_CASE(cancelled_receives_from_a_peer_that_stopped_answering_return_at_once_and_teardown_skips_them) {
   if (!have_ucx()) return;
   constexpr size_t kBytes = size_t{1} << 20;  // rendezvous-sized
   constexpr uint64_t kTag = 0x1200;
@@ -258,15 +260,17 @@ BOOST_AUTO_TEST_CASE(cancelled_receives_from_a_peer_that_stopped_answering_share
   s1.reset();
   BOOST_TEST_MESSAGE("receives from a silent peer: cancel " << cancel_ms << " ms, teardown " << destroy_ms << " ms; " << got);
   BOOST_TEST(got == "transport error transport error", got);  // cancelled, never completed
-  BOOST_TEST(cancel_ms >= 1000, "the receives were given up before the window: " << cancel_ms << " ms");
-  BOOST_TEST(cancel_ms < 3000, "two receives from one silent peer took " << cancel_ms << " ms (2 s each?)");
+  BOOST_TEST(cancel_ms >= 0);
+  BOOST_TEST(cancel_ms < 1000, "cancelling two receives from one silent peer took " << cancel_ms << " ms (a window?)");
   BOOST_TEST(destroy_ms >= 0);
   BOOST_TEST(destroy_ms < 1000, "the teardown waited " << destroy_ms << " ms for receives already given up");
 }
 
-// The send side of the same failure: rank 0's rendezvous send to a rank 1 that no longer answers (neither takes nor
-// drops it) is given up at the end of rank 1's cancel window, and rank 0's teardown does not wait for it again.
-BOOST_AUTO_TEST_CASE(a_send_given_up_on_a_silent_peer_is_not_waited_for_again_at_teardown) {
+// The send side of the same failure: rank 0 cancels a rendezvous send to a rank 1 that no longer answers (neither
+// takes nor drops it). The cancel returns at once (the send goes on from a copy; it used to wait out a 2 s window for
+// rank 1 -- what held a survivor of a stalled rank ~1 s longer over ucx than over tcp, bench/chaos/README.md), and
+// rank 0's teardown does not wait for it.
+BOOST_AUTO_TEST_CASE(a_send_cancelled_towards_a_silent_peer_returns_at_once_and_teardown_does_not_wait_for_it) {
   if (!have_ucx()) return;
   constexpr size_t kBytes = size_t{1} << 20;
   std::vector<unsigned char> head(48, 1), data(kBytes, 0x5a);
@@ -286,7 +290,8 @@ BOOST_AUTO_TEST_CASE(a_send_given_up_on_a_silent_peer_is_not_waited_for_again_at
   send.reset();
   BOOST_TEST_MESSAGE("send to a silent peer: cancel " << cancel_ms << " ms, teardown " << destroy_ms << " ms; " << got);
   BOOST_TEST(got == "transport error", got);
-  BOOST_TEST(cancel_ms < 3000, "cancel took " << cancel_ms << " ms");
+  BOOST_TEST(cancel_ms >= 0);
+  BOOST_TEST(cancel_ms < 1000, "cancelling the send to a silent peer took " << cancel_ms << " ms (a window?)");
   BOOST_TEST(destroy_ms >= 0);
   BOOST_TEST(destroy_ms < 1000, "the teardown waited " << destroy_ms << " ms for a send already given up");
 }
@@ -301,7 +306,7 @@ std::string holds_only(const std::vector<unsigned char>& bytes, unsigned char va
 // A receive given up on must take no data afterwards (issue #17: chaos ps on ucx crashed with SIGSEGV in the poll loop
 // and glibc heap-corruption aborts). Rank 0 announces a `body`-byte message and stalls; rank 1 matches it with a
 // receive in two parts (a header and the body: UCX cannot fetch that by itself, it waits for rank 0) and cancels the
-// receive, which is given up after rank 0's window. Rank 1 then reuses the receive's memory (here: fills it with its
+// receive, which stays with UCX. Rank 1 then reuses the receive's memory (here: fills it with its
 // own pattern, as the allocator's next user would) and rank 0 comes back and finishes its send. Before, UCX still
 // delivered the message into that memory (a write after free in a real job); now it drops it.
 void check_a_given_up_receive_leaves_its_reused_memory_alone(size_t body) {
@@ -347,15 +352,23 @@ void check_a_given_up_receive_leaves_its_reused_memory_alone(size_t body) {
   BOOST_TEST(send_got != "pending", "the peer's send neither completed nor failed");
 }
 
-// The send side: rank 0 sends `bytes` to a rank 1 that has posted its receive and stalled; rank 0 cancels the send,
-// which is given up after rank 1's window, and reuses the send's memory. Rank 1 comes back and takes the message:
-// it gets what was sent (the transport kept a copy), never the memory's new contents, or its receive fails cleanly.
-void check_a_given_up_send_leaves_its_reused_memory_alone(size_t bytes) {
+// What a send given up on a stalled peer came to (see give_up_a_send_to_a_stalled_peer).
+struct GivenUpSend {
+  std::string send_got;                 // the send's outcome after its cancel
+  std::string recv_got = "not resumed";  // the peer's receive once it came back
+  std::string recv_error;               // its error's text, when it failed
+  std::string received;                 // when it completed: where it differs from what was sent ("": nowhere)
+};
+
+// The send side: rank 0 sends `bytes` to a rank 1 that has posted its receive and stalled; rank 0 cancels the send
+// and reuses the send's memory. Rank 1 comes back and takes the message. With `no_copy`, rank 0's transport finds no
+// memory for the copy the send goes on from (the test hook TANDEM_TEST_UCX_NO_COPY, set on rank 0's thread only).
+GivenUpSend give_up_a_send_to_a_stalled_peer(size_t bytes, bool no_copy) {
   constexpr uint64_t kTag = 0x1300;
   std::vector<unsigned char> data(bytes, 0x5a), got(bytes, 0);
   std::unique_ptr<Request> send, recv;
   std::atomic<bool> recv_over{false};
-  std::string send_got, recv_got = "not resumed", received;
+  GivenUpSend out;
   with_a_silent_peer(
       0,
       [&](Transport& t) {
@@ -366,17 +379,23 @@ void check_a_given_up_send_leaves_its_reused_memory_alone(size_t bytes) {
         const ConstPart p{data.data(), data.size()};
         send = t.isend(1, kTag, std::span(&p, 1));
         for (int i = 0; i < 20; ++i) t.wait_for_progress(std::chrono::milliseconds(1));  // announced
-        send->cancel();
-        send_got = outcome_of(*send);
+        {
+          auto hooked = std::make_shared<settings::Settings>(*settings::current());
+          if (no_copy) hooked->assign("TANDEM_TEST_UCX_NO_COPY=1");
+          const settings::Scope scope(hooked);
+          send->cancel();
+        }
+        out.send_got = outcome_of(*send);
         std::fill(data.begin(), data.end(), 0xee);  // the memory has a new owner
       },
       [&](Transport& t) {
         try {
-          recv_got = poll_for(t, *recv, std::chrono::seconds(5)) ? "completed" : "pending";
+          out.recv_got = poll_for(t, *recv, std::chrono::seconds(5)) ? "completed" : "pending";
         } catch (const Error& e) {
-          recv_got = status_name(e.status());
+          out.recv_got = status_name(e.status());
+          out.recv_error = e.what();
         }
-        if (recv_got == "completed") received = holds_only(got, 0x5a);
+        if (out.recv_got == "completed") out.received = holds_only(got, 0x5a);
         recv_over.store(true);
       },
       [&](Transport& t) {
@@ -385,11 +404,18 @@ void check_a_given_up_send_leaves_its_reused_memory_alone(size_t bytes) {
       });
   recv.reset();
   send.reset();
-  BOOST_TEST_MESSAGE("given-up send of " << bytes << " bytes: " << send_got
-                                         << "; the peer's receive after it came back: " << recv_got);
-  BOOST_TEST(send_got == "transport error", send_got);
-  BOOST_TEST(recv_got != "not resumed");
-  BOOST_TEST(received.empty(), "the peer received memory reused after the send was given up: " << received);
+  BOOST_TEST_MESSAGE("given-up send of " << bytes << " bytes" << (no_copy ? " without memory for its copy" : "")
+                                         << ": " << out.send_got << "; the peer's receive after it came back: "
+                                         << out.recv_got << (out.recv_error.empty() ? "" : ": ") << out.recv_error);
+  return out;
+}
+
+// It gets what was sent (the transport kept a copy), never the memory's new contents, or its receive fails cleanly.
+void check_a_given_up_send_leaves_its_reused_memory_alone(size_t bytes) {
+  const GivenUpSend r = give_up_a_send_to_a_stalled_peer(bytes, false);
+  BOOST_TEST(r.send_got == "transport error", r.send_got);
+  BOOST_TEST(r.recv_got != "not resumed");
+  BOOST_TEST(r.received.empty(), "the peer received memory reused after the send was given up: " << r.received);
 }
 
 BOOST_AUTO_TEST_CASE(a_receive_given_up_on_writes_nothing_into_its_reused_memory_when_the_peer_comes_back) {
@@ -412,6 +438,19 @@ BOOST_AUTO_TEST_CASE(a_4_mib_receive_given_up_on_writes_nothing_into_its_reused_
 BOOST_AUTO_TEST_CASE(a_4_mib_send_given_up_on_reads_nothing_from_its_reused_memory_when_the_peer_comes_back) {
   if (!have_ucx()) return;
   check_a_given_up_send_leaves_its_reused_memory_alone(size_t{4} << 20);
+}
+
+// No memory for that copy (issue #17): the transport used to send the message on as zeros, which the peer took as
+// the data. Now rank 0 cuts rank 1 off and tells it: rank 1's receive fails as a peer failure naming rank 0, and
+// nothing fabricated reaches its memory.
+BOOST_AUTO_TEST_CASE(a_cancelled_send_without_memory_for_its_copy_cuts_the_peer_off_instead_of_sending_zeros) {
+  if (!have_ucx()) return;
+  const GivenUpSend r = give_up_a_send_to_a_stalled_peer(size_t{512} << 10, true);
+  BOOST_TEST(r.received.empty(), "the peer took fabricated data: " << r.received);
+  BOOST_TEST(r.recv_got == "peer failure", r.recv_got);
+  BOOST_TEST(r.recv_error.find("rank 0") != std::string::npos, r.recv_error);
+  // Rank 0's send fails naming the rank it cut off (or, had rank 1 taken it whole meanwhile, completed).
+  BOOST_TEST((r.send_got == "peer failure" || r.send_got == "completed"), r.send_got);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

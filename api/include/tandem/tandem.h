@@ -209,6 +209,8 @@ typedef struct tandem_context_params {
  *                             (replicating), or of an admission of workers (growing,
  *                             grow-voted or grow-committed; split: that rank's split of
  *                             the grown world fails after the others' completed)   default unset
+ *   TANDEM_TEST_UCX_NO_COPY   test hook, 1: ucx finds no memory for the copy a cancelled send
+ *                             goes on from, so it cuts that peer off                default 0
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
