@@ -74,6 +74,8 @@ struct TrainOptions {
   int dp = 0, pp = 0, microbatches = 1, accumulate = 1;
   std::string pipeline_schedule = "1f1b";
   double bucket_mb = 25;
+  double first_bucket_mb = 0;           // --first-bucket-mb
+  std::vector<double> bucket_sizes_mb;  // --bucket-sizes-mb
   std::string compression = "none";
   std::string partition = "flops";
   std::string cut;                  // --cut: explicit pipeline cut, pp + 1 layer indices
@@ -243,6 +245,12 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   pp.micro_batches = o.microbatches;
   pp.schedule = o.pipeline_schedule == "gpipe" ? TANDEM_SCHEDULE_GPIPE : TANDEM_SCHEDULE_1F1B;
   pp.bucket_mb = o.bucket_mb;
+  if (o.given.count("--first-bucket-mb") > 0 || o.given.count("--bucket-sizes-mb") > 0) {
+    pp.field_mask |= TANDEM_PARALLEL_PARAM_BUCKETS;
+    pp.first_bucket_mb = o.first_bucket_mb;
+    pp.bucket_sizes_mb = o.bucket_sizes_mb.data();
+    pp.num_bucket_sizes = o.bucket_sizes_mb.size();
+  }
   pp.compression = o.compression == "fp16" ? TANDEM_COMPRESSION_FP16
                    : o.compression == "bf16" ? TANDEM_COMPRESSION_BF16 : TANDEM_COMPRESSION_NONE;
   pp.accumulation = o.accumulate;
@@ -814,6 +822,11 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       app.add_option("--pipeline-schedule", o->pipeline_schedule, "gpipe or 1f1b")->group(par)->capture_default_str()
           ->check(CLI::IsMember({"gpipe", "1f1b"})),
       app.add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size (MiB)")->group(par)->capture_default_str(),
+      app.add_option("--first-bucket-mb", o->first_bucket_mb, "cap of the first gradient bucket formed (the last "
+                     "layers' gradients), as PyTorch DDP's 1 MiB; 0: --bucket-mb")->group(par),
+      app.add_option("--bucket-sizes-mb", o->bucket_sizes_mb, "explicit sizes of the first gradient buckets in "
+                     "ready order, e.g. 1,24.5 (the rest at --bucket-mb); PyTorch DDP's logged bucket bytes / 1048576 "
+                     "rebuild its buckets")->group(par)->delimiter(',')->excludes("--first-bucket-mb"),
       app.add_option("--compression,--compress", o->compression, "gradients on the wire: none, fp16 or bf16")->group(par)
           ->capture_default_str()->check(CLI::IsMember({"none", "fp16", "bf16"})),
       app.add_option("--accumulate", o->accumulate, "batches per optimizer step (one all-reduce)")->group(par)

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
@@ -89,6 +90,8 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std
     cmd += fmt::format(" --microbatches {} --pipeline-schedule {}", s.micro_batches, name_of(schedule_names(), s.schedule));
   if (s.compression != TANDEM_COMPRESSION_NONE) cmd += fmt::format(" --compress {}", name_of(compression_names(), s.compression));
   if (o.given("--bucket-mb")) cmd += fmt::format(" --bucket-mb {}", o.bucket_mb);
+  if (o.given("--first-bucket-mb")) cmd += fmt::format(" --first-bucket-mb {}", o.first_bucket_mb);
+  if (o.given("--bucket-sizes-mb")) cmd += fmt::format(" --bucket-sizes-mb {}", fmt::join(o.bucket_sizes_mb, ","));
   if (o.given("--limit-batches")) cmd += fmt::format(" --limit-batches {}", o.limit_batches);
   // --samples N: the runtime's counterpart is --train-limit N (the training set's first N samples)
   if (o.given("--samples") && o.samples > 0) cmd += fmt::format(" --train-limit {}", o.samples);
@@ -166,6 +169,11 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--partition", o->partition, "pipeline cut balanced by flops (as tandem train) or measured (the "
                  "profile's or roofline's layer times)")->transform(names(partition_names()));
   app.add_option("--bucket-mb", o->bucket_mb, "gradient bucket size (MiB)")->capture_default_str();
+  app.add_option("--first-bucket-mb", o->first_bucket_mb, "cap of the first gradient bucket formed (default: the "
+                 "framework's: 1 MiB for pytorch-ddp, none for tandem; 0: --bucket-mb)");
+  app.add_option("--bucket-sizes-mb", o->bucket_sizes_mb, "explicit sizes of the first gradient buckets in ready "
+                 "order, e.g. 1,24.5 (the rest at --bucket-mb); another framework's bucket bytes / 1048576 rebuild "
+                 "its buckets")->delimiter(',')->excludes("--first-bucket-mb");
   app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
   app.add_option("--compress,--compression", o->compression, "data-parallel gradients on the wire: none, fp16, bf16")
       ->transform(names(compression_names()));
@@ -359,6 +367,13 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
   }
   if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;
+  if (o.given("--first-bucket-mb") || o.given("--bucket-sizes-mb")) {
+    p.field_mask |= TANDEM_SIM_JOB_BUCKETS;
+    // --bucket-sizes-mb alone leaves the first bucket to the list (the job compiler refuses both)
+    p.first_bucket_mb = o.first_bucket_mb;
+    p.bucket_sizes_mb = o.bucket_sizes_mb.data();
+    p.num_bucket_sizes = o.bucket_sizes_mb.size();
+  }
   if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
   if (set("--compress", TANDEM_SIM_JOB_COMPRESSION)) p.compression = static_cast<tandem_compression_t>(o.compression);
   if (o.given("--optimizer")) {

@@ -114,7 +114,10 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.accumulation = j.accumulation;
   e.parallel.schedule = j.schedule;
   e.parallel.bucket_mb = j.bucket_mb;
-  e.parallel.first_bucket_mb = j.framework == Framework::kPytorchDdp ? kPytorchFirstBucketMb : 0.0;
+  e.parallel.bucket_sizes_mb = j.bucket_sizes_mb;
+  // the framework's first bucket gives way to explicit sizes; one given together with them is refused (resolve_grid)
+  e.parallel.first_bucket_mb = j.first_bucket_mb.value_or(
+      j.framework == Framework::kPytorchDdp && j.bucket_sizes_mb.empty() ? kPytorchFirstBucketMb : 0.0);
   e.parallel.compression = j.compression;
   e.parallel.partition = j.partition;
   e.parallel.boundaries = j.boundaries;
@@ -150,7 +153,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
 
 JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& where) {
   json_check_keys(j, {"model", "model_file", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
-                      "micro_batches", "schedule", "algorithm", "bucket_mb", "overlap", "optimizer", "profile",
+                      "micro_batches", "schedule", "algorithm", "bucket_mb", "first_bucket_mb", "bucket_sizes_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
                       "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
@@ -214,6 +217,18 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (j.contains("algorithm"))
     job.algorithm = named("algorithm", [](const std::string& s) { return engine::comm::parse_algorithm(s); });
   if (auto v = json_number(j, "bucket_mb", where)) job.bucket_mb = *v;
+  if (auto v = json_number(j, "first_bucket_mb", where)) job.first_bucket_mb = *v;
+  if (j.contains("bucket_sizes_mb")) {
+    const auto& b = j["bucket_sizes_mb"];
+    TANDEM_REQUIRE(b.is_array() && !b.empty(), "{}.bucket_sizes_mb: expected [MiB, ...] (the first buckets' sizes in "
+                   "gradient-ready order), got {}", where, b.dump());
+    job.bucket_sizes_mb.clear();
+    for (const auto& x : b) {
+      TANDEM_REQUIRE(x.is_number() && x.get<double>() > 0, "{}.bucket_sizes_mb: sizes must be numbers > 0 (MiB), got {}",
+                     where, b.dump());
+      job.bucket_sizes_mb.push_back(x.get<double>());
+    }
+  }
   if (auto v = flag("overlap")) job.overlap = *v;
   if (j.contains("optimizer")) job.optimizer = named("optimizer", [](const std::string& s) { return parse_optimizer(s); });
   if (auto v = text("profile")) job.profile = *v;

@@ -88,6 +88,10 @@ struct JobSpec : RunSpec {
   engine::parallel::ScheduleKind schedule = engine::parallel::ScheduleKind::kOneFOneB;
   engine::comm::Algorithm algorithm = engine::comm::Algorithm::kAuto;
   double bucket_mb = 25;              // DDP gradient bucket (MiB)
+  // The bucket policy beside bucket_mb (engine/parallel/parallel_config.hpp): the first bucket's cap (unset: the
+  // framework's, 1 MiB for pytorch-ddp, none for tandem), or the explicit sizes of the first buckets in ready order.
+  std::optional<double> first_bucket_mb;
+  std::vector<double> bucket_sizes_mb;
   bool overlap = true;                // all-reduce buckets during backward
   uint64_t chunk_bytes = 0;           // collective pipelining chunk; 0: the runtime's default
   // DDP gradients on the wire (the runtime's ParallelConfig::compression): fp16/bf16 halve the

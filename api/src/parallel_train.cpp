@@ -64,7 +64,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_SERVER_REPLICAS), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_BUCKETS), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -77,6 +77,14 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
     c.schedule = checked_enum(p->schedule, "tandem_trainer_create_parallel: parallel->schedule");
   }
   if (m & TANDEM_PARALLEL_PARAM_BUCKET_MB) c.bucket_mb = p->bucket_mb;
+  if (m & TANDEM_PARALLEL_PARAM_BUCKETS) {  // ranges checked by validate_config, in its words
+    TANDEM_REQUIRE(p->bucket_sizes_mb != nullptr || p->num_bucket_sizes == 0,
+                   "{}: parallel->bucket_sizes_mb is NULL with num_bucket_sizes {}", fn, p->num_bucket_sizes);
+    TANDEM_REQUIRE(p->num_bucket_sizes <= 65536, "{}: parallel->num_bucket_sizes {} is more than the 65536 allowed", fn,
+                   p->num_bucket_sizes);
+    c.first_bucket_mb = p->first_bucket_mb;
+    c.bucket_sizes_mb.assign(p->bucket_sizes_mb, p->bucket_sizes_mb + p->num_bucket_sizes);
+  }
   if (m & TANDEM_PARALLEL_PARAM_COMPRESSION) {
     c.compression = checked_enum(p->compression, "tandem_trainer_create_parallel: parallel->compression");
   }

@@ -27,7 +27,7 @@ namespace {
 constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TANDEM_SIM_JOB_PRECISION |
                                    TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK |
                                    TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES |
-                                   TANDEM_SIM_JOB_BROADCAST_BUFFERS;
+                                   TANDEM_SIM_JOB_BROADCAST_BUFFERS | TANDEM_SIM_JOB_BUCKETS;
 constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DATA << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
@@ -148,6 +148,14 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p, bool one_strategy) {
     TANDEM_REQUIRE(p->broadcast_buffers == 0 || p->broadcast_buffers == 1,
                    "job.broadcast_buffers: must be 0 or 1, got {}", p->broadcast_buffers);
     j.broadcast_buffers = p->broadcast_buffers == 1;
+  }
+  if (m & TANDEM_SIM_JOB_BUCKETS) {  // ranges checked by the job compiler
+    TANDEM_REQUIRE(p->bucket_sizes_mb != nullptr || p->num_bucket_sizes == 0,
+                   "job.bucket_sizes_mb: NULL with num_bucket_sizes {}", p->num_bucket_sizes);
+    TANDEM_REQUIRE(p->num_bucket_sizes <= 65536, "job.num_bucket_sizes: {} is more than the 65536 allowed",
+                   p->num_bucket_sizes);
+    j.first_bucket_mb = p->first_bucket_mb;
+    j.bucket_sizes_mb.assign(p->bucket_sizes_mb, p->bucket_sizes_mb + p->num_bucket_sizes);
   }
   if (m & TANDEM_SIM_JOB_FRAMEWORK)
     j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,7 +16,22 @@ namespace {
 
 constexpr double kMiB = 1048576.0;
 
-uint64_t bucket_cap_bytes(const ParallelConfig& c) { return std::max<uint64_t>(1, static_cast<uint64_t>(c.bucket_mb * kMiB)); }
+uint64_t mib_to_bytes(double mb) { return std::max<uint64_t>(1, static_cast<uint64_t>(mb * kMiB)); }
+uint64_t bucket_cap_bytes(const ParallelConfig& c) { return mib_to_bytes(c.bucket_mb); }
+// The most bytes one bucket may hold (what the bucket buffers are sized for).
+double largest_bucket_cap_mb(const ParallelConfig& c) {
+  double mb = std::max(c.bucket_mb, c.first_bucket_mb);
+  for (double v : c.bucket_sizes_mb) mb = std::max(mb, v);
+  return mb;
+}
+// The explicit sizes of the first buckets (bucket_sizes_mb, rounded to whole bytes: sizes given as another framework's
+// bucket bytes / 2^20 come back exactly), else the first bucket's cap (first_bucket_mb) where set.
+std::vector<uint64_t> bucket_caps_bytes(const ParallelConfig& c) {
+  std::vector<uint64_t> caps;
+  for (double mb : c.bucket_sizes_mb) caps.push_back(std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(mb * kMiB))));
+  if (caps.empty() && c.first_bucket_mb > 0) caps.push_back(mib_to_bytes(c.first_bucket_mb));
+  return caps;
+}
 
 ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
   ScheduleRequest r;
@@ -25,8 +41,7 @@ ScheduleRequest schedule_request(const CompiledJob& cj, int32_t micro_batches) {
   // buckets: with data parallelism, and with servers even for one worker (its pushes are per bucket)
   r.data_parallel = cj.dp() > 1 || has_servers(cj.job.parallel.strategy, cj.job.parallel.easgd_async);
   r.bucket_bytes = bucket_cap_bytes(cj.job.parallel);
-  const double first_mb = cj.job.parallel.first_bucket_mb;
-  r.first_bucket_bytes = first_mb > 0 ? std::max<uint64_t>(1, static_cast<uint64_t>(first_mb * kMiB)) : 0;
+  r.bucket_caps = bucket_caps_bytes(cj.job.parallel);
   for (const nn::LayerSpec& l : cj.job.model.layers) r.layer_grad_bytes.push_back(static_cast<uint64_t>(l.param_bytes()));
   return r;
 }
@@ -118,7 +133,7 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   const ActivationSplit a = split_activations(job, sp.first_layer, sp.end_layer);
   m.activation_bytes = static_cast<double>(m.samples_in_flight) * (a.kept + input) + static_cast<double>(m.micro_batch) * a.rebuilt;
   if (cj.dp() > 1) {
-    m.bucket_bytes = 2 * std::min(h * P, job.parallel.bucket_mb * kMiB);  // bucket + receive scratch
+    m.bucket_bytes = 2 * std::min(h * P, largest_bucket_cap_mb(job.parallel) * kMiB);  // bucket + receive scratch
     if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
   }
   return m;

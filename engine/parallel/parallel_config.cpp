@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 
@@ -218,6 +219,14 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
                  "bucket size must be in (0, 4096] MiB (got {})", c.bucket_mb);
   TANDEM_REQUIRE(std::isfinite(c.first_bucket_mb) && c.first_bucket_mb >= 0 && c.first_bucket_mb <= 4096,
                  "first bucket size must be in [0, 4096] MiB, 0 for bucket_mb (got {})", c.first_bucket_mb);
+  TANDEM_REQUIRE(c.bucket_sizes_mb.empty() || c.first_bucket_mb == 0,
+                 "give the first bucket's size (first_bucket_mb {}) or the bucket sizes ({} of them), not both",
+                 c.first_bucket_mb, c.bucket_sizes_mb.size());
+  TANDEM_REQUIRE(c.bucket_sizes_mb.size() <= 65536, "{} bucket sizes are more than the 65536 allowed",
+                 c.bucket_sizes_mb.size());
+  for (size_t k = 0; k < c.bucket_sizes_mb.size(); ++k)
+    TANDEM_REQUIRE(std::isfinite(c.bucket_sizes_mb[k]) && c.bucket_sizes_mb[k] > 0 && c.bucket_sizes_mb[k] <= 4096,
+                   "bucket size {} (of the bucket sizes) must be in (0, 4096] MiB (got {})", k, c.bucket_sizes_mb[k]);
   if (!c.boundaries.empty()) {
     TANDEM_REQUIRE(static_cast<int>(c.boundaries.size()) == c.pp + 1,
                    "explicit stage cut has {} boundaries, {} stages need {}", c.boundaries.size(), c.pp, c.pp + 1);
@@ -244,7 +253,9 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
 std::string describe(const ParallelConfig& c) {
   return fmt::format("{} dp={} pp={} micro_batches={} schedule={} bucket_mb={}{} compression={} accumulation={}",
                      strategy_name(c.strategy), c.dp, c.pp, c.micro_batches, schedule_name(c.schedule), c.bucket_mb,
-                     c.first_bucket_mb > 0 ? fmt::format(" first_bucket_mb={}", c.first_bucket_mb) : std::string(),
+                     c.first_bucket_mb > 0 ? fmt::format(" first_bucket_mb={}", c.first_bucket_mb)
+                     : c.bucket_sizes_mb.empty() ? std::string()
+                                                 : fmt::format(" bucket_sizes_mb={}", fmt::join(c.bucket_sizes_mb, ",")),
                      compression_name(c.compression), c.accumulation);
 }
 

@@ -58,6 +58,11 @@ struct ParallelConfig {
   // > 0: the first bucket formed (the stage's last layers, whose gradients are ready first) closes at this size
   // instead of bucket_mb, as PyTorch DDP's does (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB); 0: every bucket bucket_mb.
   double first_bucket_mb = 0;
+  // Explicit bucket sizes in MiB, in gradient-ready order (the stage's last layers first): bucket k closes once it
+  // holds >= bucket_sizes_mb[k]; the buckets after the list close at bucket_mb. Sizes copied from another framework's
+  // buckets (PyTorch DDP logs its bucket sizes in bytes: give bytes / 2^20) rebuild those buckets where they end at
+  // layer boundaries (sizes are rounded to whole bytes). Not together with first_bucket_mb (it is the list {x}).
+  std::vector<double> bucket_sizes_mb;
   GradCompression compression = GradCompression::kNone;
   int accumulation = 1;       // batches whose gradients are summed before one all-reduce and step
   PartitionCost partition = PartitionCost::kFlops;

@@ -158,6 +158,13 @@ uint64_t hash_bounds(const std::vector<int32_t>& b) {
   return h;
 }
 
+// The bucket policy beside bucket_mb: the first bucket's cap and the explicit sizes, bit for bit.
+uint64_t hash_bucket_policy(const ParallelConfig& c) {
+  uint64_t h = mix64(0x6275636b657473, std::bit_cast<uint64_t>(c.first_bucket_mb));
+  for (double v : c.bucket_sizes_mb) h = mix64(h, std::bit_cast<uint64_t>(v));
+  return h;
+}
+
 }  // namespace
 
 ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, const data::Dataset* test,
@@ -460,6 +467,7 @@ void ParallelTrainer::agree_on_settings(bool growing) {
       {"schedule", static_cast<int64_t>(pc_.schedule)},
       {"accumulation", pc_.accumulation},
       {"bucket bytes", static_cast<int64_t>(pc_.bucket_mb * 1048576.0)},
+      {"first bucket / bucket sizes", static_cast<int64_t>(hash_bucket_policy(pc_) >> 1)},
       {"compression", static_cast<int64_t>(pc_.compression)},
       {"partition", static_cast<int64_t>(pc_.partition)},
       {"explicit stage cut", growing ? 0 : static_cast<int64_t>(hash_bounds(pc_.boundaries) >> 1)},

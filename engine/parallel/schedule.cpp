@@ -58,16 +58,17 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int32_t micro_batches) {
 }
 
 std::vector<GradientBucket> make_buckets(int32_t first, int32_t end, const std::vector<uint64_t>& layer_grad_bytes,
-                                         uint64_t bucket_bytes, uint64_t first_bucket_bytes) {
+                                         uint64_t bucket_bytes, const std::vector<uint64_t>& caps) {
   TANDEM_REQUIRE(first >= 0 && first <= end && static_cast<size_t>(end) <= layer_grad_bytes.size(),
                  "bucket layer range [{}, {}) is outside the model's {} layers", first, end, layer_grad_bytes.size());
   TANDEM_REQUIRE(bucket_bytes > 0, "bucket size must be > 0 bytes");
+  for (size_t k = 0; k < caps.size(); ++k) TANDEM_REQUIRE(caps[k] > 0, "bucket {}'s size must be > 0 bytes", k);
   std::vector<GradientBucket> out;
   GradientBucket cur{end, end, 0};
   for (int32_t l = end - 1; l >= first; --l) {
     cur.first_layer = l;
     cur.bytes += layer_grad_bytes[static_cast<size_t>(l)];
-    if (cur.bytes >= (out.empty() && first_bucket_bytes > 0 ? first_bucket_bytes : bucket_bytes)) {
+    if (cur.bytes >= (out.size() < caps.size() ? caps[out.size()] : bucket_bytes)) {
       out.push_back(cur);
       cur = GradientBucket{l, l, 0};
     }
@@ -173,7 +174,7 @@ PipelinePlan make_pipeline_plan(const ScheduleRequest& r) {
       for (int32_t m = M - warmup; m < M; ++m) backward(sp, S, m);
     }
     if (r.data_parallel) {
-      sp.buckets = make_buckets(sp.first_layer, sp.end_layer, r.layer_grad_bytes, r.bucket_bytes, r.first_bucket_bytes);
+      sp.buckets = make_buckets(sp.first_layer, sp.end_layer, r.layer_grad_bytes, r.bucket_bytes, r.bucket_caps);
       for (size_t b = 0; b < sp.buckets.size(); ++b) {
         StageOp op;
         op.kind = StageOpKind::kAllreduceBucket;

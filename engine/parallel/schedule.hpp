@@ -80,7 +80,9 @@ struct ScheduleRequest {
   // Gradient bytes of every layer of the model (only needed with data_parallel).
   std::vector<uint64_t> layer_grad_bytes;
   uint64_t bucket_bytes = 25ull << 20;  // PyTorch DDP's default bucket_cap_mb = 25
-  uint64_t first_bucket_bytes = 0;      // > 0: the first bucket's cap (PyTorch DDP: 1 MiB); 0: bucket_bytes
+  // The caps of the first buckets formed, in gradient-ready order (bucket k closes at >= bucket_caps[k] bytes); the
+  // buckets after them close at bucket_bytes. PyTorch DDP: {1 MiB}. Empty: every bucket at bucket_bytes.
+  std::vector<uint64_t> bucket_caps;
   bool data_parallel = false;           // add all-reduces of gradient buckets before the optimizer step
 };
 
@@ -98,13 +100,14 @@ void validate_pipeline_plan(const PipelinePlan& plan);
 // cuts the one that puts cuts as early as possible is returned, so results are deterministic.
 std::vector<int32_t> partition_layers(const std::vector<double>& cost, int32_t stages);
 
-// Reverse-order buckets over layers [first, end): a bucket closes once it holds >= bucket_bytes (the first one formed:
-// >= first_bucket_bytes when that is > 0). Layers without gradients join the bucket in progress; a stage without
+// Reverse-order buckets over layers [first, end): the k-th bucket formed closes once it holds >= caps[k] bytes, every
+// bucket after the caps at >= bucket_bytes. Layers without gradients join the bucket in progress; a stage without
 // gradients has no bucket. This is PyTorch DDP's rule (Reducer::compute_bucket_assignment_by_size over the
 // gradients in ready order, limits {first bucket, bucket_cap}) at layer granularity: PyTorch cuts between a layer's
-// tensors (its bias is ready before its weight) where the bias alone reaches the cap.
+// tensors (its bias is ready before its weight) where the bias alone reaches the cap. Caps equal to the bytes of
+// another framework's buckets (DDP's logged bucket sizes) rebuild exactly those buckets where they end at layers.
 std::vector<GradientBucket> make_buckets(int32_t first, int32_t end, const std::vector<uint64_t>& layer_grad_bytes,
-                                         uint64_t bucket_bytes, uint64_t first_bucket_bytes = 0);
+                                         uint64_t bucket_bytes, const std::vector<uint64_t>& caps = {});
 
 // Sizes of `micro_batches` micro-batches of `batch` samples: as equal as possible, larger ones first.
 std::vector<int64_t> micro_batch_sizes(int64_t batch, int32_t micro_batches);

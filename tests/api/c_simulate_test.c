@@ -226,6 +226,62 @@ int main(void) {
           "broadcast_buffers 2: %s", tandem_last_error_message());
   }
 
+  /* The bucket policy is a typed job field (BUCKETS): PyTorch DDP's 1 MiB first bucket is the framework's default and
+     nothing else -- Tandem's own job with first_bucket_mb 1, or with the explicit sizes {1}, is timed as pytorch-ddp's
+     (mobilenetv2's BatchNorm buffers broadcast off, so the two frameworks differ in their buckets alone), and
+     pytorch-ddp with first_bucket_mb 0 as Tandem's own; many small explicit buckets change the step; bad fields are
+     refused by name */
+  {
+    tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r = NULL;
+    const double one[1] = {1.0}, small[4] = {0.05, 0.05, 0.05, 0.05}, bad[2] = {0.5, -1.0};
+    double step[6];
+    int k;
+    for (k = 0; k < 6; ++k) {
+      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
+      lenet_job(&f, mobilenet, TANDEM_STRATEGY_DDP);
+      f.dataset = "cifar10";
+      f.field_mask |= TANDEM_SIM_JOB_FRAMEWORK | TANDEM_SIM_JOB_BROADCAST_BUFFERS;
+      f.broadcast_buffers = 0;
+      /* 0 pytorch-ddp unset, 1 tandem first 1, 2 tandem sizes {1}, 3 tandem unset, 4 pytorch-ddp first 0,
+         5 tandem four 0.05 MiB buckets first */
+      f.framework = k == 0 || k == 4 ? TANDEM_FRAMEWORK_PYTORCH_DDP : TANDEM_FRAMEWORK_TANDEM;
+      if (k == 1 || k == 2 || k == 4 || k == 5) f.field_mask |= TANDEM_SIM_JOB_BUCKETS;
+      f.first_bucket_mb = k == 1 ? 1.0 : 0.0;
+      f.bucket_sizes_mb = k == 2 ? one : k == 5 ? small : NULL;
+      f.num_bucket_sizes = k == 2 ? 1 : k == 5 ? 4 : 0;
+      CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_OK, "buckets %d: %s", k, tandem_last_error_message());
+      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+      CHECK(tandem_sim_result_query(r, &q) == TANDEM_OK && q.step_time_s > 0, "buckets query %d", k);
+      step[k] = q.step_time_s;
+      tandem_sim_result_destroy(r);
+      r = NULL;
+    }
+    CHECK(step[0] == step[1] && step[1] == step[2], "a 1 MiB first bucket: pytorch-ddp %.9f, first %.9f, sizes %.9f",
+          step[0], step[1], step[2]);
+    CHECK(step[3] == step[4] && step[3] != step[0], "no first bucket: tandem %.9f, pytorch-ddp first 0 %.9f (1 MiB: "
+          "%.9f)", step[3], step[4], step[0]);
+    CHECK(step[5] != step[3], "four 0.05 MiB buckets first %.9f vs one 25 MiB %.9f", step[5], step[3]);
+    f.framework = TANDEM_FRAMEWORK_TANDEM;
+    f.first_bucket_mb = 1.0;
+    f.bucket_sizes_mb = one;
+    f.num_bucket_sizes = 1;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "not both") != NULL,
+          "first bucket and sizes: %s", tandem_last_error_message());
+    f.first_bucket_mb = 0;
+    f.bucket_sizes_mb = NULL;
+    f.num_bucket_sizes = 2;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "bucket_sizes_mb") != NULL,
+          "NULL sizes: %s", tandem_last_error_message());
+    f.bucket_sizes_mb = bad;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "bucket size 1") != NULL,
+          "a negative size: %s", tandem_last_error_message());
+    CHECK(r == NULL, "no result on errors");
+  }
+
   /* JSON: size query, truncation, full text */
   CHECK(tandem_sim_result_json(result, NULL, &bytes) == TANDEM_OK && bytes > 100, "json size %zu", bytes);
   json = (char*)malloc(bytes);

@@ -206,6 +206,27 @@ class Mistakes(unittest.TestCase):
             return json.loads(out)["step_time_s"]
         self.assertLess(sim("--no-broadcast-buffers"), sim())
 
+    def test_simulate_bucket_policy_flags(self):
+        # --first-bucket-mb and --bucket-sizes-mb set the bucket policy on its own (issue #16): Tandem's job with a
+        # 1 MiB first bucket is timed as pytorch-ddp's buckets (buffers not broadcast, so nothing else differs);
+        # both flags together are refused before anything runs
+        def sim(*extra):
+            rc, out = tandem("simulate", "--cluster", "t2.micro:4", "--model", "mobilenetv2", "--dataset",
+                             "fashion-mnist", "--batch", "32", "--strategy", "ddp", "--json", *extra)
+            self.assertEqual(rc, 0, out)
+            return json.loads(out)["step_time_s"]
+        torch = sim("--framework", "pytorch-ddp", "--no-broadcast-buffers")
+        self.assertEqual(sim("--framework", "pytorch-ddp", "--no-broadcast-buffers", "--first-bucket-mb", "0"),
+                         sim())
+        self.assertNotEqual(torch, sim())
+        self.assertEqual(sim("--first-bucket-mb", "1"), torch)
+        self.assertEqual(sim("--bucket-sizes-mb", "1"), torch)
+        self.assertNotEqual(sim("--bucket-sizes-mb", "0.05,0.05,0.05"), sim())
+        rc, out = tandem("simulate", "--cluster", "t2.micro:4", "--model", "lenet5", "--strategy", "ddp",
+                         "--first-bucket-mb", "1", "--bucket-sizes-mb", "1,2")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--bucket-sizes-mb", out)
+
     def test_predicted_memory_with_a_profile_counts_the_data_sets(self):
         # The prediction adds the train and test sets the trainer holds (Fashion-MNIST: ~53 MiB of 8-bit pixels) to
         # the profile's runtime_rss_bytes, measured once calibrate's passes at the job's batch ran the model's

@@ -19,6 +19,7 @@ static int g_rank = -1;
 #include "../common/c_expect.h"
 
 enum { kBatch = 8, kBatches = 4 };
+static const double kBucketSizes[2] = {0.002, 0.004}, kBadBucketSizes[2] = {0.002, 5000.0};
 
 static tandem_model_t* make_model(tandem_context_t* ctx) {
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
@@ -129,6 +130,21 @@ int main(void) {
   pp.pp = 64;
   EXPECT_FAIL(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &bad),
               TANDEM_ERR_INVALID_ARGUMENT, world == 64 ? "stages but the model has only" : "pp = world");
+  /* the bucket policy: a first-bucket cap and explicit sizes together, a NULL list, a size out of range */
+  pp.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_BUCKETS;
+  pp.strategy = world == 1 ? TANDEM_STRATEGY_SINGLE : TANDEM_STRATEGY_DDP;
+  pp.first_bucket_mb = 1.0;
+  pp.bucket_sizes_mb = kBucketSizes;
+  pp.num_bucket_sizes = 2;
+  EXPECT_FAIL(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &bad),
+              TANDEM_ERR_INVALID_ARGUMENT, "not both");
+  pp.first_bucket_mb = 0;
+  pp.bucket_sizes_mb = NULL;
+  EXPECT_FAIL(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &bad),
+              TANDEM_ERR_INVALID_ARGUMENT, "bucket_sizes_mb is NULL");
+  pp.bucket_sizes_mb = kBadBucketSizes;
+  EXPECT_FAIL(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &bad),
+              TANDEM_ERR_INVALID_ARGUMENT, "bucket size 1 (of the bucket sizes) must be in (0, 4096] MiB");
   pp.field_mask = 1u << 30;
   EXPECT_FAIL(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &bad), TANDEM_ERR_UNSUPPORTED,
               "unknown field_mask");
@@ -137,13 +153,16 @@ int main(void) {
   /* The job: single alone, DDP on 2 ranks, hybrid 2x2 on 4 (2 micro-batches, GPipe). */
   memset(&pp, 0, sizeof pp);
   pp.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_GRID | TANDEM_PARALLEL_PARAM_MICRO_BATCHES |
-                  TANDEM_PARALLEL_PARAM_SCHEDULE | TANDEM_PARALLEL_PARAM_BUCKET_MB | TANDEM_PARALLEL_PARAM_TRACE;
+                  TANDEM_PARALLEL_PARAM_SCHEDULE | TANDEM_PARALLEL_PARAM_BUCKET_MB | TANDEM_PARALLEL_PARAM_TRACE |
+                  TANDEM_PARALLEL_PARAM_BUCKETS;
   pp.strategy = world == 1 ? TANDEM_STRATEGY_SINGLE : world == 4 ? TANDEM_STRATEGY_HYBRID : TANDEM_STRATEGY_DDP;
   pp.dp = world == 4 ? 2 : 0;
   pp.pp = world == 4 ? 2 : 0;
   pp.micro_batches = 2;
   pp.schedule = TANDEM_SCHEDULE_GPIPE;
   pp.bucket_mb = 0.01;
+  pp.bucket_sizes_mb = kBucketSizes; /* two small buckets first (the last layers' gradients), then 0.01 MiB ones */
+  pp.num_bucket_sizes = 2;
   pp.trace = 1;
   EXPECT_OK(tandem_trainer_create_parallel(model, train, test, opt, &tp, &pp, comm, &trainer));
   pa.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT;

@@ -89,6 +89,17 @@ BOOST_AUTO_TEST_CASE(a_rank_with_other_settings_fails_every_rank_naming_it) {
   expect_on_every_rank(errors, Status::kMismatch, {"rank 2 has micro_batches = 4 but rank 0 has 2"});
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_with_other_bucket_sizes_fails_every_rank_naming_it) {
+  // the bucket policy decides which all-reduces the ranks post: one rank's other list would pair different buckets
+  const auto errors = construct_on(2, [](int r) {
+    par::ParallelConfig p;
+    p.strategy = par::Strategy::kDdp;
+    p.bucket_sizes_mb = r == 1 ? std::vector<double>{0.002, 0.004} : std::vector<double>{0.002, 0.003};
+    return p;
+  });
+  expect_on_every_rank(errors, Status::kMismatch, {"rank 1 has first bucket / bucket sizes = "});
+}
+
 BOOST_AUTO_TEST_CASE(grid_places_stages_within_a_replica_on_consecutive_ranks) {
   par::ParallelConfig p = hybrid(2, 3);
   for (int r = 0; r < 6; ++r) {

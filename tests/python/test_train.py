@@ -195,6 +195,18 @@ class ParallelStrategies(unittest.TestCase):
             self.make("ps-async", servers=1, server_replicas=-1)
         self.assertIn("server_replicas", str(e.exception))
 
+    def test_bucket_policy_keywords_reach_their_fields(self):
+        # first_bucket_mb and the list bucket_sizes_mb (tandem_parallel_params_t's BUCKETS): a list trains; both
+        # together, or a size out of range, are refused by the library naming what was wrong
+        first = self.make("ddp", bucket_sizes_mb=[0.001, 0.002]).epoch()
+        self.assertGreater(first["train_samples"], 0)
+        self.assertGreater(self.make("ddp", first_bucket_mb=0.5).epoch()["train_samples"], 0)
+        for kw, want in ((dict(first_bucket_mb=1.0, bucket_sizes_mb=[1.0]), "not both"),
+                         (dict(bucket_sizes_mb=[0.5, -1.0]), "bucket size 1")):
+            with self.assertRaises(tandem.TandemError) as e:
+                self.make("ddp", **kw)
+            self.assertIn(want, str(e.exception))
+
     def test_unknown_strategy_keyword_and_bad_value_are_refused(self):
         with self.assertRaises(tandem.TandemError):
             self.make("gossip")

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "engine/nn/zoo.hpp"
 #include "simulator/cluster.hpp"
+#include "simulator/job.hpp"
 #include "simulator/simulate.hpp"
 #include "tests/parallel/harness.hpp"
 
@@ -158,8 +160,12 @@ std::vector<uint64_t> pytorch_bucket_bytes(const nn::ModelSpec& m, uint64_t cap)
   return out;
 }
 
-std::vector<uint64_t> compiled_bucket_bytes(const std::string& model, sim::Framework f, double bucket_mb) {
+std::vector<uint64_t> compiled_bucket_bytes(const std::string& model, sim::Framework f, double bucket_mb,
+                                            std::optional<double> first_bucket_mb = std::nullopt,
+                                            std::vector<double> bucket_sizes_mb = {}) {
   sim::JobSpec j;
+  j.first_bucket_mb = first_bucket_mb;
+  j.bucket_sizes_mb = std::move(bucket_sizes_mb);
   j.model = model;
   j.dataset = model == "lenet5" ? "fashion-mnist" : "cifar10";
   j.batch = 32;
@@ -194,6 +200,49 @@ BOOST_AUTO_TEST_CASE(pytorch_ddp_caps_the_first_bucket_at_one_mib_in_ready_order
   const std::vector<uint64_t> own = compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25);
   BOOST_TEST_MESSAGE("resnet18 tandem buckets: " << fmt::format("{}", fmt::join(own, ", ")));
   BOOST_TEST(own.front() >= (25u << 20));
+}
+
+// The bucket policy on its own (issue #16: "first-bucket cap, explicit bucket sizes"): Tandem's job with a 1 MiB
+// first bucket is PyTorch DDP's; pytorch-ddp with first_bucket_mb 0 is Tandem's; explicit sizes copied from a
+// framework's logged bucket bytes (/ 2^20) rebuild its buckets exactly -- PyTorch's 5 MiB-cap resnet18 buckets from
+// a 25 MiB job -- and the buckets after the list close at bucket_mb.
+BOOST_AUTO_TEST_CASE(a_first_bucket_cap_or_explicit_sizes_rebuild_another_frameworks_buckets) {
+  const std::vector<uint64_t> torch_resnet18{9461800, 26494976, 8739072},
+      torch_resnet18_cap5{9461800, 9441280, 9969664, 7084032, 6037504, 2701568};
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25, 1.0) == torch_resnet18, tt::per_element());
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kPytorchDdp, 25, 0.0) ==
+                 compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25),
+             tt::per_element());
+  std::vector<double> sizes;
+  for (uint64_t b : torch_resnet18_cap5) sizes.push_back(static_cast<double>(b) / 1048576.0);
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25, std::nullopt, sizes) == torch_resnet18_cap5,
+             tt::per_element());
+  // the list's first three, then 25 MiB: the rest (7084032 + 6037504 + 2701568 bytes) is one bucket
+  const std::vector<double> head(sizes.begin(), sizes.begin() + 3);
+  const std::vector<uint64_t> mixed{9461800, 9441280, 9969664, 7084032 + 6037504 + 2701568};
+  BOOST_TEST(compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25, std::nullopt, head) == mixed,
+             tt::per_element());
+  // both, or a bad size: refused by name
+  BOOST_CHECK_EXCEPTION(compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25, 1.0, {2.0}), tandem::Error,
+                        [](const tandem::Error& e) { return std::string(e.what()).find("not both") != std::string::npos; });
+  BOOST_CHECK_EXCEPTION(compiled_bucket_bytes("resnet18", sim::Framework::kTandem, 25, std::nullopt, {2.0, 0.0}),
+                        tandem::Error, [](const tandem::Error& e) {
+                          return std::string(e.what()).find("bucket size 1") != std::string::npos;
+                        });
+}
+
+// The job JSON takes the same policy under the flags' names; bad values are named.
+BOOST_AUTO_TEST_CASE(the_job_json_reads_the_bucket_policy) {
+  const sim::JobSpec j = sim::parse_job_text(R"({"first_bucket_mb": 2})");
+  BOOST_TEST(j.first_bucket_mb.value_or(-1) == 2.0);
+  const sim::JobSpec k = sim::parse_job_text(R"({"bucket_sizes_mb": [1, 24.5]})");
+  BOOST_TEST(k.bucket_sizes_mb == (std::vector<double>{1, 24.5}), tt::per_element());
+  BOOST_CHECK_EXCEPTION(sim::parse_job_text(R"({"bucket_sizes_mb": 3})"), tandem::Error, [](const tandem::Error& e) {
+    return std::string(e.what()).find("job.bucket_sizes_mb") != std::string::npos;
+  });
+  BOOST_CHECK_EXCEPTION(sim::parse_job_text(R"({"bucket_sizes_mb": [1, -2]})"), tandem::Error, [](const tandem::Error& e) {
+    return std::string(e.what()).find("job.bucket_sizes_mb") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

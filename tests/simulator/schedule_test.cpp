@@ -108,6 +108,25 @@ BOOST_AUTO_TEST_CASE(buckets_fill_from_the_last_layer_backwards) {
   BOOST_TEST(make_buckets(0, 2, {0, 0}, 40).empty());
 }
 
+BOOST_AUTO_TEST_CASE(explicit_caps_close_the_first_buckets_then_bucket_bytes_the_rest) {
+  // layers 0..5 with gradient bytes 10, 0, 30, 20, 25, 5; caps {28, 20}, then 40-byte buckets
+  auto b = make_buckets(0, 6, {10, 0, 30, 20, 25, 5}, 40, {28, 20});
+  BOOST_REQUIRE_EQUAL(b.size(), 3u);
+  BOOST_TEST(b[0].first_layer == 4);  // 5 + 25 = 30 >= 28 (5 alone is not)
+  BOOST_TEST(b[0].bytes == 30u);
+  BOOST_TEST(b[1].first_layer == 3);  // 20 >= 20
+  BOOST_TEST(b[1].bytes == 20u);
+  BOOST_TEST(b[2].first_layer == 0);  // 30 + 0 + 10 = 40 >= 40, the cap after the list
+  BOOST_TEST(b[2].end_layer == 3);
+  // one cap: PyTorch DDP's first-bucket rule; more caps than buckets: the list is cut short by the layers
+  auto one = make_buckets(0, 6, {10, 0, 30, 20, 25, 5}, 40, {1});
+  BOOST_REQUIRE_EQUAL(one.size(), 3u);
+  BOOST_TEST(one[0].bytes == 5u);
+  BOOST_TEST(one[1].bytes == 45u);  // 25 + 20 at the 40-byte cap
+  BOOST_TEST(make_buckets(0, 6, {10, 0, 30, 20, 25, 5}, 40, {1, 1, 1, 1, 1, 1, 1, 1}).size() == 5u);
+  BOOST_CHECK_THROW(make_buckets(0, 6, {10, 0, 30, 20, 25, 5}, 40, {8, 0}), tandem::Error);
+}
+
 BOOST_AUTO_TEST_CASE(micro_batches_split_as_evenly_as_possible) {
   BOOST_TEST(micro_batch_sizes(10, 4) == (std::vector<int64_t>{3, 3, 2, 2}), boost::test_tools::per_element());
   BOOST_CHECK_THROW(micro_batch_sizes(3, 4), tandem::Error);

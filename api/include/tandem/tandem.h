@@ -1040,6 +1040,8 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_ELASTIC       (UINT64_C(1) << 15) /* covers elastic, min_ranks, elastic_checkpoint */
 #define TANDEM_PARALLEL_PARAM_GROW          (UINT64_C(1) << 16) /* covers max_ranks, join_poll_steps, joining */
 #define TANDEM_PARALLEL_PARAM_SERVER_REPLICAS (UINT64_C(1) << 17) /* covers server_replicas */
+#define TANDEM_PARALLEL_PARAM_BUCKETS       (UINT64_C(1) << 18) /* covers first_bucket_mb, bucket_sizes_mb,
+                                                                  * num_bucket_sizes (added in 0.5) */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -1122,6 +1124,16 @@ typedef struct tandem_parallel_params {
    * server. In [0, servers - 1]; PS needs elastic. Cost: each update sends the piece's values and optimizer state to
    * server_replicas servers, and a PS/SSP pull waits for one server-to-server round trip. */
   int32_t server_replicas;          /* default 0: no replica */
+  /* The bucket policy beside bucket_mb (BUCKETS; every data-parallel strategy): gradients are bucketed in
+   * gradient-ready order (the stage's last layers first), whole layers per bucket. The first num_bucket_sizes buckets
+   * close once they hold at least bucket_sizes_mb[k] MiB (rounded to whole bytes), the ones after at bucket_mb; with
+   * no sizes, first_bucket_mb > 0 caps the first bucket alone (PyTorch DDP: 1). Sizes taken from another framework's
+   * buckets (PyTorch DDP logs them in bytes: give bytes / 1048576) rebuild those buckets where they end at layer
+   * boundaries. first_bucket_mb in [0, 4096] (0: bucket_mb); sizes in (0, 4096], at most 65536 of them; not both.
+   * bucket_sizes_mb is copied; NULL with num_bucket_sizes 0: none. */
+  double first_bucket_mb;           /* default 0 */
+  const double* bucket_sizes_mb;    /* default NULL */
+  size_t num_bucket_sizes;          /* default 0 */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 
@@ -1306,6 +1318,8 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_SEED             (UINT64_C(1) << 50)
 #define TANDEM_SIM_JOB_LIMIT_BATCHES    (UINT64_C(1) << 51)
 #define TANDEM_SIM_JOB_BROADCAST_BUFFERS (UINT64_C(1) << 52)
+#define TANDEM_SIM_JOB_BUCKETS          (UINT64_C(1) << 53) /* covers first_bucket_mb, bucket_sizes_mb,
+                                                               num_bucket_sizes (added in 0.5) */
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1390,6 +1404,11 @@ typedef struct tandem_sim_job_params {
   int32_t broadcast_buffers;    /* FRAMEWORK PYTORCH_DDP only: 1 as DDP's broadcast_buffers=True (its default; rank 0's
                                    module buffers, e.g. BatchNorm statistics, are broadcast before every forward),
                                    0 as broadcast_buffers=False; other values are refused. Unset: 1 */
+  /* The bucket policy beside bucket_mb, as tandem_parallel_params_t's BUCKETS fields (the same rule, the same
+   * limits). Unset: FRAMEWORK PYTORCH_DDP caps the first bucket at 1 MiB, TANDEM does not. */
+  double first_bucket_mb;
+  const double* bucket_sizes_mb;    /* read during the call */
+  size_t num_bucket_sizes;
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 

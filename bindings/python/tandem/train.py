@@ -104,7 +104,8 @@ class _ParallelParams(ctypes.Structure):
                 ("clients", _i32), ("dirichlet_alpha", _f64), ("client_fraction", _f64), ("local_epochs", _i32),
                 ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32),
                 ("elastic", _i32), ("min_ranks", _i32), ("elastic_checkpoint", _str), ("max_ranks", _i32),
-                ("join_poll_steps", _i32), ("joining", _i32), ("server_replicas", _i32)]
+                ("join_poll_steps", _i32), ("joining", _i32), ("server_replicas", _i32),
+                ("first_bucket_mb", _f64), ("bucket_sizes_mb", P(_f64)), ("num_bucket_sizes", _size)]
 
 
 # tandem_strategy_t's names, and each parallel keyword: (field_mask bit, field or fields, type). A keyword left at
@@ -119,12 +120,12 @@ _PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "
                     "round_deadline_s": (13, float), "average_every": (14, int), "warmup_steps": (14, int),
                     "elastic": (15, bool), "min_ranks": (15, int), "elastic_checkpoint": (15, bytes),
                     "max_ranks": (16, int), "join_poll_steps": (16, int), "joining": (16, bool),
-                    "server_replicas": (17, int)}
+                    "server_replicas": (17, int), "first_bucket_mb": (18, float), "bucket_sizes_mb": (18, list)}
 _PARALLEL_DEFAULTS = {"dp": 0, "pp": 0, "servers": 1, "staleness": 2, "tau": 4, "alpha": 0.0, "easgd_async": False,
                       "clients": 0, "dirichlet_alpha": 0.0, "client_fraction": 1.0, "local_epochs": 1,
                       "round_deadline_s": 0.0, "average_every": 8, "warmup_steps": 0, "elastic": False, "min_ranks": 1,
                       "elastic_checkpoint": None, "max_ranks": 0, "join_poll_steps": 0, "joining": False,
-                      "server_replicas": 0}
+                      "server_replicas": 0, "first_bucket_mb": 0.0, "bucket_sizes_mb": None}
 
 
 def _parallel_params(strategy, kwargs):
@@ -147,6 +148,11 @@ def _parallel_params(strategy, kwargs):
             setattr(p, name, None if value is None else os.fsencode(value))
         elif conv is bool:
             setattr(p, name, int(bool(value)))
+        elif conv is list:  # sizes in MiB: a C array kept alive by the structure until the call returns
+            sizes = [] if value is None else [float(x) for x in value]
+            p._bucket_sizes = (_f64 * max(1, len(sizes)))(*sizes)
+            p.bucket_sizes_mb = ctypes.cast(p._bucket_sizes, P(_f64))
+            p.num_bucket_sizes = len(sizes)
         else:  # whole numbers in the C field's range (staleness=2**32 + 1 wrapped to 1)
             _set_field(p, name, value, conv)
     return p
@@ -392,7 +398,8 @@ class Trainer(_Handle):
     refused under a launcher that announced more ranks), plus
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
-    warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas.
+    warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas,
+    first_bucket_mb, bucket_sizes_mb (a list of MiB: the first buckets' sizes in gradient-ready order).
     A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; tau, alpha,
     easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps: localsgd) given to another
     strategy raise TandemError naming the field, as do more FedAvg clients than training samples.
