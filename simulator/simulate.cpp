@@ -743,6 +743,25 @@ void busiest_nic(SimResult& res, const StepResult& st) {
 
 }  // namespace
 
+static std::string cpu_slowdown_causes(const ClusterSpec& cluster, const std::vector<NodeReport>& nodes) {
+  bool credits = false;
+  std::string quota, shared;
+  for (size_t i = 0; i < cluster.nodes.size() && i < nodes.size(); ++i) {
+    if (nodes[i].ranks == 0) continue;
+    const NodeSpec& n = cluster.nodes[i];
+    if (n.hw.gpus > 0) continue;
+    credits = credits || n.credit_mode == CreditMode::kStandard;
+    if (quota.empty() && n.cpu_quota > 0 && n.cpu_quota < static_cast<double>(n.hw.vcpus))
+      quota = fmt::format("a CFS quota of {:g} core(s) on {} vCPU(s)", n.cpu_quota, n.hw.vcpus);
+    if (shared.empty() && nodes[i].ranks > n.hw.vcpus)
+      shared = fmt::format("{} ranks time-sliced on {} vCPU(s)", nodes[i].ranks, n.hw.vcpus);
+  }
+  std::string out = credits ? "CPU credits: throttled to the baseline share" : "";
+  for (const std::string& s : {quota, shared})
+    if (!s.empty()) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 std::string name_bottleneck(const SimResult& r) {
   if (!r.fits) {
     const MemoryBreakdown& b = r.memory;
@@ -759,7 +778,7 @@ std::string name_bottleneck(const SimResult& r) {
       {r.comm_exposed_s, "exposed communication (all-reduces not hidden by backward)"},
       {r.staleness_wait_s, "staleness waits (workers held by the bound on the slowest)"},
       {r.bubble_s, "pipeline bubble (stages waiting for their neighbours)"},
-      {r.throttled_s, "CPU credits (throttled to the baseline share)"},
+      {r.throttled_s, "CPU below full speed"},
       {r.idle_s, "idle ranks (unbalanced stages or replicas)"}};
   const auto* top = &parts[0];
   for (const auto& p : parts)
@@ -770,6 +789,9 @@ std::string name_bottleneck(const SimResult& r) {
     return fmt::format("exposed communication ({}{}; busiest NIC {}) ({:.0f}% of the run)", r.exchange,
                        incast ? ": server NIC incast" : "", r.busiest_nic, 100 * share);
   }
+  if (top == &parts[4])  // name what slows the CPU: credits, a quota or ranks sharing cores
+    return fmt::format("CPU below full speed ({}) ({:.0f}% of the run)",
+                       r.cpu_slowdown.empty() ? "throttled" : r.cpu_slowdown, 100 * share);
   return fmt::format("{} ({:.0f}% of the run)", top->second, 100 * share);
 }
 
@@ -1052,6 +1074,7 @@ SimResult Simulation::run(const ClusterSpec& cluster, const CompiledJob& cj, con
   }
   res.memory = p.memory;
   res.nodes_used -= 1;  // counted from 1
+  res.cpu_slowdown = cpu_slowdown_causes(p.cluster, p.nodes);
   res.nodes = p.nodes;
   if (res.exchange == "round" && !res.rounds.empty()) {
     for (const RoundReport& rr : res.rounds) {
@@ -1124,7 +1147,7 @@ nlohmann::json SimResult::to_json() const {
       {"surplus_usd", surplus_usd}, {"compute_source", compute_source}, {"compute_scale", compute_scale},
       {"stage_boundaries", stage_boundaries}, {"events", events}, {"flows", flows},
       {"symmetric_execution", symmetric_used}, {"sim_wall_s", wall_s},
-      {"bottleneck", bottleneck}, {"scaling_note", scaling_note}, {"exchange", exchange}, {"workers", workers},
+      {"bottleneck", bottleneck}, {"cpu_slowdown", cpu_slowdown}, {"scaling_note", scaling_note}, {"exchange", exchange}, {"workers", workers},
       {"servers", servers}, {"window_steps", window_steps}, {"staleness_wait_s", staleness_wait_s},
       {"busiest_nic_bytes", busiest_nic_bytes}, {"busiest_nic_rank", busiest_nic_rank}, {"busiest_nic", busiest_nic},
       {"note", note}, {"memory_advice", memory_advice},

@@ -117,6 +117,9 @@ struct SimResult {
   std::vector<TraceSpan> trace;      // first phase's step, when asked for
   std::shared_ptr<const engine::parallel::CompiledJob> job;  // the compiled job that was timed
   std::string bottleneck;    // what the run spends the most time on ("pipeline bubble (...) (41% of the run)")
+  // What holds the used nodes' CPUs below full speed (throttled_s): "CPU credits", "a CFS quota of 0.5 core",
+  // "4 ranks time-sliced on 2 vCPUs", joined by ", "; empty when nothing does.
+  std::string cpu_slowdown;
   std::string scaling_note;  // why the speedup is super-linear, when it is (credits, memory); else empty
 
   // ---- the strategies of issue #13 (strategy.hpp) ----

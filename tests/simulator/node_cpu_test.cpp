@@ -407,4 +407,25 @@ BOOST_AUTO_TEST_CASE(without_the_fields_predictions_are_unchanged_and_with_them_
              four_ranks(nlohmann::json::object(), "none4", 4).step_time_s);
 }
 
+// The bottleneck names what holds the CPU below full speed: four ranks on two vCPUs without credits were reported as
+// "CPU credits (throttled to the baseline share)" (a t2 node's words for every slowdown).
+BOOST_AUTO_TEST_CASE(the_bottleneck_names_shared_cores_a_quota_or_credits_not_always_credits) {
+  const SimResult shared = four_ranks(nlohmann::json::object(), "cause");
+  BOOST_TEST(shared.cpu_slowdown == "4 ranks time-sliced on 2 vCPU(s)");
+  BOOST_TEST(shared.throttled_s > shared.comm_exposed_s);  // the step is compute: the CPU line is the bottleneck
+  BOOST_TEST(shared.bottleneck.find("CPU below full speed (4 ranks time-sliced on 2 vCPU(s))") == 0u, shared.bottleneck);
+  BOOST_TEST(shared.bottleneck.find("credits") == std::string::npos, shared.bottleneck);
+  BOOST_TEST(four_ranks(nlohmann::json::object(), "cause4", 4).cpu_slowdown.empty());
+  const auto causes = [](const std::string& node) {
+    return simulate(parse_cluster(R"({"nodes": [)" + node + "]}"), tandem::simulator::testing::lenet5_ddp(2, ""),
+                    {.baseline = false})
+        .cpu_slowdown;
+  };
+  BOOST_TEST(causes(R"({"preset": "t2.micro", "count": 2, "credit_mode": "standard"})") ==
+             "CPU credits: throttled to the baseline share");
+  BOOST_TEST(causes(R"({"preset": "t2.micro", "count": 2, "credit_mode": "unlimited"})").empty());
+  BOOST_TEST(causes(R"({"preset": "c5.large", "count": 2, "cpu_quota": 0.5})") ==
+             "a CFS quota of 0.5 core(s) on 2 vCPU(s)");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
