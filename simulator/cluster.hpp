@@ -55,7 +55,9 @@ struct NodeSpec {
   double swap_bytes = 0;
   double swap_slowdown = 4.0;              // compute slowdown of a node that swaps
   // Memory each rank's runtime holds beyond tensors (runtime_bytes|_mib|_gib); default: the profile's
-  // runtime_rss_bytes (CPU nodes), else kDefaultCpuRuntimeBytes / kDefaultGpuRuntimeBytes (simulate.hpp).
+  // runtime_rss_bytes (CPU nodes), else kDefaultCpuRuntimeBytes / kDefaultGpuRuntimeBytes (simulate.hpp). A Tandem
+  // rank on a CPU node adds its stage's reordered convolution weights (StageMemory::conv_copy_bytes) to it, except to
+  // a profile's measured figure of the job's model, which holds them already.
   std::optional<double> runtime_bytes;
   int32_t ranks_per_node = 1;              // CPU nodes only (a GPU node hosts one rank per GPU)
   double cpu_quota = 0;                    // CFS quota in cores; 0: none

@@ -12,6 +12,7 @@
 #include "engine/data/dataset.hpp"
 #include "engine/data/partition.hpp"
 #include "engine/parallel/fedavg.hpp"
+#include "engine/nn/cpu_storage.hpp"
 #include "engine/nn/zoo.hpp"
 #include "simulator/broadcast.hpp"
 #include "simulator/comm_cpu.hpp"
@@ -22,20 +23,30 @@
 
 namespace tandem::simulator {
 
+namespace {
+
+// Whether the profile was measured for this model (same name, and the same input where it gives one): only then do
+// its measured activation peak and runtime size describe the job's model.
+bool profile_of_model(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile) {
+  if (!profile || profile->model != model.name) return false;
+  return profile->input.empty() || profile->input == std::vector<int64_t>{model.input.c, model.input.h, model.input.w};
+}
+
+}  // namespace
+
 double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile,
                                   int64_t micro_batch) {
-  if (!profile || profile->model != model.name) return kTandemCpuActivationPeak;
-  if (!profile->input.empty() && profile->input != std::vector<int64_t>{model.input.c, model.input.h, model.input.w})
-    return kTandemCpuActivationPeak;
+  if (!profile_of_model(model, profile)) return 1.0;
   const int64_t samples = micro_batch >= 1 ? micro_batch : profile->batch;
   const std::optional<double> peak = activation_peak_at(*profile, samples);
-  if (!peak) return kTandemCpuActivationPeak;
-  // what the job compiler counts for a one-process job of the whole model at that many samples (f32, nothing
-  // recomputed): every sample's stored outputs and its input
-  const double per_sample = static_cast<double>(model.stored_activation_bytes(0, model.layers.size())) +
-                            4.0 * static_cast<double>(model.input.numel());
-  const double counted = static_cast<double>(samples) * per_sample;
-  return counted > 0 ? *peak / counted : kTandemCpuActivationPeak;
+  if (!peak) return 1.0;
+  // the peak the job compiler derives for what the profile measured: one process of the whole model at that many
+  // samples, f32, nothing recomputed
+  engine::parallel::Job one;
+  one.model = model;
+  one.batch = samples;
+  const double derived = engine::parallel::compile_job(one, 1).stages.front().memory.cpu_activation_peak_bytes();
+  return derived > 0 ? *peak / derived : 1.0;
 }
 
 namespace {
@@ -83,13 +94,19 @@ ConvertCost convert_cost(engine::parallel::GradCompression c, const std::optiona
   return f16 ? ConvertCost{kDefaultFp16ToS, kDefaultFp16BackS} : ConvertCost{kDefaultBf16ToS, kDefaultBf16BackS};
 }
 
+// Whether a rank's runtime allowance on `node` is the profile's measured resident size (runtime_rss_bytes).
+bool runtime_from_profile(const NodeSpec& node, const std::optional<CalibrationProfile>& profile, Framework framework) {
+  return !node.runtime_bytes && node.hw.gpus == 0 && framework != Framework::kPytorchDdp && profile &&
+         profile->runtime_rss_bytes;
+}
+
 // A rank's runtime allowance on `node`: the node's own figure, else on a CPU node the framework's (PyTorch: its
 // measured process size; Tandem: the profile's measured resident size after setup), else the defaults.
 double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile, Framework framework) {
   if (node.runtime_bytes) return *node.runtime_bytes;
   if (node.hw.gpus > 0) return kDefaultGpuRuntimeBytes;
   if (framework == Framework::kPytorchDdp) return kPytorchCpuRuntimeBytes;
-  if (profile && profile->runtime_rss_bytes) return *profile->runtime_rss_bytes;
+  if (runtime_from_profile(node, profile, framework)) return *profile->runtime_rss_bytes;
   return kDefaultCpuRuntimeBytes;
 }
 
@@ -106,13 +123,25 @@ double rank_data_bytes(const CompiledJob& cj, const RunSpec& run, const DatasetI
 }
 
 // Each node's need (a CPU node: the sum of its ranks; a GPU node: its largest rank) and, in `worst`, the breakdown
-// of the largest rank on the node that fits worst. Tandem's CPU ranks hold tandem_cpu_activation_peak() times the
-// activations the job counts, and their data sets (`data`, per rank; not charged to a GPU's memory, nor to
-// pytorch-ddp, whose measured process size stands for it).
+// of the largest rank on the node that fits worst. A Tandem rank on a CPU node holds its stage's cpu backend figures
+// (StageMemory: cpu_activation_peak_bytes() as its activations, scaled by what the profile measured for the job's
+// model -- tandem_cpu_activation_peak --, and its convolutions' reordered weights, conv_copy_bytes, with its runtime)
+// and its data sets (`data`, per rank; not charged to a GPU's memory, nor to pytorch-ddp, whose measured process
+// size stands for it). A profile's runtime_rss_bytes holds the reordered weights of the model it measured: for the
+// job's model those of the whole model are replaced by the rank's own (a stage holds only its own); a profile of
+// another model keeps its own (not known here) and the rank's are added.
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
                  double data, Framework framework, const std::optional<CalibrationProfile>& profile,
                  const ClusterSpec& cluster, std::vector<NodeReport>& nodes, MemoryBreakdown& worst) {
   const engine::parallel::SyncProgram& sync = cj.sync;
+  const engine::nn::ModelSpec& model = cj.job.model;
+  // the measured peak over the derived one at the job's micro-batch (1 without a measurement of this model); every
+  // stage and worker has the same micro-batch, servers hold no activations
+  const double scale = framework == Framework::kTandem
+                           ? tandem_cpu_activation_peak(model, profile, cj.micro_batch_sizes.front())
+                           : 1.0;
+  const double measured_copies =
+      profile_of_model(model, profile) ? engine::nn::cpu_workspace(model, 0, model.layers.size(), 1).conv_copy_bytes : 0.0;
   std::vector<MemoryBreakdown> largest(nodes.size());
   for (int32_t r = 0; r < cj.world; ++r) {
     const int32_t n = node_of_rank[r];
@@ -121,13 +150,13 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
                                                  ? cj.stages[static_cast<size_t>(r % cj.pp())].memory
                                              : r < sync.workers ? sync.worker_memory
                                                                 : sync.server_memory.at(static_cast<size_t>(r - sync.workers));
-    const bool gpu = cluster.nodes[static_cast<size_t>(n)].hw.gpus > 0;
+    const NodeSpec& node = cluster.nodes[static_cast<size_t>(n)];
+    const bool gpu = node.hw.gpus > 0;
     const bool tandem_cpu = framework == Framework::kTandem && !gpu;
-    // the peak factor at this rank's micro-batch (the batch-independent part of a measured curve weighs more on a
-    // small one); servers hold no activations
-    const double peak = tandem_cpu ? tandem_cpu_activation_peak(cj.job.model, profile, m.micro_batch) : 1.0;
-    MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes, peak * m.activation_bytes,
-                      runtime[static_cast<size_t>(n)], m.bucket_bytes};
+    double rt = runtime[static_cast<size_t>(n)];
+    if (tandem_cpu) rt += m.conv_copy_bytes - (runtime_from_profile(node, profile, framework) ? measured_copies : 0.0);
+    MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes,
+                      tandem_cpu ? scale * m.cpu_activation_peak_bytes() : m.activation_bytes, rt, m.bucket_bytes};
     b.data_bytes = tandem_cpu ? data : 0.0;
     const double need = b.total();
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;

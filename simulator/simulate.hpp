@@ -28,23 +28,23 @@ constexpr double kDefaultGpuRuntimeBytes = 600.0 * 1048576;
 // --framework pytorch-ddp on a CPU node: a PyTorch process's resident size besides its tensors (libtorch, oneDNN,
 // gloo, the Python interpreter), ~340 MiB as measured for issue #16; a Tandem profile's figure does not describe it.
 constexpr double kPytorchCpuRuntimeBytes = 340.0 * 1048576;
-// Tandem on a CPU node: its peak resident memory per byte of the activations the job compiler counts (StageMemory::
-// activation_bytes, the outputs with storage of their own). On top: the gradients alive during backward and the host
-// caching allocator's free blocks, kept per size class, which other sizes cannot reuse. Measured (issue #16) with
-// `tandem train --model mobilenetv2 --dataset cifar10 --optimizer adam --threads 1` on the cpu backend: peak RSS 332,
-// 598 and 1,128 MiB at batch 16, 32 and 64, i.e. 16.6 MiB per sample against 12.8 MiB counted (1.30); the hybrid 2x2
-// job at batch 64 in two micro-batches peaked at 975 MiB on a stage-0 rank. (The memory guard's kActivationOverhead,
-// 1.25, is the same measurement over its channel-padded figure.) PyTorch's CPU allocator returns freed blocks to
-// malloc: no factor is applied to pytorch-ddp.
-constexpr double kTandemCpuActivationPeak = 1.30;
-// The factor a Tandem CPU rank's counted activations are multiplied by, for a rank whose micro-batch is
-// `micro_batch` samples (< 1: the profile's batch): from the calibration profile where it was measured for this
-// model -- the peak it gives for that many samples (activation_peak_at: its activation_peak_curve, else
-// activation_peak_bytes in proportion) over the activations the job compiler counts for one process of the whole
-// model at that micro-batch (StageMemory::activation_bytes of that job, the stored outputs plus the input) --, else
-// kTandemCpuActivationPeak. With a curve the factor falls with the micro-batch (its batch-independent part spread
-// over more samples). The profile must name the same model (and, where it gives one, the same input shape); an old
-// profile without either field, or one measured for another model, keeps the constant.
+// Tandem on a CPU node: a rank's activations at its step's peak are what the job compiler derives for its stage on
+// the cpu backend (engine/parallel/job.hpp StageMemory::cpu_activation_peak_bytes: nn::kCpuActivationOverhead, 1.25,
+// over the activations as that backend stores them -- channels padded, max-pool workspaces --, plus backward's scratch
+// of the largest layer and the largest convolution's weight-gradient scratch), the same terms the runtime's memory
+// guard charges; its runtime holds the stage's reordered convolution weights (StageMemory::conv_copy_bytes) beside the
+// allowance. Without a profile of the job's model that derived peak is the figure. PyTorch's CPU allocator returns
+// freed blocks to malloc and its kernels are not Tandem's: pytorch-ddp ranks (and GPU ranks) are charged the counted
+// activations, StageMemory::activation_bytes.
+// The factor that derived peak is multiplied by, for a rank whose micro-batch is `micro_batch` samples (< 1: the
+// profile's batch): where the profile was measured for this model, the peak it gives for that many samples
+// (activation_peak_at: its activation_peak_curve, else activation_peak_bytes in proportion) over the derived peak of one
+// process of the whole model at that micro-batch (the job compiler's, f32) -- else 1. The measurement thus corrects
+// the derived figure's scale while the job compiler says how it divides: a pipeline stage is charged its own
+// activations, scratch and largest convolution, each micro-batch in flight its activations, the batch-independent
+// scratch once. For one process of the whole model at the profile's batch the rank's peak is the measured one. The
+// profile must name the same model (and, where it gives one, the same input shape); an old profile without either
+// field, or one measured for another model, gives 1.
 double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile,
                                   int64_t micro_batch = 0);
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the

@@ -14,13 +14,15 @@ Per case MODEL:BATCH[:CALIBRATED_BATCH]:
      allowance and the loaded data sets) beside the process's measured peak RSS (VmHWM);
   3. the same run predicted from the profile less its curve -- the single measurement scaled in proportion to the
      batch, as before the curve existed ("one point");
-  4. and less both -- the simulator's fixed factor (kTandemCpuActivationPeak, 1.30) over the activations it counts.
+  4. and less both -- the peak the job compiler derives for the cpu backend (StageMemory::cpu_activation_peak_bytes:
+     1.25 x the padded activations + backward's scratch + the largest convolution's weight-gradient scratch; before
+     issue #16's memory unification, 1.30 x the counted activations) with the profile's runtime size ("derived").
 Every run also logs the runtime memory guard's own estimate (engine/train/memory_guard.cpp, TANDEM_LOG_LEVEL=debug)
 before its first step: shown as "guard", its error against the same measured peak.
 --cross MODELS --cal C --at B1,B2,...: the cases MODEL:B:C for every model and B, i.e. calibrated at one batch and
 predicted at others (the cross-batch check).
 Prints one row per case: measured MiB; predicted MiB and error (predicted - measured) / measured with the curve, with
-one point, with the fixed factor; the guard's estimate and error. --check F exits 1 when an error with the curve is
+one point, derived; the guard's estimate and error. --check F exits 1 when an error with the curve is
 beyond +-F. Every run is its own process.
 """
 import argparse
@@ -136,7 +138,7 @@ def main():
             r = rows[-1]
             if len(rows) == 1:
                 print(f"{'model':<12} {'batch':>5} {'cal':>4} | {'act peak MiB':>12} {'runtime MiB':>11} | {'measured MiB':>12} | "
-                      f"{'curve':>7} {'error':>7} | {'one point':>9} {'error':>7} | {'fixed 1.30':>10} {'error':>7} | "
+                      f"{'curve':>7} {'error':>7} | {'one point':>9} {'error':>7} | {'derived':>10} {'error':>7} | "
                       f"{'guard':>7} {'error':>7}")
             print(f"{r['model']:<12} {r['batch']:>5} {r['calibrated_batch']:>4} | {mib(r['activation_peak_bytes']):>12.1f} "
                   f"{mib(r['runtime_rss_bytes']):>11.1f} | {mib(r['measured_bytes']):>12.1f} | "

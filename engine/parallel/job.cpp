@@ -9,6 +9,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/data/partition.hpp"
+#include "engine/nn/cpu_storage.hpp"
 
 namespace tandem::engine::parallel {
 
@@ -84,15 +85,17 @@ double crossing_bytes(const nn::ModelSpec& spec, int32_t cut, double act_scale) 
 struct ActivationSplit {
   double kept = 0, rebuilt = 0;
 };
-ActivationSplit split_activations(const Job& job, int32_t first, int32_t end) {
+// `stored` gives a layer's output as it is stored, per sample in f32: its activation_bytes, or as the cpu backend
+// keeps it (nn::cpu_stored_output_bytes).
+ActivationSplit split_activations(const Job& job, int32_t first, int32_t end, double (*stored)(const nn::LayerSpec&)) {
   const MemoryConfig& mc = job.memory;
   const double scale = activation_scale(mc);
   const std::vector<bool> shared = job.model.shared_outputs(static_cast<size_t>(first));
-  const auto output = [&](int32_t i) { return scale * static_cast<double>(job.model.layers[static_cast<size_t>(i)].activation_bytes); };
+  const auto output = [&](int32_t i) { return scale * stored(job.model.layers[static_cast<size_t>(i)]); };
   const auto act = [&](int32_t i) { return shared[static_cast<size_t>(i)] ? 0.0 : output(i); };
   ActivationSplit a;
   if (mc.recompute == Recompute::kNone) {
-    a.kept = scale * static_cast<double>(job.model.stored_activation_bytes(static_cast<size_t>(first), static_cast<size_t>(end)));
+    for (int32_t i = first; i < end; ++i) a.kept += act(i);
     return a;
   }
   const int32_t k = mc.recompute == Recompute::kStageInputs ? end - first + 1 : mc.recompute_every;  // no checkpoint inside
@@ -130,14 +133,33 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   for (int64_t k = 0; k < in_flight; ++k) m.samples_in_flight += cj.micro_batch_sizes[static_cast<size_t>(k)];
   m.micro_batch = cj.micro_batch_sizes.front();
   const double input = crossing_bytes(job.model, sp.first_layer, activation_scale(mc));
-  const ActivationSplit a = split_activations(job, sp.first_layer, sp.end_layer);
-  m.activation_bytes = static_cast<double>(m.samples_in_flight) * (a.kept + input) + static_cast<double>(m.micro_batch) * a.rebuilt;
+  const auto activations = [&](const ActivationSplit& a, double in) {
+    return static_cast<double>(m.samples_in_flight) * (a.kept + in) + static_cast<double>(m.micro_batch) * a.rebuilt;
+  };
+  const auto plain = [](const nn::LayerSpec& l) { return static_cast<double>(l.activation_bytes); };
+  m.activation_bytes = activations(split_activations(job, sp.first_layer, sp.end_layer, plain), input);
+  // the cpu backend's figures (engine/nn/cpu_storage.hpp): its layouts of the same outputs, its scratch and weights
+  m.layout_bytes = activations(split_activations(job, sp.first_layer, sp.end_layer, nn::cpu_stored_output_bytes), input) -
+                   m.activation_bytes;
+  const nn::CpuWorkspace w = nn::cpu_workspace(job.model, static_cast<size_t>(sp.first_layer),
+                                               static_cast<size_t>(sp.end_layer), m.micro_batch, activation_scale(mc));
+  m.scratch_bytes = w.scratch_bytes;
+  m.conv_scratch_bytes = w.conv_scratch_bytes;
+  m.conv_copy_bytes = w.conv_copy_bytes;
   if (cj.dp() > 1) {
     m.bucket_bytes = 2 * std::min(h * P, largest_bucket_cap_mb(job.parallel) * kMiB);  // bucket + receive scratch
     if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
   }
   return m;
 }
+
+}  // namespace
+
+double StageMemory::cpu_activation_peak_bytes() const noexcept {
+  return nn::kCpuActivationOverhead * (activation_bytes + layout_bytes) + scratch_bytes + conv_scratch_bytes;
+}
+
+namespace {
 
 void check_memory_config(const Job& job) {
   const MemoryConfig& m = job.memory;
@@ -584,6 +606,10 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
     first(differ((at + "optimizer bytes").c_str(), x.memory.optimizer_bytes, y.memory.optimizer_bytes));
     first(differ((at + "activation bytes").c_str(), x.memory.activation_bytes, y.memory.activation_bytes));
     first(differ((at + "bucket bytes").c_str(), x.memory.bucket_bytes, y.memory.bucket_bytes));
+    first(differ((at + "layout bytes").c_str(), x.memory.layout_bytes, y.memory.layout_bytes));
+    first(differ((at + "scratch bytes").c_str(), x.memory.scratch_bytes, y.memory.scratch_bytes));
+    first(differ((at + "conv scratch bytes").c_str(), x.memory.conv_scratch_bytes, y.memory.conv_scratch_bytes));
+    first(differ((at + "conv copy bytes").c_str(), x.memory.conv_copy_bytes, y.memory.conv_copy_bytes));
     first(differ((at + "samples in flight").c_str(), x.memory.samples_in_flight, y.memory.samples_in_flight));
   }
   if (d.empty() && a.boundary_bytes_per_sample != b.boundary_bytes_per_sample) d = "bytes crossing the cuts differ";

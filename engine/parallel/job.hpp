@@ -78,6 +78,18 @@ struct Job {
 //                    parameter, m = 4 (f32 master weights) under mixed precision, else 0
 //   activation_bytes see stage_memory() in job.cpp: h/4 of the f32 outputs that have storage of their own
 //                    (ModelSpec::stored_activation_bytes: not in-place ReLUs, flatten views), fewer under recomputation
+// and what Tandem's cpu backend (oneDNN) holds on top, from the stage's shapes (engine/nn/cpu_storage.hpp), not in
+// total(): the runtime's memory guard charges them (engine/train/memory_guard.hpp), and the simulator for a Tandem
+// rank on a CPU node (simulator/simulate.hpp: its profile-less figure; a profile's measured peak and runtime size
+// already hold them):
+//   layout_bytes       the same outputs as that backend stores them (nn::cpu_stored_output_bytes: channels padded
+//                      to 16, max-pool argmax workspaces) less activation_bytes's figure of them (the input unpadded)
+//   scratch_bytes      h/4 x 2 x the stage's largest stored output x micro_batch (backward's output and input gradients)
+//   conv_scratch_bytes h/4 x 2 x the stage's largest convolution weights (its weight gradient and reordered copy)
+//   conv_copy_bytes    h/4 x 1.2 x the stage's convolution weights (reordered into blocked formats; the runtime's
+//                      resident size after its first step holds them, hence a profile's runtime_rss_bytes)
+// A Tandem cpu rank's activation peak is nn::kCpuActivationOverhead x (activation_bytes + layout_bytes) + scratch_bytes
+// + conv_scratch_bytes (cpu_activation_peak_bytes()).
 struct StageMemory {
   double param_bytes = 0;       // parameters of the stage's layers
   double grad_bytes = 0;        // their gradients
@@ -88,7 +100,13 @@ struct StageMemory {
   int64_t samples_in_flight = 0;  // samples whose activations are alive at once (GPipe: all; 1F1B: S - s
                                   // micro-batches at most)
   int64_t micro_batch = 0;        // the largest micro-batch
+  double layout_bytes = 0;        // cpu backend: padding and max-pool workspaces of the activations counted above
+  double scratch_bytes = 0;       // cpu backend: backward's scratch of the largest layer
+  double conv_scratch_bytes = 0;  // cpu backend: the largest convolution's weight-gradient scratch
+  double conv_copy_bytes = 0;     // cpu backend: the convolutions' reordered weights
   double total() const noexcept { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bucket_bytes; }
+  // What a Tandem rank on the cpu backend holds at its step's peak for its activations (see above).
+  double cpu_activation_peak_bytes() const noexcept;
 };
 
 struct StageProgram {

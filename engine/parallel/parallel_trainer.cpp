@@ -310,6 +310,11 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   footprint.prefetch = config_.prefetch;
   footprint.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(config_.optimizer);
   footprint.bucket_bytes = mine.memory.bucket_bytes;
+  footprint.activation_bytes = mine.memory.activation_bytes;
+  footprint.layout_bytes = mine.memory.layout_bytes;
+  footprint.scratch_bytes = mine.memory.scratch_bytes;
+  footprint.conv_scratch_bytes = mine.memory.conv_scratch_bytes;
+  footprint.conv_copy_bytes = mine.memory.conv_copy_bytes;
   train::check_training_memory(model_, footprint,
                                fmt::format("rank {} (stage {} of {})", grid_.rank, grid_.stage, grid_.pp));
 

@@ -15,6 +15,7 @@
 #include "engine/core/host_info.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/settings.hpp"
+#include "engine/nn/cpu_storage.hpp"
 
 namespace tandem::engine::train {
 
@@ -24,26 +25,9 @@ constexpr double kMiB = 1048576.0;
 // cgroup v1 reports "no limit" as a huge page-rounded number (9223372036854771712); anything above this
 // is treated as unlimited.
 constexpr double kUnlimited = 1e18;
-// Peak over the activations kept for backward: gradient buffers alive during backward, backend workspaces and the
-// caching allocator's free blocks. Measured with tandem train on the cpu backend (mobilenetv2 at batch 16 and 64:
-// peak RSS 263 and 880 MiB against 259 and 911 MiB estimated with this factor).
-constexpr double kActivationOverhead = 1.25;
 // What the first step adds besides tensors: oneDNN's JIT kernels and primitive caches, the evaluation batch
 // (measured: lenet5 at batch 64 peaks 8-20 MiB above its tensors).
 constexpr double kFirstStepRuntimeBytes = 16.0 * 1048576;
-// On the cpu backend the convolutions also keep their weights reordered into oneDNN's blocked formats (forward and
-// backward), which grows with the convolution weights, not the batch: tandem calibrate's runtime_rss_bytes over an
-// mlp's (17.8 MiB, no convolutions), per byte of f32 convolution weights, was 1.2 for vgg16 and alexnet (CIFAR),
-// 1.26 for mobilenetv2 and 1.8 for resnet18 (issue #16, bench/simulator/memory_check.py). The lowest is taken: the
-// guard must not refuse a job that fits. Without it resnet18 at batch 8 peaked 318 MiB against 237 estimated.
-constexpr double kConvWeightCopies = 1.2;
-// ... and a step's peak has a part that does not grow with the batch: the weight gradient of the largest
-// convolution and its reordered copy. Measured as the intercept of the activation peak against the batch
-// (activation_peak_curve): 18 MiB for resnet18 and vgg16 (largest convolution 512x512x3x3, 9.0 MiB), ~3 MiB for
-// mobilenetv2 (1.6 MiB), 8.7 MiB for alexnet (3.4 MiB).
-constexpr double kLargestConvWeightCopies = 2.0;
-// The cpu backend keeps 4-D activations in oneDNN's blocked formats, channels padded to a multiple of 16.
-constexpr int64_t kChannelBlock = 16;
 
 // This process's resident size (bytes; 0 when /proc is unavailable).
 double resident_bytes() { return std::max(0.0, proc_kib_field_bytes("/proc/self/status", "VmRSS")); }
@@ -80,19 +64,6 @@ std::optional<MemoryLimit> cgroup_limit() {
   return best;
 }
 
-// Per-sample bytes a layer's output takes as the backend keeps it (channels padded to the block size).
-double stored_output_bytes(const nn::LayerSpec& l) {
-  const auto& s = l.out_shape;
-  double bytes = static_cast<double>(l.activation_bytes);
-  if (s.h * s.w > 1 && s.c > 0) {
-    const int64_t padded = (s.c + kChannelBlock - 1) / kChannelBlock * kChannelBlock;
-    bytes *= static_cast<double>(padded) / static_cast<double>(s.c);
-  }
-  // Max pooling also keeps a workspace of the argmax positions (one per output element).
-  if (l.kind == nn::LayerKind::kMaxPool2d) bytes *= 2;
-  return bytes;
-}
-
 }  // namespace
 
 std::string format_bytes(double b) {
@@ -110,9 +81,41 @@ std::string MemoryEstimate::describe() const {
                      samples_in_flight, format_bytes(activation_bytes), format_bytes(workspace_bytes));
 }
 
-TrainingFootprint single_footprint(int64_t batch_size, int prefetch, double optimizer_state_bytes_per_param) {
+TrainingFootprint layer_footprint(const nn::ModelSpec& spec, size_t first, size_t end, int64_t samples_in_flight,
+                                  int64_t micro_batch) {
+  TANDEM_REQUIRE(first < end && end <= spec.layers.size(), "memory estimate: layers [{}, {}) out of range (model has {})",
+                 first, end, spec.layers.size());
   TrainingFootprint f;
-  f.samples_in_flight = f.micro_batch = f.loader_batch = batch_size;
+  f.first_layer = first;
+  f.end_layer = end;
+  f.samples_in_flight = samples_in_flight;
+  f.micro_batch = micro_batch > 0 ? micro_batch : samples_in_flight;
+  // the stage's input: the model input on the first stage, else what crosses the cut before it
+  double input = 0;
+  for (int32_t id : spec.crossing(first))
+    input += id == nn::kModelInput ? 4.0 * static_cast<double>(spec.input.numel())
+                                   : static_cast<double>(spec.layers[static_cast<size_t>(id)].activation_bytes);
+  const std::vector<bool> shared = spec.shared_outputs(first);
+  double stored = 0, layout = 0;
+  for (size_t i = first; i < end; ++i) {
+    if (shared[i]) continue;
+    stored += static_cast<double>(spec.layers[i].activation_bytes);
+    layout += nn::cpu_stored_output_bytes(spec.layers[i]);
+  }
+  const auto n = static_cast<double>(samples_in_flight);
+  f.activation_bytes = n * (stored + input);
+  f.layout_bytes = n * (layout + input) - f.activation_bytes;
+  const nn::CpuWorkspace w = nn::cpu_workspace(spec, first, end, f.micro_batch);
+  f.scratch_bytes = w.scratch_bytes;
+  f.conv_scratch_bytes = w.conv_scratch_bytes;
+  f.conv_copy_bytes = w.conv_copy_bytes;
+  return f;
+}
+
+TrainingFootprint single_footprint(const nn::ModelSpec& spec, int64_t batch_size, int prefetch,
+                                   double optimizer_state_bytes_per_param) {
+  TrainingFootprint f = layer_footprint(spec, 0, spec.layers.size(), batch_size, batch_size);
+  f.loader_batch = batch_size;
   f.prefetch = prefetch;
   f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param;
   return f;
@@ -132,38 +135,12 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
     e.grad_bytes = 4.0 * static_cast<double>(t.params);
   }
   e.optimizer_bytes = static_cast<double>(t.params) * f.optimizer_state_bytes_per_param;
-  // Outputs that take no storage of their own, as nn::Model runs them (in-place ReLUs, flatten views).
-  const std::vector<bool> shared = spec.shared_outputs(a);
-  double per_sample = 0, largest = 0;
-  for (size_t i = a; i < b; ++i) {
-    const double o = stored_output_bytes(spec.layers[i]);
-    if (!shared[i]) per_sample += o;
-    largest = std::max(largest, o);
-  }
-  // The stage's input: the model input on the first stage, else the activations received from the previous one.
-  double input = 0;
-  if (a == 0) {
-    input = static_cast<double>(spec.input.numel()) * 4;
-  } else {
-    for (int32_t id : spec.crossing(a))
-      if (id >= 0) input += static_cast<double>(spec.layers[static_cast<size_t>(id)].activation_bytes);
-  }
-  e.activation_bytes = kActivationOverhead * static_cast<double>(f.samples_in_flight) * (per_sample + input);
-  const int64_t mb = f.micro_batch > 0 ? f.micro_batch : f.samples_in_flight;
-  const double scratch = 2 * largest * static_cast<double>(mb);  // gradient of a layer's output and of its input
+  // the activations as the backend stores them, and what backward and the allocator hold on top
+  e.activation_bytes = nn::kCpuActivationOverhead * (f.activation_bytes + f.layout_bytes);
   const double loader = static_cast<double>(std::max(f.prefetch, 0) + 1) * static_cast<double>(f.loader_batch) *
                         static_cast<double>(spec.input.numel()) * 4;
-  e.workspace_bytes = scratch + loader + f.bucket_bytes + kFirstStepRuntimeBytes;
-  if (model.backend().device().is_cpu()) {
-    double conv = 0, largest_conv = 0;
-    for (size_t i = a; i < b; ++i) {
-      if (spec.layers[i].kind != nn::LayerKind::kConv2d) continue;
-      const double w = 4.0 * static_cast<double>(spec.layers[i].params);
-      conv += w;
-      largest_conv = std::max(largest_conv, w);
-    }
-    e.workspace_bytes += kConvWeightCopies * conv + kLargestConvWeightCopies * largest_conv;
-  }
+  e.workspace_bytes = f.scratch_bytes + loader + f.bucket_bytes + kFirstStepRuntimeBytes;
+  if (model.backend().device().is_cpu()) e.workspace_bytes += f.conv_copy_bytes + f.conv_scratch_bytes;
   return e;
 }
 

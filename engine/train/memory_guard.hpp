@@ -12,17 +12,21 @@
 //                   them yet (it does on first use, i.e. in the first step), else part of "resident now";
 //   optimizer     : state per parameter of the stage (momentum: 4 bytes, Adam: 8; optim::state_bytes_per_param),
 //                   unless the caller says it is already allocated;
-//   activations   : samples in flight x the stage's per-sample outputs (+ its input), channels padded as the
-//                   backend's blocked formats pad them, max-pooling workspaces added, and the outputs that
-//                   share storage left out (in-place ReLUs, flatten views) -- as nn::Model runs them --, plus
-//                   25% for what backward and the allocator hold on top (measured; see the .cpp);
-//   workspace     : backward scratch (two of the largest layer's outputs per micro-batch), the loader's
-//                   prefetched batches, the data-parallel gradient bucket plus its receive buffer, the
-//                   backend's JIT code and caches the first step creates, and on the cpu backend the
-//                   convolutions' reordered weights (1.2 x their f32 bytes) and two copies of the largest
-//                   convolution's weights (its weight gradient's scratch) -- measured; see the .cpp.
-// What is in flight and the bucket buffers come from the compiled job (engine/parallel/job.hpp StageMemory), as
-// the simulator's memory figures do; the fixed runtime allowance is replaced by the process's measured size.
+//   activations   : nn::kCpuActivationOverhead (1.25: what backward and the allocator hold on top) x the stage's
+//                   activations as the cpu backend stores them (activation_bytes + layout_bytes: the outputs with
+//                   storage of their own of the samples in flight and the stage's input, channels padded, max-pool
+//                   workspaces added);
+//   workspace     : backward scratch of the largest layer (scratch_bytes), the loader's prefetched batches, the
+//                   data-parallel bucket buffers (bucket_bytes), the backend's JIT code and caches the first step
+//                   creates (a measured constant, see the .cpp), and on the cpu backend the convolutions' reordered
+//                   weights (conv_copy_bytes) and the largest one's weight-gradient scratch (conv_scratch_bytes).
+// Where each term is derived: the footprint's byte figures are the job compiler's (engine/parallel/job.hpp
+// StageMemory, from the shapes through engine/nn/cpu_storage.hpp, which also holds the measured factors); a parallel
+// rank's footprint copies its stage's StageMemory, and layer_footprint() gives the same figures for the single-process
+// trainer, which cannot call the job compiler (engine/parallel depends on engine/train); tests/parallel holds them equal
+// to compile_job's. The simulator charges the same StageMemory terms (simulator/simulate.hpp).
+// Only the loader's batches, the first-step constant and the process's measured size are the guard's own; the fixed
+// runtime allowance of the simulator is replaced by that measured size.
 //
 // The limit, the smallest of:
 //   TANDEM_MEMORY_LIMIT_BYTES (an integer, bytes; for tests and for operators who know better);
@@ -46,11 +50,14 @@ namespace tandem::engine::train {
 struct TrainingFootprint {
   size_t first_layer = 0, end_layer = 0;  // end 0: the whole model
   int64_t samples_in_flight = 0;          // whose activations are alive at once (batch; pipeline: per schedule)
-  int64_t micro_batch = 0;                // the largest micro-batch (backward scratch); 0: samples_in_flight
+  int64_t micro_batch = 0;                // the largest micro-batch
   int64_t loader_batch = 0;               // samples per loader batch
   int prefetch = 2;                       // loader batches prepared ahead
   double optimizer_state_bytes_per_param = 0;  // of state not allocated yet (0: none, or already resident)
   double bucket_bytes = 0;                // data-parallel bucket buffers (StageMemory::bucket_bytes; 0 without DP)
+  // The stage's activations and the cpu backend's figures: the fields of the same names of the job compiler's
+  // StageMemory (engine/parallel/job.hpp), f32 and nothing recomputed, as the runtime trains.
+  double activation_bytes = 0, layout_bytes = 0, scratch_bytes = 0, conv_scratch_bytes = 0, conv_copy_bytes = 0;
 };
 
 struct MemoryEstimate {
@@ -75,10 +82,16 @@ struct MemoryLimit {
   std::string source;  // "cgroup v1 memory.limit_in_bytes of /sys/fs/cgroup/memory/...", "MemAvailable ...", ...
 };
 
+// Layers [first, end) of `spec` with `samples_in_flight` samples' activations alive and micro-batches of
+// `micro_batch` (0: samples_in_flight): the byte figures the job compiler's stage_memory() gives such a stage of an
+// f32 job (the loader, optimizer and bucket fields left at their defaults).
+TrainingFootprint layer_footprint(const nn::ModelSpec& spec, size_t first, size_t end, int64_t samples_in_flight,
+                                  int64_t micro_batch = 0);
 // What the single-process trainer holds: the whole model, `batch_size` samples in flight, optimizer state of
 // `optimizer_state_bytes_per_param` still to allocate. (A pipeline stage's or a data-parallel rank's footprint
 // comes from the job compiler's StageMemory: engine/parallel/job.hpp.)
-TrainingFootprint single_footprint(int64_t batch_size, int prefetch, double optimizer_state_bytes_per_param = 0);
+TrainingFootprint single_footprint(const nn::ModelSpec& spec, int64_t batch_size, int prefetch,
+                                   double optimizer_state_bytes_per_param = 0);
 
 // The estimate for `f` on `model` (reads /proc/self/status for the resident size).
 MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFootprint& f);

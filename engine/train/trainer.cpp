@@ -130,7 +130,7 @@ StepResult Trainer::step() {
   // cannot fit under this host's limit, instead of being killed by the kernel.
   if (global_step() == 0)
     check_training_memory(model_,
-                          single_footprint(config_.batch_size, config_.prefetch,
+                          single_footprint(model_.spec(), config_.batch_size, config_.prefetch,
                                            optimizer_ ? 0.0 : optim::state_bytes_per_param(config_.optimizer)),
                           "trainer");
   optim::Optimizer& opt = optimizer();  // the model's storage and the optimizer state, on the first step

@@ -15,9 +15,10 @@
 //                                  // loss, backward, optimizer) raise the process's peak resident size (VmHWM, reset
 //                                  // through /proc/self/clear_refs) above its resident size between steps -- the
 //                                  // activations, their gradients, workspaces and the caching allocator's blocks.
-//                                  // The simulator scales a Tandem CPU rank's counted activations by this over the
-//                                  // activations it counts for "model" at "batch" (tandem_cpu_activation_peak in
-//                                  // simulate.hpp) when the job's model is "model"; absent: its fixed 1.30
+//                                  // The simulator scales a Tandem CPU rank's derived activation peak (the job
+//                                  // compiler's StageMemory::cpu_activation_peak_bytes) by this over the peak it
+//                                  // derives for one process of "model" at "batch" (tandem_cpu_activation_peak in
+//                                  // simulate.hpp) when the job's model is "model"; absent: the derived peak
 //    "activation_peak_curve": [[16, 1.3e8], [32, 2.5e8]],
 //        // optional (CPU backends): the same peak measured at several batches, ascending by batch; a point at
 //        // "batch" equals activation_peak_bytes. A peak has a part every sample adds (its activations and their

@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_SUITE(memory_guard)
 BOOST_AUTO_TEST_CASE(estimate_terms_follow_the_footprint) {
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
-  train::TrainingFootprint f = train::single_footprint(32, 2);
+  train::TrainingFootprint f = train::single_footprint(model.spec(), 32, 2);
   f.optimizer_state_bytes_per_param = 4;  // momentum
   const train::MemoryEstimate a = train::estimate_training_memory(model, f);
   const auto params = static_cast<double>(model.spec().totals().params);
@@ -75,8 +75,10 @@ BOOST_AUTO_TEST_CASE(estimate_terms_follow_the_footprint) {
   const double spec_acts = 32.0 * static_cast<double>(model.spec().totals().activation_bytes);
   BOOST_TEST(a.activation_bytes > 0.5 * spec_acts);
   BOOST_TEST(a.activation_bytes < 2.0 * spec_acts);
-  f.samples_in_flight *= 2;
-  const train::MemoryEstimate b = train::estimate_training_memory(model, f);
+  train::TrainingFootprint twice = train::single_footprint(model.spec(), 64, 2);
+  twice.micro_batch = 32;
+  twice.optimizer_state_bytes_per_param = 4;
+  const train::MemoryEstimate b = train::estimate_training_memory(model, twice);
   BOOST_TEST(std::abs(b.activation_bytes - 2 * a.activation_bytes) <= 1e-6 * a.activation_bytes);
   BOOST_TEST(a.describe().find("activations of 32 samples in flight") != std::string::npos, a.describe());
 }
@@ -95,11 +97,11 @@ BOOST_AUTO_TEST_CASE(convolution_weights_are_charged_once_on_the_cpu) {
   BOOST_TEST(conv > 40e6);  // resnet18: 42 MiB of convolution weights, 9 MiB the largest
   const double weights = 1.2 * conv + 2 * largest;
   const double first_step = 16.0 * 1048576;
-  const train::MemoryEstimate one = train::estimate_training_memory(model, train::single_footprint(1, 0));
+  const train::MemoryEstimate one = train::estimate_training_memory(model, train::single_footprint(model.spec(), 1, 0));
   BOOST_TEST(one.workspace_bytes >= weights + first_step);
   BOOST_TEST(one.workspace_bytes < weights + first_step + 1048576.0);  // one sample's scratch and batch: < 1 MiB
   // more samples add their scratch and batches, not the weights again
-  const train::MemoryEstimate many = train::estimate_training_memory(model, train::single_footprint(64, 0));
+  const train::MemoryEstimate many = train::estimate_training_memory(model, train::single_footprint(model.spec(), 64, 0));
   BOOST_TEST(many.workspace_bytes - one.workspace_bytes < weights);
 }
 
@@ -108,11 +110,9 @@ BOOST_AUTO_TEST_CASE(a_stage_footprint_needs_less_than_the_whole_model) {
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
   const size_t L = model.num_layers();
-  const auto whole = train::estimate_training_memory(model, train::single_footprint(128, 2));
-  train::TrainingFootprint stage0 = train::single_footprint(128, 2);
-  stage0.end_layer = L / 4;
-  stage0.samples_in_flight = 4 * 16;  // 1F1B, stage 0 of 4, micro-batches of 16
-  stage0.micro_batch = 16;
+  const auto whole = train::estimate_training_memory(model, train::single_footprint(model.spec(), 128, 2));
+  // 1F1B, stage 0 of 4, micro-batches of 16
+  const train::TrainingFootprint stage0 = train::layer_footprint(model.spec(), 0, L / 4, 4 * 16, 16);
   BOOST_TEST(train::estimate_training_memory(model, stage0).activation_bytes < whole.activation_bytes / 2);
 }
 
@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(limit_from_the_environment) {
 BOOST_AUTO_TEST_CASE(check_fails_with_both_figures_and_passes_under_a_higher_limit) {
   auto be = cpu_backend();
   nn::Model model(mobilenet(), *be, 0);
-  const auto f = train::single_footprint(64, 2);
+  const auto f = train::single_footprint(model.spec(), 64, 2);
   const double need = train::estimate_training_memory(model, f).total();
   {
     ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need / 2)).c_str());
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE(trainer_refuses_its_first_step_over_the_limit) {
   const data::Dataset ds = data::make_synthetic(3, 32, 32, 10, 256, 1);
   const train::TrainerConfig cfg = one_batch(64);
   train::Trainer trainer(model, ds, nullptr, cfg);
-  const double need = train::estimate_training_memory(model, train::single_footprint(64, cfg.prefetch)).total();
+  const double need = train::estimate_training_memory(model, train::single_footprint(model.spec(), 64, cfg.prefetch)).total();
   {
     ScopedEnv env("TANDEM_MEMORY_LIMIT_BYTES", std::to_string(static_cast<long long>(need * 0.6)).c_str());
     expect_error([&] { trainer.step(); }, Status::kOutOfMemory, {"out of memory", "TANDEM_MEMORY_LIMIT_BYTES"});
@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(parameters_not_allocated_yet_are_counted_from_the_shapes) {
   nn::Model model(wide_linear(), *be, 0);
   BOOST_REQUIRE(!model.storage_allocated());
   const nn::ModelTotals t = model.spec().totals();
-  const train::MemoryEstimate before = train::estimate_training_memory(model, train::single_footprint(8, 2, 4));
+  const train::MemoryEstimate before = train::estimate_training_memory(model, train::single_footprint(model.spec(), 8, 2, 4));
   BOOST_TEST(before.param_bytes == 4.0 * static_cast<double>(t.params + t.buffers));
   BOOST_TEST(before.grad_bytes == 4.0 * static_cast<double>(t.params));
   BOOST_TEST(before.optimizer_bytes == 4.0 * static_cast<double>(t.params));  // momentum, still to allocate
@@ -191,7 +191,7 @@ BOOST_AUTO_TEST_CASE(parameters_not_allocated_yet_are_counted_from_the_shapes) {
   BOOST_TEST(before.describe().find("parameters " + p + ", gradients " + p) != std::string::npos, before.describe());
   model.params();  // allocates (and initialises) the storage: from now on the parameters are in VmRSS
   BOOST_REQUIRE(model.storage_allocated());
-  const train::MemoryEstimate after = train::estimate_training_memory(model, train::single_footprint(8, 2, 4));
+  const train::MemoryEstimate after = train::estimate_training_memory(model, train::single_footprint(model.spec(), 8, 2, 4));
   BOOST_TEST(after.param_bytes == 0.0);
   BOOST_TEST(after.grad_bytes == 0.0);
   BOOST_TEST(after.describe().find("parameters and gradients resident") != std::string::npos, after.describe());
@@ -205,7 +205,7 @@ BOOST_AUTO_TEST_CASE(a_trainer_whose_untouched_parameters_exceed_the_limit_is_re
   cfg.optimizer.momentum = 0.9f;
   train::Trainer trainer(model, ds, nullptr, cfg);
   const train::MemoryEstimate e =
-      train::estimate_training_memory(model, train::single_footprint(8, cfg.prefetch, 4));
+      train::estimate_training_memory(model, train::single_footprint(model.spec(), 8, cfg.prefetch, 4));
   // The limit leaves room for everything but half of the ~49 MiB of parameters, gradients and momentum still to
   // allocate (the estimate without them, as the guard made it before, fits).
   const double limit = e.total() - 0.5 * (e.param_bytes + e.grad_bytes + e.optimizer_bytes);
