@@ -82,6 +82,7 @@ std::vector<Preset> build() {
     p.name = "g4dn.xlarge";
     p.vcpus = 4;
     p.gpus = 1;
+    p.bf16 = false;  // Turing: fp16 tensor cores only
     p.memory_bytes = 16 * kGiB;
     p.gpu_memory_bytes = 16 * kGiB;
     p.peak_flops = 8.1e12;  // T4 f32 (65 TFLOP/s f16 tensor cores)
@@ -103,6 +104,7 @@ std::vector<Preset> build() {
     p.name = "p3.2xlarge";
     p.vcpus = 8;
     p.gpus = 1;
+    p.bf16 = false;  // Volta: fp16 tensor cores only (p3.16xlarge copies this)
     p.memory_bytes = 61 * kGiB;
     p.gpu_memory_bytes = 16 * kGiB;
     p.peak_flops = 15.7e12;  // V100 SXM2 f32 (125 TFLOP/s f16 tensor cores)

@@ -39,6 +39,7 @@ struct Preset {
   double intra_bytes_per_s = 0;       // per GPU link to the host fabric (NVLink/NVSwitch or PCIe)
   double intra_latency_s = 0;
   bool rdma = false;                  // the NIC moves data by RDMA (EFA, InfiniBand); else TCP over Ethernet
+  bool bf16 = true;                   // GPU nodes: the GPU computes bfloat16 natively (not before Ampere: T4, V100)
   double usd_per_hour = 0;            // on-demand
   double os_reserved_bytes = 0;       // host memory the OS and the runtime keep
   BurstSpec burst;                    // default_mode kNone: not burstable

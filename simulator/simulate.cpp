@@ -923,14 +923,20 @@ std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job) {
   // smallest first: one option, then two, then three (one stage keeps as much with stage inputs as without: every
   // 2nd output is what helps it)
   const Change changes[] = {{"--recompute stage", false, -1, 0}, {"--recompute 2", false, 2, 0},
-                            {"--precision bf16", true, 0, 0},    {"--zero 1", false, 0, 1},
-                            {"--zero 2", false, 0, 2},           {"--precision bf16 --recompute stage", true, -1, 0},
-                            {"--precision bf16 --recompute 2", true, 2, 0}, {"--precision bf16 --zero 2", true, 0, 2},
-                            {"--precision bf16 --zero 2 --recompute 2", true, 2, 2}};
+                            {"", true, 0, 0},                    {"--zero 1", false, 0, 1},
+                            {"--zero 2", false, 0, 2},           {"--recompute stage", true, -1, 0},
+                            {"--recompute 2", true, 2, 0},       {"--zero 2", true, 0, 2},
+                            {"--zero 2 --recompute 2", true, 2, 2}};
+  // 16-bit mixed precision as the devices compute it: bf16, or fp16 where a GPU used has no bf16 (T4, V100); the
+  // memory is the same, fp16 adds loss scaling
+  bool bf16 = true;
+  for (const NodeSpec& n : cluster.nodes) bf16 = bf16 && (n.hw.gpus == 0 || n.hw.bf16);
+  const Precision half = bf16 ? Precision::kBF16 : Precision::kF16;
+  const std::string half_flag = bf16 ? "--precision bf16" : "--precision fp16";
   std::string option;
   for (const Change& c : changes) {
     JobSpec j = job;
-    if (c.precision && m.precision == Precision::kF32) j.memory.precision = Precision::kBF16;
+    if (c.precision && m.precision == Precision::kF32) j.memory.precision = half;
     if (c.recompute != 0 && m.recompute == Recompute::kNone) {
       j.memory.recompute = c.recompute < 0 ? Recompute::kStageInputs : Recompute::kEveryK;
       j.memory.recompute_every = std::max(c.recompute, 0);
@@ -938,7 +944,7 @@ std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job) {
     j.memory.zero = std::max(m.zero, c.zero);
     if (j.memory.precision == m.precision && j.memory.recompute == m.recompute && j.memory.zero == m.zero) continue;
     if (fits_memory(sim, cluster, j)) {
-      option = "fits with " + c.flags;
+      option = "fits with " + (c.precision ? half_flag + (c.flags.empty() ? "" : " ") : std::string()) + c.flags;
       break;
     }
   }
@@ -953,7 +959,7 @@ std::string memory_advice(const ClusterSpec& cluster, const JobSpec& job) {
   const std::string batch = lo > 0 ? fmt::format("fits with --batch <= {}", lo) : "";
   if (!option.empty() && !batch.empty()) return option + "; or " + batch + " as it is";
   if (!option.empty() || !batch.empty()) return option + batch;
-  return "no single change fits (tried recomputation, bf16 mixed precision, ZeRO 1/2 and batch 1): more memory per "
+  return "no single change fits (tried recomputation, 16-bit mixed precision, ZeRO 1/2 and batch 1): more memory per "
          "node or more nodes are needed";
 }
 

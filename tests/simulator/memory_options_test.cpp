@@ -216,6 +216,14 @@ BOOST_AUTO_TEST_CASE(resnet50_batch_256_fits_a_v100_with_mixed_precision) {
   BOOST_TEST(!f32.fits);
   BOOST_TEST(f32.bottleneck.find("activations") != std::string::npos, f32.bottleneck);
   BOOST_TEST(f32.memory_advice.find("fits with") != std::string::npos, f32.memory_advice);
+  // a V100 has no bf16: the advice's mixed precision is fp16 there, bf16 on an A100 (p4d) that needs it too
+  BOOST_TEST(f32.memory_advice.find("bf16") == std::string::npos, f32.memory_advice);
+  JobSpec big = j;
+  big.batch = 1024;  // an A100 needs mixed precision (and recomputation) only there
+  const std::string v100 = memory_advice(parse_cluster("p3.2xlarge:1"), j);
+  const std::string a100 = memory_advice(parse_cluster("p4d.24xlarge:1"), big);
+  BOOST_TEST(v100.find("--precision fp16") != std::string::npos, v100);
+  BOOST_TEST(a100.find("--precision bf16") != std::string::npos, a100);
   BOOST_TEST(f32.memory.activation_bytes > f32.memory.param_bytes);  // activations, not weights, overflow it
   BOOST_TEST(f32.memory.total() == f32.memory_per_node_bytes, tt::tolerance(1e-9));
   j.memory.precision = par::Precision::kF16;
