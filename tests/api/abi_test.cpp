@@ -54,7 +54,11 @@ static_assert(offsetof(tandem_parallel_params_t, max_ranks) == 160);
 static_assert(offsetof(tandem_parallel_params_t, join_poll_steps) == 164);
 static_assert(offsetof(tandem_parallel_params_t, joining) == 168);
 static_assert(offsetof(tandem_parallel_params_t, server_replicas) == 172);
-static_assert(sizeof(tandem_parallel_params_t) == 176);
+// The bucket policy (issue #16), appended behind TANDEM_PARALLEL_PARAM_BUCKETS.
+static_assert(offsetof(tandem_parallel_params_t, first_bucket_mb) == 176);
+static_assert(offsetof(tandem_parallel_params_t, bucket_sizes_mb) == 184);
+static_assert(offsetof(tandem_parallel_params_t, num_bucket_sizes) == 192);
+static_assert(sizeof(tandem_parallel_params_t) == 200);
 static_assert(offsetof(tandem_parallel_attr_t, max_bubble_fraction) == 144);
 static_assert(offsetof(tandem_parallel_attr_t, workers) == 152);
 static_assert(offsetof(tandem_parallel_attr_t, warmup_steps) == 220);

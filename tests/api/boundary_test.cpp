@@ -151,7 +151,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
       struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_TIME,
                                          [&h](auto* r) { return tandem_trainer_epoch(h.trainer, r); }),
-      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_SERVER_REPLICAS, [&h](auto* p) {
+      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_BUCKETS, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);
       }),
       struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_REPLICAS,
@@ -161,7 +161,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_CURVE,
                                              [&h](auto* a) { return tandem_calibration_query(h.cal, a); }),
       // The job's own fields plus the unknown bit: the mask is checked before the job is read.
-      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_BROADCAST_BUFFERS,
+      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_BUCKETS,
        [&h](uint64_t m) {
          tandem_sim_job_params_t j = h.job();
          j.field_mask |= m;
