@@ -446,6 +446,10 @@ class ParallelTrainer {
   int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
                    int64_t P) const;
   static const char* phase_name(Phase p);
+  // Collective over S after closing_plan: rank `from` (world rank from_label, now in from_phase) sends the result of
+  // the closing collective it completed; a rank that `adopts` (it was cut off in it, in `phase`) keeps it in
+  // adopted_closing_.
+  void share_closing(comm::Communicator& S, int from, bool adopts, Phase phase, int from_label, Phase from_phase);
   // This rank completed the closing collective `phase` (or took its result at a re-form) with `result`.
   void closed(Phase phase, std::vector<double> result);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
@@ -527,15 +531,14 @@ class ParallelTrainer {
   RoundOutcome last_round_;
   TimeSplit local_;
   EpochSplit last_split_;
-  // Elastic (non-adopting strategies): evaluations completed, the last one's result, and a result taken from a rank
-  // that completed the evaluation this rank was cut off in (reform; evaluate() returns it instead of evaluating).
-  int64_t evals_done_ = 0;
-  train::EvalResult last_eval_;
-  std::optional<train::EvalResult> adopted_eval_;
-  // Elastic pipeline/hybrid: the closing collectives (epoch sums, time split, evaluation) this rank completed, the last
-  // one's phase and result (at most kClosedResult values), and a result taken at a re-form from a rank that completed
-  // the one this rank was cut off in (form_grid; the collective's lambda returns it instead of running it).
+  // Elastic (every strategy that re-forms): the closing collectives (epoch sums, time split, evaluation) this rank
+  // completed, the last one's phase and result (at most kClosedResult values), and a result taken at a re-form from a
+  // rank that completed the one this rank was cut off in (reform, form_grid; the collective's lambda returns it
+  // instead of running it). skip_save_: that rank had gone on into a step, so the next save_checkpoint before a step
+  // does nothing here (share_closing).
   static constexpr size_t kClosedResult = 10;
+  static constexpr size_t kPlanWidth = 6;  // closing_plan's table: values per rank
+  bool skip_save_ = false;
   int64_t closings_ = 0;
   Phase closed_phase_ = Phase::kStep;
   std::vector<double> closed_result_;
