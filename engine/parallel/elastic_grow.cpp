@@ -223,8 +223,12 @@ bool ParallelTrainer::wait_as_spare() {
     try {
       grown = spare_via_->rejoin(std::chrono::milliseconds(pc_.spare_wait_ms));
     } catch (const Error& e) {
-      // Refused: the job ended (its rank 0 refuses whoever still waits) or it is full (max_ranks).
+      // Refused: the job ended (its rank 0 refuses whoever still waits) or it is full (max_ranks), or it stopped
+      // (refuse_waiting_ranks: the survivors could not go on), which fails this rank too, with their reason.
       if (e.status() != Status::kUnsupported || std::string(e.what()).find("refused") == std::string::npos) throw;
+      if (std::string(e.what()).find(kJobStopped) != std::string::npos)
+        TANDEM_THROW(Status::kPeerFailure, "elastic: spare world rank {} stops with the grid it waited for: {}",
+                     spare_label_, e.what());
       released_ = true;
       completed_epochs_ = std::max<int64_t>(completed_epochs_, config_.epochs);
       log::info("elastic: spare world rank {} leaves: {}", spare_label_, e.what());

@@ -415,7 +415,8 @@ void ParallelTrainer::setup_strategy() {
 ParallelTrainer::~ParallelTrainer() {
   // The job ends here (elastic pipeline/hybrid): the grid's rank 0 refuses the spares and joiners still waiting, so
   // they stop now rather than at the end of their wait.
-  if (reforms_grid() && own_comm_ && !spare_ && !own_comm_->is_failed() && own_comm_->rank() == 0) {
+  // Not after the survivors stopped it: they refused them already, with the reason (refuse_waiting_ranks).
+  if (reforms_grid() && own_comm_ && !spare_ && !refused_ && !own_comm_->is_failed() && own_comm_->rank() == 0) {
     try {
       own_comm_->refuse_joiners("the job ended");
     } catch (...) {
@@ -915,6 +916,16 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   config_.rank = grid_.dp_rank;
 }
 
+void ParallelTrainer::refuse_waiting_ranks(const std::string& why) noexcept {
+  comm::Communicator* c = trainer_comm();
+  refused_ = true;
+  try {
+    if (c != nullptr) c->refuse_joiners(fmt::format("{}: {}", kJobStopped, why));
+  } catch (...) {
+    // best effort: they stop at the end of their wait
+  }
+}
+
 void ParallelTrainer::closed(Phase phase, std::vector<double> result) {
   ++closings_;
   closed_phase_ = phase;
@@ -1239,7 +1250,11 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     } catch (const Error& e) {
       if (ps_) retired_buffers_.push_back(ps_->take_retired());
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone || !world_->is_failed()) throw;
+      if (!peer_gone) throw;
+      if (!world_->is_failed()) {  // the survivors' decision (from what all of them gathered): the job stops
+        refuse_waiting_ranks(e.what());
+        throw;
+      }
       log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); the attempt is "
                 "abandoned and the survivors shrink again",
                 world_rank(), in_world_ranks(e.what()));
@@ -1253,9 +1268,11 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
       where = fmt::format("checkpoint '{}' holds step {} (resume it at any width)", pc_.elastic_checkpoint,
                           optimizer_->steps());
     }
-    TANDEM_THROW(Status::kPeerFailure,
-                 "elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
-                 fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
+    const std::string stop =
+        fmt::format("elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
+                    fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
+    refuse_waiting_ranks(stop);
+    TANDEM_THROW(Status::kPeerFailure, "{}", stop);
   }
   attach_reducer();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

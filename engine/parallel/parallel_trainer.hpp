@@ -150,7 +150,10 @@
 //    label. When the job ends, the grid's rank 0 (its trainer's destructor) refuses every rank still waiting
 //    (Communicator::refuse_joiners): a spare's step() then returns a last, empty step that ends the epoch and its
 //    completed_epochs() jumps to the job's epochs, so a `for` over epochs stops; its evaluate(), save_checkpoint()
-//    and write_trace() do nothing. A spare waits at most ParallelConfig::spare_wait_ms (kTimeout after).
+//    and write_trace() do nothing. When the grid stops instead (its survivors cannot re-form, or fewer than min_ranks
+//    are left), each of them refuses the waiting ranks as it stops (refuse_waiting_ranks), and a spare's step() fails
+//    with kPeerFailure giving the survivors' reason within the store's poll (0.5 s); a rank leaving alone refuses
+//    nobody. A spare waits at most ParallelConfig::spare_wait_ms (kTimeout after).
 //  - Growth: at a step boundary (every join_poll_steps steps) the grid's rank 0 counts the waiting ranks (joiners and
 //    spares, one queue) and the grid admits just enough of them (the oldest first) to fill whole rows -- a pipeline
 //    1 x 2 with one joiner waits (3 ranks make no wider grid) and widens to 2 x 2 when a second one asks; the rest
@@ -450,6 +453,13 @@ class ParallelTrainer {
   // the closing collective it completed; a rank that `adopts` (it was cut off in it, in `phase`) keeps it in
   // adopted_closing_.
   void share_closing(comm::Communicator& S, int from, bool adopts, Phase phase, int from_label, Phase from_phase);
+  // The survivors decided together that the job stops (a re-form they cannot make, or fewer than min_ranks left):
+  // every rank waiting to join or to be drafted (a spare) is refused at once with kJobStopped and `why` (a spare then
+  // fails with kPeerFailure naming it) instead of waiting out spare_wait_ms. Not on a rank that leaves alone (abandon,
+  // or its own error): the others may go on and draft the waiting ranks.
+  void refuse_waiting_ranks(const std::string& why) noexcept;
+  static constexpr const char* kJobStopped = "the job stopped";
+  bool refused_ = false;  // refuse_waiting_ranks ran (the destructor then refuses nobody "the job ended")
   // This rank completed the closing collective `phase` (or took its result at a re-form) with `result`.
   void closed(Phase phase, std::vector<double> result);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
