@@ -53,6 +53,16 @@
 //  - Rank 0: losing it is survived like any rank when the store is served outside the ranks (TANDEM_STORE; `tandem
 //    launch` serves it): the lowest survivor becomes rank 0 and reports from then on. With the store in world rank 0
 //    (no launcher, or a --master-addr not on the launcher's machine) losing rank 0 stops the job (kTimeout).
+//  - Epoch figures (train_epoch's training loss, accuracy and samples; every absorbing strategy): each rank adds up
+//    what it scored in the epoch, and the ranks sum that at the epoch's end, in its first closing collective. A rank
+//    lost before then takes its share with it: the epoch reports what the ranks alive at the sums scored -- the
+//    accuracy is the survivors' over their own samples, and train_samples says how many -- and a survivor that took
+//    a step as done from the authoritative rank (it was cut off in it) counts none of that step's samples. The share
+//    is not carried: that would put every rank's figures somewhere else at each step, an all-reduce of 3 values per
+//    step (a latency added to every step of every job, for a rare event) or room in the gradient buckets (which
+//    compression and the parameter servers alter). A loss once any rank completed the sums loses nothing (the ones
+//    cut off in them take the completed sums: closing_plan). `tandem train` marks an epoch in which ranks were lost
+//    ("lost_in_epoch" in its JSON line, a note after its text line).
 //  - Limits: a snapshot per step costs a host copy of the parameters and optimizer state.
 //
 // Growth (issue #17; elastic ddp at pp = 1; elastic_grow.cpp). New ranks join a running job (comm::join_communicator,
