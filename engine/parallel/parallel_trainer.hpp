@@ -217,10 +217,14 @@
 //    for the new loss. A re-form that took shards from the checkpoint leaves a restore due until load_checkpoint
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
-//  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise; elastic pipeline and hybrid grids take a
-//    completed one's result instead, see above). Async EASGD keeps no replica of its
-//    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
+//  - An epoch's end: a loss in its closing collectives (sums, time split, evaluation) leaves the survivors at most one
+//    collective apart; the ones cut off in a collective that others completed take its result from the lowest of
+//    those (closing_plan and share_closing, the rule of elastic grids above; its sums then count the lost rank's
+//    figures) and go on with the others. When those others had gone on into the next step, they were past the
+//    checkpoint save between the epochs (a loss fails it, and they give it up: save_checkpoint), so the ranks that
+//    took the result skip that save too. Any other mix stops every survivor with kPeerFailure naming the ranks.
+//    Test hook points "summed", "timed", "evaluated" (tests/parallel/elastic_test.cpp).
+//  - Limits: as elastic DDP. Async EASGD keeps no replica of its centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
 //    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
@@ -396,11 +400,11 @@ class ParallelTrainer {
   void check_ps_views(const std::string& why);
   // With servers: the servers left (kept_servers_) and the grid's split; a lost last server stops the job.
   void count_servers(const std::string& why, const std::vector<int>& before);
-  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. The
-  // non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from where each rank was, so past the
-  // epoch's sums every rank must redo the same phase, else the job stops ("cannot re-form"); except an evaluation
-  // that some ranks completed (they went on to the next step) and the others were cut off in, at the same step: the
-  // others take its result from the lowest rank that completed it (evaluate() returns it) and all go on from the step.
+  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. First the
+  // epoch's closing collectives (closing_plan): ranks cut off in one that others completed take its result and are
+  // held to nothing more. Of the rest, the non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from
+  // where each rank was, so past the epoch's sums every rank must redo the same phase, else the job stops ("cannot
+  // re-form"); ddp and fedavg take the state of the rank furthest on, at most one step ahead.
   bool reform(Phase phase, const std::string& why, const std::vector<int>& before);
   // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
   std::string rank_label(int world_rank) const;
@@ -453,7 +457,7 @@ class ParallelTrainer {
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
   // phase: the work this rank was cut off in (the survivors draft waiting ranks only when all were in a step).
   bool reform_grid(const std::string& why, Phase phase);
-  // form_grid at an epoch's end: checks that the survivors (`all`: `width` values per rank, as form_grid gathers
+  // form_grid and reform at an epoch's end: checks that the survivors (`all`: `width` values per rank, as they gather
   // them) are at most one closing collective apart and returns the lowest rank whose result the ones behind take
   // (-1: none behind); kPeerFailure naming the rank otherwise.
   int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
