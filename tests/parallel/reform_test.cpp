@@ -118,22 +118,28 @@ struct EpochEndRun {
   std::vector<Seen> seen = std::vector<Seen>(4);
 };
 
-// Two epochs of 6 steps of a 2 x 2 hybrid grid, each evaluated on the test set, with TANDEM_TEST_REFORM_LEAVE=hook.
+// Two epochs of 6 steps of a 2 x 2 hybrid grid, each evaluated on the test set and followed by a checkpoint save (as
+// `tandem train` runs them), with TANDEM_TEST_REFORM_LEAVE=hook.
 EpochEndRun two_epochs_with(const char* hook) {
   const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", hook);
+  const std::string path = temp_path("epoch_end.ckpt");
   EpochEndRun out;
   out.errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& comm) {
     auto be = one_thread_backend();
     nn::Model m(lenet12(), *be, 3);
     par::ParallelTrainer t(m, synthetic12_train(), &synthetic12_test(), sgd_config(kBatch, 6),
                            grid(par::Strategy::kHybrid, 2, ""), &comm);
-    for (int e = 0; e < 2; ++e) out.epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+    for (int e = 0; e < 2; ++e) {
+      out.epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+      t.save_checkpoint(path);
+    }
     Seen& s = out.seen[static_cast<size_t>(r)];
     s.released = t.spare();
     s.members = t.members();
     s.grid = t.grid();
     s.steps = t.global_step();
   });
+  std::filesystem::remove(path);
   return out;
 }
 
