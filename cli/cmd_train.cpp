@@ -624,6 +624,7 @@ int run_train(const TrainOptions& o) {
     epoch = std::max(epoch, done);
     tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
     r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
+    const int32_t lost_before = o.parallel ? parallel_attr(h.trainer).lost_ranks : 0;
     const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);
     if (bar.enabled) std::fprintf(stderr, "\n");
     if (st != TANDEM_OK) return cli::fail(fmt::format("epoch {} failed", epoch + 1));
@@ -652,6 +653,9 @@ int run_train(const TrainOptions& o) {
         std::fprintf(stderr, "tandem train: warning: epoch %lld: rank 0's training loss is not finite (%g): the model "
                      "diverged; lower --lr or give --clip-norm\n", static_cast<long long>(r.epoch), r.train_loss);
     }
+    // Ranks lost during the epoch: its training figures are the survivors' when the loss came before the epoch's
+    // sums (ParallelTrainer's rule: a lost rank's share is not carried).
+    const int32_t lost_in_epoch = o.parallel ? parallel_attr(h.trainer).lost_ranks - lost_before : 0;
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     // Rank 0 speaks for the job (its figures are global); elastic: rank 0 of the survivors. It reports the epoch
     // before the checkpoint is written: when an elastic job loses rank 0 during the write (the others give the save
@@ -668,6 +672,7 @@ int run_train(const TrainOptions& o) {
                             {"train_s", num(r.train_s)},  // training only; wall_s adds evaluation
                             {"wall_s", num(r.wall_s)}};
         if (o.parallel) add_parallel_fields(h.trainer, j);
+        if (lost_in_epoch > 0) j["lost_in_epoch"] = lost_in_epoch;
         if (loss_scale != 0) {
           double scale = 0;
           int64_t skipped = 0;
@@ -687,6 +692,10 @@ int run_train(const TrainOptions& o) {
                     static_cast<long long>(r.epoch), train_fig.c_str(), r.test_loss, 100 * r.test_accuracy,
                     r.images_per_sec, r.wall_s);
         if (o.parallel) std::printf("%s\n", parallel_summary(h.trainer).c_str());
+        if (lost_in_epoch > 0)
+          std::printf("  %d rank(s) lost in this epoch: if before its sums, the training figures count only the "
+                      "survivors' samples (%lld)\n",
+                      lost_in_epoch, static_cast<long long>(r.train_samples));
         if (loss_scale != 0) {
           double scale = 0;
           int64_t skipped = 0;

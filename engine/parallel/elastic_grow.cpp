@@ -223,8 +223,12 @@ bool ParallelTrainer::wait_as_spare() {
     try {
       grown = spare_via_->rejoin(std::chrono::milliseconds(pc_.spare_wait_ms));
     } catch (const Error& e) {
-      // Refused: the job ended (its rank 0 refuses whoever still waits) or it is full (max_ranks).
+      // Refused: the job ended (its rank 0 refuses whoever still waits) or it is full (max_ranks), or it stopped
+      // (refuse_waiting_ranks: the survivors could not go on), which fails this rank too, with their reason.
       if (e.status() != Status::kUnsupported || std::string(e.what()).find("refused") == std::string::npos) throw;
+      if (std::string(e.what()).find(kJobStopped) != std::string::npos)
+        TANDEM_THROW(Status::kPeerFailure, "elastic: spare world rank {} stops with the grid it waited for: {}",
+                     spare_label_, e.what());
       released_ = true;
       completed_epochs_ = std::max<int64_t>(completed_epochs_, config_.epochs);
       log::info("elastic: spare world rank {} leaves: {}", spare_label_, e.what());
@@ -441,8 +445,9 @@ void ParallelTrainer::undo_admission() {
 void ParallelTrainer::share_grown_state(const std::vector<int>& from, const std::vector<int>* old_labels) {
   // Who is who (world ranks: joiners take numbers after every rank the job ever had), the job's starting width
   // (the learning-rate rule), the epoch length its schedule was laid out with and its elastic settings.
-  int64_t head[7] = {initial_dp_, initial_world_, schedule_epoch_steps_, 0, pc_.min_ranks, pc_.max_ranks,
-                     pc_.join_poll_steps};
+  // And the epoch's closing collectives completed so far (a re-form compares the counts: closing_plan).
+  int64_t head[8] = {initial_dp_, initial_world_, schedule_epoch_steps_, closings_, pc_.min_ranks, pc_.max_ranks,
+                     pc_.join_poll_steps, static_cast<int64_t>(closed_phase_)};
   std::vector<int64_t> labels(static_cast<size_t>(grid_.world), -1);
   if (grid_.rank == 0) {
     const std::vector<int>& old = old_labels != nullptr ? *old_labels : members_;
@@ -452,10 +457,12 @@ void ParallelTrainer::share_grown_state(const std::vector<int>& from, const std:
     const std::vector<int> mine = grown_labels(was, old);
     labels.assign(mine.begin(), mine.end());
   }
-  world_->broadcast(head, 7, DType::kI64, 0)->wait();
+  world_->broadcast(head, 8, DType::kI64, 0)->wait();
   world_->broadcast(labels.data(), labels.size(), DType::kI64, 0)->wait();
   initial_dp_ = static_cast<int>(head[0]);
   initial_world_ = static_cast<int>(head[1]);
+  closings_ = head[3];
+  closed_phase_ = static_cast<Phase>(head[7]);
   // The job's elastic bounds and polling cadence hold for the joiners too (a joiner polling at another cadence
   // would call a collective the others do not).
   pc_.min_ranks = static_cast<int>(head[4]);

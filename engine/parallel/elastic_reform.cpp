@@ -222,7 +222,7 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
   //    completed the step the others were cut off in; they all roll back to the newest step every one of them has),
   //    the work it was cut off in and the epoch's closing collectives it completed (closings_, and the last one's
   //    phase): at an epoch's end the survivors may be a collective apart (see closing_plan).
-  constexpr size_t W = 6;
+  constexpr size_t W = kPlanWidth;
   const int64_t mine[W] = {holds ? grid_.stage : -1,
                            holds ? progress_of(snapshot_) : -1,
                            holds && has_prev_ ? progress_of(prev_snapshot_) : -1,
@@ -300,16 +300,15 @@ void ParallelTrainer::form_grid(const std::string& why, bool draft) {
   // A closing collective that some survivors completed stands: the ones cut off in it take its result from the
   // lowest rank that completed it (train_epoch and evaluate return it instead of running it again).
   const bool adopts = holds && closed_from >= 0 && closings_ < at(closed_from, 4);
-  if (closed_from >= 0) {
-    std::vector<double> result = closed_result_;
-    result.resize(kClosedResult);
-    S.broadcast(result.data(), result.size(), DType::kF64, closed_from)->wait();
-    if (adopts) {
-      adopted_closing_ = std::move(result);
-      log::warn("elastic: world rank {} takes the result of the epoch's {} that world rank {} completed before the "
-                "loss",
-                world_rank(), phase_name(reform_phase_), labels[static_cast<size_t>(closed_from)]);
-    }
+  if (closed_from >= 0)
+    share_closing(S, closed_from, adopts, reform_phase_, labels[static_cast<size_t>(closed_from)],
+                  static_cast<Phase>(at(closed_from, 3)));
+  if (!holds) {  // a joiner or spare counts the closing collectives from where the grid is (closing_plan compares them)
+    int top = 0;
+    for (int r = 1; r < n; ++r)
+      if (at(r, 0) >= 0 && at(r, 4) > at(top, 4)) top = r;
+    closings_ = at(top, 4);
+    closed_phase_ = static_cast<Phase>(at(top, 5));
   }
   // The epoch's figures at step P, summed over every rank here (spares and ranks changing stage included); one rank
   // of the new grid holds them from now on (below). A rank that takes the epoch's sums has its figures in them.
@@ -431,6 +430,21 @@ int ParallelTrainer::closing_plan(const std::string& why, const std::vector<int6
                             at(r, 1), phase_name(phase)));
   }
   return behind ? top : -1;
+}
+
+void ParallelTrainer::share_closing(comm::Communicator& S, int from, bool adopts, Phase phase, int from_label,
+                                    Phase from_phase) {
+  std::vector<double> result = closed_result_;
+  result.resize(kClosedResult);
+  S.broadcast(result.data(), result.size(), DType::kF64, from)->wait();
+  if (!adopts) return;
+  adopted_closing_ = std::move(result);
+  // The ones that completed it went on into a step: they were past the checkpoint save that `tandem train` runs
+  // between an epoch and the next (save_checkpoint: a loss there fails it, and they go on without it), so this rank
+  // skips that save too rather than call its collectives alone.
+  skip_save_ = from_phase == Phase::kStep;
+  log::warn("elastic: world rank {} takes the result of the epoch's {} that world rank {} completed before the loss",
+            world_rank(), phase_name(phase), from_label);
 }
 
 const char* ParallelTrainer::phase_name(Phase p) {

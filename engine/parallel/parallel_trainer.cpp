@@ -427,7 +427,8 @@ void ParallelTrainer::setup_strategy() {
 ParallelTrainer::~ParallelTrainer() {
   // The job ends here (elastic pipeline/hybrid): the grid's rank 0 refuses the spares and joiners still waiting, so
   // they stop now rather than at the end of their wait.
-  if (reforms_grid() && own_comm_ && !spare_ && !own_comm_->is_failed() && own_comm_->rank() == 0) {
+  // Not after the survivors stopped it: they refused them already, with the reason (refuse_waiting_ranks).
+  if (reforms_grid() && own_comm_ && !spare_ && !refused_ && !own_comm_->is_failed() && own_comm_->rank() == 0) {
     try {
       own_comm_->refuse_joiners("the job ended");
     } catch (...) {
@@ -750,6 +751,7 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
 }
 
 train::StepResult ParallelTrainer::step() {
+  skip_save_ = false;  // a save skipped only between the epoch's closing collectives and the next step
   return failing_loudly([&] {
     return elastic_retry(Phase::kStep, [&]() -> train::StepResult {
       if (spare_ && !wait_as_spare()) {  // a spare waits to be drafted; the job ended: a last, empty step
@@ -778,7 +780,7 @@ auto ParallelTrainer::elastic_retry(Phase phase, F&& f) -> decltype(f()) {
     try {
       // Parameter servers after a re-form: every rank is back in the push/pull region; a rank redoing a world
       // collective leaves it first, as the others do at their next sync point.
-      if (again && ps_ && phase != Phase::kStep && !adopted_eval_) ps_->sync_point();
+      if (again && ps_ && phase != Phase::kStep && !adopted_closing_) ps_->sync_point();
       return f();
     } catch (const Error& e) {
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
@@ -925,6 +927,16 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   }
   config_.world = grid_.dp;
   config_.rank = grid_.dp_rank;
+}
+
+void ParallelTrainer::refuse_waiting_ranks(const std::string& why) noexcept {
+  comm::Communicator* c = trainer_comm();
+  refused_ = true;
+  try {
+    if (c != nullptr) c->refuse_joiners(fmt::format("{}: {}", kJobStopped, why));
+  } catch (...) {
+    // best effort: they stop at the end of their wait
+  }
 }
 
 void ParallelTrainer::closed(Phase phase, std::vector<double> result) {
@@ -1101,15 +1113,27 @@ void ParallelTrainer::count_servers(const std::string& why, const std::vector<in
 }
 
 bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vector<int>& before) {
-  // Where every survivor was: its progress (steps; fedavg: rounds) and the collective work it was in.
+  // Where every survivor was, in form_grid's table (every rank holds state; no previous snapshot): its progress
+  // (steps; fedavg: rounds), the work it was cut off in and the epoch's closing collectives it completed.
   const int n = world_->size();
-  const int64_t mine[3] = {progress_of(snapshot_), static_cast<int64_t>(phase), evals_done_};
-  std::vector<int64_t> all(3 * static_cast<size_t>(n));
-  world_->allgather(mine, all.data(), 3, DType::kI64)->wait();
-  const auto at = [&](int r, int k) { return all[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
-  int root = 0;  // the lowest survivor with the most progress
-  for (int r = 1; r < n; ++r)
-    if (at(r, 0) > at(root, 0)) root = r;
+  const int64_t mine[kPlanWidth] = {0, progress_of(snapshot_), -1, static_cast<int64_t>(phase), closings_,
+                                    static_cast<int64_t>(closed_phase_)};
+  std::vector<int64_t> all(kPlanWidth * static_cast<size_t>(n));
+  world_->allgather(mine, all.data(), kPlanWidth, DType::kI64)->wait();
+  const auto at = [&](int r, int k) { return all[kPlanWidth * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  int64_t P = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < n; ++r) P = std::min(P, at(r, 1));
+  // A closing collective (sums, time split, evaluation) that some survivors completed and the others were cut off in
+  // (the loss came as the first ones left it): those behind take its result (closing_plan, as a grid's re-form does)
+  // and go on with the others from the next work; they are held to nothing below.
+  const int closed_from = closing_plan(why, all, kPlanWidth, members_, P);
+  const auto behind = [&](int r) { return closed_from >= 0 && at(r, 4) < at(closed_from, 4); };
+  if (closed_from >= 0)
+    share_closing(*world_, closed_from, behind(world_->rank()), phase, members_[static_cast<size_t>(closed_from)],
+                  static_cast<Phase>(at(closed_from, 3)));
+  int root = -1;  // the lowest survivor with the most progress (of those not behind)
+  for (int r = 0; r < n; ++r)
+    if (!behind(r) && (root < 0 || at(r, 1) > at(root, 1))) root = r;
   const bool adopt = pc_.strategy == Strategy::kDdp || rounds_;
   const auto late = [](int64_t p) {
     return p == static_cast<int64_t>(Phase::kSplit) || p == static_cast<int64_t>(Phase::kEvaluate);
@@ -1117,36 +1141,11 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   int64_t late_phase = 0;
   int late_rank = root;  // the rank the others are held to: ddp/fedavg, the one furthest on; else one past the sums
   for (int r = 0; r < n; ++r)
-    if (late(at(r, 1))) late_phase = at(r, 1), late_rank = r;
-  // An evaluation some ranks completed and others were cut off in (the loss came as the first ones left it, e.g. a
-  // rank killed as rank 0 reports the epoch): every rank at the same step, the ones in it one evaluation behind the
-  // others, which went on to a step. The behind ones take the evaluation's result from the lowest rank that completed
-  // it (it is the same on every rank) instead of redoing it alone, so that all are held to the step.
-  int eval_from = -1;
-  if (!adopt && late_phase == static_cast<int64_t>(Phase::kEvaluate)) {
-    const int64_t behind = at(late_rank, 2);
-    bool split = true;
-    for (int r = 0; r < n && split; ++r) {
-      const bool in_eval = at(r, 1) == static_cast<int64_t>(Phase::kEvaluate);
-      split = at(r, 0) == at(late_rank, 0) &&
-              (in_eval ? at(r, 2) == behind : at(r, 1) == static_cast<int64_t>(Phase::kStep) && at(r, 2) == behind + 1);
-      if (split && !in_eval && eval_from < 0) eval_from = r;
-    }
-    if (!split) eval_from = -1;
-  }
-  if (eval_from >= 0) {
-    double v[3] = {last_eval_.loss, last_eval_.accuracy, static_cast<double>(last_eval_.samples)};
-    world_->broadcast(v, 3, DType::kF64, eval_from)->wait();
-    if (phase == Phase::kEvaluate) {
-      adopted_eval_ = train::EvalResult{v[0], v[1], static_cast<int64_t>(v[2])};
-      log::warn("elastic: world rank {} takes the evaluation world rank {} completed before the loss",
-                world_rank(), members_[static_cast<size_t>(eval_from)]);
-    }
-    late_phase = 0;  // every rank goes on from the step
-  }
+    if (!behind(r) && late(at(r, 3))) late_phase = at(r, 3), late_rank = r;
   const int other = adopt ? root : late_rank;
   for (int r = 0; r < n; ++r) {
-    const int64_t s = at(r, 0), p = at(r, 1), top = at(root, 0), top_phase = at(root, 1);
+    if (behind(r)) continue;
+    const int64_t s = at(r, 1), p = at(r, 3), top = at(root, 1), top_phase = at(root, 3);
     // ddp, fedavg (replicas identical after each step or round): a survivor one step behind must have been in that
     // step. The others: ranks go on from where each was, but past the epoch's sums every rank must redo the same.
     const bool ok = adopt ? (s == top && p == top_phase) || (s + 1 == top && p == static_cast<int64_t>(Phase::kStep))
@@ -1155,15 +1154,15 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
                  "elastic: cannot re-form after {}: world rank {} was in phase {} after step {} while world rank {} "
                  "was in phase {} after step {} (phases: 1 step, 2 epoch sums, 3 time split, 4 evaluation, 5 sync "
                  "point); resume from the last checkpoint",
-                 why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(other)], at(other, 1),
-                 at(other, 0));
+                 why, members_[static_cast<size_t>(r)], p, s, members_[static_cast<size_t>(other)], at(other, 3),
+                 at(other, 1));
   }
   const int64_t my_progress = progress_of(snapshot_);
   if (ps_) {
     // A server counts a step once its pushes are in, a worker once its pulls are, and a worker may redo its step in
     // flight: after a loss the ranks may be a step apart, which serve() absorbs within a step. The polls for joiners
     // (collective at step boundaries) resume where every rank has gone past the most progress any rank had here.
-    for (int r = 0; r < n; ++r) poll_from_ = std::max(poll_from_, at(r, 0) + 1);
+    for (int r = 0; r < n; ++r) poll_from_ = std::max(poll_from_, at(r, 1) + 1);
     // kept: the worker index each surviving worker has in the servers' last completed re-form (workers come first
     // in both lists; see shrink_group).
     const std::vector<int>& labels = ps_labels_.empty() ? before : ps_labels_;
@@ -1223,7 +1222,7 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   }
   // localsgd, easgd, asgd: each survivor goes on from its own state; steps some survivor completed with the old
   // group run locally on the others (StepSync::rebind), so the next exchange is at the same step everywhere.
-  retired_buffers_.push_back(sync_->rebind(dp_comm_.get(), at(root, 0), root));
+  retired_buffers_.push_back(sync_->rebind(dp_comm_.get(), at(root, 1), root));
   restore_snapshot(false);
   return false;
 }
@@ -1264,7 +1263,11 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     } catch (const Error& e) {
       if (ps_) retired_buffers_.push_back(ps_->take_retired());
       const bool peer_gone = e.status() == Status::kPeerFailure || e.status() == Status::kTimeout;
-      if (!peer_gone || !world_->is_failed()) throw;
+      if (!peer_gone) throw;
+      if (!world_->is_failed()) {  // the survivors' decision (from what all of them gathered): the job stops
+        refuse_waiting_ranks(e.what());
+        throw;
+      }
       log::warn("elastic: world rank {}: another rank failed while the survivors re-formed ({}); the attempt is "
                 "abandoned and the survivors shrink again",
                 world_rank(), in_world_ranks(e.what()));
@@ -1278,9 +1281,11 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
       where = fmt::format("checkpoint '{}' holds step {} (resume it at any width)", pc_.elastic_checkpoint,
                           optimizer_->steps());
     }
-    TANDEM_THROW(Status::kPeerFailure,
-                 "elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
-                 fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
+    const std::string stop =
+        fmt::format("elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
+                    fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, where);
+    refuse_waiting_ranks(stop);
+    TANDEM_THROW(Status::kPeerFailure, "{}", stop);
   }
   attach_reducer();
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -1472,7 +1477,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   // Global figures: the last stage of every replica scored its samples (elastic: the survivors' figures).
   const std::vector<double> g = failing_loudly([&] {
     return elastic_retry(Phase::kEpochSums, [&] {
-      if (adopted_closing_) {  // the sums another survivor completed (form_grid)
+      if (adopted_closing_) {  // the sums another survivor completed (reform, form_grid)
         std::vector<double> v = std::move(*adopted_closing_);
         adopted_closing_.reset();
         train_s = v[3];
@@ -1514,7 +1519,7 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   last_split_ = failing_loudly([&] {
     return elastic_retry(Phase::kSplit, [&] {
       EpochSplit x;
-      if (adopted_closing_) {  // the time split another survivor completed (form_grid)
+      if (adopted_closing_) {  // the time split another survivor completed (reform, form_grid)
         const std::vector<double> v = std::move(*adopted_closing_);
         adopted_closing_.reset();
         x = EpochSplit{static_cast<int64_t>(v[0]), v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]};
@@ -1539,14 +1544,9 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
 }
 
 train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limit_batches) {
-  last_eval_ = failing_loudly([&] {
+  return failing_loudly([&] {
     return elastic_retry(Phase::kEvaluate, [&] {
-      if (adopted_eval_) {  // the re-form gave this rank the evaluation the others completed (reform)
-        const train::EvalResult r = *adopted_eval_;
-        adopted_eval_.reset();
-        return r;
-      }
-      if (adopted_closing_) {  // likewise, re-forming a grid (form_grid)
+      if (adopted_closing_) {  // the evaluation another survivor completed (reform, form_grid)
         const std::vector<double> v = std::move(*adopted_closing_);
         adopted_closing_.reset();
         closed(Phase::kEvaluate, v);
@@ -1558,8 +1558,6 @@ train::EvalResult ParallelTrainer::evaluate(const data::Dataset& d, int64_t limi
       return r;
     });
   });
-  ++evals_done_;
-  return last_eval_;
 }
 
 template <typename F>
@@ -1636,6 +1634,13 @@ train::TrainingIdentity ParallelTrainer::identity() const {
 
 void ParallelTrainer::save_checkpoint(const std::string& path) {
   if (spare_) return;  // the grid writes it
+  if (skip_save_) {  // the others are past this save (share_closing): it would meet their next step
+    skip_save_ = false;
+    log::warn("elastic: world rank {} skips checkpoint '{}' at step {}: the ranks it took the epoch's last closing "
+              "collective from had gone on past the save into the next step",
+              world_rank(), path, optimizer_->steps());
+    return;
+  }
   // Parameter servers: a failed save aborts the job's other groups (failing_loudly around the servers' sync point),
   // so it still stops this rank.
   if (!absorbing_ || ps_) return write_checkpoint(path);

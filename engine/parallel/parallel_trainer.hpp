@@ -53,6 +53,16 @@
 //  - Rank 0: losing it is survived like any rank when the store is served outside the ranks (TANDEM_STORE; `tandem
 //    launch` serves it): the lowest survivor becomes rank 0 and reports from then on. With the store in world rank 0
 //    (no launcher, or a --master-addr not on the launcher's machine) losing rank 0 stops the job (kTimeout).
+//  - Epoch figures (train_epoch's training loss, accuracy and samples; every absorbing strategy): each rank adds up
+//    what it scored in the epoch, and the ranks sum that at the epoch's end, in its first closing collective. A rank
+//    lost before then takes its share with it: the epoch reports what the ranks alive at the sums scored -- the
+//    accuracy is the survivors' over their own samples, and train_samples says how many -- and a survivor that took
+//    a step as done from the authoritative rank (it was cut off in it) counts none of that step's samples. The share
+//    is not carried: that would put every rank's figures somewhere else at each step, an all-reduce of 3 values per
+//    step (a latency added to every step of every job, for a rare event) or room in the gradient buckets (which
+//    compression and the parameter servers alter). A loss once any rank completed the sums loses nothing (the ones
+//    cut off in them take the completed sums: closing_plan). `tandem train` marks an epoch in which ranks were lost
+//    ("lost_in_epoch" in its JSON line, a note after its text line).
 //  - Limits: a snapshot per step costs a host copy of the parameters and optimizer state.
 //
 // Growth (issue #17; elastic ddp at pp = 1; elastic_grow.cpp). New ranks join a running job (comm::join_communicator,
@@ -150,7 +160,10 @@
 //    label. When the job ends, the grid's rank 0 (its trainer's destructor) refuses every rank still waiting
 //    (Communicator::refuse_joiners): a spare's step() then returns a last, empty step that ends the epoch and its
 //    completed_epochs() jumps to the job's epochs, so a `for` over epochs stops; its evaluate(), save_checkpoint()
-//    and write_trace() do nothing. A spare waits at most ParallelConfig::spare_wait_ms (kTimeout after).
+//    and write_trace() do nothing. When the grid stops instead (its survivors cannot re-form, or fewer than min_ranks
+//    are left), each of them refuses the waiting ranks as it stops (refuse_waiting_ranks), and a spare's step() fails
+//    with kPeerFailure giving the survivors' reason within the store's poll (0.5 s); a rank leaving alone refuses
+//    nobody. A spare waits at most ParallelConfig::spare_wait_ms (kTimeout after).
 //  - Growth: at a step boundary (every join_poll_steps steps) the grid's rank 0 counts the waiting ranks (joiners and
 //    spares, one queue) and the grid admits just enough of them (the oldest first) to fill whole rows -- a pipeline
 //    1 x 2 with one joiner waits (3 ranks make no wider grid) and widens to 2 x 2 when a second one asks; the rest
@@ -204,10 +217,14 @@
 //    for the new loss. A re-form that took shards from the checkpoint leaves a restore due until load_checkpoint
 //    completes: a loss before that sends every rank back to the checkpoint again (the shards' values are not real).
 //    Test hook: TANDEM_TEST_REFORM_LEAVE="rank:point" (parallel_trainer.cpp).
-//  - Limits: as elastic DDP; a loss during the epoch's closing collectives (sums, time split, evaluation) re-forms
-//    only when every survivor was in the same one (kPeerFailure otherwise; elastic pipeline and hybrid grids take a
-//    completed one's result instead, see above). Async EASGD keeps no replica of its
-//    centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
+//  - An epoch's end: a loss in its closing collectives (sums, time split, evaluation) leaves the survivors at most one
+//    collective apart; the ones cut off in a collective that others completed take its result from the lowest of
+//    those (closing_plan and share_closing, the rule of elastic grids above; its sums then count the lost rank's
+//    figures) and go on with the others. When those others had gone on into the next step, they were past the
+//    checkpoint save between the epochs (a loss fails it, and they give it up: save_checkpoint), so the ranks that
+//    took the result skip that save too. Any other mix stops every survivor with kPeerFailure naming the ranks.
+//    Test hook points "summed", "timed", "evaluated" (tests/parallel/elastic_test.cpp).
+//  - Limits: as elastic DDP. Async EASGD keeps no replica of its centre: a lost server's shard comes back from elastic_checkpoint (the centre cut again over the surviving
 //    servers, job.hpp reshard_servers; every rank back to the checkpoint), else every survivor stops naming it.
 //
 // Results: step() reports this rank's view (loss only on the last stage; NaN elsewhere);
@@ -383,11 +400,11 @@ class ParallelTrainer {
   void check_ps_views(const std::string& why);
   // With servers: the servers left (kept_servers_) and the grid's split; a lost last server stops the job.
   void count_servers(const std::string& why, const std::vector<int>& before);
-  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. The
-  // non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from where each rank was, so past the
-  // epoch's sums every rank must redo the same phase, else the job stops ("cannot re-form"); except an evaluation
-  // that some ranks completed (they went on to the next step) and the others were cut off in, at the same step: the
-  // others take its result from the lowest rank that completed it (evaluate() returns it) and all go on from the step.
+  // The survivors' agreement after a shrink (`before`: the members before it), strategy by strategy. First the
+  // epoch's closing collectives (closing_plan): ranks cut off in one that others completed take its result and are
+  // held to nothing more. Of the rest, the non-adopting strategies (the ps family, localsgd, easgd, asgd) go on from
+  // where each rank was, so past the epoch's sums every rank must redo the same phase, else the job stops ("cannot
+  // re-form"); ddp and fedavg take the state of the rank furthest on, at most one step ahead.
   bool reform(Phase phase, const std::string& why, const std::vector<int>& before);
   // "world rank 5", or "world rank 5 (server 1)" for a parameter server.
   std::string rank_label(int world_rank) const;
@@ -440,12 +457,23 @@ class ParallelTrainer {
   // After shrink_group: the survivors assemble the whole model at the newest common step and re-form the grid.
   // phase: the work this rank was cut off in (the survivors draft waiting ranks only when all were in a step).
   bool reform_grid(const std::string& why, Phase phase);
-  // form_grid at an epoch's end: checks that the survivors (`all`: `width` values per rank, as form_grid gathers
+  // form_grid and reform at an epoch's end: checks that the survivors (`all`: `width` values per rank, as they gather
   // them) are at most one closing collective apart and returns the lowest rank whose result the ones behind take
   // (-1: none behind); kPeerFailure naming the rank otherwise.
   int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
                    int64_t P) const;
   static const char* phase_name(Phase p);
+  // Collective over S after closing_plan: rank `from` (world rank from_label, now in from_phase) sends the result of
+  // the closing collective it completed; a rank that `adopts` (it was cut off in it, in `phase`) keeps it in
+  // adopted_closing_.
+  void share_closing(comm::Communicator& S, int from, bool adopts, Phase phase, int from_label, Phase from_phase);
+  // The survivors decided together that the job stops (a re-form they cannot make, or fewer than min_ranks left):
+  // every rank waiting to join or to be drafted (a spare) is refused at once with kJobStopped and `why` (a spare then
+  // fails with kPeerFailure naming it) instead of waiting out spare_wait_ms. Not on a rank that leaves alone (abandon,
+  // or its own error): the others may go on and draft the waiting ranks.
+  void refuse_waiting_ranks(const std::string& why) noexcept;
+  static constexpr const char* kJobStopped = "the job stopped";
+  bool refused_ = false;  // refuse_waiting_ranks ran (the destructor then refuses nobody "the job ended")
   // This rank completed the closing collective `phase` (or took its result at a re-form) with `result`.
   void closed(Phase phase, std::vector<double> result);
   // The constructor's grid-dependent steps again, on world_, at pp stages.
@@ -527,15 +555,14 @@ class ParallelTrainer {
   RoundOutcome last_round_;
   TimeSplit local_;
   EpochSplit last_split_;
-  // Elastic (non-adopting strategies): evaluations completed, the last one's result, and a result taken from a rank
-  // that completed the evaluation this rank was cut off in (reform; evaluate() returns it instead of evaluating).
-  int64_t evals_done_ = 0;
-  train::EvalResult last_eval_;
-  std::optional<train::EvalResult> adopted_eval_;
-  // Elastic pipeline/hybrid: the closing collectives (epoch sums, time split, evaluation) this rank completed, the last
-  // one's phase and result (at most kClosedResult values), and a result taken at a re-form from a rank that completed
-  // the one this rank was cut off in (form_grid; the collective's lambda returns it instead of running it).
+  // Elastic (every strategy that re-forms): the closing collectives (epoch sums, time split, evaluation) this rank
+  // completed, the last one's phase and result (at most kClosedResult values), and a result taken at a re-form from a
+  // rank that completed the one this rank was cut off in (reform, form_grid; the collective's lambda returns it
+  // instead of running it). skip_save_: that rank had gone on into a step, so the next save_checkpoint before a step
+  // does nothing here (share_closing).
   static constexpr size_t kClosedResult = 10;
+  static constexpr size_t kPlanWidth = 6;  // closing_plan's table: values per rank
+  bool skip_save_ = false;
   int64_t closings_ = 0;
   Phase closed_phase_ = Phase::kStep;
   std::vector<double> closed_result_;

@@ -104,6 +104,9 @@ class ElasticLaunch(unittest.TestCase):
         self.assertAlmostEqual(last["lr_scale"], 2 / 3, places=6)
         self.assertTrue(last["train_loss"] is not None and last["train_loss"] < epochs[1]["train_loss"], out)
         self.assertIn("elastic: world rank(s) 2 lost", out)
+        # The epoch that lost it says so (its training figures may be the survivors' only); no other epoch does.
+        self.assertNotIn("lost_in_epoch", epochs[1], out)
+        self.assertEqual(sum(epochs[e].get("lost_in_epoch", 0) for e in epochs), 1, out)
 
     def test_losing_rank_0_is_survived_through_the_launchers_store(self):
         # The launcher serves the rendezvous store (TANDEM_STORE), so the survivors of rank 0 agree on their

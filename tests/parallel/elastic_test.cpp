@@ -2,6 +2,7 @@
 // the authoritative snapshot and go on with fewer replicas -- per-replica batch kept, learning rate x dp'/dp, the
 // epoch's global sample order continued at floor(g / dp') -- and below min_ranks they stop on every survivor with an
 // error naming the lost rank and a checkpoint that loads.
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <unistd.h>
@@ -11,9 +12,11 @@
 #include <filesystem>
 
 #include "engine/core/log.hpp"
+#include "engine/core/settings.hpp"
 #include "engine/nn/zoo.hpp"
 #include "tests/parallel/harness.hpp"
 
+BOOST_TEST_DONT_PRINT_LOG_VALUE(tandem::engine::parallel::Strategy)
 using namespace tandem;
 using namespace tandem::testing;
 
@@ -41,9 +44,83 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / fmt::format("tandem_elastic_{}_{}", ::getpid(), name)).string();
 }
 
+// A loss at an epoch's end that leaves the survivors one closing collective apart (TANDEM_TEST_REFORM_LEAVE,
+// parallel_trainer.cpp): world rank 1 completes the epoch's sums, time split or evaluation and leaves; world rank 0
+// went on to the next collective (after the evaluation: through the checkpoint save, which it gives up, into the next
+// epoch's first step), world ranks 2 and 3 are cut off in the one rank 1 completed. 4 ranks, epochs of 6 steps, two
+// epochs, each evaluated on the test set and followed by a checkpoint save, as `tandem train` runs them.
+struct ClosingLoss {
+  const char* name;
+  par::Strategy strategy;
+  const char* hook;  // "rank:point"
+};
+std::ostream& operator<<(std::ostream& os, const ClosingLoss& c) { return os << c.name; }
+
+const ClosingLoss kClosingLosses[] = {
+    {"ddp summed", par::Strategy::kDdp, "1:summed"},
+    {"ddp timed", par::Strategy::kDdp, "1:timed"},
+    {"ddp evaluated", par::Strategy::kDdp, "1:evaluated"},
+    {"localsgd summed", par::Strategy::kLocalSgd, "1:summed"},
+    {"localsgd evaluated", par::Strategy::kLocalSgd, "1:evaluated"},
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(elastic)
+
+// The survivors re-form and finish both epochs: the ones cut off take the completed collective's result from world
+// rank 0 (so the first epoch counts the lost rank's samples, all 4 x 6 batches), skip the save the others gave up,
+// and every survivor reports the same figures for both epochs.
+BOOST_DATA_TEST_CASE(a_loss_at_an_epochs_end_with_the_survivors_a_closing_collective_apart_reforms_and_finishes,
+                     boost::unit_test::data::make(kClosingLosses), c) {
+  constexpr int kWorld = 4, kVictim = 1, kSteps = 6;
+  const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", c.hook);
+  const std::string path = temp_path(fmt::format("closing_{}.ckpt", c.strategy == par::Strategy::kDdp ? "ddp" : "lsgd"));
+  par::ParallelConfig p = elastic_ddp(2);
+  p.strategy = c.strategy;
+  p.elastic = c.strategy == par::Strategy::kDdp;
+  p.average_every = 2;
+  std::vector<std::vector<train::EpochResult>> epochs(kWorld);
+  std::vector<std::vector<int>> members(kWorld);
+  std::vector<int64_t> steps(kWorld, -1);
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), &synthetic12_test(), sgd_config(kBatch, kSteps), p, &comm);
+    for (int e = 0; e < 2; ++e) {
+      epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+      t.save_checkpoint(path);
+    }
+    members[static_cast<size_t>(r)] = t.members();
+    steps[static_cast<size_t>(r)] = t.global_step();
+  });
+  BOOST_TEST(contains(errors[kVictim].message, "TANDEM_TEST_REFORM_LEAVE"), errors[kVictim].message);
+  for (int r : {0, 2, 3})
+    BOOST_TEST(errors[static_cast<size_t>(r)].message.empty(), c.name << ", world rank " << r << ": "
+                                                                      << errors[static_cast<size_t>(r)].message);
+  const std::vector<train::EpochResult>& first = epochs[0];
+  BOOST_REQUIRE_EQUAL(first.size(), 2u);
+  BOOST_TEST(first[0].train_samples == kWorld * kSteps * kBatch);        // the sums completed with the lost rank's
+  BOOST_TEST(first[1].train_samples == (kWorld - 1) * kSteps * kBatch);  // three replicas of 6 steps
+  for (int r : {0, 2, 3}) {
+    const std::vector<train::EpochResult>& mine = epochs[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT(c.name << ", world rank " << r) {
+      BOOST_TEST((members[static_cast<size_t>(r)] == std::vector<int>{0, 2, 3}));
+      BOOST_TEST(steps[static_cast<size_t>(r)] == 2 * kSteps);
+      BOOST_REQUIRE_EQUAL(mine.size(), 2u);
+      for (size_t e = 0; e < 2; ++e) {  // the same figures on every survivor
+        BOOST_TEST(mine[e].epoch == static_cast<int64_t>(e) + 1);
+        BOOST_TEST(std::isfinite(mine[e].train_loss));
+        BOOST_TEST(std::isfinite(mine[e].test_loss));
+        BOOST_TEST(mine[e].train_samples == first[e].train_samples);
+        BOOST_TEST(mine[e].train_loss == first[e].train_loss);
+        BOOST_TEST(mine[e].test_loss == first[e].test_loss);
+        BOOST_TEST(mine[e].test_accuracy == first[e].test_accuracy);
+      }
+    }
+  }
+  std::filesystem::remove(path);
+}
 
 // 4 ranks; world rank 2 leaves after kBefore steps (its trainer, communicators and transport are destroyed). The
 // survivors' next step fails, is abandoned, and is redone by the three of them.

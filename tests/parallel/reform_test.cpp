@@ -118,22 +118,28 @@ struct EpochEndRun {
   std::vector<Seen> seen = std::vector<Seen>(4);
 };
 
-// Two epochs of 6 steps of a 2 x 2 hybrid grid, each evaluated on the test set, with TANDEM_TEST_REFORM_LEAVE=hook.
+// Two epochs of 6 steps of a 2 x 2 hybrid grid, each evaluated on the test set and followed by a checkpoint save (as
+// `tandem train` runs them), with TANDEM_TEST_REFORM_LEAVE=hook.
 EpochEndRun two_epochs_with(const char* hook) {
   const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", hook);
+  const std::string path = temp_path("epoch_end.ckpt");
   EpochEndRun out;
   out.errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& comm) {
     auto be = one_thread_backend();
     nn::Model m(lenet12(), *be, 3);
     par::ParallelTrainer t(m, synthetic12_train(), &synthetic12_test(), sgd_config(kBatch, 6),
                            grid(par::Strategy::kHybrid, 2, ""), &comm);
-    for (int e = 0; e < 2; ++e) out.epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+    for (int e = 0; e < 2; ++e) {
+      out.epochs[static_cast<size_t>(r)].push_back(t.train_epoch());
+      t.save_checkpoint(path);
+    }
     Seen& s = out.seen[static_cast<size_t>(r)];
     s.released = t.spare();
     s.members = t.members();
     s.grid = t.grid();
     s.steps = t.global_step();
   });
+  std::filesystem::remove(path);
   return out;
 }
 
@@ -194,6 +200,46 @@ BOOST_AUTO_TEST_CASE(losing_every_replica_of_a_stage_without_a_checkpoint_stops_
                  errors[static_cast<size_t>(r)].message);
     }
   }
+}
+
+// World rank 3 leaves mid-epoch: the grid re-forms at 1 x 2 on world ranks 0 and 1, and world rank 2 waits as a spare.
+// Then world rank 1 (stage 1's only replica now) completes the epoch's sums and leaves (TANDEM_TEST_REFORM_LEAVE), with
+// no checkpoint: world rank 0, alone and past the sums (so it drafts nobody), stops naming the stage, and refuses the
+// spare at once, which stops with that reason rather than wait for a grid that no longer exists (spare_wait_ms is 30 s
+// here: without the refusal its step() fails with kTimeout then). Neither rank that left refuses it: after the first
+// loss the spare waits on.
+BOOST_AUTO_TEST_CASE(a_grid_that_stops_refuses_its_waiting_spare_which_stops_with_the_survivors_reason) {
+  const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", "1:summed");
+  par::ParallelConfig p = grid(par::Strategy::kHybrid, 2, "");
+  p.spare_wait_ms = 30000;
+  std::vector<bool> spare(4, false);
+  const auto errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet12(), *be, 3);
+    par::ParallelTrainer t(m, synthetic12_train(), nullptr, sgd_config(kBatch, 6), p, &c);
+    for (int i = 0; i < 2; ++i) t.step();
+    if (r == 3) {
+      t.abandon();
+      return;
+    }
+    try {
+      t.train_epoch();
+    } catch (...) {
+      spare[static_cast<size_t>(r)] = t.spare();
+      throw;
+    }
+  });
+  BOOST_TEST(errors[3].message.empty(), errors[3].message);
+  BOOST_TEST(contains(errors[1].message, "TANDEM_TEST_REFORM_LEAVE"), errors[1].message);
+  BOOST_TEST(spare[2]);
+  for (int r : {0, 2}) {
+    const RankError& e = errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "pipeline stage(s) 1 lost on every replica"));
+    }
+  }
+  BOOST_TEST(contains(errors[2].message, "spare world rank 2 stops with the grid it waited for"), errors[2].message);
 }
 
 // With a checkpoint (written at step 3, two steps before the loss) the survivors 0 and 2 re-form at 1 x 2 from it.
