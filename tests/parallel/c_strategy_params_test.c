@@ -269,7 +269,7 @@ int main(void) {
 
   /* The next bit is unknown to this library. */
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
-  p.field_mask |= TANDEM_PARALLEL_PARAM_SERVER_REPLICAS << 1;
+  p.field_mask |= TANDEM_PARALLEL_PARAM_BUCKETS << 1;
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_params_t");
 
   free_env(&e);
