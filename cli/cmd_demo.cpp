@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -188,20 +189,26 @@ int run_demo(const DemoOptions& o) {
   const Captured cal = run_capture(calibrate, tty ? "[1/3] calibrating the model for the simulator ..." : nullptr);
   const bool have_profile = cal.status == 0;
   if (!have_profile && !o.json) std::printf("  (calibration failed, exit %d: the prediction uses the roofline)\n", cal.status);
-  if (!o.json) std::printf("[2/3] 1 rank, %ld thread(s) ...%s", cores, tty ? "" : "\n");
+  // The training runs draw tandem train's own progress bar (epoch, batches done of the run's, loss, img/s, ETA) on
+  // the terminal's stderr: the one-rank run when told TANDEM_LAUNCH_PROGRESS=1, the 4-rank job's rank 0 through the
+  // launcher (which tells it so itself when its stderr is a terminal). Without a terminal: the phase lines only.
+  const bool bars = tty && ::isatty(STDERR_FILENO) != 0;
+  if (!o.json) std::printf("[2/3] 1 rank, %ld thread(s) ...%s", cores, tty && !bars ? "" : "\n");
+  if (bars) ::setenv("TANDEM_LAUNCH_PROGRESS", "1", 1);
   const Captured one = run_capture(with({self}, {"--batch", std::to_string(global), "--threads", std::to_string(cores)}),
-                                   tty ? "[2/3] 1 rank ..." : nullptr);
+                                   tty && !bars ? "[2/3] 1 rank ..." : nullptr);
+  if (bars) ::unsetenv("TANDEM_LAUNCH_PROGRESS");  // the launcher sets it for its rank 0 only
   const nlohmann::json e1 = last_epoch(one.out);
   if (one.status != 0 || e1.is_null()) {
     return tandem::cli::fail(fmt::format("the one-rank run failed (exit status {})", one.status));
   }
-  if (!o.json) std::printf("[3/3] 4 ranks, hybrid 2 x 2, 1 thread each ...%s", tty ? "" : "\n");
+  if (!o.json) std::printf("[3/3] 4 ranks, hybrid 2 x 2, 1 thread each ...%s", tty && !bars ? "" : "\n");
   std::vector<std::string> hybrid = {"--batch", std::to_string(o.batch), "--strategy", "hybrid", "--dp", "2",
                                      "--pp", "2", "--microbatches", std::to_string(o.microbatches),
                                      "--pipeline-schedule", o.schedule, "--threads", "1", "--predict"};
   if (have_profile) hybrid.insert(hybrid.end(), {"--profile", profile, "--profile-network"});
   const Captured four = run_capture(with({self, "launch", "-n", "4", "--transport", o.transport, "--", self}, hybrid),
-                                    tty ? "[3/3] 4 ranks, hybrid 2 x 2 ..." : nullptr);
+                                    tty && !bars ? "[3/3] 4 ranks, hybrid 2 x 2 ..." : nullptr);
   const nlohmann::json e4 = last_epoch(four.out);
   const nlohmann::json pred = last_line_with(four.out, "prediction").value("prediction", nlohmann::json::object());
   if (four.status != 0 || e4.is_null()) {

@@ -697,8 +697,9 @@ int Launcher::run() {
     return 1;
   }
   // Rank 0's progress bar (tandem train's, drawn when its stderr is a terminal) reaches this terminal through its pipe
-  // when told TANDEM_LAUNCH_PROGRESS=1; not into --log-dir files, nor for ranks joining a job already drawing one.
-  progress_ = ::isatty(2) != 0 && o_.log_dir.empty() && !o_.join;
+  // when told TANDEM_LAUNCH_PROGRESS=1; not into --log-dir files, nor for ranks joining a job already drawing one, nor
+  // under --json (machine-read output: nothing is drawn).
+  progress_ = ::isatty(2) != 0 && o_.log_dir.empty() && !o_.join && !o_.json;
   // Children get our environment with the job's variables replaced.
   std::map<std::string, std::string> common = {
       {"TANDEM_WORLD_SIZE", std::to_string(o_.nprocs)},

@@ -119,6 +119,7 @@ struct Bar {
   bool enabled = false;
   int64_t epochs = 0;
   int32_t ranks = 1;  // a parallel job's: the rate is the job's (every replica's samples)
+  bool loss_elsewhere = false;  // a pipeline: the bar's rank (0) runs the first stage, the loss is the last stage's
   std::chrono::steady_clock::time_point last{};
 };
 
@@ -138,10 +139,13 @@ void draw_bar(const tandem_progress_t* p, void* user) {
   const int filled = static_cast<int>(frac * kWidth);
   const double eta = frac > 0 ? p->elapsed_s * (1 - frac) / frac : NAN;
   const std::string job = bar->ranks > 1 ? fmt::format(" ({} ranks)", bar->ranks) : std::string();
-  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f img/s%s ETA %s ", static_cast<long long>(p->epoch),
+  // The first stage of a pipeline scores no loss (NaN, not a diverged one): "--" rather than "nan".
+  const std::string loss = std::isnan(p->loss) && bar->loss_elsewhere ? "--" : fmt::format("{:.4f}", p->loss);
+  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld loss %s %.0f img/s%s ETA %s ", static_cast<long long>(p->epoch),
                static_cast<long long>(bar->epochs), std::string(static_cast<size_t>(filled), '#').c_str(),
                std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), static_cast<long long>(p->batch),
-               static_cast<long long>(p->batches), p->loss, p->images_per_sec, job.c_str(), clock_text(eta).c_str());
+               static_cast<long long>(p->batches), loss.c_str(), p->images_per_sec, job.c_str(),
+               clock_text(eta).c_str());
   std::fflush(stderr);
 }
 
@@ -551,9 +555,11 @@ int run_train(const TrainOptions& o) {
   if (tandem_optimizer_create(h.ctx, &op, &h.opt) != TANDEM_OK) return cli::fail("bad optimizer settings");
 
   Bar bar;
-  // Under tandem launch a rank's stderr is a pipe: the launcher tells rank 0 when it draws the bar on a terminal.
+  // On a terminal, unless --json. Under tandem launch a rank's stderr is a pipe: the launcher tells rank 0 when it
+  // draws the bar on a terminal, and so does tandem demo for its one-rank run; then the bar is drawn on stderr even
+  // while stdout carries --json lines (they are what the launcher or the demo reads).
   const char* launch_progress = std::getenv("TANDEM_LAUNCH_PROGRESS");
-  bar.enabled = !o.json && (::isatty(2) != 0 || (launch_progress != nullptr && std::strcmp(launch_progress, "1") == 0));
+  bar.enabled = (launch_progress != nullptr && std::strcmp(launch_progress, "1") == 0) || (!o.json && ::isatty(2) != 0);
   bar.epochs = o.epochs;
   tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
   tp.field_mask = TANDEM_TRAINER_PARAM_BATCH_SIZE | TANDEM_TRAINER_PARAM_EPOCHS | TANDEM_TRAINER_PARAM_SEED |
@@ -582,7 +588,9 @@ int run_train(const TrainOptions& o) {
   if (o.parallel) {
     if (const int rc = create_parallel_trainer(o, tp, h); rc != 0) return rc;
     stop = std::make_unique<StopWatcher>(h.comm);
-    bar.ranks = parallel_attr(h.trainer).world;
+    const tandem_parallel_attr_t a = parallel_attr(h.trainer);
+    bar.ranks = a.world;
+    bar.loss_elsewhere = a.pp > 1;
   } else if (tandem_trainer_create(h.model, h.train, h.test, h.opt, &tp, &h.trainer) != TANDEM_OK) {
     return cli::fail("cannot create the trainer");
   }

@@ -93,7 +93,8 @@ constexpr Variable kVariables[] = {
      "cli: 1: tandem train joins a running elastic job (tandem launch --join sets it)"},
     {"TANDEM_JOIN_WAIT_MS", K::kInteger, 1, kNoLimit, "", "600000", "cli: how long a joiner waits for admission"},
     {"TANDEM_LAUNCH_PROGRESS", K::kChoice, 0, 0, "0|1", "0",
-     "cli: 1: tandem train draws its progress bar on a pipe (tandem launch sets it for rank 0 on a terminal)"},
+     "cli: 1: tandem train draws its progress bar on stderr, pipe or --json alike (tandem launch sets it for rank 0 "
+     "on a terminal, tandem demo for its one-rank run)"},
 };
 
 size_t index_of(std::string_view name) {

@@ -38,14 +38,15 @@ def tandem(*args, timeout=120, env=None):
     return p.returncode, p.stdout
 
 
-def on_terminal(args, timeout=120):
-    """Runs CLI ARGS with stderr on a pseudo-terminal and stdout on a pipe: (rc, stdout, what the terminal got)."""
+def on_terminal(args, timeout=120, stdout_too=False):
+    """Runs CLI ARGS with stderr on a pseudo-terminal and stdout on a pipe (or on the terminal too): (rc, stdout,
+    what the terminal got)."""
     master, slave = pty.openpty()
-    p = subprocess.Popen([CLI] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
-                         env=clean_env())
+    p = subprocess.Popen([CLI] + list(args), stdin=subprocess.DEVNULL,
+                         stdout=slave if stdout_too else subprocess.PIPE, stderr=slave, env=clean_env())
     os.close(slave)
     term, out, deadline = b"", b"", time.monotonic() + timeout
-    streams = [master, p.stdout.fileno()]
+    streams = [master] + ([] if stdout_too else [p.stdout.fileno()])
     try:
         while streams:
             left = deadline - time.monotonic()
@@ -67,7 +68,8 @@ def on_terminal(args, timeout=120):
         return p.wait(timeout=30), out.decode(errors="replace"), term.decode(errors="replace")
     finally:
         os.close(master)
-        p.stdout.close()
+        if p.stdout is not None:
+            p.stdout.close()
         if p.poll() is None:
             p.kill()
             p.wait()
@@ -228,8 +230,10 @@ class Messages(unittest.TestCase):
         self.assertIn("it is looked up on PATH (give its path, or put its folder on PATH)", out)
 
     def test_the_demo_shows_its_prediction_beside_its_measurement(self):
-        rc, out = tandem("demo", "--model", "lenet5", "--batches", "2", "--batch", "32", "--test-limit", "100",
-                         timeout=180)
+        # on a terminal, as a user runs it: each training run draws its progress bar
+        rc, _, out = on_terminal(["demo", "--model", "lenet5", "--batches", "2", "--batch", "32", "--test-limit",
+                                  "100"], timeout=180, stdout_too=True)
+        out = out.replace("\r\n", "\n")  # the terminal's own line ends
         if "cannot load Fashion-MNIST" in out:
             self.skipTest("Fashion-MNIST is not here: " + out.strip().splitlines()[-1])
         self.assertEqual(rc, 0, out)
@@ -241,6 +245,15 @@ class Messages(unittest.TestCase):
         self.assertRegex(out, r"(?m)^  step +[0-9.]+ ms +[0-9.]+ ms +[-+]?[0-9.]+%$")
         for part in ("compute", "pipeline bubble", "exposed communication"):
             self.assertRegex(out, r"(?m)^  %s +[0-9.]+ ms +[0-9.]+ ms$" % part)
+        # the bars, finished: the one-rank run's, then the 4-rank job's (rank 0's, the job's rate), each on its own
+        # line after its phase's line, none prefixed as a rank's output
+        one = re.search(r"\[2/3\][^\n]*\n[^\n]*\repoch 1/1 \[#{30}\] 2/2 loss [0-9.]+ [0-9]+ img/s ETA ", out)
+        self.assertIsNotNone(one, out)
+        # (rank 0 runs the pipeline's first stage: the loss is the last stage's, shown as "--", not "nan")
+        four = re.search(r"\[3/3\][^\n]*\n(.*\n)*?[^\n]*epoch 1/1 \[#{30}\] 2/2 loss -- [0-9]+ img/s "
+                         r"\(4 ranks\) ETA ", out)
+        self.assertIsNotNone(four, out)
+        self.assertNotRegex(out, r"\[rank \d\] [^\n]*epoch 1/1 \[")
 
 
 class Readme(unittest.TestCase):

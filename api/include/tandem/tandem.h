@@ -224,8 +224,10 @@ typedef struct tandem_context_params {
  *   TANDEM_JOIN               1: `tandem train` joins a running elastic job (tandem_comm_join);
  *                             `tandem launch --join` sets it (read by the CLI only) default 0
  *   TANDEM_JOIN_WAIT_MS       how long such a joiner waits for admission (CLI only) def. 600000
- *   TANDEM_LAUNCH_PROGRESS    1: `tandem train` draws its progress bar on a pipe; `tandem launch`
- *                             sets it for rank 0 when its own stderr is a terminal (CLI only) def. 0
+ *   TANDEM_LAUNCH_PROGRESS    1: `tandem train` draws its progress bar on stderr even when that is a
+ *                             pipe or stdout carries --json; `tandem launch` (not in --json mode)
+ *                             sets it for rank 0 when its own stderr is a terminal, `tandem demo`
+ *                             for its one-rank run (read by the CLI only)        default 0
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
