@@ -16,9 +16,10 @@ BASE = ["train", "--model", "mlp", "--dataset", "synthetic", "--batch", "16", "-
 def launch(n, extra, timeout=180, epochs=3, launcher=()):
     env = dict(os.environ, TANDEM_TIMEOUT_MS="20000", OMP_NUM_THREADS="1")
     base = [str(epochs) if i > 0 and BASE[i - 1] == "--epochs" else a for i, a in enumerate(BASE)]
-    if "--lr" in extra:  # the test's own learning rate replaces BASE's
-        k = base.index("--lr")
-        del base[k:k + 2]
+    for opt in ("--lr", "--momentum"):  # the test's own learning rate or momentum replaces BASE's
+        if opt in extra:
+            k = base.index(opt)
+            del base[k:k + 2]
     p = subprocess.run([CLI, "launch", "-n", str(n)] + list(launcher) + ["--", CLI] + base + extra, env=env,
                        stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=timeout, text=True)
@@ -67,6 +68,25 @@ class Strategies(unittest.TestCase):
                 rc, out, epochs = launch(n, flags + ["--resume", ck], epochs=4)
                 self.assertEqual(rc, 0, out)
                 self.assertEqual([e["epoch"] for e in epochs], [4], out)
+
+    def test_sync_ps_trains_as_ddp_does(self):
+        # issue #13: a synchronous parameter server gives DDP's result to within float rounding -- here as users run
+        # both (2 workers with 1 or 2 servers against 2 DDP ranks; momentum, so the servers' optimizer state counts)
+        def losses(n, flags):
+            rc, out, epochs = launch(n, flags + ["--momentum", "0.9"], epochs=2)
+            self.assertEqual(rc, 0, out)
+            self.assertEqual([e["epoch"] for e in epochs if "strategy" in e], [1, 2], out)
+            return [(e["train_loss"], e["test_loss"]) for e in epochs if "strategy" in e]
+        ddp = losses(2, ["--strategy", "ddp"])
+        for servers in (1, 2):
+            with self.subTest(servers=servers):
+                ps = losses(2 + servers, ["--strategy", "ps", "--servers", str(servers)])
+                for (a_train, a_test), (b_train, b_test) in zip(ddp, ps):
+                    self.assertAlmostEqual(a_train, b_train, delta=1e-6 * abs(a_train))
+                    self.assertAlmostEqual(a_test, b_test, delta=1e-6 * abs(a_test) + 1e-9)
+        # the comparison can fail: another learning rate moves the losses
+        other = losses(3, ["--strategy", "ps", "--servers", "1", "--lr", "0.02"])
+        self.assertNotAlmostEqual(ddp[-1][1], other[-1][1], delta=1e-6 * abs(ddp[-1][1]))
 
     def test_target_accuracy_stops_every_strategy_at_the_first_evaluation_reaching_it(self):
         # 0.01 is below chance (10 classes): the first evaluation reaches it, and every rank stops there (a rank
