@@ -3,7 +3,7 @@
 all-reduce, predicted beside measured, and PyTorch DDP (gloo) as the peer -- in one run.
 
   bench/strategies/strategy_bench.py [--workers 4] [--parts tta,psring,peer] [--strategies KEY,...]
-                                     [--target 0.85] [--batch 32] [--lr 0.02] [--eval-every 234]
+                                     [--target 0.85] [--batch 32] [--lr 0.02] [--momentum 0.9] [--eval-every 234]
                                      [--max-evals 4] [--fedavg-rounds 4] [--psring-steps 40]
                                      [--tandem PATH] [--json OUT] [--quick]
 
@@ -192,7 +192,7 @@ class Bench:
     def data_args(self):
         a = self.a
         d = model_args(a) + ["--dataset", "fashion-mnist", "--threads", "1", "--batch", str(a.batch),
-             "--lr", str(a.lr), "--seed", str(SEED)]
+             "--lr", str(a.lr), "--momentum", str(a.momentum), "--seed", str(SEED)]
         if a.train_limit:
             d += ["--train-limit", str(a.train_limit)]
         if a.test_limit:
@@ -469,6 +469,8 @@ def main():
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--batch", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--momentum", type=float, default=0.9,
+                    help="SGD momentum of the tandem runs (the peer, PyTorch, always uses 0.9)")
     ap.add_argument("--eval-every", type=int, default=234, help="steps between evaluations (half an epoch at 4x32)")
     ap.add_argument("--max-evals", type=int, default=4, help="cap: evaluations per run (epochs of --eval-every)")
     ap.add_argument("--fedavg-rounds", type=int, default=4, help="cap: FedAvg rounds")
@@ -520,6 +522,10 @@ def main():
         print(f"strategy_bench: unknown strategy {bad} or part in {parts}; strategies: {', '.join(strategies())}",
               file=sys.stderr)
         return 2
+    if "peer" in parts and a.momentum != 0.9:
+        print(f"strategy_bench: the peer trains with momentum 0.9, not {a.momentum:g}: leave the peer out "
+              f"(--parts) or the momentum at 0.9", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("strategy_bench: needs root (network namespaces, cgroups); not run", file=sys.stderr)
         return 77
@@ -555,7 +561,7 @@ def main():
               f"{a.ranks_per_host} worker rank(s) each + up to {max_servers} "
               f"server hosts): link {cfg['bw_mbit']} Mbit/s, memory {cfg['mem_mb']} MiB, cpu {cfg['cpu_quota']} "
               f"core each; {b.st['caveat']}")
-        print(f"# {tandem}; {model_label(a)}, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum 0.9, transport "
+        print(f"# {tandem}; {model_label(a)}, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum {a.momentum:g}, transport "
               f"{a.transport}", flush=True)
         out.update(cluster_config=cfg, caveat=b.st["caveat"], hosts=hosts)
         with tempfile.TemporaryDirectory(prefix="tandem_strategy_bench_") as tmp:

@@ -594,6 +594,7 @@ void ParameterServerSync::on_push(int w, int j) {
   };
   if (program_.staleness < 0) {
     apply_async(p, m.payload());
+    note(PieceEvent::kApplied, p, w, t);
     reply(w, j, t);
     trace_push();
     return;
@@ -647,6 +648,7 @@ void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
     std::copy_n(h.data<float>(), p.size, sh.host.begin() + p.offset);
   }
   p.applied = clock;
+  note(PieceEvent::kApplied, p, -1, clock);
   replicate(p);
 }
 
@@ -682,10 +684,17 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
   r.set(Header{kPull, rank_, p.global, static_cast<int32_t>(ahead + 1), clock, p.size});
   std::copy_n(host_of(p), p.size, r.payload());
   r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
+  note(PieceEvent::kReplied, p, w, clock);
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
     // The worker may start its next step once it has every server's replies: its clock against the slowest's.
     max_gap_ = std::max(max_gap_, clock - slowest());
   }
+}
+
+void ParameterServerSync::note(PieceEvent::Kind kind, const ServerPiece& p, int32_t worker, int64_t clock) const {
+  if (!piece_hook_) return;
+  const int64_t version = program_.staleness < 0 ? p.optimizer->steps() : p.applied;
+  piece_hook_(PieceEvent{kind, p.global, worker, clock, version});
 }
 
 bool ParameterServerSync::release_withheld() {

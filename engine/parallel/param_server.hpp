@@ -215,6 +215,22 @@ class ParameterServerSync final : public GradientSync {
   // and grow() then discard the attempt as after a peer's loss (at "voted"/"grow-voted", as a vote that failed: the
   // new view kept aside; at "committed"/"grow-committed" the commit stands).
   void set_reform_hook(std::function<void(const char*)> hook) { reform_hook_ = std::move(hook); }
+  // What a server did to a piece, in the order it did it (the replay of racing runs: param_server_test.cpp).
+  //  kApplied: an update of the piece. ps/ssp: clock `clock`, every worker's push of it averaged (`worker` -1);
+  //    ps-async: worker `worker`'s push of clock `clock`. `version`: the piece's updates so far, this one included
+  //    (ps/ssp: its clocks applied; ps-async: its optimizer's update count).
+  //  kReplied: the pull reply to worker `worker`'s push of clock `clock` left with the piece's values after `version`
+  //    updates -- the parameters that worker computes its step clock + 1 from.
+  struct PieceEvent {
+    enum Kind : int32_t { kApplied, kReplied };
+    Kind kind = kApplied;
+    int32_t piece = 0;   // global index in program().pieces
+    int32_t worker = -1;
+    int64_t clock = 0;
+    int64_t version = 0;
+  };
+  // Servers: called on every such event (on the serving thread); empty: none (the default).
+  void set_piece_hook(std::function<void(const PieceEvent&)> hook) { piece_hook_ = std::move(hook); }
   // The buffers of operations that may still be in flight on a failed communicator (abandoned re-form attempts, an
   // exchange of shards cut short): the caller keeps them until that communicator is destroyed.
   std::shared_ptr<void> take_retired();
@@ -412,6 +428,8 @@ class ParameterServerSync final : public GradientSync {
   int64_t last_busy_ns_ = 0;
   std::vector<Message> stray_;  // receive_shards/send_shards cut short: their messages, which may still be in flight
   std::function<void(const char*)> reform_hook_;
+  std::function<void(const PieceEvent&)> piece_hook_;
+  void note(PieceEvent::Kind kind, const ServerPiece& p, int32_t worker, int64_t clock) const;
   struct InFlight;             // operations of a failed communicator (or an abandoned re-form) and their buffers
   void retire_in_flight(InFlight& into);
   std::vector<std::shared_ptr<void>> abandoned_;  // abandoned re-form attempts' buffers, until the next commit

@@ -2,7 +2,8 @@
 // clock gap within S when a worker is slowed; ps-async lets a fast worker run ahead; a checkpoint of ps resumes
 // bit-identically; asynchronous EASGD's centre follows the closed form; a malformed message names its sender;
 // ps-async applies each push at once and answers with the newest parameters; every bucket's push starts inside
-// backward; ssp with S > 0 lets a fast worker lead by exactly S clocks and then blocks it.
+// backward; ssp with S > 0 lets a fast worker lead by exactly S clocks and then blocks it; with freely racing workers,
+// ssp and ps-async are replayed exactly from the servers' record of their updates and replies.
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -13,6 +14,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
 #include <thread>
 
 #include "engine/nn/zoo.hpp"
@@ -816,6 +820,287 @@ BOOST_AUTO_TEST_CASE(ssp_holds_the_fast_worker_at_the_bound_until_the_slow_one_i
   for (size_t r : {0u, 2u}) BOOST_TEST((errors[r].status == Status::kOk), "rank " << r << ": " << errors[r].message);
   BOOST_TEST((workers_after == std::vector<int32_t>{2, 2, 1}),
              "worker 0's steps 1..S with both workers, step S + 1 only after worker 1 was lost");
+}
+
+// ---- racing workers, replayed from the servers' record (ssp with S = 2, ps-async) ----
+// ParameterServerSync driven directly: 3 workers, 2 servers, a two-layer model cut into 3 pieces, plain SGD. The
+// workers race freely: before each step worker 1 sleeps 8 ms and worker 2 (the slow one) 30 ms, worker 0 not at all,
+// so which parameters each pull returns is whatever the arrival order at the servers made it. Each worker's gradient
+// is a fixed linear function of the whole parameter vector it holds, coupling every piece to the others:
+//   g_w(x)_i = x_i - c_{w,i} + 0.3 (x_{i+5} - x_{i+2})   (indices mod n)
+// so the run is reproducible from the servers' record (set_piece_hook) alone: each piece's updates in the order they
+// were applied and the version of the piece each pull reply carried. Replay: worker w computes its step t at theta_0
+// (t = 1) or at the pieces its step t - 1 replies carried; a piece's update is, in the recorded order,
+//   ssp:      clock t:            theta <- theta - lr (1/W) sum_w g_w(x_{w,t})   (summed in worker order)
+//   ps-async: worker w's clock t: theta <- theta - lr g_w(x_{w,t})
+// Checked: every parameter vector a worker computed from equals the replay's (float rounding), and so does every
+// worker's final vector (after the sync point); for ssp, that a reply never left a worker more than S clocks ahead of
+// the parameters it carried (every worker had pushed clock `version`), and the fast worker did get that far; in the
+// test's own clocks, a worker about to compute step t + 1 was never more than S ahead of the slowest worker's push.
+namespace {
+
+struct RaceRun {
+  std::vector<par::BucketPiece> pieces;
+  std::vector<float> theta0;
+  std::vector<std::vector<par::ParameterServerSync::PieceEvent>> events;  // per server, in its order
+  std::vector<std::vector<std::vector<float>>> computed;                // [worker][t - 1]: x_{w,t}
+  std::vector<std::vector<float>> final_params;                        // per worker, after the sync point
+  int64_t own_gap = 0;  // the test's clocks: a worker's completed steps minus the slowest worker's pushes
+};
+
+constexpr float kRaceLr = 0.1f;
+constexpr int kRaceWorkers = 3;
+constexpr int kRaceSteps = 10;
+
+std::vector<float> race_gradient(int w, const std::vector<float>& x) {
+  const size_t n = x.size();
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float c = 0.1f * static_cast<float>(static_cast<int>((7 * i + 3 * static_cast<size_t>(w)) % 11) - 5);
+    g[i] = x[i] - c + 0.3f * (x[(i + 5) % n] - x[(i + 2) % n]);
+  }
+  return g;
+}
+
+RaceRun race(par::Strategy strategy, int staleness) {
+  nn::ModelBuilder b("two_linear", {1, 2, 2});
+  b.flatten();
+  b.linear(3);
+  b.relu();
+  b.linear(2);
+  const nn::ModelSpec spec = std::move(b).build();
+  par::Job job;
+  job.model = spec;
+  job.batch = 4;
+  job.parallel = pconfig(strategy, 2, staleness);
+  job.parallel.bucket_mb = 1e-6;  // a bucket per layer, the first split between the servers
+  job.optimizer.lr = kRaceLr;
+  const par::CompiledJob cj = par::compile_job(job, kRaceWorkers + 2);
+  BOOST_TEST_REQUIRE(cj.sync.staleness == (strategy == par::Strategy::kPsAsync ? -1 : staleness));
+  BOOST_TEST_REQUIRE(cj.sync.pieces.size() == 3u, "pieces: " << cj.sync.pieces.size());
+  const std::vector<par::GradientBucket> buckets = cj.pipeline.stage_plans[0].buckets;
+  engine::optim::ScheduleConfig schedule;
+  schedule.base_lr = kRaceLr;
+  const std::chrono::milliseconds delay[kRaceWorkers] = {std::chrono::milliseconds(0), std::chrono::milliseconds(8),
+                                                         std::chrono::milliseconds(30)};
+  RaceRun run;
+  run.pieces = cj.sync.pieces;
+  run.events.resize(2);
+  run.computed.resize(kRaceWorkers);
+  run.final_params.resize(kRaceWorkers);
+  std::atomic<int64_t> pushing[kRaceWorkers] = {};  // the step each worker has started pushing (test side)
+  std::atomic<int64_t> gap{0};
+  require_no_errors(run_world(kRaceWorkers + 2, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(spec, *be, 5);
+    m.hold(0, m.num_layers());
+    if (r == 0) run.theta0 = host_params(m);  // the servers start from world rank 0's parameters
+    par::Tracer tracer(false);
+    par::ParameterServerSync ps(c, m, cj.sync, buckets, job.optimizer, schedule, 0, tracer);
+    if (ps.is_server()) {
+      auto& mine = run.events[static_cast<size_t>(r - kRaceWorkers)];
+      ps.set_piece_hook([&mine](const par::ParameterServerSync::PieceEvent& e) { mine.push_back(e); });
+      ps.serve(kRaceSteps);
+    } else {
+      for (int t = 1; t <= kRaceSteps; ++t) {
+        std::this_thread::sleep_for(delay[r]);
+        std::vector<float> x = host_params(m);
+        int64_t slowest = INT64_MAX;
+        for (const auto& p : pushing) slowest = std::min(slowest, p.load());
+        int64_t g0 = gap.load();
+        while (t - 1 - slowest > g0 && !gap.compare_exchange_weak(g0, t - 1 - slowest)) {
+        }
+        const std::vector<float> g = race_gradient(r, x);
+        run.computed[static_cast<size_t>(r)].push_back(std::move(x));
+        be->copy(Tensor::wrap(const_cast<float*>(g.data()), Shape{m.total_params()}, DType::kF32), m.grads());
+        pushing[r] = t;  // set before the pushes leave: never below this worker's real pushes
+        ps.finish();     // pushes every bucket, waits for the pulls
+      }
+    }
+    ps.sync_point();
+    if (!ps.is_server()) run.final_params[static_cast<size_t>(r)] = host_params(m);
+  }));
+  run.own_gap = gap.load();
+  return run;
+}
+
+// The replay of a RaceRun (see above). Each piece's state after v updates and each worker's parameters at step t are
+// computed on demand, memoised; a record that is not causal (a state needed to compute itself) is an error.
+class RaceReplay {
+ public:
+  RaceReplay(const RaceRun& run, bool async) : run_(run), async_(async), applied_(run.pieces.size()) {
+    for (const auto& server : run.events) {
+      for (const auto& e : server) {
+        if (e.kind == par::ParameterServerSync::PieceEvent::kApplied) {
+          auto& list = applied_[static_cast<size_t>(e.piece)];
+          BOOST_TEST(e.version == static_cast<int64_t>(list.size()) + 1, "piece " << e.piece << "'s updates in order");
+          list.push_back(e);
+        } else {
+          const bool first = replied_.emplace(std::make_tuple(e.worker, e.clock, e.piece), e.version).second;
+          BOOST_TEST(first, "one reply per worker, clock and piece");
+        }
+      }
+    }
+  }
+  const std::map<std::tuple<int32_t, int64_t, int32_t>, int64_t>& replied() const { return replied_; }
+  const std::vector<par::ParameterServerSync::PieceEvent>& applied(size_t piece) const { return applied_[piece]; }
+
+  // Worker w's parameters when it computed step t.
+  const std::vector<float>& x(int w, int64_t t) {
+    const auto key = std::make_pair(w, t);
+    if (auto it = xs_.find(key); it != xs_.end()) return it->second;
+    std::vector<float> out = run_.theta0;
+    if (t > 1) {
+      for (size_t k = 0; k < run_.pieces.size(); ++k) {
+        const auto it = replied_.find(std::make_tuple(w, t - 1, static_cast<int32_t>(k)));
+        if (it == replied_.end())
+          throw std::runtime_error(fmt::format("no reply to worker {}'s clock {} of piece {}", w, t - 1, k));
+        const std::vector<float>& piece = state(k, it->second);
+        std::copy(piece.begin(), piece.end(), out.begin() + run_.pieces[k].begin);
+      }
+    }
+    return xs_.emplace(key, std::move(out)).first->second;
+  }
+
+  // Piece k's values after v updates.
+  const std::vector<float>& state(size_t k, int64_t v) {
+    const auto key = std::make_pair(k, v);
+    if (auto it = states_.find(key); it != states_.end()) return it->second;
+    const par::BucketPiece& p = run_.pieces[k];
+    if (v == 0) {
+      std::vector<float> initial(run_.theta0.begin() + p.begin, run_.theta0.begin() + p.end);
+      return states_.emplace(key, std::move(initial)).first->second;
+    }
+    if (v > static_cast<int64_t>(applied_[k].size()))
+      throw std::runtime_error(fmt::format("piece {} has no update {}", k, v));
+    if (!busy_.insert(key).second) throw std::runtime_error(fmt::format("piece {} update {} depends on itself", k, v));
+    const par::ParameterServerSync::PieceEvent& e = applied_[k][static_cast<size_t>(v - 1)];
+    std::vector<float> grad(static_cast<size_t>(p.end - p.begin), 0.0f);
+    if (async_) {
+      const std::vector<float> g = race_gradient(e.worker, x(e.worker, e.clock));
+      std::copy(g.begin() + p.begin, g.begin() + p.end, grad.begin());
+    } else {
+      for (int w = 0; w < kRaceWorkers; ++w) {
+        const std::vector<float> g = race_gradient(w, x(w, e.clock));
+        for (size_t i = 0; i < grad.size(); ++i) grad[i] += g[static_cast<size_t>(p.begin) + i];
+      }
+      for (float& v2 : grad) v2 *= 1.0f / static_cast<float>(kRaceWorkers);
+    }
+    std::vector<float> out = state(k, v - 1);
+    for (size_t i = 0; i < out.size(); ++i) out[i] -= kRaceLr * grad[i];
+    busy_.erase(key);
+    return states_.emplace(key, std::move(out)).first->second;
+  }
+
+  // The whole vector after every recorded update.
+  std::vector<float> last() {
+    std::vector<float> out = run_.theta0;
+    for (size_t k = 0; k < run_.pieces.size(); ++k) {
+      const std::vector<float>& piece = state(k, static_cast<int64_t>(applied_[k].size()));
+      std::copy(piece.begin(), piece.end(), out.begin() + run_.pieces[k].begin);
+    }
+    return out;
+  }
+
+ private:
+  const RaceRun& run_;
+  bool async_;
+  std::vector<std::vector<par::ParameterServerSync::PieceEvent>> applied_;
+  std::map<std::tuple<int32_t, int64_t, int32_t>, int64_t> replied_;
+  std::map<std::pair<int, int64_t>, std::vector<float>> xs_;
+  std::map<std::pair<size_t, int64_t>, std::vector<float>> states_;
+  std::set<std::pair<size_t, int64_t>> busy_;
+};
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return worst;
+}
+
+// Every vector a worker computed from, and every worker's final one, against the replay.
+void check_replay(const RaceRun& run, RaceReplay& replay) {
+  for (int w = 0; w < kRaceWorkers; ++w) {
+    const auto& mine = run.computed[static_cast<size_t>(w)];
+    BOOST_TEST_REQUIRE(mine.size() == static_cast<size_t>(kRaceSteps));
+    for (int t = 1; t <= kRaceSteps; ++t) {
+      const double d = max_abs_diff(mine[static_cast<size_t>(t - 1)], replay.x(w, t));
+      BOOST_TEST(d <= 1e-5, "worker " << w << " step " << t << ": its parameters differ from the replay by " << d);
+    }
+  }
+  const std::vector<float> last = replay.last();
+  for (int w = 0; w < kRaceWorkers; ++w) {
+    const double d = max_abs_diff(run.final_params[static_cast<size_t>(w)], last);
+    BOOST_TEST(d <= 1e-5, "worker " << w << "'s final parameters differ from the replay by " << d);
+  }
+  BOOST_TEST(max_abs_diff(last, run.theta0) > 1e-2, "training moved the parameters");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ssp_with_racing_workers_replays_from_the_servers_record) {
+  constexpr int kS = 2;
+  const RaceRun run = race(par::Strategy::kSsp, kS);
+  RaceReplay replay(run, false);
+  for (size_t k = 0; k < run.pieces.size(); ++k) {
+    BOOST_TEST(replay.applied(k).size() == static_cast<size_t>(kRaceSteps), "piece " << k << " applied every clock");
+    for (size_t i = 0; i < replay.applied(k).size(); ++i)
+      BOOST_TEST(replay.applied(k)[i].clock == static_cast<int64_t>(i) + 1, "piece " << k << ": clocks in order");
+  }
+  BOOST_TEST(replay.replied().size() == static_cast<size_t>(kRaceWorkers * kRaceSteps) * run.pieces.size());
+  // The bound, from the servers' record: the reply to clock t carried the piece after clock `version`, which every
+  // worker had pushed; the worker computes its step t + 1 from it, t - version clocks ahead.
+  int64_t widest = 0;
+  for (const auto& [key, version] : replay.replied()) {
+    const auto [w, t, k] = key;
+    BOOST_TEST(t - version <= kS, "worker " << w << " pulled piece " << k << " after clock " << t << " at clock "
+                                            << version);
+    BOOST_TEST(version <= t, "a reply carries no clock its worker has not pushed");
+    widest = std::max(widest, t - version);
+  }
+  BOOST_TEST_MESSAGE("ssp S=" << kS << " racing: widest pull gap " << widest << ", test clocks' gap " << run.own_gap);
+  BOOST_TEST(widest == kS, "the fast worker reached the bound (worker 2 sleeps 30 ms a step)");
+  BOOST_TEST(run.own_gap <= kS, "the test's clocks: a worker at most S ahead of the slowest worker's push");
+  check_replay(run, replay);
+  // The race mattered: a lock-stepped run (every pull after the clock just pushed) ends elsewhere.
+  std::vector<float> sync = run.theta0;
+  for (int t = 1; t <= kRaceSteps; ++t) {
+    std::vector<float> avg(sync.size(), 0.0f);
+    for (int w = 0; w < kRaceWorkers; ++w) {
+      const std::vector<float> g = race_gradient(w, sync);
+      for (size_t i = 0; i < avg.size(); ++i) avg[i] += g[i];
+    }
+    for (size_t i = 0; i < sync.size(); ++i) sync[i] -= kRaceLr * avg[i] * (1.0f / kRaceWorkers);
+  }
+  BOOST_TEST(max_abs_diff(replay.last(), sync) > 1e-4, "stale pulls changed the result");
+}
+
+BOOST_AUTO_TEST_CASE(async_with_racing_workers_replays_from_the_servers_record) {
+  const RaceRun run = race(par::Strategy::kPsAsync, 0);
+  RaceReplay replay(run, true);
+  int64_t stalest = 0;
+  for (size_t k = 0; k < run.pieces.size(); ++k) {
+    const auto& updates = replay.applied(k);
+    BOOST_TEST(updates.size() == static_cast<size_t>(kRaceWorkers * kRaceSteps), "piece " << k << ": every push");
+    std::vector<int64_t> next(kRaceWorkers, 1);
+    for (size_t n = 0; n < updates.size(); ++n) {
+      const auto& e = updates[n];
+      BOOST_TEST_REQUIRE((e.worker >= 0 && e.worker < kRaceWorkers));
+      BOOST_TEST(e.clock == next[static_cast<size_t>(e.worker)]++, "worker " << e.worker << "'s pushes in order");
+      // its reply carries exactly this update (applied, then answered)
+      const auto it = replay.replied().find(std::make_tuple(e.worker, e.clock, static_cast<int32_t>(k)));
+      BOOST_TEST_REQUIRE((it != replay.replied().end()));
+      BOOST_TEST(it->second == static_cast<int64_t>(n) + 1);
+      // the version its gradient was computed from, and how many updates it missed
+      int64_t from = 0;
+      if (e.clock > 1) from = replay.replied().at(std::make_tuple(e.worker, e.clock - 1, static_cast<int32_t>(k)));
+      stalest = std::max(stalest, static_cast<int64_t>(n) - from);
+    }
+  }
+  BOOST_TEST_MESSAGE("ps-async racing: the stalest push missed " << stalest << " updates");
+  BOOST_TEST(stalest >= 2, "the slow worker's pushes were stale (others pushed while it slept)");
+  check_replay(run, replay);
 }
 
 // A figure, not a check (disabled; run it by name): steps per second of ddp and of ps with 1 and 2 servers on 2

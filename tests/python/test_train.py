@@ -284,6 +284,18 @@ class LaunchedStrategies(unittest.TestCase):
                 self.assertEqual(self.ranks[r][strategy]["params"], self.ranks[0][strategy]["params"],
                                  "%s: worker %d" % (strategy, r))
 
+    def test_ssp_with_a_slow_worker_differs_from_sync_ps(self):
+        # the same 6 steps with worker 1 held back as far as the bound allows: ps waits for it (worker 0 at most 0
+        # clocks ahead), ssp (S = 2) lets worker 0 compute from parameters 2 clocks old
+        ps = [np.array(self.ranks[r]["ps-paced"]["params"]) for r in (0, 1)]
+        ssp = [np.array(self.ranks[r]["ssp-paced"]["params"]) for r in (0, 1)]
+        for name, pair in (("ps", ps), ("ssp", ssp)):
+            self.assertEqual(pair[0].tolist(), pair[1].tolist(), "%s: the workers agree after evaluate" % name)
+        d = np.max(np.abs(ssp[0] - ps[0])) / np.max(np.abs(ps[0]))
+        self.assertGreater(d, 1e-3, "ssp's stale pulls changed the parameters (max relative difference %g)" % d)
+        self.assertGreater(np.max(np.abs(ps[0] - np.array(self.ranks[0]["ddp"]["initial"]))), 1e-3, "ps trained")
+        self.assertLess(self.ranks[0]["ssp-paced"]["after"], self.ranks[0]["ps"]["before"], "ssp still trained")
+
 
 class IntegerFields(unittest.TestCase):
     """ctypes truncated 64.9 to 64 and wrapped an int32 field: simulate(dp=2**32 + 2) simulated dp 2."""
