@@ -443,6 +443,15 @@ int launched_world() {
   return 1;
 }
 
+// The rank a launcher announced (as launched_world), or 0.
+int launched_rank() {
+  for (const char* v : {"TANDEM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') return std::max(0, std::atoi(s));
+  }
+  return 0;
+}
+
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
   if (const int rc = cli::check_output_path("tandem train", "--checkpoint", o.checkpoint, "nothing was trained") +
@@ -464,6 +473,17 @@ int run_train(const TrainOptions& o) {
   if (o.parallel && world == 1 && o.strategy != "single" && !joiner)
     std::fprintf(stderr, "tandem train: warning: --strategy %s on a single rank (no launcher announced more); start "
                  "ranks with `tandem launch -n N -- tandem train ...`\n", o.strategy.c_str());
+  // ps-async applies every worker's push as one optimizer step, on a gradient computed from parameters about W - 1
+  // updates old (W workers); SGD momentum compounds that staleness, and at 0.9 training can diverge where momentum 0
+  // converges (bench/strategies/README.md, session 20). Said once, by rank 0.
+  if (o.strategy == "ps-async" && o.optimizer == "sgd" && o.momentum >= 0.5f && world > 1 && launched_rank() == 0) {
+    const int workers = std::max(1, world - o.servers);
+    std::fprintf(stderr, "tandem train: warning: --strategy ps-async applies each push as its own optimizer step, on a "
+                 "gradient about %d update(s) stale (%d workers); --momentum %g compounds that staleness and can make "
+                 "training diverge (LeNet-5 on 4 workers at lr 0.02 and momentum 0.9 stayed at chance, where momentum "
+                 "0 reached 86%%): --momentum 0, or a lower --lr, is the stable setting\n",
+                 workers - 1, workers, static_cast<double>(o.momentum));
+  }
   Handles h;
   tandem_context_params_t cp = TANDEM_CONTEXT_PARAMS_INIT;
   if (const int threads = o.parallel ? parallel_threads(o.threads) : o.threads; threads > 0) {

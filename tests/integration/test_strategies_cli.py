@@ -88,6 +88,18 @@ class Strategies(unittest.TestCase):
         other = losses(3, ["--strategy", "ps", "--servers", "1", "--lr", "0.02"])
         self.assertNotAlmostEqual(ddp[-1][1], other[-1][1], delta=1e-6 * abs(ddp[-1][1]))
 
+    def test_ps_async_with_momentum_is_warned_once(self):
+        # momentum on stale gradients diverged ps-async in bench/strategies (run 20): rank 0 says so, once
+        warning = "--strategy ps-async applies each push as its own optimizer step, on a gradient about 1 update(s) " \
+                  "stale (2 workers); --momentum 0.9 compounds that staleness"
+        rc, out, _ = launch(3, ["--strategy", "ps-async", "--servers", "1", "--momentum", "0.9"], epochs=1)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.count(warning), 1, out)
+        self.assertIn("[rank 0] tandem train: warning: " + warning, out)
+        rc, out, _ = launch(3, ["--strategy", "ps-async", "--servers", "1"], epochs=1)  # BASE: momentum 0
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("compounds that staleness", out)
+
     def test_target_accuracy_stops_every_strategy_at_the_first_evaluation_reaching_it(self):
         # 0.01 is below chance (10 classes): the first evaluation reaches it, and every rank stops there (a rank
         # that went on would hang its peers until the deadline, and the launch would fail)
