@@ -31,6 +31,10 @@ PCIE_OVER_SXM2 = P100_PCIE["peak_tflops"] / P100_SXM2["peak_tflops"]
 # Horovod's background loop: tensors are negotiated and all-reduced in cycles, every HOROVOD_CYCLE_TIME, 5 ms by
 # default (horovod/common/operations.cc, SetCycleTimeMs(5)).
 HOROVOD_CYCLE_MS = 5.0
+# Horovod's all-reduce of the benchmark's time (2017): NCCL 2's allreduce over every GPU of the job, i.e. one ring
+# through all of them (NCCL before 2.4 has rings only); its hierarchical all-reduce is opt-in
+# (HOROVOD_HIERARCHICAL_ALLREDUCE=1, added later). So the ring, not the runtime's own rule (auto: hierarchical).
+HOROVOD_ALGO = "ring"
 
 # Each case: a published scaling point (efficiency of N GPUs against `base_gpus` GPUs, linear scaling = 1).
 CASES = [
@@ -49,7 +53,7 @@ CASES = [
         "model": "inception_v3", "input": "3x299x299", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["inception_v3"] * PCIE_OVER_SXM2),
-        "comm_cycle_ms": HOROVOD_CYCLE_MS,
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -58,7 +62,7 @@ CASES = [
         "model": "resnet101", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["resnet101"] * PCIE_OVER_SXM2),
-        "comm_cycle_ms": HOROVOD_CYCLE_MS,
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -67,7 +71,7 @@ CASES = [
         "model": "vgg16_imagenet", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["vgg16_imagenet"] * PCIE_OVER_SXM2),
-        "comm_cycle_ms": HOROVOD_CYCLE_MS,
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.79), (512, 0.68)],
     },
 ]
@@ -94,6 +98,8 @@ def simulate(tandem, case, gpus, tmp):
         cmd += ["--samples", str(IMAGENET_TRAIN), "--classes", "1000", "--input", case["input"]]
     if "epoch_time_s" in case:
         cmd += ["--epoch-time-s", f"{case['epoch_time_s']:.3f}"]
+    if "algo" in case:
+        cmd += ["--algo", case["algo"]]
     if "comm_cycle_ms" in case:  # the framework's collective loop (no CLI flag: a job JSON key)
         job = os.path.join(tmp, f"{case['model']}-job.json")
         with open(job, "w") as f:
@@ -123,6 +129,7 @@ def main():
                              "error_points": 100 * (eff - published), "step_s": d["step_time_s"],
                              "base_step_s": base["step_time_s"], "exposed_comm_s": d["comm_exposed_s"],
                              "allreduce": d["allreduce"], "sim_wall_s": d["sim_wall_s"],
+                             "per_gpu_img_s_base": base["images_per_sec"] / case["base_gpus"],
                              "command": " ".join(cmd[1:])})
                 r = rows[-1]
                 print(f"{case['model']:>14} {gpus:>4} GPUs vs {case['base_gpus']}: published {published:.0%} "
