@@ -66,6 +66,10 @@ struct RunSpec {
   // pytorch-ddp: DDP's broadcast_buffers (its default True): rank 0's module buffers are broadcast before every
   // forward pass (simulator/broadcast.hpp); job JSON "broadcast_buffers"
   bool broadcast_buffers = true;
+  // A framework that launches its collectives from a background loop in cycles of this many milliseconds (Horovod:
+  // HOROVOD_CYCLE_TIME, 5 by default): a ready bucket's all-reduce waits for the next cycle (StepSetup::comm_cycle_s);
+  // job JSON "comm_cycle_ms"; 0 (default): none, as Tandem's and PyTorch DDP's
+  double comm_cycle_ms = 0;
   // The bytes of data sets each rank holds (a trainer's loaded train + test sets, engine::data::Dataset::
   // resident_bytes); unset: the dataset's training and test sets as the loader stores them.
   std::optional<double> data_bytes;

@@ -50,6 +50,11 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     int32_t next_bucket = 0, buckets_done = 0;
     bool comm_busy = false;
     des::TimeNs comm_start = 0;
+    // StepSetup::comm_cycle_s: when the current cycle started, when its last all-reduce ended, the last bucket it
+    // took, and whether the next cycle's start is scheduled
+    des::TimeNs cycle_at = 0, cycle_free_at = 0;
+    int32_t cycle_last = -1;
+    bool cycle_pending = false;
     std::vector<uint8_t> bucket_ready;
     // point-to-point arrivals per micro-batch (-1: not yet) and when the sender posted them
     std::vector<des::TimeNs> act_arrived, grad_arrived, act_posted, grad_posted;
@@ -95,6 +100,14 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
   void run_cpu(int32_t r, double seconds, uint64_t arg, bool contended = true);
   void end_wait(int32_t r, des::TimeNs posted);
   void try_start_comm(int32_t r);
+  void launch_comm(int32_t r);
+  // StepSetup::comm_cycle_s: a cycle of rank r's collective loop starts (takes the buckets ready now)
+  void cycle_tick(int32_t r);
+  struct CycleTick final : des::EventHandler {
+    StepExecutor* ex = nullptr;
+    void on_event(uint64_t r) override { ex->cycle_tick(static_cast<int32_t>(r)); }
+  };
+  CycleTick cycle_;
   void member_done(int32_t r);
   void start_member(uint32_t inst, int32_t m);
   void release(uint32_t inst, int32_t m, uint32_t i);
@@ -214,6 +227,12 @@ StepResult StepExecutor::run() {
   sym_ = symmetric_possible();
   topo_.fold_acks(sym_);
   ranks_.resize(world);
+  TANDEM_REQUIRE(s_.comm_cycle_s >= 0, "step setup: comm_cycle_s must be >= 0, got {}", s_.comm_cycle_s);
+  cycle_.ex = this;
+  for (Rank& rk : ranks_) {  // the loop's first tick is the step's start
+    rk.cycle_at = sim_.now() - std::max<des::TimeNs>(1, des::to_ns(s_.comm_cycle_s));
+    rk.cycle_free_at = sim_.now();
+  }
   inst_of_.resize(s_.pp);
   route_tables_.reserve(64);
   for (int32_t st = 0; st < s_.pp; ++st) {
@@ -750,9 +769,34 @@ void StepExecutor::xfer_part_done(uint32_t inst, uint32_t g, uint8_t part) {
 
 void StepExecutor::try_start_comm(int32_t r) {
   Rank& rk = ranks_[r];
-  if (rk.comm_busy || rk.next_bucket >= static_cast<int32_t>(rk.bucket_ready.size()) ||
+  if (rk.comm_busy || rk.cycle_pending || rk.next_bucket >= static_cast<int32_t>(rk.bucket_ready.size()) ||
       !rk.bucket_ready[rk.next_bucket])
     return;
+  if (s_.comm_cycle_s > 0 && rk.next_bucket > rk.cycle_last) {
+    // not taken by the current cycle: the next one starts a period after it, or when its work ended if later, or
+    // at a later tick of the idle loop
+    const des::TimeNs period = std::max<des::TimeNs>(1, des::to_ns(s_.comm_cycle_s));
+    des::TimeNs t = std::max(rk.cycle_at + period, rk.cycle_free_at);
+    if (sim_.now() > t) t += (sim_.now() - t + period - 1) / period * period;
+    rk.cycle_pending = true;
+    sim_.schedule_at(t, &cycle_, static_cast<uint64_t>(r));
+    return;
+  }
+  launch_comm(r);
+}
+
+void StepExecutor::cycle_tick(int32_t r) {
+  Rank& rk = ranks_[r];
+  rk.cycle_pending = false;
+  rk.cycle_at = sim_.now();
+  int32_t k = rk.next_bucket;  // ready when the tick was scheduled; the cycle takes it and the ready ones after it
+  while (k + 1 < static_cast<int32_t>(rk.bucket_ready.size()) && rk.bucket_ready[k + 1]) ++k;
+  rk.cycle_last = k;
+  launch_comm(r);
+}
+
+void StepExecutor::launch_comm(int32_t r) {
+  Rank& rk = ranks_[r];
   rk.comm_busy = true;
   rk.comm_start = sim_.now();
   const uint32_t inst = inst_of_[rk.stage][rk.next_bucket];
@@ -862,6 +906,7 @@ void StepExecutor::member_done(int32_t r) {
   Rank& rk = ranks_[r];
   span(r, 1, fmt::format("allreduce bucket {}", rk.next_bucket), "allreduce", rk.comm_start, sim_.now());
   rk.comm_busy = false;
+  rk.cycle_free_at = sim_.now();
   ++rk.buckets_done;
   ++rk.next_bucket;
   try_start_comm(r);

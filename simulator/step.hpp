@@ -76,6 +76,14 @@ struct StepSetup {
   // critical path of message latencies (its 4 bytes take no bandwidth to speak of); null: no such meeting.
   const CompiledPlan* agree_plan = nullptr;
   bool overlap = true;                          // all-reduce buckets during backward (else after it)
+  // A framework that launches its collectives from a background loop running in cycles (Horovod: every
+  // HOROVOD_CYCLE_TIME, 5 ms by default; its loop sleeps out the rest of a cycle, then takes every tensor ready
+  // by then): a cycle starts at a tick and takes the buckets ready at its start, which run one after another;
+  // the next cycle starts `comm_cycle_s` after this one did, or when its all-reduces end if that is later, and
+  // an idle loop ticks every `comm_cycle_s` (the step starts at a tick). So a bucket ready between ticks waits
+  // for the next one, and one that becomes ready during a cycle's all-reduces waits for that cycle to end.
+  // 0: a bucket's all-reduce starts as soon as it is ready and the previous one is done (Tandem, PyTorch DDP).
+  double comm_cycle_s = 0;
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical
   std::vector<OpSpan>* op_log = nullptr;        // if set, every all-reduce op's span is appended (tests)

@@ -19,6 +19,23 @@ P100_PCIE = {"peak_tflops": 9.3, "mem_gbps": 732 * 8, "gpu_memory_gib": 16}
 
 IMAGENET_TRAIN = 1281167
 
+# Single-GPU training rates TensorFlow published for tf_cnn_benchmarks (the Horovod benchmark's own script) on a
+# DGX-1's Tesla P100 (SXM2), batch 64 per GPU, synthetic data, May 2017: tensorflow/docs
+# site/en/r1/guide/performance/benchmarks.md ("Details for NVIDIA DGX-1 (NVIDIA Tesla P100)"), formerly
+# tensorflow.org/performance/benchmarks. ResNet-101 is not in that table: ResNet-152's rate scaled by the two
+# networks' multiply-adds (He et al. 2016, Table 1: 11.3 and 7.6 billion).
+TF_P100_SXM2_IMG_S = {"inception_v3": 142.0, "vgg16_imagenet": 154.0, "resnet101": 91.8 * 11.3 / 7.6}
+# The Horovod servers are taken as P100 PCIe (4 per server): the SXM2 rate scaled by the data sheets' f32 peaks
+# (9.3 / 10.6 TFLOP/s, the boost clocks' ratio; both have the same 732 GB/s memory).
+PCIE_OVER_SXM2 = P100_PCIE["peak_tflops"] / P100_SXM2["peak_tflops"]
+# Horovod's background loop: tensors are negotiated and all-reduced in cycles, every HOROVOD_CYCLE_TIME, 5 ms by
+# default (horovod/common/operations.cc, SetCycleTimeMs(5)).
+HOROVOD_CYCLE_MS = 5.0
+# Horovod's all-reduce of the benchmark's time (2017): NCCL 2's allreduce over every GPU of the job, i.e. one ring
+# through all of them (NCCL before 2.4 has rings only); its hierarchical all-reduce is opt-in
+# (HOROVOD_HIERARCHICAL_ALLREDUCE=1, added later). So the ring, not the runtime's own rule (auto: hierarchical).
+HOROVOD_ALGO = "ring"
+
 # Each case: a published scaling point (efficiency of N GPUs against `base_gpus` GPUs, linear scaling = 1).
 CASES = [
     {
@@ -35,6 +52,8 @@ CASES = [
         "what": "Inception V3, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
         "model": "inception_v3", "input": "3x299x299", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["inception_v3"] * PCIE_OVER_SXM2),
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -42,6 +61,8 @@ CASES = [
         "what": "ResNet-101, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
         "model": "resnet101", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["resnet101"] * PCIE_OVER_SXM2),
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -49,6 +70,8 @@ CASES = [
         "what": "VGG-16, batch 64/GPU, 4x Pascal per server, 25 Gbit/s RoCE",
         "model": "vgg16_imagenet", "batch": 64, "gpus_per_node": 4, "gpu": P100_PCIE,
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
+        "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["vgg16_imagenet"] * PCIE_OVER_SXM2),
+        "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
         "base_gpus": 1, "points": [(128, 0.79), (512, 0.68)],
     },
 ]
@@ -75,6 +98,13 @@ def simulate(tandem, case, gpus, tmp):
         cmd += ["--samples", str(IMAGENET_TRAIN), "--classes", "1000", "--input", case["input"]]
     if "epoch_time_s" in case:
         cmd += ["--epoch-time-s", f"{case['epoch_time_s']:.3f}"]
+    if "algo" in case:
+        cmd += ["--algo", case["algo"]]
+    if "comm_cycle_ms" in case:  # the framework's collective loop (no CLI flag: a job JSON key)
+        job = os.path.join(tmp, f"{case['model']}-job.json")
+        with open(job, "w") as f:
+            json.dump({"comm_cycle_ms": case["comm_cycle_ms"]}, f)
+        cmd += ["--job", job]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out), cmd
 
@@ -99,6 +129,7 @@ def main():
                              "error_points": 100 * (eff - published), "step_s": d["step_time_s"],
                              "base_step_s": base["step_time_s"], "exposed_comm_s": d["comm_exposed_s"],
                              "allreduce": d["allreduce"], "sim_wall_s": d["sim_wall_s"],
+                             "per_gpu_img_s_base": base["images_per_sec"] / case["base_gpus"],
                              "command": " ".join(cmd[1:])})
                 r = rows[-1]
                 print(f"{case['model']:>14} {gpus:>4} GPUs vs {case['base_gpus']}: published {published:.0%} "
