@@ -174,6 +174,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--bucket-sizes-mb", o->bucket_sizes_mb, "explicit sizes of the first gradient buckets in ready "
                  "order, e.g. 1,24.5 (the rest at --bucket-mb); another framework's bucket bytes / 1048576 rebuild "
                  "its buckets")->delimiter(',')->excludes("--first-bucket-mb");
+  app.add_option("--comm-cycle-ms", o->comm_cycle_ms, "a framework whose loop starts collectives in cycles (Horovod's "
+                 "HOROVOD_CYCLE_TIME, 5 by default): ready buckets wait for the next tick; 0: none (Tandem, PyTorch DDP)")
+      ->capture_default_str();
   app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
   app.add_option("--compress,--compression", o->compression, "data-parallel gradients on the wire: none, fp16, bf16")
       ->transform(names(compression_names()));
@@ -374,6 +377,7 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     p.bucket_sizes_mb = o.bucket_sizes_mb.data();
     p.num_bucket_sizes = o.bucket_sizes_mb.size();
   }
+  if (set("--comm-cycle-ms", TANDEM_SIM_JOB_COMM_CYCLE)) p.comm_cycle_ms = o.comm_cycle_ms;
   if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
   if (set("--compress", TANDEM_SIM_JOB_COMPRESSION)) p.compression = static_cast<tandem_compression_t>(o.compression);
   if (o.given("--optimizer")) {

@@ -23,6 +23,7 @@ struct SimJobCli {
   int64_t samples = 0, classes = 0, batch = 64;
   double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
   double first_bucket_mb = 0;           // --first-bucket-mb (unset: the framework's)
+  double comm_cycle_ms = 0;             // --comm-cycle-ms
   std::vector<double> bucket_sizes_mb;  // --bucket-sizes-mb
   int32_t dp = 0, pp = 0, micro_batches = 1, accumulation = 1;
   uint64_t chunk_bytes = 0;

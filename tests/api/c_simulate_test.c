@@ -282,6 +282,36 @@ int main(void) {
     CHECK(r == NULL, "no result on errors");
   }
 
+  /* A framework's collective cycle (COMM_CYCLE): Horovod's 5 ms loop makes ready buckets wait for its next tick, so
+     a data-parallel step takes longer than with none (0, also the unset default); a negative cycle is refused by
+     name */
+  {
+    tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r = NULL;
+    double step[3];
+    int k;
+    for (k = 0; k < 3; ++k) {
+      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
+      lenet_job(&f, mobilenet, TANDEM_STRATEGY_DDP);
+      f.dataset = "cifar10";
+      if (k > 0) f.field_mask |= TANDEM_SIM_JOB_COMM_CYCLE;
+      f.comm_cycle_ms = k == 2 ? 5.0 : 0.0;
+      CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_OK, "cycle %d: %s", k, tandem_last_error_message());
+      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+      CHECK(tandem_sim_result_query(r, &q) == TANDEM_OK && q.step_time_s > 0, "cycle query %d", k);
+      step[k] = q.step_time_s;
+      tandem_sim_result_destroy(r);
+      r = NULL;
+    }
+    CHECK(step[0] == step[1], "no cycle: unset %.9f, 0 ms %.9f", step[0], step[1]);
+    CHECK(step[2] > step[0], "a 5 ms cycle %.9f is not longer than none %.9f", step[2], step[0]);
+    f.comm_cycle_ms = -1.0;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "comm_cycle_ms") != NULL,
+          "a negative cycle: %s", tandem_last_error_message());
+    CHECK(r == NULL, "no result on errors");
+  }
+
   /* JSON: size query, truncation, full text */
   CHECK(tandem_sim_result_json(result, NULL, &bytes) == TANDEM_OK && bytes > 100, "json size %zu", bytes);
   json = (char*)malloc(bytes);

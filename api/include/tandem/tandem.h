@@ -1324,6 +1324,7 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_BROADCAST_BUFFERS (UINT64_C(1) << 52)
 #define TANDEM_SIM_JOB_BUCKETS          (UINT64_C(1) << 53) /* covers first_bucket_mb, bucket_sizes_mb,
                                                                num_bucket_sizes (added in 0.5) */
+#define TANDEM_SIM_JOB_COMM_CYCLE       (UINT64_C(1) << 54) /* covers comm_cycle_ms (added in 0.5) */
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1413,6 +1414,10 @@ typedef struct tandem_sim_job_params {
   double first_bucket_mb;
   const double* bucket_sizes_mb;    /* read during the call */
   size_t num_bucket_sizes;
+  /* A framework whose background loop starts collectives in cycles (Horovod: HOROVOD_CYCLE_TIME, 5 ms by default):
+   * a bucket ready between two ticks waits for the next, and a cycle's all-reduces start together. Milliseconds,
+   * >= 0; default 0 (no cycle: each bucket's all-reduce starts when it is ready, as Tandem's and PyTorch DDP's). */
+  double comm_cycle_ms;
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
