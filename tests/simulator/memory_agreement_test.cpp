@@ -226,10 +226,11 @@ BOOST_AUTO_TEST_CASE(a_stage_scales_its_own_derived_peak_by_the_measurement) {
   BOOST_TEST(cj.stages[0].memory.samples_in_flight == 32);
   for (int32_t s = 0; s < 2; ++s) {
     const par::StageMemory& m = cj.stages[static_cast<size_t>(s)].memory;
-    // the node's need less the rest of the rank: its activation charge
+    // the node's need less the rest of the rank (its loader's batches ahead too): its activation charge
     // (the profile has no runtime_rss_bytes: the stage's reordered weights are added to the default allowance)
     const double runtime = r.nodes[static_cast<size_t>(s)].runtime_bytes + m.conv_copy_bytes;
-    const double charged = r.nodes[static_cast<size_t>(s)].memory_bytes - (m.total() - m.activation_bytes) - runtime;
+    const double charged =
+        r.nodes[static_cast<size_t>(s)].memory_bytes - (m.total() - m.activation_bytes) - runtime - m.loader_bytes;
     BOOST_TEST(charged == 2 * m.cpu_activation_peak_bytes(), tt::tolerance(1e-9));
   }
   std::remove(path.c_str());
