@@ -60,6 +60,7 @@ struct TrainOptions {
   std::string resume;
   int64_t limit_batches = 0;
   int64_t eval_limit_batches = 0;
+  int32_t prefetch = 2;  // the loader's batches assembled ahead
   int64_t train_limit = 0;
   int64_t test_limit = 0;
   bool augment = false;
@@ -228,9 +229,10 @@ int parallel_threads(int asked) {
   return 0;
 }
 
-// Joins the job (communicator from the environment) and creates this rank's parallel trainer.
-int launched_world();
+using tandem::cli::launched_rank;
+using tandem::cli::launched_world;
 
+// Joins the job (communicator from the environment) and creates this rank's parallel trainer.
 int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t& tp, Handles& h) {
   namespace cli = tandem::cli;
   tandem_parallel_params_t pp = TANDEM_PARALLEL_PARAMS_INIT;
@@ -434,24 +436,6 @@ std::string parallel_summary(tandem_trainer_t* t) {
       a.servers > 0 ? "push/pull" : "all-reduce", 1e3 * a.allreduce_s, 1e3 * a.data_s);
 }
 
-// The world size a launcher announced (tandem launch, torchrun, mpirun, srun), or 1.
-int launched_world() {
-  for (const char* v : {"TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}) {
-    const char* s = std::getenv(v);
-    if (s != nullptr && *s != '\0') return std::max(1, std::atoi(s));
-  }
-  return 1;
-}
-
-// The rank a launcher announced (as launched_world), or 0.
-int launched_rank() {
-  for (const char* v : {"TANDEM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* s = std::getenv(v);
-    if (s != nullptr && *s != '\0') return std::max(0, std::atoi(s));
-  }
-  return 0;
-}
-
 int run_train(const TrainOptions& o) {
   namespace cli = tandem::cli;
   if (const int rc = cli::check_output_path("tandem train", "--checkpoint", o.checkpoint, "nothing was trained") +
@@ -591,6 +575,10 @@ int run_train(const TrainOptions& o) {
   tp.limit_batches = o.limit_batches;
   tp.eval_limit_batches = o.eval_limit_batches;
   tp.augment = o.augment ? 1 : 0;
+  if (o.prefetch != 2) {  // the library's default otherwise
+    tp.field_mask |= TANDEM_TRAINER_PARAM_PREFETCH;
+    tp.prefetch = o.prefetch;
+  }
   if (loss_scale != 0) {
     tp.field_mask |= TANDEM_TRAINER_PARAM_LOSS_SCALE | TANDEM_TRAINER_PARAM_LOSS_SCALER;
     tp.loss_scale = loss_scale;
@@ -837,6 +825,10 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
       ->check(tandem::cli::kNonNegative);
   app.add_option("--eval-limit-batches", o->eval_limit_batches, "evaluate on at most this many batches (0: all)")
       ->check(tandem::cli::kNonNegative);
+  app.add_option("--prefetch", o->prefetch, "batches the loader thread assembles ahead (0: none, on the training "
+                 "thread); each costs batch x sample bytes of memory")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--train-limit", o->train_limit, "use only the first N training samples (0: all)")
       ->check(tandem::cli::kNonNegative);
   app.add_option("--test-limit", o->test_limit, "use only the first N test samples (0: all)")

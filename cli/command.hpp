@@ -62,6 +62,11 @@ int check_output_path(const char* command, const std::string& option, const std:
 // Prints "tandem: <message>" plus the library's last error to stderr; returns 1.
 int fail(const std::string& message);
 
+// The world size a launcher announced (tandem launch, torchrun, mpirun, srun), or 1.
+int launched_world();
+// The rank a launcher announced (the same launchers), or 0.
+int launched_rank();
+
 // A sample shape written CxHxW (e.g. 3x32x32), each part positive; false when `text` is not one.
 inline bool parse_chw(const std::string& text, int64_t& c, int64_t& h, int64_t& w) {
   long long a = 0, b = 0, d = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -36,6 +37,21 @@ std::vector<Command>& commands() {
   static std::vector<Command> list;
   return list;
 }
+int launched_world() {
+  for (const char* v : {"TANDEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') return std::max(1, std::atoi(s));
+  }
+  return 1;
+}
+int launched_rank() {
+  for (const char* v : {"TANDEM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && *s != '\0') return std::max(0, std::atoi(s));
+  }
+  return 0;
+}
+
 int fail(const std::string& message) {
   const char* detail = tandem_last_error_message();
   if (detail != nullptr && *detail != '\0') {

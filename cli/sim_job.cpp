@@ -93,6 +93,7 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std
   if (o.given("--first-bucket-mb")) cmd += fmt::format(" --first-bucket-mb {}", o.first_bucket_mb);
   if (o.given("--bucket-sizes-mb")) cmd += fmt::format(" --bucket-sizes-mb {}", fmt::join(o.bucket_sizes_mb, ","));
   if (o.given("--limit-batches")) cmd += fmt::format(" --limit-batches {}", o.limit_batches);
+  if (o.given("--prefetch")) cmd += fmt::format(" --prefetch {}", o.prefetch);
   // --samples N: the runtime's counterpart is --train-limit N (the training set's first N samples)
   if (o.given("--samples") && o.samples > 0) cmd += fmt::format(" --train-limit {}", o.samples);
   return cmd;
@@ -123,6 +124,8 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--epochs", o->epochs, "epochs")->capture_default_str();
   app.add_option("--limit-batches", o->limit_batches, "the training run's --limit-batches: an epoch (a fedavg "
                  "client's local epoch) ends after this many batches (0: all)")->check(tandem::cli::kNonNegative);
+  app.add_option("--prefetch", o->prefetch, "the training run's --prefetch: batches its loader assembles ahead, "
+                 "charged to every worker's memory")->check(CLI::Range(0, 64));
   if (strategy_options) {
     app.add_option("--strategy", o->strategy, "single, ddp, pipeline, hybrid, ps, ps-async, ssp, asgd, easgd, fedavg, "
                    "localsgd")->transform(names(strategy_names()));
@@ -244,6 +247,30 @@ std::string job_keys_from_flags(nlohmann::json& j) {
   return "";
 }
 
+// Options without a typed field (the C ABI takes them in job_json), by (option, JSON key): those given are merged into
+// the --job text, overriding it. Returns 0, or the exit code after printing the error.
+struct JobKey {
+  const char* option;
+  const char* key;
+  nlohmann::json value;
+};
+int merge_job_keys(const SimJobCli& o, SimJob& job, std::initializer_list<JobKey> keys) {
+  bool any = false;
+  for (const JobKey& k : keys) any = any || o.given(k.option);
+  if (!any) return 0;
+  nlohmann::json j = nlohmann::json::object();
+  if (!job.job_text.empty()) {
+    j = nlohmann::json::parse(job.job_text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return fail(fmt::format("--job file '{}' is not a JSON object", o.job_file));
+  }
+  for (const JobKey& k : keys)
+    if (o.given(k.option)) j[k.key] = k.value;
+  job.job_text = j.dump();
+  job.params.field_mask |= TANDEM_SIM_JOB_JSON;
+  job.params.job_json = job.job_text.c_str();
+  return 0;
+}
+
 // The zoo model for the options: its input and classes from --input/--classes, else from the dataset.
 int make_model(SimJobCli& o, SimJob& job) {
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
@@ -349,25 +376,13 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     if (set("--average-every", TANDEM_SIM_JOB_AVERAGE_EVERY)) p.average_every = o.average_every;
     if (set("--warmup-steps", TANDEM_SIM_JOB_WARMUP_STEPS)) p.warmup_steps = o.warmup_steps;
     if (set("--seed", TANDEM_SIM_JOB_SEED)) p.seed = o.seed;
-    // No typed fields for these (the C ABI takes them in job_json): merged into the --job text, overriding it.
-    const bool elastic_given = o.given("--server-replicas") || o.given("--elastic") || o.given("--max-ranks") ||
-                               o.given("--join-poll-steps");
-    if (elastic_given) {
-      nlohmann::json j = nlohmann::json::object();
-      if (!job.job_text.empty()) {
-        j = nlohmann::json::parse(job.job_text, nullptr, false);
-        if (j.is_discarded() || !j.is_object())
-          return fail(fmt::format("--job file '{}' is not a JSON object", o.job_file));
-      }
-      if (o.given("--server-replicas")) j["server_replicas"] = o.server_replicas;
-      if (o.given("--elastic")) j["elastic"] = o.elastic;
-      if (o.given("--max-ranks")) j["max_ranks"] = o.max_ranks;
-      if (o.given("--join-poll-steps")) j["join_poll_steps"] = o.join_poll_steps;
-      job.job_text = j.dump();
-      p.field_mask |= TANDEM_SIM_JOB_JSON;
-      p.job_json = job.job_text.c_str();
-    }
+    if (const int rc = merge_job_keys(o, job, {{"--server-replicas", "server_replicas", o.server_replicas},
+                                                {"--elastic", "elastic", o.elastic},
+                                                {"--max-ranks", "max_ranks", o.max_ranks},
+                                                {"--join-poll-steps", "join_poll_steps", o.join_poll_steps}}))
+      return rc;
   }
+  if (const int rc = merge_job_keys(o, job, {{"--prefetch", "prefetch", o.prefetch}})) return rc;
   if (set("--accumulate", TANDEM_SIM_JOB_ACCUMULATION)) p.accumulation = o.accumulation;
   if (set("--bucket-mb", TANDEM_SIM_JOB_BUCKET_MB)) p.bucket_mb = o.bucket_mb;
   if (o.given("--first-bucket-mb") || o.given("--bucket-sizes-mb")) {

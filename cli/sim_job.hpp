@@ -37,6 +37,7 @@ struct SimJobCli {
   bool elastic = false;
   uint64_t seed = 0;          // the training run's --seed: fedavg's client draw and shares, asgd's matching
   int64_t limit_batches = 0;  // the training run's --limit-batches: batches per epoch (0: all)
+  int32_t prefetch = 2;       // the training run's --prefetch: the loader's batches ahead (memory; job JSON key)
   bool no_broadcast_buffers = false;  // pytorch-ddp with broadcast_buffers=False
   // issue #16: memory options and the framework's process
   int precision = TANDEM_PRECISION_F32, framework = TANDEM_FRAMEWORK_TANDEM;

@@ -143,6 +143,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.average_every = j.average_every;
   e.parallel.warmup_steps = j.warmup_steps;
   e.memory = j.memory;
+  e.prefetch = j.prefetch;
   // Tandem trains fp16 with loss scaling (tandem train --precision fp16), whose skip decision every rank of these
   // strategies agrees on (CompiledJob::agree_finite); the others refuse loss scaling.
   const bool common_step = j.strategy == Strategy::kSingle || j.strategy == Strategy::kDdp ||
@@ -159,7 +160,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
                       "average_every", "warmup_steps", "precision", "recompute", "zero", "framework",
-                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms"},
+                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "prefetch"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -264,6 +265,10 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = integer("warmup_steps", 0)) job.warmup_steps = static_cast<int32_t>(*v);
   if (auto v = integer("seed", 0)) job.seed = static_cast<uint64_t>(*v);
   if (auto v = integer("limit_batches", 0)) job.limit_batches = *v;
+  if (auto v = integer("prefetch", 0)) {
+    TANDEM_REQUIRE(*v <= 64, "{}.prefetch: {} batches ahead is more than the loader's 64", where, *v);
+    job.prefetch = static_cast<int32_t>(*v);
+  }
   if (j.contains("precision"))
     job.memory.precision = named("precision", [](const std::string& s) { return engine::parallel::parse_precision(s); });
   if (j.contains("recompute")) {

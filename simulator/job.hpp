@@ -130,6 +130,9 @@ struct JobSpec : RunSpec {
   int32_t warmup_steps = 0;       // localsgd: DDP steps first
   // issue #16: precision, recomputation, sharding (engine/parallel/job.hpp)
   engine::parallel::MemoryConfig memory;
+  // the trainer's loader: batches its thread assembles ahead (tandem train --prefetch; engine::parallel::Job::prefetch,
+  // charged per rank as StageMemory::loader_bytes); job JSON "prefetch"
+  int32_t prefetch = 2;
 };
 
 // The optimizer a simulated job names, as the trainer configures it (momentum: SGD with momentum 0.9), and back.

@@ -126,8 +126,8 @@ double rank_data_bytes(const CompiledJob& cj, const RunSpec& run, const DatasetI
 // of the largest rank on the node that fits worst. A Tandem rank on a CPU node holds its stage's cpu backend figures
 // (StageMemory: cpu_activation_peak_bytes() as its activations, scaled by what the profile measured for the job's
 // model -- tandem_cpu_activation_peak --, and its convolutions' reordered weights, conv_copy_bytes, with its runtime)
-// and its data sets (`data`, per rank; not charged to a GPU's memory, nor to pytorch-ddp, whose measured process
-// size stands for it). A profile's runtime_rss_bytes holds the reordered weights of the model it measured: for the
+// and its data sets (`data`, per rank) with its loader's batches assembled ahead (StageMemory::loader_bytes; both not
+// charged to a GPU's memory, nor to pytorch-ddp, whose measured process size stands for it). A profile's runtime_rss_bytes holds the reordered weights of the model it measured: for the
 // job's model those of the whole model are replaced by the rank's own (a stage holds only its own); a profile of
 // another model keeps its own (not known here) and the rank's are added.
 void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank, const std::vector<double>& runtime,
@@ -158,6 +158,7 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
     MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes,
                       tandem_cpu ? scale * m.cpu_activation_peak_bytes() : m.activation_bytes, rt, m.bucket_bytes};
     b.data_bytes = tandem_cpu ? data : 0.0;
+    b.loader_bytes = tandem_cpu ? m.loader_bytes : 0.0;
     const double need = b.total();
     nr.memory_bytes = gpu ? std::max(nr.memory_bytes, need) : nr.memory_bytes + need;
     ++nr.ranks;
@@ -798,10 +799,10 @@ std::string name_bottleneck(const SimResult& r) {
     if (b.rank < 0) return "memory: the job does not fit on at least one node";
     const auto mib = [](double x) { return fmt::format("{:.0f} MiB", x / 1048576.0); };
     return fmt::format("memory: node {} needs {} of {} (rank {}: parameters {}, gradients {}, optimizer state {}, "
-                       "activations {}, runtime {}, buffers {}, data sets {})", b.node, mib(b.node_need_bytes),
-                       mib(b.node_capacity_bytes), b.rank, mib(b.param_bytes), mib(b.grad_bytes),
-                       mib(b.optimizer_bytes), mib(b.activation_bytes), mib(b.runtime_bytes), mib(b.buffer_bytes),
-                       mib(b.data_bytes));
+                       "activations {}, runtime {}, buffers {}, data sets {}, loader batches {})", b.node,
+                       mib(b.node_need_bytes), mib(b.node_capacity_bytes), b.rank, mib(b.param_bytes),
+                       mib(b.grad_bytes), mib(b.optimizer_bytes), mib(b.activation_bytes), mib(b.runtime_bytes),
+                       mib(b.buffer_bytes), mib(b.data_bytes), mib(b.loader_bytes));
   }
   const std::pair<double, const char*> parts[] = {
       {r.compute_s, "compute"},
@@ -1190,7 +1191,8 @@ nlohmann::json SimResult::to_json() const {
       {"memory_breakdown", {{"node", memory.node}, {"rank", memory.rank}, {"param_bytes", memory.param_bytes},
                             {"grad_bytes", memory.grad_bytes}, {"optimizer_bytes", memory.optimizer_bytes},
                             {"activation_bytes", memory.activation_bytes}, {"runtime_bytes", memory.runtime_bytes},
-                            {"buffer_bytes", memory.buffer_bytes}, {"data_bytes", memory.data_bytes}}}};
+                            {"buffer_bytes", memory.buffer_bytes}, {"data_bytes", memory.data_bytes},
+                            {"loader_bytes", memory.loader_bytes}}}};
   if (exchange == "round") {
     j["round_time_s"] = round_time_s;
     j["clients_sampled"] = clients_sampled;

@@ -75,8 +75,10 @@ struct MemoryBreakdown {
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, runtime_bytes = 0, buffer_bytes = 0;
   double node_need_bytes = 0, node_capacity_bytes = 0;  // the node's: all its ranks (CPU) or the largest GPU's
   double data_bytes = 0;  // the data sets the rank holds (Tandem, CPU node; simulate.cpp rank_data_bytes)
+  double loader_bytes = 0;  // its loader's batches assembled ahead (Tandem, CPU node; StageMemory::loader_bytes)
   double total() const noexcept {
-    return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + runtime_bytes + buffer_bytes + data_bytes;
+    return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + runtime_bytes + buffer_bytes + data_bytes +
+           loader_bytes;
   }
 };
 

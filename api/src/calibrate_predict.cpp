@@ -91,6 +91,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       job.model = h.model->spec;
       job.batch = cfg.batch_size;
       job.optimizer = cfg.optimizer;
+      job.prefetch = cfg.prefetch;
       single = par::compile_job(std::move(job), 1);
       r.world = r.dp = r.pp = r.micro_batches = 1;
       r.strategy = "single";

@@ -300,9 +300,9 @@ void fill_summary(const sim::SimResult& r, tandem_sim_summary_t& o) {
     o.memory_grad_bytes = r.memory.grad_bytes;
     o.memory_optimizer_bytes = r.memory.optimizer_bytes;
     o.memory_activation_bytes = r.memory.activation_bytes;
-    // the rank's data sets counted with its runtime, so that the parts add up to its need for 0.4's callers too;
-    // MEMORY_DATA says how much of it is data
-    o.memory_runtime_bytes = r.memory.runtime_bytes + r.memory.data_bytes;
+    // the rank's data sets and its loader's batches ahead counted with its runtime, so that the parts add up to its
+    // need for 0.4's callers too; MEMORY_DATA says how much of it is the data sets
+    o.memory_runtime_bytes = r.memory.runtime_bytes + r.memory.data_bytes + r.memory.loader_bytes;
     o.memory_buffer_bytes = r.memory.buffer_bytes;
     o.memory_advice = r.memory_advice.c_str();
   }

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
+#include "engine/data/loader.hpp"
 #include "engine/data/partition.hpp"
 #include "engine/nn/cpu_storage.hpp"
 
@@ -146,6 +147,7 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   m.scratch_bytes = w.scratch_bytes;
   m.conv_scratch_bytes = w.conv_scratch_bytes;
   m.conv_copy_bytes = w.conv_copy_bytes;
+  m.loader_bytes = data::prefetched_bytes(cj.step_batch, job.prefetch, job.model.input.numel());
   if (cj.dp() > 1) {
     m.bucket_bytes = 2 * std::min(h * P, largest_bucket_cap_mb(job.parallel) * kMiB);  // bucket + receive scratch
     if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
@@ -327,6 +329,8 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
   TANDEM_REQUIRE(L > 0, "model '{}' has no layers", job.model.name);
   resolve_grid(job.parallel, world, 0, L, job.batch);
   check_memory_config(job);
+  TANDEM_REQUIRE(job.prefetch >= 0 && job.prefetch <= 64, "job: prefetch {} is not a loader's batches ahead in [0, 64]",
+                 job.prefetch);
   CompiledJob cj;
   cj.world = world;
   cj.boundaries = cut(job, job.parallel.pp, measured);
@@ -610,6 +614,7 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
     first(differ((at + "scratch bytes").c_str(), x.memory.scratch_bytes, y.memory.scratch_bytes));
     first(differ((at + "conv scratch bytes").c_str(), x.memory.conv_scratch_bytes, y.memory.conv_scratch_bytes));
     first(differ((at + "conv copy bytes").c_str(), x.memory.conv_copy_bytes, y.memory.conv_copy_bytes));
+    first(differ((at + "loader bytes").c_str(), x.memory.loader_bytes, y.memory.loader_bytes));
     first(differ((at + "samples in flight").c_str(), x.memory.samples_in_flight, y.memory.samples_in_flight));
   }
   if (d.empty() && a.boundary_bytes_per_sample != b.boundary_bytes_per_sample) d = "bytes crossing the cuts differ";

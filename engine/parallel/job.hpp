@@ -68,6 +68,9 @@ struct Job {
   // over them: scale, then sum of squares) and the whole world all-reduces one found-non-finite flag
   // (CompiledJob::agree_finite), so that every rank steps or skips together -- a meeting of all ranks.
   bool loss_scaling = false;
+  // The data loader's batches assembled ahead by its thread (train::TrainerConfig::prefetch, data::LoaderOptions; in
+  // [0, 64]): every worker holds them beside the batch it trains (StageMemory::loader_bytes).
+  int32_t prefetch = 2;
 };
 
 // What one rank of a stage holds, from the layer specs (every replica of a stage holds the same).
@@ -88,6 +91,10 @@ struct Job {
 //   conv_scratch_bytes h/4 x 2 x the stage's largest convolution weights (its weight gradient and reordered copy)
 //   conv_copy_bytes    h/4 x 1.2 x the stage's convolution weights (reordered into blocked formats; the runtime's
 //                      resident size after its first step holds them, hence a profile's runtime_rss_bytes)
+// and in host memory, charged by the guard and, for a Tandem rank on a CPU node, by the simulator (with the rank's
+// data sets), also not in total():
+//   loader_bytes       data::prefetched_bytes(step batch, job.prefetch, input size): the loader's batches assembled
+//                      ahead of the one being trained (its queue and its thread's next; 0 with prefetch 0)
 // A Tandem cpu rank's activation peak is nn::kCpuActivationOverhead x (activation_bytes + layout_bytes) + scratch_bytes
 // + conv_scratch_bytes (cpu_activation_peak_bytes()).
 struct StageMemory {
@@ -104,6 +111,7 @@ struct StageMemory {
   double scratch_bytes = 0;       // cpu backend: backward's scratch of the largest layer
   double conv_scratch_bytes = 0;  // cpu backend: the largest convolution's weight-gradient scratch
   double conv_copy_bytes = 0;     // cpu backend: the convolutions' reordered weights
+  double loader_bytes = 0;        // host: the data loader's batches assembled ahead (0 for a server)
   double total() const noexcept { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bucket_bytes; }
   // What a Tandem rank on the cpu backend holds at its step's peak for its activations (see above).
   double cpu_activation_peak_bytes() const noexcept;

@@ -264,6 +264,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   job.parallel = pc_;
   job.optimizer = config_.optimizer;
   job.loss_scaling = scaler_.enabled();  // agree_nonfinite: the job's agree_finite all-reduce
+  job.prefetch = config_.prefetch;       // the loader made above: its batches ahead are the stage's loader_bytes
   if (world_ != nullptr) {
     // the data-parallel groups are split from `world` and keep its options: the runtime's request_for
     const comm::CommOptions& o = world_->options();
@@ -306,8 +307,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   footprint.end_layer = static_cast<size_t>(end_);
   footprint.samples_in_flight = mine.memory.samples_in_flight;
   footprint.micro_batch = mine.memory.micro_batch;
-  footprint.loader_batch = job_.step_batch;
-  footprint.prefetch = config_.prefetch;
+  footprint.loader_bytes = mine.memory.loader_bytes;
   footprint.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(config_.optimizer);
   footprint.bucket_bytes = mine.memory.bucket_bytes;
   footprint.activation_bytes = mine.memory.activation_bytes;

@@ -15,6 +15,7 @@
 #include "engine/core/host_info.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/settings.hpp"
+#include "engine/data/loader.hpp"
 #include "engine/nn/cpu_storage.hpp"
 
 namespace tandem::engine::train {
@@ -115,8 +116,7 @@ TrainingFootprint layer_footprint(const nn::ModelSpec& spec, size_t first, size_
 TrainingFootprint single_footprint(const nn::ModelSpec& spec, int64_t batch_size, int prefetch,
                                    double optimizer_state_bytes_per_param) {
   TrainingFootprint f = layer_footprint(spec, 0, spec.layers.size(), batch_size, batch_size);
-  f.loader_batch = batch_size;
-  f.prefetch = prefetch;
+  f.loader_bytes = data::prefetched_bytes(batch_size, prefetch, spec.input.numel());
   f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param;
   return f;
 }
@@ -137,9 +137,7 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
   e.optimizer_bytes = static_cast<double>(t.params) * f.optimizer_state_bytes_per_param;
   // the activations as the backend stores them, and what backward and the allocator hold on top
   e.activation_bytes = nn::kCpuActivationOverhead * (f.activation_bytes + f.layout_bytes);
-  const double loader = static_cast<double>(std::max(f.prefetch, 0) + 1) * static_cast<double>(f.loader_batch) *
-                        static_cast<double>(spec.input.numel()) * 4;
-  e.workspace_bytes = f.scratch_bytes + loader + f.bucket_bytes + kFirstStepRuntimeBytes;
+  e.workspace_bytes = f.scratch_bytes + f.loader_bytes + f.bucket_bytes + kFirstStepRuntimeBytes;
   if (model.backend().device().is_cpu()) e.workspace_bytes += f.conv_copy_bytes + f.conv_scratch_bytes;
   return e;
 }

@@ -60,6 +60,7 @@ sim::JobSpec description(const par::ParallelConfig& p, int64_t batch) {
   j.bucket_mb = p.bucket_mb;
   j.compression = p.compression;
   j.optimizer = sim::OptimizerKind::kMomentum;
+  j.prefetch = 0;  // sgd_config's loader assembles on the training thread: no batches ahead (StageMemory::loader_bytes)
   return j;
 }
 

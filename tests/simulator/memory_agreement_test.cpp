@@ -15,11 +15,13 @@
 #include <fmt/format.h>
 
 #include "engine/compute/backend.hpp"
+#include "engine/core/error.hpp"
 #include "engine/nn/cpu_storage.hpp"
 #include "engine/nn/model.hpp"
 #include "engine/nn/zoo.hpp"
 #include "engine/parallel/job.hpp"
 #include "engine/train/memory_guard.hpp"
+#include "simulator/job.hpp"
 #include "simulator/simulate.hpp"
 #include "tests/simulator/profile_fixture.hpp"
 
@@ -48,14 +50,14 @@ JobSpec cifar_job(const std::string& model, int32_t pp) {
   return j;
 }
 
-// The guard's footprint of a stage, from its StageMemory, as ParallelTrainer makes it (the loader left out).
+// The guard's footprint of a stage, from its StageMemory, as ParallelTrainer makes it.
 train::TrainingFootprint footprint_of(const par::StageProgram& s) {
   train::TrainingFootprint f;
   f.first_layer = static_cast<size_t>(s.first_layer);
   f.end_layer = static_cast<size_t>(s.end_layer);
   f.samples_in_flight = s.memory.samples_in_flight;
   f.micro_batch = s.memory.micro_batch;
-  f.loader_batch = 0;
+  f.loader_bytes = s.memory.loader_bytes;
   f.activation_bytes = s.memory.activation_bytes;
   f.layout_bytes = s.memory.layout_bytes;
   f.scratch_bytes = s.memory.scratch_bytes;
@@ -64,11 +66,13 @@ train::TrainingFootprint footprint_of(const par::StageProgram& s) {
   return f;
 }
 
-// What the guard charges for the stage's activations and the cpu backend's workspace: its estimate less the same
-// estimate without them (what remains -- the first step's constant, the resident size -- is the guard's own).
+// What the guard charges for the stage's activations, the cpu backend's workspace and the loader's batches ahead: its
+// estimate less the same estimate without them (what remains -- the first step's constant, the resident size -- is
+// the guard's own).
 double guard_cpu_terms(const nn::Model& model, const train::TrainingFootprint& f) {
   train::TrainingFootprint none = f;
   none.activation_bytes = none.layout_bytes = none.scratch_bytes = none.conv_scratch_bytes = none.conv_copy_bytes = 0;
+  none.loader_bytes = 0;
   const train::MemoryEstimate e = train::estimate_training_memory(model, f);
   const train::MemoryEstimate e0 = train::estimate_training_memory(model, none);
   return e.activation_bytes + e.workspace_bytes - e0.activation_bytes - e0.workspace_bytes;
@@ -102,9 +106,11 @@ BOOST_DATA_TEST_CASE(the_guard_and_the_simulator_charge_the_same_cpu_terms,
     BOOST_TEST(m.scratch_bytes > 0);
     BOOST_TEST(m.conv_scratch_bytes > 0);
     BOOST_TEST(m.conv_copy_bytes > 0);
+    BOOST_TEST(m.loader_bytes > 0);  // every stage's rank reads the loader (the labels, the first stage the images)
     const double expected = nn::kCpuActivationOverhead * (m.activation_bytes + m.layout_bytes) + m.scratch_bytes +
-                            m.conv_scratch_bytes + m.conv_copy_bytes;
+                            m.conv_scratch_bytes + m.conv_copy_bytes + m.loader_bytes;
     // the simulator: the rank's node need less its weights, gradients, optimizer state, buckets and the allowance
+    // (the job's data sets are 0 here)
     const double sim_terms =
         r.nodes[static_cast<size_t>(s)].memory_bytes - (m.total() - m.activation_bytes) - kDefaultCpuRuntimeBytes;
     BOOST_TEST(sim_terms == expected, tt::tolerance(1e-9));
@@ -135,7 +141,57 @@ BOOST_DATA_TEST_CASE(the_guards_layer_footprint_is_the_job_compilers,
     BOOST_TEST(one.activation_bytes + one.layout_bytes ==
                    cj.stages[0].memory.activation_bytes + cj.stages[0].memory.layout_bytes, tt::tolerance(1e-12));
     BOOST_TEST(one.scratch_bytes == cj.stages[0].memory.scratch_bytes, tt::tolerance(1e-12));
+    BOOST_TEST(one.loader_bytes > 0);
+    BOOST_TEST(one.loader_bytes == cj.stages[0].memory.loader_bytes, tt::tolerance(1e-12));
   }
+}
+
+// The loader's prefetch is part of the job (job JSON "prefetch", tandem train/simulate --prefetch): the job compiler
+// derives what its batches ahead hold (StageMemory::loader_bytes, data::prefetched_bytes), the simulator charges that
+// to every worker, and the guard's footprint of the same trainer settings is the same figure. Before, the simulator
+// did not know the setting (the key was refused) and charged no loader batches; the guard alone charged them.
+BOOST_AUTO_TEST_CASE(the_loader_prefetch_is_part_of_the_job_and_both_executors_charge_it) {
+  const ClusterSpec cluster = parse_cluster("c5.xlarge:2");
+  const auto with = [&](const char* json) { return parse_job_text(json, cifar_job("resnet18", 2)); };
+  Simulation sim;
+  const JobSpec none = with(R"({"prefetch": 0})");
+  BOOST_TEST(none.prefetch == 0);
+  const SimResult r0 = sim.run(cluster, none, {.baseline = false});
+  const par::CompiledJob c0 = sim.compile(cluster, none);
+  for (const int prefetch : {1, 2, 5}) {
+    const JobSpec j = with(fmt::format(R"({{"prefetch": {}}})", prefetch).c_str());
+    BOOST_TEST(j.prefetch == prefetch);
+    const par::CompiledJob cj = sim.compile(cluster, j);
+    const SimResult r = sim.run(cluster, j, {.baseline = false});
+    // the queue of `prefetch` batches and the thread's next one: f32 images and int32 labels of 16 CIFAR samples
+    const double expected = (prefetch + 1) * 16.0 * (3 * 32 * 32 * 4 + 4);
+    for (int32_t s = 0; s < 2; ++s) {
+      BOOST_TEST_MESSAGE("prefetch " << prefetch << " stage " << s);
+      const auto k = static_cast<size_t>(s);
+      BOOST_TEST(cj.stages[k].memory.loader_bytes == expected);
+      BOOST_TEST(c0.stages[k].memory.loader_bytes == 0.0);
+      BOOST_TEST(r.nodes[k].memory_bytes - r0.nodes[k].memory_bytes == expected, tt::tolerance(1e-12));
+    }
+    BOOST_TEST(r.memory.loader_bytes == expected);  // its own line of the breakdown, not a data set
+    BOOST_TEST(r0.memory.loader_bytes == 0.0);
+    BOOST_TEST(r.memory.data_bytes == r0.memory.data_bytes);
+    // the single trainer's guard, for one process of the same model, batch and prefetch
+    par::Job one = cj.job;
+    one.parallel = {};
+    const par::CompiledJob single = par::compile_job(one, 1);
+    BOOST_TEST(train::single_footprint(cj.job.model, 16, prefetch).loader_bytes == single.stages[0].memory.loader_bytes);
+    BOOST_TEST(single.stages[0].memory.loader_bytes == expected);
+  }
+  // outside the loader's range: refused, naming the key
+  for (const char* bad : {R"({"prefetch": -1})", R"({"prefetch": 65})", R"({"prefetch": "2"})"}) {
+    BOOST_TEST_MESSAGE(bad);
+    BOOST_CHECK_EXCEPTION(with(bad), tandem::Error,
+                          [](const tandem::Error& e) { return std::string(e.what()).find("prefetch") != std::string::npos; });
+  }
+  par::Job j = c0.job;
+  j.prefetch = 65;
+  BOOST_CHECK_EXCEPTION(par::compile_job(j, 2), tandem::Error,
+                        [](const tandem::Error& e) { return std::string(e.what()).find("prefetch 65") != std::string::npos; });
 }
 
 // With a profile of the job's model, a pipeline stage is charged the measured peak's scale (over the derived peak of
@@ -170,10 +226,11 @@ BOOST_AUTO_TEST_CASE(a_stage_scales_its_own_derived_peak_by_the_measurement) {
   BOOST_TEST(cj.stages[0].memory.samples_in_flight == 32);
   for (int32_t s = 0; s < 2; ++s) {
     const par::StageMemory& m = cj.stages[static_cast<size_t>(s)].memory;
-    // the node's need less the rest of the rank: its activation charge
+    // the node's need less the rest of the rank (its loader's batches ahead too): its activation charge
     // (the profile has no runtime_rss_bytes: the stage's reordered weights are added to the default allowance)
     const double runtime = r.nodes[static_cast<size_t>(s)].runtime_bytes + m.conv_copy_bytes;
-    const double charged = r.nodes[static_cast<size_t>(s)].memory_bytes - (m.total() - m.activation_bytes) - runtime;
+    const double charged =
+        r.nodes[static_cast<size_t>(s)].memory_bytes - (m.total() - m.activation_bytes) - runtime - m.loader_bytes;
     BOOST_TEST(charged == 2 * m.cpu_activation_peak_bytes(), tt::tolerance(1e-9));
   }
   std::remove(path.c_str());

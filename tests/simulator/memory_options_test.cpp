@@ -198,8 +198,10 @@ BOOST_AUTO_TEST_CASE(pytorch_processes_get_their_own_runtime_allowance) {
   BOOST_TEST(torch.memory_per_node_bytes - tandem.memory_per_node_bytes ==
                  340 * kMiB - tandem.memory.runtime_bytes -
                      (tandem.memory.activation_bytes - torch.memory.activation_bytes) -
-                     tandem.memory.data_bytes,  // Tandem's data sets are charged; PyTorch's measured size covers its own
-             tt::tolerance(1e-9));
+                     tandem.memory.data_bytes - tandem.memory.loader_bytes,  // Tandem's data sets and loader
+             tt::tolerance(1e-9));                                            // batches are charged; PyTorch's
+  BOOST_TEST(tandem.memory.loader_bytes == m.loader_bytes);  // measured size covers its own
+  BOOST_TEST(torch.memory.loader_bytes == 0.0);
   BOOST_TEST(torch.memory.runtime_bytes == 340 * kMiB);
 }
 

@@ -1609,7 +1609,9 @@ typedef struct tandem_calibrate_params {
  * alone, `iters` times after `warmup`, its median kept; then the per-layer medians are scaled so that
  * they add up to the mean of whole training steps (forward, loss, backward, optimizer) timed alongside,
  * which is what a quota-limited host sustains. The model's parameters and statistics are restored.
- * [in] comm: may be NULL. With two or more ranks the call is collective: every rank measures its own
+ * [in] comm: may be NULL, and should be for a process measuring alone: a one-rank communicator's transport
+ * (its context, threads and code) would count in the profile's runtime_rss_bytes, the resident size of a
+ * process training alone (which has none). With two or more ranks the call is collective: every rank measures its own
  * compute at the same time (as a job would run), the times are averaged over the ranks, then ranks 0
  * and 1 measure their link: latency, half the median round trip of 4-byte pings; bandwidth, from
  * exchanges of p2p_bytes with both ranks sending at once (as collectives load a link); every rank
