@@ -26,6 +26,10 @@ class CoreTransport final : public Transport {
     if constexpr (requires(Core& c) { c.drop_unexpected(tag, mask); }) core_->drop_unexpected(tag, mask);
   }
   void wait_for_progress(std::chrono::microseconds timeout) override { core_->wait_for_progress(timeout); }
+  int at_fault(int peer) const override {
+    if constexpr (requires(Core& c) { c.at_fault(peer); }) return core_->at_fault(peer);
+    return peer;
+  }
   void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
                  std::chrono::milliseconds timeout) override {
     if constexpr (requires(Core& c) { c.reconnect(store, key_prefix, peers, timeout); })

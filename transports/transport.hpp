@@ -160,6 +160,12 @@ class Transport {
     (void)peers;
     (void)timeout;
   }
+  // The rank to blame for what failed between this rank and `peer` (transport ranks): `peer`, unless this rank
+  // itself gave the link up for want of a resource of its own -- no memory to keep a cancelled send whole (ucx
+  // cuts the peer off, tcp gives the connection up; see the lifetimes paragraph above) -- then this rank. The peer
+  // sees the link go and names this rank too, so both ends blame the one whose resource failed and a shrink drops
+  // only that one. Holds until reconnect mends the link. The default: `peer`.
+  virtual int at_fault(int peer) const { return peer; }
   // Blocks the calling thread for at most `timeout` until this transport may have something new
   // (a message arrived, a send completed, a peer failed), then drives progress. Returning early or
   // spuriously is allowed. Use it in waiting loops instead of spinning on test(): on a machine

@@ -53,8 +53,9 @@ struct FailureStatus {
   // The origin called abort() (the application gave up) rather than detecting a fault.
   bool aborted = false;
   // The ranks blamed, ascending: a peer that died or closed, the rank(s) that never took part before a
-  // deadline, a rank that sent a mismatched call. Empty for an abort and where nobody can be named
-  // (every rank waited for was stuck itself).
+  // deadline, a rank that sent a mismatched call, a rank whose transport gave a link up for want of its own memory
+  // (it blames itself, and the peer it cut blames it: Transport::at_fault). Empty for an abort and where nobody
+  // can be named (every rank waited for was stuck itself).
   std::vector<int> ranks;
   // The ranks were blamed for a deadline (some rank waited for them and heard nothing: they may only have been
   // waiting for another), not for a fault they were seen to cause. Follows the report whose blame is kept.

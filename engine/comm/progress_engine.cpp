@@ -80,6 +80,7 @@ ProgressEngine::ProgressEngine(SharedTransport& shared, PeerTable& peers, std::v
       comm_id_(comm_id),
       options_(std::move(options)),
       grace_(std::clamp(options_.timeout / 4, std::chrono::milliseconds(20), std::chrono::milliseconds(2000))),
+      settings_(settings::current()),
       activity_(std::make_shared<std::atomic<int64_t>>(steady_now_ns())),
       plans_(rank_, std::move(topology)) {
   thread_ = std::thread([this] { progress_main(); });
@@ -132,6 +133,7 @@ void ProgressEngine::request_abort(const std::string& reason) {
 // ---------------------------------------------------------------------------- progress thread
 
 void ProgressEngine::progress_main() {
+  const settings::Scope scope(settings_);
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -161,6 +163,11 @@ void ProgressEngine::progress_main() {
     std::unique_lock engine(engine_mu_, std::try_to_lock);
     if (engine.owns_lock()) step();
   }
+}
+
+int ProgressEngine::at_fault(int peer) const {
+  const int t = members_[static_cast<size_t>(peer)];
+  return transport_.at_fault(t) == t ? peer : rank_;
 }
 
 void ProgressEngine::throw_abort(const std::string& reason) {
@@ -208,7 +215,8 @@ void ProgressEngine::step() {
       drop_unexpected();
     }
   } catch (const Error& e) {
-    if (!peers_.blamed() && executor_.failed_peer() >= 0) peers_.blame(rank_, false, {executor_.failed_peer()});
+    if (!peers_.blamed() && executor_.failed_peer() >= 0)
+      peers_.blame(rank_, false, {at_fault(executor_.failed_peer())});
     Status st = e.status();
     std::string msg = e.what();
     // A peer that failed first and left: its abort (sent before it closed) says why.
@@ -391,7 +399,7 @@ void ProgressEngine::poll_p2p() {
     try {
       done = op.request->test();
     } catch (const Error&) {
-      peers_.blame(rank_, false, {op.peer});
+      peers_.blame(rank_, false, {at_fault(op.peer)});
       throw;
     }
     if (!done) {

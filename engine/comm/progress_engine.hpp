@@ -25,6 +25,7 @@
 #include "engine/comm/peer_table.hpp"
 #include "engine/comm/plan_cache.hpp"
 #include "engine/comm/shared_transport.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::comm {
 
@@ -66,6 +67,9 @@ class ProgressEngine final : private ExecHooks {
   void drop_unexpected();
   void backoff(std::chrono::steady_clock::duration idle_for);
   [[noreturn]] void throw_abort(const std::string& reason);
+  // The rank a failed operation with rank `peer` is blamed on: `peer`, or this rank when its transport gave the link
+  // up for want of its own memory (Transport::at_fault).
+  int at_fault(int peer) const;
 
   // Fixed at construction.
   SharedTransport& shared_;
@@ -77,6 +81,9 @@ class ProgressEngine final : private ExecHooks {
   const uint32_t comm_id_;
   const CommOptions options_;
   const std::chrono::milliseconds grace_;
+  // The creating thread's settings (settings::current()): the progress thread runs under them too, so that a
+  // context's settings (and a test's hooks) apply whichever thread drives the transport.
+  const std::shared_ptr<const settings::Settings> settings_;
 
   // Queue, shared with callers.
   mutable std::mutex mu_;

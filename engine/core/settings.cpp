@@ -77,6 +77,11 @@ constexpr Variable kVariables[] = {
      "completed)"},
     {"TANDEM_TEST_UCX_NO_COPY", K::kChoice, 0, 0, "0|1", "0",
      "test hook: 1: ucx finds no memory for the copy a cancelled send goes on from (it cuts the peer off)"},
+    {"TANDEM_TEST_TCP_NO_COPY", K::kChoice, 0, 0, "0|1", "0",
+     "test hook: 1: tcp finds no memory for the unwritten rest of a cancelled send (it gives the connection up)"},
+    {"TANDEM_TEST_CLOSINGS_BEHIND", K::kInteger, 0, kNoLimit, "", "unset",
+     "test hook: world rank R reports one closing collective fewer than it completed when the survivors of a loss "
+     "compare them (a mix the re-form cannot reconcile)"},
     // Logging.
     {"TANDEM_LOG_LEVEL", K::kChoice, 0, 0, "trace|debug|info|warn|error|off", "warn", "log level"},
     // Calibration (set by tools/emu-cluster).

@@ -1116,7 +1116,7 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
   // Where every survivor was, in form_grid's table (every rank holds state; no previous snapshot): its progress
   // (steps; fedavg: rounds), the work it was cut off in and the epoch's closing collectives it completed.
   const int n = world_->size();
-  const int64_t mine[kPlanWidth] = {0, progress_of(snapshot_), -1, static_cast<int64_t>(phase), closings_,
+  const int64_t mine[kPlanWidth] = {0, progress_of(snapshot_), -1, static_cast<int64_t>(phase), closings_reported(),
                                     static_cast<int64_t>(closed_phase_)};
   std::vector<int64_t> all(kPlanWidth * static_cast<size_t>(n));
   world_->allgather(mine, all.data(), kPlanWidth, DType::kI64)->wait();

@@ -463,6 +463,9 @@ class ParallelTrainer {
   int closing_plan(const std::string& why, const std::vector<int64_t>& all, size_t width, const std::vector<int>& labels,
                    int64_t P) const;
   static const char* phase_name(Phase p);
+  // closings_ as this rank gives it to closing_plan's table; one fewer on the world rank TANDEM_TEST_CLOSINGS_BEHIND
+  // names (a test hook: a mix the survivors cannot reconcile, closing_plan's stop).
+  int64_t closings_reported() const;
   // Collective over S after closing_plan: rank `from` (world rank from_label, now in from_phase) sends the result of
   // the closing collective it completed; a rank that `adopts` (it was cut off in it, in `phase`) keeps it in
   // adopted_closing_.

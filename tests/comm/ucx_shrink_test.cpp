@@ -13,10 +13,14 @@
 #include <signal.h>
 
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
+#include "engine/core/settings.hpp"
 #include "tests/comm/comm_harness.hpp"
 #include "tests/transports/peer_process.hpp"
 
@@ -118,6 +122,58 @@ BOOST_AUTO_TEST_CASE(a_rank_left_deaf_by_a_killed_peer_all_reduces_again_after_t
   }
   BOOST_TEST_MESSAGE(deaf << " deaf of " << trials << " trials (" << heard << " heard)");
   BOOST_TEST(deaf >= 1, "no trial left rank 0 deaf in " << trials << " trials: the reproduction did not work");
+}
+
+// A rank whose transport cuts a peer off for want of its own memory (ucx: none for the copy a cancelled send goes on
+// from; test hook TANDEM_TEST_UCX_NO_COPY) is the one at fault, and the only rank the shrink drops. Three ranks on
+// threads. Ranks 1 and 2 split a pair, which rank 2 destroys at once (it never receives on it). Rank 1, hooked, sends
+// rank 2 1 MiB on the pair and aborts the pair: the abort cancels the send, which rank 2 never took, and rank 1 cuts
+// rank 2 off. The world's next all-reduce then fails on every rank, and every rank blames rank 1. Before, rank 1
+// blamed rank 2 (the peer of its failed operations) while rank 2 blamed rank 1, so the shrink dropped both (or,
+// where rank 2 had adopted rank 1's report first, only rank 2). Now ranks 0 and 2 go on and rank 1 is refused.
+BOOST_AUTO_TEST_CASE(a_rank_that_cuts_a_peer_off_for_want_of_memory_is_the_one_the_shrink_drops) {
+  const auto built = transports::available_transports();
+  if (std::find(built.begin(), built.end(), "ucx") == built.end()) return;
+  constexpr int kCutter = 1, kCut = 2;
+  std::vector<std::string> blamed(3), cut_error(3, "none"), outcome(3);
+  run_ranks("ucx", 3, with_timeout(3000), [&](int r, Communicator& world) {
+    auto hooked = std::make_shared<settings::Settings>(*settings::current());
+    if (r == kCutter) hooked->assign("TANDEM_TEST_UCX_NO_COPY=1");
+    const settings::Scope scope(hooked);  // this thread's, and the progress thread's of the pair it splits
+    auto pair = world.split(r == 0 ? -1 : 0, r);
+    if (r == kCut) pair.reset();
+    world.barrier()->wait();
+    if (r == kCutter) {
+      std::vector<unsigned char> big(size_t{1} << 20, 0x5a);
+      pair->send(big.data(), big.size(), DType::kU8, 1, 3)->wait();  // buffered: it waits for rank 2, which never takes it
+      pair->abort("rank 1 gives the pair up");
+      status_of([&] { pair->barrier()->wait(); });  // the abort cancelled the send: no memory for its copy, a cut
+    }
+    float one = 1.f, sum = 0.f;
+    std::string why;
+    const Status st = status_of([&] { world.allreduce(&one, &sum, 1, DType::kF32, ReduceOp::kSum)->wait(); }, &why);
+    EXPECT(st == Status::kPeerFailure, "rank {}: the all-reduce after the cut gave {} ({})", r, status_name(st), why);
+    if (r != 0) cut_error[static_cast<size_t>(r)] = why;
+    blamed[static_cast<size_t>(r)] = fmt::format("{}", fmt::join(world.failure_status().ranks, ","));
+    try {
+      auto s = world.shrink();
+      outcome[static_cast<size_t>(r)] =
+          fmt::format("rank {} of {}, parents {}", s->rank(), s->size(), fmt::join(s->parent_ranks(), ","));
+      float mine = static_cast<float>(r + 1), total = 0.f;
+      s->allreduce(&mine, &total, 1, DType::kF32, ReduceOp::kSum)->wait();
+      outcome[static_cast<size_t>(r)] += fmt::format(", sum {}", total);
+    } catch (const Error& e) {
+      outcome[static_cast<size_t>(r)] = fmt::format("{}: {}", status_name(e.status()), e.what());
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST_MESSAGE("rank " << r << ": blames " << blamed[r] << "; " << outcome[r]);
+    BOOST_TEST(blamed[r] == "1", "rank " << r << " blames ranks {" << blamed[r] << "}");
+  }
+  BOOST_TEST(contains(cut_error[kCut], "rank 1 cut rank 2 off"), cut_error[kCut]);
+  BOOST_TEST(outcome[0] == "rank 0 of 2, parents 0,2, sum 4");  // old ranks 0 and 2 give 1 and 3
+  BOOST_TEST(outcome[kCut] == "rank 1 of 2, parents 0,2, sum 4");
+  BOOST_TEST(contains(outcome[kCutter], "was declared dead"), outcome[kCutter]);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -122,6 +122,97 @@ BOOST_DATA_TEST_CASE(a_loss_at_an_epochs_end_with_the_survivors_a_closing_collec
   std::filesystem::remove(path);
 }
 
+// closing_plan's stop: survivors whose closing collectives cannot be reconciled. World rank 1 reports one fewer than
+// it completed (test hook TANDEM_TEST_CLOSINGS_BEHIND), as though it had been cut off in the first epoch's evaluation
+// while the others went on into a step -- a mix no single adoption mends. World rank 3 leaves after the first epoch;
+// the survivors' next step fails and the re-form stops on every one of them with the same kPeerFailure naming world
+// rank 1 and its count (not a rank left waiting for a result nobody sends). The loss is seen at once (rank 3's
+// transport is gone), so each stops well within the communicator's 4 s deadline; the bound below only catches a
+// rank that waited one out.
+BOOST_AUTO_TEST_CASE(survivors_whose_closing_collectives_cannot_be_reconciled_stop_on_every_rank_naming_the_rank) {
+  constexpr int kWorld = 4, kLeaves = 3, kSteps = 6;
+  const settings::ScopedProcessValue behind("TANDEM_TEST_CLOSINGS_BEHIND", "1");
+  std::vector<long long> stop_ms(kWorld, -1);
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), &synthetic12_test(), sgd_config(kBatch, kSteps), elastic_ddp(2), &comm);
+    t.train_epoch();  // sums, time split and evaluation: three closing collectives on every rank
+    if (r == kLeaves) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      t.step();
+    } catch (...) {
+      stop_ms[static_cast<size_t>(r)] =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+      throw;
+    }
+  });
+  BOOST_TEST(errors[kLeaves].message.empty(), errors[kLeaves].message);
+  for (int r : {0, 1, 2}) {
+    const RankError& e = errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ", stopped after " << stop_ms[static_cast<size_t>(r)] << " ms: "
+                                     << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "cannot re-form"));
+      BOOST_TEST(contains(e.message, "world rank 1 completed 2 closing collective(s)"));
+      BOOST_TEST(contains(e.message, "was cut off in its step"));
+      BOOST_TEST(contains(e.message, "world rank 0 completed 3 of the epochs' closing collectives, the last its "
+                                     "evaluation"));
+      BOOST_TEST(contains(e.message, "resume from the last checkpoint"));
+      BOOST_TEST(stop_ms[static_cast<size_t>(r)] >= 0);
+      BOOST_TEST(stop_ms[static_cast<size_t>(r)] < 4000);
+    }
+  }
+}
+
+// A loss in the last epoch's evaluation, with the ranks ahead already gone (TANDEM_TEST_REFORM_LEAVE="1:evaluated"
+// in a one-epoch job): world rank 1 completes the evaluation and leaves; world rank 0, which completed it too, goes on
+// through the save (which fails on rank 1's loss and is given up) and ends, as `tandem train` ends after its last
+// epoch; world ranks 2 and 3 were cut off in the evaluation. Nobody hangs and nobody fails: ranks 2 and 3 shrink to
+// {2, 3} (rank 0, ended, never posts: they wait out the agreement's window for it, 4 s + 2 s), redo the evaluation
+// between them -- the same figures as rank 0 reported, the replicas being identical -- and write the checkpoint.
+// (What is left: that wait, and `tandem train` reporting the epoch twice, from world rank 0 and again from rank 2,
+// the survivors' rank 0; see /work/notes/blame.md.) The end bound only catches a hang.
+BOOST_AUTO_TEST_CASE(a_loss_in_the_last_epochs_evaluation_after_the_ranks_ahead_ended_lets_the_others_finish_alike) {
+  constexpr int kWorld = 4, kVictim = 1, kSteps = 6;
+  const settings::ScopedProcessValue leave("TANDEM_TEST_REFORM_LEAVE", "1:evaluated");
+  const std::string path = temp_path("last_eval.ckpt");
+  std::filesystem::remove(path);
+  std::vector<train::EpochResult> result(kWorld);
+  std::vector<std::vector<int>> members(kWorld);
+  std::vector<long long> end_ms(kWorld, -1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& comm) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), &synthetic12_test(), sgd_config(kBatch, kSteps), elastic_ddp(2), &comm);
+    result[static_cast<size_t>(r)] = t.train_epoch();
+    t.save_checkpoint(path);
+    members[static_cast<size_t>(r)] = t.members();
+    end_ms[static_cast<size_t>(r)] =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  });
+  BOOST_TEST(contains(errors[kVictim].message, "TANDEM_TEST_REFORM_LEAVE"), errors[kVictim].message);
+  for (int r : {0, 2, 3}) {
+    const train::EpochResult& e = result[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ", ended at " << end_ms[static_cast<size_t>(r)] << " ms") {
+      BOOST_TEST(errors[static_cast<size_t>(r)].message.empty(), errors[static_cast<size_t>(r)].message);
+      BOOST_TEST(e.train_samples == kWorld * kSteps * kBatch);  // the sums completed before the loss
+      BOOST_TEST(std::isfinite(e.test_loss));
+      BOOST_TEST(e.test_loss == result[0].test_loss, boost::test_tools::tolerance(1e-6));
+      BOOST_TEST(e.test_accuracy == result[0].test_accuracy, boost::test_tools::tolerance(1e-6));
+      BOOST_TEST(end_ms[static_cast<size_t>(r)] >= 0);
+      BOOST_TEST(end_ms[static_cast<size_t>(r)] < 20000);
+    }
+  }
+  BOOST_TEST((members[0] == std::vector<int>{0, 1, 2, 3}));  // it ended before it had to re-form
+  BOOST_TEST((members[2] == std::vector<int>{2, 3}));
+  BOOST_TEST((members[3] == std::vector<int>{2, 3}));
+  BOOST_TEST(std::filesystem::exists(path));  // written by the survivors' save
+  std::filesystem::remove(path);
+}
+
 // 4 ranks; world rank 2 leaves after kBefore steps (its trainer, communicators and transport are destroyed). The
 // survivors' next step fails, is abandoned, and is redone by the three of them.
 BOOST_AUTO_TEST_CASE(survivors_of_a_dead_rank_continue_identical_with_the_stated_batch_and_lr) {

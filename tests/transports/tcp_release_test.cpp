@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "engine/core/settings.hpp"
 #include "tests/transports/harness.hpp"
 #include "tests/transports/pages.hpp"
 
@@ -94,6 +95,56 @@ BOOST_DATA_TEST_CASE(a_cancelled_send_no_longer_reads_its_parts_once_cancel_retu
   BOOST_TEST_MESSAGE(spec << ": " << guards << " guard bytes arrived");
   BOOST_TEST(started, "the sends completed before they were cancelled: the test proves nothing");
   BOOST_TEST(guards == 0u, guards << " bytes written after cancel() returned reached the receiver");
+}
+
+// No memory for that rest (test hook TANDEM_TEST_TCP_NO_COPY, on rank 0's thread around the cancel): rank 0 gives the
+// connection up (the stream cannot be finished without the caller's parts), rank 1's receive of A fails as a peer
+// failure naming rank 0, and both ranks blame rank 0, whose memory ran out (Transport::at_fault). Before, rank 0
+// blamed rank 1 for the connection it gave up itself, and rank 1 blamed rank 0: a shrink dropped both.
+BOOST_DATA_TEST_CASE(a_cancelled_send_without_memory_for_its_rest_gives_the_connection_up_and_both_blame_the_sender,
+                     bdata::make({"tcp", "tcp+inet"}), spec) {
+  constexpr size_t kBig = size_t{64} << 20;
+  int sender_blames = -1, receiver_blames = -1;
+  std::string receiver_error;
+  run_ranks(spec, 2, [&](Rank& rk) {
+    if (rk.rank == 0) {
+      std::vector<unsigned char> a(kBig, 0x5a);
+      const ConstPart pa{a.data(), kBig};
+      rk.sync.arrive_and_wait();  // (1) rank 1 has posted its receive
+      auto sa = rk.t.isend(1, 77, std::span(&pa, 1));
+      CHECK_RANK(!sa->test(), "the 64 MiB send completed at once: nothing is left to copy");
+      {
+        auto hooked = std::make_shared<settings::Settings>(*settings::current());
+        hooked->assign("TANDEM_TEST_TCP_NO_COPY=1");
+        const settings::Scope scope(hooked);
+        sa->cancel();
+      }
+      sender_blames = rk.t.at_fault(1);
+      rk.sync.arrive_and_wait();  // (2) rank 1 may read
+      rk.sync.arrive_and_wait();  // (3) it has seen the connection's end
+      return;
+    }
+    std::vector<unsigned char> ga(kBig, 0);
+    const MutPart pa{ga.data(), ga.size()};
+    auto ra = rk.t.irecv(0, 77, std::span(&pa, 1));
+    rk.sync.arrive_and_wait();  // (1)
+    rk.sync.arrive_and_wait();  // (2)
+    Status st = Status::kOk;
+    try {
+      wait(rk.t, *ra, std::chrono::milliseconds(30000));
+    } catch (const Error& e) {
+      st = e.status();
+      receiver_error = e.what();
+    }
+    receiver_blames = rk.t.at_fault(0);
+    rk.sync.arrive_and_wait();  // (3)
+    CHECK_RANK(st == Status::kPeerFailure, "rank 1's receive of the cut stream: " << status_name(st) << " "
+                                                                                  << receiver_error);
+  });
+  BOOST_TEST_MESSAGE(spec << ": rank 1's receive: " << receiver_error);
+  BOOST_TEST(receiver_error.find("rank 0") != std::string::npos, receiver_error);
+  BOOST_TEST(sender_blames == 0, "rank 0 blames rank " << sender_blames << " for the connection it gave up");
+  BOOST_TEST(receiver_blames == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -358,6 +358,8 @@ struct GivenUpSend {
   std::string recv_got = "not resumed";  // the peer's receive once it came back
   std::string recv_error;               // its error's text, when it failed
   std::string received;                 // when it completed: where it differs from what was sent ("": nowhere)
+  int sender_blames = -1;               // Transport::at_fault on rank 0 for rank 1, after the cancel
+  int receiver_blames = -1;             // and on rank 1 for rank 0, once its receive ended
 };
 
 // The send side: rank 0 sends `bytes` to a rank 1 that has posted its receive and stalled; rank 0 cancels the send
@@ -386,6 +388,7 @@ GivenUpSend give_up_a_send_to_a_stalled_peer(size_t bytes, bool no_copy) {
           send->cancel();
         }
         out.send_got = outcome_of(*send);
+        out.sender_blames = t.at_fault(1);
         std::fill(data.begin(), data.end(), 0xee);  // the memory has a new owner
       },
       [&](Transport& t) {
@@ -396,6 +399,7 @@ GivenUpSend give_up_a_send_to_a_stalled_peer(size_t bytes, bool no_copy) {
           out.recv_error = e.what();
         }
         if (out.recv_got == "completed") out.received = holds_only(got, 0x5a);
+        out.receiver_blames = t.at_fault(0);
         recv_over.store(true);
       },
       [&](Transport& t) {
@@ -416,6 +420,7 @@ void check_a_given_up_send_leaves_its_reused_memory_alone(size_t bytes) {
   BOOST_TEST(r.send_got == "transport error", r.send_got);
   BOOST_TEST(r.recv_got != "not resumed");
   BOOST_TEST(r.received.empty(), "the peer received memory reused after the send was given up: " << r.received);
+  BOOST_TEST(r.sender_blames == 1);  // with its copy kept, nothing of rank 0's failed: nothing is rank 0's fault
 }
 
 BOOST_AUTO_TEST_CASE(a_receive_given_up_on_writes_nothing_into_its_reused_memory_when_the_peer_comes_back) {
@@ -451,6 +456,10 @@ BOOST_AUTO_TEST_CASE(a_cancelled_send_without_memory_for_its_copy_cuts_the_peer_
   BOOST_TEST(r.recv_error.find("rank 0") != std::string::npos, r.recv_error);
   // Rank 0's send fails naming the rank it cut off (or, had rank 1 taken it whole meanwhile, completed).
   BOOST_TEST((r.send_got == "peer failure" || r.send_got == "completed"), r.send_got);
+  // Both ends blame rank 0, whose memory ran out (before, rank 0 blamed rank 1 and rank 1 rank 0: a shrink dropped
+  // both, tests/comm/ucx_shrink_test.cpp).
+  BOOST_TEST(r.sender_blames == 0);
+  BOOST_TEST(r.receiver_blames == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

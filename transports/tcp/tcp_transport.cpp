@@ -94,6 +94,7 @@ struct Peer {
   // Shared memory with a peer of this host: frames go through its rings, the socket carries only
   // wake-ups and the end of stream.
   std::unique_ptr<ShmChannel> shm;
+  bool gave_up = false;  // this rank gave the connection up for want of memory (keep_rest): its fault (at_fault)
 };
 
 // How ranks of one host reach each other (TANDEM_TCP_LOCAL).
@@ -293,6 +294,7 @@ class Core {
   void cancel(const std::shared_ptr<RecvOp>& op);
   void cancel(const std::shared_ptr<SendOp>& op);
   void shutdown() noexcept;
+  int at_fault(int peer);  // Transport::at_fault
 
  private:
   void connect(const TransportOptions& o);
@@ -1013,6 +1015,11 @@ void Core::cancel(const std::shared_ptr<SendOp>& op) {
   op->done.fail(Status::kTransport, fmt::format("tcp: send to rank {} tag {} was cancelled", op->peer, op->tag));
 }
 
+int Core::at_fault(int peer) {
+  std::lock_guard lock(mu_);
+  return peer >= 0 && peer < size_ && peers_[peer].gave_up ? rank_ : peer;
+}
+
 void Core::keep_rest(SendOp& op) {
   // A send already partly written stays queued and is finished, the peer's stream must stay whole;
   // but from a copy of what is left, so that the caller may free its parts once cancel() returns.
@@ -1020,9 +1027,11 @@ void Core::keep_rest(SendOp& op) {
   for (size_t k = op.iov_at; k < op.iov.size(); ++k) left += op.iov[k].iov_len;
   if (left == 0 || op.rest) return;
   op.rest.reset(new (std::nothrow) unsigned char[left]);
+  if (settings::current()->flag("TANDEM_TEST_TCP_NO_COPY").value_or(false)) op.rest.reset();  // test hook: no memory
   if (!op.rest) {
     // Without the copy the stream cannot be finished without reading the caller's parts: give the
-    // connection up instead (the peer sees its end).
+    // connection up instead (the peer sees its end, and blames this rank: so does this rank, at_fault).
+    peers_[op.peer].gave_up = peers_[op.peer].state == PeerState::kAlive;
     peer_gone(op.peer, PeerState::kLost,
               fmt::format("rank {} cannot keep the {} unwritten bytes of a cancelled send to rank {} tag {}", rank_, left,
                           op.peer, op.tag));

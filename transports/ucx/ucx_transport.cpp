@@ -131,6 +131,7 @@ struct Peer {
   ucp_ep_h ack_ep = nullptr;    // to its sentinel worker, after it went deaf (the acknowledgement went there)
   std::vector<unsigned char> address;  // the worker address `ep` was made with (reconnect compares it)
   bool same_host = false;              // same kernel and pid namespace: endpoints in mode NONE (shared memory)
+  bool cut_by_us = false;  // this rank cut it off for want of memory (cut_off): the fault is this rank's (at_fault)
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -214,6 +215,7 @@ class Core {
   void shutdown() noexcept;
   void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
                  std::chrono::milliseconds timeout);
+  int at_fault(int peer);  // Transport::at_fault
 
   // Called by UCX from inside ucp_worker_progress / ucp_request_cancel (mu_ held).
   void on_complete(Op* op, void* request, ucs_status_t status);
@@ -1028,6 +1030,7 @@ void Core::revive(int peer, const Record& r) {
   p.ep_failed = false;
   p.owes_deaf_ack = false;
   p.gone_at = Clock::time_point{};
+  p.cut_by_us = false;
   log::info("ucx: rank {} reconnected to rank {} (was: {})", rank_, peer, p.why);
   p.why.clear();
   --gone_peers_;
@@ -1157,8 +1160,16 @@ void Core::cut_off(Op& op) {
   if (notice->done.pending())  // closing the endpoint drops it: the peer's receives from us run into their deadline
     log::error("ucx: rank {} could not tell rank {} that it cut it off within {} ms", rank_, peer,
                kCutOffNotice.count());
+  // Cut for this rank's own want of memory: the blame is this rank's (at_fault), as the peer's is (on_cut_off). Unless
+  // the peer went first meanwhile (died or closed): then it is gone for its own reason.
+  if (peers_[peer].state == PeerState::kAlive) peers_[peer].cut_by_us = true;
   peer_gone(peer, PeerState::kCut, why);  // closes the endpoint: nothing more of the message leaves
   op.source.clear();
+}
+
+int Core::at_fault(int peer) {
+  std::lock_guard lock(mu_);
+  return peer >= 0 && peer < size_ && peers_[peer].cut_by_us ? rank_ : peer;
 }
 
 void Core::on_cut_off(int src) {

@@ -211,6 +211,11 @@ typedef struct tandem_context_params {
  *                             the grown world fails after the others' completed)   default unset
  *   TANDEM_TEST_UCX_NO_COPY   test hook, 1: ucx finds no memory for the copy a cancelled send
  *                             goes on from, so it cuts that peer off                default 0
+ *   TANDEM_TEST_TCP_NO_COPY   test hook, 1: tcp finds no memory for the unwritten rest of a
+ *                             cancelled send, so it gives that connection up       default 0
+ *   TANDEM_TEST_CLOSINGS_BEHIND test hook, a world rank: at a re-form it reports one closing
+ *                             collective (sums, time split, evaluation) fewer than it
+ *                             completed, a mix the survivors cannot reconcile     default unset
  *  Logging and tools
  *   TANDEM_LOG_LEVEL          trace, debug, info, warn, error, off (params->log_level wins) def. warn
  *   TANDEM_EMU_NAME, TANDEM_EMU_HOST   emulated cluster and host named in calibration profiles
