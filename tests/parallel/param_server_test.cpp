@@ -622,6 +622,18 @@ BOOST_AUTO_TEST_CASE(a_worker_that_leaves_early_is_named_by_the_server) {
   BOOST_TEST((errors[0].status != Status::kOk), errors[0].message);
 }
 
+// The async and racing cases' model: 1x2x2 -> flatten -> linear 3 -> relu -> linear 2 (two buckets at a tiny bucket_mb).
+namespace {
+nn::ModelSpec two_linear() {
+  nn::ModelBuilder b("two_linear", {1, 2, 2});
+  b.flatten();
+  b.linear(3);
+  b.relu();
+  b.linear(2);
+  return std::move(b).build();
+}
+}  // namespace
+
 // ---- ps-async: each push applied as it arrives, each pull the newest parameters (issue #13) ----
 // ParameterServerSync driven directly: 2 workers, 2 servers, a two-layer model cut into 3 pieces (2 buckets, the
 // first split between the servers), plain SGD with lr 0.5. The workers take turns in a fixed order, each step pushing
@@ -630,12 +642,7 @@ BOOST_AUTO_TEST_CASE(a_worker_that_leaves_early_is_named_by_the_server) {
 // theta_n -- the other worker's pushes included. A server that waited for both workers' pushes of a clock (sync, or
 // a batch) would never answer worker 0's second push (worker 1 has not pushed yet): the step fails by the deadline.
 BOOST_AUTO_TEST_CASE(async_applies_each_push_at_once_and_a_pull_returns_the_newest_parameters) {
-  nn::ModelBuilder b("two_linear", {1, 2, 2});
-  b.flatten();
-  b.linear(3);
-  b.relu();
-  b.linear(2);
-  const nn::ModelSpec spec = std::move(b).build();
+  const nn::ModelSpec spec = two_linear();
   constexpr float kLr = 0.5f;
   par::Job job;
   job.model = spec;
@@ -863,12 +870,7 @@ std::vector<float> race_gradient(int w, const std::vector<float>& x) {
 }
 
 RaceRun race(par::Strategy strategy, int staleness) {
-  nn::ModelBuilder b("two_linear", {1, 2, 2});
-  b.flatten();
-  b.linear(3);
-  b.relu();
-  b.linear(2);
-  const nn::ModelSpec spec = std::move(b).build();
+  const nn::ModelSpec spec = two_linear();
   par::Job job;
   job.model = spec;
   job.batch = 4;
