@@ -149,10 +149,14 @@ BOOST_AUTO_TEST_CASE(a_rank_that_cuts_a_peer_off_for_want_of_memory_is_the_one_t
       pair->abort("rank 1 gives the pair up");
       status_of([&] { pair->barrier()->wait(); });  // the abort cancelled the send: no memory for its copy, a cut
     }
+    // The cut fails rank 2's world at once; an all-reduce the others finish before they hear of it (rank 2's part
+    // may already have left) is a sound result, so every rank all-reduces until its world fails, a few times at most.
     float one = 1.f, sum = 0.f;
     std::string why;
-    const Status st = status_of([&] { world.allreduce(&one, &sum, 1, DType::kF32, ReduceOp::kSum)->wait(); }, &why);
-    EXPECT(st == Status::kPeerFailure, "rank {}: the all-reduce after the cut gave {} ({})", r, status_name(st), why);
+    Status st = Status::kOk;
+    for (int attempt = 0; attempt < 4 && st == Status::kOk; ++attempt)
+      st = status_of([&] { world.allreduce(&one, &sum, 1, DType::kF32, ReduceOp::kSum)->wait(); }, &why);
+    EXPECT(st == Status::kPeerFailure, "rank {}: the all-reduces after the cut gave {} ({})", r, status_name(st), why);
     if (r != 0) cut_error[static_cast<size_t>(r)] = why;
     blamed[static_cast<size_t>(r)] = fmt::format("{}", fmt::join(world.failure_status().ranks, ","));
     try {
