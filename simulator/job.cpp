@@ -45,6 +45,11 @@ int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
   TANDEM_REQUIRE(j.bucket_mb > 0, "job.bucket_mb: must be > 0, got {}", j.bucket_mb);
   TANDEM_REQUIRE(j.epoch_time_s >= 0, "job.epoch_time_s: must be >= 0, got {}", j.epoch_time_s);
   TANDEM_REQUIRE(j.comm_cycle_ms >= 0, "job.comm_cycle_ms: must be >= 0 (0: no cycle), got {}", j.comm_cycle_ms);
+  TANDEM_REQUIRE(j.comm_negotiation_ms >= 0, "job.comm_negotiation_ms: must be >= 0 (0: none), got {}",
+                 j.comm_negotiation_ms);
+  TANDEM_REQUIRE(j.comm_negotiation_ms == 0 || j.comm_cycle_ms > 0,
+                 "job.comm_negotiation_ms: {} ms per cycle needs a cycle, but comm_cycle_ms is 0",
+                 j.comm_negotiation_ms);
   TANDEM_REQUIRE(j.dp >= 0 && j.pp >= 0, "job.dp/pp: must be >= 0 (0 derives them)");
   int64_t world = 1;
   switch (j.strategy) {
@@ -160,7 +165,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
                       "average_every", "warmup_steps", "precision", "recompute", "zero", "framework",
-                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "prefetch"},
+                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "comm_negotiation_ms", "prefetch"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -237,6 +242,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = flag("profile_network")) job.profile_network = *v;
   if (auto v = json_number(j, "epoch_time_s", where)) job.epoch_time_s = *v;
   if (auto v = json_number(j, "comm_cycle_ms", where)) job.comm_cycle_ms = *v;
+  if (auto v = json_number(j, "comm_negotiation_ms", where)) job.comm_negotiation_ms = *v;
   if (j.contains("credit_mode"))
     job.credit_mode = named("credit_mode", [](const std::string& s) { return parse_credit_mode(s); });
   if (auto v = json_number(j, "initial_credits", where)) job.initial_credits = *v;

@@ -70,6 +70,10 @@ struct RunSpec {
   // HOROVOD_CYCLE_TIME, 5 by default): a ready bucket's all-reduce waits for the next cycle (StepSetup::comm_cycle_s);
   // job JSON "comm_cycle_ms"; 0 (default): none, as Tandem's and PyTorch DDP's
   double comm_cycle_ms = 0;
+  // The loop's coordination per cycle in milliseconds (Horovod's NEGOTIATE_ALLREDUCE in its timeline: rank 0 gathers
+  // the ranks' ready lists and broadcasts the plan): a cycle's all-reduces start this long after its tick
+  // (StepSetup::comm_negotiation_s); job JSON "comm_negotiation_ms", needs comm_cycle_ms > 0; 0 (default): none
+  double comm_negotiation_ms = 0;
   // The bytes of data sets each rank holds (a trainer's loaded train + test sets, engine::data::Dataset::
   // resident_bytes); unset: the dataset's training and test sets as the loader stores them.
   std::optional<double> data_bytes;

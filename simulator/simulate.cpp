@@ -344,6 +344,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   s.pp = cj.pp();
   s.overlap = cj.job.overlap;
   s.comm_cycle_s = run.comm_cycle_ms * 1e-3;
+  s.comm_negotiation_s = run.comm_negotiation_ms * 1e-3;
   s.symmetric = run.symmetric;
   s.node_of_rank = p.node_of_rank;
   bool cpu_model = false;

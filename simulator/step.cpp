@@ -108,6 +108,13 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     void on_event(uint64_t r) override { ex->cycle_tick(static_cast<int32_t>(r)); }
   };
   CycleTick cycle_;
+  // StepSetup::comm_negotiation_s: the cycle rank r started has been negotiated; its all-reduces start
+  void cycle_negotiated(int32_t r);
+  struct CycleNegotiated final : des::EventHandler {
+    StepExecutor* ex = nullptr;
+    void on_event(uint64_t r) override { ex->cycle_negotiated(static_cast<int32_t>(r)); }
+  };
+  CycleNegotiated negotiated_;
   void member_done(int32_t r);
   void start_member(uint32_t inst, int32_t m);
   void release(uint32_t inst, int32_t m, uint32_t i);
@@ -228,7 +235,13 @@ StepResult StepExecutor::run() {
   topo_.fold_acks(sym_);
   ranks_.resize(world);
   TANDEM_REQUIRE(s_.comm_cycle_s >= 0, "step setup: comm_cycle_s must be >= 0, got {}", s_.comm_cycle_s);
+  TANDEM_REQUIRE(s_.comm_negotiation_s >= 0, "step setup: comm_negotiation_s must be >= 0, got {}",
+                 s_.comm_negotiation_s);
+  TANDEM_REQUIRE(s_.comm_negotiation_s == 0 || s_.comm_cycle_s > 0,
+                 "step setup: comm_negotiation_s ({} s) is a cost per cycle, but comm_cycle_s is 0 (no cycles)",
+                 s_.comm_negotiation_s);
   cycle_.ex = this;
+  negotiated_.ex = this;
   for (Rank& rk : ranks_) {  // the loop's first tick is the step's start
     rk.cycle_at = sim_.now() - std::max<des::TimeNs>(1, des::to_ns(s_.comm_cycle_s));
     rk.cycle_free_at = sim_.now();
@@ -792,6 +805,17 @@ void StepExecutor::cycle_tick(int32_t r) {
   int32_t k = rk.next_bucket;  // ready when the tick was scheduled; the cycle takes it and the ready ones after it
   while (k + 1 < static_cast<int32_t>(rk.bucket_ready.size()) && rk.bucket_ready[k + 1]) ++k;
   rk.cycle_last = k;
+  if (s_.comm_negotiation_s > 0) {  // the coordinator's round: the cycle stays pending until it ends
+    rk.cycle_pending = true;
+    sim_.schedule_at(sim_.now() + std::max<des::TimeNs>(1, des::to_ns(s_.comm_negotiation_s)), &negotiated_,
+                     static_cast<uint64_t>(r));
+    return;
+  }
+  launch_comm(r);
+}
+
+void StepExecutor::cycle_negotiated(int32_t r) {
+  ranks_[r].cycle_pending = false;
   launch_comm(r);
 }
 

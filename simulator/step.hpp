@@ -84,6 +84,11 @@ struct StepSetup {
   // for the next one, and one that becomes ready during a cycle's all-reduces waits for that cycle to end.
   // 0: a bucket's all-reduce starts as soon as it is ready and the previous one is done (Tandem, PyTorch DDP).
   double comm_cycle_s = 0;
+  // The loop's coordination at the start of each cycle (Horovod before its response cache: rank 0 gathers every
+  // rank's list of ready tensors and broadcasts which to all-reduce, over MPI): the cycle's all-reduces start
+  // `comm_negotiation_s` after its tick; the next tick is still `comm_cycle_s` after this one, or when the cycle's
+  // work ended if later. Only with comm_cycle_s > 0; 0: none.
+  double comm_negotiation_s = 0;
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical
   std::vector<OpSpan>* op_log = nullptr;        // if set, every all-reduce op's span is appended (tests)

@@ -79,8 +79,8 @@ CASES = [
 
 def cluster_file(case, nodes, tmp):
     node = {"name": case["model"] + "-node", "count": nodes, "vcpus": 32, "gpus": case["gpus_per_node"],
-            "memory_gib": 256, "efficiency": 0.5, "nic_gbps": case["nic_gbps"], "nic_latency_us": 5,
-            "intra_gbps": case["intra_gbps"], "intra_latency_us": 5, "protocol": case["protocol"]}
+            "memory_gib": 256, "efficiency": 0.5, "nic_gbps": case["nic_gbps"], "nic_latency_us": case.get("nic_latency_us", 5),
+            "intra_gbps": case["intra_gbps"], "intra_latency_us": case.get("intra_latency_us", 5), "protocol": case["protocol"]}
     node.update(case["gpu"])
     path = os.path.join(tmp, f"{case['model']}-{nodes}.json")
     with open(path, "w") as f:

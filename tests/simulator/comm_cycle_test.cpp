@@ -21,7 +21,7 @@ constexpr uint64_t kBytes = 1u << 20;       // one bucket's all-reduce: X = 2 L 
 
 // Two ranks; backward in len(seg) segments, one gradient bucket each (bucket k ready once segments 0..k ran), every
 // bucket all-reduced with the same plan.
-StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, double cycle_s) {
+StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, double cycle_s, double negotiation_s) {
   parallel::ScheduleRequest sr;
   sr.boundaries = {0, static_cast<int32_t>(seg.size())};
   sr.data_parallel = true;
@@ -33,6 +33,7 @@ StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, 
   s.pp = 1;
   s.bucket_plans = {std::vector<const CompiledPlan*>(seg.size(), &plan)};
   s.comm_cycle_s = cycle_s;
+  s.comm_negotiation_s = negotiation_s;
   double total = 0;
   for (double x : seg) total += x;
   for (int r = 0; r < kRanks; ++r) {
@@ -45,11 +46,11 @@ StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, 
   return s;
 }
 
-double step_s(const std::vector<double>& seg, double cycle_s) {
+double step_s(const std::vector<double>& seg, double cycle_s, double negotiation_s = 0) {
   PlanCache cache;
   const CompiledPlan& plan = cache.get(testing::allreduce_request(kRanks, comm::Algorithm::kRing, kBytes, kBytes));
   testing::Bench b(kRanks, kBw, kLat);
-  return b.run(cycled_step(plan, seg, cycle_s)).step_s;
+  return b.run(cycled_step(plan, seg, cycle_s, negotiation_s)).step_s;
 }
 
 }  // namespace
@@ -91,6 +92,48 @@ BOOST_AUTO_TEST_CASE(the_cycle_is_read_from_a_job_and_checked) {
   JobSpec j;
   j.comm_cycle_ms = -1;
   testing::expect_error([&] { ranks_for(j, 4); }, "job.comm_cycle_ms");
+}
+
+// The coordinator's negotiation (N) at each cycle's start: the all-reduces start N after the tick. One bucket ready at
+// 7 ms, 5 ms cycle, N = 0.5 ms: tick at 10 ms, all-reduce from 10.5 ms. Ready at once: the first tick (0) + N.
+BOOST_AUTO_TEST_CASE(a_cycle_negotiates_before_its_allreduces) {
+  const double X = step_s({0}, 0);
+  BOOST_TEST(step_s({7e-3}, 5e-3, 0.5e-3) == 10.5e-3 + X, tt::tolerance(1e-6));
+  BOOST_TEST(step_s({0}, 5e-3, 0.5e-3) == 0.5e-3 + X, tt::tolerance(1e-6));
+  // two buckets taken by one cycle pay one negotiation: tick 5 ms, then both back to back
+  BOOST_TEST(step_s({1e-3, 1e-3}, 5e-3, 0.5e-3) == 5.5e-3 + 2 * X, tt::tolerance(1e-6));
+}
+
+// The period runs from the tick, not from the negotiation's end: bucket 0 (ready 1 ms) from the tick at 5 ms, done at
+// 5.3 ms + X; bucket 1 (ready 5.5 ms) waits for the tick at 10 ms and its negotiation: 10.3 ms + X.
+BOOST_AUTO_TEST_CASE(the_period_counts_from_the_tick) {
+  const double X = step_s({0}, 0);
+  BOOST_TEST(step_s({1e-3, 4.5e-3}, 5e-3, 0.3e-3) == 10.3e-3 + X, tt::tolerance(1e-6));
+}
+
+// A bucket that becomes ready during a negotiation is not in that cycle's plan: cycle 0.5 ms, N = 0.2 ms, bucket 0
+// ready on the tick at 1 ms (all-reduce 1.2 ms .. 1.2 ms + X), bucket 1 ready at 1.1 ms; the next cycle starts when
+// bucket 0's all-reduce ends (later than 1.5 ms) and negotiates again: 1 ms + 2 N + 2 X.
+BOOST_AUTO_TEST_CASE(a_bucket_ready_during_a_negotiation_waits_for_the_next_cycle) {
+  const double X = step_s({0}, 0);
+  BOOST_TEST(step_s({1e-3, 0.1e-3}, 0.5e-3, 0.2e-3) == 1e-3 + 2 * 0.2e-3 + 2 * X, tt::tolerance(1e-6));
+  BOOST_TEST(step_s({1e-3, 0.1e-3}, 0.5e-3, 0) == 1e-3 + 2 * X, tt::tolerance(1e-6));  // without: back to back
+}
+
+BOOST_AUTO_TEST_CASE(the_negotiation_is_read_from_a_job_and_checked) {
+  BOOST_TEST(parse_job_text(R"({"comm_cycle_ms": 5, "comm_negotiation_ms": 0.4})").comm_negotiation_ms == 0.4);
+  BOOST_TEST(parse_job_text("{}").comm_negotiation_ms == 0.0);
+  JobSpec j;
+  j.comm_cycle_ms = 5;
+  j.comm_negotiation_ms = -1;
+  testing::expect_error([&] { ranks_for(j, 4); }, "job.comm_negotiation_ms: must be >= 0");
+  j.comm_cycle_ms = 0;
+  j.comm_negotiation_ms = 1;
+  testing::expect_error([&] { ranks_for(j, 4); }, "comm_cycle_ms is 0");
+  PlanCache cache;
+  const CompiledPlan& plan = cache.get(testing::allreduce_request(kRanks, comm::Algorithm::kRing, kBytes, kBytes));
+  testing::Bench b(kRanks, kBw, kLat);
+  testing::expect_error([&] { b.run(cycled_step(plan, {1e-3}, 0, 1e-3)); }, "comm_negotiation_s");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
