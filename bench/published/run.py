@@ -8,6 +8,7 @@ sources of every figure and the assumptions where a paper is silent.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,6 +36,16 @@ HOROVOD_CYCLE_MS = 5.0
 # through all of them (NCCL before 2.4 has rings only); its hierarchical all-reduce is opt-in
 # (HOROVOD_HIERARCHICAL_ALLREDUCE=1, added later). So the ring, not the runtime's own rule (auto: hierarchical).
 HOROVOD_ALGO = "ring"
+# NCCL's own cost model of its ring (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel, the 2.7-era table read
+# here; NCCL 2.0's is not published): an all-reduce of nRanks over nNodes costs, besides bytes / bandwidth,
+# (2(nRanks-1) - 2(nNodes-1)) intra-node steps at hwLat[PCI][Ring][Simple] = 5.7 us and 2(nNodes-1) network steps at
+# hwLat[NET][Ring][Simple] = 9.6 us, the sum times 1.9 for a multi-node ring all-reduce of at least nRanks/16 x 64 KiB
+# ("plateau effect of ring", ncclTopoGetAlgoTime; every bucket here is far above it). The simulator's ring pays one
+# link latency per step, so the per-step figures go in as the links' latencies. (The 8.4 us base per all-reduce is
+# left out: ~20 all-reduces a step make it 0.2 ms.)
+NCCL_RING_PLATEAU = 1.9
+NCCL_PCI_STEP_US = 5.7 * NCCL_RING_PLATEAU
+NCCL_NET_STEP_US = 9.6 * NCCL_RING_PLATEAU
 
 # Each case: a published scaling point (efficiency of N GPUs against `base_gpus` GPUs, linear scaling = 1).
 CASES = [
@@ -54,6 +65,7 @@ CASES = [
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["inception_v3"] * PCIE_OVER_SXM2),
         "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
+        "intra_latency_us": NCCL_PCI_STEP_US, "nic_latency_us": NCCL_NET_STEP_US,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -63,6 +75,7 @@ CASES = [
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["resnet101"] * PCIE_OVER_SXM2),
         "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
+        "intra_latency_us": NCCL_PCI_STEP_US, "nic_latency_us": NCCL_NET_STEP_US,
         "base_gpus": 1, "points": [(128, 0.90), (512, 0.90)],
     },
     {
@@ -72,9 +85,19 @@ CASES = [
         "intra_gbps": 8 * 12, "nic_gbps": 25, "protocol": "rdma",
         "epoch_time_s": IMAGENET_TRAIN / (TF_P100_SXM2_IMG_S["vgg16_imagenet"] * PCIE_OVER_SXM2),
         "comm_cycle_ms": HOROVOD_CYCLE_MS, "algo": HOROVOD_ALGO,
+        "intra_latency_us": NCCL_PCI_STEP_US, "nic_latency_us": NCCL_NET_STEP_US,
         "base_gpus": 1, "points": [(128, 0.79), (512, 0.68)],
     },
 ]
+
+
+def horovod_negotiation_ms(lat_us, per_msg_us):
+    """Horovod's coordination per cycle before its response cache (2017: horovod/tensorflow/mpi_ops.cc): rank 0
+    MPI_Gathers the lengths of the ranks' ready lists, MPI_Gathervs the lists and MPI_Bcasts the plan's length and
+    the plan. With binomial trees for the gather and the broadcasts (Open MPI's small-message choices) and a linear
+    gatherv, N ranks take (3 ceil(log2 N) + 1) one-way latencies `lat_us` plus N - 1 receives of `per_msg_us` at
+    rank 0. Neither figure is published for the benchmark's cluster (MPI over TCP, `-mca btl ^openib`): a what-if."""
+    return lambda n: ((3 * math.ceil(math.log2(n)) + 1) * lat_us + (n - 1) * per_msg_us) / 1000
 
 
 def cluster_file(case, nodes, tmp):
@@ -100,10 +123,13 @@ def simulate(tandem, case, gpus, tmp):
         cmd += ["--epoch-time-s", f"{case['epoch_time_s']:.3f}"]
     if "algo" in case:
         cmd += ["--algo", case["algo"]]
-    if "comm_cycle_ms" in case:  # the framework's collective loop (no CLI flag: a job JSON key)
-        job = os.path.join(tmp, f"{case['model']}-job.json")
+    if "comm_cycle_ms" in case:  # the framework's collective loop (job JSON keys)
+        job = os.path.join(tmp, f"{case['model']}-{gpus}-job.json")
+        spec = {"comm_cycle_ms": case["comm_cycle_ms"]}
+        if "negotiation_ms" in case and gpus > 1:
+            spec["comm_negotiation_ms"] = case["negotiation_ms"](gpus)
         with open(job, "w") as f:
-            json.dump({"comm_cycle_ms": case["comm_cycle_ms"]}, f)
+            json.dump(spec, f)
         cmd += ["--job", job]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out), cmd
@@ -114,7 +140,20 @@ def main():
     ap.add_argument("--tandem", default="build/default/bin/tandem")
     ap.add_argument("--json", help="write every point here")
     ap.add_argument("--only", help="comma-separated models")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="what-if: override a case input for every case run (e.g. nic_latency_us=5)")
+    ap.add_argument("--negotiation", metavar="LAT_US,PER_MSG_US",
+                    help="what-if: Horovod's per-cycle coordination (horovod_negotiation_ms) on the cycled cases")
     args = ap.parse_args()
+    for case in CASES:
+        for kv in args.set:
+            key, _, value = kv.partition("=")
+            if key not in case and key not in ("intra_latency_us", "nic_latency_us"):
+                sys.exit(f"--set {kv}: the case {case['model']} has no input {key!r}")
+            case[key] = json.loads(value)
+        if args.negotiation and "comm_cycle_ms" in case:
+            lat, per = (float(x) for x in args.negotiation.split(","))
+            case["negotiation_ms"] = horovod_negotiation_ms(lat, per)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
