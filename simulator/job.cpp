@@ -47,6 +47,8 @@ int32_t ranks_for(const JobSpec& j, int32_t endpoints) {
   TANDEM_REQUIRE(j.comm_cycle_ms >= 0, "job.comm_cycle_ms: must be >= 0 (0: no cycle), got {}", j.comm_cycle_ms);
   TANDEM_REQUIRE(j.comm_negotiation_ms >= 0, "job.comm_negotiation_ms: must be >= 0 (0: none), got {}",
                  j.comm_negotiation_ms);
+  TANDEM_REQUIRE(j.host_staging_gbps >= 0, "job.host_staging_gbps: must be >= 0 (0: no staging), got {}",
+                 j.host_staging_gbps);
   TANDEM_REQUIRE(j.comm_negotiation_ms == 0 || j.comm_cycle_ms > 0,
                  "job.comm_negotiation_ms: {} ms per cycle needs a cycle, but comm_cycle_ms is 0",
                  j.comm_negotiation_ms);
@@ -165,7 +167,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
                       "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
                       "average_every", "warmup_steps", "precision", "recompute", "zero", "framework",
-                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "comm_negotiation_ms", "prefetch"},
+                      "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "comm_negotiation_ms", "host_staging_gbps", "prefetch"},
                   where);
   auto text = [&](const char* k) -> std::optional<std::string> {
     if (!j.contains(k)) return std::nullopt;
@@ -243,6 +245,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = json_number(j, "epoch_time_s", where)) job.epoch_time_s = *v;
   if (auto v = json_number(j, "comm_cycle_ms", where)) job.comm_cycle_ms = *v;
   if (auto v = json_number(j, "comm_negotiation_ms", where)) job.comm_negotiation_ms = *v;
+  if (auto v = json_number(j, "host_staging_gbps", where)) job.host_staging_gbps = *v;
   if (j.contains("credit_mode"))
     job.credit_mode = named("credit_mode", [](const std::string& s) { return parse_credit_mode(s); });
   if (auto v = json_number(j, "initial_credits", where)) job.initial_credits = *v;

@@ -74,6 +74,10 @@ struct RunSpec {
   // the ranks' ready lists and broadcasts the plan): a cycle's all-reduces start this long after its tick
   // (StepSetup::comm_negotiation_s); job JSON "comm_negotiation_ms", needs comm_cycle_ms > 0; 0 (default): none
   double comm_negotiation_ms = 0;
+  // A framework whose all-reduces run from host memory (Caffe2's Gloo CUDA all-reduces, host workspace): each bucket
+  // is copied to the host before its all-reduce and back after it at this rate in Gbit/s, as the cluster's link
+  // rates (StepSetup::host_staging_bytes_per_s); job JSON "host_staging_gbps"; 0 (default): none
+  double host_staging_gbps = 0;
   // The bytes of data sets each rank holds (a trainer's loaded train + test sets, engine::data::Dataset::
   // resident_bytes); unset: the dataset's training and test sets as the loader stores them.
   std::optional<double> data_bytes;

@@ -345,6 +345,7 @@ Prepared prepare(const ClusterSpec& cluster_in, const CompiledJob& cj, const Run
   s.overlap = cj.job.overlap;
   s.comm_cycle_s = run.comm_cycle_ms * 1e-3;
   s.comm_negotiation_s = run.comm_negotiation_ms * 1e-3;
+  s.host_staging_bytes_per_s = run.host_staging_gbps * 1e9 / 8;
   s.symmetric = run.symmetric;
   s.node_of_rank = p.node_of_rank;
   bool cpu_model = false;

@@ -115,6 +115,18 @@ class StepExecutor final : public des::EventHandler, public FlowObserver {
     void on_event(uint64_t r) override { ex->cycle_negotiated(static_cast<int32_t>(r)); }
   };
   CycleNegotiated negotiated_;
+  // StepSetup::host_staging_bytes_per_s: the copy of rank r's bucket to the host (`in`) or back (`out`) is done
+  double staging_s(int32_t r) const;
+  void start_bucket(int32_t r);
+  void bucket_done(int32_t r);
+  struct Staged final : des::EventHandler {
+    StepExecutor* ex = nullptr;
+    bool out = false;
+    void on_event(uint64_t r) override {
+      out ? ex->bucket_done(static_cast<int32_t>(r)) : ex->start_bucket(static_cast<int32_t>(r));
+    }
+  };
+  Staged staged_in_, staged_out_;
   void member_done(int32_t r);
   void start_member(uint32_t inst, int32_t m);
   void release(uint32_t inst, int32_t m, uint32_t i);
@@ -242,6 +254,10 @@ StepResult StepExecutor::run() {
                  s_.comm_negotiation_s);
   cycle_.ex = this;
   negotiated_.ex = this;
+  TANDEM_REQUIRE(s_.host_staging_bytes_per_s >= 0, "step setup: host_staging_bytes_per_s must be >= 0, got {}",
+                 s_.host_staging_bytes_per_s);
+  staged_in_.ex = staged_out_.ex = this;
+  staged_out_.out = true;
   for (Rank& rk : ranks_) {  // the loop's first tick is the step's start
     rk.cycle_at = sim_.now() - std::max<des::TimeNs>(1, des::to_ns(s_.comm_cycle_s));
     rk.cycle_free_at = sim_.now();
@@ -823,8 +839,20 @@ void StepExecutor::launch_comm(int32_t r) {
   Rank& rk = ranks_[r];
   rk.comm_busy = true;
   rk.comm_start = sim_.now();
-  const uint32_t inst = inst_of_[rk.stage][rk.next_bucket];
-  start_member(inst, rk.replica);
+  if (s_.host_staging_bytes_per_s > 0)
+    return sim_.schedule_at(sim_.now() + des::to_ns(staging_s(r)), &staged_in_, static_cast<uint64_t>(r));
+  start_bucket(r);
+}
+
+double StepExecutor::staging_s(int32_t r) const {
+  const Rank& rk = ranks_[r];
+  const auto& bucket = s_.pipeline.stage_plans[rk.stage].buckets[rk.next_bucket];
+  return static_cast<double>(bucket.bytes) / s_.host_staging_bytes_per_s;
+}
+
+void StepExecutor::start_bucket(int32_t r) {
+  const Rank& rk = ranks_[r];
+  start_member(inst_of_[rk.stage][rk.next_bucket], rk.replica);
 }
 
 // Member m joins its all-reduce: every op without dependencies starts, in program order.
@@ -927,6 +955,12 @@ void StepExecutor::finish_member(uint32_t inst, int32_t m) {
 }
 
 void StepExecutor::member_done(int32_t r) {
+  if (s_.host_staging_bytes_per_s > 0)
+    return sim_.schedule_at(sim_.now() + des::to_ns(staging_s(r)), &staged_out_, static_cast<uint64_t>(r));
+  bucket_done(r);
+}
+
+void StepExecutor::bucket_done(int32_t r) {
   Rank& rk = ranks_[r];
   span(r, 1, fmt::format("allreduce bucket {}", rk.next_bucket), "allreduce", rk.comm_start, sim_.now());
   rk.comm_busy = false;

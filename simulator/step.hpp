@@ -89,6 +89,12 @@ struct StepSetup {
   // `comm_negotiation_s` after its tick; the next tick is still `comm_cycle_s` after this one, or when the cycle's
   // work ended if later. Only with comm_cycle_s > 0; 0: none.
   double comm_negotiation_s = 0;
+  // A framework that runs each bucket's all-reduce from host memory (Caffe2's Gloo CUDA all-reduces with their default
+  // host workspace: the GPUs' reduction is copied to the host, all-reduced there, and copied back, one stage after
+  // the other): every rank's all-reduce of a bucket of B bytes starts B / host_staging_bytes_per_s after it is
+  // launched and ends as long after its collective plan finished, on the communication stream. 0: the collective
+  // runs from device memory.
+  double host_staging_bytes_per_s = 0;
   bool record_trace = false;
   bool symmetric = true;                        // allow symmetric execution where provably identical
   std::vector<OpSpan>* op_log = nullptr;        // if set, every all-reduce op's span is appended (tests)

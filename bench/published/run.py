@@ -56,6 +56,12 @@ CASES = [
         "intra_gbps": 8 * 40, "nic_gbps": 50, "protocol": "tcp",
         # the paper: 90 epochs take 29 h on 8 GPUs; the per-GPU rate assumes linear scaling inside the server
         "epoch_time_s": 29 * 3600 / 90 * 8,
+        # Caffe2's Gloo all-reduce for GPUs (caffe2/contrib/gloo AllreduceOp: gloo::CudaAllreduceHalvingDoubling, its
+        # default host workspace) reduces the server's GPUs, copies the result to host memory, all-reduces it there
+        # and copies it back, one stage after the other: each bucket crosses PCIe 3.0 x16 down and up, taken at
+        # 12 GB/s as the Horovod servers' PCIe below (the data sheet's 15.75 GB/s less the protocol's overhead).
+        # Within one server (the 8-GPU base) Caffe2's data_parallel_model all-reduces on the GPUs: no Gloo, no staging.
+        "host_staging_gbps": 8 * 12,
         "base_gpus": 8, "points": [(256, 0.90)],
     },
     {
@@ -123,11 +129,15 @@ def simulate(tandem, case, gpus, tmp):
         cmd += ["--epoch-time-s", f"{case['epoch_time_s']:.3f}"]
     if "algo" in case:
         cmd += ["--algo", case["algo"]]
-    if "comm_cycle_ms" in case:  # the framework's collective loop (job JSON keys)
-        job = os.path.join(tmp, f"{case['model']}-{gpus}-job.json")
-        spec = {"comm_cycle_ms": case["comm_cycle_ms"]}
+    spec = {}  # the framework's collective loop and data path (job JSON keys)
+    if "comm_cycle_ms" in case:
+        spec["comm_cycle_ms"] = case["comm_cycle_ms"]
         if "negotiation_ms" in case and gpus > 1:
             spec["comm_negotiation_ms"] = case["negotiation_ms"](gpus)
+    if case.get("host_staging_gbps") and gpus > case["gpus_per_node"]:  # one server: NCCL alone, no Gloo
+        spec["host_staging_gbps"] = case["host_staging_gbps"]
+    if spec:
+        job = os.path.join(tmp, f"{case['model']}-{gpus}-job.json")
         with open(job, "w") as f:
             json.dump(spec, f)
         cmd += ["--job", job]
@@ -148,7 +158,7 @@ def main():
     for case in CASES:
         for kv in args.set:
             key, _, value = kv.partition("=")
-            if key not in case and key not in ("intra_latency_us", "nic_latency_us"):
+            if key not in case and key not in ("intra_latency_us", "nic_latency_us", "host_staging_gbps"):
                 sys.exit(f"--set {kv}: the case {case['model']} has no input {key!r}")
             case[key] = json.loads(value)
         if args.negotiation and "comm_cycle_ms" in case:

@@ -21,7 +21,8 @@ constexpr uint64_t kBytes = 1u << 20;       // one bucket's all-reduce: X = 2 L 
 
 // Two ranks; backward in len(seg) segments, one gradient bucket each (bucket k ready once segments 0..k ran), every
 // bucket all-reduced with the same plan.
-StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, double cycle_s, double negotiation_s) {
+StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, double cycle_s, double negotiation_s,
+                      double staging_bytes_per_s = 0) {
   parallel::ScheduleRequest sr;
   sr.boundaries = {0, static_cast<int32_t>(seg.size())};
   sr.data_parallel = true;
@@ -34,6 +35,7 @@ StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, 
   s.bucket_plans = {std::vector<const CompiledPlan*>(seg.size(), &plan)};
   s.comm_cycle_s = cycle_s;
   s.comm_negotiation_s = negotiation_s;
+  s.host_staging_bytes_per_s = staging_bytes_per_s;
   double total = 0;
   for (double x : seg) total += x;
   for (int r = 0; r < kRanks; ++r) {
@@ -46,11 +48,11 @@ StepSetup cycled_step(const CompiledPlan& plan, const std::vector<double>& seg, 
   return s;
 }
 
-double step_s(const std::vector<double>& seg, double cycle_s, double negotiation_s = 0) {
+double step_s(const std::vector<double>& seg, double cycle_s, double negotiation_s = 0, double staging = 0) {
   PlanCache cache;
   const CompiledPlan& plan = cache.get(testing::allreduce_request(kRanks, comm::Algorithm::kRing, kBytes, kBytes));
   testing::Bench b(kRanks, kBw, kLat);
-  return b.run(cycled_step(plan, seg, cycle_s, negotiation_s)).step_s;
+  return b.run(cycled_step(plan, seg, cycle_s, negotiation_s, staging)).step_s;
 }
 
 }  // namespace
@@ -134,6 +136,23 @@ BOOST_AUTO_TEST_CASE(the_negotiation_is_read_from_a_job_and_checked) {
   const CompiledPlan& plan = cache.get(testing::allreduce_request(kRanks, comm::Algorithm::kRing, kBytes, kBytes));
   testing::Bench b(kRanks, kBw, kLat);
   testing::expect_error([&] { b.run(cycled_step(plan, {1e-3}, 0, 1e-3)); }, "comm_negotiation_s");
+}
+
+// Host staging (Gloo's host workspace): each bucket (4 bytes of gradient here) goes to the host before its all-reduce
+// and back after it at rate H, in series on the communication stream: a bucket ready at 1 ms ends at
+// 1 ms + 4/H + X + 4/H. Two buckets (ready at 1 and 2 ms): the second starts staging when the first has come back
+// (2.57 ms), so the step is 1 ms + 2 (2 · 4/H + X).
+// With a 5 ms cycle the copies follow the tick.
+BOOST_AUTO_TEST_CASE(host_staging_copies_each_bucket_down_and_back) {
+  const double X = step_s({0}, 0);
+  const double H = 4 / 0.25e-3;  // bytes/s: 0.25 ms per copy of a 4-byte bucket
+  BOOST_TEST(step_s({1e-3}, 0, 0, H) == 1e-3 + 0.5e-3 + X, tt::tolerance(1e-6));
+  BOOST_TEST(step_s({1e-3, 1e-3}, 0, 0, H) == 1e-3 + 2 * (0.5e-3 + X), tt::tolerance(1e-6));
+  BOOST_TEST(step_s({1e-3}, 5e-3, 0, H) == 5e-3 + 0.5e-3 + X, tt::tolerance(1e-6));
+  BOOST_TEST(parse_job_text(R"({"host_staging_gbps": 96})").host_staging_gbps == 96.0);
+  JobSpec j;
+  j.host_staging_gbps = -1;
+  testing::expect_error([&] { ranks_for(j, 4); }, "job.host_staging_gbps");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
