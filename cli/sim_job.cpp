@@ -180,6 +180,12 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
   app.add_option("--comm-cycle-ms", o->comm_cycle_ms, "a framework whose loop starts collectives in cycles (Horovod's "
                  "HOROVOD_CYCLE_TIME, 5 by default): ready buckets wait for the next tick; 0: none (Tandem, PyTorch DDP)")
       ->capture_default_str();
+  app.add_option("--comm-negotiation-ms", o->comm_negotiation_ms, "with --comm-cycle-ms: each cycle's negotiation "
+                 "(Horovod's rank-0 gather of ready lists and broadcast of the plan) before its collectives start")
+      ->capture_default_str();
+  app.add_option("--host-staging-gbps", o->host_staging_gbps, "a framework that all-reduces device buffers through "
+                 "host memory (Caffe2's Gloo): each bucket copied down and back at this rate, Gbit/s; 0: none")
+      ->capture_default_str();
   app.add_flag("--no-overlap", o->no_overlap, "all-reduce after backward instead of during it");
   app.add_option("--compress,--compression", o->compression, "data-parallel gradients on the wire: none, fp16, bf16")
       ->transform(names(compression_names()));
@@ -393,6 +399,8 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     p.num_bucket_sizes = o.bucket_sizes_mb.size();
   }
   if (set("--comm-cycle-ms", TANDEM_SIM_JOB_COMM_CYCLE)) p.comm_cycle_ms = o.comm_cycle_ms;
+  if (set("--comm-negotiation-ms", TANDEM_SIM_JOB_COMM_NEGOTIATION)) p.comm_negotiation_ms = o.comm_negotiation_ms;
+  if (set("--host-staging-gbps", TANDEM_SIM_JOB_HOST_STAGING)) p.host_staging_gbps = o.host_staging_gbps;
   if (set("--no-overlap", TANDEM_SIM_JOB_OVERLAP)) p.overlap = 0;
   if (set("--compress", TANDEM_SIM_JOB_COMPRESSION)) p.compression = static_cast<tandem_compression_t>(o.compression);
   if (o.given("--optimizer")) {

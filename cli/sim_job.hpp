@@ -24,6 +24,8 @@ struct SimJobCli {
   double epochs = 1, bucket_mb = 25, epoch_time_s = 0, initial_credits = -1, width_mult = 1;
   double first_bucket_mb = 0;           // --first-bucket-mb (unset: the framework's)
   double comm_cycle_ms = 0;             // --comm-cycle-ms
+  double comm_negotiation_ms = 0;       // --comm-negotiation-ms
+  double host_staging_gbps = 0;         // --host-staging-gbps
   std::vector<double> bucket_sizes_mb;  // --bucket-sizes-mb
   int32_t dp = 0, pp = 0, micro_batches = 1, accumulation = 1;
   uint64_t chunk_bytes = 0;

@@ -28,7 +28,8 @@ constexpr uint64_t kKnownJobBits = ((TANDEM_SIM_JOB_WARMUP_STEPS << 1) - 1) | TA
                                    TANDEM_SIM_JOB_RECOMPUTE | TANDEM_SIM_JOB_ZERO | TANDEM_SIM_JOB_FRAMEWORK |
                                    TANDEM_SIM_JOB_SEED | TANDEM_SIM_JOB_LIMIT_BATCHES |
                                    TANDEM_SIM_JOB_BROADCAST_BUFFERS | TANDEM_SIM_JOB_BUCKETS |
-                                   TANDEM_SIM_JOB_COMM_CYCLE;
+                                   TANDEM_SIM_JOB_COMM_CYCLE | TANDEM_SIM_JOB_COMM_NEGOTIATION |
+                                   TANDEM_SIM_JOB_HOST_STAGING;
 constexpr uint64_t kKnownSummaryBits = (TANDEM_SIM_SUMMARY_MEMORY_DATA << 1) - 1;
 constexpr uint64_t kKnownNodeBits = (TANDEM_SIM_NODE_CREDITS << 1) - 1;
 
@@ -158,7 +159,10 @@ sim::JobSpec to_job(const tandem_sim_job_params_t* p, bool one_strategy) {
     j.first_bucket_mb = p->first_bucket_mb;
     j.bucket_sizes_mb.assign(p->bucket_sizes_mb, p->bucket_sizes_mb + p->num_bucket_sizes);
   }
-  if (m & TANDEM_SIM_JOB_COMM_CYCLE) j.comm_cycle_ms = p->comm_cycle_ms;  // range checked by the job compiler
+  // range checked by the job compiler
+  if (m & TANDEM_SIM_JOB_COMM_CYCLE) j.comm_cycle_ms = p->comm_cycle_ms;
+  if (m & TANDEM_SIM_JOB_COMM_NEGOTIATION) j.comm_negotiation_ms = p->comm_negotiation_ms;
+  if (m & TANDEM_SIM_JOB_HOST_STAGING) j.host_staging_gbps = p->host_staging_gbps;
   if (m & TANDEM_SIM_JOB_FRAMEWORK)
     j.framework = enum_value<sim::Framework>(p->framework, TANDEM_FRAMEWORK_PYTORCH_DDP, "framework", "tandem_framework_t");
   // A strategy field given (its bit, or its key in job_json) to a strategy that does not read it is refused, naming it

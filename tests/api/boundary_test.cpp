@@ -161,7 +161,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_CURVE,
                                              [&h](auto* a) { return tandem_calibration_query(h.cal, a); }),
       // The job's own fields plus the unknown bit: the mask is checked before the job is read.
-      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_COMM_CYCLE,
+      {"tandem_sim_job_params_t", TANDEM_SIM_JOB_HOST_STAGING,
        [&h](uint64_t m) {
          tandem_sim_job_params_t j = h.job();
          j.field_mask |= m;

@@ -312,6 +312,49 @@ int main(void) {
     CHECK(r == NULL, "no result on errors");
   }
 
+  /* A cycle's negotiation (COMM_NEGOTIATION) and host staging (HOST_STAGING): each lengthens a DDP step of the same
+     job; unset equals 0; a negotiation without a cycle and a negative staging rate are refused by name */
+  {
+    tandem_sim_job_params_t f = TANDEM_SIM_JOB_PARAMS_INIT;
+    tandem_sim_result_t* r = NULL;
+    double step[5];
+    int k;
+    for (k = 0; k < 5; ++k) {
+      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
+      lenet_job(&f, mobilenet, TANDEM_STRATEGY_DDP);
+      f.dataset = "cifar10";
+      f.field_mask |= TANDEM_SIM_JOB_COMM_CYCLE;
+      f.comm_cycle_ms = 5.0;
+      if (k == 1 || k == 2) f.field_mask |= TANDEM_SIM_JOB_COMM_NEGOTIATION;
+      f.comm_negotiation_ms = k == 2 ? 2.0 : 0.0;
+      if (k == 3 || k == 4) f.field_mask |= TANDEM_SIM_JOB_HOST_STAGING;
+      f.host_staging_gbps = k == 4 ? 8.0 : 0.0;
+      CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_OK, "negotiation/staging %d: %s", k,
+            tandem_last_error_message());
+      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+      CHECK(tandem_sim_result_query(r, &q) == TANDEM_OK && q.step_time_s > 0, "negotiation query %d", k);
+      step[k] = q.step_time_s;
+      tandem_sim_result_destroy(r);
+      r = NULL;
+    }
+    CHECK(step[0] == step[1] && step[0] == step[3], "unset %.9f, negotiation 0 %.9f, staging 0 %.9f", step[0],
+          step[1], step[3]);
+    CHECK(step[2] > step[0], "a 2 ms negotiation %.9f is not longer than none %.9f", step[2], step[0]);
+    CHECK(step[4] > step[0], "staging at 8 Gbit/s %.9f is not longer than none %.9f", step[4], step[0]);
+    f.host_staging_gbps = -1.0;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "host_staging_gbps") != NULL,
+          "a negative staging rate: %s", tandem_last_error_message());
+    CHECK(r == NULL, "no result on errors");
+    f.field_mask &= ~(TANDEM_SIM_JOB_COMM_CYCLE | TANDEM_SIM_JOB_HOST_STAGING);
+    f.field_mask |= TANDEM_SIM_JOB_COMM_NEGOTIATION;
+    f.comm_negotiation_ms = 2.0;
+    CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_ERR_INVALID_ARGUMENT &&
+              strstr(tandem_last_error_message(), "comm_negotiation_ms") != NULL,
+          "a negotiation without a cycle: %s", tandem_last_error_message());
+    CHECK(r == NULL, "no result on errors");
+  }
+
   /* JSON: size query, truncation, full text */
   CHECK(tandem_sim_result_json(result, NULL, &bytes) == TANDEM_OK && bytes > 100, "json size %zu", bytes);
   json = (char*)malloc(bytes);

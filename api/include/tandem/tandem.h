@@ -1330,6 +1330,8 @@ TANDEM_API tandem_status_t tandem_sim_dataset_info(const char* name, int64_t* sa
 #define TANDEM_SIM_JOB_BUCKETS          (UINT64_C(1) << 53) /* covers first_bucket_mb, bucket_sizes_mb,
                                                                num_bucket_sizes (added in 0.5) */
 #define TANDEM_SIM_JOB_COMM_CYCLE       (UINT64_C(1) << 54) /* covers comm_cycle_ms (added in 0.5) */
+#define TANDEM_SIM_JOB_COMM_NEGOTIATION (UINT64_C(1) << 55) /* covers comm_negotiation_ms (added in 0.5) */
+#define TANDEM_SIM_JOB_HOST_STAGING     (UINT64_C(1) << 56) /* covers host_staging_gbps (added in 0.5) */
 /* Mixed precision: 16-bit working weights, gradients (all-reduced as they are) and activations; f32 master weights
  * counted with the optimizer state. */
 typedef enum tandem_precision {
@@ -1423,6 +1425,14 @@ typedef struct tandem_sim_job_params {
    * a bucket ready between two ticks waits for the next, and a cycle's all-reduces start together. Milliseconds,
    * >= 0; default 0 (no cycle: each bucket's all-reduce starts when it is ready, as Tandem's and PyTorch DDP's). */
   double comm_cycle_ms;
+  /* Each cycle's negotiation before its collectives start (Horovod: rank 0 gathers every rank's ready list and
+   * broadcasts the plan): the cycle's all-reduces start this long after its tick; the period still counts from the
+   * tick. Milliseconds, >= 0, and > 0 only with comm_cycle_ms > 0; default 0. */
+  double comm_negotiation_ms;
+  /* A framework that all-reduces device buffers through host memory (Caffe2's Gloo on GPUs): each bucket is copied
+   * to the host before its all-reduce and back after it, at this rate in Gbit/s each way. >= 0; default 0 (no
+   * staging). */
+  double host_staging_gbps;
 } tandem_sim_job_params_t;
 #define TANDEM_SIM_JOB_PARAMS_INIT {0}
 
