@@ -33,6 +33,20 @@ static void lenet_job(tandem_sim_job_params_t* f, tandem_model_t* lenet, tandem_
   f->baseline = 0;
 }
 
+/* The simulated step time of job `f` on `cluster`, or -1 (the error printed) when the simulation or its query fails. */
+static double step_time_of(tandem_sim_cluster_t* cluster, const tandem_sim_job_params_t* f) {
+  tandem_sim_result_t* r = NULL;
+  tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
+  double step = -1;
+  q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
+  if (tandem_simulate(cluster, f, &r) == TANDEM_OK && tandem_sim_result_query(r, &q) == TANDEM_OK)
+    step = q.step_time_s;
+  else
+    fprintf(stderr, "step_time_of: %s\n", tandem_last_error_message());
+  tandem_sim_result_destroy(r);
+  return step;
+}
+
 int main(void) {
   tandem_context_t* ctx = NULL;
   tandem_sim_cluster_t* cluster = NULL;
@@ -291,17 +305,12 @@ int main(void) {
     double step[3];
     int k;
     for (k = 0; k < 3; ++k) {
-      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
       lenet_job(&f, mobilenet, TANDEM_STRATEGY_DDP);
       f.dataset = "cifar10";
       if (k > 0) f.field_mask |= TANDEM_SIM_JOB_COMM_CYCLE;
       f.comm_cycle_ms = k == 2 ? 5.0 : 0.0;
-      CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_OK, "cycle %d: %s", k, tandem_last_error_message());
-      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
-      CHECK(tandem_sim_result_query(r, &q) == TANDEM_OK && q.step_time_s > 0, "cycle query %d", k);
-      step[k] = q.step_time_s;
-      tandem_sim_result_destroy(r);
-      r = NULL;
+      step[k] = step_time_of(cluster, &f);
+      CHECK(step[k] > 0, "cycle %d", k);
     }
     CHECK(step[0] == step[1], "no cycle: unset %.9f, 0 ms %.9f", step[0], step[1]);
     CHECK(step[2] > step[0], "a 5 ms cycle %.9f is not longer than none %.9f", step[2], step[0]);
@@ -320,7 +329,6 @@ int main(void) {
     double step[5];
     int k;
     for (k = 0; k < 5; ++k) {
-      tandem_sim_summary_t q = TANDEM_SIM_SUMMARY_INIT;
       lenet_job(&f, mobilenet, TANDEM_STRATEGY_DDP);
       f.dataset = "cifar10";
       f.field_mask |= TANDEM_SIM_JOB_COMM_CYCLE;
@@ -329,13 +337,8 @@ int main(void) {
       f.comm_negotiation_ms = k == 2 ? 2.0 : 0.0;
       if (k == 3 || k == 4) f.field_mask |= TANDEM_SIM_JOB_HOST_STAGING;
       f.host_staging_gbps = k == 4 ? 8.0 : 0.0;
-      CHECK(tandem_simulate(cluster, &f, &r) == TANDEM_OK, "negotiation/staging %d: %s", k,
-            tandem_last_error_message());
-      q.field_mask = TANDEM_SIM_SUMMARY_TIMES;
-      CHECK(tandem_sim_result_query(r, &q) == TANDEM_OK && q.step_time_s > 0, "negotiation query %d", k);
-      step[k] = q.step_time_s;
-      tandem_sim_result_destroy(r);
-      r = NULL;
+      step[k] = step_time_of(cluster, &f);
+      CHECK(step[k] > 0, "negotiation/staging %d", k);
     }
     CHECK(step[0] == step[1] && step[0] == step[3], "unset %.9f, negotiation 0 %.9f, staging 0 %.9f", step[0],
           step[1], step[3]);
