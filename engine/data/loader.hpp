@@ -33,16 +33,23 @@ struct LoaderOptions {
   int64_t timeout_ms = 120000;  // next() gives up (kTimeout) when no batch arrives in this time
 };
 
+// The bytes of one assembled batch of `batch` samples of `sample_size` values: f32 images and int32 labels (Batch).
+// tandem calibrate adds it to the peak its steps measure (their input batch is in that peak's baseline), so the
+// profile's peak holds the input the job compiler counts with the activations (api/src/calibrate.cpp).
+constexpr double batch_bytes(int64_t batch, int64_t sample_size) noexcept {
+  return static_cast<double>(batch) *
+         static_cast<double>(sample_size * int64_t{sizeof(float)} + int64_t{sizeof(int32_t)});
+}
+
 // The bytes a loader of `batch`-sample batches of `sample_size` values holds besides the batch its caller trains on
 // (which the trainer wraps as the model's input: the job compiler counts it with the activations): with a thread
-// (prefetch > 0) its queue of `prefetch` batches and the one the thread has assembled and waits to queue, f32 images
-// and int32 labels (Batch); none without one (prefetch 0 assembles the caller's batch on its thread). The one figure
-// of it: the job compiler's StageMemory::loader_bytes (engine/parallel/job.hpp) and the single trainer's memory guard
+// (prefetch > 0) its queue of `prefetch` batches and the one the thread has assembled and waits to queue; none
+// without one (prefetch 0 assembles the caller's batch on its thread). The one figure of it: the job compiler's
+// StageMemory::loader_bytes (engine/parallel/job.hpp) and the single trainer's memory guard
 // (engine/train/memory_guard.cpp) take it from here.
 constexpr double prefetched_bytes(int64_t batch, int prefetch, int64_t sample_size) noexcept {
   if (prefetch <= 0) return 0;
-  const double per_sample = static_cast<double>(sample_size * int64_t{sizeof(float)} + int64_t{sizeof(int32_t)});
-  return static_cast<double>(prefetch + 1) * static_cast<double>(batch) * per_sample;
+  return static_cast<double>(prefetch + 1) * batch_bytes(batch, sample_size);
 }
 
 class Loader {
