@@ -12,7 +12,6 @@
 #include "api/src/guard.hpp"
 #include "api/src/train_handles.hpp"
 #include "engine/core/atomic_file.hpp"
-#include "engine/data/loader.hpp"
 #include "simulator/compute/profile.hpp"
 #include "simulator/compute/step_noise.hpp"
 
@@ -215,17 +214,14 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     // own primitives and plans): the runtime as a training step has it, without its tensors.
     o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi); };
     // Then what whole steps at that batch add at their peak (host memory: CPU backends only), with the input batch
-    // they train on: it was made before the probe's baseline (and is a tensor, so not in runtime_rss_bytes either),
-    // while a training process holds it beside its activations and the job compiler counts it with them (issue #16:
-    // left out, mlp's prediction at batch 128 fell short by that batch, 0.38 MiB).
+    // they train on (calibrate_model makes it inside the window, as a training step holds its batch).
     // At the batch and at half of it (2 at batch 1): the curve the simulator takes a micro-batch's peak from.
     tandem::api::PeakRssProbe peak;
     if (m.model->backend().device().is_cpu()) {
       o.peak_batches = {o.batch >= 2 ? o.batch / 2 : 2};
       o.before_peak_steps = [&](int64_t) { peak.start(); };
       o.after_peak_steps = [&](int64_t b) {
-        const double steps = peak.stop();
-        const double bytes = steps > 0 ? steps + tandem::engine::data::batch_bytes(b, m.spec.input.numel()) : 0.0;
+        const double bytes = peak.stop();
         if (b == o.batch) h->activation_peak_bytes = bytes;
         if (bytes > 0) h->activation_peak_curve.emplace_back(b, bytes);
       };
