@@ -213,7 +213,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     // Once the passes at the job's batch ran the model's kernels (before the curve's other batch sizes add their
     // own primitives and plans): the runtime as a training step has it, without its tensors.
     o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi); };
-    // Then what whole steps at that batch add at their peak (host memory: CPU backends only).
+    // Then what whole steps at that batch add at their peak (host memory: CPU backends only), with the input batch
+    // they train on (calibrate_model makes it inside the window, as a training step holds its batch).
     // At the batch and at half of it (2 at batch 1): the curve the simulator takes a micro-batch's peak from.
     tandem::api::PeakRssProbe peak;
     if (m.model->backend().device().is_cpu()) {

@@ -23,9 +23,6 @@ static_assert(offsetof(tandem_predict_params_t, field_mask) == 0);
 
 namespace {
 
-// This process's peak resident size (VmHWM), bytes; 0 when /proc is unavailable.
-double peak_rss_bytes() { return std::max(0.0, tandem::proc_kib_field_bytes("/proc/self/status", "VmHWM")); }
-
 double rel_error(double predicted, double measured) {
   return measured > 0 ? (predicted - measured) / measured : std::numeric_limits<double>::quiet_NaN();
 }
@@ -74,7 +71,7 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       r.measured_step_s = params->measured_step_s;
       r.measured_compute_s = params->measured_step_s;  // one process: all of it is compute (and data loading)
     }
-    r.measured_memory_bytes = peak_rss_bytes();
+    r.measured_memory_bytes = h.epoch_peak_rss_bytes > 0 ? h.epoch_peak_rss_bytes : tandem::api::peak_rss_bytes();
 
     // ---- the trainer's own compiled job, timed by the simulator ----
     par::CompiledJob single;

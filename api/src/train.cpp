@@ -1,9 +1,11 @@
 // C shims: optimizer configurations and trainers.
+#include <algorithm>
 #include <cmath>
 
 #include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/train_handles.hpp"
+#include "engine/core/host_info.hpp"
 
 using tandem::Status;
 using tandem::api::check_field_mask;
@@ -20,6 +22,10 @@ static_assert(offsetof(tandem_step_result_t, field_mask) == 0);
 static_assert(offsetof(tandem_epoch_result_t, field_mask) == 0);
 static_assert(sizeof(tandem_progress_t) == 48);
 
+
+double tandem::api::peak_rss_bytes() {
+  return std::max(0.0, tandem::proc_kib_field_bytes("/proc/self/status", "VmHWM"));
+}
 
 extern "C" {
 
@@ -170,6 +176,7 @@ TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
       };
     }
     const train::EpochResult e = h.trainer->train_epoch(progress);
+    h.epoch_peak_rss_bytes = tandem::api::peak_rss_bytes();
     if (result == nullptr) return;
     if (result->field_mask & TANDEM_EPOCH_RESULT_TRAIN) {
       result->epoch = e.epoch;

@@ -45,4 +45,13 @@ struct tandem_trainer : tandem::api::Handle<tandem::api::kTrainerMagic> {
   void* progress_user_data = nullptr;
   double data_bytes = 0;  // the data sets it holds (Dataset::resident_bytes; FedAvg's client subsets too), for
                           // tandem_trainer_predict
+  // This process's peak resident size (peak_rss_bytes) when its last tandem_trainer_epoch returned (0: none yet):
+  // tandem_trainer_predict's measured memory, so that what the caller's own work touches after training (issue #16:
+  // `tandem train --predict` describing this machine as a cluster faulted in 0.42 MiB of code first) is not counted.
+  double epoch_peak_rss_bytes = 0;
 };
+
+namespace tandem::api {
+// This process's peak resident size (VmHWM), bytes; 0 when /proc is unavailable.
+double peak_rss_bytes();
+}  // namespace tandem::api

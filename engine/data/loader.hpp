@@ -33,16 +33,30 @@ struct LoaderOptions {
   int64_t timeout_ms = 120000;  // next() gives up (kTimeout) when no batch arrives in this time
 };
 
+// The bytes of one assembled batch of `batch` samples of `sample_size` values: f32 images and int32 labels (Batch).
+constexpr double batch_bytes(int64_t batch, int64_t sample_size) noexcept {
+  return static_cast<double>(batch) *
+         static_cast<double>(sample_size * int64_t{sizeof(float)} + int64_t{sizeof(int32_t)});
+}
+
 // The bytes a loader of `batch`-sample batches of `sample_size` values holds besides the batch its caller trains on
 // (which the trainer wraps as the model's input: the job compiler counts it with the activations): with a thread
-// (prefetch > 0) its queue of `prefetch` batches and the one the thread has assembled and waits to queue, f32 images
-// and int32 labels (Batch); none without one (prefetch 0 assembles the caller's batch on its thread). The one figure
-// of it: the job compiler's StageMemory::loader_bytes (engine/parallel/job.hpp) and the single trainer's memory guard
-// (engine/train/memory_guard.cpp) take it from here.
+// (prefetch > 0) its queue of `prefetch` batches and the one the thread has assembled and waits to queue; none
+// without one (prefetch 0 assembles the caller's batch on its thread).
 constexpr double prefetched_bytes(int64_t batch, int prefetch, int64_t sample_size) noexcept {
   if (prefetch <= 0) return 0;
-  const double per_sample = static_cast<double>(sample_size * int64_t{sizeof(float)} + int64_t{sizeof(int32_t)});
-  return static_cast<double>(prefetch + 1) * static_cast<double>(batch) * per_sample;
+  return static_cast<double>(prefetch + 1) * batch_bytes(batch, sample_size);
+}
+
+// What a training process's loaders add at their most to the memory its training steps hold: the training loader's
+// batches ahead (prefetched_bytes) and the epoch's evaluation batch, one of `batch` samples. The evaluation runs
+// with the training's memory still resident (the host allocator keeps the step's blocks, malloc its freed batches)
+// and its batch takes new pages beside it: `tandem train` measured +1 batch at the evaluation with prefetch 0 and 2
+// (issue #16: mlp at batch 128, 0.38 MiB; the evaluation loader's own batches ahead reuse the training loader's
+// freed ones). The one figure of it: the job compiler's StageMemory::loader_bytes (engine/parallel/job.hpp) and the
+// single trainer's memory guard (engine/train/memory_guard.cpp) take it from here.
+constexpr double loader_bytes(int64_t batch, int prefetch, int64_t sample_size) noexcept {
+  return prefetched_bytes(batch, prefetch, sample_size) + batch_bytes(batch, sample_size);
 }
 
 class Loader {

@@ -11,6 +11,7 @@
 #include "engine/data/loader.hpp"
 #include "engine/data/partition.hpp"
 #include "engine/nn/cpu_storage.hpp"
+#include "engine/train/memory_guard.hpp"
 
 namespace tandem::engine::parallel {
 
@@ -147,7 +148,7 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   m.scratch_bytes = w.scratch_bytes;
   m.conv_scratch_bytes = w.conv_scratch_bytes;
   m.conv_copy_bytes = w.conv_copy_bytes;
-  m.loader_bytes = data::prefetched_bytes(cj.step_batch, job.prefetch, job.model.input.numel());
+  m.loader_bytes = data::loader_bytes(cj.step_batch, job.prefetch, job.model.input.numel());
   if (cj.dp() > 1) {
     m.bucket_bytes = 2 * std::min(h * P, largest_bucket_cap_mb(job.parallel) * kMiB);  // bucket + receive scratch
     if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
@@ -156,6 +157,22 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
 }
 
 }  // namespace
+
+train::TrainingFootprint training_footprint(const StageProgram& s, double optimizer_state_bytes_per_param) {
+  const StageMemory& m = s.memory;
+  return {.first_layer = static_cast<size_t>(s.first_layer),
+          .end_layer = static_cast<size_t>(s.end_layer),
+          .samples_in_flight = m.samples_in_flight,
+          .micro_batch = m.micro_batch,
+          .loader_bytes = m.loader_bytes,
+          .optimizer_state_bytes_per_param = optimizer_state_bytes_per_param,
+          .bucket_bytes = m.bucket_bytes,
+          .activation_bytes = m.activation_bytes,
+          .layout_bytes = m.layout_bytes,
+          .scratch_bytes = m.scratch_bytes,
+          .conv_scratch_bytes = m.conv_scratch_bytes,
+          .conv_copy_bytes = m.conv_copy_bytes};
+}
 
 double StageMemory::cpu_activation_peak_bytes() const noexcept {
   return nn::kCpuActivationOverhead * (activation_bytes + layout_bytes) + scratch_bytes + conv_scratch_bytes;

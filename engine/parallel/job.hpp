@@ -22,6 +22,10 @@
 #include "engine/parallel/parallel_config.hpp"
 #include "engine/parallel/schedule.hpp"
 
+namespace tandem::engine::train {
+struct TrainingFootprint;  // engine/train/memory_guard.hpp
+}  // namespace tandem::engine::train
+
 namespace tandem::engine::parallel {
 
 // Memory options of a job (issue #16). The runtime trains in f32 and keeps every activation; these describe how
@@ -93,8 +97,9 @@ struct Job {
 //                      resident size after its first step holds them, hence a profile's runtime_rss_bytes)
 // and in host memory, charged by the guard and, for a Tandem rank on a CPU node, by the simulator (with the rank's
 // data sets), also not in total():
-//   loader_bytes       data::prefetched_bytes(step batch, job.prefetch, input size): the loader's batches assembled
-//                      ahead of the one being trained (its queue and its thread's next; 0 with prefetch 0)
+//   loader_bytes       data::loader_bytes(step batch, job.prefetch, input size): the loader's batches assembled
+//                      ahead of the one being trained (its queue and its thread's next; none with prefetch 0) and
+//                      the evaluation's batch beside the training's memory
 // A Tandem cpu rank's activation peak is nn::kCpuActivationOverhead x (activation_bytes + layout_bytes) + scratch_bytes
 // + conv_scratch_bytes (cpu_activation_peak_bytes()).
 struct StageMemory {
@@ -111,7 +116,7 @@ struct StageMemory {
   double scratch_bytes = 0;       // cpu backend: backward's scratch of the largest layer
   double conv_scratch_bytes = 0;  // cpu backend: the largest convolution's weight-gradient scratch
   double conv_copy_bytes = 0;     // cpu backend: the convolutions' reordered weights
-  double loader_bytes = 0;        // host: the data loader's batches assembled ahead (0 for a server)
+  double loader_bytes = 0;        // host: the loaders' batches beside the trained one (0 for a server)
   double total() const noexcept { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bucket_bytes; }
   // What a Tandem rank on the cpu backend holds at its step's peak for its activations (see above).
   double cpu_activation_peak_bytes() const noexcept;
@@ -126,6 +131,11 @@ struct StageProgram {
   std::vector<comm::PlanRequest> bucket_allreduces;
   StageMemory memory;
 };
+
+// The runtime memory guard's footprint of a rank of stage `s` (engine/train/memory_guard.hpp): the stage's layers
+// and every StageMemory figure the guard charges, with `optimizer_state_bytes_per_param` of optimizer state still to
+// allocate. ParallelTrainer checks it before its first step; the memory tests compare it with the simulator's figures.
+train::TrainingFootprint training_footprint(const StageProgram& s, double optimizer_state_bytes_per_param);
 
 // The step program of the strategies of issue #13, beside (or instead of) DDP's per-step bucket all-reduces:
 // what a data-parallel worker exchanges, with whom, and how often. The trainer executes it; the simulator

@@ -302,20 +302,7 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   // never allocated here (their initial values come from the same seed on the rank that holds them).
   model_.hold(static_cast<size_t>(first_), static_cast<size_t>(end_));
   // Memory guard (issue #6): this rank's stage, before its optimizer state and first step allocate.
-  train::TrainingFootprint footprint;
-  footprint.first_layer = static_cast<size_t>(first_);
-  footprint.end_layer = static_cast<size_t>(end_);
-  footprint.samples_in_flight = mine.memory.samples_in_flight;
-  footprint.micro_batch = mine.memory.micro_batch;
-  footprint.loader_bytes = mine.memory.loader_bytes;
-  footprint.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param(config_.optimizer);
-  footprint.bucket_bytes = mine.memory.bucket_bytes;
-  footprint.activation_bytes = mine.memory.activation_bytes;
-  footprint.layout_bytes = mine.memory.layout_bytes;
-  footprint.scratch_bytes = mine.memory.scratch_bytes;
-  footprint.conv_scratch_bytes = mine.memory.conv_scratch_bytes;
-  footprint.conv_copy_bytes = mine.memory.conv_copy_bytes;
-  train::check_training_memory(model_, footprint,
+  train::check_training_memory(model_, training_footprint(mine, optimizer_state_bytes_per_param(config_.optimizer)),
                                fmt::format("rank {} (stage {} of {})", grid_.rank, grid_.stage, grid_.pp));
 
   // ---- 4. groups, replicated state, optimizer ----

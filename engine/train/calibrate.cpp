@@ -275,23 +275,26 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
   if (o.after_batch_passes) o.after_batch_passes();
   if (o.before_peak_steps && o.after_peak_steps) {
-    const auto peak_at = [&](int64_t n, const Batch& bn) {
+    const auto peak_at = [&](int64_t n) {
       o.before_peak_steps(n);
+      const Batch bn = make_batch(be, spec, n, o.seed);  // inside the measured window: the peak holds the input
       for (int i = 0; i < o.peak_steps; ++i) {
         double fb_s = 0, opt_s = 0;
         whole_step(model, bn, opt, kLr, fb_s, opt_s);
       }
       o.after_peak_steps(n);
     };
-    peak_at(o.batch, b);
+    peak_at(o.batch);
     std::vector<int64_t> others;
     for (int64_t n : o.peak_batches)
       if (n != o.batch && std::find(others.begin(), others.end(), n) == others.end()) others.push_back(n);
     for (int64_t n : others) {
-      const Batch bn = make_batch(be, spec, n, o.seed);
-      double fb_s = 0, opt_s = 0;
-      whole_step(model, bn, opt, kLr, fb_s, opt_s);  // this shape's primitives: not the step's peak
-      peak_at(n, bn);
+      {
+        const Batch bn = make_batch(be, spec, n, o.seed);
+        double fb_s = 0, opt_s = 0;
+        whole_step(model, bn, opt, kLr, fb_s, opt_s);  // this shape's primitives: not the step's peak
+      }
+      peak_at(n);
     }
   }
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).

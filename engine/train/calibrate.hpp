@@ -44,7 +44,9 @@ struct CalibrationOptions {
   // Around `peak_steps` more whole training steps at `batch` (forward, loss, backward, optimizer, as the trainer runs
   // them), run after after_batch_passes when both hooks are set: the caller measures what the steps add to the
   // process's resident size at their peak (tandem_calibrate's activation_peak_bytes). Their times are not kept.
-  // Then the same at each of `peak_batches` (other batch sizes, each >= 1; `batch` itself is skipped), each after
+  // They train on an input batch made after before_peak_steps, so that peak holds it, as a training process holds
+  // the batch it trains on beside its activations (and the job compiler counts it with them; issue #16: without it
+  // mlp's prediction at batch 128 fell short by that batch, 0.38 MiB). Then the same at each of `peak_batches` (other batch sizes, each >= 1; `batch` itself is skipped), each after
   // one untimed step at that batch outside the hooks (the backend builds that shape's primitives there: runtime,
   // not the step's peak). The hooks get the batch the steps between them run (tandem_calibrate's
   // activation_peak_curve: a peak has a part that does not grow with the batch, which one batch cannot tell).

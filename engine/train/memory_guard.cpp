@@ -116,7 +116,7 @@ TrainingFootprint layer_footprint(const nn::ModelSpec& spec, size_t first, size_
 TrainingFootprint single_footprint(const nn::ModelSpec& spec, int64_t batch_size, int prefetch,
                                    double optimizer_state_bytes_per_param) {
   TrainingFootprint f = layer_footprint(spec, 0, spec.layers.size(), batch_size, batch_size);
-  f.loader_bytes = data::prefetched_bytes(batch_size, prefetch, spec.input.numel());
+  f.loader_bytes = data::loader_bytes(batch_size, prefetch, spec.input.numel());
   f.optimizer_state_bytes_per_param = optimizer_state_bytes_per_param;
   return f;
 }

@@ -16,8 +16,8 @@
 //                   activations as the cpu backend stores them (activation_bytes + layout_bytes: the outputs with
 //                   storage of their own of the samples in flight and the stage's input, channels padded, max-pool
 //                   workspaces added);
-//   workspace     : backward scratch of the largest layer (scratch_bytes), the loader's prefetched batches
-//                   (loader_bytes: data::prefetched_bytes, engine/data/loader.hpp), the
+//   workspace     : backward scratch of the largest layer (scratch_bytes), the loaders' batches (the prefetched
+//                   ones and the evaluation's: loader_bytes, data::loader_bytes, engine/data/loader.hpp), the
 //                   data-parallel bucket buffers (bucket_bytes), the backend's JIT code and caches the first step
 //                   creates (a measured constant, see the .cpp), and on the cpu backend the convolutions' reordered
 //                   weights (conv_copy_bytes) and the largest one's weight-gradient scratch (conv_scratch_bytes).
@@ -52,7 +52,7 @@ struct TrainingFootprint {
   size_t first_layer = 0, end_layer = 0;  // end 0: the whole model
   int64_t samples_in_flight = 0;          // whose activations are alive at once (batch; pipeline: per schedule)
   int64_t micro_batch = 0;                // the largest micro-batch
-  double loader_bytes = 0;                // the loader's batches assembled ahead (StageMemory::loader_bytes)
+  double loader_bytes = 0;                // the loaders' batches beside the trained one (StageMemory::loader_bytes)
   double optimizer_state_bytes_per_param = 0;  // of state not allocated yet (0: none, or already resident)
   double bucket_bytes = 0;                // data-parallel bucket buffers (StageMemory::bucket_bytes; 0 without DP)
   // The stage's activations and the cpu backend's figures: the fields of the same names of the job compiler's

@@ -165,6 +165,10 @@ StepResult Trainer::step() {
   if (epoch_exhausted()) {
     r.epoch_end = true;
     ++completed_epochs_;
+    // An epoch cut short by limit_batches: the loader thread would otherwise go on assembling the rest of the
+    // sampler's epoch and hold its queue through the evaluation beside the evaluation loader's (issue #16: mlp at
+    // batch 128, --limit-batches 2, peaked 1.1 MiB higher for it); the next epoch restarts it anyway.
+    loader_->reset();
   }
   return r;
 }

@@ -60,7 +60,8 @@ sim::JobSpec description(const par::ParallelConfig& p, int64_t batch) {
   j.bucket_mb = p.bucket_mb;
   j.compression = p.compression;
   j.optimizer = sim::OptimizerKind::kMomentum;
-  j.prefetch = 0;  // sgd_config's loader assembles on the training thread: no batches ahead (StageMemory::loader_bytes)
+  j.prefetch = 0;  // sgd_config's loader assembles on the training thread: no batches ahead (StageMemory::loader_bytes
+                   // holds the evaluation's alone)
   return j;
 }
 

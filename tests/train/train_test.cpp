@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -248,6 +249,35 @@ BOOST_AUTO_TEST_CASE(a_trainer_allocates_model_and_optimizer_state_only_when_it_
   stage.hold(2, spec.layers.size());
   Trainer alone(stage, train, nullptr, cfg);
   expect_error([&] { alone.step(); }, Status::kInvalidArgument, {"holds only layers [2, ", "every layer"});
+}
+
+// An epoch cut short by limit_batches stops its loader thread at its end, so the thread does not go on assembling
+// the rest of the sampler's epoch and hold its queue through the evaluation (issue #16: `tandem train --limit-batches`
+// peaked those batches higher than the memory model says); the next epoch starts it again.
+BOOST_AUTO_TEST_CASE(an_epoch_cut_short_stops_its_loader_thread) {
+  if (!fs::exists("/proc/self/task")) {
+    BOOST_TEST_MESSAGE("no /proc/self/task here: threads not counted");
+    return;
+  }
+  const auto threads = [] {
+    return std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator{});
+  };
+  const data::Dataset train = data::make_synthetic(1, 28, 28, 10, 512, 1);
+  auto be = backend();
+  nn::Model m(nn::zoo_model("mlp", {1, 28, 28}, 10), *be, 1);
+  TrainerConfig cfg = small_config();
+  cfg.prefetch = 2;
+  cfg.limit_batches = 2;
+  Trainer t(m, train, nullptr, cfg);
+  const StepResult first = t.step();
+  BOOST_TEST(!first.epoch_end);
+  const auto during = threads();  // the loader's thread assembles the next batches (30 more in the epoch)
+  const StepResult second = t.step();
+  BOOST_TEST(second.epoch_end);
+  BOOST_TEST(threads() == during - 1);
+  const EpochResult next = t.train_epoch();
+  BOOST_TEST(next.train_samples == 2 * cfg.batch_size);
+  BOOST_TEST(threads() == during - 1);
 }
 
 BOOST_AUTO_TEST_CASE(dataset_that_does_not_fit_the_model_is_refused) {

@@ -1709,7 +1709,8 @@ typedef struct tandem_prediction {
   /* Changed in 0.2: field_mask first -- the groups wanted; the library fills only those (unknown bits:
    * TANDEM_ERR_UNSUPPORTED), so the struct can grow at its end.
    * measured: the trainer's last tandem_trainer_epoch (per step, mean over ranks); memory: this
-   * process's peak resident size. predicted: the simulator timing the trainer's own compiled job on the
+   * process's peak resident size when that call returned (what the caller does after it is not counted).
+   * predicted: the simulator timing the trainer's own compiled job on the
    * cluster; memory: the need of the node hosting this rank. error: (predicted - measured) / measured (NaN
    * if measured is 0). */
   uint64_t field_mask;
