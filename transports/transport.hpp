@@ -108,6 +108,13 @@ class KvStore {
  public:
   virtual ~KvStore() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
+  // set, but returns or throws (kTimeout naming the key) within `timeout` even when the store's server is gone or
+  // silent: for writes a rank makes on its way out, which must never hold its exit (Communicator::leave). The default
+  // is set, for stores whose set never waits (in memory, files).
+  virtual void set_within(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
+    (void)timeout;
+    set(key, value);
+  }
   // Blocks until the key exists; throws tandem::Error(Status::kTimeout) naming the key after timeout.
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Atomically adds `delta` to the counter at `key` (absent = 0; stored as decimal text) and returns the new
