@@ -49,7 +49,12 @@
 //    snapshot's), the dp' survivors continue at position floor(g / dp') of their new shards: no sample of the epoch
 //    is skipped and at most dp' - 1 are seen twice. An epoch is then longer in steps (ceil(N / dp') / batch).
 //  - Stop: fewer than min_ranks survivors write a checkpoint (elastic_checkpoint, atomically, resumable at any dp)
-//    and fail with kPeerFailure naming the lost world ranks, on every survivor.
+//    and fail with kPeerFailure naming the lost world ranks, on every survivor. Not when the job's training is done
+//    (a loss in the closing collectives of its last epoch, config.epochs: training_done): the survivors finish its
+//    evaluation and save, and only a further step stops them so.
+//  - Leaving: a rank whose trainer ends with its communicator failed and not shrunk (its last save gave up on a loss)
+//    says so in the survivors' agreement (Communicator::leave), which then does not wait out its window for the rank,
+//    with the last epoch it reported as rank 0: the survivors' rank 0 returns that epoch already_reported.
 //  - Rank 0: losing it is survived like any rank when the store is served outside the ranks (TANDEM_STORE; `tandem
 //    launch` serves it): the lowest survivor becomes rank 0 and reports from then on. With the store in world rank 0
 //    (no launcher, or a --master-addr not on the launcher's machine) losing rank 0 stops the job (kTimeout).
