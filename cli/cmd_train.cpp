@@ -639,7 +639,8 @@ int run_train(const TrainOptions& o) {
     if (done >= o.epochs) break;
     epoch = std::max(epoch, done);
     tandem_epoch_result_t r = TANDEM_EPOCH_RESULT_INIT;
-    r.field_mask = TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME;
+    r.field_mask =
+        TANDEM_EPOCH_RESULT_TRAIN | TANDEM_EPOCH_RESULT_TEST | TANDEM_EPOCH_RESULT_TIME | TANDEM_EPOCH_RESULT_REPORT;
     const int32_t lost_before = o.parallel ? parallel_attr(h.trainer).lost_ranks : 0;
     const tandem_status_t st = tandem_trainer_epoch(h.trainer, &r);
     if (bar.enabled) std::fprintf(stderr, "\n");
@@ -675,8 +676,9 @@ int run_train(const TrainOptions& o) {
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     // Rank 0 speaks for the job (its figures are global); elastic: rank 0 of the survivors. It reports the epoch
     // before the checkpoint is written: when an elastic job loses rank 0 during the write (the others give the save
-    // up and go on, ParallelTrainer::save_checkpoint), the epoch was reported by nobody.
-    if ((o.parallel ? parallel_attr(h.trainer).rank : h.rank) == 0) {
+    // up and go on, ParallelTrainer::save_checkpoint), the epoch was reported by nobody. A survivor's rank 0 does not
+    // report an epoch again that the rank 0 it replaced reported before it left (already_reported).
+    if ((o.parallel ? parallel_attr(h.trainer).rank : h.rank) == 0 && r.already_reported == 0) {
       if (o.json) {
         nlohmann::json j = {{"epoch", r.epoch},
                             {"train_loss", num(r.train_loss)},

@@ -37,7 +37,9 @@
 //    still holds it (its peer died) counts as cancelled. When no memory is left for a send's copy, the rank sends
 //    nothing more to that peer rather than anything it no longer has: it tells the peer and cuts it off, and both
 //    fail every operation between them as kPeerFailure naming the rank that cut, until Transport::reconnect (as a
-//    tcp rank gives the connection up). The price is UCX's zero-copy rendezvous: large messages are copied through
+//    tcp rank gives the connection up). The rank that cut is the one at fault on both ends: at_fault(peer) returns
+//    it -- on the cutter, itself; on the peer cut off, the cutter -- so the communicator blames that rank alone, not
+//    the healthy peer of the failed operation. The price is UCX's zero-copy rendezvous: large messages are copied through
 //    its fragments (bench/transports/p2p_bench on one host, 4-64 MiB, on a loaded 2-core machine: the median
 //    exchange rate unchanged, 0.93-1.04x; the best run 0.45-0.87x of zero-copy's). (Before that, a cancel waited up
 //    to a 2 s window per peer for UCX to let go of the parts: a rank that had cancelled towards a stalled peer was
@@ -60,7 +62,9 @@
 //    On tcp a cancelled send no longer reads its parts once cancel() (or the request's destruction)
 //    returns, without waiting: one not yet started is dropped from its peer's queue; one partly
 //    written (a frame cannot be recalled: the peer gets it whole) has its unwritten rest copied into
-//    the transport, which finishes writing it from there.
+//    the transport, which finishes writing it from there. With no memory for that copy the rank gives the
+//    connection up instead: both ends fail what is between them as kPeerFailure, and at_fault names the rank that
+//    gave up, on both ends (as ucx's cut above); the connection stays lost.
 //  - Threads: one transport may be used from several threads at once (isend, irecv, progress and
 //    the requests' test/cancel are thread-safe); the ranks of one job each own their transport.
 #include <chrono>
@@ -108,6 +112,13 @@ class KvStore {
  public:
   virtual ~KvStore() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
+  // set, but returns or throws (kTimeout naming the key) within `timeout` even when the store's server is gone or
+  // silent: for writes a rank makes on its way out, which must never hold its exit (Communicator::leave). The default
+  // is set, for stores whose set never waits (in memory, files).
+  virtual void set_within(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
+    (void)timeout;
+    set(key, value);
+  }
   // Blocks until the key exists; throws tandem::Error(Status::kTimeout) naming the key after timeout.
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Atomically adds `delta` to the counter at `key` (absent = 0; stored as decimal text) and returns the new

@@ -166,7 +166,7 @@ TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
     auto& h = checked(trainer, "tandem_trainer_epoch", "trainer");
     const ContextScope scope(h.model->env);
     if (result != nullptr) {
-      check_field_mask(result->field_mask, mask_through(TANDEM_EPOCH_RESULT_TIME), "tandem_epoch_result_t");
+      check_field_mask(result->field_mask, mask_through(TANDEM_EPOCH_RESULT_REPORT), "tandem_epoch_result_t");
     }
     train::ProgressFn progress;
     if (h.progress != nullptr) {
@@ -193,6 +193,7 @@ TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
       result->train_s = e.train_s;
       result->wall_s = e.wall_s;
     }
+    if (result->field_mask & TANDEM_EPOCH_RESULT_REPORT) result->already_reported = e.already_reported ? 1 : 0;
   });
 }
 

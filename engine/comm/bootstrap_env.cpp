@@ -110,6 +110,9 @@ class ServingStore final : public transports::KvStore {
   ServingStore(std::shared_ptr<RendezvousServer> server, std::shared_ptr<RendezvousClient> client)
       : server_(std::move(server)), client_(std::move(client)) {}
   void set(const std::string& key, const std::string& value) override { client_->set(key, value); }
+  void set_within(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) override {
+    client_->set_within(key, value, timeout);
+  }
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     return client_->get(key, timeout);
   }

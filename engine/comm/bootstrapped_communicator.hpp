@@ -26,6 +26,8 @@ class BootstrappedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   // Likewise for the survivors' communicator.
   std::unique_ptr<Communicator> shrink() override;
+  void leave(const std::string& note) noexcept override { inner_->leave(note); }
+  std::vector<std::pair<int, std::string>> departures() const override { return inner_->departures(); }
   // The grown world shares it too (rank 0's server keeps serving the joiners).
   int64_t pending_joins() override { return inner_->pending_joins(); }
   int64_t peek_joins() override { return inner_->peek_joins(); }

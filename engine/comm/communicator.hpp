@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/plan.hpp"
@@ -139,6 +140,16 @@ class Communicator {
   // (the store or the coordinator died) or a survivor did not publish its address (it died meanwhile);
   // kUnsupported for a store without counters.
   virtual std::unique_ptr<Communicator> shrink() = 0;
+  // Not collective: this rank is done with this failed communicator and will never shrink it (its program has
+  // finished, or gives up). It posts in the survivors' agreement that it left, with `note` (one line for the
+  // survivors' program: membership.hpp, rule 5), so their coordinator counts it out at once instead of waiting out
+  // the window for a post that would never come. The store write is bounded (min(options().timeout, 2 s)): a store
+  // that is gone costs at most that, logged. A no-op on a healthy communicator, one without a store, or one this rank
+  // has called shrink on. Never throws.
+  virtual void leave(const std::string& note) noexcept { (void)note; }
+  // For shrink's result: the ranks of the communicator it was shrunk from that left it (leave) before the survivors
+  // decided -- old ranks, ascending -- with their notes. Empty otherwise.
+  virtual std::vector<std::pair<int, std::string>> departures() const { return {}; }
   // Elastic growth (admission.hpp states the rule), collective over this healthy communicator's ranks:
   // pending_joins() returns how many joiners (join_communicator) wait for admission -- rank 0 reads the job's
   // store and broadcasts the count, so every rank gets the same number. grow() admits them: one decision by

@@ -223,9 +223,9 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   TANDEM_CHECK(lineage_.store != nullptr, Status::kUnsupported, "shrink: communicator {} was built without a store",
                comm_id_);
   const FailureStatus failure = peers_.failure_status();
+  posted_ = true;
   ShrinkRequest req;
-  // Unique per world (prefix) and communicator (ids are never reused on a transport).
-  req.key_base = fmt::format("{}shrink/c{}/", lineage_.key_prefix, comm_id_);
+  req.key_base = shrink_keys();
   req.rank = rank_;
   req.size = size_;
   req.epoch = lineage_.epoch;
@@ -246,11 +246,29 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   shared_->transport().reconnect(*lineage_.store, req.key_base + "peers/", members, options_.timeout);
   log::info("comm {} rank {}: shrunk to comm {} rank {}/{} (epoch {}, kept ranks {})", comm_id_, rank_, m.comm_id,
             m.new_rank, m.members.size(), m.epoch, format_rank_list(m.members));
-  Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members, lineage_.listen_addr};
+  Lineage lineage{lineage_.store, lineage_.key_prefix, m.epoch, m.members, lineage_.listen_addr, m.left};
   auto child = std::make_unique<CommunicatorImpl>(shared_, m.new_rank, std::move(members), m.comm_id, options_,
                                                   std::move(hosts), std::move(lineage));
   adopt(*child);
   return child;
+}
+
+std::string CommunicatorImpl::shrink_keys() const {
+  // Unique per world (prefix) and communicator (ids are never reused on a transport).
+  return fmt::format("{}shrink/c{}/", lineage_.key_prefix, comm_id_);
+}
+
+void CommunicatorImpl::leave(const std::string& note) noexcept {
+  if (lineage_.store == nullptr || !peers_.is_failed() || posted_.exchange(true)) return;
+  const auto bound = std::min(options_.timeout, std::chrono::milliseconds(2000));
+  try {
+    post_departure(*lineage_.store, shrink_keys(), rank_, note, bound);
+    log::debug("comm {} rank {}: left the failed communicator ({})", comm_id_, rank_, note);
+  } catch (const std::exception& e) {
+    log::info("comm {} rank {}: could not post that it left the failed communicator within {} ms (the survivors wait "
+              "out their window for it): {}",
+              comm_id_, rank_, bound.count(), e.what());
+  }
 }
 
 }  // namespace tandem::engine::comm

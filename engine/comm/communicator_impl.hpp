@@ -3,6 +3,7 @@
 // arguments of every call and hands the operation to its ProgressEngine (queue, progress thread,
 // plans); its PeerTable holds the control channel to the peers and the sticky failure. split()
 // exchanges (color, key) and builds the child per group_split.hpp.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +26,7 @@ class CommunicatorImpl final : public Communicator {
     int epoch = 0;
     std::vector<int> parent_ranks;
     std::string listen_addr;  // where its transport listens ("" = the default): a grown world listens there too
+    std::vector<std::pair<int, std::string>> departures = {};  // after a shrink: the parent's ranks that left
   };
   // `members[r]`: the transport rank of communicator rank r; `hosts[r]` its host name.
   CommunicatorImpl(std::shared_ptr<SharedTransport> transport, int rank, std::vector<int> members, uint32_t comm_id,
@@ -59,6 +61,8 @@ class CommunicatorImpl final : public Communicator {
   void refuse_joiners(const std::string& why) override;
   int epoch() const override { return lineage_.epoch; }
   std::vector<int> parent_ranks() const override { return lineage_.parent_ranks; }
+  void leave(const std::string& note) noexcept override;
+  std::vector<std::pair<int, std::string>> departures() const override { return lineage_.departures; }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;
 
   uint32_t comm_id() const { return comm_id_; }
@@ -70,6 +74,7 @@ class CommunicatorImpl final : public Communicator {
   const Topology& topology() const { return topology_; }
 
  private:
+  std::string shrink_keys() const;  // the store keys of this communicator's shrink agreement
   std::unique_ptr<Work> point_to_point(WireKind kind, const void* send, void* recv, size_t count, DType dtype, int peer,
                                        uint32_t tag);
 
@@ -96,6 +101,7 @@ class CommunicatorImpl final : public Communicator {
   const Topology topology_;
   const std::string transport_name_;
   const Lineage lineage_;
+  std::atomic<bool> posted_{false};  // this rank posted in the shrink agreement (shrink or leave): at most once
   PeerTable peers_;
   ProgressEngine engine_;  // last: its thread starts once everything above exists
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -43,6 +45,10 @@ Post parse_post(const std::string& text, int from) {
   return p;
 }
 
+constexpr const char* kLeftPost = "left ";  // rule 5's post: "left <note>"
+
+std::string alive_key(const std::string& key_base, int rank) { return fmt::format("{}alive/{}", key_base, rank); }
+
 // The coordinator's part (rule 2): waits for the posts, decides, publishes.
 Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   const auto start = Clock::now();
@@ -54,12 +60,17 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   posted[static_cast<size_t>(req.rank)] = true;
   std::vector<uint32_t> ids(static_cast<size_t>(req.size), 0);
   ids[static_cast<size_t>(req.rank)] = req.next_id;
+  std::map<int, std::string> gone;  // rule 5: the ranks that left, with their notes
   // Reads rank r's post if it appears before `until`; a post adds its suspicions.
   const auto read_post = [&](int r, Clock::time_point until) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     try {
-      const Post p = parse_post(
-          store.get(fmt::format("{}alive/{}", req.key_base, r), std::max(left, std::chrono::milliseconds(1))), r);
+      const std::string text = store.get(alive_key(req.key_base, r), std::max(left, std::chrono::milliseconds(1)));
+      if (text.rfind(kLeftPost, 0) == 0) {
+        gone[r] = text.substr(std::strlen(kLeftPost));
+        return;
+      }
+      const Post p = parse_post(text, r);
       fault.insert(p.fault.begin(), p.fault.end());
       suspected.insert(p.timed_out.begin(), p.timed_out.end());
       ids[static_cast<size_t>(r)] = p.next_id;
@@ -72,7 +83,8 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   for (int r = 0; r < req.size; ++r)
     if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0) read_post(r, grace_end);
   for (int r = 0; r < req.size; ++r)
-    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0 && suspected.count(r) == 0) read_post(r, deadline);
+    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0 && suspected.count(r) == 0 && gone.count(r) == 0)
+      read_post(r, deadline);
   Membership m;
   m.epoch = req.epoch + 1;
   m.coordinator = req.rank;
@@ -81,6 +93,9 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
     if (posted[static_cast<size_t>(r)] && fault.count(r) == 0) {
       m.members.push_back(r);
       next_id = std::max(next_id, ids[static_cast<size_t>(r)]);
+    } else if (gone.count(r) != 0) {
+      m.left.emplace_back(r, gone[r]);
+      log::info("shrink: rank {} left the communicator (its program is done with it: {})", r, gone[r]);
     } else if (fault.count(r) != 0) {
       log::warn("shrink: rank {} is declared dead: a rank saw it fail", r);
     } else if (suspected.count(r) != 0) {
@@ -109,8 +124,10 @@ std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window) {
 std::chrono::milliseconds unsuspected_wait(std::chrono::milliseconds window) { return window + kLetGoAllowance; }
 
 std::string format_decision(const Membership& m) {
-  return fmt::format("epoch={} id={} coordinator={} members={}", m.epoch, m.comm_id, m.coordinator,
-                     format_rank_list(m.members));
+  std::vector<int> left;
+  for (const auto& [r, note] : m.left) left.push_back(r);
+  return fmt::format("epoch={} id={} coordinator={} members={} left={}", m.epoch, m.comm_id, m.coordinator,
+                     format_rank_list(m.members), format_rank_list(left));
 }
 
 Membership parse_decision(const std::string& text) {
@@ -133,13 +150,26 @@ Membership parse_decision(const std::string& text) {
   TANDEM_CHECK(members.rfind("members=", 0) == 0, Status::kInternal,
                "shrink: malformed membership decision '{}' (field members)", text);
   m.members = parse_rank_list(members.substr(8));
+  std::string left;  // optional (rule 5): the notes are read from the ranks' posts (agree_membership)
+  if (in >> left) {
+    TANDEM_CHECK(left.rfind("left=", 0) == 0, Status::kInternal,
+                 "shrink: malformed membership decision '{}' (field left)", text);
+    for (int r : parse_rank_list(left.substr(5))) m.left.emplace_back(r, std::string());
+  }
   return m;
+}
+
+void post_departure(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
+                    std::chrono::milliseconds bound) {
+  std::string line = note;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  store.set_within(alive_key(key_base, rank), kLeftPost + line, bound);
 }
 
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req) {
   TANDEM_CHECK(req.rank >= 0 && req.rank < req.size && req.window.count() > 0, Status::kInternal,
                "shrink: rank {} of {}, window {} ms", req.rank, req.size, req.window.count());
-  store.set(fmt::format("{}alive/{}", req.key_base, req.rank), format_post(req.next_id, req.blamed, req.timed_out));
+  store.set(alive_key(req.key_base, req.rank), format_post(req.next_id, req.blamed, req.timed_out));
   const int64_t ticket = store.add(req.key_base + "ticket", 1);
   Membership m;
   if (ticket == 1) {
@@ -158,6 +188,15 @@ Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req
                    req.rank, wait.count(), e.what());
     }
     m = parse_decision(text);
+    // The departed ranks' notes: the coordinator read each post before deciding, so it is there.
+    for (auto& [r, note] : m.left) {
+      try {
+        const std::string post = store.get(alive_key(req.key_base, r), req.window);
+        if (post.rfind(kLeftPost, 0) == 0) note = post.substr(std::strlen(kLeftPost));
+      } catch (const Error& e) {
+        log::warn("shrink: rank {}: the note of rank {}, which left, could not be read: {}", req.rank, r, e.what());
+      }
+    }
   }
   const auto it = std::find(m.members.begin(), m.members.end(), req.rank);
   TANDEM_CHECK(it != m.members.end(), Status::kPeerFailure,

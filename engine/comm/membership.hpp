@@ -21,12 +21,17 @@
 //     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
 //  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
 //     comes back late is refused, never admitted into a second view.
+//  5. A rank that is done with the failed communicator and will never shrink it (its program ended:
+//     Communicator::leave) posts "left <note>" in place of its post. The coordinator counts it out as
+//     soon as it reads that -- no grace, no window -- and names it in the decision ("left=<ranks>"),
+//     so every survivor reads the same departed ranks' notes (post_departure, Membership::left).
 // Limits: the store must survive (on tcp it is served by rank 0 of the job's world unless TANDEM_STORE names one
 // served elsewhere, as `tandem launch` does: bootstrap.hpp); a coordinator
 // that dies between its ticket and its decision makes every survivor fail with kTimeout.
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transports/transport.hpp"
@@ -50,7 +55,14 @@ struct Membership {
   int coordinator = -1;       // the rank that decided
   std::vector<int> members;   // old ranks, ascending
   int new_rank = -1;          // this rank's index in members (-1: declared dead; agree_membership throws)
+  // Rule 5: the ranks that posted that they left before the decision (old ranks, ascending), with their notes.
+  std::vector<std::pair<int, std::string>> left;
 };
+
+// Rule 5, for a rank leaving the failed communicator whose shrink keys are `key_base` (never after its own post):
+// writes "left <note>" (the note on one line) to the store within `bound`; throws the store's error after it.
+void post_departure(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
+                    std::chrono::milliseconds bound);
 
 // Rule 2's grace for a rank suspected of a timeout: window / 4, clamped to [20 ms, 2 s] and to the window.
 std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window);
@@ -66,7 +78,8 @@ std::chrono::milliseconds unsuspected_wait(std::chrono::milliseconds window);
 // no decision appears within the window plus unsuspected_wait, kUnsupported when the store cannot count.
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& request);
 
-// The decision's text, "epoch=<e> id=<id> coordinator=<r> members=<a,b,...>", and back
+// The decision's text, "epoch=<e> id=<id> coordinator=<r> members=<a,b,...> left=<c,...>" (the notes are not in it),
+// and back
 // (kInternal naming the text when it is malformed).
 std::string format_decision(const Membership& m);
 Membership parse_decision(const std::string& text);

@@ -240,7 +240,8 @@ std::optional<RendezvousClient::Reply> RendezvousClient::roundtrip(uint8_t op, s
 }
 
 RendezvousClient::Reply RendezvousClient::request(uint8_t op, std::vector<std::string> args,
-                                                  std::chrono::milliseconds timeout, const std::string& what) {
+                                                  std::chrono::milliseconds timeout, const std::string& what,
+                                                  bool hard) {
   const auto deadline = Clock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
     auto r = roundtrip(op, args, deadline);
@@ -250,7 +251,7 @@ RendezvousClient::Reply RendezvousClient::request(uint8_t op, std::vector<std::s
     if (r->code == static_cast<uint8_t>(rdv::Code::kNoAuth) && attempt == 0) {
       // The server no longer knows this connection (libzmq reconnected under us): join again once.
       log::info("rank {}: rendezvous connection was reset; authenticating again", options_.rank);
-      if (!handshake(Clock::now() + options_.timeout))
+      if (!handshake(hard ? deadline : Clock::now() + options_.timeout))
         TANDEM_THROW(Status::kPeerFailure, "rank {}: {}: the rendezvous at {} no longer serves this communicator: {}",
                      options_.rank, what, endpoint_, not_served_);
       continue;
@@ -284,12 +285,17 @@ void RendezvousClient::throw_reply_error(const Reply& r, const std::string& what
 }
 
 void RendezvousClient::set(const std::string& key, const std::string& value) {
+  set_within(key, value, options_.timeout);
+}
+
+void RendezvousClient::set_within(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) {
   TANDEM_REQUIRE(key.size() <= rdv::kMaxKeyBytes, "rendezvous set: key of {} bytes exceeds {}", key.size(),
                  rdv::kMaxKeyBytes);
   TANDEM_REQUIRE(value.size() <= rdv::kMaxValueBytes, "rendezvous set '{}': value of {} bytes exceeds {}", key,
                  value.size(), rdv::kMaxValueBytes);
   const std::string what = fmt::format("set '{}'", key);
-  Reply r = request(static_cast<uint8_t>(rdv::Op::kSet), {scoped(key), value}, options_.timeout, what);
+  Reply r = request(static_cast<uint8_t>(rdv::Op::kSet), {scoped(key), value}, timeout, what,
+                    timeout < options_.timeout);
   if (r.code != static_cast<uint8_t>(rdv::Code::kOk)) throw_reply_error(r, what);
 }
 

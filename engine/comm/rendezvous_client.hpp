@@ -43,6 +43,8 @@ class RendezvousClient final : public transports::KvStore {
   RendezvousClient& operator=(const RendezvousClient&) = delete;
 
   void set(const std::string& key, const std::string& value) override;
+  // Within `timeout` in all: the request and any re-handshake it needs (set's re-handshake has options.timeout).
+  void set_within(const std::string& key, const std::string& value, std::chrono::milliseconds timeout) override;
   // Waits (server side) until `key` exists; kTimeout naming the key after `timeout`.
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   // Atomically adds `delta` to the counter at `key` (absent = 0) and returns the new value.
@@ -70,7 +72,9 @@ class RendezvousClient final : public transports::KvStore {
                                  std::chrono::steady_clock::time_point deadline);
   // roundtrip + one re-handshake when the server forgot this connection (NOAUTH); throws on
   // deadline, naming `what`.
-  Reply request(uint8_t op, std::vector<std::string> args, std::chrono::milliseconds timeout, const std::string& what);
+  // hard: a re-handshake keeps to the same deadline (else it has options.timeout of its own).
+  Reply request(uint8_t op, std::vector<std::string> args, std::chrono::milliseconds timeout, const std::string& what,
+                bool hard = false);
   [[noreturn]] void throw_reply_error(const Reply& r, const std::string& what) const;
 
   RendezvousClientOptions options_;

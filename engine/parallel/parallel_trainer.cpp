@@ -3,6 +3,7 @@
 #include "engine/core/settings.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <cctype>
 #include <cmath>
@@ -412,6 +413,10 @@ void ParallelTrainer::setup_strategy() {
 }
 
 ParallelTrainer::~ParallelTrainer() {
+  // A rank that ends with its communicator failed and not shrunk (the job's last save gave up on a loss) tells the
+  // survivors' agreement it left, so they do not wait out the window for it, and whether it reported an epoch.
+  if (comm::Communicator* c = trainer_comm(); absorbing_ && c != nullptr && c->is_failed())
+    c->leave(fmt::format("reported={}", reported_epoch_));
   // The job ends here (elastic pipeline/hybrid): the grid's rank 0 refuses the spares and joiners still waiting, so
   // they stop now rather than at the end of their wait.
   // Not after the survivors stopped it: they refused them already, with the reason (refuse_waiting_ranks).
@@ -738,6 +743,7 @@ auto ParallelTrainer::failing_loudly(F&& f) -> decltype(f()) {
 }
 
 train::StepResult ParallelTrainer::step() {
+  TANDEM_CHECK(finished_below_min_.empty(), Status::kPeerFailure, "{}", finished_below_min_);
   skip_save_ = false;  // a save skipped only between the epoch's closing collectives and the next step
   return failing_loudly([&] {
     return elastic_retry(Phase::kStep, [&]() -> train::StepResult {
@@ -893,6 +899,13 @@ void ParallelTrainer::note_ps_membership() {
 void ParallelTrainer::shrink_group(const std::string& why) {
   std::unique_ptr<comm::Communicator>& group = own_comm_ ? own_comm_ : dp_comm_;
   std::unique_ptr<comm::Communicator> next = group->shrink();
+  for (const auto& [rank, note] : next->departures()) {
+    // "reported=<epoch>" (the destructor): that rank reported the epochs up to it (an unreadable note counts none)
+    int64_t epoch = 0;
+    const size_t at = note.find("reported=");
+    if (at != std::string::npos) std::from_chars(note.data() + at + 9, note.data() + note.size(), epoch);
+    reported_elsewhere_ = std::max(reported_elsewhere_, epoch);
+  }
   std::vector<int> now;
   for (int p : next->parent_ranks()) now.push_back(members_[static_cast<size_t>(p)]);
   // It may keep every rank: a timeout blamed on ranks that all answered the agreement (membership.hpp); recover
@@ -1261,7 +1274,17 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     }
   }
   const std::vector<int> gone(lost_.begin() + static_cast<std::ptrdiff_t>(lost_before), lost_.end());
-  if (static_cast<int>(members_.size()) < pc_.min_ranks) {
+  if (static_cast<int>(members_.size()) < pc_.min_ranks && training_done(phase, behind)) {
+    finished_below_min_ = fmt::format(
+        "elastic training stopped: world rank(s) {} lost ({}) in the closing collectives of the job's last epoch; {} of "
+        "{} ranks left, below min_ranks {}: the job's {} epoch(s) of training were done, so the survivors finished "
+        "its evaluation and save, but no further step runs",
+        fmt::join(lost_, ", "), why, members_.size(), initial_world_, pc_.min_ranks, config_.epochs);
+    log::warn("elastic: world rank {}: {} of {} ranks left, below min_ranks {}, after a loss in the closing "
+              "collectives of the job's last epoch ({}): its training is done, so the survivors finish it (a further "
+              "step stops)",
+              world_rank(), members_.size(), initial_world_, pc_.min_ranks, why);
+  } else if (static_cast<int>(members_.size()) < pc_.min_ranks) {
     std::string where = "no checkpoint was asked for";
     if (!pc_.elastic_checkpoint.empty()) {
       save_checkpoint(pc_.elastic_checkpoint);
@@ -1320,6 +1343,22 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
               fmt::join(gone, ", "), why, members_.size(), fmt::join(members_, ", "), ms, how,
               rank_label(world_rank()));
   return behind;
+}
+
+bool ParallelTrainer::training_done(Phase phase, bool step_done) {
+  // This rank is past the last epoch's steps: in a closing collective, or its last step was done by the others.
+  int64_t done = completed_epochs_ >= config_.epochs && (phase != Phase::kStep || step_done) ? 1 : 0;
+  // Every survivor decides alike (a step beyond config.epochs may be done on one and not on another).
+  if (world_ != nullptr && !spare_) {
+    try {
+      world_->allreduce(&done, &done, 1, DType::kI64, ReduceOp::kMin)->wait();
+    } catch (const Error& e) {
+      log::warn("elastic: world rank {}: the survivors could not agree that the job's training is done ({}): it "
+                "stops below min_ranks", world_rank(), in_world_ranks(e.what()));
+      done = 0;
+    }
+  }
+  return done != 0;
 }
 
 train::StepResult ParallelTrainer::step_impl() {
@@ -1527,6 +1566,8 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
     e.test_accuracy = ev.accuracy;
   }
   e.wall_s = seconds_since(t0);
+  e.already_reported = e.epoch <= reported_elsewhere_;
+  if (grid_.rank == 0 && !spare_) reported_epoch_ = std::max(reported_epoch_, e.epoch);
   return e;
 }
 

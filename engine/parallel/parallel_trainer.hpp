@@ -49,7 +49,12 @@
 //    snapshot's), the dp' survivors continue at position floor(g / dp') of their new shards: no sample of the epoch
 //    is skipped and at most dp' - 1 are seen twice. An epoch is then longer in steps (ceil(N / dp') / batch).
 //  - Stop: fewer than min_ranks survivors write a checkpoint (elastic_checkpoint, atomically, resumable at any dp)
-//    and fail with kPeerFailure naming the lost world ranks, on every survivor.
+//    and fail with kPeerFailure naming the lost world ranks, on every survivor. Not when the job's training is done
+//    (a loss in the closing collectives of its last epoch, config.epochs: training_done): the survivors finish its
+//    evaluation and save, and only a further step stops them so.
+//  - Leaving: a rank whose trainer ends with its communicator failed and not shrunk (its last save gave up on a loss)
+//    says so in the survivors' agreement (Communicator::leave), which then does not wait out its window for the rank,
+//    with the last epoch it reported as rank 0: the survivors' rank 0 returns that epoch already_reported.
 //  - Rank 0: losing it is survived like any rank when the store is served outside the ranks (TANDEM_STORE; `tandem
 //    launch` serves it): the lowest survivor becomes rank 0 and reports from then on. With the store in world rank 0
 //    (no launcher, or a --master-addr not on the launcher's machine) losing rank 0 stops the job (kTimeout).
@@ -384,6 +389,10 @@ class ParallelTrainer {
   // A job that never checks for joiners closes its store to them (rank 0): `tandem launch --join` is refused at once,
   // naming why, instead of waiting for an admission no step boundary makes.
   void close_to_joiners();
+  // recover, below min_ranks: true when the job's training is done on every survivor (collective over them): each is
+  // past the steps of the job's last epoch (config.epochs) -- in its closing collectives (phase), or its last step was
+  // completed by the others (step_done). A loss there does not fail the job: its evaluation and save go on.
+  bool training_done(Phase phase, bool step_done);
   // Shrinks it to the survivors and updates members, lost ranks and the grid (with servers: count_servers after).
   void shrink_group(const std::string& why);
   // With servers, right after shrink_group (collective over the survivors): the outcome of a re-form whose vote a
@@ -655,6 +664,15 @@ class ParallelTrainer {
     SyncProgram ownership;
   };
   std::unique_ptr<AdmissionUndo> admission_undo_;
+  // Who reports an epoch (issue #17): the rank that is rank 0 when the epoch closes. reported_epoch_: the last epoch
+  // this rank closed as rank 0; a rank leaving a failed communicator (the destructor) says it in its note
+  // ("reported=<epoch>", Communicator::leave), and the survivors keep the highest they read in reported_elsewhere_
+  // (shrink_group), so an epoch whose reporter left after reporting it is not reported again.
+  int64_t reported_epoch_ = 0;
+  int64_t reported_elsewhere_ = 0;
+  // Fewer than min_ranks left after a loss in the job's last epoch's closing collectives: the job's training is done,
+  // so the survivors finish its evaluation and save; this stop (the message) is raised at any further step.
+  std::string finished_below_min_;
   bool checkpoint_written_ = false;  // write_checkpoint: this rank wrote the file in the last save
   bool left_admission_ = false;  // admit_workers: cut off inside the grown world's split, this rank leaves the job
   void undo_admission();  // puts admission_undo_ back (the grid's world and rank stay the communicator's)

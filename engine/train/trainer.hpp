@@ -60,6 +60,9 @@ struct EpochResult {
   double images_per_sec = 0;    // training only (excludes evaluation)
   double train_s = 0;
   double wall_s = 0;            // training + evaluation
+  // Elastic: a rank that has left the job reported this epoch already (it was rank 0 when the epoch closed there, and
+  // said so as it left: Communicator::leave); the survivors' rank 0 does not report it again.
+  bool already_reported = false;
 };
 
 struct Progress {

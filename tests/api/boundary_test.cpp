@@ -149,7 +149,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
           [&h](auto* p) { return tandem_trainer_create(h.model, h.data, nullptr, h.opt, p, &trainer_out); }),
       struct_case<tandem_step_result_t>("tandem_step_result_t", TANDEM_STEP_RESULT_EPOCH_END,
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
-      struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_TIME,
+      struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_REPORT,
                                          [&h](auto* r) { return tandem_trainer_epoch(h.trainer, r); }),
       struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_BUCKETS, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -116,6 +117,41 @@ BOOST_AUTO_TEST_CASE(survivors_of_a_dead_or_aborted_rank_shrink_and_allreduce) {
         s->barrier()->wait();
       });
     }
+}
+
+// A rank done with a failed communicator that will never shrink it (its program ended: rank 0 here) says so
+// (Communicator::leave): the survivors' agreement counts it out as soon as it reads that, and hands its note to them.
+// Before, nobody suspected it (rank 2 died), so the coordinator waited out the window plus 2 s (6 s here) for its post;
+// the bound below, the window itself, only tells the two apart. Its second leave, and a leave on a healthy
+// communicator, do nothing.
+BOOST_AUTO_TEST_CASE(a_rank_that_leaves_a_failed_communicator_is_counted_out_at_once_with_its_note) {
+  for (const auto& tr : transports_under_test()) {
+    std::atomic<int> shrunk{0};  // rank 0 stays alive (its transport open) until the survivors are through
+    run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
+      auto group = c.split(0, r);
+      group->leave("not failed");  // healthy: nothing posted
+      EXPECT(sum_over(*group, 1.f) == 4.f, "healthy group");
+      if (r == 2) return;  // dies
+      failing_allreduce(*group);
+      if (r == 0) {
+        group->leave("reported=1\nsecond line");
+        group->leave("again");  // once only
+        for (int i = 0; i < 2000 && shrunk < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;
+      }
+      const auto t0 = Clock::now();
+      auto s = group->shrink();
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      EXPECT(s->parent_ranks() == (std::vector<int>{1, 3}), "rank {}: parents {}", r, fmt::join(s->parent_ranks(), ","));
+      const auto gone = s->departures();
+      EXPECT(gone.size() == 1 && gone[0].first == 0 && gone[0].second == "reported=1 second line",
+             "rank {}: {} departure(s), the first {} '{}'", r, gone.size(), gone.empty() ? -1 : gone[0].first,
+             gone.empty() ? std::string() : gone[0].second);
+      EXPECT(ms < 4000, "rank {}: the shrink took {} ms: it waited for the rank that left", r, ms);
+      EXPECT(sum_over(*s, 1.f) == 2.f, "the survivors' communicator works");
+      ++shrunk;
+    });
+  }
 }
 
 // A program holds the communicator it created; a trainer that shrank works on a descendant of it (a split, then its
@@ -288,11 +324,16 @@ BOOST_AUTO_TEST_CASE(membership_decisions_round_trip_and_malformed_ones_are_name
   m.comm_id = 17;
   m.coordinator = 2;
   m.members = {0, 2, 5};
+  m.left = {{1, "reported=2"}, {4, ""}};
   const auto back = engine::comm::parse_decision(engine::comm::format_decision(m));
   BOOST_TEST(back.epoch == 3);
   BOOST_TEST(back.comm_id == 17u);
   BOOST_TEST(back.coordinator == 2);
   BOOST_TEST((back.members == std::vector<int>{0, 2, 5}));
+  BOOST_TEST(back.left.size() == 2u);  // the ranks that left; their notes are read from their posts
+  BOOST_TEST((back.left.size() == 2u && back.left[0].first == 1 && back.left[1].first == 4));
+  // A decision of a build before rule 5 (no left field) still reads.
+  BOOST_TEST(engine::comm::parse_decision("epoch=1 id=2 coordinator=0 members=0,1").left.empty());
   std::string msg;
   BOOST_TEST((status_of([] { engine::comm::parse_decision("epoch=x id=1"); }, &msg) == Status::kInternal));
   BOOST_TEST(contains(msg, "epoch=x"), msg);

@@ -47,12 +47,12 @@ def epochs_of(lines, rank):
     return out
 
 
-def run_launch(test, launch_args, on_line, train=None, limit_s=240):
-    """Runs `tandem launch LAUNCH_ARGS -- tandem TRAIN` (train: other `tandem` arguments), stdout and stderr merged,
-    calling on_line(launcher pid, line) for each line; fails `test` past limit_s and kills the launcher by pid.
-    Returns (exit code, lines)."""
+def run_launch(test, launch_args, on_line, train=None, limit_s=240, extra_env=None):
+    """Runs `tandem launch LAUNCH_ARGS -- tandem TRAIN` (train: other `tandem` arguments; extra_env: added to the
+    environment), stdout and stderr merged, calling on_line(launcher pid, line) for each line; fails `test` past
+    limit_s and kills the launcher by pid. Returns (exit code, lines)."""
     p = subprocess.Popen([CLI, "launch"] + launch_args + ["--", CLI] + (train or TRAIN), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env(), bufsize=1)
+                         stderr=subprocess.STDOUT, text=True, env=dict(env(), **(extra_env or {})), bufsize=1)
     lines = []
     try:
         deadline = time.monotonic() + limit_s
@@ -181,6 +181,35 @@ class ElasticLaunch(unittest.TestCase):
             self.assertRegex(out, r"\[rank %d\] tandem: .*world rank %d .*its communicator was aborted on this rank: "
                                   r"stopped by signal 2" % (rank, rank))
         self.assertNotIn("epoch 40:", out)
+
+    def test_a_loss_in_the_last_epochs_evaluation_is_reported_once_and_the_job_finishes_at_its_floor(self):
+        # One epoch on 4 ranks, --min-ranks 3. World rank 1 leaves right after the epoch's evaluation (test hook
+        # TANDEM_TEST_REFORM_LEAVE); rank 0 completed the evaluation too and reported the epoch, its save fails on the
+        # loss and it ends; ranks 2 and 3 were cut off in the evaluation, re-form as a world of 2, redo it and save.
+        # Before: the survivors waited out the agreement's window for rank 0 ("did not take part within"), world rank 2
+        # reported epoch 1 a second time as the survivors' rank 0, and with --min-ranks 3 they stopped below it
+        # although the job had finished training. Now rank 0 says it left and that it reported the epoch, and the
+        # survivors finish the job's closing evaluation and save.
+        train = [w if i == 0 or TRAIN[i - 1] not in ("--epochs", "--limit-batches", "--min-ranks") else
+                 {"--epochs": "1", "--limit-batches": "8", "--min-ranks": "3"}[TRAIN[i - 1]] for i, w in enumerate(TRAIN)]
+        with tempfile.TemporaryDirectory() as d:
+            ck = os.path.join(d, "job.ckpt")
+            rc, lines = run_launch(self, ["-n", "4", "--min-ranks", "3", "--transport", "tcp"], lambda pid, line: None,
+                                   train=train + ["--checkpoint", ck],
+                                   extra_env={"TANDEM_TEST_REFORM_LEAVE": "1:evaluated"})
+            out = "".join(lines)
+            self.assertIn("world rank 1 leaves the job at point 'evaluated'", out)
+            reports = [r for r in range(4) if epochs_of(lines, r).get(1)]
+            self.assertEqual(reports, [0], out)  # once, by world rank 0
+            self.assertIn("elastic: world rank(s) 0, 1 lost", out)  # ranks 2 and 3 re-formed without them ...
+            self.assertNotIn("did not take part within", out)  # ... not waiting for rank 0, which said it left
+            self.assertIn("below min_ranks 3, after a loss in the closing collectives of the job's last epoch", out)
+            self.assertNotIn("elastic training stopped", out)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("elastic job finished with 3 of 4 ranks (--min-ranks 3); lost: rank 1", out)
+            for rank in (2, 3):
+                self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from the survivors
+            self.assertTrue(os.path.exists(ck), out)
 
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,

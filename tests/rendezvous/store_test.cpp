@@ -365,6 +365,33 @@ BOOST_AUTO_TEST_CASE(server_shutdown_fails_waiters_fast_and_later_calls_by_deadl
   BOOST_TEST(ms_since(start2) < 2000);
 }
 
+// A write a rank makes on its way out (Communicator::leave) keeps its own deadline, though the client's is long: with
+// the server gone it fails with kTimeout naming the key, not after the client's 20 s (the bound below only tells the
+// two apart).
+BOOST_AUTO_TEST_CASE(set_within_keeps_its_own_deadline_when_the_server_is_gone) {
+  auto so = server_options();
+  so.shutdown_grace = 300ms;
+  auto server = std::make_unique<RendezvousServer>(so);
+  auto o = client_options(*server);
+  o.timeout = 20000ms;
+  RendezvousClient c(o);
+  c.set_within("before", "x", 2000ms);
+  BOOST_TEST(c.get("before", 2000ms) == "x");
+  server.reset();
+  const auto start = Clock::now();
+  Status status = Status::kOk;
+  std::string msg;
+  try {
+    c.set_within("after", "x", 300ms);
+  } catch (const Error& e) {
+    status = e.status();
+    msg = e.what();
+  }
+  BOOST_TEST(static_cast<int>(status) == static_cast<int>(Status::kTimeout), msg);
+  BOOST_TEST(msg.find("set 'after'") != std::string::npos, msg);
+  BOOST_TEST(ms_since(start) < 10000);
+}
+
 BOOST_AUTO_TEST_CASE(unreachable_server_times_out_naming_the_address) {
   RendezvousClientOptions o;
   o.port = rdv_test::free_port();

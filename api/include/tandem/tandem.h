@@ -938,6 +938,7 @@ TANDEM_API tandem_status_t tandem_trainer_step(tandem_trainer_t* trainer,
 #define TANDEM_EPOCH_RESULT_TRAIN (UINT64_C(1) << 0) /* epoch, train_loss, train_accuracy, train_samples */
 #define TANDEM_EPOCH_RESULT_TEST  (UINT64_C(1) << 1) /* test_loss, test_accuracy (NaN without a test set) */
 #define TANDEM_EPOCH_RESULT_TIME  (UINT64_C(1) << 2) /* images_per_sec, train_s, wall_s */
+#define TANDEM_EPOCH_RESULT_REPORT (UINT64_C(1) << 3) /* already_reported */
 typedef struct tandem_epoch_result {
   uint64_t field_mask;
   int64_t epoch;            /* 1-based */
@@ -950,6 +951,8 @@ typedef struct tandem_epoch_result {
   double images_per_sec;    /* training only */
   double train_s;
   double wall_s;            /* training + evaluation */
+  int32_t already_reported; /* elastic: non-zero when a rank that has since left the job reported this epoch (it was
+                               rank 0 when the epoch closed there); the survivors' rank 0 need not report it again */
 } tandem_epoch_result_t;
 #define TANDEM_EPOCH_RESULT_INIT {0}
 /* Trains the rest of the current epoch (or the next whole one), then evaluates on the test set.
