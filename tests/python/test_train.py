@@ -112,6 +112,7 @@ class Training(unittest.TestCase):
         first = trainer.epoch()
         self.assertEqual(first["epoch"], 1)
         self.assertEqual(first["train_samples"], 3072)
+        self.assertIs(first["already_reported"], False)  # no elastic loss: this rank reports its own epoch
         self.assertEqual(len(seen), 3072 // 64)
         self.assertEqual(seen[-1]["batch"], seen[-1]["batches"])
         self.assertEqual(trainer.completed_epochs, 1)

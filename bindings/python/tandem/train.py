@@ -93,7 +93,7 @@ class _StepResult(ctypes.Structure):
 class _EpochResult(ctypes.Structure):
     _fields_ = [("field_mask", _u64), ("epoch", _i64), ("train_loss", _f64), ("train_accuracy", _f64),
                 ("train_samples", _i64), ("test_loss", _f64), ("test_accuracy", _f64), ("images_per_sec", _f64),
-                ("train_s", _f64), ("wall_s", _f64)]
+                ("train_s", _f64), ("wall_s", _f64), ("already_reported", _i32)]
 
 
 class _ParallelParams(ctypes.Structure):
@@ -446,14 +446,16 @@ class Trainer(_Handle):
         return {"loss": r.loss, "correct": r.correct, "samples": r.samples, "lr": r.lr, "epoch_end": bool(r.epoch_end)}
 
     def epoch(self):
-        r = _EpochResult(field_mask=7)
+        """Trains the rest of the epoch and evaluates. already_reported: an elastic job's survivors get True for an
+        epoch that a rank which has since left already reported (it was rank 0 then): do not print it again."""
+        r = _EpochResult(field_mask=15)
         _check(_LIB.tandem_trainer_epoch(self._h, ctypes.byref(r)))
         nan = lambda v: None if math.isnan(v) else v
         # train_loss, train_accuracy: None when no sample was scored in the epoch (the library's NaN)
         return {"epoch": r.epoch, "train_loss": nan(r.train_loss), "train_accuracy": nan(r.train_accuracy),
                 "train_samples": r.train_samples, "test_loss": nan(r.test_loss),
                 "test_accuracy": nan(r.test_accuracy), "images_per_sec": r.images_per_sec, "train_s": r.train_s,
-                "wall_s": r.wall_s}
+                "wall_s": r.wall_s, "already_reported": bool(r.already_reported)}
 
     def evaluate(self, dataset, limit_batches=0):
         loss, acc = _f64(), _f64()
