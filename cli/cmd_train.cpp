@@ -469,7 +469,8 @@ int run_train(const TrainOptions& o) {
     std::fprintf(stderr, "tandem train: warning: --strategy ps-async applies each push as its own optimizer step, on a "
                  "gradient about %d update(s) stale (%d workers); --momentum %g compounds that staleness and can make "
                  "training diverge (LeNet-5 on 4 workers at lr 0.02 and momentum 0.9 stayed at chance, where momentum "
-                 "0 reached 86%%): --momentum 0, or a lower --lr, is the stable setting\n",
+                 "0 reached 86%%): --momentum 0, or a lower --lr, is the stable setting (--staleness-lr inverse stops "
+                 "the divergence but trained slower)\n",
                  workers - 1, workers, static_cast<double>(o.momentum));
   }
   Handles h;
@@ -879,8 +880,8 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->group(par)->capture_default_str(),
       app.add_option("--staleness-lr", o->staleness_lr, "ps-async: none, or inverse: each push's learning rate / "
                      "max(tau, 1), tau its staleness (the updates its piece took on the server since its worker was "
-                     "sent the values it computed from; Zhang et al. 2016). Momentum 0.9 then trains where plain "
-                     "ps-async diverges (bench/strategies/README.md)")
+                     "sent the values it computed from; Zhang et al. 2016). At --momentum 0.9 it keeps training "
+                     "off chance where plain ps-async diverges, but momentum 0 still trains faster")
           ->group(par)->check(CLI::IsMember({"none", "inverse"}))->capture_default_str(),
       app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(par)
           ->capture_default_str(),

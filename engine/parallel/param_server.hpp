@@ -28,8 +28,9 @@
 //     restore counts as sent), i.e. the updates of other workers its gradient did not see (Zhang et al. 2016). tau is
 //     measured per piece, on the server, with no extra message. The optimizer's rate is what is divided, so the step
 //     it takes -- lr (mu v + g) for SGD with momentum, Adam's normalised step -- is scaled as a whole: scaling the
-//     gradient instead would leave Adam's step unchanged. The momentum buffer itself is not dampened (measured in
-//     bench/strategies/README.md: the rate's scale alone is what the table shows).
+//     gradient instead would leave Adam's step unchanged. The momentum coefficient is not changed per push: at
+//     momentum 0.9 the rule keeps 4 stale workers off chance but trains slower than momentum 0 (bench/strategies/
+//     README.md, session 21, says why a momentum rule would be the next step).
 //   easgd (asynchronous centre c): a worker sends its parameters x; the server sets d = alpha (x - c), c <- c + d and
 //     replies d; the worker sets x <- x - d (Zhang et al. 2015, asynchronous EASGD). Exchanges apply one at a time.
 //
