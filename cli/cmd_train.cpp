@@ -278,7 +278,9 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   if (given({"--servers"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
   if (given({"--staleness"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
   if (given({"--staleness-lr"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS_LR;
-  pp.staleness_lr = o.staleness_lr == "inverse" ? TANDEM_STALENESS_LR_INVERSE : TANDEM_STALENESS_LR_NONE;
+  pp.staleness_lr = o.staleness_lr == "inverse"    ? TANDEM_STALENESS_LR_INVERSE
+                    : o.staleness_lr == "momentum" ? TANDEM_STALENESS_LR_MOMENTUM
+                                                   : TANDEM_STALENESS_LR_NONE;
   if (given({"--tau", "--alpha", "--easgd-async"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
   if (given({"--clients", "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s"}))
     pp.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
@@ -469,8 +471,7 @@ int run_train(const TrainOptions& o) {
     std::fprintf(stderr, "tandem train: warning: --strategy ps-async applies each push as its own optimizer step, on a "
                  "gradient about %d update(s) stale (%d workers); --momentum %g compounds that staleness and can make "
                  "training diverge (LeNet-5 on 4 workers at lr 0.02 and momentum 0.9 stayed at chance, where momentum "
-                 "0 reached 86%%): --momentum 0, or a lower --lr, is the stable setting (--staleness-lr inverse stops "
-                 "the divergence but trained slower)\n",
+                 "0 reached 86%%): --staleness-lr momentum, --momentum 0, or a lower --lr, is the stable setting\n",
                  workers - 1, workers, static_cast<double>(o.momentum));
   }
   Handles h;
@@ -878,11 +879,13 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->group(par)->capture_default_str(),
       app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: sync)")
           ->group(par)->capture_default_str(),
-      app.add_option("--staleness-lr", o->staleness_lr, "ps-async: none, or inverse: each push's learning rate / "
-                     "max(tau, 1), tau its staleness (the updates its piece took on the server since its worker was "
-                     "sent the values it computed from; Zhang et al. 2016). At --momentum 0.9 it keeps training "
-                     "off chance where plain ps-async diverges, but momentum 0 still trains faster")
-          ->group(par)->check(CLI::IsMember({"none", "inverse"}))->capture_default_str(),
+      app.add_option("--staleness-lr", o->staleness_lr, "ps-async: how a push's step follows its staleness tau (the "
+                     "updates its piece took on the server since its worker was sent the values it computed from): "
+                     "none; inverse: the learning rate / max(tau, 1) (Zhang et al. 2016); momentum: SGD's momentum "
+                     "max(0, 1 - (1 - m)(tau + 1)) for that push, the rate kept (asynchrony's own momentum taken out; "
+                     "Mitliagkas et al. 2016). At --momentum 0.9 plain ps-async diverges; momentum trains from the "
+                     "start, inverse after a stall (bench/strategies/README.md)")
+          ->group(par)->check(CLI::IsMember({"none", "inverse", "momentum"}))->capture_default_str(),
       app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(par)
           ->capture_default_str(),
       app.add_option("--alpha", o->alpha, "easgd: moving rate in [0, 1) (0: 0.9 / workers)")->group(par)

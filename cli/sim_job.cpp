@@ -141,8 +141,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
         ->group(grp)->capture_default_str();
     app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: as ps)")
         ->group(grp)->capture_default_str();
-    app.add_option("--staleness-lr", o->staleness_lr, "ps-async: none, or inverse: a push's rate / its staleness "
-                   "(update math: not timed)")->group(grp)->check(CLI::IsMember({"none", "inverse"}));
+    app.add_option("--staleness-lr", o->staleness_lr, "ps-async: none, inverse (a push's rate / its staleness) or "
+                   "momentum (its momentum lowered by it); update math: not timed")
+        ->group(grp)->check(CLI::IsMember({"none", "inverse", "momentum"}));
     app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(grp)->capture_default_str();
     app.add_option("--alpha", o->alpha, "easgd: moving rate (update math: not timed)")->group(grp);
     app.add_flag("--easgd-async", o->easgd_async, "easgd: push/pull with the servers, no barrier")->group(grp);

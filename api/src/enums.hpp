@@ -104,7 +104,8 @@ TANDEM_API_ENUM(tandem_compression_t, engine::parallel::GradCompression,        
                 {TANDEM_COMPRESSION_BF16, engine::parallel::GradCompression::kBF16});
 TANDEM_API_ENUM(tandem_staleness_lr_t, engine::parallel::StalenessLr,                           //
                 {TANDEM_STALENESS_LR_NONE, engine::parallel::StalenessLr::kNone},                //
-                {TANDEM_STALENESS_LR_INVERSE, engine::parallel::StalenessLr::kInverse});
+                {TANDEM_STALENESS_LR_INVERSE, engine::parallel::StalenessLr::kInverse},          //
+                {TANDEM_STALENESS_LR_MOMENTUM, engine::parallel::StalenessLr::kMomentum});
 TANDEM_API_ENUM(tandem_partition_t, engine::parallel::PartitionCost,                            //
                 {TANDEM_PARTITION_FLOPS, engine::parallel::PartitionCost::kFlops},              //
                 {TANDEM_PARTITION_MEASURED, engine::parallel::PartitionCost::kMeasured});

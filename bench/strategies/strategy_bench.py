@@ -4,7 +4,7 @@ all-reduce, predicted beside measured, and PyTorch DDP (gloo) as the peer -- in 
 
   bench/strategies/strategy_bench.py [--workers 4] [--parts tta,psring,peer] [--strategies KEY,...]
                                      [--target 0.85] [--batch 32] [--lr 0.02] [--momentum 0.9] [--eval-every 234]
-                                     [--staleness-lr none|inverse]
+                                     [--staleness-lr none|inverse|momentum]
                                      [--max-evals 4] [--fedavg-rounds 4] [--psring-steps 40]
                                      [--tandem PATH] [--json OUT] [--quick]
 
@@ -474,8 +474,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--momentum", type=float, default=0.9,
                     help="SGD momentum of the tandem runs (the peer, PyTorch, always uses 0.9)")
-    ap.add_argument("--staleness-lr", choices=("none", "inverse"), default="none",
-                    help="ps-async rows: tandem train --staleness-lr (a push's rate / its staleness)")
+    ap.add_argument("--staleness-lr", choices=("none", "inverse", "momentum"), default="none",
+                    help="ps-async rows: tandem train --staleness-lr (a push's rate or momentum by its staleness)")
     ap.add_argument("--eval-every", type=int, default=234, help="steps between evaluations (half an epoch at 4x32)")
     ap.add_argument("--max-evals", type=int, default=4, help="cap: evaluations per run (epochs of --eval-every)")
     ap.add_argument("--fedavg-rounds", type=int, default=4, help="cap: FedAvg rounds")

@@ -86,6 +86,7 @@ const char* staleness_lr_name(StalenessLr s) noexcept {
   switch (s) {
     case StalenessLr::kNone: return "none";
     case StalenessLr::kInverse: return "inverse";
+    case StalenessLr::kMomentum: return "momentum";
   }
   return "?";
 }
@@ -93,7 +94,8 @@ const char* staleness_lr_name(StalenessLr s) noexcept {
 StalenessLr parse_staleness_lr(std::string_view s) {
   if (s == "none") return StalenessLr::kNone;
   if (s == "inverse") return StalenessLr::kInverse;
-  TANDEM_THROW(Status::kInvalidArgument, "--staleness-lr \"{}\" is not a rule (none, inverse)", s);
+  if (s == "momentum") return StalenessLr::kMomentum;
+  TANDEM_THROW(Status::kInvalidArgument, "--staleness-lr \"{}\" is not a rule (none, inverse, momentum)", s);
 }
 
 PartitionCost parse_partition_cost(std::string_view s) {
@@ -109,8 +111,10 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
   TANDEM_REQUIRE(c.server_replicas == 0 || has_servers(c.strategy, c.easgd_async),
                  "--server-replicas {}: strategy {} has no parameter servers to replicate (ps, ps-async and ssp have)",
                  c.server_replicas, name);
-  TANDEM_REQUIRE(c.staleness_lr == StalenessLr::kNone || c.staleness_lr == StalenessLr::kInverse,
-                 "--staleness-lr: {} is not a rule (0: none, 1: inverse)", static_cast<int32_t>(c.staleness_lr));
+  TANDEM_REQUIRE(c.staleness_lr == StalenessLr::kNone || c.staleness_lr == StalenessLr::kInverse ||
+                     c.staleness_lr == StalenessLr::kMomentum,
+                 "--staleness-lr: {} is not a rule (0: none, 1: inverse, 2: momentum)",
+                 static_cast<int32_t>(c.staleness_lr));
   TANDEM_REQUIRE(c.staleness_lr == StalenessLr::kNone || c.strategy == Strategy::kPsAsync,
                  "--staleness-lr {}: strategy {} applies no stale pushes (only ps-async scales a push by its "
                  "staleness; ssp bounds it instead)", staleness_lr_name(c.staleness_lr), name);

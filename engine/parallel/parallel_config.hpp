@@ -45,10 +45,12 @@ GradCompression parse_compression(std::string_view s);      // "none", "fp16"/"f
 // between the reply (or sync point) that gave the worker the values it computed the gradient from and this push:
 //   kNone     every push is one optimizer step at the schedule's rate (Downpour);
 //   kInverse  the rate / max(tau, 1) (Zhang et al. 2016, "Staleness-aware Async-SGD"): a push computed from
-//             parameters tau updates old moves them 1/tau as far. The optimizer's rate is scaled, so the momentum
-//             buffer is not (param_server.hpp states the rule and why).
-enum class StalenessLr : int32_t { kNone = 0, kInverse = 1 };
-const char* staleness_lr_name(StalenessLr s) noexcept;  // "none", "inverse"
+//             parameters tau updates old moves them 1/tau as far;
+//   kMomentum SGD with momentum mu: the push's momentum coefficient is max(0, 1 - (1 - mu)(tau + 1)), the rate
+//             unchanged -- asynchrony adds momentum of about tau / (tau + 1) of its own (Mitliagkas et al. 2016), so
+//             the server's buffer keeps mu in all (param_server.hpp states both rules and why).
+enum class StalenessLr : int32_t { kNone = 0, kInverse = 1, kMomentum = 2 };
+const char* staleness_lr_name(StalenessLr s) noexcept;  // "none", "inverse", "momentum"
 StalenessLr parse_staleness_lr(std::string_view s);     // kInvalidArgument naming --staleness-lr and the valid names
 
 // Cost per layer used to cut the model into balanced stages.

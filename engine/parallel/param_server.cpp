@@ -660,13 +660,20 @@ void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
 }
 
 void ParameterServerSync::apply_async(ServerPiece& p, const float* grad, const WorkerState& from, int j) {
-  // --staleness-lr inverse: the updates of this piece since the pushing worker was sent its values (header comment)
+  // --staleness-lr: tau, the updates of this piece since the pushing worker was sent its values (header comment)
+  const int64_t tau = std::max<int64_t>(p.optimizer->steps() - from.pulled[static_cast<size_t>(j)], 0);
   double staleness_scale = 1.0;
-  if (program_.staleness_lr == StalenessLr::kInverse) {
-    const int64_t tau = p.optimizer->steps() - from.pulled[static_cast<size_t>(j)];
+  if (program_.staleness_lr == StalenessLr::kInverse)
     staleness_scale = 1.0 / static_cast<double>(std::max<int64_t>(tau, 1));
-  }
   compute::Backend& be = model_.backend();
+  const double mu = optimizer_config_.momentum;
+  if (program_.staleness_lr == StalenessLr::kMomentum && optimizer_config_.kind == optim::OptimizerKind::kSgd &&
+      mu > 0 && p.optimizer->steps() > 0) {
+    // the buffer pre-scaled by mu_tau / mu: the step's mu v + g is then mu_tau v + g (0 included: v = g)
+    const double mu_tau = std::max(0.0, 1.0 - (1.0 - mu) * static_cast<double>(tau + 1));
+    std::vector<Tensor> state = p.optimizer->state_tensors();
+    be.scale(state.front(), static_cast<float>(mu_tau / mu));
+  }
   Tensor g = Tensor::wrap(const_cast<float*>(grad), Shape{p.size}, DType::kF32);
   if (!be.device().is_cpu()) {
     Tensor d = be.empty(Shape{p.size});

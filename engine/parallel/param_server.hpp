@@ -28,9 +28,13 @@
 //     restore counts as sent), i.e. the updates of other workers its gradient did not see (Zhang et al. 2016). tau is
 //     measured per piece, on the server, with no extra message. The optimizer's rate is what is divided, so the step
 //     it takes -- lr (mu v + g) for SGD with momentum, Adam's normalised step -- is scaled as a whole: scaling the
-//     gradient instead would leave Adam's step unchanged. The momentum coefficient is not changed per push: at
-//     momentum 0.9 the rule keeps 4 stale workers off chance but trains slower than momentum 0 (bench/strategies/
-//     README.md, session 21, says why a momentum rule would be the next step).
+//     gradient instead would leave Adam's step unchanged. With kMomentum (SGD with momentum mu) the rate is kept and
+//     the push's momentum coefficient is mu_tau = max(0, 1 - (1 - mu)(tau + 1)) -- v <- mu_tau v + g, by scaling the
+//     piece's buffer by mu_tau / mu before the optimizer's step: asynchrony itself acts as momentum of about
+//     tau / (tau + 1) (Mitliagkas et al. 2016, "Asynchrony begets momentum"), and (1 - mu_tau)(1 - tau / (tau + 1))
+//     = 1 - mu keeps the total at mu. Without momentum (or with Adam) kMomentum changes nothing. Why both exist:
+//     at momentum 0.9 on 4 workers the rate's rule alone stalls at chance for up to 936 steps before it trains, the
+//     momentum rule trains from the start (bench/strategies/README.md, session 21).
 //   easgd (asynchronous centre c): a worker sends its parameters x; the server sets d = alpha (x - c), c <- c + d and
 //     replies d; the worker sets x <- x - d (Zhang et al. 2015, asynchronous EASGD). Exchanges apply one at a time.
 //

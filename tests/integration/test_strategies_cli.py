@@ -260,7 +260,7 @@ class StalenessLr(unittest.TestCase):
         p = subprocess.run([CLI] + BASE + ["--strategy", "ps-async", "--staleness-lr", "inverted"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         self.assertNotEqual(p.returncode, 0, p.stdout)
-        self.assertIn("--staleness-lr: inverted not in {none,inverse}", p.stdout)
+        self.assertIn("--staleness-lr: inverted not in {none,inverse,momentum}", p.stdout)
         rc, out, epochs = launch(3, ["--strategy", "ssp", "--servers", "1", "--staleness-lr", "inverse"], epochs=1,
                                  launcher=["--min-ranks", "1"])
         self.assertNotEqual(rc, 0, out)

@@ -282,6 +282,9 @@ int main(void) {
   p = all_fields(TANDEM_STRATEGY_PS_ASYNC);
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");
   EXPECT(t == NULL);
+  p.staleness_lr = TANDEM_STALENESS_LR_MOMENTUM;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");
+  EXPECT(t == NULL);
   p.field_mask &= ~TANDEM_PARALLEL_PARAM_STALENESS_LR; /* not read without its bit: a bad value is ignored */
   p.staleness_lr = (tandem_staleness_lr_t)7;
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");

@@ -199,7 +199,7 @@ class ParallelStrategies(unittest.TestCase):
         # an unknown rule is refused naming the keyword; "inverse" is read (this one-rank job then lacks a server rank)
         with self.assertRaises(tandem.TandemError) as e:
             self.make("ps-async", servers=1, staleness_lr="inverted")
-        self.assertIn("staleness_lr='inverted' is not one of none, inverse", str(e.exception))
+        self.assertIn("staleness_lr='inverted' is not one of none, inverse, momentum", str(e.exception))
         with self.assertRaises(tandem.TandemError) as e:
             self.make("ps-async", servers=1, staleness_lr="inverse")
         self.assertIn("strategy ps-async with 1 server(s) needs at least 2 ranks", str(e.exception))

@@ -1021,6 +1021,8 @@ typedef enum tandem_strategy {
 typedef enum tandem_staleness_lr {
   TANDEM_STALENESS_LR_NONE = 0,    /* every push one step at the schedule's rate */
   TANDEM_STALENESS_LR_INVERSE = 1, /* the rate / max(tau, 1) (Zhang et al. 2016, staleness-aware async SGD) */
+  TANDEM_STALENESS_LR_MOMENTUM = 2, /* SGD momentum mu: the push's momentum max(0, 1 - (1 - mu)(tau + 1)), the rate
+                                     * kept (asynchrony's own momentum, Mitliagkas et al. 2016, taken out) */
   TANDEM_STALENESS_LR_FORCE_INT32_ = 0x7fffffff
 } tandem_staleness_lr_t;
 typedef enum tandem_schedule {
@@ -1152,7 +1154,7 @@ typedef struct tandem_parallel_params {
   const double* bucket_sizes_mb;    /* default NULL */
   size_t num_bucket_sizes;          /* default 0 */
   /* PS_ASYNC only (STALENESS_LR set for another strategy: TANDEM_ERR_INVALID_ARGUMENT naming the field): each push's
-   * rate scaled by its staleness. Every rank gives the same (else TANDEM_ERR_MISMATCH). Not checkpoint state: a
+   * rate (INVERSE) or momentum (MOMENTUM) follows its staleness. Every rank gives the same (else TANDEM_ERR_MISMATCH). Not checkpoint state: a
    * resumed run may change it, as it may the rate. */
   tandem_staleness_lr_t staleness_lr; /* default NONE */
 } tandem_parallel_params_t;

@@ -114,7 +114,7 @@ class _ParallelParams(ctypes.Structure):
 # library's default (DEFAULTS).
 STRATEGIES = {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3, "ps": 4, "ps-async": 5, "ssp": 6, "asgd": 7,
               "easgd": 8, "fedavg": 9, "localsgd": 10}
-STALENESS_LR = {"none": 0, "inverse": 1}  # tandem_staleness_lr_t's names (ps-async)
+STALENESS_LR = {"none": 0, "inverse": 1, "momentum": 2}  # tandem_staleness_lr_t's names (ps-async)
 _PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "bucket_mb": (4, float),
                     "accumulation": (6, int), "servers": (10, int), "staleness": (11, int), "tau": (12, int),
                     "alpha": (12, float), "easgd_async": (12, bool), "clients": (13, int),
@@ -407,7 +407,7 @@ class Trainer(_Handle):
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas,
     first_bucket_mb, bucket_sizes_mb (a list of MiB: the first buckets' sizes in gradient-ready order), staleness_lr
-    ("none" or "inverse": ps-async divides each push's rate by its staleness).
+    ("none", "inverse": ps-async divides each push's rate by its staleness, or "momentum": lowers its momentum).
     A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; staleness_lr:
     ps-async; tau, alpha, easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps:
     localsgd) given to another strategy raise TandemError naming the field, as do more FedAvg clients than training
