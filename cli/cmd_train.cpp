@@ -92,6 +92,7 @@ struct TrainOptions {
   int join_poll_steps = 1;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
+  std::string staleness_lr = "none";  // ps-async: none | inverse (tandem_staleness_lr_t)
   std::set<std::string> given;  // the parallel options on the command line: only these set their field_mask bits
 };
 
@@ -276,6 +277,10 @@ int create_parallel_trainer(const TrainOptions& o, const tandem_trainer_params_t
   };
   if (given({"--servers"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
   if (given({"--staleness"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
+  if (given({"--staleness-lr"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS_LR;
+  pp.staleness_lr = o.staleness_lr == "inverse"    ? TANDEM_STALENESS_LR_INVERSE
+                    : o.staleness_lr == "momentum" ? TANDEM_STALENESS_LR_MOMENTUM
+                                                   : TANDEM_STALENESS_LR_NONE;
   if (given({"--tau", "--alpha", "--easgd-async"})) pp.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
   if (given({"--clients", "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s"}))
     pp.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
@@ -460,12 +465,13 @@ int run_train(const TrainOptions& o) {
   // ps-async applies every worker's push as one optimizer step, on a gradient computed from parameters about W - 1
   // updates old (W workers); SGD momentum compounds that staleness, and at 0.9 training can diverge where momentum 0
   // converges (bench/strategies/README.md, session 20). Said once, by rank 0.
-  if (o.strategy == "ps-async" && o.optimizer == "sgd" && o.momentum >= 0.5f && world > 1 && launched_rank() == 0) {
+  if (o.strategy == "ps-async" && o.optimizer == "sgd" && o.momentum >= 0.5f && o.staleness_lr == "none" &&
+      world > 1 && launched_rank() == 0) {
     const int workers = std::max(1, world - o.servers);
     std::fprintf(stderr, "tandem train: warning: --strategy ps-async applies each push as its own optimizer step, on a "
                  "gradient about %d update(s) stale (%d workers); --momentum %g compounds that staleness and can make "
                  "training diverge (LeNet-5 on 4 workers at lr 0.02 and momentum 0.9 stayed at chance, where momentum "
-                 "0 reached 86%%): --momentum 0, or a lower --lr, is the stable setting\n",
+                 "0 reached 86%%): --staleness-lr momentum, --momentum 0, or a lower --lr, is the stable setting\n",
                  workers - 1, workers, static_cast<double>(o.momentum));
   }
   Handles h;
@@ -875,6 +881,13 @@ tandem::cli::Registration reg{"train", "train a model on one process", [](CLI::A
           ->group(par)->capture_default_str(),
       app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: sync)")
           ->group(par)->capture_default_str(),
+      app.add_option("--staleness-lr", o->staleness_lr, "ps-async: how a push's step follows its staleness tau (the "
+                     "updates its piece took on the server since its worker was sent the values it computed from): "
+                     "none; inverse: the learning rate / max(tau, 1) (Zhang et al. 2016); momentum: SGD's momentum "
+                     "max(0, 1 - (1 - m)(tau + 1)) for that push, the rate kept (asynchrony's own momentum taken out; "
+                     "Mitliagkas et al. 2016). At --momentum 0.9 plain ps-async diverges; momentum trains from the "
+                     "start, inverse after a stall (bench/strategies/README.md)")
+          ->group(par)->check(CLI::IsMember({"none", "inverse", "momentum"}))->capture_default_str(),
       app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(par)
           ->capture_default_str(),
       app.add_option("--alpha", o->alpha, "easgd: moving rate in [0, 1) (0: 0.9 / workers)")->group(par)

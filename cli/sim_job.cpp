@@ -76,7 +76,7 @@ std::string train_command(const SimJobCli& o, const tandem_sim_summary_t& s, std
     const bool has_knobs = o.app->get_option_no_throw("--servers") != nullptr;
     if (s.field_mask & TANDEM_SIM_SUMMARY_STRATEGY && s.servers > 0 && !(has_knobs && o.given("--servers")))
       cmd += fmt::format(" --servers {}", s.servers);
-    for (const char* opt : {"--servers", "--staleness", "--tau", "--alpha", "--easgd-async", "--clients",
+    for (const char* opt : {"--servers", "--staleness", "--staleness-lr", "--tau", "--alpha", "--easgd-async", "--clients",
                             "--dirichlet-alpha", "--client-fraction", "--local-epochs", "--round-deadline-s",
                             "--average-every", "--warmup-steps", "--seed", "--server-replicas", "--elastic",
                             "--max-ranks", "--join-poll-steps"}) {
@@ -141,6 +141,9 @@ std::shared_ptr<SimJobCli> add_sim_job_options(CLI::App& app, bool strategy_opti
         ->group(grp)->capture_default_str();
     app.add_option("--staleness", o->staleness, "ssp: clocks a worker may run ahead of the slowest (0: as ps)")
         ->group(grp)->capture_default_str();
+    app.add_option("--staleness-lr", o->staleness_lr, "ps-async: none, inverse (a push's rate / its staleness) or "
+                   "momentum (its momentum lowered by it); update math: not timed")
+        ->group(grp)->check(CLI::IsMember({"none", "inverse", "momentum"}));
     app.add_option("--tau", o->tau, "easgd: local steps between elastic exchanges")->group(grp)->capture_default_str();
     app.add_option("--alpha", o->alpha, "easgd: moving rate (update math: not timed)")->group(grp);
     app.add_flag("--easgd-async", o->easgd_async, "easgd: push/pull with the servers, no barrier")->group(grp);
@@ -383,6 +386,7 @@ int make_sim_job(SimJobCli& o, SimJob& job) {
     if (set("--warmup-steps", TANDEM_SIM_JOB_WARMUP_STEPS)) p.warmup_steps = o.warmup_steps;
     if (set("--seed", TANDEM_SIM_JOB_SEED)) p.seed = o.seed;
     if (const int rc = merge_job_keys(o, job, {{"--server-replicas", "server_replicas", o.server_replicas},
+                                                {"--staleness-lr", "staleness_lr", o.staleness_lr},
                                                 {"--elastic", "elastic", o.elastic},
                                                 {"--max-ranks", "max_ranks", o.max_ranks},
                                                 {"--join-poll-steps", "join_poll_steps", o.join_poll_steps}}))

@@ -34,6 +34,7 @@ struct SimJobCli {
   int32_t servers = 1, staleness = 2, tau = 4, clients = 0, local_epochs = 1, average_every = 8, warmup_steps = 0;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
+  std::string staleness_lr = "none";  // ps-async (update math: not timed; passed in the job JSON)
   // issue #17: the elastic settings the simulator times (server replicas, the joiner check); passed in the job JSON
   int32_t server_replicas = 0, max_ranks = 0, join_poll_steps = 1;
   bool elastic = false;

@@ -139,6 +139,7 @@ engine::parallel::Job engine_job(const JobSpec& j, const engine::nn::SampleShape
   e.parallel.max_ranks = j.max_ranks;
   e.parallel.join_poll_steps = j.join_poll_steps;
   e.parallel.staleness = j.staleness;
+  e.parallel.staleness_lr = j.staleness_lr;
   e.parallel.tau = j.tau;
   e.parallel.alpha = j.alpha;
   e.parallel.easgd_async = j.easgd_async;
@@ -164,7 +165,7 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   json_check_keys(j, {"model", "model_file", "dataset", "samples", "input", "classes", "batch", "epochs", "strategy", "dp", "pp",
                       "micro_batches", "schedule", "algorithm", "bucket_mb", "first_bucket_mb", "bucket_sizes_mb", "overlap", "optimizer", "profile",
                       "profile_network", "epoch_time_s", "credit_mode", "initial_credits", "width_mult", "chunk_bytes",
-                      "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "tau", "alpha",
+                      "partition", "boundaries", "compression", "accumulation", "servers", "server_replicas", "elastic", "max_ranks", "join_poll_steps", "staleness", "staleness_lr", "tau", "alpha",
                       "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s",
                       "average_every", "warmup_steps", "precision", "recompute", "zero", "framework",
                       "broadcast_buffers", "seed", "limit_batches", "comm_cycle_ms", "comm_negotiation_ms", "host_staging_gbps", "prefetch"},
@@ -262,6 +263,9 @@ JobSpec job_from_json(const nlohmann::json& j, JobSpec job, const std::string& w
   if (auto v = integer("max_ranks", 0)) job.max_ranks = static_cast<int32_t>(*v);
   if (auto v = integer("join_poll_steps", 1)) job.join_poll_steps = static_cast<int32_t>(*v);
   if (auto v = integer("staleness", 0)) job.staleness = static_cast<int32_t>(*v);
+  if (j.contains("staleness_lr"))
+    job.staleness_lr =
+        named("staleness_lr", [](const std::string& s) { return engine::parallel::parse_staleness_lr(s); });
   if (auto v = integer("tau", 1)) job.tau = static_cast<int32_t>(*v);
   if (auto v = json_number(j, "alpha", where)) job.alpha = *v;
   if (auto v = flag("easgd_async")) job.easgd_async = *v;

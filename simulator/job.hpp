@@ -126,6 +126,8 @@ struct JobSpec : RunSpec {
   int32_t max_ranks = 0;
   int32_t join_poll_steps = 1;
   int32_t staleness = 2;          // ssp
+  // ps-async: each push's rate scaled by its staleness (update math only: not timed; the job compiler checks it)
+  engine::parallel::StalenessLr staleness_lr = engine::parallel::StalenessLr::kNone;
   int32_t tau = 4;                // easgd
   double alpha = 0;               // easgd (update math only: not timed)
   bool easgd_async = false;
@@ -164,7 +166,8 @@ namespace tandem::simulator {
 // "bucket_mb": 25, "overlap": true, "optimizer": "momentum", "profile": "p.json", "profile_network": false,
 // "epoch_time_s": 252.5, "credit_mode": "standard", "initial_credits": 30, "width_mult": 1.0,
 // "chunk_bytes": 0, "partition": "flops", "boundaries": [0, 78, 151], "compression": "fp16", "accumulation": 1,
-// "servers": 1, "server_replicas": 0, "elastic": false, "max_ranks": 0, "join_poll_steps": 1, "staleness": 2, "tau": 4, "alpha": 0, "easgd_async": false, "clients": 0, "dirichlet_alpha": 0,
+// "servers": 1, "server_replicas": 0, "elastic": false, "max_ranks": 0, "join_poll_steps": 1, "staleness": 2,
+// "staleness_lr": "none", "tau": 4, "alpha": 0, "easgd_async": false, "clients": 0, "dirichlet_alpha": 0,
 // "client_fraction": 1, "local_epochs": 1, "round_deadline_s": 0, "average_every": 8, "warmup_steps": 0,
 // "precision": "bf16", "recompute": "stage" (or a layer count k: every k-th output kept), "zero": 1,
 // "framework": "pytorch-ddp"}. Fields absent keep `base`'s values; errors name the field ("job.batch: ...").

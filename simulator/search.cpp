@@ -44,6 +44,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
       j.dp = dp;
       j.pp = pp;
       j.strategy = pp == 1 ? (dp == 1 ? Strategy::kSingle : Strategy::kDdp) : (dp == 1 ? Strategy::kPipeline : Strategy::kHybrid);
+      j.staleness_lr = engine::parallel::StalenessLr::kNone;  // ps-async's alone
       std::vector<int32_t> mbs = {1};
       std::vector<ScheduleKind> scheds = {base.schedule};
       if (pp > 1) {
@@ -83,6 +84,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
     std::vector<JobSpec> extra;
     JobSpec j = base;
     j.boundaries.clear();
+    j.staleness_lr = engine::parallel::StalenessLr::kNone;  // ps-async's alone (its candidates take base's)
     j.pp = 0;
     j.dp = 0;  // every device: workers, then servers where the strategy has them
     j.micro_batches = 1;
@@ -91,6 +93,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const JobSpec& base, const
         JobSpec c = j;
         c.strategy = st;
         c.servers = servers;
+        if (st == Strategy::kPsAsync) c.staleness_lr = base.staleness_lr;
         extra.push_back(c);
       }
     }

@@ -1155,6 +1155,7 @@ SimResult Simulation::baseline(const ClusterSpec& cluster, const CompiledJob& cj
   // one process: nothing to replicate, no membership to keep (a job with server replicas or elastic settings was
   // refused here before)
   single.parallel.server_replicas = 0;
+  single.parallel.staleness_lr = engine::parallel::StalenessLr::kNone;  // no pushes, stale or not
   single.parallel.elastic = false;
   single.parallel.max_ranks = 0;
   SimOptions o;

@@ -102,6 +102,10 @@ TANDEM_API_ENUM(tandem_compression_t, engine::parallel::GradCompression,        
                 {TANDEM_COMPRESSION_NONE, engine::parallel::GradCompression::kNone},            //
                 {TANDEM_COMPRESSION_FP16, engine::parallel::GradCompression::kF16},             //
                 {TANDEM_COMPRESSION_BF16, engine::parallel::GradCompression::kBF16});
+TANDEM_API_ENUM(tandem_staleness_lr_t, engine::parallel::StalenessLr,                           //
+                {TANDEM_STALENESS_LR_NONE, engine::parallel::StalenessLr::kNone},                //
+                {TANDEM_STALENESS_LR_INVERSE, engine::parallel::StalenessLr::kInverse},          //
+                {TANDEM_STALENESS_LR_MOMENTUM, engine::parallel::StalenessLr::kMomentum});
 TANDEM_API_ENUM(tandem_partition_t, engine::parallel::PartitionCost,                            //
                 {TANDEM_PARTITION_FLOPS, engine::parallel::PartitionCost::kFlops},              //
                 {TANDEM_PARTITION_MEASURED, engine::parallel::PartitionCost::kMeasured});
@@ -130,6 +134,7 @@ static_assert(rows_agree<tandem_strategy_t>(), "tandem_strategy_t and parallel::
 static_assert(rows_agree<tandem_schedule_t>(), "tandem_schedule_t and parallel::ScheduleKind disagree");
 static_assert(rows_agree<tandem_compression_t>(), "tandem_compression_t and parallel::GradCompression disagree");
 static_assert(rows_agree<tandem_partition_t>(), "tandem_partition_t and parallel::PartitionCost disagree");
+static_assert(rows_agree<tandem_staleness_lr_t>(), "tandem_staleness_lr_t and parallel::StalenessLr disagree");
 
 // How many values C has (its valid values are 0 .. count - 1).
 template <typename C>

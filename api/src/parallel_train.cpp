@@ -64,7 +64,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (p == nullptr) return c;
   const char* fn = "tandem_trainer_create_parallel";
   const uint64_t m = p->field_mask;
-  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_BUCKETS), "tandem_parallel_params_t");
+  check_field_mask(m, mask_through(TANDEM_PARALLEL_PARAM_STALENESS_LR), "tandem_parallel_params_t");
   if (m & TANDEM_PARALLEL_PARAM_STRATEGY) {
     c.strategy = checked_enum(p->strategy, "tandem_trainer_create_parallel: parallel->strategy");
   }
@@ -108,6 +108,9 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   if (m & TANDEM_PARALLEL_PARAM_STALENESS) {
     TANDEM_REQUIRE(p->staleness >= 0, "{}: parallel->staleness must be >= 0 (got {})", fn, p->staleness);
     c.staleness = p->staleness;
+  }
+  if (m & TANDEM_PARALLEL_PARAM_STALENESS_LR) {
+    c.staleness_lr = checked_enum(p->staleness_lr, "tandem_trainer_create_parallel: parallel->staleness_lr");
   }
   if (m & TANDEM_PARALLEL_PARAM_EASGD) {
     TANDEM_REQUIRE(p->tau >= 1, "{}: parallel->tau must be >= 1 step (got {})", fn, p->tau);
@@ -166,6 +169,7 @@ par::ParallelConfig to_config(const tandem_parallel_params_t* p) {
   };
   given(TANDEM_PARALLEL_PARAM_SERVERS, "TANDEM_PARALLEL_PARAM_SERVERS", {"servers"});
   given(TANDEM_PARALLEL_PARAM_STALENESS, "TANDEM_PARALLEL_PARAM_STALENESS", {"staleness"});
+  given(TANDEM_PARALLEL_PARAM_STALENESS_LR, "TANDEM_PARALLEL_PARAM_STALENESS_LR", {"staleness_lr"});
   given(TANDEM_PARALLEL_PARAM_EASGD, "TANDEM_PARALLEL_PARAM_EASGD", {"tau", "alpha", "easgd_async"});
   given(TANDEM_PARALLEL_PARAM_FEDAVG, "TANDEM_PARALLEL_PARAM_FEDAVG",
         {"clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s"});

@@ -21,14 +21,16 @@ struct Reader {
 
 bool servers(par::Strategy s, bool easgd_async) { return par::has_servers(s, easgd_async); }
 bool ssp(par::Strategy s, bool) { return s == par::Strategy::kSsp; }
+bool ps_async(par::Strategy s, bool) { return s == par::Strategy::kPsAsync; }
 bool easgd(par::Strategy s, bool) { return s == par::Strategy::kEasgd; }
 bool fedavg(par::Strategy s, bool) { return s == par::Strategy::kFedAvg; }
 bool localsgd(par::Strategy s, bool) { return s == par::Strategy::kLocalSgd; }
 
 constexpr const char* kServers = "strategies ps, ps-async, ssp and easgd with easgd_async";
-constexpr std::array<Reader, 12> kReaders{{
+constexpr std::array<Reader, 13> kReaders{{
     {"servers", kServers, servers},
     {"staleness", "strategy ssp", ssp},
+    {"staleness_lr", "strategy ps-async", ps_async},
     {"tau", "strategy easgd", easgd},
     {"alpha", "strategy easgd", easgd},
     {"easgd_async", "strategy easgd", easgd},

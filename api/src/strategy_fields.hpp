@@ -14,8 +14,8 @@
 
 namespace tandem::api {
 
-// Throws kInvalidArgument when a field of `fields` ("servers", "staleness", "tau", "alpha", "easgd_async", "clients",
-// "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s", "average_every", "warmup_steps": the
+// Throws kInvalidArgument when a field of `fields` ("servers", "staleness", "staleness_lr", "tau", "alpha",
+// "easgd_async", "clients", "dirichlet_alpha", "client_fraction", "local_epochs", "round_deadline_s", "average_every", "warmup_steps": the
 // fields one mask bit covers, all read by the same strategies) is not read by strategy `s` (with `easgd_async`:
 // EASGD's variant, which decides whether it has servers). The message: `prefix` before the fields' names
 // ("parallel->", "job."), then `bit` (the mask bit's name) and the strategies that read them. Any other name is a

@@ -4,6 +4,7 @@ all-reduce, predicted beside measured, and PyTorch DDP (gloo) as the peer -- in 
 
   bench/strategies/strategy_bench.py [--workers 4] [--parts tta,psring,peer] [--strategies KEY,...]
                                      [--target 0.85] [--batch 32] [--lr 0.02] [--momentum 0.9] [--eval-every 234]
+                                     [--staleness-lr none|inverse|momentum]
                                      [--max-evals 4] [--fedavg-rounds 4] [--psring-steps 40]
                                      [--tandem PATH] [--json OUT] [--quick]
 
@@ -250,6 +251,8 @@ class Bench:
         table = strategies()
         for key in keys:
             label, servers, flags = table[key]
+            if key == "ps-async" and a.staleness_lr != "none":  # the one strategy that reads it
+                label, flags = f"{label}, --staleness-lr {a.staleness_lr}", flags + ["--staleness-lr", a.staleness_lr]
             n = a.workers + servers
             cluster = cluster_json(a, self.st, n, self.profile_json)
             # the trainer stops at the first evaluation that reaches the target; the evaluations (rounds) stay the cap
@@ -471,6 +474,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--momentum", type=float, default=0.9,
                     help="SGD momentum of the tandem runs (the peer, PyTorch, always uses 0.9)")
+    ap.add_argument("--staleness-lr", choices=("none", "inverse", "momentum"), default="none",
+                    help="ps-async rows: tandem train --staleness-lr (a push's rate or momentum by its staleness)")
     ap.add_argument("--eval-every", type=int, default=234, help="steps between evaluations (half an epoch at 4x32)")
     ap.add_argument("--max-evals", type=int, default=4, help="cap: evaluations per run (epochs of --eval-every)")
     ap.add_argument("--fedavg-rounds", type=int, default=4, help="cap: FedAvg rounds")
@@ -561,8 +566,8 @@ def main():
               f"{a.ranks_per_host} worker rank(s) each + up to {max_servers} "
               f"server hosts): link {cfg['bw_mbit']} Mbit/s, memory {cfg['mem_mb']} MiB, cpu {cfg['cpu_quota']} "
               f"core each; {b.st['caveat']}")
-        print(f"# {tandem}; {model_label(a)}, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum {a.momentum:g}, transport "
-              f"{a.transport}", flush=True)
+        print(f"# {tandem}; {model_label(a)}, Fashion-MNIST, batch {a.batch} per worker, lr {a.lr}, momentum {a.momentum:g}, "
+              f"staleness-lr {a.staleness_lr} (ps-async), transport {a.transport}", flush=True)
         out.update(cluster_config=cfg, caveat=b.st["caveat"], hosts=hosts)
         with tempfile.TemporaryDirectory(prefix="tandem_strategy_bench_") as tmp:
             os.chmod(tmp, 0o755)

@@ -240,7 +240,11 @@ SyncProgram sync_program(const CompiledJob& cj) {
     case Strategy::kPipeline:
     case Strategy::kHybrid: p.exchange = Exchange::kBucketAllreduce; break;
     case Strategy::kPs: p.exchange = Exchange::kPushPull; p.staleness = 0; break;
-    case Strategy::kPsAsync: p.exchange = Exchange::kPushPull; p.staleness = -1; break;
+    case Strategy::kPsAsync:
+      p.exchange = Exchange::kPushPull;
+      p.staleness = -1;
+      p.staleness_lr = c.staleness_lr;
+      break;
     case Strategy::kSsp: p.exchange = Exchange::kPushPull; p.staleness = c.staleness; break;
     case Strategy::kAsgd: p.exchange = Exchange::kGossip; break;
     case Strategy::kEasgd: p.exchange = Exchange::kElastic; p.period = c.tau; break;
@@ -586,6 +590,8 @@ std::string compare_compiled_jobs(const CompiledJob& a, const CompiledJob& b) {
   first(differ("servers", a.sync.servers, b.sync.servers));
   first(differ("exchange period", a.sync.period, b.sync.period));
   first(differ("staleness", a.sync.staleness, b.sync.staleness));
+  first(differ("staleness lr", std::string(staleness_lr_name(a.sync.staleness_lr)),
+               std::string(staleness_lr_name(b.sync.staleness_lr))));
   first(differ("rounds per epoch", a.sync.rounds_per_epoch, b.sync.rounds_per_epoch));
   first(differ("server replicas", a.sync.replicas, b.sync.replicas));
   first(differ("replica bytes per parameter", a.sync.replica_bytes_per_param, b.sync.replica_bytes_per_param));

@@ -176,6 +176,10 @@ struct SyncProgram {
   int32_t period = 1;             // steps between exchanges (easgd: tau; localsgd: H); 1: every step
   int32_t warmup_steps = 0;       // localsgd: synchronous steps first
   int32_t staleness = -1;         // ps: 0; ssp: the bound; ps-async: -1 (none)
+  // ps-async: each push's rate or momentum set by its measured staleness (ParallelConfig::staleness_lr; kNone
+  // elsewhere).
+  // An update rule only: nothing the simulator times changes with it.
+  StalenessLr staleness_lr = StalenessLr::kNone;
   // Servers: the flat parameter vector cut into one contiguous key range per server, balanced by size
   // (they differ by at most one element; a large tensor is split between servers), and each bucket cut
   // along those ranges, bucket by bucket in the order backward completes them.

@@ -82,6 +82,22 @@ GradCompression parse_compression(std::string_view s) {
   TANDEM_THROW(Status::kInvalidArgument, "unknown gradient compression \"{}\" (none, fp16, bf16)", s);
 }
 
+const char* staleness_lr_name(StalenessLr s) noexcept {
+  switch (s) {
+    case StalenessLr::kNone: return "none";
+    case StalenessLr::kInverse: return "inverse";
+    case StalenessLr::kMomentum: return "momentum";
+  }
+  return "?";
+}
+
+StalenessLr parse_staleness_lr(std::string_view s) {
+  if (s == "none") return StalenessLr::kNone;
+  if (s == "inverse") return StalenessLr::kInverse;
+  if (s == "momentum") return StalenessLr::kMomentum;
+  TANDEM_THROW(Status::kInvalidArgument, "--staleness-lr \"{}\" is not a rule (none, inverse, momentum)", s);
+}
+
 PartitionCost parse_partition_cost(std::string_view s) {
   if (s == "flops") return PartitionCost::kFlops;
   if (s == "measured") return PartitionCost::kMeasured;
@@ -95,6 +111,13 @@ Grid resolve_grid(ParallelConfig& c, int world, int rank, int64_t num_layers, in
   TANDEM_REQUIRE(c.server_replicas == 0 || has_servers(c.strategy, c.easgd_async),
                  "--server-replicas {}: strategy {} has no parameter servers to replicate (ps, ps-async and ssp have)",
                  c.server_replicas, name);
+  TANDEM_REQUIRE(c.staleness_lr == StalenessLr::kNone || c.staleness_lr == StalenessLr::kInverse ||
+                     c.staleness_lr == StalenessLr::kMomentum,
+                 "--staleness-lr: {} is not a rule (0: none, 1: inverse, 2: momentum)",
+                 static_cast<int32_t>(c.staleness_lr));
+  TANDEM_REQUIRE(c.staleness_lr == StalenessLr::kNone || c.strategy == Strategy::kPsAsync,
+                 "--staleness-lr {}: strategy {} applies no stale pushes (only ps-async scales a push by its "
+                 "staleness; ssp bounds it instead)", staleness_lr_name(c.staleness_lr), name);
   switch (c.strategy) {
     case Strategy::kSingle:
       TANDEM_REQUIRE(world == 1,
@@ -256,7 +279,9 @@ std::string describe(const ParallelConfig& c) {
                      c.first_bucket_mb > 0 ? fmt::format(" first_bucket_mb={}", c.first_bucket_mb)
                      : c.bucket_sizes_mb.empty() ? std::string()
                                                  : fmt::format(" bucket_sizes_mb={}", fmt::join(c.bucket_sizes_mb, ",")),
-                     compression_name(c.compression), c.accumulation);
+                     compression_name(c.compression), c.accumulation) +
+         (c.staleness_lr != StalenessLr::kNone ? fmt::format(" staleness_lr={}", staleness_lr_name(c.staleness_lr))
+                                               : std::string());
 }
 
 }  // namespace tandem::engine::parallel

@@ -41,6 +41,18 @@ enum class GradCompression : int32_t { kNone = 0, kF16 = 1, kBF16 = 2 };
 const char* compression_name(GradCompression c) noexcept;  // "none", "fp16", "bf16"
 GradCompression parse_compression(std::string_view s);      // "none", "fp16"/"f16", "bf16"
 
+// ps-async: how the step of one push follows its staleness tau -- the updates its piece received on the server
+// between the reply (or sync point) that gave the worker the values it computed the gradient from and this push:
+//   kNone     every push is one optimizer step at the schedule's rate (Downpour);
+//   kInverse  the rate / max(tau, 1) (Zhang et al. 2016, "Staleness-aware Async-SGD"): a push computed from
+//             parameters tau updates old moves them 1/tau as far;
+//   kMomentum SGD with momentum mu: the push's momentum coefficient is max(0, 1 - (1 - mu)(tau + 1)), the rate
+//             unchanged -- asynchrony adds momentum of about tau / (tau + 1) of its own (Mitliagkas et al. 2016), so
+//             the server's buffer keeps mu in all (param_server.hpp states both rules and why).
+enum class StalenessLr : int32_t { kNone = 0, kInverse = 1, kMomentum = 2 };
+const char* staleness_lr_name(StalenessLr s) noexcept;  // "none", "inverse", "momentum"
+StalenessLr parse_staleness_lr(std::string_view s);     // kInvalidArgument naming --staleness-lr and the valid names
+
 // Cost per layer used to cut the model into balanced stages.
 enum class PartitionCost : int32_t {
   kFlops = 0,     // forward + backward FLOPs of the layer specs (the same on every machine)
@@ -76,6 +88,7 @@ struct ParallelConfig {
   // is then taken over by its backup without a restart (param_server.hpp states the rule). In [0, servers - 1].
   int server_replicas = 0;
   int staleness = 2;            // ssp: clocks a worker may run ahead of the slowest (0: synchronous)
+  StalenessLr staleness_lr = StalenessLr::kNone;  // ps-async: a push's rate or momentum by its staleness (above)
   int tau = 4;                  // easgd: local steps between elastic exchanges
   double alpha = 0;             // easgd: moving rate; 0: 0.9 / workers (the paper's beta = 0.9)
   bool easgd_async = false;     // easgd: asynchronous variant (centre on a server) instead of all-reduce rounds

@@ -486,6 +486,7 @@ void ParallelTrainer::agree_on_settings(bool growing) {
       {"deterministic", world_->options().deterministic ? 1 : 0},
       {"servers", pc_.servers},
       {"staleness", pc_.staleness},
+      {"staleness_lr", static_cast<int64_t>(pc_.staleness_lr)},
       {"tau", pc_.tau},
       {"alpha (bits)", std::bit_cast<int64_t>(pc_.alpha)},
       {"easgd_async", pc_.easgd_async ? 1 : 0},

@@ -173,6 +173,7 @@ ParameterServerSync::ParameterServerSync(comm::Communicator& world, nn::Model& m
       ws.push.resize(pieces_.size());
       ws.reply.resize(pieces_.size());
       ws.push_clock.assign(pieces_.size(), 0);
+      ws.pulled.assign(pieces_.size(), 0);
     }
     place_replicas();
   }
@@ -399,6 +400,12 @@ void ParameterServerSync::send_shards(const std::vector<int64_t>& clocks) {
       if (m.work) stray_.push_back(std::move(m));
     throw;
   }
+  for (size_t w = 0; w < clocks.size() && w < peers_.size(); ++w) mark_pulled(peers_[w]);
+}
+
+void ParameterServerSync::mark_pulled(WorkerState& ws) const {
+  ws.pulled.resize(pieces_.size());
+  for (size_t j = 0; j < pieces_.size(); ++j) ws.pulled[j] = pieces_[j].optimizer->steps();
 }
 
 void ParameterServerSync::copy_into_params(int64_t begin, int64_t size, const float* src) {
@@ -593,7 +600,7 @@ void ParameterServerSync::on_push(int w, int j) {
     if (tracer_.enabled()) tracer_.add("push", "recv", ws.started_ns, tracer_.now_ns(), 2 + w);
   };
   if (program_.staleness < 0) {
-    apply_async(p, m.payload());
+    apply_async(p, m.payload(), ws, j);
     note(PieceEvent::kApplied, p, w, t);
     reply(w, j, t);
     trace_push();
@@ -652,8 +659,21 @@ void ParameterServerSync::apply_clock(ServerPiece& p, int64_t clock) {
   replicate(p);
 }
 
-void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
+void ParameterServerSync::apply_async(ServerPiece& p, const float* grad, const WorkerState& from, int j) {
+  // --staleness-lr: tau, the updates of this piece since the pushing worker was sent its values (header comment)
+  const int64_t tau = std::max<int64_t>(p.optimizer->steps() - from.pulled[static_cast<size_t>(j)], 0);
+  double staleness_scale = 1.0;
+  if (program_.staleness_lr == StalenessLr::kInverse)
+    staleness_scale = 1.0 / static_cast<double>(std::max<int64_t>(tau, 1));
   compute::Backend& be = model_.backend();
+  const double mu = optimizer_config_.momentum;
+  if (program_.staleness_lr == StalenessLr::kMomentum && optimizer_config_.kind == optim::OptimizerKind::kSgd &&
+      mu > 0 && p.optimizer->steps() > 0) {
+    // the buffer pre-scaled by mu_tau / mu: the step's mu v + g is then mu_tau v + g (0 included: v = g)
+    const double mu_tau = std::max(0.0, 1.0 - (1.0 - mu) * static_cast<double>(tau + 1));
+    std::vector<Tensor> state = p.optimizer->state_tensors();
+    be.scale(state.front(), static_cast<float>(mu_tau / mu));
+  }
   Tensor g = Tensor::wrap(const_cast<float*>(grad), Shape{p.size}, DType::kF32);
   if (!be.device().is_cpu()) {
     Tensor d = be.empty(Shape{p.size});
@@ -661,7 +681,7 @@ void ParameterServerSync::apply_async(ServerPiece& p, const float* grad) {
     g = d;
   }
   const int64_t at = p.schedule_step(p.optimizer->steps(), program_.workers);
-  p.optimizer->step({g}, static_cast<float>(optim::lr_at(schedule_, at) * lr_scale_));
+  p.optimizer->step({g}, static_cast<float>(optim::lr_at(schedule_, at) * lr_scale_ * staleness_scale));
   Shard& sh = owned_[static_cast<size_t>(p.shard)];
   if (!be.device().is_cpu()) {
     const Tensor h = be.to_host(sh.dev.slice(p.offset, Shape{p.size}));
@@ -683,6 +703,7 @@ void ParameterServerSync::reply(int w, int j, int64_t clock) {
                admit_at_);
   r.set(Header{kPull, rank_, p.global, static_cast<int32_t>(ahead + 1), clock, p.size});
   std::copy_n(host_of(p), p.size, r.payload());
+  ws.pulled[static_cast<size_t>(j)] = p.optimizer->steps();
   r.work = world_->send(r.buf.data(), r.buf.size(), DType::kF32, w, pull_tag(p.global));
   note(PieceEvent::kReplied, p, w, clock);
   if (++ws.replied == static_cast<int64_t>(pieces_.size())) {
@@ -1117,6 +1138,7 @@ void ParameterServerSync::restore(int64_t steps, const float* params,
   for (WorkerState& ws : peers_) {
     ws.started = ws.done = steps;
     std::fill(ws.push_clock.begin(), ws.push_clock.end(), steps);
+    mark_pulled(ws);  // every worker restored the checkpoint's parameters
   }
   withheld_.clear();
 }
@@ -1678,6 +1700,7 @@ void ParameterServerSync::reset_peer(WorkerState& ws, int64_t clock) const {
   ws.push.resize(pieces_.size());
   ws.reply.resize(pieces_.size());
   ws.push_clock.assign(pieces_.size(), clock);
+  mark_pulled(ws);  // the shards sent next (send_shards) say so again
   ws.started = ws.done = clock;
   ws.replied = 0;
   ws.paused = true;

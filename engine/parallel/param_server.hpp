@@ -22,6 +22,19 @@
 //   ps-async: each push is applied as it arrives: one optimizer step with the pushing worker's gradient as it is (the
 //     mean over that worker's own batch, not divided by W), at lr_at(schedule, updates / W) so the schedule advances
 //     once per W updates (ps's pace per sample). The reply carries the newest parameters, right after that update.
+//     With SyncProgram::staleness_lr kInverse the rate of that step is divided by max(tau, 1), where tau is the
+//     push's staleness on this piece: the piece's update count now minus its count when its values last went to the
+//     pushing worker (the reply to its previous push, or the shard sent at the last sync point, re-form or grow; a
+//     restore counts as sent), i.e. the updates of other workers its gradient did not see (Zhang et al. 2016). tau is
+//     measured per piece, on the server, with no extra message. The optimizer's rate is what is divided, so the step
+//     it takes -- lr (mu v + g) for SGD with momentum, Adam's normalised step -- is scaled as a whole: scaling the
+//     gradient instead would leave Adam's step unchanged. With kMomentum (SGD with momentum mu) the rate is kept and
+//     the push's momentum coefficient is mu_tau = max(0, 1 - (1 - mu)(tau + 1)) -- v <- mu_tau v + g, by scaling the
+//     piece's buffer by mu_tau / mu before the optimizer's step: asynchrony itself acts as momentum of about
+//     tau / (tau + 1) (Mitliagkas et al. 2016, "Asynchrony begets momentum"), and (1 - mu_tau)(1 - tau / (tau + 1))
+//     = 1 - mu keeps the total at mu. Without momentum (or with Adam) kMomentum changes nothing. Why both exist:
+//     at momentum 0.9 on 4 workers the rate's rule alone stalls at chance for up to 936 steps before it trains, the
+//     momentum rule trains from the start (bench/strategies/README.md, session 21).
 //   easgd (asynchronous centre c): a worker sends its parameters x; the server sets d = alpha (x - c), c <- c + d and
 //     replies d; the worker sets x <- x - d (Zhang et al. 2015, asynchronous EASGD). Exchanges apply one at a time.
 //
@@ -317,6 +330,8 @@ class ParameterServerSync final : public GradientSync {
     std::vector<Message> push;       // per local piece
     std::vector<Message> reply;      // per local piece: the last reply sent
     std::vector<int64_t> push_clock; // per local piece: the clock of its last push received
+    std::vector<int64_t> pulled;     // per local piece: its update count when its values last went to this worker
+                                     // (ps-async staleness: a reply, a sync point's shard, a restore)
     int64_t started = 0;             // clock of its last kStep / kElastic
     int64_t done = 0;                // clocks completely pushed (every local piece) / exchanges made
     int64_t replied = 0;             // pull replies sent for clock `started`
@@ -394,13 +409,15 @@ class ParameterServerSync final : public GradientSync {
   void end_replication();  // sync point: the end marker to every backup
   // A server's view of a worker (re)started at `clock`, outside the region, for the current pieces.
   void reset_peer(WorkerState& ws, int64_t clock) const;
+  // ps-async staleness: every piece's values as they are now went to this worker (WorkerState::pulled).
+  void mark_pulled(WorkerState& ws) const;
   // ps-async: before the number of workers changes, each piece's schedule keeps its place (ServerPiece::lr_steps).
   void rebase_schedule();
   bool poll_worker(int w);
   void on_push(int w, int j);
   void apply_clock(ServerPiece& p, int64_t clock);
   void apply_complete(ServerPiece& p);  // ps/ssp: every complete clock from the oldest
-  void apply_async(ServerPiece& p, const float* grad);
+  void apply_async(ServerPiece& p, const float* grad, const WorkerState& from, int j);
   void reply(int w, int j, int64_t clock);
   bool release_withheld();
   void on_elastic(int w);

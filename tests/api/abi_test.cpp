@@ -58,7 +58,10 @@ static_assert(offsetof(tandem_parallel_params_t, server_replicas) == 172);
 static_assert(offsetof(tandem_parallel_params_t, first_bucket_mb) == 176);
 static_assert(offsetof(tandem_parallel_params_t, bucket_sizes_mb) == 184);
 static_assert(offsetof(tandem_parallel_params_t, num_bucket_sizes) == 192);
-static_assert(sizeof(tandem_parallel_params_t) == 200);
+// ps-async's staleness-scaled rate (issue #13), appended behind TANDEM_PARALLEL_PARAM_STALENESS_LR.
+static_assert(offsetof(tandem_parallel_params_t, staleness_lr) == 200);
+static_assert(sizeof(tandem_parallel_params_t) == 208);
+static_assert(TANDEM_PARALLEL_PARAM_STALENESS_LR == (UINT64_C(1) << 19) && sizeof(tandem_staleness_lr_t) == 4);
 static_assert(offsetof(tandem_parallel_attr_t, max_bubble_fraction) == 144);
 static_assert(offsetof(tandem_parallel_attr_t, workers) == 152);
 static_assert(offsetof(tandem_parallel_attr_t, warmup_steps) == 220);

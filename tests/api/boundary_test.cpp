@@ -151,7 +151,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
                                         [&h](auto* r) { return tandem_trainer_step(h.trainer, r); }),
       struct_case<tandem_epoch_result_t>("tandem_epoch_result_t", TANDEM_EPOCH_RESULT_REPORT,
                                          [&h](auto* r) { return tandem_trainer_epoch(h.trainer, r); }),
-      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_BUCKETS, [&h](auto* p) {
+      struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_STALENESS_LR, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);
       }),
       struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_REPLICAS,

@@ -252,5 +252,47 @@ class SimulateStrategyFlags(unittest.TestCase):
         self.assertIn("(staleness 3)", json.loads(p.stdout)["allreduce"])
 
 
+
+class StalenessLr(unittest.TestCase):
+    """ps-async's --staleness-lr (a push's rate / its staleness) as users give it to train and simulate."""
+
+    def test_a_bad_rule_or_another_strategy_is_refused_naming_the_flag(self):
+        p = subprocess.run([CLI] + BASE + ["--strategy", "ps-async", "--staleness-lr", "inverted"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn("--staleness-lr: inverted not in {none,inverse,momentum}", p.stdout)
+        rc, out, epochs = launch(3, ["--strategy", "ssp", "--servers", "1", "--staleness-lr", "inverse"], epochs=1,
+                                 launcher=["--min-ranks", "1"])
+        self.assertNotEqual(rc, 0, out)
+        self.assertEqual(epochs, [], out)
+        self.assertIn("parallel->staleness_lr (TANDEM_PARALLEL_PARAM_STALENESS_LR) is read by strategy ps-async only, "
+                      "not by ssp", out)
+        sim = [CLI, "simulate", "--cluster", "t2.micro:3", "--model", "lenet5", "--dataset", "fashion-mnist"]
+        p = subprocess.run(sim + ["--strategy", "ssp", "--staleness-lr", "inverse"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn("--staleness-lr inverse: strategy ssp applies no stale pushes", p.stdout)
+
+    def test_ps_async_trains_with_it_unwarned_and_simulates_at_the_same_step_time(self):
+        rc, out, epochs = launch(3, ["--strategy", "ps-async", "--servers", "1", "--staleness-lr", "inverse"])
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(len(epochs), 3, out)
+        self.assertLess(epochs[-1]["train_loss"], epochs[0]["train_loss"], out)
+        # the momentum warning is for plain ps-async: with the rule given, rank 0 does not repeat it
+        rc, out, _ = launch(3, ["--strategy", "ps-async", "--servers", "1", "--staleness-lr", "inverse", "--momentum",
+                                "0.9"], epochs=1)
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("compounds that staleness", out)
+        # an update rule only: the simulator's step is the same with and without it
+        sim = [CLI, "simulate", "--cluster", "t2.micro:3", "--model", "lenet5", "--dataset", "fashion-mnist",
+               "--strategy", "ps-async", "--json"]
+        steps = []
+        for extra in ([], ["--staleness-lr", "inverse"]):
+            p = subprocess.run(sim + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            steps.append(json.loads(p.stdout)["step_time_s"])
+        self.assertEqual(steps[0], steps[1])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -82,12 +82,14 @@ static tandem_parallel_params_t all_fields(tandem_strategy_t s) {
   if (s == TANDEM_STRATEGY_PS || s == TANDEM_STRATEGY_PS_ASYNC || s == TANDEM_STRATEGY_SSP)
     p.field_mask |= TANDEM_PARALLEL_PARAM_SERVERS;
   if (s == TANDEM_STRATEGY_SSP) p.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS;
+  if (s == TANDEM_STRATEGY_PS_ASYNC) p.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS_LR;
   if (s == TANDEM_STRATEGY_EASGD) p.field_mask |= TANDEM_PARALLEL_PARAM_EASGD;
   if (s == TANDEM_STRATEGY_FEDAVG) p.field_mask |= TANDEM_PARALLEL_PARAM_FEDAVG;
   if (s == TANDEM_STRATEGY_LOCALSGD) p.field_mask |= TANDEM_PARALLEL_PARAM_LOCALSGD;
   p.strategy = s;
   p.servers = 3;
   p.staleness = 5;
+  p.staleness_lr = TANDEM_STALENESS_LR_INVERSE;
   p.tau = 6;
   p.alpha = 0.25;
   p.easgd_async = 0;
@@ -267,9 +269,30 @@ int main(void) {
   tandem_trainer_destroy(t);
   t = NULL;
 
+  /* staleness_lr (PS_ASYNC only): a value outside tandem_staleness_lr_t refused naming it; its bit set for another
+   * strategy refused naming its reader; read by PS_ASYNC, whose one-rank job then fails only for want of ranks (the
+   * field passed). */
+  EXPECT_REFUSED(TANDEM_STRATEGY_PS_ASYNC, staleness_lr, (tandem_staleness_lr_t)7, "parallel->staleness_lr");
+  EXPECT_REFUSED(TANDEM_STRATEGY_PS_ASYNC, staleness_lr, (tandem_staleness_lr_t)-1, "parallel->staleness_lr");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_SSP, TANDEM_PARALLEL_PARAM_STALENESS_LR,
+                  "parallel->staleness_lr (TANDEM_PARALLEL_PARAM_STALENESS_LR) is read by strategy ps-async only, not "
+                  "by ssp");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_PS, TANDEM_PARALLEL_PARAM_STALENESS_LR, "not by ps ");
+  EXPECT_NOT_READ(TANDEM_STRATEGY_LOCALSGD, TANDEM_PARALLEL_PARAM_STALENESS_LR, "not by localsgd");
+  p = all_fields(TANDEM_STRATEGY_PS_ASYNC);
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");
+  EXPECT(t == NULL);
+  p.staleness_lr = TANDEM_STALENESS_LR_MOMENTUM;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");
+  EXPECT(t == NULL);
+  p.field_mask &= ~TANDEM_PARALLEL_PARAM_STALENESS_LR; /* not read without its bit: a bad value is ignored */
+  p.staleness_lr = (tandem_staleness_lr_t)7;
+  EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_INVALID_ARGUMENT, "strategy ps-async with 3 server(s) needs at least 4 ranks");
+  EXPECT(t == NULL);
+
   /* The next bit is unknown to this library. */
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
-  p.field_mask |= TANDEM_PARALLEL_PARAM_BUCKETS << 1;
+  p.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS_LR << 1;
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_params_t");
 
   free_env(&e);

@@ -100,6 +100,24 @@ BOOST_AUTO_TEST_CASE(a_rank_with_other_bucket_sizes_fails_every_rank_naming_it) 
   expect_on_every_rank(errors, Status::kMismatch, {"rank 1 has first bucket / bucket sizes = "});
 }
 
+BOOST_AUTO_TEST_CASE(staleness_lr_is_ps_async_only_and_every_rank_must_give_the_same) {
+  for (const par::Strategy s : {par::Strategy::kPs, par::Strategy::kSsp, par::Strategy::kDdp}) {
+    par::ParallelConfig p;
+    p.strategy = s;
+    p.staleness_lr = par::StalenessLr::kInverse;
+    expect_on_every_rank(construct_on(3, [&](int) { return p; }), Status::kInvalidArgument,
+                         {fmt::format("--staleness-lr inverse: strategy {} applies no stale pushes",
+                                      par::strategy_name(s))});
+  }
+  const auto errors = construct_on(3, [](int r) {
+    par::ParallelConfig p;
+    p.strategy = par::Strategy::kPsAsync;
+    p.staleness_lr = r == 1 ? par::StalenessLr::kNone : par::StalenessLr::kInverse;
+    return p;
+  });
+  expect_on_every_rank(errors, Status::kMismatch, {"rank 1 has staleness_lr = 0 but rank 0 has 1"});
+}
+
 BOOST_AUTO_TEST_CASE(grid_places_stages_within_a_replica_on_consecutive_ranks) {
   par::ParallelConfig p = hybrid(2, 3);
   for (int r = 0; r < 6; ++r) {
@@ -121,6 +139,8 @@ BOOST_AUTO_TEST_CASE(names_parse_and_print) {
   BOOST_CHECK_THROW(par::parse_strategy("tensor"), Error);
   BOOST_CHECK_THROW(par::parse_compression("int8"), Error);
   BOOST_CHECK_THROW(par::parse_partition_cost("random"), Error);
+  BOOST_TEST(par::staleness_lr_name(par::parse_staleness_lr("inverse")) == std::string("inverse"));
+  BOOST_CHECK_THROW(par::parse_staleness_lr("inverted"), Error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -840,6 +840,8 @@ BOOST_AUTO_TEST_CASE(ssp_holds_the_fast_worker_at_the_bound_until_the_slow_one_i
 // (t = 1) or at the pieces its step t - 1 replies carried; a piece's update is, in the recorded order,
 //   ssp:      clock t:            theta <- theta - lr (1/W) sum_w g_w(x_{w,t})   (summed in worker order)
 //   ps-async: worker w's clock t: theta <- theta - lr g_w(x_{w,t})
+//             (--staleness-lr inverse: lr / max(tau, 1), tau = the piece's updates before this one less the version
+//             of the piece that worker's previous reply carried, 0 for its first push)
 // Checked: every parameter vector a worker computed from equals the replay's (float rounding), and so does every
 // worker's final vector (after the sync point); for ssp, that a reply never left a worker more than S clocks ahead of
 // the parameters it carried (every worker had pushed clock `version`), and the fast worker did get that far; in the
@@ -869,16 +871,20 @@ std::vector<float> race_gradient(int w, const std::vector<float>& x) {
   return g;
 }
 
-RaceRun race(par::Strategy strategy, int staleness) {
+RaceRun race(par::Strategy strategy, int staleness, par::StalenessLr rule = par::StalenessLr::kNone,
+             float momentum = 0) {
   const nn::ModelSpec spec = two_linear();
   par::Job job;
   job.model = spec;
   job.batch = 4;
   job.parallel = pconfig(strategy, 2, staleness);
   job.parallel.bucket_mb = 1e-6;  // a bucket per layer, the first split between the servers
+  job.parallel.staleness_lr = rule;
   job.optimizer.lr = kRaceLr;
+  job.optimizer.momentum = momentum;
   const par::CompiledJob cj = par::compile_job(job, kRaceWorkers + 2);
   BOOST_TEST_REQUIRE(cj.sync.staleness == (strategy == par::Strategy::kPsAsync ? -1 : staleness));
+  BOOST_TEST_REQUIRE((cj.sync.staleness_lr == rule));
   BOOST_TEST_REQUIRE(cj.sync.pieces.size() == 3u, "pieces: " << cj.sync.pieces.size());
   const std::vector<par::GradientBucket> buckets = cj.pipeline.stage_plans[0].buckets;
   engine::optim::ScheduleConfig schedule;
@@ -930,7 +936,9 @@ RaceRun race(par::Strategy strategy, int staleness) {
 // computed on demand, memoised; a record that is not causal (a state needed to compute itself) is an error.
 class RaceReplay {
  public:
-  RaceReplay(const RaceRun& run, bool async) : run_(run), async_(async), applied_(run.pieces.size()) {
+  // `momentum`: ps-async's SGD momentum mu (buffer v <- mu v + g, the first update v = g; theta <- theta - lr v).
+  RaceReplay(const RaceRun& run, bool async, par::StalenessLr rule = par::StalenessLr::kNone, float momentum = 0)
+      : run_(run), async_(async), rule_(rule), momentum_(momentum), applied_(run.pieces.size()) {
     for (const auto& server : run.events) {
       for (const auto& e : server) {
         if (e.kind == par::ParameterServerSync::PieceEvent::kApplied) {
@@ -946,6 +954,13 @@ class RaceReplay {
   }
   const std::map<std::tuple<int32_t, int64_t, int32_t>, int64_t>& replied() const { return replied_; }
   const std::vector<par::ParameterServerSync::PieceEvent>& applied(size_t piece) const { return applied_[piece]; }
+  // ps-async: the staleness of piece k's update n (0-based): the updates before it that its worker had not been sent.
+  int64_t staleness(size_t k, size_t n) const {
+    const auto& e = applied_[k][n];
+    const int64_t from =
+        e.clock > 1 ? replied_.at(std::make_tuple(e.worker, e.clock - 1, static_cast<int32_t>(k))) : 0;
+    return static_cast<int64_t>(n) - from;
+  }
 
   // Worker w's parameters when it computed step t.
   const std::vector<float>& x(int w, int64_t t) {
@@ -988,8 +1003,24 @@ class RaceReplay {
       }
       for (float& v2 : grad) v2 *= 1.0f / static_cast<float>(kRaceWorkers);
     }
+    const int64_t tau = async_ ? staleness(k, static_cast<size_t>(v - 1)) : 0;
+    float lr = kRaceLr;
+    if (rule_ == par::StalenessLr::kInverse)
+      lr = static_cast<float>(static_cast<double>(kRaceLr) / static_cast<double>(std::max<int64_t>(tau, 1)));
     std::vector<float> out = state(k, v - 1);
-    for (size_t i = 0; i < out.size(); ++i) out[i] -= kRaceLr * grad[i];
+    if (momentum_ > 0) {  // --staleness-lr momentum: this push's coefficient max(0, 1 - (1 - mu)(tau + 1))
+      const float mu = rule_ == par::StalenessLr::kMomentum
+                           ? static_cast<float>(std::max(0.0, 1.0 - (1.0 - momentum_) * static_cast<double>(tau + 1)))
+                           : momentum_;
+      std::vector<float> buf = grad;
+      if (v > 1) {
+        const std::vector<float>& before = bufs_.at(std::make_pair(k, v - 1));
+        for (size_t i = 0; i < buf.size(); ++i) buf[i] += mu * before[i];
+      }
+      grad = buf;
+      bufs_.emplace(key, std::move(buf));
+    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] -= lr * grad[i];
     busy_.erase(key);
     return states_.emplace(key, std::move(out)).first->second;
   }
@@ -1007,6 +1038,9 @@ class RaceReplay {
  private:
   const RaceRun& run_;
   bool async_;
+  par::StalenessLr rule_;
+  float momentum_;
+  std::map<std::pair<size_t, int64_t>, std::vector<float>> bufs_;  // the momentum buffer after each update
   std::vector<std::vector<par::ParameterServerSync::PieceEvent>> applied_;
   std::map<std::tuple<int32_t, int64_t, int32_t>, int64_t> replied_;
   std::map<std::pair<int, int64_t>, std::vector<float>> xs_;
@@ -1094,15 +1128,55 @@ BOOST_AUTO_TEST_CASE(async_with_racing_workers_replays_from_the_servers_record) 
       const auto it = replay.replied().find(std::make_tuple(e.worker, e.clock, static_cast<int32_t>(k)));
       BOOST_TEST_REQUIRE((it != replay.replied().end()));
       BOOST_TEST(it->second == static_cast<int64_t>(n) + 1);
-      // the version its gradient was computed from, and how many updates it missed
-      int64_t from = 0;
-      if (e.clock > 1) from = replay.replied().at(std::make_tuple(e.worker, e.clock - 1, static_cast<int32_t>(k)));
-      stalest = std::max(stalest, static_cast<int64_t>(n) - from);
+      // how many updates it missed: those before it, less the version its gradient was computed from
+      stalest = std::max(stalest, replay.staleness(k, n));
     }
   }
   BOOST_TEST_MESSAGE("ps-async racing: the stalest push missed " << stalest << " updates");
   BOOST_TEST(stalest >= 2, "the slow worker's pushes were stale (others pushed while it slept)");
   check_replay(run, replay);
+}
+
+// --staleness-lr inverse: each push is applied at lr / max(tau, 1), tau measured on the server. The replay divides by
+// the staleness it reads off the record (the reply its worker had before the push) and must match every worker's
+// parameters and the final ones; the plain replay of the same record must not (the rule changed the updates).
+BOOST_AUTO_TEST_CASE(async_inverse_staleness_lr_divides_each_push_by_its_staleness) {
+  const RaceRun run = race(par::Strategy::kPsAsync, 0, par::StalenessLr::kInverse);
+  RaceReplay replay(run, true, par::StalenessLr::kInverse);
+  std::map<int64_t, int> by_tau;  // pushes per staleness, over every piece
+  for (size_t k = 0; k < run.pieces.size(); ++k) {
+    BOOST_TEST_REQUIRE(replay.applied(k).size() == static_cast<size_t>(kRaceWorkers * kRaceSteps));
+    for (size_t n = 0; n < replay.applied(k).size(); ++n) {
+      const int64_t tau = replay.staleness(k, n);
+      BOOST_TEST(tau >= 0, "piece " << k << " update " << n << ": its worker was sent a version not yet applied");
+      ++by_tau[tau];
+    }
+  }
+  std::string hist;
+  for (const auto& [tau, count] : by_tau) hist += fmt::format(" tau {}: {}", tau, count);
+  BOOST_TEST_MESSAGE("ps-async --staleness-lr inverse racing:" << hist);
+  BOOST_TEST(by_tau.rbegin()->first >= 2, "some push was divided by 2 or more (the slow worker's)");
+  check_replay(run, replay);
+  RaceReplay plain(run, true);
+  const double d = max_abs_diff(plain.last(), replay.last());
+  BOOST_TEST(d > 1e-4, "the unscaled replay of the same record ends " << d << " from the scaled one");
+}
+
+// --staleness-lr momentum, SGD momentum 0.5: each push's buffer coefficient is max(0, 1 - 0.5 (tau + 1)) -- 0.5 for a
+// fresh push, 0 from tau = 1 on -- the rate unchanged. Replayed with the buffer from the record as above; the replay
+// at the plain momentum 0.5 must miss (the rule changed the updates).
+BOOST_AUTO_TEST_CASE(async_momentum_staleness_rule_lowers_each_pushs_momentum) {
+  constexpr float kMu = 0.5f;
+  const RaceRun run = race(par::Strategy::kPsAsync, 0, par::StalenessLr::kMomentum, kMu);
+  RaceReplay replay(run, true, par::StalenessLr::kMomentum, kMu);
+  int64_t stalest = 0;
+  for (size_t k = 0; k < run.pieces.size(); ++k)
+    for (size_t n = 0; n < replay.applied(k).size(); ++n) stalest = std::max(stalest, replay.staleness(k, n));
+  BOOST_TEST(stalest >= 2, "some push was stale enough to lose its momentum");
+  check_replay(run, replay);
+  RaceReplay plain(run, true, par::StalenessLr::kNone, kMu);
+  const double d = max_abs_diff(plain.last(), replay.last());
+  BOOST_TEST(d > 1e-4, "the replay at the plain momentum ends " << d << " from the rule's");
 }
 
 // A figure, not a check (disabled; run it by name): steps per second of ddp and of ps with 1 and 2 servers on 2

@@ -196,6 +196,15 @@ class ParallelStrategies(unittest.TestCase):
             self.make("ps-async", servers=1, server_replicas=-1)
         self.assertIn("server_replicas", str(e.exception))
 
+    def test_staleness_lr_keyword_reaches_its_field_by_name(self):
+        # an unknown rule is refused naming the keyword; "inverse" is read (this one-rank job then lacks a server rank)
+        with self.assertRaises(tandem.TandemError) as e:
+            self.make("ps-async", servers=1, staleness_lr="inverted")
+        self.assertIn("staleness_lr='inverted' is not one of none, inverse, momentum", str(e.exception))
+        with self.assertRaises(tandem.TandemError) as e:
+            self.make("ps-async", servers=1, staleness_lr="inverse")
+        self.assertIn("strategy ps-async with 1 server(s) needs at least 2 ranks", str(e.exception))
+
     def test_bucket_policy_keywords_reach_their_fields(self):
         # first_bucket_mb and the list bucket_sizes_mb (tandem_parallel_params_t's BUCKETS): a list trains; both
         # together, or a size out of range, are refused by the library naming what was wrong
@@ -223,7 +232,8 @@ class ParallelStrategies(unittest.TestCase):
         for strategy, kw, want in (("fedavg", dict(tau=3), "parallel->tau, alpha, easgd_async"),
                                    ("easgd", dict(average_every=3), "parallel->average_every, warmup_steps"),
                                    ("localsgd", dict(staleness=1), "parallel->staleness"),
-                                   ("ddp", dict(servers=1), "parallel->servers")):
+                                   ("ddp", dict(servers=1), "parallel->servers"),
+                                   ("ssp", dict(staleness_lr="inverse"), "parallel->staleness_lr")):
             with self.assertRaises(tandem.TandemError) as cm:
                 self.make(strategy, **kw)
             self.assertEqual(cm.exception.status, tandem.ERR_INVALID_ARGUMENT)

@@ -1019,6 +1019,15 @@ typedef enum tandem_strategy {
  * updates that miss `round_deadline_s` are dropped (logged) and the round closes with whoever reported.
  * Evaluation and checkpoints use the strategy's model: EASGD's centre, the workers' mean (LOCALSGD, ASGD), the
  * global model (FEDAVG); checkpoints also keep each worker's own state, so resuming continues exactly. */
+/* PS_ASYNC: how one push's step is scaled by its staleness tau, the updates its piece received on the server since
+ * the worker was sent the values it computed the gradient from (measured per piece, no extra message). */
+typedef enum tandem_staleness_lr {
+  TANDEM_STALENESS_LR_NONE = 0,    /* every push one step at the schedule's rate */
+  TANDEM_STALENESS_LR_INVERSE = 1, /* the rate / max(tau, 1) (Zhang et al. 2016, staleness-aware async SGD) */
+  TANDEM_STALENESS_LR_MOMENTUM = 2, /* SGD momentum mu: the push's momentum max(0, 1 - (1 - mu)(tau + 1)), the rate
+                                     * kept (asynchrony's own momentum, Mitliagkas et al. 2016, taken out) */
+  TANDEM_STALENESS_LR_FORCE_INT32_ = 0x7fffffff
+} tandem_staleness_lr_t;
 typedef enum tandem_schedule {
   TANDEM_SCHEDULE_GPIPE = 0, /* all forwards, then all backwards */
   TANDEM_SCHEDULE_1F1B = 1,  /* one forward, one backward: fewer activations in flight */
@@ -1054,6 +1063,7 @@ typedef enum tandem_partition {
 #define TANDEM_PARALLEL_PARAM_SERVER_REPLICAS (UINT64_C(1) << 17) /* covers server_replicas */
 #define TANDEM_PARALLEL_PARAM_BUCKETS       (UINT64_C(1) << 18) /* covers first_bucket_mb, bucket_sizes_mb,
                                                                   * num_bucket_sizes (added in 0.5) */
+#define TANDEM_PARALLEL_PARAM_STALENESS_LR  (UINT64_C(1) << 19) /* covers staleness_lr */
 typedef struct tandem_parallel_params {
   uint64_t field_mask;
   tandem_strategy_t strategy;       /* default SINGLE */
@@ -1146,6 +1156,10 @@ typedef struct tandem_parallel_params {
   double first_bucket_mb;           /* default 0 */
   const double* bucket_sizes_mb;    /* default NULL */
   size_t num_bucket_sizes;          /* default 0 */
+  /* PS_ASYNC only (STALENESS_LR set for another strategy: TANDEM_ERR_INVALID_ARGUMENT naming the field): each push's
+   * rate (INVERSE) or momentum (MOMENTUM) follows its staleness. Every rank gives the same (else TANDEM_ERR_MISMATCH). Not checkpoint state: a
+   * resumed run may change it, as it may the rate. */
+  tandem_staleness_lr_t staleness_lr; /* default NONE */
 } tandem_parallel_params_t;
 #define TANDEM_PARALLEL_PARAMS_INIT {0}
 

@@ -105,7 +105,8 @@ class _ParallelParams(ctypes.Structure):
                 ("round_deadline_s", _f64), ("average_every", _i32), ("warmup_steps", _i32),
                 ("elastic", _i32), ("min_ranks", _i32), ("elastic_checkpoint", _str), ("max_ranks", _i32),
                 ("join_poll_steps", _i32), ("joining", _i32), ("server_replicas", _i32),
-                ("first_bucket_mb", _f64), ("bucket_sizes_mb", P(_f64)), ("num_bucket_sizes", _size)]
+                ("first_bucket_mb", _f64), ("bucket_sizes_mb", P(_f64)), ("num_bucket_sizes", _size),
+                ("staleness_lr", _i32)]
 
 
 # tandem_strategy_t's names, and each parallel keyword: (field_mask bit, field or fields, type). A keyword left at
@@ -113,6 +114,7 @@ class _ParallelParams(ctypes.Structure):
 # library's default (DEFAULTS).
 STRATEGIES = {"single": 0, "ddp": 1, "pipeline": 2, "hybrid": 3, "ps": 4, "ps-async": 5, "ssp": 6, "asgd": 7,
               "easgd": 8, "fedavg": 9, "localsgd": 10}
+STALENESS_LR = {"none": 0, "inverse": 1, "momentum": 2}  # tandem_staleness_lr_t's names (ps-async)
 _PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "bucket_mb": (4, float),
                     "accumulation": (6, int), "servers": (10, int), "staleness": (11, int), "tau": (12, int),
                     "alpha": (12, float), "easgd_async": (12, bool), "clients": (13, int),
@@ -120,12 +122,13 @@ _PARALLEL_KWARGS = {"dp": (1, int), "pp": (1, int), "micro_batches": (2, int), "
                     "round_deadline_s": (13, float), "average_every": (14, int), "warmup_steps": (14, int),
                     "elastic": (15, bool), "min_ranks": (15, int), "elastic_checkpoint": (15, bytes),
                     "max_ranks": (16, int), "join_poll_steps": (16, int), "joining": (16, bool),
-                    "server_replicas": (17, int), "first_bucket_mb": (18, float), "bucket_sizes_mb": (18, list)}
+                    "server_replicas": (17, int), "first_bucket_mb": (18, float), "bucket_sizes_mb": (18, list),
+                    "staleness_lr": (19, str)}
 _PARALLEL_DEFAULTS = {"dp": 0, "pp": 0, "servers": 1, "staleness": 2, "tau": 4, "alpha": 0.0, "easgd_async": False,
                       "clients": 0, "dirichlet_alpha": 0.0, "client_fraction": 1.0, "local_epochs": 1,
                       "round_deadline_s": 0.0, "average_every": 8, "warmup_steps": 0, "elastic": False, "min_ranks": 1,
                       "elastic_checkpoint": None, "max_ranks": 0, "join_poll_steps": 0, "joining": False,
-                      "server_replicas": 0, "first_bucket_mb": 0.0, "bucket_sizes_mb": None}
+                      "server_replicas": 0, "first_bucket_mb": 0.0, "bucket_sizes_mb": None, "staleness_lr": "none"}
 
 
 def _parallel_params(strategy, kwargs):
@@ -148,6 +151,10 @@ def _parallel_params(strategy, kwargs):
             setattr(p, name, None if value is None else os.fsencode(value))
         elif conv is bool:
             setattr(p, name, int(bool(value)))
+        elif conv is str:  # an enum by name
+            if value not in STALENESS_LR:
+                raise _invalid("%s=%r is not one of %s" % (name, value, ", ".join(STALENESS_LR)))
+            setattr(p, name, STALENESS_LR[value])
         elif conv is list:  # sizes in MiB: a C array kept alive by the structure until the call returns
             sizes = [] if value is None else [float(x) for x in value]
             p._bucket_sizes = (_f64 * max(1, len(sizes)))(*sizes)
@@ -399,10 +406,12 @@ class Trainer(_Handle):
     keywords of tandem_parallel_params_t: dp, pp, micro_batches, bucket_mb, accumulation, servers, staleness, tau,
     alpha, easgd_async, clients, dirichlet_alpha, client_fraction, local_epochs, round_deadline_s, average_every,
     warmup_steps, elastic, min_ranks, elastic_checkpoint, max_ranks, join_poll_steps, joining, server_replicas,
-    first_bucket_mb, bucket_sizes_mb (a list of MiB: the first buckets' sizes in gradient-ready order).
-    A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; tau, alpha,
-    easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps: localsgd) given to another
-    strategy raise TandemError naming the field, as do more FedAvg clients than training samples.
+    first_bucket_mb, bucket_sizes_mb (a list of MiB: the first buckets' sizes in gradient-ready order), staleness_lr
+    ("none", "inverse": ps-async divides each push's rate by its staleness, or "momentum": lowers its momentum).
+    A strategy's own keywords (servers: ps, ps-async, ssp and easgd with easgd_async; staleness: ssp; staleness_lr:
+    ps-async; tau, alpha, easgd_async: easgd; clients .. round_deadline_s: fedavg; average_every, warmup_steps:
+    localsgd) given to another strategy raise TandemError naming the field, as do more FedAvg clients than training
+    samples.
     Every rank creates its trainer with the same settings."""
     _destroy = _LIB.tandem_trainer_destroy
 
