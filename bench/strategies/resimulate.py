@@ -34,6 +34,8 @@ sys.path.insert(0, HERE)
 from strategy_bench import SEED, cluster_json, model_args, strategies  # noqa: E402
 
 DEFAULT_RUNS = ["run1.json", "run2.json", "run3_lr0.005.json"]
+# the profile's communication CPU figures (simulator/comm_cpu.hpp), absent from runs 1-8's profiles
+COMM_CPU_KEYS = ("tcp_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "copy_cpu_s_per_byte")
 
 
 def local_split(tandem, tmp):
@@ -100,6 +102,10 @@ def main():
     ap.add_argument("--step-overhead-from", metavar="FILE",
                     help="a JSON file whose step_overhead_cpu_s (compute_probe.py's one-host measurement of the job's "
                          "data path beyond the calibrated pass) goes into every run's profile")
+    ap.add_argument("--comm-cpu-from", metavar="PROFILE",
+                    help="a one-host calibration profile (tandem calibrate --out) whose communication CPU figures "
+                         "(tcp_cpu_s_per_byte, tcp_cpu_s_per_wakeup, copy_cpu_s_per_byte) go into every run's profile "
+                         "that has none of them: runs recorded before calibrate measured them")
     ap.add_argument("--tcp-fanout-cv", type=float,
                     help="every node's tcp_fanout_cv in place of the run's own (0: none), e.g. one measured by "
                          "fanout_calibrate.py on a fresh cluster")
@@ -129,6 +135,10 @@ def main():
                         prof["compute_cv"] = json.load(g).get("compute_cv", 0.0)
                 if a.compute_cv is not None:
                     prof["compute_cv"] = a.compute_cv
+                if a.comm_cpu_from and not any(prof.get(k) for k in COMM_CPU_KEYS):
+                    with open(a.comm_cpu_from) as g:
+                        one_host = json.load(g)
+                    prof.update({k: one_host[k] for k in COMM_CPU_KEYS if one_host.get(k)})
                 if a.step_overhead_from:
                     with open(a.step_overhead_from) as g:
                         prof["step_overhead_cpu_s"] = float(json.load(g)["step_overhead_cpu_s"])

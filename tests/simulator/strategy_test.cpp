@@ -926,6 +926,38 @@ BOOST_AUTO_TEST_CASE(transfer_cpu_makes_gossip_cpu_bound) {
   BOOST_TEST(h.step_s * 8 <= 8 * 6 * p * (1 + 1e-6));
 }
 
+// The same charge when the link is the bound (bench/strategies/README.md's LeNet-5 asgd rows): two gossip workers
+// on nodes held to q = 1/2 core, compute c, a B-byte snapshot each way over a link of L = B / nic, k s/B on each
+// side of each message. The node runs its compute and both messages' CPU work, c + 2 B k, at q, so the compute
+// phase ends at (c + 2 B k) / q; the flows do not wait for the CPU. While that is under L the step stays L and
+// the charge only shortens the exposed wait; past L the step is (c + 2 B k) / q: longer than without the charge
+// by exactly what the CPU work adds over the link. k = 0 is the plain step.
+BOOST_AUTO_TEST_CASE(transfer_cpu_hides_behind_a_link_bound_gossip_step) {
+  const double c = 0.002, B = 1e6, q = 0.5, L = B / kNic;  // L = 10 ms
+  auto step = [&](double k) {
+    StrategySetup g = gossip(2, B, c);
+    g.steps = 8;
+    for (RankSetup& r : g.ranks) r.net_cpu_s_per_byte = k;
+    own_nodes(g, CpuShare{1, 1, q, 1e-4});
+    return run_on_star(g, 2);
+  };
+  const StepResult plain = step(0);
+  BOOST_TEST(plain.step_s == L, tt::tolerance(1e-6));
+  BOOST_TEST(plain.ranks[0].comm_cpu_s == 0.0);
+  BOOST_TEST(plain.ranks[0].comm_exposed_s == L - c / q, tt::tolerance(0.01));
+  // 2 B k = 2 ms: the CPU path (c + 2 B k) / q = 8 ms, under the link's 10 ms
+  const StepResult hidden = step(1e-9);
+  BOOST_TEST(hidden.step_s == L, tt::tolerance(1e-6));
+  BOOST_TEST(hidden.ranks[0].comm_cpu_s == 2 * B * 1e-9, tt::tolerance(1e-9));
+  BOOST_TEST(hidden.ranks[0].comm_exposed_s == L - (c + 2 * B * 1e-9) / q, tt::tolerance(0.01));
+  // 2 B k = 8 ms: the CPU path is 20 ms, past the link
+  const double k = 4e-9;
+  const StepResult bound = step(k);
+  BOOST_TEST(bound.step_s == (c + 2 * B * k) / q, tt::tolerance(0.01));
+  BOOST_TEST(bound.step_s - plain.step_s == (c + 2 * B * k) / q - L, tt::tolerance(0.02));
+  BOOST_TEST(bound.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
+}
+
 // The parameter server's CPU-bound closed form: ps with W workers, no compute, a link 100x too fast to matter,
 // k s/B on every side, every rank on a one-core node. The server receives W pushes (W B k of its CPU, shared on
 // its core, all done together) and then sends W replies (W B k): a step is 2 W B k; each worker spends B k on
