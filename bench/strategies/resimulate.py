@@ -84,7 +84,16 @@ def simulate(tandem, cluster, profile, flags, args, fed, seed):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
-    return json.loads(p.stdout)["step_time_s"]
+    return json.loads(p.stdout)
+
+
+def step_split(row, sim):
+    """Worker 0's step split, measured (where the run recorded it) and simulated, as table cells."""
+    def ms(x):
+        return f"{x * 1e3:.1f}" if isinstance(x, (int, float)) else "--"
+    w0 = sim["step_ranks"][0]
+    return (f" {ms(row.get('compute_s'))} / {ms(row.get('measured_comm_s'))} ms |"
+            f" {ms(w0['compute_s'] + w0['throttled_s'])} / {ms(w0['comm_exposed_s'])} ms |")
 
 
 def main():
@@ -106,6 +115,12 @@ def main():
                     help="a one-host calibration profile (tandem calibrate --out) whose communication CPU figures "
                          "(tcp_cpu_s_per_byte, tcp_cpu_s_per_wakeup, copy_cpu_s_per_byte) go into every run's profile "
                          "that has none of them: runs recorded before calibrate measured them")
+    ap.add_argument("--no-comm-cpu", action="store_true",
+                    help="what-if: every run's profile without its communication CPU figures (the charge's size)")
+    ap.add_argument("--split", action="store_true",
+                    help="also print worker 0's step split: the recorded compute and exposed communication "
+                         "(time_split, train --predict) beside today's simulated ones (compute with the CPU it lost "
+                         "to throttling and to moving messages, and the exposed wait)")
     ap.add_argument("--tcp-fanout-cv", type=float,
                     help="every node's tcp_fanout_cv in place of the run's own (0: none), e.g. one measured by "
                          "fanout_calibrate.py on a fresh cluster")
@@ -117,8 +132,9 @@ def main():
     runs = a.runs or [os.path.join(HERE, "results", r) for r in DEFAULT_RUNS]
     table = strategies()
     bad = []
-    print("| run | strategy | measured | old prediction | error | new prediction | error |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    split_head = (" measured compute / exposed | simulated compute / exposed |", "---:|---:|") if a.split else ("", "")
+    print("| run | strategy | measured | old prediction | error | new prediction | error |" + split_head[0])
+    print("|---|---|---:|---:|---:|---:|---:|" + split_head[1])
     with tempfile.TemporaryDirectory(prefix="tandem_resim_") as tmp:
         split = None
         for path in runs:
@@ -139,6 +155,9 @@ def main():
                     with open(a.comm_cpu_from) as g:
                         one_host = json.load(g)
                     prof.update({k: one_host[k] for k in COMM_CPU_KEYS if one_host.get(k)})
+                if a.no_comm_cpu:
+                    for k in COMM_CPU_KEYS:
+                        prof.pop(k, None)
                 if a.step_overhead_from:
                     with open(a.step_overhead_from) as g:
                         prof["step_overhead_cpu_s"] = float(json.load(g)["step_overhead_cpu_s"])
@@ -162,13 +181,15 @@ def main():
                 fed = key.startswith("fedavg")
                 # runs 1-3's own `tandem simulate` had no --seed (the harness passes it from run 4 on)
                 old_seedless = a.check_old and os.path.basename(path) in DEFAULT_RUNS
-                new = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if old_seedless else SEED)
+                sim = simulate(a.tandem, cluster, profile, flags, run["args"], fed, None if old_seedless else SEED)
+                new = sim["step_time_s"]
                 old = row.get("sim_predicted_s") or row["predicted_s"]
                 m = row["measured_s"]
                 if a.check_old and abs(new / old - 1) > 0.02:
                     bad.append(f"{name} {key}: recorded {old * 1e3:.2f} ms, recomputed {new * 1e3:.2f} ms")
                 print(f"| {name} | {label} | {m * 1e3:.2f} ms | {old * 1e3:.2f} ms | {(old / m - 1) * 100:+.1f}% | "
-                      f"{new * 1e3:.2f} ms | {(new / m - 1) * 100:+.1f}% |", flush=True)
+                      f"{new * 1e3:.2f} ms | {(new / m - 1) * 100:+.1f}% |" + (step_split(row, sim) if a.split else ""),
+                      flush=True)
     for b in bad:
         print("reconstruction differs:", b, file=sys.stderr)
     return 1 if bad else 0

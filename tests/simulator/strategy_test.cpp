@@ -958,6 +958,34 @@ BOOST_AUTO_TEST_CASE(transfer_cpu_hides_behind_a_link_bound_gossip_step) {
   BOOST_TEST(bound.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
 }
 
+// ps-async and asynchronous EASGD (period 1) charge it through the same flows: one worker and its server on nodes
+// held to q = 1/2 core, a link 100x too fast to matter. A step computes c, then the push (B k on the worker and on
+// the server at once) and the reply (the same), one after the other: (c + 2 B k) / q, and c / q at k = 0.
+BOOST_AUTO_TEST_CASE(transfer_cpu_lengthens_ps_async_and_elastic_steps_under_a_quota) {
+  const int64_t P = 25000;  // B = 100 kB
+  const double B = 4.0 * P, c = 0.004, q = 0.5;
+  for (const bool elastic : {false, true}) {
+    auto step = [&](double k) {
+      StrategySetup s = push_pull(1, 1, P, elastic ? 0 : -1);
+      if (elastic) s.sync.exchange = parallel::Exchange::kElastic, s.sync.period = 1;
+      s.steps = 8;
+      set_compute(s, 0, c);
+      for (RankSetup& r : s.ranks) r.net_cpu_s_per_byte = k;
+      own_nodes(s, CpuShare{1, 1, q, 1e-4});
+      return run_on_star(s, 2, 100 * kNic);
+    };
+    const double k = 1e-8;  // 2 B k = 2 ms
+    const StepResult plain = step(0), charged = step(k);
+    BOOST_TEST_CONTEXT("elastic " << elastic) {
+      BOOST_TEST(plain.step_s == c / q, tt::tolerance(0.01));
+      BOOST_TEST(plain.ranks[0].comm_cpu_s == 0.0);
+      BOOST_TEST(charged.step_s == (c + 2 * B * k) / q, tt::tolerance(0.01));
+      BOOST_TEST(charged.ranks[0].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));
+      BOOST_TEST(charged.ranks[1].comm_cpu_s == 2 * B * k, tt::tolerance(1e-9));  // the server: the push in, the reply out
+    }
+  }
+}
+
 // The parameter server's CPU-bound closed form: ps with W workers, no compute, a link 100x too fast to matter,
 // k s/B on every side, every rank on a one-core node. The server receives W pushes (W B k of its CPU, shared on
 // its core, all done together) and then sends W replies (W B k): a step is 2 W B k; each worker spends B k on
