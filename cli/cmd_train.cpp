@@ -92,7 +92,7 @@ struct TrainOptions {
   int join_poll_steps = 1;
   double alpha = 0, dirichlet_alpha = 0, client_fraction = 1, round_deadline_s = 0;
   bool easgd_async = false;
-  std::string staleness_lr = "none";  // ps-async: none | inverse (tandem_staleness_lr_t)
+  std::string staleness_lr = "none";  // ps-async: none | inverse | momentum (tandem_staleness_lr_t)
   std::set<std::string> given;  // the parallel options on the command line: only these set their field_mask bits
 };
 

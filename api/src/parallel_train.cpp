@@ -235,7 +235,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
     auto& h = checked(trainer, "tandem_trainer_parallel_query", "trainer");
     const ContextScope scope(h.model->env);
     TANDEM_REQUIRE(attr != nullptr, "tandem_trainer_parallel_query: attr must be non-null");
-    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_REPLICAS), "tandem_parallel_attr_t");
+    check_field_mask(attr->field_mask, mask_through(TANDEM_PARALLEL_ATTR_ASYNC), "tandem_parallel_attr_t");
     par::ParallelTrainer* t = h.trainer->parallel();
     TANDEM_REQUIRE(t != nullptr,
                    "tandem_trainer_parallel_query: the trainer was made by tandem_trainer_create (single process); "
@@ -291,6 +291,7 @@ TANDEM_API tandem_status_t tandem_trainer_parallel_query(tandem_trainer_t* train
       attr->server_replicas = t->job().sync.replicas;
       attr->shards = static_cast<int32_t>(t->job().sync.shards.size());
     }
+    if (attr->field_mask & TANDEM_PARALLEL_ATTR_ASYNC) attr->staleness_lr = tandem::api::to_c(c.staleness_lr);
     if (attr->field_mask & TANDEM_PARALLEL_ATTR_ELASTIC) {
       attr->elastic = c.elastic ? 1 : 0;
       attr->min_ranks = c.min_ranks;

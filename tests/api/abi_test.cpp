@@ -69,7 +69,10 @@ static_assert(offsetof(tandem_parallel_attr_t, elastic) == 224);
 static_assert(offsetof(tandem_parallel_attr_t, lr_scale) == 240);
 static_assert(offsetof(tandem_parallel_attr_t, server_replicas) == 248);
 static_assert(offsetof(tandem_parallel_attr_t, shards) == 252);
-static_assert(sizeof(tandem_parallel_attr_t) == 256);
+// ps-async's staleness rule as run (issue #13), appended behind TANDEM_PARALLEL_ATTR_ASYNC.
+static_assert(offsetof(tandem_parallel_attr_t, staleness_lr) == 256);
+static_assert(sizeof(tandem_parallel_attr_t) == 264);
+static_assert(TANDEM_PARALLEL_ATTR_ASYNC == (UINT64_C(1) << 6));
 static_assert(TANDEM_PARALLEL_PARAM_SERVERS == (UINT64_C(1) << 10) && TANDEM_PARALLEL_PARAM_LOCALSGD == (UINT64_C(1) << 14) &&
               TANDEM_PARALLEL_PARAM_ELASTIC == (UINT64_C(1) << 15));
 static_assert(TANDEM_PARALLEL_ATTR_SYNC == (UINT64_C(1) << 3));

@@ -154,7 +154,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       struct_case<tandem_parallel_params_t>("tandem_parallel_params_t", TANDEM_PARALLEL_PARAM_STALENESS_LR, [&h](auto* p) {
         return tandem_trainer_create_parallel(h.model, h.data, nullptr, h.opt, nullptr, p, nullptr, &trainer_out);
       }),
-      struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_REPLICAS,
+      struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_ASYNC,
                                           [&h](auto* a) { return tandem_trainer_parallel_query(h.trainer, a); }),
       struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_CURVE,
                                              [&h](auto* p) { return tandem_calibrate(h.model, p, nullptr, &cal_out); }),

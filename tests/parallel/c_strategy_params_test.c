@@ -3,9 +3,11 @@
  * tandem_trainer_parallel_query (TANDEM_PARALLEL_ATTR_SYNC); a bad value is refused with
  * TANDEM_ERR_INVALID_ARGUMENT naming the field, and so is a field given (its bit set) to a strategy that does not
  * read it, or more FedAvg clients than training samples; an unknown bit with TANDEM_ERR_UNSUPPORTED; defaults resolve
- * (alpha 0 -> 0.9 / workers, clients 0 -> one per worker). One rank (comm NULL). Exits non-zero on the first
- * failed check. */
+ * (alpha 0 -> 0.9 / workers, clients 0 -> one per worker). One rank (comm NULL), then a 2-rank ps-async job (a
+ * server and a worker as POSIX threads over the inproc transport) that reports its staleness rule
+ * (TANDEM_PARALLEL_ATTR_ASYNC) and trains an epoch. Exits non-zero on the first failed check. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +29,10 @@ typedef struct {
   tandem_trainer_params_t tp;
 } Env;
 
-static void make_env(Env* e) {
+/* The model every job here trains: an MLP on 1x6x6 inputs, 3 classes, seed 3. */
+static tandem_model_t* make_model(tandem_context_t* ctx) {
   tandem_model_params_t mp = TANDEM_MODEL_PARAMS_INIT;
-  tandem_dataset_params_t dp = TANDEM_DATASET_PARAMS_INIT;
-  tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
-  tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
-  memset(e, 0, sizeof *e);
-  EXPECT_OK(tandem_context_create(NULL, &e->ctx));
+  tandem_model_t* m = NULL;
   mp.field_mask = TANDEM_MODEL_PARAM_NAME | TANDEM_MODEL_PARAM_INPUT_SHAPE | TANDEM_MODEL_PARAM_NUM_CLASSES |
                   TANDEM_MODEL_PARAM_SEED;
   mp.name = "mlp";
@@ -42,7 +41,17 @@ static void make_env(Env* e) {
   mp.input_width = 6;
   mp.num_classes = 3;
   mp.seed = 3;
-  EXPECT_OK(tandem_model_create(e->ctx, &mp, &e->model));
+  EXPECT_OK(tandem_model_create(ctx, &mp, &m));
+  return m;
+}
+
+static void make_env(Env* e) {
+  tandem_dataset_params_t dp = TANDEM_DATASET_PARAMS_INIT;
+  tandem_optimizer_params_t op = TANDEM_OPTIMIZER_PARAMS_INIT;
+  tandem_trainer_params_t tp = TANDEM_TRAINER_PARAMS_INIT;
+  memset(e, 0, sizeof *e);
+  EXPECT_OK(tandem_context_create(NULL, &e->ctx));
+  e->model = make_model(e->ctx);
   dp.field_mask = TANDEM_DATASET_PARAM_KIND | TANDEM_DATASET_PARAM_SHAPE | TANDEM_DATASET_PARAM_NUM_CLASSES |
                   TANDEM_DATASET_PARAM_COUNT | TANDEM_DATASET_PARAM_SEED;
   dp.kind = "synthetic";
@@ -108,6 +117,48 @@ static tandem_parallel_attr_t query(tandem_trainer_t* t) {
   a.field_mask = TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_PLAN;
   EXPECT_OK(tandem_trainer_parallel_query(t, &a));
   return a;
+}
+
+/* One rank of the 2-rank ps-async job (rank 0 the server, rank 1 the worker), `staleness_lr` MOMENTUM: the rule is
+ * reported as given on both ranks, and the epoch trains. */
+static Env g_job;
+
+static void* ps_async_rank(void* arg) {
+  const int rank = (int)(intptr_t)arg;
+  tandem_comm_params_t cp = TANDEM_COMM_PARAMS_INIT;
+  tandem_comm_t* comm = NULL;
+  tandem_model_t* model = NULL;
+  tandem_trainer_t* t = NULL;
+  tandem_parallel_params_t p = TANDEM_PARALLEL_PARAMS_INIT;
+  tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
+  tandem_epoch_result_t er = TANDEM_EPOCH_RESULT_INIT;
+  cp.field_mask = TANDEM_COMM_PARAM_RANK | TANDEM_COMM_PARAM_SIZE | TANDEM_COMM_PARAM_TRANSPORT |
+                  TANDEM_COMM_PARAM_TIMEOUT_MS | TANDEM_COMM_PARAM_MASTER_PORT | TANDEM_COMM_PARAM_SECRET;
+  cp.rank = rank;
+  cp.size = 2;
+  cp.transport = "inproc";
+  cp.timeout_ms = 10000;
+  cp.master_port = 29874;
+  cp.secret = "c-strategy-params-test";
+  EXPECT_OK(tandem_comm_create(g_job.ctx, &cp, &comm));
+  model = make_model(g_job.ctx); /* each rank its own (a trainer holds and trains it), the same seed */
+  p.field_mask = TANDEM_PARALLEL_PARAM_STRATEGY | TANDEM_PARALLEL_PARAM_SERVERS | TANDEM_PARALLEL_PARAM_STALENESS_LR;
+  p.strategy = TANDEM_STRATEGY_PS_ASYNC;
+  p.servers = 1;
+  p.staleness_lr = TANDEM_STALENESS_LR_MOMENTUM;
+  EXPECT_OK(tandem_trainer_create_parallel(model, g_job.data, NULL, g_job.opt, &g_job.tp, &p, comm, &t));
+  a.field_mask = TANDEM_PARALLEL_ATTR_ASYNC | TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_PLAN;
+  a.staleness_lr = (tandem_staleness_lr_t)-3;
+  EXPECT_OK(tandem_trainer_parallel_query(t, &a));
+  EXPECT(a.staleness_lr == TANDEM_STALENESS_LR_MOMENTUM);
+  EXPECT(strcmp(a.strategy, "ps-async") == 0 && a.servers == 1 && a.workers == 1);
+  er.field_mask = TANDEM_EPOCH_RESULT_TRAIN;
+  EXPECT_OK(tandem_trainer_epoch(t, &er));
+  EXPECT(er.epoch == 1 && isfinite(er.train_loss));
+  tandem_trainer_destroy(t);
+  tandem_model_destroy(model);
+  tandem_comm_destroy(comm);
+  return NULL;
 }
 
 /* A bad value of one field, given to a strategy that reads it: refused before any trainer exists, the message naming
@@ -263,7 +314,12 @@ int main(void) {
     r.server_replicas = r.shards = -5;
     EXPECT_OK(tandem_trainer_parallel_query(t, &r));
     EXPECT(r.server_replicas == 0 && r.shards == 0);
-    r.field_mask = TANDEM_PARALLEL_ATTR_REPLICAS << 1;
+    /* a strategy without a staleness rule reports none */
+    r.field_mask = TANDEM_PARALLEL_ATTR_ASYNC;
+    r.staleness_lr = TANDEM_STALENESS_LR_INVERSE;
+    EXPECT_OK(tandem_trainer_parallel_query(t, &r));
+    EXPECT(r.staleness_lr == TANDEM_STALENESS_LR_NONE);
+    r.field_mask = TANDEM_PARALLEL_ATTR_ASYNC << 1;
     EXPECT_FAIL(tandem_trainer_parallel_query(t, &r), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_attr_t");
   }
   tandem_trainer_destroy(t);
@@ -294,6 +350,15 @@ int main(void) {
   p = all_fields(TANDEM_STRATEGY_LOCALSGD);
   p.field_mask |= TANDEM_PARALLEL_PARAM_STALENESS_LR << 1;
   EXPECT_FAIL(create(&e, &p, &t), TANDEM_ERR_UNSUPPORTED, "tandem_parallel_params_t");
+
+  /* ps-async on 2 ranks: the rule given is the rule reported, on the server and on the worker. */
+  {
+    pthread_t threads[2];
+    int r;
+    g_job = e;
+    for (r = 0; r < 2; ++r) EXPECT(pthread_create(&threads[r], NULL, ps_async_rank, (void*)(intptr_t)r) == 0);
+    for (r = 0; r < 2; ++r) EXPECT(pthread_join(threads[r], NULL) == 0);
+  }
 
   free_env(&e);
   printf("c_strategy_params_test: ok\n");

@@ -1190,6 +1190,7 @@ TANDEM_API tandem_status_t tandem_trainer_create_parallel(tandem_model_t* model,
 #define TANDEM_PARALLEL_ATTR_SYNC  (UINT64_C(1) << 3) /* workers .. warmup_steps */
 #define TANDEM_PARALLEL_ATTR_ELASTIC (UINT64_C(1) << 4) /* elastic .. lr_scale */
 #define TANDEM_PARALLEL_ATTR_REPLICAS (UINT64_C(1) << 5) /* server_replicas, shards */
+#define TANDEM_PARALLEL_ATTR_ASYNC (UINT64_C(1) << 6) /* staleness_lr */
 typedef struct tandem_parallel_attr {
   uint64_t field_mask;
   int32_t world, rank, dp, pp;
@@ -1231,6 +1232,9 @@ typedef struct tandem_parallel_attr {
   /* Parameter servers: replicas per shard now (min(server_replicas, servers - 1); 0 without servers) and the
    * key-range shards the job started with, whatever servers hold them now (0 without servers). */
   int32_t server_replicas, shards;
+  /* ps-async: the rule that scales a stale push's step, as the trainer runs it (TANDEM_STALENESS_LR_NONE for every
+   * other strategy, which reads no such rule). */
+  tandem_staleness_lr_t staleness_lr;
 } tandem_parallel_attr_t;
 #define TANDEM_PARALLEL_ATTR_INIT {0}
 /* [in,out] attr: fields flagged in attr->field_mask are filled. Threads: any (not during a call on
