@@ -41,7 +41,7 @@ constexpr uint32_t kFrameBytes = 1u << 20;
 // The paced phase: small writes at a fixed interval, as `tandem calibrate`'s loopback one (api/src/calibrate_handles.hpp
 // kTcpWakeup*: two segments a write) but twice the interval, so that it stays under a 65 Mbit/s link's rate
 // (2,896 bytes / 400 us = 58 Mbit/s, less with the sleep's overshoot) and each write is a wake-up of both sides.
-constexpr uint64_t kPacedChunkBytes = 2896, kPacedWrites = 1000, kPacedIntervalUs = 400;
+constexpr uint64_t kPacedChunkBytes = 2896, kPacedIntervalUs = 400;
 // The two-way phase's bounds (what a listener accepts).
 constexpr uint64_t kMaxTwoWayBytes = 1ull << 30, kMaxTwoWayReps = 1000, kMaxTwoWayGapUs = 60'000'000;
 // Per payload byte on an Ethernet link with MTU 1500 and TCP timestamps (simulator/network/topology.hpp).
@@ -433,15 +433,16 @@ int peer_side(const NetworkCalibrateOptions& o) {
     throw NetError(fmt::format("bulk phase: {} reports {} bytes in {} ns, {} were sent: not a tandem listener?", who,
                                bytes, ns, sent));
   // paced phase (calibrate_network.hpp): small writes at a fixed interval
+  const auto paced_writes = static_cast<uint64_t>(o.paced_writes);
   unsigned char paced[24];
   put_u64(paced, kPacedChunkBytes);
-  put_u64(paced + 8, kPacedWrites);
+  put_u64(paced + 8, paced_writes);
   put_u64(paced + 16, kPacedIntervalUs);
   write_all(fd, paced, sizeof paced, after(o.timeout_s), "paced phase: sending its size");
   const timespec pause{0, static_cast<long>(kPacedIntervalUs * 1000)};
   const auto paced_t0 = Clock::now();
   const double paced_cpu0 = thread_cpu_s();
-  for (uint64_t i = 0; i < kPacedWrites; ++i) {
+  for (uint64_t i = 0; i < paced_writes; ++i) {
     write_all(fd, frame.data() + 4, kPacedChunkBytes, after(o.timeout_s), "paced phase: sending data");
     ::nanosleep(&pause, nullptr);
   }
@@ -450,9 +451,9 @@ int peer_side(const NetworkCalibrateOptions& o) {
   const double paced_s = std::chrono::duration<double>(Clock::now() - paced_t0).count();
   const uint64_t paced_bytes = get_u64(reply), paced_reads = get_u64(reply + 8);
   const double paced_recv_cpu = static_cast<double>(get_u64(reply + 16)) * 1e-9;
-  if (paced_bytes != kPacedChunkBytes * kPacedWrites || paced_reads < 1 || paced_reads > paced_bytes)
+  if (paced_bytes != kPacedChunkBytes * paced_writes || paced_reads < 1 || paced_reads > paced_bytes)
     throw NetError(fmt::format("paced phase: {} reports {} bytes in {} reads, {} were sent: not a tandem listener?",
-                               who, paced_bytes, paced_reads, kPacedChunkBytes * kPacedWrites));
+                               who, paced_bytes, paced_reads, kPacedChunkBytes * paced_writes));
   const double rtt = median(rtts);
   // two-way phase (calibrate_network.hpp): per repetition each direction's one-way transfer, then the simultaneous
   // exchange; every time from the sender's first write to the receiver's last byte, one-way latency rtt / 2 taken
@@ -507,7 +508,7 @@ int peer_side(const NetworkCalibrateOptions& o) {
   // bulk phase's per-byte cost already holds wake-ups as dense as the paced phase's) is reported as 0, as there.
   const double send_b = api::comm_cpu_s_per_byte(bulk_send_cpu, bytes);
   const double recv_b = api::comm_cpu_s_per_byte(bulk_recv_cpu, bytes);
-  const double send_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_send_cpu, kPacedWrites, paced_bytes, send_b));
+  const double send_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_send_cpu, paced_writes, paced_bytes, send_b));
   const double recv_w = std::max(0.0, api::comm_cpu_s_per_wakeup(paced_recv_cpu, paced_reads, paced_bytes, recv_b));
   const double goodput_bps = static_cast<double>(bytes) * 8 / (static_cast<double>(ns) * 1e-9);
   nlohmann::json j = {{"peer", who},
@@ -527,7 +528,7 @@ int peer_side(const NetworkCalibrateOptions& o) {
                           {"interval_us", kPacedIntervalUs},
                           {"bytes", paced_bytes},
                           {"seconds", paced_s},
-                          {"sender_writes", kPacedWrites},
+                          {"sender_writes", paced_writes},
                           {"receiver_reads", paced_reads},
                           {"sender_cpu_s", paced_send_cpu},
                           {"receiver_cpu_s", paced_recv_cpu}}}}}};
@@ -614,6 +615,8 @@ int run_network_calibrate(const NetworkCalibrateOptions& o) {
       throw NetError(fmt::format("--nominal-mbps: expected a rate > 0, got {}", o.nominal_mbps));
     if (o.two_way_reps < 0 || static_cast<uint64_t>(o.two_way_reps) > kMaxTwoWayReps)
       throw NetError(fmt::format("--two-way-reps: expected 0..{} (0: no two-way phase), got {}", kMaxTwoWayReps, o.two_way_reps));
+    if (o.paced_writes < 1 || o.paced_writes > 1000000)
+      throw NetError(fmt::format("--paced-writes: expected 1..1000000, got {}", o.paced_writes));
     if (o.two_way_bytes < 1 || o.two_way_bytes > kMaxTwoWayBytes)
       throw NetError(fmt::format("--two-way-bytes: expected 1..{}, got {}", kMaxTwoWayBytes, o.two_way_bytes));
     if (!(o.two_way_gap_ms >= 0 && o.two_way_gap_ms * 1e3 <= static_cast<double>(kMaxTwoWayGapUs)))

@@ -14,7 +14,7 @@
 //   thread CPU time over the phase (ns), 8 bytes each, big-endian. The goodput is the listener's bytes over its
 //   receive time: what reaches the application, after the kernel's buffers.
 // - paced: the peer sends {chunk bytes, writes, interval us} (8 bytes each; 2,896 bytes = two segments, 1,000
-//   writes, 400 us: 58 Mbit/s before the sleep's overshoot, under a 65 Mbit/s link's rate) and then the writes, a
+//   writes (--paced-writes), 400 us: 58 Mbit/s before the sleep's overshoot, under a 65 Mbit/s link's rate) and then the writes, a
 //   sleep after each; the listener reads what arrives (each read one wake-up) and answers with the bytes, its reads
 //   and its thread CPU time (ns).
 // - two-way (v3): the peer sends {bytes B, repetitions N, gap us} (8 bytes each; --two-way-bytes, default 1 MiB;
@@ -63,6 +63,7 @@ struct NetworkCalibrateOptions {
   int rounds = 50;          // ping-pongs
   double timeout_s = 60;    // per read/write, and the listener's wait for a peer
   std::string out;          // JSON file (peer side); empty: stdout
+  int paced_writes = 1000;  // paced phase: writes (bench/emu/netcpu_calibrate.py varies it to separate the phases)
   uint64_t two_way_bytes = 1u << 20;  // two-way phase: bytes each way
   int two_way_reps = 8;               // its repetitions (0: none)
   double two_way_gap_ms = 300;        // idle before each transfer

@@ -302,6 +302,9 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                                   "allow at that rate)");
                    app.add_option("--seconds", o->net.seconds, "--network: bulk transfer time")->capture_default_str();
                    app.add_option("--rounds", o->net.rounds, "--network: RTT ping-pongs")->capture_default_str();
+                   app.add_option("--paced-writes", o->net.paced_writes,
+                                  "--network: writes of the paced phase (the per-wake-up figure)")
+                       ->capture_default_str();
                    app.add_option("--two-way-bytes", o->net.two_way_bytes,
                                   "--network: bytes each way of the simultaneous two-way exchange (e.g. the model's "
                                   "parameter bytes, which a gossip step swaps)")

@@ -34,6 +34,9 @@ def main():
     ap.add_argument("--torch-mobilenetv2-compute-cv", type=float,
                     help="compute_cv for a PyTorch MobileNetV2 profile that lacks it (runs before torch_job.py recorded it): "
                          "the CV of a PyTorch pass's CPU time measured on one emulated host")
+    ap.add_argument("--comm-cpu-from", metavar="JSON",
+                    help="replace every profile's tcp_cpu_s_per_byte and tcp_cpu_s_per_wakeup with this file's (e.g. "
+                         "netcpu_calibrate.py's output: the emulated path's figures, where the run has loopback ones)")
     ap.add_argument("results")
     a = ap.parse_args()
     tandem = predict_lib.find_tandem(a.tandem, need=("simulate",))
@@ -44,6 +47,15 @@ def main():
             print(f"{a.results}: no '{key}' (validate_bench records it from run 12 on)", file=sys.stderr)
             return 2
     cases = set(a.cases.split(",")) if a.cases else None
+    if a.comm_cpu_from:
+        with open(a.comm_cpu_from) as f:
+            src = json.load(f)
+        figs = {k: src[k] for k in ("tcp_cpu_s_per_byte", "tcp_cpu_s_per_wakeup") if isinstance(src.get(k), (int, float))}
+        if len(figs) != 2:
+            print(f"--comm-cpu-from {a.comm_cpu_from}: needs tcp_cpu_s_per_byte and tcp_cpu_s_per_wakeup", file=sys.stderr)
+            return 2
+        for prof in run["profiles"].values():
+            prof.update(figs)
     with tempfile.TemporaryDirectory(prefix="tandem_emu_resim_") as tmp:
         def write(name, obj):
             path = os.path.join(tmp, name)

@@ -137,6 +137,18 @@ class NetworkCalibrate(unittest.TestCase):
         self.assertNotIn("tcp_goodput", j)
         self.assertAlmostEqual(j["cluster_node"]["nic_mbps"], j["goodput_mbps"] * 1514 / 1448)
 
+    def test_paced_writes_sets_the_paced_phase(self):
+        # bench/emu/netcpu_calibrate.py varies it; the listener takes the count from the protocol, so both sides agree
+        lst = Listener()
+        rc, text = tandem("calibrate", "--network", "--peer", f"127.0.0.1:{lst.port}", "--seconds", "0.1",
+                          "--paced-writes", "37", "--two-way-reps", "0")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(lst.finish()[0], 0)
+        paced = json.loads(text)["comm_cpu"]["paced"]
+        self.assertEqual(paced["sender_writes"], 37)
+        self.assertEqual(paced["bytes"], 37 * paced["chunk_bytes"])
+        self.assertLessEqual(paced["receiver_reads"], 37 * paced["chunk_bytes"])
+
     def test_no_peer_is_a_clear_error(self):
         held = socket.socket()  # bound, never listening: connections to it are refused
         held.bind(("127.0.0.1", 0))
@@ -306,7 +318,8 @@ class NetworkCalibrate(unittest.TestCase):
         self.assertIn("cannot resolve", out)
         for flag, value, msg in (("--two-way-reps", "-1", "--two-way-reps: expected 0..1000"),
                                  ("--two-way-bytes", "0", "--two-way-bytes: expected 1.."),
-                                 ("--two-way-gap-ms", "-5", "--two-way-gap-ms: expected 0..")):
+                                 ("--two-way-gap-ms", "-5", "--two-way-gap-ms: expected 0.."),
+                                 ("--paced-writes", "0", "--paced-writes: expected 1..1000000, got 0")):
             rc, out = tandem("calibrate", "--network", "--peer", "h:1", flag, value)
             self.assertEqual(rc, 1, out)
             self.assertIn(msg, out)
