@@ -403,7 +403,7 @@ class StopWatcher {
 tandem_parallel_attr_t parallel_attr(tandem_trainer_t* t) {
   tandem_parallel_attr_t a = TANDEM_PARALLEL_ATTR_INIT;
   a.field_mask = TANDEM_PARALLEL_ATTR_GRID | TANDEM_PARALLEL_ATTR_PLAN | TANDEM_PARALLEL_ATTR_SPLIT |
-                 TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_ELASTIC;
+                 TANDEM_PARALLEL_ATTR_SYNC | TANDEM_PARALLEL_ATTR_ELASTIC | TANDEM_PARALLEL_ATTR_ASYNC;
   tandem_trainer_parallel_query(t, &a);
   return a;
 }
@@ -420,6 +420,10 @@ void add_parallel_fields(tandem_trainer_t* t, nlohmann::json& j) {
   j["partition"] = a.partition;
   if (a.elastic || a.lost_ranks > 0) j["lost_ranks"] = a.lost_ranks;  // a lost worker absorbed (issues #13, #17)
   if (a.elastic) j["lr_scale"] = a.lr_scale;
+  if (std::string(a.strategy) == "ps-async")  // the rule the trainer runs, as --staleness-lr names it
+    j["staleness_lr"] = a.staleness_lr == TANDEM_STALENESS_LR_INVERSE    ? "inverse"
+                        : a.staleness_lr == TANDEM_STALENESS_LR_MOMENTUM ? "momentum"
+                                                                         : "none";
   j["time_split"] = {{"step_s", a.step_s},         {"compute_s", a.compute_s},   {"bubble_s", a.bubble_s},
                      {"exposed_comm_s", a.comm_s}, {"data_s", a.data_s},         {"other_s", a.other_s},
                      {"allreduce_s", a.allreduce_s}, {"bubble_fraction", a.bubble_fraction},

@@ -277,6 +277,7 @@ class StalenessLr(unittest.TestCase):
         rc, out, epochs = launch(3, ["--strategy", "ps-async", "--servers", "1", "--staleness-lr", "inverse"])
         self.assertEqual(rc, 0, out)
         self.assertEqual(len(epochs), 3, out)
+        self.assertEqual({e["staleness_lr"] for e in epochs}, {"inverse"}, out)  # the rule as the trainer runs it
         self.assertLess(epochs[-1]["train_loss"], epochs[0]["train_loss"], out)
         # the momentum warning is for plain ps-async: with the rule given, rank 0 does not repeat it
         rc, out, _ = launch(3, ["--strategy", "ps-async", "--servers", "1", "--staleness-lr", "inverse", "--momentum",
