@@ -1701,14 +1701,15 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
               world_rank(), path, optimizer_->steps());
     return;
   }
-  // Parameter servers: a failed save aborts the job's other groups (failing_loudly around the servers' sync point),
-  // so it still stops this rank.
-  if (!absorbing_ || ps_) return write_checkpoint(path);
+  if (!absorbing_) return write_checkpoint(path);
   // A rank lost (or stalled) while the ranks write: the save's collectives fail on the ranks that waited for it, while
   // others may have got through them and gone on to their next step. The save is not redone here (those others would
   // not join it); every survivor goes on as after a completed save, and the trainer's failed communicator makes the
   // next collective fail at once, in a step or phase elastic_retry re-forms from. Throwing instead stopped the ranks
   // that waited (the CLI exits on a failed save) while the others re-formed without them, healthy as they were.
+  // Parameter servers alike (a server lost or stalled in the save's sync point or gathers): the next step's push,
+  // pull or serve fails and the re-form takes a lost server's shards over from its replica or the checkpoint, as
+  // after a loss in a step.
   try {
     write_checkpoint(path);
   } catch (const Error& e) {
@@ -1728,14 +1729,17 @@ void ParallelTrainer::write_checkpoint(const std::string& path) {
   save_test_fault();
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
   // Asynchronous EASGD: world rank 0 (worker 0) gathers the centre from the servers instead.
+  // A job that absorbs a loss gives the save up on it (save_checkpoint) and re-forms at its next step: it aborts no
+  // group here (the others would count this rank as gone). Otherwise a failed save stops the job's other groups too.
+  const auto servers = [this](auto&& f) { return absorbing_ ? f() : failing_loudly(f); };
   std::vector<std::vector<float>> server_state;
   std::vector<float> centre;
   if (ps_) {
-    failing_loudly([&] { ps_->sync_point(); });
+    servers([&] { ps_->sync_point(); });
     if (elastic_centre()) {
-      centre = failing_loudly([&] { return ps_->gather_centre(0); });
+      centre = servers([&] { return ps_->gather_centre(0); });
     } else {
-      server_state = failing_loudly([&] { return ps_->gather_state(0); });
+      server_state = servers([&] { return ps_->gather_state(0); });
     }
   }
   const int64_t server_updates = saved_server_updates();
