@@ -211,6 +211,30 @@ class ElasticLaunch(unittest.TestCase):
                 self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from the survivors
             self.assertTrue(os.path.exists(ck), out)
 
+    def test_a_server_lost_inside_an_epochs_save_drops_no_other_rank(self):
+        # ps-async on 2 workers and 2 servers with a replica each (the chaos benchmark's ps-async-backup), 2 epochs.
+        # Server 1 (world rank 3) leaves at the start of its first checkpoint save (test hook TANDEM_TEST_SAVE_FAULT).
+        # Before: the ranks that met the loss in the save stopped ("cannot write checkpoint") while the others
+        # re-formed without them. Now the save is given up on every survivor, they re-form at the next step (server 0
+        # takes the lost shard over from its replica) and finish; the second epoch's save writes the file.
+        train = [w if i == 0 or TRAIN[i - 1] not in ("--epochs", "--limit-batches") else
+                 {"--epochs": "2", "--limit-batches": "8"}[TRAIN[i - 1]] for i, w in enumerate(TRAIN)]
+        at = train.index("--strategy")
+        train[at:at + 3] = ["--strategy", "ps-async", "--servers", "2", "--server-replicas", "1"]
+        with tempfile.TemporaryDirectory() as d:
+            ck = os.path.join(d, "job.ckpt")
+            rc, lines = run_launch(self, ["-n", "4", "--min-ranks", "2", "--transport", "tcp"], lambda pid, line: None,
+                                   train=train + ["--checkpoint", ck],
+                                   extra_env={"TANDEM_TEST_SAVE_FAULT": "3:1:leave"})
+            out = "".join(lines)
+            self.assertIn("world rank 3 leaves the job in its checkpoint save 1", out)
+            self.assertIn("elastic: lost parameter server(s) world rank 3", out)
+            self.assertEqual(sorted(epochs_of(lines, 0)), [1, 2], out)
+            for rank in (0, 1, 2):
+                self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from a rank not hit
+            self.assertEqual(rc, 0, out)
+            self.assertTrue(os.path.exists(ck), out)
+
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,
                            text=True, timeout=30)
