@@ -82,6 +82,13 @@ bool logged(const Outcome& o, int rank, const std::string& part) {
   return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return contains(l, part); });
 }
 
+// The calling thread's warnings and errors go to `into` while this lives.
+struct CaptureLog {
+  explicit CaptureLog(Captured& into) { logger.set_sink(&Captured::sink, &into); }
+  log::Logger logger{log::Level::kWarn};
+  log::Scope scope{&logger};
+};
+
 // `workers` workers and p.servers servers train until their optimizer step is `until`. Each (world rank, step) of
 // `deaths` leaves without a word when it reaches that step; with a `checkpoint`, every rank saves it at step
 // `checkpoint_at`. `lr`: the learning rate (sgd_config's by default).
@@ -109,9 +116,7 @@ Outcome run_losses(const par::ParallelConfig& p, const std::vector<std::pair<int
   std::vector<Captured> logs(n);
   o.errors = run_world(world, quick_deadline(), [&](int r, comm::Communicator& comm) {
     const auto me = static_cast<size_t>(r);
-    log::Logger logger(log::Level::kWarn);
-    logger.set_sink(&Captured::sink, &logs[me]);
-    log::Scope scope(&logger);
+    const CaptureLog capture(logs[me]);
     auto be = one_thread_backend();
     nn::Model m(lenet12(), *be, 3);
     par::ParallelTrainer t(m, synthetic12_train(), nullptr, cfg, p, &comm);
@@ -254,9 +259,7 @@ SaveFaultRun two_epochs_saving_with(const char* hook) {
   std::vector<Captured> logs(4);
   out.errors = run_world(4, quick_deadline(), [&](int r, comm::Communicator& comm) {
     const auto me = static_cast<size_t>(r);
-    log::Logger logger(log::Level::kWarn);
-    logger.set_sink(&Captured::sink, &logs[me]);
-    log::Scope scope(&logger);
+    const CaptureLog capture(logs[me]);
     auto be = one_thread_backend();
     nn::Model m(lenet12(), *be, 3);
     par::ParallelTrainer t(m, synthetic12_train(), &synthetic12_test(), sgd_config(kBatch, 6),
