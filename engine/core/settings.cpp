@@ -75,6 +75,9 @@ constexpr Variable kVariables[] = {
      "of a parameter-server re-form, between a replica's header and payload (replicating), or of an admission of "
      "workers (growing|grow-voted|grow-committed; split: that rank's split of the grown world fails after the others' "
      "completed)"},
+    {"TANDEM_TEST_SAVE_FAULT", K::kText, 0, 0, "", "unset",
+     "test hook: rank:save:what, that world rank leaves the job (what = leave) or stalls that many seconds at the "
+     "start of its save-th checkpoint save of a parallel job"},
     {"TANDEM_TEST_UCX_NO_COPY", K::kChoice, 0, 0, "0|1", "0",
      "test hook: 1: ucx finds no memory for the copy a cancelled send goes on from (it cuts the peer off)"},
     {"TANDEM_TEST_TCP_NO_COPY", K::kChoice, 0, 0, "0|1", "0",

@@ -97,6 +97,21 @@ int reform_leave_test_hook(const char* point) {
   return r;
 }
 
+// Test hook (a fault inside a checkpoint save, issue #17): TANDEM_TEST_SAVE_FAULT="rank:save:what" hits world rank
+// `rank` at the start of its `save`-th checkpoint save (1-based, this trainer's saves counted), before the save's
+// first collective: `what` "leave" makes it leave the job there (ParallelTrainer::abandon, as a killed process, then
+// kInternal naming the hook), a number makes it sleep that many seconds and go on (a process stopped and continued).
+// The other ranks meet the fault in the save's collectives. Returns what to do ("" when this save is not hit).
+std::string save_fault_test_hook(int rank, int64_t save) {
+  const std::optional<std::string> v = settings::current()->text("TANDEM_TEST_SAVE_FAULT");
+  if (!v) return {};
+  int r = -1;
+  long long k = -1;
+  int used = 0;
+  if (std::sscanf(v->c_str(), "%d:%lld:%n", &r, &k, &used) != 2 || used == 0 || r != rank || k != save) return {};
+  return v->substr(static_cast<size_t>(used));
+}
+
 // Blocking helpers over a communicator's host buffers.
 void broadcast_tensor(comm::Communicator& c, compute::Backend& be, Tensor t, int root) {
   if (t.numel() == 0) return;
@@ -993,6 +1008,22 @@ void ParallelTrainer::reform_test_point(const char* point) {
   TANDEM_THROW(Status::kInternal, "TANDEM_TEST_REFORM_LEAVE: world rank {} answered a receive it never sends", leaves);
 }
 
+void ParallelTrainer::save_test_fault() {
+  const std::string what = save_fault_test_hook(world_rank(), ++saves_);
+  if (what.empty()) return;
+  if (what == "leave") {
+    log::warn("TANDEM_TEST_SAVE_FAULT: world rank {} leaves the job in its checkpoint save {}", world_rank(), saves_);
+    abandon();
+    TANDEM_THROW(Status::kInternal, "TANDEM_TEST_SAVE_FAULT: world rank {} left the job in its checkpoint save {}",
+                 world_rank(), saves_);
+  }
+  const double s = std::strtod(what.c_str(), nullptr);
+  TANDEM_CHECK(s > 0, Status::kInvalidArgument,
+               "TANDEM_TEST_SAVE_FAULT: '{}' is neither 'leave' nor a stall in seconds", what);
+  log::warn("TANDEM_TEST_SAVE_FAULT: world rank {} stalls {:.3g} s in its checkpoint save {}", world_rank(), s, saves_);
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
 bool ParallelTrainer::settle_ps_view(const std::string& why) {
   const int64_t mine[2] = {ps_->view_epoch(), ps_->has_tentative() ? 1 : 0};
   std::vector<int64_t> all(2 * static_cast<size_t>(world_->size()));
@@ -1670,14 +1701,15 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
               world_rank(), path, optimizer_->steps());
     return;
   }
-  // Parameter servers: a failed save aborts the job's other groups (failing_loudly around the servers' sync point),
-  // so it still stops this rank.
-  if (!absorbing_ || ps_) return write_checkpoint(path);
+  if (!absorbing_) return write_checkpoint(path);
   // A rank lost (or stalled) while the ranks write: the save's collectives fail on the ranks that waited for it, while
   // others may have got through them and gone on to their next step. The save is not redone here (those others would
   // not join it); every survivor goes on as after a completed save, and the trainer's failed communicator makes the
   // next collective fail at once, in a step or phase elastic_retry re-forms from. Throwing instead stopped the ranks
   // that waited (the CLI exits on a failed save) while the others re-formed without them, healthy as they were.
+  // Parameter servers alike (a server lost or stalled in the save's sync point or gathers): the next step's push,
+  // pull or serve fails and the re-form takes a lost server's shards over from its replica or the checkpoint, as
+  // after a loss in a step.
   try {
     write_checkpoint(path);
   } catch (const Error& e) {
@@ -1694,16 +1726,20 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
 
 void ParallelTrainer::write_checkpoint(const std::string& path) {
   checkpoint_written_ = false;
+  save_test_fault();
   // Parameter servers: every worker leaves with the servers' parameters; rank 0 gathers their optimizer state.
   // Asynchronous EASGD: world rank 0 (worker 0) gathers the centre from the servers instead.
+  // A job that absorbs a loss gives the save up on it (save_checkpoint) and re-forms at its next step: it aborts no
+  // group here (the others would count this rank as gone). Otherwise a failed save stops the job's other groups too.
+  const auto servers = [this](auto&& f) { return absorbing_ ? f() : failing_loudly(f); };
   std::vector<std::vector<float>> server_state;
   std::vector<float> centre;
   if (ps_) {
-    failing_loudly([&] { ps_->sync_point(); });
+    servers([&] { ps_->sync_point(); });
     if (elastic_centre()) {
-      centre = failing_loudly([&] { return ps_->gather_centre(0); });
+      centre = servers([&] { return ps_->gather_centre(0); });
     } else {
-      server_state = failing_loudly([&] { return ps_->gather_state(0); });
+      server_state = servers([&] { return ps_->gather_state(0); });
     }
   }
   const int64_t server_updates = saved_server_updates();

@@ -623,6 +623,10 @@ class ParallelTrainer {
   // or, at "voted" above the leaving rank, sees its vote cut off by that loss (the error of the loss).
   void reform_test_point(const char* point);
   bool leave_hook_ = false;  // TANDEM_TEST_REFORM_LEAVE is set (read once, at construction)
+  // TANDEM_TEST_SAVE_FAULT (parallel_trainer.cpp): at the start of write_checkpoint, this rank leaves the job or
+  // stalls when the hook names it and this save; saves_ counts this trainer's saves.
+  void save_test_fault();
+  int64_t saves_ = 0;
   void note_ps_membership();  // after a shrink with servers: the index each surviving server had before it
   std::vector<int> lost_;
   // The step at which a shrink last kept every rank (recover: a timeout with nobody lost); a second one at the same

@@ -19,6 +19,11 @@ TRAIN = ["train", "--json", "--strategy", "ddp", "--elastic", "--min-ranks", "2"
          "--epochs", str(EPOCHS)]
 
 
+def train_with(values):
+    """TRAIN with the value after each flag named in `values` replaced by the one given there."""
+    return [w if i == 0 or TRAIN[i - 1] not in values else values[TRAIN[i - 1]] for i, w in enumerate(TRAIN)]
+
+
 def env():
     return dict(os.environ, TANDEM_TIMEOUT_MS="10000", OMP_NUM_THREADS="1")
 
@@ -67,6 +72,17 @@ def run_launch(test, launch_args, on_line, train=None, limit_s=240, extra_env=No
             p.wait()
         p.stdout.close()
     return p.returncode, lines
+
+
+def launch_4_with_checkpoint(test, min_ranks, train, hook):
+    """run_launch of 4 ranks over tcp with --min-ranks `min_ranks`, `train` writing --checkpoint into a temporary
+    folder, and hook = (variable, value) of a test hook in the environment. Returns (exit code, lines, the output,
+    whether the checkpoint was there at the end)."""
+    with tempfile.TemporaryDirectory() as d:
+        ck = os.path.join(d, "job.ckpt")
+        rc, lines = run_launch(test, ["-n", "4", "--min-ranks", str(min_ranks), "--transport", "tcp"],
+                               lambda pid, line: None, train=train + ["--checkpoint", ck], extra_env=dict([hook]))
+        return rc, lines, "".join(lines), os.path.exists(ck)
 
 
 def launch_and_kill(test, launch_args, rank, train=None, on_line=None):
@@ -190,26 +206,38 @@ class ElasticLaunch(unittest.TestCase):
         # reported epoch 1 a second time as the survivors' rank 0, and with --min-ranks 3 they stopped below it
         # although the job had finished training. Now rank 0 says it left and that it reported the epoch, and the
         # survivors finish the job's closing evaluation and save.
-        train = [w if i == 0 or TRAIN[i - 1] not in ("--epochs", "--limit-batches", "--min-ranks") else
-                 {"--epochs": "1", "--limit-batches": "8", "--min-ranks": "3"}[TRAIN[i - 1]] for i, w in enumerate(TRAIN)]
-        with tempfile.TemporaryDirectory() as d:
-            ck = os.path.join(d, "job.ckpt")
-            rc, lines = run_launch(self, ["-n", "4", "--min-ranks", "3", "--transport", "tcp"], lambda pid, line: None,
-                                   train=train + ["--checkpoint", ck],
-                                   extra_env={"TANDEM_TEST_REFORM_LEAVE": "1:evaluated"})
-            out = "".join(lines)
-            self.assertIn("world rank 1 leaves the job at point 'evaluated'", out)
-            reports = [r for r in range(4) if epochs_of(lines, r).get(1)]
-            self.assertEqual(reports, [0], out)  # once, by world rank 0
-            self.assertIn("elastic: world rank(s) 0, 1 lost", out)  # ranks 2 and 3 re-formed without them ...
-            self.assertNotIn("did not take part within", out)  # ... not waiting for rank 0, which said it left
-            self.assertIn("below min_ranks 3, after a loss in the closing collectives of the job's last epoch", out)
-            self.assertNotIn("elastic training stopped", out)
-            self.assertEqual(rc, 0, out)
-            self.assertIn("elastic job finished with 3 of 4 ranks (--min-ranks 3); lost: rank 1", out)
-            for rank in (2, 3):
-                self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from the survivors
-            self.assertTrue(os.path.exists(ck), out)
+        train = train_with({"--epochs": "1", "--limit-batches": "8", "--min-ranks": "3"})
+        rc, lines, out, written = launch_4_with_checkpoint(self, 3, train, ("TANDEM_TEST_REFORM_LEAVE", "1:evaluated"))
+        self.assertIn("world rank 1 leaves the job at point 'evaluated'", out)
+        reports = [r for r in range(4) if epochs_of(lines, r).get(1)]
+        self.assertEqual(reports, [0], out)  # once, by world rank 0
+        self.assertIn("elastic: world rank(s) 0, 1 lost", out)  # ranks 2 and 3 re-formed without them ...
+        self.assertNotIn("did not take part within", out)  # ... not waiting for rank 0, which said it left
+        self.assertIn("below min_ranks 3, after a loss in the closing collectives of the job's last epoch", out)
+        self.assertNotIn("elastic training stopped", out)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("elastic job finished with 3 of 4 ranks (--min-ranks 3); lost: rank 1", out)
+        for rank in (2, 3):
+            self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from the survivors
+        self.assertTrue(written, out)
+
+    def test_a_server_lost_inside_an_epochs_save_drops_no_other_rank(self):
+        # ps-async on 2 workers and 2 servers with a replica each (the chaos benchmark's ps-async-backup), 2 epochs.
+        # Server 1 (world rank 3) leaves at the start of its first checkpoint save (test hook TANDEM_TEST_SAVE_FAULT).
+        # Before: the ranks that met the loss in the save stopped ("cannot write checkpoint") while the others
+        # re-formed without them. Now the save is given up on every survivor, they re-form at the next step (server 0
+        # takes the lost shard over from its replica) and finish; the second epoch's save writes the file.
+        train = train_with({"--epochs": "2", "--limit-batches": "8"})
+        at = train.index("--strategy")
+        train[at:at + 3] = ["--strategy", "ps-async", "--servers", "2", "--server-replicas", "1"]
+        rc, lines, out, written = launch_4_with_checkpoint(self, 2, train, ("TANDEM_TEST_SAVE_FAULT", "3:1:leave"))
+        self.assertIn("world rank 3 leaves the job in its checkpoint save 1", out)
+        self.assertIn("elastic: lost parameter server(s) world rank 3", out)
+        self.assertEqual(sorted(epochs_of(lines, 0)), [1, 2], out)
+        for rank in (0, 1, 2):
+            self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from a rank not hit
+        self.assertEqual(rc, 0, out)
+        self.assertTrue(written, out)
 
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,

@@ -209,6 +209,9 @@ typedef struct tandem_context_params {
  *                             (replicating), or of an admission of workers (growing,
  *                             grow-voted or grow-committed; split: that rank's split of
  *                             the grown world fails after the others' completed)   default unset
+ *   TANDEM_TEST_SAVE_FAULT    test hook, "rank:save:what": that world rank leaves the job
+ *                             (what = leave) or stalls that many seconds (what = a number) at
+ *                             the start of its save-th checkpoint save of a parallel job  default unset
  *   TANDEM_TEST_UCX_NO_COPY   test hook, 1: ucx finds no memory for the copy a cancelled send
  *                             goes on from, so it cuts that peer off                default 0
  *   TANDEM_TEST_TCP_NO_COPY   test hook, 1: tcp finds no memory for the unwritten rest of a
