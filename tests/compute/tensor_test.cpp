@@ -190,11 +190,16 @@ BOOST_AUTO_TEST_CASE(a_request_without_a_free_block_of_its_class_takes_a_larger_
   BOOST_TEST(f == p);
   BOOST_TEST(allocs == 2);
   a.deallocate(f, full);
-  // not a block twice the request's class or more
+  // the smallest larger block, and not one of twice the request's class or more
   void* half = a.allocate(full / 2);
-  BOOST_TEST(half != p);
+  BOOST_TEST(half == r);
+  BOOST_TEST(allocs == 2);
+  void* other = a.allocate(full / 2);  // only p is free, of twice its class
+  BOOST_TEST(other != p);
   BOOST_TEST(allocs == 3);
   a.deallocate(half, full / 2);
+  a.deallocate(other, full / 2);
+  BOOST_TEST(a.stats().bytes_in_use == 0u);
   a.empty_cache();
   BOOST_TEST(frees == 3);
   BOOST_TEST(a.stats().bytes_cached == 0u);

@@ -69,6 +69,15 @@ TrainerConfig small_config() {
   return c;
 }
 
+// small_config() with this batch size, prefetch and batch limit per epoch.
+TrainerConfig small_config_with(int64_t batch, int prefetch, int64_t limit_batches) {
+  TrainerConfig c = small_config();
+  c.batch_size = batch;
+  c.prefetch = prefetch;
+  c.limit_batches = limit_batches;
+  return c;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(checkpoint_files)
@@ -265,9 +274,7 @@ BOOST_AUTO_TEST_CASE(an_epoch_cut_short_stops_its_loader_thread) {
   const data::Dataset train = data::make_synthetic(1, 28, 28, 10, 512, 1);
   auto be = backend();
   nn::Model m(nn::zoo_model("mlp", {1, 28, 28}, 10), *be, 1);
-  TrainerConfig cfg = small_config();
-  cfg.prefetch = 2;
-  cfg.limit_batches = 2;
+  const TrainerConfig cfg = small_config_with(16, 2, 2);
   Trainer t(m, train, nullptr, cfg);
   const StepResult first = t.step();
   BOOST_TEST(!first.epoch_end);
@@ -287,10 +294,7 @@ BOOST_AUTO_TEST_CASE(a_partial_last_batch_reuses_the_full_batches_memory) {
   const data::Dataset train = data::make_synthetic(1, 28, 28, 10, 2 * 128 + 104, 1);
   auto be = backend();
   nn::Model m(nn::zoo_model("mlp", {1, 28, 28}, 10), *be, 1);
-  TrainerConfig cfg = small_config();
-  cfg.batch_size = 128;
-  cfg.prefetch = 0;
-  Trainer t(m, train, nullptr, cfg);
+  Trainer t(m, train, nullptr, small_config_with(128, 0, 0));
   const auto held = [] {
     const AllocatorStats s = host_allocator().stats();
     return s.bytes_in_use + s.bytes_cached;
