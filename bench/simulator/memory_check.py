@@ -2,7 +2,8 @@
 """The simulator's memory prediction beside the measured peak RSS of one training process, per model (issue #16).
 
   bench/simulator/memory_check.py [--tandem PATH] [--cases lenet5:64,mlp:64,mobilenetv2:32,resnet18:16]
-                                  [--batches 8] [--threads 1] [--optimizer sgd] [--check FRACTION] [--json OUT]
+                                  [--batches 8] [--train-limit 0] [--threads 1] [--optimizer sgd]
+                                  [--check FRACTION] [--json OUT]
   bench/simulator/memory_check.py --cross lenet5,mlp,mobilenetv2,resnet18 --cal 32 --at 8,32,128
 
 Per case MODEL:BATCH[:CALIBRATED_BATCH]:
@@ -87,7 +88,7 @@ def case(tandem, model, batch, cal_batch, a, d, cache):
     p, (prof, prof_single, prof_fixed) = calibrate(tandem, model, cal_batch, a, d, cache)
     train = [tandem, "train", "--model", model, "--dataset", "synthetic", "--input", shape, "--batch", str(batch),
              "--threads", str(a.threads), "--optimizer", a.optimizer, "--limit-batches", str(a.batches),
-             "--eval-limit-batches", "1", "--predict", "--json", "--profile"]
+             "--train-limit", str(a.train_limit), "--eval-limit-batches", "1", "--predict", "--json", "--profile"]
     env = dict(os.environ, TANDEM_LOG_LEVEL="debug")
     out = run(train + [prof], a.timeout, env)
     new = prediction(out)
@@ -111,7 +112,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "default", "bin", "tandem"))
     ap.add_argument("--cases", default="lenet5:64,mlp:64,mobilenetv2:32,resnet18:16")
-    ap.add_argument("--batches", type=int, default=8, help="training batches per run (--limit-batches)")
+    ap.add_argument("--batches", type=int, default=8, help="training batches per run (--limit-batches; 0: the epoch)")
+    ap.add_argument("--train-limit", type=int, default=0,
+                    help="training samples (tandem train --train-limit; 0: all 6000): with --batches 0 and a count "
+                         "that is not a multiple of the batch, the epoch ends with a partial batch")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--optimizer", default="sgd", help="sgd, momentum, adam or adamw (calibrate and train)")
     ap.add_argument("--timeout", type=int, default=600)

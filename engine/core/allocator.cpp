@@ -64,12 +64,27 @@ void* CachingAllocator::allocate(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.allocations;
     auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
+    if (it == free_.end() || it->second.empty()) {
+      // No block of this class: the smallest free one below twice the class (see the header).
+      it = free_.end();
+      for (auto c = free_.begin(); c != free_.end(); ++c)
+        if (!c->second.empty() && c->first > cls && c->first < 2 * cls && (it == free_.end() || c->first < it->first))
+          it = c;
+    }
+    if (it != free_.end() && it->first != cls) {
+      try {
+        larger_.emplace(it->second.back(), it->first);
+      } catch (...) {  // no room to remember its class: a new block instead
+        it = free_.end();
+      }
+    }
+    if (it != free_.end()) {
+      const size_t got = it->first;
       void* p = it->second.back();
       it->second.pop_back();
       ++stats_.cache_hits;
-      stats_.bytes_cached -= cls;
-      stats_.bytes_in_use += cls;
+      stats_.bytes_cached -= got;
+      stats_.bytes_in_use += got;
       if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
       return p;
     }
@@ -90,8 +105,14 @@ void* CachingAllocator::allocate(size_t bytes) {
 
 void CachingAllocator::deallocate(void* p, size_t bytes) noexcept {
   if (p == nullptr) return;
-  const size_t cls = size_class(bytes);
+  size_t cls = size_class(bytes);
   std::unique_lock<std::mutex> lock(mu_);
+  if (!larger_.empty()) {
+    if (auto it = larger_.find(p); it != larger_.end()) {
+      cls = it->second;
+      larger_.erase(it);
+    }
+  }
   stats_.bytes_in_use -= cls;
   if (stats_.bytes_cached + cls > max_cached_bytes_) {
     lock.unlock();

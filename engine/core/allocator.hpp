@@ -47,8 +47,12 @@ struct AllocatorStats {
 
 // Thread-safe size-class cache over a RawAllocator. Requests are rounded up to a size class
 // (multiples of 64 B up to 4 KiB, then 8 classes per power of two, so at most 12.5% waste) and
-// freed blocks go back to their class's list. When the cache exceeds its limit the oldest
-// entries are released; empty_cache() releases everything.
+// freed blocks go back to their class's list. A request whose class has no free block takes the
+// smallest free block of a class less than twice its own before asking the raw allocator: a batch
+// of fewer samples (an epoch's partial last batch, a smaller evaluation batch) then reuses the full
+// batch's blocks instead of holding a second set beside them (issue #16: mlp at batch 128, 0.8 MiB).
+// Such a block still belongs to its own class: it goes back to that class's list when freed. When
+// the cache exceeds its limit the oldest entries are released; empty_cache() releases everything.
 class CachingAllocator {
  public:
   CachingAllocator(Device device, std::unique_ptr<RawAllocator> raw, size_t max_cached_bytes = SIZE_MAX);
@@ -69,6 +73,7 @@ class CachingAllocator {
   size_t max_cached_bytes_;
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> larger_;  // blocks in use that a smaller request took: their own class
   AllocatorStats stats_;
 };
 

@@ -619,6 +619,15 @@ bool ParallelTrainer::epoch_exhausted() const {
   return config_.limit_batches > 0 && done >= config_.limit_batches;
 }
 
+bool ParallelTrainer::end_epoch_if_exhausted() {
+  if (!epoch_exhausted()) return false;
+  ++completed_epochs_;
+  // As the single trainer (issue #16): the queue of an epoch cut short is not held through the evaluation; the
+  // next epoch restarts the loader anyway.
+  loader_->reset();
+  return true;
+}
+
 void ParallelTrainer::begin_epoch_if_needed() {
   if (sampler_.epoch() == completed_epochs_) return;
   sampler_.set_epoch(completed_epochs_);
@@ -1081,7 +1090,7 @@ bool ParallelTrainer::settle_ps_view(const std::string& why) {
             world_rank(), r.from_checkpoint ? "; its restore from the checkpoint is still due" : "");
   if (!r.step_done) return false;
   optimizer_step();
-  if (epoch_exhausted()) ++completed_epochs_;
+  end_epoch_if_exhausted();
   take_snapshot();  // the step is done: a later restore_snapshot keeps it
   return true;
 }
@@ -1241,7 +1250,7 @@ bool ParallelTrainer::reform(Phase phase, const std::string& why, const std::vec
       // This worker's push of the step in flight was applied on every server (only the pull was lost): the step
       // is done -- its batch consumed, counted -- and the reform gave it the servers' parameters.
       optimizer_step();
-      if (epoch_exhausted()) ++completed_epochs_;
+      end_epoch_if_exhausted();
       return true;
     }
     restore_snapshot(false);
@@ -1454,10 +1463,7 @@ train::StepResult ParallelTrainer::step_impl() {
   r.skipped = last_skipped_;
   r.correct = s.correct;
   r.loss = s.samples > 0 ? s.loss_sum / static_cast<double>(s.samples) : std::numeric_limits<double>::quiet_NaN();
-  if (epoch_exhausted()) {
-    r.epoch_end = true;
-    ++completed_epochs_;
-  }
+  r.epoch_end = end_epoch_if_exhausted();
   return r;
 }
 

@@ -513,6 +513,9 @@ class ParallelTrainer {
   void broadcast_replica_state();
   void begin_epoch_if_needed();
   bool epoch_exhausted() const;
+  // After a step: when the epoch is exhausted, counts it done and stops the loader thread (an epoch cut short by
+  // limit_batches would otherwise keep assembling the rest of the sampler's epoch). True when it did.
+  bool end_epoch_if_exhausted();
   std::vector<MicroBatch> make_micro_batches(const data::Batch& b, int count, std::vector<Tensor>& keep);
   void optimizer_step();
   // fp16 loss scaling: this rank's "found non-finite" flag combined over every rank of the job (one all-reduce of

@@ -167,6 +167,44 @@ BOOST_AUTO_TEST_CASE(reuses_freed_blocks_of_the_same_class) {
   BOOST_TEST(a.stats().bytes_cached == 0u);
 }
 
+// A smaller batch's tensors (an epoch's partial last batch) reuse the full batch's free blocks instead of taking new
+// ones beside them, and those blocks serve the full batch again afterwards (issue #16).
+BOOST_AUTO_TEST_CASE(a_request_without_a_free_block_of_its_class_takes_a_larger_one) {
+  int allocs = 0, frees = 0;
+  CachingAllocator a(Device::cpu(), std::make_unique<CountingRaw>(&allocs, &frees));
+  const size_t full = 128 * 512 * 4, part = 104 * 512 * 4;  // one layer's output at batch 128 and 104
+  BOOST_REQUIRE(CachingAllocator::size_class(part) < CachingAllocator::size_class(full));
+  void* p = a.allocate(full);
+  a.deallocate(p, full);
+  void* q = a.allocate(part);
+  BOOST_TEST(q == p);
+  BOOST_TEST(allocs == 1);
+  BOOST_TEST(a.stats().bytes_in_use == CachingAllocator::size_class(full));  // the block's own class
+  void* r = a.allocate(part);  // no free block left: a new one of its class
+  BOOST_TEST(allocs == 2);
+  a.deallocate(q, part);
+  a.deallocate(r, part);
+  BOOST_TEST(a.stats().bytes_in_use == 0u);
+  BOOST_TEST(a.stats().bytes_cached == CachingAllocator::size_class(full) + CachingAllocator::size_class(part));
+  void* f = a.allocate(full);  // back in the full class's list
+  BOOST_TEST(f == p);
+  BOOST_TEST(allocs == 2);
+  a.deallocate(f, full);
+  // the smallest larger block, and not one of twice the request's class or more
+  void* half = a.allocate(full / 2);
+  BOOST_TEST(half == r);
+  BOOST_TEST(allocs == 2);
+  void* other = a.allocate(full / 2);  // only p is free, of twice its class
+  BOOST_TEST(other != p);
+  BOOST_TEST(allocs == 3);
+  a.deallocate(half, full / 2);
+  a.deallocate(other, full / 2);
+  BOOST_TEST(a.stats().bytes_in_use == 0u);
+  a.empty_cache();
+  BOOST_TEST(frees == 3);
+  BOOST_TEST(a.stats().bytes_cached == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(size_classes_bound_waste_and_align) {
   for (size_t b : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{4096}, size_t{4097},
                    size_t{100000}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{123456789}}) {

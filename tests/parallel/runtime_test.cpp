@@ -285,4 +285,43 @@ BOOST_AUTO_TEST_CASE(a_rank_that_stops_turns_into_an_error_naming_it_not_a_hang)
   BOOST_TEST(waited < 30.0);
 }
 
+// An epoch cut short by limit_batches stops each rank's loader thread at its end, as the single trainer's does
+// (issue #16): otherwise it would go on assembling the rest of the sampler's epoch and hold its queue through the
+// evaluation. Ranks are threads of this process: rank 0 counts the process's threads while both wait at a barrier.
+BOOST_AUTO_TEST_CASE(an_epoch_cut_short_stops_every_ranks_loader_thread) {
+  if (!std::filesystem::exists("/proc/self/task")) {
+    BOOST_TEST_MESSAGE("no /proc/self/task here: threads not counted");
+    return;
+  }
+  const auto threads = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/task"), std::filesystem::directory_iterator{});
+  };
+  std::atomic<long> during{0}, after{0}, next{0};
+  std::atomic<int> ended{0};
+  par::ParallelConfig p;
+  p.strategy = par::Strategy::kDdp;
+  p.dp = 2;
+  require_no_errors(run_world(2, {}, [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    train::TrainerConfig cfg = sgd_config(8, 2);  // 2 of the 16 batches of each rank's epoch
+    cfg.prefetch = 2;
+    par::ParallelTrainer t(m, train_set(), nullptr, cfg, p, &c);
+    const auto count_at_barrier = [&](std::atomic<long>& into) {
+      c.barrier()->wait();
+      if (r == 0) into = threads();
+      c.barrier()->wait();
+    };
+    if (t.step().epoch_end) ++ended;
+    count_at_barrier(during);  // both loader threads assemble the next batches
+    if (t.step().epoch_end) ++ended;
+    count_at_barrier(after);
+    t.train_epoch();
+    count_at_barrier(next);
+  }));
+  BOOST_TEST(ended.load() == 2, "the second step ends each rank's epoch");
+  BOOST_TEST(after.load() == during.load() - 2);
+  BOOST_TEST(next.load() == during.load() - 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
