@@ -233,6 +233,8 @@ typedef struct tandem_context_params {
  *                             pipe or stdout carries --json; `tandem launch` (not in --json mode)
  *                             sets it for rank 0 when its own stderr is a terminal, `tandem demo`
  *                             for its one-rank run (read by the CLI only)        default 0
+ *   TANDEM_TEST_KILL_AFTER_REPORT test hook, an epoch: the rank of `tandem train` that reports it
+ *                             kills itself with SIGKILL right after printing it (CLI only) unset
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
