@@ -954,7 +954,10 @@ typedef struct tandem_epoch_result {
   double train_s;
   double wall_s;            /* training + evaluation */
   int32_t already_reported; /* elastic: non-zero when a rank that has since left the job reported this epoch (it was
-                               rank 0 when the epoch closed there); the survivors' rank 0 need not report it again */
+                               rank 0 when the epoch closed there); the survivors' rank 0 need not report it again.
+                               Holds however that rank ended, killed by a signal too: it records the epoch in the
+                               job's store before this call returns it there. At most once: a rank killed between
+                               that record and its own report leaves the epoch unreported */
 } tandem_epoch_result_t;
 #define TANDEM_EPOCH_RESULT_INIT {0}
 /* Trains the rest of the current epoch (or the next whole one), then evaluates on the test set.
