@@ -27,6 +27,7 @@ class BootstrappedCommunicator final : public Communicator {
   // Likewise for the survivors' communicator.
   std::unique_ptr<Communicator> shrink() override;
   void leave(const std::string& note) noexcept override { inner_->leave(note); }
+  void set_note(const std::string& note) noexcept override { inner_->set_note(note); }
   std::vector<std::pair<int, std::string>> departures() const override { return inner_->departures(); }
   // The grown world shares it too (rank 0's server keeps serving the joiners).
   int64_t pending_joins() override { return inner_->pending_joins(); }

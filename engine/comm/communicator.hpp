@@ -147,8 +147,16 @@ class Communicator {
   // that is gone costs at most that, logged. A no-op on a healthy communicator, one without a store, or one this rank
   // has called shrink on. Never throws.
   virtual void leave(const std::string& note) noexcept { (void)note; }
-  // For shrink's result: the ranks of the communicator it was shrunk from that left it (leave) before the survivors
-  // decided -- old ranks, ascending -- with their notes. Empty otherwise.
+  // Not collective: records `note` (one line) as this rank's standing note in the job's store, replacing the one
+  // before. A shrink whose survivors count this rank out without its departure post -- it died, was killed by a
+  // signal, stalled -- hands them this note (departures(); membership.hpp, rule 6): for what the survivors must know
+  // however the rank ends. One bounded store write (min(options().timeout, 2 s)): a store that is gone costs at most
+  // that, logged. A no-op without a store, or once this rank posted in a shrink of this communicator (shrink,
+  // leave). Never throws.
+  virtual void set_note(const std::string& note) noexcept { (void)note; }
+  // For shrink's result: the ranks of the communicator it was shrunk from that were counted out with a note -- they
+  // left it (leave) before the survivors decided, or kept a standing note (set_note) -- old ranks, ascending, with
+  // their notes. Empty otherwise.
   virtual std::vector<std::pair<int, std::string>> departures() const { return {}; }
   // Elastic growth (admission.hpp states the rule), collective over this healthy communicator's ranks:
   // pending_joins() returns how many joiners (join_communicator) wait for admission -- rank 0 reads the job's

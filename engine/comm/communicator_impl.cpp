@@ -258,9 +258,25 @@ std::string CommunicatorImpl::shrink_keys() const {
   return fmt::format("{}shrink/c{}/", lineage_.key_prefix, comm_id_);
 }
 
+std::chrono::milliseconds CommunicatorImpl::note_bound() const {
+  return std::min(options_.timeout, std::chrono::milliseconds(2000));
+}
+
+void CommunicatorImpl::set_note(const std::string& note) noexcept {
+  if (lineage_.store == nullptr || posted_) return;
+  const auto bound = note_bound();
+  try {
+    post_note(*lineage_.store, shrink_keys(), rank_, note, bound);
+  } catch (const std::exception& e) {
+    log::warn("comm {} rank {}: could not record its note '{}' in the store within {} ms (a shrink that counts this "
+              "rank out will not have it): {}",
+              comm_id_, rank_, note, bound.count(), e.what());
+  }
+}
+
 void CommunicatorImpl::leave(const std::string& note) noexcept {
   if (lineage_.store == nullptr || !peers_.is_failed() || posted_.exchange(true)) return;
-  const auto bound = std::min(options_.timeout, std::chrono::milliseconds(2000));
+  const auto bound = note_bound();
   try {
     post_departure(*lineage_.store, shrink_keys(), rank_, note, bound);
     log::debug("comm {} rank {}: left the failed communicator ({})", comm_id_, rank_, note);

@@ -62,6 +62,7 @@ class CommunicatorImpl final : public Communicator {
   int epoch() const override { return lineage_.epoch; }
   std::vector<int> parent_ranks() const override { return lineage_.parent_ranks; }
   void leave(const std::string& note) noexcept override;
+  void set_note(const std::string& note) noexcept override;
   std::vector<std::pair<int, std::string>> departures() const override { return lineage_.departures; }
   Algorithm allreduce_algorithm_for(size_t count, DType dtype) const override;
 
@@ -75,6 +76,7 @@ class CommunicatorImpl final : public Communicator {
 
  private:
   std::string shrink_keys() const;  // the store keys of this communicator's shrink agreement
+  std::chrono::milliseconds note_bound() const;  // how long leave and set_note may wait for the store
   std::unique_ptr<Work> point_to_point(WireKind kind, const void* send, void* recv, size_t count, DType dtype, int peer,
                                        uint32_t tag);
 

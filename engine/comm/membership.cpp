@@ -48,6 +48,33 @@ Post parse_post(const std::string& text, int from) {
 constexpr const char* kLeftPost = "left ";  // rule 5's post: "left <note>"
 
 std::string alive_key(const std::string& key_base, int rank) { return fmt::format("{}alive/{}", key_base, rank); }
+std::string note_key(const std::string& key_base, int rank) { return fmt::format("{}note/{}", key_base, rank); }
+
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+// Rule 6's frozen notes: "<rank> <note>" per line (a note is one line).
+std::string format_notes(const std::vector<std::pair<int, std::string>>& notes) {
+  std::string out;
+  for (const auto& [r, note] : notes) out += fmt::format("{} {}\n", r, note);
+  return out;
+}
+
+std::map<int, std::string> parse_notes(const std::string& text) {
+  std::map<int, std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    int r = -1;
+    const bool ok = space != std::string::npos &&
+                    std::from_chars(line.data(), line.data() + space, r).ec == std::errc() && r >= 0;
+    TANDEM_CHECK(ok, Status::kInternal, "shrink: malformed line '{}' in the departed ranks' notes", line);
+    out[r] = line.substr(space + 1);
+  }
+  return out;
+}
 
 // The coordinator's part (rule 2): waits for the posts, decides, publishes.
 Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
@@ -93,10 +120,21 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
     if (posted[static_cast<size_t>(r)] && fault.count(r) == 0) {
       m.members.push_back(r);
       next_id = std::max(next_id, ids[static_cast<size_t>(r)]);
-    } else if (gone.count(r) != 0) {
+      continue;
+    }
+    if (gone.count(r) != 0) {
       m.left.emplace_back(r, gone[r]);
       log::info("shrink: rank {} left the communicator (its program is done with it: {})", r, gone[r]);
-    } else if (fault.count(r) != 0) {
+      continue;
+    }
+    // Rule 6: what the rank recorded before it went (none: it never wrote one)
+    try {
+      m.left.emplace_back(r, store.get(note_key(req.key_base, r), std::chrono::milliseconds(0)));
+      log::info("shrink: rank {}, counted out, left the note '{}'", r, m.left.back().second);
+    } catch (const Error& e) {
+      if (e.status() != Status::kTimeout) throw;
+    }
+    if (fault.count(r) != 0) {
       log::warn("shrink: rank {} is declared dead: a rank saw it fail", r);
     } else if (suspected.count(r) != 0) {
       log::warn("shrink: rank {} is declared dead: a rank timed out waiting for it, and it did not take part within "
@@ -110,6 +148,7 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   TANDEM_CHECK(next_id <= kMaxCommId, Status::kUnsupported, "shrink: out of communicator ids ({} in use, at most {})",
                next_id, kMaxCommId);
   m.comm_id = next_id;
+  if (!m.left.empty()) store.set(req.key_base + "notes", format_notes(m.left));  // rule 6: before the decision
   store.set(req.key_base + "decision", format_decision(m));
   return m;
 }
@@ -161,9 +200,12 @@ Membership parse_decision(const std::string& text) {
 
 void post_departure(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
                     std::chrono::milliseconds bound) {
-  std::string line = note;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  store.set_within(alive_key(key_base, rank), kLeftPost + line, bound);
+  store.set_within(alive_key(key_base, rank), kLeftPost + one_line(note), bound);
+}
+
+void post_note(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
+               std::chrono::milliseconds bound) {
+  store.set_within(note_key(key_base, rank), one_line(note), bound);
 }
 
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req) {
@@ -188,13 +230,14 @@ Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req
                    req.rank, wait.count(), e.what());
     }
     m = parse_decision(text);
-    // The departed ranks' notes: the coordinator read each post before deciding, so it is there.
-    for (auto& [r, note] : m.left) {
+    // The departed ranks' notes, as the coordinator wrote them before its decision (rule 6).
+    if (!m.left.empty()) {
       try {
-        const std::string post = store.get(alive_key(req.key_base, r), req.window);
-        if (post.rfind(kLeftPost, 0) == 0) note = post.substr(std::strlen(kLeftPost));
+        const std::map<int, std::string> notes = parse_notes(store.get(req.key_base + "notes", req.window));
+        for (auto& [r, note] : m.left)
+          if (const auto it = notes.find(r); it != notes.end()) note = it->second;
       } catch (const Error& e) {
-        log::warn("shrink: rank {}: the note of rank {}, which left, could not be read: {}", req.rank, r, e.what());
+        log::warn("shrink: rank {}: the notes of the ranks that left could not be read: {}", req.rank, e.what());
       }
     }
   }

@@ -25,6 +25,12 @@
 //     Communicator::leave) posts "left <note>" in place of its post. The coordinator counts it out as
 //     soon as it reads that -- no grace, no window -- and names it in the decision ("left=<ranks>"),
 //     so every survivor reads the same departed ranks' notes (post_departure, Membership::left).
+//  6. A rank may keep a standing note in the store while it works (post_note: "note/<rank>", each write replacing
+//     the last; Communicator::set_note). For a rank it counts out that posted no departure -- one killed by a signal
+//     posts nothing -- the coordinator reads that note (without waiting) and hands it on as rule 5 does: so what a rank
+//     recorded before it died reaches the survivors however it ended. The coordinator writes the notes it used
+//     ("notes") before the decision, and every survivor reads them there: a rank declared dead that writes again
+//     later changes nobody's view.
 // Limits: the store must survive (on tcp it is served by rank 0 of the job's world unless TANDEM_STORE names one
 // served elsewhere, as `tandem launch` does: bootstrap.hpp); a coordinator
 // that dies between its ticket and its decision makes every survivor fail with kTimeout.
@@ -55,7 +61,8 @@ struct Membership {
   int coordinator = -1;       // the rank that decided
   std::vector<int> members;   // old ranks, ascending
   int new_rank = -1;          // this rank's index in members (-1: declared dead; agree_membership throws)
-  // Rule 5: the ranks that posted that they left before the decision (old ranks, ascending), with their notes.
+  // Rules 5 and 6: the ranks counted out that left a note -- they posted that they left before the decision, or
+  // kept a standing note -- (old ranks, ascending), with their notes.
   std::vector<std::pair<int, std::string>> left;
 };
 
@@ -63,6 +70,11 @@ struct Membership {
 // writes "left <note>" (the note on one line) to the store within `bound`; throws the store's error after it.
 void post_departure(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
                     std::chrono::milliseconds bound);
+
+// Rule 6, for a rank of the communicator whose shrink keys are `key_base`: writes its standing note (on one line),
+// replacing the one before, within `bound`; throws the store's error after it.
+void post_note(transports::KvStore& store, const std::string& key_base, int rank, const std::string& note,
+               std::chrono::milliseconds bound);
 
 // Rule 2's grace for a rank suspected of a timeout: window / 4, clamped to [20 ms, 2 s] and to the window.
 std::chrono::milliseconds timeout_grace(std::chrono::milliseconds window);

@@ -100,6 +100,9 @@ constexpr Variable kVariables[] = {
     {"TANDEM_JOIN", K::kChoice, 0, 0, "0|1", "0",
      "cli: 1: tandem train joins a running elastic job (tandem launch --join sets it)"},
     {"TANDEM_JOIN_WAIT_MS", K::kInteger, 1, kNoLimit, "", "600000", "cli: how long a joiner waits for admission"},
+    {"TANDEM_TEST_KILL_AFTER_REPORT", K::kInteger, 1, kNoLimit, "", "unset",
+     "cli: test hook: the rank that reports epoch E (tandem train's rank 0) kills itself with SIGKILL right after "
+     "printing it"},
     {"TANDEM_LAUNCH_PROGRESS", K::kChoice, 0, 0, "0|1", "0",
      "cli: 1: tandem train draws its progress bar on stderr, pipe or --json alike (tandem launch sets it for rank 0 "
      "on a terminal, tandem demo for its one-rank run)"},

@@ -925,7 +925,8 @@ void ParallelTrainer::shrink_group(const std::string& why) {
   std::unique_ptr<comm::Communicator>& group = own_comm_ ? own_comm_ : dp_comm_;
   std::unique_ptr<comm::Communicator> next = group->shrink();
   for (const auto& [rank, note] : next->departures()) {
-    // "reported=<epoch>" (the destructor): that rank reported the epochs up to it (an unreadable note counts none)
+    // "reported=<epoch>" (train_epoch's standing note, or the destructor's departure): that rank reported the epochs
+    // up to it (an unreadable note counts none)
     int64_t epoch = 0;
     const size_t at = note.find("reported=");
     if (at != std::string::npos) std::from_chars(note.data() + at + 9, note.data() + note.size(), epoch);
@@ -1606,6 +1607,13 @@ train::EpochResult ParallelTrainer::train_epoch(const train::ProgressFn& progres
   e.wall_s = seconds_since(t0);
   e.already_reported = e.epoch <= reported_elsewhere_;
   if (grid_.rank == 0 && !spare_) reported_epoch_ = std::max(reported_epoch_, e.epoch);
+  if (grid_.rank == 0 && !spare_ && !e.already_reported) {
+    // Recorded in the job's store before the epoch goes to the program, so it outlives this rank however it ends --
+    // killed right after reporting the epoch too: survivors that count it out redo no report (shrink_group). One
+    // bounded store write per epoch, on this rank alone.
+    if (comm::Communicator* c = trainer_comm(); absorbing_ && c != nullptr)
+      c->set_note(fmt::format("reported={}", reported_epoch_));
+  }
   return e;
 }
 

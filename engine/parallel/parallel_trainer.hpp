@@ -672,9 +672,10 @@ class ParallelTrainer {
   };
   std::unique_ptr<AdmissionUndo> admission_undo_;
   // Who reports an epoch (issue #17): the rank that is rank 0 when the epoch closes. reported_epoch_: the last epoch
-  // this rank closed as rank 0; a rank leaving a failed communicator (the destructor) says it in its note
-  // ("reported=<epoch>", Communicator::leave), and the survivors keep the highest they read in reported_elsewhere_
-  // (shrink_group), so an epoch whose reporter left after reporting it is not reported again.
+  // this rank closed as rank 0. It says so in its standing note ("reported=<epoch>", Communicator::set_note) before
+  // the epoch's result goes to its program, and again when it leaves a failed communicator (the destructor,
+  // Communicator::leave); survivors that count it out -- orderly or killed by a signal -- keep the highest they read
+  // in reported_elsewhere_ (shrink_group), so an epoch whose reporter went after reporting it is not reported again.
   int64_t reported_epoch_ = 0;
   int64_t reported_elsewhere_ = 0;
   // Fewer than min_ranks left after a loss in the job's last epoch's closing collectives: the job's training is done,

@@ -154,6 +154,32 @@ BOOST_AUTO_TEST_CASE(a_rank_that_leaves_a_failed_communicator_is_counted_out_at_
   }
 }
 
+// A rank that dies without a word -- killed by a signal, it cannot leave() -- still hands the survivors the note it
+// recorded while it worked (Communicator::set_note, membership.hpp rule 6): the last one it wrote. Rank 0 records
+// two and dies; rank 2 recorded none and dies; rank 3 recorded one and survives. Before rule 6 the survivors got no
+// departure at all, so an epoch the dead rank 0 had reported was reported again (tests/integration/
+// test_elastic_cli.py).
+BOOST_AUTO_TEST_CASE(a_rank_that_dies_without_leaving_hands_the_survivors_its_last_standing_note) {
+  for (const auto& tr : transports_under_test()) {
+    run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
+      auto group = c.split(0, r);
+      if (r == 0) group->set_note("reported=1");
+      if (r == 0) group->set_note("reported=2\nsecond line");  // replaces the first
+      if (r == 3) group->set_note("a survivor's own");
+      EXPECT(sum_over(*group, 1.f) == 4.f, "healthy group");
+      if (r == 0 || r == 2) return;  // die: their transports close, nothing posted
+      failing_allreduce(*group);
+      auto s = group->shrink();
+      EXPECT(s->parent_ranks() == (std::vector<int>{1, 3}), "rank {}: parents {}", r, fmt::join(s->parent_ranks(), ","));
+      const auto gone = s->departures();
+      EXPECT(gone.size() == 1 && gone[0].first == 0 && gone[0].second == "reported=2 second line",
+             "rank {}: {} departure(s), the first {} '{}'", r, gone.size(), gone.empty() ? -1 : gone[0].first,
+             gone.empty() ? std::string() : gone[0].second);
+      EXPECT(sum_over(*s, 1.f) == 2.f, "the survivors' communicator works");
+    });
+  }
+}
+
 // A program holds the communicator it created; a trainer that shrank works on a descendant of it (a split, then its
 // shrink). The program's abort (a rank stopped by a signal) must reach that descendant, now and after: before, it
 // failed only the original communicator, already failed by the death, and the survivors trained on. A child's abort
@@ -318,6 +344,61 @@ BOOST_AUTO_TEST_CASE(the_timeout_grace_is_a_quarter_of_the_window_within_bounds)
   BOOST_TEST(timeout_grace(milliseconds(10)).count() == 10);  // never longer than the window itself
 }
 
+namespace {
+
+// A store in which a rank's standing note changes once the decision is out: the rank the survivors declared dead
+// wrote again, late.
+class LateNoteStore final : public transports::KvStore {
+ public:
+  LateNoteStore(std::string note_key, std::string late) : note_key_(std::move(note_key)), late_(std::move(late)) {}
+  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::string v = inner_.get(key, timeout);
+    if (key.ends_with("decision")) inner_.set(note_key_, late_);
+    return v;
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_.add(key, delta); }
+
+ private:
+  transports::MemoryStore inner_;
+  const std::string note_key_, late_;
+};
+
+}  // namespace
+
+// Rule 6: the coordinator hands on the standing notes it read when it decided, so every survivor holds the same
+// ones -- even when the rank counted out writes another after the decision (it was slow, not dead). Ranks 1 and 2 saw
+// rank 0 fail; rank 0's note changes from "reported=1" to "reported=2" as soon as a survivor reads the decision.
+BOOST_AUTO_TEST_CASE(every_survivor_gets_the_notes_the_coordinator_read_when_it_decided) {
+  LateNoteStore store("test/shrink/note/0", "reported=2");
+  engine::comm::post_note(store, "test/shrink/", 0, "reported=1", std::chrono::milliseconds(100));
+  std::vector<engine::comm::Membership> got(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r : {1, 2})
+    threads.emplace_back([&, r] {
+      try {
+        got[static_cast<size_t>(r)] =
+            engine::comm::agree_membership(store, request(r, 3, {0}, {}, std::chrono::milliseconds(2000)));
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r : {1, 2}) {
+    const engine::comm::Membership& m = got[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("rank " << r) {
+      BOOST_TEST(errors[static_cast<size_t>(r)].empty(), errors[static_cast<size_t>(r)]);
+      BOOST_TEST((m.members == std::vector<int>{1, 2}));
+      BOOST_TEST(m.left.size() == 1u);
+      if (m.left.size() == 1u) {
+        BOOST_TEST(m.left[0].first == 0);
+        BOOST_TEST(m.left[0].second == "reported=1");
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(membership_decisions_round_trip_and_malformed_ones_are_named) {
   engine::comm::Membership m;
   m.epoch = 3;
@@ -330,7 +411,7 @@ BOOST_AUTO_TEST_CASE(membership_decisions_round_trip_and_malformed_ones_are_name
   BOOST_TEST(back.comm_id == 17u);
   BOOST_TEST(back.coordinator == 2);
   BOOST_TEST((back.members == std::vector<int>{0, 2, 5}));
-  BOOST_TEST(back.left.size() == 2u);  // the ranks that left; their notes are read from their posts
+  BOOST_TEST(back.left.size() == 2u);  // the ranks that left; their notes are read from the coordinator's copy
   BOOST_TEST((back.left.size() == 2u && back.left[0].first == 1 && back.left[1].first == 4));
   // A decision of a build before rule 5 (no left field) still reads.
   BOOST_TEST(engine::comm::parse_decision("epoch=1 id=2 coordinator=0 members=0,1").left.empty());

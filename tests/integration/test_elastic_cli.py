@@ -239,6 +239,33 @@ class ElasticLaunch(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertTrue(written, out)
 
+    def test_a_rank_0_killed_right_after_reporting_an_epoch_is_not_reported_again(self):
+        # As above, but rank 0 dies by SIGKILL right after it printed epoch 1 (test hook TANDEM_TEST_KILL_AFTER_REPORT),
+        # so no orderly end can tell the survivors it reported the epoch. Ranks 2 and 3, cut off in the evaluation,
+        # redo it as a world of 2 and world rank 2 becomes rank 0. Before: it reported epoch 1 a second time. Now rank 0
+        # recorded that it reported the epoch in the launcher's store before printing it, which survives its death,
+        # and the survivors read it when they agree on who is left.
+        train = [w if i == 0 or TRAIN[i - 1] not in ("--epochs", "--limit-batches") else
+                 {"--epochs": "1", "--limit-batches": "8"}[TRAIN[i - 1]] for i, w in enumerate(TRAIN)]
+        with tempfile.TemporaryDirectory() as d:
+            ck = os.path.join(d, "job.ckpt")
+            rc, lines = run_launch(self, ["-n", "4", "--min-ranks", "2", "--transport", "tcp"], lambda pid, line: None,
+                                   train=train + ["--checkpoint", ck],
+                                   extra_env={"TANDEM_TEST_REFORM_LEAVE": "1:evaluated",
+                                              "TANDEM_TEST_KILL_AFTER_REPORT": "1"})
+            out = "".join(lines)
+            self.assertIn("world rank 1 leaves the job at point 'evaluated'", out)
+            self.assertIn("the rank that reported epoch 1 kills itself", out)
+            self.assertRegex(out, r"tandem launch: rank 0 was killed by signal 9", out)
+            reports = [r for r in range(4) if epochs_of(lines, r).get(1)]
+            self.assertEqual(reports, [0], out)  # once, by world rank 0, before it was killed
+            self.assertIn("elastic: world rank(s) 0, 1 lost", out)  # ranks 2 and 3 re-formed without them
+            self.assertEqual(rc, 0, out)
+            self.assertIn("elastic job finished with 2 of 4 ranks (--min-ranks 2)", out)
+            for rank in (2, 3):
+                self.assertNotRegex(out, r"\[rank %d\] tandem: " % rank, out)  # no error from the survivors
+            self.assertTrue(os.path.exists(ck), out)  # written by the survivors' save
+
     def test_min_ranks_above_n_is_refused(self):
         r = subprocess.run([CLI, "launch", "-n", "2", "--min-ranks", "3", "--", "true"], capture_output=True,
                            text=True, timeout=30)

@@ -236,6 +236,8 @@ typedef struct tandem_context_params {
  *                             pipe or stdout carries --json; `tandem launch` (not in --json mode)
  *                             sets it for rank 0 when its own stderr is a terminal, `tandem demo`
  *                             for its one-rank run (read by the CLI only)        default 0
+ *   TANDEM_TEST_KILL_AFTER_REPORT test hook, an epoch: the rank of `tandem train` that reports it
+ *                             kills itself with SIGKILL right after printing it (CLI only) unset
  *
  * Logging. A context's log_sink and log_level apply to calls made through it and its handles
  * (communicators, models, datasets, trainers...): the library installs the context's logger on the
@@ -955,7 +957,10 @@ typedef struct tandem_epoch_result {
   double train_s;
   double wall_s;            /* training + evaluation */
   int32_t already_reported; /* elastic: non-zero when a rank that has since left the job reported this epoch (it was
-                               rank 0 when the epoch closed there); the survivors' rank 0 need not report it again */
+                               rank 0 when the epoch closed there); the survivors' rank 0 need not report it again.
+                               Holds however that rank ended, killed by a signal too: it records the epoch in the
+                               job's store before this call returns it there. At most once: a rank killed between
+                               that record and its own report leaves the epoch unreported */
 } tandem_epoch_result_t;
 #define TANDEM_EPOCH_RESULT_INIT {0}
 /* Trains the rest of the current epoch (or the next whole one), then evaluates on the test set.
