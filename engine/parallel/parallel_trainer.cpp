@@ -1330,8 +1330,14 @@ bool ParallelTrainer::recover(Phase phase, const std::string& why) {
     std::string where = "no checkpoint was asked for";
     if (!pc_.elastic_checkpoint.empty()) {
       save_checkpoint(pc_.elastic_checkpoint);
-      where = fmt::format("checkpoint '{}' holds step {} (resume it at any width)", pc_.elastic_checkpoint,
-                          optimizer_->steps());
+      // A further loss in that save gives it up (save_checkpoint): only the rank that wrote the file knows it holds
+      // this step; the others say what they know.
+      where = !save_given_up_ || checkpoint_written_
+                  ? fmt::format("checkpoint '{}' holds step {} (resume it at any width)", pc_.elastic_checkpoint,
+                                optimizer_->steps())
+                  : fmt::format("checkpoint '{}' may not hold step {}: a rank was lost while the survivors wrote it "
+                                "(it holds an earlier save's step, if one was written)",
+                                pc_.elastic_checkpoint, optimizer_->steps());
     }
     const std::string stop =
         fmt::format("elastic training stopped: world rank(s) {} lost ({}); {} of {} ranks left, below min_ranks {}; {}",
@@ -1715,6 +1721,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
               world_rank(), path, optimizer_->steps());
     return;
   }
+  save_given_up_ = false;
   if (!absorbing_) return write_checkpoint(path);
   // A rank lost (or stalled) while the ranks write: the save's collectives fail on the ranks that waited for it, while
   // others may have got through them and gone on to their next step. The save is not redone here (those others would
@@ -1731,6 +1738,7 @@ void ParallelTrainer::save_checkpoint(const std::string& path) {
     comm::Communicator* c = trainer_comm();
     if (!peer_gone || c == nullptr || !c->is_failed() || left_admission_) throw;
     stop_if_stopped_here(e);
+    save_given_up_ = true;
     log::warn("elastic: world rank {}: a rank was lost while the ranks wrote checkpoint '{}' at step {} ({}); {}; the "
               "survivors re-form at their next collective",
               world_rank(), path, optimizer_->steps(), in_world_ranks(e.what()),

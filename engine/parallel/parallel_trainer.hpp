@@ -682,6 +682,7 @@ class ParallelTrainer {
   // so the survivors finish its evaluation and save; this stop (the message) is raised at any further step.
   std::string finished_below_min_;
   bool checkpoint_written_ = false;  // write_checkpoint: this rank wrote the file in the last save
+  bool save_given_up_ = false;  // save_checkpoint: the last save met a lost rank and was given up (absorbing)
   bool left_admission_ = false;  // admit_workers: cut off inside the grown world's split, this rank leaves the job
   void undo_admission();  // puts admission_undo_ back (the grid's world and rank stay the communicator's)
 };

@@ -351,6 +351,37 @@ BOOST_AUTO_TEST_CASE(below_min_ranks_every_survivor_stops_naming_the_dead_and_a_
   std::filesystem::remove(path);
 }
 
+// Below min_ranks with a second loss inside the stop's own save (TANDEM_TEST_SAVE_FAULT: world rank 0, the writer,
+// leaves at the start of its first save): the survivors give that save up, so their stop says the checkpoint may not
+// hold the step, and none claims it does (it said "holds step 2" with no file written).
+BOOST_AUTO_TEST_CASE(below_min_ranks_a_loss_inside_the_stops_save_is_not_reported_as_a_written_checkpoint) {
+  constexpr int kWorld = 4, kDead = 3, kBefore = 2;
+  const settings::ScopedProcessValue fault("TANDEM_TEST_SAVE_FAULT", "0:1:leave");
+  const std::string path = temp_path("stop_save_lost.ckpt");
+  std::filesystem::remove(path);
+  const auto errors = run_world(kWorld, quick_deadline(), [&](int r, comm::Communicator& c) {
+    auto be = one_thread_backend();
+    nn::Model m(lenet(), *be, 3);
+    par::ParallelTrainer t(m, train_set(), nullptr, sgd_config(kBatch), elastic_ddp(kWorld, path), &c);
+    for (int i = 0; i < kBefore; ++i) t.step();
+    if (r == kDead) return;
+    t.step();  // throws: 3 of 4 left, below min_ranks 4; world rank 0 leaves in the save
+  });
+  BOOST_TEST((errors[kDead].status == Status::kOk), errors[kDead].message);
+  BOOST_TEST(contains(errors[0].message, "TANDEM_TEST_SAVE_FAULT"), errors[0].message);
+  for (int r : {1, 2}) {
+    const RankError& e = errors[static_cast<size_t>(r)];
+    BOOST_TEST_CONTEXT("world rank " << r << ": " << e.message) {
+      BOOST_TEST((e.status == Status::kPeerFailure));
+      BOOST_TEST(contains(e.message, "below min_ranks 4"));
+      BOOST_TEST(contains(e.message, fmt::format("checkpoint '{}' may not hold step {}", path, kBefore)));
+      BOOST_TEST(!contains(e.message, "holds step"));
+    }
+  }
+  BOOST_TEST(!std::filesystem::exists(path));  // the writer left before it wrote
+  std::filesystem::remove(path);
+}
+
 // A rank that stalls at an epoch's end, where the ranks write their checkpoint (the chaos benchmark's "blamed" trials
 // over ucx: a stall-kill of world rank 1 left world rank 3 waiting for it in the save's broadcast, and the save's
 // error made rank 3 exit while ranks 0 and 2, past the save, re-formed without it). Here world rank 2 stalls before
