@@ -8,7 +8,8 @@
 #   3. training throughput against the machine's PyTorch on CUDA (bench/train/bench_train.py --device cuda);
 #   4. tandem calibrate --device cuda and tandem train --predict against the measured step.
 # Further steps by name: parallel (DDP and a pipeline on the GPU), bf16, fp16 (loss-scaled fp16 against PyTorch's
-# autocast(float16) with GradScaler).
+# autocast(float16) with GradScaler), fp16predict (calibrate and --predict at fp16), grouped (mobilenetv2 in 16-bit
+# math with its depthwise convolutions in f32, the default, against in 16 bits).
 # Writes $OUT/device_check.log (everything) and prints a summary. STEPS (default "tests allreduce train predict")
 # picks steps, e.g. STEPS="tests fp16".
 set -u
@@ -31,6 +32,16 @@ W
 chmod +x "$G/tandem"
 run() { LD_LIBRARY_PATH="$TANDEM_GPU_LD" "$@"; }
 section() { echo; echo "=== $* ($(date +%T))"; }
+# tandem calibrate at a 16-bit precision (resnet18, batch 256), then train --predict against that profile.
+predict_at() {
+  section "calibrate and train --predict with --precision $1"
+  timeout 120 "$G/tandem" calibrate --device cuda --precision "$1" --model resnet18 --batch 256 \
+    --out "$OUT/profile_resnet18_cuda_$1.json" | tail -3
+  timeout 120 "$G/tandem" train --device cuda --precision "$1" --model resnet18 --dataset synthetic --input 3x32x32 \
+    --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --predict \
+    --predict-cluster p5.48xlarge:1 --profile "$OUT/profile_resnet18_cuda_$1.json"
+  echo "rc=$?"
+}
 
 section machine
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -82,13 +93,7 @@ case " $STEPS " in *" bf16 "*)
   PYTHONUNBUFFERED=1 timeout 300 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" --device cuda \
     --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --precision bf16 \
     --models resnet18,mobilenetv2
-  section "calibrate and train --predict with --precision bf16"
-  timeout 120 "$G/tandem" calibrate --device cuda --precision bf16 --model resnet18 --batch 256 \
-    --out "$OUT/profile_resnet18_cuda_bf16.json" | tail -3
-  timeout 120 "$G/tandem" train --device cuda --precision bf16 --model resnet18 --dataset synthetic --input 3x32x32 \
-    --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --predict \
-    --predict-cluster p5.48xlarge:1 --profile "$OUT/profile_resnet18_cuda_bf16.json"
-  echo "rc=$?"
+  predict_at bf16
 ;; esac
 
 case " $STEPS " in *" fp16 "*)
@@ -100,6 +105,28 @@ case " $STEPS " in *" fp16 "*)
   timeout 120 "$G/tandem" train --device cuda --precision fp16 --model resnet18 --dataset synthetic --input 3x32x32 \
     --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --json | tail -2
   echo "rc=$?"
+;; esac
+
+case " $STEPS " in *" grouped "*)
+  section "16-bit math and grouped convolutions: mobilenetv2, batch 256, depthwise in f32 (default) against in 16 bits (TANDEM_HALF_GROUPED_CONV=1)"
+  for prec in bf16 fp16; do
+    for g in 0 1; do
+      echo "--- $prec, TANDEM_HALF_GROUPED_CONV=$g"
+      TANDEM_HALF_GROUPED_CONV=$g PYTHONUNBUFFERED=1 timeout 200 "$py" "$repo/bench/train/bench_train.py" --tandem "$G/tandem" \
+        --device cuda --torch2 "$py" --torch1 "" --threads 1 --seconds ${TRAIN_SECONDS:-3} --batch 256 --precision $prec \
+        --models mobilenetv2
+    done
+  done
+  for g in 0 1; do
+    TANDEM_HALF_GROUPED_CONV=$g timeout 120 "$G/tandem" calibrate --device cuda --precision bf16 --model mobilenetv2 \
+      --batch 256 --out "$OUT/profile_mobilenetv2_cuda_bf16_g$g.json" | tail -2
+  done
+  TANDEM_CUDA_ALLOW_TF32=1 timeout 120 "$G/tandem" calibrate --device cuda --model mobilenetv2 --batch 256 \
+    --out "$OUT/profile_mobilenetv2_cuda_tf32.json" | tail -2 || true
+;; esac
+
+case " $STEPS " in *" fp16predict "*)
+  predict_at fp16
 ;; esac
 
 case " $STEPS " in *" predict "*)

@@ -14,7 +14,8 @@ mkdir -p "$out/bin" "$out/lib"
 progs=("$build/bin/tandem" "$build/tests/compute/gpu/test_compute_gpu" "$build/tests/api/c_device_collectives_gpu_test"
        "$build/tests/api/device_allreduce_bench")
 for p in "${progs[@]}"; do objcopy --strip-debug "$p" "$out/bin/$(basename "$p")"; done
-objcopy --strip-debug "$(readlink -f "$build/lib/libtandem.so")" "$out/lib/libtandem.so.0.3"
+soname=$(objdump -p "$build/lib/libtandem.so" | awk '$1 == "SONAME" {print $2}')
+objcopy --strip-debug "$(readlink -f "$build/lib/libtandem.so")" "$out/lib/$soname"
 for p in "${progs[@]}" "$build/lib/libtandem.so"; do
   ldd "$p" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do

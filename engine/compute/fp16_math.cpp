@@ -7,12 +7,17 @@
 
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/settings.hpp"
 
 namespace tandem::engine::compute {
 
 void round_to_half(float* x, int64_t n) noexcept {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) x[i] = half_to_float(float_to_half(x[i]));
+}
+
+bool half_math_for_conv(const ConvParams& p) {
+  return p.groups <= 1 || settings::current()->flag("TANDEM_HALF_GROUPED_CONV").value_or(false);
 }
 
 namespace {
@@ -27,7 +32,7 @@ class Fp16Emulation final : public ForwardingBackend {
 
   // ---- convolution: fp16 operands and fp16 results, bias in f32 ----
   Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p) override {
-    if (x.dtype() != DType::kF32) return be_->conv_forward(x, w, bias, p);
+    if (x.dtype() != DType::kF32 || !half_math_for_conv(p)) return be_->conv_forward(x, w, bias, p);
     // The wrapped backend's result is fresh (or its fresh plain copy): rounded in place.
     Tensor y = be_->to_plain(be_->conv_forward(half(x), half(w), Tensor(), p));
     round_to_half(y.data<float>(), y.numel());
@@ -35,12 +40,14 @@ class Fp16Emulation final : public ForwardingBackend {
     return y;
   }
   Tensor conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape, const ConvParams& p) override {
+    if (!half_math_for_conv(p)) return be_->conv_backward_data(dy, w, x_shape, p);
     Tensor dx = be_->to_plain(be_->conv_backward_data(half(dy), half(w), x_shape, p));
     round_to_half(dx.data<float>(), dx.numel());
     return dx;
   }
   void conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias, const ConvParams& p,
                              bool accumulate) override {
+    if (!half_math_for_conv(p)) return be_->conv_backward_weights(x, dy, dw, dbias, p, accumulate);
     Tensor g = be_->empty(dw.shape(), DType::kF32), none;
     be_->conv_backward_weights(half(x), half(dy), g, none, p, false);
     round_to_half(g.data<float>(), g.numel());

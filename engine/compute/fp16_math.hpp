@@ -13,6 +13,9 @@
 // Rounding is round-to-nearest-even with subnormals (2^-24 the smallest) and overflow to +-inf (|x| >= 65520), as
 // __float2half_rn. The products of two halves are exact in f32, so emulation and GPU differ only in the order of
 // the f32 accumulation (and, for convolutions, in the half rounding of results that land between two halves).
+// Grouped (depthwise) convolutions stay f32 in 16-bit math unless TANDEM_HALF_GROUPED_CONV=1
+// (half_math_for_conv): they read and write as many bytes as they compute, so the tensor cores gain them nothing
+// and the operand conversions cost more than the convolution.
 // Everything else (batch norm, activations, pooling, loss, elementwise, optimizer updates) is the wrapped
 // backend's f32, as on the GPU.
 #include <cstdint>
@@ -21,6 +24,10 @@
 #include "engine/compute/backend.hpp"
 
 namespace tandem::engine::compute {
+
+// Whether 16-bit math (the cuda backend's bf16 / fp16, this emulation's fp16) applies to a convolution with these
+// parameters: every ungrouped one; a grouped one only under TANDEM_HALF_GROUPED_CONV=1 (default: f32).
+bool half_math_for_conv(const ConvParams& p);
 
 // x[i] = half_to_float(float_to_half(x[i])) for n values (in place).
 void round_to_half(float* x, int64_t n) noexcept;

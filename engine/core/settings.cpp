@@ -60,6 +60,8 @@ constexpr Variable kVariables[] = {
      "cpu, reference: fp16 emulates the cuda backend's fp16 math (operands rounded to half; slower, not faster)"},
     {"TANDEM_CUDA_MATH", K::kChoice, 0, 0, "f32|bf16|fp16", "f32",
      "cuda: bf16 or fp16 runs convolutions and GEMMs on 16-bit tensor cores (f32 tensors, f32 accumulation)"},
+    {"TANDEM_HALF_GROUPED_CONV", K::kChoice, 0, 0, "0|1", "0",
+     "16-bit math (cuda bf16/fp16, cpu fp16 emulation): 1 runs grouped (depthwise) convolutions in it too"},
     {"TANDEM_DEVICE_COLLECTIVES", K::kChoice, 0, 0, "auto|nccl|staged", "auto",
      "how collectives move device memory: NCCL, or copied through the host (see tandem_comm_allreduce_ex)"},
     {"TANDEM_DATA_DIR", K::kText, 0, 0, "", "unset", "extra dataset folder (DIR/fashion-mnist), tried first"},

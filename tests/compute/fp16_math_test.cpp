@@ -178,6 +178,42 @@ BOOST_AUTO_TEST_CASE(emulated_ops_equal_the_reference_on_half_operands) {
   }
 }
 
+// A grouped (depthwise) convolution stays f32 in 16-bit math unless TANDEM_HALF_GROUPED_CONV=1, as on the GPU
+// (half_math_for_conv): by default the emulation's forward and backward passes equal plain f32 exactly; with the
+// setting they are rounded.
+BOOST_AUTO_TEST_CASE(emulated_grouped_convolutions_follow_the_gpus_rule) {
+  ConvParams p;
+  p.pad_h = p.pad_w = 1;
+  p.groups = 3;
+  const Tensor x = random_tensor({2, 3, 7, 7}, 11), w = random_tensor({3, 1, 3, 3}, 12), dy = random_tensor({2, 3, 7, 7}, 13);
+  auto f32 = make_backend("reference");
+  auto passes = [&](Backend& be) {
+    Tensor dw = be.zeros(w.shape()), db;
+    be.conv_backward_weights(x, dy, dw, db, p, false);
+    std::vector<double> all = values(be, be.conv_forward(x, w, Tensor(), p));
+    for (const Tensor& t : {be.conv_backward_data(dy, w, x.shape(), p), dw}) {
+      const std::vector<double> v = values(be, t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<double> plain = passes(*f32);
+  for (const char* grouped : {"0", "1"}) {
+    const settings::ScopedProcessValue math("TANDEM_CPU_MATH", "fp16");
+    const settings::ScopedProcessValue g("TANDEM_HALF_GROUPED_CONV", grouped);
+    auto be = make_backend("reference");
+    const std::vector<double> got = passes(*be);
+    BOOST_REQUIRE(got.size() == plain.size());
+    double d = 0;
+    for (size_t i = 0; i < got.size(); ++i) d = std::max(d, std::abs(got[i] - plain[i]));
+    if (grouped[0] == '0') {
+      BOOST_TEST(d == 0.0, "grouped convolution rounded by default (max difference " << d << ")");
+    } else {
+      BOOST_TEST(d > 1e-5, "TANDEM_HALF_GROUPED_CONV=1 left the grouped convolution in f32");
+    }
+  }
+}
+
 // Half's range is what the emulation is for: a value past 65504 becomes inf, one below 2^-25 vanishes.
 BOOST_AUTO_TEST_CASE(emulated_convolution_overflows_and_underflows_as_half_does) {
   const settings::ScopedProcessValue math("TANDEM_CPU_MATH", "fp16");

@@ -194,6 +194,10 @@ typedef struct tandem_context_params {
  *                             round their inputs to bf16 / fp16 for the tensor
  *                             cores (f32 accumulation; tensors between layers stay
  *                             f32). fp16 needs loss scaling (trainer params)
+ *   TANDEM_HALF_GROUPED_CONV  1: grouped (depthwise) convolutions take 16-bit      default 0
+ *                             math too (cuda bf16 / fp16, the cpu fp16 emulation);
+ *                             by default they stay f32 (memory-bound: the tensor
+ *                             cores gain them nothing, the conversions cost)
  *   TANDEM_DEVICE_COLLECTIVES auto, nccl or staged: how collectives move device
  *                             memory (see tandem_comm_allreduce_ex)               default auto
  *   TANDEM_DATA_DIR           extra folder tried first for datasets (DIR/fashion-mnist) def. unset

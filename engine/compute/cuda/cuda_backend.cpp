@@ -17,6 +17,7 @@
 #include "engine/compute/cuda/cuda_libs.hpp"
 #include "engine/compute/cuda/kernels.hpp"
 #include "engine/compute/dropout_mask.hpp"
+#include "engine/compute/fp16_math.hpp"
 #include "engine/compute/validate.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/settings.hpp"
@@ -98,6 +99,7 @@ struct ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
   size_t ws_fwd = 0, ws_data = 0, ws_filter = 0;
+  bool half = false;  // 16-bit math for this convolution (half_math_for_conv: grouped ones stay f32)
   ConvPlan() = default;
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
@@ -225,12 +227,12 @@ class CudaBackend final : public Backend {
     Tensor y = empty(ys, DType::kF32);
     Tensor ws = workspace(plan.ws_fwd);
     const float one = 1.0f, zero = 0.0f;
-    const Tensor xm = math_input(x), wm = math_input(w);
-    Tensor ym = math_output(y);
+    const Tensor xm = math_input(x, plan.half), wm = math_input(w, plan.half);
+    Tensor ym = math_output(y, plan.half);
     dnn_check(L_->cudnnConvolutionForward(dnn_, &one, plan.x, xm.raw_data(), plan.w, wm.raw_data(), plan.conv, plan.fwd,
                                           ws.raw_data(), plan.ws_fwd, &zero, plan.y, ym.raw_data()),
               "cudnnConvolutionForward");
-    math_result(ym, y, false);
+    math_result(ym, y, false, plan.half);
     if (bias.defined()) {
       kernels::bias_add(f(y), f(bias), ys[0], ys[1], ys[2] * ys[3], stream_);
       check_launch("bias_add");
@@ -247,13 +249,13 @@ class CudaBackend final : public Backend {
     Tensor dx = empty(x_shape, DType::kF32);
     Tensor ws = workspace(plan.ws_data);
     const float one = 1.0f, zero = 0.0f;
-    const Tensor wm = math_input(w), dym = math_input(dy);
-    Tensor dxm = math_output(dx);
+    const Tensor wm = math_input(w, plan.half), dym = math_input(dy, plan.half);
+    Tensor dxm = math_output(dx, plan.half);
     dnn_check(L_->cudnnConvolutionBackwardData(dnn_, &one, plan.w, wm.raw_data(), plan.y, dym.raw_data(), plan.conv,
                                                plan.bwd_data, ws.raw_data(), plan.ws_data, &zero, plan.x,
                                                dxm.raw_data()),
               "cudnnConvolutionBackwardData");
-    math_result(dxm, dx, false);
+    math_result(dxm, dx, false, plan.half);
     return dx;
   }
 
@@ -269,14 +271,14 @@ class CudaBackend final : public Backend {
     Tensor ws = workspace(plan.ws_filter);
     // In 16-bit math the filter gradient comes out in 16 bits and is added to dw in f32 (cuDNN's beta would blend in
     // 16 bits).
-    const float one = 1.0f, beta = accumulate && half_ == Half::kNone ? 1.0f : 0.0f;
-    const Tensor xm = math_input(x), dym = math_input(dy);
-    Tensor dwm = math_output(dw);
+    const float one = 1.0f, beta = accumulate && !plan.half ? 1.0f : 0.0f;
+    const Tensor xm = math_input(x, plan.half), dym = math_input(dy, plan.half);
+    Tensor dwm = math_output(dw, plan.half);
     dnn_check(L_->cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, xm.raw_data(), plan.y, dym.raw_data(), plan.conv,
                                                  plan.bwd_filter, ws.raw_data(), plan.ws_filter, &beta, plan.w,
                                                  dwm.raw_data()),
               "cudnnConvolutionBackwardFilter");
-    math_result(dwm, dw, accumulate);
+    math_result(dwm, dw, accumulate, plan.half);
     if (dbias.defined()) {
       kernels::bias_grad(f(dy), f(dbias), ys[0], ys[1], ys[2] * ys[3], accumulate, stream_);
       check_launch("bias_grad");
@@ -571,8 +573,8 @@ class CudaBackend final : public Backend {
   // 16-bit math: what the tensor cores read (x rounded to bf16 or fp16), the buffer they write, and that buffer back
   // into the f32 result (added to it when accumulate). In f32 math each is the tensor itself and math_result does
   // nothing.
-  Tensor math_input(const Tensor& x) {
-    if (half_ == Half::kNone) return x;
+  Tensor math_input(const Tensor& x, bool half = true) {
+    if (half_ == Half::kNone || !half) return x;
     Tensor h = empty(x.shape(), half_dtype());
     if (half_ == Half::kBF16) {
       kernels::to_bf16(f(x), static_cast<uint16_t*>(h.raw_data()), x.numel(), stream_);
@@ -581,9 +583,11 @@ class CudaBackend final : public Backend {
     }
     return h;
   }
-  Tensor math_output(const Tensor& y) { return half_ != Half::kNone ? empty(y.shape(), half_dtype()) : y; }
-  void math_result(const Tensor& ym, Tensor& y, bool accumulate) {
-    if (half_ == Half::kNone) return;
+  Tensor math_output(const Tensor& y, bool half = true) {
+    return half_ != Half::kNone && half ? empty(y.shape(), half_dtype()) : y;
+  }
+  void math_result(const Tensor& ym, Tensor& y, bool accumulate, bool half = true) {
+    if (half_ == Half::kNone || !half) return;
     if (half_ == Half::kBF16) {
       kernels::from_bf16(static_cast<const uint16_t*>(ym.raw_data()), f(y), y.numel(), accumulate, stream_);
     } else {
@@ -623,13 +627,14 @@ class CudaBackend final : public Backend {
     const Shape y = conv_output_shape(x, w, p);
     auto plan = std::make_unique<ConvPlan>();
     plan->L = L_;
+    plan->half = half_ != Half::kNone && half_math_for_conv(p);
     dnn_check(L_->cudnnCreateTensorDescriptor(&plan->x), "cudnnCreateTensorDescriptor");
     dnn_check(L_->cudnnCreateTensorDescriptor(&plan->y), "cudnnCreateTensorDescriptor");
     dnn_check(L_->cudnnCreateFilterDescriptor(&plan->w), "cudnnCreateFilterDescriptor");
     dnn_check(L_->cudnnCreateConvolutionDescriptor(&plan->conv), "cudnnCreateConvolutionDescriptor");
-    const cudnnDataType_t dt = half_ == Half::kBF16 ? CUDNN_DATA_BFLOAT16
-                               : half_ == Half::kF16  ? CUDNN_DATA_HALF
-                                                      : CUDNN_DATA_FLOAT;
+    const cudnnDataType_t dt = !plan->half            ? CUDNN_DATA_FLOAT
+                               : half_ == Half::kBF16 ? CUDNN_DATA_BFLOAT16
+                                                      : CUDNN_DATA_HALF;
     dnn_check(L_->cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, as_int(x[0], "N"),
                                              as_int(x[1], "C"), as_int(x[2], "H"), as_int(x[3], "W")),
               "cudnnSetTensor4dDescriptor");
@@ -646,7 +651,7 @@ class CudaBackend final : public Backend {
               "cudnnSetConvolution2dDescriptor");
     dnn_check(L_->cudnnSetConvolutionGroupCount(plan->conv, as_int(p.groups, "groups")),
               "cudnnSetConvolutionGroupCount");
-    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, half_ != Half::kNone ? CUDNN_TENSOR_OP_MATH
+    dnn_check(L_->cudnnSetConvolutionMathType(plan->conv, plan->half ? CUDNN_TENSOR_OP_MATH
                                                           : allow_tf32_ ? CUDNN_DEFAULT_MATH
                                                                         : CUDNN_FMA_MATH),
               "cudnnSetConvolutionMathType");

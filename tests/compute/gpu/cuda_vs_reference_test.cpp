@@ -76,11 +76,13 @@ double rel_error(const std::vector<double>& got, const std::vector<double>& want
 
 // TANDEM_CUDA_MATH=bf16: convolutions and GEMMs round their inputs to bf16 (8-bit mantissa) and accumulate in
 // f32, so they land near bf16's unit roundoff from the f64-accumulating reference -- and not at f32's, which
-// would mean the bf16 path was not taken. Fresh random inputs, a conv with bias and groups 1, a depthwise conv,
-// and a linear layer; forward, both backward passes, and an accumulating weight gradient.
+// would mean the bf16 path was not taken. Fresh random inputs, a conv with bias and groups 1, a depthwise conv
+// (in bf16 too: TANDEM_HALF_GROUPED_CONV=1), and a linear layer; forward, both backward passes, and an accumulating
+// weight gradient.
 BOOST_AUTO_TEST_CASE(bf16_math_convolutions_and_gemms_are_within_bf16_rounding,
                      *boost::unit_test::precondition(CudaAvailable())) {
   const settings::ScopedProcessValue math("TANDEM_CUDA_MATH", "bf16");
+  const settings::ScopedProcessValue grouped("TANDEM_HALF_GROUPED_CONV", "1");
   auto be = make_backend("cuda");
   auto ref = make_backend("reference");
   auto check = [&](const Tensor& got, const Tensor& want, const std::string& what) {
@@ -124,6 +126,44 @@ BOOST_AUTO_TEST_CASE(bf16_math_convolutions_and_gemms_are_within_bf16_rounding,
   be->linear_backward_weights(be->to_plain(x), be->to_plain(dy), dw_c, db_c, false);
   ref->linear_backward_weights(x, dy, dw_r, db_r, false);
   check(dw_c, dw_r, "linear backward weights");
+}
+
+// By default 16-bit math leaves grouped (depthwise) convolutions in f32 (half_math_for_conv): under bf16 and fp16
+// math a depthwise convolution's forward and backward passes are f32-exact against the reference, while an
+// ungrouped one in the same backend is not.
+BOOST_AUTO_TEST_CASE(grouped_convolutions_stay_f32_in_16_bit_math_by_default,
+                     *boost::unit_test::precondition(CudaAvailable())) {
+  auto ref = make_backend("reference");
+  ConvParams dw3;
+  dw3.pad_h = dw3.pad_w = 1;
+  dw3.groups = 16;
+  const ConvParams dense;
+  for (const char* math : {"bf16", "fp16"}) {
+    const settings::ScopedProcessValue m("TANDEM_CUDA_MATH", math);
+    auto be = make_backend("cuda");
+    uint32_t seed = 301;
+    for (const bool grouped : {true, false}) {
+      const ConvParams& p = grouped ? dw3 : dense;
+      const Shape ws = grouped ? Shape{16, 1, 3, 3} : Shape{16, 16, 3, 3};
+      const Tensor x = random_tensor({4, 16, 10, 10}, seed++), w = random_tensor(ws, seed++);
+      const Tensor y = ref->conv_forward(x, w, Tensor(), p), dy = random_tensor(y.shape(), seed++);
+      Tensor dw_c = be->zeros(ws, DType::kF32), db_c, dw_r = ref->zeros(ws, DType::kF32), db_r;
+      be->conv_backward_weights(be->to_plain(x), be->to_plain(dy), dw_c, db_c, p, false);
+      ref->conv_backward_weights(x, dy, dw_r, db_r, p, false);
+      const double errors[] = {
+          rel_error(values(*be, be->conv_forward(be->to_plain(x), be->to_plain(w), Tensor(), p)), values(*ref, y)),
+          rel_error(values(*be, be->conv_backward_data(be->to_plain(dy), be->to_plain(w), x.shape(), p)),
+                    values(*ref, ref->conv_backward_data(dy, w, x.shape(), p))),
+          rel_error(values(*be, dw_c), values(*ref, dw_r))};
+      for (const double e : errors) {
+        if (grouped) {
+          BOOST_TEST(e < 1e-5, math << " depthwise: relative error " << e << " is not f32's");
+        } else {
+          BOOST_TEST(e > 1e-5, math << " dense: relative error " << e << " is f32's: 16-bit math was not taken");
+        }
+      }
+    }
+  }
 }
 
 // TANDEM_CUDA_MATH=fp16 against its CPU emulation (TANDEM_CPU_MATH=fp16 on the reference backend): both round the
