@@ -101,10 +101,14 @@ bool runtime_from_profile(const NodeSpec& node, const std::optional<CalibrationP
 }
 
 // A rank's runtime allowance on `node`: the node's own figure, else on a CPU node the framework's (PyTorch: its
-// measured process size; Tandem: the profile's measured resident size after setup), else the defaults.
+// measured process size; Tandem: the profile's measured resident size after setup), on a GPU node a Tandem rank's
+// measured device memory besides tensors (the profile's runtime_device_bytes), else the defaults.
 double runtime_allowance(const NodeSpec& node, const std::optional<CalibrationProfile>& profile, Framework framework) {
   if (node.runtime_bytes) return *node.runtime_bytes;
-  if (node.hw.gpus > 0) return kDefaultGpuRuntimeBytes;
+  if (node.hw.gpus > 0) {
+    const bool measured = framework != Framework::kPytorchDdp && profile && profile->runtime_device_bytes;
+    return measured ? *profile->runtime_device_bytes : kDefaultGpuRuntimeBytes;
+  }
   if (framework == Framework::kPytorchDdp) return kPytorchCpuRuntimeBytes;
   if (runtime_from_profile(node, profile, framework)) return *profile->runtime_rss_bytes;
   return kDefaultCpuRuntimeBytes;

@@ -69,6 +69,8 @@ std::string profile_text(const tandem_calibration& h) {
   nlohmann::json j = tandem::simulator::profile_to_json(p);
   // The runtime's own resident memory per rank (see runtime_rss_bytes), for the simulator's memory check.
   if (h.runtime_rss_bytes > 0) j["runtime_rss_bytes"] = static_cast<int64_t>(h.runtime_rss_bytes);
+  // ... and on a GPU the device memory a rank holds besides its tensors (the simulator's GPU runtime allowance)
+  if (h.runtime_device_bytes > 0) j["runtime_device_bytes"] = static_cast<int64_t>(h.runtime_device_bytes);
   // ... and what a whole training step at the batch adds to it at its peak (the simulator's activation memory)
   if (h.activation_peak_bytes > 0) j["activation_peak_bytes"] = static_cast<int64_t>(h.activation_peak_bytes);
   // ... and at the other batch measured: the peak's batch-independent part shows between the two
@@ -212,7 +214,10 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     });
     // Once the passes at the job's batch ran the model's kernels (before the curve's other batch sizes add their
     // own primitives and plans): the runtime as a training step has it, without its tensors.
-    o.after_batch_passes = [&] { h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi); };
+    o.after_batch_passes = [&] {
+      h->runtime_rss_bytes = tandem::api::runtime_rss_bytes(!multi);
+      h->runtime_device_bytes = tandem::api::runtime_device_bytes(m.model->backend().device());
+    };
     // Then what whole steps at that batch add at their peak (host memory: CPU backends only), with the input batch
     // they train on (calibrate_model makes it inside the window, as a training step holds its batch).
     // At the batch and at half of it (2 at batch 1): the curve the simulator takes a micro-batch's peak from.

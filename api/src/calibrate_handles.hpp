@@ -108,6 +108,10 @@ std::optional<double> cpu_quota_cores();
 // `one_process`: no other rank will train beside this one; the shared-memory segments its communicator's transport
 // mapped (RssShmem: UCX's, ~5 MiB) are left out, as a process training alone maps none.
 double runtime_rss_bytes(bool one_process);
+// On a device backend: the device memory this process holds besides its live tensors, by the driver's per-process
+// count (process_device_memory_bytes) once the device allocator's free blocks are released -- the CUDA context, the
+// libraries' handles and workspaces and the loaded kernels. 0 when the driver does not tell.
+double runtime_device_bytes(Device device);
 // What whole training steps add to the process's resident size at their peak: start() releases the allocator's cache
 // and malloc's free pages, takes the resident size (VmRSS) as the baseline and resets the peak (VmHWM) by writing
 // "5" to /proc/self/clear_refs; stop() is the peak since less the baseline. start() is false (and stop() 0) where
@@ -132,6 +136,7 @@ struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> 
   double wakeup_latency_s = -1;                          // < 0: not measured (not written)
   std::optional<tandem::api::P2pFigures> p2p;
   double runtime_rss_bytes = 0;  // 0: unknown (not written)
+  double runtime_device_bytes = 0;  // a device backend's (runtime_device_bytes); 0: a CPU, or unknown (not written)
   double activation_peak_bytes = 0;  // 0: not measured (not written): a device backend, no /proc, the reset refused
   std::vector<std::pair<int64_t, double>> activation_peak_curve;  // (batch, peak) measured, ascending; written with 2+
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured

@@ -243,6 +243,14 @@ double runtime_rss_bytes(bool one_process) {
   return rss > 0 ? std::max(0.0, rss - tensors - shared) : 0.0;
 }
 
+double runtime_device_bytes(Device device) {
+  if (device.is_cpu()) return 0;
+  CachingAllocator& a = allocator_for(device);
+  a.empty_cache();
+  const double held = process_device_memory_bytes(device);
+  return held > 0 ? std::max(0.0, held - static_cast<double>(a.stats().bytes_in_use)) : 0.0;
+}
+
 bool PeakRssProbe::start() {
   release_free_memory();
   baseline_ = proc_kib_field_bytes("/proc/self/status", "VmRSS");

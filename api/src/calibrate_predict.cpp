@@ -71,7 +71,10 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       r.measured_step_s = params->measured_step_s;
       r.measured_compute_s = params->measured_step_s;  // one process: all of it is compute (and data loading)
     }
-    r.measured_memory_bytes = h.epoch_peak_rss_bytes > 0 ? h.epoch_peak_rss_bytes : tandem::api::peak_rss_bytes();
+    // A GPU rank's prediction is of its device memory: measured by the driver's per-process count when it gives one.
+    r.measured_memory_bytes = h.epoch_device_bytes > 0   ? h.epoch_device_bytes
+                              : h.epoch_peak_rss_bytes > 0 ? h.epoch_peak_rss_bytes
+                                                           : tandem::api::peak_rss_bytes();
 
     // ---- the trainer's own compiled job, timed by the simulator ----
     par::CompiledJob single;

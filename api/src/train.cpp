@@ -5,6 +5,7 @@
 #include "api/src/enums.hpp"
 #include "api/src/guard.hpp"
 #include "api/src/train_handles.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/host_info.hpp"
 
 using tandem::Status;
@@ -177,6 +178,8 @@ TANDEM_API tandem_status_t tandem_trainer_epoch(tandem_trainer_t* trainer,
     }
     const train::EpochResult e = h.trainer->train_epoch(progress);
     h.epoch_peak_rss_bytes = tandem::api::peak_rss_bytes();
+    if (h.model->backend && !h.model->backend->device().is_cpu())
+      h.epoch_device_bytes = tandem::process_device_memory_bytes(h.model->backend->device());
     if (result == nullptr) return;
     if (result->field_mask & TANDEM_EPOCH_RESULT_TRAIN) {
       result->epoch = e.epoch;

@@ -49,6 +49,10 @@ struct tandem_trainer : tandem::api::Handle<tandem::api::kTrainerMagic> {
   // tandem_trainer_predict's measured memory, so that what the caller's own work touches after training (issue #16:
   // `tandem train --predict` describing this machine as a cluster faulted in 0.42 MiB of code first) is not counted.
   double epoch_peak_rss_bytes = 0;
+  // On a device backend, the device memory this process held when that epoch returned (the driver's per-process
+  // count, process_device_memory_bytes; the caching allocator keeps its blocks, so it is the epoch's peak): 0 on a
+  // CPU, or when the driver does not tell. tandem_trainer_predict compares the prediction with it, not with host RSS.
+  double epoch_device_bytes = 0;
 };
 
 namespace tandem::api {

@@ -37,6 +37,7 @@ predict_at() {
   section "calibrate and train --predict with --precision $1"
   timeout 120 "$G/tandem" calibrate --device cuda --precision "$1" --model resnet18 --batch 256 \
     --out "$OUT/profile_resnet18_cuda_$1.json" | tail -3
+  grep -o '"runtime_device_bytes": *[0-9.e+]*' "$OUT/profile_resnet18_cuda_$1.json"
   timeout 120 "$G/tandem" train --device cuda --precision "$1" --model resnet18 --dataset synthetic --input 3x32x32 \
     --epochs 2 --batch 256 --limit-batches 40 --train-limit 10240 --test-limit 256 --eval-limit-batches 1 --predict \
     --predict-cluster p5.48xlarge:1 --profile "$OUT/profile_resnet18_cuda_$1.json"
@@ -133,6 +134,7 @@ case " $STEPS " in *" predict "*)
   section "calibrate --device cuda, then train --predict on p5.48xlarge:1 (one of its GPUs)"
   timeout 300 "$G/tandem" calibrate --device cuda --model resnet18 --batch 64 --out "$OUT/profile_resnet18_cuda.json"
   echo "rc=$?"
+  grep -o '"runtime_device_bytes": *[0-9.e+]*' "$OUT/profile_resnet18_cuda.json"
   timeout 300 "$G/tandem" train --device cuda --model resnet18 --dataset synthetic --input 3x32x32 --epochs 2 --batch 64 \
     --limit-batches 100 --train-limit 6400 --test-limit 64 --eval-limit-batches 1 --predict --predict-cluster p5.48xlarge:1 \
     --profile "$OUT/profile_resnet18_cuda.json"

@@ -42,6 +42,7 @@ class AlignedHostAllocator final : public RawAllocator {
 
 std::mutex g_hooks_mu;
 std::array<DeviceAllocatorHook, 2> g_hooks{};
+std::array<DeviceMemoryProbe, 2> g_probes{};
 
 }  // namespace
 
@@ -166,6 +167,21 @@ CachingAllocator& allocator_for(Device d) {
   TANDEM_CHECK(a != nullptr, Status::kUnsupported,
                "no allocator for device {} (create that device's backend first, e.g. make_backend(\"cuda\"))", d.str());
   return *a;
+}
+
+void register_device_memory_probe(Device::Kind kind, DeviceMemoryProbe probe) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  g_probes.at(static_cast<size_t>(kind)) = probe;
+}
+
+double process_device_memory_bytes(Device d) noexcept {
+  if (d.is_cpu() || static_cast<size_t>(d.kind) >= g_probes.size()) return 0;
+  DeviceMemoryProbe probe = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_hooks_mu);
+    probe = g_probes[static_cast<size_t>(d.kind)];
+  }
+  return probe ? probe(d.index) : 0;
 }
 
 }  // namespace tandem

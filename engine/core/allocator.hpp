@@ -86,4 +86,12 @@ using DeviceAllocatorHook = CachingAllocator* (*)(int32_t index);
 void register_device_allocator(Device::Kind kind, DeviceAllocatorHook hook);
 CachingAllocator& allocator_for(Device d);  // throws kUnsupported naming the device when none exists
 
+// Device memory this process holds on a device as the device's driver counts it (nvidia-smi's per-process figure:
+// the context, the libraries' handles and workspaces, and every block the caching allocator holds, in use or cached),
+// from a probe the backend owning the device registers. 0 when unknown: a host device, no backend registered, or a
+// driver that does not tell (the probe never guesses from the device's total use, which other processes share).
+using DeviceMemoryProbe = double (*)(int32_t index);
+void register_device_memory_probe(Device::Kind kind, DeviceMemoryProbe probe);
+double process_device_memory_bytes(Device d) noexcept;
+
 }  // namespace tandem

@@ -19,7 +19,7 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
                       "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
                       "compute_cv", "step_overhead_cpu_s", "cpu_quota_sustained", "activation_peak_bytes",
-                      "activation_peak_curve"},
+                      "activation_peak_curve", "runtime_device_bytes"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -67,6 +67,11 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
   p.optimizer_step_s = *opt;
   if (auto v = json_number(j, "memory_bytes_per_s", where)) p.memory_bytes_per_s = *v;
   if (auto v = json_number(j, "runtime_rss_bytes", where)) p.runtime_rss_bytes = *v;
+  if (auto v = json_number(j, "runtime_device_bytes", where)) {
+    TANDEM_REQUIRE(*v > 0 && *v < 1e13, "{}.runtime_device_bytes: expected a GPU rank's device memory besides its "
+                   "tensors in bytes, got {}", where, *v);
+    p.runtime_device_bytes = *v;
+  }
   if (auto v = json_number(j, "activation_peak_bytes", where)) {
     TANDEM_REQUIRE(*v > 0 && *v < 1e15,
                    "{}.activation_peak_bytes: expected the bytes a training step at the profile's batch adds to the "
@@ -244,6 +249,7 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
     j["layers"].push_back({{"name", l.name}, {"forward_s", l.forward_s}, {"backward_s", l.backward_s}});
   if (p.memory_bytes_per_s) j["memory_bytes_per_s"] = *p.memory_bytes_per_s;
   if (p.runtime_rss_bytes) j["runtime_rss_bytes"] = *p.runtime_rss_bytes;
+  if (p.runtime_device_bytes) j["runtime_device_bytes"] = *p.runtime_device_bytes;
   if (p.activation_peak_bytes) j["activation_peak_bytes"] = *p.activation_peak_bytes;
   if (!p.activation_peak_curve.empty()) {
     j["activation_peak_curve"] = nlohmann::json::array();

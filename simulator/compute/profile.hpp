@@ -110,6 +110,9 @@ struct CalibrationProfile {
   std::optional<double> memory_bytes_per_s;
   std::optional<double> p2p_bytes_per_s, p2p_latency_s;
   std::optional<double> runtime_rss_bytes;
+  // A GPU rank's device memory besides its tensors (CUDA context, cuDNN and cuBLAS handles and workspaces, loaded
+  // kernels): `tandem calibrate --device cuda`, by the driver's per-process count less the allocator's live blocks.
+  std::optional<double> runtime_device_bytes;
   std::optional<double> activation_peak_bytes;  // what a whole step at `batch` adds to the resident size (CPU)
   std::vector<std::pair<int64_t, double>> activation_peak_curve;  // (batch, that peak), ascending by batch
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element

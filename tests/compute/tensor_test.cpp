@@ -249,4 +249,21 @@ BOOST_AUTO_TEST_CASE(device_without_allocator_is_a_clear_error) {
   }
 }
 
+// The per-process device-memory figure goes to the probe the device's backend registered, with the device's index;
+// a host device, or a device kind with no probe, reads 0 (unknown).
+BOOST_AUTO_TEST_CASE(device_memory_probe_is_asked_for_its_device) {
+  static int32_t asked = -1;
+  BOOST_TEST(process_device_memory_bytes(Device::cpu()) == 0);
+  register_device_memory_probe(Device::Kind::kCuda, nullptr);
+  BOOST_TEST(process_device_memory_bytes(Device::cuda(1)) == 0);
+  register_device_memory_probe(Device::Kind::kCuda, [](int32_t index) {
+    asked = index;
+    return 1000.0 + index;
+  });
+  BOOST_TEST(process_device_memory_bytes(Device::cuda(3)) == 1003.0);
+  BOOST_TEST(asked == 3);
+  BOOST_TEST(process_device_memory_bytes(Device::cpu()) == 0);  // never the device probe
+  register_device_memory_probe(Device::Kind::kCuda, nullptr);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -98,6 +98,38 @@ BOOST_AUTO_TEST_CASE(gpu_nodes_keep_their_own_default_or_figure) {
   std::remove("/tmp/tandem_sim_runtime_gpu.json");
 }
 
+// A profile calibrated on a GPU (tandem calibrate --device cuda) measures a rank's device memory besides its tensors:
+// a Tandem rank on a GPU node is charged that figure instead of the default; a PyTorch job keeps the default, and a
+// node's own figure still wins. A nonsensical figure is refused naming the field.
+BOOST_AUTO_TEST_CASE(gpu_nodes_take_a_profiles_measured_device_runtime) {
+  JobSpec j = lenet_job();
+  j.profile = testing::write_lenet5_profile("/tmp/tandem_sim_runtime_dev.json",
+                                            {{"runtime_device_bytes", 520 * kMiB}, {"runtime_rss_bytes", 40 * kMiB}});
+  const SimResult measured = simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false});
+  BOOST_TEST(measured.nodes[0].runtime_bytes == 520 * kMiB);
+  j.profile.clear();
+  const SimResult def = simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false});
+  BOOST_TEST(def.memory_per_node_bytes - measured.memory_per_node_bytes == kDefaultGpuRuntimeBytes - 520 * kMiB,
+             tt::tolerance(1e-9));
+  j.profile = "/tmp/tandem_sim_runtime_dev.json";
+  BOOST_TEST(simulate(parse_cluster(R"({"nodes": [{"preset": "g4dn.xlarge", "runtime_mib": 700}]})"), j,
+                      {.baseline = false})
+                 .nodes[0]
+                 .runtime_bytes == 700 * kMiB);
+  j.framework = Framework::kPytorchDdp;
+  BOOST_TEST(simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false}).nodes[0].runtime_bytes ==
+             kDefaultGpuRuntimeBytes);
+  j.framework = Framework::kTandem;
+  j.profile = testing::write_lenet5_profile("/tmp/tandem_sim_runtime_dev.json", {{"runtime_device_bytes", -1}});
+  try {
+    simulate(parse_cluster("g4dn.xlarge:1"), j, {.baseline = false});
+    BOOST_ERROR("a negative runtime_device_bytes was accepted");
+  } catch (const tandem::Error& e) {
+    BOOST_TEST(std::string(e.what()).find("runtime_device_bytes") != std::string::npos, e.what());
+  }
+  std::remove("/tmp/tandem_sim_runtime_dev.json");
+}
+
 BOOST_AUTO_TEST_CASE(bad_values_name_the_field) {
   try {
     parse_cluster(R"({"nodes": [{"preset": "c5.large", "runtime_mib": -1}]})");

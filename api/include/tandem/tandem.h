@@ -1742,7 +1742,9 @@ typedef struct tandem_prediction {
   /* Changed in 0.2: field_mask first -- the groups wanted; the library fills only those (unknown bits:
    * TANDEM_ERR_UNSUPPORTED), so the struct can grow at its end.
    * measured: the trainer's last tandem_trainer_epoch (per step, mean over ranks); memory: this
-   * process's peak resident size when that call returned (what the caller does after it is not counted).
+   * process's peak resident size when that call returned (what the caller does after it is not counted),
+   * or on a GPU the device memory this process held then, as the driver counts it per process (NVML, the
+   * figure nvidia-smi shows; host resident size where the driver does not tell).
    * predicted: the simulator timing the trainer's own compiled job on the
    * cluster; memory: the need of the node hosting this rank. error: (predicted - measured) / measured (NaN
    * if measured is 0). */

@@ -5,8 +5,10 @@
 // again at once.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -88,6 +90,61 @@ CachingAllocator* device_allocator(int32_t index) {
   return g_allocators[index];
 }
 
+// ---------------------------------------------------------------- this process's device memory (NVML)
+
+// NVML, the driver's management library (libnvidia-ml.so.1, installed with the driver), loaded on first use for the
+// per-process figure nvidia-smi shows. The toolkit ships no nvml.h: the three calls and the process record of the v3
+// query are declared here from NVML's reference (return 0 = success, 7 = the array was too small).
+struct NvmlProcess {
+  unsigned int pid;
+  unsigned long long used_bytes;  // ULLONG_MAX: not available
+  unsigned int gpu_instance, compute_instance;
+};
+struct Nvml {
+  int (*init)() = nullptr;                                        // nvmlInit_v2
+  int (*by_uuid)(const char*, void**) = nullptr;                  // nvmlDeviceGetHandleByUUID
+  int (*processes)(void*, unsigned int*, NvmlProcess*) = nullptr;  // nvmlDeviceGetComputeRunningProcesses_v3
+};
+
+const Nvml* nvml() noexcept {
+  static const Nvml* lib = []() -> const Nvml* {
+    void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return nullptr;
+    static Nvml n;
+    n.init = reinterpret_cast<int (*)()>(dlsym(h, "nvmlInit_v2"));
+    n.by_uuid = reinterpret_cast<int (*)(const char*, void**)>(dlsym(h, "nvmlDeviceGetHandleByUUID"));
+    n.processes = reinterpret_cast<int (*)(void*, unsigned int*, NvmlProcess*)>(
+        dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    if (n.init == nullptr || n.by_uuid == nullptr || n.processes == nullptr || n.init() != 0) return nullptr;
+    return &n;  // the handle stays open for the process's life
+  }();
+  return lib;
+}
+
+// Bytes this process holds on cuda:index by NVML's count; 0 when NVML, the device or the process record is missing.
+double process_memory_bytes(int32_t index) noexcept {
+  const Nvml* n = nvml();
+  cudaDeviceProp prop{};
+  if (n == nullptr || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  char uuid[48];
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  void* dev = nullptr;
+  if (n->by_uuid(uuid, &dev) != 0) return 0;
+  std::array<NvmlProcess, 256> ps{};
+  unsigned int count = static_cast<unsigned int>(ps.size());
+  if (n->processes(dev, &count, ps.data()) != 0) return 0;  // 7: more than 256 processes on one GPU
+  const unsigned int self = static_cast<unsigned int>(getpid());
+  for (unsigned int i = 0; i < count && i < ps.size(); ++i) {
+    if (ps[i].pid == self && ps[i].used_bytes != ~0ULL) return static_cast<double>(ps[i].used_bytes);
+  }
+  return 0;
+}
+
 // ---------------------------------------------------------------- convolution plans
 
 struct ConvPlan {
@@ -141,6 +198,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(dev_), "cudaSetDevice");
     L_ = &CudaLibs::get();
     register_device_allocator(Device::Kind::kCuda, &device_allocator);
+    register_device_memory_probe(Device::Kind::kCuda, &process_memory_bytes);
     TANDEM_CHECK(L_->cudnnCreate(&dnn_) == CUDNN_STATUS_SUCCESS, Status::kBackend, "cudnnCreate failed on cuda:{}", dev_);
     if (L_->cublasCreate_v2(&blas_) != CUBLAS_STATUS_SUCCESS) {
       L_->cudnnDestroy(dnn_);

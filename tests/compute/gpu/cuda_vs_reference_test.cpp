@@ -2,6 +2,7 @@
 
 #include "tests/compute/conformance.hpp"
 #include "tests/compute/gpu/gpu_available.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/settings.hpp"
 
 #include <cmath>
@@ -62,6 +63,19 @@ BOOST_AUTO_TEST_CASE(device_allocator_reuses_blocks, *boost::unit_test::precondi
   Tensor u = be->empty({1 << 20}, DType::kF32);
   BOOST_TEST(u.raw_data() == first);
   BOOST_TEST(reinterpret_cast<uintptr_t>(u.raw_data()) % 64 == 0);
+}
+
+// The driver's per-process count of this process's device memory (NVML, what nvidia-smi shows; tandem_trainer_predict
+// measures a GPU rank's memory by it): known once a cuda backend exists, and it grows by a fresh 512 MiB block.
+BOOST_AUTO_TEST_CASE(process_device_memory_counts_this_processs_blocks, *boost::unit_test::precondition(CudaAvailable())) {
+  auto be = make_backend("cuda");
+  const double before = process_device_memory_bytes(be->device());
+  BOOST_TEST_MESSAGE("this process holds " << before / 1048576 << " MiB on " << be->device().str());
+  BOOST_TEST(before > 0, "the driver gave no per-process figure (NVML)");
+  BOOST_TEST(process_device_memory_bytes(Device::cpu()) == 0);
+  Tensor big = be->empty({int64_t{128} << 20}, DType::kF32);  // 512 MiB, larger than any cached block here
+  const double after = process_device_memory_bytes(be->device());
+  BOOST_TEST(after - before >= 512.0 * 1048576, "grew by " << (after - before) / 1048576 << " MiB for a 512 MiB block");
 }
 
 // Relative error ||got - want|| / ||want|| of two equally long vectors.
