@@ -11,6 +11,8 @@
 //    "p2p": {"bandwidth_bytes_per_s": 1.1e9, "latency_s": 4.2e-5},   // optional: measured point-to-point
 //    "runtime_rss_bytes": 4.2e7,   // optional: the process's resident memory besides its tensors once the
 //                                  // model's kernels ran (the simulator's per-rank runtime allowance on CPU nodes)
+//    "runtime_device_bytes": 6.5e8,  // optional (GPU backends): device memory held besides live tensors (context,
+//                                  // libraries), by the driver's count (the runtime allowance on GPU nodes)
 //    "activation_peak_bytes": 6.1e7,  // optional (CPU backends): how far whole training steps at "batch" (forward,
 //                                  // loss, backward, optimizer) raise the process's peak resident size (VmHWM, reset
 //                                  // through /proc/self/clear_refs) above its resident size between steps -- the
