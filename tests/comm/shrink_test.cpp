@@ -367,6 +367,48 @@ BOOST_AUTO_TEST_CASE(a_silent_rank_is_dropped_after_the_window) {
   BOOST_TEST(agree(store, request(2, 4, {}, {}, milliseconds(100))).declared_dead);
 }
 
+// Rule 2's transport evidence, over a memory store: rank 2 never posts and nobody blames or suspects it, but rank 1's
+// transport saw its connection end. The coordinator (rank 0, whose own transport knows nothing) reads that in rank
+// 1's post and counts rank 2 out without waiting for the window (60 s here).
+BOOST_AUTO_TEST_CASE(a_rank_a_posters_transport_saw_gone_is_counted_out_without_the_window) {
+  constexpr auto kWindow = milliseconds(60000);
+  transports::MemoryStore store;
+  engine::comm::ShrinkRequest second = request(1, 3, {}, {}, kWindow);
+  second.dead_peers = [] { return std::vector<int>{2}; };
+  Agreement other;
+  const auto t0 = Clock::now();
+  std::thread late([&] {  // posts once the coordinator holds its ticket
+    while (store.add(second.key_base + "ticket", 0) < 1) std::this_thread::sleep_for(milliseconds(1));
+    other = agree(store, second);
+  });
+  const Agreement first = agree(store, request(0, 3, {}, {}, kWindow));
+  late.join();
+  const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  for (const Agreement* a : std::initializer_list<const Agreement*>{&first, &other})
+    BOOST_TEST((!a->declared_dead && a->members == std::vector<int>{0, 1}),
+               fmt::format("read members {}", fmt::join(a->members, ",")));
+  BOOST_TEST(ms < kWindow / 2, ms.count() << " ms: the coordinator waited for the window");
+}
+
+// A rank that took part stays whatever a transport says of it (only a fault it was blamed for drops it): rank 1 posted
+// (in a build's format without the dead field) before the coordinator, whose transport lists ranks 1 and 2 as gone,
+// weighed that. Rank 2, which did not post, is out at once.
+BOOST_AUTO_TEST_CASE(a_rank_that_took_part_stays_although_a_transport_lists_it_gone) {
+  constexpr auto kWindow = milliseconds(60000);
+  transports::MemoryStore store;
+  store.set("test/shrink/alive/1", "5 fault= timeout=");
+  engine::comm::ShrinkRequest coordinator = request(0, 3, {}, {}, kWindow);
+  coordinator.dead_peers = [] { return std::vector<int>{1, 2, 7, 0}; };  // out of range and itself: ignored
+  const auto t0 = Clock::now();
+  const Agreement first = agree(store, coordinator);
+  BOOST_TEST((first.members == std::vector<int>{0, 1}), fmt::format("{}", fmt::join(first.members, ",")));
+  BOOST_TEST(std::chrono::duration_cast<milliseconds>(Clock::now() - t0) < kWindow / 2);
+  // Rank 1 reads the decision (its ticket is the second): a member. Rank 2, back, is refused.
+  const Agreement second = agree(store, request(1, 3, {}, {}, kWindow));
+  BOOST_TEST((!second.declared_dead && second.members == std::vector<int>{0, 1}));
+  BOOST_TEST(agree(store, request(2, 3, {}, {}, kWindow)).declared_dead);
+}
+
 BOOST_AUTO_TEST_CASE(the_timeout_grace_is_a_quarter_of_the_window_within_bounds) {
   using engine::comm::timeout_grace;
   BOOST_TEST(timeout_grace(milliseconds(2000)).count() == 500);
