@@ -134,12 +134,13 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   const auto weigh_evidence = [&] {
     const std::vector<int> own = known_dead(req);
     reported.insert(reported.end(), own.begin(), own.end());
-    for (int r : reported) {
+    while (!reported.empty()) {  // a post read here may report more
+      const int r = reported.back();
+      reported.pop_back();
       if (r < 0 || r >= req.size || settled(r)) continue;
       read_post(r, std::chrono::milliseconds(0));
       if (!settled(r)) dead.insert(r);
     }
-    reported.clear();
   };
   // Every rank not blamed for a fault may post until its wait ends: the grace for a rank suspected of a timeout, the
   // window for one nobody suspects -- or until a transport saw it gone. Each round waits a slice on one missing post,
