@@ -30,6 +30,10 @@ class CoreTransport final : public Transport {
     if constexpr (requires(Core& c) { c.at_fault(peer); }) return core_->at_fault(peer);
     return peer;
   }
+  std::vector<int> dead_peers() override {
+    if constexpr (requires(Core& c) { c.dead_peers(); }) return core_->dead_peers();
+    return {};
+  }
   void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
                  std::chrono::milliseconds timeout) override {
     if constexpr (requires(Core& c) { c.reconnect(store, key_prefix, peers, timeout); })

@@ -177,6 +177,19 @@ class Transport {
   // sees the link go and names this rank too, so both ends blame the one whose resource failed and a shrink drops
   // only that one. Holds until reconnect mends the link. The default: `peer`.
   virtual int at_fault(int peer) const { return peer; }
+  // The peers (transport ranks, ascending) this rank knows are gone for good, on definitive evidence only: the peer
+  // closed its transport (its goodbye), or the connection to it ended or was reset under it (end of stream, a reset,
+  // a broken pipe; ucx: its process on this host exited). A deadline, a silent peer, a malformed message or a link
+  // this rank gave up itself (at_fault) is no such evidence: that peer is never listed, it may be alive and slow.
+  // Communicator::shrink counts the listed ranks out without waiting for them (engine/comm/membership.hpp, rule 2).
+  // Drives progress first, so what the connections already say is counted; never blocks.
+  //   inproc: a peer whose transport was destroyed.  tcp: its goodbye, end of stream, ECONNRESET or EPIPE.
+  //   zmq: its goodbye, or ZeroMQ's monitor seeing the connection from it end (no heartbeats are set, so that is the
+  //   TCP connection closing, never a timeout).  ucx: its goodbye, its pid on this host exited, or UCX failing its
+  //   endpoint with UCS_ERR_CONNECTION_RESET (not UCS_ERR_ENDPOINT_TIMEOUT: keepalive's verdict is a timeout, nor a
+  //   cut link: kCut, both alive). A peer that dies without any of these (another host's power lost, a network cut)
+  //   is not listed: the agreement's window decides it. The default lists nobody.
+  virtual std::vector<int> dead_peers() { return {}; }
   // Blocks the calling thread for at most `timeout` until this transport may have something new
   // (a message arrived, a send completed, a peer failed), then drives progress. Returning early or
   // spuriously is allowed. Use it in waiting loops instead of spinning on test(): on a machine

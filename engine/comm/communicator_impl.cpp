@@ -233,6 +233,13 @@ std::unique_ptr<Communicator> CommunicatorImpl::shrink() {
   (failure.timed_out ? req.timed_out : req.blamed) = failure.ranks;
   if (failure.aborted && failure.origin >= 0) req.blamed.push_back(failure.origin);  // an abort leaves the group
   req.window = options_.timeout;
+  req.dead_peers = [this] {  // the transport's ranks, in this communicator's
+    std::vector<int> out;
+    for (int t : shared_->transport().dead_peers())
+      if (const auto it = std::find(members_.begin(), members_.end(), t); it != members_.end())
+        out.push_back(static_cast<int>(it - members_.begin()));
+    return out;
+  };
   const Membership m = agree_membership(*lineage_.store, req);
   shared_->reserve_ids(m.comm_id + 1);
   std::vector<int> members;

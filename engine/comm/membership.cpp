@@ -20,29 +20,44 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// "<next_id> fault=<ranks> timeout=<ranks>" (comma-separated lists, possibly empty) -- what each rank posts.
-std::string format_post(uint32_t next_id, const std::vector<int>& fault, const std::vector<int>& timed_out) {
-  return fmt::format("{} fault={} timeout={}", next_id, format_rank_list(fault), format_rank_list(timed_out));
+// "<next_id> fault=<ranks> timeout=<ranks> dead=<ranks>" (comma-separated lists, possibly empty) -- what each rank
+// posts. A post without the dead field (a build before rule 2's transport evidence) still reads.
+std::string format_post(uint32_t next_id, const std::vector<int>& fault, const std::vector<int>& timed_out,
+                        const std::vector<int>& dead) {
+  return fmt::format("{} fault={} timeout={} dead={}", next_id, format_rank_list(fault), format_rank_list(timed_out),
+                     format_rank_list(dead));
 }
 
 struct Post {
   uint32_t next_id = 0;
   std::vector<int> fault;
   std::vector<int> timed_out;
+  std::vector<int> dead;
 };
 
 Post parse_post(const std::string& text, int from) {
   Post p;
   std::istringstream in(text);
-  std::string id, fault, timed_out;
-  in >> id >> fault >> timed_out;
+  std::string id, fault, timed_out, dead;
+  in >> id >> fault >> timed_out >> dead;
   const bool ok = !id.empty() && std::from_chars(id.data(), id.data() + id.size(), p.next_id).ec == std::errc() &&
-                  fault.rfind("fault=", 0) == 0 && timed_out.rfind("timeout=", 0) == 0;
-  TANDEM_CHECK(ok, Status::kInternal, "shrink: rank {} posted '{}', not '<next id> fault=<ranks> timeout=<ranks>'",
-               from, text);
+                  fault.rfind("fault=", 0) == 0 && timed_out.rfind("timeout=", 0) == 0 &&
+                  (dead.empty() || dead.rfind("dead=", 0) == 0);
+  TANDEM_CHECK(ok, Status::kInternal,
+               "shrink: rank {} posted '{}', not '<next id> fault=<ranks> timeout=<ranks> dead=<ranks>'", from, text);
   p.fault = parse_rank_list(fault.substr(6));
   p.timed_out = parse_rank_list(timed_out.substr(8));
+  if (!dead.empty()) p.dead = parse_rank_list(dead.substr(5));
   return p;
+}
+
+// What this rank's transport knows is gone (rule 2), in the failed communicator's ranks, itself left out.
+std::vector<int> known_dead(const ShrinkRequest& req) {
+  if (!req.dead_peers) return {};
+  std::vector<int> out;
+  for (int r : req.dead_peers())
+    if (r >= 0 && r < req.size && r != req.rank) out.push_back(r);
+  return out;
 }
 
 constexpr const char* kLeftPost = "left ";  // rule 5's post: "left <note>"
@@ -76,6 +91,9 @@ std::map<int, std::string> parse_notes(const std::string& text) {
   return out;
 }
 
+// How long the coordinator waits on one missing post before it looks at the transport and the others' posts again.
+constexpr auto kPollSlice = std::chrono::milliseconds(20);
+
 // The coordinator's part (rule 2): waits for the posts, decides, publishes.
 Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   const auto start = Clock::now();
@@ -83,16 +101,17 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
   const auto grace_end = start + timeout_grace(req.window);
   std::set<int> fault(req.blamed.begin(), req.blamed.end());
   std::set<int> suspected(req.timed_out.begin(), req.timed_out.end());
+  std::set<int> dead;  // seen gone by a transport (this rank's or a poster's) before they posted
   std::vector<bool> posted(static_cast<size_t>(req.size), false);
   posted[static_cast<size_t>(req.rank)] = true;
   std::vector<uint32_t> ids(static_cast<size_t>(req.size), 0);
   ids[static_cast<size_t>(req.rank)] = req.next_id;
   std::map<int, std::string> gone;  // rule 5: the ranks that left, with their notes
-  // Reads rank r's post if it appears before `until`; a post adds its suspicions.
-  const auto read_post = [&](int r, Clock::time_point until) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  std::vector<int> reported;        // transport evidence not yet weighed
+  // Reads rank r's post if it appears within `wait`; a post adds its suspicions and its transport's evidence.
+  const auto read_post = [&](int r, std::chrono::milliseconds wait) {
     try {
-      const std::string text = store.get(alive_key(req.key_base, r), std::max(left, std::chrono::milliseconds(1)));
+      const std::string text = store.get(alive_key(req.key_base, r), std::max(wait, std::chrono::milliseconds(0)));
       if (text.rfind(kLeftPost, 0) == 0) {
         gone[r] = text.substr(std::strlen(kLeftPost));
         return;
@@ -100,18 +119,45 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
       const Post p = parse_post(text, r);
       fault.insert(p.fault.begin(), p.fault.end());
       suspected.insert(p.timed_out.begin(), p.timed_out.end());
+      reported.insert(reported.end(), p.dead.begin(), p.dead.end());
       ids[static_cast<size_t>(r)] = p.next_id;
       posted[static_cast<size_t>(r)] = true;
     } catch (const Error& e) {
       if (e.status() != Status::kTimeout) throw;
     }
   };
-  // First the grace: every rank not blamed for a fault may post; then the window, for ranks nobody suspects.
-  for (int r = 0; r < req.size; ++r)
-    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0) read_post(r, grace_end);
-  for (int r = 0; r < req.size; ++r)
-    if (!posted[static_cast<size_t>(r)] && fault.count(r) == 0 && suspected.count(r) == 0 && gone.count(r) == 0)
-      read_post(r, deadline);
+  const auto settled = [&](int r) {
+    return posted[static_cast<size_t>(r)] || fault.count(r) != 0 || gone.count(r) != 0 || dead.count(r) != 0;
+  };
+  // Transport evidence counts out only a rank that has not posted: its post is read once more first, as it may have
+  // posted (or left, rule 5) just before its connection ended. A rank that took part stays unless blamed for a fault.
+  const auto weigh_evidence = [&] {
+    const std::vector<int> own = known_dead(req);
+    reported.insert(reported.end(), own.begin(), own.end());
+    while (!reported.empty()) {  // a post read here may report more
+      const int r = reported.back();
+      reported.pop_back();
+      if (r < 0 || r >= req.size || settled(r)) continue;
+      read_post(r, std::chrono::milliseconds(0));
+      if (!settled(r)) dead.insert(r);
+    }
+  };
+  // Every rank not blamed for a fault may post until its wait ends: the grace for a rank suspected of a timeout, the
+  // window for one nobody suspects -- or until a transport saw it gone. Each round waits a slice on one missing post,
+  // then reads the others' without waiting and asks the transport again.
+  for (;;) {
+    weigh_evidence();
+    const auto now = Clock::now();
+    std::vector<int> waiting;
+    for (int r = 0; r < req.size; ++r)
+      if (!settled(r) && now < (suspected.count(r) != 0 ? grace_end : deadline)) waiting.push_back(r);
+    if (waiting.empty()) break;
+    const auto until = suspected.count(waiting[0]) != 0 ? grace_end : deadline;
+    read_post(waiting[0],
+              std::min(kPollSlice, std::chrono::duration_cast<std::chrono::milliseconds>(until - now)));
+    for (size_t i = 1; i < waiting.size(); ++i)
+      if (!settled(waiting[i])) read_post(waiting[i], std::chrono::milliseconds(0));
+  }
   Membership m;
   m.epoch = req.epoch + 1;
   m.coordinator = req.rank;
@@ -136,6 +182,8 @@ Membership decide(transports::KvStore& store, const ShrinkRequest& req) {
     }
     if (fault.count(r) != 0) {
       log::warn("shrink: rank {} is declared dead: a rank saw it fail", r);
+    } else if (dead.count(r) != 0) {
+      log::warn("shrink: rank {} is declared dead: a rank's transport saw its connection end before it took part", r);
     } else if (suspected.count(r) != 0) {
       log::warn("shrink: rank {} is declared dead: a rank timed out waiting for it, and it did not take part within "
                 "the {} ms grace",
@@ -211,7 +259,7 @@ void post_note(transports::KvStore& store, const std::string& key_base, int rank
 Membership agree_membership(transports::KvStore& store, const ShrinkRequest& req) {
   TANDEM_CHECK(req.rank >= 0 && req.rank < req.size && req.window.count() > 0, Status::kInternal,
                "shrink: rank {} of {}, window {} ms", req.rank, req.size, req.window.count());
-  store.set(alive_key(req.key_base, req.rank), format_post(req.next_id, req.blamed, req.timed_out));
+  store.set(alive_key(req.key_base, req.rank), format_post(req.next_id, req.blamed, req.timed_out, known_dead(req)));
   const int64_t ticket = store.add(req.key_base + "ticket", 1);
   Membership m;
   if (ticket == 1) {

@@ -17,6 +17,15 @@
 //     for ZeroMQ to write a cancelled send out to a stalled one, transports/transport.hpp); a rank that has not
 //     posted by then is out too -- a slow rank is treated as dead. So when every rank posts in
 //     time and no fault was seen, nobody is dropped.
+//     Transport evidence ends a wait early: every rank posts the peers its transport knows are gone for good
+//     (Transport::dead_peers: a goodbye, a closed or reset connection, an exited process -- never a deadline), and the
+//     coordinator asks its own transport again every poll slice (20 ms) while it waits. A rank so reported that has not
+//     posted is out at once (its post is read once more first: it may have posted or left just before its connection
+//     ended). A rank that has posted took part and stays, whatever a transport says of it, unless blamed for a fault.
+//     Before, only the ranks of each survivor's *first* failure were named: a rank that died as well, but was nobody's
+//     first failure (the survivors had already failed on another), was waited for until the shared deadline (12 s at
+//     the CLI's 10 s window). Where a transport cannot know (a peer on another host that lost power, a network cut;
+//     see transport.hpp), the window still decides.
 //  3. The coordinator writes "decision" once: the new epoch, the new communicator id and the
 //     members (old ranks, ascending). Everyone (the coordinator too) reads that one key.
 //  4. A rank not among the members gets kPeerFailure saying it was declared dead: a rank that
@@ -36,6 +45,7 @@
 // that dies between its ticket and its decision makes every survivor fail with kTimeout.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +62,9 @@ struct ShrinkRequest {
   uint32_t next_id = 0;    // lowest communicator id free on this rank
   std::vector<int> blamed;     // ranks this rank holds responsible for the failure: a fault (rule 1)
   std::vector<int> timed_out;  // ranks it waited for in vain (a deadline): suspected, not proven dead
+  // The ranks this rank's transport knows are gone for good (Transport::dead_peers, in the failed communicator's
+  // ranks; rule 2): asked when it posts, and again and again by the coordinator while it waits. Empty: none known.
+  std::function<std::vector<int>()> dead_peers;
   std::chrono::milliseconds window{60000};  // how long the coordinator waits for the others' posts
 };
 

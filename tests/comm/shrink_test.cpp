@@ -207,6 +207,37 @@ BOOST_AUTO_TEST_CASE(an_abort_reaches_every_communicator_made_from_this_one) {
     });
 }
 
+// Two ranks die, but only one of them is anybody's first failure: rank 2 dies, ranks 0, 1 and 3 fail on it, then rank
+// 3 dies too (its transport closes, nothing posted, like a rank killed by a signal). Nobody blames or suspects rank 3,
+// so before, the coordinator waited the window plus the let-go allowance (8 s here) for its post. Now every survivor's
+// transport reports the connection to rank 3 ended (Transport::dead_peers) and the coordinator counts it out at once;
+// the bound, half the window, only tells the two apart.
+BOOST_AUTO_TEST_CASE(a_rank_that_dies_after_the_first_failure_is_counted_out_without_waiting_the_window) {
+  constexpr int kWindowMs = 6000;
+  for (const auto& tr : transports_under_test()) {
+    std::atomic<int> failed{0};
+    run_ranks(tr, 4, with_timeout(kWindowMs), [&](int r, Communicator& c) {
+      EXPECT(sum_over(c, 1.f) == 4.f, "healthy world");
+      if (r == 2) return;  // the first death
+      failing_allreduce(c);
+      const auto blamed = c.failure_status().ranks;
+      EXPECT(std::find(blamed.begin(), blamed.end(), 3) == blamed.end(), "rank {} blamed rank 3, alive then ({})", r,
+             fmt::join(blamed, ","));
+      ++failed;
+      if (r == 3) {  // dies once every survivor has failed on rank 2: nobody's first failure
+        for (int i = 0; i < 2000 && failed < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return;
+      }
+      const auto t0 = Clock::now();
+      auto s = c.shrink();
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      EXPECT(s->parent_ranks() == (std::vector<int>{0, 1}), "rank {}: parents {}", r, fmt::join(s->parent_ranks(), ","));
+      EXPECT(ms < kWindowMs / 2, "rank {}: the shrink took {} ms: it waited out the window for the dead rank 3", r, ms);
+      EXPECT(sum_over(*s, 1.f) == 2.f, "the survivors' communicator works");
+    });
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_shrunk_communicator_shrinks_again_when_another_rank_dies) {
   for (const auto& tr : transports_under_test()) {
     run_ranks(tr, 4, with_timeout(4000), [&](int r, Communicator& c) {
@@ -334,6 +365,51 @@ BOOST_AUTO_TEST_CASE(a_silent_rank_is_dropped_after_the_window) {
   BOOST_TEST((second.members == std::vector<int>{0, 1}), fmt::format("{}", fmt::join(second.members, ",")));
   // Rank 2 comes back after the decision: refused.
   BOOST_TEST(agree(store, request(2, 4, {}, {}, milliseconds(100))).declared_dead);
+}
+
+// Rule 2's transport evidence, over a memory store: rank 2 never posts and nobody blames or suspects it, but rank 1's
+// transport saw its connection end. The coordinator (rank 0, whose own transport knows nothing) reads that in rank
+// 1's post and counts rank 2 out without waiting for the window (60 s here).
+BOOST_AUTO_TEST_CASE(a_rank_a_posters_transport_saw_gone_is_counted_out_without_the_window) {
+  constexpr auto kWindow = milliseconds(60000);
+  transports::MemoryStore store;
+  engine::comm::ShrinkRequest second = request(1, 3, {}, {}, kWindow);
+  second.dead_peers = [] { return std::vector<int>{2}; };
+  Agreement other;
+  const auto t0 = Clock::now();
+  std::thread late([&] {  // posts once the coordinator holds its ticket
+    while (store.add(second.key_base + "ticket", 0) < 1) std::this_thread::sleep_for(milliseconds(1));
+    other = agree(store, second);
+  });
+  const Agreement first = agree(store, request(0, 3, {}, {}, kWindow));
+  late.join();
+  const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  for (const Agreement* a : std::initializer_list<const Agreement*>{&first, &other})
+    BOOST_TEST((!a->declared_dead && a->members == std::vector<int>{0, 1}),
+               fmt::format("read members {}", fmt::join(a->members, ",")));
+  BOOST_TEST(ms < kWindow / 2, ms.count() << " ms: the coordinator waited for the window");
+}
+
+// A rank that took part stays whatever a transport says of it (only a fault it was blamed for drops it): ranks 1 and 3
+// posted before the coordinator, whose transport lists rank 1 as gone, weighed that (rank 3 in a build's format without
+// the dead field). Rank 1's post, read while weighing, reports rank 2 gone: rank 2, which did not post, is out at once.
+BOOST_AUTO_TEST_CASE(a_rank_that_took_part_stays_although_a_transport_lists_it_gone) {
+  constexpr auto kWindow = milliseconds(60000);
+  transports::MemoryStore store;
+  store.set("test/shrink/alive/1", "5 fault= timeout= dead=2");
+  store.set("test/shrink/alive/3", "5 fault= timeout=");
+  engine::comm::ShrinkRequest coordinator = request(0, 4, {}, {}, kWindow);
+  coordinator.dead_peers = [] { return std::vector<int>{1, 7, 0}; };  // out of range and itself: ignored
+  const auto t0 = Clock::now();
+  const Agreement first = agree(store, coordinator);
+  BOOST_TEST((first.members == std::vector<int>{0, 1, 3}), fmt::format("{}", fmt::join(first.members, ",")));
+  BOOST_TEST(std::chrono::duration_cast<milliseconds>(Clock::now() - t0) < kWindow / 2);
+  // Ranks 1 and 3 read the decision (their tickets come later): members. Rank 2, back, is refused.
+  for (int r : {1, 3}) {
+    const Agreement later = agree(store, request(r, 4, {}, {}, kWindow));
+    BOOST_TEST((!later.declared_dead && later.members == std::vector<int>{0, 1, 3}), "rank " << r);
+  }
+  BOOST_TEST(agree(store, request(2, 4, {}, {}, kWindow)).declared_dead);
 }
 
 BOOST_AUTO_TEST_CASE(the_timeout_grace_is_a_quarter_of_the_window_within_bounds) {

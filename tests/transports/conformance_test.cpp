@@ -10,6 +10,8 @@
 
 #include <sys/resource.h>
 
+#include <fmt/ranges.h>
+
 #include "tests/transports/harness.hpp"
 
 namespace bdata = boost::unit_test::data;
@@ -263,6 +265,48 @@ BOOST_DATA_TEST_CASE(a_64_mib_message_arrives_intact, kTransports* bdata::make({
       CHECK_RANK(wrong == 0u);
     }
   });
+}
+
+BOOST_DATA_TEST_CASE(dead_peers_lists_a_peer_that_closed_and_no_live_one, kTransports, name) {
+  // Transport::dead_peers: nobody while all are up; once rank 0 destroys its transport, ranks 1 and 2 each list it
+  // (within the wait's deadline) and only it -- not each other, although rank 2 stays silent, driving no progress,
+  // for a while first (a live, slow rank is never listed).
+  const VariantEnv env(name);
+  MemoryStore store;
+  const std::string prefix = unique_prefix(name + "-dead");
+  std::barrier<> sync(3);
+  std::vector<std::string> before(3), after(3), failure(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto t = create_transport(options_for(name, r, 3, store, prefix));
+        sync.arrive_and_wait();
+        before[r] = fmt::format("{}", fmt::join(t->dead_peers(), ","));
+        sync.arrive_and_wait();
+        if (r == 0) {
+          t.reset();
+          sync.arrive_and_wait();
+          sync.arrive_and_wait();
+          return;
+        }
+        sync.arrive_and_wait();  // rank 0 is gone
+        if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        after[r] = fmt::format("{}", fmt::join(dead_peers_once_listed(*t, 0), ","));
+        sync.arrive_and_wait();  // nobody closes before both have looked
+      } catch (const std::exception& e) {
+        failure[r] = e.what();
+        sync.arrive_and_drop();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST_INFO("rank " << r);
+    BOOST_TEST(failure[r].empty(), failure[r]);
+    BOOST_TEST(before[r] == "");
+    if (r > 0) BOOST_TEST(after[r] == "0");
+  }
 }
 
 BOOST_DATA_TEST_CASE(a_receive_from_a_peer_that_closes_fails_naming_it, kTransports* kWorlds, name, n) {

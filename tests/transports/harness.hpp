@@ -1,5 +1,6 @@
 #pragma once
 // Runs N ranks as threads of this process, each with its own transport, over a shared MemoryStore.
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -66,6 +67,17 @@ inline void wait(Transport& t, Request& r, std::chrono::milliseconds deadline = 
   while (!r.test()) {
     if (std::chrono::steady_clock::now() > until)
       TANDEM_THROW(Status::kTimeout, "rank {}: request not complete after {} ms", t.rank(), deadline.count());
+    t.wait_for_progress(std::chrono::milliseconds(1));
+  }
+}
+
+// Asks t.dead_peers() until it lists `rank`, driving progress between asks, for at most `deadline`; returns the last
+// list (which lacks `rank` when the deadline passed).
+inline std::vector<int> dead_peers_once_listed(Transport& t, int rank, std::chrono::milliseconds deadline = kWaitDeadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    std::vector<int> dead = t.dead_peers();
+    if (std::find(dead.begin(), dead.end(), rank) != dead.end() || std::chrono::steady_clock::now() > until) return dead;
     t.wait_for_progress(std::chrono::milliseconds(1));
   }
 }

@@ -834,6 +834,8 @@ BOOST_AUTO_TEST_CASE(a_malformed_frame_fails_the_peer_naming_it) {
   BOOST_TEST(why.find("bad frame magic") != std::string::npos, why);
   auto later = t0->irecv(1, 5, std::span<const MutPart>(&b, 1));
   BOOST_TEST(outcome(*t0, *later).find(status_name(Status::kPeerFailure)) == 0);
+  // Its stream was given up on, but its end is still open: a bad stream is no proof it died (Transport::dead_peers).
+  BOOST_TEST(t0->dead_peers().empty());
 }
 
 BOOST_AUTO_TEST_CASE(an_unexpected_message_above_the_limit_is_refused_before_allocation) {
@@ -875,6 +877,7 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
 
   std::string outcome;
   bool delivered = false;
+  std::vector<int> dead;
   try {
     auto t = create_transport(options_for(name, 1, 2, store, prefix));
     std::vector<unsigned char> in(100), never(10);
@@ -892,6 +895,8 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
     BOOST_TEST_MESSAGE(name << ": detected in "
                             << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
                             << " ms: " << outcome);
+    dead = dead_peers_once_listed(*t, 0, std::chrono::milliseconds(10000));  // its connection ended with it
+
   } catch (const std::exception& e) {
     outcome = std::string("unexpected: ") + e.what();
   }
@@ -900,6 +905,7 @@ BOOST_DATA_TEST_CASE(a_peer_killed_with_sigkill_fails_pending_receives_naming_it
   BOOST_TEST(delivered);
   BOOST_TEST(outcome.find(status_name(Status::kPeerFailure)) == 0, outcome);
   BOOST_TEST(outcome.find("rank 0") != std::string::npos, outcome);
+  BOOST_TEST((dead == std::vector<int>{0}));  // Transport::dead_peers: a killed process is gone for good
 }
 
 BOOST_AUTO_TEST_SUITE_END()

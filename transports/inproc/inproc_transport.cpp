@@ -212,6 +212,12 @@ class InprocTransport final : public Transport {
   int size() const override { return size_; }
   Capabilities capabilities() const override { return Capabilities{.shared_memory = true}; }
   void progress() override {}
+  std::vector<int> dead_peers() override {  // a peer that destroyed its transport: the fabric says so at once
+    std::vector<int> out;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && fabric_->closed(r)) out.push_back(r);
+    return out;
+  }
   void wait_for_progress(std::chrono::microseconds timeout) override {
     auto& sig = fabric_->signals[rank_];
     std::unique_lock l(sig.mu);

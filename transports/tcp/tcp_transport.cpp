@@ -95,6 +95,9 @@ struct Peer {
   // wake-ups and the end of stream.
   std::unique_ptr<ShmChannel> shm;
   bool gave_up = false;  // this rank gave the connection up for want of memory (keep_rest): its fault (at_fault)
+  // The peer's end is known gone -- its goodbye, end of stream, a reset or a broken pipe -- not merely a stream this
+  // rank gave up on (a malformed frame, its own memory): Transport::dead_peers lists it.
+  bool ended = false;
 };
 
 // How ranks of one host reach each other (TANDEM_TCP_LOCAL).
@@ -295,6 +298,7 @@ class Core {
   void cancel(const std::shared_ptr<SendOp>& op);
   void shutdown() noexcept;
   int at_fault(int peer);  // Transport::at_fault
+  std::vector<int> dead_peers();  // Transport::dead_peers
 
  private:
   void connect(const TransportOptions& o);
@@ -317,12 +321,15 @@ class Core {
   void send_wakeup(Peer& p);
   // Why a stream read failed (errno or the ring's corruption).
   std::string read_failure(int peer, ssize_t n) const;
+  // Whether that failed read (errno still its own) means the peer's end is gone: end of stream or a reset.
+  bool read_ended(int peer, ssize_t n) const;
   // Handles the staged bytes; false when the peer went.
   bool consume_stage(int peer);
   bool start_incoming(int peer, const FrameHeader& h);
   void deliver(Incoming& in, const unsigned char* data, size_t n);
   void finish_incoming(int peer);
-  void peer_gone(int peer, PeerState state, const std::string& why);
+  // `ended`: the peer's end is known gone (Peer::ended; a goodbye, kClosed, always is).
+  void peer_gone(int peer, PeerState state, const std::string& why, bool ended = false);
   // A started send was cancelled: copies its unwritten rest into the op (or, failing that, gives the peer up).
   void keep_rest(SendOp& op);
   void note_arrival();
@@ -712,7 +719,9 @@ void Core::write_peer(int peer) {
         peer_gone(peer, PeerState::kClosed, fmt::format("rank {} closed its transport", peer));
         return;
       }
-      peer_gone(peer, PeerState::kLost, fmt::format("writing to rank {} failed: {}", peer, errno_text(errno)));
+      const int err = errno;
+      peer_gone(peer, PeerState::kLost, fmt::format("writing to rank {} failed: {}", peer, errno_text(err)),
+                err == EPIPE || err == ECONNRESET);
       return;
     }
     op.started = true;
@@ -857,7 +866,8 @@ void Core::read_peer(int peer) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    peer_gone(peer, PeerState::kLost, read_failure(peer, n));
+    const bool ended = read_ended(peer, n);
+    peer_gone(peer, PeerState::kLost, read_failure(peer, n), ended);
     return;
   }
 }
@@ -868,6 +878,12 @@ std::string Core::read_failure(int peer, ssize_t n) const {
     return fmt::format("rank {} corrupted the shared memory of its connection: {}", peer, p.shm->error());
   return n == 0 ? fmt::format("rank {} disconnected (its process died or its connection failed)", peer)
                 : fmt::format("reading from rank {} failed: {}", peer, errno_text(errno));
+}
+
+bool Core::read_ended(int peer, ssize_t n) const {
+  const Peer& p = peers_[peer];
+  if (p.shm && !p.shm->error().empty()) return false;  // a corrupted ring says nothing of the peer's end
+  return n == 0 || errno == ECONNRESET;
 }
 
 ssize_t Core::read_stream(Peer& p, const iovec* iov, size_t count) {
@@ -895,14 +911,16 @@ void Core::read_wakeups(int peer) {
   read_peer(peer);  // the ring first: what the peer wrote before it went is delivered
   if (p.state != PeerState::kAlive || (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))) return;
   errno = err;
-  peer_gone(peer, PeerState::kLost, read_failure(peer, n));
+  const bool ended = read_ended(peer, n);
+  peer_gone(peer, PeerState::kLost, read_failure(peer, n), ended);
 }
 
-void Core::peer_gone(int peer, PeerState state, const std::string& why) {
+void Core::peer_gone(int peer, PeerState state, const std::string& why, bool ended) {
   Peer& p = peers_[peer];
   if (p.state != PeerState::kAlive) return;
   p.state = state;
   p.why = why;
+  p.ended = ended || state == PeerState::kClosed;
   if (p.current) {
     if (p.current->matched)
       p.current->matched->done.fail(
@@ -1018,6 +1036,15 @@ void Core::cancel(const std::shared_ptr<SendOp>& op) {
 int Core::at_fault(int peer) {
   std::lock_guard lock(mu_);
   return peer >= 0 && peer < size_ && peers_[peer].gave_up ? rank_ : peer;
+}
+
+std::vector<int> Core::dead_peers() {
+  progress();  // what the sockets already say: an end of stream waiting to be read
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && peers_[p].ended && !peers_[p].gave_up) out.push_back(p);
+  return out;
 }
 
 void Core::keep_rest(SendOp& op) {

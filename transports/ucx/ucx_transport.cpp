@@ -132,6 +132,9 @@ struct Peer {
   std::vector<unsigned char> address;  // the worker address `ep` was made with (reconnect compares it)
   bool same_host = false;              // same kernel and pid namespace: endpoints in mode NONE (shared memory)
   bool cut_by_us = false;  // this rank cut it off for want of memory (cut_off): the fault is this rank's (at_fault)
+  // It is known gone: its goodbye, its pid on this host exited, or UCX reset the connection to it -- not a keepalive
+  // timeout nor a cut (kCut: both alive): Transport::dead_peers lists it.
+  bool ended = false;
 };
 
 // Identifies this kernel and pid namespace: peers with the same key can watch each other's pids.
@@ -216,6 +219,7 @@ class Core {
   void reconnect(KvStore& store, const std::string& key_prefix, std::span<const int> peers,
                  std::chrono::milliseconds timeout);
   int at_fault(int peer);  // Transport::at_fault
+  std::vector<int> dead_peers();  // Transport::dead_peers
 
   // Called by UCX from inside ucp_worker_progress / ucp_request_cancel (mu_ held).
   void on_complete(Op* op, void* request, ucs_status_t status);
@@ -253,7 +257,8 @@ class Core {
   // rendezvous would read a dead process's memory (UCX 1.13 aborts on that with CMA) or queue a reply on its
   // closed endpoint, which ucp_worker_destroy then trips over.
   void consume_unmatched(uint64_t tag, uint64_t mask, bool control, int only = -1);
-  void peer_gone(int peer, PeerState state, std::string why);
+  // `ended`: it is known gone (Peer::ended; a goodbye, kClosed, always is).
+  void peer_gone(int peer, PeerState state, std::string why, bool ended = false);
   // Closes the endpoint to a peer that is gone without flushing: UCX completes what it still holds for
   // it (cancelled), so no buffer of ours stays with UCX.
   void force_close(int peer);
@@ -523,13 +528,15 @@ void Core::on_complete(Op* op, void* request, ucs_status_t status) {
 
 void Core::on_ep_error(int peer, ucs_status_t status) {
   peers_[peer].ep_failed = true;
-  peer_gone(peer, PeerState::kLost, fmt::format("rank {} failed ({})", peer, ucs_status_string(status)));
+  peer_gone(peer, PeerState::kLost, fmt::format("rank {} failed ({})", peer, ucs_status_string(status)),
+            status == UCS_ERR_CONNECTION_RESET);  // an endpoint timeout (keepalive) is a deadline, not proof
 }
 
-void Core::peer_gone(int peer, PeerState state, std::string why) {
+void Core::peer_gone(int peer, PeerState state, std::string why, bool ended) {
   Peer& p = peers_[peer];
   if (p.state != PeerState::kAlive) return;
   p.state = state;
+  p.ended = ended || state == PeerState::kClosed;
   p.why = std::move(why);
   p.gone_at = Clock::now();
   ++gone_peers_;
@@ -817,7 +824,7 @@ void Core::watch_processes() {
   for (int peer = 0; peer < size_; ++peer) {
     const Peer& p = peers_[peer];
     if (p.watch_pid > 0 && p.state == PeerState::kAlive && !process_alive(p.watch_pid))
-      peer_gone(peer, PeerState::kLost, fmt::format("rank {} (pid {} on this host) died", peer, p.watch_pid));
+      peer_gone(peer, PeerState::kLost, fmt::format("rank {} (pid {} on this host) died", peer, p.watch_pid), true);
   }
 }
 
@@ -1165,6 +1172,15 @@ void Core::cut_off(Op& op) {
   if (peers_[peer].state == PeerState::kAlive) peers_[peer].cut_by_us = true;
   peer_gone(peer, PeerState::kCut, why);  // closes the endpoint: nothing more of the message leaves
   op.source.clear();
+}
+
+std::vector<int> Core::dead_peers() {
+  progress();  // the goodbyes, endpoint errors and exited pids already there
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && peers_[p].ended) out.push_back(p);
+  return out;
 }
 
 int Core::at_fault(int peer) {

@@ -113,6 +113,9 @@ struct Peer {
   bool hello = false;
   PeerState state = PeerState::kAlive;
   std::string why;  // why it is no longer alive
+  // Its end is known gone -- its goodbye, or the monitor saw the connection from it end -- not merely a stream this
+  // rank gave up on (a malformed segment): Transport::dead_peers lists it.
+  bool ended = false;
   std::shared_ptr<Incoming> current;
   std::vector<std::weak_ptr<SendOp>> in_flight;
   // Failed or cancelled sends whose frames ZeroMQ still held when their release window ran out (the peer stopped
@@ -217,6 +220,7 @@ class Core {
   std::shared_ptr<SendOp> send(int peer, uint64_t tag, std::span<const ConstPart> parts);
   std::shared_ptr<RecvOp> recv(int peer, uint64_t tag, std::span<const MutPart> parts);
   void progress();
+  std::vector<int> dead_peers();  // Transport::dead_peers
   void wait_for_progress(std::chrono::microseconds timeout);
   void cancel(const std::shared_ptr<RecvOp>& op);
   void cancel(const std::shared_ptr<SendOp>& op);
@@ -236,7 +240,8 @@ class Core {
   bool drain_peer(int peer, int max_segments);
   void handle_segment(int peer, std::vector<::zmq::message_t>& frames);
   void start_incoming(int peer, const WireHeader& h);
-  void peer_gone(int peer, PeerState state, const std::string& why);
+  // `ended`: the peer's end is known gone (Peer::ended; a goodbye, kClosed, always is).
+  void peer_gone(int peer, PeerState state, const std::string& why, bool ended = false);
   void check_monitors();
   // Reads what arrived on our ROUTER: hellos during connection, only strays afterwards.
   void drain_router();
@@ -604,11 +609,12 @@ bool Core::drain_peer(int peer, int max_segments) {
   return false;
 }
 
-void Core::peer_gone(int peer, PeerState state, const std::string& why) {
+void Core::peer_gone(int peer, PeerState state, const std::string& why, bool ended) {
   Peer& p = peers_[peer];
   if (p.state != PeerState::kAlive) return;
   p.state = state;
   p.why = why;
+  p.ended = ended || state == PeerState::kClosed;
   if (p.current) {
     if (p.current->matched)
       p.current->matched->done.fail(Status::kPeerFailure,
@@ -644,8 +650,9 @@ void Core::check_monitors() {
       if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
       if ((id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CLOSED) && p.state == PeerState::kAlive) {
         drain_peer(peer, std::numeric_limits<int>::max());  // what it sent before it went
+        // No heartbeats are set: ZeroMQ reports a disconnect only when the connection itself ended.
         peer_gone(peer, PeerState::kLost,
-                  fmt::format("rank {} disconnected (its process died or its connection failed)", peer));
+                  fmt::format("rank {} disconnected (its process died or its connection failed)", peer), true);
       }
     }
   }
@@ -693,6 +700,15 @@ void Core::progress() {
   } catch (const ::zmq::error_t& e) {
     TANDEM_THROW(Status::kTransport, "zmq: rank {} progress failed: {}", rank_, e.what());
   }
+}
+
+std::vector<int> Core::dead_peers() {
+  progress();  // reads the goodbyes and the monitors' events already there
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && peers_[p].ended) out.push_back(p);
+  return out;
 }
 
 bool Core::spin(std::chrono::microseconds timeout) {

@@ -395,9 +395,12 @@ TANDEM_API void tandem_store_destroy(tandem_store_t* store) TANDEM_NOEXCEPT;
  * same connections, without restarting any process. Collective over the survivors.
  * Membership rule: the survivors agree through the job's rendezvous store on one view, decided once by
  * a single coordinator (the first survivor to ask). Out are the ranks blamed for the failure (see
- * tandem_comm_get_failure; an aborting rank included) and every rank that has not called
+ * tandem_comm_get_failure; an aborting rank included), every rank that a survivor's transport saw gone
+ * before it called tandem_comm_shrink (its connection closed or reset, or its process on this host
+ * exited: counted out at once, not waited for), and every other rank that has not called
  * tandem_comm_shrink within comm's timeout_ms -- a slow rank counts as dead, and when it calls later it
- * is refused (TANDEM_ERR_PEER_FAILURE, "declared dead"), so there are never two views at once.
+ * is refused (TANDEM_ERR_PEER_FAILURE, "declared dead"), so there are never two views at once. A deadline
+ * alone never counts a rank out early; a rank that did call stays unless blamed for the failure.
  * The survivors keep their order: new rank i is the i-th surviving old rank (the lowest survivor becomes
  * rank 0). The store must survive: with tcp, zmq or ucx rank 0 of the job serves it unless TANDEM_STORE
  * names a store served elsewhere (tandem_store_serve; `tandem launch` does), so losing rank 0 can be
