@@ -1631,6 +1631,7 @@ typedef struct tandem_calibration tandem_calibration_t;
 #define TANDEM_CALIBRATE_PARAM_P2P       (UINT64_C(1) << 5) /* covers p2p_bytes, p2p_iters */
 #define TANDEM_CALIBRATE_PARAM_SEED      (UINT64_C(1) << 6)
 #define TANDEM_CALIBRATE_PARAM_CURVE     (UINT64_C(1) << 7) /* covers curve_batches, num_curve_batches (0.3) */
+#define TANDEM_CALIBRATE_PARAM_WAKEUP    (UINT64_C(1) << 8) /* covers wakeup_burst_s, wakeup_ranks_per_core */
 typedef struct tandem_calibrate_params {
   uint64_t field_mask;
   int64_t batch;                       /* samples per measured pass; default 64 */
@@ -1646,6 +1647,12 @@ typedef struct tandem_calibrate_params {
    * micro-batch of m samples by what m costs (smaller batches cost more per sample); default none. */
   const int64_t* curve_batches;
   size_t num_curve_batches;
+  /* The wake-up latency on shared cores (the profile's wakeup_latency_s; CPU backends): a ring of
+   * wakeup_ranks_per_core x (this process's CPUs) rank-like threads, each computing wakeup_burst_s seconds of CPU
+   * time between blocking waits for its neighbour's message, against one thread per CPU. Defaults 1e-3 s, in
+   * (0, 0.1]; and 2, in [2, 8]. */
+  double wakeup_burst_s;
+  int32_t wakeup_ranks_per_core;
 } tandem_calibrate_params_t;
 #define TANDEM_CALIBRATE_PARAMS_INIT {0}
 
