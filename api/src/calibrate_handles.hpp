@@ -87,7 +87,7 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
 // profile.hpp wakeup_latency_s; charged per message to a blocked receiver on a node with more ranks than cores):
 // a ring of ranks_per_core x c rank-like threads (c: the CPUs this process may use, at most 8), unpinned, each
 // computing `burst_s` of CPU time between blocking on its neighbour's message (engine/train/wakeup_probe.hpp),
-// against the same ring of c threads each pinned to its own CPU; `repetitions` interleaved pairs of `window_s`
+// against the same ring of c threads (one per core; on one CPU, two with no bursts); `repetitions` interleaved pairs of `window_s`
 // each; the median of the per-pair differences of the mean wake-up latency. Wake-ups during which the cgroup was
 // throttled (cpu.stat nr_throttled) are left out, so that a CFS quota's pauses are not counted. A pure spinner as
 // the competitor measured ~0 under EEVDF (a woken thread preempts it at once); ranks that sleep and wake as this
@@ -96,8 +96,8 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
 struct WakeupProbe {
   double burst_s = 1e-3;   // CPU seconds a competing rank computes between messages
   int ranks_per_core = 2;  // ranks sharing a core (bench/emu's 4r2c: 4 ranks on 2 cores)
-  int repetitions = 3;
-  double window_s = 0.3;
+  int repetitions = 5;     // interleaved pairs (alone, shared): ~4 s in all
+  double window_s = 0.4;
 };
 struct WakeupFigures {
   double wait_s = 0;      // the profile's wakeup_latency_s

@@ -186,8 +186,8 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
 }
 
 WakeupFigures measure_wakeup_latency(const WakeupProbe& probe) {
-  TANDEM_REQUIRE(probe.burst_s > 0 && probe.burst_s <= 0.1, "calibrate: wake-up burst must be in (0, 100000] us, got {} us",
-                 probe.burst_s * 1e6);
+  TANDEM_REQUIRE(probe.burst_s > 0 && probe.burst_s <= 0.1,
+                 "calibrate: wake-up burst must be in (0, 100000] us, got {} us", probe.burst_s * 1e6);
   TANDEM_REQUIRE(probe.ranks_per_core >= 2 && probe.ranks_per_core <= 8,
                  "calibrate: wake-up ranks per core must be in [2, 8], got {}", probe.ranks_per_core);
   std::vector<int> cpus = allowed_cpus();
@@ -201,9 +201,9 @@ WakeupFigures measure_wakeup_latency(const WakeupProbe& probe) {
   shared.burst_s = probe.burst_s;
   shared.window_s = probe.window_s;
   if (!th.files.empty()) shared.throttles = [&th] { return th.count(); };
-  engine::train::WakeupRingOptions alone = shared;  // one rank per core, each on its own: a free core at every wake-up
+  // as many ranks as cores, unpinned alike (a pinned rank could not leave a core the machine's other work holds)
+  engine::train::WakeupRingOptions alone = shared;
   alone.ranks = std::max(2, c);
-  alone.pin_each = true;
   if (c == 1) alone.burst_s = 0;  // two ranks on the one core: nothing computes when a message arrives
   std::vector<std::vector<double>> busy, idle;
   WakeupFigures f;
@@ -224,8 +224,8 @@ WakeupFigures measure_wakeup_latency(const WakeupProbe& probe) {
   };
   f.note = fmt::format(
       "wake-up on shared cores: {} rank-like threads on {} CPU(s), {:.0f} us bursts, {} wake-ups: mean {:.0f} us "
-      "(p50 {:.0f}, p90 {:.0f}, p99 {:.0f}), beside {:.0f} us with a free core ({} wake-ups){}; wakeup_latency_s {:.0f} us "
-      "(median over {} repetitions of the difference)",
+      "(p50 {:.0f}, p90 {:.0f}, p99 {:.0f}), beside {:.0f} us with one rank per core ({} wake-ups){}; "
+      "wakeup_latency_s {:.0f} us (median over {} repetitions of the difference)",
       shared.ranks, c, probe.burst_s * 1e6, all_busy.size(), engine::train::mean_of(all_busy) * 1e6, q(0.5) * 1e6,
       q(0.9) * 1e6, q(0.99) * 1e6, engine::train::mean_of(all_idle) * 1e6, all_idle.size(),
       f.throttled ? fmt::format(", {} left out in throttled periods", f.throttled) : std::string(), f.wait_s * 1e6,

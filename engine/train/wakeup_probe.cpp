@@ -93,10 +93,7 @@ WakeupSamples sample_wakeups(const WakeupRingOptions& o) {
     const int in = pipes.read_fd[static_cast<size_t>((i + n - 1) % n)];
     int& out = pipes.write_fd[static_cast<size_t>(i)];
     try {
-      if (o.pin_each && !o.cpus.empty())
-        set_affinity({o.cpus[static_cast<size_t>(i) % o.cpus.size()]});
-      else
-        set_affinity(o.cpus);
+      set_affinity(o.cpus);
       ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
       for (int64_t round = 0;; ++round) {
@@ -137,7 +134,8 @@ WakeupSamples sample_wakeups(const WakeupRingOptions& o) {
   for (int i = 0; i < n; ++i) threads.emplace_back(rank, i);
   while (ready.load() < n) std::this_thread::yield();
   go.store(true);
-  const timespec window{static_cast<time_t>(o.window_s), static_cast<long>((o.window_s - static_cast<time_t>(o.window_s)) * 1e9)};
+  const timespec window{static_cast<time_t>(o.window_s),
+                        static_cast<long>((o.window_s - static_cast<time_t>(o.window_s)) * 1e9)};
   ::nanosleep(&window, nullptr);
   stop.store(true);
   for (std::thread& t : threads) t.join();

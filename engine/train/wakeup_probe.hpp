@@ -8,8 +8,9 @@
 // is a wake-up; its latency is the wall time from the write to the receiver running again. With more threads than
 // CPUs the woken one finds the CPUs taken by peers in their bursts, which -- unlike a pure spinner -- have slept,
 // woken and used up their share of the CPU as ranks do (a kernel's EEVDF scheduler lets a freshly woken thread
-// preempt a spinner at once, so a spinner measures ~0). The same ring with one thread per CPU is the baseline: the
-// cost of a wake-up with a free CPU, which the simulator's message latency already holds.
+// preempt a spinner at once, so a spinner measures ~0). The same ring with one thread per CPU, placed by the same
+// rules, is the baseline: what a wake-up costs where ranks do not outnumber cores (the simulator's message latency
+// and fair sharing hold that already).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -17,12 +18,11 @@
 namespace tandem::engine::train {
 
 struct WakeupRingOptions {
-  int ranks = 4;             // threads in the ring (>= 2)
-  std::vector<int> cpus;     // CPUs they run on; empty: wherever the caller's affinity allows
-  bool pin_each = false;     // false: every thread may run on all of `cpus` (as unpinned ranks of `tandem launch`);
-                             // true: thread i on cpus[i % cpus.size()] alone
-  double burst_s = 1e-3;     // CPU seconds of work between messages (thread CPU time: preemption does not shorten it)
-  double window_s = 0.3;     // wall seconds the ring runs (each thread at least 2 rounds)
+  int ranks = 4;          // threads in the ring (>= 2)
+  std::vector<int> cpus;  // CPUs every thread may run on (unpinned among them, as `tandem launch`'s ranks);
+                          // empty: wherever the caller's affinity allows
+  double burst_s = 1e-3;  // CPU seconds of work between messages (thread CPU time: preemption does not shorten it)
+  double window_s = 0.3;  // wall seconds the ring runs (each thread at least 2 rounds)
   // Optional: a counter that moves when the CPU quota throttled the cgroup (cpu.stat nr_throttled); a wake-up during
   // which it moved is left out, so that a quota's pauses are not counted as waits for a core.
   std::function<long()> throttles;

@@ -1,15 +1,15 @@
 // The wake-up probe (engine/train/wakeup_probe): the estimator on synthetic latencies in closed form, and the ring
 // of rank-like threads on real cores -- that it ends, counts what it measured, and that on one shared core a woken
 // rank does wait for its peer's burst (what a spinning competitor could not show under EEVDF).
-#include <boost/test/unit_test.hpp>
+#include "engine/train/wakeup_probe.hpp"
 
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <boost/test/unit_test.hpp>
 #include <vector>
 
-#include "engine/train/wakeup_probe.hpp"
 #include "tests/nn/expect_error.hpp"
 
 using namespace tandem::engine::train;
@@ -46,14 +46,18 @@ BOOST_AUTO_TEST_CASE(one_disturbed_repetition_does_not_move_the_median) {
 }
 
 BOOST_AUTO_TEST_CASE(never_below_zero_and_empty_repetitions_skipped) {
-  BOOST_TEST(wakeup_wait_s({{5e-6}}, {{20e-6}}) == 0.0);               // the shared ring was faster: no wait
-  BOOST_TEST(wakeup_wait_s({{}, {50e-6}}, {{10e-6}, {}}) == 0.0);      // no repetition with both sides
+  BOOST_TEST(wakeup_wait_s({{5e-6}}, {{20e-6}}) == 0.0);           // the shared ring was faster: no wait
+  BOOST_TEST(wakeup_wait_s({{}, {50e-6}}, {{10e-6}, {}}) == 0.0);  // no repetition with both sides
   BOOST_TEST(wakeup_wait_s({{}, {50e-6}}, {{10e-6}, {20e-6}}) == 30e-6, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(wakeup_wait_s({}, {}) == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(unpaired_repetitions_are_an_error) {
-  expect_error([] { wakeup_wait_s({{1e-6}, {2e-6}}, {{1e-6}}); }, tandem::Status::kInvalidArgument, {"2 shared repetitions against 1 baseline"});
+  expect_error(
+      [] {
+        wakeup_wait_s({{1e-6}, {2e-6}}, {{1e-6}});
+      },
+      tandem::Status::kInvalidArgument, {"2 shared repetitions against 1 baseline"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
