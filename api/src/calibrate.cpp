@@ -251,7 +251,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         h->corun_slowdown = tandem::api::measure_corun_slowdown(m.spec, m.backend_name, o.batch);
         const tandem::api::WakeupFigures w = tandem::api::measure_wakeup_latency(wakeup_probe);
         h->wakeup_latency_s = w.wait_s;
-        comm_cpu_note += "; " + w.note;
+        if (machine.empty()) comm_cpu_note += "; " + w.note;  // the distribution; a caller's own text stays as given
       } catch (const tandem::Error& e) {
         comm_cpu_note += fmt::format("; shared-core costs not measured ({})", e.what());
       }
