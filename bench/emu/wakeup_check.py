@@ -9,7 +9,7 @@ checked against recorded 4r2c rows it was not fitted to.
    t2.micro host (CFS quota 0.5 core, 5 ms periods; tools/emu-cluster), and with --bare as many times on the
    machine itself (no quota): per run, the figure and the wake-up distribution the profile's machine text gives,
    with the machine's load.
-2. The median of the emulated host's figures, handed to resimulate.py for each RESULTS.json (validate_bench runs
+2. The median of the emulated host's figures (with --no-emu: the machine's), handed to resimulate.py for each RESULTS.json (validate_bench runs
    from run 12 on): its 4r2c rows re-predicted with the recorded profiles and with the figure, beside what was
    measured then.
 Needs root (the emulated host).
@@ -49,12 +49,14 @@ def main():
     ap.add_argument("--burst-us", type=float, default=1000)
     ap.add_argument("--bare", action="store_true", help="also calibrate on the machine itself (no quota)")
     ap.add_argument("--name", default="wkchk")
+    ap.add_argument("--no-emu", action="store_true", help="only the machine itself (implies --bare)")
     ap.add_argument("results", nargs="*")
     a = ap.parse_args()
     tandem = predict_lib.find_tandem(a.tandem, need=("calibrate", "simulate"))
     figs = {}
     with tempfile.TemporaryDirectory(prefix="tandem_wakeup_") as tmp:
-        places = [("emulated t2.micro host (0.5 core)", "emu")] + ([("this machine (no quota)", "bare")] if a.bare else [])
+        places = ([] if a.no_emu else [("emulated t2.micro host (0.5 core)", "emu")]) + (
+            [("this machine (no quota)", "bare")] if a.bare or a.no_emu else [])
         for label, where in places:
             figs[where] = []
             try:
@@ -72,9 +74,10 @@ def main():
                     predict_lib.emu(["down", "--name", a.name], check=False)
             print(f"{label}: median {statistics.median(figs[where]) * 1e6:.0f} us of "
                   f"{', '.join(f'{w * 1e6:.0f}' for w in figs[where])} us", flush=True)
-    w = statistics.median(figs["emu"])
+    where = "emu" if "emu" in figs else "bare"
+    w = statistics.median(figs[where])
     for r in a.results:
-        print(f"\n{r}: 4r2c re-predicted with wakeup_latency_s {w * 1e6:.0f} us (the emulated host's median)", flush=True)
+        print(f"\n{r}: 4r2c re-predicted with wakeup_latency_s {w * 1e6:.0f} us (the {where} median)", flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, "resimulate.py"), "--tandem", tandem, "--cases", "4r2c",
                         "--wakeup-latency-s", repr(w), r], check=True)
     return 0
