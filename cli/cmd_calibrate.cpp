@@ -45,7 +45,7 @@ struct CalibrateOptions {
   std::string out;
   uint64_t p2p_bytes = uint64_t{4} << 20;
   int p2p_iters = 3;
-  double wakeup_burst_us = 1000;  // the shared-core wake-up ring's compute bursts (api/src/calibrate_handles.hpp)
+  double wakeup_burst_us = 0;  // the shared-core wake-up ring's compute bursts; 0: one chunk's reduction
   int wakeup_ranks_per_core = 2;
   bool json = false;
   bool network = false;  // --network: RTT and TCP goodput between two hosts instead (calibrate_network.hpp)
@@ -297,7 +297,8 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--p2p-iters", o->p2p_iters, "timed bandwidth transfers")->capture_default_str();
                    app.add_option("--wakeup-burst-us", o->wakeup_burst_us,
                                   "shared-core wake-up latency: CPU microseconds a competing rank computes between "
-                                  "messages, in (0, 100000]")
+                                  "messages, in [0, 100000] (0: an all-reduce peer's, one 512 KiB chunk's reduction at the measured "
+                                  "bandwidth)")
                        ->capture_default_str();
                    app.add_option("--wakeup-ranks-per-core", o->wakeup_ranks_per_core,
                                   "shared-core wake-up latency: ranks sharing each core, in [2, 8]")

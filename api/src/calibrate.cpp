@@ -200,8 +200,9 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         o.curve_batches.assign(params->curve_batches, params->curve_batches + params->num_curve_batches);
       }
       if (k & TANDEM_CALIBRATE_PARAM_WAKEUP) {
-        TANDEM_REQUIRE(params->wakeup_burst_s > 0 && params->wakeup_burst_s <= 0.1,
-                       "{}: wakeup_burst_s must be in (0, 0.1] s, got {}", fn, params->wakeup_burst_s);
+        TANDEM_REQUIRE(params->wakeup_burst_s >= 0 && params->wakeup_burst_s <= 0.1,
+                       "{}: wakeup_burst_s must be in [0, 0.1] s (0: one chunk's reduction), got {}", fn,
+                       params->wakeup_burst_s);
         TANDEM_REQUIRE(params->wakeup_ranks_per_core >= 2 && params->wakeup_ranks_per_core <= 8,
                        "{}: wakeup_ranks_per_core must be in [2, 8], got {}", fn, params->wakeup_ranks_per_core);
         wakeup_probe.burst_s = params->wakeup_burst_s;
@@ -249,6 +250,8 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     if (m.model->backend().device().is_cpu()) {
       try {
         h->corun_slowdown = tandem::api::measure_corun_slowdown(m.spec, m.backend_name, o.batch);
+        if (wakeup_probe.burst_s <= 0)  // an all-reduce peer's work between messages: one chunk's reduction
+          wakeup_probe.burst_s = std::clamp(tandem::api::chunk_reduction_s(h->memory_bytes_per_s), 1e-5, 0.1);
         const tandem::api::WakeupFigures w = tandem::api::measure_wakeup_latency(wakeup_probe);
         h->wakeup_latency_s = w.wait_s;
         if (machine.empty()) comm_cpu_note += "; " + w.note;  // the distribution; a caller's own text stays as given

@@ -93,8 +93,14 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
 // the competitor measured ~0 under EEVDF (a woken thread preempts it at once); ranks that sleep and wake as this
 // ring's threads do are not preempted so. ~repetitions x 2 x window_s. Throws kIo naming the call when a pipe or
 // thread cannot be made, kInvalidArgument naming a bad field.
+// The reduction of one default pipeline chunk (engine/comm kDefaultChunkBytes of f32, 12 bytes moved per element as
+// the simulator counts it) at `reduce_bytes_per_s`: what an all-reduce peer computes between two messages.
+inline double chunk_reduction_s(double reduce_bytes_per_s) {
+  return reduce_bytes_per_s > 0 ? 3.0 * static_cast<double>(engine::comm::kDefaultChunkBytes) / reduce_bytes_per_s
+                                : 1e-4;
+}
 struct WakeupProbe {
-  double burst_s = 1e-3;   // CPU seconds a competing rank computes between messages
+  double burst_s = 0;      // CPU seconds a competing rank computes between messages (0: chunk_reduction_s)
   int ranks_per_core = 2;  // ranks sharing a core (bench/emu's 4r2c: 4 ranks on 2 cores)
   int repetitions = 5;     // interleaved pairs (alone, shared): ~4 s in all
   double window_s = 0.4;

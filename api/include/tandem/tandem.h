@@ -1649,8 +1649,9 @@ typedef struct tandem_calibrate_params {
   size_t num_curve_batches;
   /* The wake-up latency on shared cores (the profile's wakeup_latency_s; CPU backends): a ring of
    * wakeup_ranks_per_core x (this process's CPUs) rank-like threads, each computing wakeup_burst_s seconds of CPU
-   * time between blocking waits for its neighbour's message, against one thread per CPU. Defaults 1e-3 s, in
-   * (0, 0.1]; and 2, in [2, 8]. */
+   * time between blocking waits for its neighbour's message, against one thread per CPU. wakeup_burst_s in
+   * [0, 0.1]; default 0: what an all-reduce peer computes between messages, the reduction of one default pipeline
+   * chunk (512 KiB) at the measured reduction bandwidth (~30 us here). wakeup_ranks_per_core in [2, 8]; default 2. */
   double wakeup_burst_s;
   int32_t wakeup_ranks_per_core;
 } tandem_calibrate_params_t;
