@@ -2,7 +2,7 @@
 """The shared-core wake-up figure (`wakeup_latency_s`, issue #16) measured where validate_bench calibrates, and
 checked against recorded 4r2c rows it was not fitted to.
 
-  flock /tmp/tandem-emu.lock bench/emu/wakeup_check.py [--tandem PATH] [--reps 3] [--burst-us 1000]
+  flock /tmp/tandem-emu.lock bench/emu/wakeup_check.py [--tandem PATH] [--reps 3] [--burst-us 0]
         [--bare] [RESULTS.json ...]
 
 1. `tandem calibrate` of LeNet-5 (batch 32, one thread, as validate_bench runs it) `--reps` times on one emulated
@@ -46,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tandem")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--burst-us", type=float, default=1000)
+    ap.add_argument("--burst-us", type=float, default=0, help="--wakeup-burst-us (0: the default, one chunk's reduction)")
     ap.add_argument("--bare", action="store_true", help="also calibrate on the machine itself (no quota)")
     ap.add_argument("--name", default="wkchk")
     ap.add_argument("--no-emu", action="store_true", help="only the machine itself (implies --bare)")
