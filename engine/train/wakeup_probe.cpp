@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <system_error>
 #include <thread>
 
 #include "engine/core/error.hpp"
@@ -131,7 +132,19 @@ WakeupSamples sample_wakeups(const WakeupRingOptions& o) {
   };
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) threads.emplace_back(rank, i);
+  try {
+    for (int i = 0; i < n; ++i) threads.emplace_back(rank, i);
+  } catch (const std::system_error& e) {  // the ring ends at the last thread made: its reader sees the pipe close
+    for (size_t j = threads.size(); j < static_cast<size_t>(n); ++j) {
+      ::close(pipes.write_fd[j]);
+      pipes.write_fd[j] = -1;
+    }
+    stop.store(true);
+    go.store(true);
+    for (std::thread& t : threads) t.join();
+    TANDEM_THROW(Status::kIo, "calibrate: measuring the wake-up latency on shared cores: thread {} of {}: {}",
+                 threads.size(), n, e.what());
+  }
   while (ready.load() < n) std::this_thread::yield();
   go.store(true);
   const timespec window{static_cast<time_t>(o.window_s),
