@@ -297,8 +297,8 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--p2p-iters", o->p2p_iters, "timed bandwidth transfers")->capture_default_str();
                    app.add_option("--wakeup-burst-us", o->wakeup_burst_us,
                                   "shared-core wake-up latency: CPU microseconds a competing rank computes between "
-                                  "messages, in [0, 100000] (0: an all-reduce peer's, one 512 KiB chunk's reduction at the measured "
-                                  "bandwidth)")
+                                  "messages, in [0, 100000] (0: an all-reduce peer's, one 512 KiB chunk's "
+                                  "reduction at the measured bandwidth)")
                        ->capture_default_str();
                    app.add_option("--wakeup-ranks-per-core", o->wakeup_ranks_per_core,
                                   "shared-core wake-up latency: ranks sharing each core, in [2, 8]")

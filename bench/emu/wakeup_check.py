@@ -9,9 +9,9 @@ checked against recorded 4r2c rows it was not fitted to.
    t2.micro host (CFS quota 0.5 core, 5 ms periods; tools/emu-cluster), and with --bare as many times on the
    machine itself (no quota): per run, the figure and the wake-up distribution the profile's machine text gives,
    with the machine's load.
-2. The median of the emulated host's figures (with --no-emu: the machine's), handed to resimulate.py for each RESULTS.json (validate_bench runs
-   from run 12 on): its 4r2c rows re-predicted with the recorded profiles and with the figure, beside what was
-   measured then.
+2. The median of the emulated host's figures (with --no-emu: the machine's), handed to resimulate.py for each
+   RESULTS.json (validate_bench runs from run 12 on): its 4r2c rows re-predicted with the recorded profiles and with
+   the figure, beside what was measured then.
 Needs root (the emulated host).
 """
 import argparse
@@ -46,7 +46,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tandem")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--burst-us", type=float, default=0, help="--wakeup-burst-us (0: the default, one chunk's reduction)")
+    ap.add_argument("--burst-us", type=float, default=0,
+                    help="--wakeup-burst-us (0: calibrate's default, one chunk's reduction)")
     ap.add_argument("--bare", action="store_true", help="also calibrate on the machine itself (no quota)")
     ap.add_argument("--name", default="wkchk")
     ap.add_argument("--no-emu", action="store_true", help="only the machine itself (implies --bare)")
