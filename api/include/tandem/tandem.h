@@ -41,7 +41,9 @@ extern "C" {
 
 /* 0.5 added (nothing changed or removed): tandem_sim_result_query_v and tandem_sim_result_candidate_v,
  * told sizeof(tandem_sim_summary_t) as the caller compiled it, read and write nothing past it; the summary's
- * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only). tandem_sim_result_query and _candidate
+ * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only); the calibration's shared-core wake-up
+ * probe (TANDEM_CALIBRATE_PARAM_WAKEUP: wakeup_burst_s, wakeup_ranks_per_core, appended to tandem_calibrate_params_t
+ * and read only when the bit is set). tandem_sim_result_query and _candidate
  * now write only the fields of the groups asked for, within 0.4's struct (before, they copied the whole struct in and
  * out: a caller built against an older, shorter struct had memory past it read and rewritten).
  * 0.4.1 changed: tandem_parallel_train and tandem_simulate refuse (TANDEM_ERR_INVALID_ARGUMENT, naming the bit)
@@ -1631,7 +1633,7 @@ typedef struct tandem_calibration tandem_calibration_t;
 #define TANDEM_CALIBRATE_PARAM_P2P       (UINT64_C(1) << 5) /* covers p2p_bytes, p2p_iters */
 #define TANDEM_CALIBRATE_PARAM_SEED      (UINT64_C(1) << 6)
 #define TANDEM_CALIBRATE_PARAM_CURVE     (UINT64_C(1) << 7) /* covers curve_batches, num_curve_batches (0.3) */
-#define TANDEM_CALIBRATE_PARAM_WAKEUP    (UINT64_C(1) << 8) /* covers wakeup_burst_s, wakeup_ranks_per_core */
+#define TANDEM_CALIBRATE_PARAM_WAKEUP    (UINT64_C(1) << 8) /* covers wakeup_burst_s, wakeup_ranks_per_core (0.5) */
 typedef struct tandem_calibrate_params {
   uint64_t field_mask;
   int64_t batch;                       /* samples per measured pass; default 64 */
