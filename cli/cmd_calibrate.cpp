@@ -45,6 +45,8 @@ struct CalibrateOptions {
   std::string out;
   uint64_t p2p_bytes = uint64_t{4} << 20;
   int p2p_iters = 3;
+  double wakeup_burst_us = 0;  // the shared-core wake-up ring's compute bursts; 0: one chunk's reduction
+  int wakeup_ranks_per_core = 2;
   bool json = false;
   bool network = false;  // --network: RTT and TCP goodput between two hosts instead (calibrate_network.hpp)
   NetworkCalibrateOptions net;
@@ -167,6 +169,9 @@ int run_calibrate(const CalibrateOptions& o) {
   p.optimizer = h.opt;
   p.p2p_bytes = o.p2p_bytes;
   p.p2p_iters = o.p2p_iters;
+  p.field_mask |= TANDEM_CALIBRATE_PARAM_WAKEUP;
+  p.wakeup_burst_s = o.wakeup_burst_us * 1e-6;
+  p.wakeup_ranks_per_core = o.wakeup_ranks_per_core;
   std::vector<int64_t> curve;
   if (o.curve == "auto") {
     for (int64_t b = 1; b < o.batch; b *= 2) curve.push_back(b);
@@ -290,6 +295,14 @@ Registration reg{"calibrate", "measure this machine for the simulator (writes a 
                    app.add_option("--p2p-bytes", o->p2p_bytes, "bandwidth message size (two or more ranks)")
                        ->capture_default_str();
                    app.add_option("--p2p-iters", o->p2p_iters, "timed bandwidth transfers")->capture_default_str();
+                   app.add_option("--wakeup-burst-us", o->wakeup_burst_us,
+                                  "shared-core wake-up latency: CPU microseconds a competing rank computes between "
+                                  "messages, in [0, 100000] (0: an all-reduce peer's, one 512 KiB chunk's "
+                                  "reduction at the measured bandwidth)")
+                       ->capture_default_str();
+                   app.add_option("--wakeup-ranks-per-core", o->wakeup_ranks_per_core,
+                                  "shared-core wake-up latency: ranks sharing each core, in [2, 8]")
+                       ->capture_default_str();
                    app.add_option("--out", o->out, "the profile to write (atomically); with --network the JSON "
                                   "(default: stdout)");
                    app.add_flag("--json", o->json, "a JSON summary on stdout instead of the table");

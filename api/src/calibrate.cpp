@@ -172,10 +172,11 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     train::CalibrationOptions o;
     uint64_t p2p_bytes = uint64_t{4} << 20;
     int p2p_iters = 3;
+    tandem::api::WakeupProbe wakeup_probe;
     std::string machine;
     if (params != nullptr) {
       const uint64_t k = params->field_mask;
-      check_field_mask(k, mask_through(TANDEM_CALIBRATE_PARAM_CURVE), "tandem_calibrate_params_t");
+      check_field_mask(k, mask_through(TANDEM_CALIBRATE_PARAM_WAKEUP), "tandem_calibrate_params_t");
       if (k & TANDEM_CALIBRATE_PARAM_BATCH) o.batch = params->batch;
       if (k & TANDEM_CALIBRATE_PARAM_WARMUP) o.warmup = params->warmup;
       if (k & TANDEM_CALIBRATE_PARAM_ITERS) o.iters = params->iters;
@@ -199,6 +200,15 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         TANDEM_REQUIRE(params->num_curve_batches == 0 || params->curve_batches != nullptr,
                        "{}: curve_batches is NULL with num_curve_batches {}", fn, params->num_curve_batches);
         o.curve_batches.assign(params->curve_batches, params->curve_batches + params->num_curve_batches);
+      }
+      if (k & TANDEM_CALIBRATE_PARAM_WAKEUP) {
+        TANDEM_REQUIRE(params->wakeup_burst_s >= 0 && params->wakeup_burst_s <= 0.1,
+                       "{}: wakeup_burst_s must be in [0, 0.1] s (0: one chunk's reduction), got {}", fn,
+                       params->wakeup_burst_s);
+        TANDEM_REQUIRE(params->wakeup_ranks_per_core >= 2 && params->wakeup_ranks_per_core <= 8,
+                       "{}: wakeup_ranks_per_core must be in [2, 8], got {}", fn, params->wakeup_ranks_per_core);
+        wakeup_probe.burst_s = params->wakeup_burst_s;
+        wakeup_probe.ranks_per_core = params->wakeup_ranks_per_core;
       }
     }
     o.cpu_quota = tandem::api::cpu_quota_cores().value_or(0.0);
@@ -245,7 +255,11 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     if (m.model->backend().device().is_cpu()) {
       try {
         h->corun_slowdown = tandem::api::measure_corun_slowdown(m.spec, m.backend_name, o.batch);
-        h->wakeup_latency_s = tandem::api::measure_wakeup_latency();
+        if (wakeup_probe.burst_s <= 0)  // an all-reduce peer's work between messages: one chunk's reduction
+          wakeup_probe.burst_s = std::clamp(tandem::api::chunk_reduction_s(h->memory_bytes_per_s), 1e-5, 0.1);
+        const tandem::api::WakeupFigures w = tandem::api::measure_wakeup_latency(wakeup_probe);
+        h->wakeup_latency_s = w.wait_s;
+        if (machine.empty()) comm_cpu_note += "; " + w.note;  // the distribution; a caller's own text stays as given
       } catch (const tandem::Error& e) {
         comm_cpu_note += fmt::format("; shared-core costs not measured ({})", e.what());
       }

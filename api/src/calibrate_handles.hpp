@@ -83,14 +83,35 @@ double measure_tcp_wakeup_cpu(double tcp_s_per_byte, int reps = 4);
 // caches, memory bandwidth and context switches shared, not the waits for a core.
 std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::ModelSpec& spec,
                                                              const std::string& backend, int64_t batch);
-// How long a blocked process, woken by a message, waits for a core that a runnable competitor holds
-// (simulator/compute/profile.hpp wakeup_latency_s): one-byte round trips through pipes, one every ~1 ms, to an
-// echoing process pinned to this process's first CPU (this thread pinned to its second, or the same where there is
-// one), first alone, then beside a process spinning on the echo's CPU; the difference of the mean round trips per
-// hop that meets the competitor. Rounds during which the cgroup was throttled (cpu.stat nr_throttled) are left
-// out, so that a CFS quota's pauses are not counted. Returns 0 when too few rounds were left. ~0.5-1 s.
-// Throws kIo naming the call when a pipe or a process cannot be made.
-double measure_wakeup_latency();
+// The reduction of one default pipeline chunk (engine/comm kDefaultChunkBytes of f32, 12 bytes moved per element as
+// the simulator counts it) at `reduce_bytes_per_s`: what an all-reduce peer computes between two messages.
+inline double chunk_reduction_s(double reduce_bytes_per_s) {
+  return reduce_bytes_per_s > 0 ? 3.0 * static_cast<double>(engine::comm::kDefaultChunkBytes) / reduce_bytes_per_s
+                                : 1e-4;
+}
+// How long a rank blocked in a receive, woken by a message, waits for a core its peers hold (simulator/compute/
+// profile.hpp wakeup_latency_s; charged per message to a blocked receiver on a node with more ranks than cores):
+// a ring of ranks_per_core x c rank-like threads (c: the CPUs this process may use, at most 8), unpinned, each
+// computing `burst_s` of CPU time between blocking on its neighbour's message (engine/train/wakeup_probe.hpp),
+// against the same ring of c threads (one per core; on one CPU, two with no bursts); `repetitions` interleaved pairs
+// of `window_s` each; the median of the per-pair differences of the mean wake-up latency. Wake-ups during which the
+// cgroup was throttled (cpu.stat nr_throttled) are left out, so that a CFS quota's pauses are not counted (which
+// biases long bursts under a quota toward 0: bench/emu/README.md, session 28). A pure spinner as
+// the competitor measured ~0 under EEVDF (a woken thread preempts it at once); ranks that sleep and wake as this
+// ring's threads do are not preempted so. ~repetitions x 2 x window_s. Throws kIo naming the call when a pipe or
+// thread cannot be made, kInvalidArgument naming a bad field.
+struct WakeupProbe {
+  double burst_s = 0;      // CPU seconds a competing rank computes between messages (0: chunk_reduction_s)
+  int ranks_per_core = 2;  // ranks sharing a core (bench/emu's 4r2c: 4 ranks on 2 cores)
+  int repetitions = 5;     // interleaved pairs (alone, shared): ~4 s in all
+  double window_s = 0.4;
+};
+struct WakeupFigures {
+  double wait_s = 0;      // the profile's wakeup_latency_s
+  int64_t throttled = 0;  // wake-ups left out (throttled periods)
+  std::string note;       // the distribution, for the profile's machine text
+};
+WakeupFigures measure_wakeup_latency(const WakeupProbe& probe = {});
 // Seconds per gradient element of the runtime's 16-bit wire conversion (engine/parallel compress_gradients and
 // back), timed on a bucket-sized buffer: {to, back}.
 std::pair<double, double> measure_convert_s(engine::parallel::GradCompression c);

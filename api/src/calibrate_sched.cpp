@@ -1,11 +1,8 @@
 // tandem calibrate: what sharing cores costs (api/src/calibrate_handles.hpp measure_corun_slowdown,
-// measure_wakeup_latency; the model: simulator/compute/node_cpu.hpp).
-#include <fcntl.h>
+// measure_wakeup_latency; the models: simulator/compute/node_cpu.hpp, simulator/step.cpp; the wake-up ring:
+// engine/train/wakeup_probe.hpp).
 #include <sched.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +21,7 @@
 #include "engine/core/host_info.hpp"
 #include "engine/core/rng.hpp"
 #include "engine/nn/model.hpp"
+#include "engine/train/wakeup_probe.hpp"
 
 namespace tandem::api {
 
@@ -159,49 +157,9 @@ struct Throttles {
   }
 };
 
-void pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  ::sched_setaffinity(0, sizeof set, &set);
-}
-
 [[noreturn]] void sched_error(const char* call) {
   TANDEM_THROW(Status::kIo, "calibrate: measuring the wake-up latency on a shared core: {} failed: {}", call,
                std::strerror(errno));
-}
-
-// Child processes, killed and reaped on scope exit.
-struct Children {
-  std::vector<pid_t> pids;
-  ~Children() {
-    for (pid_t p : pids) ::kill(p, SIGKILL);
-    for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-  }
-};
-
-// Round trips of one byte between this thread and an echoing process, both pinned to `cpu`, one every ~1 ms (so
-// that each side sleeps before it is woken); rounds during which the cgroup was throttled are left out. Returns the
-// mean round trip, or -1 with fewer than 20 rounds kept.
-double mean_round_trip(int to_echo, int from_echo, int rounds, double deadline_s, const Throttles& th) {
-  double sum = 0;
-  int kept = 0;
-  const double end = mono_s() + deadline_s;
-  char b = 'p';
-  for (int i = 0; i < rounds + 5 && mono_s() < end; ++i) {
-    const timespec gap{0, 1000000};
-    ::nanosleep(&gap, nullptr);
-    const long before = th.files.empty() ? 0 : th.count();
-    const double t0 = mono_s();
-    if (::write(to_echo, &b, 1) != 1) sched_error("write");
-    if (::read(from_echo, &b, 1) != 1) sched_error("read");
-    const double rtt = mono_s() - t0;
-    if (i < 5) continue;  // warm-up
-    if (!th.files.empty() && th.count() != before) continue;
-    sum += rtt;
-    ++kept;
-  }
-  return kept >= 20 ? sum / kept : -1.0;
 }
 
 }  // namespace
@@ -227,61 +185,52 @@ std::vector<std::pair<double, double>> measure_corun_slowdown(const engine::nn::
   return table;
 }
 
-double measure_wakeup_latency() {
-  const std::vector<int> cpus = allowed_cpus();
+WakeupFigures measure_wakeup_latency(const WakeupProbe& probe) {
+  TANDEM_REQUIRE(probe.burst_s > 0 && probe.burst_s <= 0.1,
+                 "calibrate: wake-up burst must be in (0, 100000] us, got {} us", probe.burst_s * 1e6);
+  TANDEM_REQUIRE(probe.ranks_per_core >= 2 && probe.ranks_per_core <= 8,
+                 "calibrate: wake-up ranks per core must be in [2, 8], got {}", probe.ranks_per_core);
+  std::vector<int> cpus = allowed_cpus();
   if (cpus.empty()) sched_error("sched_getaffinity");
-  // the echo (and later the competitor) on the first core; this thread on another where there is one, so that only
-  // the echo's wake-up meets the competitor (one hop per round trip), else on the same (two hops)
-  const int shared_cpu = cpus.front(), my_cpu = cpus.size() > 1 ? cpus[1] : cpus.front();
-  const double hops = cpus.size() > 1 ? 1.0 : 2.0;
-  int to_echo[2], from_echo[2];
-  if (::pipe2(to_echo, O_CLOEXEC) != 0) sched_error("pipe2");
-  if (::pipe2(from_echo, O_CLOEXEC) != 0) {
-    ::close(to_echo[0]);
-    ::close(to_echo[1]);
-    sched_error("pipe2");
-  }
-  struct Close {
-    int* a;
-    int* b;
-    ~Close() {
-      for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
-    }
-  } close_pipes{to_echo, from_echo};
-  Children kids;
-  const pid_t echo = ::fork();
-  if (echo < 0) sched_error("fork");
-  if (echo == 0) {  // the echo: answers each byte until killed
-    pin_to(shared_cpu);
-    char b = 0;
-    while (::read(to_echo[0], &b, 1) == 1)
-      if (::write(from_echo[1], &b, 1) != 1) break;
-    ::_exit(0);
-  }
-  kids.pids.push_back(echo);
+  if (cpus.size() > 8) cpus.resize(8);  // a ring of 2 x 8 threads already shows what each core does
+  const int c = static_cast<int>(cpus.size());
   const Throttles th;
-  cpu_set_t saved;  // this thread pinned for the measurement, then as it was
-  CPU_ZERO(&saved);
-  ::sched_getaffinity(0, sizeof saved, &saved);
-  pin_to(my_cpu);
-  struct Restore {
-    cpu_set_t& s;
-    ~Restore() { ::sched_setaffinity(0, sizeof s, &s); }
-  } restore{saved};
-  const double quiet = mean_round_trip(to_echo[1], from_echo[0], 200, 2.0, th);
-  const pid_t hog = ::fork();
-  if (hog < 0) sched_error("fork");
-  if (hog == 0) {  // a runnable competitor on the echo's core: spins until killed (at most 10 s)
-    pin_to(shared_cpu);
-    const double end = mono_s() + 10.0;
-    while (mono_s() < end) {
-    }
-    ::_exit(0);
+  engine::train::WakeupRingOptions shared;  // ranks as `tandem launch` starts them: unpinned, on the host's CPUs
+  shared.ranks = probe.ranks_per_core * c;
+  shared.cpus = cpus;
+  shared.burst_s = probe.burst_s;
+  shared.window_s = probe.window_s;
+  if (!th.files.empty()) shared.throttles = [&th] { return th.count(); };
+  // as many ranks as cores, unpinned alike (a pinned rank could not leave a core the machine's other work holds)
+  engine::train::WakeupRingOptions alone = shared;
+  alone.ranks = std::max(2, c);
+  if (c == 1) alone.burst_s = 0;  // two ranks on the one core: nothing computes when a message arrives
+  std::vector<std::vector<double>> busy, idle;
+  WakeupFigures f;
+  for (int rep = 0; rep < probe.repetitions; ++rep) {  // interleaved: the machine's other work meets both alike
+    engine::train::WakeupSamples a = engine::train::sample_wakeups(alone);
+    engine::train::WakeupSamples b = engine::train::sample_wakeups(shared);
+    f.throttled += a.throttled + b.throttled;
+    idle.push_back(std::move(a.latency_s));
+    busy.push_back(std::move(b.latency_s));
   }
-  kids.pids.push_back(hog);
-  const double busy = mean_round_trip(to_echo[1], from_echo[0], 200, 4.0, th);
-  if (quiet < 0 || busy < 0) return 0;  // too few rounds outside throttled periods: not measured
-  return std::max(0.0, (busy - quiet) / hops);
+  f.wait_s = engine::train::wakeup_wait_s(busy, idle);
+  std::vector<double> all_busy, all_idle;
+  for (const auto& v : busy) all_busy.insert(all_busy.end(), v.begin(), v.end());
+  for (const auto& v : idle) all_idle.insert(all_idle.end(), v.begin(), v.end());
+  std::sort(all_busy.begin(), all_busy.end());
+  auto q = [&](double p) {
+    return all_busy.empty() ? 0.0 : all_busy[std::min(all_busy.size() - 1, static_cast<size_t>(p * all_busy.size()))];
+  };
+  f.note = fmt::format(
+      "wake-up on shared cores: {} rank-like threads on {} CPU(s), {:.0f} us bursts, {} wake-ups: mean {:.0f} us "
+      "(p50 {:.0f}, p90 {:.0f}, p99 {:.0f}), beside {:.0f} us with one rank per core ({} wake-ups){}; "
+      "wakeup_latency_s {:.0f} us (median over {} repetitions of the difference)",
+      shared.ranks, c, probe.burst_s * 1e6, all_busy.size(), engine::train::mean_of(all_busy) * 1e6, q(0.5) * 1e6,
+      q(0.9) * 1e6, q(0.99) * 1e6, engine::train::mean_of(all_idle) * 1e6, all_idle.size(),
+      f.throttled ? fmt::format(", {} left out in throttled periods", f.throttled) : std::string(), f.wait_s * 1e6,
+      probe.repetitions);
+  return f;
 }
 
 }  // namespace tandem::api

@@ -37,6 +37,9 @@ def main():
     ap.add_argument("--comm-cpu-from", metavar="JSON",
                     help="replace every profile's tcp_cpu_s_per_byte and tcp_cpu_s_per_wakeup with this file's (e.g. "
                          "netcpu_calibrate.py's output: the emulated path's figures, where the run has loopback ones)")
+    ap.add_argument("--wakeup-latency-s", type=float, metavar="S",
+                    help="also predict every row with this wakeup_latency_s in every profile (e.g. a new `tandem "
+                         "calibrate`'s figure) and print it beside today's prediction with the recorded profiles")
     ap.add_argument("results")
     a = ap.parse_args()
     tandem = predict_lib.find_tandem(a.tandem, need=("simulate",))
@@ -70,14 +73,10 @@ def main():
                 raise RuntimeError(f"tandem simulate failed ({p.returncode}): {p.stderr.strip()[-800:]}")
             return json.loads(p.stdout[p.stdout.index("{"):])["step_time_s"]
 
-        lp = run["profiles"]["tandem-lenet5"]
-        comm = {k: lp[k] for k in vb.COMM_CPU + vb.SHARED_CORES if k in lp}
-        print("| case | job | measured | recorded prediction | error | today's | error |\n|---|---|---:|---:|---:|---:|---:|")
-        old_e, new_e = [], []
-        for r in run["rows"]:
-            if "measured_s" not in r or (cases and r["case"] not in cases):
-                continue
+        def predict(r, profiles):
             case, job = r["case"], r["job"]
+            lp = profiles["tandem-lenet5"]
+            comm = {k: lp[k] for k in vb.COMM_CPU + vb.SHARED_CORES if k in lp}
             if job.startswith("allreduce-"):
                 n = vb.SIZES[job.split("-", 1)[1]]
                 spec = write(f"ar{n}.json", {"name": f"allreduce{n}", "input": [1, 1, 1], "layers": [
@@ -88,31 +87,48 @@ def main():
                     "batch": 1, "optimizer_step_s": 1e-9, "memory_bytes_per_s": lp["memory_bytes_per_s"], **comm,
                     "layers": [{"name": "flatten0", "forward_s": 1e-9, "backward_s": 1e-9},
                                {"name": "fc1", "forward_s": 1e-9, "backward_s": 1e-9}]})
-                new = simulate(case, ["--model-file", spec, "--profile", prof, "--dataset", "", "--samples", "64",
-                                      "--input", "1x1x1", "--batch", "1", "--strategy", "ddp", "--bucket-mb", "64",
-                                      "--no-overlap", "--algo", r["algo"]])
-            else:
-                model = job.split("-", 1)[1]
-                p = dict(run["profiles"][job])
-                if job == "torch-mobilenetv2" and a.torch_mobilenetv2_compute_cv is not None and "compute_cv" not in p:
-                    p["compute_cv"] = a.torch_mobilenetv2_compute_cv
-                prof = write(f"{job}.json", p)
-                if job.startswith("tandem-"):
-                    shape = "x".join(str(d) for d in run["profiles"][job]["input"])
-                    s = simulate(case, vb.model_args(model, 0.25) + [
-                        "--dataset", "", "--samples", "960", "--input", shape, "--batch", "32", "--strategy", "ddp",
-                        "--profile", prof])
-                    new = r["predicted_s"] * s / r["simulate_with_s"]
-                else:
-                    new = simulate(case, vb.model_args(model, 0.25) + [
-                        "--dataset", "fashion-mnist", "--batch", "32", "--strategy", "ddp", "--framework",
-                        "pytorch-ddp", "--profile", prof])
+                return simulate(case, ["--model-file", spec, "--profile", prof, "--dataset", "", "--samples", "64",
+                                       "--input", "1x1x1", "--batch", "1", "--strategy", "ddp", "--bucket-mb", "64",
+                                       "--no-overlap", "--algo", r["algo"]])
+            model = job.split("-", 1)[1]
+            p = dict(profiles[job])
+            if job == "torch-mobilenetv2" and a.torch_mobilenetv2_compute_cv is not None and "compute_cv" not in p:
+                p["compute_cv"] = a.torch_mobilenetv2_compute_cv
+            prof = write(f"{job}.json", p)
+            if job.startswith("tandem-"):
+                shape = "x".join(str(d) for d in profiles[job]["input"])
+                s = simulate(case, vb.model_args(model, 0.25) + [
+                    "--dataset", "", "--samples", "960", "--input", shape, "--batch", "32", "--strategy", "ddp",
+                    "--profile", prof])
+                return r["predicted_s"] * s / r["simulate_with_s"]
+            return simulate(case, vb.model_args(model, 0.25) + [
+                "--dataset", "fashion-mnist", "--batch", "32", "--strategy", "ddp", "--framework",
+                "pytorch-ddp", "--profile", prof])
+
+        woken = None
+        if a.wakeup_latency_s is not None:
+            woken = {k: dict(p, wakeup_latency_s=a.wakeup_latency_s) for k, p in run["profiles"].items()}
+        head = "| case | job | measured | recorded prediction | error | today's | error |"
+        if woken:
+            head += f" wakeup_latency_s {a.wakeup_latency_s * 1e6:.0f} us | error |"
+        print(head + "\n|---|---|" + "---:|" * (head.count("|") - 3))
+        old_e, new_e, wk_e = [], [], []
+        for r in run["rows"]:
+            if "measured_s" not in r or (cases and r["case"] not in cases):
+                continue
+            case, job = r["case"], r["job"]
+            new = predict(r, run["profiles"])
             m, old = r["measured_s"], r["predicted_s"]
             old_e.append(abs(old / m - 1))
             new_e.append(abs(new / m - 1))
             print(f"| {case} | {job} | {m * 1e3:.2f} ms | {old * 1e3:.2f} ms | {(old / m - 1) * 100:+.1f}% | "
-                  f"{new * 1e3:.2f} ms | {(new / m - 1) * 100:+.1f}% |", flush=True)
-    for name, e in (("recorded", old_e), ("today's", new_e)):
+                  f"{new * 1e3:.2f} ms | {(new / m - 1) * 100:+.1f}% |", end="")
+            if woken:
+                w = predict(r, woken)
+                wk_e.append(abs(w / m - 1))
+                print(f" {w * 1e3:.2f} ms | {(w / m - 1) * 100:+.1f}% |", end="")
+            print(flush=True)
+    for name, e in (("recorded", old_e), ("today's", new_e), ("with the wake-up figure", wk_e)):
         if e:
             print(f"{name}: {len(e)} rows, max |error| {max(e) * 100:.1f}%, median {statistics.median(e) * 100:.1f}%, "
                   f"within 10%: {sum(x <= 0.10 for x in e)}, within 5%: {sum(x <= 0.05 for x in e)}")

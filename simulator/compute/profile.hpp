@@ -71,10 +71,11 @@
 //        // sharing, context switches; tandem calibrate: thread CPU time, k = 1, c, 2c, 4c). The node CPU model
 //        // (compute/node_cpu.hpp) slows each task by it at its node's runnable tasks per core. Absent: no slow-down.
 //    "wakeup_latency_s": 2.1e-4,
-//        // optional: mean wall time a blocked process waits, once woken by a message, for a core held by a
-//        // runnable competitor (tandem calibrate: a ping-pong between two processes on one core beside a busy
-//        // one, less the same without it, per hop). The step executor delays a message to a blocked receiver by
-//        // it where the receiver's node has more ranks than cores. Absent: 0.
+//        // optional: mean wall time a blocked rank waits, once woken by a message, for a core its peers hold
+//        // (tandem calibrate: a ring of 2 rank-like threads per CPU, each computing a burst between blocking waits
+//        // for its neighbour's message, less the same ring with one thread per CPU; engine/train/wakeup_probe.hpp).
+//        // The step executor delays a message to a blocked receiver by it where the receiver's node has more
+//        // ranks than cores. Absent: 0.
 //    "step_overhead_cpu_s": 1.3e-4,
 //        // optional: CPU seconds a training step of `batch` samples costs a worker rank beyond the pass and the
 //        // optimizer step timed above, at full speed: the loader thread assembling the batch from the real data set,

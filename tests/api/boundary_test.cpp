@@ -156,7 +156,7 @@ std::vector<MaskCase> mask_cases(Handles& h) {
       }),
       struct_case<tandem_parallel_attr_t>("tandem_parallel_attr_t", TANDEM_PARALLEL_ATTR_ASYNC,
                                           [&h](auto* a) { return tandem_trainer_parallel_query(h.trainer, a); }),
-      struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_CURVE,
+      struct_case<tandem_calibrate_params_t>("tandem_calibrate_params_t", TANDEM_CALIBRATE_PARAM_WAKEUP,
                                              [&h](auto* p) { return tandem_calibrate(h.model, p, nullptr, &cal_out); }),
       struct_case<tandem_calibration_attr_t>("tandem_calibration_attr_t", TANDEM_CALIBRATION_ATTR_CURVE,
                                              [&h](auto* a) { return tandem_calibration_query(h.cal, a); }),

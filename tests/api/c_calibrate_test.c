@@ -92,10 +92,21 @@ int main(void) {
   p.curve_batches = NULL;
   CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
   CHECK(contains(tandem_last_error_message(), "curve_batches is NULL"));
+  p.field_mask = TANDEM_CALIBRATE_PARAM_WAKEUP;
+  p.wakeup_burst_s = 0.5;
+  p.wakeup_ranks_per_core = 2;
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "wakeup_burst_s must be in [0, 0.1] s"));
+  p.wakeup_burst_s = 1e-3;
+  p.wakeup_ranks_per_core = 1;
+  CHECK(tandem_calibrate(model, &p, NULL, &cal) == TANDEM_ERR_INVALID_ARGUMENT);
+  CHECK(contains(tandem_last_error_message(), "wakeup_ranks_per_core must be in [2, 8], got 1"));
 
   /* ---- a calibration, with the per-sample cost curve at 1 and 4 samples (8, the batch, is always a point) ---- */
   p.field_mask = TANDEM_CALIBRATE_PARAM_BATCH | TANDEM_CALIBRATE_PARAM_WARMUP | TANDEM_CALIBRATE_PARAM_ITERS |
-                 TANDEM_CALIBRATE_PARAM_MACHINE | TANDEM_CALIBRATE_PARAM_CURVE;
+                 TANDEM_CALIBRATE_PARAM_MACHINE | TANDEM_CALIBRATE_PARAM_CURVE | TANDEM_CALIBRATE_PARAM_WAKEUP;
+  p.wakeup_burst_s = 5e-4;
+  p.wakeup_ranks_per_core = 2;
   p.batch = 8;
   p.warmup = 1;
   p.iters = 3;

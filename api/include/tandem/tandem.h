@@ -41,7 +41,9 @@ extern "C" {
 
 /* 0.5 added (nothing changed or removed): tandem_sim_result_query_v and tandem_sim_result_candidate_v,
  * told sizeof(tandem_sim_summary_t) as the caller compiled it, read and write nothing past it; the summary's
- * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only). tandem_sim_result_query and _candidate
+ * memory_data_bytes (TANDEM_SIM_SUMMARY_MEMORY_DATA, appended, _v calls only); the calibration's shared-core wake-up
+ * probe (TANDEM_CALIBRATE_PARAM_WAKEUP: wakeup_burst_s, wakeup_ranks_per_core, appended to tandem_calibrate_params_t
+ * and read only when the bit is set). tandem_sim_result_query and _candidate
  * now write only the fields of the groups asked for, within 0.4's struct (before, they copied the whole struct in and
  * out: a caller built against an older, shorter struct had memory past it read and rewritten).
  * 0.4.1 changed: tandem_parallel_train and tandem_simulate refuse (TANDEM_ERR_INVALID_ARGUMENT, naming the bit)
@@ -1638,6 +1640,7 @@ typedef struct tandem_calibration tandem_calibration_t;
 #define TANDEM_CALIBRATE_PARAM_P2P       (UINT64_C(1) << 5) /* covers p2p_bytes, p2p_iters */
 #define TANDEM_CALIBRATE_PARAM_SEED      (UINT64_C(1) << 6)
 #define TANDEM_CALIBRATE_PARAM_CURVE     (UINT64_C(1) << 7) /* covers curve_batches, num_curve_batches (0.3) */
+#define TANDEM_CALIBRATE_PARAM_WAKEUP    (UINT64_C(1) << 8) /* covers wakeup_burst_s, wakeup_ranks_per_core (0.5) */
 typedef struct tandem_calibrate_params {
   uint64_t field_mask;
   int64_t batch;                       /* samples per measured pass; default 64 */
@@ -1653,6 +1656,13 @@ typedef struct tandem_calibrate_params {
    * micro-batch of m samples by what m costs (smaller batches cost more per sample); default none. */
   const int64_t* curve_batches;
   size_t num_curve_batches;
+  /* The wake-up latency on shared cores (the profile's wakeup_latency_s; CPU backends): a ring of
+   * wakeup_ranks_per_core x (this process's CPUs) rank-like threads, each computing wakeup_burst_s seconds of CPU
+   * time between blocking waits for its neighbour's message, against one thread per CPU. wakeup_burst_s in
+   * [0, 0.1]; default 0: what an all-reduce peer computes between messages, the reduction of one default pipeline
+   * chunk (512 KiB) at the measured reduction bandwidth (~30 us here). wakeup_ranks_per_core in [2, 8]; default 2. */
+  double wakeup_burst_s;
+  int32_t wakeup_ranks_per_core;
 } tandem_calibrate_params_t;
 #define TANDEM_CALIBRATE_PARAMS_INIT {0}
 
