@@ -196,6 +196,22 @@ int main(void) {
       CHECK(y0 > 0 && y0 < y1); /* half the samples, a lower peak */
     }
   }
+  /* One more batch shape's primitives (primitive_bytes_curve, issue #16): the runtime figure's growth over the first
+   * step at a quarter and at half the batch, ascending; resident bytes, never negative, well below the process. */
+  if (contains(json, "\"runtime_rss_bytes\"")) {
+    CHECK(contains(json, "\"primitive_bytes_curve\""));
+    if (contains(json, "\"primitive_bytes_curve\"")) {
+      const char* p0 = strchr(strchr(strstr(json, "\"primitive_bytes_curve\""), '[') + 1, '[') + 1;
+      char* end = NULL;
+      const double b0 = strtod(p0, &end);
+      const double y0 = strtod(strchr(end, ',') + 1, &end);
+      const char* p1 = strchr(end, '[') + 1;
+      const double b1 = strtod(p1, &end);
+      const double y1 = strtod(strchr(end, ',') + 1, NULL);
+      CHECK(b0 == 2 && b1 == 4);
+      CHECK(y0 >= 0 && y1 >= 0 && y0 < 256e6 && y1 < 256e6);
+    }
+  }
   free(json);
 
   /* Atomic write: the file appears whole, no temporary is left behind; a bad directory is an I/O error. */
