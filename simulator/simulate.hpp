@@ -53,7 +53,8 @@ double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std:
 //   compiler's derived figure), scaled, where the profile was measured for the job's model and has a
 //   primitive_bytes_curve, by the curve's figure at the short micro-batch over the derived one of the whole model there;
 // - where the allowance is the profile's runtime_rss_bytes (`runtime_measured`), which holds the primitives of the
-//   profile's batch, the curve's difference between the job's micro-batch and that batch (0 without two points).
+//   profile's batch, the curve's difference between the job's micro-batch and that batch (0 without two points, and
+//   where the curve falls towards the larger batch: a larger shape's primitives never take less).
 double tandem_cpu_primitive_bytes(const engine::parallel::CompiledJob& cj, const engine::parallel::StageMemory& stage,
                                   const std::optional<CalibrationProfile>& profile, bool runtime_measured);
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
