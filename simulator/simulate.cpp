@@ -49,6 +49,24 @@ double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std:
   return derived > 0 ? *peak / derived : 1.0;
 }
 
+double tandem_cpu_primitive_bytes(const engine::parallel::CompiledJob& cj, const engine::parallel::StageMemory& stage,
+                                  const std::optional<CalibrationProfile>& profile, bool runtime_measured) {
+  const engine::nn::ModelSpec& model = cj.job.model;
+  const bool measured = profile_of_model(model, profile) && !profile->primitive_bytes_curve.empty();
+  double bytes = stage.short_batch_bytes;
+  if (bytes > 0 && measured) {
+    const double derived = engine::nn::cpu_primitive_bytes(model, 0, model.layers.size(), stage.short_micro_batch);
+    if (derived > 0) bytes *= *primitive_bytes_at(*profile, stage.short_micro_batch) / derived;
+  }
+  if (runtime_measured && measured && profile->batch > 0 && stage.micro_batch > 0) {  // a server runs no layers
+    // a larger batch's primitives never take less (nor a smaller one's more): a curve measured falling between its
+    // points (lenet5 at 8 and 16 samples, within the measurement's noise) moves nothing
+    const double shift = *primitive_bytes_at(*profile, stage.micro_batch) - *primitive_bytes_at(*profile, profile->batch);
+    bytes += stage.micro_batch > profile->batch ? std::max(0.0, shift) : std::min(0.0, shift);
+  }
+  return bytes;
+}
+
 namespace {
 
 using engine::parallel::CompiledJob;
@@ -158,7 +176,11 @@ void node_memory(const CompiledJob& cj, const std::vector<int32_t>& node_of_rank
     const bool gpu = node.hw.gpus > 0;
     const bool tandem_cpu = framework == Framework::kTandem && !gpu;
     double rt = runtime[static_cast<size_t>(n)];
-    if (tandem_cpu) rt += m.conv_copy_bytes - (runtime_from_profile(node, profile, framework) ? measured_copies : 0.0);
+    if (tandem_cpu) {
+      const bool measured_runtime = runtime_from_profile(node, profile, framework);
+      rt += m.conv_copy_bytes - (measured_runtime ? measured_copies : 0.0);
+      rt += tandem_cpu_primitive_bytes(cj, m, profile, measured_runtime);
+    }
     MemoryBreakdown b{n, r, m.param_bytes, m.grad_bytes, m.optimizer_bytes,
                       tandem_cpu ? scale * m.cpu_activation_peak_bytes() : m.activation_bytes, rt, m.bucket_bytes};
     b.data_bytes = tandem_cpu ? data : 0.0;
@@ -859,6 +881,8 @@ CompiledJob Simulation::compile(const ClusterSpec& cluster, const JobSpec& job) 
   const int32_t world = ranks_for(job, cluster.endpoints());
   const DatasetInfo data = run_data(job, job.input, job.classes);
   engine::parallel::Job e = engine_job(job, data.input, data.classes);
+  e.train_samples = data.samples;  // the epoch's set, as the trainer's sampler cuts it: does it end with a short batch
+  e.limit_batches = job.limit_batches;
   // A measured cut balances the compute model's per-layer times of the first node kind, as the trainer balances
   // the times it measures on rank 0.
   const engine::parallel::LayerCostFn measured = [&] {

@@ -47,6 +47,16 @@ constexpr double kPytorchCpuRuntimeBytes = 340.0 * 1048576;
 // field, or one measured for another model, gives 1.
 double tandem_cpu_activation_peak(const engine::nn::ModelSpec& model, const std::optional<CalibrationProfile>& profile,
                                   int64_t micro_batch = 0);
+// What a Tandem rank on a CPU node keeps resident for the backend's primitives beyond its runtime allowance (issue
+// #16), for a rank holding `stage` of `cj`:
+// - an epoch that ends with a short batch builds that batch's shape too: StageMemory::short_batch_bytes (the job
+//   compiler's derived figure), scaled, where the profile was measured for the job's model and has a
+//   primitive_bytes_curve, by the curve's figure at the short micro-batch over the derived one of the whole model there;
+// - where the allowance is the profile's runtime_rss_bytes (`runtime_measured`), which holds the primitives of the
+//   profile's batch, the curve's difference between the job's micro-batch and that batch (0 without two points, and
+//   where the curve falls towards the larger batch: a larger shape's primitives never take less).
+double tandem_cpu_primitive_bytes(const engine::parallel::CompiledJob& cj, const engine::parallel::StageMemory& stage,
+                                  const std::optional<CalibrationProfile>& profile, bool runtime_measured);
 // Seconds per gradient element to convert f32 to fp16/bf16 and back on the training thread, when the
 // profile does not give them (fp16_convert_s / bf16_convert_s): the runtime's scalar conversion loops
 // measured on this project's 2-vCPU Xeon (AVX-512) VM, 11 M elements, best of three. A pass never

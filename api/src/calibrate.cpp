@@ -79,6 +79,12 @@ std::string profile_text(const tandem_calibration& h) {
     for (const auto& [b, bytes] : h.activation_peak_curve)
       j["activation_peak_curve"].push_back({b, static_cast<int64_t>(bytes)});
   }
+  // ... and what one more batch shape's primitives keep resident, at the batches measured
+  if (!h.primitive_bytes_curve.empty()) {
+    j["primitive_bytes_curve"] = nlohmann::json::array();
+    for (const auto& [b, bytes] : h.primitive_bytes_curve)
+      j["primitive_bytes_curve"].push_back({b, static_cast<int64_t>(bytes)});
+  }
   j["threads"] = c.threads;
   // Measured under a CFS quota, the times are the quota's average; the simulator takes it out (full_speed_profile).
   if (const auto q = tandem::api::cpu_quota_cores()) j["cpu_quota"] = *q;
@@ -232,6 +238,7 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
     // they train on (calibrate_model makes it inside the window, as a training step holds its batch).
     // At the batch and at half of it (2 at batch 1): the curve the simulator takes a micro-batch's peak from.
     tandem::api::PeakRssProbe peak;
+    double shape_before = 0;
     if (m.model->backend().device().is_cpu()) {
       o.peak_batches = {o.batch >= 2 ? o.batch / 2 : 2};
       o.before_peak_steps = [&](int64_t) { peak.start(); };
@@ -240,9 +247,20 @@ TANDEM_API tandem_status_t tandem_calibrate(tandem_model_t* model, const tandem_
         if (b == o.batch) h->activation_peak_bytes = bytes;
         if (bytes > 0) h->activation_peak_curve.emplace_back(b, bytes);
       };
+      // What the primitives of one more batch shape keep resident: the runtime figure's growth over the first step at
+      // half the batch (the peak's other point) and at a quarter of it -- an epoch's short last batch is such a
+      // shape, and the line through the two gives the primitives at the batch a job runs (issue #16). Below the batch,
+      // so that calibrating at the largest batch a host fits does not run out of memory.
+      o.shape_batches = {std::max<int64_t>(1, o.batch / 4)};
+      o.before_new_shape = [&](int64_t) { shape_before = tandem::api::runtime_rss_bytes(!multi); };
+      o.after_new_shape = [&](int64_t b) {
+        const double after = tandem::api::runtime_rss_bytes(!multi);
+        if (shape_before > 0 && after > 0) h->primitive_bytes_curve.emplace_back(b, std::max(0.0, after - shape_before));
+      };
     }
     h->cal = train::calibrate_model(*m.model, o);
     std::sort(h->activation_peak_curve.begin(), h->activation_peak_curve.end());
+    std::sort(h->primitive_bytes_curve.begin(), h->primitive_bytes_curve.end());
     if (h->activation_peak_bytes <= 0) h->activation_peak_curve.clear();  // no point at the batch: none at all
     h->memory_bytes_per_s = tandem::api::measure_reduce_bandwidth();
     std::string comm_cpu_note;

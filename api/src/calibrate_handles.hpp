@@ -160,6 +160,7 @@ struct tandem_calibration : tandem::api::Handle<tandem::api::kCalibrationMagic> 
   double runtime_device_bytes = 0;  // a device backend's (runtime_device_bytes); 0: a CPU, or unknown (not written)
   double activation_peak_bytes = 0;  // 0: not measured (not written): a device backend, no /proc, the reset refused
   std::vector<std::pair<int64_t, double>> activation_peak_curve;  // (batch, peak) measured, ascending; written with 2+
+  std::vector<std::pair<int64_t, double>> primitive_bytes_curve;  // (batch, one more shape's primitives), ascending
   std::pair<double, double> fp16_convert_s{0, 0}, bf16_convert_s{0, 0};  // per element {to, back}; 0: not measured
   std::string machine;
   std::string text;  // the profile JSON, built once

@@ -92,6 +92,8 @@ TANDEM_API tandem_status_t tandem_trainer_predict(tandem_trainer_t* trainer, con
       job.batch = cfg.batch_size;
       job.optimizer = cfg.optimizer;
       job.prefetch = cfg.prefetch;
+      job.train_samples = h.train_samples;  // whether its epoch ends with a short batch, as the trainer's loader cuts it
+      job.limit_batches = cfg.limit_batches;
       single = par::compile_job(std::move(job), 1);
       r.world = r.dp = r.pp = r.micro_batches = 1;
       r.strategy = "single";

@@ -93,6 +93,7 @@ TANDEM_API tandem_status_t tandem_trainer_create(tandem_model_t* model, const ta
     c.clip_norm = oh.clip_norm;
     auto h = std::make_unique<tandem_trainer>();
     h->data_bytes = tr.data.resident_bytes() + (te != nullptr ? te->data.resident_bytes() : 0.0);
+    h->train_samples = tr.data.size();
     if (params != nullptr) {
       const uint64_t m = params->field_mask;
       check_field_mask(m, mask_through(TANDEM_TRAINER_PARAM_LOSS_SCALER), "tandem_trainer_params_t");

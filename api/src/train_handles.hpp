@@ -45,6 +45,7 @@ struct tandem_trainer : tandem::api::Handle<tandem::api::kTrainerMagic> {
   void* progress_user_data = nullptr;
   double data_bytes = 0;  // the data sets it holds (Dataset::resident_bytes; FedAvg's client subsets too), for
                           // tandem_trainer_predict
+  int64_t train_samples = 0;  // its training set's samples (single-process: the job tandem_trainer_predict compiles)
   // This process's peak resident size (peak_rss_bytes) when its last tandem_trainer_epoch returned (0: none yet):
   // tandem_trainer_predict's measured memory, so that what the caller's own work touches after training (issue #16:
   // `tandem train --predict` describing this machine as a cluster faulted in 0.42 MiB of code first) is not counted.

@@ -9,7 +9,9 @@
 Per case MODEL:BATCH[:CALIBRATED_BATCH]:
   1. `tandem calibrate --model MODEL --batch CALIBRATED_BATCH --curve none` (default: BATCH; short: 1 warm-up, 3
      timed passes) writes a profile with its measured activation peak: activation_peak_bytes at the batch and
-     activation_peak_curve at the batch and half of it (one calibration per model and batch, shared by the cases);
+     activation_peak_curve at the batch and half of it, and primitive_bytes_curve, what one more batch shape's
+     primitives keep resident at a quarter and half of it (one calibration per model and batch, shared by the cases;
+     the prediction charges an epoch's short last batch with it and moves the runtime figure to the job's batch);
   2. `tandem train --model MODEL --dataset synthetic --batch BATCH --limit-batches N --predict --profile P --json`:
      the prediction (predicted_memory_bytes: parameters, gradients, optimizer state, activations, the runtime
      allowance and the loaded data sets) beside the process's measured peak RSS (VmHWM);

@@ -36,4 +36,14 @@ CpuWorkspace cpu_workspace(const ModelSpec& spec, size_t begin, size_t end, int6
   return w;
 }
 
+double cpu_primitive_bytes(const ModelSpec& spec, size_t begin, size_t end, int64_t micro_batch) {
+  TANDEM_REQUIRE(begin < end && end <= spec.layers.size(), "model '{}': layers [{}, {}) out of range ({} layers)",
+                 spec.name, begin, end, spec.layers.size());
+  TANDEM_REQUIRE(micro_batch >= 1, "model '{}': a batch shape of {} samples", spec.name, micro_batch);
+  double bytes = kCpuShapeBytes;
+  for (size_t i = begin; i < end; ++i)
+    if (spec.layers[i].kind != LayerKind::kFlatten) bytes += kCpuShapeBytesPerLayer;
+  return bytes;
+}
+
 }  // namespace tandem::engine::nn

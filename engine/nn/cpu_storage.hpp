@@ -43,4 +43,18 @@ struct CpuWorkspace {
 };
 CpuWorkspace cpu_workspace(const ModelSpec& spec, size_t begin, size_t end, int64_t micro_batch, double scale = 1.0);
 
+// What the cpu backend keeps resident for the primitives of one more batch shape (oneDNN's kernels, primitive
+// descriptors, scratchpads and reordered weights for that batch size, built on its first step and cached): a part per
+// shape and a part per layer that computes (not a flatten view). Measured as the resident growth over the first step
+// at a new batch size (tandem calibrate's primitive_bytes_curve), one thread, sgd, at 8-24 samples: mlp (5 such
+// layers) 0.98 MiB, lenet5 (11) 0.95-1.05, resnet18 (66) 2.75-3.0, mobilenetv2 (150) 6.4-6.9; the least-squares line is
+// 0.52 MiB + 41 KiB a layer (mlp -26%, lenet5 +1%, resnet18 +15%, mobilenetv2 -3%). The growth with the batch is
+// small and model-specific (mlp +2.6 KB a sample, resnet18 up to +41 KB, mobilenetv2 none to 32), so the derived
+// figure leaves it out; a profile's curve carries it.
+inline constexpr double kCpuShapeBytes = 0.52 * 1048576;
+inline constexpr double kCpuShapeBytesPerLayer = 41.0 * 1024;
+// That figure for layers [begin, end) at `micro_batch` samples (>= 1; it does not enter the figure, see above). A run
+// that also trains an epoch's short last batch holds two sets (engine/parallel/job.hpp StageMemory::short_batch_bytes).
+double cpu_primitive_bytes(const ModelSpec& spec, size_t begin, size_t end, int64_t micro_batch);
+
 }  // namespace tandem::engine::nn

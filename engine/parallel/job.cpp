@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -115,6 +116,19 @@ ActivationSplit split_activations(const Job& job, int32_t first, int32_t end, do
   return a;
 }
 
+// CompiledJob::short_batch: a replica's shard (DistributedSampler: ceil(samples / dp)) modulo the step's batch, unless
+// limit_batches ends the epoch before that batch.
+int64_t short_batch(const Job& job, int64_t step_batch) {
+  TANDEM_REQUIRE(job.train_samples >= 0, "job.train_samples: must be >= 0 (0: not known), got {}", job.train_samples);
+  TANDEM_REQUIRE(job.limit_batches >= 0, "job.limit_batches: must be >= 0 (0: whole epochs), got {}", job.limit_batches);
+  if (job.train_samples == 0 || job.parallel.strategy == Strategy::kFedAvg) return 0;
+  const int64_t dp = std::max<int64_t>(1, job.parallel.dp);
+  const int64_t shard = (job.train_samples + dp - 1) / dp;
+  const int64_t batches = (shard + step_batch - 1) / step_batch;
+  if (job.limit_batches > 0 && job.limit_batches < batches) return 0;
+  return shard % step_batch;
+}
+
 StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   const Job& job = cj.job;
   const MemoryConfig& mc = job.memory;
@@ -149,6 +163,17 @@ StageMemory stage_memory(const CompiledJob& cj, int32_t stage) {
   m.conv_scratch_bytes = w.conv_scratch_bytes;
   m.conv_copy_bytes = w.conv_copy_bytes;
   m.loader_bytes = data::loader_bytes(cj.step_batch, job.prefetch, job.model.input.numel());
+  // the short last batch: its micro-batches of a size no full step runs are a second shape for the backend
+  if (cj.short_batch > 0) {
+    const std::vector<int64_t> sizes =
+        micro_batch_sizes(cj.short_batch, static_cast<int32_t>(std::min<int64_t>(cj.step_micro_batches, cj.short_batch)));
+    for (int64_t n : std::set<int64_t>(sizes.begin(), sizes.end())) {
+      if (std::find(cj.micro_batch_sizes.begin(), cj.micro_batch_sizes.end(), n) != cj.micro_batch_sizes.end()) continue;
+      m.short_micro_batch = std::max(m.short_micro_batch, n);
+      m.short_batch_bytes += nn::cpu_primitive_bytes(job.model, static_cast<size_t>(sp.first_layer),
+                                                     static_cast<size_t>(sp.end_layer), n);
+    }
+  }
   if (cj.dp() > 1) {
     m.bucket_bytes = 2 * std::min(h * P, largest_bucket_cap_mb(job.parallel) * kMiB);  // bucket + receive scratch
     if (cj.converts()) m.bucket_bytes += P * 2;  // every bucket's 16-bit wire copy
@@ -171,7 +196,8 @@ train::TrainingFootprint training_footprint(const StageProgram& s, double optimi
           .layout_bytes = m.layout_bytes,
           .scratch_bytes = m.scratch_bytes,
           .conv_scratch_bytes = m.conv_scratch_bytes,
-          .conv_copy_bytes = m.conv_copy_bytes};
+          .conv_copy_bytes = m.conv_copy_bytes,
+          .short_batch_bytes = m.short_batch_bytes};
 }
 
 double StageMemory::cpu_activation_peak_bytes() const noexcept {
@@ -359,6 +385,7 @@ CompiledJob compile_job(Job job, int world, const LayerCostFn& measured) {
   cj.step_micro_batches = job.parallel.micro_batches * job.parallel.accumulation;
   cj.step_batch = job.batch * job.parallel.accumulation;
   cj.micro_batch_sizes = micro_batch_sizes(cj.step_batch, cj.step_micro_batches);
+  cj.short_batch = short_batch(job, cj.step_batch);
   cj.job = std::move(job);
   cj.pipeline = make_pipeline_plan(schedule_request(cj, cj.step_micro_batches));
   validate_pipeline_plan(cj.pipeline);

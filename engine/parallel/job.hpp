@@ -75,6 +75,13 @@ struct Job {
   // The data loader's batches assembled ahead by its thread (train::TrainerConfig::prefetch, data::LoaderOptions; in
   // [0, 64]): every worker holds them beside the batch it trains (StageMemory::loader_bytes).
   int32_t prefetch = 2;
+  // The training set an epoch draws from, in samples (every replica its shard: DistributedSampler, ceil(samples / dp)
+  // with the last ones wrapped around), and the loader batches per replica per epoch the trainer runs (its
+  // limit_batches; 0: the whole shard). With them the compiler knows whether an epoch ends with a short batch
+  // (CompiledJob::short_batch) -- a second batch shape whose primitives the cpu backend builds beside the full
+  // batch's (StageMemory::short_batch_bytes). 0 samples: not known, nothing charged.
+  int64_t train_samples = 0;
+  int64_t limit_batches = 0;
 };
 
 // What one rank of a stage holds, from the layer specs (every replica of a stage holds the same).
@@ -100,6 +107,10 @@ struct Job {
 //   loader_bytes       data::loader_bytes(step batch, job.prefetch, input size): the loader's batches assembled
 //                      ahead of the one being trained (its queue and its thread's next; none with prefetch 0) and
 //                      the evaluation's batch beside the training's memory
+//   short_batch_bytes  what the backend keeps resident for the primitives of the epoch's short last batch, a second
+//                      batch shape (nn::cpu_primitive_bytes of the stage's layers at short_micro_batch; 0 when every
+//                      batch is whole): oneDNN's kernels, scratchpads and reordered weights for that shape, kept
+//                      for the rest of the run once built. Charged by the guard and the simulator with the runtime.
 // A Tandem cpu rank's activation peak is nn::kCpuActivationOverhead x (activation_bytes + layout_bytes) + scratch_bytes
 // + conv_scratch_bytes (cpu_activation_peak_bytes()).
 struct StageMemory {
@@ -117,6 +128,8 @@ struct StageMemory {
   double conv_scratch_bytes = 0;  // cpu backend: the largest convolution's weight-gradient scratch
   double conv_copy_bytes = 0;     // cpu backend: the convolutions' reordered weights
   double loader_bytes = 0;        // host: the loaders' batches beside the trained one (0 for a server)
+  int64_t short_micro_batch = 0;  // the largest micro-batch of the epoch's short last batch (0: none)
+  double short_batch_bytes = 0;   // cpu backend: that shape's primitives (0: none)
   double total() const noexcept { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bucket_bytes; }
   // What a Tandem rank on the cpu backend holds at its step's peak for its activations (see above).
   double cpu_activation_peak_bytes() const noexcept;
@@ -280,6 +293,10 @@ class CompiledJob {
   int32_t step_micro_batches = 1;   // micro-batches per optimizer step: micro_batches x accumulation
   int64_t step_batch = 0;           // samples per replica per optimizer step: batch x accumulation
   std::vector<int64_t> micro_batch_sizes;  // of a full step
+  // Samples of every replica's last loader batch of an epoch when it is short (job.train_samples over the replicas
+  // is not a multiple of step_batch and job.limit_batches does not end the epoch before it), else 0. Not for fedavg
+  // (kRound), whose clients' shards differ in size.
+  int64_t short_batch = 0;
   PipelinePlan pipeline;            // a full step, every stage
   std::vector<StageProgram> stages;
   std::vector<double> boundary_bytes_per_sample;  // [s]: bytes crossing from stage s to s + 1 (and gradients back)

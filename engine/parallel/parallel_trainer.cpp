@@ -281,6 +281,8 @@ ParallelTrainer::ParallelTrainer(nn::Model& model, const data::Dataset& train, c
   job.optimizer = config_.optimizer;
   job.loss_scaling = scaler_.enabled();  // agree_nonfinite: the job's agree_finite all-reduce
   job.prefetch = config_.prefetch;       // the loader made above: its batches ahead are the stage's loader_bytes
+  job.train_samples = train_.size();     // the sampler's set: whether an epoch ends with a short batch
+  job.limit_batches = config_.limit_batches;
   if (world_ != nullptr) {
     // the data-parallel groups are split from `world` and keep its options: the runtime's request_for
     const comm::CommOptions& o = world_->options();

@@ -168,6 +168,8 @@ void CalibrationOptions::validate() const {
     TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.curve_batches: {} is not a batch size in [1, 2^20]", b);
   for (int64_t b : peak_batches)
     TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.peak_batches: {} is not a batch size in [1, 2^20]", b);
+  for (int64_t b : shape_batches)
+    TANDEM_REQUIRE(b >= 1 && b <= (int64_t{1} << 20), "calibrate.shape_batches: {} is not a batch size in [1, 2^20]", b);
 }
 
 double Calibration::forward_s() const {
@@ -274,6 +276,22 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
   c.pass_cv = coefficient_of_variation(fb);
   c.pass_cpu_cv = coefficient_of_variation(fb_cpu_s);
   if (o.after_batch_passes) o.after_batch_passes();
+  const bool shapes = o.before_new_shape && o.after_new_shape;
+  const auto first_step_at = [&](int64_t n) {  // this shape's primitives: not the step's peak
+    if (shapes) o.before_new_shape(n);
+    {
+      const Batch bn = make_batch(be, spec, n, o.seed);
+      double fb_s = 0, opt_s = 0;
+      whole_step(model, bn, opt, kLr, fb_s, opt_s);
+    }
+    if (shapes) o.after_new_shape(n);
+  };
+  std::vector<int64_t> seen{o.batch};  // shapes the backend has built
+  const auto unseen = [&](int64_t n) {
+    if (std::find(seen.begin(), seen.end(), n) != seen.end()) return false;
+    seen.push_back(n);
+    return true;
+  };
   if (o.before_peak_steps && o.after_peak_steps) {
     const auto peak_at = [&](int64_t n) {
       o.before_peak_steps(n);
@@ -285,18 +303,15 @@ Calibration calibrate_model(nn::Model& model, const CalibrationOptions& o) {
       o.after_peak_steps(n);
     };
     peak_at(o.batch);
-    std::vector<int64_t> others;
-    for (int64_t n : o.peak_batches)
-      if (n != o.batch && std::find(others.begin(), others.end(), n) == others.end()) others.push_back(n);
-    for (int64_t n : others) {
-      {
-        const Batch bn = make_batch(be, spec, n, o.seed);
-        double fb_s = 0, opt_s = 0;
-        whole_step(model, bn, opt, kLr, fb_s, opt_s);  // this shape's primitives: not the step's peak
-      }
+    for (int64_t n : o.peak_batches) {
+      if (!unseen(n)) continue;
+      first_step_at(n);
       peak_at(n);
     }
   }
+  if (shapes)
+    for (int64_t n : o.shape_batches)
+      if (unseen(n)) first_step_at(n);
   // The cost curve: whole passes at the other batch sizes, measured the same way (median after a warmup).
   if (!o.curve_batches.empty()) {
     std::map<int64_t, double> curve{{o.batch, median(fb)}};

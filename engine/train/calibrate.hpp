@@ -53,6 +53,13 @@ struct CalibrationOptions {
   std::function<void(int64_t batch)> before_peak_steps, after_peak_steps;
   int peak_steps = 3;
   std::vector<int64_t> peak_batches;
+  // Around the first step at each batch size other than `batch` -- those of peak_batches (before their peak steps)
+  // and then those of `shape_batches` (one step each, after every peak) -- when both are set: the backend builds that
+  // shape's primitives there (oneDNN's kernels, scratchpads, reordered weights), and the caller measures what they
+  // keep resident (tandem_calibrate's primitive_bytes_curve: what one more batch shape costs, so the simulator can
+  // charge an epoch's short last batch and the primitives of a batch other than the calibrated one; issue #16).
+  std::function<void(int64_t batch)> before_new_shape, after_new_shape;
+  std::vector<int64_t> shape_batches;
   void validate() const;      // kInvalidArgument naming the field
 };
 

@@ -138,7 +138,7 @@ MemoryEstimate estimate_training_memory(const nn::Model& model, const TrainingFo
   // the activations as the backend stores them, and what backward and the allocator hold on top
   e.activation_bytes = nn::kCpuActivationOverhead * (f.activation_bytes + f.layout_bytes);
   e.workspace_bytes = f.scratch_bytes + f.loader_bytes + f.bucket_bytes + kFirstStepRuntimeBytes;
-  if (model.backend().device().is_cpu()) e.workspace_bytes += f.conv_copy_bytes + f.conv_scratch_bytes;
+  if (model.backend().device().is_cpu()) e.workspace_bytes += f.conv_copy_bytes + f.conv_scratch_bytes + f.short_batch_bytes;
   return e;
 }
 

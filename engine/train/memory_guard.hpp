@@ -58,6 +58,9 @@ struct TrainingFootprint {
   // The stage's activations and the cpu backend's figures: the fields of the same names of the job compiler's
   // StageMemory (engine/parallel/job.hpp), f32 and nothing recomputed, as the runtime trains.
   double activation_bytes = 0, layout_bytes = 0, scratch_bytes = 0, conv_scratch_bytes = 0, conv_copy_bytes = 0;
+  // The primitives of the epoch's short last batch (StageMemory::short_batch_bytes; the job compiler's alone: 0 in
+  // single_footprint, which cannot call it).
+  double short_batch_bytes = 0;
 };
 
 struct MemoryEstimate {

@@ -13,13 +13,50 @@
 
 namespace tandem::simulator {
 
+namespace {
+
+// A profile's [[batch, bytes], ...] field (absent: empty): batches >= 1 ascending, bytes in (0, 1e15), or [0, 1e15)
+// with `zero`.
+std::vector<std::pair<int64_t, double>> bytes_curve(const nlohmann::json& j, const char* key, const std::string& where,
+                                                    bool zero) {
+  std::vector<std::pair<int64_t, double>> out;
+  if (!j.contains(key)) return out;
+  const auto& c = j[key];
+  TANDEM_REQUIRE(c.is_array() && !c.empty(), "{}.{}: expected [[batch, bytes], ...], got {}", where, key, c.dump());
+  for (size_t i = 0; i < c.size(); ++i) {
+    const auto& q = c[i];
+    TANDEM_REQUIRE(q.is_array() && q.size() == 2 && q[0].is_number_integer() && q[0].get<int64_t>() >= 1 &&
+                       q[1].is_number() && (zero ? q[1].get<double>() >= 0 : q[1].get<double>() > 0) &&
+                       q[1].get<double>() < 1e15,
+                   "{}.{}[{}]: expected [batch >= 1, bytes in {}0, 1e15)], got {}", where, key, i, zero ? "[" : "(",
+                   q.dump());
+    const int64_t b = q[0].get<int64_t>();
+    TANDEM_REQUIRE(out.empty() || b > out.back().first, "{}.{}[{}]: batch {} after {}: the points must ascend by batch",
+                   where, key, i, b, out.back().first);
+    out.emplace_back(b, q[1].get<double>());
+  }
+  return out;
+}
+
+// Two or more points: the segment that holds `samples`, else the nearest end's -- piecewise linear inside, affine
+// beyond -- floored at 0.
+double piecewise_linear(const std::vector<std::pair<int64_t, double>>& c, int64_t samples) {
+  size_t k = 1;
+  while (k + 1 < c.size() && samples > c[k].first) ++k;
+  const auto [b0, y0] = c[k - 1];
+  const auto [b1, y1] = c[k];
+  return std::max(0.0, y0 + (y1 - y0) * static_cast<double>(samples - b0) / static_cast<double>(b1 - b0));
+}
+
+}  // namespace
+
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where) {
   json_check_keys(j, {"format", "version", "machine", "backend", "model", "input", "batch", "layers", "optimizer",
                       "optimizer_step_s", "memory_bytes_per_s", "p2p", "threads", "created", "runtime_rss_bytes",
                       "fp16_convert_s", "bf16_convert_s", "batch_curve", "cpu_quota", "tcp_cpu_s_per_byte",
                       "copy_cpu_s_per_byte", "tcp_cpu_s_per_wakeup", "corun_slowdown", "wakeup_latency_s",
                       "compute_cv", "step_overhead_cpu_s", "cpu_quota_sustained", "activation_peak_bytes",
-                      "activation_peak_curve", "runtime_device_bytes"},
+                      "activation_peak_curve", "runtime_device_bytes", "primitive_bytes_curve"},
                   where);
   TANDEM_REQUIRE(j.contains("format") && j["format"].is_string() && j["format"].get<std::string>() == "tandem-calibration",
                  "{}.format: expected \"tandem-calibration\"", where);
@@ -78,22 +115,9 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
                    "process's resident size, > 0 and < 1e15, got {}", where, *v);
     p.activation_peak_bytes = *v;
   }
-  if (j.contains("activation_peak_curve")) {
-    const auto& c = j["activation_peak_curve"];
-    TANDEM_REQUIRE(c.is_array() && !c.empty(), "{}.activation_peak_curve: expected [[batch, bytes], ...], got {}",
-                   where, c.dump());
-    for (size_t i = 0; i < c.size(); ++i) {
-      const auto& q = c[i];
-      TANDEM_REQUIRE(q.is_array() && q.size() == 2 && q[0].is_number_integer() && q[0].get<int64_t>() >= 1 &&
-                         q[1].is_number() && q[1].get<double>() > 0 && q[1].get<double>() < 1e15,
-                     "{}.activation_peak_curve[{}]: expected [batch >= 1, bytes in (0, 1e15)], got {}", where, i,
-                     q.dump());
-      const int64_t b = q[0].get<int64_t>();
-      TANDEM_REQUIRE(p.activation_peak_curve.empty() || b > p.activation_peak_curve.back().first,
-                     "{}.activation_peak_curve[{}]: batch {} after {}: the points must ascend by batch", where, i, b,
-                     p.activation_peak_curve.back().first);
-      p.activation_peak_curve.emplace_back(b, q[1].get<double>());
-    }
+  p.activation_peak_curve = bytes_curve(j, "activation_peak_curve", where, false);
+  p.primitive_bytes_curve = bytes_curve(j, "primitive_bytes_curve", where, true);
+  if (!p.activation_peak_curve.empty()) {
     // The single figure and the curve's point at the profile's batch are one measurement: they must agree.
     for (const auto& [b, bytes] : p.activation_peak_curve)
       TANDEM_REQUIRE(b != p.batch || !p.activation_peak_bytes || std::abs(bytes - *p.activation_peak_bytes) <= 1,
@@ -201,19 +225,18 @@ CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string&
 std::optional<double> activation_peak_at(const CalibrationProfile& p, int64_t samples) {
   const auto& c = p.activation_peak_curve;
   if (samples < 1) samples = p.batch;
-  if (c.size() >= 2) {
-    // the segment that holds `samples`, else the nearest end's: piecewise linear inside, affine beyond
-    size_t k = 1;
-    while (k + 1 < c.size() && samples > c[k].first) ++k;
-    const auto [b0, y0] = c[k - 1];
-    const auto [b1, y1] = c[k];
-    const double y = y0 + (y1 - y0) * static_cast<double>(samples - b0) / static_cast<double>(b1 - b0);
-    return std::max(0.0, y);
-  }
+  if (c.size() >= 2) return piecewise_linear(c, samples);
   // one point: the peak taken as proportional to the samples, as a single measurement can only say
   if (c.size() == 1) return c[0].second * static_cast<double>(samples) / static_cast<double>(c[0].first);
   if (p.activation_peak_bytes && p.batch > 0)
     return *p.activation_peak_bytes * static_cast<double>(samples) / static_cast<double>(p.batch);
+  return std::nullopt;
+}
+
+std::optional<double> primitive_bytes_at(const CalibrationProfile& p, int64_t samples) {
+  const auto& c = p.primitive_bytes_curve;
+  if (c.size() >= 2) return piecewise_linear(c, samples);
+  if (c.size() == 1) return c[0].second;  // one point: the same at every batch, as one measurement can only say
   return std::nullopt;
 }
 
@@ -254,6 +277,10 @@ nlohmann::json profile_to_json(const CalibrationProfile& p) {
   if (!p.activation_peak_curve.empty()) {
     j["activation_peak_curve"] = nlohmann::json::array();
     for (const auto& [b, bytes] : p.activation_peak_curve) j["activation_peak_curve"].push_back({b, bytes});
+  }
+  if (!p.primitive_bytes_curve.empty()) {
+    j["primitive_bytes_curve"] = nlohmann::json::array();
+    for (const auto& [b, bytes] : p.primitive_bytes_curve) j["primitive_bytes_curve"].push_back({b, bytes});
   }
   if (p.fp16_convert_s) j["fp16_convert_s"] = {p.fp16_convert_s->first, p.fp16_convert_s->second};
   if (p.bf16_convert_s) j["bf16_convert_s"] = {p.bf16_convert_s->first, p.bf16_convert_s->second};

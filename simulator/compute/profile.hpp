@@ -30,6 +30,15 @@
 //        // the peak at a rank's micro-batch from the curve (activation_peak_at): linear between points, the end
 //        // segments' lines beyond them (floored at 0); one point, or activation_peak_bytes alone: proportional.
 //        // tandem calibrate measures "batch" and half of it (2 at batch 1)
+//    "primitive_bytes_curve": [[8, 9.1e5], [16, 1.0e6]],
+//        // optional (CPU backends): what the backend keeps resident for one more batch shape -- the primitives
+//        // oneDNN builds for it (kernels, scratchpads, reordered weights) once a step runs at a batch size the process
+//        // has not run before -- at each batch measured, ascending (tandem calibrate: the runtime figure's growth over
+//        // the first step at a quarter and at half the batch). runtime_rss_bytes holds the primitives of "batch"; the
+//        // simulator adds the difference of the curve between a job's micro-batch and "batch" to it, and charges a
+//        // rank whose epoch ends with a short batch the curve's figure at that batch (simulate.hpp;
+//        // primitive_bytes_at: two or more points piecewise linear, the end segments' lines beyond them, floored at 0;
+//        // one point the same at every batch)
 //    "fp16_convert_s": [1.7e-9, 2.3e-9], "bf16_convert_s": [1.1e-9, 0.7e-9]}
 //        // optional: seconds per gradient element to convert f32 -> 16 bits and back (compression)
 //    "batch_curve": [[1, 0.0009], [2, 0.0012], ..., [64, 0.0150]]
@@ -118,6 +127,7 @@ struct CalibrationProfile {
   std::optional<double> runtime_device_bytes;
   std::optional<double> activation_peak_bytes;  // what a whole step at `batch` adds to the resident size (CPU)
   std::vector<std::pair<int64_t, double>> activation_peak_curve;  // (batch, that peak), ascending by batch
+  std::vector<std::pair<int64_t, double>> primitive_bytes_curve;  // (batch, one more shape's primitives), ascending
   std::optional<std::pair<double, double>> fp16_convert_s, bf16_convert_s;  // (to, back) per element
   std::vector<std::pair<int64_t, double>> batch_curve;  // (batch, forward + loss + backward seconds), ascending
   int64_t threads = 1;
@@ -147,6 +157,10 @@ CalibrationProfile full_speed_profile(CalibrationProfile p);
 // its single measurement scaled in proportion to the samples; nullopt when the profile measured neither. `samples`
 // < 1 stands for the profile's batch.
 std::optional<double> activation_peak_at(const CalibrationProfile& p, int64_t samples);
+
+// What the backend keeps resident for the primitives of one batch shape of `samples` samples, from the profile's
+// primitive_bytes_curve; nullopt when the profile has none.
+std::optional<double> primitive_bytes_at(const CalibrationProfile& p, int64_t samples);
 
 CalibrationProfile profile_from_json(const nlohmann::json& j, const std::string& where = "profile");
 CalibrationProfile load_profile(const std::string& path);  // unreadable: kIo; malformed: kInvalidArgument

@@ -28,6 +28,16 @@ static int failures = 0;
 
 static int contains(const char* s, const char* needle) { return s != NULL && strstr(s, needle) != NULL; }
 
+/* The first two points of the profile's [[batch, bytes], ...] field `key` (quoted), as written by the library. */
+static void first_two_points(const char* json, const char* key, double* b0, double* y0, double* b1, double* y1) {
+  const char* p0 = strchr(strchr(strstr(json, key), '[') + 1, '[') + 1;
+  char* end = NULL;
+  *b0 = strtod(p0, &end);
+  *y0 = strtod(strchr(end, ',') + 1, &end);
+  *b1 = strtod(strchr(end, '[') + 1, &end);
+  *y1 = strtod(strchr(end, ',') + 1, NULL);
+}
+
 /* Files in dir whose name contains `part` (a leftover temporary would). */
 static int count_files(const char* dir, const char* part) {
   int n = 0;
@@ -195,16 +205,22 @@ int main(void) {
     const double at_batch = strtod(strchr(strstr(json, "\"activation_peak_bytes\""), ':') + 1, NULL);
     CHECK(contains(json, "\"activation_peak_curve\""));
     if (contains(json, "\"activation_peak_curve\"")) {
-      const char* p0 = strchr(strchr(strstr(json, "\"activation_peak_curve\""), '[') + 1, '[') + 1;
-      char* end = NULL;
-      const double b0 = strtod(p0, &end);
-      const double y0 = strtod(strchr(end, ',') + 1, &end);
-      const char* p1 = strchr(end, '[') + 1;
-      const double b1 = strtod(p1, &end);
-      const double y1 = strtod(strchr(end, ',') + 1, NULL);
+      double b0 = 0, y0 = 0, b1 = 0, y1 = 0;
+      first_two_points(json, "\"activation_peak_curve\"", &b0, &y0, &b1, &y1);
       CHECK(b0 == 4 && b1 == 8);
       CHECK(y1 == at_batch);
       CHECK(y0 > 0 && y0 < y1); /* half the samples, a lower peak */
+    }
+  }
+  /* One more batch shape's primitives (primitive_bytes_curve, issue #16): the runtime figure's growth over the first
+   * step at a quarter and at half the batch, ascending; resident bytes, never negative, well below the process. */
+  if (contains(json, "\"runtime_rss_bytes\"")) {
+    CHECK(contains(json, "\"primitive_bytes_curve\""));
+    if (contains(json, "\"primitive_bytes_curve\"")) {
+      double b0 = 0, y0 = 0, b1 = 0, y1 = 0;
+      first_two_points(json, "\"primitive_bytes_curve\"", &b0, &y0, &b1, &y1);
+      CHECK(b0 == 2 && b1 == 4);
+      CHECK(y0 >= 0 && y1 >= 0 && y0 < 256e6 && y1 < 256e6);
     }
   }
   free(json);

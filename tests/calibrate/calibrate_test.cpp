@@ -225,6 +225,46 @@ BOOST_AUTO_TEST_CASE(peak_hooks_run_at_each_peak_batch_once) {
   expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.peak_batches", "0"});
 }
 
+// shape_batches (issue #16): the shape hooks bracket the first step at each batch size the process has not run --
+// the peak batches' (before their peak steps) and then the shape batches' (once each, the batch, the peak batches and
+// repeats skipped) -- and are told which batch ran between them; the backend builds that shape's primitives inside.
+BOOST_AUTO_TEST_CASE(shape_hooks_bracket_the_first_step_at_each_new_batch) {
+  auto be = cpu_backend();
+  nn::Model model(residual_net(), *be, 5);
+  train::CalibrationOptions o = short_run(4, 0, 1);
+  o.peak_steps = 1;
+  o.peak_batches = {2};
+  o.shape_batches = {1, 4, 2, 1, 8};
+  std::vector<std::string> order;
+  int64_t open = 0;
+  uint64_t at_start = 0;  // allocations inside the shape window: one whole step's (input, outputs, gradients)
+  o.before_peak_steps = [&](int64_t b) { order.push_back("peak " + std::to_string(b)); };
+  o.after_peak_steps = [&](int64_t) {};
+  o.before_new_shape = [&](int64_t b) {
+    order.push_back("shape " + std::to_string(b));
+    open = b;
+    at_start = host_allocator().stats().allocations;
+  };
+  o.after_new_shape = [&](int64_t b) {
+    BOOST_TEST(b == open);
+    BOOST_TEST(host_allocator().stats().allocations - at_start > 2u, "batch " << b);
+    open = 0;
+  };
+  train::calibrate_model(model, o);
+  BOOST_TEST(order == (std::vector<std::string>{"peak 4", "shape 2", "peak 2", "shape 1", "shape 8"}), tt::per_element());
+  // without the peak hooks the shape batches still run, and one shape hook alone runs none
+  o.before_peak_steps = nullptr;
+  order.clear();
+  train::calibrate_model(model, o);
+  BOOST_TEST(order == (std::vector<std::string>{"shape 1", "shape 2", "shape 8"}), tt::per_element());
+  o.after_new_shape = nullptr;
+  order.clear();
+  train::calibrate_model(model, o);
+  BOOST_TEST(order.empty());
+  o.shape_batches = {0};
+  expect_error([&] { train::calibrate_model(model, o); }, Status::kInvalidArgument, {"calibrate.shape_batches", "0"});
+}
+
 BOOST_AUTO_TEST_CASE(optimizer_names_follow_the_simulator) {
   optim::OptimizerConfig c;
   BOOST_TEST(train::simulator_optimizer_name(c) == "sgd");
